@@ -1,0 +1,303 @@
+//! The component's only contact with WIT: generated bindings, conversions between
+//! the generated types and the core's, and what a `no_std` component needs
+//! (allocator, panic handler, `cabi_realloc`). No policy logic lives here.
+
+use alloc::string::String;
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use ::core::cell::RefCell;
+
+use crate::{account, backoff, classify, config, key, run, types as model};
+
+wit_bindgen::generate!({ world: "agent-retry", path: "../wit" });
+
+use agent_retry::policy::account_budget as import;
+use agent_retry::policy::types as wit;
+use exports::agent_retry::policy::policy::{Guest, GuestPolicy, GuestRun};
+
+// SAFETY: a component instance runs on one thread; nothing here spawns threads.
+#[global_allocator]
+static ALLOC: lol_alloc::AssumeSingleThreaded<lol_alloc::FreeListAllocator> =
+    unsafe { lol_alloc::AssumeSingleThreaded::new(lol_alloc::FreeListAllocator::new()) };
+
+#[panic_handler]
+fn panic(_: &::core::panic::PanicInfo) -> ! {
+    // Unreachable by design (the core returns typed errors); if it happens, the
+    // host sees a trap and survives it.
+    ::core::arch::wasm32::unreachable()
+}
+
+/// wit-bindgen leaves `cabi_realloc` to wasi-libc, which a `no_std` guest lacks.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cabi_realloc(old: *mut u8, old_len: usize, align: usize, new_len: usize) -> *mut u8 {
+    use alloc::alloc::{Layout, alloc, realloc};
+    if new_len == 0 {
+        return align as *mut u8;
+    }
+    let ptr = unsafe {
+        if old_len == 0 {
+            alloc(Layout::from_size_align_unchecked(new_len, align))
+        } else {
+            realloc(old, Layout::from_size_align_unchecked(old_len, align), new_len)
+        }
+    };
+    if ptr.is_null() {
+        ::core::arch::wasm32::unreachable()
+    }
+    ptr
+}
+
+/// `memcmp` comes from wasi-libc in a `std` guest; `no_std` must bring its own.
+/// Volatile reads keep LLVM from turning the loop back into a call to itself.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn memcmp(a: *const u8, b: *const u8, len: usize) -> i32 {
+    for i in 0..len {
+        let (x, y) = unsafe { (a.add(i).read_volatile(), b.add(i).read_volatile()) };
+        if x != y {
+            return i32::from(x) - i32::from(y);
+        }
+    }
+    0
+}
+
+/// The host's entropy, or `wasi:random` when it passes none. A failing source
+/// gives the longest delay in range, the safe side for a shared allowance.
+fn entropy(host: Option<u64>) -> u64 {
+    use rand_core::TryRng;
+    host.unwrap_or_else(|| getrandom::SysRng.try_next_u64().unwrap_or(u64::MAX))
+}
+
+/// The account budget import, seen through the core's trait.
+struct HostAccountBudget;
+
+impl account::AccountBudget for HostAccountBudget {
+    fn reserve(&mut self, account_id: &str, tokens: u32, bucket: account::Bucket, max_wait_ms: u64, now_ms: u64) -> account::Reservation {
+        let bucket = import::Bucket { capacity: bucket.capacity, refill_interval_ms: bucket.refill_interval_ms };
+        match import::reserve(account_id, tokens, bucket, max_wait_ms, now_ms) {
+            import::Reservation::Granted(wait) => account::Reservation::Granted(wait),
+            import::Reservation::Refused(wait) => account::Reservation::Refused(wait),
+        }
+    }
+}
+
+struct Component;
+
+pub struct Policy {
+    config: Arc<config::Config>,
+}
+
+pub struct Run {
+    run: RefCell<run::Run>,
+}
+
+impl Guest for Component {
+    type Policy = Policy;
+    type Run = Run;
+
+    fn derive_idempotency_key(run_id: String, action_id: String) -> String {
+        key::derive_idempotency_key(&run_id, &action_id)
+    }
+}
+
+impl GuestPolicy for Policy {
+    fn from_json(text: String) -> Result<exports::agent_retry::policy::policy::Policy, wit::ConfigError> {
+        match config::Config::from_json(&text) {
+            Ok(config) => Ok(exports::agent_retry::policy::policy::Policy::new(Policy { config: Arc::new(config) })),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn effective_config(&self) -> String {
+        self.config.to_json()
+    }
+
+    fn classify(&self, failure: wit::Failure, now_ms: u64) -> wit::Classification {
+        classify::classify(&failure.into(), &self.config.status_overrides, now_ms).into()
+    }
+
+    fn next_delay(&self, retry: u32, hint_ms: Option<u64>, entropy_: Option<u64>) -> u64 {
+        backoff::next_delay_ms(self.config.base_delay_ms, self.config.max_delay_ms, retry, hint_ms, entropy(entropy_))
+    }
+
+    fn start_run(&self, run_id: String) -> exports::agent_retry::policy::policy::Run {
+        let run = run::Run::new(Arc::clone(&self.config), &run_id);
+        exports::agent_retry::policy::policy::Run::new(Run { run: RefCell::new(run) })
+    }
+}
+
+impl GuestRun for Run {
+    fn begin_call(&self, call: wit::CallRequest, now_ms: u64) -> Result<wit::Admission, wit::RunError> {
+        let result = self.run.borrow_mut().begin_call(&call.into(), now_ms, &mut HostAccountBudget);
+        result.map(Into::into).map_err(Into::into)
+    }
+
+    fn record_outcome(&self, call_id: u32, outcome: wit::Outcome, now_ms: u64, entropy_: Option<u64>) -> Result<wit::Decision, wit::RunError> {
+        let outcome: model::Outcome = outcome.into();
+        let result = self.run.borrow_mut().record_outcome(call_id, &outcome, now_ms, entropy(entropy_), &mut HostAccountBudget);
+        result.map(Into::into).map_err(Into::into)
+    }
+
+    fn report(&self) -> wit::RunReport {
+        self.run.borrow().report().into()
+    }
+}
+
+export!(Component);
+
+// ===== conversions: the generated types and the core's have the same shapes =====
+
+/// Converts a fieldless enum case by case.
+macro_rules! enum_map {
+    ($from:ty => $to:ty { $($case:ident),* $(,)? }) => {
+        impl From<$from> for $to {
+            fn from(value: $from) -> Self {
+                match value { $(<$from>::$case => <$to>::$case),* }
+            }
+        }
+    };
+}
+
+enum_map!(wit::TransportError => model::TransportError { Timeout, ConnectionReset, ConnectionRefused, StreamClosed, Other });
+enum_map!(model::OutcomeClass => wit::OutcomeClass { Success, Transient, Throttled, Deterministic, Permission, Semantic, Unclassified });
+enum_map!(model::Effect => wit::Effect { Read, Write, Delete });
+enum_map!(model::EscalationReason => wit::EscalationReason {
+    PermissionDenied, ReplansSpent, CallAttemptsSpent, RunRetriesSpent, RunAttemptsSpent,
+    QuotaExhausted, AccountBudgetExhausted, UnclassifiedFailure, StatusUnknown,
+});
+enum_map!(model::EffectStatus => wit::EffectStatus { Applied, Unknown });
+enum_map!(wit::StatusCheckResult => model::StatusCheckResult { Found, Absent, Unknown });
+enum_map!(model::ConfigErrorKind => wit::ConfigErrorKind { Syntax, UnknownField, WrongType, OutOfRange });
+
+fn map_vec<A, B: From<A>>(items: Vec<A>) -> Vec<B> {
+    items.into_iter().map(Into::into).collect()
+}
+
+impl From<wit::Failure> for model::Failure {
+    fn from(f: wit::Failure) -> Self {
+        let kind = match f.kind {
+            wit::FailureKind::HttpStatus(s) => model::FailureKind::HttpStatus(s),
+            wit::FailureKind::Transport(e) => model::FailureKind::Transport(e.into()),
+            wit::FailureKind::ProtocolError(c) => model::FailureKind::ProtocolError(c),
+            wit::FailureKind::ToolError(s) => model::FailureKind::ToolError(s),
+        };
+        model::Failure { kind, headers: f.headers, body: f.body }
+    }
+}
+
+impl From<wit::Outcome> for model::Outcome {
+    fn from(o: wit::Outcome) -> Self {
+        match o {
+            wit::Outcome::Success => model::Outcome::Success,
+            wit::Outcome::EmptyResult(detail) => model::Outcome::EmptyResult(detail),
+            wit::Outcome::Failure(f) => model::Outcome::Failure(f.into()),
+            wit::Outcome::StatusCheck(r) => model::Outcome::StatusCheck(r.into()),
+        }
+    }
+}
+
+impl From<wit::CallRequest> for model::CallRequest {
+    fn from(c: wit::CallRequest) -> Self {
+        let hints = c.hints.map(|h| model::ToolHints { read_only: h.read_only, destructive: h.destructive, idempotent: h.idempotent });
+        model::CallRequest { tool: c.tool, idempotency_key: c.idempotency_key, hints }
+    }
+}
+
+impl From<model::HeaderProblem> for wit::HeaderProblem {
+    fn from(p: model::HeaderProblem) -> Self {
+        wit::HeaderProblem { name: p.name, value: p.value, problem: p.problem }
+    }
+}
+
+impl From<model::Classification> for wit::Classification {
+    fn from(c: model::Classification) -> Self {
+        wit::Classification {
+            class: c.class.into(),
+            hint_ms: c.hint_ms,
+            hint_source: c.hint_source,
+            reason: c.reason,
+            header_problems: map_vec(c.header_problems),
+        }
+    }
+}
+
+impl From<model::EffectRecord> for wit::EffectRecord {
+    fn from(e: model::EffectRecord) -> Self {
+        wit::EffectRecord { call_id: e.call_id, tool: e.tool, idempotency_key: e.idempotency_key, status: e.status.into() }
+    }
+}
+
+impl From<model::Escalation> for wit::Escalation {
+    fn from(e: model::Escalation) -> Self {
+        wit::Escalation {
+            reason: e.reason.into(),
+            last_error: e.last_error,
+            resets_in_ms: e.resets_in_ms,
+            effects: map_vec(e.effects),
+            note: e.note,
+        }
+    }
+}
+
+impl From<model::Decision> for wit::Decision {
+    fn from(d: model::Decision) -> Self {
+        let action = match d.action {
+            model::Action::Retry(p) => wit::Action::Retry(wit::RetryPlan { delay_ms: p.delay_ms, attempt: p.attempt, idempotency_key: p.idempotency_key }),
+            model::Action::Replan(message) => wit::Action::Replan(message),
+            model::Action::CheckStatus => wit::Action::CheckStatus,
+            model::Action::Succeed(note) => wit::Action::Succeed(note),
+            model::Action::Escalate(e) => wit::Action::Escalate(e.into()),
+        };
+        wit::Decision { action, class: d.class.into(), attempt: d.attempt, hint_ms: d.hint_ms, reason: d.reason }
+    }
+}
+
+impl From<model::Admission> for wit::Admission {
+    fn from(a: model::Admission) -> Self {
+        match a {
+            model::Admission::Send(t) => wit::Admission::Send(wit::CallTicket {
+                call_id: t.call_id,
+                delay_ms: t.delay_ms,
+                effect: t.effect.into(),
+                safe_to_repeat: t.safe_to_repeat,
+            }),
+            model::Admission::Escalate(e) => wit::Admission::Escalate(e.into()),
+        }
+    }
+}
+
+impl From<model::RunReport> for wit::RunReport {
+    fn from(r: model::RunReport) -> Self {
+        wit::RunReport {
+            run_id: r.run_id,
+            calls: r.calls,
+            attempts: r.attempts,
+            retries: r.retries,
+            status_checks: r.status_checks,
+            replans: r.replans,
+            succeeded_calls: r.succeeded_calls,
+            waits: r.waits,
+            waited_ms: r.waited_ms,
+            escalation: r.escalation.map(Into::into),
+            statuses: r.statuses.into_iter().map(|s| wit::StatusCount { status: s.status, count: s.count }).collect(),
+            effects: map_vec(r.effects),
+        }
+    }
+}
+
+impl From<model::RunError> for wit::RunError {
+    fn from(e: model::RunError) -> Self {
+        match e {
+            model::RunError::UnknownCall(id) => wit::RunError::UnknownCall(id),
+            model::RunError::CallFinished(id) => wit::RunError::CallFinished(id),
+            model::RunError::StatusCheckPending(id) => wit::RunError::StatusCheckPending(id),
+            model::RunError::NoStatusCheckPending(id) => wit::RunError::NoStatusCheckPending(id),
+            model::RunError::RunEnded(reason) => wit::RunError::RunEnded(reason.into()),
+        }
+    }
+}
+
+impl From<model::ConfigError> for wit::ConfigError {
+    fn from(e: model::ConfigError) -> Self {
+        wit::ConfigError { kind: e.kind.into(), field: e.field, message: e.message }
+    }
+}

@@ -1,0 +1,476 @@
+//! The policy's configuration: JSON in, validated strictly, every field defaulted.
+//!
+//! Parsing walks the JSON by hand rather than deriving, so that every error names
+//! the field's full path and the rule it broke (a derived parser says "invalid
+//! type ... at line 1 column 40" and leaves the user to find the field).
+
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+
+use crate::json::{self, Json};
+use crate::types::{ConfigError, ConfigErrorKind, Effect, OutcomeClass};
+
+/// The longest wait or delay any field accepts: one day.
+pub const ONE_DAY_MS: u64 = 86_400_000;
+
+/// How the policy treats one tool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ToolPolicy {
+    pub effect: Effect,
+    /// Repeating the call with the same arguments has no further effect.
+    pub idempotent: bool,
+}
+
+/// The shared account budget: a token bucket per account, kept by the host.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AccountBudgetConfig {
+    /// The account all workers share (e.g. the API key's account).
+    pub account_id: String,
+    /// The most tokens the bucket holds.
+    pub capacity: u32,
+    /// One token returns every this many ms.
+    pub refill_interval_ms: u64,
+    /// The longest the policy lets a call wait for room; longer escalates. Default 5000.
+    pub max_wait_ms: u64,
+    /// Tokens a first attempt takes. Default 1.
+    pub attempt_cost: u32,
+    /// Tokens a retry takes. Default 1.
+    pub retry_cost: u32,
+}
+
+/// The configuration. `Config::default()` is what `{}` gives.
+///
+/// # Default
+/// - base-delay-ms: 1000
+/// - max-delay-ms: 30000
+/// - max-attempts-per-call: 4 (the first attempt counts: at most 3 retries)
+/// - max-retries-per-run: 10
+/// - max-replans-per-run: 2
+/// - max-attempts-per-run: 30 (the step budget)
+/// - max-hint-ms: 60000
+/// - max-message-chars: 300
+/// - default-effect: write
+/// - tools: {}
+/// - status-overrides: {}
+/// - account-budget: none
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    pub base_delay_ms: u64,
+    pub max_delay_ms: u64,
+    pub max_attempts_per_call: u32,
+    pub max_retries_per_run: u32,
+    pub max_replans_per_run: u32,
+    pub max_attempts_per_run: u32,
+    pub max_hint_ms: u64,
+    pub max_message_chars: u32,
+    pub default_effect: Effect,
+    /// Tool entries in the order given; names are unique.
+    pub tools: Vec<(String, ToolPolicy)>,
+    /// Status overrides in the order given; statuses are unique.
+    pub status_overrides: Vec<(u16, OutcomeClass)>,
+    pub account_budget: Option<AccountBudgetConfig>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            base_delay_ms: 1000,
+            max_delay_ms: 30_000,
+            max_attempts_per_call: 4,
+            max_retries_per_run: 10,
+            max_replans_per_run: 2,
+            max_attempts_per_run: 30,
+            max_hint_ms: 60_000,
+            max_message_chars: 300,
+            default_effect: Effect::Write,
+            tools: Vec::new(),
+            status_overrides: Vec::new(),
+            account_budget: None,
+        }
+    }
+}
+
+fn error(kind: ConfigErrorKind, field: &str, message: impl Into<String>) -> ConfigError {
+    ConfigError { kind, field: field.to_string(), message: message.into() }
+}
+
+/// A whole-number field of the top level: its name, range and place in `Config`.
+struct IntField {
+    name: &'static str,
+    min: u64,
+    max: u64,
+    get: fn(&Config) -> u64,
+    set: fn(&mut Config, u64),
+}
+
+/// The whole-number fields, in the order `to_json` writes them. A u32 field's
+/// range stays inside u32, so the casts in `set` never truncate.
+const INT_FIELDS: [IntField; 8] = [
+    IntField { name: "base-delay-ms", min: 1, max: ONE_DAY_MS, get: |c| c.base_delay_ms, set: |c, v| c.base_delay_ms = v },
+    IntField { name: "max-delay-ms", min: 1, max: ONE_DAY_MS, get: |c| c.max_delay_ms, set: |c, v| c.max_delay_ms = v },
+    IntField { name: "max-attempts-per-call", min: 1, max: 100, get: |c| c.max_attempts_per_call.into(), set: |c, v| c.max_attempts_per_call = v as u32 },
+    IntField { name: "max-retries-per-run", min: 0, max: 100_000, get: |c| c.max_retries_per_run.into(), set: |c, v| c.max_retries_per_run = v as u32 },
+    IntField { name: "max-replans-per-run", min: 0, max: 1000, get: |c| c.max_replans_per_run.into(), set: |c, v| c.max_replans_per_run = v as u32 },
+    IntField { name: "max-attempts-per-run", min: 1, max: 1_000_000, get: |c| c.max_attempts_per_run.into(), set: |c, v| c.max_attempts_per_run = v as u32 },
+    IntField { name: "max-hint-ms", min: 0, max: ONE_DAY_MS, get: |c| c.max_hint_ms, set: |c, v| c.max_hint_ms = v },
+    IntField { name: "max-message-chars", min: 16, max: 10_000, get: |c| c.max_message_chars.into(), set: |c, v| c.max_message_chars = v as u32 },
+];
+
+fn join(parent: &str, key: &str) -> String {
+    if parent.is_empty() { key.to_string() } else { format!("{parent}.{key}") }
+}
+
+/// A JSON object whose fields are taken one by one; whatever is left is unknown.
+struct Fields<'a> {
+    path: &'a str,
+    members: Vec<(String, Json)>,
+}
+
+impl<'a> Fields<'a> {
+    fn new(path: &'a str, value: Json) -> Result<Self, ConfigError> {
+        match value {
+            Json::Object(members) => Ok(Fields { path, members }),
+            other => Err(error(ConfigErrorKind::WrongType, path, format!("must be a JSON object, not {}", other.type_name()))),
+        }
+    }
+
+    fn take(&mut self, key: &str) -> Option<(String, Json)> {
+        let index = self.members.iter().position(|(name, _)| name == key)?;
+        let (_, value) = self.members.remove(index);
+        Some((join(self.path, key), value))
+    }
+
+    /// A whole-number member, or `default` when absent.
+    fn int(&mut self, key: &str, min: u64, max: u64, default: u64) -> Result<u64, ConfigError> {
+        match self.take(key) {
+            None => Ok(default),
+            Some((path, value)) => whole_number(&path, &value, min, max),
+        }
+    }
+
+    fn finish(self) -> Result<(), ConfigError> {
+        match self.members.first() {
+            None => Ok(()),
+            Some((key, _)) => Err(error(
+                ConfigErrorKind::UnknownField,
+                &join(self.path, key),
+                "is not a field of this object (see the configuration reference in the README)",
+            )),
+        }
+    }
+}
+
+fn whole_number(path: &str, value: &Json, min: u64, max: u64) -> Result<u64, ConfigError> {
+    let rule = || format!("must be a whole number from {min} to {max}");
+    match (value, value.as_u64()) {
+        (Json::Number(_), Some(v)) if (min..=max).contains(&v) => Ok(v),
+        (Json::Number(n), _) => Err(error(ConfigErrorKind::OutOfRange, path, format!("{}, not {}", rule(), crate::text::excerpt(n, 40)))),
+        (other, _) => Err(error(ConfigErrorKind::WrongType, path, format!("{}, not {}", rule(), other.type_name()))),
+    }
+}
+
+fn boolean(path: &str, value: Json) -> Result<bool, ConfigError> {
+    match value {
+        Json::Bool(b) => Ok(b),
+        other => Err(error(ConfigErrorKind::WrongType, path, format!("must be true or false, not {}", other.type_name()))),
+    }
+}
+
+fn string(path: &str, value: Json) -> Result<String, ConfigError> {
+    match value {
+        Json::String(s) if !s.is_empty() && s.len() <= 256 => Ok(s),
+        Json::String(_) => Err(error(ConfigErrorKind::OutOfRange, path, "must be a string of 1 to 256 bytes")),
+        other => Err(error(ConfigErrorKind::WrongType, path, format!("must be a string, not {}", other.type_name()))),
+    }
+}
+
+/// A string that must be one of `choices`.
+fn one_of<T: Copy>(path: &str, value: Json, choices: &[(&str, T)]) -> Result<T, ConfigError> {
+    let mut rule = String::from("must be one of");
+    for (i, (name, _)) in choices.iter().enumerate() {
+        rule.push_str(if i == 0 { " \"" } else { ", \"" });
+        rule.push_str(name);
+        rule.push('"');
+    }
+    match value {
+        Json::String(s) => match choices.iter().find(|(name, _)| *name == s) {
+            Some((_, choice)) => Ok(*choice),
+            None => Err(error(ConfigErrorKind::OutOfRange, path, format!("{rule}, not \"{}\"", crate::text::excerpt(&s, 40)))),
+        },
+        other => Err(error(ConfigErrorKind::WrongType, path, format!("{rule}, not {}", other.type_name()))),
+    }
+}
+
+fn effect(path: &str, value: Json) -> Result<Effect, ConfigError> {
+    one_of(path, value, &[("read", Effect::Read), ("write", Effect::Write), ("delete", Effect::Delete)])
+}
+
+/// Classes a status may be overridden to: the failure classes a status can have.
+fn override_class(path: &str, value: Json) -> Result<OutcomeClass, ConfigError> {
+    let classes = [OutcomeClass::Transient, OutcomeClass::Throttled, OutcomeClass::Deterministic, OutcomeClass::Permission, OutcomeClass::Unclassified];
+    let choices: Vec<(&str, OutcomeClass)> = classes.iter().map(|c| (c.name(), *c)).collect();
+    one_of(path, value, &choices)
+}
+
+/// One `tools` entry: either `{"effect": .., "idempotent": ..}` or MCP annotations
+/// `{"readOnlyHint": .., "destructiveHint": .., "idempotentHint": ..}`.
+fn tool_policy(path: &str, value: Json) -> Result<ToolPolicy, ConfigError> {
+    let mut fields = Fields::new(path, value)?;
+    let effect_field = fields.take("effect");
+    let idempotent_field = fields.take("idempotent");
+    let read_only = fields.take("readOnlyHint").map(|(p, v)| boolean(&p, v)).transpose()?;
+    let destructive = fields.take("destructiveHint").map(|(p, v)| boolean(&p, v)).transpose()?;
+    let idempotent_hint = fields.take("idempotentHint").map(|(p, v)| boolean(&p, v)).transpose()?;
+    fields.finish()?;
+    let uses_hints = read_only.is_some() || destructive.is_some() || idempotent_hint.is_some();
+    match effect_field {
+        Some((effect_path, effect_value)) => {
+            if uses_hints {
+                return Err(error(ConfigErrorKind::OutOfRange, path, "give either \"effect\" or MCP hints (readOnlyHint, destructiveHint, idempotentHint), not both"));
+            }
+            let effect = effect(&effect_path, effect_value)?;
+            let idempotent = match idempotent_field {
+                Some((p, v)) => boolean(&p, v)?,
+                None => false,
+            };
+            Ok(ToolPolicy { effect, idempotent })
+        }
+        None => {
+            if let Some((p, _)) = idempotent_field {
+                return Err(error(ConfigErrorKind::OutOfRange, &p, "goes with \"effect\"; with MCP hints use \"idempotentHint\""));
+            }
+            if !uses_hints {
+                return Err(error(ConfigErrorKind::OutOfRange, path, "needs \"effect\" or at least one MCP hint (readOnlyHint, destructiveHint, idempotentHint)"));
+            }
+            let hints = crate::types::ToolHints { read_only, destructive, idempotent: idempotent_hint };
+            Ok(effect_from_hints(&hints, Effect::Write))
+        }
+    }
+}
+
+/// The effect MCP annotations describe. The spec's defaults apply to absent hints
+/// (`readOnlyHint` false, `idempotentHint` false); `destructiveHint` does not say
+/// delete (an overwrite is destructive too), so a non-read tool is `fallback`
+/// unless `fallback` is read, which a tool not marked read-only cannot be.
+pub fn effect_from_hints(hints: &crate::types::ToolHints, fallback: Effect) -> ToolPolicy {
+    if hints.read_only == Some(true) {
+        return ToolPolicy { effect: Effect::Read, idempotent: true };
+    }
+    let effect = if fallback == Effect::Read { Effect::Write } else { fallback };
+    ToolPolicy { effect, idempotent: hints.idempotent == Some(true) }
+}
+
+fn account_budget(path: &str, value: Json) -> Result<AccountBudgetConfig, ConfigError> {
+    let mut fields = Fields::new(path, value)?;
+    let account_id = match fields.take("account-id") {
+        Some((p, v)) => string(&p, v)?,
+        None => return Err(error(ConfigErrorKind::OutOfRange, &join(path, "account-id"), "is required")),
+    };
+    let required = |fields: &mut Fields, key: &str| -> Result<(), ConfigError> {
+        if fields.members.iter().any(|(name, _)| name == key) { Ok(()) } else { Err(error(ConfigErrorKind::OutOfRange, &join(path, key), "is required")) }
+    };
+    required(&mut fields, "capacity")?;
+    required(&mut fields, "refill-interval-ms")?;
+    // The ranges keep every count inside u32.
+    let capacity = fields.int("capacity", 1, 1_000_000_000, 0)?;
+    let refill_interval_ms = fields.int("refill-interval-ms", 1, ONE_DAY_MS, 0)?;
+    let max_wait_ms = fields.int("max-wait-ms", 0, ONE_DAY_MS, 5000)?;
+    let attempt_cost = fields.int("attempt-cost", 0, capacity, 1)? as u32;
+    let retry_cost = fields.int("retry-cost", 0, capacity, 1)? as u32;
+    let capacity = capacity as u32;
+    fields.finish()?;
+    Ok(AccountBudgetConfig { account_id, capacity, refill_interval_ms, max_wait_ms, attempt_cost, retry_cost })
+}
+
+impl Config {
+    /// Parses and validates a JSON configuration.
+    pub fn from_json(text: &str) -> Result<Config, ConfigError> {
+        let value = json::parse(text).map_err(|e| error(ConfigErrorKind::Syntax, "", format!("not valid JSON: {e}")))?;
+        Self::from_value(value)
+    }
+
+    fn from_value(value: Json) -> Result<Config, ConfigError> {
+        let mut f = Fields::new("", value).map_err(|mut e| {
+            e.message = String::from("the configuration must be a JSON object");
+            e
+        })?;
+        let mut config = Config::default();
+        for field in INT_FIELDS {
+            if let Some((path, value)) = f.take(field.name) {
+                let number = whole_number(&path, &value, field.min, field.max)?;
+                (field.set)(&mut config, number);
+            }
+        }
+        if config.max_delay_ms < config.base_delay_ms {
+            let message = format!("must be at least base-delay-ms ({}), not {}", config.base_delay_ms, config.max_delay_ms);
+            return Err(error(ConfigErrorKind::OutOfRange, "max-delay-ms", message));
+        }
+        let default_effect = match f.take("default-effect") {
+            Some((p, v)) => effect(&p, v)?,
+            None => config.default_effect,
+        };
+        let mut tools = Vec::new();
+        if let Some((path, value)) = f.take("tools") {
+            let entries = Fields::new(&path, value)?;
+            for (name, entry) in entries.members {
+                let entry_path = join(&path, &name);
+                if name.is_empty() || name.len() > 256 {
+                    return Err(error(ConfigErrorKind::OutOfRange, &entry_path, "a tool name must be 1 to 256 bytes"));
+                }
+                let policy = tool_policy(&entry_path, entry)?;
+                tools.push((name, policy));
+            }
+        }
+        let mut status_overrides = Vec::new();
+        if let Some((path, value)) = f.take("status-overrides") {
+            let entries = Fields::new(&path, value)?;
+            for (status, class) in entries.members {
+                let entry_path = join(&path, &status);
+                let code = match status.parse::<u16>() {
+                    Ok(code) if (400..=599).contains(&code) && status.len() == 3 => code,
+                    _ => return Err(error(ConfigErrorKind::OutOfRange, &entry_path, "a key must be an HTTP error status from \"400\" to \"599\"")),
+                };
+                status_overrides.push((code, override_class(&entry_path, class)?));
+            }
+        }
+        let account_budget = match f.take("account-budget") {
+            None | Some((_, Json::Null)) => None,
+            Some((p, v)) => Some(account_budget(&p, v)?),
+        };
+        f.finish()?;
+        Ok(Config { default_effect, tools, status_overrides, account_budget, ..config })
+    }
+
+    /// The configuration in force, every default filled in, as JSON that
+    /// `from_json` accepts and turns back into the same configuration.
+    pub fn to_json(&self) -> String {
+        let mut out = String::from("{");
+        let field = |out: &mut String, name: &str, value: &str| {
+            if out.len() > 1 {
+                out.push(',');
+            }
+            json::write_string(out, name);
+            out.push(':');
+            out.push_str(value);
+        };
+        for int in INT_FIELDS {
+            field(&mut out, int.name, &(int.get)(self).to_string());
+        }
+        field(&mut out, "default-effect", &format!("\"{}\"", self.default_effect.name()));
+        let mut tools = String::from("{");
+        for (i, (name, tool)) in self.tools.iter().enumerate() {
+            if i > 0 {
+                tools.push(',');
+            }
+            json::write_string(&mut tools, name);
+            tools.push_str(&format!(":{{\"effect\":\"{}\",\"idempotent\":{}}}", tool.effect.name(), tool.idempotent));
+        }
+        tools.push('}');
+        field(&mut out, "tools", &tools);
+        let mut overrides = String::from("{");
+        for (i, (status, class)) in self.status_overrides.iter().enumerate() {
+            if i > 0 {
+                overrides.push(',');
+            }
+            overrides.push_str(&format!("\"{status}\":\"{}\"", class.name()));
+        }
+        overrides.push('}');
+        field(&mut out, "status-overrides", &overrides);
+        let account = match &self.account_budget {
+            None => String::from("null"),
+            Some(a) => {
+                let mut id = String::new();
+                json::write_string(&mut id, &a.account_id);
+                format!(
+                    "{{\"account-id\":{id},\"capacity\":{},\"refill-interval-ms\":{},\"max-wait-ms\":{},\"attempt-cost\":{},\"retry-cost\":{}}}",
+                    a.capacity, a.refill_interval_ms, a.max_wait_ms, a.attempt_cost, a.retry_cost
+                )
+            }
+        };
+        field(&mut out, "account-budget", &account);
+        out.push('}');
+        out
+    }
+
+    /// How the policy treats `tool`: the `tools` entry, else the host's MCP
+    /// hints, else `default-effect` (not idempotent).
+    pub fn tool_policy(&self, tool: &str, hints: Option<&crate::types::ToolHints>) -> ToolPolicy {
+        if let Some((_, policy)) = self.tools.iter().find(|(name, _)| name == tool) {
+            return *policy;
+        }
+        match hints {
+            Some(hints) => effect_from_hints(hints, self.default_effect),
+            None => ToolPolicy { effect: self.default_effect, idempotent: false },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(text: &str) -> ConfigError {
+        Config::from_json(text).unwrap_err()
+    }
+
+    #[test]
+    fn empty_object_gives_defaults() {
+        assert_eq!(Config::from_json("{}").unwrap(), Config::default());
+    }
+
+    #[test]
+    fn effective_config_round_trips() {
+        let text = r#"{"base-delay-ms": 50, "tools": {"issue_refund": {"effect": "write"},
+            "list_refunds": {"readOnlyHint": true}}, "status-overrides": {"409": "transient"},
+            "account-budget": {"account-id": "acme", "capacity": 10, "refill-interval-ms": 100}}"#;
+        let config = Config::from_json(text).unwrap();
+        assert_eq!(Config::from_json(&config.to_json()).unwrap(), config);
+        assert_eq!(config.tool_policy("list_refunds", None).effect, Effect::Read);
+        assert_eq!(config.account_budget.as_ref().unwrap().max_wait_ms, 5000);
+    }
+
+    #[test]
+    fn errors_name_the_field_and_rule() {
+        let e = err(r#"{"base-delay-ms": "1s"}"#);
+        assert_eq!((e.kind, e.field.as_str()), (ConfigErrorKind::WrongType, "base-delay-ms"));
+        assert!(e.message.contains("whole number"), "{e:?}");
+
+        let e = err(r#"{"max-attempts-per-call": 0}"#);
+        assert_eq!((e.kind, e.field.as_str()), (ConfigErrorKind::OutOfRange, "max-attempts-per-call"));
+
+        let e = err(r#"{"max-delay-ms": -5}"#);
+        assert_eq!(e.kind, ConfigErrorKind::OutOfRange);
+
+        let e = err(r#"{"base-delay-ms": 1.5}"#);
+        assert_eq!(e.kind, ConfigErrorKind::OutOfRange);
+
+        let e = err(r#"{"retries": 3}"#);
+        assert_eq!((e.kind, e.field.as_str()), (ConfigErrorKind::UnknownField, "retries"));
+
+        let e = err(r#"{"tools": {"t": {"effect": "launch"}}}"#);
+        assert_eq!((e.kind, e.field.as_str()), (ConfigErrorKind::OutOfRange, "tools.t.effect"));
+
+        let e = err(r#"{"tools": {"t": {"effect": "read", "readOnlyHint": true}}}"#);
+        assert_eq!(e.field, "tools.t");
+
+        let e = err(r#"{"status-overrides": {"200": "transient"}}"#);
+        assert_eq!(e.field, "status-overrides.200");
+
+        let e = err(r#"{"status-overrides": {"409": "success"}}"#);
+        assert_eq!(e.field, "status-overrides.409");
+
+        let e = err(r#"{"account-budget": {"capacity": 5, "refill-interval-ms": 10}}"#);
+        assert_eq!(e.field, "account-budget.account-id");
+
+        let e = err(r#"{"account-budget": {"account-id": "a", "capacity": 5, "refill-interval-ms": 10, "retry-cost": 6}}"#);
+        assert_eq!(e.field, "account-budget.retry-cost");
+
+        let e = err(r#"{"base-delay-ms": 5000, "max-delay-ms": 100}"#);
+        assert_eq!(e.field, "max-delay-ms");
+
+        assert_eq!(err("{").kind, ConfigErrorKind::Syntax);
+        assert_eq!(err("[]").kind, ConfigErrorKind::WrongType);
+        assert_eq!(err(&"[".repeat(10_000)).kind, ConfigErrorKind::Syntax);
+    }
+}

@@ -1,0 +1,90 @@
+//! The hand-off note: why the run stopped, the last error, when room returns,
+//! and every effect already made, so that a person can act without re-reading
+//! the trace (seed 003: "Escalating without context" is a failure mode).
+
+use alloc::format;
+use alloc::string::String;
+use core::fmt::Write;
+
+use crate::time::format_rfc3339;
+use crate::types::{EffectRecord, EffectStatus, EscalationReason};
+
+/// A sentence for each reason.
+pub fn reason_text(reason: EscalationReason) -> &'static str {
+    match reason {
+        EscalationReason::PermissionDenied => "permission denied; a person must grant access or approve the action",
+        EscalationReason::ReplansSpent => "the model could not fix the request within the replan limit (max-replans-per-run)",
+        EscalationReason::CallAttemptsSpent => "the call failed on every attempt allowed (max-attempts-per-call)",
+        EscalationReason::RunRetriesSpent => "the run's retry budget is spent (max-retries-per-run)",
+        EscalationReason::RunAttemptsSpent => "the run's step budget is spent (max-attempts-per-run)",
+        EscalationReason::QuotaExhausted => "the server's quota resets later than the policy waits (max-hint-ms)",
+        EscalationReason::AccountBudgetExhausted => "account budget exhausted: the shared account has no room within max-wait-ms",
+        EscalationReason::UnclassifiedFailure => "a failure the policy cannot classify (probable bug in the server, client or policy)",
+        EscalationReason::StatusUnknown => "a status check could not tell whether a write was applied",
+    }
+}
+
+/// Where the run stopped.
+pub struct StopPoint<'a> {
+    pub run_id: &'a str,
+    /// `(tool, call id, attempt)` of the call that stopped the run, if any.
+    pub call: Option<(&'a str, u32, u32)>,
+}
+
+/// The whole note, in prose.
+pub fn note(
+    stop: &StopPoint<'_>,
+    reason: EscalationReason,
+    last_error: Option<&str>,
+    resets_in_ms: Option<u64>,
+    now_ms: u64,
+    effects: &[EffectRecord],
+) -> String {
+    let mut note = format!("Run {} stopped: {}.", stop.run_id, reason_text(reason));
+    if let Some((tool, call_id, attempt)) = stop.call {
+        let _ = write!(note, " Call {call_id} ({tool}), attempt {attempt}.");
+    }
+    if let Some(error) = last_error {
+        let _ = write!(note, " Last error: {error}.");
+    }
+    if let Some(wait) = resets_in_ms {
+        let at = now_ms.saturating_add(wait);
+        let _ = write!(note, " Room returns in {} s, at {}.", wait.div_ceil(1000), format_rfc3339(at));
+    }
+    if effects.is_empty() {
+        note.push_str(" No effects were made in this run.");
+    } else {
+        note.push_str(" Effects already made in this run:");
+        for (i, effect) in effects.iter().enumerate() {
+            let key = effect.idempotency_key.as_deref().unwrap_or("no key");
+            let status = match effect.status {
+                EffectStatus::Applied => "applied",
+                EffectStatus::Unknown => "may have been applied; check before redoing it",
+            };
+            let _ = write!(note, " {}. {} (call {}, key {}): {}.", i + 1, effect.tool, effect.call_id, key, status);
+        }
+    }
+    note
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::string::ToString;
+
+    #[test]
+    fn lists_effects_and_reset_time() {
+        let effects = [
+            EffectRecord { call_id: 3, tool: "issue_refund".to_string(), idempotency_key: Some("ar1-ab".to_string()), status: EffectStatus::Applied },
+            EffectRecord { call_id: 5, tool: "upload_asset".to_string(), idempotency_key: None, status: EffectStatus::Unknown },
+        ];
+        let stop = StopPoint { run_id: "r1", call: Some(("issue_refund", 6, 1)) };
+        let text = note(&stop, EscalationReason::QuotaExhausted, Some("HTTP 429: spend cap"), Some(3_600_000), 0, &effects);
+        assert!(text.contains("Run r1 stopped"), "{text}");
+        assert!(text.contains("Room returns in 3600 s, at 1970-01-01T01:00:00Z"), "{text}");
+        assert!(text.contains("1. issue_refund (call 3, key ar1-ab): applied."), "{text}");
+        assert!(text.contains("2. upload_asset (call 5, key no key): may have been applied"), "{text}");
+        let none = note(&StopPoint { run_id: "r", call: None }, EscalationReason::RunAttemptsSpent, None, None, 0, &[]);
+        assert!(none.ends_with("No effects were made in this run."), "{none}");
+    }
+}

@@ -1,0 +1,307 @@
+//! Server hints read from response headers: how long to wait, and whether to retry.
+//!
+//! Wait hints, in order of precedence (the first header that parses wins; a
+//! malformed one is reported as a problem and the next is tried):
+//! 1. `retry-after-ms`: ms, a decimal number (Stainless SDKs, OpenAI, Anthropic).
+//! 2. `retry-after`: delay-seconds or an HTTP-date (RFC 9110 §10.2.3). Decimal
+//!    seconds are accepted as the Stainless SDKs do. The draft RateLimit headers
+//!    say Retry-After takes precedence over them.
+//! 3. `ratelimit`: `"policy";r=0;t=30` (draft-ietf-httpapi-ratelimit-headers):
+//!    the longest `t` among the items with no quota left (`r` = 0 or absent).
+//! 4. OpenAI `x-ratelimit-reset-{requests,tokens}` (Go durations, `6m0s`) and
+//!    Anthropic `anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-reset`
+//!    (RFC 3339): the latest reset among the limits whose matching `-remaining`
+//!    header is 0 or absent, since each limit resets on its own.
+//! 5. `ratelimit-reset` / `x-ratelimit-reset`: a number that is a Unix time in ms
+//!    (≥ 10^12), a Unix time in seconds (≥ 10^9), or else seconds from now; vendors
+//!    disagree, and those thresholds tell the forms apart for any date after 2001.
+//!
+//! Absolute times become ms from `now_ms`; a time in the past is a hint of 0.
+
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+
+use crate::text::excerpt;
+use crate::time::{parse_http_date, parse_rfc3339};
+use crate::types::HeaderProblem;
+
+/// A wait hint: ms from now, and the header it came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hint {
+    pub wait_ms: u64,
+    pub source: &'static str,
+}
+
+/// What the headers say.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ServerHints {
+    pub wait: Option<Hint>,
+    /// `x-should-retry: true|false` (Stainless SDKs): the server's own verdict.
+    pub should_retry: Option<bool>,
+    pub problems: Vec<HeaderProblem>,
+}
+
+/// Header lookup by lower-cased name; the first occurrence wins.
+struct Headers<'a> {
+    pairs: &'a [(String, String)],
+}
+
+impl<'a> Headers<'a> {
+    fn get(&self, name: &str) -> Option<&'a str> {
+        self.pairs.iter().find(|(n, _)| n.trim().eq_ignore_ascii_case(name)).map(|(_, v)| v.trim())
+    }
+}
+
+fn problem(name: &str, value: &str, text: &str) -> HeaderProblem {
+    HeaderProblem { name: name.to_string(), value: excerpt(value, 60), problem: text.to_string() }
+}
+
+fn until(now_ms: u64, at_ms: u64) -> u64 {
+    at_ms.saturating_sub(now_ms)
+}
+
+/// A non-negative decimal number of `unit_ms` units, rounded up to whole ms and
+/// saturating at `u64::MAX` (a hint that large is escalated, never waited out).
+fn decimal_ms(text: &str, unit_ms: u64) -> Option<u64> {
+    let (int_part, frac_part) = match text.split_once('.') {
+        Some((i, f)) => (i, f),
+        None => (text, ""),
+    };
+    let all_digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    if int_part.is_empty() || !all_digits(int_part) || !all_digits(frac_part) || (text.contains('.') && frac_part.is_empty()) {
+        return None;
+    }
+    let mut whole: u64 = 0;
+    for b in int_part.bytes() {
+        whole = whole.saturating_mul(10).saturating_add(u64::from(b - b'0'));
+    }
+    let mut ms = whole.saturating_mul(unit_ms);
+    // The fraction, to 9 digits, times the unit, rounded up, in u64 only:
+    // frac × unit / 10^len = frac × q + frac × r / 10^len where unit = q × 10^len + r.
+    let frac = frac_part.get(..frac_part.len().min(9)).unwrap_or("");
+    if !frac.is_empty() {
+        let value: u64 = frac.parse().ok()?;
+        let scale = 10u64.pow(frac.len() as u32);
+        let (q, r) = (unit_ms / scale, unit_ms % scale);
+        let extra = value.saturating_mul(q).saturating_add((value * r).div_ceil(scale));
+        ms = ms.saturating_add(extra);
+    }
+    Some(ms)
+}
+
+/// A Go duration (`1s`, `6m0s`, `12ms`, `1h2m3.5s`), as OpenAI sends, in ms, rounded up.
+fn go_duration_ms(text: &str) -> Option<u64> {
+    if text == "0" {
+        return Some(0);
+    }
+    let mut rest = text;
+    let mut total_ns: u64 = 0;
+    if rest.is_empty() {
+        return None;
+    }
+    while !rest.is_empty() {
+        let number_len = rest.bytes().take_while(|b| b.is_ascii_digit() || *b == b'.').count();
+        if number_len == 0 {
+            return None;
+        }
+        let (number, after) = rest.split_at_checked(number_len)?;
+        let unit_len = after.bytes().take_while(|b| !b.is_ascii_digit() && *b != b'.').count();
+        let (unit, after) = after.split_at_checked(unit_len)?;
+        let unit_ns: u64 = match unit {
+            "ns" => 1,
+            "us" | "µs" | "μs" => 1_000,
+            "ms" => 1_000_000,
+            "s" => 1_000_000_000,
+            "m" => 60_000_000_000,
+            "h" => 3_600_000_000_000,
+            _ => return None,
+        };
+        // decimal_ms with a unit in ns gives ns.
+        total_ns = total_ns.saturating_add(decimal_ms(number, unit_ns)?);
+        rest = after;
+    }
+    Some(total_ns.div_ceil(1_000_000))
+}
+
+/// `RateLimit: "a";r=0;t=30, "b";r=5;t=10` → the longest `t` (s) of the items with
+/// no quota left. `Ok(None)`: every item still has quota.
+fn ratelimit_t_ms(value: &str) -> Result<Option<u64>, &'static str> {
+    let mut longest: Option<u64> = None;
+    let mut items = 0;
+    for item in value.split(',') {
+        let mut params = item.split(';');
+        let name = params.next().unwrap_or("").trim();
+        if name.is_empty() {
+            return Err("an item has no policy name");
+        }
+        items += 1;
+        let (mut remaining, mut reset) = (None, None);
+        for param in params {
+            let (key, val) = param.trim().split_once('=').ok_or("a parameter has no value")?;
+            let number = || -> Result<u64, &'static str> {
+                let val = val.trim();
+                if val.is_empty() || !val.bytes().all(|b| b.is_ascii_digit()) {
+                    return Err("r and t must be whole numbers");
+                }
+                decimal_ms(val, 1).ok_or("r and t must be whole numbers")
+            };
+            match key.trim() {
+                "r" => remaining = Some(number()?),
+                "t" => reset = Some(number()?),
+                _ => {}
+            }
+        }
+        if remaining.unwrap_or(0) == 0 {
+            if let Some(t) = reset {
+                let ms = t.saturating_mul(1000);
+                longest = Some(longest.map_or(ms, |l| l.max(ms)));
+            }
+        }
+    }
+    if items == 0 { Err("no items") } else { Ok(longest) }
+}
+
+/// Reads every hint the headers carry.
+pub fn read(headers: &[(String, String)], now_ms: u64) -> ServerHints {
+    let headers = Headers { pairs: headers };
+    let mut hints = ServerHints::default();
+
+    if let Some(value) = headers.get("x-should-retry") {
+        match value {
+            v if v.eq_ignore_ascii_case("true") => hints.should_retry = Some(true),
+            v if v.eq_ignore_ascii_case("false") => hints.should_retry = Some(false),
+            v => hints.problems.push(problem("x-should-retry", v, "must be true or false")),
+        }
+    }
+
+    let sources: [(&'static str, fn(&str, u64) -> Result<Option<u64>, &'static str>); 3] = [
+        ("retry-after-ms", |v, _| decimal_ms(v, 1).map(Some).ok_or("must be a non-negative number of ms")),
+        ("retry-after", |v, now| {
+            decimal_ms(v, 1000)
+                .or_else(|| parse_http_date(v).map(|at| until(now, at)))
+                .map(Some)
+                .ok_or("is neither delay-seconds nor an HTTP-date")
+        }),
+        ("ratelimit", |v, _| ratelimit_t_ms(v)),
+    ];
+    for (name, parse) in sources {
+        let Some(value) = headers.get(name) else { continue };
+        match parse(value, now_ms) {
+            Ok(Some(wait_ms)) => {
+                hints.wait = Some(Hint { wait_ms, source: name });
+                return hints;
+            }
+            Ok(None) => {}
+            Err(text) => hints.problems.push(problem(name, value, text)),
+        }
+    }
+
+    // Vendor resets: each limit resets on its own; wait for the latest exhausted one.
+    let mut latest: Option<Hint> = None;
+    let vendor: [(&'static str, &'static str, fn(&str, u64) -> Option<u64>); 6] = [
+        ("x-ratelimit-reset-requests", "x-ratelimit-remaining-requests", |v, _| go_duration_ms(v)),
+        ("x-ratelimit-reset-tokens", "x-ratelimit-remaining-tokens", |v, _| go_duration_ms(v)),
+        ("anthropic-ratelimit-requests-reset", "anthropic-ratelimit-requests-remaining", |v, now| parse_rfc3339(v).map(|at| until(now, at))),
+        ("anthropic-ratelimit-tokens-reset", "anthropic-ratelimit-tokens-remaining", |v, now| parse_rfc3339(v).map(|at| until(now, at))),
+        ("anthropic-ratelimit-input-tokens-reset", "anthropic-ratelimit-input-tokens-remaining", |v, now| parse_rfc3339(v).map(|at| until(now, at))),
+        ("anthropic-ratelimit-output-tokens-reset", "anthropic-ratelimit-output-tokens-remaining", |v, now| parse_rfc3339(v).map(|at| until(now, at))),
+    ];
+    for (reset_name, remaining_name, parse) in vendor {
+        let Some(value) = headers.get(reset_name) else { continue };
+        let exhausted = headers.get(remaining_name).is_none_or(|r| r == "0");
+        if !exhausted {
+            continue;
+        }
+        match parse(value, now_ms) {
+            Some(wait_ms) if latest.as_ref().is_none_or(|l| wait_ms > l.wait_ms) => {
+                latest = Some(Hint { wait_ms, source: reset_name });
+            }
+            Some(_) => {}
+            None => {
+                let rule = if reset_name.starts_with("anthropic") { "must be an RFC 3339 time" } else { "must be a Go duration such as 6m0s" };
+                hints.problems.push(problem(reset_name, value, rule));
+            }
+        }
+    }
+    if latest.is_some() {
+        hints.wait = latest;
+        return hints;
+    }
+
+    for name in ["ratelimit-reset", "x-ratelimit-reset"] {
+        let Some(value) = headers.get(name) else { continue };
+        match decimal_ms(value, 1000) {
+            Some(ms) => {
+                let seconds = ms / 1000;
+                let wait_ms = if seconds >= 1_000_000_000_000 {
+                    until(now_ms, seconds) // the number was Unix ms
+                } else if seconds >= 1_000_000_000 {
+                    until(now_ms, ms) // Unix seconds
+                } else {
+                    ms
+                };
+                hints.wait = Some(Hint { wait_ms, source: name });
+                return hints;
+            }
+            None => hints.problems.push(problem(name, value, "must be seconds or a Unix time")),
+        }
+    }
+    hints
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::vec;
+
+    const NOW: u64 = 1_764_460_800_000; // 2025-11-30T00:00:00Z
+
+    fn wait(pairs: &[(&str, &str)]) -> Option<(u64, &'static str)> {
+        let headers: Vec<(String, String)> = pairs.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect();
+        read(&headers, NOW).wait.map(|h| (h.wait_ms, h.source))
+    }
+
+    #[test]
+    fn every_format() {
+        assert_eq!(wait(&[("Retry-After", "2")]), Some((2000, "retry-after")));
+        assert_eq!(wait(&[("retry-after", "1.5")]), Some((1500, "retry-after")));
+        assert_eq!(wait(&[("retry-after", "Sun, 30 Nov 2025 00:01:00 GMT")]), Some((60_000, "retry-after")));
+        assert_eq!(wait(&[("retry-after", "Sat, 29 Nov 2025 00:01:00 GMT")]), Some((0, "retry-after")));
+        assert_eq!(wait(&[("retry-after-ms", "250.2"), ("retry-after", "9")]), Some((251, "retry-after-ms")));
+        assert_eq!(wait(&[("RateLimit", "\"default\";r=0;t=30")]), Some((30_000, "ratelimit")));
+        assert_eq!(wait(&[("ratelimit", "\"a\";r=5;t=30")]), None);
+        assert_eq!(wait(&[("ratelimit", "\"a\";r=0;t=3, \"b\";t=7")]), Some((7000, "ratelimit")));
+        assert_eq!(wait(&[("ratelimit", "\"a\";r=0;t=30"), ("retry-after", "4")]), Some((4000, "retry-after")));
+        assert_eq!(wait(&[("x-ratelimit-reset-requests", "6m0s"), ("x-ratelimit-reset-tokens", "12ms")]), Some((360_000, "x-ratelimit-reset-requests")));
+        assert_eq!(
+            wait(&[("x-ratelimit-reset-requests", "1s"), ("x-ratelimit-remaining-requests", "3"), ("x-ratelimit-reset-tokens", "1h2m3.5s")]),
+            Some((3_723_500, "x-ratelimit-reset-tokens"))
+        );
+        assert_eq!(wait(&[("anthropic-ratelimit-tokens-reset", "2025-11-30T00:00:05Z")]), Some((5000, "anthropic-ratelimit-tokens-reset")));
+        assert_eq!(wait(&[("x-ratelimit-reset", "20")]), Some((20_000, "x-ratelimit-reset")));
+        assert_eq!(wait(&[("x-ratelimit-reset", "1764460860")]), Some((60_000, "x-ratelimit-reset")));
+        assert_eq!(wait(&[("ratelimit-reset", "1764460860000")]), Some((60_000, "ratelimit-reset")));
+    }
+
+    #[test]
+    fn garbage_is_a_problem_not_a_hint() {
+        let headers = vec![("retry-after".to_string(), "soon\n".to_string()), ("x-should-retry".into(), "maybe".into())];
+        let hints = read(&headers, NOW);
+        assert_eq!(hints.wait, None);
+        assert_eq!(hints.should_retry, None);
+        assert_eq!(hints.problems.len(), 2);
+        assert!(hints.problems.iter().any(|p| p.name == "retry-after" && p.value == "soon"), "{:?}", hints.problems);
+        for value in ["-1", "", ".", "1.", "1e3", "NaN", "0x10", "١٢"] {
+            assert_eq!(wait(&[("retry-after", value)]), None, "{value}");
+        }
+        for value in ["", "s", "5", "1x", "..s", "1.2.3s"] {
+            assert_eq!(go_duration_ms(value), None, "{value}");
+        }
+    }
+
+    #[test]
+    fn huge_values_saturate() {
+        assert_eq!(wait(&[("retry-after", "99999999999999999999999")]), Some((u64::MAX, "retry-after")));
+        assert!(go_duration_ms("99999999999999999999h").unwrap() > 1_000_000_000_000);
+    }
+}

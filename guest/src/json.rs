@@ -1,0 +1,335 @@
+//! A small JSON reader and writer for the configuration.
+//!
+//! serde_json with its number tables and map types made up a third of the
+//! component; the configuration needs far less: objects in order, whole numbers,
+//! strings, booleans, and errors that say where the text went wrong.
+
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+
+/// A parsed JSON value. Numbers keep their text, so that the reader of a field
+/// decides what a number may be.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Json {
+    Null,
+    Bool(bool),
+    Number(String),
+    String(String),
+    Array(Vec<Json>),
+    /// Members in document order; duplicate names are rejected when parsing.
+    Object(Vec<(String, Json)>),
+}
+
+/// Nesting deeper than this is refused rather than risking the guest's stack.
+const MAX_DEPTH: usize = 64;
+
+impl Json {
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Json::Null => "null",
+            Json::Bool(_) => "a boolean",
+            Json::Number(_) => "a number",
+            Json::String(_) => "a string",
+            Json::Array(_) => "an array",
+            Json::Object(_) => "an object",
+        }
+    }
+
+    /// The number as a `u64` if it is written as a plain whole number that fits.
+    pub fn as_u64(&self) -> Option<u64> {
+        match self {
+            Json::Number(text) if text.bytes().all(|b| b.is_ascii_digit()) => text.parse().ok(),
+            _ => None,
+        }
+    }
+}
+
+/// Parses one JSON document. The error says what was expected and at which byte.
+pub fn parse(text: &str) -> Result<Json, String> {
+    let mut parser = Parser { bytes: text.as_bytes(), pos: 0 };
+    let value = parser.value(0)?;
+    parser.skip_space();
+    if parser.pos != parser.bytes.len() {
+        return Err(parser.error("end of input"));
+    }
+    Ok(value)
+}
+
+struct Parser<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+}
+
+impl Parser<'_> {
+    fn error(&self, expected: &str) -> String {
+        match self.bytes.get(self.pos) {
+            Some(b) if b.is_ascii_graphic() => format!("expected {expected} at byte {}, found '{}'", self.pos, *b as char),
+            Some(_) => format!("expected {expected} at byte {}", self.pos),
+            None => format!("expected {expected} at byte {}, found the end", self.pos),
+        }
+    }
+
+    fn skip_space(&mut self) {
+        while matches!(self.bytes.get(self.pos), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+            self.pos += 1;
+        }
+    }
+
+    fn eat(&mut self, byte: u8) -> bool {
+        self.skip_space();
+        if self.bytes.get(self.pos) == Some(&byte) {
+            self.pos += 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn literal(&mut self, word: &str, value: Json) -> Result<Json, String> {
+        if self.bytes[self.pos..].starts_with(word.as_bytes()) {
+            self.pos += word.len();
+            Ok(value)
+        } else {
+            Err(self.error("a JSON value"))
+        }
+    }
+
+    fn value(&mut self, depth: usize) -> Result<Json, String> {
+        if depth > MAX_DEPTH {
+            return Err(format!("nesting deeper than {MAX_DEPTH} levels at byte {}", self.pos));
+        }
+        self.skip_space();
+        match self.bytes.get(self.pos) {
+            Some(b'{') => self.object(depth),
+            Some(b'[') => self.array(depth),
+            Some(b'"') => self.string().map(Json::String),
+            Some(b't') => self.literal("true", Json::Bool(true)),
+            Some(b'f') => self.literal("false", Json::Bool(false)),
+            Some(b'n') => self.literal("null", Json::Null),
+            Some(b'-' | b'0'..=b'9') => self.number(),
+            _ => Err(self.error("a JSON value")),
+        }
+    }
+
+    fn object(&mut self, depth: usize) -> Result<Json, String> {
+        self.pos += 1;
+        let mut members: Vec<(String, Json)> = Vec::new();
+        if self.eat(b'}') {
+            return Ok(Json::Object(members));
+        }
+        loop {
+            self.skip_space();
+            if self.bytes.get(self.pos) != Some(&b'"') {
+                return Err(self.error("a member name in quotes"));
+            }
+            let start = self.pos;
+            let name = self.string()?;
+            if members.iter().any(|(n, _)| *n == name) {
+                return Err(format!("member \"{}\" appears twice (at byte {start})", crate::text::excerpt(&name, 40)));
+            }
+            if !self.eat(b':') {
+                return Err(self.error("':'"));
+            }
+            let value = self.value(depth + 1)?;
+            members.push((name, value));
+            if self.eat(b'}') {
+                return Ok(Json::Object(members));
+            }
+            if !self.eat(b',') {
+                return Err(self.error("',' or '}'"));
+            }
+        }
+    }
+
+    fn array(&mut self, depth: usize) -> Result<Json, String> {
+        self.pos += 1;
+        let mut items = Vec::new();
+        if self.eat(b']') {
+            return Ok(Json::Array(items));
+        }
+        loop {
+            items.push(self.value(depth + 1)?);
+            if self.eat(b']') {
+                return Ok(Json::Array(items));
+            }
+            if !self.eat(b',') {
+                return Err(self.error("',' or ']'"));
+            }
+        }
+    }
+
+    fn hex4(&mut self) -> Result<u32, String> {
+        let digits = self.bytes.get(self.pos..self.pos + 4).ok_or_else(|| self.error("4 hex digits"))?;
+        let text = core::str::from_utf8(digits).map_err(|_| self.error("4 hex digits"))?;
+        let value = u32::from_str_radix(text, 16).map_err(|_| self.error("4 hex digits"))?;
+        self.pos += 4;
+        Ok(value)
+    }
+
+    fn string(&mut self) -> Result<String, String> {
+        self.pos += 1; // the opening quote
+        let mut out = String::new();
+        loop {
+            // Copy the run of plain bytes; the input is valid UTF-8 (a &str).
+            let start = self.pos;
+            while let Some(&b) = self.bytes.get(self.pos) {
+                if b == b'"' || b == b'\\' || b < 0x20 {
+                    break;
+                }
+                self.pos += 1;
+            }
+            out.push_str(core::str::from_utf8(&self.bytes[start..self.pos]).map_err(|_| self.error("UTF-8"))?);
+            match self.bytes.get(self.pos) {
+                Some(b'"') => {
+                    self.pos += 1;
+                    return Ok(out);
+                }
+                Some(b'\\') => {
+                    self.pos += 1;
+                    let escape = *self.bytes.get(self.pos).ok_or_else(|| self.error("an escape"))?;
+                    self.pos += 1;
+                    let c = match escape {
+                        b'"' => '"',
+                        b'\\' => '\\',
+                        b'/' => '/',
+                        b'b' => '\u{8}',
+                        b'f' => '\u{c}',
+                        b'n' => '\n',
+                        b'r' => '\r',
+                        b't' => '\t',
+                        b'u' => {
+                            let high = self.hex4()?;
+                            let code = if (0xD800..0xDC00).contains(&high) {
+                                if self.bytes.get(self.pos..self.pos + 2) != Some(b"\\u") {
+                                    return Err(self.error("a low surrogate escape"));
+                                }
+                                self.pos += 2;
+                                let low = self.hex4()?;
+                                if !(0xDC00..0xE000).contains(&low) {
+                                    return Err(self.error("a low surrogate escape"));
+                                }
+                                0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00)
+                            } else {
+                                high
+                            };
+                            char::from_u32(code).ok_or_else(|| self.error("a valid \\u escape"))?
+                        }
+                        _ => {
+                            self.pos -= 1;
+                            return Err(self.error("a valid escape"));
+                        }
+                    };
+                    out.push(c);
+                }
+                _ => return Err(self.error("a closing quote")),
+            }
+        }
+    }
+
+    fn number(&mut self) -> Result<Json, String> {
+        let start = self.pos;
+        let digits = |p: &mut Self| {
+            let from = p.pos;
+            while matches!(p.bytes.get(p.pos), Some(b'0'..=b'9')) {
+                p.pos += 1;
+            }
+            p.pos > from
+        };
+        if self.bytes[self.pos] == b'-' {
+            self.pos += 1;
+        }
+        // JSON allows no leading zeros: "0" stands alone.
+        if self.bytes.get(self.pos) == Some(&b'0') {
+            self.pos += 1;
+        } else if !digits(self) {
+            return Err(self.error("a digit"));
+        }
+        if self.bytes.get(self.pos) == Some(&b'.') {
+            self.pos += 1;
+            if !digits(self) {
+                return Err(self.error("a digit"));
+            }
+        }
+        if matches!(self.bytes.get(self.pos), Some(b'e' | b'E')) {
+            self.pos += 1;
+            if matches!(self.bytes.get(self.pos), Some(b'+' | b'-')) {
+                self.pos += 1;
+            }
+            if !digits(self) {
+                return Err(self.error("a digit"));
+            }
+        }
+        let text = core::str::from_utf8(&self.bytes[start..self.pos]).unwrap_or("0");
+        Ok(Json::Number(String::from(text)))
+    }
+}
+
+/// Appends `text` as a JSON string literal.
+pub fn write_string(out: &mut String, text: &str) {
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::string::ToString;
+    use alloc::vec;
+
+    #[test]
+    fn parses_documents() {
+        let doc = parse(r#" {"a": [1, -2.5e3, true, null], "b": {"c": "x\"\u00e9\ud83d\ude00"}} "#).unwrap();
+        let Json::Object(members) = doc else { panic!() };
+        assert_eq!(members[0].0, "a");
+        assert_eq!(
+            members[0].1,
+            Json::Array(vec![Json::Number("1".into()), Json::Number("-2.5e3".into()), Json::Bool(true), Json::Null])
+        );
+        assert_eq!(members[1].1, Json::Object(vec![("c".into(), Json::String("x\"é😀".into()))]));
+        assert_eq!(Json::Number("18446744073709551615".into()).as_u64(), Some(u64::MAX));
+        assert_eq!(Json::Number("18446744073709551616".into()).as_u64(), None);
+        assert_eq!(Json::Number("1.0".into()).as_u64(), None);
+    }
+
+    #[test]
+    fn rejects_bad_text_with_a_position() {
+        for (text, expected) in [
+            ("", "expected a JSON value at byte 0"),
+            ("{", "expected a member name in quotes at byte 1"),
+            ("{\"a\" 1}", "expected ':' at byte 5"),
+            ("[1,]", "expected a JSON value at byte 3"),
+            ("{\"a\":1,\"a\":2}", "member \"a\" appears twice"),
+            ("\"\\x\"", "expected a valid escape at byte 2"),
+            ("\"\\ud800\"", "expected a low surrogate escape"),
+            ("01", "expected end of input at byte 1"),
+            ("-", "expected a digit at byte 1"),
+            ("1.", "expected a digit"),
+            ("tru", "expected a JSON value"),
+            ("\"a\nb\"", "expected a closing quote"),
+        ] {
+            let error = parse(text).unwrap_err();
+            assert!(error.contains(expected), "{text:?}: {error}");
+        }
+        assert!(parse(&"[".repeat(100)).unwrap_err().contains("nesting deeper than 64"));
+    }
+
+    #[test]
+    fn writes_strings_that_parse_back() {
+        let text = "a\"b\\c\nd\u{1}é";
+        let mut out = String::new();
+        write_string(&mut out, text);
+        assert_eq!(parse(&out).unwrap(), Json::String(text.to_string()));
+    }
+}

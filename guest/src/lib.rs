@@ -1,0 +1,26 @@
+//! The agent-retry policy core.
+//!
+//! Everything here is pure: no clock, no sleep, no randomness and no I/O. The host
+//! passes `now_ms` and entropy in, and the one outside service the policy uses, the
+//! shared account budget, is reached through the [`account::AccountBudget`] trait.
+//! The same code runs natively (tests, the conformance runner) and inside the
+//! component, where `bindings.rs` is the only file that knows about WIT.
+#![cfg_attr(target_arch = "wasm32", no_std)]
+
+extern crate alloc;
+
+pub mod account;
+pub mod backoff;
+pub mod classify;
+pub mod config;
+pub mod escalation;
+pub mod hints;
+pub mod json;
+pub mod key;
+pub mod run;
+pub mod text;
+pub mod time;
+pub mod types;
+
+#[cfg(target_arch = "wasm32")]
+mod bindings;

@@ -1,0 +1,284 @@
+//! The core's mirror of `wit/types.wit`. The terms (call, attempt, retry, replan,
+//! run, step, escalate) are defined there, once.
+//!
+//! The serde form of each type is the vectors' canonical JSON (see
+//! `tests/vectors/README.md`): kebab-case names, a variant case without payload as
+//! `"case"`, a case with payload as `{"case": payload}`, options as `null` or the value.
+
+use alloc::string::String;
+use alloc::vec::Vec;
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TransportError {
+    Timeout,
+    ConnectionReset,
+    ConnectionRefused,
+    StreamClosed,
+    Other,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FailureKind {
+    HttpStatus(u16),
+    Transport(TransportError),
+    ProtocolError(i32),
+    ToolError(Option<u16>),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct Failure {
+    pub kind: FailureKind,
+    #[serde(default)]
+    pub headers: Vec<(String, String)>,
+    #[serde(default)]
+    pub body: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Outcome {
+    Success,
+    EmptyResult(String),
+    Failure(Failure),
+    StatusCheck(StatusCheckResult),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OutcomeClass {
+    Success,
+    Transient,
+    Throttled,
+    Deterministic,
+    Permission,
+    Semantic,
+    Unclassified,
+}
+
+impl OutcomeClass {
+    pub const fn name(self) -> &'static str {
+        match self {
+            OutcomeClass::Success => "success",
+            OutcomeClass::Transient => "transient",
+            OutcomeClass::Throttled => "throttled",
+            OutcomeClass::Deterministic => "deterministic",
+            OutcomeClass::Permission => "permission",
+            OutcomeClass::Semantic => "semantic",
+            OutcomeClass::Unclassified => "unclassified",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct HeaderProblem {
+    pub name: String,
+    pub value: String,
+    pub problem: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Classification {
+    pub class: OutcomeClass,
+    pub hint_ms: Option<u64>,
+    pub hint_source: Option<String>,
+    pub reason: String,
+    pub header_problems: Vec<HeaderProblem>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Effect {
+    Read,
+    Write,
+    Delete,
+}
+
+impl Effect {
+    pub const fn name(self) -> &'static str {
+        match self {
+            Effect::Read => "read",
+            Effect::Write => "write",
+            Effect::Delete => "delete",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct ToolHints {
+    #[serde(default)]
+    pub read_only: Option<bool>,
+    #[serde(default)]
+    pub destructive: Option<bool>,
+    #[serde(default)]
+    pub idempotent: Option<bool>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct CallRequest {
+    pub tool: String,
+    #[serde(default)]
+    pub idempotency_key: Option<String>,
+    #[serde(default)]
+    pub hints: Option<ToolHints>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct CallTicket {
+    pub call_id: u32,
+    pub delay_ms: u64,
+    pub effect: Effect,
+    pub safe_to_repeat: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EscalationReason {
+    PermissionDenied,
+    ReplansSpent,
+    CallAttemptsSpent,
+    RunRetriesSpent,
+    RunAttemptsSpent,
+    QuotaExhausted,
+    AccountBudgetExhausted,
+    UnclassifiedFailure,
+    StatusUnknown,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EffectStatus {
+    Applied,
+    Unknown,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct EffectRecord {
+    pub call_id: u32,
+    pub tool: String,
+    pub idempotency_key: Option<String>,
+    pub status: EffectStatus,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Escalation {
+    pub reason: EscalationReason,
+    pub last_error: Option<String>,
+    pub resets_in_ms: Option<u64>,
+    pub effects: Vec<EffectRecord>,
+    pub note: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct RetryPlan {
+    pub delay_ms: u64,
+    pub attempt: u32,
+    pub idempotency_key: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Action {
+    Retry(RetryPlan),
+    Replan(String),
+    CheckStatus,
+    Succeed(Option<String>),
+    Escalate(Escalation),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Decision {
+    pub action: Action,
+    pub class: OutcomeClass,
+    pub attempt: u32,
+    pub hint_ms: Option<u64>,
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Admission {
+    Send(CallTicket),
+    Escalate(Escalation),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StatusCheckResult {
+    Found,
+    Absent,
+    Unknown,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct StatusCount {
+    pub status: u16,
+    pub count: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct RunReport {
+    pub run_id: String,
+    pub calls: u32,
+    pub attempts: u32,
+    pub retries: u32,
+    pub status_checks: u32,
+    pub replans: u32,
+    pub succeeded_calls: u32,
+    pub waits: u32,
+    pub waited_ms: u64,
+    pub escalation: Option<EscalationReason>,
+    pub statuses: Vec<StatusCount>,
+    pub effects: Vec<EffectRecord>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RunError {
+    UnknownCall(u32),
+    CallFinished(u32),
+    StatusCheckPending(u32),
+    NoStatusCheckPending(u32),
+    RunEnded(EscalationReason),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ConfigErrorKind {
+    Syntax,
+    UnknownField,
+    WrongType,
+    OutOfRange,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct ConfigError {
+    pub kind: ConfigErrorKind,
+    pub field: String,
+    pub message: String,
+}
+
+impl core::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        if self.field.is_empty() {
+            write!(f, "{}", self.message)
+        } else {
+            write!(f, "{}: {}", self.field, self.message)
+        }
+    }
+}
