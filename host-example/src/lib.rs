@@ -1,1 +1,13 @@
+//! The host side of agent-retry in Rust: load the policy component in wasmtime,
+//! give it what it imports (the account budget and entropy), and call it.
+//!
+//! The policy lives in the component; this crate owns only the mechanism: the
+//! sandbox, the imports, and the loop that calls, sleeps and retries.
 
+pub mod accounts;
+pub mod component;
+pub mod entropy;
+
+pub use accounts::{AccountBudgetBackend, EmbeddedAccounts};
+pub use component::{HostServices, LoadError, PolicyComponent, PolicyInstance, default_wasm_path};
+pub use entropy::EntropySource;

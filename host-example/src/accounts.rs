@@ -1,0 +1,96 @@
+//! The account budget the component imports: an atomic take-or-wait on a token
+//! bucket per account. Embedded (one process) here; other backends implement the
+//! same trait.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+/// The bucket's shape, as the policy's configuration gives it on every call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bucket {
+    pub capacity: u32,
+    pub refill_interval_ms: u64,
+}
+
+/// The answer to `reserve`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reservation {
+    /// Taken; wait this many ms before using them.
+    Granted(u64),
+    /// Not taken; room would come in this many ms.
+    Refused(u64),
+}
+
+/// A shared account budget. `reserve` must be atomic across every caller.
+pub trait AccountBudgetBackend: Send + Sync {
+    fn reserve(&self, account_id: &str, tokens: u32, bucket: Bucket, max_wait_ms: u64, now_ms: u64) -> Reservation;
+}
+
+/// GCRA (the generic cell rate algorithm): a token bucket kept as one number per
+/// account, the theoretical arrival time (TAT) of the next token. A bucket of
+/// capacity C refilling one token every T ms admits C at once, then one per T.
+pub fn gcra(stored_tat_ms: u64, tokens: u32, bucket: Bucket, max_wait_ms: u64, now_ms: u64) -> (Reservation, u64) {
+    let emission = bucket.refill_interval_ms;
+    let tolerance = u64::from(bucket.capacity).saturating_mul(emission);
+    let tat = stored_tat_ms.max(now_ms);
+    let new_tat = tat.saturating_add(u64::from(tokens).saturating_mul(emission));
+    let allowed_at = new_tat.saturating_sub(tolerance);
+    let wait_ms = allowed_at.saturating_sub(now_ms);
+    if wait_ms > max_wait_ms {
+        (Reservation::Refused(wait_ms), stored_tat_ms)
+    } else {
+        (Reservation::Granted(wait_ms), new_tat)
+    }
+}
+
+/// One bucket per account, in this process: shared by every run and every
+/// component instance that holds the same `EmbeddedAccounts`.
+#[derive(Default)]
+pub struct EmbeddedAccounts {
+    tats: Mutex<HashMap<String, u64>>,
+}
+
+impl EmbeddedAccounts {
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl AccountBudgetBackend for EmbeddedAccounts {
+    fn reserve(&self, account_id: &str, tokens: u32, bucket: Bucket, max_wait_ms: u64, now_ms: u64) -> Reservation {
+        let mut tats = self.tats.lock().unwrap_or_else(|p| p.into_inner());
+        let stored = tats.get(account_id).copied().unwrap_or(0);
+        let (reservation, new_tat) = gcra(stored, tokens, bucket, max_wait_ms, now_ms);
+        if new_tat != stored {
+            tats.insert(account_id.to_string(), new_tat);
+        }
+        reservation
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn burst_then_one_per_interval() {
+        let accounts = EmbeddedAccounts::new();
+        let bucket = Bucket { capacity: 3, refill_interval_ms: 100 };
+        let take = |now| accounts.reserve("a", 1, bucket, 250, now);
+        assert_eq!([take(0), take(0), take(0)], [Reservation::Granted(0); 3]);
+        assert_eq!(take(0), Reservation::Granted(100));
+        assert_eq!(take(0), Reservation::Granted(200));
+        assert_eq!(take(0), Reservation::Refused(300)); // over max-wait: nothing taken
+        assert_eq!(take(0), Reservation::Refused(300));
+        assert_eq!(take(300), Reservation::Granted(0));
+        // Another account has its own bucket.
+        assert_eq!(accounts.reserve("b", 3, bucket, 0, 0), Reservation::Granted(0));
+    }
+
+    #[test]
+    fn saturates() {
+        let bucket = Bucket { capacity: u32::MAX, refill_interval_ms: u64::MAX };
+        let (r, _) = gcra(u64::MAX, u32::MAX, bucket, u64::MAX, u64::MAX);
+        assert_eq!(r, Reservation::Granted(0));
+    }
+}

@@ -1,0 +1,273 @@
+//! Loading the policy component into a sandbox and calling it.
+//!
+//! The sandbox: the component imports only the account budget and
+//! `wasi:random/random` (both supplied here), so it can reach no file, socket,
+//! clock or environment. Every call runs on a fuel budget and the instance's
+//! memory is capped, so a broken or hostile policy update fails a call with a
+//! trap that the host survives, instead of hanging or exhausting the host.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use wasmtime::component::{Component, HasSelf, Instance, Linker, ResourceAny};
+use wasmtime::{Config, Engine, Store, StoreLimits, StoreLimitsBuilder};
+
+use crate::accounts::{AccountBudgetBackend, Bucket, Reservation};
+use crate::entropy::EntropySource;
+
+wasmtime::component::bindgen!({ world: "agent-retry", path: "../wit" });
+
+pub use agent_retry::policy::types;
+use exports::agent_retry::policy::policy::Guest as PolicyExports;
+
+/// Fuel for one call into the component (about one unit per wasm instruction).
+/// A decision takes well under 1% of it; a policy stuck in a loop runs out and traps.
+pub const FUEL_PER_CALL: u64 = 20_000_000;
+
+/// The most linear memory one instance may grow to.
+pub const MAX_MEMORY_BYTES: usize = 64 << 20;
+
+/// Where `make wasm` puts the component, from the workspace root.
+pub fn default_wasm_path() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap_or(Path::new("."));
+    root.join("target/wasm32-wasip2/wasm-release/agent_retry_policy.wasm")
+}
+
+/// A component that could not be loaded. Nothing was run.
+#[derive(Debug)]
+pub enum LoadError {
+    /// The file could not be read.
+    Read { path: PathBuf, reason: String },
+    /// The bytes are not a valid WebAssembly component.
+    Invalid { reason: String },
+    /// A valid component, but not an agent-retry policy this host can run: it
+    /// imports something the host does not provide, or lacks the exports.
+    Incompatible { reason: String },
+}
+
+impl fmt::Display for LoadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LoadError::Read { path, reason } => {
+                write!(f, "cannot read the policy component {}: {reason} (run `make wasm` to build it)", path.display())
+            }
+            LoadError::Invalid { reason } => write!(f, "not a valid WebAssembly component: {reason}"),
+            LoadError::Incompatible { reason } => write!(f, "not an agent-retry policy component this host can run: {reason}"),
+        }
+    }
+}
+
+impl std::error::Error for LoadError {}
+
+/// What the host gives every instance: the shared account budget and entropy.
+#[derive(Clone)]
+pub struct HostServices {
+    pub accounts: Arc<dyn AccountBudgetBackend>,
+    pub entropy: Arc<EntropySource>,
+}
+
+impl HostServices {
+    pub fn new(accounts: Arc<dyn AccountBudgetBackend>, entropy: EntropySource) -> Self {
+        HostServices { accounts, entropy: Arc::new(entropy) }
+    }
+}
+
+/// The store's data: the services, and the memory limits.
+pub struct HostState {
+    services: HostServices,
+    limits: StoreLimits,
+}
+
+impl agent_retry::policy::account_budget::Host for HostState {
+    fn reserve(
+        &mut self,
+        account_id: String,
+        tokens: u32,
+        bucket: agent_retry::policy::account_budget::Bucket,
+        max_wait_ms: u64,
+        now_ms: u64,
+    ) -> agent_retry::policy::account_budget::Reservation {
+        use agent_retry::policy::account_budget::Reservation as Wit;
+        let bucket = Bucket { capacity: bucket.capacity, refill_interval_ms: bucket.refill_interval_ms };
+        match self.services.accounts.reserve(&account_id, tokens, bucket, max_wait_ms, now_ms) {
+            Reservation::Granted(wait) => Wit::Granted(wait),
+            Reservation::Refused(wait) => Wit::Refused(wait),
+        }
+    }
+}
+
+/// A compiled, linked policy component, ready to instantiate many times.
+pub struct PolicyComponent {
+    engine: Engine,
+    component: Component,
+    pre: AgentRetryPre<HostState>,
+}
+
+impl PolicyComponent {
+    /// Loads and compiles a component from a file.
+    pub fn from_file(path: &Path) -> Result<Self, LoadError> {
+        let bytes = std::fs::read(path).map_err(|e| LoadError::Read { path: path.to_path_buf(), reason: e.to_string() })?;
+        Self::from_bytes(&bytes)
+    }
+
+    /// Loads and compiles a component from its bytes.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, LoadError> {
+        let mut config = Config::new();
+        // Component-model async is not used; without it a call costs ~3x less.
+        config.concurrency_support(false);
+        config.consume_fuel(true);
+        let engine = Engine::new(&config).map_err(|e| LoadError::Invalid { reason: format!("{e:#}") })?;
+        let component = Component::new(&engine, bytes).map_err(|e| LoadError::Invalid { reason: format!("{e:#}") })?;
+        let mut linker: Linker<HostState> = Linker::new(&engine);
+        let incompatible = |e: wasmtime::Error| LoadError::Incompatible { reason: format!("{e:#}") };
+        agent_retry::policy::account_budget::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s).map_err(incompatible)?;
+        add_random(&mut linker, &component, &engine).map_err(incompatible)?;
+        let instance_pre = linker.instantiate_pre(&component).map_err(incompatible)?;
+        let pre = AgentRetryPre::new(instance_pre).map_err(incompatible)?;
+        Ok(PolicyComponent { engine, component, pre })
+    }
+
+    /// The interfaces the component imports, as `name` strings.
+    pub fn imports(&self) -> Vec<String> {
+        self.component.component_type().imports(&self.engine).map(|(name, _)| name.to_string()).collect()
+    }
+
+    /// The interfaces the component exports.
+    pub fn exports(&self) -> Vec<String> {
+        self.component.component_type().exports(&self.engine).map(|(name, _)| name.to_string()).collect()
+    }
+
+    /// A fresh instance with its own memory. Runs live in one instance.
+    pub fn instantiate(&self, services: HostServices) -> wasmtime::Result<PolicyInstance> {
+        let limits = StoreLimitsBuilder::new().memory_size(MAX_MEMORY_BYTES).instances(4).tables(16).memories(4).build();
+        let mut store = Store::new(&self.engine, HostState { services, limits });
+        store.limiter(|state| &mut state.limits);
+        store.set_fuel(FUEL_PER_CALL)?;
+        let instance = self.pre.instance_pre().instantiate(&mut store)?;
+        let bindings = AgentRetry::new(&mut store, &instance)?;
+        Ok(PolicyInstance { store, instance, bindings })
+    }
+}
+
+/// Supplies `wasi:random/random`, at whatever 0.2.x version the component
+/// imports, from the host's entropy source. The guest uses it only when a host
+/// passes no entropy.
+fn add_random(linker: &mut Linker<HostState>, component: &Component, engine: &Engine) -> wasmtime::Result<()> {
+    let names: Vec<String> = component
+        .component_type()
+        .imports(engine)
+        .map(|(name, _)| name.to_string())
+        .filter(|name| name.starts_with("wasi:random/random@"))
+        .collect();
+    for name in names {
+        let mut instance = linker.instance(&name)?;
+        instance.func_wrap("get-random-u64", |store, (): ()| Ok((store.data().services.entropy.next_u64(),)))?;
+        instance.func_wrap("get-random-bytes", |store, (len,): (u64,)| {
+            // The guest never asks for more than a few bytes; cap what a bad one could ask.
+            let len = usize::try_from(len.min(4096)).unwrap_or(4096);
+            let entropy = &store.data().services.entropy;
+            let bytes: Vec<u8> = (0..len.div_ceil(8)).flat_map(|_| entropy.next_u64().to_le_bytes()).take(len).collect();
+            Ok((bytes,))
+        })?;
+    }
+    Ok(())
+}
+
+/// A policy component instance: one store, one instance, typed calls.
+///
+/// Every call refills the fuel first. A call that traps returns an error; the
+/// instance must then be dropped (wasmtime refuses to re-enter it), and the host
+/// handles the run as escalated.
+pub struct PolicyInstance {
+    store: Store<HostState>,
+    instance: Instance,
+    bindings: AgentRetry,
+}
+
+/// A policy resource in an instance.
+pub struct PolicyHandle(ResourceAny);
+/// A run resource in an instance.
+pub struct RunHandle(ResourceAny);
+
+impl PolicyInstance {
+    fn policy_exports(&mut self) -> wasmtime::Result<&PolicyExports> {
+        self.store.set_fuel(FUEL_PER_CALL)?;
+        Ok(self.bindings.agent_retry_policy_policy())
+    }
+
+    /// The store and the raw instance, for dynamic calls (the conformance runner).
+    pub fn raw(&mut self) -> (&mut Store<HostState>, &Instance) {
+        self.store.set_fuel(FUEL_PER_CALL).ok();
+        (&mut self.store, &self.instance)
+    }
+
+    pub fn derive_idempotency_key(&mut self, run_id: &str, action_id: &str) -> wasmtime::Result<String> {
+        self.policy_exports()?;
+        let exports = self.bindings.agent_retry_policy_policy();
+        exports.call_derive_idempotency_key(&mut self.store, run_id, action_id)
+    }
+
+    /// Parses a configuration; `Ok(Err(_))` is a rejected configuration.
+    pub fn load_policy(&mut self, config_json: &str) -> wasmtime::Result<Result<PolicyHandle, types::ConfigError>> {
+        self.policy_exports()?;
+        let policy = self.bindings.agent_retry_policy_policy().policy();
+        Ok(policy.call_from_json(&mut self.store, config_json)?.map(PolicyHandle))
+    }
+
+    pub fn effective_config(&mut self, policy: &PolicyHandle) -> wasmtime::Result<String> {
+        self.policy_exports()?;
+        self.bindings.agent_retry_policy_policy().policy().call_effective_config(&mut self.store, policy.0)
+    }
+
+    pub fn classify(&mut self, policy: &PolicyHandle, failure: &types::Failure, now_ms: u64) -> wasmtime::Result<types::Classification> {
+        self.policy_exports()?;
+        self.bindings.agent_retry_policy_policy().policy().call_classify(&mut self.store, policy.0, failure, now_ms)
+    }
+
+    pub fn next_delay(&mut self, policy: &PolicyHandle, retry: u32, hint_ms: Option<u64>, entropy: Option<u64>) -> wasmtime::Result<u64> {
+        self.policy_exports()?;
+        self.bindings.agent_retry_policy_policy().policy().call_next_delay(&mut self.store, policy.0, retry, hint_ms, entropy)
+    }
+
+    pub fn start_run(&mut self, policy: &PolicyHandle, run_id: &str) -> wasmtime::Result<RunHandle> {
+        self.policy_exports()?;
+        let run = self.bindings.agent_retry_policy_policy().policy().call_start_run(&mut self.store, policy.0, run_id)?;
+        Ok(RunHandle(run))
+    }
+
+    pub fn begin_call(&mut self, run: &RunHandle, call: &types::CallRequest, now_ms: u64) -> wasmtime::Result<Result<types::Admission, types::RunError>> {
+        self.policy_exports()?;
+        self.bindings.agent_retry_policy_policy().run().call_begin_call(&mut self.store, run.0, call, now_ms)
+    }
+
+    /// Records an outcome. With `entropy` `None`, the host's entropy source is used
+    /// (so the guest never falls back to its own draw).
+    pub fn record_outcome(
+        &mut self,
+        run: &RunHandle,
+        call_id: u32,
+        outcome: &types::Outcome,
+        now_ms: u64,
+        entropy: Option<u64>,
+    ) -> wasmtime::Result<Result<types::Decision, types::RunError>> {
+        let entropy = Some(entropy.unwrap_or_else(|| self.store.data().services.entropy.next_u64()));
+        self.policy_exports()?;
+        self.bindings.agent_retry_policy_policy().run().call_record_outcome(&mut self.store, run.0, call_id, outcome, now_ms, entropy)
+    }
+
+    pub fn report(&mut self, run: &RunHandle) -> wasmtime::Result<types::RunReport> {
+        self.policy_exports()?;
+        self.bindings.agent_retry_policy_policy().run().call_report(&mut self.store, run.0)
+    }
+
+    /// Frees a run in the guest.
+    pub fn drop_run(&mut self, run: RunHandle) -> wasmtime::Result<()> {
+        run.0.resource_drop(&mut self.store)
+    }
+
+    /// Frees a policy in the guest.
+    pub fn drop_policy(&mut self, policy: PolicyHandle) -> wasmtime::Result<()> {
+        policy.0.resource_drop(&mut self.store)
+    }
+}
