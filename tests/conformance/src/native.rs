@@ -1,0 +1,104 @@
+//! The native subject: the policy core linked as a Rust library.
+
+use std::sync::Arc;
+
+use agent_retry_policy::account::{AccountBudget, Bucket, Reservation};
+use agent_retry_policy::config::Config;
+use agent_retry_policy::run::Run;
+use agent_retry_policy::types::{CallRequest, Failure, Outcome};
+use agent_retry_policy::{backoff, classify, key};
+use agent_retry_host::accounts as host;
+use agent_retry_host::{AccountBudgetBackend, EmbeddedAccounts};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::runner::{Subject, result_json};
+
+/// The host's embedded account budget, seen through the core's trait: the same
+/// bucket implementation serves both subjects.
+struct Accounts<'a>(&'a EmbeddedAccounts);
+
+impl AccountBudget for Accounts<'_> {
+    fn reserve(&mut self, account_id: &str, tokens: u32, bucket: Bucket, max_wait_ms: u64, now_ms: u64) -> Reservation {
+        let bucket = host::Bucket { capacity: bucket.capacity, refill_interval_ms: bucket.refill_interval_ms };
+        match self.0.reserve(account_id, tokens, bucket, max_wait_ms, now_ms) {
+            host::Reservation::Granted(w) => Reservation::Granted(w),
+            host::Reservation::Refused(w) => Reservation::Refused(w),
+        }
+    }
+}
+
+#[derive(Default)]
+pub struct Native {
+    config: Option<Arc<Config>>,
+    run: Option<Run>,
+    accounts: EmbeddedAccounts,
+}
+
+impl Native {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn config(&self) -> Result<&Arc<Config>, String> {
+        self.config.as_ref().ok_or_else(|| "no policy loaded".to_string())
+    }
+}
+
+fn input<T: DeserializeOwned>(value: &Value, what: &str) -> Result<T, String> {
+    serde_json::from_value(value.clone()).map_err(|e| format!("bad {what} {value}: {e}"))
+}
+
+fn output<T: serde::Serialize>(value: &T) -> Value {
+    serde_json::to_value(value).unwrap_or(Value::Null)
+}
+
+impl Subject for Native {
+    fn load_policy(&mut self, config_text: &str) -> Result<Value, String> {
+        Ok(match Config::from_json(config_text) {
+            Ok(config) => {
+                let effective: Value = serde_json::from_str(&config.to_json()).map_err(|e| format!("effective config: {e}"))?;
+                self.config = Some(Arc::new(config));
+                result_json(Ok(effective))
+            }
+            Err(e) => result_json(Err(output(&e))),
+        })
+    }
+
+    fn classify(&mut self, failure: &Value, now_ms: u64) -> Result<Value, String> {
+        let failure: Failure = input(failure, "failure")?;
+        Ok(output(&classify::classify(&failure, &self.config()?.status_overrides, now_ms)))
+    }
+
+    fn next_delay(&mut self, retry: u32, hint_ms: Option<u64>, entropy: u64) -> Result<Value, String> {
+        let c = self.config()?;
+        Ok(Value::from(backoff::next_delay_ms(c.base_delay_ms, c.max_delay_ms, retry, hint_ms, entropy)))
+    }
+
+    fn derive_idempotency_key(&mut self, run_id: &str, action_id: &str) -> Result<Value, String> {
+        Ok(Value::from(key::derive_idempotency_key(run_id, action_id)))
+    }
+
+    fn start_run(&mut self, run_id: &str) -> Result<(), String> {
+        self.run = Some(Run::new(Arc::clone(self.config()?), run_id));
+        Ok(())
+    }
+
+    fn begin_call(&mut self, call: &Value, now_ms: u64) -> Result<Value, String> {
+        let call: CallRequest = input(call, "call")?;
+        let run = self.run.as_mut().ok_or("no run")?;
+        let result = run.begin_call(&call, now_ms, &mut Accounts(&self.accounts));
+        Ok(result_json(result.map(|a| output(&a)).map_err(|e| output(&e))))
+    }
+
+    fn record_outcome(&mut self, call_id: u32, outcome: &Value, now_ms: u64, entropy: u64) -> Result<Value, String> {
+        let outcome: Outcome = input(outcome, "outcome")?;
+        let run = self.run.as_mut().ok_or("no run")?;
+        let result = run.record_outcome(call_id, &outcome, now_ms, entropy, &mut Accounts(&self.accounts));
+        Ok(result_json(result.map(|d| output(&d)).map_err(|e| output(&e))))
+    }
+
+    fn report(&mut self) -> Result<Value, String> {
+        Ok(output(&self.run.as_ref().ok_or("no run")?.report()))
+    }
+}

@@ -1,0 +1,118 @@
+//! The component subject: the `.wasm` in wasmtime, called through the dynamic
+//! API so that every value goes through the canonical JSON form.
+
+use std::sync::Arc;
+
+use agent_retry_host::{EmbeddedAccounts, EntropySource, HostServices, PolicyComponent, PolicyInstance};
+use serde_json::Value;
+use wasmtime::component::{ResourceAny, Val};
+
+use crate::runner::Subject;
+use crate::val_json::{to_json, to_val};
+
+const INTERFACE: &str = "agent-retry:policy/policy@0.1.0";
+
+pub struct Wasm {
+    instance: PolicyInstance,
+    policy: Option<ResourceAny>,
+    run: Option<ResourceAny>,
+}
+
+impl Wasm {
+    /// A fresh instance with its own embedded account budget.
+    pub fn new(component: &PolicyComponent) -> Result<Self, String> {
+        // Every record-outcome passes entropy, so the guest never draws its own;
+        // a fixed seed keeps even that path reproducible.
+        let services = HostServices::new(Arc::new(EmbeddedAccounts::new()), EntropySource::seeded(0));
+        let instance = component.instantiate(services).map_err(|e| format!("instantiate: {e:#}"))?;
+        Ok(Wasm { instance, policy: None, run: None })
+    }
+
+    /// Calls `name` in the policy interface. `leading` are resource arguments;
+    /// `args` are JSON converted by the function's parameter types.
+    fn call(&mut self, name: &str, leading: Vec<Val>, args: &[&Value]) -> Result<Val, String> {
+        let (store, instance) = self.instance.raw();
+        let interface = instance.get_export_index(&mut *store, None, INTERFACE).ok_or("no policy interface")?;
+        let index = instance.get_export_index(&mut *store, Some(&interface), name).ok_or_else(|| format!("no export {name}"))?;
+        let func = instance.get_func(&mut *store, &index).ok_or_else(|| format!("{name} is not a function"))?;
+        let ty = func.ty(&*store);
+        let mut params = leading;
+        let skip = params.len();
+        for ((param, ty), json) in ty.params().skip(skip).zip(args) {
+            params.push(to_val(json, &ty).map_err(|e| format!("{name}: {param}: {e}"))?);
+        }
+        let mut results = vec![Val::Bool(false); ty.results().len()];
+        func.call(&mut *store, &params, &mut results).map_err(|e| format!("{name} trapped: {e:#}"))?;
+        results.pop().ok_or_else(|| format!("{name} returned nothing"))
+    }
+
+    fn policy(&self) -> Result<Val, String> {
+        self.policy.map(Val::Resource).ok_or_else(|| "no policy loaded".into())
+    }
+
+    fn run(&self) -> Result<Val, String> {
+        self.run.map(Val::Resource).ok_or_else(|| "no run".into())
+    }
+}
+
+impl Subject for Wasm {
+    fn load_policy(&mut self, config_text: &str) -> Result<Value, String> {
+        let text = Value::from(config_text);
+        match self.call("[static]policy.from-json", vec![], &[&text])? {
+            Val::Result(Ok(Some(policy))) => {
+                let Val::Resource(policy) = *policy else { return Err("from-json: not a resource".into()) };
+                let effective = self.call("[method]policy.effective-config", vec![Val::Resource(policy)], &[])?;
+                let Val::String(effective) = effective else { return Err("effective-config: not a string".into()) };
+                self.policy = Some(policy);
+                let effective: Value = serde_json::from_str(&effective).map_err(|e| format!("effective config: {e}"))?;
+                Ok(serde_json::json!({ "ok": effective }))
+            }
+            other => Ok(to_json(&other)),
+        }
+    }
+
+    fn classify(&mut self, failure: &Value, now_ms: u64) -> Result<Value, String> {
+        let policy = self.policy()?;
+        let result = self.call("[method]policy.classify", vec![policy], &[failure, &Value::from(now_ms)])?;
+        Ok(to_json(&result))
+    }
+
+    fn next_delay(&mut self, retry: u32, hint_ms: Option<u64>, entropy: u64) -> Result<Value, String> {
+        let policy = self.policy()?;
+        let hint = hint_ms.map_or(Value::Null, Value::from);
+        let result = self.call("[method]policy.next-delay", vec![policy], &[&Value::from(retry), &hint, &Value::from(entropy)])?;
+        Ok(to_json(&result))
+    }
+
+    fn derive_idempotency_key(&mut self, run_id: &str, action_id: &str) -> Result<Value, String> {
+        let result = self.call("derive-idempotency-key", vec![], &[&Value::from(run_id), &Value::from(action_id)])?;
+        Ok(to_json(&result))
+    }
+
+    fn start_run(&mut self, run_id: &str) -> Result<(), String> {
+        let policy = self.policy()?;
+        match self.call("[method]policy.start-run", vec![policy], &[&Value::from(run_id)])? {
+            Val::Resource(run) => {
+                self.run = Some(run);
+                Ok(())
+            }
+            other => Err(format!("start-run returned {other:?}")),
+        }
+    }
+
+    fn begin_call(&mut self, call: &Value, now_ms: u64) -> Result<Value, String> {
+        let run = self.run()?;
+        Ok(to_json(&self.call("[method]run.begin-call", vec![run], &[call, &Value::from(now_ms)])?))
+    }
+
+    fn record_outcome(&mut self, call_id: u32, outcome: &Value, now_ms: u64, entropy: u64) -> Result<Value, String> {
+        let run = self.run()?;
+        let args = [&Value::from(call_id), outcome, &Value::from(now_ms), &Value::from(entropy)];
+        Ok(to_json(&self.call("[method]run.record-outcome", vec![run], &args)?))
+    }
+
+    fn report(&mut self) -> Result<Value, String> {
+        let run = self.run()?;
+        Ok(to_json(&self.call("[method]run.report", vec![run], &[])?))
+    }
+}

@@ -1,0 +1,73 @@
+//! Runs every vector in `tests/vectors/` twice: natively against the policy core,
+//! and through the built component in wasmtime. Both must meet every expectation
+//! and give identical outputs, step by step. Prints `N passed, N failed`.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use agent_retry_host::{PolicyComponent, default_wasm_path};
+use conformance::native::Native;
+use conformance::wasm::Wasm;
+use conformance::{load_dir, run_case};
+
+fn main() -> ExitCode {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../vectors");
+    let files = match load_dir(&dir) {
+        Ok(files) => files,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let wasm_path = std::env::var_os("AGENT_RETRY_WASM").map(Into::into).unwrap_or_else(default_wasm_path);
+    let component = match PolicyComponent::from_file(&wasm_path) {
+        Ok(component) => component,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let (mut passed, mut failed) = (0u32, 0u32);
+    let (mut native_passed, mut wasm_passed, mut cases) = (0u32, 0u32, 0u32);
+    for file in &files {
+        let name = file.path.file_name().and_then(|n| n.to_str()).unwrap_or("?");
+        for case in &file.cases {
+            cases += 1;
+            let native = run_case(case, &mut Native::new());
+            let wasm = match Wasm::new(&component) {
+                Ok(mut subject) => run_case(case, &mut subject),
+                Err(e) => conformance::CaseResult { outputs: vec![], failure: Some(e) },
+            };
+            let mut report = |subject: &str, failure: &Option<String>| match failure {
+                None => {
+                    passed += 1;
+                    true
+                }
+                Some(why) => {
+                    failed += 1;
+                    println!("FAIL [{subject}] {name}: {}\n     {why}", case.description);
+                    false
+                }
+            };
+            native_passed += u32::from(report("native", &native.failure));
+            // The component must also give exactly the native outputs.
+            let identical = if wasm.failure.is_none() && wasm.outputs != native.outputs {
+                let step = wasm.outputs.iter().zip(&native.outputs).position(|(a, b)| a != b).unwrap_or(0);
+                Some(format!(
+                    "outputs differ from native at step {}:\n     wasm:   {}\n     native: {}",
+                    step + 1,
+                    wasm.outputs.get(step).map_or("-".into(), |v| v.to_string()),
+                    native.outputs.get(step).map_or("-".into(), |v| v.to_string())
+                ))
+            } else {
+                wasm.failure.clone()
+            };
+            wasm_passed += u32::from(report("wasmtime", &identical));
+        }
+    }
+    println!("vectors: {cases} cases in {} files", files.len());
+    println!("native: {native_passed} of {cases} cases passed");
+    println!("wasmtime: {wasm_passed} of {cases} cases passed, outputs identical to native");
+    println!("{passed} passed, {failed} failed");
+    if failed == 0 && cases > 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+}
