@@ -102,6 +102,7 @@ pub struct PolicyComponent {
     engine: Engine,
     component: Component,
     pre: AgentRetryPre<HostState>,
+    fuel_per_call: u64,
 }
 
 impl PolicyComponent {
@@ -125,7 +126,13 @@ impl PolicyComponent {
         add_random(&mut linker, &component, &engine).map_err(incompatible)?;
         let instance_pre = linker.instantiate_pre(&component).map_err(incompatible)?;
         let pre = AgentRetryPre::new(instance_pre).map_err(incompatible)?;
-        Ok(PolicyComponent { engine, component, pre })
+        Ok(PolicyComponent { engine, component, pre, fuel_per_call: FUEL_PER_CALL })
+    }
+
+    /// Sets the fuel each call may burn (default [`FUEL_PER_CALL`]).
+    pub fn with_fuel_per_call(mut self, fuel: u64) -> Self {
+        self.fuel_per_call = fuel;
+        self
     }
 
     /// The interfaces the component imports, as `name` strings.
@@ -143,10 +150,10 @@ impl PolicyComponent {
         let limits = StoreLimitsBuilder::new().memory_size(MAX_MEMORY_BYTES).instances(4).tables(16).memories(4).build();
         let mut store = Store::new(&self.engine, HostState { services, limits });
         store.limiter(|state| &mut state.limits);
-        store.set_fuel(FUEL_PER_CALL)?;
+        store.set_fuel(self.fuel_per_call)?;
         let instance = self.pre.instance_pre().instantiate(&mut store)?;
         let bindings = AgentRetry::new(&mut store, &instance)?;
-        Ok(PolicyInstance { store, instance, bindings })
+        Ok(PolicyInstance { store, instance, bindings, fuel_per_call: self.fuel_per_call })
     }
 }
 
@@ -183,6 +190,7 @@ pub struct PolicyInstance {
     store: Store<HostState>,
     instance: Instance,
     bindings: AgentRetry,
+    fuel_per_call: u64,
 }
 
 /// A policy resource in an instance.
@@ -192,13 +200,13 @@ pub struct RunHandle(ResourceAny);
 
 impl PolicyInstance {
     fn policy_exports(&mut self) -> wasmtime::Result<&PolicyExports> {
-        self.store.set_fuel(FUEL_PER_CALL)?;
+        self.store.set_fuel(self.fuel_per_call)?;
         Ok(self.bindings.agent_retry_policy_policy())
     }
 
     /// The store and the raw instance, for dynamic calls (the conformance runner).
     pub fn raw(&mut self) -> (&mut Store<HostState>, &Instance) {
-        self.store.set_fuel(FUEL_PER_CALL).ok();
+        self.store.set_fuel(self.fuel_per_call).ok();
         (&mut self.store, &self.instance)
     }
 
@@ -263,11 +271,13 @@ impl PolicyInstance {
 
     /// Frees a run in the guest.
     pub fn drop_run(&mut self, run: RunHandle) -> wasmtime::Result<()> {
+        self.policy_exports()?;
         run.0.resource_drop(&mut self.store)
     }
 
     /// Frees a policy in the guest.
     pub fn drop_policy(&mut self, policy: PolicyHandle) -> wasmtime::Result<()> {
+        self.policy_exports()?;
         policy.0.resource_drop(&mut self.store)
     }
 }

@@ -1,0 +1,28 @@
+# agent-retry: the two commands are `make demo` and `make test`; both set up what
+# they need (the wasm32-wasip2 target, the component) on a fresh machine.
+
+WASM := target/wasm32-wasip2/wasm-release/agent_retry_policy.wasm
+WASM_LIMIT_BYTES := 102400
+
+.PHONY: setup wasm demo test vectors
+
+setup:
+	rustup target add wasm32-wasip2
+
+# The component. `--profile wasm-release` optimises it for size without slowing
+# the host crates' release builds.
+wasm: setup
+	cargo build -p agent-retry-policy --target wasm32-wasip2 --profile wasm-release
+	@size=$$(stat -c %s $(WASM)); echo "$(WASM): $$size bytes (limit $(WASM_LIMIT_BYTES))"; \
+	  test $$size -le $(WASM_LIMIT_BYTES) || { echo "the component is over its size budget"; exit 1; }
+
+demo: wasm
+	cargo run --release -p agent-retry-host --bin agent-retry -- demo
+
+# Rewrites tests/vectors/*.json from make_vectors.py.
+vectors:
+	python3 tests/vectors/make_vectors.py
+
+test: wasm
+	python3 tests/vectors/make_vectors.py --check
+	cargo test --release --workspace

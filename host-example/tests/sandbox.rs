@@ -1,0 +1,143 @@
+//! The sandbox: bad components are typed load errors, a guest that traps or
+//! runs away is stopped without hurting the host, and no input makes the guest trap.
+
+use std::sync::Arc;
+
+use agent_retry_host::component::types::{Action, Admission, CallRequest, Failure, FailureKind, Outcome, TransportError};
+use agent_retry_host::{EmbeddedAccounts, EntropySource, HostServices, LoadError, PolicyComponent, default_wasm_path};
+
+fn services() -> HostServices {
+    HostServices::new(Arc::new(EmbeddedAccounts::new()), EntropySource::seeded(7))
+}
+
+fn component() -> PolicyComponent {
+    PolicyComponent::from_file(&default_wasm_path()).expect("run `make wasm` first")
+}
+
+#[test]
+fn garbage_bytes_are_an_invalid_component() {
+    let err = PolicyComponent::from_bytes(b"\0asm\x01\0\0\0garbage").err().expect("must fail");
+    assert!(matches!(err, LoadError::Invalid { .. }), "{err}");
+    let err = PolicyComponent::from_bytes(b"hello").err().expect("must fail");
+    assert!(err.to_string().starts_with("not a valid WebAssembly component"), "{err}");
+}
+
+#[test]
+fn a_truncated_component_is_invalid() {
+    let bytes = std::fs::read(default_wasm_path()).expect("run `make wasm` first");
+    let err = PolicyComponent::from_bytes(&bytes[..bytes.len() / 2]).err().expect("must fail");
+    assert!(matches!(err, LoadError::Invalid { .. }), "{err}");
+}
+
+#[test]
+fn a_missing_file_says_how_to_build_it() {
+    let err = PolicyComponent::from_file(std::path::Path::new("/nonexistent/policy.wasm")).err().expect("must fail");
+    assert!(matches!(err, LoadError::Read { .. }));
+    assert!(err.to_string().contains("make wasm"), "{err}");
+}
+
+#[test]
+fn the_component_imports_only_the_account_budget_and_random() {
+    let imports = component().imports();
+    assert_eq!(
+        imports,
+        ["agent-retry:policy/account-budget@0.1.0", "agent-retry:policy/types@0.1.0", "wasi:random/random@0.2.6"],
+        "the README lists exactly these"
+    );
+}
+
+#[test]
+fn a_runaway_guest_is_stopped_and_the_host_goes_on() {
+    // So little fuel that parsing a configuration cannot finish: the call traps.
+    let starved = component().with_fuel_per_call(500);
+    let mut instance = starved.instantiate(services()).unwrap();
+    let err = instance.load_policy("{}").err().expect("out of fuel must trap");
+    assert!(format!("{err:?}").contains("fuel"), "{err:?}");
+    // A trapped instance is not re-entered...
+    assert!(instance.load_policy("{}").is_err());
+    // ...and a fresh one from a normal component works.
+    let mut fresh = component().instantiate(services()).unwrap();
+    assert!(fresh.load_policy("{}").unwrap().is_ok());
+}
+
+#[test]
+fn a_guest_that_asks_for_too_much_memory_traps_without_hurting_the_host() {
+    let mut instance = component().instantiate(services()).unwrap();
+    // 80 MiB of configuration: more than the instance's 64 MiB memory cap.
+    let huge = format!("{{\"tools\": {{\"t\": {{\"effect\": \"{}\"}}}}}}", "x".repeat(80 << 20));
+    assert!(instance.load_policy(&huge).is_err());
+    let mut fresh = component().instantiate(services()).unwrap();
+    assert!(fresh.load_policy("{}").unwrap().is_ok());
+}
+
+/// xorshift64*: deterministic garbage.
+struct Garbage(u64);
+
+impl Garbage {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn text(&mut self, max: usize) -> String {
+        const PIECES: &[&str] = &["1", "0", "-", ".", "e", "s", "ms", "h", "GMT", ",", ";", "=", "r", "t", "\"", " ", "\n", "é", "😀", "\0", "Sun", "Nov", "2025", "T", "Z", ":", "+", "x", "99999999999999999999"];
+        let len = (self.next() % max as u64) as usize;
+        (0..len).map(|_| PIECES[(self.next() % PIECES.len() as u64) as usize]).collect()
+    }
+}
+
+#[test]
+fn garbage_failures_and_configs_never_trap_the_guest() {
+    const HEADERS: &[&str] = &[
+        "retry-after", "retry-after-ms", "ratelimit", "x-ratelimit-reset", "ratelimit-reset", "x-should-retry",
+        "x-ratelimit-reset-requests", "x-ratelimit-remaining-requests", "anthropic-ratelimit-tokens-reset", "x-other",
+    ];
+    let mut g = Garbage(0x9E37_79B9_7F4A_7C15);
+    let mut instance = component().instantiate(services()).unwrap();
+    // Configurations: random text must be a typed error or a policy, never a trap.
+    for _ in 0..300 {
+        let text = g.text(40);
+        let loaded = instance.load_policy(&text).expect("a bad configuration must not trap");
+        if let Ok(policy) = loaded {
+            instance.drop_policy(policy).unwrap();
+        }
+    }
+    let policy = instance.load_policy(r#"{"max-attempts-per-run": 1000000, "max-retries-per-run": 100000, "max-replans-per-run": 1000}"#).unwrap().unwrap();
+    let mut run = instance.start_run(&policy, "garbage").unwrap();
+    let mut decisions = 0;
+    for _ in 0..2000 {
+        let request = CallRequest { tool: g.text(8), idempotency_key: None, hints: None };
+        let ticket = match instance.begin_call(&run, &request, g.next()).expect("no trap") {
+            Ok(Admission::Send(ticket)) => ticket,
+            _ => break,
+        };
+        let kind = match g.next() % 4 {
+            0 => FailureKind::HttpStatus(g.next() as u16),
+            1 => FailureKind::Transport(TransportError::Timeout),
+            2 => FailureKind::ProtocolError(g.next() as i32),
+            _ => FailureKind::ToolError(Some(g.next() as u16)),
+        };
+        let headers = (0..g.next() % 4).map(|_| (HEADERS[(g.next() % HEADERS.len() as u64) as usize].to_string(), g.text(12))).collect();
+        let failure = Failure { kind, headers, body: g.text(30) };
+        let now = g.next() >> 20;
+        let policy_answer = instance.classify(&policy, &failure, now).expect("classify must not trap");
+        assert!(!policy_answer.reason.is_empty());
+        let decision = instance.record_outcome(&run, ticket.call_id, &Outcome::Failure(failure), now, Some(g.next())).expect("no trap");
+        if let Ok(decision) = decision {
+            decisions += 1;
+            if let Action::Escalate(_) = decision.action {
+                // Most random statuses are unclassified: start over with a new run.
+                instance.drop_run(run).unwrap();
+                run = instance.start_run(&policy, "garbage").unwrap();
+                continue;
+            }
+            if let Action::CheckStatus = decision.action {
+                let _ = instance.record_outcome(&run, ticket.call_id, &Outcome::StatusCheck(agent_retry_host::component::types::StatusCheckResult::Found), now, None);
+            }
+        }
+    }
+    assert_eq!(decisions, 2000, "every garbage failure gets a decision");
+    instance.report(&run).expect("report after garbage");
+}

@@ -1,0 +1,862 @@
+#!/usr/bin/env python3
+"""Writes the conformance vectors (tests/vectors/*.json).
+
+The vectors are the specification; this script is only the pen. Every
+expectation below is written by hand from the semantics in the README; the exact
+delays are computed here, independently of the policy, from the documented draw
+`floor(entropy * (ceiling + 1) / 2^64)`, `ceiling = min(max, base * 2^(retry-1))`.
+
+    python3 tests/vectors/make_vectors.py          # rewrite the files
+    python3 tests/vectors/make_vectors.py --check  # fail if they differ or break the style rules
+"""
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+START = 1_764_460_800_000  # 2025-11-30T00:00:00Z, a Sunday: every case's clock starts here
+MID = 1 << 63  # the default entropy
+MAX = (1 << 64) - 1
+
+
+def hexu(n):
+    return "0x%016x" % n
+
+
+def jitter(entropy, retry, base=1000, cap=30000):
+    ceiling = min(cap, base * 2 ** (max(retry, 1) - 1))
+    return (entropy * (ceiling + 1)) >> 64
+
+
+# ---------- building blocks ----------
+
+def failure(status=None, transport=None, rpc=None, tool_error=False, upstream=None, headers=(), body=""):
+    if status is not None:
+        kind = {"http-status": status}
+    elif transport is not None:
+        kind = {"transport": transport}
+    elif rpc is not None:
+        kind = {"protocol-error": rpc}
+    else:
+        assert tool_error
+        kind = {"tool-error": upstream}
+    out = {"kind": kind}
+    if headers:
+        out["headers"] = [list(h) for h in headers]
+    if body:
+        out["body"] = body
+    return out
+
+
+def fail(**kw):
+    return {"failure": failure(**kw)}
+
+
+SUCCESS = "success"
+
+
+def begin(tool, key=None, hints=None, expect=None, now=None):
+    call = {"tool": tool}
+    if key is not None:
+        call["idempotency-key"] = key
+    if hints is not None:
+        call["hints"] = hints
+    step = {"op": "begin-call", "call": call}
+    if now is not None:
+        step["now-ms"] = now
+    if expect is not None:
+        step["expect"] = expect
+    return step
+
+
+def sent(call_id, **fields):
+    return {"ok": {"send": dict({"call-id": call_id}, **fields)}}
+
+
+def outcome(call_id, what, expect=None, entropy=None, now=None):
+    step = {"op": "record-outcome", "call-id": call_id, "outcome": what}
+    if entropy is not None:
+        step["entropy"] = hexu(entropy)
+    if now is not None:
+        step["now-ms"] = now
+    if expect is not None:
+        step["expect"] = expect
+    return step
+
+
+def dashed(fields):
+    """Python keyword arguments name WIT fields with _ for -."""
+    return {k.replace("_", "-"): v for k, v in fields.items()}
+
+
+def decision(action, cls=None, **fields):
+    d = {"action": action}
+    if cls:
+        d["class"] = cls
+    d.update(dashed(fields))
+    return {"ok": d}
+
+
+def retry(delay=None, attempt=None, key="any", cls=None, **fields):
+    plan = {}
+    if delay is not None:
+        plan["delay-ms"] = delay
+    if attempt is not None:
+        plan["attempt"] = attempt
+    if key != "any":
+        plan["idempotency-key"] = key
+    return decision({"retry": plan}, cls, **fields)
+
+
+def replan(contains=None, cls=None, **fields):
+    return decision({"replan": {"$contains": contains}} if contains else {"replan": {"$contains": ""}}, cls, **fields)
+
+
+def escalate(reason, cls=None, **extra):
+    e = {"reason": reason}
+    e.update(dashed(extra))
+    return decision({"escalate": e}, cls)
+
+
+def succeed(note=None, cls=None):
+    return decision({"succeed": note if note is None else {"$contains": note}}, cls)
+
+
+def report(**fields):
+    return {"op": "report", "expect": dashed(fields)}
+
+
+def classify(fail_fields, expect, now=None):
+    step = {"op": "classify", "failure": failure(**fail_fields), "expect": expect}
+    if now is not None:
+        step["now-ms"] = now
+    return step
+
+
+def case(description, steps, config=None, comment=None):
+    c = {"description": description}
+    if comment:
+        c["comment"] = comment
+    if config is not None:
+        c["config"] = config
+    c["steps"] = steps
+    return c
+
+
+READ = {"read-only": True}
+REFUND_TOOLS = {
+    "lookup_order": {"effect": "read"},
+    "issue_refund": {"effect": "write"},
+    "list_refunds": {"effect": "read"},
+    "delete_asset": {"effect": "delete"},
+    "upload_asset": {"effect": "write"},
+}
+TOOLS = {"tools": REFUND_TOOLS}
+
+
+# ---------- classify.json ----------
+
+def classify_cases():
+    cases = []
+    table = [
+        (408, "transient"), (500, "transient"), (502, "transient"), (503, "transient"), (504, "transient"),
+        (429, "throttled"), (529, "throttled"),
+        (400, "deterministic"), (404, "deterministic"), (409, "deterministic"), (410, "deterministic"),
+        (422, "deterministic"), (418, "deterministic"),
+        (401, "permission"), (403, "permission"),
+        (200, "unclassified"), (302, "unclassified"), (501, "unclassified"), (505, "unclassified"),
+        (600, "unclassified"), (0, "unclassified"),
+    ]
+    for status, cls in table:
+        cases.append(case(f"HTTP {status} is {cls}", [classify({"status": status}, {"class": cls, "hint-ms": None})],
+                          comment="semantics 1-5: status codes by RFC 9110 / RFC 6585; 529 is Anthropic's overloaded"))
+    for transport in ["timeout", "connection-reset", "connection-refused", "stream-closed"]:
+        cases.append(case(f"transport {transport} is transient", [classify({"transport": transport}, {"class": "transient"})]))
+    cases.append(case("transport other is unclassified", [classify({"transport": "other"}, {"class": "unclassified", "reason": {"$contains": "probable bug"}})]))
+    for code, cls in [(-32602, "deterministic"), (-32601, "deterministic"), (-32603, "transient"), (-32700, "unclassified"),
+                      (-32600, "unclassified"), (-32042, "permission"), (-32001, "transient")]:
+        cases.append(case(f"JSON-RPC {code} is {cls}", [classify({"rpc": code}, {"class": cls})]))
+    cases.append(case("isError result without upstream status is deterministic", [classify({"tool_error": True}, {"class": "deterministic"})]))
+    cases.append(case("isError result reporting upstream 503 is transient", [classify({"tool_error": True, "upstream": 503}, {"class": "transient"})]))
+    cases.append(case("isError result reporting upstream 403 is permission", [classify({"tool_error": True, "upstream": 403}, {"class": "permission"})]))
+    cases.append(case("status-overrides turn 409 transient", [classify({"status": 409}, {"class": "transient", "reason": {"$contains": "status-overrides"}})],
+                      config={"status-overrides": {"409": "transient"}}))
+    cases.append(case("x-should-retry true makes a 400 transient", [classify({"status": 400, "headers": [("x-should-retry", "true")]}, {"class": "transient"})]))
+    cases.append(case("x-should-retry false makes a 503 deterministic", [classify({"status": 503, "headers": [("X-Should-Retry", "false")]}, {"class": "deterministic"})]))
+    cases.append(case("x-should-retry true leaves a 403 permission", [classify({"status": 403, "headers": [("x-should-retry", "true")]}, {"class": "permission"})]))
+    cases.append(case("garbage x-should-retry is a header problem and changes nothing",
+                      [classify({"status": 503, "headers": [("x-should-retry", "perhaps")]},
+                                {"class": "transient", "header-problems": [{"name": "x-should-retry", "value": "perhaps"}]})]))
+    return cases
+
+
+# ---------- hints.json ----------
+
+def hints_cases():
+    def hint(description, headers, ms, source, status=429, comment=None):
+        expect = {"class": "throttled" if status == 429 else "transient", "hint-ms": ms, "hint-source": source}
+        return case(description, [classify({"status": status, "headers": headers}, expect)], comment=comment)
+
+    cases = [
+        hint("Retry-After delay-seconds", [("Retry-After", "2")], 2000, "retry-after"),
+        hint("Retry-After decimal seconds round up to ms", [("retry-after", "1.0005")], 1001, "retry-after"),
+        hint("Retry-After IMF-fixdate one minute ahead", [("retry-after", "Sun, 30 Nov 2025 00:01:00 GMT")], 60000, "retry-after", status=503),
+        hint("Retry-After RFC 850 date", [("retry-after", "Sunday, 30-Nov-25 00:00:30 GMT")], 30000, "retry-after", status=503),
+        hint("Retry-After asctime date", [("retry-after", "Sun Nov 30 00:00:10 2025")], 10000, "retry-after", status=503),
+        hint("Retry-After date in the past is a zero hint", [("retry-after", "Sat, 29 Nov 2025 23:00:00 GMT")], 0, "retry-after"),
+        hint("retry-after-ms takes precedence over Retry-After", [("retry-after", "9"), ("retry-after-ms", "250")], 250, "retry-after-ms"),
+        hint("RateLimit t of an exhausted policy", [("RateLimit", '"default";r=0;t=30')], 30000, "ratelimit",
+             comment="draft-ietf-httpapi-ratelimit-headers: t is seconds until quota returns"),
+        hint("RateLimit longest t among exhausted policies", [("ratelimit", '"burst";r=0;t=3, "daily";t=70')], 70000, "ratelimit"),
+        hint("Retry-After takes precedence over RateLimit", [("ratelimit", '"a";r=0;t=30'), ("retry-after", "4")], 4000, "retry-after"),
+        hint("OpenAI Go durations: the later exhausted reset wins",
+             [("x-ratelimit-reset-requests", "6m0s"), ("x-ratelimit-reset-tokens", "12ms")], 360000, "x-ratelimit-reset-requests"),
+        hint("OpenAI limit with quota left is ignored",
+             [("x-ratelimit-reset-requests", "1s"), ("x-ratelimit-remaining-requests", "3"), ("x-ratelimit-reset-tokens", "1h2m3.5s"),
+              ("x-ratelimit-remaining-tokens", "0")], 3723500, "x-ratelimit-reset-tokens"),
+        hint("Anthropic RFC 3339 reset", [("anthropic-ratelimit-requests-reset", "2025-11-30T00:00:05Z")], 5000, "anthropic-ratelimit-requests-reset"),
+        hint("Anthropic reset with an offset", [("anthropic-ratelimit-tokens-reset", "2025-11-30T05:30:20+05:30")], 20000, "anthropic-ratelimit-tokens-reset"),
+        hint("X-RateLimit-Reset as seconds from now", [("X-RateLimit-Reset", "20")], 20000, "x-ratelimit-reset"),
+        hint("X-RateLimit-Reset as Unix seconds", [("x-ratelimit-reset", str(START // 1000 + 90))], 90000, "x-ratelimit-reset"),
+        hint("RateLimit-Reset as Unix ms", [("ratelimit-reset", str(START + 1500))], 1500, "ratelimit-reset"),
+    ]
+    cases.append(case("RateLimit with quota left gives no hint",
+                      [classify({"status": 429, "headers": [("ratelimit", '"a";r=5;t=30')]}, {"class": "throttled", "hint-ms": None, "header-problems": []})]))
+    cases.append(case("garbage Retry-After is reported and ignored",
+                      [classify({"status": 429, "headers": [("retry-after", "soon")]},
+                                {"class": "throttled", "hint-ms": None,
+                                 "header-problems": [{"name": "retry-after", "value": "soon", "problem": {"$contains": "HTTP-date"}}]})]))
+    cases.append(case("garbage Retry-After falls through to the next header",
+                      [classify({"status": 429, "headers": [("retry-after", "-1"), ("ratelimit", '"a";r=0;t=5')]},
+                                {"hint-ms": 5000, "hint-source": "ratelimit", "header-problems": [{"name": "retry-after"}]})]))
+    cases.append(case("malformed RateLimit is reported",
+                      [classify({"status": 429, "headers": [("ratelimit", "r=;t")]}, {"hint-ms": None, "header-problems": [{"name": "ratelimit"}]})]))
+    cases.append(case("malformed Go duration is reported",
+                      [classify({"status": 429, "headers": [("x-ratelimit-reset-requests", "6 minutes")]},
+                                {"hint-ms": None, "header-problems": [{"name": "x-ratelimit-reset-requests", "problem": {"$contains": "Go duration"}}]})]))
+    cases.append(case("a header value with control characters is cut to one line",
+                      [classify({"status": 429, "headers": [("retry-after", "a\nb\u0000c")]},
+                                {"header-problems": [{"name": "retry-after", "value": "a b c"}]})]))
+    return cases
+
+
+# ---------- backoff.json ----------
+
+def backoff_cases():
+    e = 0x9E3779B97F4A7C15
+    cases = []
+    seq = [{"op": "next-delay", "retry": r, "entropy": hexu(e), "expect": jitter(e, r)} for r in range(1, 8)]
+    cases.append(case("full-jitter delays for retries 1 to 7 with one entropy value", seq,
+                      comment="ceilings 1000, 2000, 4000, 8000, 16000, 30000 (cap), 30000"))
+    cases.append(case("zero entropy draws zero", [{"op": "next-delay", "retry": 3, "entropy": hexu(0), "expect": 0}]))
+    cases.append(case("maximum entropy draws the ceiling", [{"op": "next-delay", "retry": 3, "entropy": hexu(MAX), "expect": 4000}]))
+    cases.append(case("the cap bounds the ceiling", [{"op": "next-delay", "retry": 20, "entropy": hexu(MAX), "expect": 30000}]))
+    cases.append(case("retry 0 is read as retry 1", [{"op": "next-delay", "retry": 0, "entropy": hexu(MAX), "expect": 1000}]))
+    cases.append(case("retry u32::MAX saturates at the cap", [{"op": "next-delay", "retry": 4294967295, "entropy": hexu(MAX), "expect": 30000}]))
+    cases.append(case("the hint is a floor above the draw", [{"op": "next-delay", "retry": 1, "hint-ms": 3000, "entropy": hexu(MAX), "expect": 3000}]))
+    cases.append(case("a draw above the hint wins", [{"op": "next-delay", "retry": 5, "hint-ms": 3000, "entropy": hexu(MAX), "expect": 16000}]))
+    cases.append(case("the hint is honoured above the cap", [{"op": "next-delay", "retry": 1, "hint-ms": 45000, "entropy": hexu(0), "expect": 45000}]))
+    cases.append(case("AWS-like base 50 ms and cap 20 s",
+                      [{"op": "next-delay", "retry": r, "entropy": hexu(MID), "expect": jitter(MID, r, 50, 20000)} for r in (1, 2, 10, 11)],
+                      config={"base-delay-ms": 50, "max-delay-ms": 20000}))
+    return cases
+
+
+# ---------- keys.json ----------
+
+def fnv1a_128(data):
+    h = 0x6C62272E07BB014262B821756295C58D
+    for b in data:
+        h ^= b
+        h = (h * 0x0000000001000000000000000000013B) % (1 << 128)
+    return h
+
+
+def key_of(run_id, action_id):
+    return "ar1-%032x" % fnv1a_128(run_id.encode() + b"\0" + action_id.encode())
+
+
+def keys_cases():
+    return [
+        case("the key is FNV-1a-128 of run id, NUL, action id",
+             [{"op": "derive-idempotency-key", "run-id": "CASE-5016", "action-id": "step-3", "expect": key_of("CASE-5016", "step-3")}]),
+        case("the same inputs give the same key twice",
+             [{"op": "derive-idempotency-key", "run-id": "r", "action-id": "a", "expect": key_of("r", "a")},
+              {"op": "derive-idempotency-key", "run-id": "r", "action-id": "a", "expect": key_of("r", "a")}]),
+        case("the separator keeps run and action apart",
+             [{"op": "derive-idempotency-key", "run-id": "ab", "action-id": "c", "expect": key_of("ab", "c")},
+              {"op": "derive-idempotency-key", "run-id": "a", "action-id": "bc", "expect": key_of("a", "bc")}]),
+        case("non-ASCII ids hash their UTF-8 bytes",
+             [{"op": "derive-idempotency-key", "run-id": "रन", "action-id": "é", "expect": key_of("रन", "é")}]),
+    ]
+
+
+def fix_key_hashes():
+    # The FNV offset basis above is typed from the spec; check it once here.
+    assert "%032x" % fnv1a_128(b"") == "6c62272e07bb014262b821756295c58d"
+    assert "%032x" % fnv1a_128(b"a") == "d228cb696f1a8caf78912b704e4a8964"
+
+
+# ---------- runs-transient.json ----------
+
+def transient_cases():
+    k = key_of("run-1", "refund")
+    return [
+        case("a 503 on a read is retried and the model sees only the success", [
+            begin("lookup_order", expect=sent(1, **{"delay-ms": 0, "effect": "read", "safe-to-repeat": True})),
+            outcome(1, fail(status=503), retry(jitter(MID, 1), 2, None, "transient")),
+            outcome(1, SUCCESS, succeed(None, "success")),
+            report(calls=1, attempts=2, retries=1, replans=0, **{"succeeded-calls": 1, "waited-ms": jitter(MID, 1)}),
+        ], config=TOOLS, comment="semantics 1"),
+        case("a 429 with Retry-After 2 waits at least 2000 ms", [
+            begin("lookup_order"),
+            outcome(1, fail(status=429, headers=[("Retry-After", "2")]), retry(2000, 2, cls="throttled", **{"hint-ms": 2000}), entropy=MAX),
+        ], config=TOOLS, comment="semantics 8: the hint is a floor; entropy max draws 1000, the floor lifts it to 2000"),
+        case("a timeout on a keyed write is retried with the same key", [
+            begin("issue_refund", key=k, expect=sent(1, effect="write", **{"safe-to-repeat": True})),
+            outcome(1, fail(transport="timeout"), retry(jitter(MID, 1), 2, k, "transient")),
+            outcome(1, SUCCESS, succeed()),
+            report(effects=[{"call-id": 1, "tool": "issue_refund", "idempotency-key": k, "status": "applied"}]),
+        ], config=TOOLS, comment="semantics 6"),
+        case("a timeout on an unkeyed write asks for a status check", [
+            begin("issue_refund", expect=sent(1, **{"safe-to-repeat": False})),
+            outcome(1, fail(transport="timeout"), decision("check-status", "transient")),
+            report(**{"status-checks": 1, "retries": 0}),
+        ], config=TOOLS, comment="semantics 6: seed 003 check_status"),
+        case("a status check that finds the write applied succeeds without resending", [
+            begin("issue_refund"),
+            outcome(1, fail(transport="timeout"), decision("check-status")),
+            outcome(1, {"status-check": "found"}, succeed("already applied")),
+            report(attempts=1, retries=0, **{"status-checks": 1, "succeeded-calls": 1},
+                   effects=[{"call-id": 1, "tool": "issue_refund", "idempotency-key": None, "status": "applied"}]),
+        ], config=TOOLS, comment="semantics 7"),
+        case("a status check that finds the write absent allows a resend", [
+            begin("issue_refund"),
+            outcome(1, fail(status=503), decision("check-status")),
+            outcome(1, {"status-check": "absent"}, retry(jitter(MID, 1), 2, None)),
+            outcome(1, SUCCESS, succeed()),
+            report(attempts=2, retries=1, **{"status-checks": 1}, effects=[{"call-id": 1, "status": "applied"}]),
+        ], config=TOOLS),
+        case("a status check that cannot tell escalates", [
+            begin("issue_refund"),
+            outcome(1, fail(transport="connection-reset"), decision("check-status")),
+            outcome(1, {"status-check": "unknown"}, escalate("status-unknown",
+                    effects=[{"call-id": 1, "tool": "issue_refund", "status": "unknown"}], note={"$contains": "may have been applied"})),
+        ], config=TOOLS),
+        case("a 429 on an unkeyed write is retried: it was refused before it ran", [
+            begin("issue_refund"),
+            outcome(1, fail(status=429), retry(jitter(MID, 1), 2, None, "throttled")),
+        ], config=TOOLS),
+        case("a refused connection on an unkeyed write is retried: it never arrived", [
+            begin("issue_refund"),
+            outcome(1, fail(transport="connection-refused"), retry(jitter(MID, 1), 2, None, "transient")),
+        ], config=TOOLS),
+        case("a tool marked idempotent is retried without a key", [
+            begin("set_status", expect=sent(1, **{"safe-to-repeat": True})),
+            outcome(1, fail(transport="timeout"), retry(attempt=2)),
+        ], config={"tools": {"set_status": {"effect": "write", "idempotent": True}}}),
+        case("MCP idempotentHint makes an unknown tool safe to repeat", [
+            begin("set_status", hints={"idempotent": True}, expect=sent(1, effect="write", **{"safe-to-repeat": True})),
+            outcome(1, fail(status=502), retry(attempt=2)),
+        ]),
+        case("an unknown tool without hints is treated as an unkeyed write", [
+            begin("mystery", expect=sent(1, effect="write", **{"safe-to-repeat": False})),
+            outcome(1, fail(status=504), decision("check-status")),
+        ], comment="default-effect write: the safe side (MCP's readOnlyHint defaults to false)"),
+        case("a 529 overloaded is throttled and retried", [
+            begin("lookup_order"),
+            outcome(1, fail(status=529), retry(attempt=2, cls="throttled")),
+        ], config=TOOLS),
+        case("delays grow exponentially over retries of one call", [
+            begin("lookup_order"),
+            outcome(1, fail(status=503), retry(jitter(MAX, 1), 2), entropy=MAX),
+            outcome(1, fail(status=503), retry(jitter(MAX, 2), 3), entropy=MAX),
+            outcome(1, fail(status=503), retry(jitter(MAX, 3), 4), entropy=MAX),
+            report(**{"waited-ms": 1000 + 2000 + 4000, "waits": 3}),
+        ], config=TOOLS),
+        case("a JSON-RPC internal error on a read is retried", [
+            begin("lookup_order"),
+            outcome(1, fail(rpc=-32603), retry(attempt=2, cls="transient")),
+        ], config=TOOLS),
+        case("an isError result reporting upstream 503 is retried", [
+            begin("lookup_order"),
+            outcome(1, fail(tool_error=True, upstream=503, body="vendor API unavailable"), retry(attempt=2, cls="transient")),
+        ], config=TOOLS),
+        case("x-should-retry false on a 503 shows the error to the model", [
+            begin("lookup_order"),
+            outcome(1, fail(status=503, headers=[("x-should-retry", "false")], body="maintenance"), replan("maintenance", "deterministic")),
+        ], config=TOOLS),
+        case("the statuses seen are counted per status", [
+            begin("lookup_order"),
+            outcome(1, fail(status=503), retry(attempt=2)),
+            outcome(1, fail(status=503), retry(attempt=3)),
+            outcome(1, fail(status=429), retry(attempt=4)),
+            report(statuses=[{"status": 429, "count": 1}, {"status": 503, "count": 2}]),
+        ], config=TOOLS),
+    ]
+
+
+# ---------- runs-deterministic.json ----------
+
+def deterministic_cases():
+    cases = []
+    for status in (400, 404, 409, 422):
+        cases.append(case(f"a {status} is shown to the model, not retried", [
+            begin("issue_refund"),
+            outcome(1, fail(status=status, body="amount must be an integer number of paise"),
+                    replan(f"issue_refund failed: HTTP {status}: amount must be an integer number of paise", "deterministic")),
+            report(attempts=1, retries=0, replans=1),
+        ], config=TOOLS, comment="semantics 2"))
+    cases += [
+        case("JSON-RPC invalid params is shown to the model", [
+            begin("issue_refund"),
+            outcome(1, fail(rpc=-32602, body="amount: expected integer"), replan("JSON-RPC error -32602: amount: expected integer")),
+        ], config=TOOLS),
+        case("an isError tool result is shown to the model", [
+            begin("lookup_order"),
+            outcome(1, fail(tool_error=True, body="no order CASE-9 for this customer"), replan("tool error: no order CASE-9")),
+        ], config=TOOLS),
+        case("the replan limit escalates the third deterministic failure", [
+            begin("lookup_order"), outcome(1, fail(status=404), replan()),
+            begin("lookup_order"), outcome(2, fail(status=404), replan()),
+            begin("lookup_order"), outcome(3, fail(status=404), escalate("replans-spent", last_error="HTTP 404")),
+            report(replans=2, escalation="replans-spent"),
+        ], config=TOOLS, comment="semantics 2 and seed 003: replan, replan, escalate"),
+        case("replan limit 0 escalates the first deterministic failure", [
+            begin("lookup_order"), outcome(1, fail(status=400), escalate("replans-spent")),
+        ], config={"max-replans-per-run": 0}),
+        case("the model's message is cut to max-message-chars", [
+            begin("lookup_order"),
+            outcome(1, fail(status=400, body="x" * 100), {"ok": {"action": {"replan": "lookup_order failed: HTTP 400: " + "x" * 16 + "…"}}}),
+        ], config={"max-message-chars": 16}),
+        case("the model's message is one line", [
+            begin("lookup_order"),
+            outcome(1, fail(status=422, body="line one\n  line two\r\n"), {"ok": {"action": {"replan": "lookup_order failed: HTTP 422: line one line two"}}}),
+        ]),
+        case("a call is over after a replan", [
+            begin("lookup_order"), outcome(1, fail(status=400), replan()),
+            outcome(1, fail(status=400), {"err": {"call-finished": 1}}),
+        ]),
+    ]
+    return cases
+
+
+# ---------- runs-permission.json ----------
+
+def permission_cases():
+    k = key_of("run-1", "refund-1")
+    return [
+        case("a 403 escalates at once with its body", [
+            begin("issue_refund"),
+            outcome(1, fail(status=403, body="refunds above 5000 rupees need a person"),
+                    escalate("permission-denied", "permission", **{"last-error": "HTTP 403: refunds above 5000 rupees need a person"})),
+            report(attempts=1, retries=0, escalation="permission-denied"),
+        ], config=TOOLS, comment="semantics 3"),
+        case("a 401 escalates at once", [
+            begin("lookup_order"), outcome(1, fail(status=401, body="token expired"), escalate("permission-denied", note={"$contains": "token expired"})),
+        ], config=TOOLS),
+        case("the escalation note lists the refunds already made", [
+            begin("issue_refund", key=k), outcome(1, SUCCESS, succeed()),
+            begin("issue_refund"), outcome(2, fail(status=403), escalate("permission-denied",
+                effects=[{"call-id": 1, "tool": "issue_refund", "idempotency-key": k, "status": "applied"}],
+                note={"$contains": f"1. issue_refund (call 1, key {k}): applied."})),
+        ], config=TOOLS, comment="seed 003: a hand-off says which effects already happened"),
+        case("reads are not listed as effects", [
+            begin("lookup_order"), outcome(1, SUCCESS),
+            begin("issue_refund"), outcome(2, fail(status=403), escalate("permission-denied", effects=[], note={"$contains": "No effects were made"})),
+        ], config=TOOLS),
+        case("a JSON-RPC URL elicitation escalates", [
+            begin("lookup_order"), outcome(1, fail(rpc=-32042), escalate("permission-denied")),
+        ], config=TOOLS),
+        case("an escalated run accepts no more calls", [
+            begin("lookup_order"), outcome(1, fail(status=403), escalate("permission-denied")),
+            begin("lookup_order", expect={"err": {"run-ended": "permission-denied"}}),
+        ], config=TOOLS),
+    ]
+
+
+# ---------- runs-semantic.json ----------
+
+def semantic_cases():
+    return [
+        case("an empty result is shown to the model", [
+            begin("lookup_order"),
+            outcome(1, {"empty-result": "no orders for customer Hansini"},
+                    replan("lookup_order returned an empty or unusable result: no orders for customer Hansini", "semantic")),
+        ], config=TOOLS, comment="semantics 4: a 200 is not success until the result is usable"),
+        case("empty results past the replan limit escalate", [
+            begin("lookup_order"), outcome(1, {"empty-result": "[]"}, replan()),
+            begin("lookup_order"), outcome(2, {"empty-result": "[]"}, replan()),
+            begin("lookup_order"), outcome(3, {"empty-result": "[]"}, escalate("replans-spent", "semantic")),
+        ], config=TOOLS),
+        case("an empty result from a write records the write as applied", [
+            begin("issue_refund"), outcome(1, {"empty-result": "no refund id returned"}, replan()),
+            report(effects=[{"call-id": 1, "status": "applied"}]),
+        ], config=TOOLS),
+    ]
+
+
+# ---------- runs-unclassified.json ----------
+
+def unclassified_cases():
+    return [
+        case("a 501 escalates as a probable bug", [
+            begin("lookup_order"),
+            outcome(1, fail(status=501), escalate("unclassified-failure", "unclassified", note={"$contains": "probable bug"})),
+        ], config=TOOLS, comment="semantics 5: never retried"),
+        case("an unknown transport error escalates", [
+            begin("lookup_order"), outcome(1, fail(transport="other"), escalate("unclassified-failure")),
+        ], config=TOOLS),
+        case("a JSON-RPC parse error escalates", [
+            begin("lookup_order"), outcome(1, fail(rpc=-32700), escalate("unclassified-failure")),
+        ], config=TOOLS),
+        case("a 2xx reported as a failure escalates", [
+            begin("lookup_order"), outcome(1, fail(status=200), escalate("unclassified-failure")),
+        ], config=TOOLS),
+        case("a status outside 100-599 escalates", [
+            begin("lookup_order"), outcome(1, fail(status=65535), escalate("unclassified-failure")),
+        ], config=TOOLS),
+    ]
+
+
+# ---------- runs-delete.json ----------
+
+def delete_cases():
+    return [
+        case("a delete answered 404 succeeds as already gone", [
+            begin("delete_asset", expect=sent(1, effect="delete", **{"safe-to-repeat": True})),
+            outcome(1, fail(status=404), succeed("already deleted", "deterministic")),
+            report(replans=0, **{"succeeded-calls": 1}, effects=[]),
+        ], config=TOOLS, comment="semantics 7"),
+        case("a delete answered 410 succeeds as already gone", [
+            begin("delete_asset"), outcome(1, fail(status=410), succeed("already deleted")),
+        ], config=TOOLS),
+        case("a delete that timed out and then finds nothing was done by the first attempt", [
+            begin("delete_asset"),
+            outcome(1, fail(transport="timeout"), retry(attempt=2, key=None)),
+            outcome(1, fail(status=404), succeed("already deleted")),
+            report(effects=[{"call-id": 1, "tool": "delete_asset", "status": "applied"}]),
+        ], config=TOOLS),
+        case("a delete answered 400 is shown to the model", [
+            begin("delete_asset"), outcome(1, fail(status=400, body="bad id"), replan("bad id")),
+        ], config=TOOLS),
+        case("a read answered 404 is not treated as a delete", [
+            begin("lookup_order"), outcome(1, fail(status=404), replan()),
+        ], config=TOOLS),
+    ]
+
+
+# ---------- runs-hints.json ----------
+
+def run_hint_cases():
+    return [
+        case("a hint longer than max-hint-ms escalates with the reset time", [
+            begin("lookup_order"),
+            outcome(1, fail(status=429, headers=[("retry-after", "86400")], body="monthly spend cap reached"),
+                    escalate("quota-exhausted", "throttled", **{"resets-in-ms": 86400000},
+                             note={"$contains": "Room returns in 86400 s, at 2025-12-01T00:00:00Z"})),
+        ], config=TOOLS, comment="semantics 8: a spend cap is not waited out and not dropped"),
+        case("a hint at exactly max-hint-ms is waited out", [
+            begin("lookup_order"),
+            outcome(1, fail(status=503, headers=[("retry-after", "60")]), retry(60000, 2, **{"hint-ms": 60000})),
+        ], config=TOOLS),
+        case("max-hint-ms is configurable", [
+            begin("lookup_order"),
+            outcome(1, fail(status=503, headers=[("retry-after", "6")]), escalate("quota-exhausted", **{"resets-in-ms": 6000})),
+        ], config={"max-hint-ms": 5000}),
+        case("Anthropic's 7-day reset escalates", [
+            begin("lookup_order"),
+            outcome(1, fail(status=429, headers=[("anthropic-ratelimit-requests-reset", "2025-12-07T00:00:00Z")]),
+                    escalate("quota-exhausted", **{"resets-in-ms": 7 * 86400000})),
+        ], config=TOOLS),
+        case("a persistent 429 without a hint ends through the run retry budget", [
+            begin("lookup_order"),
+            outcome(1, fail(status=429), retry(attempt=2)),
+            outcome(1, fail(status=429), retry(attempt=3)),
+            outcome(1, fail(status=429), escalate("run-retries-spent", "throttled")),
+        ], config={"tools": REFUND_TOOLS, "max-retries-per-run": 2}, comment="semantics 8 and 9"),
+        case("a garbage hint still retries with plain backoff", [
+            begin("lookup_order"),
+            outcome(1, fail(status=429, headers=[("retry-after", "soon")]), retry(jitter(MID, 1), 2, **{"hint-ms": None, "reason": {"$contains": "ignored retry-after"}})),
+        ], config=TOOLS),
+    ]
+
+
+# ---------- runs-budgets.json ----------
+
+def budget_cases():
+    return [
+        case("max-attempts-per-call counts the first attempt", [
+            begin("lookup_order"),
+            outcome(1, fail(status=503), retry(attempt=2)),
+            outcome(1, fail(status=503), retry(attempt=3)),
+            outcome(1, fail(status=503), retry(attempt=4)),
+            outcome(1, fail(status=503), escalate("call-attempts-spent", last_error="HTTP 503")),
+            report(attempts=4, retries=3, escalation="call-attempts-spent"),
+        ], config=TOOLS, comment="semantics 9: default 4 attempts = 1 first + 3 retries"),
+        case("the run retry budget is shared by all calls", [
+            begin("lookup_order"), outcome(1, fail(status=503), retry(attempt=2)), outcome(1, SUCCESS),
+            begin("lookup_order"), outcome(2, fail(status=503), retry(attempt=2)), outcome(2, SUCCESS),
+            begin("lookup_order"), outcome(3, fail(status=503), escalate("run-retries-spent")),
+        ], config={"tools": REFUND_TOOLS, "max-retries-per-run": 2}),
+        case("run retry budget 0 escalates the first transient failure", [
+            begin("lookup_order"), outcome(1, fail(transport="timeout"), escalate("run-retries-spent")),
+        ], config={"tools": REFUND_TOOLS, "max-retries-per-run": 0}),
+        case("the step budget refuses a call once spent", [
+            begin("lookup_order"), outcome(1, SUCCESS),
+            begin("lookup_order"), outcome(2, SUCCESS),
+            begin("lookup_order", expect={"ok": {"escalate": {"reason": "run-attempts-spent"}}}),
+            report(calls=2, attempts=2, escalation="run-attempts-spent"),
+        ], config={"tools": REFUND_TOOLS, "max-attempts-per-run": 2}),
+        case("the step budget stops a retry", [
+            begin("lookup_order"), outcome(1, fail(status=503), retry(attempt=2)),
+            outcome(1, fail(status=503), escalate("run-attempts-spent")),
+        ], config={"tools": REFUND_TOOLS, "max-attempts-per-run": 2}),
+        case("status checks count as steps", [
+            begin("issue_refund"), outcome(1, fail(transport="timeout"), decision("check-status")),
+            outcome(1, {"status-check": "absent"}, escalate("run-attempts-spent")),
+        ], config={"tools": REFUND_TOOLS, "max-attempts-per-run": 2}),
+        case("the narrowest spent budget names the escalation", [
+            begin("lookup_order"), outcome(1, fail(status=503), retry(attempt=2)),
+            outcome(1, fail(status=503), escalate("call-attempts-spent")),
+        ], config={"tools": REFUND_TOOLS, "max-attempts-per-call": 2, "max-retries-per-run": 1, "max-attempts-per-run": 2}),
+        case("a persistent 503 escalates naming the run budget and the effects made", [
+            begin("issue_refund", key="k-1"), outcome(1, SUCCESS),
+            begin("lookup_order"),
+            outcome(2, fail(status=503), retry(attempt=2)),
+            outcome(2, fail(status=503), retry(attempt=3)),
+            outcome(2, fail(status=503), escalate("run-retries-spent",
+                    note={"$contains": "retry budget is spent (max-retries-per-run)"},
+                    effects=[{"tool": "issue_refund", "idempotency-key": "k-1", "status": "applied"}])),
+        ], config={"tools": REFUND_TOOLS, "max-retries-per-run": 2}),
+        case("a keyed write that timed out and escalated is listed as maybe applied", [
+            begin("issue_refund", key="k-9"),
+            outcome(1, fail(transport="timeout"), escalate("run-retries-spent",
+                    effects=[{"call-id": 1, "idempotency-key": "k-9", "status": "unknown"}],
+                    note={"$contains": "may have been applied; check before redoing it"})),
+        ], config={"tools": REFUND_TOOLS, "max-retries-per-run": 0}),
+    ]
+
+
+# ---------- seed003.json ----------
+
+def seed003_cases():
+    c = "Seed 003's test_policy, translated: delays are ranges with jitter, floored by the hint"
+    return [
+        case("seed 003: a 503 is retried", [begin("lookup_order"), outcome(1, fail(status=503), retry(attempt=2))], config=TOOLS, comment=c),
+        case("seed 003: a timeout on a write without a key checks status", [
+            begin("issue_refund"), outcome(1, fail(transport="timeout"), decision("check-status"))], config=TOOLS, comment=c),
+        case("seed 003: a timeout on a write with a key is retried", [
+            begin("issue_refund", key="k"), outcome(1, fail(transport="timeout"), retry(attempt=2, key="k"))], config=TOOLS, comment=c),
+        case("seed 003: the second retry of a 429 waits within 0 to 2000 ms", [
+            begin("lookup_order"), outcome(1, fail(status=429), retry(attempt=2)),
+            outcome(1, fail(status=429), retry({"$range": [0, 2000]}, 3), entropy=0x1234_5678_9ABC_DEF0),
+        ], config=TOOLS, comment=c + ": '2.0s' in the seed is the un-jittered ceiling 1000 × 2^1"),
+        case("seed 003: Retry-After 3 makes the wait at least 3000 ms", [
+            begin("lookup_order"), outcome(1, fail(status=429, headers=[("retry-after", "3")]), retry({"$range": [3000, 3000]}, 2)),
+        ], config=TOOLS, comment=c + ": the seed's '3.0s'; the floor lifts any draw up to 1000 ms to 3000"),
+        case("seed 003: a 403 escalates", [begin("lookup_order"), outcome(1, fail(status=403), escalate("permission-denied"))], config=TOOLS, comment=c),
+        case("seed 003: three 400s give replan, replan, escalate", [
+            begin("issue_refund"), outcome(1, fail(status=400), replan()),
+            begin("issue_refund"), outcome(2, fail(status=400), replan()),
+            begin("issue_refund"), outcome(3, fail(status=400), escalate("replans-spent")),
+        ], config=TOOLS, comment=c),
+        case("seed 003: a 503 with no retries left escalates", [
+            begin("lookup_order"), outcome(1, fail(status=503), escalate("run-retries-spent"))],
+            config={"tools": REFUND_TOOLS, "max-retries-per-run": 0}, comment=c),
+        case("seed 003: a 503 on the last attempt escalates", [
+            begin("lookup_order"),
+            outcome(1, fail(status=503), retry(attempt=2)), outcome(1, fail(status=503), retry(attempt=3)),
+            outcome(1, fail(status=503), retry(attempt=4)), outcome(1, fail(status=503), escalate("call-attempts-spent")),
+        ], config=TOOLS, comment=c + ": max_retries=3 is max-attempts-per-call=4"),
+    ]
+
+
+# ---------- runs-errors.json ----------
+
+def run_error_cases():
+    return [
+        case("an unknown call id is an error", [begin("lookup_order"), outcome(7, SUCCESS, {"err": {"unknown-call": 7}})]),
+        case("call id 0 is an error", [begin("lookup_order"), outcome(0, SUCCESS, {"err": {"unknown-call": 0}})]),
+        case("a status-check outcome with no check pending is an error", [
+            begin("lookup_order"), outcome(1, {"status-check": "found"}, {"err": {"no-status-check-pending": 1}}),
+            outcome(1, SUCCESS, succeed()),
+        ], config=TOOLS),
+        case("an attempt outcome while a status check is pending is an error", [
+            begin("issue_refund"), outcome(1, fail(transport="timeout"), decision("check-status")),
+            outcome(1, SUCCESS, {"err": {"status-check-pending": 1}}),
+            outcome(1, {"status-check": "found"}, succeed("already applied")),
+        ], config=TOOLS),
+        case("an outcome after escalation is an error", [
+            begin("lookup_order"), begin("lookup_order"),
+            outcome(1, fail(status=403), escalate("permission-denied")),
+            outcome(2, SUCCESS, {"err": {"run-ended": "permission-denied"}}),
+        ], config=TOOLS),
+    ]
+
+
+# ---------- account-budget.json ----------
+
+def account_cases():
+    acct = {"account-id": "acme", "capacity": 2, "refill-interval-ms": 1000, "max-wait-ms": 1500}
+    cfg = {"tools": REFUND_TOOLS, "account-budget": acct}
+    return [
+        case("calls within the bucket go at once; the next waits for a token", [
+            begin("lookup_order", expect=sent(1, **{"delay-ms": 0})),
+            begin("lookup_order", expect=sent(2, **{"delay-ms": 0})),
+            begin("lookup_order", expect=sent(3, **{"delay-ms": 1000})),
+            report(waits=1, **{"waited-ms": 1000}),
+        ], config=cfg, comment="GCRA: capacity 2, one token per 1000 ms"),
+        case("a wait past max-wait-ms escalates with when room returns", [
+            begin("lookup_order"), begin("lookup_order"), begin("lookup_order"),
+            begin("lookup_order", expect={"ok": {"escalate": {"reason": "account-budget-exhausted", "resets-in-ms": 2000,
+                                                             "note": {"$contains": "account budget exhausted"}}}}),
+        ], config=cfg),
+        case("retries take tokens from the account", [
+            begin("lookup_order"), begin("lookup_order"),
+            outcome(1, fail(status=503), retry(1000, 2), entropy=0),
+        ], config=cfg, comment="the retry's own draw is 0 ms; the account has room in 1000 ms"),
+        case("a retry the account cannot fit escalates", [
+            begin("lookup_order"), begin("lookup_order"), begin("lookup_order"),
+            outcome(1, fail(status=503), escalate("account-budget-exhausted", **{"resets-in-ms": 2000})),
+        ], config=cfg),
+        case("runs of one account share its bucket", [
+            begin("lookup_order"), begin("lookup_order"),
+            {"op": "start-run", "run-id": "run-2"},
+            begin("lookup_order", expect=sent(1, **{"delay-ms": 1000})),
+        ], config=cfg),
+        case("the bucket refills with time", [
+            begin("lookup_order"), begin("lookup_order"),
+            begin("lookup_order", now=START + 2000, expect=sent(3, **{"delay-ms": 0})),
+        ], config=cfg),
+        case("retry-cost sets what a retry takes", [
+            begin("lookup_order"),
+            outcome(1, fail(status=503), retry(1000, 2), entropy=0),
+        ], config={"tools": REFUND_TOOLS, "account-budget": dict(acct, **{"retry-cost": 2, "max-wait-ms": 5000})},
+            comment="capacity 2, the first call took 1: of the retry's 2 tokens one is there, the other 1000 ms away"),
+    ]
+
+
+# ---------- config.json ----------
+
+def config_cases():
+    defaults = {
+        "base-delay-ms": 1000, "max-delay-ms": 30000, "max-attempts-per-call": 4, "max-retries-per-run": 10,
+        "max-replans-per-run": 2, "max-attempts-per-run": 30, "max-hint-ms": 60000, "max-message-chars": 300,
+        "default-effect": "write", "tools": {}, "status-overrides": {}, "account-budget": None,
+    }
+
+    def load(config=None, text=None, expect=None):
+        step = {"op": "load-policy"}
+        if text is not None:
+            step["config-text"] = text
+        else:
+            step["config"] = config
+        step["expect"] = expect
+        return step
+
+    def err(kind, field, message=None):
+        e = {"kind": kind, "field": field}
+        if message:
+            e["message"] = {"$contains": message}
+        return {"err": e}
+
+    return [
+        case("an empty object gives every default", [load({}, expect={"ok": defaults})]),
+        case("tools accept MCP annotations", [
+            load({"tools": {"list_refunds": {"readOnlyHint": True}, "set_flag": {"idempotentHint": True}}},
+                 expect={"ok": {"tools": {"list_refunds": {"effect": "read"}, "set_flag": {"effect": "write", "idempotent": True}}}})]),
+        case("an account budget gets its defaults", [
+            load({"account-budget": {"account-id": "acme", "capacity": 500, "refill-interval-ms": 7200}},
+                 expect={"ok": {"account-budget": {"account-id": "acme", "capacity": 500, "refill-interval-ms": 7200,
+                                                    "max-wait-ms": 5000, "attempt-cost": 1, "retry-cost": 1}}})]),
+        case("an unknown field is rejected by name", [load({"retries": 3}, expect=err("unknown-field", "retries"))]),
+        case("an unknown nested field is rejected by its path", [
+            load({"tools": {"t": {"effect": "read", "speed": 1}}}, expect=err("unknown-field", "tools.t.speed"))]),
+        case("a string where a number belongs is a wrong type", [
+            load({"base-delay-ms": "1s"}, expect=err("wrong-type", "base-delay-ms", "whole number from 1 to 86400000"))]),
+        case("a negative number is out of range", [load({"max-delay-ms": -5}, expect=err("out-of-range", "max-delay-ms"))]),
+        case("a fraction is out of range", [load({"base-delay-ms": 1.5}, expect=err("out-of-range", "base-delay-ms"))]),
+        case("zero attempts per call is out of range", [load({"max-attempts-per-call": 0}, expect=err("out-of-range", "max-attempts-per-call"))]),
+        case("max-delay-ms below base-delay-ms is rejected", [
+            load({"base-delay-ms": 5000, "max-delay-ms": 100}, expect=err("out-of-range", "max-delay-ms", "at least base-delay-ms"))]),
+        case("an unknown effect is rejected", [load({"tools": {"t": {"effect": "launch"}}}, expect=err("out-of-range", "tools.t.effect", '"read"'))]),
+        case("effect and MCP hints together are rejected", [
+            load({"tools": {"t": {"effect": "read", "readOnlyHint": True}}}, expect=err("out-of-range", "tools.t", "not both"))]),
+        case("a status override must be an error status", [
+            load({"status-overrides": {"200": "transient"}}, expect=err("out-of-range", "status-overrides.200"))]),
+        case("a status override cannot mean success", [
+            load({"status-overrides": {"409": "success"}}, expect=err("out-of-range", "status-overrides.409"))]),
+        case("an account budget needs an account id", [
+            load({"account-budget": {"capacity": 5, "refill-interval-ms": 10}}, expect=err("out-of-range", "account-budget.account-id", "required"))]),
+        case("a retry cost above capacity is rejected", [
+            load({"account-budget": {"account-id": "a", "capacity": 5, "refill-interval-ms": 10, "retry-cost": 6}},
+                 expect=err("out-of-range", "account-budget.retry-cost"))]),
+        case("text that is not JSON is a syntax error", [load(text="{", expect=err("syntax", "", "not valid JSON"))]),
+        case("a JSON array is not a configuration", [load(text="[]", expect=err("wrong-type", ""))]),
+        case("a duplicate field is a syntax error", [load(text='{"max-hint-ms": 1, "max-hint-ms": 2}', expect=err("syntax", "", "appears twice"))]),
+        case("deep nesting is refused", [load(text="[" * 200, expect=err("syntax", "", "nesting deeper"))]),
+        case("the effective configuration echoes the fields given", [
+            load({"base-delay-ms": 50, "status-overrides": {"409": "transient"}, "default-effect": "read"},
+                 expect={"ok": {"base-delay-ms": 50, "status-overrides": {"409": "transient"}, "default-effect": "read"}})]),
+    ]
+
+
+FILES = {
+    "classify.json": ("How each failure is classified (classify)", classify_cases),
+    "hints.json": ("Server wait hints from every header format (classify)", hints_cases),
+    "backoff.json": ("Full-jitter backoff with the hint as a floor (next-delay)", backoff_cases),
+    "keys.json": ("Idempotency keys (derive-idempotency-key)", keys_cases),
+    "runs-transient.json": ("Transient failures and ambiguous writes in a run", transient_cases),
+    "runs-deterministic.json": ("Deterministic failures are shown to the model", deterministic_cases),
+    "runs-permission.json": ("Permission failures escalate at once", permission_cases),
+    "runs-semantic.json": ("Empty or unusable results", semantic_cases),
+    "runs-unclassified.json": ("Failures the policy cannot classify", unclassified_cases),
+    "runs-delete.json": ("Deletes", delete_cases),
+    "runs-hints.json": ("Server hints in a run", run_hint_cases),
+    "runs-budgets.json": ("Budgets: per call, per run, step budget", budget_cases),
+    "seed003.json": ("Seed 003's test_policy checks", seed003_cases),
+    "runs-errors.json": ("Host misuse of a run is a typed error", run_error_cases),
+    "account-budget.json": ("The shared account budget", account_cases),
+    "config.json": ("Configuration loading and validation (load-policy)", config_cases),
+}
+
+
+def check_style(name, doc):
+    problems = []
+    seen = set()
+    for c in doc["cases"]:
+        d = c["description"]
+        if d in seen:
+            problems.append(f"{name}: duplicate description {d!r}")
+        seen.add(d)
+        if "should" in d.split() or d.lower().startswith("test"):
+            problems.append(f"{name}: say what happens, not 'should'/'test': {d!r}")
+        if len(d) > 100:
+            problems.append(f"{name}: description over 100 characters: {d!r}")
+    return problems
+
+
+def main():
+    fix_key_hashes()
+    check = "--check" in sys.argv
+    problems, total = [], 0
+    for name, (description, build) in FILES.items():
+        doc = {"description": description, "cases": build()}
+        total += len(doc["cases"])
+        problems += check_style(name, doc)
+        text = json.dumps(doc, indent=1, ensure_ascii=False) + "\n"
+        path = HERE / name
+        if check:
+            if not path.exists() or path.read_text(encoding="utf-8") != text:
+                problems.append(f"{name} is out of date: run python3 tests/vectors/make_vectors.py")
+        else:
+            path.write_text(text, encoding="utf-8")
+    for p in problems:
+        print(p)
+    print(f"{total} cases in {len(FILES)} files")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
