@@ -5,8 +5,11 @@
 //! sandbox, the imports, and the loop that calls, sleeps and retries.
 
 pub mod accounts;
+pub mod canonical;
 pub mod component;
+pub mod dynamic;
 pub mod entropy;
+pub mod steps;
 
 pub use accounts::{AccountBudgetBackend, EmbeddedAccounts};
 pub use component::{HostServices, LoadError, PolicyComponent, PolicyInstance, default_wasm_path};

@@ -5,9 +5,7 @@
 pub mod matcher;
 pub mod native;
 pub mod runner;
-pub mod val_json;
 pub mod vector;
-pub mod wasm;
 
 pub use runner::{CaseResult, Subject, run_case};
 pub use vector::{Case, VectorFile, load_dir};

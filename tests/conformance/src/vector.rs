@@ -5,13 +5,6 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use serde_json::Value;
 
-/// The clock at the start of every case unless a step says otherwise:
-/// 2025-11-30T00:00:00Z.
-pub const DEFAULT_START_MS: u64 = 1_764_460_800_000;
-
-/// The entropy a step uses when it gives none: the middle of the range.
-pub const DEFAULT_ENTROPY: u64 = 0x8000_0000_0000_0000;
-
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct VectorFile {
@@ -56,15 +49,3 @@ pub fn load_dir(dir: &Path) -> Result<Vec<VectorFile>, String> {
         .collect()
 }
 
-/// A u64 written as a JSON number or a `0x` hex string (JSON numbers lose
-/// precision above 2^53 in JavaScript).
-pub fn parse_u64(value: &Value) -> Result<u64, String> {
-    match value {
-        Value::Number(n) => n.as_u64().ok_or_else(|| format!("{n} is not a u64")),
-        Value::String(s) => {
-            let hex = s.strip_prefix("0x").ok_or_else(|| format!("\"{s}\" is not a 0x hex u64"))?;
-            u64::from_str_radix(hex, 16).map_err(|e| format!("\"{s}\": {e}"))
-        }
-        other => Err(format!("{other} is not a u64")),
-    }
-}

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use agent_retry_host::{PolicyComponent, default_wasm_path};
 use conformance::native::Native;
-use conformance::wasm::Wasm;
+use agent_retry_host::dynamic::DynamicPolicy;
 use conformance::{load_dir, run_case};
 
 fn main() -> ExitCode {
@@ -34,7 +34,7 @@ fn main() -> ExitCode {
         for case in &file.cases {
             cases += 1;
             let native = run_case(case, &mut Native::new());
-            let wasm = match Wasm::new(&component) {
+            let wasm = match DynamicPolicy::new(&component) {
                 Ok(mut subject) => run_case(case, &mut subject),
                 Err(e) => conformance::CaseResult { outputs: vec![], failure: Some(e) },
             };

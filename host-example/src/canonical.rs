@@ -7,7 +7,7 @@
 use serde_json::{Map, Value};
 use wasmtime::component::{Type, Val};
 
-use crate::vector::parse_u64;
+use crate::steps::parse_u64;
 
 fn int<T: TryFrom<i64>>(json: &Value) -> Result<T, String> {
     json.as_i64().and_then(|n| T::try_from(n).ok()).ok_or_else(|| format!("{json} is out of range"))

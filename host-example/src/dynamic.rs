@@ -1,31 +1,31 @@
-//! The component subject: the `.wasm` in wasmtime, called through the dynamic
-//! API so that every value goes through the canonical JSON form.
+//! The component called through wasmtime's dynamic API, every value in its
+//! canonical JSON form: what the conformance runner and `agent-retry decide` use.
 
 use std::sync::Arc;
 
-use agent_retry_host::{EmbeddedAccounts, EntropySource, HostServices, PolicyComponent, PolicyInstance};
 use serde_json::Value;
 use wasmtime::component::{ResourceAny, Val};
 
-use crate::runner::Subject;
-use crate::val_json::{to_json, to_val};
+use crate::canonical::{to_json, to_val};
+use crate::steps::Subject;
+use crate::{EmbeddedAccounts, EntropySource, HostServices, PolicyComponent, PolicyInstance};
 
 const INTERFACE: &str = "agent-retry:policy/policy@0.1.0";
 
-pub struct Wasm {
+pub struct DynamicPolicy {
     instance: PolicyInstance,
     policy: Option<ResourceAny>,
     run: Option<ResourceAny>,
 }
 
-impl Wasm {
+impl DynamicPolicy {
     /// A fresh instance with its own embedded account budget.
     pub fn new(component: &PolicyComponent) -> Result<Self, String> {
         // Every record-outcome passes entropy, so the guest never draws its own;
         // a fixed seed keeps even that path reproducible.
         let services = HostServices::new(Arc::new(EmbeddedAccounts::new()), EntropySource::seeded(0));
         let instance = component.instantiate(services).map_err(|e| format!("instantiate: {e:#}"))?;
-        Ok(Wasm { instance, policy: None, run: None })
+        Ok(DynamicPolicy { instance, policy: None, run: None })
     }
 
     /// Calls `name` in the policy interface. `leading` are resource arguments;
@@ -55,7 +55,7 @@ impl Wasm {
     }
 }
 
-impl Subject for Wasm {
+impl Subject for DynamicPolicy {
     fn load_policy(&mut self, config_text: &str) -> Result<Value, String> {
         let text = Value::from(config_text);
         match self.call("[static]policy.from-json", vec![], &[&text])? {

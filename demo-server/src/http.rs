@@ -1,0 +1,122 @@
+//! The demo server over streamable HTTP on loopback, behind a layer that acts
+//! out HTTP-level faults (statuses with headers, a dropped connection, a
+//! response held back after the write was applied) and the account allowance.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use serde_json::{Map, Value};
+use tokio_util::sync::CancellationToken;
+
+use crate::faults::Fault;
+use crate::tools::{AssignedFault, DemoServer, DemoState, lock};
+
+/// A running server: its URL, its state, and a handle to stop it.
+pub struct HttpServer {
+    pub url: String,
+    pub state: Arc<DemoState>,
+    cancel: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl HttpServer {
+    pub async fn stop(self) {
+        self.cancel.cancel();
+        let _ = self.task.await;
+    }
+}
+
+/// Serves `state` on `addr` (port 0: a free port) at `/mcp`.
+pub async fn serve_http(addr: SocketAddr, state: Arc<DemoState>) -> anyhow::Result<HttpServer> {
+    let cancel = CancellationToken::new();
+    let config = StreamableHttpServerConfig::default()
+        .with_sse_keep_alive(None)
+        .with_legacy_session_mode(false)
+        .with_json_response(true)
+        .with_cancellation_token(cancel.child_token());
+    let handler_state = Arc::clone(&state);
+    let service: StreamableHttpService<DemoServer, LocalSessionManager> =
+        StreamableHttpService::new(move || Ok(DemoServer::new(Arc::clone(&handler_state))), Default::default(), config);
+    let router = axum::Router::new()
+        .nest_service("/mcp", service)
+        .layer(middleware::from_fn_with_state(Arc::clone(&state), fault_layer));
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let url = format!("http://{}/mcp", listener.local_addr()?);
+    let stop = cancel.clone();
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, router).with_graceful_shutdown(async move { stop.cancelled_owned().await }).await;
+    });
+    Ok(HttpServer { url, state, cancel, task })
+}
+
+/// The tool name and arguments of a `tools/call` request body, if it is one.
+fn tools_call(body: &[u8]) -> Option<(String, Map<String, Value>)> {
+    let message: Value = serde_json::from_slice(body).ok()?;
+    if message.get("method")?.as_str()? != "tools/call" {
+        return None;
+    }
+    let params = message.get("params")?;
+    let name = params.get("name")?.as_str()?.to_string();
+    let arguments = params.get("arguments").and_then(Value::as_object).cloned().unwrap_or_default();
+    Some((name, arguments))
+}
+
+fn respond(status: u16, headers: &[(String, String)], body: String) -> Response {
+    let mut response = Response::new(Body::from(body));
+    *response.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    for (name, value) in headers {
+        if let (Ok(name), Ok(value)) = (axum::http::HeaderName::try_from(name.as_str()), HeaderValue::from_str(value)) {
+            response.headers_mut().append(name, value);
+        }
+    }
+    response
+}
+
+/// Headers promise a JSON body; the body then fails, so the connection is cut.
+fn dropped_connection() -> Response {
+    let failing = futures::stream::once(async { Err::<Bytes, std::io::Error>(std::io::Error::other("connection dropped by the fault script")) });
+    let mut response = Response::new(Body::from_stream(failing));
+    response.headers_mut().insert("content-type", HeaderValue::from_static("application/json"));
+    response.headers_mut().insert("content-length", HeaderValue::from_static("64"));
+    response
+}
+
+async fn fault_layer(State(state): State<Arc<DemoState>>, request: Request, next: Next) -> Response {
+    let (mut parts, body) = request.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, 4 << 20).await else {
+        return respond(413, &[], "request body too large".into());
+    };
+    let Some((tool, arguments)) = tools_call(&bytes) else {
+        return next.run(Request::from_parts(parts, Body::from(bytes))).await;
+    };
+    if let Err(wait) = state.admit() {
+        state.record(&tool, &arguments, Some("http-429".into()));
+        let seconds = wait.as_millis().div_ceil(1000).max(1);
+        let headers = [("retry-after".to_string(), seconds.to_string()), ("ratelimit".to_string(), format!("\"demo\";r=0;t={seconds}"))];
+        return respond(429, &headers, "account allowance exhausted".into());
+    }
+    let fault = lock(&state.faults).next(&tool, &arguments);
+    state.record(&tool, &arguments, fault.as_ref().map(Fault::name));
+    match fault {
+        Some(Fault::Http { status, headers, body }) => respond(status, &headers, body),
+        Some(Fault::Drop) => dropped_connection(),
+        Some(Fault::TimeoutAfterApply { delay_ms }) => {
+            parts.extensions.insert(AssignedFault(None));
+            let response = next.run(Request::from_parts(parts, Body::from(bytes))).await;
+            tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+            response
+        }
+        tool_level => {
+            parts.extensions.insert(AssignedFault(tool_level));
+            next.run(Request::from_parts(parts, Body::from(bytes))).await
+        }
+    }
+}

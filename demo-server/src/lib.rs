@@ -1,0 +1,20 @@
+//! A demo MCP server for agent-retry's tests and demo: a refund desk
+//! (`lookup_order`, `check_refund_policy`, `issue_refund`, `list_refunds`) and an
+//! asset store (`upload_asset`, `delete_asset`, `list_assets`).
+//!
+//! It fails the way real services do, on a script ([`faults`]); it enforces an
+//! account allowance shared by all clients ([`allowance`]); and it keeps a
+//! [`ledger`] of applied effects so a duplicate refund is detectable. Served over
+//! streamable HTTP ([`http`]) and stdio.
+
+pub mod allowance;
+pub mod faults;
+pub mod http;
+pub mod ledger;
+pub mod tools;
+
+pub use allowance::Allowance;
+pub use faults::{Fault, FaultRule, FaultScript};
+pub use http::{HttpServer, serve_http};
+pub use ledger::Ledger;
+pub use tools::{CallRecord, DemoServer, DemoState};

@@ -1,0 +1,262 @@
+//! The tools, and the one place every call goes through: faults, the call log,
+//! then the tool itself.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorCode, ErrorData, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig,
+};
+use rmcp::service::RequestContext;
+use rmcp::{RoleServer, ServerHandler};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+
+use crate::allowance::Allowance;
+use crate::faults::{Fault, FaultScript};
+use crate::ledger::Ledger;
+
+/// One tools/call the server received.
+#[derive(Clone, Debug, Serialize)]
+pub struct CallRecord {
+    /// ms since the server started.
+    pub at_ms: u64,
+    pub tool: String,
+    pub arguments: Value,
+    /// The scripted fault, if any (`"http-429"` for an allowance refusal).
+    pub fault: Option<String>,
+}
+
+/// The server's state, shared by every session and transport.
+pub struct DemoState {
+    pub ledger: Mutex<Ledger>,
+    pub faults: Mutex<FaultScript>,
+    pub allowance: Mutex<Option<Allowance>>,
+    pub calls: Mutex<Vec<CallRecord>>,
+    started: Instant,
+}
+
+/// Locks a mutex; a poisoned one still holds usable data for a demo server.
+pub fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl DemoState {
+    pub fn new(faults: FaultScript, allowance: Option<Allowance>) -> Arc<Self> {
+        Arc::new(DemoState {
+            ledger: Mutex::new(Ledger::default()),
+            faults: Mutex::new(faults),
+            allowance: Mutex::new(allowance),
+            calls: Mutex::new(Vec::new()),
+            started: Instant::now(),
+        })
+    }
+
+    pub fn record(&self, tool: &str, arguments: &Map<String, Value>, fault: Option<String>) {
+        let at_ms = self.started.elapsed().as_millis() as u64;
+        lock(&self.calls).push(CallRecord { at_ms, tool: tool.to_string(), arguments: Value::Object(arguments.clone()), fault });
+    }
+
+    /// Admits a call against the allowance, or gives the wait until it resets.
+    pub fn admit(&self) -> Result<(), Duration> {
+        match lock(&self.allowance).as_mut() {
+            Some(allowance) => allowance.admit(),
+            None => Ok(()),
+        }
+    }
+
+    /// The calls received for `tool`.
+    pub fn calls_to(&self, tool: &str) -> Vec<CallRecord> {
+        lock(&self.calls).iter().filter(|c| c.tool == tool).cloned().collect()
+    }
+}
+
+/// A fault the HTTP layer chose for the handler to act out (tool-level faults).
+#[derive(Clone, Debug)]
+pub struct AssignedFault(pub Option<Fault>);
+
+#[derive(Clone)]
+pub struct DemoServer {
+    pub state: Arc<DemoState>,
+}
+
+/// A tool error the way an MCP server wrapping an API reports one: `isError`,
+/// the upstream status and message in `structuredContent.error`.
+pub fn tool_error(status: Option<u16>, message: &str) -> CallToolResult {
+    CallToolResult::structured_error(json!({ "error": { "status": status, "message": message } }))
+}
+
+#[derive(Deserialize)]
+struct OrderArgs {
+    order_id: String,
+}
+
+#[derive(Deserialize)]
+struct RefundArgs {
+    order_id: String,
+    amount_paise: i64,
+    #[serde(default)]
+    idempotency_key: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct UploadArgs {
+    asset_id: String,
+    content: String,
+}
+
+#[derive(Deserialize)]
+struct AssetArgs {
+    asset_id: String,
+}
+
+/// Refunds above this need a person (the seed's 5,000 rupees).
+pub const APPROVAL_LIMIT_PAISE: i64 = 500_000;
+
+fn args<T: for<'de> Deserialize<'de>>(arguments: &Map<String, Value>) -> Result<T, ErrorData> {
+    serde_json::from_value(Value::Object(arguments.clone())).map_err(|e| ErrorData::invalid_params(format!("bad arguments: {e}"), None))
+}
+
+impl DemoServer {
+    pub fn new(state: Arc<DemoState>) -> Self {
+        DemoServer { state }
+    }
+
+    /// Runs a tool with no fault.
+    pub fn run_tool(&self, name: &str, arguments: &Map<String, Value>) -> Result<CallToolResult, ErrorData> {
+        let mut ledger = crate::tools::lock(&self.state.ledger);
+        let result = match name {
+            "lookup_order" => {
+                let a: OrderArgs = args(arguments)?;
+                json!({ "order_id": a.order_id, "customer": "Hansini", "amount_paise": 245_000, "status": "delivered" })
+            }
+            "check_refund_policy" => {
+                let a: RefundArgs = args(arguments)?;
+                json!({ "order_id": a.order_id, "allowed": a.amount_paise <= APPROVAL_LIMIT_PAISE,
+                        "needs_approval": a.amount_paise > APPROVAL_LIMIT_PAISE })
+            }
+            "issue_refund" => {
+                let a: RefundArgs = args(arguments)?;
+                if a.amount_paise <= 0 {
+                    return Ok(tool_error(Some(422), "amount must be a positive integer number of paise"));
+                }
+                if a.amount_paise > APPROVAL_LIMIT_PAISE {
+                    return Ok(tool_error(Some(403), "refunds above 5000 rupees need a person"));
+                }
+                let (refund, _applied) = ledger.issue_refund(&a.order_id, a.amount_paise, a.idempotency_key.as_deref());
+                json!({ "refund": refund })
+            }
+            "list_refunds" => {
+                let a: OrderArgs = args(arguments)?;
+                let refunds: Vec<_> = ledger.refunds.iter().filter(|r| r.order_id == a.order_id).collect();
+                json!({ "refunds": refunds })
+            }
+            "upload_asset" => {
+                let a: UploadArgs = args(arguments)?;
+                *ledger.uploads.entry(a.asset_id.clone()).or_default() += 1;
+                ledger.assets.insert(a.asset_id.clone(), a.content);
+                json!({ "asset_id": a.asset_id })
+            }
+            "delete_asset" => {
+                let a: AssetArgs = args(arguments)?;
+                if ledger.assets.remove(&a.asset_id).is_none() {
+                    return Ok(tool_error(Some(404), &format!("no asset {}", a.asset_id)));
+                }
+                json!({ "deleted": a.asset_id })
+            }
+            "list_assets" => json!({ "assets": ledger.assets.keys().collect::<Vec<_>>() }),
+            other => return Err(ErrorData::invalid_params(format!("unknown tool {other}"), None)),
+        };
+        Ok(CallToolResult::structured(result))
+    }
+
+    /// Acts out a tool-level fault, or runs the tool.
+    async fn call_with_fault(&self, name: &str, arguments: &Map<String, Value>, fault: Option<Fault>) -> Result<CallToolResult, ErrorData> {
+        match fault {
+            None => self.run_tool(name, arguments),
+            Some(Fault::JsonRpcError { code, message }) => Err(ErrorData::new(ErrorCode(code), message, None)),
+            Some(Fault::ToolError { status, message }) => Ok(tool_error(status, &message)),
+            // Over stdio there is no HTTP: an HTTP fault is reported as the tool's upstream status.
+            Some(Fault::Http { status, body, .. }) => Ok(tool_error(Some(status), &body)),
+            Some(Fault::Empty) => Ok(CallToolResult::success(Vec::<ContentBlock>::new())),
+            Some(Fault::Drop) => Err(ErrorData::internal_error("connection dropped", None)),
+            Some(Fault::TimeoutAfterApply { delay_ms }) => {
+                let result = self.run_tool(name, arguments);
+                tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+                result
+            }
+        }
+    }
+}
+
+fn tool(name: &str, description: &str, properties: Value, required: &[&str], annotations: Value) -> Value {
+    json!({
+        "name": name,
+        "description": description,
+        "inputSchema": { "type": "object", "properties": properties, "required": required },
+        "annotations": annotations,
+    })
+}
+
+/// The tool list, with MCP annotations the policy can use.
+pub fn tool_list() -> Value {
+    let read = json!({ "readOnlyHint": true });
+    let order = json!({ "order_id": { "type": "string" } });
+    let refund = json!({ "order_id": { "type": "string" }, "amount_paise": { "type": "integer" },
+                         "idempotency_key": { "type": "string", "description": "repeat-safe: a second call with the same key returns the first refund" } });
+    json!([
+        tool("lookup_order", "Look up an order", order.clone(), &["order_id"], read.clone()),
+        tool("check_refund_policy", "Check whether a refund is allowed without approval", refund.clone(), &["order_id", "amount_paise"], read.clone()),
+        tool("issue_refund", "Issue a refund (a write; accepts an idempotency key)", refund, &["order_id", "amount_paise"],
+             json!({ "readOnlyHint": false, "destructiveHint": false, "idempotentHint": false })),
+        tool("list_refunds", "List the refunds of an order", order, &["order_id"], read.clone()),
+        tool("upload_asset", "Upload an asset under a caller-chosen id (a repeat overwrites)",
+             json!({ "asset_id": { "type": "string" }, "content": { "type": "string" } }), &["asset_id", "content"],
+             json!({ "readOnlyHint": false, "idempotentHint": true })),
+        tool("delete_asset", "Delete an asset", json!({ "asset_id": { "type": "string" } }), &["asset_id"],
+             json!({ "readOnlyHint": false, "destructiveHint": true, "idempotentHint": true })),
+        tool("list_assets", "List asset ids", json!({}), &[], read),
+    ])
+}
+
+impl ServerHandler for DemoServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_instructions("agent-retry demo: a refund desk and an asset store that fail on a script")
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        serde_json::from_value(json!({ "tools": tool_list() })).map_err(|e| ErrorData::internal_error(e.to_string(), None))
+    }
+
+    async fn call_tool(&self, request: CallToolRequestParams, context: RequestContext<RoleServer>) -> Result<CallToolResponse, ErrorData> {
+        let name = request.name.to_string();
+        let arguments = request.arguments.clone().unwrap_or_default();
+        let assigned = context
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<AssignedFault>())
+            .cloned();
+        let fault = match assigned {
+            // Over HTTP the fault layer already counted, logged and chose.
+            Some(AssignedFault(fault)) => fault,
+            // Over stdio this is the first place the call is seen.
+            None => {
+                if let Err(wait) = self.state.admit() {
+                    self.state.record(&name, &arguments, Some("http-429".into()));
+                    let message = format!("account allowance exhausted; retry in {} s", wait.as_secs().max(1));
+                    return Ok(tool_error(Some(429), &message).into());
+                }
+                let fault = lock(&self.state.faults).next(&name, &arguments);
+                self.state.record(&name, &arguments, fault.as_ref().map(Fault::name));
+                fault
+            }
+        };
+        self.call_with_fault(&name, &arguments, fault).await.map(Into::into)
+    }
+}
