@@ -16,6 +16,7 @@ wasm: setup
 	@size=$$(stat -c %s $(WASM)); echo "$(WASM): $$size bytes (limit $(WASM_LIMIT_BYTES))"; \
 	  test $$size -le $(WASM_LIMIT_BYTES) || { echo "the component is over its size budget"; exit 1; }
 
+# The refund desk end to end: the demo MCP server, scripted agent runs, the table.
 demo: wasm
 	cargo run --release -p agent-retry-host --bin agent-retry -- demo
 

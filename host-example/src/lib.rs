@@ -6,9 +6,12 @@
 
 pub mod accounts;
 pub mod canonical;
+pub mod commands;
 pub mod component;
 pub mod dynamic;
 pub mod entropy;
+pub mod labels;
+pub mod mcp;
 pub mod steps;
 
 pub use accounts::{AccountBudgetBackend, EmbeddedAccounts};

@@ -1,18 +1,16 @@
-//! `agent-retry`: the sample host's command line.
+//! `agent-retry`: the sample host's command line. The commands live in
+//! `agent_retry_host::commands`; this file only parses arguments.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
 
-use agent_retry_host::component::types::{
-    Action, Admission, CallRequest, Failure, FailureKind, Outcome, OutcomeClass, StatusCheckResult, TransportError,
-};
-use agent_retry_host::{EmbeddedAccounts, EntropySource, HostServices, PolicyComponent, default_wasm_path};
+use agent_retry_host::commands::{call, decide, demo, explain, serve};
+use agent_retry_host::default_wasm_path;
 
 #[derive(Parser)]
-#[command(name = "agent-retry", version, about = "Sample host for the agent-retry policy component")]
+#[command(name = "agent-retry", version, about = "Sample host for the agent-retry policy component: wraps MCP tool calls with retries, replans, status checks and escalations")]
 struct Cli {
     /// The policy component to load.
     #[arg(long, global = true, default_value_os_t = default_wasm_path())]
@@ -23,23 +21,105 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Print what the component imports and exports, and its size.
-    Inspect,
-    /// Run a scripted sequence of tool-call failures through the policy and print
-    /// every decision (simulated clock, seeded jitter: the output is reproducible).
+    /// Start the demo MCP server on a free loopback port and run scripted refund-desk
+    /// agent runs against it through the wrapper; print runs completed, replanned,
+    /// escalated (with notes), retries, calls, duplicate effects and time waited.
     Demo {
-        /// Seed for the jitter entropy.
+        /// How many agent runs.
+        #[arg(long, default_value_t = 12)]
+        runs: u32,
+        /// How many runs at once (workers sharing one account).
+        #[arg(long, default_value_t = 4)]
+        workers: u32,
+        /// Seed the jitter entropy (default: OS randomness).
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Where to write the JSON log (one line per attempt).
+        #[arg(long, default_value_os_t = std::env::temp_dir().join("agent-retry-demo.jsonl"))]
+        log: PathBuf,
+        /// Also print the counters in Prometheus text format.
+        #[arg(long)]
+        prometheus: bool,
+    },
+    /// Make one tool call through the wrapper against any MCP server; the JSON log
+    /// goes to stderr, the final outcome to stdout.
+    Call {
+        /// A streamable-HTTP MCP server, e.g. http://127.0.0.1:8080/mcp.
+        #[arg(long, conflicts_with = "stdio")]
+        url: Option<String>,
+        /// A command that speaks MCP on stdio, e.g. "agent-retry serve --stdio".
+        #[arg(long)]
+        stdio: Option<String>,
+        /// The tool to call.
+        tool: String,
+        /// Its arguments, a JSON object.
+        #[arg(default_value = "{}")]
+        arguments: String,
+        /// The policy configuration (JSON).
+        #[arg(long, default_value = "{}")]
+        config: String,
+        /// Seed the jitter entropy (default: OS randomness).
+        #[arg(long)]
+        seed: Option<u64>,
+    },
+    /// Read steps as JSON lines on stdin (the vectors' format, tests/vectors/README.md)
+    /// and print the component's answers as JSON lines.
+    Decide,
+    /// Run a scripted sequence of failures through the policy and print every
+    /// decision (simulated clock, seeded jitter: reproducible).
+    Explain {
         #[arg(long, default_value_t = 42)]
         seed: u64,
+    },
+    /// Print what the component imports and exports, and its size.
+    Inspect,
+    /// Serve the demo MCP server (refund desk, asset store) over streamable HTTP or stdio.
+    Serve {
+        /// Serve streamable HTTP at http://ADDR/mcp, e.g. 127.0.0.1:8080.
+        #[arg(long, conflicts_with = "stdio", required_unless_present = "stdio")]
+        http: Option<String>,
+        /// Serve MCP on stdin/stdout.
+        #[arg(long)]
+        stdio: bool,
+        /// A fault script (JSON; see demo-server/src/faults.rs).
+        #[arg(long)]
+        faults: Option<PathBuf>,
+        /// At most this many tool calls per window, shared by all clients (429 past it).
+        #[arg(long)]
+        allowance: Option<u32>,
+        /// The allowance window.
+        #[arg(long, default_value_t = 60_000)]
+        window_ms: u64,
     },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let result = match cli.command {
-        Command::Inspect => inspect(&cli.wasm),
-        Command::Demo { seed } => demo(&cli.wasm, seed),
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
     };
+    let wasm = cli.wasm;
+    let result = runtime.block_on(async move {
+        match cli.command {
+            Command::Demo { runs, workers, seed, log, prometheus } => {
+                demo::demo(demo::DemoOptions { wasm, runs, workers, seed, log, prometheus }).await
+            }
+            Command::Call { url, stdio, tool, arguments, config, seed } => {
+                let options = call::CallOptions { wasm: &wasm, url: url.as_deref(), stdio: stdio.as_deref(), tool: &tool, arguments: &arguments, config: &config, seed };
+                call::call(options).await
+            }
+            Command::Decide => decide::decide(&wasm),
+            Command::Explain { seed } => explain::explain(&wasm, seed),
+            Command::Inspect => inspect(&wasm),
+            Command::Serve { http, stdio: _, faults, allowance, window_ms } => {
+                serve::serve(serve::ServeOptions { http: http.as_deref(), faults: faults.as_deref(), allowance, window_ms }).await
+            }
+        }
+    });
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -50,7 +130,7 @@ fn main() -> ExitCode {
 }
 
 fn inspect(wasm: &std::path::Path) -> anyhow::Result<()> {
-    let component = PolicyComponent::from_file(wasm)?;
+    let component = agent_retry_host::PolicyComponent::from_file(wasm)?;
     let size = std::fs::metadata(wasm)?.len();
     println!("{} ({size} bytes)", wasm.display());
     for name in component.imports() {
@@ -60,136 +140,4 @@ fn inspect(wasm: &std::path::Path) -> anyhow::Result<()> {
         println!("export {name}");
     }
     Ok(())
-}
-
-/// One scripted step: a call and the outcomes its attempts get.
-struct Scripted {
-    tool: &'static str,
-    keyed: bool,
-    outcomes: Vec<Outcome>,
-}
-
-fn http(status: u16, headers: &[(&str, &str)], body: &str) -> Outcome {
-    Outcome::Failure(Failure {
-        kind: FailureKind::HttpStatus(status),
-        headers: headers.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect(),
-        body: body.to_string(),
-    })
-}
-
-fn timeout() -> Outcome {
-    Outcome::Failure(Failure { kind: FailureKind::Transport(TransportError::Timeout), headers: vec![], body: String::new() })
-}
-
-fn demo(wasm: &std::path::Path, seed: u64) -> anyhow::Result<()> {
-    let component = PolicyComponent::from_file(wasm)?;
-    let services = HostServices::new(Arc::new(EmbeddedAccounts::new()), EntropySource::seeded(seed));
-    let mut instance = component.instantiate(services)?;
-    let config = r#"{"tools": {"lookup_order": {"effect": "read"}, "check_refund_policy": {"readOnlyHint": true},
-        "issue_refund": {"effect": "write"}, "list_refunds": {"effect": "read"}, "delete_asset": {"effect": "delete"}}}"#;
-    let policy = instance.load_policy(config)?.map_err(|e| anyhow::anyhow!("{}: {}", e.field, e.message))?;
-    let run_id = "CASE-5016";
-    let run = instance.start_run(&policy, run_id)?;
-    let script = vec![
-        Scripted { tool: "lookup_order", keyed: false, outcomes: vec![http(503, &[], "upstream unavailable"), Outcome::Success] },
-        Scripted { tool: "check_refund_policy", keyed: false, outcomes: vec![http(429, &[("Retry-After", "2")], "slow down"), Outcome::Success] },
-        Scripted { tool: "issue_refund", keyed: true, outcomes: vec![timeout(), Outcome::Success] },
-        Scripted { tool: "issue_refund", keyed: false, outcomes: vec![timeout(), Outcome::StatusCheck(StatusCheckResult::Found)] },
-        Scripted { tool: "issue_refund", keyed: true, outcomes: vec![http(400, &[], "amount must be an integer number of paise")] },
-        Scripted { tool: "delete_asset", keyed: false, outcomes: vec![http(404, &[], "no such asset")] },
-        Scripted { tool: "issue_refund", keyed: true, outcomes: vec![http(403, &[], "refunds above 5000 rupees need a person")] },
-    ];
-    let mut now_ms: u64 = 1_764_460_800_000;
-    println!("run {run_id}: scripted failures through the policy (simulated clock, seed {seed})\n");
-    println!("{:<4} {:<20} {:>3}  {:<44} {:<14} decision", "call", "tool", "try", "outcome", "class");
-    for (step, scripted) in script.iter().enumerate() {
-        let key = if scripted.keyed { Some(instance.derive_idempotency_key(run_id, &format!("step-{step}"))?) } else { None };
-        let request = CallRequest { tool: scripted.tool.to_string(), idempotency_key: key, hints: None };
-        let ticket = match instance.begin_call(&run, &request, now_ms)? {
-            Ok(Admission::Send(ticket)) => ticket,
-            Ok(Admission::Escalate(e)) => {
-                println!("escalated before the call: {}", e.note);
-                break;
-            }
-            Err(e) => anyhow::bail!("run error: {e:?}"),
-        };
-        let mut stop = false;
-        for outcome in &scripted.outcomes {
-            let decision = match instance.record_outcome(&run, ticket.call_id, outcome, now_ms, None)? {
-                Ok(decision) => decision,
-                Err(e) => anyhow::bail!("run error: {e:?}"),
-            };
-            let what = match &decision.action {
-                Action::Retry(plan) => {
-                    now_ms += plan.delay_ms;
-                    let key = if plan.idempotency_key.is_some() { "same key" } else { "no key needed" };
-                    format!("retry after {} ms, {key}", plan.delay_ms)
-                }
-                Action::Replan(message) => format!("replan: show the model \"{message}\""),
-                Action::CheckStatus => "check status before resending".to_string(),
-                Action::Succeed(None) => "succeed".to_string(),
-                Action::Succeed(Some(note)) => format!("succeed ({note})"),
-                Action::Escalate(e) => {
-                    stop = true;
-                    format!("ESCALATE\n\n{}", e.note)
-                }
-            };
-            println!("{:<4} {:<20} {:>3}  {:<44} {:<14} {what}", ticket.call_id, scripted.tool, decision.attempt, describe(outcome), class_name(decision.class));
-            now_ms += 50;
-        }
-        if stop {
-            break;
-        }
-    }
-    let report = instance.report(&run)?;
-    println!(
-        "\nreport: {} calls, {} attempts, {} retries, {} status checks, {} replans, {} succeeded, waited {} ms in {} waits, escalation: {}",
-        report.calls, report.attempts, report.retries, report.status_checks, report.replans, report.succeeded_calls, report.waited_ms, report.waits,
-        report.escalation.map_or("none".to_string(), |r| format!("{r:?}"))
-    );
-    instance.drop_run(run)?;
-    instance.drop_policy(policy)?;
-    Ok(())
-}
-
-fn describe(outcome: &Outcome) -> String {
-    match outcome {
-        Outcome::Success => "success".to_string(),
-        Outcome::EmptyResult(detail) => format!("empty result: {detail}"),
-        Outcome::StatusCheck(StatusCheckResult::Found) => "status check: found".to_string(),
-        Outcome::StatusCheck(StatusCheckResult::Absent) => "status check: absent".to_string(),
-        Outcome::StatusCheck(StatusCheckResult::Unknown) => "status check: unknown".to_string(),
-        Outcome::Failure(f) => {
-            let kind = match &f.kind {
-                FailureKind::HttpStatus(s) => format!("HTTP {s}"),
-                FailureKind::Transport(e) => transport_name(*e).to_string(),
-                FailureKind::ProtocolError(c) => format!("JSON-RPC {c}"),
-                FailureKind::ToolError(s) => format!("isError {s:?}"),
-            };
-            let headers: Vec<String> = f.headers.iter().map(|(n, v)| format!("{n}: {v}")).collect();
-            if headers.is_empty() { kind } else { format!("{kind} ({})", headers.join(", ")) }
-        }
-    }
-}
-
-fn class_name(class: OutcomeClass) -> &'static str {
-    match class {
-        OutcomeClass::Success => "success",
-        OutcomeClass::Transient => "transient",
-        OutcomeClass::Throttled => "throttled",
-        OutcomeClass::Deterministic => "deterministic",
-        OutcomeClass::Permission => "permission",
-        OutcomeClass::Semantic => "semantic",
-        OutcomeClass::Unclassified => "unclassified",
-    }
-}
-
-fn transport_name(error: TransportError) -> &'static str {
-    match error {
-        TransportError::Timeout => "timeout",
-        TransportError::ConnectionReset => "connection reset",
-        TransportError::ConnectionRefused => "connection refused",
-        TransportError::StreamClosed => "stream closed",
-        TransportError::Other => "transport error",
-    }
 }

@@ -1,0 +1,119 @@
+//! `agent-retry explain`: a scripted sequence of tool-call failures through the
+//! policy, every decision printed (simulated clock, seeded jitter: reproducible).
+
+use std::sync::Arc;
+
+use crate::component::types::{
+    Action, Admission, CallRequest, Failure, FailureKind, Outcome, StatusCheckResult, TransportError,
+};
+use crate::{EmbeddedAccounts, EntropySource, HostServices, PolicyComponent};
+
+/// One scripted step: a call and the outcomes its attempts get.
+struct Scripted {
+    tool: &'static str,
+    keyed: bool,
+    outcomes: Vec<Outcome>,
+}
+
+fn http(status: u16, headers: &[(&str, &str)], body: &str) -> Outcome {
+    Outcome::Failure(Failure {
+        kind: FailureKind::HttpStatus(status),
+        headers: headers.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect(),
+        body: body.to_string(),
+    })
+}
+
+fn timeout() -> Outcome {
+    Outcome::Failure(Failure { kind: FailureKind::Transport(TransportError::Timeout), headers: vec![], body: String::new() })
+}
+
+/// Runs the scripted walkthrough and prints every decision.
+pub fn explain(wasm: &std::path::Path, seed: u64) -> anyhow::Result<()> {
+    let component = PolicyComponent::from_file(wasm)?;
+    let services = HostServices::new(Arc::new(EmbeddedAccounts::new()), EntropySource::seeded(seed));
+    let mut instance = component.instantiate(services)?;
+    let config = r#"{"tools": {"lookup_order": {"effect": "read"}, "check_refund_policy": {"readOnlyHint": true},
+        "issue_refund": {"effect": "write"}, "list_refunds": {"effect": "read"}, "delete_asset": {"effect": "delete"}}}"#;
+    let policy = instance.load_policy(config)?.map_err(|e| anyhow::anyhow!("{}: {}", e.field, e.message))?;
+    let run_id = "CASE-5016";
+    let run = instance.start_run(&policy, run_id)?;
+    let script = vec![
+        Scripted { tool: "lookup_order", keyed: false, outcomes: vec![http(503, &[], "upstream unavailable"), Outcome::Success] },
+        Scripted { tool: "check_refund_policy", keyed: false, outcomes: vec![http(429, &[("Retry-After", "2")], "slow down"), Outcome::Success] },
+        Scripted { tool: "issue_refund", keyed: true, outcomes: vec![timeout(), Outcome::Success] },
+        Scripted { tool: "issue_refund", keyed: false, outcomes: vec![timeout(), Outcome::StatusCheck(StatusCheckResult::Found)] },
+        Scripted { tool: "issue_refund", keyed: true, outcomes: vec![http(400, &[], "amount must be an integer number of paise")] },
+        Scripted { tool: "delete_asset", keyed: false, outcomes: vec![http(404, &[], "no such asset")] },
+        Scripted { tool: "issue_refund", keyed: true, outcomes: vec![http(403, &[], "refunds above 5000 rupees need a person")] },
+    ];
+    let mut now_ms: u64 = 1_764_460_800_000;
+    println!("run {run_id}: scripted failures through the policy (simulated clock, seed {seed})\n");
+    println!("{:<4} {:<20} {:>3}  {:<44} {:<14} decision", "call", "tool", "try", "outcome", "class");
+    for (step, scripted) in script.iter().enumerate() {
+        let key = if scripted.keyed { Some(instance.derive_idempotency_key(run_id, &format!("step-{step}"))?) } else { None };
+        let request = CallRequest { tool: scripted.tool.to_string(), idempotency_key: key, hints: None };
+        let ticket = match instance.begin_call(&run, &request, now_ms)? {
+            Ok(Admission::Send(ticket)) => ticket,
+            Ok(Admission::Escalate(e)) => {
+                println!("escalated before the call: {}", e.note);
+                break;
+            }
+            Err(e) => anyhow::bail!("run error: {e:?}"),
+        };
+        let mut stop = false;
+        for outcome in &scripted.outcomes {
+            let decision = match instance.record_outcome(&run, ticket.call_id, outcome, now_ms, None)? {
+                Ok(decision) => decision,
+                Err(e) => anyhow::bail!("run error: {e:?}"),
+            };
+            let what = match &decision.action {
+                Action::Retry(plan) => {
+                    now_ms += plan.delay_ms;
+                    let key = if plan.idempotency_key.is_some() { "same key" } else { "no key needed" };
+                    format!("retry after {} ms, {key}", plan.delay_ms)
+                }
+                Action::Replan(message) => format!("replan: show the model \"{message}\""),
+                Action::CheckStatus => "check status before resending".to_string(),
+                Action::Succeed(None) => "succeed".to_string(),
+                Action::Succeed(Some(note)) => format!("succeed ({note})"),
+                Action::Escalate(e) => {
+                    stop = true;
+                    format!("ESCALATE\n\n{}", e.note)
+                }
+            };
+            println!("{:<4} {:<20} {:>3}  {:<44} {:<14} {what}", ticket.call_id, scripted.tool, decision.attempt, describe(outcome), crate::labels::class(decision.class));
+            now_ms += 50;
+        }
+        if stop {
+            break;
+        }
+    }
+    let report = instance.report(&run)?;
+    println!(
+        "\nreport: {} calls, {} attempts, {} retries, {} status checks, {} replans, {} succeeded, waited {} ms in {} waits, escalation: {}",
+        report.calls, report.attempts, report.retries, report.status_checks, report.replans, report.succeeded_calls, report.waited_ms, report.waits,
+        report.escalation.map_or("none", crate::labels::reason)
+    );
+    instance.drop_run(run)?;
+    instance.drop_policy(policy)?;
+    Ok(())
+}
+
+fn describe(outcome: &Outcome) -> String {
+    match outcome {
+        Outcome::Success => "success".to_string(),
+        Outcome::EmptyResult(detail) => format!("empty result: {detail}"),
+        Outcome::StatusCheck(result) => format!("status check: {}", crate::labels::status_check(*result)),
+        Outcome::Failure(f) => {
+            let kind = match &f.kind {
+                FailureKind::HttpStatus(s) => format!("HTTP {s}"),
+                FailureKind::Transport(e) => crate::labels::transport(*e).to_string(),
+                FailureKind::ProtocolError(c) => format!("JSON-RPC {c}"),
+                FailureKind::ToolError(s) => format!("isError {s:?}"),
+            };
+            let headers: Vec<String> = f.headers.iter().map(|(n, v)| format!("{n}: {v}")).collect();
+            if headers.is_empty() { kind } else { format!("{kind} ({})", headers.join(", ")) }
+        }
+    }
+}
+

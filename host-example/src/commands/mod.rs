@@ -1,0 +1,27 @@
+//! The `agent-retry` subcommands. `main.rs` only parses the command line.
+
+pub mod call;
+pub mod decide;
+pub mod demo;
+pub mod explain;
+pub mod serve;
+
+/// Sends the wrapper's events (one JSON line per attempt, and run summaries),
+/// and nothing else, to `writer`.
+pub fn init_json_log<W>(writer: W)
+where
+    W: for<'a> tracing_subscriber::fmt::MakeWriter<'a> + Send + Sync + 'static,
+{
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
+    let layer = tracing_subscriber::fmt::layer()
+        .json()
+        .flatten_event(true)
+        .with_current_span(false)
+        .with_span_list(false)
+        .with_target(false)
+        .with_writer(writer)
+        .with_filter(tracing_subscriber::filter::filter_fn(|meta| meta.target() == "agent_retry"));
+    let _ = tracing_subscriber::registry().with(layer).try_init();
+}

@@ -1,0 +1,36 @@
+//! `agent-retry serve`: the demo MCP server, over streamable HTTP or stdio.
+
+use std::path::Path;
+use std::time::Duration;
+
+use agent_retry_demo_server::{Allowance, DemoServer, DemoState, FaultScript, serve_http};
+use rmcp::ServiceExt;
+
+pub struct ServeOptions<'a> {
+    pub http: Option<&'a str>,
+    pub faults: Option<&'a Path>,
+    pub allowance: Option<u32>,
+    pub window_ms: u64,
+}
+
+pub async fn serve(options: ServeOptions<'_>) -> anyhow::Result<()> {
+    let faults = match options.faults {
+        Some(path) => FaultScript::from_json(&std::fs::read_to_string(path)?).map_err(anyhow::Error::msg)?,
+        None => FaultScript::default(),
+    };
+    let allowance = options.allowance.map(|n| Allowance::new(n, Duration::from_millis(options.window_ms)));
+    let state = DemoState::new(faults, allowance);
+    match options.http {
+        Some(addr) => {
+            let server = serve_http(addr.parse()?, state).await?;
+            eprintln!("demo MCP server at {} (Ctrl-C stops it)", server.url);
+            tokio::signal::ctrl_c().await?;
+            server.stop().await;
+        }
+        None => {
+            let service = DemoServer::new(state).serve(rmcp::transport::stdio()).await?;
+            service.waiting().await?;
+        }
+    }
+    Ok(())
+}

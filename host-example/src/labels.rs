@@ -1,0 +1,47 @@
+//! WIT names (kebab-case) of the contract's enums, for logs and tables.
+
+use crate::component::types::{EscalationReason, OutcomeClass, StatusCheckResult, TransportError};
+
+pub fn class(class: OutcomeClass) -> &'static str {
+    match class {
+        OutcomeClass::Success => "success",
+        OutcomeClass::Transient => "transient",
+        OutcomeClass::Throttled => "throttled",
+        OutcomeClass::Deterministic => "deterministic",
+        OutcomeClass::Permission => "permission",
+        OutcomeClass::Semantic => "semantic",
+        OutcomeClass::Unclassified => "unclassified",
+    }
+}
+
+pub fn transport(error: TransportError) -> &'static str {
+    match error {
+        TransportError::Timeout => "timeout",
+        TransportError::ConnectionReset => "connection-reset",
+        TransportError::ConnectionRefused => "connection-refused",
+        TransportError::StreamClosed => "stream-closed",
+        TransportError::Other => "other",
+    }
+}
+
+pub fn reason(reason: EscalationReason) -> &'static str {
+    match reason {
+        EscalationReason::PermissionDenied => "permission-denied",
+        EscalationReason::ReplansSpent => "replans-spent",
+        EscalationReason::CallAttemptsSpent => "call-attempts-spent",
+        EscalationReason::RunRetriesSpent => "run-retries-spent",
+        EscalationReason::RunAttemptsSpent => "run-attempts-spent",
+        EscalationReason::QuotaExhausted => "quota-exhausted",
+        EscalationReason::AccountBudgetExhausted => "account-budget-exhausted",
+        EscalationReason::UnclassifiedFailure => "unclassified-failure",
+        EscalationReason::StatusUnknown => "status-unknown",
+    }
+}
+
+pub fn status_check(result: StatusCheckResult) -> &'static str {
+    match result {
+        StatusCheckResult::Found => "found",
+        StatusCheckResult::Absent => "absent",
+        StatusCheckResult::Unknown => "unknown",
+    }
+}

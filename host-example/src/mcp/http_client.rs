@@ -1,0 +1,211 @@
+//! An HTTP client for rmcp's streamable-HTTP transport that keeps what the
+//! policy needs to classify a failed call. rmcp's built-in reqwest client keeps
+//! only the status and `Retry-After` of 429/5xx answers and drops 4xx details and
+//! every other header (RateLimit, x-ratelimit-*, x-should-retry), so a failure
+//! would reach the policy half-flattened; seed 000: a failure flattened to
+//! "error" cannot be classified.
+//!
+//! On a non-2xx answer this client returns `StreamableHttpError::Client(HttpFailure::Status
+//! {status, headers, body})`; rmcp hands that to the one request that failed, as
+//! `ServiceError::TransportSend`, and `observe` takes it back out by downcasting.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use http::{HeaderName, HeaderValue};
+use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
+use rmcp::transport::streamable_http_client::{StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse};
+use sse_stream::{Error as SseError, Sse, SseStream};
+
+use crate::component::types::TransportError;
+
+/// The most of an error body kept for the policy (it keeps less).
+const MAX_ERROR_BODY_BYTES: usize = 16 * 1024;
+
+/// Why an HTTP exchange failed.
+#[derive(Debug, Clone)]
+pub enum HttpFailure {
+    /// The server answered with a non-2xx status.
+    Status { status: u16, headers: Vec<(String, String)>, body: String },
+    /// No usable answer was read.
+    Transport { error: TransportError, detail: String },
+}
+
+impl fmt::Display for HttpFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HttpFailure::Status { status, body, .. } => write!(f, "HTTP {status}: {body}"),
+            HttpFailure::Transport { error, detail } => write!(f, "{error:?}: {detail}"),
+        }
+    }
+}
+
+impl std::error::Error for HttpFailure {}
+
+impl HttpFailure {
+    fn from_reqwest(e: &reqwest::Error) -> Self {
+        let error = if e.is_timeout() {
+            TransportError::Timeout
+        } else if e.is_connect() {
+            TransportError::ConnectionRefused
+        } else if e.is_body() || e.is_decode() || e.is_request() {
+            TransportError::ConnectionReset
+        } else {
+            TransportError::Other
+        };
+        HttpFailure::Transport { error, detail: e.to_string() }
+    }
+}
+
+/// reqwest, recording failures in full.
+#[derive(Clone, Default)]
+pub struct RecordingHttpClient {
+    inner: reqwest::Client,
+}
+
+impl RecordingHttpClient {
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+fn client_error(e: reqwest::Error) -> StreamableHttpError<HttpFailure> {
+    StreamableHttpError::Client(HttpFailure::from_reqwest(&e))
+}
+
+fn headers_of(response: &reqwest::Response) -> Vec<(String, String)> {
+    response
+        .headers()
+        .iter()
+        .map(|(name, value)| (name.as_str().to_string(), String::from_utf8_lossy(value.as_bytes()).into_owned()))
+        .collect()
+}
+
+/// Reads at most `limit` bytes of a body.
+async fn read_limited(response: reqwest::Response, limit: usize) -> Result<Vec<u8>, reqwest::Error> {
+    let mut body = Vec::new();
+    let mut stream = response.bytes_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk?;
+        let room = limit.saturating_sub(body.len());
+        body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        if body.len() >= limit {
+            break;
+        }
+    }
+    Ok(body)
+}
+
+impl StreamableHttpClient for RecordingHttpClient {
+    type Error = HttpFailure;
+
+    async fn post_message(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
+        let mut request = self
+            .inner
+            .post(uri.as_ref())
+            .header(http::header::ACCEPT, "text/event-stream, application/json")
+            .header(http::header::CONTENT_TYPE, "application/json");
+        if let Some(token) = auth_header {
+            request = request.bearer_auth(token);
+        }
+        for (name, value) in custom_headers {
+            request = request.header(name, value);
+        }
+        let session_attached = session_id.is_some();
+        if let Some(session_id) = session_id {
+            request = request.header("mcp-session-id", session_id.as_ref());
+        }
+        let body = serde_json::to_vec(&message)?;
+        let response = request.body(body).send().await.map_err(client_error)?;
+        let status = response.status();
+        if status == reqwest::StatusCode::ACCEPTED || status == reqwest::StatusCode::NO_CONTENT {
+            return Ok(StreamableHttpPostResponse::Accepted);
+        }
+        if status == reqwest::StatusCode::NOT_FOUND && session_attached {
+            return Err(StreamableHttpError::SessionExpired);
+        }
+        if !status.is_success() {
+            let headers = headers_of(&response);
+            let body = read_limited(response, MAX_ERROR_BODY_BYTES).await.map_err(client_error)?;
+            let body = String::from_utf8_lossy(&body).into_owned();
+            return Err(StreamableHttpError::Client(HttpFailure::Status { status: status.as_u16(), headers, body }));
+        }
+        let session_id = response.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_string);
+        let content_type = response.headers().get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+        if content_type.starts_with("text/event-stream") {
+            let stream: BoxStream<'static, Result<Sse, SseError>> = SseStream::from_bytes_stream(response.bytes_stream()).boxed();
+            return Ok(StreamableHttpPostResponse::Sse(stream, session_id));
+        }
+        if content_type.starts_with("application/json") {
+            let bytes = response.bytes().await.map_err(client_error)?;
+            if bytes.is_empty() {
+                return Ok(StreamableHttpPostResponse::Accepted);
+            }
+            let message: ServerJsonRpcMessage = serde_json::from_slice(&bytes)?;
+            return Ok(StreamableHttpPostResponse::Json(message, session_id));
+        }
+        if response.content_length() == Some(0) {
+            return Ok(StreamableHttpPostResponse::Accepted);
+        }
+        Err(StreamableHttpError::UnexpectedContentType(Some(content_type)))
+    }
+
+    async fn delete_session(
+        &self,
+        uri: Arc<str>,
+        session_id: Arc<str>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> Result<(), StreamableHttpError<Self::Error>> {
+        let mut request = self.inner.delete(uri.as_ref()).header("mcp-session-id", session_id.as_ref());
+        if let Some(token) = auth_header {
+            request = request.bearer_auth(token);
+        }
+        for (name, value) in custom_headers {
+            request = request.header(name, value);
+        }
+        let response = request.send().await.map_err(client_error)?;
+        if response.status() == reqwest::StatusCode::METHOD_NOT_ALLOWED {
+            return Err(StreamableHttpError::ServerDoesNotSupportDeleteSession);
+        }
+        Ok(())
+    }
+
+    async fn get_stream(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> Result<BoxStream<'static, Result<Sse, SseError>>, StreamableHttpError<Self::Error>> {
+        let mut request = self.inner.get(uri.as_ref()).header(http::header::ACCEPT, "text/event-stream");
+        if let Some(session_id) = session_id {
+            request = request.header("mcp-session-id", session_id.as_ref());
+        }
+        if let Some(last_event_id) = last_event_id {
+            request = request.header("last-event-id", last_event_id);
+        }
+        if let Some(token) = auth_header {
+            request = request.bearer_auth(token);
+        }
+        for (name, value) in custom_headers {
+            request = request.header(name, value);
+        }
+        let response = request.send().await.map_err(client_error)?;
+        if response.status() == reqwest::StatusCode::METHOD_NOT_ALLOWED || !response.status().is_success() {
+            return Err(StreamableHttpError::ServerDoesNotSupportSse);
+        }
+        Ok(SseStream::from_bytes_stream(response.bytes_stream()).boxed())
+    }
+}

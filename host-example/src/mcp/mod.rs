@@ -1,0 +1,14 @@
+//! Wrapping real MCP tool calls with the policy: the retry lives in the code
+//! that makes the call (seed 000), and the model sees only the final outcome.
+
+pub mod caller;
+pub mod clock;
+pub mod connect;
+pub mod http_client;
+pub mod metrics;
+pub mod observe;
+
+pub use caller::{CallError, CallerOptions, RetryingCaller, StatusCheck, ToolAnswer};
+pub use clock::Clock;
+pub use connect::{connect_http, connect_stdio};
+pub use metrics::Metrics;

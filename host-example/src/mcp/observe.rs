@@ -1,0 +1,89 @@
+//! What happened to one attempt, as the contract's `outcome`.
+
+use rmcp::ServiceError;
+use rmcp::model::CallToolResult;
+use rmcp::transport::streamable_http_client::StreamableHttpError;
+use serde_json::Value;
+
+use super::http_client::HttpFailure;
+use crate::component::types::{Failure, FailureKind, Outcome, TransportError};
+
+/// The text of a result's content blocks.
+pub fn result_text(result: &CallToolResult) -> String {
+    result.content.iter().filter_map(|block| block.as_text().map(|t| t.text.clone())).collect::<Vec<_>>().join("\n")
+}
+
+/// The upstream status an `isError` result reports in `structuredContent.error.status`
+/// (the convention of the demo server; see the README).
+fn upstream_status(result: &CallToolResult) -> Option<u16> {
+    let status = result.structured_content.as_ref()?.get("error")?.get("status")?;
+    status.as_u64().and_then(|s| u16::try_from(s).ok())
+}
+
+fn upstream_message(result: &CallToolResult) -> Option<String> {
+    let message = result.structured_content.as_ref()?.get("error")?.get("message")?;
+    message.as_str().map(str::to_string)
+}
+
+/// A result with no content at all: a 200 that carries nothing usable.
+pub fn is_empty(result: &CallToolResult) -> bool {
+    let no_structure = matches!(result.structured_content, None | Some(Value::Null));
+    let no_text = result.content.iter().all(|b| b.as_text().is_some_and(|t| t.text.trim().is_empty()));
+    no_structure && no_text
+}
+
+fn failure(kind: FailureKind, headers: Vec<(String, String)>, body: String) -> Outcome {
+    Outcome::Failure(Failure { kind, headers, body })
+}
+
+/// The outcome of a call that returned.
+pub fn from_result(result: &CallToolResult) -> Outcome {
+    if result.is_error == Some(true) {
+        let body = upstream_message(result).unwrap_or_else(|| result_text(result));
+        return failure(FailureKind::ToolError(upstream_status(result)), Vec::new(), body);
+    }
+    if is_empty(result) {
+        return Outcome::EmptyResult("the tool returned no content".to_string());
+    }
+    Outcome::Success
+}
+
+/// The outcome of a call that failed in rmcp.
+pub fn from_error(error: &ServiceError) -> Outcome {
+    match error {
+        ServiceError::McpError(e) => failure(FailureKind::ProtocolError(e.code.0), Vec::new(), e.message.to_string()),
+        ServiceError::TransportSend(e) => {
+            if let Some(http) = e.error.downcast_ref::<StreamableHttpError<HttpFailure>>() {
+                return from_http_error(http);
+            }
+            failure(FailureKind::Transport(TransportError::Other), Vec::new(), e.to_string())
+        }
+        ServiceError::TransportClosed => failure(FailureKind::Transport(TransportError::StreamClosed), Vec::new(), String::new()),
+        ServiceError::Timeout { .. } => failure(FailureKind::Transport(TransportError::Timeout), Vec::new(), String::new()),
+        other => failure(FailureKind::Transport(TransportError::Other), Vec::new(), other.to_string()),
+    }
+}
+
+fn from_http_error(error: &StreamableHttpError<HttpFailure>) -> Outcome {
+    match error {
+        StreamableHttpError::Client(HttpFailure::Status { status, headers, body }) => {
+            failure(FailureKind::HttpStatus(*status), headers.clone(), body.clone())
+        }
+        StreamableHttpError::Client(HttpFailure::Transport { error, detail }) => failure(FailureKind::Transport(*error), Vec::new(), detail.clone()),
+        StreamableHttpError::HttpStatus(status) => {
+            let headers = status.retry_after.iter().map(|v| ("retry-after".to_string(), v.clone())).collect();
+            failure(FailureKind::HttpStatus(status.status), headers, String::new())
+        }
+        StreamableHttpError::Io(e) => failure(FailureKind::Transport(TransportError::ConnectionReset), Vec::new(), e.to_string()),
+        StreamableHttpError::Sse(e) => failure(FailureKind::Transport(TransportError::StreamClosed), Vec::new(), e.to_string()),
+        StreamableHttpError::UnexpectedEndOfStream | StreamableHttpError::TransportChannelClosed => {
+            failure(FailureKind::Transport(TransportError::StreamClosed), Vec::new(), error.to_string())
+        }
+        other => failure(FailureKind::Transport(TransportError::Other), Vec::new(), other.to_string()),
+    }
+}
+
+/// A timed-out attempt.
+pub fn timeout() -> Outcome {
+    failure(FailureKind::Transport(TransportError::Timeout), Vec::new(), String::new())
+}

@@ -1,0 +1,71 @@
+//! The `agent-retry` command line, run as a user runs it.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+const BIN: &str = env!("CARGO_BIN_EXE_agent-retry");
+
+fn number_after(text: &str, label: &str) -> u64 {
+    let line = text.lines().find(|l| l.starts_with(label)).unwrap_or_else(|| panic!("no line {label:?} in:\n{text}"));
+    line[label.len()..].split_whitespace().next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn the_demo_leaves_no_duplicate_effect_and_logs_one_line_per_attempt() {
+    let log = std::env::temp_dir().join(format!("agent-retry-demo-test-{}.jsonl", std::process::id()));
+    let output = Command::new(BIN).args(["demo", "--seed", "3", "--log"]).arg(&log).output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    assert_eq!(number_after(&stdout, "duplicate effects in ledger"), 0);
+    assert_eq!(number_after(&stdout, "runs completed"), 10, "{stdout}");
+    assert_eq!(number_after(&stdout, "runs escalated"), 2, "{stdout}");
+    let attempts = number_after(&stdout, "tool-call attempts (host)");
+    let received = number_after(&stdout, "tool calls received (server)");
+    assert_eq!(attempts, received, "the host's count of attempts is the server's");
+    let lines = std::fs::read_to_string(&log).unwrap();
+    let attempt_lines = lines.lines().filter(|l| l.contains("\"message\":\"attempt\"")).count() as u64;
+    assert_eq!(attempt_lines, attempts, "one log line per attempt");
+    for line in lines.lines() {
+        let event: serde_json::Value = serde_json::from_str(line).expect("every log line is JSON");
+        if event["message"] == "attempt" {
+            for field in ["run", "step", "tool", "attempt", "key", "status", "class", "action"] {
+                assert!(event.get(field).is_some(), "{field} missing in {line}");
+            }
+        }
+    }
+}
+
+#[test]
+fn decide_answers_json_lines() {
+    let mut child = Command::new(BIN).arg("decide").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    let steps = [
+        r#"{"op": "begin-call", "call": {"tool": "lookup_order", "hints": {"read-only": true}}}"#,
+        r#"{"op": "record-outcome", "call-id": 1, "outcome": {"failure": {"kind": {"http-status": 429}, "headers": [["retry-after", "3"]]}}}"#,
+        r#"not json"#,
+        r#"{"op": "classify", "failure": {"kind": {"http-status": 403}}}"#,
+    ];
+    child.stdin.take().unwrap().write_all(steps.join("\n").as_bytes()).unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success());
+    let answers: Vec<serde_json::Value> = String::from_utf8_lossy(&output.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(answers.len(), 4);
+    assert_eq!(answers[0]["ok"]["send"]["call-id"], 1);
+    assert_eq!(answers[1]["ok"]["action"]["retry"]["delay-ms"], 3000);
+    assert!(answers[2]["error"].as_str().unwrap().starts_with("not JSON"));
+    assert_eq!(answers[3]["class"], "permission");
+}
+
+#[test]
+fn call_reports_an_escalation_from_a_stdio_server() {
+    let stdio = format!("{BIN} serve --stdio");
+    let output = Command::new(BIN)
+        .args(["call", "--stdio", &stdio, "issue_refund", r#"{"order_id": "ORD-1", "amount_paise": 900000}"#])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let answer: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(answer["outcome"], "escalated");
+    assert_eq!(answer["reason"], "permission-denied");
+    let log = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(log.lines().filter(|l| l.contains("\"message\":\"attempt\"")).count(), 1, "{log}");
+}
