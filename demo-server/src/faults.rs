@@ -7,7 +7,8 @@
 //! ```
 //! - `tool`: the tool's name, or `"*"`.
 //! - `when`: arguments the call must carry (a subset match); default: any.
-//! - `call`: which matching call (1 = the first) fails; default: every one.
+//! - `call`: which matching call (1 = the first) fails; or
+//! - `first`: the first N matching calls fail; with neither, every one.
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -64,6 +65,8 @@ pub struct FaultRule {
     pub when: serde_json::Map<String, Value>,
     #[serde(default)]
     pub call: Option<u32>,
+    #[serde(default)]
+    pub first: Option<u32>,
     pub fault: Fault,
     /// Matching calls seen so far.
     #[serde(skip)]
@@ -95,7 +98,8 @@ impl FaultScript {
                 continue;
             }
             rule.seen += 1;
-            if chosen.is_none() && rule.call.is_none_or(|n| n == rule.seen) {
+            let due = rule.call.is_none_or(|n| n == rule.seen) && rule.first.is_none_or(|n| rule.seen <= n);
+            if chosen.is_none() && due {
                 chosen = Some(rule.fault.clone());
             }
         }
@@ -105,13 +109,18 @@ impl FaultScript {
 
 /// A rule, for tests: `rule("issue_refund", Some(1), fault)`.
 pub fn rule(tool: &str, call: Option<u32>, fault: Fault) -> FaultRule {
-    FaultRule { tool: tool.to_string(), when: Default::default(), call, fault, seen: 0 }
+    FaultRule { tool: tool.to_string(), when: Default::default(), call, first: None, fault, seen: 0 }
+}
+
+/// A rule for the first `n` calls to `tool`.
+pub fn rule_first(tool: &str, n: u32, fault: Fault) -> FaultRule {
+    FaultRule { tool: tool.to_string(), when: Default::default(), call: None, first: Some(n), fault, seen: 0 }
 }
 
 /// A rule that matches only calls carrying these arguments.
 pub fn rule_when(tool: &str, when: Value, call: Option<u32>, fault: Fault) -> FaultRule {
     let when = when.as_object().cloned().unwrap_or_default();
-    FaultRule { tool: tool.to_string(), when, call, fault, seen: 0 }
+    FaultRule { tool: tool.to_string(), when, call, first: None, fault, seen: 0 }
 }
 
 #[cfg(test)]

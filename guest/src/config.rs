@@ -35,8 +35,12 @@ pub struct AccountBudgetConfig {
     pub max_wait_ms: u64,
     /// Tokens a first attempt takes. Default 1.
     pub attempt_cost: u32,
-    /// Tokens a retry takes. Default 1.
+    /// Tokens a retry after a transient failure takes. Default 1.
     pub retry_cost: u32,
+    /// Tokens a retry after a throttle (429, 529) takes. Default 1. The server
+    /// refused those before doing any work, so a lower cost than `retry-cost`
+    /// (AWS charges 5 against 14) lets throttles drain the shared budget slower.
+    pub throttled_retry_cost: u32,
 }
 
 /// The configuration. `Config::default()` is what `{}` gives.
@@ -278,9 +282,10 @@ fn account_budget(path: &str, value: Json) -> Result<AccountBudgetConfig, Config
     let max_wait_ms = fields.int("max-wait-ms", 0, ONE_DAY_MS, 5000)?;
     let attempt_cost = fields.int("attempt-cost", 0, capacity, 1)? as u32;
     let retry_cost = fields.int("retry-cost", 0, capacity, 1)? as u32;
+    let throttled_retry_cost = fields.int("throttled-retry-cost", 0, capacity, 1)? as u32;
     let capacity = capacity as u32;
     fields.finish()?;
-    Ok(AccountBudgetConfig { account_id, capacity, refill_interval_ms, max_wait_ms, attempt_cost, retry_cost })
+    Ok(AccountBudgetConfig { account_id, capacity, refill_interval_ms, max_wait_ms, attempt_cost, retry_cost, throttled_retry_cost })
 }
 
 impl Config {
@@ -383,8 +388,8 @@ impl Config {
                 let mut id = String::new();
                 json::write_string(&mut id, &a.account_id);
                 format!(
-                    "{{\"account-id\":{id},\"capacity\":{},\"refill-interval-ms\":{},\"max-wait-ms\":{},\"attempt-cost\":{},\"retry-cost\":{}}}",
-                    a.capacity, a.refill_interval_ms, a.max_wait_ms, a.attempt_cost, a.retry_cost
+                    "{{\"account-id\":{id},\"capacity\":{},\"refill-interval-ms\":{},\"max-wait-ms\":{},\"attempt-cost\":{},\"retry-cost\":{},\"throttled-retry-cost\":{}}}",
+                    a.capacity, a.refill_interval_ms, a.max_wait_ms, a.attempt_cost, a.retry_cost, a.throttled_retry_cost
                 )
             }
         };

@@ -130,7 +130,9 @@ impl Run {
 
     fn reserve(&self, tokens: u32, now_ms: u64, budget: &mut dyn AccountBudget) -> Reservation {
         match &self.config.account_budget {
+            // A free attempt (cost 0) is not held back by the bucket's debt.
             None => Reservation::Granted(0),
+            Some(_) if tokens == 0 => Reservation::Granted(0),
             Some(a) => {
                 let bucket = Bucket { capacity: a.capacity, refill_interval_ms: a.refill_interval_ms };
                 budget.reserve(&a.account_id, tokens, bucket, a.max_wait_ms, now_ms)
@@ -352,7 +354,11 @@ impl Run {
         }
         // Attempt n failed: this is retry number n.
         let mut delay_ms = next_delay_ms(config.base_delay_ms, config.max_delay_ms, attempt, failed.hint_ms, entropy);
-        let cost = config.account_budget.as_ref().map_or(0, |a| a.retry_cost);
+        let cost = match (&config.account_budget, failed.class) {
+            (None, _) => 0,
+            (Some(a), OutcomeClass::Throttled) => a.throttled_retry_cost,
+            (Some(a), _) => a.retry_cost,
+        };
         let mut account_note = String::new();
         match self.reserve(cost, now_ms, budget) {
             Reservation::Granted(wait) => {

@@ -11,6 +11,8 @@ pub enum EntropySource {
     /// language (`x += 0x9E3779B97F4A7C15; z = x; z = (z ^ z>>30) * 0xBF58476D1CE4E5B9;
     /// z = (z ^ z>>27) * 0x94D049BB133111EB; return z ^ z>>31`, all mod 2^64).
     Seeded(Mutex<u64>),
+    /// Always this value: no jitter at all (for comparison runs, never production).
+    Fixed(u64),
 }
 
 impl EntropySource {
@@ -35,6 +37,7 @@ impl EntropySource {
                 *x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
                 splitmix64_mix(*x)
             }
+            EntropySource::Fixed(value) => *value,
         }
     }
 }

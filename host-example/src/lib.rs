@@ -14,6 +14,6 @@ pub mod labels;
 pub mod mcp;
 pub mod steps;
 
-pub use accounts::{AccountBudgetBackend, EmbeddedAccounts};
+pub use accounts::{AccountBudgetBackend, AccountsError, EmbeddedAccounts, RedisAccounts, SharedAccounts};
 pub use component::{HostServices, LoadError, PolicyComponent, PolicyInstance, default_wasm_path};
 pub use entropy::EntropySource;

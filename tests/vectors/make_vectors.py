@@ -734,6 +734,11 @@ def account_cases():
             outcome(1, fail(status=503), retry(1000, 2), entropy=0),
         ], config={"tools": REFUND_TOOLS, "account-budget": dict(acct, **{"retry-cost": 2, "max-wait-ms": 5000})},
             comment="capacity 2, the first call took 1: of the retry's 2 tokens one is there, the other 1000 ms away"),
+        case("a retry after a throttle takes throttled-retry-cost", [
+            begin("lookup_order"),
+            outcome(1, fail(status=429), retry(0, 2), entropy=0),
+        ], config={"tools": REFUND_TOOLS, "account-budget": dict(acct, **{"retry-cost": 2, "throttled-retry-cost": 1, "max-wait-ms": 5000})},
+            comment="the same bucket as above: a throttled retry takes 1 token, which is there"),
     ]
 
 
@@ -769,7 +774,8 @@ def config_cases():
         case("an account budget gets its defaults", [
             load({"account-budget": {"account-id": "acme", "capacity": 500, "refill-interval-ms": 7200}},
                  expect={"ok": {"account-budget": {"account-id": "acme", "capacity": 500, "refill-interval-ms": 7200,
-                                                    "max-wait-ms": 5000, "attempt-cost": 1, "retry-cost": 1}}})]),
+                                                    "max-wait-ms": 5000, "attempt-cost": 1, "retry-cost": 1,
+                                                    "throttled-retry-cost": 1}}})]),
         case("an unknown field is rejected by name", [load({"retries": 3}, expect=err("unknown-field", "retries"))]),
         case("an unknown nested field is rejected by its path", [
             load({"tools": {"t": {"effect": "read", "speed": 1}}}, expect=err("unknown-field", "tools.t.speed"))]),

@@ -1,9 +1,19 @@
 //! The account budget the component imports: an atomic take-or-wait on a token
-//! bucket per account. Embedded (one process) here; other backends implement the
-//! same trait.
+//! bucket per account, shared by every worker of the account (seed 000, step 4).
+//!
+//! Two backends with the same semantics (GCRA, below), proven by the same tests:
+//! - [`EmbeddedAccounts`]: one process, in memory (the default);
+//! - [`RedisAccounts`]: workers in many processes or on many machines, the
+//!   take-or-wait atomic on the server (a Lua script), with
+//!   [`SharedAccounts`] falling back to a local share when Redis is unreachable.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
+mod embedded;
+mod redis;
+mod shared;
+
+pub use embedded::EmbeddedAccounts;
+pub use redis::{AccountsError, RedisAccounts};
+pub use shared::SharedAccounts;
 
 /// The bucket's shape, as the policy's configuration gives it on every call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,7 +39,11 @@ pub trait AccountBudgetBackend: Send + Sync {
 /// GCRA (the generic cell rate algorithm): a token bucket kept as one number per
 /// account, the theoretical arrival time (TAT) of the next token. A bucket of
 /// capacity C refilling one token every T ms admits C at once, then one per T.
+/// Taking 0 tokens is granted at once and changes nothing.
 pub fn gcra(stored_tat_ms: u64, tokens: u32, bucket: Bucket, max_wait_ms: u64, now_ms: u64) -> (Reservation, u64) {
+    if tokens == 0 {
+        return (Reservation::Granted(0), stored_tat_ms);
+    }
     let emission = bucket.refill_interval_ms;
     let tolerance = u64::from(bucket.capacity).saturating_mul(emission);
     let tat = stored_tat_ms.max(now_ms);
@@ -40,31 +54,6 @@ pub fn gcra(stored_tat_ms: u64, tokens: u32, bucket: Bucket, max_wait_ms: u64, n
         (Reservation::Refused(wait_ms), stored_tat_ms)
     } else {
         (Reservation::Granted(wait_ms), new_tat)
-    }
-}
-
-/// One bucket per account, in this process: shared by every run and every
-/// component instance that holds the same `EmbeddedAccounts`.
-#[derive(Default)]
-pub struct EmbeddedAccounts {
-    tats: Mutex<HashMap<String, u64>>,
-}
-
-impl EmbeddedAccounts {
-    pub fn new() -> Self {
-        Self::default()
-    }
-}
-
-impl AccountBudgetBackend for EmbeddedAccounts {
-    fn reserve(&self, account_id: &str, tokens: u32, bucket: Bucket, max_wait_ms: u64, now_ms: u64) -> Reservation {
-        let mut tats = self.tats.lock().unwrap_or_else(|p| p.into_inner());
-        let stored = tats.get(account_id).copied().unwrap_or(0);
-        let (reservation, new_tat) = gcra(stored, tokens, bucket, max_wait_ms, now_ms);
-        if new_tat != stored {
-            tats.insert(account_id.to_string(), new_tat);
-        }
-        reservation
     }
 }
 

@@ -1,0 +1,103 @@
+//! The account budget for workers on many machines: Redis while it answers, a
+//! local share of the allowance while it does not.
+//!
+//! When Redis fails, each worker falls back to its share of the allowance,
+//! capacity ÷ workers and refill ÷ workers (seed 000's rule for workers that
+//! cannot share state), logs the switch once, and tries Redis again every
+//! `retry_interval`; when Redis answers, it goes back. Every reservation is
+//! answered by exactly one backend, so no call is lost or sent twice; a Redis
+//! exchange that failed after the script ran may have taken tokens there as
+//! well as locally, which errs on the side of the shared allowance.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use super::{AccountBudgetBackend, Bucket, EmbeddedAccounts, RedisAccounts, Reservation};
+
+enum Mode {
+    Redis,
+    /// Local share since Redis failed; try Redis again after `retry_at`.
+    Local { retry_at: Instant },
+}
+
+pub struct SharedAccounts {
+    redis: RedisAccounts,
+    local: EmbeddedAccounts,
+    workers: u32,
+    retry_interval: Duration,
+    mode: Mutex<Mode>,
+    fallbacks: AtomicU64,
+    recoveries: AtomicU64,
+}
+
+impl SharedAccounts {
+    /// `workers`: how many workers share the account (their local share is 1/workers).
+    pub fn new(redis: RedisAccounts, workers: u32) -> Self {
+        SharedAccounts {
+            redis,
+            local: EmbeddedAccounts::new(),
+            workers: workers.max(1),
+            retry_interval: Duration::from_secs(1),
+            mode: Mutex::new(Mode::Redis),
+            fallbacks: AtomicU64::new(0),
+            recoveries: AtomicU64::new(0),
+        }
+    }
+
+    /// How often to try Redis again while on the local share.
+    pub fn with_retry_interval(mut self, interval: Duration) -> Self {
+        self.retry_interval = interval;
+        self
+    }
+
+    /// Switches to the local share so far.
+    pub fn fallbacks(&self) -> u64 {
+        self.fallbacks.load(Ordering::Relaxed)
+    }
+
+    /// Returns to Redis so far.
+    pub fn recoveries(&self) -> u64 {
+        self.recoveries.load(Ordering::Relaxed)
+    }
+
+    /// This worker's share of the bucket.
+    pub fn local_share(&self, bucket: Bucket) -> Bucket {
+        Bucket {
+            capacity: (bucket.capacity / self.workers).max(1),
+            refill_interval_ms: bucket.refill_interval_ms.saturating_mul(u64::from(self.workers)),
+        }
+    }
+}
+
+impl AccountBudgetBackend for SharedAccounts {
+    fn reserve(&self, account_id: &str, tokens: u32, bucket: Bucket, max_wait_ms: u64, now_ms: u64) -> Reservation {
+        let try_redis = match *self.mode.lock().unwrap_or_else(|p| p.into_inner()) {
+            Mode::Redis => true,
+            Mode::Local { retry_at } => Instant::now() >= retry_at,
+        };
+        if try_redis {
+            match self.redis.try_reserve(account_id, tokens, bucket, max_wait_ms) {
+                Ok(reservation) => {
+                    let mut mode = self.mode.lock().unwrap_or_else(|p| p.into_inner());
+                    if let Mode::Local { .. } = *mode {
+                        *mode = Mode::Redis;
+                        self.recoveries.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(target: "agent_retry", redis = self.redis.url(), "account budget: Redis answers again; back to the shared bucket");
+                    }
+                    return reservation;
+                }
+                Err(reason) => {
+                    let mut mode = self.mode.lock().unwrap_or_else(|p| p.into_inner());
+                    if let Mode::Redis = *mode {
+                        self.fallbacks.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(target: "agent_retry", redis = self.redis.url(), %reason, workers = self.workers,
+                                       "account budget: Redis unavailable; using this worker's local share until it answers");
+                    }
+                    *mode = Mode::Local { retry_at: Instant::now() + self.retry_interval };
+                }
+            }
+        }
+        self.local.reserve(account_id, tokens, self.local_share(bucket), max_wait_ms, now_ms)
+    }
+}

@@ -1,0 +1,320 @@
+//! The account budget's two backends: the same semantics, the allowance held by
+//! 16 concurrent workers (counted on the server), unsynchronised retries, Redis
+//! killed mid-run, and bad Redis configurations. Needs `redis-server` on PATH
+//! (`.ci/run` installs Debian's package); set AGENT_RETRY_REDIS_URL to use a
+//! running server for the tests that do not kill it.
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use agent_retry_demo_server::faults::{Fault, rule_first};
+use agent_retry_demo_server::tools::lock;
+use agent_retry_demo_server::{Allowance, DemoState, FaultRule, FaultScript, serve_http};
+use agent_retry_host::accounts::{AccountBudgetBackend, AccountsError, Bucket, Reservation};
+use agent_retry_host::mcp::{CallerOptions, Clock, Metrics, RetryingCaller, connect_http};
+use agent_retry_host::{EmbeddedAccounts, EntropySource, HostServices, PolicyComponent, RedisAccounts, SharedAccounts, default_wasm_path};
+use serde_json::json;
+
+/// A redis-server of the test's own on a free loopback port; killed on drop.
+struct RedisServer {
+    child: Child,
+    port: u16,
+}
+
+impl RedisServer {
+    fn start_on(port: u16) -> Self {
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server is not installed: apt-get install redis-server (.ci/run does)");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "redis-server did not start on port {port}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        RedisServer { child, port }
+    }
+
+    fn start() -> Self {
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        Self::start_on(port)
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// CI's Redis if AGENT_RETRY_REDIS_URL names one, else one of our own.
+fn redis() -> (String, Option<RedisServer>) {
+    match std::env::var("AGENT_RETRY_REDIS_URL") {
+        Ok(url) => (url, None),
+        Err(_) => {
+            let server = RedisServer::start();
+            (server.url(), Some(server))
+        }
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64
+}
+
+fn unique(name: &str) -> String {
+    format!("{name}-{}-{}", std::process::id(), now_ms())
+}
+
+fn close(reservation: Reservation, expected: Reservation) {
+    let (got, want, same_kind) = match (reservation, expected) {
+        (Reservation::Granted(a), Reservation::Granted(b)) => (a, b, true),
+        (Reservation::Refused(a), Reservation::Refused(b)) => (a, b, true),
+        _ => (0, 0, false),
+    };
+    assert!(same_kind && got.abs_diff(want) <= 200, "got {reservation:?}, expected about {expected:?}");
+}
+
+/// The same sequence for every backend: a burst of `capacity`, then one token
+/// per interval, refusals past max-wait that take nothing, buckets per account.
+fn check_semantics(backend: &dyn AccountBudgetBackend) {
+    let account = unique("semantics");
+    let bucket = Bucket { capacity: 3, refill_interval_ms: 10_000 };
+    let take = |tokens| backend.reserve(&account, tokens, bucket, 25_000, now_ms());
+    for _ in 0..3 {
+        close(take(1), Reservation::Granted(0));
+    }
+    close(take(1), Reservation::Granted(10_000));
+    close(take(1), Reservation::Granted(20_000));
+    close(take(1), Reservation::Refused(30_000));
+    close(take(1), Reservation::Refused(30_000));
+    close(take(0), Reservation::Granted(0));
+    close(backend.reserve(&unique("other"), 3, bucket, 0, now_ms()), Reservation::Granted(0));
+}
+
+#[test]
+fn the_embedded_backend_has_the_semantics() {
+    check_semantics(&EmbeddedAccounts::new());
+}
+
+#[test]
+fn the_redis_backend_has_the_same_semantics() {
+    let (url, _server) = redis();
+    let shared = SharedAccounts::new(RedisAccounts::connect(&url).unwrap(), 16);
+    check_semantics(&shared);
+    assert_eq!(shared.fallbacks(), 0, "every answer came from Redis");
+}
+
+#[test]
+fn a_bad_redis_url_is_a_clear_error() {
+    assert!(matches!(RedisAccounts::connect("http://127.0.0.1:6379"), Err(AccountsError::BadUrl { .. })));
+    let closed = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port(); // bound, then freed
+    let started = Instant::now();
+    let err = RedisAccounts::connect(&format!("redis://127.0.0.1:{closed}/")).err().expect("nothing listens there");
+    assert!(matches!(err, AccountsError::Unreachable { .. }), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+#[test]
+fn a_server_that_answers_garbage_is_a_clear_error_not_a_hang() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            std::thread::spawn(move || {
+                use std::io::{Read, Write};
+                let mut buf = [0u8; 256];
+                let _ = stream.read(&mut buf);
+                let _ = stream.write_all(b"HTTP/1.1 200 OK\r\n\r\nthis is not redis");
+                std::thread::sleep(Duration::from_secs(30));
+            });
+        }
+    });
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(RedisAccounts::connect(&format!("redis://127.0.0.1:{port}/")).err().map(|e| e.to_string()));
+    });
+    let err = rx.recv_timeout(Duration::from_secs(10)).expect("connect must not hang").expect("garbage must be an error");
+    assert!(err.contains("unusable"), "{err}");
+}
+
+// ===== 16 workers against the demo server's allowance =====
+
+const WORKERS: u32 = 16;
+
+/// What the server saw and what the hosts did.
+struct Outcome {
+    admitted_per_window: Vec<u32>,
+    refused: u32,
+    server_calls: usize,
+    host_attempts: u64,
+    host_retries: u64,
+    /// Server-side times (ms since its start) of each call.
+    times: Vec<u64>,
+}
+
+/// `WORKERS` workers (each its own policy instance and MCP client), each making
+/// `calls` lookups, all starting together.
+fn run_workers(
+    allowance: Option<(u32, u64)>,
+    faults: Vec<FaultRule>,
+    config: &str,
+    calls: u32,
+    backend: impl Fn(u32) -> Arc<dyn AccountBudgetBackend>,
+    entropy: impl Fn(u32) -> EntropySource,
+) -> Outcome {
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let allowance = allowance.map(|(n, ms)| Allowance::new(n, Duration::from_millis(ms)));
+        let state = DemoState::new(FaultScript::new(faults), allowance);
+        let server = serve_http("127.0.0.1:0".parse().unwrap(), Arc::clone(&state)).await.unwrap();
+        let component = Arc::new(PolicyComponent::from_file(&default_wasm_path()).expect("run `make wasm` first"));
+        let metrics = Arc::new(Metrics::new());
+        let start = Arc::new(tokio::sync::Barrier::new(WORKERS as usize));
+        let mut tasks = Vec::new();
+        for w in 0..WORKERS {
+            let client = connect_http(&server.url).await.unwrap();
+            let instance = component.instantiate(HostServices::new(backend(w), entropy(w))).unwrap();
+            let options = CallerOptions { attempt_timeout_ms: 5000, key_argument: "idempotency_key".into(), clock: Clock::real() };
+            let mut caller = RetryingCaller::start(client.peer().clone(), instance, config, &format!("worker-{w}"), options, Arc::clone(&metrics))
+                .await
+                .unwrap();
+            let start = Arc::clone(&start);
+            tasks.push(tokio::spawn(async move {
+                start.wait().await;
+                for i in 0..calls {
+                    let args = json!({"order_id": format!("W{w}-{i}")}).as_object().cloned().unwrap();
+                    caller.call("lookup_order", args).await.expect("every call gets an answer");
+                }
+                let _ = client.cancel().await;
+            }));
+        }
+        for task in tasks {
+            task.await.unwrap();
+        }
+        let counts = metrics.snapshot();
+        let (admitted_per_window, refused) = lock(&state.allowance).as_ref().map_or((vec![], 0), |a| (a.admitted_per_window.clone(), a.refused));
+        let times = lock(&state.calls).iter().map(|c| c.at_ms).collect();
+        let server_calls = lock(&state.calls).len();
+        server.stop().await;
+        Outcome { admitted_per_window, refused, server_calls, host_attempts: counts.attempts, host_retries: counts.retries, times }
+    })
+}
+
+/// The allowance: 60 calls per 1000 ms window. The bucket: 20 at once, then one
+/// per 30 ms, so any 1000 ms holds at most 20 + 34 = 54 calls, inside 60.
+const ALLOWANCE: (u32, u64) = (60, 1000);
+const BUDGET_CONFIG: &str = r#"{"base-delay-ms": 50, "max-delay-ms": 400, "max-hint-ms": 5000, "max-attempts-per-run": 1000, "max-retries-per-run": 100,
+    "account-budget": {"account-id": "demo-account", "capacity": 20, "refill-interval-ms": 30, "max-wait-ms": 20000}}"#;
+
+fn check_allowance_held(backend_name: &str, backend: impl Fn(u32) -> Arc<dyn AccountBudgetBackend>) {
+    let faults = vec![rule_first("lookup_order", 12, Fault::Http { status: 503, headers: vec![], body: "blip".into() })];
+    let outcome = run_workers(Some(ALLOWANCE), faults, BUDGET_CONFIG, 8, backend, |w| EntropySource::seeded(u64::from(w)));
+    println!("{backend_name}: admitted per 1000 ms window {:?}, refused {}, retries {}", outcome.admitted_per_window, outcome.refused, outcome.host_retries);
+    assert!(outcome.admitted_per_window.iter().all(|&n| n <= ALLOWANCE.0), "{backend_name}: {:?}", outcome.admitted_per_window);
+    assert_eq!(outcome.refused, 0, "{backend_name}: the shared budget kept every call inside the allowance");
+    assert!(outcome.host_retries >= 12, "{backend_name}: the 503s were retried");
+    assert_eq!(outcome.server_calls as u64, outcome.host_attempts, "{backend_name}: retries are among the counted calls");
+}
+
+#[test]
+fn sixteen_workers_stay_inside_the_allowance_with_the_embedded_budget() {
+    let shared: Arc<dyn AccountBudgetBackend> = Arc::new(EmbeddedAccounts::new());
+    check_allowance_held("embedded", move |_| Arc::clone(&shared));
+}
+
+#[test]
+fn sixteen_workers_on_separate_redis_connections_stay_inside_the_allowance() {
+    let (url, _server) = redis();
+    let backend = move |_w: u32| -> Arc<dyn AccountBudgetBackend> { Arc::new(SharedAccounts::new(RedisAccounts::connect(&url).unwrap(), WORKERS)) };
+    check_allowance_held("redis", backend);
+}
+
+#[test]
+fn without_the_shared_budget_the_same_workers_get_429s() {
+    let config = r#"{"base-delay-ms": 50, "max-delay-ms": 400, "max-hint-ms": 5000, "max-attempts-per-run": 1000, "max-retries-per-run": 100}"#;
+    let outcome = run_workers(Some(ALLOWANCE), vec![], config, 8, |_| Arc::new(EmbeddedAccounts::new()), |w| EntropySource::seeded(u64::from(w)));
+    println!("no budget: admitted per window {:?}, refused {}", outcome.admitted_per_window, outcome.refused);
+    assert!(outcome.refused > 0, "the allowance binds: without the budget some calls are refused");
+}
+
+/// The most calls in any `bin_ms` bin.
+fn peak(times: &[u64], bin_ms: u64) -> usize {
+    let mut bins = std::collections::BTreeMap::new();
+    for t in times {
+        *bins.entry(t / bin_ms).or_insert(0usize) += 1;
+    }
+    bins.values().copied().max().unwrap_or(0)
+}
+
+fn check_retries_spread(backend_name: &str, backend: impl Fn(u32) -> Arc<dyn AccountBudgetBackend> + Clone) {
+    // Every worker's first call fails at once; their retries are the calls after the first 16.
+    let config = r#"{"base-delay-ms": 1000, "max-delay-ms": 1000, "max-attempts-per-run": 1000,
+        "account-budget": {"account-id": "sync", "capacity": 1000, "refill-interval-ms": 1, "max-wait-ms": 1000}}"#;
+    let faults = || vec![rule_first("lookup_order", WORKERS, Fault::Http { status: 503, headers: vec![], body: "outage".into() })];
+    let run = |entropy: &dyn Fn(u32) -> EntropySource| {
+        let mut outcome = run_workers(None, faults(), config, 1, backend.clone(), entropy);
+        outcome.times.sort();
+        let retries: Vec<u64> = outcome.times[WORKERS as usize..].to_vec();
+        assert_eq!(retries.len(), WORKERS as usize);
+        peak(&retries, 50)
+    };
+    let in_lockstep = run(&|_| EntropySource::Fixed(u64::MAX));
+    let jittered = run(&|w| EntropySource::seeded(1000 + u64::from(w)));
+    println!("{backend_name}: most retries in one 50 ms bin: {in_lockstep} without jitter, {jittered} with full jitter (of {WORKERS})");
+    assert!(in_lockstep >= 12, "{backend_name}: without jitter the retries land together ({in_lockstep})");
+    assert!(jittered * 2 <= in_lockstep, "{backend_name}: full jitter spreads them ({jittered} vs {in_lockstep})");
+}
+
+#[test]
+fn workers_retries_do_not_synchronise_with_the_embedded_budget() {
+    let shared: Arc<dyn AccountBudgetBackend> = Arc::new(EmbeddedAccounts::new());
+    check_retries_spread("embedded", move |_| Arc::clone(&shared));
+}
+
+#[test]
+fn workers_retries_do_not_synchronise_with_the_redis_budget() {
+    let (url, _server) = redis();
+    check_retries_spread("redis", move |_| Arc::new(SharedAccounts::new(RedisAccounts::connect(&url).unwrap(), WORKERS)));
+}
+
+#[test]
+fn redis_killed_mid_run_falls_back_logs_once_and_comes_back() {
+    let mut redis = RedisServer::start();
+    let port = redis.port;
+    let shared = Arc::new(SharedAccounts::new(RedisAccounts::connect(&redis.url()).unwrap(), WORKERS).with_retry_interval(Duration::from_millis(100)));
+    let backend = Arc::clone(&shared);
+    let config = r#"{"base-delay-ms": 20, "max-delay-ms": 100, "max-attempts-per-run": 1000,
+        "account-budget": {"account-id": "failover", "capacity": 64, "refill-interval-ms": 5, "max-wait-ms": 5000}}"#;
+    let killer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        redis.kill();
+        std::thread::sleep(Duration::from_millis(700));
+        RedisServer::start_on(port) // back on the same port
+    });
+    let outcome = run_workers(None, vec![], config, 40, move |_| Arc::clone(&backend) as Arc<dyn AccountBudgetBackend>, |w| EntropySource::seeded(u64::from(w)));
+    let _restarted = killer.join().unwrap();
+    println!("failover: {} calls, {} fallbacks, {} recoveries", outcome.server_calls, shared.fallbacks(), shared.recoveries());
+    assert_eq!(outcome.server_calls, (WORKERS * 40) as usize, "every call was made, none lost or sent twice");
+    assert_eq!(outcome.server_calls as u64, outcome.host_attempts);
+    assert_eq!(shared.fallbacks(), 1, "the fallback is logged once");
+    if shared.recoveries() == 0 {
+        // The run may finish before Redis is back; a reservation now must return to it.
+        std::thread::sleep(Duration::from_millis(1200));
+        let _ = shared.reserve("failover", 1, Bucket { capacity: 64, refill_interval_ms: 5 }, 5000, now_ms());
+    }
+    assert_eq!(shared.recoveries(), 1, "back to Redis once it answers");
+}
