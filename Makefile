@@ -4,7 +4,7 @@
 WASM := target/wasm32-wasip2/wasm-release/agent_retry_policy.wasm
 WASM_LIMIT_BYTES := 102400
 
-.PHONY: setup wasm demo test vectors
+.PHONY: setup wasm demo test test-rust vectors
 
 setup:
 	rustup target add wasm32-wasip2
@@ -24,6 +24,12 @@ demo: wasm
 vectors:
 	python3 tests/vectors/make_vectors.py
 
+# Everything: Rust (unit, sandbox, MCP end to end, account budgets with Redis,
+# the vectors natively and in wasmtime), then the Python and TypeScript hosts,
+# then the check that all three give the same outputs for every vector.
 test: wasm
 	python3 tests/vectors/make_vectors.py --check
 	cargo test --release --workspace
+	$(MAKE) --no-print-directory test-python test-ts test-hosts-agree
+
+include hosts/hosts.mk

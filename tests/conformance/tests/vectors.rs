@@ -28,12 +28,16 @@ fn main() -> ExitCode {
         }
     };
     let (mut passed, mut failed) = (0u32, 0u32);
+    // Every case's native outputs, one line a case, for other hosts to compare
+    // byte for byte (`make test-hosts-agree`).
+    let mut dump = String::new();
     let (mut native_passed, mut wasm_passed, mut cases) = (0u32, 0u32, 0u32);
     for file in &files {
         let name = file.path.file_name().and_then(|n| n.to_str()).unwrap_or("?");
         for case in &file.cases {
             cases += 1;
             let native = run_case(case, &mut Native::new());
+            dump.push_str(&format!("{} {}\n", canonical_text(&serde_json::json!([name, case.description])), canonical_text(&serde_json::Value::Array(native.outputs.clone()))));
             let wasm = match DynamicPolicy::new(&component) {
                 Ok(mut subject) => run_case(case, &mut subject),
                 Err(e) => conformance::CaseResult { outputs: vec![], failure: Some(e) },
@@ -65,9 +69,27 @@ fn main() -> ExitCode {
             wasm_passed += u32::from(report("wasmtime", &identical));
         }
     }
+    let dump_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/vector-outputs-rust.jsonl");
+    if let Err(e) = std::fs::write(&dump_path, dump) {
+        eprintln!("cannot write {}: {e}", dump_path.display());
+    }
     println!("vectors: {cases} cases in {} files", files.len());
     println!("native: {native_passed} of {cases} cases passed");
     println!("wasmtime: {wasm_passed} of {cases} cases passed, outputs identical to native");
     println!("{passed} passed, {failed} failed");
     if failed == 0 && cases > 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+}
+
+/// Compact JSON with object keys sorted, whatever map order serde_json was built with.
+fn canonical_text(value: &serde_json::Value) -> String {
+    match value {
+        serde_json::Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            let fields: Vec<String> = keys.iter().map(|k| format!("{}:{}", serde_json::Value::from(k.as_str()), canonical_text(&map[*k]))).collect();
+            format!("{{{}}}", fields.join(","))
+        }
+        serde_json::Value::Array(items) => format!("[{}]", items.iter().map(canonical_text).collect::<Vec<_>>().join(",")),
+        other => other.to_string(),
+    }
 }

@@ -1,0 +1,56 @@
+# The Python and Node hosts. The top-level Makefile includes this file and defines
+# `wasm` (the component at $(WASM)). Each target sets up what it needs on a fresh
+# machine with python3/pip and node/npm: a venv at .venv, node_modules, jco's
+# transpilation of the component, the TypeScript build.
+
+HOSTS_VENV        := .venv
+HOSTS_PY          := $(HOSTS_VENV)/bin/python
+HOSTS_PY_STAMP    := $(HOSTS_VENV)/.agent-retry-installed
+HOSTS_TS          := hosts/typescript
+HOSTS_TS_MODULES  := $(HOSTS_TS)/node_modules/.package-lock.json
+HOSTS_WASM        := target/wasm32-wasip2/wasm-release/agent_retry_policy.wasm
+
+.PHONY: test-python test-ts test-hosts bench-hosts test-hosts-agree hosts-python-setup hosts-ts-setup
+
+$(HOSTS_PY):
+	python3 -m venv $(HOSTS_VENV)
+
+# Reinstalled when the package's dependencies change.
+$(HOSTS_PY_STAMP): hosts/python/pyproject.toml | $(HOSTS_PY)
+	$(HOSTS_PY) -m pip install --quiet --upgrade pip
+	$(HOSTS_PY) -m pip install --quiet -e 'hosts/python[test,bench]'
+	touch $@
+
+hosts-python-setup: $(HOSTS_PY_STAMP)
+
+test-python: wasm hosts-python-setup
+	cd hosts/python && ../../$(HOSTS_PY) -m pytest -q
+
+$(HOSTS_TS_MODULES): $(HOSTS_TS)/package.json $(HOSTS_TS)/package-lock.json
+	cd $(HOSTS_TS) && npm ci --no-audit --no-fund
+
+# jco's transpilation of the component (into generated/), then the TypeScript build.
+hosts-ts-setup: $(HOSTS_TS_MODULES)
+	cd $(HOSTS_TS) && npm run --silent transpile && npm run --silent build
+
+test-ts: wasm hosts-ts-setup
+	cd $(HOSTS_TS) && npm test
+
+test-hosts: test-python test-ts
+
+# Python and Node run every vector and must give byte-identical outputs to the
+# Rust core's (target/vector-outputs-rust.jsonl, written by the Rust vector runner).
+test-hosts-agree: wasm hosts-python-setup hosts-ts-setup
+	$(HOSTS_PY) -m agent_retry.conformance --dump target/vector-outputs-python.jsonl
+	node $(HOSTS_TS)/dist/src/conformance.js --dump target/vector-outputs-node.jsonl
+	@test -f target/vector-outputs-rust.jsonl || cargo test --release -p conformance --test vectors
+	@passed=0; failed=0; for host in python node; do \
+	  if cmp -s target/vector-outputs-rust.jsonl target/vector-outputs-$$host.jsonl; then \
+	    echo "$$host: outputs identical to the Rust core for every vector"; passed=$$((passed+1)); \
+	  else echo "$$host: outputs DIFFER from the Rust core"; failed=$$((failed+1)); fi; done; \
+	  echo "agreement: $$passed passed, $$failed failed"; test $$failed -eq 0
+
+# Per-decision cost against tenacity (Python) and p-retry (Node); figures in hosts/README.md.
+bench-hosts: wasm hosts-python-setup hosts-ts-setup
+	$(HOSTS_PY) hosts/python/bench/bench.py
+	cd $(HOSTS_TS) && npm run --silent bench

@@ -1,0 +1,62 @@
+"""agent-retry for Python: the policy component in wasmtime, its imports, typed
+wrappers, and a retrying wrapper around the MCP SDK's `ClientSession.call_tool`.
+
+    from agent_retry import PolicyComponent, now_ms
+    instance = PolicyComponent.load().instantiate()
+    policy = instance.load_policy({"tools": {"lookup_order": {"effect": "read"}}})
+    run = policy.start_run("CASE-5016")
+    admission = run.begin_call({"tool": "lookup_order"}, now_ms())
+"""
+
+from . import types
+from .accounts import PROCESS_ACCOUNTS, AccountBudgetBackend, Bucket, EmbeddedAccounts, Reservation, gcra
+from .component import (
+    FUEL_PER_CALL,
+    MAX_MEMORY_BYTES,
+    Policy,
+    PolicyComponent,
+    PolicyInstance,
+    Run,
+    locate_component,
+    now_ms,
+)
+from .entropy import EntropySource, OsEntropy, SplitMix64
+from .errors import (
+    AgentRetryError,
+    ComponentLoadError,
+    ComponentNotFound,
+    ConfigError,
+    Escalated,
+    InstanceUnusable,
+    PolicyTrap,
+    RunMisuse,
+)
+
+__all__ = [
+    "AccountBudgetBackend",
+    "AgentRetryError",
+    "Bucket",
+    "ComponentLoadError",
+    "ComponentNotFound",
+    "ConfigError",
+    "EmbeddedAccounts",
+    "EntropySource",
+    "Escalated",
+    "FUEL_PER_CALL",
+    "InstanceUnusable",
+    "MAX_MEMORY_BYTES",
+    "OsEntropy",
+    "PROCESS_ACCOUNTS",
+    "Policy",
+    "PolicyComponent",
+    "PolicyInstance",
+    "PolicyTrap",
+    "Reservation",
+    "Run",
+    "RunMisuse",
+    "SplitMix64",
+    "gcra",
+    "locate_component",
+    "now_ms",
+    "types",
+]

@@ -1,0 +1,72 @@
+"""The account budget the component imports: an atomic take-or-wait on a token
+bucket per account, embedded in this process and shared by every instance.
+
+The algorithm is `gcra` in host-example/src/accounts.rs, copied exactly,
+including saturation at u64 (Python integers do not overflow, so every
+saturating operation is written out with `min`/`max`).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import NamedTuple, Protocol
+
+U64_MAX = 0xFFFF_FFFF_FFFF_FFFF
+
+
+class Bucket(NamedTuple):
+    """The bucket's shape, as the policy's configuration gives it on every call."""
+
+    capacity: int
+    refill_interval_ms: int
+
+
+class Reservation(NamedTuple):
+    """The answer to `reserve`: granted (taken; wait `wait_ms` before use) or
+    refused (nothing taken; room in `wait_ms`)."""
+
+    granted: bool
+    wait_ms: int
+
+
+class AccountBudgetBackend(Protocol):
+    """A shared account budget. `reserve` must be atomic across every caller."""
+
+    def reserve(self, account_id: str, tokens: int, bucket: Bucket, max_wait_ms: int, now_ms: int) -> Reservation: ...
+
+
+def gcra(stored_tat_ms: int, tokens: int, bucket: Bucket, max_wait_ms: int, now_ms: int) -> tuple[Reservation, int]:
+    """GCRA (the generic cell rate algorithm): the bucket kept as one number per
+    account, the theoretical arrival time (TAT) of the next token. Returns the
+    reservation and the TAT to store."""
+    emission = bucket.refill_interval_ms
+    tolerance = min(bucket.capacity * emission, U64_MAX)
+    tat = max(stored_tat_ms, now_ms)
+    new_tat = min(tat + min(tokens * emission, U64_MAX), U64_MAX)
+    allowed_at = max(new_tat - tolerance, 0)
+    wait_ms = max(allowed_at - now_ms, 0)
+    if wait_ms > max_wait_ms:
+        return Reservation(False, wait_ms), stored_tat_ms
+    return Reservation(True, wait_ms), new_tat
+
+
+class EmbeddedAccounts:
+    """One bucket per account in this process, behind a lock: shared by every run
+    and every component instance (and thread) that holds this object."""
+
+    def __init__(self) -> None:
+        self._tats: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def reserve(self, account_id: str, tokens: int, bucket: Bucket, max_wait_ms: int, now_ms: int) -> Reservation:
+        with self._lock:
+            stored = self._tats.get(account_id, 0)
+            reservation, new_tat = gcra(stored, tokens, bucket, max_wait_ms, now_ms)
+            if new_tat != stored:
+                self._tats[account_id] = new_tat
+            return reservation
+
+
+# The default for `PolicyComponent.instantiate`: every instance in the process
+# draws on the same buckets, as workers of one account must.
+PROCESS_ACCOUNTS = EmbeddedAccounts()

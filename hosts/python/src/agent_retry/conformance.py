@@ -1,0 +1,302 @@
+"""The conformance vector runner (tests/vectors/README.md) for this host.
+
+Every case runs against a fresh instance with a fresh embedded account budget;
+inputs are converted from canonical JSON by each function's WIT parameter types
+(the same codec every call uses) and outputs converted back, then matched
+against the case's expectations.
+
+    python -m agent_retry.conformance [VECTOR_DIR] [--dump OUTPUTS.json]
+
+prints a line per failed case and `N passed, N failed`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from .accounts import EmbeddedAccounts
+from .component import PolicyComponent, PolicyInstance, _repo_root
+from .entropy import SplitMix64
+
+# The clock at the start of every case: 2025-11-30T00:00:00Z.
+DEFAULT_START_MS = 1_764_460_800_000
+# The entropy of a step that gives none: the middle of the range.
+DEFAULT_ENTROPY = 0x8000_0000_0000_0000
+
+STEP_KEYS = frozenset(
+    ["op", "expect", "now-ms", "entropy", "config", "config-text", "failure", "retry", "hint-ms", "run-id",
+     "action-id", "call", "call-id", "outcome", "comment"]
+)
+U64_MAX = 0xFFFF_FFFF_FFFF_FFFF
+U32_MAX = 0xFFFF_FFFF
+_HEX_U64 = re.compile(r"0x[0-9a-fA-F]{1,16}")
+
+
+class HarnessError(Exception):
+    """A bad vector or a trap: not an answer of the component."""
+
+
+def default_vector_dir() -> Path:
+    return _repo_root() / "tests" / "vectors"
+
+
+def load_vector_files(directory: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """Every `*.json` in `directory` but schema.json, sorted by name."""
+    paths = sorted(p for p in directory.glob("*.json") if p.name != "schema.json")
+    return [(p, json.loads(p.read_text(encoding="utf-8"))) for p in paths]
+
+
+def parse_u64(value: Any) -> int:
+    """A u64 written as a JSON number or a `0x` hex string."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= U64_MAX:
+        return value
+    if isinstance(value, str) and _HEX_U64.fullmatch(value):
+        return int(value[2:], 16)
+    raise HarnessError(f"{value!r} is not a u64")
+
+
+def _optional_u64(step: dict[str, Any], name: str) -> Optional[int]:
+    value = step.get(name)
+    return None if value is None else parse_u64(value)
+
+
+def _u32(step: dict[str, Any], name: str) -> int:
+    value = step.get(name)
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= U32_MAX:
+        return value
+    raise HarnessError(f'"{name}" must be a u32')
+
+
+def _text(step: dict[str, Any], name: str) -> str:
+    value = step.get(name)
+    if not isinstance(value, str):
+        raise HarnessError(f'"{name}" must be a string')
+    return value
+
+
+def _field(step: dict[str, Any], name: str) -> Any:
+    if name not in step:
+        raise HarnessError(f'the step has no "{name}"')
+    return step[name]
+
+
+def canonical_json_text(value: Any) -> str:
+    """The JSON text the Rust runner sends for a `config`: serde_json's compact
+    form, whose maps are sorted by key (no `preserve_order`)."""
+    return json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+
+
+class Subject:
+    """The component, called with canonical JSON values."""
+
+    def __init__(self, component: PolicyComponent) -> None:
+        # A fixed seed keeps even the guest's own draws reproducible; the vectors
+        # always pass entropy, so it is never used.
+        self.instance: PolicyInstance = component.instantiate(accounts=EmbeddedAccounts(), entropy=SplitMix64(0))
+        self.policy: Any = None
+        self.run: Any = None
+
+    def load_policy(self, config_text: str) -> Any:
+        result = self.instance.call("[static]policy.from-json", config_text)
+        if "ok" not in result:
+            return result
+        policy = result["ok"]
+        effective = self.instance.call("[method]policy.effective-config", policy)
+        self.policy = policy
+        return {"ok": json.loads(effective)}
+
+    def need_policy(self) -> Any:
+        if self.policy is None:
+            raise HarnessError("no policy loaded")
+        return self.policy
+
+    def need_run(self) -> Any:
+        if self.run is None:
+            raise HarnessError("no run")
+        return self.run
+
+    def start_run(self, run_id: str) -> None:
+        self.run = self.instance.call("[method]policy.start-run", self.need_policy(), run_id)
+
+
+def run_step(subject: Subject, step: Any, state: dict[str, Any]) -> Any:
+    if not isinstance(step, dict):
+        raise HarnessError("a step must be an object")
+    unknown = [k for k in step if k not in STEP_KEYS]
+    if unknown:
+        raise HarnessError(f'unknown step field "{unknown[0]}"')
+    now = _optional_u64(step, "now-ms")
+    if now is not None:
+        state["now"] = now
+    entropy = _optional_u64(step, "entropy")
+    if entropy is None:
+        entropy = DEFAULT_ENTROPY
+    op = _text(step, "op")
+    if op in ("begin-call", "record-outcome", "report") and not state["started"]:
+        subject.start_run("run-1")
+        state["started"] = True
+    call = subject.instance.call
+    if op == "load-policy":
+        has_config, has_text = "config" in step, "config-text" in step
+        if has_config and not has_text:
+            return subject.load_policy(canonical_json_text(step["config"]))
+        if has_text and not has_config and isinstance(step["config-text"], str):
+            return subject.load_policy(step["config-text"])
+        raise HarnessError('load-policy takes "config" (JSON) or "config-text" (a string)')
+    if op == "classify":
+        return call("[method]policy.classify", subject.need_policy(), _field(step, "failure"), state["now"])
+    if op == "next-delay":
+        retry = _u32(step, "retry")
+        return call("[method]policy.next-delay", subject.need_policy(), retry, _optional_u64(step, "hint-ms"), entropy)
+    if op == "derive-idempotency-key":
+        return call("derive-idempotency-key", _text(step, "run-id"), _text(step, "action-id"))
+    if op == "start-run":
+        subject.start_run(_text(step, "run-id"))
+        state["started"] = True
+        return None
+    if op == "begin-call":
+        return call("[method]run.begin-call", subject.need_run(), _field(step, "call"), state["now"])
+    if op == "record-outcome":
+        call_id = _u32(step, "call-id")
+        return call("[method]run.record-outcome", subject.need_run(), call_id, _field(step, "outcome"), state["now"], entropy)
+    if op == "report":
+        return call("[method]run.report", subject.need_run())
+    raise HarnessError(f'unknown op "{op}"')
+
+
+# Matching `expect` (tests/vectors/README.md, "Expectations").
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _scalar_equal(expected: Any, actual: Any) -> bool:
+    # JSON equality, not Python's: true is not 1, and 1 is not 1.0.
+    return type(expected) is type(actual) and expected == actual
+
+
+def match(expected: Any, actual: Any, path: str = "$") -> Optional[str]:
+    """None if `actual` matches, else where and why it does not."""
+    if isinstance(expected, dict) and len(expected) == 1 and "$contains" in expected:
+        needle = expected["$contains"]
+        if isinstance(actual, str) and isinstance(needle, str) and needle in actual:
+            return None
+        return f"{path}: expected a string containing {needle!r}, got {json.dumps(actual)}"
+    if isinstance(expected, dict) and len(expected) == 1 and "$range" in expected:
+        bounds = expected["$range"]
+        if (
+            isinstance(bounds, list) and len(bounds) == 2 and all(_is_number(b) for b in bounds)
+            and _is_number(actual) and bounds[0] <= actual <= bounds[1]
+        ):
+            return None
+        return f"{path}: expected a number in {bounds}, got {json.dumps(actual)}"
+    if isinstance(expected, dict):
+        if not isinstance(actual, dict):
+            return f"{path}: expected an object, got {json.dumps(actual)}"
+        for key, value in expected.items():
+            if key not in actual:
+                return f"{path}.{key}: missing in {json.dumps(actual)}"
+            mismatch = match(value, actual[key], f"{path}.{key}")
+            if mismatch:
+                return mismatch
+        return None
+    if isinstance(expected, list):
+        if not isinstance(actual, list):
+            return f"{path}: expected an array, got {json.dumps(actual)}"
+        if len(expected) != len(actual):
+            return f"{path}: expected {len(expected)} items, got {len(actual)}: {json.dumps(actual)}"
+        for i, (e, a) in enumerate(zip(expected, actual)):
+            mismatch = match(e, a, f"{path}[{i}]")
+            if mismatch:
+                return mismatch
+        return None
+    if _scalar_equal(expected, actual):
+        return None
+    return f"{path}: expected {json.dumps(expected)}, got {json.dumps(actual)}"
+
+
+@dataclass
+class CaseResult:
+    file: str
+    description: str
+    outputs: list[Any] = field(default_factory=list)
+    failure: Optional[str] = None
+
+
+def run_case(component: PolicyComponent, file: str, case: dict[str, Any]) -> CaseResult:
+    result = CaseResult(file, case.get("description", "?"))
+    subject = Subject(component)
+    state: dict[str, Any] = {"now": DEFAULT_START_MS, "started": False}
+    try:
+        loaded = subject.load_policy(canonical_json_text(case.get("config", {})))
+    except Exception as e:  # a trap or a conversion error is the harness's failure
+        result.failure = f"loading the case's config: {e}"
+        return result
+    if "ok" not in loaded:
+        result.failure = f"the case's config was rejected: {json.dumps(loaded)}"
+        return result
+    for i, step in enumerate(case.get("steps", []), start=1):
+        try:
+            output = run_step(subject, step, state)
+        except Exception as e:
+            result.failure = f"step {i}: {e}"
+            return result
+        result.outputs.append(output)
+        if "expect" in step:
+            mismatch = match(step["expect"], output)
+            if mismatch:
+                result.failure = f"step {i} ({step.get('op')}): {mismatch}"
+                return result
+    return result
+
+
+def canonical_outputs(result: CaseResult) -> str:
+    """The outputs as one canonical text, for exact comparison across runs and hosts."""
+    return json.dumps(result.outputs, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+
+
+def run_all(component: PolicyComponent, directory: Path, *, twice: bool = True) -> list[CaseResult]:
+    """Every case of every file. With `twice`, each case runs again on a fresh
+    instance and must give the same outputs, byte for byte."""
+    results = []
+    for path, data in load_vector_files(directory):
+        for case in data["cases"]:
+            first = run_case(component, path.name, case)
+            if twice and first.failure is None:
+                second = run_case(component, path.name, case)
+                if second.failure is not None or canonical_outputs(second) != canonical_outputs(first):
+                    first.failure = f"not deterministic: a second run gave {second.failure or canonical_outputs(second)}"
+            results.append(first)
+    return results
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("directory", nargs="?", type=Path, default=None, help="the vector directory (default: the repository's tests/vectors)")
+    parser.add_argument("--wasm", default=None, help="the component (default: $AGENT_RETRY_WASM or the repository's build)")
+    parser.add_argument("--dump", type=Path, default=None, help="write every case's outputs as canonical JSON here")
+    args = parser.parse_args(argv)
+    component = PolicyComponent.load(args.wasm)
+    results = run_all(component, args.directory or default_vector_dir())
+    for r in results:
+        if r.failure:
+            print(f"FAILED {r.file}: {r.description}: {r.failure}")
+    if args.dump:
+        args.dump.write_text(
+            "".join(f"{json.dumps([r.file, r.description], separators=(',', ':'), ensure_ascii=False)} {canonical_outputs(r)}\n" for r in results),
+            encoding="utf-8",
+        )
+    failed = sum(1 for r in results if r.failure)
+    print(f"{len(results) - failed} passed, {failed} failed")
+    return 1 if failed or not results else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""The errors a host sees. Each says what went wrong and what to do about it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+
+class AgentRetryError(Exception):
+    """Base class of every error this package raises."""
+
+
+class ComponentNotFound(AgentRetryError, FileNotFoundError):
+    """The policy component (.wasm) is not where it was looked for."""
+
+    def __init__(self, path: Path, how_found: str) -> None:
+        self.path = path
+        super().__init__(
+            f"the agent-retry policy component was not found at {path} ({how_found}). "
+            "Build it with `make wasm` in the repository root, or point AGENT_RETRY_WASM "
+            "(or the `path` argument) at an agent_retry_policy.wasm."
+        )
+
+
+class ComponentLoadError(AgentRetryError):
+    """The file is not a valid component, or not an agent-retry policy this host can run."""
+
+
+class PolicyTrap(AgentRetryError):
+    """The component trapped (a bug, fuel or memory exhausted). The instance is
+    unusable afterwards: make a new one with `PolicyComponent.instantiate`."""
+
+
+class InstanceUnusable(AgentRetryError):
+    """A call on an instance that trapped before, or on a closed handle."""
+
+
+class ConfigError(AgentRetryError, ValueError):
+    """The policy configuration was rejected; nothing was loaded."""
+
+    def __init__(self, kind: str, field: str, message: str) -> None:
+        self.kind, self.field, self.message = kind, field, message
+        where = f" at {field}" if field else ""
+        super().__init__(f"invalid agent-retry configuration ({kind}){where}: {message}")
+
+
+class RunMisuse(AgentRetryError):
+    """The component's `run-error`: the host used a run wrongly (an unknown call id,
+    a call already over, an outcome while a status check is due, a run already
+    escalated). Nothing in the run changed."""
+
+    def __init__(self, error: Any) -> None:
+        self.error = error  # the canonical run-error, e.g. {"call-finished": 3}
+        ((self.case, self.value),) = error.items()
+        super().__init__(f"run misuse: {self.case} ({self.value})")
+
+
+class Escalated(AgentRetryError):
+    """The policy stopped the run: a person must act. `note` says why, the last
+    error, and which effects were already made."""
+
+    def __init__(self, escalation: Any, tool: Optional[str] = None) -> None:
+        self.escalation = escalation
+        self.reason: str = escalation["reason"]
+        self.note: str = escalation["note"]
+        self.tool = tool
+        super().__init__(self.note)

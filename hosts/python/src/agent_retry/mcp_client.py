@@ -1,0 +1,390 @@
+"""A retrying wrapper around the MCP SDK's `ClientSession.call_tool` (mcp 2.x).
+
+    http_client = create_capturing_http_client()
+    async with http_client, streamable_http_client(url, http_client=http_client) as (read, write):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            caller = RetryingToolCaller(session, run, status_check=check_refunds)
+            result = await caller.call_tool("issue_refund", {"order_id": "A1", "amount": 500})
+
+For each call the wrapper derives the idempotency key once (and sends it only
+if the tool's input schema has the key argument), asks the policy to begin the
+call, waits the admission delay, sends, turns what happened into the contract's
+`outcome`, records it and does what the decision says: retry (wait, resend with
+the same key), check-status (ask the caller's status check, record what it
+found), replan (return the message as the tool error the model sees), succeed
+(return the result) or escalate (raise `Escalated` with the note). All policy
+is in the component; this module only observes and obeys.
+
+What the SDK hides: for a POST answered with a non-2xx status, mcp 2.x raises
+`MCPError(-32603, "Server returned an error response")` and drops the status,
+headers and body; and a network error on a POST tears the whole session down.
+`create_capturing_http_client` gives the SDK an httpx2 client whose transport
+records, for the attempt in progress (a context variable, which the SDK carries
+into its POST task), the status, headers and body of a failed POST, and turns a
+network error into a marked HTTP 599 answer so that the session survives and the
+attempt fails with the real transport error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import json
+import logging
+import socket
+import ssl
+import time
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Mapping, Optional, Union, cast
+
+import httpx2
+from mcp import ClientSession
+from mcp.shared.exceptions import MCPError
+from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT, CallToolResult, PaginatedRequestParams, TextContent, Tool
+
+from .component import Run, now_ms
+from .entropy import EntropySource, OsEntropy
+from .errors import Escalated
+from .types import (
+    CallRequest,
+    Decision,
+    EscalateAction,
+    EscalateAdmission,
+    ReplanAction,
+    RetryAction,
+    SucceedAction,
+    Outcome,
+    StatusCheckResult,
+    ToolHints,
+    TransportError,
+    action_name,
+    empty_result,
+    http_failure,
+    protocol_failure,
+    tool_error,
+    transport_failure,
+)
+
+logger = logging.getLogger("agent_retry.mcp")
+
+# The header that marks the stand-in answer for a network error.
+TRANSPORT_ERROR_HEADER = "x-agent-retry-transport-error"
+TRANSPORT_ERROR_STATUS = 599
+# How much of a failed response's body is kept (the policy keeps at most
+# `max-message-chars` of it anyway).
+MAX_CAPTURED_BODY = 64 * 1024
+
+
+@dataclass
+class AttemptCapture:
+    """What the HTTP layer saw for one attempt."""
+
+    status: Optional[int] = None
+    headers: list[tuple[str, str]] = field(default_factory=list)
+    body: str = ""
+    transport_error: Optional[TransportError] = None
+    transport_detail: str = ""
+
+
+_current_attempt: contextvars.ContextVar[Optional[AttemptCapture]] = contextvars.ContextVar(
+    "agent_retry_current_attempt", default=None
+)
+
+
+def classify_network_error(error: BaseException) -> TransportError:
+    """An httpx2 exception as the contract's transport error."""
+    cause: Optional[BaseException] = error
+    while cause is not None:  # TLS and DNS failures are not blips: "other" escalates
+        if isinstance(cause, (ssl.SSLError, socket.gaierror)):
+            return "other"
+        cause = cause.__cause__ or cause.__context__
+    if isinstance(error, (httpx2.ConnectError, httpx2.ConnectTimeout, httpx2.PoolTimeout)):
+        return "connection-refused"  # the request never reached the server
+    if isinstance(error, (httpx2.ReadTimeout, httpx2.WriteTimeout, httpx2.TimeoutException)):
+        return "timeout"
+    if isinstance(error, (httpx2.RemoteProtocolError, httpx2.ReadError, httpx2.WriteError)):
+        return "connection-reset"
+    if isinstance(error, httpx2.StreamError):
+        return "stream-closed"
+    return "other"
+
+
+class CapturingTransport(httpx2.AsyncBaseTransport):
+    """Wraps a transport; records failed POSTs for the attempt in progress."""
+
+    def __init__(self, inner: Optional[httpx2.AsyncBaseTransport] = None) -> None:
+        self.inner = inner or httpx2.AsyncHTTPTransport()
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        capture = _current_attempt.get()
+        if capture is None or request.method != "POST":
+            return await self.inner.handle_async_request(request)
+        try:
+            response = await self.inner.handle_async_request(request)
+        except httpx2.TransportError as e:
+            capture.transport_error = classify_network_error(e)
+            capture.transport_detail = f"{type(e).__name__}: {e}"
+            # mcp 2.3's POST task would let the exception end the session; an error
+            # status instead resolves just this request with an MCPError.
+            return httpx2.Response(
+                TRANSPORT_ERROR_STATUS,
+                headers={"content-type": "text/plain", TRANSPORT_ERROR_HEADER: capture.transport_error},
+                content=capture.transport_detail.encode(),
+                request=request,
+            )
+        if response.status_code < 400:
+            return response
+        # Read the body here and hand the SDK a fresh response with the same bytes.
+        body = await response.aread()
+        await response.aclose()
+        capture.status = response.status_code
+        capture.headers = [(k, v) for k, v in response.headers.multi_items()]
+        capture.body = body[:MAX_CAPTURED_BODY].decode("utf-8", errors="replace")
+        return httpx2.Response(
+            response.status_code,
+            headers=response.headers,
+            content=body,
+            request=request,
+            extensions={k: v for k, v in response.extensions.items() if k == "http_version"},
+        )
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def create_capturing_http_client(
+    *, timeout: Optional[httpx2.Timeout] = None, headers: Optional[Mapping[str, str]] = None, **kwargs: Any
+) -> httpx2.AsyncClient:
+    """An httpx2 client for `streamable_http_client(url, http_client=...)` that lets
+    the wrapper see failed POSTs. Defaults match the SDK's (30 s, 300 s reads)."""
+    return httpx2.AsyncClient(
+        transport=CapturingTransport(),
+        timeout=timeout or httpx2.Timeout(30.0, read=300.0),
+        headers=dict(headers or {}),
+        **kwargs,
+    )
+
+
+@dataclass(frozen=True)
+class StatusCheckRequest:
+    """What a status check is asked about: a write that may have been applied."""
+
+    session: ClientSession
+    tool: str
+    arguments: Mapping[str, Any]
+    idempotency_key: Optional[str]
+    call_id: int
+
+
+StatusCheck = Callable[[StatusCheckRequest], Awaitable[StatusCheckResult]]
+EmptyCheck = Callable[[CallToolResult], Optional[str]]
+
+
+def _is_empty_value(value: Any) -> bool:
+    if value is None or value == "" or value == [] or value == {}:
+        return True
+    if isinstance(value, dict):
+        return all(_is_empty_value(v) for v in value.values())
+    return False
+
+
+def default_empty_check(result: CallToolResult) -> Optional[str]:
+    """What is wrong with a successful result, or None if it is usable: no
+    content blocks (or only blank text) and no structured content is empty."""
+    blank_text = all(isinstance(block, TextContent) and not block.text.strip() for block in result.content)
+    if blank_text and _is_empty_value(result.structured_content):
+        return "the tool returned an empty result"
+    return None
+
+
+@dataclass
+class _Observed:
+    outcome: Outcome
+    summary: str
+    result: Optional[CallToolResult] = None
+
+
+class RetryingToolCaller:
+    """Calls MCP tools through one run of the policy. One caller per run; it
+    is used from one asyncio task at a time, as the run's instance is."""
+
+    def __init__(
+        self,
+        session: ClientSession,
+        run: Run,
+        *,
+        status_check: Union[StatusCheck, Mapping[str, StatusCheck], None] = None,
+        key_argument: str = "idempotency_key",
+        entropy: Optional[EntropySource] = None,
+        attempt_timeout_s: float = 30.0,
+        tools: Optional[list[Tool]] = None,
+        empty_check: EmptyCheck = default_empty_check,
+        tool_error_status: Callable[[CallToolResult], Optional[int]] = lambda _result: None,
+        clock: Callable[[], int] = now_ms,
+        sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+        log: logging.Logger = logger,
+    ) -> None:
+        self.session = session
+        self.run = run
+        self.status_check = status_check
+        self.key_argument = key_argument
+        self.entropy = entropy or OsEntropy()
+        self.attempt_timeout_s = attempt_timeout_s
+        self.empty_check = empty_check
+        self.tool_error_status = tool_error_status
+        self.clock = clock
+        self.sleep = sleep
+        self.log = log
+        self._tools: Optional[dict[str, Tool]] = {t.name: t for t in tools} if tools is not None else None
+        self._steps = 0
+
+    async def _tool(self, name: str) -> Optional[Tool]:
+        if self._tools is None:
+            tools: dict[str, Tool] = {}
+            cursor: Optional[str] = None
+            while True:
+                page = await self.session.list_tools(params=PaginatedRequestParams(cursor=cursor) if cursor else None)
+                tools.update({t.name: t for t in page.tools})
+                cursor = page.next_cursor
+                if not cursor:
+                    break
+            self._tools = tools
+        return self._tools.get(name)
+
+    def _takes_key(self, tool: Optional[Tool]) -> bool:
+        properties = (tool.input_schema or {}).get("properties") if tool is not None else None
+        return isinstance(properties, dict) and self.key_argument in properties
+
+    @staticmethod
+    def _hints(tool: Optional[Tool]) -> Optional[ToolHints]:
+        annotations = tool.annotations if tool is not None else None
+        if annotations is None:
+            return None
+        return {
+            "read-only": annotations.read_only_hint,
+            "destructive": annotations.destructive_hint,
+            "idempotent": annotations.idempotent_hint,
+        }
+
+    async def call_tool(
+        self, name: str, arguments: Optional[Mapping[str, Any]] = None, *, action_id: Optional[str] = None
+    ) -> CallToolResult:
+        """Makes one intended call, retrying as the policy says. Returns what the
+        model should see: the result, or (replan) an `isError` result carrying
+        the policy's message. Raises `Escalated` when the run must stop.
+
+        `action_id` names the call's place in the run for its idempotency key
+        (default: a counter of this caller's calls, 1, 2, ...); pass a stable
+        one to keep the key across a host restart."""
+        self._steps += 1
+        action = action_id if action_id is not None else str(self._steps)
+        tool = await self._tool(name)
+        send_arguments = dict(arguments or {})
+        key: Optional[str] = None
+        if self._takes_key(tool):
+            key = self.run.instance.derive_idempotency_key(self.run.run_id, action)
+            send_arguments[self.key_argument] = key
+        request: CallRequest = {"tool": name, "idempotency-key": key, "hints": self._hints(tool)}
+        admission = self.run.begin_call(request, self.clock())
+        if "escalate" in admission:
+            refusal = cast(EscalateAdmission, admission)["escalate"]
+            self._log_line(name, None, 0, "not sent", None, "escalate", None, refusal["note"])
+            raise Escalated(refusal, tool=name)
+        ticket = admission["send"]  # narrowed: not an escalation
+        call_id = ticket["call-id"]
+        if ticket["delay-ms"]:
+            await self.sleep(ticket["delay-ms"] / 1000)
+
+        attempt = 1
+        while True:
+            observed = await self._attempt(name, send_arguments)
+            decision = self.run.record_outcome(call_id, observed.outcome, self.clock(), self.entropy.next_u64())
+            self._log_decision(name, call_id, attempt, observed.summary, decision)
+            while decision["action"] == "check-status":
+                found = await self._check_status(name, send_arguments, key, call_id)
+                decision = self.run.record_outcome(call_id, {"status-check": found}, self.clock(), self.entropy.next_u64())
+                self._log_decision(name, call_id, attempt, f"status check: {found}", decision)
+            action_taken = decision["action"]
+            kind = action_name(action_taken)
+            if kind == "retry":
+                plan = cast(RetryAction, action_taken)["retry"]
+                await self.sleep(plan["delay-ms"] / 1000)
+                attempt = plan["attempt"]
+                continue
+            if kind == "replan":
+                message = cast(ReplanAction, action_taken)["replan"]
+                return CallToolResult(content=[TextContent(type="text", text=message)], is_error=True)
+            if kind == "succeed":
+                if observed.result is not None and observed.outcome == "success":
+                    return observed.result
+                note = cast(SucceedAction, action_taken)["succeed"] or "done"
+                return CallToolResult(content=[TextContent(type="text", text=note)], is_error=False)
+            if kind == "escalate":
+                raise Escalated(cast(EscalateAction, action_taken)["escalate"], tool=name)
+            raise AssertionError(f"unknown action {action_taken!r}")  # the contract has no other
+
+    async def _attempt(self, name: str, arguments: Mapping[str, Any]) -> _Observed:
+        capture = AttemptCapture()
+        token = _current_attempt.set(capture)
+        result: Optional[CallToolResult] = None
+        error: Optional[BaseException] = None
+        try:
+            result = await asyncio.wait_for(self.session.call_tool(name, dict(arguments)), self.attempt_timeout_s)
+        except asyncio.TimeoutError as e:
+            error = e
+        except MCPError as e:
+            error = e
+        finally:
+            _current_attempt.reset(token)
+        # The first case that fits, in the contract's order: HTTP status,
+        # transport, JSON-RPC error, isError.
+        if capture.status is not None:
+            summary = f"HTTP {capture.status}"
+            return _Observed(http_failure(capture.status, capture.headers, capture.body), summary)
+        if capture.transport_error is not None:
+            return _Observed(transport_failure(capture.transport_error, capture.transport_detail), capture.transport_error)
+        if isinstance(error, asyncio.TimeoutError):
+            return _Observed(transport_failure("timeout", f"no response within {self.attempt_timeout_s} s"), "timeout")
+        if isinstance(error, MCPError):
+            if error.code == REQUEST_TIMEOUT:  # the session's own read timeout
+                return _Observed(transport_failure("timeout", error.message), "timeout")
+            if error.code == CONNECTION_CLOSED:
+                return _Observed(transport_failure("stream-closed", error.message), "stream closed")
+            return _Observed(protocol_failure(error.code, error.message), f"JSON-RPC {error.code}")
+        assert result is not None
+        if result.is_error:
+            text = " ".join(b.text for b in result.content if isinstance(b, TextContent))
+            return _Observed(tool_error(text, self.tool_error_status(result)), "isError", result)
+        what = self.empty_check(result)
+        if what is not None:
+            return _Observed(empty_result(what), "empty result", result)
+        return _Observed("success", "success", result)
+
+    async def _check_status(
+        self, name: str, arguments: Mapping[str, Any], key: Optional[str], call_id: int
+    ) -> StatusCheckResult:
+        check = self.status_check.get(name) if isinstance(self.status_check, Mapping) else self.status_check
+        if check is None:
+            return "unknown"  # nobody can tell: the policy escalates rather than risk a second write
+        try:
+            found = await check(StatusCheckRequest(self.session, name, dict(arguments), key, call_id))
+        except Exception as e:  # a failed check knows nothing
+            self.log.warning(json.dumps({"event": "agent_retry.status_check_failed", "tool": name, "error": repr(e)}))
+            return "unknown"
+        return found if found in ("found", "absent", "unknown") else "unknown"
+
+    def _log_decision(self, tool: str, call_id: int, attempt: int, outcome: str, decision: Decision) -> None:
+        action = decision["action"]
+        delay = cast(RetryAction, action)["retry"]["delay-ms"] if action_name(action) == "retry" else None
+        self._log_line(tool, call_id, attempt, outcome, decision["class"], action_name(action), delay, decision["reason"])
+
+    def _log_line(
+        self, tool: str, call_id: Optional[int], attempt: int, outcome: str, klass: Optional[str],
+        action: str, delay_ms: Optional[int], reason: str,
+    ) -> None:
+        self.log.info(json.dumps({
+            "event": "agent_retry.attempt", "ts": round(time.time(), 3), "run": self.run.run_id, "call": call_id,
+            "tool": tool, "attempt": attempt, "outcome": outcome, "class": klass, "action": action,
+            "delay_ms": delay_ms, "reason": reason,
+        }, ensure_ascii=False))

@@ -1,0 +1,167 @@
+"""The host's own pieces: the GCRA account budget, entropy, loading, the
+sandbox, the typed wrappers and the value conversion."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agent_retry import (
+    Bucket,
+    ComponentLoadError,
+    ComponentNotFound,
+    ConfigError,
+    EmbeddedAccounts,
+    InstanceUnusable,
+    OsEntropy,
+    PolicyComponent,
+    PolicyTrap,
+    Reservation,
+    RunMisuse,
+    SplitMix64,
+    gcra,
+    locate_component,
+)
+from agent_retry._codec import ValueConversionError
+from agent_retry.accounts import U64_MAX
+from agent_retry.entropy import random_bytes
+from agent_retry.types import http_failure, transport_failure
+
+
+def test_gcra_admits_a_burst_then_one_per_interval() -> None:
+    accounts = EmbeddedAccounts()
+    bucket = Bucket(capacity=3, refill_interval_ms=100)
+
+    def take(now: int) -> Reservation:
+        return accounts.reserve("a", 1, bucket, 250, now)
+
+    assert [take(0), take(0), take(0)] == [Reservation(True, 0)] * 3
+    assert take(0) == Reservation(True, 100)
+    assert take(0) == Reservation(True, 200)
+    assert take(0) == Reservation(False, 300)  # over max-wait: nothing taken
+    assert take(0) == Reservation(False, 300)
+    assert take(300) == Reservation(True, 0)
+    assert accounts.reserve("b", 3, bucket, 0, 0) == Reservation(True, 0)  # its own bucket
+
+
+def test_gcra_saturates_at_u64() -> None:
+    bucket = Bucket(capacity=0xFFFF_FFFF, refill_interval_ms=U64_MAX)
+    assert gcra(U64_MAX, 0xFFFF_FFFF, bucket, U64_MAX, U64_MAX) == (Reservation(True, 0), U64_MAX)
+    # No underflow below zero either: a stored TAT far in the past.
+    assert gcra(0, 1, Bucket(1, 10), 0, 5) == (Reservation(True, 0), 15)
+
+
+def test_splitmix64_is_the_reference_sequence_and_os_entropy_varies() -> None:
+    source = SplitMix64(0)
+    assert source.next_u64() == 0xE220_A839_7B1D_CDAF
+    assert source.next_u64() == 0x6E78_9E6A_A1B9_65F4
+    os_entropy = OsEntropy()
+    assert os_entropy.next_u64() != os_entropy.next_u64()
+    assert random_bytes(SplitMix64(0), 3) == (0xE220_A839_7B1D_CDAF).to_bytes(8, "little")[:3]
+
+
+def test_a_missing_component_names_the_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ComponentNotFound, match="make wasm"):
+        locate_component(tmp_path / "nope.wasm")
+    monkeypatch.setenv("AGENT_RETRY_WASM", str(tmp_path / "also-missing.wasm"))
+    with pytest.raises(ComponentNotFound, match="AGENT_RETRY_WASM"):
+        PolicyComponent.load()
+
+
+def test_the_env_var_points_at_the_component(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AGENT_RETRY_WASM", raising=False)
+    built = locate_component()
+    copy = tmp_path / "policy.wasm"
+    copy.write_bytes(built.read_bytes())
+    monkeypatch.setenv("AGENT_RETRY_WASM", str(copy))
+    assert locate_component() == copy
+    assert PolicyComponent.load().instantiate().derive_idempotency_key("r", "1").startswith("ar1-")
+
+
+def test_a_broken_file_is_a_load_error() -> None:
+    with pytest.raises(ComponentLoadError, match="not a valid WebAssembly component"):
+        PolicyComponent(b"\0asm garbage")
+
+
+def test_the_component_imports_only_the_budget_the_types_and_random() -> None:
+    component = PolicyComponent.load()
+    assert sorted(component.imports) == [
+        "agent-retry:policy/account-budget@0.1.0",
+        "agent-retry:policy/types@0.1.0",
+        "wasi:random/random@0.2.6",
+    ]
+    assert component.exports == ["agent-retry:policy/policy@0.1.0"]
+
+
+def test_instances_share_the_process_account_budget() -> None:
+    accounts = EmbeddedAccounts()
+    config = {"account-budget": {"account-id": "acme", "capacity": 1, "refill-interval-ms": 400}}
+    component = PolicyComponent.load()
+    first = component.instantiate(accounts=accounts).load_policy(config).start_run("w1")
+    second = component.instantiate(accounts=accounts).load_policy(config).start_run("w2")
+    now = 1_000_000
+    assert first.begin_call({"tool": "lookup"}, now)["send"]["delay-ms"] == 0
+    assert second.begin_call({"tool": "lookup"}, now)["send"]["delay-ms"] == 400  # the first took the only token
+
+
+def test_wasi_random_comes_from_the_host_entropy_source() -> None:
+    policy = PolicyComponent.load().instantiate(entropy=SplitMix64(42)).load_policy({"base-delay-ms": 1_000_000, "max-delay-ms": 1_000_000})
+    draw = SplitMix64(42).next_u64()
+    expected = policy.next_delay(1, None, draw)
+    assert policy.next_delay(1) == expected  # the guest drew the same u64 through wasi:random
+
+
+def test_typed_errors_for_config_and_misuse() -> None:
+    instance = PolicyComponent.load().instantiate()
+    with pytest.raises(ConfigError) as bad:
+        instance.load_policy({"max-attempts-per-call": 0})
+    assert bad.value.kind == "out-of-range" and bad.value.field == "max-attempts-per-call"
+    run = instance.load_policy({}).start_run("r")
+    with pytest.raises(RunMisuse) as misuse:
+        run.record_outcome(7, "success", 1)
+    assert misuse.value.error == {"unknown-call": 7}
+
+
+def test_bad_values_are_rejected_before_the_call_and_the_instance_goes_on() -> None:
+    instance = PolicyComponent.load().instantiate()
+    policy = instance.load_policy({})
+    for bad in ({"kind": {"http-status": 70000}}, {"kind": {"nope": 1}}, {"kind": "http-status"}, {"kind": {"http-status": 503}, "extra": 1}):
+        with pytest.raises(ValueConversionError):
+            policy.classify(bad, 0)  # type: ignore[arg-type]
+    with pytest.raises(ValueConversionError):
+        policy.next_delay(1, None, -1)
+    assert policy.classify(http_failure(503, [("Retry-After", "2")])["failure"], 0)["hint-ms"] == 2000
+    assert policy.classify(transport_failure("timeout")["failure"], 0)["class"] == "transient"
+    assert policy.next_delay(1, None, "0xffffffffffffffff") == 1000  # type: ignore[arg-type]
+
+
+def test_a_trap_is_typed_and_the_instance_is_not_reused() -> None:
+    instance = PolicyComponent.load().instantiate(fuel_per_call=50)
+    with pytest.raises(PolicyTrap):
+        instance.load_policy({})
+    with pytest.raises(InstanceUnusable):
+        instance.derive_idempotency_key("r", "1")
+
+
+def test_closed_handles_refuse_calls() -> None:
+    run = PolicyComponent.load().instantiate().load_policy({}).start_run("r")
+    with run:
+        assert run.report()["run-id"] == "r"
+    with pytest.raises(InstanceUnusable):
+        run.report()
+
+
+def test_a_failing_account_backend_traps_the_call_with_its_exception() -> None:
+    class Down:
+        def reserve(self, *_args: object) -> Reservation:
+            raise ConnectionError("redis is down")
+
+    instance = PolicyComponent.load().instantiate(accounts=Down())
+    policy = instance.load_policy({"account-budget": {"account-id": "acme", "capacity": 1, "refill-interval-ms": 10}})
+    run = policy.start_run("r")
+    with pytest.raises(PolicyTrap) as trapped:
+        run.begin_call({"tool": "lookup"}, 0)
+    assert isinstance(trapped.value.__cause__, ConnectionError)
+    with pytest.raises(InstanceUnusable):
+        run.report()

@@ -1,0 +1,244 @@
+"""The MCP wrapper end to end: the policy component in wasmtime, the official
+MCP SDK client, and a real MCP server over streamable HTTP on 127.0.0.1 that
+injects scripted faults (tests/fault_server.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import Any, Awaitable, Callable, TypeVar
+
+import pytest
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from mcp.types import CallToolResult, TextContent
+
+from agent_retry import EmbeddedAccounts, Escalated, PolicyComponent, SplitMix64
+from agent_retry.mcp_client import RetryingToolCaller, StatusCheckRequest, create_capturing_http_client
+from fault_server import HttpFault, RunningServer, SlowResponse
+
+T = TypeVar("T")
+
+# Small delays so the tests are quick; tools are resolved from the server's MCP
+# annotations (no `tools` entries), as a host that knows nothing else would.
+CONFIG = {"base-delay-ms": 20, "max-delay-ms": 200}
+
+
+@pytest.fixture
+def server() -> Any:
+    with RunningServer() as running:
+        yield running
+
+
+def run_with_session(url: str, body: Callable[[ClientSession], Awaitable[T]]) -> T:
+    async def main() -> T:
+        # An exception raised inside the SDK's task groups would come out wrapped
+        # in an ExceptionGroup; keep it and raise it after the session closed.
+        failure: BaseException | None = None
+        http_client = create_capturing_http_client()
+        async with http_client:
+            async with streamable_http_client(url, http_client=http_client) as (read, write):
+                async with ClientSession(read, write) as session:
+                    await session.initialize()
+                    try:
+                        result = await body(session)
+                    except Exception as e:
+                        failure = e
+        if failure is not None:
+            raise failure
+        return result
+
+    return asyncio.run(main())
+
+
+def new_caller(session: ClientSession, run_id: str = "CASE-5016", **kwargs: Any) -> RetryingToolCaller:
+    instance = PolicyComponent.load().instantiate(accounts=EmbeddedAccounts(), entropy=SplitMix64(7))
+    run = instance.load_policy(CONFIG).start_run(run_id)
+    return RetryingToolCaller(session, run, entropy=SplitMix64(3), **kwargs)
+
+
+def text_of(result: CallToolResult) -> str:
+    return " ".join(block.text for block in result.content if isinstance(block, TextContent))
+
+
+def attempt_lines(caplog: pytest.LogCaptureFixture) -> list[dict[str, Any]]:
+    return [json.loads(r.getMessage()) for r in caplog.records if r.name == "agent_retry.mcp"]
+
+
+def test_a_503_then_success_is_retried_and_the_caller_sees_only_the_success(server: RunningServer, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="agent_retry.mcp")
+    server.state.script("lookup_order", HttpFault(503, body="upstream unavailable"))
+
+    async def body(session: ClientSession) -> tuple[CallToolResult, Any]:
+        caller = new_caller(session)
+        return await caller.call_tool("lookup_order", {"order_id": "A1"}), caller.run.report()
+
+    result, report = run_with_session(server.url, body)
+    assert not result.is_error
+    assert '"order_id": "A1"' in text_of(result)
+    assert len(server.state.posts_of("lookup_order")) == 2
+    assert report["retries"] == 1 and report["succeeded-calls"] == 1
+    assert report["statuses"] == [{"status": 503, "count": 1}]
+    lines = attempt_lines(caplog)
+    assert [(l["attempt"], l["outcome"], l["class"], l["action"]) for l in lines] == [
+        (1, "HTTP 503", "transient", "retry"),
+        (2, "success", "success", "succeed"),
+    ]
+
+
+def test_a_429_with_retry_after_waits_at_least_the_hint(server: RunningServer, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="agent_retry.mcp")
+    server.state.script("lookup_order", HttpFault(429, (("Retry-After", "1"),), "slow down"))
+
+    async def body(session: ClientSession) -> CallToolResult:
+        return await new_caller(session).call_tool("lookup_order", {"order_id": "A1"})
+
+    result = run_with_session(server.url, body)
+    assert not result.is_error
+    posts = server.state.posts_of("lookup_order")
+    assert len(posts) == 2
+    assert posts[1][1] - posts[0][1] >= 1.0, "the retry came before Retry-After allowed it"
+    first = attempt_lines(caplog)[0]
+    assert (first["class"], first["action"]) == ("throttled", "retry")
+    assert first["delay_ms"] >= 1000
+
+
+def test_a_400_is_not_retried_and_the_model_sees_the_error(server: RunningServer) -> None:
+    server.state.script("issue_refund", HttpFault(400, body="amount must be an integer number of paise"))
+
+    async def body(session: ClientSession) -> CallToolResult:
+        return await new_caller(session).call_tool("issue_refund", {"order_id": "A1", "amount": 12})
+
+    result = run_with_session(server.url, body)
+    assert result.is_error
+    assert "HTTP 400" in text_of(result) and "integer number of paise" in text_of(result)
+    assert len(server.state.posts_of("issue_refund")) == 1
+    assert server.state.refunds() == []
+
+
+def test_an_is_error_result_is_not_retried_and_replans(server: RunningServer) -> None:
+    async def body(session: ClientSession) -> tuple[CallToolResult, Any]:
+        caller = new_caller(session)
+        return await caller.call_tool("validate_amount", {"amount": 9000}), caller.run.report()
+
+    result, report = run_with_session(server.url, body)
+    assert result.is_error
+    assert "at most 5000 paise" in text_of(result)
+    assert len(server.state.posts_of("validate_amount")) == 1
+    assert report["replans"] == 1 and report["retries"] == 0
+
+
+def test_an_empty_result_is_shown_to_the_model_as_an_error(server: RunningServer) -> None:
+    async def body(session: ClientSession) -> CallToolResult:
+        return await new_caller(session).call_tool("search_orders", {"query": "refunds for A9"})
+
+    result = run_with_session(server.url, body)
+    assert result.is_error
+    assert "empty" in text_of(result)
+    assert len(server.state.posts_of("search_orders")) == 1
+
+
+def test_a_403_escalates_at_once_with_the_body_in_the_note(server: RunningServer) -> None:
+    server.state.script("issue_refund", HttpFault(403, body="refunds above 5000 rupees need a person"))
+
+    async def body(session: ClientSession) -> None:
+        await new_caller(session).call_tool("issue_refund", {"order_id": "A1", "amount": 600000})
+
+    with pytest.raises(Escalated) as raised:
+        run_with_session(server.url, body)
+    assert raised.value.reason == "permission-denied"
+    assert "refunds above 5000 rupees need a person" in raised.value.note
+    assert raised.value.tool == "issue_refund"
+    assert len(server.state.posts_of("issue_refund")) == 1
+    assert server.state.refunds() == []
+
+
+def test_a_keyed_write_that_timed_out_is_resent_with_the_same_key_and_applied_once(server: RunningServer) -> None:
+    # The server applies the refund but answers after the client gave up.
+    server.state.script("issue_refund", SlowResponse(1.0))
+
+    async def body(session: ClientSession) -> tuple[CallToolResult, str]:
+        caller = new_caller(session, attempt_timeout_s=0.3)
+        result = await caller.call_tool("issue_refund", {"order_id": "A1", "amount": 500})
+        return result, caller.run.instance.derive_idempotency_key("CASE-5016", "1")
+
+    result, expected_key = run_with_session(server.url, body)
+    assert not result.is_error
+    keys = [key for _, _, key in server.state.posts_of("issue_refund")]
+    assert keys == [expected_key, expected_key]
+    assert [(r.order_id, r.amount) for r in server.state.refunds()] == [("A1", 500)]
+
+
+def test_an_unkeyed_write_that_timed_out_is_checked_not_resent(server: RunningServer) -> None:
+    server.state.script("issue_refund_unkeyed", SlowResponse(1.0))
+    checks: list[StatusCheckRequest] = []
+
+    async def refund_listed(request: StatusCheckRequest) -> Any:
+        checks.append(request)
+        await asyncio.sleep(0.8)  # let the slow first attempt finish on the server
+        listed = await request.session.call_tool("list_refunds", {"order_id": request.arguments["order_id"]})
+        return "found" if request.arguments["amount"] in json.loads(text_of(listed)) else "absent"
+
+    async def body(session: ClientSession) -> tuple[CallToolResult, Any]:
+        caller = new_caller(session, attempt_timeout_s=0.3, status_check=refund_listed)
+        result = await caller.call_tool("issue_refund_unkeyed", {"order_id": "A1", "amount": 700})
+        return result, caller.run.report()
+
+    result, report = run_with_session(server.url, body)
+    assert not result.is_error
+    assert "already applied" in text_of(result)
+    assert len(checks) == 1 and checks[0].idempotency_key is None
+    assert len(server.state.posts_of("issue_refund_unkeyed")) == 1
+    assert [(r.order_id, r.amount) for r in server.state.refunds()] == [("A1", 700)]
+    assert report["status-checks"] == 1
+
+
+def test_an_unkeyed_write_with_no_status_check_escalates_instead_of_resending(server: RunningServer) -> None:
+    server.state.script("issue_refund_unkeyed", SlowResponse(1.0))
+
+    async def body(session: ClientSession) -> None:
+        await new_caller(session, attempt_timeout_s=0.3).call_tool("issue_refund_unkeyed", {"order_id": "A1", "amount": 700})
+
+    with pytest.raises(Escalated) as raised:
+        run_with_session(server.url, body)
+    assert raised.value.reason == "status-unknown"
+    assert len(server.state.posts_of("issue_refund_unkeyed")) == 1
+
+
+def test_a_server_that_goes_away_is_retried_then_escalated_and_the_session_survives(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="agent_retry.mcp")
+    running = RunningServer().__enter__()
+
+    async def body(session: ClientSession) -> None:
+        caller = new_caller(session)
+        assert not (await caller.call_tool("lookup_order", {"order_id": "A1"})).is_error
+        running.__exit__(None, None, None)
+        await caller.call_tool("lookup_order", {"order_id": "A2"})
+
+    try:
+        with pytest.raises(Escalated) as raised:
+            run_with_session(running.url, body)
+    finally:
+        running.__exit__(None, None, None)
+    assert raised.value.reason == "call-attempts-spent"
+    outcomes = [l["outcome"] for l in attempt_lines(caplog)][1:]
+    assert outcomes == ["connection-refused"] * 4  # max-attempts-per-call defaults to 4
+
+
+def test_retries_wait_the_policy_delay(server: RunningServer, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="agent_retry.mcp")
+    server.state.script("lookup_order", HttpFault(502), HttpFault(504))
+
+    async def body(session: ClientSession) -> CallToolResult:
+        return await new_caller(session).call_tool("lookup_order", {"order_id": "A1"})
+
+    started = time.monotonic()
+    assert not run_with_session(server.url, body).is_error
+    assert time.monotonic() - started < 5
+    posts = server.state.posts_of("lookup_order")
+    delays = [l["delay_ms"] for l in attempt_lines(caplog) if l["action"] == "retry"]
+    assert len(posts) == 3 and len(delays) == 2
+    for (_, before, _), (_, after, _), delay in zip(posts, posts[1:], delays):
+        assert after - before >= delay / 1000 - 0.005

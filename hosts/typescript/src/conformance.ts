@@ -1,0 +1,330 @@
+// The conformance vector runner (tests/vectors/README.md) for the Node host.
+//
+// Every case runs against a fresh instance with a fresh embedded account budget;
+// inputs are converted from canonical JSON by each function's WIT parameter
+// types (wit.ts), outputs converted back and matched against the expectations.
+//
+//   node dist/src/conformance.js [VECTOR_DIR] [--dump OUTPUTS.jsonl]
+//
+// prints a line per failed case and `N passed, N failed`.
+import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+import { EmbeddedAccounts } from './accounts.js';
+import { PolicyComponent, type PolicyInstance } from './component.js';
+import { SplitMix64 } from './entropy.js';
+import { FUNCTIONS, camel, fromJco, parseU64, toJco, type WitType } from './wit.js';
+
+/** The clock at the start of every case: 2025-11-30T00:00:00Z. */
+export const DEFAULT_START_MS = 1_764_460_800_000n;
+/** The entropy of a step that gives none: the middle of the range. */
+export const DEFAULT_ENTROPY = 0x8000_0000_0000_0000n;
+
+const STEP_KEYS = new Set(['op', 'expect', 'now-ms', 'entropy', 'config', 'config-text', 'failure', 'retry', 'hint-ms',
+  'run-id', 'action-id', 'call', 'call-id', 'outcome', 'comment']);
+
+export const defaultVectorDir = resolve(dirname(fileURLToPath(import.meta.url)), '../../../../tests/vectors');
+
+/** A bad vector or a trap: not an answer of the component. */
+export class HarnessError extends Error {}
+
+export interface VectorCase {
+  description: string;
+  comment?: string;
+  config?: unknown;
+  steps: Array<Record<string, unknown>>;
+}
+
+/** Every `*.json` in `dir` but schema.json, sorted by name. */
+export function loadVectorFiles(dir: string): Array<{ file: string; cases: VectorCase[] }> {
+  return readdirSync(dir)
+    .filter((f) => f.endsWith('.json') && f !== 'schema.json')
+    .sort()
+    .map((file) => ({ file, cases: (JSON.parse(readFileSync(join(dir, file), 'utf8')) as { cases: VectorCase[] }).cases }));
+}
+
+type Json = null | boolean | number | bigint | string | Json[] | { [key: string]: Json };
+
+/** JSON text with sorted keys and BigInts as exact digits: the Rust runner sends
+ *  configs in serde_json's compact, key-sorted form, and outputs are compared
+ *  across runs and hosts in this form. */
+export function canonicalText(value: unknown): string {
+  if (value === null || value === undefined) return 'null';
+  if (typeof value === 'bigint') return value.toString();
+  if (typeof value === 'number' || typeof value === 'boolean' || typeof value === 'string') return JSON.stringify(value);
+  if (Array.isArray(value)) return `[${value.map(canonicalText).join(',')}]`;
+  const object = value as Record<string, unknown>;
+  return `{${Object.keys(object).sort().map((k) => `${JSON.stringify(k)}:${canonicalText(object[k])}`).join(',')}}`;
+}
+
+function optionalU64(step: Record<string, unknown>, name: string): bigint | null {
+  const value = step[name];
+  if (value === undefined || value === null) return null;
+  try {
+    return parseU64(value);
+  } catch (e) {
+    throw new HarnessError(`"${name}": ${(e as Error).message}`);
+  }
+}
+
+function u32(step: Record<string, unknown>, name: string): number {
+  const value = step[name];
+  if (typeof value === 'number' && Number.isInteger(value) && value >= 0 && value <= 0xffffffff) return value;
+  throw new HarnessError(`"${name}" must be a u32`);
+}
+
+function text(step: Record<string, unknown>, name: string): string {
+  const value = step[name];
+  if (typeof value !== 'string') throw new HarnessError(`"${name}" must be a string`);
+  return value;
+}
+
+function field(step: Record<string, unknown>, name: string): unknown {
+  if (!(name in step)) throw new HarnessError(`the step has no "${name}"`);
+  return step[name];
+}
+
+type Resource = Record<string, (...args: unknown[]) => unknown>;
+
+/** The component, called with canonical JSON values. */
+export class Subject {
+  policy?: Resource;
+  run?: Resource;
+
+  private constructor(readonly instance: PolicyInstance) {}
+
+  static async create(component: PolicyComponent): Promise<Subject> {
+    // A fixed seed keeps even the guest's own draws reproducible; the vectors
+    // always pass entropy, so it is never used.
+    return new Subject(await component.instantiate({ accounts: new EmbeddedAccounts(), entropy: new SplitMix64(0n) }));
+  }
+
+  /** Calls export `name` with canonical arguments converted by its WIT types. */
+  call(name: keyof typeof FUNCTIONS, self: Resource | undefined, args: unknown[]): Json {
+    const spec = FUNCTIONS[name];
+    const params: readonly WitType[] = spec.params;
+    const lowered = args.map((arg, i) => {
+      try {
+        return toJco(arg, params[i]);
+      } catch (e) {
+        throw new HarnessError(`${name}: argument ${i + 1}: ${(e as Error).message}`);
+      }
+    });
+    const exports = this.instance.exports as unknown as Record<string, unknown> & { Policy: Resource };
+    const method = name.includes(']') ? camel(name.slice(name.indexOf('.') + 1)) : camel(name);
+    const target: Resource = name.startsWith('[static]') ? exports.Policy : self ?? (exports as unknown as Resource);
+    const invoke = () => target[method].apply(target, lowered);
+    const resultType = spec.result as WitType | null;
+    if (resultType?.kind === 'result') {
+      try {
+        const value = this.instance.guard(name, invoke);
+        return { ok: resultType.ok ? (fromJco(value, resultType.ok) as Json) : (value as Json) };
+      } catch (e) {
+        if (e instanceof Error && 'payload' in e && e.constructor.name === 'ComponentError') {
+          return { err: resultType.err ? (fromJco((e as { payload: unknown }).payload, resultType.err) as Json) : null };
+        }
+        throw e;
+      }
+    }
+    const value = this.instance.guard(name, invoke);
+    return resultType ? (fromJco(value, resultType) as Json) : (value as Json);
+  }
+
+  loadPolicy(configText: string): Json {
+    const loaded = this.call('[static]policy.from-json', undefined, [configText]) as { ok?: unknown; err?: Json };
+    if (!('ok' in loaded)) return loaded as Json;
+    const policy = loaded.ok as Resource;
+    const effective = this.call('[method]policy.effective-config', policy, []) as string;
+    this.policy = policy;
+    return { ok: JSON.parse(effective) as Json };
+  }
+
+  needPolicy(): Resource {
+    if (!this.policy) throw new HarnessError('no policy loaded');
+    return this.policy;
+  }
+
+  needRun(): Resource {
+    if (!this.run) throw new HarnessError('no run');
+    return this.run;
+  }
+
+  startRun(runId: string): void {
+    this.run = this.call('[method]policy.start-run', this.needPolicy(), [runId]) as unknown as Resource;
+  }
+}
+
+interface State { now: bigint; started: boolean }
+
+function runStep(subject: Subject, step: Record<string, unknown>, state: State): Json {
+  if (typeof step !== 'object' || step === null || Array.isArray(step)) throw new HarnessError('a step must be an object');
+  const unknown = Object.keys(step).find((k) => !STEP_KEYS.has(k));
+  if (unknown !== undefined) throw new HarnessError(`unknown step field "${unknown}"`);
+  const now = optionalU64(step, 'now-ms');
+  if (now !== null) state.now = now;
+  const entropy = optionalU64(step, 'entropy') ?? DEFAULT_ENTROPY;
+  const op = text(step, 'op');
+  if (['begin-call', 'record-outcome', 'report'].includes(op) && !state.started) {
+    subject.startRun('run-1');
+    state.started = true;
+  }
+  switch (op) {
+    case 'load-policy': {
+      const hasConfig = 'config' in step;
+      const hasText = 'config-text' in step;
+      if (hasConfig && !hasText) return subject.loadPolicy(canonicalText(step.config));
+      if (hasText && !hasConfig && typeof step['config-text'] === 'string') return subject.loadPolicy(step['config-text']);
+      throw new HarnessError('load-policy takes "config" (JSON) or "config-text" (a string)');
+    }
+    case 'classify':
+      return subject.call('[method]policy.classify', subject.needPolicy(), [field(step, 'failure'), state.now]);
+    case 'next-delay':
+      return subject.call('[method]policy.next-delay', subject.needPolicy(), [u32(step, 'retry'), optionalU64(step, 'hint-ms'), entropy]);
+    case 'derive-idempotency-key':
+      return subject.call('derive-idempotency-key', undefined, [text(step, 'run-id'), text(step, 'action-id')]);
+    case 'start-run':
+      subject.startRun(text(step, 'run-id'));
+      state.started = true;
+      return null;
+    case 'begin-call':
+      return subject.call('[method]run.begin-call', subject.needRun(), [field(step, 'call'), state.now]);
+    case 'record-outcome':
+      return subject.call('[method]run.record-outcome', subject.needRun(), [u32(step, 'call-id'), field(step, 'outcome'), state.now, entropy]);
+    case 'report':
+      return subject.call('[method]run.report', subject.needRun(), []);
+    default:
+      throw new HarnessError(`unknown op "${op}"`);
+  }
+}
+
+// Matching `expect` (tests/vectors/README.md, "Expectations").
+
+const isNumber = (v: unknown): v is number | bigint => (typeof v === 'number' || typeof v === 'bigint');
+
+function scalarEqual(expected: unknown, actual: unknown): boolean {
+  // JSON equality: a u64 output (BigInt) equals the same integer written as a number.
+  if (typeof actual === 'bigint' && typeof expected === 'number') return Number.isInteger(expected) && BigInt(expected) === actual;
+  return typeof expected === typeof actual && expected === actual;
+}
+
+/** `undefined` if `actual` matches `expected`, else where and why not. */
+export function match(expected: unknown, actual: unknown, path = '$'): string | undefined {
+  const show = canonicalText;
+  if (typeof expected === 'object' && expected !== null && !Array.isArray(expected)) {
+    const keys = Object.keys(expected);
+    const e = expected as Record<string, unknown>;
+    if (keys.length === 1 && keys[0] === '$contains') {
+      const needle = e.$contains;
+      if (typeof actual === 'string' && typeof needle === 'string' && actual.includes(needle)) return undefined;
+      return `${path}: expected a string containing ${JSON.stringify(needle)}, got ${show(actual)}`;
+    }
+    if (keys.length === 1 && keys[0] === '$range') {
+      const bounds = e.$range;
+      if (Array.isArray(bounds) && bounds.length === 2 && bounds.every(isNumber) && isNumber(actual)
+        && Number(bounds[0]) <= Number(actual) && Number(actual) <= Number(bounds[1])) return undefined;
+      return `${path}: expected a number in ${show(bounds)}, got ${show(actual)}`;
+    }
+    if (typeof actual !== 'object' || actual === null || Array.isArray(actual)) return `${path}: expected an object, got ${show(actual)}`;
+    const a = actual as Record<string, unknown>;
+    for (const key of keys) {
+      if (!(key in a)) return `${path}.${key}: missing in ${show(actual)}`;
+      const mismatch = match(e[key], a[key], `${path}.${key}`);
+      if (mismatch) return mismatch;
+    }
+    return undefined;
+  }
+  if (Array.isArray(expected)) {
+    if (!Array.isArray(actual)) return `${path}: expected an array, got ${show(actual)}`;
+    if (expected.length !== actual.length) return `${path}: expected ${expected.length} items, got ${actual.length}: ${show(actual)}`;
+    for (let i = 0; i < expected.length; i++) {
+      const mismatch = match(expected[i], actual[i], `${path}[${i}]`);
+      if (mismatch) return mismatch;
+    }
+    return undefined;
+  }
+  return scalarEqual(expected, actual) ? undefined : `${path}: expected ${show(expected)}, got ${show(actual)}`;
+}
+
+export interface CaseResult {
+  file: string;
+  description: string;
+  outputs: Json[];
+  failure?: string;
+}
+
+export async function runCase(component: PolicyComponent, file: string, testCase: VectorCase): Promise<CaseResult> {
+  const result: CaseResult = { file, description: testCase.description, outputs: [] };
+  const subject = await Subject.create(component);
+  const state: State = { now: DEFAULT_START_MS, started: false };
+  let loaded: Json;
+  try {
+    loaded = subject.loadPolicy(canonicalText(testCase.config ?? {}));
+  } catch (e) {
+    result.failure = `loading the case's config: ${(e as Error).message}`;
+    return result;
+  }
+  if (!(typeof loaded === 'object' && loaded !== null && 'ok' in loaded)) {
+    result.failure = `the case's config was rejected: ${canonicalText(loaded)}`;
+    return result;
+  }
+  for (const [i, step] of testCase.steps.entries()) {
+    let output: Json;
+    try {
+      output = runStep(subject, step, state);
+    } catch (e) {
+      result.failure = `step ${i + 1}: ${(e as Error).message}`;
+      return result;
+    }
+    result.outputs.push(output);
+    if ('expect' in step) {
+      const mismatch = match(step.expect, output);
+      if (mismatch) {
+        result.failure = `step ${i + 1} (${String(step.op)}): ${mismatch}`;
+        return result;
+      }
+    }
+  }
+  return result;
+}
+
+/** Every case of every file. With `twice`, each case runs again on a fresh
+ *  instance and must give the same outputs, byte for byte. */
+export async function runAll(component: PolicyComponent, dir: string, twice = true): Promise<CaseResult[]> {
+  const results: CaseResult[] = [];
+  for (const { file, cases } of loadVectorFiles(dir)) {
+    for (const testCase of cases) {
+      const first = await runCase(component, file, testCase);
+      if (twice && first.failure === undefined) {
+        const second = await runCase(component, file, testCase);
+        if (second.failure !== undefined || canonicalText(second.outputs) !== canonicalText(first.outputs)) {
+          first.failure = `not deterministic: a second run gave ${second.failure ?? canonicalText(second.outputs)}`;
+        }
+      }
+      results.push(first);
+    }
+  }
+  return results;
+}
+
+/** One line per case: `["file","description"] outputs`, as the Python runner writes it. */
+export function dumpLine(result: CaseResult): string {
+  return `${JSON.stringify([result.file, result.description])} ${canonicalText(result.outputs)}\n`;
+}
+
+async function main(argv: string[]): Promise<number> {
+  const dumpAt = argv.indexOf('--dump');
+  const dump = dumpAt >= 0 ? argv[dumpAt + 1] : undefined;
+  const positional = argv.filter((a, i) => !a.startsWith('--') && (dumpAt < 0 || i !== dumpAt + 1));
+  const component = await PolicyComponent.load();
+  const results = await runAll(component, positional[0] ?? defaultVectorDir);
+  for (const r of results) if (r.failure) console.log(`FAILED ${r.file}: ${r.description}: ${r.failure}`);
+  if (dump) writeFileSync(dump, results.map(dumpLine).join(''));
+  const failed = results.filter((r) => r.failure).length;
+  console.log(`${results.length - failed} passed, ${failed} failed`);
+  return failed || results.length === 0 ? 1 : 0;
+}
+
+if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
+  main(process.argv.slice(2)).then((code) => process.exit(code), (e) => { console.error(e); process.exit(2); });
+}

@@ -1,0 +1,11 @@
+// agent-retry for Node: the policy component transpiled by jco, its imports (an
+// embedded GCRA account budget shared by the process, host entropy) and typed
+// wrappers. The MCP wrapper is in `agent-retry/mcp`, the vector runner in
+// `agent-retry/conformance`.
+export { EmbeddedAccounts, PROCESS_ACCOUNTS, gcra, type AccountBudgetBackend, type Bucket, type Reservation } from './accounts.js';
+export { Policy, PolicyComponent, PolicyInstance, Run, locateComponent, nowMs, type InstantiateOptions, type LoadOptions } from './component.js';
+export { OsEntropy, SplitMix64, type EntropySource } from './entropy.js';
+export {
+  AgentRetryError, ComponentLoadError, ComponentNotFound, ConfigError, Escalated, InstanceUnusable, PolicyTrap, RunMisuse,
+} from './errors.js';
+export type * from '../generated/interfaces/agent-retry-policy-types.js';

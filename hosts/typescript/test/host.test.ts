@@ -1,0 +1,108 @@
+// The host's own pieces: the GCRA account budget, entropy, loading, the typed
+// wrappers and the value conversion.
+import assert from 'node:assert/strict';
+import { copyFileSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'node:test';
+
+import { EmbeddedAccounts, U64_MAX, gcra } from '../src/accounts.js';
+import { PolicyComponent, locateComponent } from '../src/component.js';
+import { SplitMix64, OsEntropy, randomBytes } from '../src/entropy.js';
+import { ComponentLoadError, ComponentNotFound, ConfigError, InstanceUnusable, PolicyTrap, RunMisuse } from '../src/errors.js';
+import { ValueConversionError, toJco, TYPES } from '../src/wit.js';
+
+test('GCRA admits a burst, then one per interval', () => {
+  const accounts = new EmbeddedAccounts();
+  const bucket = { capacity: 3, refillIntervalMs: 100n };
+  const take = (now: bigint) => accounts.reserve('a', 1, bucket, 250n, now);
+  assert.deepEqual([take(0n), take(0n), take(0n)], Array(3).fill({ granted: true, waitMs: 0n }));
+  assert.deepEqual(take(0n), { granted: true, waitMs: 100n });
+  assert.deepEqual(take(0n), { granted: true, waitMs: 200n });
+  assert.deepEqual(take(0n), { granted: false, waitMs: 300n }); // over max-wait: nothing taken
+  assert.deepEqual(take(0n), { granted: false, waitMs: 300n });
+  assert.deepEqual(take(300n), { granted: true, waitMs: 0n });
+  assert.deepEqual(accounts.reserve('b', 3, bucket, 0n, 0n), { granted: true, waitMs: 0n });
+});
+
+test('GCRA saturates at u64', () => {
+  const bucket = { capacity: 0xffffffff, refillIntervalMs: U64_MAX };
+  assert.deepEqual(gcra(U64_MAX, 0xffffffff, bucket, U64_MAX, U64_MAX), [{ granted: true, waitMs: 0n }, U64_MAX]);
+  assert.deepEqual(gcra(0n, 1, { capacity: 1, refillIntervalMs: 10n }, 0n, 5n), [{ granted: true, waitMs: 0n }, 15n]);
+});
+
+test('SplitMix64 is the reference sequence and OS entropy varies', () => {
+  const source = new SplitMix64(0n);
+  assert.equal(source.nextU64(), 0xe220a8397b1dcdafn);
+  assert.equal(source.nextU64(), 0x6e789e6aa1b965f4n);
+  const os = new OsEntropy();
+  assert.notEqual(os.nextU64(), os.nextU64());
+  assert.deepEqual([...randomBytes(new SplitMix64(0n), 3)], [0xaf, 0xcd, 0x1d]);
+});
+
+test('a missing component names the fix', () => {
+  assert.throws(() => locateComponent('/nonexistent/policy.wasm'), (e: unknown) => e instanceof ComponentNotFound && /make wasm/.test(e.message));
+});
+
+test('a transpilation from another build is refused', async () => {
+  const wasm = locateComponent();
+  assert.ok(wasm, 'the repository build is needed for this test (make wasm)');
+  const dir = mkdtempSync(join(tmpdir(), 'other-build-'));
+  const copy = join(dir, 'policy.wasm');
+  copyFileSync(wasm, copy);
+  writeFileSync(copy, Buffer.concat([readFileSync(copy), Buffer.from([0])])); // not the transpiled bytes
+  await assert.rejects(PolicyComponent.load({ wasmPath: copy }), (e: unknown) => e instanceof ComponentLoadError && /npm run transpile/.test(e.message));
+  await assert.rejects(PolicyComponent.load({ generatedDir: dir }), (e: unknown) => e instanceof ComponentNotFound);
+});
+
+test('instances share the process account budget', async () => {
+  const component = await PolicyComponent.load();
+  const accounts = new EmbeddedAccounts();
+  const config = { 'account-budget': { 'account-id': 'acme', capacity: 1, 'refill-interval-ms': 400 } };
+  const first = (await component.instantiate({ accounts })).loadPolicy(config).startRun('w1');
+  const second = (await component.instantiate({ accounts })).loadPolicy(config).startRun('w2');
+  const a = first.beginCall({ tool: 'lookup' }, 1_000_000n);
+  const b = second.beginCall({ tool: 'lookup' }, 1_000_000n);
+  assert.ok(a.tag === 'send' && b.tag === 'send');
+  assert.equal(a.val.delayMs, 0n);
+  assert.equal(b.val.delayMs, 400n); // the first took the only token
+});
+
+test('wasi:random comes from the host entropy source', async () => {
+  const instance = await (await PolicyComponent.load()).instantiate({ entropy: new SplitMix64(42n) });
+  const policy = instance.loadPolicy({ 'base-delay-ms': 1_000_000, 'max-delay-ms': 1_000_000 });
+  const expected = policy.nextDelay(1, undefined, new SplitMix64(42n).nextU64());
+  assert.equal(policy.nextDelay(1), expected);
+});
+
+test('typed errors for a bad config and a misused run', async () => {
+  const instance = await (await PolicyComponent.load()).instantiate();
+  assert.throws(() => instance.loadPolicy({ 'max-attempts-per-call': 0 }),
+    (e: unknown) => e instanceof ConfigError && e.kind === 'out-of-range' && e.field === 'max-attempts-per-call');
+  const run = instance.loadPolicy({}).startRun('r');
+  assert.throws(() => run.recordOutcome(7, { tag: 'success' }, 1n),
+    (e: unknown) => e instanceof RunMisuse && e.error.tag === 'unknown-call' && e.error.val === 7);
+});
+
+test('canonical values that do not fit their WIT type are rejected', () => {
+  for (const bad of [{ kind: { 'http-status': 70000 } }, { kind: { nope: 1 } }, { kind: 'http-status' }, { kind: { 'http-status': 503 }, extra: 1 }]) {
+    assert.throws(() => toJco(bad, TYPES.failure), ValueConversionError);
+  }
+  assert.deepEqual(toJco({ kind: { 'http-status': 503 }, headers: [['Retry-After', '2']] }, TYPES.failure),
+    { kind: { tag: 'http-status', val: 503 }, headers: [['Retry-After', '2']], body: '' });
+});
+
+test('closed handles refuse calls', async () => {
+  const run = (await (await PolicyComponent.load()).instantiate()).loadPolicy({}).startRun('r');
+  assert.equal(run.report().runId, 'r');
+  run.close();
+  assert.throws(() => run.report(), InstanceUnusable);
+});
+
+test('a failing account backend fails the call as a trap and the instance is not reused', async () => {
+  const down = { reserve(): never { throw new Error('redis is down'); } };
+  const instance = await (await PolicyComponent.load()).instantiate({ accounts: down });
+  const run = instance.loadPolicy({ 'account-budget': { 'account-id': 'acme', capacity: 1, 'refill-interval-ms': 10 } }).startRun('r');
+  assert.throws(() => run.beginCall({ tool: 'lookup' }, 0n), (e: unknown) => e instanceof PolicyTrap && /redis is down/.test(e.message));
+  assert.throws(() => run.report(), InstanceUnusable);
+});

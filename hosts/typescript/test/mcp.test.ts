@@ -1,0 +1,173 @@
+// The MCP wrapper end to end: the policy component (jco), the official MCP
+// TypeScript SDK client, and a real MCP server over streamable HTTP on
+// 127.0.0.1 that injects scripted faults (fault-server.ts).
+import assert from 'node:assert/strict';
+import { afterEach, beforeEach, test } from 'node:test';
+
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+
+import { EmbeddedAccounts } from '../src/accounts.js';
+import { PolicyComponent } from '../src/component.js';
+import { SplitMix64 } from '../src/entropy.js';
+import { Escalated } from '../src/errors.js';
+import { RetryingToolCaller, createCapturingFetch, type RetryingToolCallerOptions, type StatusCheckRequest } from '../src/mcp.js';
+import { RunningServer } from './fault-server.js';
+
+// Small delays so the tests are quick; tools are resolved from the server's MCP
+// annotations (no `tools` entries), as a host that knows nothing else would.
+const CONFIG = { 'base-delay-ms': 20, 'max-delay-ms': 200 };
+
+let server: RunningServer;
+let client: Client;
+let lines: Array<Record<string, unknown>>;
+
+beforeEach(async () => {
+  server = await new RunningServer().start();
+  client = new Client({ name: 'agent-retry-test', version: '1.0.0' });
+  await client.connect(new StreamableHTTPClientTransport(new URL(server.url), { fetch: createCapturingFetch() }));
+  lines = [];
+});
+
+afterEach(async () => {
+  await client.close();
+  await server.stop();
+});
+
+async function newCaller(options: RetryingToolCallerOptions = {}, runId = 'CASE-5016'): Promise<RetryingToolCaller> {
+  const instance = await (await PolicyComponent.load()).instantiate({ accounts: new EmbeddedAccounts(), entropy: new SplitMix64(7n) });
+  const run = instance.loadPolicy(CONFIG).startRun(runId);
+  return new RetryingToolCaller(client, run, { entropy: new SplitMix64(3n), log: (line) => lines.push(JSON.parse(line)), ...options });
+}
+
+const textOf = (result: CallToolResult) => result.content.flatMap((b) => (b.type === 'text' ? [b.text] : [])).join(' ');
+
+test('a 503 then success is retried and the caller sees only the success', async () => {
+  server.state.script('lookup_order', { kind: 'http', status: 503, body: 'upstream unavailable' });
+  const caller = await newCaller();
+  const result = await caller.callTool('lookup_order', { order_id: 'A1' });
+  assert.ok(!result.isError);
+  assert.match(textOf(result), /"order_id":"A1"/);
+  assert.equal(server.state.postsOf('lookup_order').length, 2);
+  const report = caller.run.report();
+  assert.equal(report.retries, 1);
+  assert.deepEqual(report.statuses, [{ status: 503, count: 1 }]);
+  assert.deepEqual(lines.map((l) => [l.attempt, l.outcome, l.class, l.action]), [
+    [1, 'HTTP 503', 'transient', 'retry'],
+    [2, 'success', 'success', 'succeed'],
+  ]);
+});
+
+test('a 429 with Retry-After waits at least the hint', async () => {
+  server.state.script('lookup_order', { kind: 'http', status: 429, headers: { 'retry-after': '1' }, body: 'slow down' });
+  const result = await (await newCaller()).callTool('lookup_order', { order_id: 'A1' });
+  assert.ok(!result.isError);
+  const posts = server.state.postsOf('lookup_order');
+  assert.equal(posts.length, 2);
+  assert.ok(posts[1].at - posts[0].at >= 1000, `the retry came ${posts[1].at - posts[0].at} ms later, before Retry-After allowed it`);
+  assert.equal(lines[0].class, 'throttled');
+  assert.ok((lines[0].delay_ms as number) >= 1000);
+});
+
+test('a 400 is not retried and the model sees the error', async () => {
+  server.state.script('issue_refund', { kind: 'http', status: 400, body: 'amount must be an integer number of paise' });
+  const result = await (await newCaller()).callTool('issue_refund', { order_id: 'A1', amount: 12 });
+  assert.ok(result.isError);
+  assert.match(textOf(result), /HTTP 400/);
+  assert.match(textOf(result), /integer number of paise/);
+  assert.equal(server.state.postsOf('issue_refund').length, 1);
+  assert.deepEqual(server.state.ledger, []);
+});
+
+test('an isError result is not retried and replans', async () => {
+  const caller = await newCaller();
+  const result = await caller.callTool('validate_amount', { amount: 9000 });
+  assert.ok(result.isError);
+  assert.match(textOf(result), /at most 5000 paise/);
+  assert.equal(server.state.postsOf('validate_amount').length, 1);
+  assert.equal(caller.run.report().replans, 1);
+});
+
+test('an empty result is shown to the model as an error', async () => {
+  const result = await (await newCaller()).callTool('search_orders', { query: 'refunds for A9' });
+  assert.ok(result.isError);
+  assert.match(textOf(result), /empty/);
+  assert.equal(server.state.postsOf('search_orders').length, 1);
+});
+
+test('a 403 escalates at once with the body in the note', async () => {
+  server.state.script('issue_refund', { kind: 'http', status: 403, body: 'refunds above 5000 rupees need a person' });
+  const caller = await newCaller();
+  await assert.rejects(caller.callTool('issue_refund', { order_id: 'A1', amount: 600000 }), (e: unknown) => {
+    assert.ok(e instanceof Escalated);
+    assert.equal(e.reason, 'permission-denied');
+    assert.match(e.note, /refunds above 5000 rupees need a person/);
+    assert.equal(e.tool, 'issue_refund');
+    return true;
+  });
+  assert.equal(server.state.postsOf('issue_refund').length, 1);
+  assert.deepEqual(server.state.ledger, []);
+});
+
+test('a keyed write that timed out is resent with the same key and applied once', async () => {
+  server.state.script('issue_refund', { kind: 'slow', ms: 1000 });
+  const caller = await newCaller({ attemptTimeoutMs: 300 });
+  const result = await caller.callTool('issue_refund', { order_id: 'A1', amount: 500 });
+  assert.ok(!result.isError);
+  const key = caller.run.instance.deriveIdempotencyKey('CASE-5016', '1');
+  assert.deepEqual(server.state.postsOf('issue_refund').map((p) => p.key), [key, key]);
+  assert.deepEqual(server.state.ledger.map((r) => [r.orderId, r.amount]), [['A1', 500]]);
+});
+
+test('an unkeyed write that timed out is checked, not resent', async () => {
+  server.state.script('issue_refund_unkeyed', { kind: 'slow', ms: 1000 });
+  const checks: StatusCheckRequest[] = [];
+  const refundListed = async (request: StatusCheckRequest) => {
+    checks.push(request);
+    await new Promise((resolve) => setTimeout(resolve, 800)); // let the slow first attempt finish on the server
+    const listed = (await request.client.callTool({ name: 'list_refunds', arguments: { order_id: request.arguments.order_id } })) as CallToolResult;
+    return (JSON.parse(textOf(listed)) as number[]).includes(request.arguments.amount as number) ? 'found' as const : 'absent' as const;
+  };
+  const caller = await newCaller({ attemptTimeoutMs: 300, statusCheck: refundListed });
+  const result = await caller.callTool('issue_refund_unkeyed', { order_id: 'A1', amount: 700 });
+  assert.ok(!result.isError);
+  assert.match(textOf(result), /already applied/);
+  assert.equal(checks.length, 1);
+  assert.equal(checks[0].idempotencyKey, undefined);
+  assert.equal(server.state.postsOf('issue_refund_unkeyed').length, 1);
+  assert.deepEqual(server.state.ledger.map((r) => [r.orderId, r.amount]), [['A1', 700]]);
+  assert.equal(caller.run.report().statusChecks, 1);
+});
+
+test('an unkeyed write with no status check escalates instead of resending', async () => {
+  server.state.script('issue_refund_unkeyed', { kind: 'slow', ms: 1000 });
+  const caller = await newCaller({ attemptTimeoutMs: 300 });
+  await assert.rejects(caller.callTool('issue_refund_unkeyed', { order_id: 'A1', amount: 700 }),
+    (e: unknown) => e instanceof Escalated && e.reason === 'status-unknown');
+  assert.equal(server.state.postsOf('issue_refund_unkeyed').length, 1);
+});
+
+test('a server that goes away is retried then escalated', async () => {
+  const caller = await newCaller();
+  assert.ok(!(await caller.callTool('lookup_order', { order_id: 'A1' })).isError);
+  await server.stop();
+  await assert.rejects(caller.callTool('lookup_order', { order_id: 'A2' }),
+    (e: unknown) => e instanceof Escalated && e.reason === 'call-attempts-spent');
+  // 4 attempts per call by default. The first may reuse a kept-alive socket the
+  // server closed (a reset); after that nobody listens (refused).
+  const outcomes = lines.slice(1).map((l) => l.outcome);
+  assert.equal(outcomes.length, 4);
+  assert.ok(outcomes.every((o) => o === 'connection-reset' || o === 'connection-refused'), outcomes.join());
+  assert.equal(outcomes[3], 'connection-refused');
+});
+
+test('retries wait the policy delay', async () => {
+  server.state.script('lookup_order', { kind: 'http', status: 502 }, { kind: 'http', status: 504 });
+  assert.ok(!(await (await newCaller()).callTool('lookup_order', { order_id: 'A1' })).isError);
+  const posts = server.state.postsOf('lookup_order');
+  const delays = lines.filter((l) => l.action === 'retry').map((l) => l.delay_ms as number);
+  assert.equal(posts.length, 3);
+  assert.equal(delays.length, 2);
+  for (let i = 0; i < 2; i++) assert.ok(posts[i + 1].at - posts[i].at >= delays[i] - 5);
+});
