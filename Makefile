@@ -4,7 +4,7 @@
 WASM := target/wasm32-wasip2/wasm-release/agent_retry_policy.wasm
 WASM_LIMIT_BYTES := 102400
 
-.PHONY: setup wasm demo test test-rust vectors
+.PHONY: setup wasm demo test vectors judge-setup judge-rust
 
 setup:
 	rustup target add wasm32-wasip2
@@ -30,6 +30,14 @@ vectors:
 test: wasm
 	python3 tests/vectors/make_vectors.py --check
 	cargo test --release --workspace
-	$(MAKE) --no-print-directory test-python test-ts test-hosts-agree
+	$(MAKE) --no-print-directory test-python test-ts judge-rust judge-python judge-ts test-hosts-agree
+
+# The judge binary (also the Rust host's exam client).
+judge-setup:
+	cargo build --release -p agent-retry-host --bin agent-retry
+
+# The host-conformance judge against the Rust host (tests/judge/exam.json).
+judge-rust: wasm judge-setup
+	target/release/agent-retry judge --exam tests/judge/exam.json -- target/release/agent-retry exam
 
 include hosts/hosts.mk

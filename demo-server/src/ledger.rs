@@ -18,6 +18,14 @@ pub struct Ledger {
     pub assets: BTreeMap<String, String>,
     /// How many times each asset id was written.
     pub uploads: BTreeMap<String, u32>,
+    /// Notes on orders: a write with no key and no idempotence, on purpose.
+    pub notes: Vec<Note>,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Note {
+    pub order_id: String,
+    pub text: String,
 }
 
 impl Ledger {
@@ -37,6 +45,15 @@ impl Ledger {
         };
         self.refunds.push(refund.clone());
         (refund, true)
+    }
+
+    /// Notes written more than once (same order, same text): each is a duplicate.
+    pub fn duplicate_notes(&self) -> usize {
+        let mut seen: BTreeMap<(&str, &str), usize> = BTreeMap::new();
+        for note in &self.notes {
+            *seen.entry((&note.order_id, &note.text)).or_default() += 1;
+        }
+        seen.values().map(|n| n.saturating_sub(1)).sum()
     }
 
     /// Refunds applied more than once for one order: each is a duplicate.

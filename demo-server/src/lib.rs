@@ -1,6 +1,7 @@
 //! A demo MCP server for agent-retry's tests and demo: a refund desk
-//! (`lookup_order`, `check_refund_policy`, `issue_refund`, `list_refunds`) and an
-//! asset store (`upload_asset`, `delete_asset`, `list_assets`).
+//! (`lookup_order`, `check_refund_policy`, `issue_refund`, `list_refunds`,
+//! `record_note`, `list_notes`) and an asset store (`upload_asset`,
+//! `delete_asset`, `list_assets`).
 //!
 //! It fails the way real services do, on a script ([`faults`]); it enforces an
 //! account allowance shared by all clients ([`allowance`]); and it keeps a
@@ -10,6 +11,7 @@
 pub mod allowance;
 pub mod faults;
 pub mod http;
+pub mod judge;
 pub mod ledger;
 pub mod tools;
 

@@ -107,6 +107,12 @@ struct UploadArgs {
 }
 
 #[derive(Deserialize)]
+struct NoteArgs {
+    order_id: String,
+    text: String,
+}
+
+#[derive(Deserialize)]
 struct AssetArgs {
     asset_id: String,
 }
@@ -166,6 +172,15 @@ impl DemoServer {
                 json!({ "deleted": a.asset_id })
             }
             "list_assets" => json!({ "assets": ledger.assets.keys().collect::<Vec<_>>() }),
+            "record_note" => {
+                let a: NoteArgs = args(arguments)?;
+                ledger.notes.push(crate::ledger::Note { order_id: a.order_id.clone(), text: a.text });
+                json!({ "order_id": a.order_id, "notes": ledger.notes.iter().filter(|n| n.order_id == a.order_id).count() })
+            }
+            "list_notes" => {
+                let a: OrderArgs = args(arguments)?;
+                json!({ "notes": ledger.notes.iter().filter(|n| n.order_id == a.order_id).collect::<Vec<_>>() })
+            }
             other => return Err(ErrorData::invalid_params(format!("unknown tool {other}"), None)),
         };
         Ok(CallToolResult::structured(result))
@@ -216,7 +231,11 @@ pub fn tool_list() -> Value {
              json!({ "readOnlyHint": false, "idempotentHint": true })),
         tool("delete_asset", "Delete an asset", json!({ "asset_id": { "type": "string" } }), &["asset_id"],
              json!({ "readOnlyHint": false, "destructiveHint": true, "idempotentHint": true })),
-        tool("list_assets", "List asset ids", json!({}), &[], read),
+        tool("list_assets", "List asset ids", json!({}), &[], read.clone()),
+        tool("record_note", "Add a note to an order (a write that takes no key: repeat only after checking)",
+             json!({ "order_id": { "type": "string" }, "text": { "type": "string" } }), &["order_id", "text"],
+             json!({ "readOnlyHint": false, "destructiveHint": false, "idempotentHint": false })),
+        tool("list_notes", "List the notes of an order", json!({ "order_id": { "type": "string" } }), &["order_id"], read),
     ])
 }
 

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use agent_retry_host::commands::{call, decide, demo, explain, serve};
+use agent_retry_host::commands::{call, decide, demo, exam, explain, serve};
 use agent_retry_host::default_wasm_path;
 
 #[derive(Parser)]
@@ -73,6 +73,27 @@ enum Command {
     },
     /// Print what the component imports and exports, and its size.
     Inspect,
+    /// The host-conformance judge: serve the exam's faults, run a host's exam client
+    /// (`COMMAND... --url URL --exam PATH`), check from the server side what a
+    /// correct host must do, print a verdict per rule.
+    Judge {
+        /// The exam.
+        #[arg(long, default_value = "tests/judge/exam.json")]
+        exam: PathBuf,
+        /// The exam client's command, e.g. `-- agent-retry exam`.
+        #[arg(last = true, required = true)]
+        client: Vec<String>,
+    },
+    /// The Rust host's exam client (run by `judge`).
+    Exam {
+        #[arg(long)]
+        url: String,
+        #[arg(long)]
+        exam: PathBuf,
+        /// Skip the policy: retry everything at once with a new key (a bad host, for the judge to fail).
+        #[arg(long)]
+        no_policy: bool,
+    },
     /// Serve the demo MCP server (refund desk, asset store) over streamable HTTP or stdio.
     Serve {
         /// Serve streamable HTTP at http://ADDR/mcp, e.g. 127.0.0.1:8080.
@@ -115,6 +136,8 @@ fn main() -> ExitCode {
             Command::Decide => decide::decide(&wasm),
             Command::Explain { seed } => explain::explain(&wasm, seed),
             Command::Inspect => inspect(&wasm),
+            Command::Judge { exam, client } => exam::judge(&exam, &client).await,
+            Command::Exam { url, exam, no_policy } => exam::exam(&wasm, &url, &exam, no_policy).await,
             Command::Serve { http, stdio: _, faults, allowance, window_ms } => {
                 serve::serve(serve::ServeOptions { http: http.as_deref(), faults: faults.as_deref(), allowance, window_ms }).await
             }

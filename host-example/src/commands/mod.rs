@@ -3,6 +3,7 @@
 pub mod call;
 pub mod decide;
 pub mod demo;
+pub mod exam;
 pub mod explain;
 pub mod serve;
 

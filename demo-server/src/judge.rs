@@ -1,0 +1,123 @@
+//! Judge mode: after a host has run the exam (tests/judge/exam.json) against the
+//! server, check from the server's side what a correct host must have done.
+//! Each rule is one verdict; the exam's order ids (`J-1` …) tie calls to rules.
+
+use serde_json::Value;
+
+use crate::tools::{CallRecord, DemoState, lock};
+
+/// One rule's result.
+#[derive(Debug, Clone)]
+pub struct Verdict {
+    pub rule: &'static str,
+    pub passed: bool,
+    pub detail: String,
+}
+
+fn calls(state: &DemoState, tool: &str, order_id: &str) -> Vec<CallRecord> {
+    state.calls_to(tool).into_iter().filter(|c| c.arguments["order_id"] == order_id).collect()
+}
+
+fn verdict(rule: &'static str, failures: Vec<String>, ok: String) -> Verdict {
+    if failures.is_empty() {
+        Verdict { rule, passed: true, detail: ok }
+    } else {
+        Verdict { rule, passed: false, detail: failures.join("; ") }
+    }
+}
+
+fn gap_ms(calls: &[CallRecord]) -> Option<u64> {
+    Some(calls.get(1)?.at_ms.saturating_sub(calls.first()?.at_ms))
+}
+
+/// Checks every rule against what the server saw.
+pub fn judge(state: &DemoState) -> Vec<Verdict> {
+    let mut verdicts = Vec::new();
+
+    // A transient failure is retried, with the same idempotency key.
+    let refund = calls(state, "issue_refund", "J-1");
+    let keys: Vec<&Value> = refund.iter().map(|c| &c.arguments["idempotency_key"]).collect();
+    let blip = calls(state, "lookup_order", "J-8");
+    let mut failures = Vec::new();
+    if refund.len() < 2 {
+        failures.push(format!("J-1: the write that timed out was sent {} time(s), not retried", refund.len()));
+    }
+    if keys.iter().any(|k| !k.is_string()) || keys.windows(2).any(|w| w[0] != w[1]) {
+        failures.push(format!("J-1: the keys were not one and the same: {keys:?}"));
+    }
+    if blip.len() < 2 {
+        failures.push(format!("J-8: a 503 was not retried ({} call)", blip.len()));
+    }
+    verdicts.push(verdict("a transient failure is retried with the same idempotency key", failures,
+        format!("J-1 sent {} times with key {}; J-8 retried", refund.len(), keys.first().map_or("-".into(), |k| k.to_string()))));
+
+    // No wait is shorter than the server's hint.
+    let mut failures = Vec::new();
+    let mut seen = Vec::new();
+    for (order, hint_ms) in [("J-2", 1000u64), ("J-8", 600)] {
+        match gap_ms(&calls(state, "lookup_order", order)) {
+            Some(gap) if gap >= hint_ms => seen.push(format!("{order}: {gap} ms after a {hint_ms} ms hint")),
+            Some(gap) => failures.push(format!("{order}: retried {gap} ms after a {hint_ms} ms hint")),
+            None => failures.push(format!("{order}: not retried")),
+        }
+    }
+    verdicts.push(verdict("no wait is shorter than the server's hint", failures, seen.join(", ")));
+
+    // A 400 or a 403 is never repeated.
+    let bad_request = calls(state, "lookup_order", "J-3").len();
+    let forbidden = calls(state, "issue_refund", "J-4").len();
+    let mut failures = Vec::new();
+    if bad_request != 1 {
+        failures.push(format!("J-3: the 400 was sent {bad_request} times"));
+    }
+    if forbidden != 1 {
+        failures.push(format!("J-4: the 403 was sent {forbidden} times"));
+    }
+    verdicts.push(verdict("a 400 / 403 is never repeated", failures, "J-3 and J-4 sent once each".into()));
+
+    // A write is never applied twice.
+    let ledger = lock(&state.ledger);
+    let mut failures = Vec::new();
+    if ledger.duplicate_refunds() > 0 || ledger.duplicate_notes() > 0 {
+        failures.push(format!("{} duplicate refunds, {} duplicate notes", ledger.duplicate_refunds(), ledger.duplicate_notes()));
+    }
+    let refunds_j1 = ledger.refunds.iter().filter(|r| r.order_id == "J-1").count();
+    let notes = |order: &str| ledger.notes.iter().filter(|n| n.order_id == order).count();
+    for (what, count) in [("J-1 refunds", refunds_j1), ("J-5 notes", notes("J-5")), ("J-6 notes", notes("J-6"))] {
+        if count != 1 {
+            failures.push(format!("{what}: {count} applied, 1 intended"));
+        }
+    }
+    let detail = format!("{} refunds, {} notes, no duplicate", ledger.refunds.len(), ledger.notes.len());
+    drop(ledger);
+    verdicts.push(verdict("a write is never applied twice", failures, detail));
+
+    // A status check precedes any resend of an unkeyed write.
+    let mut failures = Vec::new();
+    let log = lock(&state.calls).clone();
+    for order in ["J-5", "J-6"] {
+        let mine: Vec<&CallRecord> = log.iter().filter(|c| c.arguments["order_id"] == order).collect();
+        let writes: Vec<usize> = mine.iter().enumerate().filter(|(_, c)| c.tool == "record_note").map(|(i, _)| i).collect();
+        for pair in writes.windows(2) {
+            if !mine[pair[0] + 1..pair[1]].iter().any(|c| c.tool == "list_notes") {
+                failures.push(format!("{order}: record_note resent without a status check"));
+            }
+        }
+        if !mine.iter().any(|c| c.tool == "list_notes") {
+            failures.push(format!("{order}: the ambiguous write was never checked"));
+        }
+    }
+    let resent = calls(state, "record_note", "J-5").len();
+    if resent != 1 {
+        failures.push(format!("J-5: the write the check found applied was sent {resent} times"));
+    }
+    verdicts.push(verdict("a status check precedes any resend of an unkeyed write", failures,
+        format!("J-5 checked, not resent; J-6 checked, then resent ({} sends)", calls(state, "record_note", "J-6").len())));
+
+    // Calls stop when the budgets say so (max-attempts-per-call 3 in the exam).
+    let persistent = calls(state, "lookup_order", "J-7").len();
+    let failures = if persistent == 3 { vec![] } else { vec![format!("J-7: {persistent} attempts against a persistent 503, 3 allowed")] };
+    verdicts.push(verdict("calls stop when the budgets say so", failures, "J-7: 3 attempts, then stop".into()));
+
+    verdicts
+}

@@ -1,0 +1,165 @@
+//! `agent-retry exam` and `agent-retry judge`: the host-conformance harness.
+//!
+//! `judge` serves the exam's faults (tests/judge/exam.json) on a free loopback
+//! port, runs a host's exam client against it, and checks from the server's side
+//! what a correct host must have done. `exam` is the Rust host's exam client: it
+//! makes the exam's runs through the wrapper. A `--no-policy` client retries
+//! everything at once with a new key each time, to show what the judge catches.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_retry_demo_server::judge::judge as check;
+use agent_retry_demo_server::{DemoState, FaultRule, FaultScript, serve_http};
+use rmcp::model::CallToolRequestParams;
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+use crate::component::types::StatusCheckResult;
+use crate::mcp::{CallError, CallerOptions, Clock, Metrics, RetryingCaller, StatusCheck, ToolAnswer, connect_http};
+use crate::{EmbeddedAccounts, EntropySource, HostServices, PolicyComponent};
+
+#[derive(Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct Exam {
+    config: Value,
+    attempt_timeout_ms: u64,
+    key_argument: String,
+    status_checks: std::collections::BTreeMap<String, CheckSpec>,
+    faults: Vec<FaultRule>,
+    runs: Vec<ExamRun>,
+}
+
+#[derive(Deserialize, Clone)]
+struct CheckSpec {
+    tool: String,
+    arguments: Vec<String>,
+    list: String,
+    #[serde(rename = "match")]
+    match_fields: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct ExamRun {
+    run_id: String,
+    calls: Vec<ExamCall>,
+}
+
+#[derive(Deserialize)]
+struct ExamCall {
+    tool: String,
+    arguments: Map<String, Value>,
+}
+
+fn read_exam(path: &Path) -> anyhow::Result<Exam> {
+    let text = std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("cannot read the exam {}: {e}", path.display()))?;
+    serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+}
+
+/// A status check built from the exam's spec: read, then look for the write.
+fn status_check(spec: CheckSpec) -> StatusCheck {
+    Box::new(move |peer, arguments| {
+        let spec = spec.clone();
+        Box::pin(async move {
+            let read: Map<String, Value> = spec.arguments.iter().filter_map(|k| arguments.get(k).map(|v| (k.clone(), v.clone()))).collect();
+            match peer.call_tool(CallToolRequestParams::new(spec.tool.clone()).with_arguments(read)).await {
+                Ok(result) if result.is_error != Some(true) => {
+                    let items = result.structured_content.as_ref().and_then(|s| s.get(&spec.list)).and_then(Value::as_array).cloned().unwrap_or_default();
+                    let found = items.iter().any(|item| spec.match_fields.iter().all(|f| item.get(f) == arguments.get(f)));
+                    if found { StatusCheckResult::Found } else { StatusCheckResult::Absent }
+                }
+                _ => StatusCheckResult::Unknown,
+            }
+        })
+    })
+}
+
+/// The Rust host's exam client.
+pub async fn exam(wasm: &Path, url: &str, exam_path: &Path, no_policy: bool) -> anyhow::Result<()> {
+    let exam = read_exam(exam_path)?;
+    let client = connect_http(url).await?;
+    let component = PolicyComponent::from_file(wasm)?;
+    let config = exam.config.to_string();
+    for run in &exam.runs {
+        if no_policy {
+            naive_run(&client, run).await;
+            continue;
+        }
+        let instance = component.instantiate(HostServices::new(Arc::new(EmbeddedAccounts::new()), EntropySource::Os))?;
+        let options = CallerOptions { attempt_timeout_ms: exam.attempt_timeout_ms, key_argument: exam.key_argument.clone(), clock: Clock::real() };
+        let mut caller = RetryingCaller::start(client.peer().clone(), instance, &config, &run.run_id, options, Arc::new(Metrics::new())).await?;
+        for (tool, spec) in &exam.status_checks {
+            caller = caller.with_status_check(tool, status_check(spec.clone()));
+        }
+        for call in &run.calls {
+            let outcome = match caller.call(&call.tool, call.arguments.clone()).await {
+                Ok(ToolAnswer::Done { note, .. }) => json!({"run": run.run_id, "tool": call.tool, "outcome": "done", "note": note}),
+                Ok(ToolAnswer::Replan(message)) => json!({"run": run.run_id, "tool": call.tool, "outcome": "replan", "message": message}),
+                Err(CallError::Escalated(e)) => {
+                    println!("{}", json!({"run": run.run_id, "tool": call.tool, "outcome": "escalated", "reason": crate::labels::reason(e.reason)}));
+                    break;
+                }
+                Err(other) => return Err(other.into()),
+            };
+            println!("{outcome}");
+        }
+    }
+    let _ = client.cancel().await;
+    Ok(())
+}
+
+/// What the seed warns against: retry everything at once, a new key each time.
+async fn naive_run(client: &crate::mcp::connect::McpClient, run: &ExamRun) {
+    for call in &run.calls {
+        for attempt in 0..3 {
+            let mut arguments = call.arguments.clone();
+            if call.tool == "issue_refund" {
+                arguments.insert("idempotency_key".into(), Value::from(format!("{}-{attempt}", run.run_id)));
+            }
+            let request = CallToolRequestParams::new(call.tool.clone()).with_arguments(arguments);
+            match tokio::time::timeout(Duration::from_secs(1), client.peer().call_tool(request)).await {
+                Ok(Ok(result)) if result.is_error != Some(true) => break,
+                _ => continue,
+            }
+        }
+    }
+}
+
+/// Serves the exam, runs the client, prints the verdicts. Fails if any rule failed.
+pub async fn judge(exam_path: &Path, client: &[String]) -> anyhow::Result<()> {
+    let exam = read_exam(exam_path)?;
+    let (program, args) = client.split_first().ok_or_else(|| anyhow::anyhow!("give the exam client's command after --"))?;
+    let state = DemoState::new(FaultScript::new(exam.faults), None);
+    let server = serve_http("127.0.0.1:0".parse()?, Arc::clone(&state)).await?;
+    let mut child = tokio::process::Command::new(program)
+        .args(args)
+        .arg("--url")
+        .arg(&server.url)
+        .arg("--exam")
+        .arg(exam_path)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| anyhow::anyhow!("cannot start the exam client {program}: {e}"))?;
+    let status = match tokio::time::timeout(Duration::from_secs(180), child.wait()).await {
+        Ok(status) => status?,
+        Err(_) => {
+            let _ = child.kill().await;
+            anyhow::bail!("the exam client did not finish in 180 s");
+        }
+    };
+    let verdicts = check(&state);
+    server.stop().await;
+    println!("judge: exam client `{}` exited with {status}", client.join(" "));
+    for v in &verdicts {
+        println!("{} {}: {}", if v.passed { "PASS" } else { "FAIL" }, v.rule, v.detail);
+    }
+    let passed = verdicts.iter().filter(|v| v.passed).count();
+    let failed = verdicts.len() - passed;
+    println!("{passed} passed, {failed} failed");
+    if failed > 0 || !status.success() {
+        anyhow::bail!("the host failed the exam");
+    }
+    Ok(())
+}
