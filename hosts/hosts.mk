@@ -10,7 +10,7 @@ HOSTS_TS          := hosts/typescript
 HOSTS_TS_MODULES  := $(HOSTS_TS)/node_modules/.package-lock.json
 HOSTS_WASM        := target/wasm32-wasip2/wasm-release/agent_retry_policy.wasm
 
-.PHONY: test-python test-ts test-hosts bench-hosts test-hosts-agree hosts-python-setup hosts-ts-setup
+.PHONY: test-python test-ts test-hosts bench-hosts test-hosts-agree hosts-python-setup hosts-ts-setup judge-python judge-ts
 
 $(HOSTS_PY):
 	python3 -m venv $(HOSTS_VENV)
@@ -54,3 +54,15 @@ test-hosts-agree: wasm hosts-python-setup hosts-ts-setup
 bench-hosts: wasm hosts-python-setup hosts-ts-setup
 	$(HOSTS_PY) hosts/python/bench/bench.py
 	cd $(HOSTS_TS) && npm run --silent bench
+
+# The host-conformance judge (tests/judge/exam.json) against each host's exam
+# client: the judge serves the exam's faults, runs the client, and checks from
+# the server's side what the host did. `judge-setup` (top-level Makefile) builds
+# target/release/agent-retry.
+HOSTS_JUDGE := target/release/agent-retry judge --exam tests/judge/exam.json --
+
+judge-python: wasm hosts-python-setup judge-setup
+	$(HOSTS_JUDGE) $(CURDIR)/$(HOSTS_PY) -m agent_retry.exam
+
+judge-ts: wasm hosts-ts-setup judge-setup
+	$(HOSTS_JUDGE) node $(CURDIR)/$(HOSTS_TS)/dist/src/exam.js

@@ -30,8 +30,9 @@ fn gap_ms(calls: &[CallRecord]) -> Option<u64> {
     Some(calls.get(1)?.at_ms.saturating_sub(calls.first()?.at_ms))
 }
 
-/// Checks every rule against what the server saw.
-pub fn judge(state: &DemoState) -> Vec<Verdict> {
+/// Checks every rule against what the server saw. `max_attempts_per_call` is the
+/// exam configuration's: a persistent failure gets exactly that many attempts.
+pub fn judge(state: &DemoState, max_attempts_per_call: usize) -> Vec<Verdict> {
     let mut verdicts = Vec::new();
 
     // A transient failure is retried, with the same idempotency key.
@@ -114,10 +115,12 @@ pub fn judge(state: &DemoState) -> Vec<Verdict> {
     verdicts.push(verdict("a status check precedes any resend of an unkeyed write", failures,
         format!("J-5 checked, not resent; J-6 checked, then resent ({} sends)", calls(state, "record_note", "J-6").len())));
 
-    // Calls stop when the budgets say so (max-attempts-per-call 3 in the exam).
+    // Calls stop when the budgets say so: no fewer attempts (a blip is retried),
+    // no more (the budget ends it).
     let persistent = calls(state, "lookup_order", "J-7").len();
-    let failures = if persistent == 3 { vec![] } else { vec![format!("J-7: {persistent} attempts against a persistent 503, 3 allowed")] };
-    verdicts.push(verdict("calls stop when the budgets say so", failures, "J-7: 3 attempts, then stop".into()));
+    let allowed = max_attempts_per_call;
+    let failures = if persistent == allowed { vec![] } else { vec![format!("J-7: {persistent} attempts against a persistent 503, {allowed} due")] };
+    verdicts.push(verdict("calls stop when the budgets say so", failures, format!("J-7: {allowed} attempts, then stop")));
 
     verdicts
 }

@@ -11,6 +11,7 @@ pub mod component;
 pub mod dynamic;
 pub mod entropy;
 pub mod labels;
+pub mod load;
 pub mod mcp;
 pub mod steps;
 

@@ -5,59 +5,13 @@
 //! running server for the tests that do not kill it.
 
 use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use agent_retry_demo_server::faults::{Fault, rule_first};
-use agent_retry_demo_server::tools::lock;
-use agent_retry_demo_server::{Allowance, DemoState, FaultRule, FaultScript, serve_http};
 use agent_retry_host::accounts::{AccountBudgetBackend, AccountsError, Bucket, Reservation};
-use agent_retry_host::mcp::{CallerOptions, Clock, Metrics, RetryingCaller, connect_http};
-use agent_retry_host::{EmbeddedAccounts, EntropySource, HostServices, PolicyComponent, RedisAccounts, SharedAccounts, default_wasm_path};
-use serde_json::json;
-
-/// A redis-server of the test's own on a free loopback port; killed on drop.
-struct RedisServer {
-    child: Child,
-    port: u16,
-}
-
-impl RedisServer {
-    fn start_on(port: u16) -> Self {
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("redis-server is not installed: apt-get install redis-server (.ci/run does)");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "redis-server did not start on port {port}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        RedisServer { child, port }
-    }
-
-    fn start() -> Self {
-        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        Self::start_on(port)
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
+use agent_retry_host::load::{RedisServer, run_workers};
+use agent_retry_host::{EmbeddedAccounts, EntropySource, RedisAccounts, SharedAccounts};
 
 /// CI's Redis if AGENT_RETRY_REDIS_URL names one, else one of our own.
 fn redis() -> (String, Option<RedisServer>) {
@@ -155,65 +109,6 @@ fn a_server_that_answers_garbage_is_a_clear_error_not_a_hang() {
 
 const WORKERS: u32 = 16;
 
-/// What the server saw and what the hosts did.
-struct Outcome {
-    admitted_per_window: Vec<u32>,
-    refused: u32,
-    server_calls: usize,
-    host_attempts: u64,
-    host_retries: u64,
-    /// Server-side times (ms since its start) of each call.
-    times: Vec<u64>,
-}
-
-/// `WORKERS` workers (each its own policy instance and MCP client), each making
-/// `calls` lookups, all starting together.
-fn run_workers(
-    allowance: Option<(u32, u64)>,
-    faults: Vec<FaultRule>,
-    config: &str,
-    calls: u32,
-    backend: impl Fn(u32) -> Arc<dyn AccountBudgetBackend>,
-    entropy: impl Fn(u32) -> EntropySource,
-) -> Outcome {
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
-    runtime.block_on(async {
-        let allowance = allowance.map(|(n, ms)| Allowance::new(n, Duration::from_millis(ms)));
-        let state = DemoState::new(FaultScript::new(faults), allowance);
-        let server = serve_http("127.0.0.1:0".parse().unwrap(), Arc::clone(&state)).await.unwrap();
-        let component = Arc::new(PolicyComponent::from_file(&default_wasm_path()).expect("run `make wasm` first"));
-        let metrics = Arc::new(Metrics::new());
-        let start = Arc::new(tokio::sync::Barrier::new(WORKERS as usize));
-        let mut tasks = Vec::new();
-        for w in 0..WORKERS {
-            let client = connect_http(&server.url).await.unwrap();
-            let instance = component.instantiate(HostServices::new(backend(w), entropy(w))).unwrap();
-            let options = CallerOptions { attempt_timeout_ms: 5000, key_argument: "idempotency_key".into(), clock: Clock::real() };
-            let mut caller = RetryingCaller::start(client.peer().clone(), instance, config, &format!("worker-{w}"), options, Arc::clone(&metrics))
-                .await
-                .unwrap();
-            let start = Arc::clone(&start);
-            tasks.push(tokio::spawn(async move {
-                start.wait().await;
-                for i in 0..calls {
-                    let args = json!({"order_id": format!("W{w}-{i}")}).as_object().cloned().unwrap();
-                    caller.call("lookup_order", args).await.expect("every call gets an answer");
-                }
-                let _ = client.cancel().await;
-            }));
-        }
-        for task in tasks {
-            task.await.unwrap();
-        }
-        let counts = metrics.snapshot();
-        let (admitted_per_window, refused) = lock(&state.allowance).as_ref().map_or((vec![], 0), |a| (a.admitted_per_window.clone(), a.refused));
-        let times = lock(&state.calls).iter().map(|c| c.at_ms).collect();
-        let server_calls = lock(&state.calls).len();
-        server.stop().await;
-        Outcome { admitted_per_window, refused, server_calls, host_attempts: counts.attempts, host_retries: counts.retries, times }
-    })
-}
-
 /// The allowance: 60 calls per 1000 ms window. The bucket: 20 at once, then one
 /// per 30 ms, so any 1000 ms holds at most 20 + 34 = 54 calls, inside 60.
 const ALLOWANCE: (u32, u64) = (60, 1000);
@@ -222,7 +117,7 @@ const BUDGET_CONFIG: &str = r#"{"base-delay-ms": 50, "max-delay-ms": 400, "max-h
 
 fn check_allowance_held(backend_name: &str, backend: impl Fn(u32) -> Arc<dyn AccountBudgetBackend>) {
     let faults = vec![rule_first("lookup_order", 12, Fault::Http { status: 503, headers: vec![], body: "blip".into() })];
-    let outcome = run_workers(Some(ALLOWANCE), faults, BUDGET_CONFIG, 8, backend, |w| EntropySource::seeded(u64::from(w)));
+    let outcome = run_workers(WORKERS, Some(ALLOWANCE), faults, BUDGET_CONFIG, 8, backend, |w| EntropySource::seeded(u64::from(w)));
     println!("{backend_name}: admitted per 1000 ms window {:?}, refused {}, retries {}", outcome.admitted_per_window, outcome.refused, outcome.host_retries);
     assert!(outcome.admitted_per_window.iter().all(|&n| n <= ALLOWANCE.0), "{backend_name}: {:?}", outcome.admitted_per_window);
     assert_eq!(outcome.refused, 0, "{backend_name}: the shared budget kept every call inside the allowance");
@@ -246,7 +141,7 @@ fn sixteen_workers_on_separate_redis_connections_stay_inside_the_allowance() {
 #[test]
 fn without_the_shared_budget_the_same_workers_get_429s() {
     let config = r#"{"base-delay-ms": 50, "max-delay-ms": 400, "max-hint-ms": 5000, "max-attempts-per-run": 1000, "max-retries-per-run": 100}"#;
-    let outcome = run_workers(Some(ALLOWANCE), vec![], config, 8, |_| Arc::new(EmbeddedAccounts::new()), |w| EntropySource::seeded(u64::from(w)));
+    let outcome = run_workers(WORKERS, Some(ALLOWANCE), vec![], config, 8, |_| Arc::new(EmbeddedAccounts::new()), |w| EntropySource::seeded(u64::from(w)));
     println!("no budget: admitted per window {:?}, refused {}", outcome.admitted_per_window, outcome.refused);
     assert!(outcome.refused > 0, "the allowance binds: without the budget some calls are refused");
 }
@@ -266,7 +161,7 @@ fn check_retries_spread(backend_name: &str, backend: impl Fn(u32) -> Arc<dyn Acc
         "account-budget": {"account-id": "sync", "capacity": 1000, "refill-interval-ms": 1, "max-wait-ms": 1000}}"#;
     let faults = || vec![rule_first("lookup_order", WORKERS, Fault::Http { status: 503, headers: vec![], body: "outage".into() })];
     let run = |entropy: &dyn Fn(u32) -> EntropySource| {
-        let mut outcome = run_workers(None, faults(), config, 1, backend.clone(), entropy);
+        let mut outcome = run_workers(WORKERS, None, faults(), config, 1, backend.clone(), entropy);
         outcome.times.sort();
         let retries: Vec<u64> = outcome.times[WORKERS as usize..].to_vec();
         assert_eq!(retries.len(), WORKERS as usize);
@@ -305,7 +200,7 @@ fn redis_killed_mid_run_falls_back_logs_once_and_comes_back() {
         std::thread::sleep(Duration::from_millis(700));
         RedisServer::start_on(port) // back on the same port
     });
-    let outcome = run_workers(None, vec![], config, 40, move |_| Arc::clone(&backend) as Arc<dyn AccountBudgetBackend>, |w| EntropySource::seeded(u64::from(w)));
+    let outcome = run_workers(WORKERS, None, vec![], config, 40, move |_| Arc::clone(&backend) as Arc<dyn AccountBudgetBackend>, |w| EntropySource::seeded(u64::from(w)));
     let _restarted = killer.join().unwrap();
     println!("failover: {} calls, {} fallbacks, {} recoveries", outcome.server_calls, shared.fallbacks(), shared.recoveries());
     assert_eq!(outcome.server_calls, (WORKERS * 40) as usize, "every call was made, none lost or sent twice");

@@ -23,7 +23,7 @@ fn a_host_without_the_policy_fails_the_exam() {
     let output = Command::new(BIN).args(["judge", "--exam", &exam(), "--", BIN, "exam", "--no-policy"]).output().unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(!output.status.success(), "{stdout}");
-    for rule in ["same idempotency key", "shorter than the server's hint", "never repeated", "never applied twice", "status check precedes"] {
+    for rule in ["same idempotency key", "shorter than the server's hint", "never repeated", "never applied twice", "status check precedes", "budgets say so"] {
         assert!(stdout.lines().any(|l| l.starts_with("FAIL") && l.contains(rule)), "{rule}: {stdout}");
     }
 }

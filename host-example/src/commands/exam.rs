@@ -133,23 +133,28 @@ pub async fn judge(exam_path: &Path, client: &[String]) -> anyhow::Result<()> {
     let (program, args) = client.split_first().ok_or_else(|| anyhow::anyhow!("give the exam client's command after --"))?;
     let state = DemoState::new(FaultScript::new(exam.faults), None);
     let server = serve_http("127.0.0.1:0".parse()?, Arc::clone(&state)).await?;
-    let mut child = tokio::process::Command::new(program)
+    let child = tokio::process::Command::new(program)
         .args(args)
         .arg("--url")
         .arg(&server.url)
         .arg("--exam")
         .arg(exam_path)
         .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
         .spawn()
         .map_err(|e| anyhow::anyhow!("cannot start the exam client {program}: {e}"))?;
-    let status = match tokio::time::timeout(Duration::from_secs(180), child.wait()).await {
-        Ok(status) => status?,
-        Err(_) => {
-            let _ = child.kill().await;
-            anyhow::bail!("the exam client did not finish in 180 s");
-        }
+    // The client's own log is shown only if it fails.
+    let output = match tokio::time::timeout(Duration::from_secs(180), child.wait_with_output()).await {
+        Ok(output) => output?,
+        Err(_) => anyhow::bail!("the exam client did not finish in 180 s"),
     };
-    let verdicts = check(&state);
+    let status = output.status;
+    if !status.success() {
+        eprintln!("{}", String::from_utf8_lossy(&output.stderr));
+    }
+    let max_attempts = exam.config.get("max-attempts-per-call").and_then(Value::as_u64).unwrap_or(4) as usize;
+    let verdicts = check(&state, max_attempts);
     server.stop().await;
     println!("judge: exam client `{}` exited with {status}", client.join(" "));
     for v in &verdicts {

@@ -162,7 +162,7 @@ def test_a_keyed_write_that_timed_out_is_resent_with_the_same_key_and_applied_on
     async def body(session: ClientSession) -> tuple[CallToolResult, str]:
         caller = new_caller(session, attempt_timeout_s=0.3)
         result = await caller.call_tool("issue_refund", {"order_id": "A1", "amount": 500})
-        return result, caller.run.instance.derive_idempotency_key("CASE-5016", "1")
+        return result, caller.run.instance.derive_idempotency_key("CASE-5016", "step-1")
 
     result, expected_key = run_with_session(server.url, body)
     assert not result.is_error

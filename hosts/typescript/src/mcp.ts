@@ -193,10 +193,11 @@ export class RetryingToolCaller {
    *  model should see: the result, or (replan) an `isError` result carrying the
    *  policy's message. Rejects with `Escalated` when the run must stop.
    *  `actionId` names the call's place in the run for its idempotency key
-   *  (default: this caller's call counter, "1", "2", ...). */
+   *  (default: `step-N`, N counting this caller's calls from 1, as the Rust host
+   *  does, so all hosts derive the same key for the same run and call). */
   async callTool(name: string, args: Record<string, unknown> = {}, actionId?: string): Promise<CallToolResult> {
     this.calls += 1;
-    const action = actionId ?? String(this.calls);
+    const action = actionId ?? `step-${this.calls}`;
     const tool = await this.tool(name);
     const sendArgs: Record<string, unknown> = { ...args };
     let key: string | undefined;

@@ -115,7 +115,7 @@ test('a keyed write that timed out is resent with the same key and applied once'
   const caller = await newCaller({ attemptTimeoutMs: 300 });
   const result = await caller.callTool('issue_refund', { order_id: 'A1', amount: 500 });
   assert.ok(!result.isError);
-  const key = caller.run.instance.deriveIdempotencyKey('CASE-5016', '1');
+  const key = caller.run.instance.deriveIdempotencyKey('CASE-5016', 'step-1');
   assert.deepEqual(server.state.postsOf('issue_refund').map((p) => p.key), [key, key]);
   assert.deepEqual(server.state.ledger.map((r) => [r.orderId, r.amount]), [['A1', 500]]);
 });

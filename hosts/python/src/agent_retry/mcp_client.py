@@ -275,10 +275,11 @@ class RetryingToolCaller:
         the policy's message. Raises `Escalated` when the run must stop.
 
         `action_id` names the call's place in the run for its idempotency key
-        (default: a counter of this caller's calls, 1, 2, ...); pass a stable
-        one to keep the key across a host restart."""
+        (default: `step-N`, N counting this caller's calls from 1, as the Rust
+        host does, so all hosts derive the same key for the same run and call);
+        pass a stable one to keep the key across a host restart."""
         self._steps += 1
-        action = action_id if action_id is not None else str(self._steps)
+        action = action_id if action_id is not None else f"step-{self._steps}"
         tool = await self._tool(name)
         send_arguments = dict(arguments or {})
         key: Optional[str] = None
