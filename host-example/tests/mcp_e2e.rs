@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use agent_retry_demo_server::faults::{Fault, rule, rule_when};
 use agent_retry_demo_server::{DemoState, FaultScript, HttpServer, serve_http};
-use agent_retry_host::component::types::{EscalationReason, StatusCheckResult};
-use agent_retry_host::mcp::{CallError, CallerOptions, Clock, Metrics, RetryingCaller, StatusCheck, ToolAnswer, connect_http, connect_stdio};
+use agent_retry_host::component::types::EscalationReason;
+use agent_retry_host::mcp::{CallError, CallerOptions, Clock, ListedCheck, Metrics, RetryingCaller, ToolAnswer, connect_http, connect_stdio};
 use agent_retry_host::{EmbeddedAccounts, EntropySource, HostServices, PolicyComponent, default_wasm_path};
 use serde_json::{Map, Value, json};
 
@@ -51,20 +51,8 @@ fn http(status: u16, headers: &[(&str, &str)]) -> Fault {
 }
 
 /// Checks a refund the way an operator would: list the order's refunds.
-fn refund_status_check() -> StatusCheck {
-    Box::new(|peer, arguments| {
-        Box::pin(async move {
-            let params = rmcp::model::CallToolRequestParams::new("list_refunds").with_arguments(args(json!({"order_id": arguments["order_id"]})));
-            match peer.call_tool(params).await {
-                Ok(result) => {
-                    let refunds = result.structured_content.as_ref().and_then(|s| s["refunds"].as_array().cloned()).unwrap_or_default();
-                    let wanted = &arguments["amount_paise"];
-                    if refunds.iter().any(|r| &r["amount_paise"] == wanted) { StatusCheckResult::Found } else { StatusCheckResult::Absent }
-                }
-                Err(_) => StatusCheckResult::Unknown,
-            }
-        })
-    })
+fn refund_status_check() -> agent_retry_host::mcp::StatusCheck {
+    ListedCheck::new("list_refunds", &["order_id"], "refunds", &["order_id", "amount_paise"]).into_check()
 }
 
 #[tokio::test]

@@ -12,8 +12,7 @@ use agent_retry_demo_server::tools::lock;
 use agent_retry_demo_server::{Allowance, DemoState, FaultRule, FaultScript, serve_http};
 use serde_json::{Map, Value, json};
 
-use crate::component::types::StatusCheckResult;
-use crate::mcp::{CallError, CallerOptions, Clock, Metrics, RetryingCaller, StatusCheck, ToolAnswer, connect_http};
+use crate::mcp::{CallError, CallerOptions, Clock, ListedCheck, Metrics, RetryingCaller, ToolAnswer, connect_http};
 use crate::{EmbeddedAccounts, EntropySource, HostServices, PolicyComponent};
 
 pub struct DemoOptions {
@@ -67,21 +66,6 @@ struct RunResult {
 
 fn args(value: Value) -> Map<String, Value> {
     value.as_object().cloned().unwrap_or_default()
-}
-
-fn refund_status_check() -> StatusCheck {
-    Box::new(|peer, arguments| {
-        Box::pin(async move {
-            let params = rmcp::model::CallToolRequestParams::new("list_refunds").with_arguments(args(json!({"order_id": arguments["order_id"]})));
-            match peer.call_tool(params).await {
-                Ok(result) => {
-                    let refunds = result.structured_content.as_ref().and_then(|s| s["refunds"].as_array().cloned()).unwrap_or_default();
-                    if refunds.iter().any(|r| r["amount_paise"] == arguments["amount_paise"]) { StatusCheckResult::Found } else { StatusCheckResult::Absent }
-                }
-                Err(_) => StatusCheckResult::Unknown,
-            }
-        })
-    })
 }
 
 /// A tool call the scripted agent makes; on a replan it tries `fix` once.
@@ -164,7 +148,7 @@ pub async fn demo(options: DemoOptions) -> anyhow::Result<()> {
                 let options = CallerOptions { attempt_timeout_ms: 1000, key_argument: "idempotency_key".into(), clock: Clock::real() };
                 let mut caller = RetryingCaller::start(client.peer().clone(), instance, DEMO_CONFIG, &case, options, Arc::clone(&metrics))
                     .await?
-                    .with_status_check("issue_refund", refund_status_check());
+                    .with_status_check("issue_refund", ListedCheck::new("list_refunds", &["order_id"], "refunds", &["order_id", "amount_paise"]).into_check());
                 let end = match agent_run(&mut caller, n).await {
                     Ok(end) => end,
                     Err(CallError::Escalated(e)) => RunEnd::Escalated(e.note),

@@ -16,8 +16,7 @@ use rmcp::model::CallToolRequestParams;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use crate::component::types::StatusCheckResult;
-use crate::mcp::{CallError, CallerOptions, Clock, Metrics, RetryingCaller, StatusCheck, ToolAnswer, connect_http};
+use crate::mcp::{CallError, CallerOptions, Clock, ListedCheck, Metrics, RetryingCaller, ToolAnswer, connect_http};
 use crate::{EmbeddedAccounts, EntropySource, HostServices, PolicyComponent};
 
 #[derive(Deserialize)]
@@ -26,18 +25,9 @@ struct Exam {
     config: Value,
     attempt_timeout_ms: u64,
     key_argument: String,
-    status_checks: std::collections::BTreeMap<String, CheckSpec>,
+    status_checks: std::collections::BTreeMap<String, ListedCheck>,
     faults: Vec<FaultRule>,
     runs: Vec<ExamRun>,
-}
-
-#[derive(Deserialize, Clone)]
-struct CheckSpec {
-    tool: String,
-    arguments: Vec<String>,
-    list: String,
-    #[serde(rename = "match")]
-    match_fields: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -58,24 +48,6 @@ fn read_exam(path: &Path) -> anyhow::Result<Exam> {
     serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
 }
 
-/// A status check built from the exam's spec: read, then look for the write.
-fn status_check(spec: CheckSpec) -> StatusCheck {
-    Box::new(move |peer, arguments| {
-        let spec = spec.clone();
-        Box::pin(async move {
-            let read: Map<String, Value> = spec.arguments.iter().filter_map(|k| arguments.get(k).map(|v| (k.clone(), v.clone()))).collect();
-            match peer.call_tool(CallToolRequestParams::new(spec.tool.clone()).with_arguments(read)).await {
-                Ok(result) if result.is_error != Some(true) => {
-                    let items = result.structured_content.as_ref().and_then(|s| s.get(&spec.list)).and_then(Value::as_array).cloned().unwrap_or_default();
-                    let found = items.iter().any(|item| spec.match_fields.iter().all(|f| item.get(f) == arguments.get(f)));
-                    if found { StatusCheckResult::Found } else { StatusCheckResult::Absent }
-                }
-                _ => StatusCheckResult::Unknown,
-            }
-        })
-    })
-}
-
 /// The Rust host's exam client.
 pub async fn exam(wasm: &Path, url: &str, exam_path: &Path, no_policy: bool) -> anyhow::Result<()> {
     let exam = read_exam(exam_path)?;
@@ -91,7 +63,7 @@ pub async fn exam(wasm: &Path, url: &str, exam_path: &Path, no_policy: bool) -> 
         let options = CallerOptions { attempt_timeout_ms: exam.attempt_timeout_ms, key_argument: exam.key_argument.clone(), clock: Clock::real() };
         let mut caller = RetryingCaller::start(client.peer().clone(), instance, &config, &run.run_id, options, Arc::new(Metrics::new())).await?;
         for (tool, spec) in &exam.status_checks {
-            caller = caller.with_status_check(tool, status_check(spec.clone()));
+            caller = caller.with_status_check(tool, spec.clone().into_check());
         }
         for call in &run.calls {
             let outcome = match caller.call(&call.tool, call.arguments.clone()).await {

@@ -7,8 +7,10 @@ pub mod connect;
 pub mod http_client;
 pub mod metrics;
 pub mod observe;
+pub mod status_check;
 
 pub use caller::{CallError, CallerOptions, RetryingCaller, StatusCheck, ToolAnswer};
 pub use clock::Clock;
 pub use connect::{connect_http, connect_stdio};
 pub use metrics::Metrics;
+pub use status_check::ListedCheck;
