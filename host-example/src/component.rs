@@ -19,7 +19,6 @@ use crate::entropy::EntropySource;
 wasmtime::component::bindgen!({ world: "agent-retry", path: "../wit" });
 
 pub use agent_retry::policy::types;
-use exports::agent_retry::policy::policy::Guest as PolicyExports;
 
 /// Fuel for one call into the component (about one unit per wasm instruction).
 /// A decision takes well under 1% of it; a policy stuck in a loop runs out and traps.
@@ -199,53 +198,52 @@ pub struct PolicyHandle(ResourceAny);
 pub struct RunHandle(ResourceAny);
 
 impl PolicyInstance {
-    fn policy_exports(&mut self) -> wasmtime::Result<&PolicyExports> {
-        self.store.set_fuel(self.fuel_per_call)?;
-        Ok(self.bindings.agent_retry_policy_policy())
+    /// Every call starts with a full tank: a runaway call traps, the next one can run.
+    fn refuel(&mut self) -> wasmtime::Result<()> {
+        self.store.set_fuel(self.fuel_per_call)
     }
+
 
     /// The store and the raw instance, for dynamic calls (the conformance runner).
     pub fn raw(&mut self) -> (&mut Store<HostState>, &Instance) {
-        self.store.set_fuel(self.fuel_per_call).ok();
+        let _ = self.refuel();
         (&mut self.store, &self.instance)
     }
 
     pub fn derive_idempotency_key(&mut self, run_id: &str, action_id: &str) -> wasmtime::Result<String> {
-        self.policy_exports()?;
-        let exports = self.bindings.agent_retry_policy_policy();
-        exports.call_derive_idempotency_key(&mut self.store, run_id, action_id)
+        self.refuel()?;
+        self.bindings.agent_retry_policy_policy().call_derive_idempotency_key(&mut self.store, run_id, action_id)
     }
 
     /// Parses a configuration; `Ok(Err(_))` is a rejected configuration.
     pub fn load_policy(&mut self, config_json: &str) -> wasmtime::Result<Result<PolicyHandle, types::ConfigError>> {
-        self.policy_exports()?;
-        let policy = self.bindings.agent_retry_policy_policy().policy();
-        Ok(policy.call_from_json(&mut self.store, config_json)?.map(PolicyHandle))
+        self.refuel()?;
+        Ok(self.bindings.agent_retry_policy_policy().policy().call_from_json(&mut self.store, config_json)?.map(PolicyHandle))
     }
 
     pub fn effective_config(&mut self, policy: &PolicyHandle) -> wasmtime::Result<String> {
-        self.policy_exports()?;
+        self.refuel()?;
         self.bindings.agent_retry_policy_policy().policy().call_effective_config(&mut self.store, policy.0)
     }
 
     pub fn classify(&mut self, policy: &PolicyHandle, failure: &types::Failure, now_ms: u64) -> wasmtime::Result<types::Classification> {
-        self.policy_exports()?;
+        self.refuel()?;
         self.bindings.agent_retry_policy_policy().policy().call_classify(&mut self.store, policy.0, failure, now_ms)
     }
 
     pub fn next_delay(&mut self, policy: &PolicyHandle, retry: u32, hint_ms: Option<u64>, entropy: Option<u64>) -> wasmtime::Result<u64> {
-        self.policy_exports()?;
+        self.refuel()?;
         self.bindings.agent_retry_policy_policy().policy().call_next_delay(&mut self.store, policy.0, retry, hint_ms, entropy)
     }
 
     pub fn start_run(&mut self, policy: &PolicyHandle, run_id: &str) -> wasmtime::Result<RunHandle> {
-        self.policy_exports()?;
+        self.refuel()?;
         let run = self.bindings.agent_retry_policy_policy().policy().call_start_run(&mut self.store, policy.0, run_id)?;
         Ok(RunHandle(run))
     }
 
     pub fn begin_call(&mut self, run: &RunHandle, call: &types::CallRequest, now_ms: u64) -> wasmtime::Result<Result<types::Admission, types::RunError>> {
-        self.policy_exports()?;
+        self.refuel()?;
         self.bindings.agent_retry_policy_policy().run().call_begin_call(&mut self.store, run.0, call, now_ms)
     }
 
@@ -260,24 +258,24 @@ impl PolicyInstance {
         entropy: Option<u64>,
     ) -> wasmtime::Result<Result<types::Decision, types::RunError>> {
         let entropy = Some(entropy.unwrap_or_else(|| self.store.data().services.entropy.next_u64()));
-        self.policy_exports()?;
+        self.refuel()?;
         self.bindings.agent_retry_policy_policy().run().call_record_outcome(&mut self.store, run.0, call_id, outcome, now_ms, entropy)
     }
 
     pub fn report(&mut self, run: &RunHandle) -> wasmtime::Result<types::RunReport> {
-        self.policy_exports()?;
+        self.refuel()?;
         self.bindings.agent_retry_policy_policy().run().call_report(&mut self.store, run.0)
     }
 
     /// Frees a run in the guest.
     pub fn drop_run(&mut self, run: RunHandle) -> wasmtime::Result<()> {
-        self.policy_exports()?;
+        self.refuel()?;
         run.0.resource_drop(&mut self.store)
     }
 
     /// Frees a policy in the guest.
     pub fn drop_policy(&mut self, policy: PolicyHandle) -> wasmtime::Result<()> {
-        self.policy_exports()?;
+        self.refuel()?;
         policy.0.resource_drop(&mut self.store)
     }
 }
