@@ -4,7 +4,7 @@
 WASM := target/wasm32-wasip2/wasm-release/agent_retry_policy.wasm
 WASM_LIMIT_BYTES := 102400
 
-.PHONY: setup wasm demo test vectors judge-setup judge-rust
+.PHONY: setup wasm demo test vectors judge-setup judge-rust redis
 
 setup:
 	rustup target add wasm32-wasip2
@@ -27,7 +27,11 @@ vectors:
 # Everything: Rust (unit, sandbox, MCP end to end, account budgets with Redis,
 # the vectors natively and in wasmtime), then the Python and TypeScript hosts,
 # then the check that all three give the same outputs for every vector.
-test: wasm
+# redis-server for the account-budget tests, from Debian's packages if missing.
+redis:
+	@command -v redis-server >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server; }
+
+test: wasm redis
 	python3 tests/vectors/make_vectors.py --check
 	cargo test --release --workspace
 	$(MAKE) --no-print-directory test-python test-ts judge-rust judge-python judge-ts test-hosts-agree
