@@ -2,7 +2,7 @@
 # they need (the wasm32-wasip2 target, the component) on a fresh machine.
 
 WASM := target/wasm32-wasip2/wasm-release/agent_retry_policy.wasm
-WASM_LIMIT_BYTES := 102400
+WASM_LIMIT_BYTES := 100000
 
 .PHONY: setup wasm demo test vectors judge-setup judge-rust redis
 
@@ -13,7 +13,7 @@ setup:
 # the host crates' release builds.
 wasm: setup
 	cargo build -p agent-retry-policy --target wasm32-wasip2 --profile wasm-release
-	@size=$$(stat -c %s $(WASM)); echo "$(WASM): $$size bytes (limit $(WASM_LIMIT_BYTES))"; \
+	@size=$$(stat -c %s $(WASM)); echo "$(WASM): $$size bytes (limit $(WASM_LIMIT_BYTES): 100 KB)"; \
 	  test $$size -le $(WASM_LIMIT_BYTES) || { echo "the component is over its size budget"; exit 1; }
 
 # The refund desk end to end: the demo MCP server, scripted agent runs, the table.

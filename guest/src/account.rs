@@ -18,9 +18,10 @@ pub enum Reservation {
     Refused(u64),
 }
 
-/// An atomic take-or-wait on one account's token bucket.
+/// An atomic take-or-wait on one account's token bucket, and giving tokens back.
 pub trait AccountBudget {
     fn reserve(&mut self, account_id: &str, tokens: u32, bucket: Bucket, max_wait_ms: u64, now_ms: u64) -> Reservation;
+    fn refund(&mut self, account_id: &str, tokens: u32, bucket: Bucket, now_ms: u64);
 }
 
 /// For runs whose configuration has no account budget: the core never calls it.
@@ -30,4 +31,6 @@ impl AccountBudget for NoAccountBudget {
     fn reserve(&mut self, _: &str, _: u32, _: Bucket, _: u64, _: u64) -> Reservation {
         Reservation::Granted(0)
     }
+
+    fn refund(&mut self, _: &str, _: u32, _: Bucket, _: u64) {}
 }

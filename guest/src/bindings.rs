@@ -78,6 +78,11 @@ impl account::AccountBudget for HostAccountBudget {
             import::Reservation::Refused(wait) => account::Reservation::Refused(wait),
         }
     }
+
+    fn refund(&mut self, account_id: &str, tokens: u32, bucket: account::Bucket, now_ms: u64) {
+        let bucket = import::Bucket { capacity: bucket.capacity, refill_interval_ms: bucket.refill_interval_ms };
+        import::refund(account_id, tokens, bucket, now_ms);
+    }
 }
 
 struct Component;
@@ -162,7 +167,7 @@ enum_map!(model::OutcomeClass => wit::OutcomeClass { Success, Transient, Throttl
 enum_map!(model::Effect => wit::Effect { Read, Write, Delete });
 enum_map!(model::EscalationReason => wit::EscalationReason {
     PermissionDenied, ReplansSpent, CallAttemptsSpent, RunRetriesSpent, RunAttemptsSpent,
-    QuotaExhausted, AccountBudgetExhausted, UnclassifiedFailure, StatusUnknown,
+    QuotaExhausted, AccountBudgetExhausted, RetryQuotaExhausted, UnclassifiedFailure, StatusUnknown,
 });
 enum_map!(model::EffectStatus => wit::EffectStatus { Applied, Unknown });
 enum_map!(wit::StatusCheckResult => model::StatusCheckResult { Found, Absent, Unknown });

@@ -41,6 +41,27 @@ pub struct AccountBudgetConfig {
     /// refused those before doing any work, so a lower cost than `retry-cost`
     /// (AWS charges 5 against 14) lets throttles drain the shared budget slower.
     pub throttled_retry_cost: u32,
+    /// AWS standard mode's retry quota, if configured.
+    pub retry_quota: Option<RetryQuotaConfig>,
+}
+
+/// A second bucket per account that only retries draw from, and that successful
+/// calls refill (AWS standard retry mode: 500 tokens, a retry costs 14, 5 after a
+/// throttle, a success gives 1 back, or what its last retry took). When it is
+/// empty a retry fails fast: a widespread outage ends in escalations, not in
+/// every worker retrying.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RetryQuotaConfig {
+    /// Tokens the quota holds. Required.
+    pub capacity: u32,
+    /// One token returns every this many ms besides refunds. Default: a day.
+    pub refill_interval_ms: u64,
+    /// Tokens a retry after a transient failure takes. Default 14 (or the capacity).
+    pub retry_cost: u32,
+    /// Tokens a retry after a throttle takes. Default 5 (or the capacity).
+    pub throttled_retry_cost: u32,
+    /// Tokens a call that succeeds at its first attempt gives back. Default 1.
+    pub success_refund: u32,
 }
 
 /// The configuration. `Config::default()` is what `{}` gives.
@@ -284,8 +305,27 @@ fn account_budget(path: &str, value: Json) -> Result<AccountBudgetConfig, Config
     let retry_cost = fields.int("retry-cost", 0, capacity, 1)? as u32;
     let throttled_retry_cost = fields.int("throttled-retry-cost", 0, capacity, 1)? as u32;
     let capacity = capacity as u32;
+    let retry_quota = match fields.take("retry-quota") {
+        None | Some((_, Json::Null)) => None,
+        Some((p, v)) => Some(retry_quota(&p, v)?),
+    };
     fields.finish()?;
-    Ok(AccountBudgetConfig { account_id, capacity, refill_interval_ms, max_wait_ms, attempt_cost, retry_cost, throttled_retry_cost })
+    Ok(AccountBudgetConfig { account_id, capacity, refill_interval_ms, max_wait_ms, attempt_cost, retry_cost, throttled_retry_cost, retry_quota })
+}
+
+fn retry_quota(path: &str, value: Json) -> Result<RetryQuotaConfig, ConfigError> {
+    let mut fields = Fields::new(path, value)?;
+    if !fields.members.iter().any(|(name, _)| name == "capacity") {
+        return Err(error(ConfigErrorKind::OutOfRange, &join(path, "capacity"), "is required"));
+    }
+    // The ranges keep every count inside u32.
+    let capacity = fields.int("capacity", 1, 1_000_000_000, 0)?;
+    let refill_interval_ms = fields.int("refill-interval-ms", 1, ONE_DAY_MS, ONE_DAY_MS)?;
+    let retry_cost = fields.int("retry-cost", 0, capacity, 14.min(capacity))? as u32;
+    let throttled_retry_cost = fields.int("throttled-retry-cost", 0, capacity, 5.min(capacity))? as u32;
+    let success_refund = fields.int("success-refund", 0, capacity, 1)? as u32;
+    fields.finish()?;
+    Ok(RetryQuotaConfig { capacity: capacity as u32, refill_interval_ms, retry_cost, throttled_retry_cost, success_refund })
 }
 
 impl Config {
@@ -387,8 +427,15 @@ impl Config {
             Some(a) => {
                 let mut id = String::new();
                 json::write_string(&mut id, &a.account_id);
+                let quota = match &a.retry_quota {
+                    None => String::from("null"),
+                    Some(q) => format!(
+                        "{{\"capacity\":{},\"refill-interval-ms\":{},\"retry-cost\":{},\"throttled-retry-cost\":{},\"success-refund\":{}}}",
+                        q.capacity, q.refill_interval_ms, q.retry_cost, q.throttled_retry_cost, q.success_refund
+                    ),
+                };
                 format!(
-                    "{{\"account-id\":{id},\"capacity\":{},\"refill-interval-ms\":{},\"max-wait-ms\":{},\"attempt-cost\":{},\"retry-cost\":{},\"throttled-retry-cost\":{}}}",
+                    "{{\"account-id\":{id},\"capacity\":{},\"refill-interval-ms\":{},\"max-wait-ms\":{},\"attempt-cost\":{},\"retry-cost\":{},\"throttled-retry-cost\":{},\"retry-quota\":{quota}}}",
                     a.capacity, a.refill_interval_ms, a.max_wait_ms, a.attempt_cost, a.retry_cost, a.throttled_retry_cost
                 )
             }

@@ -19,6 +19,7 @@ pub fn reason_text(reason: EscalationReason) -> &'static str {
         EscalationReason::RunAttemptsSpent => "the run's step budget is spent (max-attempts-per-run)",
         EscalationReason::QuotaExhausted => "the server's quota resets later than the policy waits (max-hint-ms)",
         EscalationReason::AccountBudgetExhausted => "account budget exhausted: the shared account has no room within max-wait-ms",
+        EscalationReason::RetryQuotaExhausted => "the account's retry quota is spent (too many retries across its workers lately)",
         EscalationReason::UnclassifiedFailure => "a failure the policy cannot classify (probable bug in the server, client or policy)",
         EscalationReason::StatusUnknown => "a status check could not tell whether a write was applied",
     }

@@ -19,7 +19,7 @@ use alloc::vec::Vec;
 use crate::account::{AccountBudget, Bucket, Reservation};
 use crate::backoff::next_delay_ms;
 use crate::classify::{classify, failure_label, is_ambiguous};
-use crate::config::{Config, ToolPolicy};
+use crate::config::{Config, RetryQuotaConfig, ToolPolicy};
 use crate::escalation::{self, StopPoint};
 use crate::text::excerpt;
 use crate::types::{
@@ -47,6 +47,8 @@ struct Call {
     attempt: u32,
     phase: Phase,
     last_error: Option<String>,
+    /// Retry-quota tokens the call's last retry took (refunded if it then succeeds).
+    quota_taken: u32,
 }
 
 impl Call {
@@ -140,6 +142,26 @@ impl Run {
         }
     }
 
+    /// The account's retry quota, if configured: its bucket's id and shape.
+    fn retry_quota(&self) -> Option<(String, Bucket, RetryQuotaConfig)> {
+        let account = self.config.account_budget.as_ref()?;
+        let quota = account.retry_quota.clone()?;
+        let bucket = Bucket { capacity: quota.capacity, refill_interval_ms: quota.refill_interval_ms };
+        Some((format!("{}/retry-quota", account.account_id), bucket, quota))
+    }
+
+    /// A success refills the retry quota: what the call's last retry took, or
+    /// `success-refund` if it took none (AWS standard retry mode).
+    fn refund_quota(&self, index: usize, now_ms: u64, budget: &mut dyn AccountBudget) {
+        if let Some((account, bucket, quota)) = self.retry_quota() {
+            let call = &self.calls[index];
+            let tokens = if call.attempt > 1 { call.quota_taken } else { quota.success_refund };
+            if tokens > 0 {
+                budget.refund(&account, tokens, bucket, now_ms);
+            }
+        }
+    }
+
     fn set_effect(&mut self, index: usize, status: Option<EffectStatus>) {
         let call_id = index as u32 + 1;
         let position = self.effects.iter().position(|e| e.call_id == call_id);
@@ -204,6 +226,7 @@ impl Run {
             attempt: 1,
             phase: Phase::Sending,
             last_error: None,
+            quota_taken: 0,
         };
         let safe_to_repeat = call.safe_to_repeat();
         self.calls.push(call);
@@ -233,6 +256,7 @@ impl Run {
             (Outcome::StatusCheck(_), None) => Err(RunError::NoStatusCheckPending(call_id)),
             (_, Some(_)) => Err(RunError::StatusCheckPending(call_id)),
             (Outcome::Success, None) => {
+                self.refund_quota(index, now_ms, budget);
                 let effect = self.calls[index].policy.effect;
                 let status = if effect == Effect::Read { None } else { Some(EffectStatus::Applied) };
                 Ok(self.succeed(index, status, None, OutcomeClass::Success, None, "the call succeeded".to_string()))
@@ -354,10 +378,24 @@ impl Run {
         }
         // Attempt n failed: this is retry number n.
         let mut delay_ms = next_delay_ms(config.base_delay_ms, config.max_delay_ms, attempt, failed.hint_ms, entropy);
-        let cost = match (&config.account_budget, failed.class) {
+        let throttled = failed.class == OutcomeClass::Throttled;
+        // The retry quota first: when it is empty the retry fails fast, without waiting.
+        let mut quota_taken = 0;
+        if let Some((account, bucket, quota)) = self.retry_quota() {
+            let tokens = if throttled { quota.throttled_retry_cost } else { quota.retry_cost };
+            if tokens > 0 {
+                match budget.reserve(&account, tokens, bucket, 0, now_ms) {
+                    Reservation::Granted(_) => quota_taken = tokens,
+                    Reservation::Refused(wait) => {
+                        return self.escalate_call(index, failed, EscalationReason::RetryQuotaExhausted, Some(wait), now_ms);
+                    }
+                }
+            }
+        }
+        let cost = match (&config.account_budget, throttled) {
             (None, _) => 0,
-            (Some(a), OutcomeClass::Throttled) => a.throttled_retry_cost,
-            (Some(a), _) => a.retry_cost,
+            (Some(a), true) => a.throttled_retry_cost,
+            (Some(a), false) => a.retry_cost,
         };
         let mut account_note = String::new();
         match self.reserve(cost, now_ms, budget) {
@@ -368,6 +406,10 @@ impl Run {
                 }
             }
             Reservation::Refused(wait) => {
+                // No retry after all: the quota tokens go back.
+                if let Some((account, bucket, _)) = self.retry_quota().filter(|_| quota_taken > 0) {
+                    budget.refund(&account, quota_taken, bucket, now_ms);
+                }
                 return self.escalate_call(index, failed, EscalationReason::AccountBudgetExhausted, Some(wait), now_ms);
             }
         }
@@ -377,6 +419,7 @@ impl Run {
         let call = &mut self.calls[index];
         call.attempt += 1;
         call.phase = Phase::Sending;
+        call.quota_taken = quota_taken;
         let plan = RetryPlan { delay_ms, attempt: call.attempt, idempotency_key: call.key.clone() };
         let reason = format!(
             "{}; retry {} of {} after {delay_ms} ms{account_note}",

@@ -149,6 +149,7 @@ pub enum EscalationReason {
     RunAttemptsSpent,
     QuotaExhausted,
     AccountBudgetExhausted,
+    RetryQuotaExhausted,
     UnclassifiedFailure,
     StatusUnknown,
 }

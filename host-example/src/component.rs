@@ -94,6 +94,11 @@ impl agent_retry::policy::account_budget::Host for HostState {
             Reservation::Refused(wait) => Wit::Refused(wait),
         }
     }
+
+    fn refund(&mut self, account_id: String, tokens: u32, bucket: agent_retry::policy::account_budget::Bucket, now_ms: u64) {
+        let bucket = Bucket { capacity: bucket.capacity, refill_interval_ms: bucket.refill_interval_ms };
+        self.services.accounts.refund(&account_id, tokens, bucket, now_ms);
+    }
 }
 
 /// A compiled, linked policy component, ready to instantiate many times.

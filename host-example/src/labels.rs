@@ -33,6 +33,7 @@ pub fn reason(reason: EscalationReason) -> &'static str {
         EscalationReason::RunAttemptsSpent => "run-attempts-spent",
         EscalationReason::QuotaExhausted => "quota-exhausted",
         EscalationReason::AccountBudgetExhausted => "account-budget-exhausted",
+        EscalationReason::RetryQuotaExhausted => "retry-quota-exhausted",
         EscalationReason::UnclassifiedFailure => "unclassified-failure",
         EscalationReason::StatusUnknown => "status-unknown",
     }

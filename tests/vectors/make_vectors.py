@@ -697,6 +697,10 @@ def run_error_cases():
 
 # ---------- account-budget.json ----------
 
+QUOTA_ACCOUNT = {"account-id": "acme", "capacity": 1000, "refill-interval-ms": 1,
+                 "retry-quota": {"capacity": 20, "refill-interval-ms": 1000}}
+
+
 def account_cases():
     acct = {"account-id": "acme", "capacity": 2, "refill-interval-ms": 1000, "max-wait-ms": 1500}
     cfg = {"tools": REFUND_TOOLS, "account-budget": acct}
@@ -734,6 +738,23 @@ def account_cases():
             outcome(1, fail(status=503), retry(1000, 2), entropy=0),
         ], config={"tools": REFUND_TOOLS, "account-budget": dict(acct, **{"retry-cost": 2, "max-wait-ms": 5000})},
             comment="capacity 2, the first call took 1: of the retry's 2 tokens one is there, the other 1000 ms away"),
+        case("an empty retry quota fails a retry fast", [
+            begin("lookup_order"), outcome(1, fail(status=503), retry(attempt=2)),
+            begin("lookup_order"), outcome(2, fail(status=503), escalate("retry-quota-exhausted", **{"resets-in-ms": 8000})),
+        ], config={"tools": REFUND_TOOLS, "account-budget": QUOTA_ACCOUNT},
+            comment="quota 20, a retry costs 14: the second retry needs 8 tokens that return one per 1000 ms"),
+        case("a success gives its retry's quota tokens back", [
+            begin("lookup_order"), outcome(1, fail(status=503), retry(attempt=2)), outcome(1, SUCCESS),
+            begin("lookup_order"), outcome(2, fail(status=503), retry(attempt=2)),
+        ], config={"tools": REFUND_TOOLS, "account-budget": QUOTA_ACCOUNT},
+            comment="AWS standard mode: the 14 tokens come back with the success, so the second retry fits"),
+        case("a retry after a throttle takes less of the quota", [
+            begin("lookup_order"),
+            outcome(1, fail(status=429), retry(attempt=2)),
+            outcome(1, fail(status=429), retry(attempt=3)),
+            outcome(1, fail(status=429), escalate("retry-quota-exhausted")),
+        ], config={"tools": REFUND_TOOLS, "account-budget": dict(QUOTA_ACCOUNT, **{"retry-quota": {"capacity": 10, "refill-interval-ms": 1000}})},
+            comment="quota 10, a throttled retry costs 5: two fit, the third does not"),
         case("a retry after a throttle takes throttled-retry-cost", [
             begin("lookup_order"),
             outcome(1, fail(status=429), retry(0, 2), entropy=0),
@@ -775,7 +796,7 @@ def config_cases():
             load({"account-budget": {"account-id": "acme", "capacity": 500, "refill-interval-ms": 7200}},
                  expect={"ok": {"account-budget": {"account-id": "acme", "capacity": 500, "refill-interval-ms": 7200,
                                                     "max-wait-ms": 5000, "attempt-cost": 1, "retry-cost": 1,
-                                                    "throttled-retry-cost": 1}}})]),
+                                                    "throttled-retry-cost": 1, "retry-quota": None}}})]),
         case("an unknown field is rejected by name", [load({"retries": 3}, expect=err("unknown-field", "retries"))]),
         case("an unknown nested field is rejected by its path", [
             load({"tools": {"t": {"effect": "read", "speed": 1}}}, expect=err("unknown-field", "tools.t.speed"))]),
@@ -795,6 +816,13 @@ def config_cases():
             load({"status-overrides": {"409": "success"}}, expect=err("out-of-range", "status-overrides.409"))]),
         case("an account budget needs an account id", [
             load({"account-budget": {"capacity": 5, "refill-interval-ms": 10}}, expect=err("out-of-range", "account-budget.account-id", "required"))]),
+        case("a retry quota gets AWS standard mode's defaults", [
+            load({"account-budget": {"account-id": "a", "capacity": 5, "refill-interval-ms": 10, "retry-quota": {"capacity": 500}}},
+                 expect={"ok": {"account-budget": {"retry-quota": {"capacity": 500, "refill-interval-ms": 86400000, "retry-cost": 14,
+                                                                    "throttled-retry-cost": 5, "success-refund": 1}}}})]),
+        case("a retry quota needs a capacity", [
+            load({"account-budget": {"account-id": "a", "capacity": 5, "refill-interval-ms": 10, "retry-quota": {}}},
+                 expect=err("out-of-range", "account-budget.retry-quota.capacity", "required"))]),
         case("a retry cost above capacity is rejected", [
             load({"account-budget": {"account-id": "a", "capacity": 5, "refill-interval-ms": 10, "retry-cost": 6}},
                  expect=err("out-of-range", "account-budget.retry-cost"))]),

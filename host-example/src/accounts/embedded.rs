@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use super::{AccountBudgetBackend, Bucket, Reservation, gcra};
+use super::{AccountBudgetBackend, Bucket, Reservation, gcra, gcra_refund};
 
 /// One bucket per account, in this process: shared by every run and every
 /// component instance that holds the same `EmbeddedAccounts`.
@@ -28,5 +28,11 @@ impl AccountBudgetBackend for EmbeddedAccounts {
         }
         reservation
     }
-}
 
+    fn refund(&self, account_id: &str, tokens: u32, bucket: Bucket, now_ms: u64) {
+        let mut tats = self.tats.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(tat) = tats.get_mut(account_id) {
+            *tat = gcra_refund(*tat, tokens, bucket, now_ms);
+        }
+    }
+}

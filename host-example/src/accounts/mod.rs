@@ -31,9 +31,11 @@ pub enum Reservation {
     Refused(u64),
 }
 
-/// A shared account budget. `reserve` must be atomic across every caller.
+/// A shared account budget. `reserve` and `refund` must be atomic across every caller.
 pub trait AccountBudgetBackend: Send + Sync {
     fn reserve(&self, account_id: &str, tokens: u32, bucket: Bucket, max_wait_ms: u64, now_ms: u64) -> Reservation;
+    /// Gives tokens back, never past a full bucket.
+    fn refund(&self, account_id: &str, tokens: u32, bucket: Bucket, now_ms: u64);
 }
 
 /// GCRA (the generic cell rate algorithm): a token bucket kept as one number per
@@ -57,6 +59,13 @@ pub fn gcra(stored_tat_ms: u64, tokens: u32, bucket: Bucket, max_wait_ms: u64, n
     }
 }
 
+/// Gives `tokens` back: the TAT moves back by `tokens` intervals, but not before
+/// `now` (a TAT at or before now is a full bucket). Returns the TAT to store.
+pub fn gcra_refund(stored_tat_ms: u64, tokens: u32, bucket: Bucket, now_ms: u64) -> u64 {
+    let back = u64::from(tokens).saturating_mul(bucket.refill_interval_ms);
+    stored_tat_ms.saturating_sub(back).max(now_ms.min(stored_tat_ms))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -74,6 +83,26 @@ mod tests {
         assert_eq!(take(300), Reservation::Granted(0));
         // Another account has its own bucket.
         assert_eq!(accounts.reserve("b", 3, bucket, 0, 0), Reservation::Granted(0));
+    }
+
+    #[test]
+    fn refunds_never_overfill() {
+        let bucket = Bucket { capacity: 3, refill_interval_ms: 100 };
+        let accounts = EmbeddedAccounts::new();
+        for _ in 0..3 {
+            accounts.reserve("q", 1, bucket, 0, 0);
+        }
+        assert_eq!(accounts.reserve("q", 1, bucket, 0, 0), Reservation::Refused(100));
+        accounts.refund("q", 1, bucket, 0);
+        assert_eq!(accounts.reserve("q", 1, bucket, 0, 0), Reservation::Granted(0));
+        accounts.refund("q", 50, bucket, 0); // far more than was taken: just full
+        for _ in 0..3 {
+            assert_eq!(accounts.reserve("q", 1, bucket, 0, 0), Reservation::Granted(0));
+        }
+        assert_eq!(accounts.reserve("q", 1, bucket, 0, 0), Reservation::Refused(100));
+        assert_eq!(gcra_refund(1000, 2, bucket, 900), 900);
+        assert_eq!(gcra_refund(1000, 1, bucket, 0), 900);
+        assert_eq!(gcra_refund(500, 1, bucket, 900), 500);
     }
 
     #[test]

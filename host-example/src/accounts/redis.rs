@@ -29,6 +29,19 @@ redis.call('SET', KEYS[1], new_tat, 'PX', math.max(1, new_tat - now) + 1000)
 return {1, wait}
 "#;
 
+/// The refund: move the TAT back by `tokens` intervals, not before now.
+/// KEYS[1]: the account's key. ARGV: tokens, refill-interval-ms.
+const REFUND_LUA: &str = r#"
+local back = tonumber(ARGV[1]) * tonumber(ARGV[2])
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local tat = tonumber(redis.call('GET', KEYS[1]) or '0')
+if tat <= now then return 0 end
+local new_tat = math.max(tat - back, now)
+redis.call('SET', KEYS[1], new_tat, 'PX', math.max(1, new_tat - now) + 1000)
+return 1
+"#;
+
 /// How long one Redis exchange may take before it counts as a failure.
 pub const REDIS_TIMEOUT: Duration = Duration::from_millis(500);
 
@@ -59,6 +72,7 @@ pub struct RedisAccounts {
     client: redis::Client,
     connection: Mutex<Option<redis::Connection>>,
     script: redis::Script,
+    refund_script: redis::Script,
     prefix: String,
 }
 
@@ -73,6 +87,7 @@ impl RedisAccounts {
             client,
             connection: Mutex::new(None),
             script: redis::Script::new(GCRA_LUA),
+            refund_script: redis::Script::new(REFUND_LUA),
             prefix: "agent-retry:account:".to_string(),
         };
         let mut connection = accounts.open().map_err(|reason| AccountsError::Unreachable { url: url.to_string(), reason })?;
@@ -127,5 +142,20 @@ impl RedisAccounts {
                 Err(e.to_string())
             }
         }
+    }
+
+    /// Gives tokens back, on the server. `Err` when Redis failed.
+    pub fn try_refund(&self, account_id: &str, tokens: u32, bucket: Bucket) -> Result<(), String> {
+        let mut guard = self.connection.lock().unwrap_or_else(|p| p.into_inner());
+        if guard.is_none() {
+            *guard = Some(self.open()?);
+        }
+        let Some(connection) = guard.as_mut() else { return Err("no connection".into()) };
+        let result: Result<i64, redis::RedisError> =
+            self.refund_script.key(format!("{}{account_id}", self.prefix)).arg(tokens).arg(bucket.refill_interval_ms).invoke(connection);
+        result.map(|_| ()).map_err(|e| {
+            *guard = None;
+            e.to_string()
+        })
     }
 }

@@ -100,4 +100,13 @@ impl AccountBudgetBackend for SharedAccounts {
         }
         self.local.reserve(account_id, tokens, self.local_share(bucket), max_wait_ms, now_ms)
     }
+
+    /// A refund goes where reservations go now: to Redis, or to the local share.
+    fn refund(&self, account_id: &str, tokens: u32, bucket: Bucket, now_ms: u64) {
+        let on_redis = matches!(*self.mode.lock().unwrap_or_else(|p| p.into_inner()), Mode::Redis);
+        if on_redis && self.redis.try_refund(account_id, tokens, bucket).is_ok() {
+            return;
+        }
+        self.local.refund(account_id, tokens, self.local_share(bucket), now_ms);
+    }
 }

@@ -26,6 +26,11 @@ impl AccountBudget for Accounts<'_> {
             host::Reservation::Refused(w) => Reservation::Refused(w),
         }
     }
+
+    fn refund(&mut self, account_id: &str, tokens: u32, bucket: Bucket, now_ms: u64) {
+        let bucket = host::Bucket { capacity: bucket.capacity, refill_interval_ms: bucket.refill_interval_ms };
+        self.0.refund(account_id, tokens, bucket, now_ms);
+    }
 }
 
 #[derive(Default)]
