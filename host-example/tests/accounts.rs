@@ -42,7 +42,8 @@ fn close(reservation: Reservation, expected: Reservation) {
 }
 
 /// The same sequence for every backend: a burst of `capacity`, then one token
-/// per interval, refusals past max-wait that take nothing, buckets per account.
+/// per interval, refusals past max-wait that take nothing, buckets per account,
+/// refunds that never overfill.
 fn check_semantics(backend: &dyn AccountBudgetBackend) {
     let account = unique("semantics");
     let bucket = Bucket { capacity: 3, refill_interval_ms: 10_000 };
@@ -56,6 +57,14 @@ fn check_semantics(backend: &dyn AccountBudgetBackend) {
     close(take(1), Reservation::Refused(30_000));
     close(take(0), Reservation::Granted(0));
     close(backend.reserve(&unique("other"), 3, bucket, 0, now_ms()), Reservation::Granted(0));
+    // Refunds give tokens back (the retry quota's refill on success), never past full.
+    backend.refund(&account, 2, bucket, now_ms());
+    close(take(1), Reservation::Granted(10_000));
+    backend.refund(&account, 1000, bucket, now_ms());
+    for _ in 0..3 {
+        close(take(1), Reservation::Granted(0));
+    }
+    close(take(1), Reservation::Granted(10_000));
 }
 
 #[test]
@@ -116,6 +125,7 @@ const BUDGET_CONFIG: &str = r#"{"base-delay-ms": 50, "max-delay-ms": 400, "max-h
     "account-budget": {"account-id": "demo-account", "capacity": 20, "refill-interval-ms": 30, "max-wait-ms": 20000}}"#;
 
 fn check_allowance_held(backend_name: &str, backend: impl Fn(u32) -> Arc<dyn AccountBudgetBackend>) {
+    let _heavy = one_at_a_time();
     let faults = vec![rule_first("lookup_order", 12, Fault::Http { status: 503, headers: vec![], body: "blip".into() })];
     let outcome = run_workers(WORKERS, Some(ALLOWANCE), faults, BUDGET_CONFIG, 8, backend, |w| EntropySource::seeded(u64::from(w)));
     println!("{backend_name}: admitted per 1000 ms window {:?}, refused {}, retries {}", outcome.admitted_per_window, outcome.refused, outcome.host_retries);
@@ -140,22 +150,31 @@ fn sixteen_workers_on_separate_redis_connections_stay_inside_the_allowance() {
 
 #[test]
 fn without_the_shared_budget_the_same_workers_get_429s() {
+    let _heavy = one_at_a_time();
     let config = r#"{"base-delay-ms": 50, "max-delay-ms": 400, "max-hint-ms": 5000, "max-attempts-per-run": 1000, "max-retries-per-run": 100}"#;
     let outcome = run_workers(WORKERS, Some(ALLOWANCE), vec![], config, 8, |_| Arc::new(EmbeddedAccounts::new()), |w| EntropySource::seeded(u64::from(w)));
     println!("no budget: admitted per window {:?}, refused {}", outcome.admitted_per_window, outcome.refused);
     assert!(outcome.refused > 0, "the allowance binds: without the budget some calls are refused");
 }
 
-/// The most calls in any `bin_ms` bin.
-fn peak(times: &[u64], bin_ms: u64) -> usize {
-    let mut bins = std::collections::BTreeMap::new();
-    for t in times {
-        *bins.entry(t / bin_ms).or_insert(0usize) += 1;
-    }
-    bins.values().copied().max().unwrap_or(0)
+/// The most calls in any window of `window_ms` (sliding, so a cluster is never
+/// split across two bins).
+fn peak(times: &[u64], window_ms: u64) -> usize {
+    let mut sorted = times.to_vec();
+    sorted.sort();
+    (0..sorted.len()).map(|i| sorted[i..].iter().take_while(|t| **t < sorted[i] + window_ms).count()).max().unwrap_or(0)
+}
+
+/// The 16-worker runs measure timing: one at a time, so that they do not share
+/// the 2 cores with each other.
+static HEAVY: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    HEAVY.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn check_retries_spread(backend_name: &str, backend: impl Fn(u32) -> Arc<dyn AccountBudgetBackend> + Clone) {
+    let _heavy = one_at_a_time();
     // Every worker's first call fails at once; their retries are the calls after the first 16.
     let config = r#"{"base-delay-ms": 1000, "max-delay-ms": 1000, "max-attempts-per-run": 1000,
         "account-budget": {"account-id": "sync", "capacity": 1000, "refill-interval-ms": 1, "max-wait-ms": 1000}}"#;
@@ -165,11 +184,11 @@ fn check_retries_spread(backend_name: &str, backend: impl Fn(u32) -> Arc<dyn Acc
         outcome.times.sort();
         let retries: Vec<u64> = outcome.times[WORKERS as usize..].to_vec();
         assert_eq!(retries.len(), WORKERS as usize);
-        peak(&retries, 50)
+        peak(&retries, 100)
     };
     let in_lockstep = run(&|_| EntropySource::Fixed(u64::MAX));
     let jittered = run(&|w| EntropySource::seeded(1000 + u64::from(w)));
-    println!("{backend_name}: most retries in one 50 ms bin: {in_lockstep} without jitter, {jittered} with full jitter (of {WORKERS})");
+    println!("{backend_name}: most retries within 100 ms: {in_lockstep} without jitter, {jittered} with full jitter (of {WORKERS})");
     assert!(in_lockstep >= 12, "{backend_name}: without jitter the retries land together ({in_lockstep})");
     assert!(jittered * 2 <= in_lockstep, "{backend_name}: full jitter spreads them ({jittered} vs {in_lockstep})");
 }
@@ -188,6 +207,7 @@ fn workers_retries_do_not_synchronise_with_the_redis_budget() {
 
 #[test]
 fn redis_killed_mid_run_falls_back_logs_once_and_comes_back() {
+    let _heavy = one_at_a_time();
     let mut redis = RedisServer::start();
     let port = redis.port;
     let shared = Arc::new(SharedAccounts::new(RedisAccounts::connect(&redis.url()).unwrap(), WORKERS).with_retry_interval(Duration::from_millis(100)));

@@ -157,6 +157,9 @@ def test_a_failing_account_backend_traps_the_call_with_its_exception() -> None:
         def reserve(self, *_args: object) -> Reservation:
             raise ConnectionError("redis is down")
 
+        def refund(self, *_args: object) -> None:
+            raise ConnectionError("redis is down")
+
     instance = PolicyComponent.load().instantiate(accounts=Down())
     policy = instance.load_policy({"account-budget": {"account-id": "acme", "capacity": 1, "refill-interval-ms": 10}})
     run = policy.start_run("r")
@@ -165,3 +168,18 @@ def test_a_failing_account_backend_traps_the_call_with_its_exception() -> None:
     assert isinstance(trapped.value.__cause__, ConnectionError)
     with pytest.raises(InstanceUnusable):
         run.report()
+
+
+def test_a_refund_gives_tokens_back_but_never_past_a_full_bucket() -> None:
+    accounts = EmbeddedAccounts()
+    bucket = Bucket(3, 100)
+    for _ in range(3):
+        accounts.reserve("q", 1, bucket, 0, 0)
+    assert accounts.reserve("q", 1, bucket, 0, 0) == Reservation(False, 100)
+    accounts.refund("q", 1, bucket, 0)
+    assert accounts.reserve("q", 1, bucket, 0, 0) == Reservation(True, 0)
+    accounts.refund("q", 50, bucket, 0)
+    for _ in range(3):
+        assert accounts.reserve("q", 1, bucket, 0, 0) == Reservation(True, 0)
+    assert accounts.reserve("q", 1, bucket, 0, 0) == Reservation(False, 100)
+    assert accounts.reserve("q", 0, bucket, 0, 0) == Reservation(True, 0)

@@ -128,6 +128,9 @@ export class PolicyComponent {
           const reservation = accounts.reserve(accountId, tokens, bucket, maxWaitMs, now);
           return { tag: reservation.granted ? 'granted' : 'refused', val: reservation.waitMs };
         },
+        refund(accountId: string, tokens: number, bucket: { capacity: number; refillIntervalMs: bigint }, now: bigint) {
+          accounts.refund(accountId, tokens, bucket, now);
+        },
       },
       'agent-retry:policy/types': {},
       'wasi:random/random': {

@@ -48,7 +48,7 @@ const toolHints = record('tool-hints', [['read-only', option(bool)], ['destructi
 const callRequest = record('call-request', [['tool', string], ['idempotency-key', option(string)], ['hints', option(toolHints)]]);
 const callTicket = record('call-ticket', [['call-id', u32], ['delay-ms', u64], ['effect', effect], ['safe-to-repeat', bool]]);
 const escalationReason = enumOf('escalation-reason', 'permission-denied', 'replans-spent', 'call-attempts-spent', 'run-retries-spent',
-  'run-attempts-spent', 'quota-exhausted', 'account-budget-exhausted', 'unclassified-failure', 'status-unknown');
+  'run-attempts-spent', 'quota-exhausted', 'account-budget-exhausted', 'retry-quota-exhausted', 'unclassified-failure', 'status-unknown');
 const effectStatus = enumOf('effect-status', 'applied', 'unknown');
 const effectRecord = record('effect-record', [['call-id', u32], ['tool', string], ['idempotency-key', option(string)], ['status', effectStatus]]);
 const escalation = record('escalation', [

@@ -100,9 +100,22 @@ test('closed handles refuse calls', async () => {
 });
 
 test('a failing account backend fails the call as a trap and the instance is not reused', async () => {
-  const down = { reserve(): never { throw new Error('redis is down'); } };
+  const down = { reserve(): never { throw new Error('redis is down'); }, refund(): void {} };
   const instance = await (await PolicyComponent.load()).instantiate({ accounts: down });
   const run = instance.loadPolicy({ 'account-budget': { 'account-id': 'acme', capacity: 1, 'refill-interval-ms': 10 } }).startRun('r');
   assert.throws(() => run.beginCall({ tool: 'lookup' }, 0n), (e: unknown) => e instanceof PolicyTrap && /redis is down/.test(e.message));
   assert.throws(() => run.report(), InstanceUnusable);
+});
+
+test('a refund gives tokens back but never past a full bucket', () => {
+  const accounts = new EmbeddedAccounts();
+  const bucket = { capacity: 3, refillIntervalMs: 100n };
+  for (let i = 0; i < 3; i++) accounts.reserve('q', 1, bucket, 0n, 0n);
+  assert.deepEqual(accounts.reserve('q', 1, bucket, 0n, 0n), { granted: false, waitMs: 100n });
+  accounts.refund('q', 1, bucket, 0n);
+  assert.deepEqual(accounts.reserve('q', 1, bucket, 0n, 0n), { granted: true, waitMs: 0n });
+  accounts.refund('q', 50, bucket, 0n);
+  for (let i = 0; i < 3; i++) assert.deepEqual(accounts.reserve('q', 1, bucket, 0n, 0n), { granted: true, waitMs: 0n });
+  assert.deepEqual(accounts.reserve('q', 1, bucket, 0n, 0n), { granted: false, waitMs: 100n });
+  assert.deepEqual(accounts.reserve('q', 0, bucket, 0n, 0n), { granted: true, waitMs: 0n });
 });

@@ -30,15 +30,20 @@ class Reservation(NamedTuple):
 
 
 class AccountBudgetBackend(Protocol):
-    """A shared account budget. `reserve` must be atomic across every caller."""
+    """A shared account budget. `reserve` and `refund` must be atomic across every caller."""
 
     def reserve(self, account_id: str, tokens: int, bucket: Bucket, max_wait_ms: int, now_ms: int) -> Reservation: ...
+
+    def refund(self, account_id: str, tokens: int, bucket: Bucket, now_ms: int) -> None: ...
 
 
 def gcra(stored_tat_ms: int, tokens: int, bucket: Bucket, max_wait_ms: int, now_ms: int) -> tuple[Reservation, int]:
     """GCRA (the generic cell rate algorithm): the bucket kept as one number per
     account, the theoretical arrival time (TAT) of the next token. Returns the
-    reservation and the TAT to store."""
+    reservation and the TAT to store. Taking 0 tokens is granted at once and
+    changes nothing."""
+    if tokens == 0:
+        return Reservation(True, 0), stored_tat_ms
     emission = bucket.refill_interval_ms
     tolerance = min(bucket.capacity * emission, U64_MAX)
     tat = max(stored_tat_ms, now_ms)
@@ -48,6 +53,13 @@ def gcra(stored_tat_ms: int, tokens: int, bucket: Bucket, max_wait_ms: int, now_
     if wait_ms > max_wait_ms:
         return Reservation(False, wait_ms), stored_tat_ms
     return Reservation(True, wait_ms), new_tat
+
+
+def gcra_refund(stored_tat_ms: int, tokens: int, bucket: Bucket, now_ms: int) -> int:
+    """Gives `tokens` back: the TAT moves back by `tokens` intervals, but not
+    before `now` (a TAT at or before now is a full bucket). Returns the TAT to store."""
+    back = min(tokens * bucket.refill_interval_ms, U64_MAX)
+    return max(max(stored_tat_ms - back, 0), min(now_ms, stored_tat_ms))
 
 
 class EmbeddedAccounts:
@@ -65,6 +77,11 @@ class EmbeddedAccounts:
             if new_tat != stored:
                 self._tats[account_id] = new_tat
             return reservation
+
+    def refund(self, account_id: str, tokens: int, bucket: Bucket, now_ms: int) -> None:
+        with self._lock:
+            if account_id in self._tats:
+                self._tats[account_id] = gcra_refund(self._tats[account_id], tokens, bucket, now_ms)
 
 
 # The default for `PolicyComponent.instantiate`: every instance in the process

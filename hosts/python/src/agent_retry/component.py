@@ -153,6 +153,9 @@ class PolicyComponent:
         reserve_type = budget_type.exports(self.engine)["reserve"].ty
         assert isinstance(reserve_type, FuncType) and reserve_type.result is not None
         self._reserve_codecs = (tuple(_codec.build(ty) for _, ty in reserve_type.params), _codec.build(reserve_type.result))
+        refund_type = budget_type.exports(self.engine)["refund"].ty
+        assert isinstance(refund_type, FuncType) and refund_type.result is None
+        self._refund_codecs = (tuple(_codec.build(ty) for _, ty in refund_type.params), None)
         interface_index = self.component.get_export_index(POLICY_INTERFACE)
         if interface_index is None:
             raise ComponentLoadError(f"{source} does not export {POLICY_INTERFACE}")
@@ -221,6 +224,7 @@ class PolicyInstance:
         with linker.root() as root:
             with root.add_instance(ACCOUNT_BUDGET_INTERFACE) as budget:
                 _add_import(budget, "reserve", component._reserve_codecs, _reserve_import(accounts))
+                _add_import(budget, "refund", component._refund_codecs, _refund_import(accounts))
             for name in component.random_imports:
                 with root.add_instance(name) as random:
                     random.add_func("get-random-u64", lambda _store: entropy.next_u64())
@@ -390,10 +394,19 @@ def _reserve_import(accounts: AccountBudgetBackend) -> Callable[..., Any]:
     return reserve
 
 
+def _refund_import(accounts: AccountBudgetBackend) -> Callable[..., Any]:
+    """`account-budget.refund` with canonical values (the codec's form)."""
+
+    def refund(account_id: str, tokens: int, bucket: dict[str, int], now_ms: int) -> None:
+        accounts.refund(account_id, tokens, Bucket(bucket["capacity"], bucket["refill-interval-ms"]), now_ms)
+
+    return refund
+
+
 # Host functions called by the guest. wasmtime-py's stock `add_func` converts
 # arguments with the stock conversion (~85 µs for `reserve`); this registers the
 # same C callback shape with the cached codecs instead (~15 µs).
-_IMPORTS: dict[int, tuple[tuple[_codec.Codec, ...], _codec.Codec, Callable[..., Any]]] = {}
+_IMPORTS: dict[int, tuple[tuple[_codec.Codec, ...], Optional[_codec.Codec], Callable[..., Any]]] = {}
 _import_ids = itertools.count(1)
 
 
@@ -402,7 +415,9 @@ def _import_trampoline(data: Any, context: Any, _ty: Any, args: Any, nargs: int,
     def run(_store: Any) -> None:
         params, result, function = _IMPORTS[data or 0]
         values = [codec.lift(args[i]) for i, codec in enumerate(params)]
-        result.lower(function(*values), results[0])
+        answer = function(*values)
+        if result is not None:  # `refund` returns nothing
+            result.lower(answer, results[0])
 
     return wasmtime_enter.catch_exceptions(context, run)
 
@@ -413,7 +428,7 @@ def _import_finalizer(data: Any) -> None:
 
 
 def _add_import(
-    linker_instance: Any, name: str, codecs: tuple[tuple[_codec.Codec, ...], _codec.Codec], function: Callable[..., Any]
+    linker_instance: Any, name: str, codecs: tuple[tuple[_codec.Codec, ...], Optional[_codec.Codec]], function: Callable[..., Any]
 ) -> None:
     key = next(_import_ids)
     _IMPORTS[key] = (codecs[0], codecs[1], function)

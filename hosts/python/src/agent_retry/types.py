@@ -33,6 +33,7 @@ EscalationReason = Literal[
     "run-attempts-spent",
     "quota-exhausted",
     "account-budget-exhausted",
+    "retry-quota-exhausted",
     "unclassified-failure",
     "status-unknown",
 ]
