@@ -116,6 +116,7 @@ impl Default for Config {
     }
 }
 
+#[inline(never)] // called from many places: one copy keeps the component small
 fn error(kind: ConfigErrorKind, field: &str, message: impl Into<String>) -> ConfigError {
     ConfigError { kind, field: field.to_string(), message: message.into() }
 }
@@ -142,6 +143,7 @@ const INT_FIELDS: [IntField; 8] = [
     IntField { name: "max-message-chars", min: 16, max: 10_000, get: |c| c.max_message_chars.into(), set: |c, v| c.max_message_chars = v as u32 },
 ];
 
+#[inline(never)]
 fn join(parent: &str, key: &str) -> String {
     if parent.is_empty() { key.to_string() } else { format!("{parent}.{key}") }
 }
@@ -160,6 +162,7 @@ impl<'a> Fields<'a> {
         }
     }
 
+    #[inline(never)]
     fn take(&mut self, key: &str) -> Option<(String, Json)> {
         let index = self.members.iter().position(|(name, _)| name == key)?;
         let (_, value) = self.members.remove(index);
@@ -167,6 +170,7 @@ impl<'a> Fields<'a> {
     }
 
     /// A whole-number member, or `default` when absent.
+    #[inline(never)]
     fn int(&mut self, key: &str, min: u64, max: u64, default: u64) -> Result<u64, ConfigError> {
         match self.take(key) {
             None => Ok(default),
@@ -186,6 +190,7 @@ impl<'a> Fields<'a> {
     }
 }
 
+#[inline(never)]
 fn whole_number(path: &str, value: &Json, min: u64, max: u64) -> Result<u64, ConfigError> {
     let rule = || format!("must be a whole number from {min} to {max}");
     match (value, value.as_u64()) {
@@ -195,6 +200,7 @@ fn whole_number(path: &str, value: &Json, min: u64, max: u64) -> Result<u64, Con
     }
 }
 
+#[inline(never)]
 fn boolean(path: &str, value: Json) -> Result<bool, ConfigError> {
     match value {
         Json::Bool(b) => Ok(b),
@@ -202,6 +208,7 @@ fn boolean(path: &str, value: Json) -> Result<bool, ConfigError> {
     }
 }
 
+#[inline(never)]
 fn string(path: &str, value: Json) -> Result<String, ConfigError> {
     match value {
         Json::String(s) if !s.is_empty() && s.len() <= 256 => Ok(s),
