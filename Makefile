@@ -1,5 +1,6 @@
 # agent-retry: the two commands are `make demo` and `make test`; both set up what
-# they need (the wasm32-wasip2 target, the component) on a fresh machine.
+# they need on a fresh machine (the wasm32-wasip2 target, the component; for the
+# tests also redis-server, the Python venv and the npm packages).
 
 WASM := target/wasm32-wasip2/wasm-release/agent_retry_policy.wasm
 WASM_LIMIT_BYTES := 100000
@@ -24,13 +25,14 @@ demo: wasm
 vectors:
 	python3 tests/vectors/make_vectors.py
 
-# Everything: Rust (unit, sandbox, MCP end to end, account budgets with Redis,
-# the vectors natively and in wasmtime), then the Python and TypeScript hosts,
-# then the check that all three give the same outputs for every vector.
 # redis-server for the account-budget tests, from Debian's packages if missing.
 redis:
 	@command -v redis-server >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server; }
 
+# Everything: Rust (unit, sandbox, MCP end to end, account budgets with Redis,
+# the vectors natively and in wasmtime), then the Python and TypeScript hosts,
+# the judge for all three, and the check that all three give the same outputs
+# for every vector.
 test: wasm redis
 	python3 tests/vectors/make_vectors.py --check
 	cargo test --release --workspace
