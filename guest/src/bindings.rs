@@ -15,10 +15,8 @@ use agent_retry::policy::account_budget as import;
 use agent_retry::policy::types as wit;
 use exports::agent_retry::policy::policy::{Guest, GuestPolicy, GuestRun};
 
-// SAFETY: a component instance runs on one thread; nothing here spawns threads.
 #[global_allocator]
-static ALLOC: lol_alloc::AssumeSingleThreaded<lol_alloc::FreeListAllocator> =
-    unsafe { lol_alloc::AssumeSingleThreaded::new(lol_alloc::FreeListAllocator::new()) };
+static ALLOC: crate::wasm_alloc::SizeClasses = crate::wasm_alloc::SizeClasses::new();
 
 #[panic_handler]
 fn panic(_: &::core::panic::PanicInfo) -> ! {

@@ -24,3 +24,5 @@ pub mod types;
 
 #[cfg(target_arch = "wasm32")]
 mod bindings;
+#[cfg(target_arch = "wasm32")]
+mod wasm_alloc;
