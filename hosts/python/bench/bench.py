@@ -65,6 +65,7 @@ def stock_decisions(n: int) -> None:
     with linker.root() as root:
         with root.add_instance("agent-retry:policy/account-budget@0.1.0") as budget:
             budget.add_func("reserve", lambda *_: Variant("granted", 0))
+            budget.add_func("refund", lambda *_: None)
         with root.add_instance("wasi:random/random@0.2.6") as random:
             random.add_func("get-random-u64", lambda _store: 0)
     instance = linker.instantiate(store, component.component)

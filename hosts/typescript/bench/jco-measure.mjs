@@ -10,7 +10,7 @@ const modules = {};
 for (const f of ['agent_retry_policy.core.wasm','agent_retry_policy.core2.wasm','agent_retry_policy.core3.wasm'])
   modules[f] = await WebAssembly.compile(await readFile(join(dir, f)));
 const imports = {
-  'agent-retry:policy/account-budget': { reserve: () => ({ tag: 'granted', val: 0n }) },
+  'agent-retry:policy/account-budget': { reserve: () => ({ tag: 'granted', val: 0n }), refund: () => {} },
   'wasi:random/random': { getRandomU64: () => 42n, getRandomBytes: (n) => new Uint8Array(Number(n)) },
 };
 let root = await instantiate((p) => modules[p], imports);
