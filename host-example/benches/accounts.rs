@@ -32,10 +32,9 @@ fn main() {
     let shared = SharedAccounts::new(RedisAccounts::connect(&redis.url()).expect("redis"), 1);
     let embedded_ns = per_call_ns(&embedded, 200_000);
     let redis_ns = per_call_ns(&shared, 5_000);
-    println!("one take-or-wait (reserve), median of 1 run:");
+    println!("one take-or-wait (reserve), mean over the calls of one run:");
     println!("  embedded (in-process GCRA)   {:>10.0} ns", embedded_ns);
     println!("  redis (Lua GCRA, loopback)   {:>10.0} ns   ({:.0}x the embedded cost)", redis_ns, redis_ns / embedded_ns);
-    println!("  (for scale: one MCP tool call over loopback HTTP took ~1,000,000 ns in the demo)");
 
     println!("\n16 workers x 8 lookups against an allowance of 60 calls per 1000 ms window:");
     let seeded = |w: u32| EntropySource::seeded(u64::from(w));
