@@ -19,7 +19,7 @@ wasm: setup
 
 # The refund desk end to end: the demo MCP server, scripted agent runs, the table.
 demo: wasm
-	cargo run --release -p agent-retry-host --bin agent-retry -- demo
+	cargo run --release -p agent-retry-cli --bin agent-retry -- demo
 
 # Rewrites tests/vectors/*.json from make_vectors.py.
 vectors:
@@ -40,7 +40,7 @@ test: wasm redis
 
 # The judge binary (also the Rust host's exam client).
 judge-setup:
-	cargo build --release -p agent-retry-host --bin agent-retry
+	cargo build --release -p agent-retry-cli --bin agent-retry
 
 # The host-conformance judge against the Rust host (tests/judge/exam.json).
 judge-rust: wasm judge-setup

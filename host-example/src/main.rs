@@ -1,12 +1,14 @@
 //! `agent-retry`: the sample host's command line. The commands live in
-//! `agent_retry_host::commands`; this file only parses arguments.
+//! `commands`; this file only parses arguments.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use agent_retry_host::commands::{call, decide, demo, exam, explain, serve};
+mod commands;
+
+use crate::commands::{call, decide, demo, exam, explain, serve};
 use agent_retry_host::default_wasm_path;
 
 #[derive(Parser)]

@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use crate::mcp::{CallError, CallerOptions, Metrics, RetryingCaller, ToolAnswer, connect_http, connect_stdio};
-use crate::{EmbeddedAccounts, EntropySource, HostServices, PolicyComponent};
+use agent_retry_host::mcp::{CallError, CallerOptions, Metrics, RetryingCaller, ToolAnswer, connect_http, connect_stdio};
+use agent_retry_host::{EmbeddedAccounts, EntropySource, HostServices, PolicyComponent};
 
 pub struct CallOptions<'a> {
     pub wasm: &'a std::path::Path,
@@ -42,7 +42,7 @@ pub async fn call(options: CallOptions<'_>) -> anyhow::Result<()> {
             println!("{}", serde_json::json!({ "outcome": "done", "note": note, "result": result }));
         }
         Ok(ToolAnswer::Replan(message)) => println!("{}", serde_json::json!({ "outcome": "replan", "message": message })),
-        Err(CallError::Escalated(e)) => println!("{}", serde_json::json!({ "outcome": "escalated", "reason": crate::labels::reason(e.reason), "note": e.note })),
+        Err(CallError::Escalated(e)) => println!("{}", serde_json::json!({ "outcome": "escalated", "reason": agent_retry_host::labels::reason(e.reason), "note": e.note })),
         Err(other) => return Err(other.into()),
     }
     eprintln!("attempts {}, retries {}, waited {} ms", report.attempts, report.retries, report.waited_ms);

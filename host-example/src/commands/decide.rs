@@ -8,9 +8,9 @@ use std::io::{BufRead, Write};
 
 use serde_json::{Value, json};
 
-use crate::PolicyComponent;
-use crate::dynamic::DynamicPolicy;
-use crate::steps::{StepState, Subject, run_step};
+use agent_retry_host::PolicyComponent;
+use agent_retry_host::dynamic::DynamicPolicy;
+use agent_retry_host::steps::{StepState, Subject, run_step};
 
 pub fn decide(wasm: &std::path::Path) -> anyhow::Result<()> {
     let component = PolicyComponent::from_file(wasm)?;

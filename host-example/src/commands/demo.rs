@@ -12,8 +12,8 @@ use agent_retry_demo_server::tools::lock;
 use agent_retry_demo_server::{Allowance, DemoState, FaultRule, FaultScript, serve_http};
 use serde_json::{Map, Value, json};
 
-use crate::mcp::{CallError, CallerOptions, Clock, ListedCheck, Metrics, RetryingCaller, ToolAnswer, connect_http};
-use crate::{EmbeddedAccounts, EntropySource, HostServices, PolicyComponent};
+use agent_retry_host::mcp::{CallError, CallerOptions, Clock, ListedCheck, Metrics, RetryingCaller, ToolAnswer, connect_http};
+use agent_retry_host::{EmbeddedAccounts, EntropySource, HostServices, PolicyComponent};
 
 pub struct DemoOptions {
     pub wasm: PathBuf,

@@ -16,8 +16,8 @@ use rmcp::model::CallToolRequestParams;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use crate::mcp::{CallError, CallerOptions, Clock, ListedCheck, Metrics, RetryingCaller, ToolAnswer, connect_http};
-use crate::{EmbeddedAccounts, EntropySource, HostServices, PolicyComponent};
+use agent_retry_host::mcp::{CallError, CallerOptions, Clock, ListedCheck, Metrics, RetryingCaller, ToolAnswer, connect_http};
+use agent_retry_host::{EmbeddedAccounts, EntropySource, HostServices, PolicyComponent};
 
 #[derive(Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -70,7 +70,7 @@ pub async fn exam(wasm: &Path, url: &str, exam_path: &Path, no_policy: bool) -> 
                 Ok(ToolAnswer::Done { note, .. }) => json!({"run": run.run_id, "tool": call.tool, "outcome": "done", "note": note}),
                 Ok(ToolAnswer::Replan(message)) => json!({"run": run.run_id, "tool": call.tool, "outcome": "replan", "message": message}),
                 Err(CallError::Escalated(e)) => {
-                    println!("{}", json!({"run": run.run_id, "tool": call.tool, "outcome": "escalated", "reason": crate::labels::reason(e.reason)}));
+                    println!("{}", json!({"run": run.run_id, "tool": call.tool, "outcome": "escalated", "reason": agent_retry_host::labels::reason(e.reason)}));
                     break;
                 }
                 Err(other) => return Err(other.into()),
@@ -83,7 +83,7 @@ pub async fn exam(wasm: &Path, url: &str, exam_path: &Path, no_policy: bool) -> 
 }
 
 /// What the seed warns against: retry everything at once, a new key each time.
-async fn naive_run(client: &crate::mcp::connect::McpClient, run: &ExamRun) {
+async fn naive_run(client: &agent_retry_host::mcp::connect::McpClient, run: &ExamRun) {
     for call in &run.calls {
         for attempt in 0..3 {
             let mut arguments = call.arguments.clone();

@@ -3,10 +3,10 @@
 
 use std::sync::Arc;
 
-use crate::component::types::{
+use agent_retry_host::component::types::{
     Action, Admission, CallRequest, Failure, FailureKind, Outcome, StatusCheckResult, TransportError,
 };
-use crate::{EmbeddedAccounts, EntropySource, HostServices, PolicyComponent};
+use agent_retry_host::{EmbeddedAccounts, EntropySource, HostServices, PolicyComponent};
 
 /// One scripted step: a call and the outcomes its attempts get.
 struct Scripted {
@@ -81,7 +81,7 @@ pub fn explain(wasm: &std::path::Path, seed: u64) -> anyhow::Result<()> {
                     format!("ESCALATE\n\n{}", e.note)
                 }
             };
-            println!("{:<4} {:<20} {:>3}  {:<44} {:<14} {what}", ticket.call_id, scripted.tool, decision.attempt, describe(outcome), crate::labels::class(decision.class));
+            println!("{:<4} {:<20} {:>3}  {:<44} {:<14} {what}", ticket.call_id, scripted.tool, decision.attempt, describe(outcome), agent_retry_host::labels::class(decision.class));
             now_ms += 50;
         }
         if stop {
@@ -92,7 +92,7 @@ pub fn explain(wasm: &std::path::Path, seed: u64) -> anyhow::Result<()> {
     println!(
         "\nreport: {} calls, {} attempts, {} retries, {} status checks, {} replans, {} succeeded, waited {} ms in {} waits, escalation: {}",
         report.calls, report.attempts, report.retries, report.status_checks, report.replans, report.succeeded_calls, report.waited_ms, report.waits,
-        report.escalation.map_or("none", crate::labels::reason)
+        report.escalation.map_or("none", agent_retry_host::labels::reason)
     );
     instance.drop_run(run)?;
     instance.drop_policy(policy)?;
@@ -103,11 +103,11 @@ fn describe(outcome: &Outcome) -> String {
     match outcome {
         Outcome::Success => "success".to_string(),
         Outcome::EmptyResult(detail) => format!("empty result: {detail}"),
-        Outcome::StatusCheck(result) => format!("status check: {}", crate::labels::status_check(*result)),
+        Outcome::StatusCheck(result) => format!("status check: {}", agent_retry_host::labels::status_check(*result)),
         Outcome::Failure(f) => {
             let kind = match &f.kind {
                 FailureKind::HttpStatus(s) => format!("HTTP {s}"),
-                FailureKind::Transport(e) => crate::labels::transport(*e).to_string(),
+                FailureKind::Transport(e) => agent_retry_host::labels::transport(*e).to_string(),
                 FailureKind::ProtocolError(c) => format!("JSON-RPC {c}"),
                 FailureKind::ToolError(s) => format!("isError {s:?}"),
             };

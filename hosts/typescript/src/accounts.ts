@@ -1,6 +1,6 @@
 // The account budget the component imports: an atomic take-or-wait on a token
 // bucket per account, embedded in this process and shared by every instance.
-// The algorithm is `gcra` in host-example/src/accounts.rs, copied exactly,
+// The algorithm is `gcra` in hosts/rust/src/accounts/embedded.rs, copied exactly,
 // including saturation at u64 (BigInt does not overflow, so every saturating
 // operation is written out).
 

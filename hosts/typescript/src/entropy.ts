@@ -1,6 +1,6 @@
 // Jitter randomness supplied by the host: the OS by default, or SplitMix64 from a
 // seed for runs that must replay exactly (the algorithm of
-// host-example/src/entropy.rs, so a seed gives the same sequence in every host).
+// hosts/rust/src/entropy.rs, so a seed gives the same sequence in every host).
 import { getRandomValues } from 'node:crypto';
 
 const MASK = (1n << 64n) - 1n;

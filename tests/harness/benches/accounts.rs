@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use agent_retry_host::accounts::{AccountBudgetBackend, Bucket};
-use agent_retry_host::load::{RedisServer, run_workers};
+use agent_retry_harness::{RedisServer, run_workers};
 use agent_retry_host::{EmbeddedAccounts, EntropySource, RedisAccounts, SharedAccounts};
 
 fn per_call_ns(backend: &dyn AccountBudgetBackend, calls: u32) -> f64 {

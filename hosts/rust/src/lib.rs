@@ -6,12 +6,10 @@
 
 pub mod accounts;
 pub mod canonical;
-pub mod commands;
 pub mod component;
 pub mod dynamic;
 pub mod entropy;
 pub mod labels;
-pub mod load;
 pub mod mcp;
 pub mod steps;
 

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use agent_retry_demo_server::faults::{Fault, rule_first};
 use agent_retry_host::accounts::{AccountBudgetBackend, AccountsError, Bucket, Reservation};
-use agent_retry_host::load::{RedisServer, run_workers};
+use agent_retry_harness::{RedisServer, run_workers};
 use agent_retry_host::{EmbeddedAccounts, EntropySource, RedisAccounts, SharedAccounts};
 
 /// CI's Redis if AGENT_RETRY_REDIS_URL names one, else one of our own.

@@ -16,7 +16,7 @@ use wasmtime::{Config, Engine, Store, StoreLimits, StoreLimitsBuilder};
 use crate::accounts::{AccountBudgetBackend, Bucket, Reservation};
 use crate::entropy::EntropySource;
 
-wasmtime::component::bindgen!({ world: "agent-retry", path: "../wit" });
+wasmtime::component::bindgen!({ world: "agent-retry", path: "../../wit" });
 
 pub use agent_retry::policy::types;
 
@@ -30,7 +30,7 @@ pub const MAX_MEMORY_BYTES: usize = 64 << 20;
 
 /// Where `make wasm` puts the component, from the workspace root.
 pub fn default_wasm_path() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap_or(Path::new("."));
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     root.join("target/wasm32-wasip2/wasm-release/agent_retry_policy.wasm")
 }
 

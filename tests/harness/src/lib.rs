@@ -11,9 +11,9 @@ use agent_retry_demo_server::tools::lock;
 use agent_retry_demo_server::{Allowance, DemoState, FaultRule, FaultScript, serve_http};
 use serde_json::json;
 
-use crate::accounts::AccountBudgetBackend;
-use crate::mcp::{CallerOptions, Clock, Metrics, RetryingCaller, connect_http};
-use crate::{EntropySource, HostServices, PolicyComponent, default_wasm_path};
+use agent_retry_host::accounts::AccountBudgetBackend;
+use agent_retry_host::mcp::{CallerOptions, Clock, Metrics, RetryingCaller, connect_http};
+use agent_retry_host::{EntropySource, HostServices, PolicyComponent, default_wasm_path};
 
 /// What the server saw and what the hosts did.
 pub struct LoadOutcome {
