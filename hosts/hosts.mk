@@ -8,7 +8,7 @@ HOSTS_PY          := $(HOSTS_VENV)/bin/python
 HOSTS_PY_STAMP    := $(HOSTS_VENV)/.agent-retry-installed
 HOSTS_TS          := hosts/typescript
 HOSTS_TS_MODULES  := $(HOSTS_TS)/node_modules/.package-lock.json
-HOSTS_WASM        := target/wasm32-wasip2/wasm-release/agent_retry_policy.wasm
+HOSTS_WASM        := $(WASM)
 
 .PHONY: test-python test-ts test-hosts bench-hosts test-hosts-agree hosts-python-setup hosts-ts-setup judge-python judge-ts
 

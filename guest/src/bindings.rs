@@ -9,7 +9,7 @@ use ::core::cell::RefCell;
 
 use crate::{account, backoff, classify, config, key, run, types as model};
 
-wit_bindgen::generate!({ world: "agent-retry", path: "../wit" });
+wit_bindgen::generate!({ world: "agent-retry", path: "../wit", generate_all });
 
 use agent_retry::policy::account_budget as import;
 use agent_retry::policy::types as wit;
@@ -58,11 +58,9 @@ pub unsafe extern "C" fn memcmp(a: *const u8, b: *const u8, len: usize) -> i32 {
     0
 }
 
-/// The host's entropy, or `wasi:random` when it passes none. A failing source
-/// gives the longest delay in range, the safe side for a shared allowance.
+/// The host's entropy, or `wasi:random` (declared in the world) when it passes none.
 fn entropy(host: Option<u64>) -> u64 {
-    use rand_core::TryRng;
-    host.unwrap_or_else(|| getrandom::SysRng.try_next_u64().unwrap_or(u64::MAX))
+    host.unwrap_or_else(wasi::random::random::get_random_u64)
 }
 
 /// The account budget import, seen through the core's trait.
@@ -115,7 +113,7 @@ impl GuestPolicy for Policy {
     }
 
     fn classify(&self, failure: wit::Failure, now_ms: u64) -> wit::Classification {
-        classify::classify(&failure.into(), &self.config.status_overrides, now_ms).into()
+        classify::classify(&failure.into(), &self.config, None, now_ms).into()
     }
 
     fn next_delay(&self, retry: u32, hint_ms: Option<u64>, entropy_: Option<u64>) -> u64 {
@@ -164,8 +162,8 @@ enum_map!(wit::TransportError => model::TransportError { Timeout, ConnectionRese
 enum_map!(model::OutcomeClass => wit::OutcomeClass { Success, Transient, Throttled, Deterministic, Permission, Semantic, Unclassified });
 enum_map!(model::Effect => wit::Effect { Read, Write, Delete });
 enum_map!(model::EscalationReason => wit::EscalationReason {
-    PermissionDenied, ReplansSpent, CallAttemptsSpent, RunRetriesSpent, RunAttemptsSpent,
-    QuotaExhausted, AccountBudgetExhausted, RetryQuotaExhausted, UnclassifiedFailure, StatusUnknown,
+    PermissionDenied, ReplansSpent, CallAttemptsSpent, RunRetriesSpent, RunStepsSpent,
+    ServerWaitTooLong, RetryForbidden, AccountBudgetExhausted, RetryQuotaExhausted, UnclassifiedFailure, StatusUnknown,
 });
 enum_map!(model::EffectStatus => wit::EffectStatus { Applied, Unknown });
 enum_map!(wit::StatusCheckResult => model::StatusCheckResult { Found, Absent, Unknown });
@@ -183,7 +181,7 @@ impl From<wit::Failure> for model::Failure {
             wit::FailureKind::ProtocolError(c) => model::FailureKind::ProtocolError(c),
             wit::FailureKind::ToolError(s) => model::FailureKind::ToolError(s),
         };
-        model::Failure { kind, headers: f.headers, body: f.body }
+        model::Failure { kind, headers: f.headers, body: f.body, structured_content: f.structured_content }
     }
 }
 
@@ -217,6 +215,8 @@ impl From<model::Classification> for wit::Classification {
             class: c.class.into(),
             hint_ms: c.hint_ms,
             hint_source: c.hint_source,
+            server_says_retry: c.server_says_retry,
+            rule: c.rule,
             reason: c.reason,
             header_problems: map_vec(c.header_problems),
         }
@@ -250,7 +250,7 @@ impl From<model::Decision> for wit::Decision {
             model::Action::Succeed(note) => wit::Action::Succeed(note),
             model::Action::Escalate(e) => wit::Action::Escalate(e.into()),
         };
-        wit::Decision { action, class: d.class.into(), attempt: d.attempt, hint_ms: d.hint_ms, reason: d.reason }
+        wit::Decision { action, class: d.class.into(), attempt: d.attempt, hint_ms: d.hint_ms, rule: d.rule, reason: d.reason }
     }
 }
 

@@ -4,12 +4,14 @@
 //! 6585) and the MCP spec's two error channels. Anything not listed is
 //! `unclassified`: terminal, never retried, flagged as a probable bug, because
 //! retrying an unknown error is how a bad request is repeated forty times against
-//! a shared allowance (seed 000, step 1).
+//! a shared allowance ("Retry and Backoff for Agent-Driven MCP Calls", step 1).
 
 use alloc::format;
 use alloc::string::{String, ToString};
 
-use crate::hints;
+use crate::config::Config;
+use crate::hints::{self, Headers};
+use crate::relayed;
 use crate::types::{Classification, Failure, FailureKind, OutcomeClass, TransportError};
 
 /// The class of an HTTP status, before overrides and `x-should-retry`.
@@ -80,44 +82,126 @@ pub fn is_ambiguous(kind: &FailureKind, class: OutcomeClass) -> bool {
     class == OutcomeClass::Transient && !matches!(kind, FailureKind::Transport(TransportError::ConnectionRefused))
 }
 
-/// Classifies `failure`. `overrides` maps HTTP statuses (also an upstream status in
-/// a tool error) to classes.
-pub fn classify(failure: &Failure, overrides: &[(u16, OutcomeClass)], now_ms: u64) -> Classification {
+/// The class of a gRPC status code (`grpc-status`; "gRPC status codes", grpc.io).
+pub fn grpc_class(code: u32) -> Option<OutcomeClass> {
+    use OutcomeClass::*;
+    Some(match code {
+        // CANCELLED, DEADLINE_EXCEEDED, ABORTED, INTERNAL, UNAVAILABLE
+        1 | 4 | 10 | 13 | 14 => Transient,
+        8 => Throttled, // RESOURCE_EXHAUSTED
+        7 | 16 => Permission, // PERMISSION_DENIED, UNAUTHENTICATED
+        3 | 5 | 6 | 9 | 11 => Deterministic,
+        2 | 12 | 15 => Unclassified, // UNKNOWN, UNIMPLEMENTED, DATA_LOSS
+        _ => return None,
+    })
+}
+
+/// An AWS error code as botocore reads it: the `x-amzn-ErrorType` header, or
+/// `__type` / `code` / `Code` in a JSON body. Only the throttling and transient
+/// codes change a class (botocore's standard retry mode does the same).
+fn aws_error_code(headers: &Headers<'_>, body: &str) -> Option<(OutcomeClass, String)> {
+    let from_body = || {
+        let body = relayed::bounded(body, relayed::MAX_STRUCTURED_BYTES);
+        let json = crate::json::parse(body.trim()).ok()?;
+        let crate::json::Json::Object(members) = json else { return None };
+        members.into_iter().find_map(|(k, v)| match v {
+            crate::json::Json::String(code) if matches!(k.as_str(), "__type" | "code" | "Code") => Some(code),
+            _ => None,
+        })
+    };
+    let code = headers.get("x-amzn-errortype").map(String::from).or_else(from_body)?;
+    let class = relayed::identifier_class(&code)?;
+    matches!(class, OutcomeClass::Throttled | OutcomeClass::Transient).then_some((class, code))
+}
+
+/// Classifies `failure`, for `tool` when the run knows it (its `tool-error-rules`).
+pub fn classify(failure: &Failure, config: &Config, tool: Option<&str>, now_ms: u64) -> Classification {
+    let overrides = &config.status_overrides;
     let status_with_override = |status: u16| match overrides.iter().find(|(s, _)| *s == status) {
-        Some((_, class)) => (*class, " (status-overrides)"),
-        None => (status_class(status), ""),
+        Some((_, class)) => (*class, "config:status-overrides"),
+        None => (status_class(status), "http-status"),
     };
-    let (mut class, note) = match &failure.kind {
-        FailureKind::HttpStatus(status) => status_with_override(*status),
-        FailureKind::Transport(error) => (transport_class(*error), ""),
-        FailureKind::ProtocolError(code) => (protocol_error_class(*code), ""),
-        FailureKind::ToolError(Some(status)) if (400..=599).contains(status) => status_with_override(*status),
-        // An isError result is the tool's own verdict on the request (MCP "tool
-        // execution errors"): actionable feedback for the model.
-        FailureKind::ToolError(_) => (OutcomeClass::Deterministic, ""),
+    let headers = Headers { pairs: &failure.headers };
+    let server = hints::read(&failure.headers, now_ms, config.max_plausible_hint_ms);
+    let mut hint = server.wait.as_ref().map(|h| (h.wait_ms, String::from(h.source)));
+    let mut evidence = String::new();
+    let relayed_text = |hint: &mut Option<(u64, String)>| {
+        let rules = config.text_rules_for(tool);
+        let read = relayed::read(&failure.body, failure.structured_content.as_deref(), &rules, overrides, now_ms);
+        if hint.is_none() {
+            *hint = read.hint_ms.filter(|ms| *ms <= config.max_plausible_hint_ms).map(|ms| (ms, String::from("text")));
+        }
+        read
     };
-    let server = hints::read(&failure.headers, now_ms);
+    let (mut class, mut rule) = match &failure.kind {
+        FailureKind::HttpStatus(status) => {
+            let (mut class, mut rule) = status_with_override(*status);
+            if let Some((code_class, code)) = aws_error_code(&headers, &failure.body) {
+                (class, rule, evidence) = (code_class, "aws-error-code", code);
+            }
+            if let Some(grpc) = headers.get("grpc-status").and_then(|v| v.parse::<u32>().ok()).and_then(grpc_class) {
+                (class, rule) = (grpc, "grpc-status");
+            }
+            if headers.get("x-envoy-overloaded").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
+                (class, rule) = (OutcomeClass::Throttled, "x-envoy-overloaded");
+            }
+            // RFC 9110 §15.5.14: a 413 with Retry-After says the condition is temporary.
+            if *status == 413 && server.wait.as_ref().is_some_and(|h| h.source == "retry-after") {
+                (class, rule) = (OutcomeClass::Throttled, "413-retry-after");
+            }
+            (class, rule)
+        }
+        FailureKind::Transport(error) => (transport_class(*error), "transport"),
+        FailureKind::ProtocolError(code) => {
+            let class = protocol_error_class(*code);
+            // An internal error often carries the upstream failure a server threw
+            // (the TypeScript SDK's "MCP error -32603: ..."): read it, if it says anything.
+            let read = if *code == -32603 { Some(relayed_text(&mut hint)) } else { None };
+            match read.filter(|r| r.rule != "tool-error") {
+                Some(r) => {
+                    evidence = r.evidence;
+                    (r.class, r.rule)
+                }
+                None => (class, "json-rpc-code"),
+            }
+        }
+        FailureKind::ToolError(Some(status)) if (400..=599).contains(status) => {
+            relayed_text(&mut hint);
+            let (class, rule) = status_with_override(*status);
+            (class, if rule == "http-status" { "tool-error:host-status" } else { rule })
+        }
+        // An isError result is the tool's own verdict (MCP "tool execution
+        // errors"): read what it relays; if nothing, it is for the model.
+        FailureKind::ToolError(_) => {
+            let read = relayed_text(&mut hint);
+            evidence = read.evidence;
+            (read.class, read.rule)
+        }
+    };
     let mut verdict = "";
-    match server.should_retry {
-        Some(true) if matches!(class, OutcomeClass::Deterministic | OutcomeClass::Unclassified) => {
-            class = OutcomeClass::Transient;
-            verdict = ", x-should-retry: true";
-        }
-        Some(false) if matches!(class, OutcomeClass::Transient | OutcomeClass::Throttled) => {
-            class = OutcomeClass::Deterministic;
-            verdict = ", x-should-retry: false";
-        }
-        _ => {}
+    if server.should_retry == Some(true) && matches!(class, OutcomeClass::Deterministic | OutcomeClass::Unclassified) {
+        (class, rule) = (OutcomeClass::Transient, "x-should-retry");
+        verdict = ", x-should-retry: true";
+    }
+    if server.should_retry == Some(false) && matches!(class, OutcomeClass::Transient | OutcomeClass::Throttled) {
+        verdict = ", but the server forbids a retry";
     }
     let label = failure_label(&failure.kind);
+    let read = if evidence.is_empty() { String::new() } else { format!(": {evidence}") };
     let reason = match class {
-        OutcomeClass::Unclassified => format!("{label} is not a failure the policy knows: {}{note}{verdict} (probable bug)", class.name()),
-        _ => format!("{label} is {}{note}{verdict}", class.name()),
+        OutcomeClass::Unclassified => format!("{label} is not a failure the policy knows: {} ({rule}{read}){verdict} (probable bug)", class.name()),
+        _ => format!("{label} is {} ({rule}{read}){verdict}", class.name()),
+    };
+    let (hint_ms, hint_source) = match hint {
+        Some((ms, source)) => (Some(ms), Some(source)),
+        None => (None, None),
     };
     Classification {
         class,
-        hint_ms: server.wait.as_ref().map(|h| h.wait_ms),
-        hint_source: server.wait.map(|h| h.source.to_string()),
+        hint_ms,
+        hint_source,
+        server_says_retry: server.should_retry,
+        rule: String::from(rule),
         reason,
         header_problems: server.problems,
     }
@@ -130,7 +214,7 @@ mod tests {
     use alloc::vec::Vec;
 
     fn class_of(kind: FailureKind) -> OutcomeClass {
-        classify(&Failure { kind, headers: Vec::new(), body: String::new() }, &[], 0).class
+        classify(&Failure { kind, headers: Vec::new(), body: String::new(), structured_content: None }, &Config::default(), None, 0).class
     }
 
     #[test]
@@ -166,15 +250,19 @@ mod tests {
 
     #[test]
     fn overrides_and_server_verdict() {
-        let overrides = [(409, OutcomeClass::Transient)];
-        let failure = |status, headers: Vec<(String, String)>| Failure { kind: FailureKind::HttpStatus(status), headers, body: String::new() };
-        assert_eq!(classify(&failure(409, vec![]), &overrides, 0).class, OutcomeClass::Transient);
+        let overridden = Config { status_overrides: vec![(409, OutcomeClass::Transient)], ..Config::default() };
+        let plain = Config::default();
+        let failure = |status, headers: Vec<(String, String)>| Failure { kind: FailureKind::HttpStatus(status), headers, body: String::new(), structured_content: None };
+        assert_eq!(classify(&failure(409, vec![]), &overridden, None, 0).class, OutcomeClass::Transient);
         let no = vec![("x-should-retry".to_string(), "false".to_string())];
-        assert_eq!(classify(&failure(503, no), &[], 0).class, OutcomeClass::Deterministic);
+        let forbidden = classify(&failure(503, no), &plain, None, 0);
+        assert_eq!((forbidden.class, forbidden.server_says_retry), (OutcomeClass::Transient, Some(false)));
         let yes = vec![("X-Should-Retry".to_string(), "true".to_string())];
-        assert_eq!(classify(&failure(400, yes.clone()), &[], 0).class, OutcomeClass::Transient);
+        assert_eq!(classify(&failure(400, yes.clone()), &plain, None, 0).class, OutcomeClass::Transient);
         // The server cannot talk the policy into retrying a permission error.
-        assert_eq!(classify(&failure(403, yes), &[], 0).class, OutcomeClass::Permission);
+        assert_eq!(classify(&failure(403, yes), &plain, None, 0).class, OutcomeClass::Permission);
+        let aws = vec![("x-amzn-ErrorType".to_string(), "ThrottlingException:http://internal.amazon.com/coral/".to_string())];
+        assert_eq!(classify(&failure(400, aws), &plain, None, 0).class, OutcomeClass::Throttled);
     }
 
     #[test]

@@ -9,10 +9,27 @@ use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 
 use crate::json::{self, Json};
+use crate::relayed::{TextRule, text_rule};
 use crate::types::{ConfigError, ConfigErrorKind, Effect, OutcomeClass};
 
 /// The longest wait or delay any field accepts: one day.
 pub const ONE_DAY_MS: u64 = 86_400_000;
+
+/// A year: the default longest hint a server can mean (`max-plausible-hint-ms`).
+pub const ONE_YEAR_MS: u64 = 365 * ONE_DAY_MS;
+
+/// The most `tool-error-rules` one list may hold.
+pub const MAX_TEXT_RULES: usize = 64;
+
+/// One `tools` entry: how the policy treats the tool, and its own text rules.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ToolEntry {
+    pub name: String,
+    /// `None` when the entry gives only `tool-error-rules`: the effect then comes
+    /// from the host's MCP hints or `default-effect`.
+    pub policy: Option<ToolPolicy>,
+    pub rules: Vec<TextRule>,
+}
 
 /// How the policy treats one tool.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,12 +89,14 @@ pub struct RetryQuotaConfig {
 /// - max-attempts-per-call: 4 (the first attempt counts: at most 3 retries)
 /// - max-retries-per-run: 10
 /// - max-replans-per-run: 2
-/// - max-attempts-per-run: 30 (the step budget)
+/// - max-steps-per-run: 30 (the step budget: attempts plus status checks)
 /// - max-hint-ms: 60000
+/// - max-plausible-hint-ms: 31536000000 (a year)
 /// - max-message-chars: 300
 /// - default-effect: write
 /// - tools: {}
 /// - status-overrides: {}
+/// - tool-error-rules: []
 /// - account-budget: none
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
@@ -86,14 +105,17 @@ pub struct Config {
     pub max_attempts_per_call: u32,
     pub max_retries_per_run: u32,
     pub max_replans_per_run: u32,
-    pub max_attempts_per_run: u32,
+    pub max_steps_per_run: u32,
     pub max_hint_ms: u64,
+    pub max_plausible_hint_ms: u64,
     pub max_message_chars: u32,
     pub default_effect: Effect,
     /// Tool entries in the order given; names are unique.
-    pub tools: Vec<(String, ToolPolicy)>,
+    pub tools: Vec<ToolEntry>,
     /// Status overrides in the order given; statuses are unique.
     pub status_overrides: Vec<(u16, OutcomeClass)>,
+    /// Text rules for every tool's errors, after the tool's own.
+    pub tool_error_rules: Vec<TextRule>,
     pub account_budget: Option<AccountBudgetConfig>,
 }
 
@@ -105,12 +127,14 @@ impl Default for Config {
             max_attempts_per_call: 4,
             max_retries_per_run: 10,
             max_replans_per_run: 2,
-            max_attempts_per_run: 30,
+            max_steps_per_run: 30,
             max_hint_ms: 60_000,
+            max_plausible_hint_ms: ONE_YEAR_MS,
             max_message_chars: 300,
             default_effect: Effect::Write,
             tools: Vec::new(),
             status_overrides: Vec::new(),
+            tool_error_rules: Vec::new(),
             account_budget: None,
         }
     }
@@ -132,14 +156,15 @@ struct IntField {
 
 /// The whole-number fields, in the order `to_json` writes them. A u32 field's
 /// range stays inside u32, so the casts in `set` never truncate.
-const INT_FIELDS: [IntField; 8] = [
+const INT_FIELDS: [IntField; 9] = [
     IntField { name: "base-delay-ms", min: 1, max: ONE_DAY_MS, get: |c| c.base_delay_ms, set: |c, v| c.base_delay_ms = v },
     IntField { name: "max-delay-ms", min: 1, max: ONE_DAY_MS, get: |c| c.max_delay_ms, set: |c, v| c.max_delay_ms = v },
     IntField { name: "max-attempts-per-call", min: 1, max: 100, get: |c| c.max_attempts_per_call.into(), set: |c, v| c.max_attempts_per_call = v as u32 },
     IntField { name: "max-retries-per-run", min: 0, max: 100_000, get: |c| c.max_retries_per_run.into(), set: |c, v| c.max_retries_per_run = v as u32 },
     IntField { name: "max-replans-per-run", min: 0, max: 1000, get: |c| c.max_replans_per_run.into(), set: |c, v| c.max_replans_per_run = v as u32 },
-    IntField { name: "max-attempts-per-run", min: 1, max: 1_000_000, get: |c| c.max_attempts_per_run.into(), set: |c, v| c.max_attempts_per_run = v as u32 },
+    IntField { name: "max-steps-per-run", min: 1, max: 1_000_000, get: |c| c.max_steps_per_run.into(), set: |c, v| c.max_steps_per_run = v as u32 },
     IntField { name: "max-hint-ms", min: 0, max: ONE_DAY_MS, get: |c| c.max_hint_ms, set: |c, v| c.max_hint_ms = v },
+    IntField { name: "max-plausible-hint-ms", min: 1000, max: 10 * ONE_YEAR_MS, get: |c| c.max_plausible_hint_ms, set: |c, v| c.max_plausible_hint_ms = v },
     IntField { name: "max-message-chars", min: 16, max: 10_000, get: |c| c.max_message_chars.into(), set: |c, v| c.max_message_chars = v as u32 },
 ];
 
@@ -245,8 +270,53 @@ fn override_class(path: &str, value: Json) -> Result<OutcomeClass, ConfigError> 
     one_of(path, value, &choices)
 }
 
+/// Classes a text rule may give.
+fn rule_class(path: &str, value: Json) -> Result<OutcomeClass, ConfigError> {
+    override_class(path, value)
+}
+
+/// `tool-error-rules`: `[{"contains": "E_BUSY", "class": "transient"}, ...]`.
+fn text_rules(path: &str, value: Json) -> Result<Vec<TextRule>, ConfigError> {
+    let items = match value {
+        Json::Array(items) if items.len() <= MAX_TEXT_RULES => items,
+        Json::Array(_) => return Err(error(ConfigErrorKind::OutOfRange, path, format!("may hold at most {MAX_TEXT_RULES} rules"))),
+        other => return Err(error(ConfigErrorKind::WrongType, path, format!("must be an array of rules, not {}", other.type_name()))),
+    };
+    let mut rules = Vec::new();
+    for (i, item) in items.into_iter().enumerate() {
+        let item_path = format!("{path}[{i}]");
+        let mut fields = Fields::new(&item_path, item)?;
+        let contains = match fields.take("contains") {
+            Some((p, v)) => string(&p, v)?,
+            None => return Err(error(ConfigErrorKind::OutOfRange, &join(&item_path, "contains"), "is required")),
+        };
+        let class = match fields.take("class") {
+            Some((p, v)) => rule_class(&p, v)?,
+            None => return Err(error(ConfigErrorKind::OutOfRange, &join(&item_path, "class"), "is required")),
+        };
+        fields.finish()?;
+        rules.push(text_rule(&contains, class));
+    }
+    Ok(rules)
+}
+
 /// One `tools` entry: either `{"effect": .., "idempotent": ..}` or MCP annotations
-/// `{"readOnlyHint": .., "destructiveHint": .., "idempotentHint": ..}`.
+/// `{"readOnlyHint": .., "destructiveHint": .., "idempotentHint": ..}`, and
+/// optionally the tool's own `tool-error-rules` (alone, they leave the effect to
+/// the host's hints or `default-effect`).
+fn tool_entry(name: String, path: &str, value: Json) -> Result<ToolEntry, ConfigError> {
+    let mut fields = Fields::new(path, value)?;
+    let rules = match fields.take("tool-error-rules") {
+        Some((p, v)) => text_rules(&p, v)?,
+        None => Vec::new(),
+    };
+    if !rules.is_empty() && fields.members.is_empty() {
+        return Ok(ToolEntry { name, policy: None, rules });
+    }
+    let policy = tool_policy(path, Json::Object(fields.members))?;
+    Ok(ToolEntry { name, policy: Some(policy), rules })
+}
+
 fn tool_policy(path: &str, value: Json) -> Result<ToolPolicy, ConfigError> {
     let mut fields = Fields::new(path, value)?;
     let effect_field = fields.take("effect");
@@ -358,6 +428,10 @@ impl Config {
             let message = format!("must be at least base-delay-ms ({}), not {}", config.base_delay_ms, config.max_delay_ms);
             return Err(error(ConfigErrorKind::OutOfRange, "max-delay-ms", message));
         }
+        if config.max_plausible_hint_ms < config.max_hint_ms {
+            let message = format!("must be at least max-hint-ms ({}), not {}", config.max_hint_ms, config.max_plausible_hint_ms);
+            return Err(error(ConfigErrorKind::OutOfRange, "max-plausible-hint-ms", message));
+        }
         let default_effect = match f.take("default-effect") {
             Some((p, v)) => effect(&p, v)?,
             None => config.default_effect,
@@ -370,8 +444,7 @@ impl Config {
                 if name.is_empty() || name.len() > 256 {
                     return Err(error(ConfigErrorKind::OutOfRange, &entry_path, "a tool name must be 1 to 256 bytes"));
                 }
-                let policy = tool_policy(&entry_path, entry)?;
-                tools.push((name, policy));
+                tools.push(tool_entry(name, &entry_path, entry)?);
             }
         }
         let mut status_overrides = Vec::new();
@@ -386,12 +459,16 @@ impl Config {
                 status_overrides.push((code, override_class(&entry_path, class)?));
             }
         }
+        let tool_error_rules = match f.take("tool-error-rules") {
+            Some((p, v)) => text_rules(&p, v)?,
+            None => Vec::new(),
+        };
         let account_budget = match f.take("account-budget") {
             None | Some((_, Json::Null)) => None,
             Some((p, v)) => Some(account_budget(&p, v)?),
         };
         f.finish()?;
-        Ok(Config { default_effect, tools, status_overrides, account_budget, ..config })
+        Ok(Config { default_effect, tools, status_overrides, tool_error_rules, account_budget, ..config })
     }
 
     /// The configuration in force, every default filled in, as JSON that
@@ -411,12 +488,23 @@ impl Config {
         }
         field(&mut out, "default-effect", &format!("\"{}\"", self.default_effect.name()));
         let mut tools = String::from("{");
-        for (i, (name, tool)) in self.tools.iter().enumerate() {
+        for (i, entry) in self.tools.iter().enumerate() {
             if i > 0 {
                 tools.push(',');
             }
-            json::write_string(&mut tools, name);
-            tools.push_str(&format!(":{{\"effect\":\"{}\",\"idempotent\":{}}}", tool.effect.name(), tool.idempotent));
+            json::write_string(&mut tools, &entry.name);
+            tools.push_str(":{");
+            if let Some(tool) = entry.policy {
+                tools.push_str(&format!("\"effect\":\"{}\",\"idempotent\":{}", tool.effect.name(), tool.idempotent));
+            }
+            if !entry.rules.is_empty() {
+                if entry.policy.is_some() {
+                    tools.push(',');
+                }
+                tools.push_str("\"tool-error-rules\":");
+                tools.push_str(&rules_json(&entry.rules));
+            }
+            tools.push('}');
         }
         tools.push('}');
         field(&mut out, "tools", &tools);
@@ -429,6 +517,7 @@ impl Config {
         }
         overrides.push('}');
         field(&mut out, "status-overrides", &overrides);
+        field(&mut out, "tool-error-rules", &rules_json(&self.tool_error_rules));
         let account = match &self.account_budget {
             None => String::from("null"),
             Some(a) => {
@@ -455,14 +544,36 @@ impl Config {
     /// How the policy treats `tool`: the `tools` entry, else the host's MCP
     /// hints, else `default-effect` (not idempotent).
     pub fn tool_policy(&self, tool: &str, hints: Option<&crate::types::ToolHints>) -> ToolPolicy {
-        if let Some((_, policy)) = self.tools.iter().find(|(name, _)| name == tool) {
-            return *policy;
+        if let Some(policy) = self.tools.iter().find(|e| e.name == tool).and_then(|e| e.policy) {
+            return policy;
         }
         match hints {
             Some(hints) => effect_from_hints(hints, self.default_effect),
             None => ToolPolicy { effect: self.default_effect, idempotent: false },
         }
     }
+}
+
+/// The text rules for `tool`'s errors: its own, then the global ones.
+impl Config {
+    pub fn text_rules_for(&self, tool: Option<&str>) -> Vec<&TextRule> {
+        let own = tool.and_then(|t| self.tools.iter().find(|e| e.name == t)).map_or(&[][..], |e| &e.rules[..]);
+        crate::relayed::rules_for(own, &self.tool_error_rules)
+    }
+}
+
+fn rules_json(rules: &[TextRule]) -> String {
+    let mut out = String::from("[");
+    for (i, rule) in rules.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str("{\"contains\":");
+        json::write_string(&mut out, &rule.contains);
+        out.push_str(&format!(",\"class\":\"{}\"}}", rule.class.name()));
+    }
+    out.push(']');
+    out
 }
 
 #[cfg(test)]
@@ -481,7 +592,10 @@ mod tests {
     #[test]
     fn effective_config_round_trips() {
         let text = r#"{"base-delay-ms": 50, "tools": {"issue_refund": {"effect": "write"},
-            "list_refunds": {"readOnlyHint": true}}, "status-overrides": {"409": "transient"},
+            "list_refunds": {"readOnlyHint": true},
+            "search": {"tool-error-rules": [{"contains": "E_BUSY", "class": "transient"}]}},
+            "status-overrides": {"409": "transient"},
+            "tool-error-rules": [{"contains": "quota_low", "class": "throttled"}],
             "account-budget": {"account-id": "acme", "capacity": 10, "refill-interval-ms": 100}}"#;
         let config = Config::from_json(text).unwrap();
         assert_eq!(Config::from_json(&config.to_json()).unwrap(), config);
@@ -527,6 +641,12 @@ mod tests {
 
         let e = err(r#"{"base-delay-ms": 5000, "max-delay-ms": 100}"#);
         assert_eq!(e.field, "max-delay-ms");
+
+        let e = err(r#"{"tool-error-rules": [{"contains": "x", "class": "success"}]}"#);
+        assert_eq!(e.field, "tool-error-rules[0].class");
+
+        let e = err(r#"{"max-hint-ms": 86400000, "max-plausible-hint-ms": 1000}"#);
+        assert_eq!(e.field, "max-plausible-hint-ms");
 
         assert_eq!(err("{").kind, ConfigErrorKind::Syntax);
         assert_eq!(err("[]").kind, ConfigErrorKind::WrongType);

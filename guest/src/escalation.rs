@@ -1,6 +1,7 @@
 //! The hand-off note: why the run stopped, the last error, when room returns,
 //! and every effect already made, so that a person can act without re-reading
-//! the trace (seed 003: "Escalating without context" is a failure mode).
+//! the trace ("Agent Retry Policies: When to Retry a Tool, Replan the Task or
+//! Give Up": escalating without context is a failure mode).
 
 use alloc::format;
 use alloc::string::String;
@@ -16,8 +17,9 @@ pub fn reason_text(reason: EscalationReason) -> &'static str {
         EscalationReason::ReplansSpent => "the model could not fix the request within the replan limit (max-replans-per-run)",
         EscalationReason::CallAttemptsSpent => "the call failed on every attempt allowed (max-attempts-per-call)",
         EscalationReason::RunRetriesSpent => "the run's retry budget is spent (max-retries-per-run)",
-        EscalationReason::RunAttemptsSpent => "the run's step budget is spent (max-attempts-per-run)",
-        EscalationReason::QuotaExhausted => "the server's quota resets later than the policy waits (max-hint-ms)",
+        EscalationReason::RunStepsSpent => "the run's step budget is spent (max-steps-per-run)",
+        EscalationReason::ServerWaitTooLong => "the server asks for a longer wait than the policy allows (max-hint-ms)",
+        EscalationReason::RetryForbidden => "the server forbids a retry, and the model cannot fix the request",
         EscalationReason::AccountBudgetExhausted => "account budget exhausted: the shared account has no room within max-wait-ms",
         EscalationReason::RetryQuotaExhausted => "the account's retry quota is spent (too many retries across its workers lately)",
         EscalationReason::UnclassifiedFailure => "a failure the policy cannot classify (probable bug in the server, client or policy)",
@@ -80,12 +82,12 @@ mod tests {
             EffectRecord { call_id: 5, tool: "upload_asset".to_string(), idempotency_key: None, status: EffectStatus::Unknown },
         ];
         let stop = StopPoint { run_id: "r1", call: Some(("issue_refund", 6, 1)) };
-        let text = note(&stop, EscalationReason::QuotaExhausted, Some("HTTP 429: spend cap"), Some(3_600_000), 0, &effects);
+        let text = note(&stop, EscalationReason::ServerWaitTooLong, Some("HTTP 429: spend cap"), Some(3_600_000), 0, &effects);
         assert!(text.contains("Run r1 stopped"), "{text}");
         assert!(text.contains("Room returns in 3600 s, at 1970-01-01T01:00:00Z"), "{text}");
         assert!(text.contains("1. issue_refund (call 3, key ar1-ab): applied."), "{text}");
         assert!(text.contains("2. upload_asset (call 5, key no key): may have been applied"), "{text}");
-        let none = note(&StopPoint { run_id: "r", call: None }, EscalationReason::RunAttemptsSpent, None, None, 0, &[]);
+        let none = note(&StopPoint { run_id: "r", call: None }, EscalationReason::RunStepsSpent, None, None, 0, &[]);
         assert!(none.ends_with("No effects were made in this run."), "{none}");
     }
 }

@@ -3,20 +3,30 @@
 //! Wait hints, in order of precedence (the first header that parses wins; a
 //! malformed one is reported as a problem and the next is tried):
 //! 1. `retry-after-ms`: ms, a decimal number (Stainless SDKs, OpenAI, Anthropic).
-//! 2. `retry-after`: delay-seconds or an HTTP-date (RFC 9110 §10.2.3). Decimal
-//!    seconds are accepted as the Stainless SDKs do. The draft RateLimit headers
-//!    say Retry-After takes precedence over them.
-//! 3. `ratelimit`: `"policy";r=0;t=30` (draft-ietf-httpapi-ratelimit-headers):
-//!    the longest `t` among the items with no quota left (`r` = 0 or absent).
-//! 4. OpenAI `x-ratelimit-reset-{requests,tokens}` (Go durations, `6m0s`) and
+//! 2. `x-amz-retry-after`: ms (the AWS SDKs' retry behaviour, smithy-rs).
+//! 3. `retry-after`: delay-seconds or an HTTP-date (RFC 9110 §10.2.3), also in
+//!    the lenient forms Python's `email.utils` reads (`UTC` for `GMT`, a one-digit
+//!    day). Decimal seconds are accepted as the Stainless SDKs do. The draft
+//!    RateLimit headers say Retry-After takes precedence over them.
+//! 4. `grpc-retry-pushback-ms` (gRPC proposal A6, "gRPC Retry Design"): ms; a
+//!    negative or malformed value means the server forbids a retry.
+//! 5. `ratelimit`: `"policy";r=0;t=30` (draft-ietf-httpapi-ratelimit-headers):
+//!    the longest `t` among the items with no quota left (`r` = 0 or absent). It
+//!    is a list, and a list may span several header fields (RFC 9110 §5.3), so
+//!    every `ratelimit` field is read, joined with commas, whether the host
+//!    passes them separately or joined.
+//! 6. OpenAI `x-ratelimit-reset-{requests,tokens}` (Go durations, `6m0s`) and
 //!    Anthropic `anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-reset`
 //!    (RFC 3339): the latest reset among the limits whose matching `-remaining`
 //!    header is 0 or absent, since each limit resets on its own.
-//! 5. `ratelimit-reset` / `x-ratelimit-reset`: a number that is a Unix time in ms
+//! 7. `ratelimit-reset` / `x-ratelimit-reset`: a number that is a Unix time in ms
 //!    (≥ 10^12), a Unix time in seconds (≥ 10^9), or else seconds from now; vendors
 //!    disagree, and those thresholds tell the forms apart for any date after 2001.
 //!
-//! Absolute times become ms from `now_ms`; a time in the past is a hint of 0.
+//! Absolute times become ms from `now_ms`; a time in the past is a hint of 0. A
+//! hint longer than `max-plausible-hint-ms` (default a year) is a header problem,
+//! not a wait: no server means it, and a note must not say "room returns in
+//! 584 million years".
 
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
@@ -41,14 +51,27 @@ pub struct ServerHints {
     pub problems: Vec<HeaderProblem>,
 }
 
-/// Header lookup by lower-cased name; the first occurrence wins.
-struct Headers<'a> {
-    pairs: &'a [(String, String)],
+/// Header lookup by name, in any case; the first occurrence wins.
+pub struct Headers<'a> {
+    pub pairs: &'a [(String, String)],
 }
 
 impl<'a> Headers<'a> {
-    fn get(&self, name: &str) -> Option<&'a str> {
+    pub fn get(&self, name: &str) -> Option<&'a str> {
         self.pairs.iter().find(|(n, _)| n.trim().eq_ignore_ascii_case(name)).map(|(_, v)| v.trim())
+    }
+
+    /// Every field named `name`, joined with `, ` (a list-valued header).
+    pub fn get_list(&self, name: &str) -> Option<String> {
+        let mut joined: Option<String> = None;
+        for (_, value) in self.pairs.iter().filter(|(n, _)| n.trim().eq_ignore_ascii_case(name)) {
+            let out = joined.get_or_insert_with(String::new);
+            if !out.is_empty() {
+                out.push_str(", ");
+            }
+            out.push_str(value.trim());
+        }
+        joined
     }
 }
 
@@ -62,7 +85,7 @@ fn until(now_ms: u64, at_ms: u64) -> u64 {
 
 /// A non-negative decimal number of `unit_ms` units, rounded up to whole ms and
 /// saturating at `u64::MAX` (a hint that large is escalated, never waited out).
-fn decimal_ms(text: &str, unit_ms: u64) -> Option<u64> {
+pub fn decimal_ms(text: &str, unit_ms: u64) -> Option<u64> {
     let (int_part, frac_part) = match text.split_once('.') {
         Some((i, f)) => (i, f),
         None => (text, ""),
@@ -90,7 +113,7 @@ fn decimal_ms(text: &str, unit_ms: u64) -> Option<u64> {
 }
 
 /// A Go duration (`1s`, `6m0s`, `12ms`, `1h2m3.5s`), as OpenAI sends, in ms, rounded up.
-fn go_duration_ms(text: &str) -> Option<u64> {
+pub fn go_duration_ms(text: &str) -> Option<u64> {
     if text == "0" {
         return Some(0);
     }
@@ -161,10 +184,18 @@ fn ratelimit_t_ms(value: &str) -> Result<Option<u64>, &'static str> {
     if items == 0 { Err("no items") } else { Ok(longest) }
 }
 
-/// Reads every hint the headers carry.
-pub fn read(headers: &[(String, String)], now_ms: u64) -> ServerHints {
+/// Reads every hint the headers carry. Waits above `max_plausible_ms` are problems.
+pub fn read(headers: &[(String, String)], now_ms: u64, max_plausible_ms: u64) -> ServerHints {
     let headers = Headers { pairs: headers };
     let mut hints = ServerHints::default();
+    let plausible = |hints: &mut ServerHints, name: &str, value: &str, wait_ms: u64| {
+        if wait_ms > max_plausible_ms {
+            hints.problems.push(problem(name, value, "is a wait longer than max-plausible-hint-ms"));
+            false
+        } else {
+            true
+        }
+    };
 
     if let Some(value) = headers.get("x-should-retry") {
         match value {
@@ -174,25 +205,39 @@ pub fn read(headers: &[(String, String)], now_ms: u64) -> ServerHints {
         }
     }
 
-    let sources: [(&'static str, fn(&str, u64) -> Result<Option<u64>, &'static str>); 3] = [
+    let sources: [(&'static str, fn(&str, u64) -> Result<Option<u64>, &'static str>); 5] = [
         ("retry-after-ms", |v, _| decimal_ms(v, 1).map(Some).ok_or("must be a non-negative number of ms")),
+        ("x-amz-retry-after", |v, _| decimal_ms(v, 1).map(Some).ok_or("must be a non-negative number of ms")),
         ("retry-after", |v, now| {
             decimal_ms(v, 1000)
                 .or_else(|| parse_http_date(v).map(|at| until(now, at)))
                 .map(Some)
                 .ok_or("is neither delay-seconds nor an HTTP-date")
         }),
+        ("grpc-retry-pushback-ms", |v, _| decimal_ms(v, 1).filter(|_| !v.contains('.')).map(Some).ok_or("is negative or malformed: the server forbids a retry")),
         ("ratelimit", |v, _| ratelimit_t_ms(v)),
     ];
     for (name, parse) in sources {
-        let Some(value) = headers.get(name) else { continue };
+        let joined;
+        let value = if name == "ratelimit" {
+            joined = headers.get_list(name);
+            joined.as_deref()
+        } else {
+            headers.get(name)
+        };
+        let Some(value) = value else { continue };
         match parse(value, now_ms) {
-            Ok(Some(wait_ms)) => {
+            Ok(Some(wait_ms)) if plausible(&mut hints, name, value, wait_ms) => {
                 hints.wait = Some(Hint { wait_ms, source: name });
                 return hints;
             }
-            Ok(None) => {}
-            Err(text) => hints.problems.push(problem(name, value, text)),
+            Ok(_) => {}
+            Err(text) => {
+                if name == "grpc-retry-pushback-ms" {
+                    hints.should_retry = Some(false);
+                }
+                hints.problems.push(problem(name, value, text));
+            }
         }
     }
 
@@ -213,6 +258,7 @@ pub fn read(headers: &[(String, String)], now_ms: u64) -> ServerHints {
             continue;
         }
         match parse(value, now_ms) {
+            Some(wait_ms) if !plausible(&mut hints, reset_name, value, wait_ms) => {}
             Some(wait_ms) if latest.as_ref().is_none_or(|l| wait_ms > l.wait_ms) => {
                 latest = Some(Hint { wait_ms, source: reset_name });
             }
@@ -240,8 +286,10 @@ pub fn read(headers: &[(String, String)], now_ms: u64) -> ServerHints {
                 } else {
                     ms
                 };
-                hints.wait = Some(Hint { wait_ms, source: name });
-                return hints;
+                if plausible(&mut hints, name, value, wait_ms) {
+                    hints.wait = Some(Hint { wait_ms, source: name });
+                    return hints;
+                }
             }
             None => hints.problems.push(problem(name, value, "must be seconds or a Unix time")),
         }
@@ -255,10 +303,11 @@ mod tests {
     use alloc::vec;
 
     const NOW: u64 = 1_764_460_800_000; // 2025-11-30T00:00:00Z
+    const YEAR_MS: u64 = 31_536_000_000;
 
     fn wait(pairs: &[(&str, &str)]) -> Option<(u64, &'static str)> {
         let headers: Vec<(String, String)> = pairs.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect();
-        read(&headers, NOW).wait.map(|h| (h.wait_ms, h.source))
+        read(&headers, NOW, YEAR_MS).wait.map(|h| (h.wait_ms, h.source))
     }
 
     #[test]
@@ -286,7 +335,7 @@ mod tests {
     #[test]
     fn garbage_is_a_problem_not_a_hint() {
         let headers = vec![("retry-after".to_string(), "soon\n".to_string()), ("x-should-retry".into(), "maybe".into())];
-        let hints = read(&headers, NOW);
+        let hints = read(&headers, NOW, YEAR_MS);
         assert_eq!(hints.wait, None);
         assert_eq!(hints.should_retry, None);
         assert_eq!(hints.problems.len(), 2);
@@ -300,8 +349,24 @@ mod tests {
     }
 
     #[test]
-    fn huge_values_saturate() {
-        assert_eq!(wait(&[("retry-after", "99999999999999999999999")]), Some((u64::MAX, "retry-after")));
+    fn implausible_waits_are_problems_and_the_next_source_is_read() {
+        assert_eq!(wait(&[("retry-after", "99999999999999999999999999999999999")]), None);
+        assert_eq!(wait(&[("retry-after", "99999999999999999999999"), ("ratelimit", "\"a\";r=0;t=5")]), Some((5000, "ratelimit")));
         assert!(go_duration_ms("99999999999999999999h").unwrap() > 1_000_000_000_000);
+    }
+
+    #[test]
+    fn list_headers_span_fields() {
+        let split = [("RateLimit", "\"a\";r=5;t=1"), ("RateLimit", "\"b\";r=0;t=20")];
+        assert_eq!(wait(&split), Some((20_000, "ratelimit")));
+        assert_eq!(wait(&[("RateLimit", "\"a\";r=5;t=1, \"b\";r=0;t=20")]), Some((20_000, "ratelimit")));
+    }
+
+    #[test]
+    fn aws_and_grpc_hints() {
+        assert_eq!(wait(&[("x-amz-retry-after", "1500")]), Some((1500, "x-amz-retry-after")));
+        assert_eq!(wait(&[("grpc-retry-pushback-ms", "250")]), Some((250, "grpc-retry-pushback-ms")));
+        let headers = vec![("grpc-retry-pushback-ms".to_string(), "-1".to_string())];
+        assert_eq!(read(&headers, NOW, YEAR_MS).should_retry, Some(false));
     }
 }

@@ -17,6 +17,7 @@ pub mod escalation;
 pub mod hints;
 pub mod json;
 pub mod key;
+pub mod relayed;
 pub mod run;
 pub mod text;
 pub mod time;

@@ -6,7 +6,7 @@
 //! (narrowest first, so the reason names the most specific limit):
 //! - `max-attempts-per-call`: attempts of one call, the first included;
 //! - `max-retries-per-run`: retries of all calls in the run;
-//! - `max-attempts-per-run` (the step budget): attempts plus status checks;
+//! - `max-steps-per-run` (the step budget): attempts plus status checks;
 //! - `max-replans-per-run`: errors shown to the model.
 //!
 //! Any escalation ends the run: later calls get `RunError::RunEnded`.
@@ -86,6 +86,7 @@ pub struct Run {
 struct Failed {
     class: OutcomeClass,
     hint_ms: Option<u64>,
+    rule: String,
     reason: String,
 }
 
@@ -194,21 +195,22 @@ impl Run {
         Escalation { reason, last_error, resets_in_ms, effects: self.effects.clone(), note }
     }
 
-    fn decision(&self, index: usize, action: Action, class: OutcomeClass, hint_ms: Option<u64>, reason: String) -> Decision {
-        Decision { action, class, attempt: self.calls[index].attempt, hint_ms, reason }
+    fn decision(&self, index: usize, action: Action, failed: &Failed, reason: String) -> Decision {
+        let rule = failed.rule.clone();
+        Decision { action, class: failed.class, attempt: self.calls[index].attempt, hint_ms: failed.hint_ms, rule, reason }
     }
 
     fn escalate_call(&mut self, index: usize, failed: Failed, reason: EscalationReason, resets_in_ms: Option<u64>, now_ms: u64) -> Decision {
         let escalation = self.escalate(Some(index), reason, resets_in_ms, now_ms);
         let text = format!("{}; escalate: {}", failed.reason, escalation::reason_text(reason));
-        self.decision(index, Action::Escalate(escalation), failed.class, failed.hint_ms, text)
+        self.decision(index, Action::Escalate(escalation), &failed, text)
     }
 
     /// Asks to begin a call.
     pub fn begin_call(&mut self, request: &CallRequest, now_ms: u64, budget: &mut dyn AccountBudget) -> Result<Admission, RunError> {
         self.ensure_open()?;
-        if self.steps() >= self.config.max_attempts_per_run {
-            return Ok(Admission::Escalate(self.escalate(None, EscalationReason::RunAttemptsSpent, None, now_ms)));
+        if self.steps() >= self.config.max_steps_per_run {
+            return Ok(Admission::Escalate(self.escalate(None, EscalationReason::RunStepsSpent, None, now_ms)));
         }
         let cost = self.config.account_budget.as_ref().map_or(0, |a| a.attempt_cost);
         let delay_ms = match self.reserve(cost, now_ms, budget) {
@@ -232,7 +234,7 @@ impl Run {
         self.calls.push(call);
         self.counters.attempts += 1;
         self.note_wait(delay_ms);
-        let call_id = self.calls.len() as u32; // fewer than max-attempts-per-run (≤ 10^6)
+        let call_id = self.calls.len() as u32; // fewer than max-steps-per-run (≤ 10^6)
         Ok(Admission::Send(CallTicket { call_id, delay_ms, effect: policy.effect, safe_to_repeat }))
     }
 
@@ -248,7 +250,7 @@ impl Run {
         self.ensure_open()?;
         let index = self.call_index(call_id)?;
         let pending = match self.calls[index].phase {
-            Phase::CheckingStatus { class, hint_ms } => Some(Failed { class, hint_ms, reason: String::new() }),
+            Phase::CheckingStatus { class, hint_ms } => Some(Failed { class, hint_ms, rule: String::from("status-check"), reason: String::new() }),
             _ => None,
         };
         match (outcome, pending) {
@@ -259,7 +261,8 @@ impl Run {
                 self.refund_quota(index, now_ms, budget);
                 let effect = self.calls[index].policy.effect;
                 let status = if effect == Effect::Read { None } else { Some(EffectStatus::Applied) };
-                Ok(self.succeed(index, status, None, OutcomeClass::Success, None, "the call succeeded".to_string()))
+                let done = Failed { class: OutcomeClass::Success, hint_ms: None, rule: String::from("success"), reason: String::new() };
+                Ok(self.succeed(index, status, None, &done, "the call succeeded".to_string()))
             }
             (Outcome::EmptyResult(detail), None) => {
                 let limit = self.config.max_message_chars as usize;
@@ -269,20 +272,20 @@ impl Run {
                 if self.calls[index].policy.effect != Effect::Read {
                     self.set_effect(index, Some(EffectStatus::Applied));
                 }
-                let failed = Failed { class: OutcomeClass::Semantic, hint_ms: None, reason: "empty or unusable result is semantic".to_string() };
+                let failed = Failed { class: OutcomeClass::Semantic, hint_ms: None, rule: String::from("empty-result"), reason: "empty or unusable result is semantic".to_string() };
                 Ok(self.replan_or_escalate(index, failed, message, now_ms))
             }
             (Outcome::Failure(failure), None) => Ok(self.on_failure(index, failure, now_ms, entropy, budget)),
         }
     }
 
-    fn succeed(&mut self, index: usize, effect: Option<EffectStatus>, note: Option<String>, class: OutcomeClass, hint_ms: Option<u64>, reason: String) -> Decision {
+    fn succeed(&mut self, index: usize, effect: Option<EffectStatus>, note: Option<String>, outcome: &Failed, reason: String) -> Decision {
         self.calls[index].phase = Phase::Finished;
         self.counters.succeeded_calls += 1;
         if effect.is_some() {
             self.set_effect(index, effect);
         }
-        self.decision(index, Action::Succeed(note), class, hint_ms, reason)
+        self.decision(index, Action::Succeed(note), outcome, reason)
     }
 
     fn replan_or_escalate(&mut self, index: usize, failed: Failed, message: String, now_ms: u64) -> Decision {
@@ -292,7 +295,7 @@ impl Run {
         self.counters.replans += 1;
         self.calls[index].phase = Phase::Finished;
         let reason = format!("{}; replan {} of {}", failed.reason, self.counters.replans, self.config.max_replans_per_run);
-        self.decision(index, Action::Replan(message), failed.class, failed.hint_ms, reason)
+        self.decision(index, Action::Replan(message), &failed, reason)
     }
 
     fn on_failure(&mut self, index: usize, failure: &Failure, now_ms: u64, entropy: u64, budget: &mut dyn AccountBudget) -> Decision {
@@ -302,7 +305,7 @@ impl Run {
                 Err(i) => self.statuses.insert(i, StatusCount { status, count: 1 }),
             }
         }
-        let classification = classify(failure, &self.config.status_overrides, now_ms);
+        let classification = classify(failure, &self.config, Some(&self.calls[index].tool), now_ms);
         let label = failure_label(&failure.kind);
         let body = excerpt(&failure.body, self.config.max_message_chars as usize);
         let error_text = if body.is_empty() { label.clone() } else { format!("{label}: {body}") };
@@ -316,21 +319,22 @@ impl Run {
         if let (Some(hint), Some(source)) = (hint_ms, &classification.hint_source) {
             reason.push_str(&format!("; {source} hints {hint} ms"));
         }
-        let failed = Failed { class, hint_ms, reason };
+        let failed = Failed { class, hint_ms, rule: classification.rule, reason };
+        let gone = matches!(failure.kind, FailureKind::HttpStatus(404 | 410) | FailureKind::ToolError(Some(404 | 410)));
+        if self.calls[index].policy.effect == Effect::Delete && gone {
+            // Deleting what is already gone is the delete's goal reached, whatever
+            // `x-should-retry` says. If an earlier attempt of this call failed
+            // ambiguously, that attempt did it.
+            let earlier = self.effects.iter().any(|e| e.call_id == index as u32 + 1);
+            let effect = earlier.then_some(EffectStatus::Applied);
+            let note = Some(format!("already deleted ({label})"));
+            let reason = format!("{}; a delete whose target is gone succeeded", failed.reason);
+            return self.succeed(index, effect, note, &failed, reason);
+        }
         match class {
             OutcomeClass::Permission => self.escalate_call(index, failed, EscalationReason::PermissionDenied, None, now_ms),
             OutcomeClass::Deterministic => {
                 let call = &self.calls[index];
-                let gone = matches!(failure.kind, FailureKind::HttpStatus(404 | 410) | FailureKind::ToolError(Some(404 | 410)));
-                if call.policy.effect == Effect::Delete && gone {
-                    // Deleting what is already gone is the delete's goal reached. If an
-                    // earlier attempt of this call failed ambiguously, that attempt did it.
-                    let earlier = self.effects.iter().any(|e| e.call_id == index as u32 + 1);
-                    let effect = earlier.then_some(EffectStatus::Applied);
-                    let note = Some(format!("already deleted ({label})"));
-                    let reason = format!("{}; a delete whose target is gone succeeded", failed.reason);
-                    return self.succeed(index, effect, note, class, hint_ms, reason);
-                }
                 let message = format!("{} failed: {error_text}", call.tool);
                 self.replan_or_escalate(index, failed, message, now_ms)
             }
@@ -341,16 +345,20 @@ impl Run {
                     self.set_effect(index, Some(EffectStatus::Unknown));
                 }
                 if let Some(hint) = hint_ms.filter(|h| *h > self.config.max_hint_ms) {
-                    return self.escalate_call(index, failed, EscalationReason::QuotaExhausted, Some(hint), now_ms);
+                    return self.escalate_call(index, failed, EscalationReason::ServerWaitTooLong, Some(hint), now_ms);
+                }
+                // The model cannot fix it, and the server says a retry will not either.
+                if classification.server_says_retry == Some(false) {
+                    return self.escalate_call(index, failed, EscalationReason::RetryForbidden, hint_ms, now_ms);
                 }
                 if ambiguous && !self.calls[index].safe_to_repeat() {
-                    if self.steps() >= self.config.max_attempts_per_run {
-                        return self.escalate_call(index, failed, EscalationReason::RunAttemptsSpent, None, now_ms);
+                    if self.steps() >= self.config.max_steps_per_run {
+                        return self.escalate_call(index, failed, EscalationReason::RunStepsSpent, None, now_ms);
                     }
                     self.counters.status_checks += 1;
                     self.calls[index].phase = Phase::CheckingStatus { class, hint_ms };
                     let reason = format!("{}; a write without a key may have applied: check status before resending", failed.reason);
-                    return self.decision(index, Action::CheckStatus, class, hint_ms, reason);
+                    return self.decision(index, Action::CheckStatus, &failed, reason);
                 }
                 self.retry_or_escalate(index, failed, now_ms, entropy, budget)
             }
@@ -368,8 +376,8 @@ impl Run {
             Some(EscalationReason::CallAttemptsSpent)
         } else if self.counters.retries >= config.max_retries_per_run {
             Some(EscalationReason::RunRetriesSpent)
-        } else if self.steps() >= config.max_attempts_per_run {
-            Some(EscalationReason::RunAttemptsSpent)
+        } else if self.steps() >= config.max_steps_per_run {
+            Some(EscalationReason::RunStepsSpent)
         } else {
             None
         };
@@ -427,7 +435,7 @@ impl Run {
             attempt,
             config.max_attempts_per_call - 1
         );
-        Decision { action: Action::Retry(plan), class: failed.class, attempt, hint_ms: failed.hint_ms, reason }
+        Decision { action: Action::Retry(plan), class: failed.class, attempt, hint_ms: failed.hint_ms, rule: failed.rule, reason }
     }
 
     /// What the status check found.
@@ -437,7 +445,7 @@ impl Run {
             StatusCheckResult::Found => {
                 let note = Some("already applied: a status check found it".to_string());
                 let reason = "status check found the write applied".to_string();
-                self.succeed(index, Some(EffectStatus::Applied), note, failed.class, failed.hint_ms, reason)
+                self.succeed(index, Some(EffectStatus::Applied), note, &failed, reason)
             }
             StatusCheckResult::Absent => {
                 self.set_effect(index, None);

@@ -86,13 +86,22 @@ fn hms(text: &str) -> Option<(u32, u32, u32)> {
 /// An HTTP-date (RFC 9110 §5.6.7) in any of its three forms, in ms since the epoch:
 /// IMF-fixdate `Sun, 06 Nov 1994 08:49:37 GMT`, obsolete RFC 850
 /// `Sunday, 06-Nov-94 08:49:37 GMT` and asctime `Sun Nov  6 08:49:37 1994`.
+/// Like Python's `email.utils.parsedate_to_datetime` (which the OpenAI and
+/// Anthropic SDKs use), the IMF form may say `UTC`, `UT` or `+0000` for `GMT`,
+/// have a one-digit day, or leave out the weekday.
 pub fn parse_http_date(text: &str) -> Option<u64> {
-    let words: alloc::vec::Vec<&str> = text.split_ascii_whitespace().collect();
+    let words: alloc::vec::Vec<&str> = text.split_ascii_whitespace().take(7).collect();
+    let utc = |zone: &str| matches!(zone, "GMT" | "UTC" | "UT" | "Z" | "+0000" | "-0000");
+    let day_of_month = |day: &str| -> Option<u32> { if day.len() == 1 { digits(day, 1) } else { digits(day, 2) } };
     match words.as_slice() {
-        // IMF-fixdate
-        [weekday, day, month, year, time, "GMT"] if weekday.ends_with(',') && weekday.len() == 4 => {
+        // IMF-fixdate, with or without the weekday
+        [weekday, day, month, year, time, zone] if weekday.ends_with(',') && weekday.len() == 4 && utc(zone) => {
             let (h, m, s) = hms(time)?;
-            epoch_ms(digits(year, 4)?, month_number(month)?, digits(day, 2)?, h, m, s, 0)
+            epoch_ms(digits(year, 4)?, month_number(month)?, day_of_month(day)?, h, m, s, 0)
+        }
+        [day, month, year, time, zone] if utc(zone) && day.len() <= 2 => {
+            let (h, m, s) = hms(time)?;
+            epoch_ms(digits(year, 4)?, month_number(month)?, day_of_month(day)?, h, m, s, 0)
         }
         // RFC 850: two-digit year, read as 1970..2069.
         [weekday, date, time, "GMT"] if weekday.ends_with(',') => {
@@ -178,6 +187,8 @@ mod tests {
         assert_eq!(parse_http_date("Sun Nov  6 08:49:37 1994"), Some(NOV_6_1994));
         assert_eq!(parse_http_date("Sun, 31 Feb 1994 08:49:37 GMT"), None);
         assert_eq!(parse_http_date("Sun, 06 Nov 1994 08:49:37 PST"), None);
+        assert_eq!(parse_http_date("Sun, 6 Nov 1994 08:49:37 UTC"), Some(NOV_6_1994));
+        assert_eq!(parse_http_date("06 Nov 1994 08:49:37 +0000"), Some(NOV_6_1994));
         assert_eq!(parse_http_date("tomorrow"), None);
         assert_eq!(parse_http_date(""), None);
     }

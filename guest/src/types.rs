@@ -36,6 +36,8 @@ pub struct Failure {
     pub headers: Vec<(String, String)>,
     #[serde(default)]
     pub body: String,
+    #[serde(default)]
+    pub structured_content: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -87,6 +89,8 @@ pub struct Classification {
     pub class: OutcomeClass,
     pub hint_ms: Option<u64>,
     pub hint_source: Option<String>,
+    pub server_says_retry: Option<bool>,
+    pub rule: String,
     pub reason: String,
     pub header_problems: Vec<HeaderProblem>,
 }
@@ -146,8 +150,9 @@ pub enum EscalationReason {
     ReplansSpent,
     CallAttemptsSpent,
     RunRetriesSpent,
-    RunAttemptsSpent,
-    QuotaExhausted,
+    RunStepsSpent,
+    ServerWaitTooLong,
+    RetryForbidden,
     AccountBudgetExhausted,
     RetryQuotaExhausted,
     UnclassifiedFailure,
@@ -205,6 +210,7 @@ pub struct Decision {
     pub class: OutcomeClass,
     pub attempt: u32,
     pub hint_ms: Option<u64>,
+    pub rule: String,
     pub reason: String,
 }
 

@@ -30,7 +30,7 @@ def jitter(entropy, retry, base=1000, cap=30000):
 
 # ---------- building blocks ----------
 
-def failure(status=None, transport=None, rpc=None, tool_error=False, upstream=None, headers=(), body=""):
+def failure(status=None, transport=None, rpc=None, tool_error=False, upstream=None, headers=(), body="", structured=None):
     if status is not None:
         kind = {"http-status": status}
     elif transport is not None:
@@ -45,6 +45,8 @@ def failure(status=None, transport=None, rpc=None, tool_error=False, upstream=No
         out["headers"] = [list(h) for h in headers]
     if body:
         out["body"] = body
+    if structured is not None:
+        out["structured-content"] = structured if isinstance(structured, str) else json.dumps(structured)
     return out
 
 
@@ -182,8 +184,31 @@ def classify_cases():
     cases.append(case("status-overrides turn 409 transient", [classify({"status": 409}, {"class": "transient", "reason": {"$contains": "status-overrides"}})],
                       config={"status-overrides": {"409": "transient"}}))
     cases.append(case("x-should-retry true makes a 400 transient", [classify({"status": 400, "headers": [("x-should-retry", "true")]}, {"class": "transient"})]))
-    cases.append(case("x-should-retry false makes a 503 deterministic", [classify({"status": 503, "headers": [("X-Should-Retry", "false")]}, {"class": "deterministic"})]))
+    cases.append(case("x-should-retry false keeps a 503 transient and says the server forbids a retry",
+                      [classify({"status": 503, "headers": [("X-Should-Retry", "false")]}, {"class": "transient", "server-says-retry": False})],
+                      comment="Stainless SDKs (openai-python _base_client.py _should_retry): the header is the server's verdict"))
+    cases.append(case("x-should-retry false keeps a 429 throttled", [classify({"status": 429, "headers": [("x-should-retry", "false")]}, {"class": "throttled", "server-says-retry": False})]))
     cases.append(case("x-should-retry true leaves a 403 permission", [classify({"status": 403, "headers": [("x-should-retry", "true")]}, {"class": "permission"})]))
+    cases.append(case("an AWS throttling code in x-amzn-ErrorType makes a 400 throttled",
+                      [classify({"status": 400, "headers": [("x-amzn-ErrorType", "ThrottlingException:http://internal.amazon.com/coral/com.amazon.coral.availability/")]},
+                                {"class": "throttled", "rule": "aws-error-code"})], comment="botocore retries/standard.py: throttled error codes, whatever the status"))
+    cases.append(case("an AWS throttling code in the body makes a 400 throttled",
+                      [classify({"status": 400, "body": json.dumps({"__type": "com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException", "message": "slow down"})},
+                                {"class": "throttled", "rule": "aws-error-code"})], comment="botocore retries/standard.py"))
+    cases.append(case("an AWS transient code in the body makes a 400 transient",
+                      [classify({"status": 400, "body": json.dumps({"code": "RequestTimeout"})}, {"class": "transient", "rule": "aws-error-code"})], comment="botocore retries/standard.py"))
+    cases.append(case("S3 SlowDown on a 503 is throttled", [classify({"status": 503, "body": json.dumps({"Code": "SlowDown"})}, {"class": "throttled"})],
+                      comment="Amazon S3 error responses"))
+    cases.append(case("an AWS code that is neither throttling nor transient changes nothing",
+                      [classify({"status": 400, "body": json.dumps({"__type": "ValidationException"})}, {"class": "deterministic", "rule": "http-status"})]))
+    for code, cls in [(14, "transient"), (8, "throttled"), (4, "transient"), (7, "permission"), (16, "permission"), (3, "deterministic"), (12, "unclassified")]:
+        cases.append(case(f"grpc-status {code} is {cls}", [classify({"status": 500, "headers": [("grpc-status", str(code))]}, {"class": cls, "rule": "grpc-status"})],
+                          comment="gRPC status codes (grpc.io): 14 UNAVAILABLE, 8 RESOURCE_EXHAUSTED, 4 DEADLINE_EXCEEDED, 7 PERMISSION_DENIED, 16 UNAUTHENTICATED, 3 INVALID_ARGUMENT, 12 UNIMPLEMENTED"))
+    cases.append(case("x-envoy-overloaded makes a 503 throttled", [classify({"status": 503, "headers": [("x-envoy-overloaded", "true")]}, {"class": "throttled", "rule": "x-envoy-overloaded"})],
+                      comment="Envoy router: x-envoy-overloaded is set when a request is shed by overload or circuit breaking"))
+    cases.append(case("a 413 with Retry-After is throttled", [classify({"status": 413, "headers": [("retry-after", "5")]}, {"class": "throttled", "hint-ms": 5000, "rule": "413-retry-after"})],
+                      comment="RFC 9110 15.5.14: a temporary condition carries Retry-After"))
+    cases.append(case("a 413 without Retry-After is deterministic", [classify({"status": 413}, {"class": "deterministic"})]))
     cases.append(case("garbage x-should-retry is a header problem and changes nothing",
                       [classify({"status": 503, "headers": [("x-should-retry", "perhaps")]},
                                 {"class": "transient", "header-problems": [{"name": "x-should-retry", "value": "perhaps"}]})]))
@@ -234,6 +259,28 @@ def hints_cases():
     cases.append(case("malformed Go duration is reported",
                       [classify({"status": 429, "headers": [("x-ratelimit-reset-requests", "6 minutes")]},
                                 {"hint-ms": None, "header-problems": [{"name": "x-ratelimit-reset-requests", "problem": {"$contains": "Go duration"}}]})]))
+    cases.append(case("RateLimit split over two fields gives the same hint as joined",
+                      [classify({"status": 429, "headers": [("RateLimit", '"burst";r=5;t=1'), ("RateLimit", '"daily";r=0;t=20')]}, {"hint-ms": 20000, "hint-source": "ratelimit"}),
+                       classify({"status": 429, "headers": [("RateLimit", '"burst";r=5;t=1, "daily";r=0;t=20')]}, {"hint-ms": 20000, "hint-source": "ratelimit"})],
+                      comment="RFC 9110 5.3: a list may span several field lines; RFC 9651 3.1"))
+    cases.append(case("x-amz-retry-after is in milliseconds", [classify({"status": 503, "headers": [("x-amz-retry-after", "1500")]}, {"hint-ms": 1500, "hint-source": "x-amz-retry-after"})],
+                      comment="AWS SDKs' retry behaviour (smithy-rs AwsErrorCodeClassifier)"))
+    cases.append(case("grpc-retry-pushback-ms is a hint in milliseconds", [classify({"status": 503, "headers": [("grpc-retry-pushback-ms", "250")]}, {"hint-ms": 250, "hint-source": "grpc-retry-pushback-ms"})],
+                      comment="gRPC proposal A6, gRPC Retry Design: server pushback"))
+    cases.append(case("a negative grpc-retry-pushback-ms forbids a retry", [classify({"status": 503, "headers": [("grpc-retry-pushback-ms", "-1")]},
+                      {"hint-ms": None, "server-says-retry": False, "header-problems": [{"name": "grpc-retry-pushback-ms"}]})], comment="gRPC proposal A6"))
+    cases.append(case("Retry-After with UTC instead of GMT and a one-digit day", [classify({"status": 503, "headers": [("retry-after", "Sun, 30 Nov 2025 00:01:00 UTC")]}, {"hint-ms": 60000}),
+                      classify({"status": 503, "headers": [("retry-after", "Mon, 1 Dec 2025 00:00:00 GMT")]}, {"hint-ms": 86400000})],
+                      comment="lenient dates as Python's email.utils.parsedate_to_datetime reads them (openai-python, anthropic-sdk-python)"))
+    cases.append(case("a 35-digit Retry-After is a header problem, not a wait",
+                      [classify({"status": 429, "headers": [("retry-after", "9" * 35)]},
+                                {"hint-ms": None, "header-problems": [{"name": "retry-after", "problem": {"$contains": "max-plausible-hint-ms"}}]})]))
+    cases.append(case("a Retry-After of two years is implausible and the next header is read",
+                      [classify({"status": 429, "headers": [("retry-after", str(2 * 365 * 86400)), ("ratelimit", '"a";r=0;t=5')]},
+                                {"hint-ms": 5000, "hint-source": "ratelimit"})]))
+    cases.append(case("max-plausible-hint-ms is configurable",
+                      [classify({"status": 429, "headers": [("retry-after", "7200")]}, {"hint-ms": None, "header-problems": [{"name": "retry-after"}]})],
+                      config={"max-plausible-hint-ms": 3600000}))
     cases.append(case("a header value with control characters is cut to one line",
                       [classify({"status": 429, "headers": [("retry-after", "a\nb\u0000c")]},
                                 {"header-problems": [{"name": "retry-after", "value": "a b c"}]})]))
@@ -382,9 +429,19 @@ def transient_cases():
             begin("lookup_order"),
             outcome(1, fail(tool_error=True, upstream=503, body="vendor API unavailable"), retry(attempt=2, cls="transient")),
         ], config=TOOLS),
-        case("x-should-retry false on a 503 shows the error to the model", [
+        case("x-should-retry false on a 503 escalates: the model cannot fix it and the server forbids a retry", [
             begin("lookup_order"),
-            outcome(1, fail(status=503, headers=[("x-should-retry", "false")], body="maintenance"), replan("maintenance", "deterministic")),
+            outcome(1, fail(status=503, headers=[("x-should-retry", "false")], body="maintenance"),
+                    escalate("retry-forbidden", "transient", note={"$contains": "forbids a retry"})),
+        ], config=TOOLS),
+        case("x-should-retry false on a spend-cap 429 still escalates with the reset time", [
+            begin("lookup_order"),
+            outcome(1, fail(status=429, headers=[("x-should-retry", "false"), ("retry-after", "62291")], body="spend cap"),
+                    escalate("server-wait-too-long", "throttled", **{"resets-in-ms": 62291000})),
+        ], config=TOOLS, comment="the reset time is what a person needs; x-should-retry does not hide it"),
+        case("x-should-retry false on a 400 is still shown to the model", [
+            begin("lookup_order"),
+            outcome(1, fail(status=400, headers=[("x-should-retry", "false")], body="bad order id"), replan("bad order id", "deterministic")),
         ], config=TOOLS),
         case("the statuses seen are counted per status", [
             begin("lookup_order"),
@@ -540,6 +597,9 @@ def delete_cases():
         case("a delete answered 400 is shown to the model", [
             begin("delete_asset"), outcome(1, fail(status=400, body="bad id"), replan("bad id")),
         ], config=TOOLS),
+        case("a delete answered 404 with x-should-retry true still succeeds as already gone", [
+            begin("delete_asset"), outcome(1, fail(status=404, headers=[("x-should-retry", "true")]), succeed("already deleted")),
+        ], config=TOOLS),
         case("a read answered 404 is not treated as a delete", [
             begin("lookup_order"), outcome(1, fail(status=404), replan()),
         ], config=TOOLS),
@@ -553,7 +613,7 @@ def run_hint_cases():
         case("a hint longer than max-hint-ms escalates with the reset time", [
             begin("lookup_order"),
             outcome(1, fail(status=429, headers=[("retry-after", "86400")], body="monthly spend cap reached"),
-                    escalate("quota-exhausted", "throttled", **{"resets-in-ms": 86400000},
+                    escalate("server-wait-too-long", "throttled", **{"resets-in-ms": 86400000},
                              note={"$contains": "Room returns in 86400 s, at 2025-12-01T00:00:00Z"})),
         ], config=TOOLS, comment="semantics 8: a spend cap is not waited out and not dropped"),
         case("a hint at exactly max-hint-ms is waited out", [
@@ -562,12 +622,12 @@ def run_hint_cases():
         ], config=TOOLS),
         case("max-hint-ms is configurable", [
             begin("lookup_order"),
-            outcome(1, fail(status=503, headers=[("retry-after", "6")]), escalate("quota-exhausted", **{"resets-in-ms": 6000})),
+            outcome(1, fail(status=503, headers=[("retry-after", "6")]), escalate("server-wait-too-long", **{"resets-in-ms": 6000})),
         ], config={"max-hint-ms": 5000}),
         case("Anthropic's 7-day reset escalates", [
             begin("lookup_order"),
             outcome(1, fail(status=429, headers=[("anthropic-ratelimit-requests-reset", "2025-12-07T00:00:00Z")]),
-                    escalate("quota-exhausted", **{"resets-in-ms": 7 * 86400000})),
+                    escalate("server-wait-too-long", **{"resets-in-ms": 7 * 86400000})),
         ], config=TOOLS),
         case("a persistent 429 without a hint ends through the run retry budget", [
             begin("lookup_order"),
@@ -605,21 +665,21 @@ def budget_cases():
         case("the step budget refuses a call once spent", [
             begin("lookup_order"), outcome(1, SUCCESS),
             begin("lookup_order"), outcome(2, SUCCESS),
-            begin("lookup_order", expect={"ok": {"escalate": {"reason": "run-attempts-spent"}}}),
-            report(calls=2, attempts=2, escalation="run-attempts-spent"),
-        ], config={"tools": REFUND_TOOLS, "max-attempts-per-run": 2}),
+            begin("lookup_order", expect={"ok": {"escalate": {"reason": "run-steps-spent"}}}),
+            report(calls=2, attempts=2, escalation="run-steps-spent"),
+        ], config={"tools": REFUND_TOOLS, "max-steps-per-run": 2}),
         case("the step budget stops a retry", [
             begin("lookup_order"), outcome(1, fail(status=503), retry(attempt=2)),
-            outcome(1, fail(status=503), escalate("run-attempts-spent")),
-        ], config={"tools": REFUND_TOOLS, "max-attempts-per-run": 2}),
+            outcome(1, fail(status=503), escalate("run-steps-spent")),
+        ], config={"tools": REFUND_TOOLS, "max-steps-per-run": 2}),
         case("status checks count as steps", [
             begin("issue_refund"), outcome(1, fail(transport="timeout"), decision("check-status")),
-            outcome(1, {"status-check": "absent"}, escalate("run-attempts-spent")),
-        ], config={"tools": REFUND_TOOLS, "max-attempts-per-run": 2}),
+            outcome(1, {"status-check": "absent"}, escalate("run-steps-spent")),
+        ], config={"tools": REFUND_TOOLS, "max-steps-per-run": 2}),
         case("the narrowest spent budget names the escalation", [
             begin("lookup_order"), outcome(1, fail(status=503), retry(attempt=2)),
             outcome(1, fail(status=503), escalate("call-attempts-spent")),
-        ], config={"tools": REFUND_TOOLS, "max-attempts-per-call": 2, "max-retries-per-run": 1, "max-attempts-per-run": 2}),
+        ], config={"tools": REFUND_TOOLS, "max-attempts-per-call": 2, "max-retries-per-run": 1, "max-steps-per-run": 2}),
         case("a persistent 503 escalates naming the run budget and the effects made", [
             begin("issue_refund", key="k-1"), outcome(1, SUCCESS),
             begin("lookup_order"),
@@ -768,8 +828,9 @@ def account_cases():
 def config_cases():
     defaults = {
         "base-delay-ms": 1000, "max-delay-ms": 30000, "max-attempts-per-call": 4, "max-retries-per-run": 10,
-        "max-replans-per-run": 2, "max-attempts-per-run": 30, "max-hint-ms": 60000, "max-message-chars": 300,
-        "default-effect": "write", "tools": {}, "status-overrides": {}, "account-budget": None,
+        "max-replans-per-run": 2, "max-steps-per-run": 30, "max-hint-ms": 60000, "max-plausible-hint-ms": 31536000000,
+        "max-message-chars": 300, "default-effect": "write", "tools": {}, "status-overrides": {}, "tool-error-rules": [],
+        "account-budget": None,
     }
 
     def load(config=None, text=None, expect=None):
@@ -830,9 +891,200 @@ def config_cases():
         case("a JSON array is not a configuration", [load(text="[]", expect=err("wrong-type", ""))]),
         case("a duplicate field is a syntax error", [load(text='{"max-hint-ms": 1, "max-hint-ms": 2}', expect=err("syntax", "", "appears twice"))]),
         case("deep nesting is refused", [load(text="[" * 200, expect=err("syntax", "", "nesting deeper"))]),
+        case("tool-error-rules are global and per tool, lower-cased", [
+            load({"tools": {"search": {"tool-error-rules": [{"contains": "E_BUSY", "class": "transient"}]}},
+                  "tool-error-rules": [{"contains": "Quota Low", "class": "throttled"}]},
+                 expect={"ok": {"tools": {"search": {"tool-error-rules": [{"contains": "e_busy", "class": "transient"}]}},
+                                "tool-error-rules": [{"contains": "quota low", "class": "throttled"}]}})]),
+        case("a tool-error rule needs a class a failure can have", [
+            load({"tool-error-rules": [{"contains": "x", "class": "success"}]}, expect=err("out-of-range", "tool-error-rules[0].class"))]),
+        case("a tool-error rule needs text to contain", [
+            load({"tool-error-rules": [{"class": "transient"}]}, expect=err("out-of-range", "tool-error-rules[0].contains", "required"))]),
+        case("max-plausible-hint-ms below max-hint-ms is rejected", [
+            load({"max-plausible-hint-ms": 1000}, expect=err("out-of-range", "max-plausible-hint-ms", "at least max-hint-ms"))]),
+        case("the old name max-attempts-per-run is an unknown field", [
+            load({"max-attempts-per-run": 30}, expect=err("unknown-field", "max-attempts-per-run"))],
+             comment="renamed max-steps-per-run in contract 0.2.0: it counts steps, status checks included"),
         case("the effective configuration echoes the fields given", [
             load({"base-delay-ms": 50, "status-overrides": {"409": "transient"}, "default-effect": "read"},
                  expect={"ok": {"base-delay-ms": 50, "status-overrides": {"409": "transient"}, "default-effect": "read"}})]),
+    ]
+
+# ---------- tool-errors.json ----------
+
+GH = "github/github-mcp-server pkg/errors/error.go"
+PYSDK = "modelcontextprotocol/python-sdk: FastMCP wraps a raised exception as 'Error executing tool {name}: {exc}'"
+
+
+def tool_error_cases():
+    """What a tool relays as isError text or structured content, with no status or
+    headers reaching the host. Each row: description, text, structured content,
+    expected class, hint in ms (or None), rule, source."""
+    T, R, D, P, U = "throttled", "transient", "deterministic", "permission", "unclassified"
+    voc, code, st, none = "tool-error:vocabulary", "tool-error:provider-code", "tool-error:status", "tool-error"
+    rows = [
+        # Statuses written in the text, with the words that make them one.
+        ("a relayed 'HTTP 503' is transient", "Error executing tool lookup_order: upstream returned HTTP 503", None, R, None, st, PYSDK),
+        ("a relayed '503 Service Unavailable' is transient", "GitLab API error: 503 Service Unavailable", None, R, None, st, "modelcontextprotocol/servers src/gitlab/index.ts"),
+        ("a relayed 'status code 429' is throttled", "Failed to fetch https://example.com/ - status code 429", None, T, None, st, "modelcontextprotocol/servers src/fetch server.py"),
+        ("a relayed '429 Too Many Requests' is throttled", "Brave API error: 429 Too Many Requests", None, T, None, voc, "modelcontextprotocol/servers src/brave-search/index.ts"),
+        ("a relayed 'status 404' is deterministic", 'failed to get issue: unexpected status 404: {"message":"Not Found"}', None, D, None, st, GH + " NewGitHubAPIStatusErrorResponse"),
+        ("a relayed '502 Bad Gateway' is transient", "upstream answered 502 Bad Gateway", None, R, None, st, "RFC 9110 15.6.3"),
+        ("a relayed 'Error code: 500' is transient", "Error code: 500 - the server had an error", None, R, None, st, "openai-python _base_client.py: 'Error code: {status} - {body}'"),
+        ("a relayed 'HTTP/1.1 504' is transient", "proxy said HTTP/1.1 504", None, R, None, st, "RFC 9112 status line"),
+        ("an axios 'Request failed with status code 500' is transient", "Request failed with status code 500", None, R, None, st, "axios AxiosError message"),
+        ("a relayed 'status: 401' is permission", "request rejected, status: 401", None, P, None, st, "RFC 9110 15.5.2"),
+        # Provider error identifiers in JSON (structured content or JSON in the text).
+        ("Anthropic overloaded_error in structured content is throttled", "Overloaded", {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}, T, None, code, "Anthropic API errors: overloaded_error (HTTP 529)"),
+        ("Anthropic rate_limit_error is throttled", "rate limit", {"type": "error", "error": {"type": "rate_limit_error", "message": "Number of request tokens has exceeded your per-minute rate limit"}}, T, None, code, "Anthropic API errors: rate_limit_error"),
+        ("Anthropic api_error is transient", "", {"type": "error", "error": {"type": "api_error", "message": "Internal server error"}}, R, None, code, "Anthropic API errors: api_error (HTTP 500)"),
+        ("Anthropic permission_error is permission", "", {"type": "error", "error": {"type": "permission_error", "message": "not allowed"}}, P, None, code, "Anthropic API errors: permission_error"),
+        ("Anthropic authentication_error in JSON text is permission", '401 {"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}', None, P, None, code, "cline/cline#12 (Anthropic TS SDK message)"),
+        ("Anthropic not_found_error is deterministic", "", {"type": "error", "error": {"type": "not_found_error", "message": "model: claude-x"}}, D, None, code, "Anthropic API errors: not_found_error"),
+        ("a Python-repr Anthropic body is read by its identifier", "Error code: 529 - {'type': 'error', 'error': {'type': 'overloaded_error', 'message': 'Overloaded'}}", None, T, None, code, "anthropic-sdk-python _base_client.py (dict repr, not JSON)"),
+        ("OpenAI rate_limit_exceeded with 'try again in 9.816s' waits 9816 ms", "Rate limit reached for gpt-4 on tokens per min (TPM): Limit 10000, Used 8554, Requested 3082. Please try again in 9.816s.",
+         {"error": {"message": "Rate limit reached", "type": "tokens", "param": None, "code": "rate_limit_exceeded"}}, T, 9816, code, "OpenAI error body (FoundationAgents/MetaGPT#523)"),
+        ("OpenAI insufficient_quota is permission, not a throttle", "You exceeded your current quota, please check your plan and billing details.",
+         {"error": {"type": "insufficient_quota", "code": "insufficient_quota"}}, P, None, voc, "OpenAI error body (ChatGPTNextWeb/NextChat#3123)"),
+        ("OpenAI 'Request too large' with rate_limit_exceeded is deterministic", "Request too large for gpt-4o on tokens per min (TPM): Limit 30000, Requested 31538.",
+         {"error": {"type": "tokens", "code": "rate_limit_exceeded"}}, D, None, voc, "TheR1D/shell_gpt#653: no wait makes it fit"),
+        ("OpenAI server_error is transient", "The server had an error while processing your request.", {"error": {"type": "server_error"}}, R, None, code, "openai-python APIStatusError bodies"),
+        ("Google RESOURCE_EXHAUSTED with RetryInfo waits retryDelay", "quota", {"error": {"code": 429, "message": "You exceeded your current quota. Please retry in 53.016342224s.", "status": "RESOURCE_EXHAUSTED",
+         "details": [{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "53s"}]}}, T, 53000, code, "googleapis/python-genai#1875; google.rpc.RetryInfo"),
+        ("Google UNAVAILABLE is transient", "", {"error": {"code": 503, "message": "The model is overloaded. Please try again later.", "status": "UNAVAILABLE"}}, R, None, code, "google-gemini/gemini-cli#5191"),
+        ("Google PERMISSION_DENIED is permission", "", {"error": {"code": 403, "message": "User does not have sufficient permissions.", "status": "PERMISSION_DENIED"}}, P, None, code, "Google Analytics Data API errors"),
+        ("Google 'API key not valid' is permission despite INVALID_ARGUMENT", "API key not valid. Please pass a valid API key.",
+         {"error": {"code": 400, "message": "API key not valid. Please pass a valid API key.", "status": "INVALID_ARGUMENT"}}, P, None, voc, "brunnurs/valuenet#12"),
+        ("Google INVALID_ARGUMENT is deterministic", "", {"error": {"code": 400, "message": "bad field", "status": "INVALID_ARGUMENT"}}, D, None, code, "google.rpc.Code"),
+        ("AWS __type ThrottlingException is throttled", "", {"__type": "com.amazon.coral.availability#ThrottlingException", "message": "Rate exceeded"}, T, None, code, "botocore retries/standard.py throttled codes"),
+        ("AWS botocore ClientError text with ThrottlingException is throttled", "An error occurred (ThrottlingException) when calling the InvokeModel operation (reached max retries: 4): Too many requests", None, T, None, code, "botocore exceptions.py ClientError MSG_TEMPLATE"),
+        ("AWS SlowDown is throttled", "<Error><Code>SlowDown</Code><Message>Reduce your request rate.</Message></Error>", None, T, None, code, "Amazon S3 error responses: SlowDown"),
+        ("AWS RequestTimeout is transient", "", {"code": "RequestTimeout", "message": "Your socket connection to the server was not read from"}, R, None, code, "botocore retries/standard.py transient codes"),
+        ("AWS PriorRequestNotComplete is transient", "", {"__type": "PriorRequestNotComplete"}, R, None, code, "botocore retries/standard.py transient codes"),
+        ("AWS ProvisionedThroughputExceededException is throttled", "ProvisionedThroughputExceededException: The level of configured provisioned throughput for the table was exceeded.", None, T, None, code, "mifi/dynamodump#20"),
+        ("AWS AccessDeniedException is permission", "An error occurred (AccessDeniedException) when calling the InvokeModel operation: You don't have access to the model", None, P, None, code, "aws-samples devsecops-chatbot#3"),
+        ("AWS JS SDK v3 error with $metadata is read by name", "", {"name": "ThrottlingException", "$fault": "client", "$metadata": {"httpStatusCode": 429}}, T, None, code, "posit-dev/positron#7844"),
+        ("Slack 'ratelimited' is throttled", '{"ok":false,"error":"ratelimited"}', None, T, None, code, "modelcontextprotocol/servers src/slack (body returned as text)"),
+        # gRPC status names as grpc-go words them.
+        ("grpc-go 'code = Unavailable' is transient", 'rpc error: code = Unavailable desc = connection error: desc = "transport: Error while dialing: dial tcp 0.0.0.0:9500: connect: connection refused"', None, R, None, code, "grpc-go status.Error format"),
+        ("grpc-go 'code = DeadlineExceeded' is transient", "rpc error: code = DeadlineExceeded desc = context deadline exceeded", None, R, None, code, "grpc-go status.Error format"),
+        ("grpc-go 'code = ResourceExhausted' is throttled", "rpc error: code = ResourceExhausted desc = quota exceeded", None, T, None, code, "gRPC status codes: RESOURCE_EXHAUSTED"),
+        ("grpc 'received message larger than max' is deterministic", "rpc error: code = ResourceExhausted desc = grpc: received message larger than max (5039431 vs. 4194304)", None, D, None, voc, "grpc-go rpc_util.go"),
+        ("grpc-go 'code = PermissionDenied' is permission", "rpc error: code = PermissionDenied desc = caller lacks scope", None, P, None, code, "gRPC status codes"),
+        ("grpc 'failed to verify certificate' is unclassified", 'rpc error: code = Unavailable desc = connection error: desc = "transport: authentication handshake failed: tls: failed to verify certificate: x509: certificate is valid for a, not b"', None, U, None, voc, "a client configuration bug: retrying cannot fix it"),
+        # Throttle and wait wording.
+        ("GitHub 'rate limit exceeded. Retry after 47s' waits 47 s", "create issue: GitHub secondary rate limit exceeded. Retry after 47s.", None, T, 47000, voc, GH + " NewGitHubAPIErrorResponse"),
+        ("GitHub 'Retry after 29m59s' is a throttle with a long wait", "search code: GitHub API rate limit exceeded. Retry after 29m59s.", None, T, 1799000, voc, GH),
+        ("go-github 403 rate limit is a throttle, not a permission error", "failed to search code: GET https://api.github.com/search/code?q=x: 403 API rate limit exceeded for user ID 123. [rate reset in 14m02s]", None, T, 842000, voc, "google/go-github RateLimitError.Error formatRateReset"),
+        ("'Permission Denied: API rate limit exceeded' is a throttle", "Permission Denied: API rate limit exceeded for user ID 1.", None, T, None, voc, "modelcontextprotocol/servers src/github maps GitHub's 403 rate limit to GitHubPermissionError"),
+        ("'Please try again in 644ms' waits 644 ms", "429 Rate limit reached for gpt-4o on tokens per min (TPM). Please try again in 644ms.", None, T, 644, voc, "BuilderIO/micro-agent#86 (openai-node message)"),
+        ("'Please try again in 9m38.016s' waits 578016 ms", "Rate limit reached for model llama-3.3-70b-versatile on tokens per day (TPD). Please try again in 9m38.016s.", None, T, 578016, voc, "continuedev/continue#10920 (Groq)"),
+        ("'Retry after: 21 seconds.' waits 21 s", "You have exhausted your API Request Quota. Retry after: 21 seconds. Too many requests.", None, T, 21000, voc, "Akamai API 429 responses"),
+        ("'Try again in 30 seconds' waits 30 s", "Error: Rate limit is exceeded. Try again in 30 seconds.", None, T, 30000, voc, "Azure-Samples/azure-search-openai-demo#177"),
+        ("Slack 'retry-after: 30' waits 30 s", "A rate limit was exceeded (url: chat.postMessage, retry-after: 30)", None, T, 30000, voc, "@slack/web-api WebClient rate limit error"),
+        ("'Resets at' an RFC 3339 time waits until then", "Rate Limit Exceeded: API rate limit exceeded for user ID 1. Resets at: 2025-11-30T00:02:00.000Z", None, T, 120000, voc, "modelcontextprotocol/servers src/github formatGitHubError"),
+        ("'too many requests' wording is throttled", "the vendor says: too many requests, slow down", None, T, None, voc, "RFC 6585 4"),
+        ("'quota exceeded' wording is throttled", "Daily quota exceeded for this project", None, T, None, voc, "Google APIs quota errors"),
+        ("'Timed out ... Waited 30.0 seconds' is transient with no hint", "Timed out while waiting for response to CallToolRequest. Waited 30.0 seconds.", None, R, None, voc, "modelcontextprotocol/python-sdk shared/session.py: how long it waited, not a hint"),
+        # Timeout and connection wording of client libraries.
+        ("Go 'context deadline exceeded' is transient", 'Post "http://10.0.0.1:8000/v1/chat": context deadline exceeded (Client.Timeout exceeded while awaiting headers)', None, R, None, voc, "Go net/http"),
+        ("Go 'i/o timeout' is transient", "dial tcp 10.20.33.66:80: i/o timeout", None, R, None, voc, "Go net"),
+        ("Go 'connection reset by peer' is transient", "read tcp [::1]:65244->[::1]:8080: read: connection reset by peer", None, R, None, voc, "golang/go#20960"),
+        ("Node 'ECONNREFUSED' is transient", "Error: connect ECONNREFUSED 127.0.0.1:443", None, R, None, voc, "Node.js net errors"),
+        ("Node 'socket hang up' is transient", "Error: socket hang up", None, R, None, voc, "Node.js http"),
+        ("undici 'fetch failed' is transient", "TypeError: fetch failed", None, R, None, voc, "nodejs/undici#2400"),
+        ("undici UND_ERR_CONNECT_TIMEOUT is transient", "ConnectTimeoutError: Connect Timeout Error (attempted address: 104.16.123.96:443, timeout: 10000ms) code: 'UND_ERR_CONNECT_TIMEOUT'", None, R, None, voc, "undici errors"),
+        ("Python requests 'Read timed out.' is transient", "HTTPSConnectionPool(host='api.example.com', port=443): Read timed out. (read timeout=100)", None, R, None, voc, "urllib3 ReadTimeoutError"),
+        ("Python 'RemoteDisconnected' is transient", "('Connection aborted.', RemoteDisconnected('Remote end closed connection without response'))", None, R, None, voc, "psf/requests#5981"),
+        ("urllib3 'too many 429 error responses' is throttled", "Max retries exceeded with url: /v1/playlists (Caused by ResponseError('too many 429 error responses'))", None, T, None, st, "spotDL/spotify-downloader#2139"),
+        ("Java 'SocketTimeoutException: Read timed out' is transient", "java.net.SocketTimeoutException: Read timed out", None, R, None, voc, "Java SocketTimeoutException"),
+        ("Java 'Connection refused' is transient", "java.net.ConnectException: Connection refused", None, R, None, voc, "Java ConnectException"),
+        ("PostgreSQL 'too many clients already' is throttled", "FATAL: sorry, too many clients already", None, T, None, voc, "PostgreSQL SQLSTATE 53300"),
+        # Permission wording.
+        ("'Access denied - path outside allowed directories' is permission", "Access denied - path outside allowed directories: /etc/passwd not in /home/u", None, P, None, voc, "modelcontextprotocol/servers src/filesystem/lib.ts"),
+        ("'Bad credentials' is permission", "Authentication Failed: Bad credentials", None, P, None, voc, "modelcontextprotocol/servers src/github formatGitHubError"),
+        ("'Unauthorized' is permission", "Error: Unauthorized. Please check your MCP_SENTRY_AUTH_TOKEN token.", None, P, None, voc, "modelcontextprotocol/servers src/sentry server.py"),
+        ("'password authentication failed' is permission", 'password authentication failed for user "x"', None, P, None, voc, "PostgreSQL message relayed by modelcontextprotocol/servers src/postgres"),
+        ("a relayed '500 error' is transient", "the billing API gave a 500 error", None, R, None, st, "a status followed by the word error"),
+        # Texts that must not match.
+        ("'429 items' is not a throttle", "Cannot reserve 429 items: only 200 left in stock", None, D, None, none, "a bare number is not a status"),
+        ("an order id with 503 in it is not an outage", "Order ORD-503 has no refundable amount left", None, D, None, none, "a number inside a word is not a status"),
+        ("'refund of 500 rupees' is not a server error", "Refund of 500 rupees refused: the amount exceeds the order total of 450", None, D, None, none, "a number without a status word"),
+        ("an argument error with snake_case names stays with the model", "amount_paise must be an integer, got '10.5'", None, D, None, none, "identifiers that are not provider codes"),
+        ("'next update in 30 minutes' is not a wait hint", "Forecast unavailable for this city; next update in 30 minutes", None, D, None, none, "'in 30 minutes' without a retry word is not a hint"),
+        ("an empty isError result stays with the model", "", None, D, None, none, "MCP: an isError result is the tool's verdict"),
+    ]
+    cases = []
+    for description, text, structured, cls, hint, rule, source in rows:
+        f = {"tool_error": True, "body": text}
+        if structured is not None:
+            f["structured"] = structured
+        cases.append(case(description, [classify(f, {"class": cls, "hint-ms": hint, "rule": rule})], comment=source))
+    # Configured rules, the host's status, headers, and text hints in a run.
+    cases.append(case("a configured rule names a server's own code", [
+        classify({"tool_error": True, "body": "E_BUSY: the index is rebuilding"}, {"class": "transient", "rule": "config:tool-error-rules"})],
+        config={"tool-error-rules": [{"contains": "E_BUSY", "class": "transient"}]}))
+    cases.append(case("a configured rule comes before the built-in tables", [
+        classify({"tool_error": True, "body": "rate limit on exports: E_PLAN_LIMIT"}, {"class": "permission", "rule": "config:tool-error-rules"})],
+        config={"tool-error-rules": [{"contains": "e_plan_limit", "class": "permission"}]}))
+    cases.append(case("the host's upstream status comes before the text", [
+        classify({"tool_error": True, "upstream": 404, "body": "rate limit docs not found"}, {"class": "deterministic", "rule": "tool-error:host-status"})]))
+    cases.append(case("a JSON-RPC internal error that relays a 403 is permission", [
+        classify({"rpc": -32603, "body": "MCP error -32603: Permission Denied: Resource not accessible by integration"}, {"class": "permission"})],
+        comment="the TypeScript SDK wraps a handler's throw as -32603 (modelcontextprotocol/typescript-sdk protocol.ts)"))
+    cases.append(case("a JSON-RPC internal error with nothing to read stays transient", [
+        classify({"rpc": -32603, "body": "Internal error"}, {"class": "transient", "rule": "json-rpc-code"})]))
+    cases.append(case("text longer than 4096 bytes is read only up to there", [
+        classify({"tool_error": True, "body": "x" * 5000 + " rate limit"}, {"class": "deterministic"})]))
+    return cases
+
+
+def tool_error_run_cases():
+    k = key_of("run-1", "refund")
+    return [
+        case("a relayed 503 on a read is retried, not shown to the model", [
+            begin("lookup_order"),
+            outcome(1, fail(tool_error=True, body="Error executing tool lookup_order: upstream returned HTTP 503"), retry(jitter(MID, 1), 2, cls="transient")),
+            outcome(1, SUCCESS, succeed()),
+            report(replans=0, retries=1),
+        ], config=TOOLS),
+        case("a relayed rate limit waits what the text asks", [
+            begin("lookup_order"),
+            outcome(1, fail(tool_error=True, body="Rate limit reached. Please try again in 1s."), retry(1000, 2, cls="throttled", **{"hint-ms": 1000}), entropy=0),
+        ], config=TOOLS, comment="the prose hint is a floor on the delay, as a Retry-After header is"),
+        case("a relayed wait longer than max-hint-ms escalates with the reset", [
+            begin("lookup_order"),
+            outcome(1, fail(tool_error=True, body="search code: GitHub API rate limit exceeded. Retry after 29m59s."),
+                    escalate("server-wait-too-long", "throttled", **{"resets-in-ms": 1799000})),
+        ], config=TOOLS),
+        case("a relayed permission error escalates at once", [
+            begin("lookup_order"),
+            outcome(1, fail(tool_error=True, body="403 Forbidden: Resource not accessible by integration"), escalate("permission-denied", "permission")),
+        ], config=TOOLS),
+        case("a relayed timeout on an unkeyed write asks for a status check", [
+            begin("issue_refund"),
+            outcome(1, fail(tool_error=True, body="dial tcp 10.0.0.7:443: i/o timeout"), decision("check-status", "transient")),
+        ], config=TOOLS, comment="the write may have been applied upstream"),
+        case("a relayed timeout on a keyed write is retried with the same key", [
+            begin("issue_refund", key=k),
+            outcome(1, fail(tool_error=True, body="context deadline exceeded"), retry(attempt=2, key=k, cls="transient")),
+        ], config=TOOLS),
+        case("text that matches nothing is shown to the model", [
+            begin("issue_refund"),
+            outcome(1, fail(tool_error=True, body="Cannot reserve 429 items: only 200 left in stock"), replan("429 items", "deterministic")),
+        ], config=TOOLS),
+        case("a per-tool rule applies to that tool only", [
+            begin("lookup_order"),
+            outcome(1, fail(tool_error=True, body="E_BUSY"), retry(attempt=2, cls="transient")),
+            outcome(1, SUCCESS),
+            begin("list_refunds"),
+            outcome(2, fail(tool_error=True, body="E_BUSY"), replan("E_BUSY", "deterministic")),
+        ], config={"tools": dict(REFUND_TOOLS, lookup_order={"effect": "read", "tool-error-rules": [{"contains": "E_BUSY", "class": "transient"}]})}),
+        case("the decision names the rule that applied", [
+            begin("lookup_order"),
+            outcome(1, fail(tool_error=True, body="", structured={"error": {"type": "overloaded_error"}}),
+                    retry(attempt=2, cls="throttled", rule="tool-error:provider-code", reason={"$contains": "overloaded_error"})),
+        ], config=TOOLS),
     ]
 
 
@@ -853,6 +1105,8 @@ FILES = {
     "runs-errors.json": ("Host misuse of a run is a typed error", run_error_cases),
     "account-budget.json": ("The shared account budget", account_cases),
     "config.json": ("Configuration loading and validation (load-policy)", config_cases),
+    "tool-errors.json": ("Failures a tool relays as isError text or structured content (classify)", tool_error_cases),
+    "runs-tool-errors.json": ("Relayed failures in a run", tool_error_run_cases),
 }
 
 

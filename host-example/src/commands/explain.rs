@@ -20,11 +20,12 @@ fn http(status: u16, headers: &[(&str, &str)], body: &str) -> Outcome {
         kind: FailureKind::HttpStatus(status),
         headers: headers.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect(),
         body: body.to_string(),
+        structured_content: None,
     })
 }
 
 fn timeout() -> Outcome {
-    Outcome::Failure(Failure { kind: FailureKind::Transport(TransportError::Timeout), headers: vec![], body: String::new() })
+    Outcome::Failure(Failure { kind: FailureKind::Transport(TransportError::Timeout), headers: vec![], body: String::new(), structured_content: None })
 }
 
 /// Runs the scripted walkthrough and prints every decision.

@@ -23,7 +23,7 @@ from wasmtime.component import Record, Variant
 
 from agent_retry import EmbeddedAccounts, PolicyComponent
 
-CONFIG = {"max-attempts-per-run": 1_000_000, "max-retries-per-run": 100_000, "max-attempts-per-call": 100}
+CONFIG = {"max-steps-per-run": 1_000_000, "max-retries-per-run": 100_000, "max-attempts-per-call": 100}
 FAILURE = {"failure": {"kind": {"http-status": 503}, "headers": [("retry-after", "1")], "body": "upstream unavailable"}}
 
 
@@ -63,13 +63,13 @@ def stock_decisions(n: int) -> None:
     store.set_fuel(2**63)
     linker = Linker(component.engine)
     with linker.root() as root:
-        with root.add_instance("agent-retry:policy/account-budget@0.1.0") as budget:
+        with root.add_instance(component.account_budget_interface) as budget:
             budget.add_func("reserve", lambda *_: Variant("granted", 0))
             budget.add_func("refund", lambda *_: None)
         with root.add_instance("wasi:random/random@0.2.6") as random:
             random.add_func("get-random-u64", lambda _store: 0)
     instance = linker.instantiate(store, component.component)
-    interface = instance.get_export_index(store, "agent-retry:policy/policy@0.1.0")
+    interface = instance.get_export_index(store, component.policy_interface)
 
     def func(name: str):  # type: ignore[no-untyped-def]
         return instance.get_func(store, instance.get_export_index(store, name, interface))
@@ -90,6 +90,7 @@ def stock_decisions(n: int) -> None:
         admission = begin(store, run, call, now)
         failure = Record()
         failure.kind, failure.headers, failure.body = Variant("http-status", 503), [("retry-after", "1")], "upstream unavailable"
+        setattr(failure, "structured-content", None)
         record(store, run, getattr(admission.payload.payload, "call-id"), Variant("failure", failure), now, 0x1234_5678_9ABC_DEF0)
         next_delay(store, policy, 1, None, 0x0FED_CBA9_8765_4321)
 

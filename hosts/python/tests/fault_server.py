@@ -4,7 +4,11 @@ The tools are an order desk: `lookup_order` (a read), `issue_refund` (a write
 that takes an `idempotency_key` and applies each key once), `issue_refund_unkeyed`
 (a write that takes no key), `list_refunds` (the read a status check uses),
 `validate_amount` (fails with `isError: true`), `search_orders` (returns
-nothing) and `delete_asset` (a delete).
+nothing) and `delete_asset` (a delete). `fetch_report` (a read), `ask_model` (a
+read) and `reserve_stock` (a keyed write) relay an upstream failure the way
+real MCP servers do: as an `isError` result (text, or structured content) or a
+JSON-RPC error, over HTTP 200 with no status or header of the upstream's
+reaching the client; `ServerState.relay` scripts what they relay.
 
 An ASGI middleware in front of the MCP app answers scripted `tools/call` POSTs
 itself: an HTTP status with headers and a body (503, 429 + Retry-After, 400,
@@ -30,7 +34,8 @@ from typing import Any, Optional, Union
 import uvicorn
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ToolAnnotations
+from mcp.shared.exceptions import MCPError
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,34 @@ class SlowResponse:
 Fault = Union[HttpFault, SlowResponse]
 
 
+@dataclass(frozen=True)
+class RaiseToolError:
+    """The tool raises `ToolError(message)`: the SDK answers an `isError` result
+    whose text is "Error executing tool <name>: <message>"."""
+
+    message: str
+
+
+@dataclass(frozen=True)
+class ErrorResult:
+    """The tool returns this `isError` result itself (text and structured content)."""
+
+    text: str
+    structured: Optional[dict[str, Any]] = None
+
+
+@dataclass(frozen=True)
+class RaiseMcpError:
+    """The tool raises `MCPError`: the SDK answers a JSON-RPC error with this code, message and data."""
+
+    code: int
+    message: str
+    data: Any = None
+
+
+Relayed = Union[RaiseToolError, ErrorResult, RaiseMcpError]
+
+
 @dataclass
 class Refund:
     order_id: str
@@ -66,7 +99,18 @@ class ServerState:
     faults: dict[str, deque[Fault]] = field(default_factory=lambda: defaultdict(deque))
     ledger: list[Refund] = field(default_factory=list)
     tool_posts: list[tuple[str, float, Optional[str]]] = field(default_factory=list)  # (tool, time, key)
+    relayed: dict[str, deque[Relayed]] = field(default_factory=lambda: defaultdict(deque))
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def relay(self, tool: str, *failures: Relayed) -> None:
+        """The next runs of `tool` relay these upstream failures, in order; later runs succeed."""
+        with self.lock:
+            self.relayed[tool].extend(failures)
+
+    def next_relayed(self, tool: str) -> Optional[Relayed]:
+        with self.lock:
+            queue = self.relayed.get(tool)
+            return queue.popleft() if queue else None
 
     def script(self, tool: str, *faults: Fault) -> None:
         """The next calls of `tool` get these faults, in order; later calls run normally."""
@@ -128,6 +172,33 @@ def build_app(state: ServerState) -> Any:
     @server.tool(annotations=ToolAnnotations(destructive_hint=True, idempotent_hint=True))
     def delete_asset(asset_id: str) -> str:
         return f"deleted {asset_id}"
+
+    def relayed_failure(tool: str) -> Optional[CallToolResult]:
+        failure = state.next_relayed(tool)
+        if isinstance(failure, RaiseToolError):
+            raise ToolError(failure.message)
+        if isinstance(failure, RaiseMcpError):
+            raise MCPError(failure.code, failure.message, failure.data)
+        if isinstance(failure, ErrorResult):
+            return CallToolResult(
+                content=[TextContent(type="text", text=failure.text)], structured_content=failure.structured, is_error=True
+            )
+        return None
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    def fetch_report(report_id: str) -> Any:
+        """Fetches a report from an upstream API."""
+        return relayed_failure("fetch_report") or f"report {report_id}: 12 refunds"
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    def ask_model(prompt: str) -> Any:
+        """Asks an upstream model provider."""
+        return relayed_failure("ask_model") or f"answer to {prompt!r}: 42"
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False))
+    def reserve_stock(sku: str, quantity: int, idempotency_key: str = "") -> Any:
+        """Reserves stock in an upstream inventory system."""
+        return relayed_failure("reserve_stock") or f"reserved {quantity} of {sku}"
 
     return FaultInjector(server.streamable_http_app(), state)
 

@@ -1,5 +1,5 @@
 """The exam client's pieces (agent_retry.exam): the status check built from an
-exam's spec, and the upstream status of a tool error. The client end to end is
+exam's spec, and that a tool error's upstream status reaches the policy. The client end to end is
 run by the judge (`make judge-python`)."""
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ from typing import Any, Optional
 from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult, TextContent
 
-from agent_retry.exam import status_check_from_spec, upstream_status
-from agent_retry.mcp_client import StatusCheckRequest
+from agent_retry import PolicyComponent
+from agent_retry.exam import status_check_from_spec
+from agent_retry.mcp_client import StatusCheckRequest, tool_error_outcome
 
 SPEC = {"tool": "list_notes", "arguments": ["order_id"], "list": "notes", "match": ["order_id", "text"]}
 
@@ -61,8 +62,17 @@ def test_a_failed_read_is_unknown() -> None:
     assert check(failed, CALL)[0] == "unknown"
 
 
-def test_upstream_status_is_read_from_structured_content() -> None:
-    error = CallToolResult(content=[], structured_content={"error": {"status": 403, "message": "no"}}, is_error=True)
-    assert upstream_status(error) == 403
-    assert upstream_status(CallToolResult(content=[], is_error=True)) is None
-    assert upstream_status(CallToolResult(content=[], structured_content={"error": {"status": "403"}}, is_error=True)) is None
+def test_the_demo_servers_upstream_status_is_read_by_the_policy_not_the_client() -> None:
+    # The demo server reports an upstream failure in structuredContent.error.status;
+    # the client passes the structured content on and the policy reads the status.
+    policy = PolicyComponent.load().instantiate().load_policy({})
+    refused = CallToolResult(
+        content=[TextContent(type="text", text="refunds above 5000 rupees need a person")],
+        structured_content={"error": {"status": 403, "message": "refunds above 5000 rupees need a person"}},
+        is_error=True,
+    )
+    outcome = tool_error_outcome(refused)["failure"]
+    assert outcome["kind"] == {"tool-error": None}
+    classification = policy.classify(outcome, 0)
+    assert (classification["class"], classification["rule"]) == ("permission", "tool-error:status")
+    assert "403" in classification["reason"]

@@ -10,8 +10,10 @@ import pytest
 from agent_retry import (
     Bucket,
     ComponentLoadError,
+    CONTRACT_VERSION,
     ComponentNotFound,
     ConfigError,
+    ContractVersionMismatch,
     EmbeddedAccounts,
     InstanceUnusable,
     OsEntropy,
@@ -20,11 +22,13 @@ from agent_retry import (
     Reservation,
     RunMisuse,
     SplitMix64,
+    check_contract_version,
     gcra,
     locate_component,
 )
 from agent_retry._codec import ValueConversionError
 from agent_retry.accounts import U64_MAX
+from agent_retry.component import contract_compatibility
 from agent_retry.entropy import random_bytes
 from agent_retry.types import http_failure, transport_failure
 
@@ -87,11 +91,63 @@ def test_a_broken_file_is_a_load_error() -> None:
 def test_the_component_imports_only_the_budget_the_types_and_random() -> None:
     component = PolicyComponent.load()
     assert sorted(component.imports) == [
-        "agent-retry:policy/account-budget@0.1.0",
-        "agent-retry:policy/types@0.1.0",
+        "agent-retry:policy/account-budget@0.2.0",
+        "agent-retry:policy/types@0.2.0",
         "wasi:random/random@0.2.6",
     ]
-    assert component.exports == ["agent-retry:policy/policy@0.1.0"]
+    assert component.exports == ["agent-retry:policy/policy@0.2.0"]
+    assert component.contract_version == CONTRACT_VERSION == "0.2.0"
+
+
+def test_the_contract_version_is_read_from_the_export_names() -> None:
+    assert check_contract_version(["agent-retry:policy/policy@0.2.0"]) == "0.2.0"
+    assert check_contract_version(["other:pkg/x@1.0.0", "agent-retry:policy/policy@0.2.7"]) == "0.2.7"  # 0.2.x: compatible
+    for theirs in ("1.0.0", "0.3.0", "0.1.0", "2.2.0", "0.2", "banana"):
+        with pytest.raises(ContractVersionMismatch) as raised:
+            check_contract_version([f"agent-retry:policy/policy@{theirs}"], "policy.wasm")
+        message = str(raised.value)
+        assert f"agent-retry:policy@{theirs}" in message and "this host speaks @0.2.0" in message, message
+        assert (raised.value.component_version, raised.value.host_version) == (theirs, "0.2.0")
+        assert isinstance(raised.value, ComponentLoadError)
+    with pytest.raises(ComponentLoadError, match="does not export agent-retry:policy/policy@0.2.0"):
+        check_contract_version(["agent-retry:policy/types@0.2.0"])
+    assert contract_compatibility("1.4.2") == (1,) and contract_compatibility("0.2.0") == (0, 2)
+    assert contract_compatibility("0.0.3") == (0, 0, 3)
+
+
+def _with_version(wasm: bytes, version: str, *, only_policy: bool = False) -> bytes:
+    """The built component with its contract names rewritten to `version` (same
+    length, so every length prefix in the binary stays right)."""
+    assert len(version) == len(CONTRACT_VERSION)
+    if only_policy:
+        old = f"agent-retry:policy/policy@{CONTRACT_VERSION}".encode()
+        return wasm.replace(old, f"agent-retry:policy/policy@{version}".encode())
+    return wasm.replace(f"@{CONTRACT_VERSION}".encode(), f"@{version}".encode())
+
+
+def test_a_component_of_another_major_version_is_refused_naming_both() -> None:
+    wasm = locate_component().read_bytes()
+    for version in ("1.0.0", "0.3.0", "0.1.0"):
+        with pytest.raises(ContractVersionMismatch) as raised:
+            PolicyComponent(_with_version(wasm, version), source="old.wasm")
+        assert str(raised.value).startswith(
+            f"old.wasm: the component speaks agent-retry:policy@{version} but this host speaks @0.2.0"
+        ), str(raised.value)
+    # Only the export renamed: still refused for its version, not for a missing name.
+    with pytest.raises(ContractVersionMismatch, match="speaks agent-retry:policy@1.0.0"):
+        PolicyComponent(_with_version(wasm, "1.0.0", only_policy=True))
+
+
+def test_a_component_of_a_compatible_version_runs_under_its_own_names() -> None:
+    component = PolicyComponent(_with_version(locate_component().read_bytes(), "0.2.9"))
+    assert component.exports == ["agent-retry:policy/policy@0.2.9"]
+    assert component.contract_version == "0.2.9"
+    assert component.account_budget_interface == "agent-retry:policy/account-budget@0.2.9"
+    accounts = EmbeddedAccounts()
+    config = {"account-budget": {"account-id": "acme", "capacity": 1, "refill-interval-ms": 400}}
+    run = component.instantiate(accounts=accounts).load_policy(config).start_run("r")
+    assert run.begin_call({"tool": "lookup"}, 0)["send"]["delay-ms"] == 0
+    assert run.begin_call({"tool": "lookup"}, 0)["send"]["delay-ms"] == 400  # the budget import is wired
 
 
 def test_instances_share_the_process_account_budget() -> None:

@@ -17,7 +17,7 @@ from mcp.types import CallToolResult, TextContent
 
 from agent_retry import EmbeddedAccounts, Escalated, PolicyComponent, SplitMix64
 from agent_retry.mcp_client import RetryingToolCaller, StatusCheckRequest, create_capturing_http_client
-from fault_server import HttpFault, RunningServer, SlowResponse
+from fault_server import ErrorResult, HttpFault, RaiseMcpError, RaiseToolError, RunningServer, SlowResponse
 
 T = TypeVar("T")
 
@@ -242,3 +242,165 @@ def test_retries_wait_the_policy_delay(server: RunningServer, caplog: pytest.Log
     assert len(posts) == 3 and len(delays) == 2
     for (_, before, _), (_, after, _), delay in zip(posts, posts[1:], delays):
         assert after - before >= delay / 1000 - 0.005
+
+
+# Upstream failures relayed by the tool itself, the way real MCP servers relay
+# them: HTTP 200, no upstream status or header reaches the client, only the
+# result's text (or structured content, or a JSON-RPC error's data). The policy
+# reads them; the wrapper passes them on as they are.
+
+
+def test_a_relayed_503_in_a_tool_error_is_retried_and_the_model_sees_the_success(server: RunningServer, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="agent_retry.mcp")
+    server.state.relay("fetch_report", RaiseToolError("upstream returned HTTP 503 Service Unavailable"))
+
+    async def body(session: ClientSession) -> tuple[CallToolResult, Any]:
+        caller = new_caller(session)
+        return await caller.call_tool("fetch_report", {"report_id": "R-7"}), caller.run.report()
+
+    result, report = run_with_session(server.url, body)
+    assert not result.is_error
+    assert text_of(result) == "report R-7: 12 refunds"
+    assert len(server.state.posts_of("fetch_report")) == 2
+    assert report["retries"] == 1 and report["replans"] == 0 and report["succeeded-calls"] == 1
+    lines = attempt_lines(caplog)
+    assert [(l["outcome"], l["class"], l["action"], l["rule"]) for l in lines] == [
+        ("isError", "transient", "retry", "tool-error:status"),
+        ("success", "success", "succeed", lines[1]["rule"]),
+    ]
+
+
+def test_a_relayed_rate_limit_waits_at_least_the_wait_named_in_its_text(server: RunningServer, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="agent_retry.mcp")
+    server.state.relay("ask_model", RaiseToolError("Rate limit reached for gpt-4o. Please try again in 1s."))
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        await asyncio.sleep(seconds)
+
+    async def body(session: ClientSession) -> CallToolResult:
+        return await new_caller(session, sleep=sleep).call_tool("ask_model", {"prompt": "refund policy?"})
+
+    result = run_with_session(server.url, body)
+    assert not result.is_error and "42" in text_of(result)
+    posts = server.state.posts_of("ask_model")
+    assert len(posts) == 2
+    assert slept and slept[-1] >= 1.0, slept
+    assert posts[1][1] - posts[0][1] >= 1.0, "the retry came before the text's 'try again in 1s' allowed it"
+    first = attempt_lines(caplog)[0]
+    assert (first["class"], first["action"]) == ("throttled", "retry")
+    assert first["delay_ms"] >= 1000
+
+
+def test_a_relayed_403_escalates_and_is_not_shown_to_the_model(server: RunningServer, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="agent_retry.mcp")
+    server.state.relay("fetch_report", RaiseToolError("403 Forbidden: Resource not accessible by integration"))
+
+    async def body(session: ClientSession) -> None:
+        await new_caller(session).call_tool("fetch_report", {"report_id": "R-7"})
+
+    with pytest.raises(Escalated) as raised:
+        run_with_session(server.url, body)
+    assert raised.value.reason == "permission-denied"
+    assert "Resource not accessible by integration" in raised.value.note
+    assert len(server.state.posts_of("fetch_report")) == 1
+    (line,) = attempt_lines(caplog)
+    assert (line["class"], line["action"], line["escalation"]) == ("permission", "escalate", "permission-denied")
+
+
+def test_an_overloaded_error_in_structured_content_is_throttled_and_retried(server: RunningServer, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="agent_retry.mcp")
+    # The text alone says nothing the policy knows; the provider's error type is
+    # only in structuredContent.
+    server.state.relay("ask_model", ErrorResult("the model provider failed", {"error": {"type": "overloaded_error", "message": "Overloaded"}}))
+
+    async def body(session: ClientSession) -> tuple[CallToolResult, Any]:
+        caller = new_caller(session)
+        return await caller.call_tool("ask_model", {"prompt": "refund policy?"}), caller.run.report()
+
+    result, report = run_with_session(server.url, body)
+    assert not result.is_error and "42" in text_of(result)
+    assert len(server.state.posts_of("ask_model")) == 2
+    assert report["retries"] == 1 and report["replans"] == 0
+    first = attempt_lines(caplog)[0]
+    assert (first["class"], first["action"], first["rule"]) == ("throttled", "retry", "tool-error:provider-code")
+
+
+def test_a_number_that_only_looks_like_a_status_is_replanned_for_the_model(server: RunningServer, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="agent_retry.mcp")
+    server.state.relay("reserve_stock", RaiseToolError("Cannot reserve 429 items: only 200 left in stock"))
+
+    async def body(session: ClientSession) -> tuple[CallToolResult, Any]:
+        caller = new_caller(session)
+        return await caller.call_tool("reserve_stock", {"sku": "SKU-1", "quantity": 429}), caller.run.report()
+
+    result, report = run_with_session(server.url, body)
+    assert result.is_error
+    assert "only 200 left in stock" in text_of(result)
+    assert len(server.state.posts_of("reserve_stock")) == 1
+    assert report["replans"] == 1 and report["retries"] == 0 and report["escalation"] is None
+    (line,) = attempt_lines(caplog)
+    assert (line["class"], line["action"]) == ("deterministic", "replan")
+
+
+def test_a_json_rpc_errors_data_reaches_the_policy(server: RunningServer) -> None:
+    # -32603 alone is transient (retried); the data says the upstream refused with a 403.
+    data = {"error": {"status": 403, "message": "Resource not accessible by integration"}}
+    server.state.relay("fetch_report", RaiseMcpError(-32603, "upstream refused the request", data))
+
+    async def body(session: ClientSession) -> None:
+        await new_caller(session).call_tool("fetch_report", {"report_id": "R-7"})
+
+    with pytest.raises(Escalated) as raised:
+        run_with_session(server.url, body)
+    assert raised.value.reason == "permission-denied"
+    assert len(server.state.posts_of("fetch_report")) == 1
+
+
+def test_a_json_rpc_error_without_data_is_retried(server: RunningServer) -> None:
+    server.state.relay("fetch_report", RaiseMcpError(-32603, "upstream hiccup"))
+
+    async def body(session: ClientSession) -> tuple[CallToolResult, Any]:
+        caller = new_caller(session)
+        return await caller.call_tool("fetch_report", {"report_id": "R-7"}), caller.run.report()
+
+    result, report = run_with_session(server.url, body)
+    assert not result.is_error
+    assert len(server.state.posts_of("fetch_report")) == 2
+    assert report["retries"] == 1
+
+
+def test_a_tool_error_rule_in_the_config_classifies_a_servers_own_wording(server: RunningServer) -> None:
+    # "E_BUSY" means nothing to the policy by itself (replanned); the tool's rule says transient.
+    server.state.relay("fetch_report", RaiseToolError("E_BUSY: the report queue is full"), RaiseToolError("E_BUSY: the report queue is full"))
+
+    async def body(session: ClientSession) -> tuple[CallToolResult, Any]:
+        instance = PolicyComponent.load().instantiate(accounts=EmbeddedAccounts(), entropy=SplitMix64(7))
+        config = {**CONFIG, "tools": {"fetch_report": {"effect": "read", "tool-error-rules": [{"contains": "E_BUSY", "class": "transient"}]}}}
+        run = instance.load_policy(config).start_run("CASE-5017")
+        caller = RetryingToolCaller(session, run, entropy=SplitMix64(3))
+        return await caller.call_tool("fetch_report", {"report_id": "R-7"}), run.report()
+
+    result, report = run_with_session(server.url, body)
+    assert not result.is_error
+    assert len(server.state.posts_of("fetch_report")) == 3
+    assert report["retries"] == 2
+
+
+def test_a_run_out_of_steps_is_logged_with_the_0_2_reason_name(server: RunningServer, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="agent_retry.mcp")
+
+    async def body(session: ClientSession) -> None:
+        instance = PolicyComponent.load().instantiate(accounts=EmbeddedAccounts(), entropy=SplitMix64(7))
+        run = instance.load_policy({**CONFIG, "max-steps-per-run": 1}).start_run("CASE-5018")
+        caller = RetryingToolCaller(session, run, entropy=SplitMix64(3))
+        assert not (await caller.call_tool("lookup_order", {"order_id": "A1"})).is_error
+        await caller.call_tool("lookup_order", {"order_id": "A2"})
+
+    with pytest.raises(Escalated) as raised:
+        run_with_session(server.url, body)
+    assert raised.value.reason == "run-steps-spent"
+    assert len(server.state.posts_of("lookup_order")) == 1
+    last = attempt_lines(caplog)[-1]
+    assert (last["outcome"], last["action"], last["escalation"]) == ("not sent", "escalate", "run-steps-spent")

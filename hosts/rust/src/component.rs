@@ -28,10 +28,45 @@ pub const FUEL_PER_CALL: u64 = 20_000_000;
 /// The most linear memory one instance may grow to.
 pub const MAX_MEMORY_BYTES: usize = 64 << 20;
 
-/// Where `make wasm` puts the component, from the workspace root.
+/// The contract version this host speaks (the WIT package `agent-retry:policy`).
+pub const CONTRACT_VERSION: &str = "0.2.0";
+
+/// The policy interface of that version, as the component exports it.
+pub const POLICY_INTERFACE: &str = "agent-retry:policy/policy@0.2.0";
+
+/// The component to load when none is named: `$AGENT_RETRY_WASM`, else where
+/// `make wasm` puts it in the repository.
 pub fn default_wasm_path() -> PathBuf {
+    if let Some(path) = std::env::var_os("AGENT_RETRY_WASM").filter(|p| !p.is_empty()) {
+        return PathBuf::from(path);
+    }
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    root.join("target/wasm32-wasip2/wasm-release/agent_retry_policy.wasm")
+    root.join("target/component/agent_retry_policy.wasm")
+}
+
+/// The part of a version that must match for two sides to work together
+/// (semver): the major, or for 0.x the major and the minor.
+fn compatibility(version: &str) -> &str {
+    let mut parts = version.splitn(3, '.');
+    let major = parts.next().unwrap_or("");
+    let minor = parts.next().unwrap_or("");
+    if major == "0" { &version[..(major.len() + 1 + minor.len()).min(version.len())] } else { major }
+}
+
+/// Refuses a component whose policy interface is of another contract version,
+/// naming both versions.
+pub fn check_contract_version(exports: &[String]) -> Result<(), LoadError> {
+    let prefix = "agent-retry:policy/policy@";
+    for name in exports {
+        if let Some(theirs) = name.strip_prefix(prefix) {
+            if compatibility(theirs) != compatibility(CONTRACT_VERSION) {
+                return Err(LoadError::Incompatible {
+                    reason: format!("the component speaks agent-retry:policy@{theirs}, this host speaks agent-retry:policy@{CONTRACT_VERSION}"),
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A component that could not be loaded. Nothing was run.
@@ -125,6 +160,8 @@ impl PolicyComponent {
         config.consume_fuel(true);
         let engine = Engine::new(&config).map_err(|e| LoadError::Invalid { reason: format!("{e:#}") })?;
         let component = Component::new(&engine, bytes).map_err(|e| LoadError::Invalid { reason: format!("{e:#}") })?;
+        let exports: Vec<String> = component.component_type().exports(&engine).map(|(name, _)| name.to_string()).collect();
+        check_contract_version(&exports)?;
         let mut linker: Linker<HostState> = Linker::new(&engine);
         let incompatible = |e: wasmtime::Error| LoadError::Incompatible { reason: format!("{e:#}") };
         agent_retry::policy::account_budget::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s).map_err(incompatible)?;

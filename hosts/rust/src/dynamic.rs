@@ -10,7 +10,7 @@ use crate::canonical::{to_json, to_val};
 use crate::steps::Subject;
 use crate::{EmbeddedAccounts, EntropySource, HostServices, PolicyComponent, PolicyInstance};
 
-const INTERFACE: &str = "agent-retry:policy/policy@0.1.0";
+const INTERFACE: &str = crate::component::POLICY_INTERFACE;
 
 pub struct DynamicPolicy {
     instance: PolicyInstance,

@@ -36,12 +36,44 @@ fn a_missing_file_says_how_to_build_it() {
     assert!(err.to_string().contains("make wasm"), "{err}");
 }
 
+/// The component with its policy export renamed to another contract version
+/// (the same length, so the binary stays valid).
+fn component_speaking(version: &str) -> Vec<u8> {
+    let bytes = std::fs::read(default_wasm_path()).expect("run `make wasm` first");
+    let (from, to) = ("agent-retry:policy/policy@0.2.0".as_bytes(), format!("agent-retry:policy/policy@{version}"));
+    assert_eq!(from.len(), to.len());
+    // The name appears in the export and in the wiring of the core module: rename every one.
+    let mut out = bytes.clone();
+    let mut renamed = 0;
+    for at in 0..bytes.len().saturating_sub(from.len()) {
+        if &bytes[at..at + from.len()] == from {
+            out[at..at + from.len()].copy_from_slice(to.as_bytes());
+            renamed += 1;
+        }
+    }
+    assert!(renamed > 0, "the export name is in the binary");
+    out
+}
+
+#[test]
+fn a_component_of_another_contract_version_is_refused_naming_both() {
+    for other in ["1.0.0", "0.3.0", "0.1.0"] {
+        let err = PolicyComponent::from_bytes(&component_speaking(other)).err().expect("must be refused");
+        assert!(matches!(err, LoadError::Incompatible { .. }), "{err}");
+        let text = err.to_string();
+        assert!(text.contains(&format!("agent-retry:policy@{other}")) && text.contains("agent-retry:policy@0.2.0"), "{text}");
+    }
+    // A patch release of the same contract is compatible.
+    assert!(PolicyComponent::from_bytes(&component_speaking("0.2.9")).is_ok());
+}
+
 #[test]
 fn the_component_imports_only_the_account_budget_and_random() {
-    let imports = component().imports();
+    let mut imports = component().imports();
+    imports.sort();
     assert_eq!(
         imports,
-        ["agent-retry:policy/account-budget@0.1.0", "agent-retry:policy/types@0.1.0", "wasi:random/random@0.2.6"],
+        ["agent-retry:policy/account-budget@0.2.0", "agent-retry:policy/types@0.2.0", "wasi:random/random@0.2.6"],
         "the README lists exactly these"
     );
 }
@@ -104,7 +136,7 @@ fn garbage_failures_and_configs_never_trap_the_guest() {
             instance.drop_policy(policy).unwrap();
         }
     }
-    let policy = instance.load_policy(r#"{"max-attempts-per-run": 1000000, "max-retries-per-run": 100000, "max-replans-per-run": 1000}"#).unwrap().unwrap();
+    let policy = instance.load_policy(r#"{"max-steps-per-run": 1000000, "max-retries-per-run": 100000, "max-replans-per-run": 1000}"#).unwrap().unwrap();
     let mut run = instance.start_run(&policy, "garbage").unwrap();
     let mut decisions = 0;
     for _ in 0..2000 {
@@ -120,7 +152,8 @@ fn garbage_failures_and_configs_never_trap_the_guest() {
             _ => FailureKind::ToolError(Some(g.next() as u16)),
         };
         let headers = (0..g.next() % 4).map(|_| (HEADERS[(g.next() % HEADERS.len() as u64) as usize].to_string(), g.text(12))).collect();
-        let failure = Failure { kind, headers, body: g.text(30) };
+        let structured_content = (g.next() % 2 == 0).then(|| g.text(40));
+        let failure = Failure { kind, headers, body: g.text(30), structured_content };
         let now = g.next() >> 20;
         let policy_answer = instance.classify(&policy, &failure, now).expect("classify must not trap");
         assert!(!policy_answer.reason.is_empty());

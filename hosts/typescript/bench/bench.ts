@@ -16,7 +16,7 @@ import { EmbeddedAccounts } from '../src/accounts.js';
 import { PolicyComponent } from '../src/component.js';
 import type { Outcome } from '../src/index.js';
 
-const CONFIG = { 'max-attempts-per-run': 1_000_000, 'max-retries-per-run': 100_000, 'max-attempts-per-call': 100 };
+const CONFIG = { 'max-steps-per-run': 1_000_000, 'max-retries-per-run': 100_000, 'max-attempts-per-call': 100 };
 const FAILURE: Outcome = {
   tag: 'failure',
   val: { kind: { tag: 'http-status', val: 503 }, headers: [['retry-after', '1']], body: 'upstream unavailable' },

@@ -18,7 +18,7 @@ const N0 = 50; let ti = performance.now();
 for (let i = 0; i < N0; i++) root = await instantiate((p) => modules[p], imports);
 const instUs = (performance.now() - ti) / N0 * 1000;
 const { policy } = root;
-const pol = policy.Policy.fromJson('{"max-attempts-per-run":1000000,"max-retries-per-run":100000,"max-attempts-per-call":100}');
+const pol = policy.Policy.fromJson('{"max-steps-per-run":1000000,"max-retries-per-run":100000,"max-attempts-per-call":100}');
 const failure = { tag: 'failure', val: { kind: { tag: 'http-status', val: 503 }, headers: [['retry-after', '1']], body: 'oops' } };
 let run = pol.startRun('r');
 function one(i) {

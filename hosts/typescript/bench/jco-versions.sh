@@ -5,7 +5,7 @@
 #   sh hosts/typescript/bench/jco-versions.sh [path/to/agent_retry_policy.wasm]
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
-wasm=${1:-$here/../../../target/wasm32-wasip2/wasm-release/agent_retry_policy.wasm}
+wasm=${1:-$here/../../../target/component/agent_retry_policy.wasm}
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 cd "$scratch"

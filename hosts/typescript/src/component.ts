@@ -16,6 +16,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import type { Root } from '../generated/agent_retry_policy.js';
 import type * as Wit from '../generated/interfaces/agent-retry-policy-types.js';
 import { PROCESS_ACCOUNTS, type AccountBudgetBackend } from './accounts.js';
+import { checkContractVersion, componentExportNames } from './contract.js';
 import { OsEntropy, randomBytes, type EntropySource } from './entropy.js';
 import { AgentRetryError, ComponentLoadError, ComponentNotFound, ConfigError, InstanceUnusable, PolicyTrap, RunMisuse } from './errors.js';
 
@@ -34,7 +35,7 @@ const here = dirname(fileURLToPath(import.meta.url));
 /** dist/src -> dist/generated (the build copies generated/ there). */
 const defaultGeneratedDir = resolve(here, '../generated');
 /** dist/src -> the repository root. */
-const repoWasm = resolve(here, '../../../../target/wasm32-wasip2/wasm-release/agent_retry_policy.wasm');
+const repoWasm = resolve(here, '../../../../target/component/agent_retry_policy.wasm');
 
 /** The .wasm that should be in force: `path`, else $AGENT_RETRY_WASM, else the
  *  repository's build output; `undefined` when none is found and none was asked for. */
@@ -51,7 +52,7 @@ export function locateComponent(path?: string): string | undefined {
   return existsSync(repoWasm) ? repoWasm : undefined;
 }
 
-interface SourceInfo { wasm: string; sha256: string; jco: string }
+interface SourceInfo { wasm: string; sha256: string; jco: string; exports?: string[] }
 
 export interface LoadOptions {
   /** The .wasm the transpiled code must come from (checked by hash). */
@@ -80,8 +81,11 @@ export class PolicyComponent {
   ) {}
 
   /** Loads jco's output once per process. Throws `ComponentNotFound` if it is
-   *  missing, `ComponentLoadError` if it was transpiled from another .wasm than
-   *  the one in force (rerun `npm run transpile && npm run build`). */
+   *  missing; `ContractVersionMismatch` (a `ComponentLoadError`) if the .wasm in
+   *  force, or the one transpiled, speaks another major version of the contract
+   *  than this host (`CONTRACT_VERSION`); `ComponentLoadError` if it was
+   *  transpiled from another .wasm than the one in force (rerun
+   *  `npm run transpile && npm run build`). */
   static load(options: LoadOptions = {}): Promise<PolicyComponent> {
     const dir = resolve(options.generatedDir ?? defaultGeneratedDir);
     const wasm = locateComponent(options.wasmPath);
@@ -103,12 +107,27 @@ export class PolicyComponent {
     }
     const source = JSON.parse(readFileSync(sourceFile, 'utf8')) as SourceInfo;
     if (wasm !== undefined) {
-      const sha256 = createHash('sha256').update(readFileSync(wasm)).digest('hex');
+      const bytes = readFileSync(wasm);
+      // The contract first: a component of another major version is refused with
+      // both versions named, whatever was transpiled.
+      let exportNames: string[];
+      try {
+        exportNames = componentExportNames(bytes);
+      } catch (e) {
+        throw new ComponentLoadError(`${wasm} is not a readable WebAssembly component: ${(e as Error).message}`, { cause: e });
+      }
+      checkContractVersion(exportNames, `the component ${wasm}`);
+      const sha256 = createHash('sha256').update(bytes).digest('hex');
       if (sha256 !== source.sha256) {
         throw new ComponentLoadError(`${dir} was transpiled from another build than ${wasm}: ` +
           'run `npm run transpile && npm run build` in hosts/typescript');
       }
     }
+    if (!Array.isArray(source.exports)) {
+      throw new ComponentLoadError(`${sourceFile} does not say what the transpiled component exports (an older transpilation): ` +
+        'run `npm run transpile && npm run build` in hosts/typescript');
+    }
+    checkContractVersion(source.exports, `the component transpiled in ${dir} (from ${source.wasm})`);
     const modules = new Map<string, WebAssembly.Module>();
     for (const file of readdirSync(dir).filter((f) => f.endsWith('.wasm'))) {
       modules.set(file, await WebAssembly.compile(readFileSync(join(dir, file))));

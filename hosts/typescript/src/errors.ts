@@ -14,6 +14,14 @@ export class ComponentNotFound extends AgentRetryError {}
 /** The component could not be instantiated, or is not the one that was transpiled. */
 export class ComponentLoadError extends AgentRetryError {}
 
+/** The component speaks another major version of the contract than this host
+ *  (`componentVersion` is '' for an unversioned export). Nothing was loaded. */
+export class ContractVersionMismatch extends ComponentLoadError {
+  constructor(message: string, readonly componentVersion: string, readonly hostVersion: string) {
+    super(message);
+  }
+}
+
 /** The component trapped. The instance is unusable afterwards: instantiate a new one. */
 export class PolicyTrap extends AgentRetryError {}
 

@@ -24,7 +24,7 @@ import { EmbeddedAccounts } from './accounts.js';
 import { PolicyComponent } from './component.js';
 import { OsEntropy } from './entropy.js';
 import { Escalated } from './errors.js';
-import { RetryingToolCaller, createCapturingFetch, type StatusCheck } from './mcp.js';
+import { RetryingToolCaller, createCapturingFetch, textOf, type StatusCheck } from './mcp.js';
 
 /** An exam's status check: which read tells whether a write was applied. */
 export interface StatusCheckSpec {
@@ -78,16 +78,6 @@ export function statusCheckFromSpec(spec: StatusCheckSpec): StatusCheck {
   };
 }
 
-/** The upstream status an `isError` result reports in `structuredContent.error.status`
- *  (the demo server's convention, which the Rust host reads too). */
-export function upstreamStatus(result: CallToolResult): number | undefined {
-  const error = isObject(result.structuredContent) ? result.structuredContent.error : undefined;
-  const status = isObject(error) ? error.status : undefined;
-  return typeof status === 'number' && Number.isInteger(status) && status >= 0 && status <= 0xffff ? status : undefined;
-}
-
-const textOf = (result: CallToolResult): string =>
-  (result.content ?? []).flatMap((block) => (block.type === 'text' ? [block.text] : [])).join(' ');
 
 const emit = (line: Record<string, unknown>) => process.stdout.write(`${JSON.stringify(line)}\n`);
 
@@ -108,7 +98,6 @@ export async function runExam(url: string, exam: Exam, component: PolicyComponen
         statusCheck: checks,
         keyArgument: exam['key-argument'],
         attemptTimeoutMs: exam['attempt-timeout-ms'],
-        toolErrorStatus: upstreamStatus,
       });
       for (const call of runSpec.calls) {
         let result: CallToolResult;

@@ -4,8 +4,9 @@
 // `agent-retry/conformance`.
 export { EmbeddedAccounts, PROCESS_ACCOUNTS, gcra, type AccountBudgetBackend, type Bucket, type Reservation } from './accounts.js';
 export { Policy, PolicyComponent, PolicyInstance, Run, locateComponent, nowMs, type InstantiateOptions, type LoadOptions } from './component.js';
+export { CONTRACT_VERSION, checkContractVersion, componentExportNames, contractVersionOf } from './contract.js';
 export { OsEntropy, SplitMix64, type EntropySource } from './entropy.js';
 export {
-  AgentRetryError, ComponentLoadError, ComponentNotFound, ConfigError, Escalated, InstanceUnusable, PolicyTrap, RunMisuse,
+  AgentRetryError, ComponentLoadError, ComponentNotFound, ConfigError, ContractVersionMismatch, Escalated, InstanceUnusable, PolicyTrap, RunMisuse,
 } from './errors.js';
 export type * from '../generated/interfaces/agent-retry-policy-types.js';

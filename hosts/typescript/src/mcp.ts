@@ -18,6 +18,12 @@
 // option and records, for the attempt in progress (AsyncLocalStorage, which
 // follows the SDK's request into its fetch), the status, headers and body of a
 // failed POST, or the network error of one that got no response.
+//
+// A tool result with `isError: true` is passed as `tool-error(none)` with its text
+// content blocks (joined with "\n") as the body and its `structuredContent` as
+// JSON text: the policy itself reads an upstream status, a provider's error type
+// or a wait hint there. A JSON-RPC error passes its `data` the same way. The
+// wrapper reads no status of its own from either.
 import { AsyncLocalStorage } from 'node:async_hooks';
 
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
@@ -135,8 +141,6 @@ export interface RetryingToolCallerOptions {
   /** The server's tools, if already listed (default: `listTools` on first use). */
   tools?: Tool[];
   emptyCheck?: (result: CallToolResult) => string | undefined;
-  /** The upstream HTTP status an `isError` result reports, if the tool has a convention for it. */
-  toolErrorStatus?: (result: CallToolResult) => number | undefined;
   clock?: () => bigint;
   sleep?: (ms: number) => Promise<void>;
   /** One JSON line per attempt (default: stderr). */
@@ -151,8 +155,26 @@ interface Observed {
 
 const defaultSleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
-const textOf = (result: CallToolResult): string =>
-  (result.content ?? []).flatMap((block) => (block.type === 'text' ? [block.text] : [])).join(' ');
+/** A result's text content blocks, joined with "\n" (the tool error's body). */
+export const textOf = (result: CallToolResult): string =>
+  (result.content ?? []).flatMap((block) => (block.type === 'text' ? [block.text] : [])).join('\n');
+
+/** The server's JSON-RPC error message, without the prefix the SDK adds (`MCP error -32603: `). */
+export function jsonRpcMessage(error: McpError): string {
+  const prefix = `MCP error ${error.code}: `;
+  return error.message.startsWith(prefix) ? error.message.slice(prefix.length) : error.message;
+}
+
+/** A JSON value as the contract's `structured-content`: JSON text, or none when
+ *  there is nothing (undefined, null) or it cannot be written as JSON. */
+export function structuredText(value: unknown): string | undefined {
+  if (value === undefined || value === null) return undefined;
+  try {
+    return JSON.stringify(value);
+  } catch {
+    return undefined; // a cycle or a BigInt: not JSON
+  }
+}
 
 /** Calls MCP tools through one run of the policy. One caller per run, one call at a time. */
 export class RetryingToolCaller {
@@ -216,7 +238,7 @@ export class RetryingToolCaller {
     };
     const admission = this.run.beginCall(request, this.clock());
     if (admission.tag === 'escalate') {
-      this.logLine(name, undefined, 0, 'not sent', undefined, 'escalate', undefined, admission.val.note);
+      this.logLine(name, undefined, 0, 'not sent', { action: 'escalate', escalation: admission.val.reason, reason: admission.val.note });
       throw new Escalated(admission.val, name);
     }
     const { callId, delayMs } = admission.val;
@@ -274,7 +296,10 @@ export class RetryingToolCaller {
       if (error.code === ErrorCode.RequestTimeout) return { outcome: transport('timeout', error.message), summary: 'timeout' };
       if (error.code === ErrorCode.ConnectionClosed) return { outcome: transport('stream-closed', error.message), summary: 'stream closed' };
       return {
-        outcome: { tag: 'failure', val: { kind: { tag: 'protocol-error', val: error.code }, headers: [], body: error.message } },
+        outcome: {
+          tag: 'failure',
+          val: { kind: { tag: 'protocol-error', val: error.code }, headers: [], body: jsonRpcMessage(error), structuredContent: structuredText(error.data) },
+        },
         summary: `JSON-RPC ${error.code}`,
       };
     }
@@ -290,8 +315,12 @@ export class RetryingToolCaller {
     }
     const value = result as CallToolResult;
     if (value.isError) {
-      const upstream = this.options.toolErrorStatus?.(value);
-      return { outcome: { tag: 'failure', val: { kind: { tag: 'tool-error', val: upstream }, headers: [], body: textOf(value) } }, summary: 'isError', result: value };
+      // No upstream status from the wrapper: the policy reads the text and the
+      // structured content (a status, a provider's error type, a wait in prose).
+      const failure: Wit.Failure = {
+        kind: { tag: 'tool-error', val: undefined }, headers: [], body: textOf(value), structuredContent: structuredText(value.structuredContent),
+      };
+      return { outcome: { tag: 'failure', val: failure }, summary: 'isError', result: value };
     }
     const what = (this.options.emptyCheck ?? defaultEmptyCheck)(value);
     if (what !== undefined) return { outcome: { tag: 'empty-result', val: what }, summary: 'empty result', result: value };
@@ -312,15 +341,28 @@ export class RetryingToolCaller {
   }
 
   private logDecision(tool: string, callId: number, attempt: number, outcome: string, decision: Wit.Decision): void {
-    const delay = decision.action.tag === 'retry' ? Number(decision.action.val.delayMs) : undefined;
-    this.logLine(tool, callId, attempt, outcome, decision.class, decision.action.tag, delay, decision.reason);
+    const next = decision.action;
+    this.logLine(tool, callId, attempt, outcome, {
+      class: decision.class,
+      action: next.tag,
+      delayMs: next.tag === 'retry' ? Number(next.val.delayMs) : undefined,
+      hintMs: decision.hintMs === undefined ? undefined : Number(decision.hintMs),
+      rule: decision.rule,
+      escalation: next.tag === 'escalate' ? next.val.reason : undefined,
+      reason: decision.reason,
+    });
   }
 
-  private logLine(tool: string, callId: number | undefined, attempt: number, outcome: string, klass: string | undefined,
-    action: string, delayMs: number | undefined, reason: string): void {
+  /** One JSON line: `class` and `rule` say how the policy read the outcome,
+   *  `escalation` is the contract's escalation reason (e.g. `run-steps-spent`,
+   *  `server-wait-too-long`, `retry-forbidden`) when the action is `escalate`. */
+  private logLine(tool: string, callId: number | undefined, attempt: number, outcome: string, what: {
+    class?: string; action: string; delayMs?: number; hintMs?: number; rule?: string; escalation?: Wit.EscalationReason; reason: string;
+  }): void {
     this.log(JSON.stringify({
       event: 'agent_retry.attempt', ts: Date.now() / 1000, run: this.run.runId, call: callId ?? null, tool, attempt,
-      outcome, class: klass ?? null, action, delay_ms: delayMs ?? null, reason,
+      outcome, class: what.class ?? null, rule: what.rule ?? null, action: what.action, delay_ms: what.delayMs ?? null,
+      hint_ms: what.hintMs ?? null, escalation: what.escalation ?? null, reason: what.reason,
     }));
   }
 }

@@ -37,18 +37,22 @@ const result = (ok: WitType | null, err: WitType | null): WitType => ({ kind: 'r
 
 const transportError = enumOf('transport-error', 'timeout', 'connection-reset', 'connection-refused', 'stream-closed', 'other');
 const failureKind = variant('failure-kind', [['http-status', u16], ['transport', transportError], ['protocol-error', s32], ['tool-error', option(u16)]]);
-const failure = record('failure', [['kind', failureKind], ['headers', list(tuple(string, string))], ['body', string]]);
+const failure = record('failure', [
+  ['kind', failureKind], ['headers', list(tuple(string, string))], ['body', string], ['structured-content', option(string)],
+]);
 const outcomeClass = enumOf('outcome-class', 'success', 'transient', 'throttled', 'deterministic', 'permission', 'semantic', 'unclassified');
 const headerProblem = record('header-problem', [['name', string], ['value', string], ['problem', string]]);
 const classification = record('classification', [
-  ['class', outcomeClass], ['hint-ms', option(u64)], ['hint-source', option(string)], ['reason', string], ['header-problems', list(headerProblem)],
+  ['class', outcomeClass], ['hint-ms', option(u64)], ['hint-source', option(string)], ['server-says-retry', option(bool)], ['rule', string],
+  ['reason', string], ['header-problems', list(headerProblem)],
 ]);
 const effect = enumOf('effect', 'read', 'write', 'delete');
 const toolHints = record('tool-hints', [['read-only', option(bool)], ['destructive', option(bool)], ['idempotent', option(bool)]]);
 const callRequest = record('call-request', [['tool', string], ['idempotency-key', option(string)], ['hints', option(toolHints)]]);
 const callTicket = record('call-ticket', [['call-id', u32], ['delay-ms', u64], ['effect', effect], ['safe-to-repeat', bool]]);
 const escalationReason = enumOf('escalation-reason', 'permission-denied', 'replans-spent', 'call-attempts-spent', 'run-retries-spent',
-  'run-attempts-spent', 'quota-exhausted', 'account-budget-exhausted', 'retry-quota-exhausted', 'unclassified-failure', 'status-unknown');
+  'run-steps-spent', 'server-wait-too-long', 'retry-forbidden', 'account-budget-exhausted', 'retry-quota-exhausted', 'unclassified-failure',
+  'status-unknown');
 const effectStatus = enumOf('effect-status', 'applied', 'unknown');
 const effectRecord = record('effect-record', [['call-id', u32], ['tool', string], ['idempotency-key', option(string)], ['status', effectStatus]]);
 const escalation = record('escalation', [
@@ -56,7 +60,9 @@ const escalation = record('escalation', [
 ]);
 const retryPlan = record('retry-plan', [['delay-ms', u64], ['attempt', u32], ['idempotency-key', option(string)]]);
 const action = variant('action', [['retry', retryPlan], ['replan', string], ['check-status', null], ['succeed', option(string)], ['escalate', escalation]]);
-const decision = record('decision', [['action', action], ['class', outcomeClass], ['attempt', u32], ['hint-ms', option(u64)], ['reason', string]]);
+const decision = record('decision', [
+  ['action', action], ['class', outcomeClass], ['attempt', u32], ['hint-ms', option(u64)], ['rule', string], ['reason', string],
+]);
 const admission = variant('admission', [['send', callTicket], ['escalate', escalation]]);
 const statusCheckResult = enumOf('status-check-result', 'found', 'absent', 'unknown');
 const outcome = variant('outcome', [['success', null], ['empty-result', string], ['failure', failure], ['status-check', statusCheckResult]]);

@@ -1,13 +1,12 @@
 // The exam client's pieces (src/exam.ts): the status check built from an exam's
-// spec, and the upstream status of a tool error. The client end to end is run by
-// the judge (`make judge-ts`).
+// spec. The client end to end is run by the judge (`make judge-ts`).
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 
-import { statusCheckFromSpec, upstreamStatus } from '../src/exam.js';
+import { statusCheckFromSpec } from '../src/exam.js';
 
 const SPEC = { tool: 'list_notes', arguments: ['order_id'], list: 'notes', match: ['order_id', 'text'] };
 const CALL = { order_id: 'J-5', text: 'customer called', idempotency_key: 'ar1-x' };
@@ -42,10 +41,4 @@ test('no item matching every field is absent', async () => {
 test('a failed read is unknown', async () => {
   assert.equal((await check(new Error('down'))).found, 'unknown');
   assert.equal((await check({ content: [{ type: 'text', text: 'down' }], isError: true })).found, 'unknown');
-});
-
-test('the upstream status is read from structuredContent.error.status', () => {
-  assert.equal(upstreamStatus({ content: [], structuredContent: { error: { status: 403, message: 'no' } }, isError: true }), 403);
-  assert.equal(upstreamStatus({ content: [], isError: true }), undefined);
-  assert.equal(upstreamStatus({ content: [], structuredContent: { error: { status: '403' } }, isError: true }), undefined);
 });

@@ -5,12 +5,13 @@ import { copyFileSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
+import { fileURLToPath } from 'node:url';
 
 import { EmbeddedAccounts, U64_MAX, gcra } from '../src/accounts.js';
 import { PolicyComponent, locateComponent } from '../src/component.js';
 import { SplitMix64, OsEntropy, randomBytes } from '../src/entropy.js';
 import { ComponentLoadError, ComponentNotFound, ConfigError, InstanceUnusable, PolicyTrap, RunMisuse } from '../src/errors.js';
-import { ValueConversionError, toJco, TYPES } from '../src/wit.js';
+import { FUNCTIONS, TYPES, ValueConversionError, camel, toJco, type WitType } from '../src/wit.js';
 
 test('GCRA admits a burst, then one per interval', () => {
   const accounts = new EmbeddedAccounts();
@@ -50,7 +51,9 @@ test('a transpilation from another build is refused', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'other-build-'));
   const copy = join(dir, 'policy.wasm');
   copyFileSync(wasm, copy);
-  writeFileSync(copy, Buffer.concat([readFileSync(copy), Buffer.from([0])])); // not the transpiled bytes
+  // Another build of the same contract: the same component plus a custom section.
+  const custom = Buffer.concat([Buffer.from([4]), Buffer.from('note'), Buffer.from('x')]);
+  writeFileSync(copy, Buffer.concat([readFileSync(copy), Buffer.from([0, custom.length]), custom]));
   await assert.rejects(PolicyComponent.load({ wasmPath: copy }), (e: unknown) => e instanceof ComponentLoadError && /npm run transpile/.test(e.message));
   await assert.rejects(PolicyComponent.load({ generatedDir: dir }), (e: unknown) => e instanceof ComponentNotFound);
 });
@@ -89,7 +92,9 @@ test('canonical values that do not fit their WIT type are rejected', () => {
     assert.throws(() => toJco(bad, TYPES.failure), ValueConversionError);
   }
   assert.deepEqual(toJco({ kind: { 'http-status': 503 }, headers: [['Retry-After', '2']] }, TYPES.failure),
-    { kind: { tag: 'http-status', val: 503 }, headers: [['Retry-After', '2']], body: '' });
+    { kind: { tag: 'http-status', val: 503 }, headers: [['Retry-After', '2']], body: '', structuredContent: undefined });
+  assert.deepEqual(toJco({ kind: { 'tool-error': null }, body: 'x', 'structured-content': '{"a":1}' }, TYPES.failure),
+    { kind: { tag: 'tool-error', val: undefined }, headers: [], body: 'x', structuredContent: '{"a":1}' });
 });
 
 test('closed handles refuse calls', async () => {
@@ -118,4 +123,44 @@ test('a refund gives tokens back but never past a full bucket', () => {
   for (let i = 0; i < 3; i++) assert.deepEqual(accounts.reserve('q', 1, bucket, 0n, 0n), { granted: true, waitMs: 0n });
   assert.deepEqual(accounts.reserve('q', 1, bucket, 0n, 0n), { granted: false, waitMs: 100n });
   assert.deepEqual(accounts.reserve('q', 0, bucket, 0n, 0n), { granted: true, waitMs: 0n });
+});
+
+test("the written-out WIT types agree with jco's declarations of the component's", () => {
+  // src/wit.ts is written by hand; jco's .d.ts comes from the component itself.
+  const dts = readFileSync(join(fileURLToPath(import.meta.url), '../../generated/interfaces/agent-retry-policy-types.d.ts'), 'utf8');
+  const pascal = (name: string) => name.split('-').map((w) => w[0].toUpperCase() + w.slice(1)).join('');
+  const interfaceFields = (name: string) => {
+    const body = new RegExp(`^export interface ${name} \\{\\n([\\s\\S]*?)^\\}`, 'm').exec(dts);
+    assert.ok(body, `jco declares no interface ${name}`);
+    return [...body[1].matchAll(/^\s+'?([A-Za-z]+)'?\??:/gm)].map((m) => m[1]);
+  };
+  const seen = new Set<string>();
+  const visit = (type: WitType | null): void => {
+    if (type === null) return;
+    switch (type.kind) {
+      case 'list': case 'option': visit(type.of); return;
+      case 'tuple': type.of.forEach(visit); return;
+      case 'result': visit(type.ok); visit(type.err); return;
+      case 'record': case 'enum': case 'variant': break;
+      default: return;
+    }
+    if (seen.has(type.name)) return;
+    seen.add(type.name);
+    if (type.kind === 'record') {
+      assert.deepEqual(interfaceFields(pascal(type.name)), type.fields.map(([f]) => camel(f)), `record ${type.name}`);
+      type.fields.forEach(([, t]) => visit(t));
+    } else if (type.kind === 'enum') {
+      const cases = new RegExp(`^export type ${pascal(type.name)} = (.*);$`, 'm').exec(dts);
+      assert.ok(cases, `jco declares no enum ${type.name}`);
+      assert.deepEqual(cases[1].split(' | ').map((c) => c.slice(1, -1)), type.names, `enum ${type.name}`);
+    } else {
+      const cases = new RegExp(`^export type ${pascal(type.name)} = (.*);$`, 'm').exec(dts);
+      assert.ok(cases, `jco declares no variant ${type.name}`);
+      assert.deepEqual(cases[1].split(' | '), type.cases.map(([c]) => pascal(type.name) + pascal(c)), `variant ${type.name}`);
+      type.cases.forEach(([, t]) => visit(t));
+    }
+  };
+  Object.values(TYPES).forEach(visit);
+  Object.values(FUNCTIONS).forEach((f) => { f.params.forEach(visit); visit(f.result); });
+  assert.ok(seen.size >= 25, `only ${seen.size} named types visited`);
 });

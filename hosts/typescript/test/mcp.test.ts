@@ -8,12 +8,14 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 
+import type { Outcome } from '../src/index.js';
+
 import { EmbeddedAccounts } from '../src/accounts.js';
 import { PolicyComponent } from '../src/component.js';
 import { SplitMix64 } from '../src/entropy.js';
-import { Escalated } from '../src/errors.js';
+import { Escalated, RunMisuse } from '../src/errors.js';
 import { RetryingToolCaller, createCapturingFetch, type RetryingToolCallerOptions, type StatusCheckRequest } from '../src/mcp.js';
-import { RunningServer } from './fault-server.js';
+import { RunningServer, STOCK } from './fault-server.js';
 
 // Small delays so the tests are quick; tools are resolved from the server's MCP
 // annotations (no `tools` entries), as a host that knows nothing else would.
@@ -170,4 +172,151 @@ test('retries wait the policy delay', async () => {
   assert.equal(posts.length, 3);
   assert.equal(delays.length, 2);
   for (let i = 0; i < 2; i++) assert.ok(posts[i + 1].at - posts[i].at >= delays[i] - 5);
+});
+
+// Upstream failures that a tool relays as an `isError` result: the MCP server
+// answers HTTP 200 and no upstream status or header reaches the client; the
+// policy reads the text and the structured content the wrapper passes on.
+
+/** The outcomes the wrapper recorded, as the component received them. */
+function recordedOutcomes(caller: RetryingToolCaller): Outcome[] {
+  const seen: Outcome[] = [];
+  const run = caller.run;
+  const record = run.recordOutcome.bind(run);
+  run.recordOutcome = (callId, outcome, now, entropy) => {
+    seen.push(structuredClone(outcome));
+    return record(callId, outcome, now, entropy);
+  };
+  return seen;
+}
+
+test('a relayed "HTTP 503" in a tool error is retried and the model sees only the success', async () => {
+  server.state.script('summarize_ticket', { kind: 'tool-error', text: 'upstream returned HTTP 503 Service Unavailable' });
+  const caller = await newCaller();
+  const outcomes = recordedOutcomes(caller);
+  const result = await caller.callTool('summarize_ticket', { ticket_id: 'T-7' });
+  assert.ok(!result.isError);
+  assert.match(textOf(result), /T-7: the customer asks for a refund/);
+  assert.equal(server.state.postsOf('summarize_ticket').length, 2);
+  assert.deepEqual(lines.map((l) => [l.attempt, l.outcome, l.class, l.action]), [
+    [1, 'isError', 'transient', 'retry'],
+    [2, 'success', 'success', 'succeed'],
+  ]);
+  // The wrapper read no status itself: tool-error(none), the text as the body.
+  assert.deepEqual(outcomes[0], {
+    tag: 'failure',
+    val: { kind: { tag: 'tool-error', val: undefined }, headers: [], body: 'upstream returned HTTP 503 Service Unavailable', structuredContent: undefined },
+  });
+  assert.equal(caller.run.report().retries, 1);
+});
+
+test('a relayed rate limit with "try again in 1s" waits at least 1 s', async () => {
+  server.state.script('summarize_ticket', { kind: 'tool-error', text: 'Rate limit reached for gpt-4o. Please try again in 1s.' });
+  const result = await (await newCaller()).callTool('summarize_ticket', { ticket_id: 'T-7' });
+  assert.ok(!result.isError);
+  const posts = server.state.postsOf('summarize_ticket');
+  assert.equal(posts.length, 2);
+  assert.ok(posts[1].at - posts[0].at >= 1000, `the retry came ${posts[1].at - posts[0].at} ms later, before the hint allowed it`);
+  assert.equal(lines[0].class, 'throttled');
+  assert.equal(lines[0].hint_ms, 1000);
+  assert.ok((lines[0].delay_ms as number) >= 1000);
+});
+
+test('a relayed "403 Forbidden" escalates as permission-denied and is not shown to the model', async () => {
+  server.state.script('post_comment', { kind: 'tool-error', text: '403 Forbidden: Resource not accessible by integration' });
+  const caller = await newCaller();
+  let shown: CallToolResult | undefined;
+  await assert.rejects((async () => { shown = await caller.callTool('post_comment', { issue: 12, body: 'refund issued' }); })(), (e: unknown) => {
+    assert.ok(e instanceof Escalated, String(e));
+    assert.equal(e.reason, 'permission-denied');
+    assert.match(e.note, /Resource not accessible by integration/);
+    return true;
+  });
+  assert.equal(shown, undefined);
+  assert.equal(server.state.postsOf('post_comment').length, 1);
+  assert.deepEqual(server.state.comments, []);
+  assert.deepEqual([lines[0].class, lines[0].action, lines[0].escalation], ['permission', 'escalate', 'permission-denied']);
+  assert.equal(caller.run.report().escalation, 'permission-denied');
+});
+
+test("a provider's overloaded_error in structuredContent is throttled and retried", async () => {
+  server.state.script('summarize_ticket', {
+    kind: 'tool-error', text: 'the model call failed', structured: { error: { type: 'overloaded_error', message: 'Overloaded' } },
+  });
+  const caller = await newCaller();
+  const outcomes = recordedOutcomes(caller);
+  const result = await caller.callTool('summarize_ticket', { ticket_id: 'T-8' });
+  assert.ok(!result.isError);
+  assert.match(textOf(result), /T-8/);
+  assert.equal(server.state.postsOf('summarize_ticket').length, 2);
+  assert.deepEqual([lines[0].class, lines[0].action], ['throttled', 'retry']);
+  const failure = outcomes[0].tag === 'failure' ? outcomes[0].val : undefined;
+  assert.equal(failure?.structuredContent, '{"error":{"type":"overloaded_error","message":"Overloaded"}}');
+  assert.equal(failure?.body, 'the model call failed');
+});
+
+test('"Cannot reserve 429 items" is the tool refusing the arguments: replanned, not throttled', async () => {
+  const caller = await newCaller();
+  const result = await caller.callTool('reserve_stock', { sku: 'SKU-1', quantity: 429 });
+  assert.ok(result.isError);
+  assert.match(textOf(result), new RegExp(`Cannot reserve 429 items: only ${STOCK} left in stock`));
+  assert.equal(server.state.postsOf('reserve_stock').length, 1);
+  assert.deepEqual(lines.map((l) => [l.class, l.action, l.delay_ms]), [['deterministic', 'replan', null]]);
+  assert.equal(caller.run.report().replans, 1);
+  // The model changes its arguments; the next call goes through.
+  assert.ok(!(await caller.callTool('reserve_stock', { sku: 'SKU-1', quantity: STOCK })).isError);
+  assert.deepEqual(server.state.reservations, [{ sku: 'SKU-1', quantity: STOCK }]);
+});
+
+test("a JSON-RPC error's data reaches the policy as structured content", async () => {
+  // -32603 alone is transient; its data says the upstream refused with a 403.
+  server.state.script('post_comment', {
+    kind: 'json-rpc-error', code: -32603, message: 'Internal error', data: { error: { status: 403, message: 'Resource not accessible by integration' } },
+  });
+  const caller = await newCaller();
+  const outcomes = recordedOutcomes(caller);
+  await assert.rejects(caller.callTool('post_comment', { issue: 12, body: 'refund issued' }),
+    (e: unknown) => e instanceof Escalated && e.reason === 'permission-denied');
+  assert.equal(server.state.postsOf('post_comment').length, 1);
+  assert.deepEqual(outcomes[0], {
+    tag: 'failure',
+    val: {
+      kind: { tag: 'protocol-error', val: -32603 }, headers: [], body: 'Internal error',
+      structuredContent: '{"error":{"status":403,"message":"Resource not accessible by integration"}}',
+    },
+  });
+});
+
+test('a tool error\'s text blocks are joined with newlines for the policy', async () => {
+  const fake = {
+    listTools: async () => ({ tools: [{ name: 'lookup', inputSchema: { type: 'object' }, annotations: { readOnlyHint: true } }] }),
+    callTool: async () => ({
+      content: [{ type: 'text', text: 'upstream said:' }, { type: 'image', data: '', mimeType: 'image/png' }, { type: 'text', text: 'quota exceeded' }],
+      structuredContent: { error: { status: 503 } },
+      isError: true,
+    }),
+  } as unknown as Client;
+  const instance = await (await PolicyComponent.load()).instantiate({ accounts: new EmbeddedAccounts(), entropy: new SplitMix64(7n) });
+  const caller = new RetryingToolCaller(fake, instance.loadPolicy({ ...CONFIG, 'max-attempts-per-call': 1 }).startRun('r'),
+    { log: () => undefined, sleep: async () => undefined });
+  const outcomes = recordedOutcomes(caller);
+  await caller.callTool('lookup').catch(() => undefined);
+  assert.deepEqual(outcomes[0], {
+    tag: 'failure',
+    val: { kind: { tag: 'tool-error', val: undefined }, headers: [], body: 'upstream said:\nquota exceeded', structuredContent: '{"error":{"status":503}}' },
+  });
+});
+
+test('the log names escalation reasons as contract 0.2.0 does (run-steps-spent)', async () => {
+  server.state.script('lookup_order', { kind: 'http', status: 503, body: 'upstream unavailable' });
+  const instance = await (await PolicyComponent.load()).instantiate({ accounts: new EmbeddedAccounts(), entropy: new SplitMix64(7n) });
+  const run = instance.loadPolicy({ ...CONFIG, 'max-steps-per-run': 1 }).startRun('CASE-5017');
+  const caller = new RetryingToolCaller(client, run, { log: (line) => lines.push(JSON.parse(line)) });
+  await assert.rejects(caller.callTool('lookup_order', { order_id: 'A1' }), (e: unknown) => e instanceof Escalated && e.reason === 'run-steps-spent');
+  assert.deepEqual(lines.map((l) => [l.outcome, l.class, l.rule, l.action, l.escalation]),
+    [['HTTP 503', 'transient', 'http-status', 'escalate', 'run-steps-spent']]);
+  // The run has ended: a further call is a misuse, not sent.
+  await assert.rejects(caller.callTool('lookup_order', { order_id: 'A2' }),
+    (e: unknown) => e instanceof RunMisuse && e.error.tag === 'run-ended' && e.error.val === 'run-steps-spent');
+  assert.equal(server.state.postsOf('lookup_order').length, 1);
 });

@@ -72,7 +72,7 @@ impl Subject for Native {
 
     fn classify(&mut self, failure: &Value, now_ms: u64) -> Result<Value, String> {
         let failure: Failure = input(failure, "failure")?;
-        Ok(output(&classify::classify(&failure, &self.config()?.status_overrides, now_ms)))
+        Ok(output(&classify::classify(&failure, self.config()?, None, now_ms)))
     }
 
     fn next_delay(&mut self, retry: u32, hint_ms: Option<u64>, entropy: u64) -> Result<Value, String> {

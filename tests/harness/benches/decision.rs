@@ -29,6 +29,7 @@ fn component_ns() -> f64 {
         kind: FailureKind::HttpStatus(503),
         headers: vec![("retry-after".into(), "1".into())],
         body: "upstream unavailable".into(),
+        structured_content: None,
     });
     let started = Instant::now();
     for batch in 0..DECISIONS / PER_RUN {
@@ -53,6 +54,7 @@ fn native_ns() -> f64 {
         kind: core::FailureKind::HttpStatus(503),
         headers: vec![("retry-after".into(), "1".into())],
         body: "upstream unavailable".into(),
+        structured_content: None,
     });
     let started = Instant::now();
     for batch in 0..DECISIONS / PER_RUN {

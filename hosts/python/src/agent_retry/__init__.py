@@ -11,12 +11,14 @@ wrappers, and a retrying wrapper around the MCP SDK's `ClientSession.call_tool`.
 from . import types
 from .accounts import PROCESS_ACCOUNTS, AccountBudgetBackend, Bucket, EmbeddedAccounts, Reservation, gcra
 from .component import (
+    CONTRACT_VERSION,
     FUEL_PER_CALL,
     MAX_MEMORY_BYTES,
     Policy,
     PolicyComponent,
     PolicyInstance,
     Run,
+    check_contract_version,
     locate_component,
     now_ms,
 )
@@ -26,6 +28,7 @@ from .errors import (
     ComponentLoadError,
     ComponentNotFound,
     ConfigError,
+    ContractVersionMismatch,
     Escalated,
     InstanceUnusable,
     PolicyTrap,
@@ -38,7 +41,9 @@ __all__ = [
     "Bucket",
     "ComponentLoadError",
     "ComponentNotFound",
+    "CONTRACT_VERSION",
     "ConfigError",
+    "ContractVersionMismatch",
     "EmbeddedAccounts",
     "EntropySource",
     "Escalated",
@@ -55,6 +60,7 @@ __all__ = [
     "Run",
     "RunMisuse",
     "SplitMix64",
+    "check_contract_version",
     "gcra",
     "locate_component",
     "now_ms",

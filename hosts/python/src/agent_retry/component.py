@@ -19,12 +19,13 @@ import ctypes
 import itertools
 import json
 import os
+import re
 import threading
 import time
 from ctypes import byref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Union, cast
+from typing import Any, Callable, Iterable, Mapping, Optional, Union, cast
 
 from wasmtime import Config, Engine, Store, WasmtimeError
 from wasmtime import _ffi as ffi
@@ -34,13 +35,19 @@ from wasmtime.component import _enter as wasmtime_enter
 from . import _codec
 from .accounts import PROCESS_ACCOUNTS, AccountBudgetBackend, Bucket
 from .entropy import EntropySource, OsEntropy, random_bytes
-from .errors import ComponentLoadError, ComponentNotFound, ConfigError, InstanceUnusable, PolicyTrap, RunMisuse
+from .errors import ComponentLoadError, ComponentNotFound, ContractVersionMismatch, ConfigError, InstanceUnusable, PolicyTrap, RunMisuse
 from .types import Admission, CallRequest, Classification, Decision, Failure, Outcome, RunReport
 
-POLICY_INTERFACE = "agent-retry:policy/policy@0.1.0"
-ACCOUNT_BUDGET_INTERFACE = "agent-retry:policy/account-budget@0.1.0"
-TYPES_INTERFACE = "agent-retry:policy/types@0.1.0"
+# The contract this host speaks (wit/). A component of another major version
+# (for 0.x, another 0.minor: semver's caret rule) is refused at load time; one of
+# a compatible version is run under its own interface names.
+CONTRACT_PACKAGE = "agent-retry:policy"
+CONTRACT_VERSION = "0.2.0"
+POLICY_INTERFACE = f"{CONTRACT_PACKAGE}/policy@{CONTRACT_VERSION}"
+ACCOUNT_BUDGET_INTERFACE = f"{CONTRACT_PACKAGE}/account-budget@{CONTRACT_VERSION}"
+TYPES_INTERFACE = f"{CONTRACT_PACKAGE}/types@{CONTRACT_VERSION}"
 RANDOM_INTERFACE_PREFIX = "wasi:random/random@0.2."
+_SEMVER = re.compile(r"(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(?:[-+][0-9A-Za-z.+-]*)?")
 
 # Fuel for one call (about one unit per wasm instruction): ~1000x what a decision
 # needs, so a policy stuck in a loop traps instead of hanging the host.
@@ -49,7 +56,7 @@ FUEL_PER_CALL = 20_000_000
 MAX_MEMORY_BYTES = 64 << 20
 
 # Where `make wasm` puts the component, relative to the repository root.
-REPO_WASM_PATH = Path("target/wasm32-wasip2/wasm-release/agent_retry_policy.wasm")
+REPO_WASM_PATH = Path("target/component/agent_retry_policy.wasm")
 WASM_ENV_VAR = "AGENT_RETRY_WASM"
 
 EXPORTED_FUNCTIONS = (
@@ -68,6 +75,59 @@ EXPORTED_FUNCTIONS = (
 def now_ms() -> int:
     """Milliseconds since the Unix epoch, from the wall clock (what `now-ms` means)."""
     return time.time_ns() // 1_000_000
+
+
+def contract_compatibility(version: str) -> tuple[int, ...]:
+    """What must be equal for two contract versions to be compatible: the major
+    (`1.4.2` -> `(1,)`), or for 0.x the minor (`0.2.0` -> `(0, 2)`), or for 0.0.x
+    the patch: semver's caret rule. Raises ValueError for a version that is not
+    semver."""
+    matched = _SEMVER.fullmatch(version)
+    if matched is None:
+        raise ValueError(f"{version!r} is not a semantic version")
+    major, minor, patch = (int(part) for part in matched.groups())
+    if major:
+        return (major,)
+    return (0, minor) if minor else (0, 0, patch)
+
+
+def policy_interface_versions(export_names: Iterable[str]) -> list[str]:
+    """The versions of `agent-retry:policy/policy@X.Y.Z` among a component's export names."""
+    prefix = f"{CONTRACT_PACKAGE}/policy@"
+    return [name[len(prefix):] for name in export_names if name.startswith(prefix)]
+
+
+def check_contract_version(export_names: Iterable[str], source: str = "<bytes>") -> str:
+    """The contract version a component speaks, read from its export names.
+    Raises `ContractVersionMismatch` (a `ComponentLoadError`) naming both versions
+    if it is not compatible with this host's, `ComponentLoadError` if it exports
+    no policy interface at all."""
+    versions = policy_interface_versions(export_names)
+    if not versions:
+        raise ComponentLoadError(f"{source} is not an agent-retry policy: it does not export {CONTRACT_PACKAGE}/policy@{CONTRACT_VERSION}")
+    ours = contract_compatibility(CONTRACT_VERSION)
+    for version in versions:
+        try:
+            compatible = contract_compatibility(version) == ours
+        except ValueError:
+            compatible = False
+        if compatible:
+            return version
+    raise ContractVersionMismatch(source, versions[0], CONTRACT_VERSION)
+
+
+def _contract_interface(name: str) -> Optional[str]:
+    """`account-budget` for `agent-retry:policy/account-budget@V` with V
+    compatible with this host's contract; None for any other name."""
+    prefix = f"{CONTRACT_PACKAGE}/"
+    interface, at, version = name.partition("@")
+    if not interface.startswith(prefix) or not at:
+        return None
+    try:
+        compatible = contract_compatibility(version) == contract_compatibility(CONTRACT_VERSION)
+    except ValueError:
+        return None
+    return interface[len(prefix):] if compatible else None
 
 
 def _repo_root() -> Path:
@@ -140,15 +200,23 @@ class PolicyComponent:
         component_type = self.component.type
         self.imports = list(component_type.imports(self.engine))
         self.exports = list(component_type.exports(self.engine))
-        unknown = [
-            name
-            for name in self.imports
-            if name not in (ACCOUNT_BUDGET_INTERFACE, TYPES_INTERFACE) and not name.startswith(RANDOM_INTERFACE_PREFIX)
-        ]
+        # The version first, so that a component of another contract says so
+        # rather than failing on a name further down.
+        self.contract_version = check_contract_version(self.exports, source)
+        self.policy_interface = f"{CONTRACT_PACKAGE}/policy@{self.contract_version}"
+        # The contract's imports, at whatever compatible version the component names them.
+        contract_imports = {
+            name for name in self.imports if _contract_interface(name) in ("account-budget", "types")
+        }
+        unknown = [name for name in self.imports if name not in contract_imports and not name.startswith(RANDOM_INTERFACE_PREFIX)]
         if unknown:
             raise ComponentLoadError(f"{source} is not an agent-retry policy this host can run: it imports {unknown}")
+        budgets = [name for name in contract_imports if _contract_interface(name) == "account-budget"]
+        if len(budgets) != 1:
+            raise ComponentLoadError(f"{source} must import {ACCOUNT_BUDGET_INTERFACE} once, imports {budgets}")
+        self.account_budget_interface = budgets[0]
         self.random_imports = [name for name in self.imports if name.startswith(RANDOM_INTERFACE_PREFIX)]
-        budget_type = component_type.imports(self.engine)[ACCOUNT_BUDGET_INTERFACE].ty
+        budget_type = component_type.imports(self.engine)[self.account_budget_interface].ty
         assert isinstance(budget_type, ComponentInstanceType)
         reserve_type = budget_type.exports(self.engine)["reserve"].ty
         assert isinstance(reserve_type, FuncType) and reserve_type.result is not None
@@ -156,17 +224,17 @@ class PolicyComponent:
         refund_type = budget_type.exports(self.engine)["refund"].ty
         assert isinstance(refund_type, FuncType) and refund_type.result is None
         self._refund_codecs = (tuple(_codec.build(ty) for _, ty in refund_type.params), None)
-        interface_index = self.component.get_export_index(POLICY_INTERFACE)
+        interface_index = self.component.get_export_index(self.policy_interface)
         if interface_index is None:
-            raise ComponentLoadError(f"{source} does not export {POLICY_INTERFACE}")
-        interface_type = component_type.exports(self.engine)[POLICY_INTERFACE].ty
+            raise ComponentLoadError(f"{source} does not export {self.policy_interface}")
+        interface_type = component_type.exports(self.engine)[self.policy_interface].ty
         assert isinstance(interface_type, ComponentInstanceType)
         functions: dict[str, Any] = interface_type.exports(self.engine)
         specs = {}
         for name in EXPORTED_FUNCTIONS:
             index = self.component.get_export_index(name, interface_index)
             if index is None or name not in functions:
-                raise ComponentLoadError(f"{source} does not export {POLICY_INTERFACE} function {name}")
+                raise ComponentLoadError(f"{source} does not export {self.policy_interface} function {name}")
             func_type = functions[name].ty
             assert isinstance(func_type, FuncType)
             result = func_type.result
@@ -222,7 +290,7 @@ class PolicyInstance:
         self._store.set_fuel(fuel_per_call if fuel_per_call is not None else _codec.U64_MAX)
         linker = Linker(engine)
         with linker.root() as root:
-            with root.add_instance(ACCOUNT_BUDGET_INTERFACE) as budget:
+            with root.add_instance(component.account_budget_interface) as budget:
                 _add_import(budget, "reserve", component._reserve_codecs, _reserve_import(accounts))
                 _add_import(budget, "refund", component._refund_codecs, _refund_import(accounts))
             for name in component.random_imports:
@@ -248,7 +316,7 @@ class PolicyInstance:
         `ResourceAny`) and returns the canonical-JSON result."""
         bound = self._exports.get(name)
         if bound is None:
-            raise KeyError(f"{POLICY_INTERFACE} has no function {name!r}")
+            raise KeyError(f"{self.component.policy_interface} has no function {name!r}")
         return self._invoke(bound, args)
 
     def _invoke(self, bound: _BoundExport, args: tuple[Any, ...]) -> Any:
@@ -441,6 +509,9 @@ def _add_import(
 
 
 __all__ = [
+    "CONTRACT_VERSION",
+    "check_contract_version",
+    "contract_compatibility",
     "FUEL_PER_CALL",
     "MAX_MEMORY_BYTES",
     "Policy",

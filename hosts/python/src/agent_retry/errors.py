@@ -26,6 +26,20 @@ class ComponentLoadError(AgentRetryError):
     """The file is not a valid component, or not an agent-retry policy this host can run."""
 
 
+class ContractVersionMismatch(ComponentLoadError):
+    """The component speaks another major version of the contract than this host
+    (for 0.x, another 0.minor). Rebuild one of the two from the same `wit/`."""
+
+    def __init__(self, source: str, component_version: str, host_version: str) -> None:
+        self.source = source
+        self.component_version = component_version
+        self.host_version = host_version
+        super().__init__(
+            f"{source}: the component speaks agent-retry:policy@{component_version} but this host speaks "
+            f"@{host_version}; use a component and a host built from the same major version of the contract"
+        )
+
+
 class PolicyTrap(AgentRetryError):
     """The component trapped (a bug, fuel or memory exhausted). The instance is
     unusable afterwards: make a new one with `PolicyComponent.instantiate`."""

@@ -9,7 +9,10 @@ policy instance and run per entry of "runs" (run id, "config", the real-clock
 goes on to the next call, an escalation ends the run. The status checks are
 built from the exam's "status-checks" spec. One JSON line per call outcome goes
 to stdout, the wrapper's attempt log to stderr. Exits 0 once every run was made;
-the judge then checks, from the server's side, what the host did. Mirrors the
+the judge then checks, from the server's side, what the host did. A tool
+error's upstream status (the demo server's `structuredContent.error.status`) is
+read by the policy itself from the structured content the wrapper passes on.
+Mirrors the
 Rust host's `agent-retry exam` (host-example/src/commands/exam.rs).
 """
 
@@ -69,16 +72,6 @@ def status_check_from_spec(spec: Mapping[str, Any]) -> StatusCheck:
     return check
 
 
-def upstream_status(result: CallToolResult) -> Optional[int]:
-    """The upstream status an `isError` result reports in
-    `structuredContent.error.status` (the demo server's convention, which the
-    Rust host reads too)."""
-    structured = result.structured_content
-    error = structured.get("error") if isinstance(structured, dict) else None
-    status = error.get("status") if isinstance(error, dict) else None
-    return status if isinstance(status, int) and not isinstance(status, bool) and 0 <= status <= 0xFFFF else None
-
-
 def _text(result: CallToolResult) -> str:
     return " ".join(block.text for block in result.content if isinstance(block, TextContent))
 
@@ -109,7 +102,6 @@ async def run_exam(url: str, exam: Mapping[str, Any], component: PolicyComponent
                     status_check=checks,
                     key_argument=key_argument,
                     attempt_timeout_s=attempt_timeout_s,
-                    tool_error_status=upstream_status,
                 )
                 for call in run_spec["calls"]:
                     tool = call["tool"]

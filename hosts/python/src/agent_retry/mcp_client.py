@@ -51,6 +51,7 @@ from .types import (
     Decision,
     EscalateAction,
     EscalateAdmission,
+    FailureOutcome,
     ReplanAction,
     RetryAction,
     SucceedAction,
@@ -139,7 +140,10 @@ class CapturingTransport(httpx2.AsyncBaseTransport):
         body = await response.aread()
         await response.aclose()
         capture.status = response.status_code
-        capture.headers = [(k, v) for k, v in response.headers.multi_items()]
+        # Every field as received, repeated ones as separate pairs (the policy joins
+        # list-valued ones such as RateLimit itself).
+        encoding = response.headers.encoding
+        capture.headers = [(k.decode(encoding), v.decode(encoding)) for k, v in response.headers.raw]
         capture.body = body[:MAX_CAPTURED_BODY].decode("utf-8", errors="replace")
         return httpx2.Response(
             response.status_code,
@@ -198,6 +202,31 @@ def default_empty_check(result: CallToolResult) -> Optional[str]:
     return None
 
 
+def _json_text(value: Any) -> Optional[str]:
+    if value is None:
+        return None
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    except (TypeError, ValueError):  # not JSON: nothing the policy could read
+        return None
+
+
+def tool_error_outcome(result: CallToolResult) -> FailureOutcome:
+    """The outcome of an `isError: true` result: `tool-error(none)` with the text
+    content blocks joined with "\n" as the body and `structuredContent` as JSON
+    text. The wrapper does not read an upstream status itself: the policy reads
+    the text and the structured content (a status, a provider's error type, a
+    wait in prose such as "try again in 20s")."""
+    text = "\n".join(block.text for block in result.content if isinstance(block, TextContent))
+    return tool_error(text, _json_text(result.structured_content))
+
+
+def protocol_error_outcome(error: MCPError) -> FailureOutcome:
+    """The outcome of a JSON-RPC error: its code, its message as the body, and
+    its `data` (if any) as JSON text in `structured-content`."""
+    return protocol_failure(error.code, error.message, data=_json_text(error.data))
+
+
 @dataclass
 class _Observed:
     outcome: Outcome
@@ -220,7 +249,6 @@ class RetryingToolCaller:
         attempt_timeout_s: float = 30.0,
         tools: Optional[list[Tool]] = None,
         empty_check: EmptyCheck = default_empty_check,
-        tool_error_status: Callable[[CallToolResult], Optional[int]] = lambda _result: None,
         clock: Callable[[], int] = now_ms,
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
         log: logging.Logger = logger,
@@ -232,7 +260,6 @@ class RetryingToolCaller:
         self.entropy = entropy or OsEntropy()
         self.attempt_timeout_s = attempt_timeout_s
         self.empty_check = empty_check
-        self.tool_error_status = tool_error_status
         self.clock = clock
         self.sleep = sleep
         self.log = log
@@ -290,7 +317,7 @@ class RetryingToolCaller:
         admission = self.run.begin_call(request, self.clock())
         if "escalate" in admission:
             refusal = cast(EscalateAdmission, admission)["escalate"]
-            self._log_line(name, None, 0, "not sent", None, "escalate", None, refusal["note"])
+            self._log_line(name, None, 0, "not sent", None, "escalate", None, refusal["note"], escalation=refusal["reason"])
             raise Escalated(refusal, tool=name)
         ticket = admission["send"]  # narrowed: not an escalation
         call_id = ticket["call-id"]
@@ -352,11 +379,10 @@ class RetryingToolCaller:
                 return _Observed(transport_failure("timeout", error.message), "timeout")
             if error.code == CONNECTION_CLOSED:
                 return _Observed(transport_failure("stream-closed", error.message), "stream closed")
-            return _Observed(protocol_failure(error.code, error.message), f"JSON-RPC {error.code}")
+            return _Observed(protocol_error_outcome(error), f"JSON-RPC {error.code}")
         assert result is not None
         if result.is_error:
-            text = " ".join(b.text for b in result.content if isinstance(b, TextContent))
-            return _Observed(tool_error(text, self.tool_error_status(result)), "isError", result)
+            return _Observed(tool_error_outcome(result), "isError", result)
         what = self.empty_check(result)
         if what is not None:
             return _Observed(empty_result(what), "empty result", result)
@@ -378,14 +404,20 @@ class RetryingToolCaller:
     def _log_decision(self, tool: str, call_id: int, attempt: int, outcome: str, decision: Decision) -> None:
         action = decision["action"]
         delay = cast(RetryAction, action)["retry"]["delay-ms"] if action_name(action) == "retry" else None
-        self._log_line(tool, call_id, attempt, outcome, decision["class"], action_name(action), delay, decision["reason"])
+        escalation = cast(EscalateAction, action)["escalate"]["reason"] if action_name(action) == "escalate" else None
+        self._log_line(
+            tool, call_id, attempt, outcome, decision["class"], action_name(action), delay, decision["reason"],
+            rule=decision["rule"], escalation=escalation,
+        )
 
     def _log_line(
         self, tool: str, call_id: Optional[int], attempt: int, outcome: str, klass: Optional[str],
-        action: str, delay_ms: Optional[int], reason: str,
+        action: str, delay_ms: Optional[int], reason: str, *, rule: Optional[str] = None, escalation: Optional[str] = None,
     ) -> None:
+        # `rule` is the classification rule that applied; `escalation` the
+        # escalation reason (the contract's name, e.g. "run-steps-spent").
         self.log.info(json.dumps({
             "event": "agent_retry.attempt", "ts": round(time.time(), 3), "run": self.run.run_id, "call": call_id,
             "tool": tool, "attempt": attempt, "outcome": outcome, "class": klass, "action": action,
-            "delay_ms": delay_ms, "reason": reason,
+            "delay_ms": delay_ms, "rule": rule, "escalation": escalation, "reason": reason,
         }, ensure_ascii=False))

@@ -30,8 +30,9 @@ EscalationReason = Literal[
     "replans-spent",
     "call-attempts-spent",
     "run-retries-spent",
-    "run-attempts-spent",
-    "quota-exhausted",
+    "run-steps-spent",
+    "server-wait-too-long",
+    "retry-forbidden",
     "account-budget-exhausted",
     "retry-quota-exhausted",
     "unclassified-failure",
@@ -49,7 +50,13 @@ FailureKind = Union[HttpStatusKind, TransportKind, ProtocolErrorKind, ToolErrorK
 
 Failure = TypedDict(
     "Failure",
-    {"kind": FailureKind, "headers": NotRequired[Sequence[Sequence[str]]], "body": NotRequired[str]},
+    {
+        "kind": FailureKind,
+        "headers": NotRequired[Sequence[Sequence[str]]],
+        "body": NotRequired[str],
+        # The tool result's structuredContent (or a JSON-RPC error's data) as JSON text.
+        "structured-content": NotRequired[Optional[str]],
+    },
 )
 
 EmptyResultOutcome = TypedDict("EmptyResultOutcome", {"empty-result": str})
@@ -64,6 +71,8 @@ Classification = TypedDict(
         "class": OutcomeClass,
         "hint-ms": Optional[int],
         "hint-source": Optional[str],
+        "server-says-retry": Optional[bool],
+        "rule": str,
         "reason": str,
         "header-problems": list[HeaderProblem],
     },
@@ -100,7 +109,8 @@ EscalateAction = TypedDict("EscalateAction", {"escalate": Escalation})
 Action = Union[RetryAction, ReplanAction, Literal["check-status"], SucceedAction, EscalateAction]
 
 Decision = TypedDict(
-    "Decision", {"action": Action, "class": OutcomeClass, "attempt": int, "hint-ms": Optional[int], "reason": str}
+    "Decision",
+    {"action": Action, "class": OutcomeClass, "attempt": int, "hint-ms": Optional[int], "rule": str, "reason": str},
 )
 
 SendAdmission = TypedDict("SendAdmission", {"send": CallTicket})
@@ -150,14 +160,26 @@ def transport_failure(error: TransportError, body: str = "") -> FailureOutcome:
     return {"failure": {"kind": {"transport": error}, "body": body}}
 
 
-def protocol_failure(code: int, message: str = "", headers: Sequence[Sequence[str]] = ()) -> FailureOutcome:
-    """A JSON-RPC error object with this code."""
-    return {"failure": {"kind": {"protocol-error": code}, "headers": [tuple(h) for h in headers], "body": message}}
+def protocol_failure(
+    code: int, message: str = "", headers: Sequence[Sequence[str]] = (), data: Optional[str] = None
+) -> FailureOutcome:
+    """A JSON-RPC error object with this code; `data` is its `data` member as JSON text."""
+    return {
+        "failure": {
+            "kind": {"protocol-error": code},
+            "headers": [tuple(h) for h in headers],
+            "body": message,
+            "structured-content": data,
+        }
+    }
 
 
-def tool_error(text: str, upstream_status: Optional[int] = None) -> FailureOutcome:
-    """A tool result with `isError: true`."""
-    return {"failure": {"kind": {"tool-error": upstream_status}, "body": text}}
+def tool_error(text: str, structured_content: Optional[str] = None, *, upstream_status: Optional[int] = None) -> FailureOutcome:
+    """A tool result with `isError: true`: its text content blocks joined with
+    "\n", its `structuredContent` as JSON text. The policy reads the upstream
+    failure from both; pass `upstream_status` only if the host knows it from a
+    place it trusts (its own convention with the server)."""
+    return {"failure": {"kind": {"tool-error": upstream_status}, "body": text, "structured-content": structured_content}}
 
 
 def empty_result(what: str) -> EmptyResultOutcome:

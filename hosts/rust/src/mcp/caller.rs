@@ -241,7 +241,7 @@ impl RetryingCaller {
             }
             if let Action::Escalate(e) = &decision.action {
                 *c.escalations_by_reason.entry(labels::reason(e.reason).to_string()).or_default() += 1;
-                if e.reason == EscalationReason::RunAttemptsSpent {
+                if e.reason == EscalationReason::RunStepsSpent {
                     c.runs_ended_by_step_budget += 1;
                 }
             }
@@ -252,7 +252,7 @@ impl RetryingCaller {
         tracing::info!(target: "agent_retry", run = %self.run_id, step, tool, action = "escalate", reason = labels::reason(escalation.reason), "begin-call");
         self.metrics.update(|c| {
             *c.escalations_by_reason.entry(labels::reason(escalation.reason).to_string()).or_default() += 1;
-            if escalation.reason == EscalationReason::RunAttemptsSpent {
+            if escalation.reason == EscalationReason::RunStepsSpent {
                 c.runs_ended_by_step_budget += 1;
             }
         });

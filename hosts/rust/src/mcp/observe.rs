@@ -13,16 +13,9 @@ pub fn result_text(result: &CallToolResult) -> String {
     result.content.iter().filter_map(|block| block.as_text().map(|t| t.text.clone())).collect::<Vec<_>>().join("\n")
 }
 
-/// The upstream status an `isError` result reports in `structuredContent.error.status`
-/// (the convention of the demo server; see the README).
-fn upstream_status(result: &CallToolResult) -> Option<u16> {
-    let status = result.structured_content.as_ref()?.get("error")?.get("status")?;
-    status.as_u64().and_then(|s| u16::try_from(s).ok())
-}
-
-fn upstream_message(result: &CallToolResult) -> Option<String> {
-    let message = result.structured_content.as_ref()?.get("error")?.get("message")?;
-    message.as_str().map(str::to_string)
+/// A result's `structuredContent` as JSON text, if it has any.
+fn structured_text(result: &CallToolResult) -> Option<String> {
+    result.structured_content.as_ref().filter(|v| !v.is_null()).map(Value::to_string)
 }
 
 /// A result with no content at all: a 200 that carries nothing usable.
@@ -33,14 +26,16 @@ pub fn is_empty(result: &CallToolResult) -> bool {
 }
 
 fn failure(kind: FailureKind, headers: Vec<(String, String)>, body: String) -> Outcome {
-    Outcome::Failure(Failure { kind, headers, body })
+    Outcome::Failure(Failure { kind, headers, body, structured_content: None })
 }
 
 /// The outcome of a call that returned.
 pub fn from_result(result: &CallToolResult) -> Outcome {
     if result.is_error == Some(true) {
-        let body = upstream_message(result).unwrap_or_else(|| result_text(result));
-        return failure(FailureKind::ToolError(upstream_status(result)), Vec::new(), body);
+        // The policy reads the text and the structured content for the upstream
+        // failure (a status, a provider's error type, a wait); the wrapper adds nothing.
+        let (body, structured_content) = (result_text(result), structured_text(result));
+        return Outcome::Failure(Failure { kind: FailureKind::ToolError(None), headers: Vec::new(), body, structured_content });
     }
     if is_empty(result) {
         return Outcome::EmptyResult("the tool returned no content".to_string());
@@ -51,7 +46,10 @@ pub fn from_result(result: &CallToolResult) -> Outcome {
 /// The outcome of a call that failed in rmcp.
 pub fn from_error(error: &ServiceError) -> Outcome {
     match error {
-        ServiceError::McpError(e) => failure(FailureKind::ProtocolError(e.code.0), Vec::new(), e.message.to_string()),
+        ServiceError::McpError(e) => {
+            let data = e.data.as_ref().filter(|v| !v.is_null()).map(Value::to_string);
+            Outcome::Failure(Failure { kind: FailureKind::ProtocolError(e.code.0), headers: Vec::new(), body: e.message.to_string(), structured_content: data })
+        }
         ServiceError::TransportSend(e) => {
             if let Some(http) = e.error.downcast_ref::<StreamableHttpError<HttpFailure>>() {
                 return from_http_error(http);
