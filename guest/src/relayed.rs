@@ -37,6 +37,11 @@ use crate::types::OutcomeClass;
 pub const MAX_TEXT_BYTES: usize = 4096;
 /// Structured content longer than this is not parsed (its text is still read).
 pub const MAX_STRUCTURED_BYTES: usize = 65_536;
+/// The most word comparisons one read makes. A relayed error of a kilobyte
+/// needs about 1,500; a text built to make every phrase or rule compare with
+/// every word stops here, so a read's cost has a bound whatever the input (the
+/// rule then says `tool-error:scan-limit` and the text goes to the model).
+pub const MAX_COMPARISONS: u32 = 20_000;
 
 /// A class rule from the configuration: text containing `contains` (any case;
 /// where a word starts, if `contains` starts with a letter, digit or `_`) has `class`.
@@ -270,53 +275,99 @@ pub fn positions<'a>(hay: &'a [u8], needle: &'a [u8]) -> impl Iterator<Item = us
     (0..last).filter(move |&i| hay[i] == needle[0] && hay[i..i + needle.len()] == *needle)
 }
 
-/// Lower-cased text with the positions where its words start: phrases are
-/// looked for only there, so a scan costs the number of words times the number
-/// of phrases, not the number of bytes.
+/// Lower-cased text with the positions where its words start, grouped by their
+/// first byte: a phrase is compared only with the words that start like it, so
+/// a scan costs about the words times the phrases sharing a first letter, and a
+/// text cannot make every phrase compare everywhere.
 struct Words {
     text: String,
+    /// Word starts grouped by first byte (a counting sort), ascending in each group.
     starts: Vec<u32>,
+    /// `starts[group[b]..group[b + 1]]` are the words starting with byte `b`.
+    group: [u32; 257],
+    /// Comparisons left (`MAX_COMPARISONS`).
+    budget: core::cell::Cell<u32>,
 }
 
 impl Words {
     fn new(text: String) -> Words {
         let bytes = text.as_bytes();
-        let starts = (0..bytes.len()).filter(|&i| is_word_byte(bytes[i]) && (i == 0 || !is_word_byte(bytes[i - 1]))).map(|i| i as u32).collect();
-        Words { text, starts }
+        let is_start = |i: usize| is_word_byte(bytes[i]) && (i == 0 || !is_word_byte(bytes[i - 1]));
+        let mut group = [0u32; 257];
+        for i in (0..bytes.len()).filter(|&i| is_start(i)) {
+            group[usize::from(bytes[i]) + 1] += 1;
+        }
+        for b in 1..257 {
+            group[b] += group[b - 1];
+        }
+        let mut next = group;
+        let mut starts = alloc::vec![0u32; group[256] as usize];
+        for i in (0..bytes.len()).filter(|&i| is_start(i)) {
+            let slot = &mut next[usize::from(bytes[i])];
+            starts[*slot as usize] = i as u32;
+            *slot += 1;
+        }
+        Words { text, starts, group, budget: core::cell::Cell::new(MAX_COMPARISONS) }
     }
 
-    /// Positions where `needle` (which starts with a word byte) occurs as whole words.
+    /// Calls `found` with each position where `needle` (which starts with a word
+    /// byte) begins a word, and as a whole word if `whole`, until `found` says
+    /// stop or the comparison budget is spent. Returns whether `found` stopped it.
     #[inline(never)]
-    fn find<'a>(&'a self, needle: &'a str) -> impl Iterator<Item = usize> + 'a {
-        let (bytes, needle) = (self.text.as_bytes(), needle.as_bytes());
-        self.starts.iter().map(|&i| i as usize).filter(move |&i| {
-            bytes.get(i..i + needle.len()) == Some(needle) && bytes.get(i + needle.len()).is_none_or(|b| !is_word_byte(*b))
-        })
+    fn each(&self, needle: &[u8], whole: bool, found: &mut dyn FnMut(usize) -> bool) -> bool {
+        let bytes = self.text.as_bytes();
+        let Some(&first) = needle.first() else { return false };
+        let group = &self.starts[self.group[usize::from(first)] as usize..self.group[usize::from(first) + 1] as usize];
+        for &start in group {
+            let left = self.budget.get();
+            if left == 0 {
+                return false;
+            }
+            self.budget.set(left - 1);
+            let i = start as usize;
+            // The second byte first: most words differ there.
+            let second_matches = needle.len() < 2 || bytes.get(i + 1) == needle.get(1);
+            if second_matches
+                && bytes.get(i..i + needle.len()) == Some(needle)
+                && (!whole || bytes.get(i + needle.len()).is_none_or(|b| !is_word_byte(*b)))
+                && found(i)
+            {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Whether `needle` occurs as whole words.
+    fn has(&self, needle: &str) -> bool {
+        self.each(needle.as_bytes(), true, &mut |_| true)
     }
 }
 
 /// The first phrase of `table` that `words` contains as whole words.
 #[inline(never)]
 fn first_phrase(words: &Words, table: &'static [(&'static str, OutcomeClass)]) -> Option<(OutcomeClass, &'static str)> {
-    table.iter().find(|(phrase, _)| words.find(phrase).next().is_some()).map(|(phrase, class)| (*class, *phrase))
+    table.iter().find(|(phrase, _)| words.has(phrase)).map(|(phrase, class)| (*class, *phrase))
 }
 
-/// An identifier with `_`, `-` and spaces removed, lower-cased; `None` if long.
+/// The class of a provider error identifier, if it is one the table knows: the
+/// identifier is compared lower-cased, without `_`, `-` and spaces. AWS writes
+/// `com.amazon.coral#ThrottlingException` or `ThrottlingException:http://...`.
 #[inline(never)]
-fn normalise_identifier(text: &str) -> Option<String> {
-    // AWS writes `com.amazon.coral#ThrottlingException` or `ThrottlingException:http://...`.
+pub fn identifier_class(text: &str) -> Option<OutcomeClass> {
     let text = text.rsplit('#').next().unwrap_or(text);
     let text = text.split(':').next().unwrap_or(text).trim();
     if text.is_empty() || text.len() > 64 {
         return None;
     }
-    Some(text.bytes().filter(|b| !matches!(b, b'_' | b'-' | b' ')).map(|b| b.to_ascii_lowercase() as char).collect())
-}
-
-/// The class of a provider error identifier, if it is one the table knows.
-pub fn identifier_class(text: &str) -> Option<OutcomeClass> {
-    let id = normalise_identifier(text)?;
-    IDENTIFIERS.iter().find(|(name, _)| *name == id).map(|(_, class)| *class)
+    let mut id = [0u8; 64];
+    let mut len = 0;
+    for b in text.bytes().filter(|b| !matches!(b, b'_' | b'-' | b' ')) {
+        id[len] = b.to_ascii_lowercase();
+        len += 1;
+    }
+    let id = &id[..len];
+    IDENTIFIERS.iter().find(|(name, _)| name.as_bytes() == id).map(|(_, class)| *class)
 }
 
 /// The first `max` bytes of `text`, cut on a character boundary.
@@ -445,20 +496,24 @@ fn prose_duration_ms(text: &str) -> Option<u64> {
 #[inline(never)]
 fn prose_hint_ms(words: &Words, now_ms: u64) -> Option<u64> {
     let lower = words.text.as_str();
+    let mut hint = None;
     for trigger in HINT_BEFORE {
-        for i in words.find(trigger) {
-            if let Some(ms) = lower.get(i + trigger.len()..).and_then(prose_duration_ms) {
-                return Some(ms);
-            }
+        let after = |i: usize| lower.get(i + trigger.len()..).unwrap_or("");
+        if words.each(trigger.as_bytes(), true, &mut |i| {
+            hint = prose_duration_ms(after(i));
+            hint.is_some()
+        }) {
+            return hint;
         }
     }
     for trigger in ["resets at", "reset at"] {
-        for i in words.find(trigger) {
-            let rest = lower.get(i + trigger.len()..).unwrap_or("").trim_start_matches([' ', ':']);
-            let stamp = rest.split([' ', ',', ';', '\n']).next().unwrap_or("").trim_end_matches('.').to_ascii_uppercase();
-            if let Some(at) = crate::time::parse_rfc3339(&stamp) {
-                return Some(at.saturating_sub(now_ms));
-            }
+        let after = |i: usize| lower.get(i + trigger.len()..).unwrap_or("").trim_start_matches([' ', ':']);
+        if words.each(trigger.as_bytes(), true, &mut |i| {
+            let stamp = after(i).split([' ', ',', ';', '\n']).next().unwrap_or("").trim_end_matches('.').to_ascii_uppercase();
+            hint = crate::time::parse_rfc3339(&stamp).map(|at| at.saturating_sub(now_ms));
+            hint.is_some()
+        }) {
+            return hint;
         }
     }
     None
@@ -503,7 +558,7 @@ fn prose_status(lower: &str) -> Option<u16> {
 /// (`overloaded_error`, `ThrottlingException`, `RESOURCE_EXHAUSTED`) and gRPC's
 /// `code = Unavailable`. Plain words are left to the wording tables.
 #[inline(never)]
-fn prose_identifier(text: &str) -> Option<(OutcomeClass, String)> {
+fn prose_identifier(text: &str, budget: &core::cell::Cell<u32>) -> Option<(OutcomeClass, String)> {
     let grpc = positions(text.as_bytes(), b"code = ").filter_map(|i| text.get(i + 7..));
     let tokens = text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'));
     for (token, from_grpc) in grpc.map(|t| (t.split(|c: char| !c.is_ascii_alphanumeric()).next().unwrap_or(""), true)).chain(tokens.map(|t| (t, false))) {
@@ -512,6 +567,11 @@ fn prose_identifier(text: &str) -> Option<(OutcomeClass, String)> {
         if !(from_grpc || token.contains('_') || camel) {
             continue;
         }
+        let left = budget.get();
+        if left == 0 {
+            return None;
+        }
+        budget.set(left - 1);
         if let Some(class) = identifier_class(token) {
             return Some((class, String::from(token)));
         }
@@ -553,8 +613,7 @@ pub fn read(text: &str, structured: Option<&str>, rules: &[&TextRule], overrides
         // that 64 rules cost what 64 phrases do; else a plain scan.
         let at_word = rule.contains.as_bytes().first().is_some_and(|b| is_word_byte(*b));
         let found_rule = if at_word {
-            let needle = rule.contains.as_bytes();
-            words.starts.iter().any(|&i| lower.as_bytes().get(i as usize..i as usize + needle.len()) == Some(needle))
+            words.each(rule.contains.as_bytes(), false, &mut |_| true)
         } else {
             positions(lower.as_bytes(), rule.contains.as_bytes()).next().is_some()
         };
@@ -566,7 +625,7 @@ pub fn read(text: &str, structured: Option<&str>, rules: &[&TextRule], overrides
         return found(class, "tool-error:vocabulary", quoted(phrase));
     }
     let (json_identifier, json_status) = parsed.as_ref().map(read_json).unwrap_or((None, None));
-    if let Some((class, id)) = json_identifier.or_else(|| prose_identifier(text)) {
+    if let Some((class, id)) = json_identifier.or_else(|| prose_identifier(text, &words.budget)) {
         return found(class, "tool-error:provider-code", quoted(&id));
     }
     if let Some((class, phrase)) = first_phrase(&words, THROTTLE_WORDS) {
@@ -579,7 +638,8 @@ pub fn read(text: &str, structured: Option<&str>, rules: &[&TextRule], overrides
     if let Some((class, phrase)) = first_phrase(&words, PERMISSION_WORDS).or_else(|| first_phrase(&words, TRANSIENT_WORDS)) {
         return found(class, "tool-error:vocabulary", quoted(phrase));
     }
-    found(D, "tool-error", String::new())
+    let rule = if words.budget.get() == 0 { "tool-error:scan-limit" } else { "tool-error" };
+    found(D, rule, String::new())
 }
 
 /// Lower-cases configured rule text once, at load.
@@ -642,5 +702,31 @@ mod tests {
         let rule = text_rule("E_BUSY", R);
         let r = read("device e_busy, permission denied", None, &[&rule], &[], NOW);
         assert_eq!((r.class, r.rule), (R, "config:tool-error-rules"));
+    }
+}
+
+#[cfg(test)]
+mod cost {
+    use super::*;
+
+    #[test]
+    fn a_text_built_to_compare_everywhere_stops_at_the_limit() {
+        let rules: Vec<TextRule> = (0..128).map(|i| text_rule(&alloc::format!("e_busy_{i}"), R)).collect();
+        let refs: Vec<&TextRule> = rules.iter().collect();
+        let text = "e_a ".repeat(1024);
+        let r = read(&text, None, &refs, &[], 0);
+        assert_eq!((r.class, r.rule), (D, "tool-error:scan-limit"));
+    }
+
+    /// Run under callgrind to see where a worst-case read goes (`--ignored`).
+    #[test]
+    #[ignore]
+    fn worst_case_read() {
+        let rules: Vec<TextRule> = (0..128).map(|i| text_rule(&alloc::format!("e_busy_{i}"), R)).collect();
+        let refs: Vec<&TextRule> = rules.iter().collect();
+        let text = "e_a ".repeat(1024);
+        let structured = alloc::format!("\"{}\"", "e_b ".repeat(1023));
+        let r = read(&text, Some(&structured), &refs, &[], 0);
+        assert_eq!(r.class, D);
     }
 }

@@ -246,6 +246,10 @@ impl PolicyInstance {
         self.store.set_fuel(self.fuel_per_call)
     }
 
+    /// The fuel the last call burned (about one unit per wasm instruction).
+    pub fn fuel_used_by_last_call(&self) -> u64 {
+        self.fuel_per_call.saturating_sub(self.store.get_fuel().unwrap_or(0))
+    }
 
     /// The store and the raw instance, for dynamic calls (the conformance runner).
     pub fn raw(&mut self) -> (&mut Store<HostState>, &Instance) {

@@ -174,3 +174,32 @@ fn garbage_failures_and_configs_never_trap_the_guest() {
     assert_eq!(decisions, 2000, "every garbage failure gets a decision");
     instance.report(&run).expect("report after garbage");
 }
+
+/// The most a tool error can make the policy read: 4096 bytes of text and 4096
+/// of structured content, made of words that all start like the 64 + 64
+/// configured rules (so that every rule compares with every word), and a
+/// natural relayed error beside it. The cost is fuel, not time: deterministic.
+#[test]
+fn a_worst_case_tool_error_stays_inside_the_fuel_budget() {
+    use agent_retry_host::component::FUEL_PER_CALL;
+    let rules: Vec<String> = (0..64).map(|i| format!(r#"{{"contains": "e_busy_{i}", "class": "transient"}}"#)).collect();
+    let rules = rules.join(",");
+    let config = format!(r#"{{"tool-error-rules": [{rules}], "tools": {{"t": {{"effect": "read", "tool-error-rules": [{rules}]}}}}}}"#);
+    let mut instance = component().instantiate(services()).unwrap();
+    let policy = instance.load_policy(&config).unwrap().unwrap();
+    let run = instance.start_run(&policy, "worst-case").unwrap();
+    let request = CallRequest { tool: "t".into(), idempotency_key: None, hints: None };
+    let mut fuel_of = |body: String, structured_content: Option<String>| {
+        let Admission::Send(ticket) = instance.begin_call(&run, &request, 1).unwrap().unwrap() else { panic!("admitted") };
+        let failure = Failure { kind: FailureKind::ToolError(None), headers: vec![], body, structured_content };
+        let decision = instance.record_outcome(&run, ticket.call_id, &Outcome::Failure(failure), 1, Some(1)).expect("no trap").unwrap();
+        (instance.fuel_used_by_last_call(), decision)
+    };
+    let (hostile, decision) = fuel_of("e_a ".repeat(1024), Some(format!("\"{}\"", "e_b ".repeat(1023))));
+    assert!(matches!(decision.action, Action::Replan(_)), "{decision:?}");
+    assert_eq!(decision.rule, "tool-error:scan-limit");
+    let (natural, decision) = fuel_of("Rate limit reached for gpt-4o on tokens per min (TPM). Please try again in 644ms.".into(), None);
+    assert!(matches!(decision.action, Action::Retry(_)), "{decision:?}");
+    println!("fuel of one record-outcome: hostile 8 KB tool error {hostile}, natural one {natural}, budget {FUEL_PER_CALL}");
+    assert!(hostile < FUEL_PER_CALL / 2, "{hostile} fuel leaves less than 2x headroom");
+}
