@@ -10,6 +10,9 @@ JCO := hosts/typescript/node_modules/@bytecodealliance/jco/src/jco.js
 .PHONY: setup wasm demo test vectors judge-setup judge-rust redis
 
 # The Python and Node hosts' targets (and the npm packages `wasm` needs for jco).
+include hosts/hosts.mk
+
+# The Python and Node hosts' targets (and the npm packages `wasm` needs for jco).
 
 setup:
 	rustup target add wasm32-wasip2

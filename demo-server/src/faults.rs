@@ -34,6 +34,14 @@ pub enum Fault {
         status: Option<u16>,
         message: String,
     },
+    /// A result with `isError: true` relaying an upstream failure the way most
+    /// MCP servers do: only as text (and, if given, structured content), with no
+    /// status or headers the client could read.
+    ToolText {
+        text: String,
+        #[serde(default)]
+        structured: Option<Value>,
+    },
     /// A successful result with nothing in it.
     Empty,
     /// The connection is dropped before the call runs.
@@ -50,6 +58,7 @@ impl Fault {
             Fault::Http { status, .. } => format!("http-{status}"),
             Fault::JsonRpcError { code, .. } => format!("json-rpc-{code}"),
             Fault::ToolError { .. } => "tool-error".into(),
+            Fault::ToolText { .. } => "tool-text".into(),
             Fault::Empty => "empty".into(),
             Fault::Drop => "drop".into(),
             Fault::TimeoutAfterApply { .. } => "timeout-after-apply".into(),

@@ -192,6 +192,11 @@ impl DemoServer {
             None => self.run_tool(name, arguments),
             Some(Fault::JsonRpcError { code, message }) => Err(ErrorData::new(ErrorCode(code), message, None)),
             Some(Fault::ToolError { status, message }) => Ok(tool_error(status, &message)),
+            Some(Fault::ToolText { text, structured }) => {
+                let mut result = CallToolResult::error(vec![ContentBlock::text(text)]);
+                result.structured_content = structured;
+                Ok(result)
+            }
             // Over stdio there is no HTTP: an HTTP fault is reported as the tool's upstream status.
             Some(Fault::Http { status, body, .. }) => Ok(tool_error(Some(status), &body)),
             Some(Fault::Empty) => Ok(CallToolResult::success(Vec::<ContentBlock>::new())),

@@ -125,6 +125,7 @@ pub fn classify(failure: &Failure, config: &Config, tool: Option<&str>, now_ms: 
     let server = hints::read(&failure.headers, now_ms, config.max_plausible_hint_ms);
     let mut hint = server.wait.as_ref().map(|h| (h.wait_ms, String::from(h.source)));
     let mut evidence = String::new();
+    let mut status = None;
     let relayed_text = |hint: &mut Option<(u64, String)>| {
         let rules = config.text_rules_for(tool);
         let read = relayed::read(&failure.body, failure.structured_content.as_deref(), &rules, overrides, now_ms);
@@ -134,7 +135,9 @@ pub fn classify(failure: &Failure, config: &Config, tool: Option<&str>, now_ms: 
         read
     };
     let (mut class, mut rule) = match &failure.kind {
-        FailureKind::HttpStatus(status) => {
+        FailureKind::HttpStatus(http) => {
+            status = Some(*http);
+            let status = http;
             let (mut class, mut rule) = status_with_override(*status);
             if let Some((code_class, code)) = aws_error_code(&headers, &failure.body) {
                 (class, rule, evidence) = (code_class, "aws-error-code", code);
@@ -154,20 +157,24 @@ pub fn classify(failure: &Failure, config: &Config, tool: Option<&str>, now_ms: 
         FailureKind::Transport(error) => (transport_class(*error), "transport"),
         FailureKind::ProtocolError(code) => {
             let class = protocol_error_class(*code);
-            // An internal error often carries the upstream failure a server threw
-            // (the TypeScript SDK's "MCP error -32603: ..."): read it, if it says anything.
-            let read = if *code == -32603 { Some(relayed_text(&mut hint)) } else { None };
-            match read.filter(|r| r.rule != "tool-error") {
+            // An internal or implementation-defined server error often carries the
+            // upstream failure a server threw (the TypeScript SDK's "MCP error
+            // -32603: ..."): read it and its data, if they say anything.
+            let server_error = *code == -32603 || (-32099..=-32000).contains(code);
+            let read = if server_error { Some(relayed_text(&mut hint)) } else { None };
+            match read.filter(|r| !matches!(r.rule, "tool-error" | "tool-error:scan-limit")) {
                 Some(r) => {
                     evidence = r.evidence;
+                    status = r.status;
                     (r.class, r.rule)
                 }
                 None => (class, "json-rpc-code"),
             }
         }
-        FailureKind::ToolError(Some(status)) if (400..=599).contains(status) => {
+        FailureKind::ToolError(Some(upstream)) if (400..=599).contains(upstream) => {
             relayed_text(&mut hint);
-            let (class, rule) = status_with_override(*status);
+            status = Some(*upstream);
+            let (class, rule) = status_with_override(*upstream);
             (class, if rule == "http-status" { "tool-error:host-status" } else { rule })
         }
         // An isError result is the tool's own verdict (MCP "tool execution
@@ -175,6 +182,7 @@ pub fn classify(failure: &Failure, config: &Config, tool: Option<&str>, now_ms: 
         FailureKind::ToolError(_) => {
             let read = relayed_text(&mut hint);
             evidence = read.evidence;
+            status = read.status;
             (read.class, read.rule)
         }
     };
@@ -202,6 +210,7 @@ pub fn classify(failure: &Failure, config: &Config, tool: Option<&str>, now_ms: 
         hint_source,
         server_says_retry: server.should_retry,
         rule: String::from(rule),
+        status,
         reason,
         header_problems: server.problems,
     }

@@ -62,6 +62,8 @@ pub struct Relayed {
     pub evidence: String,
     /// A wait written in the text or structured content, in ms.
     pub hint_ms: Option<u64>,
+    /// The upstream HTTP status, when the `tool-error:status` rule decided.
+    pub status: Option<u16>,
 }
 
 use OutcomeClass::{Deterministic as D, Permission as P, Throttled as T, Transient as R, Unclassified as U};
@@ -606,7 +608,7 @@ pub fn read(text: &str, structured: Option<&str>, rules: &[&TextRule], overrides
     let words = Words::new(lower);
     let lower = words.text.as_str();
     let hint_ms = parsed.as_ref().and_then(json_hint_ms).or_else(|| prose_hint_ms(&words, now_ms));
-    let found = |class, rule, evidence| Relayed { class, rule, evidence, hint_ms };
+    let found = |class, rule, evidence| Relayed { class, rule, evidence, hint_ms, status: None };
 
     for rule in rules {
         // Anchored at word starts when the rule starts with a word character, so
@@ -633,7 +635,7 @@ pub fn read(text: &str, structured: Option<&str>, rules: &[&TextRule], overrides
     }
     if let Some(status) = json_status.or_else(|| prose_status(lower)) {
         let class = overrides.iter().find(|(s, _)| *s == status).map_or_else(|| status_class(status), |(_, c)| *c);
-        return found(class, "tool-error:status", format!("upstream HTTP {status}"));
+        return Relayed { status: Some(status), ..found(class, "tool-error:status", format!("upstream HTTP {status}")) };
     }
     if let Some((class, phrase)) = first_phrase(&words, PERMISSION_WORDS).or_else(|| first_phrase(&words, TRANSIENT_WORDS)) {
         return found(class, "tool-error:vocabulary", quoted(phrase));

@@ -320,7 +320,7 @@ impl Run {
             reason.push_str(&format!("; {source} hints {hint} ms"));
         }
         let failed = Failed { class, hint_ms, rule: classification.rule, reason };
-        let gone = matches!(failure.kind, FailureKind::HttpStatus(404 | 410) | FailureKind::ToolError(Some(404 | 410)));
+        let gone = matches!(classification.status, Some(404 | 410));
         if self.calls[index].policy.effect == Effect::Delete && gone {
             // Deleting what is already gone is the delete's goal reached, whatever
             // `x-should-retry` says. If an earlier attempt of this call failed

@@ -238,3 +238,67 @@ async fn over_stdio_a_transient_tool_error_is_retried_and_a_bad_argument_replann
     let _ = client.cancel().await;
     tokio::time::sleep(Duration::from_millis(10)).await;
 }
+
+/// Most MCP servers relay an upstream failure as `isError` text, with no status
+/// or headers: the policy reads the text, and decides as if the status had come.
+fn relayed(text: &str) -> Fault {
+    Fault::ToolText { text: text.into(), structured: None }
+}
+
+#[tokio::test]
+async fn a_relayed_503_is_retried_and_the_model_sees_only_the_success() {
+    let fault = relayed("Error executing tool lookup_order: upstream returned HTTP 503 Service Unavailable");
+    let mut s = setup(vec![rule("lookup_order", Some(1), fault)], CONFIG, options()).await;
+    let answer = s.caller.call("lookup_order", args(json!({"order_id": "ORD-1"}))).await.unwrap();
+    assert!(matches!(answer, ToolAnswer::Done { result: Some(_), .. }), "{answer:?}");
+    assert_eq!(s.server.state.calls_to("lookup_order").len(), 2);
+    let report = s.caller.report().unwrap();
+    assert_eq!((report.retries, report.replans), (1, 0));
+    s.server.stop().await;
+}
+
+#[tokio::test]
+async fn a_relayed_rate_limit_waits_what_its_text_asks() {
+    let fault = relayed("Rate limit reached for gpt-4o on tokens per min (TPM). Please try again in 1s.");
+    let mut s = setup(vec![rule("lookup_order", Some(1), fault)], CONFIG, options()).await;
+    s.caller.call("lookup_order", args(json!({"order_id": "ORD-1"}))).await.unwrap();
+    let calls = s.server.state.calls_to("lookup_order");
+    assert_eq!(calls.len(), 2);
+    // 1 s of policy time at scale 0.05 is 50 ms of real time.
+    let gap_ms = calls[1].at_ms - calls[0].at_ms;
+    assert!(gap_ms >= 50, "the retry came {gap_ms} ms after the relayed 429");
+    assert!(s.caller.report().unwrap().waited_ms >= 1000);
+    s.server.stop().await;
+}
+
+#[tokio::test]
+async fn a_relayed_permission_error_escalates_without_reaching_the_model() {
+    let fault = relayed("403 Forbidden: Resource not accessible by integration");
+    let mut s = setup(vec![rule("lookup_order", None, fault)], CONFIG, options()).await;
+    let error = s.caller.call("lookup_order", args(json!({"order_id": "ORD-1"}))).await.unwrap_err();
+    assert!(matches!(&error, CallError::Escalated(e) if e.reason == EscalationReason::PermissionDenied), "{error:?}");
+    assert_eq!(s.server.state.calls_to("lookup_order").len(), 1);
+    s.server.stop().await;
+}
+
+#[tokio::test]
+async fn a_provider_error_type_in_structured_content_is_retried() {
+    let structured = json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}});
+    let fault = Fault::ToolText { text: "Overloaded".into(), structured: Some(structured) };
+    let mut s = setup(vec![rule("lookup_order", Some(1), fault)], CONFIG, options()).await;
+    let answer = s.caller.call("lookup_order", args(json!({"order_id": "ORD-1"}))).await.unwrap();
+    assert!(matches!(answer, ToolAnswer::Done { .. }), "{answer:?}");
+    assert_eq!(s.server.state.calls_to("lookup_order").len(), 2);
+    s.server.stop().await;
+}
+
+#[tokio::test]
+async fn relayed_text_that_is_not_a_failure_class_goes_to_the_model() {
+    let fault = relayed("Cannot reserve 429 items: only 200 left in stock");
+    let mut s = setup(vec![rule("issue_refund", None, fault)], CONFIG, options()).await;
+    let answer = s.caller.call("issue_refund", args(json!({"order_id": "ORD-1", "amount_paise": 10}))).await.unwrap();
+    assert!(matches!(&answer, ToolAnswer::Replan(m) if m.contains("429 items")), "{answer:?}");
+    assert_eq!(s.server.state.calls_to("issue_refund").len(), 1);
+    assert_eq!(agent_retry_demo_server::tools::lock(&s.server.state.ledger).refunds.len(), 0);
+    s.server.stop().await;
+}
