@@ -56,3 +56,7 @@ judge-setup:
 judge-rust: wasm judge-setup
 	target/release/agent-retry judge --exam tests/judge/exam.json -- target/release/agent-retry exam
 
+# The lab, the contention simulation and the benchmarks (tests/lab/lab.mk), and
+# the packages (tests/dist/dist.mk).
+-include tests/lab/lab.mk
+-include tests/dist/dist.mk

@@ -27,6 +27,11 @@ pub fn reason_text(reason: EscalationReason) -> &'static str {
     }
 }
 
+/// The note names this many effects from each end of a long list, and counts
+/// the rest: a note stays short however long the run (the escalation's
+/// `effects` list still holds every one).
+pub const NOTE_EFFECTS_EACH_END: usize = 10;
+
 /// Where the run stopped.
 pub struct StopPoint<'a> {
     pub run_id: &'a str,
@@ -58,7 +63,14 @@ pub fn note(
         note.push_str(" No effects were made in this run.");
     } else {
         note.push_str(" Effects already made in this run:");
+        let skipped = effects.len().saturating_sub(2 * NOTE_EFFECTS_EACH_END);
         for (i, effect) in effects.iter().enumerate() {
+            if skipped > 0 && i == NOTE_EFFECTS_EACH_END {
+                let _ = write!(note, " ... {skipped} more (listed in the escalation's effects) ...");
+            }
+            if skipped > 0 && (NOTE_EFFECTS_EACH_END..NOTE_EFFECTS_EACH_END + skipped).contains(&i) {
+                continue;
+            }
             let key = effect.idempotency_key.as_deref().unwrap_or("no key");
             let status = match effect.status {
                 EffectStatus::Applied => "applied",
@@ -87,6 +99,12 @@ mod tests {
         assert!(text.contains("Room returns in 3600 s, at 1970-01-01T01:00:00Z"), "{text}");
         assert!(text.contains("1. issue_refund (call 3, key ar1-ab): applied."), "{text}");
         assert!(text.contains("2. upload_asset (call 5, key no key): may have been applied"), "{text}");
+        let many: alloc::vec::Vec<EffectRecord> = (1..=1000)
+            .map(|i| EffectRecord { call_id: i, tool: "issue_refund".to_string(), idempotency_key: None, status: EffectStatus::Applied })
+            .collect();
+        let long = note(&stop, EscalationReason::PermissionDenied, None, None, 0, &many);
+        assert!(long.contains(" 10. issue_refund (call 10,") && long.contains("... 980 more") && long.contains(" 1000. issue_refund (call 1000,"), "{long}");
+        assert!(!long.contains("(call 11,") && long.len() < 2000, "{}", long.len());
         let none = note(&StopPoint { run_id: "r", call: None }, EscalationReason::RunStepsSpent, None, None, 0, &[]);
         assert!(none.ends_with("No effects were made in this run."), "{none}");
     }

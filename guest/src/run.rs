@@ -49,6 +49,9 @@ struct Call {
     last_error: Option<String>,
     /// Retry-quota tokens the call's last retry took (refunded if it then succeeds).
     quota_taken: u32,
+    /// The call's place in `Run::effects`, if it has an effect there: finding it
+    /// is O(1), so a run's cost grows linearly with its effects.
+    effect_index: Option<u32>,
 }
 
 impl Call {
@@ -165,14 +168,23 @@ impl Run {
 
     fn set_effect(&mut self, index: usize, status: Option<EffectStatus>) {
         let call_id = index as u32 + 1;
-        let position = self.effects.iter().position(|e| e.call_id == call_id);
+        let position = self.calls[index].effect_index.map(|i| i as usize);
         match (position, status) {
             (Some(i), Some(status)) => self.effects[i].status = status,
             (Some(i), None) => {
+                // Withdrawn (a status check found the write absent): rare, so
+                // shifting the later effects' places by one is fine.
                 self.effects.remove(i);
+                self.calls[index].effect_index = None;
+                for call in &mut self.calls {
+                    if let Some(j) = call.effect_index.filter(|j| *j as usize > i) {
+                        call.effect_index = Some(j - 1);
+                    }
+                }
             }
             (None, Some(status)) => {
-                let call = &self.calls[index];
+                let call = &mut self.calls[index];
+                call.effect_index = Some(self.effects.len() as u32);
                 self.effects.push(EffectRecord { call_id, tool: call.tool.clone(), idempotency_key: call.key.clone(), status });
             }
             (None, None) => {}
@@ -229,6 +241,7 @@ impl Run {
             phase: Phase::Sending,
             last_error: None,
             quota_taken: 0,
+            effect_index: None,
         };
         let safe_to_repeat = call.safe_to_repeat();
         self.calls.push(call);
@@ -325,7 +338,7 @@ impl Run {
             // Deleting what is already gone is the delete's goal reached, whatever
             // `x-should-retry` says. If an earlier attempt of this call failed
             // ambiguously, that attempt did it.
-            let earlier = self.effects.iter().any(|e| e.call_id == index as u32 + 1);
+            let earlier = self.calls[index].effect_index.is_some();
             let effect = earlier.then_some(EffectStatus::Applied);
             let note = Some(format!("already deleted ({label})"));
             let reason = format!("{}; a delete whose target is gone succeeded", failed.reason);

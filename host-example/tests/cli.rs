@@ -17,8 +17,10 @@ fn the_demo_leaves_no_duplicate_effect_and_logs_one_line_per_attempt() {
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
     assert_eq!(number_after(&stdout, "duplicate effects in ledger"), 0);
-    assert_eq!(number_after(&stdout, "runs completed"), 10, "{stdout}");
-    assert_eq!(number_after(&stdout, "runs escalated"), 2, "{stdout}");
+    // CASE-5011's 500 with x-should-retry: false escalates retry-forbidden (contract 0.2.0).
+    assert_eq!(number_after(&stdout, "runs completed"), 9, "{stdout}");
+    assert_eq!(number_after(&stdout, "runs escalated"), 3, "{stdout}");
+    assert!(stdout.contains("\"retry-forbidden\": 1"), "{stdout}");
     let attempts = number_after(&stdout, "tool-call attempts (host)");
     let received = number_after(&stdout, "tool calls received (server)");
     assert_eq!(attempts, received, "the host's count of attempts is the server's");

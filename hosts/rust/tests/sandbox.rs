@@ -200,6 +200,37 @@ fn a_worst_case_tool_error_stays_inside_the_fuel_budget() {
     assert_eq!(decision.rule, "tool-error:scan-limit");
     let (natural, decision) = fuel_of("Rate limit reached for gpt-4o on tokens per min (TPM). Please try again in 644ms.".into(), None);
     assert!(matches!(decision.action, Action::Retry(_)), "{decision:?}");
-    println!("fuel of one record-outcome: hostile 8 KB tool error {hostile}, natural one {natural}, budget {FUEL_PER_CALL}");
+    let Admission::Send(ticket) = instance.begin_call(&run, &request, 1).unwrap().unwrap() else { panic!("admitted") };
+    let http = Failure { kind: FailureKind::HttpStatus(503), headers: vec![("retry-after".into(), "1".into())], body: "upstream unavailable".into(), structured_content: None };
+    instance.record_outcome(&run, ticket.call_id, &Outcome::Failure(http), 1, Some(1)).unwrap().unwrap();
+    let http = instance.fuel_used_by_last_call();
+    println!("fuel of one record-outcome: hostile 8 KB tool error {hostile}, natural relayed rate limit {natural}, HTTP 503 with Retry-After {http}, budget {FUEL_PER_CALL}");
     assert!(hostile < FUEL_PER_CALL / 2, "{hostile} fuel leaves less than 2x headroom");
+}
+
+/// A long run's escalation keeps every effect and a short note: 10,000 keyed
+/// writes, then a 403. The note names the first and last ten; the list has all.
+#[test]
+fn an_escalation_after_ten_thousand_writes_keeps_them_all_and_a_short_note() {
+    let mut instance = component().instantiate(services()).unwrap();
+    let policy = instance.load_policy(r#"{"max-steps-per-run": 1000000}"#).unwrap().unwrap();
+    let run = instance.start_run(&policy, "long").unwrap();
+    let mut most_fuel = 0;
+    for i in 0..10_000u32 {
+        let request = CallRequest { tool: "issue_refund".into(), idempotency_key: Some(format!("ar1-{i:032x}")), hints: None };
+        let Admission::Send(ticket) = instance.begin_call(&run, &request, 1).unwrap().unwrap() else { panic!("admitted") };
+        instance.record_outcome(&run, ticket.call_id, &Outcome::Success, 1, Some(1)).unwrap().unwrap();
+        most_fuel = most_fuel.max(instance.fuel_used_by_last_call());
+    }
+    let request = CallRequest { tool: "issue_refund".into(), idempotency_key: None, hints: None };
+    let Admission::Send(ticket) = instance.begin_call(&run, &request, 1).unwrap().unwrap() else { panic!("admitted") };
+    let forbidden = Failure { kind: FailureKind::HttpStatus(403), headers: vec![], body: "needs approval".into(), structured_content: None };
+    let decision = instance.record_outcome(&run, ticket.call_id, &Outcome::Failure(forbidden), 1, Some(1)).expect("no trap").unwrap();
+    let escalation_fuel = instance.fuel_used_by_last_call();
+    let Action::Escalate(escalation) = decision.action else { panic!("{:?}", decision.action) };
+    assert_eq!(escalation.effects.len(), 10_000);
+    assert!(escalation.note.contains("9980 more") && escalation.note.len() < 3000, "{}", escalation.note.len());
+    println!("10,000 writes: the costliest success took {most_fuel} fuel, the escalation {escalation_fuel}");
+    // The cost of a success does not grow with the effects before it.
+    assert!(most_fuel < 100_000, "{most_fuel}");
 }

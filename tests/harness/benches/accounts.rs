@@ -22,9 +22,9 @@ fn per_call_ns(backend: &dyn AccountBudgetBackend, calls: u32) -> f64 {
 
 const WORKERS: u32 = 16;
 const ALLOWANCE: (u32, u64) = (60, 1000);
-const WITH_BUDGET: &str = r#"{"base-delay-ms": 50, "max-delay-ms": 400, "max-hint-ms": 5000, "max-attempts-per-run": 1000, "max-retries-per-run": 100,
+const WITH_BUDGET: &str = r#"{"base-delay-ms": 50, "max-delay-ms": 400, "max-hint-ms": 5000, "max-steps-per-run": 1000, "max-retries-per-run": 100,
     "account-budget": {"account-id": "bench-account", "capacity": 20, "refill-interval-ms": 30, "max-wait-ms": 20000}}"#;
-const WITHOUT_BUDGET: &str = r#"{"base-delay-ms": 50, "max-delay-ms": 400, "max-hint-ms": 5000, "max-attempts-per-run": 1000, "max-retries-per-run": 100}"#;
+const WITHOUT_BUDGET: &str = r#"{"base-delay-ms": 50, "max-delay-ms": 400, "max-hint-ms": 5000, "max-steps-per-run": 1000, "max-retries-per-run": 100}"#;
 
 fn main() {
     let redis = RedisServer::start();

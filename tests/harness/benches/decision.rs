@@ -18,7 +18,7 @@ use agent_retry_policy::{backoff, types as core};
 const DECISIONS: u32 = 20_000;
 /// Every run is replaced before its step budget runs out.
 const PER_RUN: u32 = 1_000;
-const CONFIG: &str = r#"{"max-attempts-per-run": 1000000, "max-retries-per-run": 100000}"#;
+const CONFIG: &str = r#"{"max-steps-per-run": 1000000, "max-retries-per-run": 100000}"#;
 
 fn component_ns() -> f64 {
     let component = PolicyComponent::from_file(&default_wasm_path()).expect("run `make wasm` first");

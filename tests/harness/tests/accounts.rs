@@ -121,7 +121,7 @@ const WORKERS: u32 = 16;
 /// The allowance: 60 calls per 1000 ms window. The bucket: 20 at once, then one
 /// per 30 ms, so any 1000 ms holds at most 20 + 34 = 54 calls, inside 60.
 const ALLOWANCE: (u32, u64) = (60, 1000);
-const BUDGET_CONFIG: &str = r#"{"base-delay-ms": 50, "max-delay-ms": 400, "max-hint-ms": 5000, "max-attempts-per-run": 1000, "max-retries-per-run": 100,
+const BUDGET_CONFIG: &str = r#"{"base-delay-ms": 50, "max-delay-ms": 400, "max-hint-ms": 5000, "max-steps-per-run": 1000, "max-retries-per-run": 100,
     "account-budget": {"account-id": "demo-account", "capacity": 20, "refill-interval-ms": 30, "max-wait-ms": 20000}}"#;
 
 fn check_allowance_held(backend_name: &str, backend: impl Fn(u32) -> Arc<dyn AccountBudgetBackend>) {
@@ -151,7 +151,7 @@ fn sixteen_workers_on_separate_redis_connections_stay_inside_the_allowance() {
 #[test]
 fn without_the_shared_budget_the_same_workers_get_429s() {
     let _heavy = one_at_a_time();
-    let config = r#"{"base-delay-ms": 50, "max-delay-ms": 400, "max-hint-ms": 5000, "max-attempts-per-run": 1000, "max-retries-per-run": 100}"#;
+    let config = r#"{"base-delay-ms": 50, "max-delay-ms": 400, "max-hint-ms": 5000, "max-steps-per-run": 1000, "max-retries-per-run": 100}"#;
     let outcome = run_workers(WORKERS, Some(ALLOWANCE), vec![], config, 8, |_| Arc::new(EmbeddedAccounts::new()), |w| EntropySource::seeded(u64::from(w)));
     println!("no budget: admitted per window {:?}, refused {}", outcome.admitted_per_window, outcome.refused);
     assert!(outcome.refused > 0, "the allowance binds: without the budget some calls are refused");
@@ -176,7 +176,7 @@ fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
 fn check_retries_spread(backend_name: &str, backend: impl Fn(u32) -> Arc<dyn AccountBudgetBackend> + Clone) {
     let _heavy = one_at_a_time();
     // Every worker's first call fails at once; their retries are the calls after the first 16.
-    let config = r#"{"base-delay-ms": 1000, "max-delay-ms": 1000, "max-attempts-per-run": 1000,
+    let config = r#"{"base-delay-ms": 1000, "max-delay-ms": 1000, "max-steps-per-run": 1000,
         "account-budget": {"account-id": "sync", "capacity": 1000, "refill-interval-ms": 1, "max-wait-ms": 1000}}"#;
     let faults = || vec![rule_first("lookup_order", WORKERS, Fault::Http { status: 503, headers: vec![], body: "outage".into() })];
     let run = |entropy: &dyn Fn(u32) -> EntropySource| {
@@ -212,7 +212,7 @@ fn redis_killed_mid_run_falls_back_logs_once_and_comes_back() {
     let port = redis.port;
     let shared = Arc::new(SharedAccounts::new(RedisAccounts::connect(&redis.url()).unwrap(), WORKERS).with_retry_interval(Duration::from_millis(100)));
     let backend = Arc::clone(&shared);
-    let config = r#"{"base-delay-ms": 20, "max-delay-ms": 100, "max-attempts-per-run": 1000,
+    let config = r#"{"base-delay-ms": 20, "max-delay-ms": 100, "max-steps-per-run": 1000,
         "account-budget": {"account-id": "failover", "capacity": 64, "refill-interval-ms": 5, "max-wait-ms": 5000}}"#;
     let killer = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(300));
