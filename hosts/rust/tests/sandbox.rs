@@ -215,13 +215,15 @@ fn an_escalation_after_ten_thousand_writes_keeps_them_all_and_a_short_note() {
     let mut instance = component().instantiate(services()).unwrap();
     let policy = instance.load_policy(r#"{"max-steps-per-run": 1000000}"#).unwrap().unwrap();
     let run = instance.start_run(&policy, "long").unwrap();
-    let mut most_fuel = 0;
+    let mut fuel = Vec::new();
     for i in 0..10_000u32 {
         let request = CallRequest { tool: "issue_refund".into(), idempotency_key: Some(format!("ar1-{i:032x}")), hints: None };
         let Admission::Send(ticket) = instance.begin_call(&run, &request, 1).unwrap().unwrap() else { panic!("admitted") };
         instance.record_outcome(&run, ticket.call_id, &Outcome::Success, 1, Some(1)).unwrap().unwrap();
-        most_fuel = most_fuel.max(instance.fuel_used_by_last_call());
+        fuel.push(instance.fuel_used_by_last_call());
     }
+    let mean = |range: std::ops::Range<usize>| fuel[range.clone()].iter().sum::<u64>() / range.len() as u64;
+    let (first, last) = (mean(0..1000), mean(9000..10_000));
     let request = CallRequest { tool: "issue_refund".into(), idempotency_key: None, hints: None };
     let Admission::Send(ticket) = instance.begin_call(&run, &request, 1).unwrap().unwrap() else { panic!("admitted") };
     let forbidden = Failure { kind: FailureKind::HttpStatus(403), headers: vec![], body: "needs approval".into(), structured_content: None };
@@ -230,7 +232,8 @@ fn an_escalation_after_ten_thousand_writes_keeps_them_all_and_a_short_note() {
     let Action::Escalate(escalation) = decision.action else { panic!("{:?}", decision.action) };
     assert_eq!(escalation.effects.len(), 10_000);
     assert!(escalation.note.contains("9980 more") && escalation.note.len() < 3000, "{}", escalation.note.len());
-    println!("10,000 writes: the costliest success took {most_fuel} fuel, the escalation {escalation_fuel}");
-    // The cost of a success does not grow with the effects before it.
-    assert!(most_fuel < 100_000, "{most_fuel}");
+    println!("10,000 writes: a success took {first} fuel on average among the first 1,000 and {last} among the last; the escalation {escalation_fuel}");
+    // The cost of a success does not grow with the effects before it (amortised:
+    // a growing list is copied now and then).
+    assert!(last < 2 * first, "{first} -> {last}");
 }
