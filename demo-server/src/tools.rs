@@ -83,8 +83,12 @@ pub struct DemoServer {
 
 /// A tool error the way an MCP server wrapping an API reports one: `isError`,
 /// the upstream status and message in `structuredContent.error`.
+/// A tool error as a server relays an upstream failure: the message as text for
+/// a person or model, and `{"error": {"status", "message"}}` as structured content.
 pub fn tool_error(status: Option<u16>, message: &str) -> CallToolResult {
-    CallToolResult::structured_error(json!({ "error": { "status": status, "message": message } }))
+    let mut result = CallToolResult::error(vec![ContentBlock::text(message.to_string())]);
+    result.structured_content = Some(json!({ "error": { "status": status, "message": message } }));
+    result
 }
 
 #[derive(Deserialize)]
