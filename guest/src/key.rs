@@ -1,5 +1,5 @@
 //! Idempotency keys: derived once per intended call from stable inputs, never per
-//! attempt (a new key on each attempt protects nothing: seed 003).
+//! attempt (a new key on each attempt protects nothing: "Agent Retry Policies: When to Retry a Tool, Replan the Task or Give Up").
 
 use alloc::string::String;
 

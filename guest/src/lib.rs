@@ -11,6 +11,7 @@ extern crate alloc;
 
 pub mod account;
 pub mod backoff;
+pub mod budget;
 pub mod classify;
 pub mod config;
 pub mod escalation;

@@ -16,10 +16,11 @@ use alloc::string::{String, ToString};
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 
-use crate::account::{AccountBudget, Bucket, Reservation};
+use crate::account::AccountBudget;
+use crate::budget::{self, Spend};
 use crate::backoff::next_delay_ms;
 use crate::classify::{classify, failure_label, is_ambiguous};
-use crate::config::{Config, RetryQuotaConfig, ToolPolicy};
+use crate::config::{Config, ToolPolicy};
 use crate::escalation::{self, StopPoint};
 use crate::text::excerpt;
 use crate::types::{
@@ -134,38 +135,6 @@ impl Run {
         }
     }
 
-    fn reserve(&self, tokens: u32, now_ms: u64, budget: &mut dyn AccountBudget) -> Reservation {
-        match &self.config.account_budget {
-            // A free attempt (cost 0) is not held back by the bucket's debt.
-            None => Reservation::Granted(0),
-            Some(_) if tokens == 0 => Reservation::Granted(0),
-            Some(a) => {
-                let bucket = Bucket { capacity: a.capacity, refill_interval_ms: a.refill_interval_ms };
-                budget.reserve(&a.account_id, tokens, bucket, a.max_wait_ms, now_ms)
-            }
-        }
-    }
-
-    /// The account's retry quota, if configured: its bucket's id and shape.
-    fn retry_quota(&self) -> Option<(String, Bucket, RetryQuotaConfig)> {
-        let account = self.config.account_budget.as_ref()?;
-        let quota = account.retry_quota.clone()?;
-        let bucket = Bucket { capacity: quota.capacity, refill_interval_ms: quota.refill_interval_ms };
-        Some((format!("{}/retry-quota", account.account_id), bucket, quota))
-    }
-
-    /// A success refills the retry quota: what the call's last retry took, or
-    /// `success-refund` if it took none (AWS standard retry mode).
-    fn refund_quota(&self, index: usize, now_ms: u64, budget: &mut dyn AccountBudget) {
-        if let Some((account, bucket, quota)) = self.retry_quota() {
-            let call = &self.calls[index];
-            let tokens = if call.attempt > 1 { call.quota_taken } else { quota.success_refund };
-            if tokens > 0 {
-                budget.refund(&account, tokens, bucket, now_ms);
-            }
-        }
-    }
-
     fn set_effect(&mut self, index: usize, status: Option<EffectStatus>) {
         let call_id = index as u32 + 1;
         let position = self.calls[index].effect_index.map(|i| i as usize);
@@ -224,13 +193,9 @@ impl Run {
         if self.steps() >= self.config.max_steps_per_run {
             return Ok(Admission::Escalate(self.escalate(None, EscalationReason::RunStepsSpent, None, now_ms)));
         }
-        let cost = self.config.account_budget.as_ref().map_or(0, |a| a.attempt_cost);
-        let delay_ms = match self.reserve(cost, now_ms, budget) {
-            Reservation::Granted(wait) => wait,
-            Reservation::Refused(wait) => {
-                let escalation = self.escalate(None, EscalationReason::AccountBudgetExhausted, Some(wait), now_ms);
-                return Ok(Admission::Escalate(escalation));
-            }
+        let delay_ms = match budget::withdraw(&self.config, Spend::FirstAttempt, now_ms, budget) {
+            Ok(taken) => taken.wait_ms,
+            Err(refused) => return Ok(Admission::Escalate(self.escalate(None, refused.reason, Some(refused.resets_in_ms), now_ms))),
         };
         let policy = self.config.tool_policy(&request.tool, request.hints.as_ref());
         let call = Call {
@@ -271,7 +236,8 @@ impl Run {
             (Outcome::StatusCheck(_), None) => Err(RunError::NoStatusCheckPending(call_id)),
             (_, Some(_)) => Err(RunError::StatusCheckPending(call_id)),
             (Outcome::Success, None) => {
-                self.refund_quota(index, now_ms, budget);
+                let call = &self.calls[index];
+                budget::deposit(&self.config, call.attempt > 1, call.quota_taken, now_ms, budget);
                 let effect = self.calls[index].policy.effect;
                 let status = if effect == Effect::Read { None } else { Some(EffectStatus::Applied) };
                 let done = Failed { class: OutcomeClass::Success, hint_ms: None, rule: String::from("success"), reason: String::new() };
@@ -399,40 +365,15 @@ impl Run {
         }
         // Attempt n failed: this is retry number n.
         let mut delay_ms = next_delay_ms(config.base_delay_ms, config.max_delay_ms, attempt, failed.hint_ms, entropy);
-        let throttled = failed.class == OutcomeClass::Throttled;
-        // The retry quota first: when it is empty the retry fails fast, without waiting.
-        let mut quota_taken = 0;
-        if let Some((account, bucket, quota)) = self.retry_quota() {
-            let tokens = if throttled { quota.throttled_retry_cost } else { quota.retry_cost };
-            if tokens > 0 {
-                match budget.reserve(&account, tokens, bucket, 0, now_ms) {
-                    Reservation::Granted(_) => quota_taken = tokens,
-                    Reservation::Refused(wait) => {
-                        return self.escalate_call(index, failed, EscalationReason::RetryQuotaExhausted, Some(wait), now_ms);
-                    }
-                }
-            }
-        }
-        let cost = match (&config.account_budget, throttled) {
-            (None, _) => 0,
-            (Some(a), true) => a.throttled_retry_cost,
-            (Some(a), false) => a.retry_cost,
+        let spend = Spend::Retry { throttled: failed.class == OutcomeClass::Throttled };
+        let taken = match budget::withdraw(&config, spend, now_ms, budget) {
+            Ok(taken) => taken,
+            Err(refused) => return self.escalate_call(index, failed, refused.reason, Some(refused.resets_in_ms), now_ms),
         };
         let mut account_note = String::new();
-        match self.reserve(cost, now_ms, budget) {
-            Reservation::Granted(wait) => {
-                if wait > delay_ms {
-                    account_note = format!("; the account budget has room in {wait} ms");
-                    delay_ms = wait;
-                }
-            }
-            Reservation::Refused(wait) => {
-                // No retry after all: the quota tokens go back.
-                if let Some((account, bucket, _)) = self.retry_quota().filter(|_| quota_taken > 0) {
-                    budget.refund(&account, quota_taken, bucket, now_ms);
-                }
-                return self.escalate_call(index, failed, EscalationReason::AccountBudgetExhausted, Some(wait), now_ms);
-            }
+        if taken.wait_ms > delay_ms {
+            account_note = format!("; the account budget has room in {} ms", taken.wait_ms);
+            delay_ms = taken.wait_ms;
         }
         self.counters.retries += 1;
         self.counters.attempts += 1;
@@ -440,7 +381,7 @@ impl Run {
         let call = &mut self.calls[index];
         call.attempt += 1;
         call.phase = Phase::Sending;
-        call.quota_taken = quota_taken;
+        call.quota_taken = taken.quota_taken;
         let plan = RetryPlan { delay_ms, attempt: call.attempt, idempotency_key: call.key.clone() };
         let reason = format!(
             "{}; retry {} of {} after {delay_ms} ms{account_note}",

@@ -369,7 +369,7 @@ def transient_cases():
             begin("issue_refund", expect=sent(1, **{"safe-to-repeat": False})),
             outcome(1, fail(transport="timeout"), decision("check-status", "transient")),
             report(**{"status-checks": 1, "retries": 0}),
-        ], config=TOOLS, comment="semantics 6: seed 003 check_status"),
+        ], config=TOOLS, comment="semantics 6: the check_status step of 'Agent Retry Policies: When to Retry a Tool, Replan the Task or Give Up'"),
         case("a status check that finds the write applied succeeds without resending", [
             begin("issue_refund"),
             outcome(1, fail(transport="timeout"), decision("check-status")),
@@ -478,7 +478,7 @@ def deterministic_cases():
             begin("lookup_order"), outcome(2, fail(status=404), replan()),
             begin("lookup_order"), outcome(3, fail(status=404), escalate("replans-spent", last_error="HTTP 404")),
             report(replans=2, escalation="replans-spent"),
-        ], config=TOOLS, comment="semantics 2 and seed 003: replan, replan, escalate"),
+        ], config=TOOLS, comment="semantics 2 and 'Agent Retry Policies: When to Retry a Tool, Replan the Task or Give Up': replan, replan, escalate"),
         case("replan limit 0 escalates the first deterministic failure", [
             begin("lookup_order"), outcome(1, fail(status=400), escalate("replans-spent")),
         ], config={"max-replans-per-run": 0}),
@@ -517,7 +517,7 @@ def permission_cases():
             begin("issue_refund"), outcome(2, fail(status=403), escalate("permission-denied",
                 effects=[{"call-id": 1, "tool": "issue_refund", "idempotency-key": k, "status": "applied"}],
                 note={"$contains": f"1. issue_refund (call 1, key {k}): applied."})),
-        ], config=TOOLS, comment="seed 003: a hand-off says which effects already happened"),
+        ], config=TOOLS, comment="'Agent Retry Policies: When to Retry a Tool, Replan the Task or Give Up': a hand-off says which effects already happened"),
         case("reads are not listed as effects", [
             begin("lookup_order"), outcome(1, SUCCESS),
             begin("issue_refund"), outcome(2, fail(status=403), escalate("permission-denied", effects=[], note={"$contains": "No effects were made"})),
@@ -698,33 +698,33 @@ def budget_cases():
     ]
 
 
-# ---------- seed003.json ----------
+# ---------- article-test-policy.json ----------
 
-def seed003_cases():
-    c = "Seed 003's test_policy, translated: delays are ranges with jitter, floored by the hint"
+def article_cases():
+    c = ("test_policy from "+'"Agent Retry Policies: When to Retry a Tool, Replan the Task or Give Up"'+", translated: delays are ranges with jitter, floored by the hint")
     return [
-        case("seed 003: a 503 is retried", [begin("lookup_order"), outcome(1, fail(status=503), retry(attempt=2))], config=TOOLS, comment=c),
-        case("seed 003: a timeout on a write without a key checks status", [
+        case("article: a 503 is retried", [begin("lookup_order"), outcome(1, fail(status=503), retry(attempt=2))], config=TOOLS, comment=c),
+        case("article: a timeout on a write without a key checks status", [
             begin("issue_refund"), outcome(1, fail(transport="timeout"), decision("check-status"))], config=TOOLS, comment=c),
-        case("seed 003: a timeout on a write with a key is retried", [
+        case("article: a timeout on a write with a key is retried", [
             begin("issue_refund", key="k"), outcome(1, fail(transport="timeout"), retry(attempt=2, key="k"))], config=TOOLS, comment=c),
-        case("seed 003: the second retry of a 429 waits within 0 to 2000 ms", [
+        case("article: the second retry of a 429 waits within 0 to 2000 ms", [
             begin("lookup_order"), outcome(1, fail(status=429), retry(attempt=2)),
             outcome(1, fail(status=429), retry({"$range": [0, 2000]}, 3), entropy=0x1234_5678_9ABC_DEF0),
         ], config=TOOLS, comment=c + ": '2.0s' in the seed is the un-jittered ceiling 1000 × 2^1"),
-        case("seed 003: Retry-After 3 makes the wait at least 3000 ms", [
+        case("article: Retry-After 3 makes the wait at least 3000 ms", [
             begin("lookup_order"), outcome(1, fail(status=429, headers=[("retry-after", "3")]), retry({"$range": [3000, 3000]}, 2)),
         ], config=TOOLS, comment=c + ": the seed's '3.0s'; the floor lifts any draw up to 1000 ms to 3000"),
-        case("seed 003: a 403 escalates", [begin("lookup_order"), outcome(1, fail(status=403), escalate("permission-denied"))], config=TOOLS, comment=c),
-        case("seed 003: three 400s give replan, replan, escalate", [
+        case("article: a 403 escalates", [begin("lookup_order"), outcome(1, fail(status=403), escalate("permission-denied"))], config=TOOLS, comment=c),
+        case("article: three 400s give replan, replan, escalate", [
             begin("issue_refund"), outcome(1, fail(status=400), replan()),
             begin("issue_refund"), outcome(2, fail(status=400), replan()),
             begin("issue_refund"), outcome(3, fail(status=400), escalate("replans-spent")),
         ], config=TOOLS, comment=c),
-        case("seed 003: a 503 with no retries left escalates", [
+        case("article: a 503 with no retries left escalates", [
             begin("lookup_order"), outcome(1, fail(status=503), escalate("run-retries-spent"))],
             config={"tools": REFUND_TOOLS, "max-retries-per-run": 0}, comment=c),
-        case("seed 003: a 503 on the last attempt escalates", [
+        case("article: a 503 on the last attempt escalates", [
             begin("lookup_order"),
             outcome(1, fail(status=503), retry(attempt=2)), outcome(1, fail(status=503), retry(attempt=3)),
             outcome(1, fail(status=503), retry(attempt=4)), outcome(1, fail(status=503), escalate("call-attempts-spent")),
@@ -1101,7 +1101,7 @@ FILES = {
     "runs-delete.json": ("Deletes", delete_cases),
     "runs-hints.json": ("Server hints in a run", run_hint_cases),
     "runs-budgets.json": ("Budgets: per call, per run, step budget", budget_cases),
-    "seed003.json": ("Seed 003's test_policy checks", seed003_cases),
+    "article-test-policy.json": ("The test_policy checks of "+'"Agent Retry Policies: When to Retry a Tool, Replan the Task or Give Up"', article_cases),
     "runs-errors.json": ("Host misuse of a run is a typed error", run_error_cases),
     "account-budget.json": ("The shared account budget", account_cases),
     "config.json": ("Configuration loading and validation (load-policy)", config_cases),

@@ -1,5 +1,5 @@
 //! The account budget the component imports: an atomic take-or-wait on a token
-//! bucket per account, shared by every worker of the account (seed 000, step 4).
+//! bucket per account, shared by every worker of the account ("Retry and Backoff for Agent-Driven MCP Calls", step 4).
 //!
 //! Two backends with the same semantics (GCRA, below), proven by the same tests:
 //! - [`EmbeddedAccounts`]: one process, in memory (the default);

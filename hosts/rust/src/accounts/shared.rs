@@ -2,7 +2,7 @@
 //! local share of the allowance while it does not.
 //!
 //! When Redis fails, each worker falls back to its share of the allowance,
-//! capacity ÷ workers and refill ÷ workers (seed 000's rule for workers that
+//! capacity ÷ workers and refill ÷ workers (the rule of "Retry and Backoff for Agent-Driven MCP Calls" for for workers that
 //! cannot share state), logs the switch once, and tries Redis again every
 //! `retry_interval`; when Redis answers, it goes back. Every reservation is
 //! answered by exactly one backend, so no call is lost or sent twice; a Redis

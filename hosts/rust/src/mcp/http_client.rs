@@ -2,7 +2,7 @@
 //! policy needs to classify a failed call. rmcp's built-in reqwest client keeps
 //! only the status and `Retry-After` of 429/5xx answers and drops 4xx details and
 //! every other header (RateLimit, x-ratelimit-*, x-should-retry), so a failure
-//! would reach the policy half-flattened; seed 000: a failure flattened to
+//! would reach the policy half-flattened; "Retry and Backoff for Agent-Driven MCP Calls": a failure flattened to
 //! "error" cannot be classified.
 //!
 //! On a non-2xx answer this client returns `StreamableHttpError::Client(HttpFailure::Status

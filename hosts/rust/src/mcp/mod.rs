@@ -1,5 +1,5 @@
 //! Wrapping real MCP tool calls with the policy: the retry lives in the code
-//! that makes the call (seed 000), and the model sees only the final outcome.
+//! that makes the call ("Retry and Backoff for Agent-Driven MCP Calls"), and the model sees only the final outcome.
 
 pub mod caller;
 pub mod clock;
