@@ -48,13 +48,13 @@ pub struct AccountBudgetConfig {
     pub capacity: u32,
     /// One token returns every this many ms.
     pub refill_interval_ms: u64,
-    /// The longest the policy lets a call wait for room; longer escalates. Default 5000.
+    /// The longest the policy lets a call wait for room; longer escalates.
     pub max_wait_ms: u64,
-    /// Tokens a first attempt takes. Default 1.
+    /// Tokens a first attempt takes.
     pub attempt_cost: u32,
-    /// Tokens a retry after a transient failure takes. Default 1.
+    /// Tokens a retry after a transient failure takes.
     pub retry_cost: u32,
-    /// Tokens a retry after a throttle (429, 529) takes. Default 1. The server
+    /// Tokens a retry after a throttle (429, 529) takes. The server
     /// refused those before doing any work, so a lower cost than `retry-cost`
     /// (AWS charges 5 against 14) lets throttles drain the shared budget slower.
     pub throttled_retry_cost: u32,
@@ -71,33 +71,19 @@ pub struct AccountBudgetConfig {
 pub struct RetryQuotaConfig {
     /// Tokens the quota holds. Required.
     pub capacity: u32,
-    /// One token returns every this many ms besides refunds. Default: a day.
+    /// One token returns every this many ms besides refunds.
     pub refill_interval_ms: u64,
-    /// Tokens a retry after a transient failure takes. Default 14 (or the capacity).
+    /// Tokens a retry after a transient failure takes.
     pub retry_cost: u32,
-    /// Tokens a retry after a throttle takes. Default 5 (or the capacity).
+    /// Tokens a retry after a throttle takes.
     pub throttled_retry_cost: u32,
-    /// Tokens a call that succeeds at its first attempt gives back. Default 1.
+    /// Tokens a call that succeeds at its first attempt gives back.
     pub success_refund: u32,
 }
 
-/// The configuration. `Config::default()` is what `{}` gives.
-///
-/// # Default
-/// - base-delay-ms: 1000
-/// - max-delay-ms: 30000
-/// - max-attempts-per-call: 4 (the first attempt counts: at most 3 retries)
-/// - max-retries-per-run: 10
-/// - max-replans-per-run: 2
-/// - max-steps-per-run: 30 (the step budget: attempts plus status checks)
-/// - max-hint-ms: 60000
-/// - max-plausible-hint-ms: 31536000000 (a year)
-/// - max-message-chars: 300
-/// - default-effect: write
-/// - tools: {}
-/// - status-overrides: {}
-/// - tool-error-rules: []
-/// - account-budget: none
+/// The configuration. `Config::default()` is what `{}` gives; the whole-number
+/// fields' names, ranges and defaults are in `INT_FIELDS`, `ACCOUNT_FIELDS` and
+/// `QUOTA_FIELDS` (the README's configuration reference is checked against them).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
     pub base_delay_ms: u64,
@@ -120,23 +106,28 @@ pub struct Config {
 }
 
 impl Default for Config {
+    /// What `{}` gives: every whole-number field's default from `INT_FIELDS`.
     fn default() -> Self {
-        Config {
-            base_delay_ms: 1000,
-            max_delay_ms: 30_000,
-            max_attempts_per_call: 4,
-            max_retries_per_run: 10,
-            max_replans_per_run: 2,
-            max_steps_per_run: 30,
-            max_hint_ms: 60_000,
-            max_plausible_hint_ms: ONE_YEAR_MS,
-            max_message_chars: 300,
+        let mut config = Config {
+            base_delay_ms: 0,
+            max_delay_ms: 0,
+            max_attempts_per_call: 0,
+            max_retries_per_run: 0,
+            max_replans_per_run: 0,
+            max_steps_per_run: 0,
+            max_hint_ms: 0,
+            max_plausible_hint_ms: 0,
+            max_message_chars: 0,
             default_effect: Effect::Write,
             tools: Vec::new(),
             status_overrides: Vec::new(),
             tool_error_rules: Vec::new(),
             account_budget: None,
+        };
+        for field in &INT_FIELDS {
+            (field.set)(&mut config, field.default);
         }
+        config
     }
 }
 
@@ -145,28 +136,100 @@ fn error(kind: ConfigErrorKind, field: &str, message: impl Into<String>) -> Conf
     ConfigError { kind, field: field.to_string(), message: message.into() }
 }
 
-/// A whole-number field of the top level: its name, range and place in `Config`.
-struct IntField {
+/// A whole-number field of a record `T`: its name, range, default and place in
+/// the record. Every whole-number field of the configuration is named once, in
+/// one of the tables below, which drive parsing, defaults, validation and
+/// `effective-config` alike. A cost's range and default are capped by its
+/// bucket's capacity (`within_capacity`); `required` fields have no default.
+struct IntField<T> {
     name: &'static str,
     min: u64,
     max: u64,
-    get: fn(&Config) -> u64,
-    set: fn(&mut Config, u64),
+    default: u64,
+    required: bool,
+    within_capacity: bool,
+    get: fn(&T) -> u64,
+    set: fn(&mut T, u64),
 }
 
-/// The whole-number fields, in the order `to_json` writes them. A u32 field's
-/// range stays inside u32, so the casts in `set` never truncate.
-const INT_FIELDS: [IntField; 9] = [
-    IntField { name: "base-delay-ms", min: 1, max: ONE_DAY_MS, get: |c| c.base_delay_ms, set: |c, v| c.base_delay_ms = v },
-    IntField { name: "max-delay-ms", min: 1, max: ONE_DAY_MS, get: |c| c.max_delay_ms, set: |c, v| c.max_delay_ms = v },
-    IntField { name: "max-attempts-per-call", min: 1, max: 100, get: |c| c.max_attempts_per_call.into(), set: |c, v| c.max_attempts_per_call = v as u32 },
-    IntField { name: "max-retries-per-run", min: 0, max: 100_000, get: |c| c.max_retries_per_run.into(), set: |c, v| c.max_retries_per_run = v as u32 },
-    IntField { name: "max-replans-per-run", min: 0, max: 1000, get: |c| c.max_replans_per_run.into(), set: |c, v| c.max_replans_per_run = v as u32 },
-    IntField { name: "max-steps-per-run", min: 1, max: 1_000_000, get: |c| c.max_steps_per_run.into(), set: |c, v| c.max_steps_per_run = v as u32 },
-    IntField { name: "max-hint-ms", min: 0, max: ONE_DAY_MS, get: |c| c.max_hint_ms, set: |c, v| c.max_hint_ms = v },
-    IntField { name: "max-plausible-hint-ms", min: 1000, max: 10 * ONE_YEAR_MS, get: |c| c.max_plausible_hint_ms, set: |c, v| c.max_plausible_hint_ms = v },
-    IntField { name: "max-message-chars", min: 16, max: 10_000, get: |c| c.max_message_chars.into(), set: |c, v| c.max_message_chars = v as u32 },
+/// A field with a default, and a required one; ranges keep every count in u32.
+const fn int<T>(name: &'static str, min: u64, max: u64, default: u64, get: fn(&T) -> u64, set: fn(&mut T, u64)) -> IntField<T> {
+    IntField { name, min, max, default, required: false, within_capacity: false, get, set }
+}
+
+const fn required<T>(name: &'static str, min: u64, max: u64, get: fn(&T) -> u64, set: fn(&mut T, u64)) -> IntField<T> {
+    IntField { name, min, max, default: 0, required: true, within_capacity: false, get, set }
+}
+
+const fn cost<T>(name: &'static str, default: u64, get: fn(&T) -> u64, set: fn(&mut T, u64)) -> IntField<T> {
+    IntField { name, min: 0, max: u32::MAX as u64, default, required: false, within_capacity: true, get, set }
+}
+
+const MAX_CAPACITY: u64 = 1_000_000_000;
+
+/// The top level's whole-number fields, in the order `effective-config` writes them.
+const INT_FIELDS: [IntField<Config>; 9] = [
+    int("base-delay-ms", 1, ONE_DAY_MS, 1000, |c| c.base_delay_ms, |c, v| c.base_delay_ms = v),
+    int("max-delay-ms", 1, ONE_DAY_MS, 30_000, |c| c.max_delay_ms, |c, v| c.max_delay_ms = v),
+    int("max-attempts-per-call", 1, 100, 4, |c| c.max_attempts_per_call.into(), |c, v| c.max_attempts_per_call = v as u32),
+    int("max-retries-per-run", 0, 100_000, 10, |c| c.max_retries_per_run.into(), |c, v| c.max_retries_per_run = v as u32),
+    int("max-replans-per-run", 0, 1000, 2, |c| c.max_replans_per_run.into(), |c, v| c.max_replans_per_run = v as u32),
+    int("max-steps-per-run", 1, 1_000_000, 30, |c| c.max_steps_per_run.into(), |c, v| c.max_steps_per_run = v as u32),
+    int("max-hint-ms", 0, ONE_DAY_MS, 60_000, |c| c.max_hint_ms, |c, v| c.max_hint_ms = v),
+    int("max-plausible-hint-ms", 1000, 10 * ONE_YEAR_MS, ONE_YEAR_MS, |c| c.max_plausible_hint_ms, |c, v| c.max_plausible_hint_ms = v),
+    int("max-message-chars", 16, 10_000, 300, |c| c.max_message_chars.into(), |c, v| c.max_message_chars = v as u32),
 ];
+
+/// `account-budget`'s whole-number fields; `capacity` first (the costs are capped by it).
+const ACCOUNT_FIELDS: [IntField<AccountBudgetConfig>; 6] = [
+    required("capacity", 1, MAX_CAPACITY, |a| a.capacity.into(), |a, v| a.capacity = v as u32),
+    required("refill-interval-ms", 1, ONE_DAY_MS, |a| a.refill_interval_ms, |a, v| a.refill_interval_ms = v),
+    int("max-wait-ms", 0, ONE_DAY_MS, 5000, |a| a.max_wait_ms, |a, v| a.max_wait_ms = v),
+    cost("attempt-cost", 1, |a| a.attempt_cost.into(), |a, v| a.attempt_cost = v as u32),
+    cost("retry-cost", 1, |a| a.retry_cost.into(), |a, v| a.retry_cost = v as u32),
+    cost("throttled-retry-cost", 1, |a| a.throttled_retry_cost.into(), |a, v| a.throttled_retry_cost = v as u32),
+];
+
+/// `account-budget.retry-quota`'s fields: AWS standard retry mode's defaults.
+const QUOTA_FIELDS: [IntField<RetryQuotaConfig>; 5] = [
+    required("capacity", 1, MAX_CAPACITY, |q| q.capacity.into(), |q, v| q.capacity = v as u32),
+    int("refill-interval-ms", 1, ONE_DAY_MS, ONE_DAY_MS, |q| q.refill_interval_ms, |q, v| q.refill_interval_ms = v),
+    cost("retry-cost", 14, |q| q.retry_cost.into(), |q, v| q.retry_cost = v as u32),
+    cost("throttled-retry-cost", 5, |q| q.throttled_retry_cost.into(), |q, v| q.throttled_retry_cost = v as u32),
+    cost("success-refund", 1, |q| q.success_refund.into(), |q, v| q.success_refund = v as u32),
+];
+
+/// Reads `table`'s fields from `fields` into `record`, defaults for the absent
+/// ones. The first field of a table with costs is its capacity.
+#[inline(never)]
+fn read_ints<T>(fields: &mut Fields, record: &mut T, table: &[IntField<T>]) -> Result<(), ConfigError> {
+    let mut capacity = u64::MAX;
+    for (i, field) in table.iter().enumerate() {
+        let max = if field.within_capacity { field.max.min(capacity) } else { field.max };
+        let value = match fields.take(field.name) {
+            Some((path, value)) => whole_number(&path, &value, field.min, max)?,
+            None if field.required => return Err(error(ConfigErrorKind::OutOfRange, &join(fields.path, field.name), "is required")),
+            None => field.default.min(max),
+        };
+        if i == 0 && field.name == "capacity" {
+            capacity = value;
+        }
+        (field.set)(record, value);
+    }
+    Ok(())
+}
+
+/// `"name":value` pairs of `table`'s fields, for `effective-config`.
+fn write_ints<T>(out: &mut String, record: &T, table: &[IntField<T>]) {
+    for field in table {
+        if !out.ends_with('{') {
+            out.push(',');
+        }
+        json::write_string(out, field.name);
+        out.push(':');
+        out.push_str(&(field.get)(record).to_string());
+    }
+}
 
 #[inline(never)]
 fn join(parent: &str, key: &str) -> String {
@@ -192,15 +255,6 @@ impl<'a> Fields<'a> {
         let index = self.members.iter().position(|(name, _)| name == key)?;
         let (_, value) = self.members.remove(index);
         Some((join(self.path, key), value))
-    }
-
-    /// A whole-number member, or `default` when absent.
-    #[inline(never)]
-    fn int(&mut self, key: &str, min: u64, max: u64, default: u64) -> Result<u64, ConfigError> {
-        match self.take(key) {
-            None => Ok(default),
-            Some((path, value)) => whole_number(&path, &value, min, max),
-        }
     }
 
     fn finish(self) -> Result<(), ConfigError> {
@@ -369,40 +423,29 @@ fn account_budget(path: &str, value: Json) -> Result<AccountBudgetConfig, Config
         Some((p, v)) => string(&p, v)?,
         None => return Err(error(ConfigErrorKind::OutOfRange, &join(path, "account-id"), "is required")),
     };
-    let required = |fields: &mut Fields, key: &str| -> Result<(), ConfigError> {
-        if fields.members.iter().any(|(name, _)| name == key) { Ok(()) } else { Err(error(ConfigErrorKind::OutOfRange, &join(path, key), "is required")) }
+    let mut account = AccountBudgetConfig {
+        account_id,
+        capacity: 0,
+        refill_interval_ms: 0,
+        max_wait_ms: 0,
+        attempt_cost: 0,
+        retry_cost: 0,
+        throttled_retry_cost: 0,
+        retry_quota: None,
     };
-    required(&mut fields, "capacity")?;
-    required(&mut fields, "refill-interval-ms")?;
-    // The ranges keep every count inside u32.
-    let capacity = fields.int("capacity", 1, 1_000_000_000, 0)?;
-    let refill_interval_ms = fields.int("refill-interval-ms", 1, ONE_DAY_MS, 0)?;
-    let max_wait_ms = fields.int("max-wait-ms", 0, ONE_DAY_MS, 5000)?;
-    let attempt_cost = fields.int("attempt-cost", 0, capacity, 1)? as u32;
-    let retry_cost = fields.int("retry-cost", 0, capacity, 1)? as u32;
-    let throttled_retry_cost = fields.int("throttled-retry-cost", 0, capacity, 1)? as u32;
-    let capacity = capacity as u32;
-    let retry_quota = match fields.take("retry-quota") {
+    read_ints(&mut fields, &mut account, &ACCOUNT_FIELDS)?;
+    account.retry_quota = match fields.take("retry-quota") {
         None | Some((_, Json::Null)) => None,
-        Some((p, v)) => Some(retry_quota(&p, v)?),
+        Some((p, v)) => {
+            let mut quota_fields = Fields::new(&p, v)?;
+            let mut quota = RetryQuotaConfig { capacity: 0, refill_interval_ms: 0, retry_cost: 0, throttled_retry_cost: 0, success_refund: 0 };
+            read_ints(&mut quota_fields, &mut quota, &QUOTA_FIELDS)?;
+            quota_fields.finish()?;
+            Some(quota)
+        }
     };
     fields.finish()?;
-    Ok(AccountBudgetConfig { account_id, capacity, refill_interval_ms, max_wait_ms, attempt_cost, retry_cost, throttled_retry_cost, retry_quota })
-}
-
-fn retry_quota(path: &str, value: Json) -> Result<RetryQuotaConfig, ConfigError> {
-    let mut fields = Fields::new(path, value)?;
-    if !fields.members.iter().any(|(name, _)| name == "capacity") {
-        return Err(error(ConfigErrorKind::OutOfRange, &join(path, "capacity"), "is required"));
-    }
-    // The ranges keep every count inside u32.
-    let capacity = fields.int("capacity", 1, 1_000_000_000, 0)?;
-    let refill_interval_ms = fields.int("refill-interval-ms", 1, ONE_DAY_MS, ONE_DAY_MS)?;
-    let retry_cost = fields.int("retry-cost", 0, capacity, 14.min(capacity))? as u32;
-    let throttled_retry_cost = fields.int("throttled-retry-cost", 0, capacity, 5.min(capacity))? as u32;
-    let success_refund = fields.int("success-refund", 0, capacity, 1)? as u32;
-    fields.finish()?;
-    Ok(RetryQuotaConfig { capacity: capacity as u32, refill_interval_ms, retry_cost, throttled_retry_cost, success_refund })
+    Ok(account)
 }
 
 impl Config {
@@ -418,12 +461,7 @@ impl Config {
             e
         })?;
         let mut config = Config::default();
-        for field in INT_FIELDS {
-            if let Some((path, value)) = f.take(field.name) {
-                let number = whole_number(&path, &value, field.min, field.max)?;
-                (field.set)(&mut config, number);
-            }
-        }
+        read_ints(&mut f, &mut config, &INT_FIELDS)?;
         if config.max_delay_ms < config.base_delay_ms {
             let message = format!("must be at least base-delay-ms ({}), not {}", config.base_delay_ms, config.max_delay_ms);
             return Err(error(ConfigErrorKind::OutOfRange, "max-delay-ms", message));
@@ -483,9 +521,7 @@ impl Config {
             out.push(':');
             out.push_str(value);
         };
-        for int in INT_FIELDS {
-            field(&mut out, int.name, &(int.get)(self).to_string());
-        }
+        write_ints(&mut out, self, &INT_FIELDS);
         field(&mut out, "default-effect", &format!("\"{}\"", self.default_effect.name()));
         let mut tools = String::from("{");
         for (i, entry) in self.tools.iter().enumerate() {
@@ -521,19 +557,20 @@ impl Config {
         let account = match &self.account_budget {
             None => String::from("null"),
             Some(a) => {
-                let mut id = String::new();
-                json::write_string(&mut id, &a.account_id);
-                let quota = match &a.retry_quota {
-                    None => String::from("null"),
-                    Some(q) => format!(
-                        "{{\"capacity\":{},\"refill-interval-ms\":{},\"retry-cost\":{},\"throttled-retry-cost\":{},\"success-refund\":{}}}",
-                        q.capacity, q.refill_interval_ms, q.retry_cost, q.throttled_retry_cost, q.success_refund
-                    ),
-                };
-                format!(
-                    "{{\"account-id\":{id},\"capacity\":{},\"refill-interval-ms\":{},\"max-wait-ms\":{},\"attempt-cost\":{},\"retry-cost\":{},\"throttled-retry-cost\":{},\"retry-quota\":{quota}}}",
-                    a.capacity, a.refill_interval_ms, a.max_wait_ms, a.attempt_cost, a.retry_cost, a.throttled_retry_cost
-                )
+                let mut account = String::from("{\"account-id\":");
+                json::write_string(&mut account, &a.account_id);
+                write_ints(&mut account, a, &ACCOUNT_FIELDS);
+                account.push_str(",\"retry-quota\":");
+                match &a.retry_quota {
+                    None => account.push_str("null"),
+                    Some(q) => {
+                        account.push('{');
+                        write_ints(&mut account, q, &QUOTA_FIELDS);
+                        account.push('}');
+                    }
+                }
+                account.push('}');
+                account
             }
         };
         field(&mut out, "account-budget", &account);
@@ -582,6 +619,30 @@ mod tests {
 
     fn err(text: &str) -> ConfigError {
         Config::from_json(text).unwrap_err()
+    }
+
+    /// The README's configuration reference names every field with the default
+    /// the tables give (run from `guest/`, the README is one level up).
+    #[test]
+    fn the_readme_reference_matches_the_tables() {
+        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+        fn check<T>(readme: &str, table: &[IntField<T>]) {
+            for field in table {
+                let row = readme.lines().find(|l| l.starts_with(&alloc::format!("| `{}` |", field.name)));
+                let row = row.unwrap_or_else(|| panic!("the README has no row for {}", field.name));
+                let default = row.split('|').nth(2).unwrap().trim();
+                let expected = if field.required { "required".to_string() } else { field.default.to_string() };
+                assert!(default.starts_with(&expected), "{}: the README says {default:?}, the table {expected}", field.name);
+            }
+        }
+        let section = |from: &str, to: &str| {
+            let start = readme.find(from).unwrap_or_else(|| panic!("no {from:?} in the README"));
+            let end = start + readme[start..].find(to).unwrap_or_else(|| panic!("no {to:?} after {from:?}"));
+            readme[start..end].to_string()
+        };
+        check(&section("## Configuration reference", "`account-budget`:"), &INT_FIELDS);
+        check(&section("`account-budget`:", "`account-budget.retry-quota`:"), &ACCOUNT_FIELDS);
+        check(&section("`account-budget.retry-quota`:", "Effect resolution"), &QUOTA_FIELDS);
     }
 
     #[test]
