@@ -98,6 +98,9 @@ pub struct Config {
     pub default_effect: Effect,
     /// Tool entries in the order given; names are unique.
     pub tools: Vec<ToolEntry>,
+    /// `tools` by name: a hash table, so that finding a call's tool costs the
+    /// same among 10 or 10,000 entries.
+    pub tool_index: ToolIndex,
     /// Status overrides in the order given; statuses are unique.
     pub status_overrides: Vec<(u16, OutcomeClass)>,
     /// Text rules for every tool's errors, after the tool's own.
@@ -120,6 +123,7 @@ impl Default for Config {
             max_message_chars: 0,
             default_effect: Effect::Write,
             tools: Vec::new(),
+            tool_index: ToolIndex::default(),
             status_overrides: Vec::new(),
             tool_error_rules: Vec::new(),
             account_budget: None,
@@ -233,7 +237,14 @@ fn write_ints<T>(out: &mut String, record: &T, table: &[IntField<T>]) {
 
 #[inline(never)]
 fn join(parent: &str, key: &str) -> String {
-    if parent.is_empty() { key.to_string() } else { format!("{parent}.{key}") }
+    // Concatenated by hand: `format!` costs a configuration of many tools dearly.
+    let mut path = String::with_capacity(parent.len() + 1 + key.len());
+    if !parent.is_empty() {
+        path.push_str(parent);
+        path.push('.');
+    }
+    path.push_str(key);
+    path
 }
 
 /// A JSON object whose fields are taken one by one; whatever is left is unknown.
@@ -298,18 +309,22 @@ fn string(path: &str, value: Json) -> Result<String, ConfigError> {
 
 /// A string that must be one of `choices`.
 fn one_of<T: Copy>(path: &str, value: Json, choices: &[(&str, T)]) -> Result<T, ConfigError> {
-    let mut rule = String::from("must be one of");
-    for (i, (name, _)) in choices.iter().enumerate() {
-        rule.push_str(if i == 0 { " \"" } else { ", \"" });
-        rule.push_str(name);
-        rule.push('"');
-    }
+    // The rule's words, only when there is an error to word.
+    let rule = || {
+        let mut rule = String::from("must be one of");
+        for (i, (name, _)) in choices.iter().enumerate() {
+            rule.push_str(if i == 0 { " \"" } else { ", \"" });
+            rule.push_str(name);
+            rule.push('"');
+        }
+        rule
+    };
     match value {
         Json::String(s) => match choices.iter().find(|(name, _)| *name == s) {
             Some((_, choice)) => Ok(*choice),
-            None => Err(error(ConfigErrorKind::OutOfRange, path, format!("{rule}, not \"{}\"", crate::text::excerpt(&s, 40)))),
+            None => Err(error(ConfigErrorKind::OutOfRange, path, format!("{}, not \"{}\"", rule(), crate::text::excerpt(&s, 40)))),
         },
-        other => Err(error(ConfigErrorKind::WrongType, path, format!("{rule}, not {}", other.type_name()))),
+        other => Err(error(ConfigErrorKind::WrongType, path, format!("{}, not {}", rule(), other.type_name()))),
     }
 }
 
@@ -506,7 +521,8 @@ impl Config {
             Some((p, v)) => Some(account_budget(&p, v)?),
         };
         f.finish()?;
-        Ok(Config { default_effect, tools, status_overrides, tool_error_rules, account_budget, ..config })
+        let tool_index = ToolIndex::build(&tools);
+        Ok(Config { default_effect, tools, tool_index, status_overrides, tool_error_rules, account_budget, ..config })
     }
 
     /// The configuration in force, every default filled in, as JSON that
@@ -581,7 +597,7 @@ impl Config {
     /// How the policy treats `tool`: the `tools` entry, else the host's MCP
     /// hints, else `default-effect` (not idempotent).
     pub fn tool_policy(&self, tool: &str, hints: Option<&crate::types::ToolHints>) -> ToolPolicy {
-        if let Some(policy) = self.tools.iter().find(|e| e.name == tool).and_then(|e| e.policy) {
+        if let Some(policy) = self.tool_entry(tool).and_then(|e| e.policy) {
             return policy;
         }
         match hints {
@@ -591,10 +607,53 @@ impl Config {
     }
 }
 
-/// The text rules for `tool`'s errors: its own, then the global ones.
+/// Open addressing over FNV-1a hashes of the tool names: `slots[i]` is an entry's
+/// index + 1, or 0 for an empty slot; the length is a power of two, at least
+/// twice the entries.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ToolIndex {
+    slots: Vec<u32>,
+}
+
+impl ToolIndex {
+    fn build(tools: &[ToolEntry]) -> ToolIndex {
+        if tools.is_empty() {
+            return ToolIndex::default();
+        }
+        let size = (tools.len() * 2).next_power_of_two();
+        let mut slots = alloc::vec![0u32; size];
+        for (i, entry) in tools.iter().enumerate() {
+            let mut at = json::NameSet::hash(&entry.name) as usize & (size - 1);
+            while slots[at] != 0 {
+                at = (at + 1) & (size - 1);
+            }
+            slots[at] = i as u32 + 1;
+        }
+        ToolIndex { slots }
+    }
+}
+
 impl Config {
+    /// The `tools` entry named `tool`, if any.
+    pub fn tool_entry(&self, tool: &str) -> Option<&ToolEntry> {
+        let slots = &self.tool_index.slots;
+        if slots.is_empty() {
+            return None;
+        }
+        let mut at = json::NameSet::hash(tool) as usize & (slots.len() - 1);
+        while slots[at] != 0 {
+            let entry = &self.tools[slots[at] as usize - 1];
+            if entry.name == tool {
+                return Some(entry);
+            }
+            at = (at + 1) & (slots.len() - 1);
+        }
+        None
+    }
+
+    /// The text rules for `tool`'s errors: its own, then the global ones.
     pub fn text_rules_for(&self, tool: Option<&str>) -> Vec<&TextRule> {
-        let own = tool.and_then(|t| self.tools.iter().find(|e| e.name == t)).map_or(&[][..], |e| &e.rules[..]);
+        let own = tool.and_then(|t| self.tool_entry(t)).map_or(&[][..], |e| &e.rules[..]);
         crate::relayed::rules_for(own, &self.tool_error_rules)
     }
 }
@@ -712,5 +771,18 @@ mod tests {
         assert_eq!(err("{").kind, ConfigErrorKind::Syntax);
         assert_eq!(err("[]").kind, ConfigErrorKind::WrongType);
         assert_eq!(err(&"[".repeat(10_000)).kind, ConfigErrorKind::Syntax);
+    }
+}
+
+#[cfg(test)]
+mod cost {
+    /// Run under callgrind to see where loading many tools goes (`--ignored`).
+    #[test]
+    #[ignore]
+    fn many_tools() {
+        let tools: alloc::vec::Vec<alloc::string::String> =
+            (0..1000).map(|i| alloc::format!(r#""mcp__github__create_pull_request_review_{i:04}": {{"effect": "write"}}"#)).collect();
+        let config = alloc::format!(r#"{{"tools": {{{}}}}}"#, tools.join(","));
+        assert_eq!(super::Config::from_json(&config).unwrap().tools.len(), 1000);
     }
 }

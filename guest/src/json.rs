@@ -56,6 +56,47 @@ pub fn parse(text: &str) -> Result<Json, String> {
     Ok(value)
 }
 
+/// The member names of one object so far, as an open-addressing hash table of
+/// indexes into the members: checking a name costs O(1), so an object with n
+/// members is parsed in O(n), not O(n²) (10,000 tools in a configuration).
+#[derive(Default)]
+pub(crate) struct NameSet {
+    /// `member index + 1`, 0 for an empty slot; the length is a power of two.
+    slots: Vec<u32>,
+}
+
+impl NameSet {
+    pub(crate) fn hash(name: &str) -> u64 {
+        name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3))
+    }
+
+    /// Adds `name` (about to become `members[members.len()]`); false if present.
+    fn insert(&mut self, name: &str, members: &[(String, Json)]) -> bool {
+        if (members.len() + 1) * 2 > self.slots.len() {
+            // Grow and re-insert: amortised O(1).
+            let size = ((members.len() + 1) * 4).next_power_of_two().max(16);
+            self.slots = alloc::vec![0; size];
+            for (i, (existing, _)) in members.iter().enumerate() {
+                let mut at = Self::hash(existing) as usize & (size - 1);
+                while self.slots[at] != 0 {
+                    at = (at + 1) & (size - 1);
+                }
+                self.slots[at] = i as u32 + 1;
+            }
+        }
+        let mask = self.slots.len() - 1;
+        let mut at = Self::hash(name) as usize & mask;
+        while self.slots[at] != 0 {
+            if members[self.slots[at] as usize - 1].0 == name {
+                return false;
+            }
+            at = (at + 1) & mask;
+        }
+        self.slots[at] = members.len() as u32 + 1;
+        true
+    }
+}
+
 struct Parser<'a> {
     bytes: &'a [u8],
     pos: usize,
@@ -115,6 +156,7 @@ impl Parser<'_> {
     fn object(&mut self, depth: usize) -> Result<Json, String> {
         self.pos += 1;
         let mut members: Vec<(String, Json)> = Vec::new();
+        let mut names = NameSet::default();
         if self.eat(b'}') {
             return Ok(Json::Object(members));
         }
@@ -125,7 +167,7 @@ impl Parser<'_> {
             }
             let start = self.pos;
             let name = self.string()?;
-            if members.iter().any(|(n, _)| *n == name) {
+            if !names.insert(&name, &members) {
                 return Err(format!("member \"{}\" appears twice (at byte {start})", crate::text::excerpt(&name, 40)));
             }
             if !self.eat(b':') {

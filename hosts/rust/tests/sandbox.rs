@@ -237,3 +237,32 @@ fn an_escalation_after_ten_thousand_writes_keeps_them_all_and_a_short_note() {
     // a growing list is copied now and then).
     assert!(last < 2 * first, "{first} -> {last}");
 }
+
+/// A host aggregating MCP servers has hundreds of namespaced tools: 1,000 load
+/// inside the fuel budget (duplicate names are found by hashing, not by
+/// comparing every pair, which ran out of fuel at about 355 tools), and a call
+/// finds its tool by hash. 10,000 still do not fit: the JSON reader allocates
+/// every string (about 10,000 fuel a tool).
+#[test]
+fn a_configuration_with_a_thousand_namespaced_tools_loads_inside_the_fuel_budget() {
+    const TOOLS: usize = 1_000;
+    use agent_retry_host::component::FUEL_PER_CALL;
+    let tools: Vec<String> = (0..TOOLS).map(|i| format!(r#""mcp__github__create_pull_request_review_{i:04}": {{"effect": "write"}}"#)).collect();
+    let config = format!(r#"{{"tools": {{{}}}}}"#, tools.join(","));
+    let mut instance = component().instantiate(services()).unwrap();
+    let policy = instance.load_policy(&config).expect("no trap").unwrap();
+    let load_fuel = instance.fuel_used_by_last_call();
+    let run = instance.start_run(&policy, "many-tools").unwrap();
+    let request = CallRequest { tool: format!("mcp__github__create_pull_request_review_{:04}", TOOLS - 1), idempotency_key: None, hints: None };
+    let Admission::Send(ticket) = instance.begin_call(&run, &request, 1).unwrap().unwrap() else { panic!("admitted") };
+    let begin_fuel = instance.fuel_used_by_last_call();
+    assert_eq!(ticket.safe_to_repeat, false, "the tool's entry (a write) applies");
+    println!("{TOOLS} tools ({} bytes): from-json {load_fuel} fuel, begin-call of the last tool {begin_fuel}", config.len());
+    assert!(load_fuel < FUEL_PER_CALL, "{load_fuel}");
+    // The tool is found by its hash: a scan of the 1,000 names took 1,089,991.
+    assert!(begin_fuel < 20_000, "{begin_fuel}");
+    // A duplicate among them is still found, by name.
+    let duplicated = config.replacen("_0001\"", "_0000\"", 1);
+    let Err(err) = instance.load_policy(&duplicated).expect("no trap") else { panic!("a duplicate tool must be refused") };
+    assert!(err.message.contains("appears twice"), "{err:?}");
+}
