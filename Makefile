@@ -45,6 +45,7 @@ redis:
 # for every vector.
 test: wasm redis
 	python3 tests/vectors/make_vectors.py --check
+	python3 tests/contract/make_mirrors.py --check
 	cargo test --release --workspace
 	$(MAKE) --no-print-directory test-python test-ts judge-rust judge-python judge-ts test-hosts-agree
 

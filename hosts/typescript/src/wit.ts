@@ -1,100 +1,26 @@
 // The contract's types (wit/types.wit, wit/policy.wit) as data, and the mapping
 // between their canonical JSON form (tests/vectors/README.md) and jco's form.
 //
-// jco exposes no types at run time, so the WIT types are written out here, once.
-// Drift is caught by the conformance vectors and by `make test-hosts-agree`,
-// which compares every vector output of this host with the Python host's
-// (whose conversion reads the types from the component itself).
+// jco exposes no types at run time, so the WIT types are data here: wit-types.ts,
+// generated from wit/ by tests/contract/make_mirrors.py (`--check` runs in make test).
 //
 // jco's form: records have lowerCamelCase fields, an option is the value or
 // `undefined`, a variant is `{tag, val}`, an enum a string, a u64 a BigInt,
 // a list or tuple an array. Canonical JSON: kebab-case keys, `null`,
 // `"case"` / `{"case": payload}`, u64 as a number or a "0x..." hex string.
 
-export type WitType =
-  | { kind: 'bool' | 'u16' | 'u32' | 's32' | 'u64' | 'string' }
-  | { kind: 'list'; of: WitType }
-  | { kind: 'tuple'; of: WitType[] }
-  | { kind: 'record'; name: string; fields: Array<[string, WitType]> }
-  | { kind: 'variant'; name: string; cases: Array<[string, WitType | null]> }
-  | { kind: 'enum'; name: string; names: string[] }
-  | { kind: 'option'; of: WitType }
-  | { kind: 'result'; ok: WitType | null; err: WitType | null };
+import { FUNCTIONS } from './wit-types.js';
+import * as T from './wit-types.js';
+import type { WitType } from './wit-kinds.js';
 
-const bool: WitType = { kind: 'bool' };
-const u16: WitType = { kind: 'u16' };
-const u32: WitType = { kind: 'u32' };
-const s32: WitType = { kind: 's32' };
-const u64: WitType = { kind: 'u64' };
-const string: WitType = { kind: 'string' };
-const list = (of: WitType): WitType => ({ kind: 'list', of });
-const tuple = (...of: WitType[]): WitType => ({ kind: 'tuple', of });
-const option = (of: WitType): WitType => ({ kind: 'option', of });
-const record = (name: string, fields: Array<[string, WitType]>): WitType => ({ kind: 'record', name, fields });
-const variant = (name: string, cases: Array<[string, WitType | null]>): WitType => ({ kind: 'variant', name, cases });
-const enumOf = (name: string, ...names: string[]): WitType => ({ kind: 'enum', name, names });
-const result = (ok: WitType | null, err: WitType | null): WitType => ({ kind: 'result', ok, err });
+export type { WitType } from './wit-kinds.js';
+export { FUNCTIONS };
 
-const transportError = enumOf('transport-error', 'timeout', 'connection-reset', 'connection-refused', 'stream-closed', 'other');
-const failureKind = variant('failure-kind', [['http-status', u16], ['transport', transportError], ['protocol-error', s32], ['tool-error', option(u16)]]);
-const failure = record('failure', [
-  ['kind', failureKind], ['headers', list(tuple(string, string))], ['body', string], ['structured-content', option(string)],
-]);
-const outcomeClass = enumOf('outcome-class', 'success', 'transient', 'throttled', 'deterministic', 'permission', 'semantic', 'unclassified');
-const headerProblem = record('header-problem', [['name', string], ['value', string], ['problem', string]]);
-const classification = record('classification', [
-  ['class', outcomeClass], ['hint-ms', option(u64)], ['hint-source', option(string)], ['server-says-retry', option(bool)], ['rule', string],
-  ['reason', string], ['header-problems', list(headerProblem)],
-]);
-const effect = enumOf('effect', 'read', 'write', 'delete');
-const toolHints = record('tool-hints', [['read-only', option(bool)], ['destructive', option(bool)], ['idempotent', option(bool)]]);
-const callRequest = record('call-request', [['tool', string], ['idempotency-key', option(string)], ['hints', option(toolHints)]]);
-const callTicket = record('call-ticket', [['call-id', u32], ['delay-ms', u64], ['effect', effect], ['safe-to-repeat', bool]]);
-const escalationReason = enumOf('escalation-reason', 'permission-denied', 'replans-spent', 'call-attempts-spent', 'run-retries-spent',
-  'run-steps-spent', 'server-wait-too-long', 'retry-forbidden', 'account-budget-exhausted', 'retry-quota-exhausted', 'unclassified-failure',
-  'status-unknown');
-const effectStatus = enumOf('effect-status', 'applied', 'unknown');
-const effectRecord = record('effect-record', [['call-id', u32], ['tool', string], ['idempotency-key', option(string)], ['status', effectStatus]]);
-const escalation = record('escalation', [
-  ['reason', escalationReason], ['last-error', option(string)], ['resets-in-ms', option(u64)], ['effects', list(effectRecord)], ['note', string],
-]);
-const retryPlan = record('retry-plan', [['delay-ms', u64], ['attempt', u32], ['idempotency-key', option(string)]]);
-const action = variant('action', [['retry', retryPlan], ['replan', string], ['check-status', null], ['succeed', option(string)], ['escalate', escalation]]);
-const decision = record('decision', [
-  ['action', action], ['class', outcomeClass], ['attempt', u32], ['hint-ms', option(u64)], ['rule', string], ['reason', string],
-]);
-const admission = variant('admission', [['send', callTicket], ['escalate', escalation]]);
-const statusCheckResult = enumOf('status-check-result', 'found', 'absent', 'unknown');
-const outcome = variant('outcome', [['success', null], ['empty-result', string], ['failure', failure], ['status-check', statusCheckResult]]);
-const statusCount = record('status-count', [['status', u16], ['count', u32]]);
-const runReport = record('run-report', [
-  ['run-id', string], ['calls', u32], ['attempts', u32], ['retries', u32], ['status-checks', u32], ['replans', u32],
-  ['succeeded-calls', u32], ['waits', u32], ['waited-ms', u64], ['escalation', option(escalationReason)],
-  ['statuses', list(statusCount)], ['effects', list(effectRecord)],
-]);
-const runError = variant('run-error', [
-  ['unknown-call', u32], ['call-finished', u32], ['status-check-pending', u32], ['no-status-check-pending', u32], ['run-ended', escalationReason],
-]);
-const configErrorKind = enumOf('config-error-kind', 'syntax', 'unknown-field', 'wrong-type', 'out-of-range');
-const configError = record('config-error', [['kind', configErrorKind], ['field', string], ['message', string]]);
-
-/** The types the host passes or receives, by WIT name. */
+/** The types the host passes or receives, by WIT name (generated from wit/ into wit-types.ts). */
 export const TYPES = {
-  failure, classification, callRequest, outcome, decision, admission, runReport, runError, configError,
+  failure: T.failure, classification: T.classification, callRequest: T.callRequest, outcome: T.outcome, decision: T.decision,
+  admission: T.admission, runReport: T.runReport, runError: T.runError, configError: T.configError,
 } as const;
-
-/** Parameter and result types of the policy interface's functions (resources excluded). */
-export const FUNCTIONS = {
-  'derive-idempotency-key': { params: [string, string], result: string },
-  '[static]policy.from-json': { params: [string], result: result(null, configError) },
-  '[method]policy.effective-config': { params: [], result: string },
-  '[method]policy.classify': { params: [failure, u64], result: classification },
-  '[method]policy.next-delay': { params: [u32, option(u64), option(u64)], result: u64 },
-  '[method]policy.start-run': { params: [string], result: null },
-  '[method]run.begin-call': { params: [callRequest, u64], result: result(admission, runError) },
-  '[method]run.record-outcome': { params: [u32, outcome, u64, option(u64)], result: result(decision, runError) },
-  '[method]run.report': { params: [], result: runReport },
-} as const satisfies Record<string, { params: readonly WitType[]; result: WitType | null }>;
 
 /** A JSON value that does not fit the WIT type it is passed as. */
 export class ValueConversionError extends TypeError {}

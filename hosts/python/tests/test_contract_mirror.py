@@ -1,0 +1,34 @@
+"""types.py (the typed mirror a reader uses) agrees with wit_types.py, which
+tests/contract/make_mirrors.py generates from wit/: same enum cases and record
+fields, in the same order."""
+
+import typing
+
+import pytest
+
+from agent_retry_policy import types, wit_types
+
+
+def camel(name: str) -> str:
+    return "".join(part.capitalize() for part in name.split("-"))
+
+
+@pytest.mark.parametrize("name", sorted(wit_types.ENUMS))
+def test_enum_cases_match_the_wit(name: str) -> None:
+    mirror = getattr(types, camel(name), None)
+    if mirror is None:
+        pytest.skip(f"types.py has no {camel(name)} (the host never passes or reads it)")
+    assert typing.get_args(mirror) == wit_types.ENUMS[name]
+
+
+@pytest.mark.parametrize("name", sorted(wit_types.RECORDS))
+def test_record_fields_match_the_wit(name: str) -> None:
+    mirror = getattr(types, camel(name), None)
+    if mirror is None:
+        pytest.skip(f"types.py has no {camel(name)} (the host never passes or reads it)")
+    assert tuple(typing.get_type_hints(mirror, include_extras=True)) == wit_types.RECORDS[name]
+
+
+def test_the_mirror_covers_what_the_host_passes_and_reads() -> None:
+    for name in ("failure", "classification", "call-request", "decision", "escalation", "run-report", "escalation-reason", "outcome-class"):
+        assert hasattr(types, camel(name)), name

@@ -1,0 +1,304 @@
+#!/usr/bin/env python3
+"""Writes the hosts' mirrors of the contract from wit/: the TypeScript type
+descriptors (hosts/typescript/src/wit-types.ts) and the Python TypedDicts
+(hosts/python/src/agent_retry_policy/wit_types.py), so that a change to the WIT
+cannot leave a host's copy behind.
+
+    python3 tests/contract/make_mirrors.py          # rewrite the files
+    python3 tests/contract/make_mirrors.py --check  # fail if they are stale (make test runs it)
+
+The parser reads the subset of WIT the contract uses: interfaces with records,
+variants, enums, resources and functions; types bool, u16, u32, s32, u64,
+string, list, tuple, option, result and named types.
+"""
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+WIT = ROOT / "wit"
+TS_OUT = ROOT / "hosts/typescript/src/wit-types.ts"
+PY_OUT = ROOT / "hosts/python/src/agent_retry_policy/wit_types.py"
+
+PRIMITIVES = {"bool", "u16", "u32", "s32", "u64", "string"}
+
+
+def tokens(text):
+    text = re.sub(r"//[^\n]*", "", text)  # doc comments and comments
+    return re.findall(r"->|[A-Za-z_][A-Za-z0-9_-]*|[{}()<>,:;.@/\[\]=*]|\d+", text)
+
+
+class Parser:
+    def __init__(self, toks):
+        self.toks, self.i = toks, 0
+
+    def peek(self, k=0):
+        return self.toks[self.i + k] if self.i + k < len(self.toks) else None
+
+    def next(self):
+        tok = self.toks[self.i]
+        self.i += 1
+        return tok
+
+    def expect(self, tok):
+        got = self.next()
+        if got != tok:
+            raise SystemExit(f"WIT: expected {tok!r}, got {got!r} at token {self.i}")
+
+    def type(self):
+        name = self.next()
+        if name in ("list", "option"):
+            self.expect("<")
+            of = self.type()
+            self.expect(">")
+            return (name, of)
+        if name == "tuple":
+            self.expect("<")
+            items = [self.type()]
+            while self.peek() == ",":
+                self.next()
+                items.append(self.type())
+            self.expect(">")
+            return ("tuple", items)
+        if name == "result":
+            ok = err = None
+            if self.peek() == "<":
+                self.next()
+                ok = None if self.peek() == "_" else self.type()
+                if ok is None:
+                    self.next()
+                if self.peek() == ",":
+                    self.next()
+                    err = self.type()
+                self.expect(">")
+            return ("result", ok, err)
+        return ("prim", name) if name in PRIMITIVES else ("named", name)
+
+    def block(self):
+        """Items between { and }, split on the top-level commas."""
+        self.expect("{")
+        items = []
+        while self.peek() != "}":
+            items.append(self.item())
+            if self.peek() == ",":
+                self.next()
+        self.expect("}")
+        return items
+
+    def item(self):
+        name = self.next()
+        if self.peek() == ":":
+            self.next()
+            return (name, self.type())
+        if self.peek() == "(":
+            self.next()
+            t = self.type()
+            self.expect(")")
+            return (name, t)
+        return (name, None)
+
+    def params(self):
+        self.expect("(")
+        out = []
+        while self.peek() != ")":
+            name = self.next()
+            self.expect(":")
+            out.append((name, self.type()))
+            if self.peek() == ",":
+                self.next()
+        self.expect(")")
+        result = None
+        if self.peek() == "->":
+            self.next()
+            result = self.type()
+        self.expect(";")
+        return out, result
+
+
+def parse():
+    types, funcs, resources = {}, {}, set()
+    for path in sorted(WIT.glob("*.wit")):
+        p = Parser(tokens(path.read_text()))
+        interface = None
+        while p.peek() is not None:
+            tok = p.next()
+            if tok == "interface":
+                interface = p.next()
+            elif tok in ("record", "variant", "enum"):
+                name = p.next()
+                types[name] = (tok, p.block())
+            elif tok == "resource":
+                resource = p.next()
+                resources.add(resource)
+                p.expect("{")
+                while p.peek() != "}":
+                    fname = p.next()
+                    p.expect(":")
+                    static = p.peek() == "static"
+                    if static:
+                        p.next()
+                    p.expect("func")
+                    params, result = p.params()
+                    if interface == "policy":
+                        funcs[f"[{'static' if static else 'method'}]{resource}.{fname}"] = (params, result)
+                p.expect("}")
+            elif tok == ":" and p.peek() == "func":
+                fname = p.toks[p.i - 2]
+                p.next()
+                params, result = p.params()
+                if interface == "policy":
+                    funcs[fname] = (params, result)
+    # A resource is a handle, not data: the descriptors say null for it.
+    for name in resources:
+        types.pop(name, None)
+    return types, funcs, resources
+
+
+def camel(name):
+    head, *rest = name.split("-")
+    return head + "".join(w.capitalize() for w in rest)
+
+
+def ts_type(t, names):
+    kind = t[0]
+    if kind == "prim":
+        return t[1]
+    if kind == "named":
+        return names.get(t[1], "null")
+    if kind in ("list", "option"):
+        return f"{kind}({ts_type(t[1], names)})"
+    if kind == "tuple":
+        return "tuple(" + ", ".join(ts_type(x, names) for x in t[1]) + ")"
+    if kind == "result":
+        ok = "null" if t[1] is None else ts_type(t[1], names)
+        err = "null" if t[2] is None else ts_type(t[2], names)
+        return f"result({ok}, {err})"
+    raise ValueError(t)
+
+
+def order(types):
+    """Definitions before use."""
+    done, out = set(), []
+
+    def deps(t):
+        if t is None:
+            return []
+        if t[0] == "named":
+            return [t[1]]
+        if t[0] in ("list", "option"):
+            return deps(t[1])
+        if t[0] == "tuple":
+            return [d for x in t[1] for d in deps(x)]
+        if t[0] == "result":
+            return deps(t[1]) + deps(t[2])
+        return []
+
+    def visit(name):
+        if name in done:
+            return
+        done.add(name)
+        for _, t in types[name][1]:
+            for d in deps(t):
+                visit(d)
+        out.append(name)
+
+    for name in types:
+        visit(name)
+    return out
+
+
+def typescript(types, funcs):
+    names = {n: ("enumOf" if False else camel(n)) for n in types}
+    lines = [
+        "// Generated by tests/contract/make_mirrors.py from wit/: do not edit.",
+        "// The contract's types as data, for the conversion in wit.ts.",
+        "",
+        "import { list, option, result, tuple, record, variant, enumOf, bool, u16, u32, s32, u64, string, type WitType } from './wit-kinds.js';",
+        "",
+    ]
+    for name in order(types):
+        kind, items = types[name]
+        if kind == "enum":
+            lines.append(f"export const {names[name]}: WitType = enumOf('{name}', " + ", ".join(f"'{c}'" for c, _ in items) + ");")
+        elif kind == "record":
+            fields = ", ".join(f"['{f}', {ts_type(t, names)}]" for f, t in items)
+            lines.append(f"export const {names[name]}: WitType = record('{name}', [{fields}]);")
+        else:
+            cases = ", ".join(f"['{c}', {'null' if t is None else ts_type(t, names)}]" for c, t in items)
+            lines.append(f"export const {names[name]}: WitType = variant('{name}', [{cases}]);")
+    lines += ["", "/** Parameter and result types of the policy interface's functions (resources excluded). */", "export const FUNCTIONS = {"]
+    for fname, (params, result) in funcs.items():
+        ps = ", ".join(ts_type(t, names) for _, t in params)
+        r = "null" if result is None else ts_type(result, names)
+        lines.append(f"  '{fname}': {{ params: [{ps}], result: {r} }},")
+    lines.append("} as const satisfies Record<string, { params: readonly WitType[]; result: WitType | null }>;")
+    return "\n".join(lines) + "\n"
+
+
+def py_type(t):
+    kind = t[0]
+    if kind == "prim":
+        return {"bool": "bool", "string": "str"}.get(t[1], "int")
+    if kind == "named":
+        return "".join(w.capitalize() for w in t[1].split("-"))
+    if kind == "option":
+        return f"Optional[{py_type(t[1])}]"
+    if kind == "list":
+        return f"list[{py_type(t[1])}]"
+    if kind == "tuple":
+        return "tuple[" + ", ".join(py_type(x) for x in t[1]) + "]"
+    if kind == "result":
+        return "dict"
+    raise ValueError(t)
+
+
+def python(types, funcs):
+    lines = [
+        '"""Generated by tests/contract/make_mirrors.py from wit/: do not edit.',
+        "",
+        "The contract's enum cases and record fields, in WIT order, for checks and",
+        "for code that lists them (the typed mirror for readers is types.py, which a",
+        "test keeps equal to these).",
+        '"""',
+        "",
+        "ENUMS: dict[str, tuple[str, ...]] = {",
+    ]
+    for name in order(types):
+        kind, items = types[name]
+        if kind == "enum":
+            lines.append(f"    {name!r}: (" + ", ".join(repr(c) for c, _ in items) + ",),")
+    lines += ["}", "", "RECORDS: dict[str, tuple[str, ...]] = {"]
+    for name in order(types):
+        kind, items = types[name]
+        if kind == "record":
+            lines.append(f"    {name!r}: (" + ", ".join(repr(f) for f, _ in items) + ",),")
+    lines += ["}", "", "VARIANTS: dict[str, tuple[str, ...]] = {"]
+    for name in order(types):
+        kind, items = types[name]
+        if kind == "variant":
+            lines.append(f"    {name!r}: (" + ", ".join(repr(c) for c, _ in items) + ",),")
+    lines += ["}", "", "FUNCTIONS: tuple[str, ...] = ("]
+    for fname in funcs:
+        lines.append(f"    {fname!r},")
+    lines.append(")")
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    types, funcs, _ = parse()
+    outputs = {TS_OUT: typescript(types, funcs), PY_OUT: python(types, funcs)}
+    stale = []
+    for path, text in outputs.items():
+        if "--check" in sys.argv:
+            if not path.exists() or path.read_text() != text:
+                stale.append(path.relative_to(ROOT))
+        else:
+            path.write_text(text)
+    for path in stale:
+        print(f"{path} is out of date: run python3 tests/contract/make_mirrors.py")
+    print(f"{len(types)} types, {len(funcs)} functions from wit/")
+    return 1 if stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
