@@ -32,11 +32,10 @@ impl Ledger {
     /// Applies a refund, or returns the one already applied with this key
     /// (Stripe-style: a repeat with the same key returns the first result).
     pub fn issue_refund(&mut self, order_id: &str, amount_paise: i64, key: Option<&str>) -> (Refund, bool) {
-        if let Some(key) = key {
-            if let Some(existing) = self.refunds.iter().find(|r| r.idempotency_key.as_deref() == Some(key)) {
+        if let Some(key) = key
+            && let Some(existing) = self.refunds.iter().find(|r| r.idempotency_key.as_deref() == Some(key)) {
                 return (existing.clone(), false);
             }
-        }
         let refund = Refund {
             refund_id: format!("RF-{}", self.refunds.len() + 1),
             order_id: order_id.to_string(),

@@ -59,8 +59,8 @@ pub fn withdraw(config: &Config, spend: Spend, now_ms: u64, host: &mut dyn Accou
         return Ok(Withdrawn { wait_ms: 0, quota_taken: 0 });
     };
     let mut quota_taken = 0;
-    if let Spend::Retry { throttled } = spend {
-        if let Some((id, bucket, quota)) = quota(config) {
+    if let Spend::Retry { throttled } = spend
+        && let Some((id, bucket, quota)) = quota(config) {
             let tokens = if throttled { quota.throttled_retry_cost } else { quota.retry_cost };
             if tokens > 0 {
                 match host.reserve(&id, tokens, bucket, 0, now_ms) {
@@ -69,7 +69,6 @@ pub fn withdraw(config: &Config, spend: Spend, now_ms: u64, host: &mut dyn Accou
                 }
             }
         }
-    }
     let cost = match spend {
         Spend::FirstAttempt => account.attempt_cost,
         Spend::Retry { throttled: true } => account.throttled_retry_cost,

@@ -174,15 +174,20 @@ fn ratelimit_t_ms(value: &str) -> Result<Option<u64>, &'static str> {
                 _ => {}
             }
         }
-        if remaining.unwrap_or(0) == 0 {
-            if let Some(t) = reset {
+        if remaining.unwrap_or(0) == 0
+            && let Some(t) = reset {
                 let ms = t.saturating_mul(1000);
                 longest = Some(longest.map_or(ms, |l| l.max(ms)));
             }
-        }
     }
     if items == 0 { Err("no items") } else { Ok(longest) }
 }
+
+/// A header read for a wait: `Ok(None)` is a valid header that asks for no wait.
+type WaitParser = fn(&str, u64) -> Result<Option<u64>, &'static str>;
+
+/// A vendor reset header read for a wait.
+type ResetParser = fn(&str, u64) -> Option<u64>;
 
 /// Reads every hint the headers carry. Waits above `max_plausible_ms` are problems.
 pub fn read(headers: &[(String, String)], now_ms: u64, max_plausible_ms: u64) -> ServerHints {
@@ -205,7 +210,7 @@ pub fn read(headers: &[(String, String)], now_ms: u64, max_plausible_ms: u64) ->
         }
     }
 
-    let sources: [(&'static str, fn(&str, u64) -> Result<Option<u64>, &'static str>); 5] = [
+    let sources: [(&'static str, WaitParser); 5] = [
         ("retry-after-ms", |v, _| decimal_ms(v, 1).map(Some).ok_or("must be a non-negative number of ms")),
         ("x-amz-retry-after", |v, _| decimal_ms(v, 1).map(Some).ok_or("must be a non-negative number of ms")),
         ("retry-after", |v, now| {
@@ -243,7 +248,7 @@ pub fn read(headers: &[(String, String)], now_ms: u64, max_plausible_ms: u64) ->
 
     // Vendor resets: each limit resets on its own; wait for the latest exhausted one.
     let mut latest: Option<Hint> = None;
-    let vendor: [(&'static str, &'static str, fn(&str, u64) -> Option<u64>); 6] = [
+    let vendor: [(&'static str, &'static str, ResetParser); 6] = [
         ("x-ratelimit-reset-requests", "x-ratelimit-remaining-requests", |v, _| go_duration_ms(v)),
         ("x-ratelimit-reset-tokens", "x-ratelimit-remaining-tokens", |v, _| go_duration_ms(v)),
         ("anthropic-ratelimit-requests-reset", "anthropic-ratelimit-requests-remaining", |v, now| parse_rfc3339(v).map(|at| until(now, at))),

@@ -475,11 +475,10 @@ fn prose_duration_ms(text: &str) -> Option<u64> {
     let compact_len = text.bytes().take_while(|b| b.is_ascii_alphanumeric() || *b == b'.').count();
     let compact = text.get(..compact_len)?.trim_end_matches('.');
     // A Go duration (`1m30s`, `9m38.016s`, `644ms`) written without spaces.
-    if compact.len() > number_len {
-        if let Some(ms) = crate::hints::go_duration_ms(compact) {
+    if compact.len() > number_len
+        && let Some(ms) = crate::hints::go_duration_ms(compact) {
             return Some(ms);
         }
-    }
     let number = text.get(..number_len)?.trim_end_matches('.');
     let unit_text = text.get(number_len..)?.trim_start();
     let unit_len = unit_text.bytes().take_while(u8::is_ascii_alphabetic).count();

@@ -38,15 +38,13 @@ pub fn explain(wasm: &std::path::Path, seed: u64) -> anyhow::Result<()> {
     let policy = instance.load_policy(config)?.map_err(|e| anyhow::anyhow!("{}: {}", e.field, e.message))?;
     let run_id = "CASE-5016";
     let run = instance.start_run(&policy, run_id)?;
-    let script = vec![
-        Scripted { tool: "lookup_order", keyed: false, outcomes: vec![http(503, &[], "upstream unavailable"), Outcome::Success] },
+    let script = [Scripted { tool: "lookup_order", keyed: false, outcomes: vec![http(503, &[], "upstream unavailable"), Outcome::Success] },
         Scripted { tool: "check_refund_policy", keyed: false, outcomes: vec![http(429, &[("Retry-After", "2")], "slow down"), Outcome::Success] },
         Scripted { tool: "issue_refund", keyed: true, outcomes: vec![timeout(), Outcome::Success] },
         Scripted { tool: "issue_refund", keyed: false, outcomes: vec![timeout(), Outcome::StatusCheck(StatusCheckResult::Found)] },
         Scripted { tool: "issue_refund", keyed: true, outcomes: vec![http(400, &[], "amount must be an integer number of paise")] },
         Scripted { tool: "delete_asset", keyed: false, outcomes: vec![http(404, &[], "no such asset")] },
-        Scripted { tool: "issue_refund", keyed: true, outcomes: vec![http(403, &[], "refunds above 5000 rupees need a person")] },
-    ];
+        Scripted { tool: "issue_refund", keyed: true, outcomes: vec![http(403, &[], "refunds above 5000 rupees need a person")] }];
     let mut now_ms: u64 = 1_764_460_800_000;
     println!("run {run_id}: scripted failures through the policy (simulated clock, seed {seed})\n");
     println!("{:<4} {:<20} {:>3}  {:<44} {:<14} decision", "call", "tool", "try", "outcome", "class");

@@ -16,7 +16,8 @@ use wasmtime::{Config, Engine, Store, StoreLimits, StoreLimitsBuilder};
 use crate::accounts::{AccountBudgetBackend, Bucket, Reservation};
 use crate::entropy::EntropySource;
 
-wasmtime::component::bindgen!({ world: "agent-retry", path: "../../wit" });
+// wit/ is a link to the repository's wit/ (the packaged crate holds a copy).
+wasmtime::component::bindgen!({ world: "agent-retry", path: "wit" });
 
 pub use agent_retry::policy::types;
 
@@ -34,8 +35,18 @@ pub const CONTRACT_VERSION: &str = "0.2.0";
 /// The policy interface of that version, as the component exports it.
 pub const POLICY_INTERFACE: &str = "agent-retry:policy/policy@0.2.0";
 
+/// The component this crate was built with, if it carries one: the published
+/// crate embeds the `.wasm` of its release (`make dist` copies it into
+/// `component/` before `cargo package`); a build from the repository does not.
+#[cfg(agent_retry_bundled)]
+pub const BUNDLED_WASM: Option<&[u8]> = Some(include_bytes!(env!("AGENT_RETRY_BUNDLED_WASM")));
+/// The component this crate was built with, if it carries one (this build does not).
+#[cfg(not(agent_retry_bundled))]
+pub const BUNDLED_WASM: Option<&[u8]> = None;
+
 /// The component to load when none is named: `$AGENT_RETRY_WASM`, else where
-/// `make wasm` puts it in the repository.
+/// `make wasm` puts it in the repository. (`PolicyComponent::load(None)` also
+/// uses the component embedded in the crate, when it has one, before the latter.)
 pub fn default_wasm_path() -> PathBuf {
     if let Some(path) = std::env::var_os("AGENT_RETRY_WASM").filter(|p| !p.is_empty()) {
         return PathBuf::from(path);
@@ -58,12 +69,12 @@ fn compatibility(version: &str) -> &str {
 pub fn check_contract_version(exports: &[String]) -> Result<(), LoadError> {
     let prefix = "agent-retry:policy/policy@";
     for name in exports {
-        if let Some(theirs) = name.strip_prefix(prefix) {
-            if compatibility(theirs) != compatibility(CONTRACT_VERSION) {
-                return Err(LoadError::Incompatible {
-                    reason: format!("the component speaks agent-retry:policy@{theirs}, this host speaks agent-retry:policy@{CONTRACT_VERSION}"),
-                });
-            }
+        if let Some(theirs) = name.strip_prefix(prefix)
+            && compatibility(theirs) != compatibility(CONTRACT_VERSION)
+        {
+            return Err(LoadError::Incompatible {
+                reason: format!("the component speaks agent-retry:policy@{theirs}, this host speaks agent-retry:policy@{CONTRACT_VERSION}"),
+            });
         }
     }
     Ok(())
@@ -84,9 +95,13 @@ pub enum LoadError {
 impl fmt::Display for LoadError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            LoadError::Read { path, reason } => {
-                write!(f, "cannot read the policy component {}: {reason} (run `make wasm` to build it)", path.display())
-            }
+            LoadError::Read { path, reason } => write!(
+                f,
+                "cannot read the policy component {}: {reason} (point AGENT_RETRY_WASM or the path argument at an \
+                 agent_retry_policy.wasm, or unset AGENT_RETRY_WASM to use the one embedded in the published crate; \
+                 in the repository, `make wasm` builds it)",
+                path.display()
+            ),
             LoadError::Invalid { reason } => write!(f, "not a valid WebAssembly component: {reason}"),
             LoadError::Incompatible { reason } => write!(f, "not an agent-retry policy component this host can run: {reason}"),
         }
@@ -146,6 +161,22 @@ pub struct PolicyComponent {
 }
 
 impl PolicyComponent {
+    /// Loads and compiles the component: `path` if given, else `$AGENT_RETRY_WASM`,
+    /// else the component embedded in the crate ([`BUNDLED_WASM`], the published
+    /// crate's), else the repository's build output (`make wasm`).
+    pub fn load(path: Option<&Path>) -> Result<Self, LoadError> {
+        if let Some(path) = path {
+            return Self::from_file(path);
+        }
+        if let Some(path) = std::env::var_os("AGENT_RETRY_WASM").filter(|p| !p.is_empty()) {
+            return Self::from_file(Path::new(&path));
+        }
+        match BUNDLED_WASM {
+            Some(bytes) => Self::from_bytes(bytes),
+            None => Self::from_file(&default_wasm_path()),
+        }
+    }
+
     /// Loads and compiles a component from a file.
     pub fn from_file(path: &Path) -> Result<Self, LoadError> {
         let bytes = std::fs::read(path).map_err(|e| LoadError::Read { path: path.to_path_buf(), reason: e.to_string() })?;

@@ -34,7 +34,7 @@ impl DynamicPolicy {
         let (store, instance) = self.instance.raw();
         let interface = instance.get_export_index(&mut *store, None, INTERFACE).ok_or("no policy interface")?;
         let index = instance.get_export_index(&mut *store, Some(&interface), name).ok_or_else(|| format!("no export {name}"))?;
-        let func = instance.get_func(&mut *store, &index).ok_or_else(|| format!("{name} is not a function"))?;
+        let func = instance.get_func(&mut *store, index).ok_or_else(|| format!("{name} is not a function"))?;
         let ty = func.ty(&*store);
         let mut params = leading;
         let skip = params.len();

@@ -29,13 +29,12 @@ pub fn run_case(case: &Case, subject: &mut dyn Subject) -> CaseResult {
             Ok(output) => output,
             Err(e) => return CaseResult { outputs, failure: Some(format!("step {}: {e}", i + 1)) },
         };
-        if let Some(expected) = step.get("expect") {
-            if let Err(mismatch) = matches(expected, &output) {
+        if let Some(expected) = step.get("expect")
+            && let Err(mismatch) = matches(expected, &output) {
                 let failure = format!("step {} ({}): {mismatch}", i + 1, step["op"]);
                 outputs.push(output);
                 return CaseResult { outputs, failure: Some(failure) };
             }
-        }
         outputs.push(output);
     }
     CaseResult { outputs, failure: None }

@@ -35,7 +35,7 @@ pub fn load_dir(dir: &Path) -> Result<Vec<VectorFile>, String> {
     let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
         .map_err(|e| format!("cannot read {}: {e}", dir.display()))?
         .filter_map(|entry| entry.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "json") && !p.file_name().is_some_and(|n| n == "schema.json"))
+        .filter(|p| p.extension().is_some_and(|x| x == "json") && p.file_name().is_none_or(|n| n != "schema.json"))
         .collect();
     paths.sort();
     paths

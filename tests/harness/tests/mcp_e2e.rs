@@ -124,10 +124,11 @@ async fn a_timeout_after_an_applied_refund_with_a_key_does_not_double_it() {
     let calls = s.server.state.calls_to("issue_refund");
     assert_eq!(calls.len(), 2, "one timeout, one retry");
     assert_eq!(calls[0].arguments["idempotency_key"], calls[1].arguments["idempotency_key"], "the retry reuses the key");
-    let ledger = agent_retry_demo_server::tools::lock(&s.server.state.ledger);
-    assert_eq!(ledger.refunds.len(), 1);
-    assert_eq!(ledger.duplicate_refunds(), 0);
-    drop(ledger);
+    {
+        let ledger = agent_retry_demo_server::tools::lock(&s.server.state.ledger);
+        assert_eq!(ledger.refunds.len(), 1);
+        assert_eq!(ledger.duplicate_refunds(), 0);
+    }
     s.server.stop().await;
 }
 
