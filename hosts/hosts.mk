@@ -41,7 +41,7 @@ test-hosts: test-python test-ts
 # Python and Node run every vector and must give byte-identical outputs to the
 # Rust core's (target/vector-outputs-rust.jsonl, written by the Rust vector runner).
 test-hosts-agree: wasm hosts-python-setup hosts-ts-setup
-	$(HOSTS_PY) -m agent_retry.conformance --dump target/vector-outputs-python.jsonl
+	$(HOSTS_PY) -m agent_retry_policy.conformance --dump target/vector-outputs-python.jsonl
 	node $(HOSTS_TS)/dist/src/conformance.js --dump target/vector-outputs-node.jsonl
 	@test -f target/vector-outputs-rust.jsonl || cargo test --release -p conformance --test vectors
 	@passed=0; failed=0; for host in python node; do \
@@ -62,7 +62,7 @@ bench-hosts: wasm hosts-python-setup hosts-ts-setup
 HOSTS_JUDGE := target/release/agent-retry judge --exam tests/judge/exam.json --
 
 judge-python: wasm hosts-python-setup judge-setup
-	$(HOSTS_JUDGE) $(CURDIR)/$(HOSTS_PY) -m agent_retry.exam
+	$(HOSTS_JUDGE) $(CURDIR)/$(HOSTS_PY) -m agent_retry_policy.exam
 
 judge-ts: wasm hosts-ts-setup judge-setup
 	$(HOSTS_JUDGE) node $(CURDIR)/$(HOSTS_TS)/dist/src/exam.js

@@ -8,7 +8,7 @@ use clap::{Parser, Subcommand};
 
 mod commands;
 
-use crate::commands::{call, decide, demo, exam, explain, serve};
+use crate::commands::{call, decide, demo, exam, explain, lab, serve};
 use agent_retry_host::default_wasm_path;
 
 #[derive(Parser)]
@@ -75,6 +75,32 @@ enum Command {
     },
     /// Print what the component imports and exports, and its size.
     Inspect,
+    /// The refund lab (seed 003): 40 scripted runs, no network, through our policy
+    /// (the component) and through retry-everything and peers' retry policies; one
+    /// table per fault mix and variant (deterministic).
+    Lab {
+        /// A fault mix of your own (the format of tests/lab/faults.json).
+        #[arg(long)]
+        faults: Option<PathBuf>,
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+    },
+    /// Brooker's contention simulation: clients racing to write one row, with no,
+    /// full (the component), equal and decorrelated jitter, and the account budget
+    /// coordinating them (deterministic: simulated time, seeded).
+    Simulate {
+        /// Client counts, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "10,20,30,40,50,60,70,80,90,100")]
+        clients: Vec<u32>,
+        /// Simulations averaged per point.
+        #[arg(long, default_value_t = 100)]
+        runs: u32,
+        #[arg(long, default_value_t = 12345)]
+        seed: u64,
+        /// Write the SVG plots into this directory.
+        #[arg(long)]
+        svg: Option<PathBuf>,
+    },
     /// The host-conformance judge: serve the exam's faults, run a host's exam client
     /// (`COMMAND... --url URL --exam PATH`), check from the server side what a
     /// correct host must do, print a verdict per rule.
@@ -138,6 +164,8 @@ fn main() -> ExitCode {
             Command::Decide => decide::decide(&wasm),
             Command::Explain { seed } => explain::explain(&wasm, seed),
             Command::Inspect => inspect(&wasm),
+            Command::Lab { faults, seed } => lab::lab(&wasm, faults.as_deref(), seed),
+            Command::Simulate { clients, runs, seed, svg } => lab::simulate(&wasm, &clients, runs, seed, svg.as_deref()),
             Command::Judge { exam, client } => exam::judge(&exam, &client).await,
             Command::Exam { url, exam, no_policy } => exam::exam(&wasm, &url, &exam, no_policy).await,
             Command::Serve { http, stdio: _, faults, allowance, window_ms } => {

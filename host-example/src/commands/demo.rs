@@ -182,7 +182,7 @@ pub async fn demo(options: DemoOptions) -> anyhow::Result<()> {
     let escalated = results.iter().filter(|r| matches!(r.end, RunEnd::Escalated(_))).count();
     let replanned = results.iter().filter(|r| r.replans > 0).count();
     println!("agent-retry demo: {} runs of the refund desk on {} workers against {} ({:.1} s)\n", results.len(), options.workers, server.url, elapsed.as_secs_f64());
-    println!("{:<10} {:<10} {}", "run", "replans", "end");
+    println!("{:<10} {:<10} end", "run", "replans");
     for r in &results {
         let end = match &r.end {
             RunEnd::Completed => "completed".to_string(),

@@ -5,6 +5,7 @@ pub mod decide;
 pub mod demo;
 pub mod exam;
 pub mod explain;
+pub mod lab;
 pub mod serve;
 
 /// Sends the wrapper's events (one JSON line per attempt, and run summaries),

@@ -21,7 +21,7 @@ from typing import Callable
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_none
 from wasmtime.component import Record, Variant
 
-from agent_retry import EmbeddedAccounts, PolicyComponent
+from agent_retry_policy import EmbeddedAccounts, PolicyComponent
 
 CONFIG = {"max-steps-per-run": 1_000_000, "max-retries-per-run": 100_000, "max-attempts-per-call": 100}
 FAILURE = {"failure": {"kind": {"http-status": 503}, "headers": [("retry-after", "1")], "body": "upstream unavailable"}}

@@ -1,4 +1,4 @@
-"""The exam client's pieces (agent_retry.exam): the status check built from an
+"""The exam client's pieces (agent_retry_policy.exam): the status check built from an
 exam's spec, and that a tool error's upstream status reaches the policy. The client end to end is
 run by the judge (`make judge-python`)."""
 
@@ -10,9 +10,9 @@ from typing import Any, Optional
 from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult, TextContent
 
-from agent_retry import PolicyComponent
-from agent_retry.exam import status_check_from_spec
-from agent_retry.mcp_client import StatusCheckRequest, tool_error_outcome
+from agent_retry_policy import PolicyComponent
+from agent_retry_policy.exam import status_check_from_spec
+from agent_retry_policy.mcp_client import StatusCheckRequest, tool_error_outcome
 
 SPEC = {"tool": "list_notes", "arguments": ["order_id"], "list": "notes", "match": ["order_id", "text"]}
 

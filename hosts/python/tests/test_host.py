@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_retry import (
+from agent_retry_policy import (
     Bucket,
     ComponentLoadError,
     CONTRACT_VERSION,
@@ -26,11 +26,11 @@ from agent_retry import (
     gcra,
     locate_component,
 )
-from agent_retry._codec import ValueConversionError
-from agent_retry.accounts import U64_MAX
-from agent_retry.component import contract_compatibility
-from agent_retry.entropy import random_bytes
-from agent_retry.types import http_failure, transport_failure
+from agent_retry_policy._codec import ValueConversionError
+from agent_retry_policy.accounts import U64_MAX
+from agent_retry_policy.component import contract_compatibility
+from agent_retry_policy.entropy import random_bytes
+from agent_retry_policy.types import http_failure, transport_failure
 
 
 def test_gcra_admits_a_burst_then_one_per_interval() -> None:
@@ -66,11 +66,48 @@ def test_splitmix64_is_the_reference_sequence_and_os_entropy_varies() -> None:
 
 
 def test_a_missing_component_names_the_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    with pytest.raises(ComponentNotFound, match="make wasm"):
+    with pytest.raises(ComponentNotFound, match=r"\(the path argument\)\. Point the path argument at"):
         locate_component(tmp_path / "nope.wasm")
     monkeypatch.setenv("AGENT_RETRY_WASM", str(tmp_path / "also-missing.wasm"))
-    with pytest.raises(ComponentNotFound, match="AGENT_RETRY_WASM"):
+    with pytest.raises(ComponentNotFound, match=r"\$AGENT_RETRY_WASM\). Point \$AGENT_RETRY_WASM at .* or unset it"):
         PolicyComponent.load()
+
+
+def test_an_editable_install_without_a_build_says_make_wasm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import agent_retry_policy.component as component_module
+
+    monkeypatch.delenv("AGENT_RETRY_WASM", raising=False)
+    monkeypatch.setattr(component_module, "bundled_component", lambda: None)
+    monkeypatch.setattr(component_module, "_repo_root", lambda: tmp_path)
+    with pytest.raises(ComponentNotFound, match="make wasm"):
+        locate_component()
+
+
+def test_the_bundled_component_comes_before_the_repository_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import agent_retry_policy.component as component_module
+
+    bundled = tmp_path / "agent_retry_policy.wasm"
+    bundled.write_bytes(locate_component().read_bytes())
+    monkeypatch.delenv("AGENT_RETRY_WASM", raising=False)
+    monkeypatch.setattr(component_module, "bundled_component", lambda: bundled)
+    assert locate_component() == bundled
+    # The environment and the argument still override it.
+    monkeypatch.setenv("AGENT_RETRY_WASM", str(tmp_path / "env.wasm"))
+    with pytest.raises(ComponentNotFound, match="use the component bundled"):
+        locate_component()
+
+
+def test_an_unsupported_wasmtime_is_refused_with_what_to_install() -> None:
+    from agent_retry_policy import _compat
+
+    _compat.check_wasmtime_version(_compat.installed_wasmtime_version())  # the installed one passes
+    _compat.check_wasmtime_version("50.0.1")
+    _compat.check_wasmtime_version("50.0.7")
+    for version in ("49.0.0", "50.0.0", "51.0.0", "60.1.0", "garbage", None):
+        with pytest.raises(_compat.UnsupportedWasmtime, match=r"pip install 'wasmtime>=50.0.1,<51'"):
+            _compat.check_wasmtime_version(version)
+    with pytest.raises(_compat.UnsupportedWasmtime, match="lacks"):
+        _compat.check_private_helpers(object())
 
 
 def test_the_env_var_points_at_the_component(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -15,8 +15,8 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult, TextContent
 
-from agent_retry import EmbeddedAccounts, Escalated, PolicyComponent, SplitMix64
-from agent_retry.mcp_client import RetryingToolCaller, StatusCheckRequest, create_capturing_http_client
+from agent_retry_policy import EmbeddedAccounts, Escalated, PolicyComponent, SplitMix64
+from agent_retry_policy.mcp_client import RetryingToolCaller, StatusCheckRequest, create_capturing_http_client
 from fault_server import ErrorResult, HttpFault, RaiseMcpError, RaiseToolError, RunningServer, SlowResponse
 
 T = TypeVar("T")
@@ -64,11 +64,11 @@ def text_of(result: CallToolResult) -> str:
 
 
 def attempt_lines(caplog: pytest.LogCaptureFixture) -> list[dict[str, Any]]:
-    return [json.loads(r.getMessage()) for r in caplog.records if r.name == "agent_retry.mcp"]
+    return [json.loads(r.getMessage()) for r in caplog.records if r.name == "agent_retry_policy.mcp"]
 
 
 def test_a_503_then_success_is_retried_and_the_caller_sees_only_the_success(server: RunningServer, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="agent_retry.mcp")
+    caplog.set_level(logging.INFO, logger="agent_retry_policy.mcp")
     server.state.script("lookup_order", HttpFault(503, body="upstream unavailable"))
 
     async def body(session: ClientSession) -> tuple[CallToolResult, Any]:
@@ -89,7 +89,7 @@ def test_a_503_then_success_is_retried_and_the_caller_sees_only_the_success(serv
 
 
 def test_a_429_with_retry_after_waits_at_least_the_hint(server: RunningServer, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="agent_retry.mcp")
+    caplog.set_level(logging.INFO, logger="agent_retry_policy.mcp")
     server.state.script("lookup_order", HttpFault(429, (("Retry-After", "1"),), "slow down"))
 
     async def body(session: ClientSession) -> CallToolResult:
@@ -208,7 +208,7 @@ def test_an_unkeyed_write_with_no_status_check_escalates_instead_of_resending(se
 
 
 def test_a_server_that_goes_away_is_retried_then_escalated_and_the_session_survives(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="agent_retry.mcp")
+    caplog.set_level(logging.INFO, logger="agent_retry_policy.mcp")
     running = RunningServer().__enter__()
 
     async def body(session: ClientSession) -> None:
@@ -228,7 +228,7 @@ def test_a_server_that_goes_away_is_retried_then_escalated_and_the_session_survi
 
 
 def test_retries_wait_the_policy_delay(server: RunningServer, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="agent_retry.mcp")
+    caplog.set_level(logging.INFO, logger="agent_retry_policy.mcp")
     server.state.script("lookup_order", HttpFault(502), HttpFault(504))
 
     async def body(session: ClientSession) -> CallToolResult:
@@ -251,7 +251,7 @@ def test_retries_wait_the_policy_delay(server: RunningServer, caplog: pytest.Log
 
 
 def test_a_relayed_503_in_a_tool_error_is_retried_and_the_model_sees_the_success(server: RunningServer, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="agent_retry.mcp")
+    caplog.set_level(logging.INFO, logger="agent_retry_policy.mcp")
     server.state.relay("fetch_report", RaiseToolError("upstream returned HTTP 503 Service Unavailable"))
 
     async def body(session: ClientSession) -> tuple[CallToolResult, Any]:
@@ -271,7 +271,7 @@ def test_a_relayed_503_in_a_tool_error_is_retried_and_the_model_sees_the_success
 
 
 def test_a_relayed_rate_limit_waits_at_least_the_wait_named_in_its_text(server: RunningServer, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="agent_retry.mcp")
+    caplog.set_level(logging.INFO, logger="agent_retry_policy.mcp")
     server.state.relay("ask_model", RaiseToolError("Rate limit reached for gpt-4o. Please try again in 1s."))
     slept: list[float] = []
 
@@ -294,7 +294,7 @@ def test_a_relayed_rate_limit_waits_at_least_the_wait_named_in_its_text(server: 
 
 
 def test_a_relayed_403_escalates_and_is_not_shown_to_the_model(server: RunningServer, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="agent_retry.mcp")
+    caplog.set_level(logging.INFO, logger="agent_retry_policy.mcp")
     server.state.relay("fetch_report", RaiseToolError("403 Forbidden: Resource not accessible by integration"))
 
     async def body(session: ClientSession) -> None:
@@ -310,7 +310,7 @@ def test_a_relayed_403_escalates_and_is_not_shown_to_the_model(server: RunningSe
 
 
 def test_an_overloaded_error_in_structured_content_is_throttled_and_retried(server: RunningServer, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="agent_retry.mcp")
+    caplog.set_level(logging.INFO, logger="agent_retry_policy.mcp")
     # The text alone says nothing the policy knows; the provider's error type is
     # only in structuredContent.
     server.state.relay("ask_model", ErrorResult("the model provider failed", {"error": {"type": "overloaded_error", "message": "Overloaded"}}))
@@ -328,7 +328,7 @@ def test_an_overloaded_error_in_structured_content_is_throttled_and_retried(serv
 
 
 def test_a_number_that_only_looks_like_a_status_is_replanned_for_the_model(server: RunningServer, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="agent_retry.mcp")
+    caplog.set_level(logging.INFO, logger="agent_retry_policy.mcp")
     server.state.relay("reserve_stock", RaiseToolError("Cannot reserve 429 items: only 200 left in stock"))
 
     async def body(session: ClientSession) -> tuple[CallToolResult, Any]:
@@ -389,7 +389,7 @@ def test_a_tool_error_rule_in_the_config_classifies_a_servers_own_wording(server
 
 
 def test_a_run_out_of_steps_is_logged_with_the_0_2_reason_name(server: RunningServer, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="agent_retry.mcp")
+    caplog.set_level(logging.INFO, logger="agent_retry_policy.mcp")
 
     async def body(session: ClientSession) -> None:
         instance = PolicyComponent.load().instantiate(accounts=EmbeddedAccounts(), entropy=SplitMix64(7))

@@ -11,8 +11,8 @@ import httpx2
 from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult, ImageContent, TextContent
 
-from agent_retry import PolicyComponent
-from agent_retry.mcp_client import AttemptCapture, CapturingTransport, _current_attempt, protocol_error_outcome, tool_error_outcome
+from agent_retry_policy import PolicyComponent
+from agent_retry_policy.mcp_client import AttemptCapture, CapturingTransport, _current_attempt, protocol_error_outcome, tool_error_outcome
 
 
 def test_a_tool_error_is_its_text_blocks_joined_and_its_structured_content_as_json() -> None:

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from agent_retry import PolicyComponent
-from agent_retry.conformance import canonical_outputs, default_vector_dir, load_vector_files, run_all, run_case
+from agent_retry_policy import PolicyComponent
+from agent_retry_policy.conformance import canonical_outputs, default_vector_dir, load_vector_files, run_all, run_case
 
 VECTOR_DIR = default_vector_dir()
 CASES = [(path.name, case) for path, data in load_vector_files(VECTOR_DIR) for case in data["cases"]]

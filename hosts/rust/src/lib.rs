@@ -14,5 +14,5 @@ pub mod mcp;
 pub mod steps;
 
 pub use accounts::{AccountBudgetBackend, AccountsError, EmbeddedAccounts, RedisAccounts, SharedAccounts};
-pub use component::{HostServices, LoadError, PolicyComponent, PolicyInstance, default_wasm_path};
+pub use component::{BUNDLED_WASM, HostServices, LoadError, PolicyComponent, PolicyInstance, default_wasm_path};
 pub use entropy::EntropySource;

@@ -1,22 +1,35 @@
+#!/usr/bin/env node
 // Transpiles the policy component into generated/ with jco (`--instantiation async`,
 // so the host supplies the component's imports itself) and records which .wasm it
 // came from and what it exports, so that the runtime can tell a stale
 // transpilation from a fresh one and check the contract version the code speaks.
 //
-//   node scripts/transpile.mjs [path/to/agent_retry_policy.wasm]
+//   node scripts/transpile.mjs [path/to/agent_retry_policy.wasm [out-dir]]
+//   npx agent-retry-policy-transpile file.wasm out-dir     (from the installed package)
 //
 // The .wasm: the argument, else $AGENT_RETRY_WASM, else the repository's build
-// output (`make wasm`).
+// output (`make wasm`). The output: out-dir, else the package's generated/. An
+// installed package uses it as `PolicyComponent.load({ generatedDir: outDir })`;
+// it needs @bytecodealliance/jco (1.12.0, the version this package is built with)
+// installed beside it.
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { dirname, join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
-
-import { componentWit } from '@bytecodealliance/jco';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 
 const packageRoot = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const repoWasm = resolve(packageRoot, '../../target/component/agent_retry_policy.wasm');
+let jcoApi;
+try {
+  jcoApi = createRequire(import.meta.url).resolve('@bytecodealliance/jco');
+} catch {
+  console.error('@bytecodealliance/jco is not installed: `npm install -D @bytecodealliance/jco@1.12.0`');
+  process.exit(1);
+}
+const jcoRoot = resolve(dirname(jcoApi), '..');
+const { componentWit } = await import(pathToFileURL(jcoApi).href);
 const [source, how] = process.argv[2]
   ? [resolve(process.argv[2]), 'the argument']
   : process.env.AGENT_RETRY_WASM
@@ -27,13 +40,13 @@ if (!existsSync(source)) {
     'Build it with `make wasm` in the repository root, or set AGENT_RETRY_WASM.');
   process.exit(1);
 }
-const out = join(packageRoot, 'generated');
+const out = process.argv[3] ? resolve(process.argv[3]) : join(packageRoot, 'generated');
 rmSync(out, { recursive: true, force: true });
 mkdirSync(out, { recursive: true });
-const jco = join(packageRoot, 'node_modules/@bytecodealliance/jco/src/jco.js');
+const jco = join(jcoRoot, 'src/jco.js');
 execFileSync(process.execPath, [jco, 'transpile', source, '-o', out, '--instantiation', 'async',
   '--name', 'agent_retry_policy', '--quiet'], { stdio: 'inherit' });
-const jcoVersion = JSON.parse(readFileSync(join(packageRoot, 'node_modules/@bytecodealliance/jco/package.json'), 'utf8')).version;
+const jcoVersion = JSON.parse(readFileSync(join(jcoRoot, 'package.json'), 'utf8')).version;
 const bytes = readFileSync(source);
 const sha256 = createHash('sha256').update(bytes).digest('hex');
 // The component's exports (`agent-retry:policy/policy@X.Y.Z`), from its world.

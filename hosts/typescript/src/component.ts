@@ -10,7 +10,7 @@
 // host (no WASI shim at all), so it can reach no file, socket, clock or environment.
 import { createHash } from 'node:crypto';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
-import { dirname, join, resolve } from 'node:path';
+import { dirname, join, resolve, sep } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 
 import type { Root } from '../generated/agent_retry_policy.js';
@@ -18,6 +18,7 @@ import type * as Wit from '../generated/interfaces/agent-retry-policy-types.js';
 import { PROCESS_ACCOUNTS, type AccountBudgetBackend } from './accounts.js';
 import { checkContractVersion, componentExportNames } from './contract.js';
 import { OsEntropy, randomBytes, type EntropySource } from './entropy.js';
+import { withJson, type JsonSafe } from './json.js';
 import { AgentRetryError, ComponentLoadError, ComponentNotFound, ConfigError, InstanceUnusable, PolicyTrap, RunMisuse } from './errors.js';
 
 export type PolicyExports = Root['policy'];
@@ -34,22 +35,31 @@ export function nowMs(): bigint {
 const here = dirname(fileURLToPath(import.meta.url));
 /** dist/src -> dist/generated (the build copies generated/ there). */
 const defaultGeneratedDir = resolve(here, '../generated');
-/** dist/src -> the repository root. */
-const repoWasm = resolve(here, '../../../../target/component/agent_retry_policy.wasm');
+/** Installed from npm (under node_modules) rather than built in the repository:
+ *  the error messages then give a package user's fixes, not the repository's. */
+export const INSTALLED = here.split(sep).includes('node_modules');
+/** dist/src -> the repository root (only when built in the repository). */
+const repoWasm = INSTALLED ? undefined : resolve(here, '../../../../target/component/agent_retry_policy.wasm');
+/** How a user transpiles a .wasm of their own for `generatedDir`. */
+const TRANSPILE_ADVICE = 'transpile it with `npx agent-retry-policy-transpile <file.wasm> <dir>` (needs `npm install -D ' +
+  '@bytecodealliance/jco@1.12.0`) and pass `{ generatedDir: <dir> }`';
 
-/** The .wasm that should be in force: `path`, else $AGENT_RETRY_WASM, else the
- *  repository's build output; `undefined` when none is found and none was asked for. */
+/** The .wasm that should be in force: `path`, else $AGENT_RETRY_WASM, else (in
+ *  the repository) its build output; `undefined` when none is asked for, so that
+ *  the transpiled component the package carries is used as it is. */
 export function locateComponent(path?: string): string | undefined {
   const explicit = path ?? process.env[WASM_ENV_VAR];
   if (explicit) {
     const how = path ? 'the wasmPath option' : `$${WASM_ENV_VAR}`;
     if (!existsSync(explicit)) {
       throw new ComponentNotFound(`the agent-retry policy component was not found at ${explicit} (${how}). ` +
-        'Build it with `make wasm` in the repository root.');
+        (INSTALLED
+          ? `Point ${how} at an existing .wasm, or ${path ? 'leave it out' : 'unset it'} to use the component this package carries.`
+          : 'Build it with `make wasm` in the repository root.'));
     }
     return resolve(explicit);
   }
-  return existsSync(repoWasm) ? repoWasm : undefined;
+  return repoWasm !== undefined && existsSync(repoWasm) ? repoWasm : undefined;
 }
 
 interface SourceInfo { wasm: string; sha256: string; jco: string; exports?: string[] }
@@ -102,8 +112,11 @@ export class PolicyComponent {
   private static async loadFrom(dir: string, wasm: string | undefined): Promise<PolicyComponent> {
     const sourceFile = join(dir, 'source.json');
     if (!existsSync(sourceFile)) {
-      throw new ComponentNotFound(`no transpiled component in ${dir}: run \`make wasm\` in the repository root, ` +
-        'then `npm run transpile && npm run build` in hosts/typescript');
+      throw new ComponentNotFound(`no transpiled component in ${dir}: ` + (dir !== resolve(defaultGeneratedDir)
+        ? `point generatedDir at the output directory of \`agent-retry-policy-transpile\`, or leave it out to use the component this package carries`
+        : INSTALLED
+          ? 'this installation of agent-retry-policy is incomplete; reinstall it (`npm install agent-retry-policy`)'
+          : 'run `make wasm` in the repository root, then `npm run transpile && npm run build` in hosts/typescript'));
     }
     const source = JSON.parse(readFileSync(sourceFile, 'utf8')) as SourceInfo;
     if (wasm !== undefined) {
@@ -119,13 +132,14 @@ export class PolicyComponent {
       checkContractVersion(exportNames, `the component ${wasm}`);
       const sha256 = createHash('sha256').update(bytes).digest('hex');
       if (sha256 !== source.sha256) {
-        throw new ComponentLoadError(`${dir} was transpiled from another build than ${wasm}: ` +
-          'run `npm run transpile && npm run build` in hosts/typescript');
+        throw new ComponentLoadError(`${dir} was transpiled from another build than ${wasm}: ` + (INSTALLED
+          ? `unset ${WASM_ENV_VAR} (or leave out wasmPath) to use the component this package carries, or ${TRANSPILE_ADVICE}`
+          : 'run `npm run transpile && npm run build` in hosts/typescript'));
       }
     }
     if (!Array.isArray(source.exports)) {
       throw new ComponentLoadError(`${sourceFile} does not say what the transpiled component exports (an older transpilation): ` +
-        'run `npm run transpile && npm run build` in hosts/typescript');
+        (INSTALLED ? `reinstall agent-retry-policy, or ${TRANSPILE_ADVICE}` : 'run `npm run transpile && npm run build` in hosts/typescript'));
     }
     checkContractVersion(source.exports, `the component transpiled in ${dir} (from ${source.wasm})`);
     const modules = new Map<string, WebAssembly.Module>();
@@ -275,8 +289,11 @@ export class Run extends Handle<JcoRun> {
   recordOutcome(callId: number, outcome: Wit.Outcome, now: bigint | number, entropy?: bigint): Wit.Decision {
     return this.misuse(() => this.instance.guard('record-outcome', () => this.resource.recordOutcome(callId, outcome, big(now), entropy)));
   }
-  report(): Wit.RunReport {
-    return this.instance.guard('report', () => this.resource.report());
+  /** The run's tally. Its u64 fields (`waitedMs`) are `bigint`s; `JSON.stringify`
+   *  works on it all the same (a non-enumerable `toJSON()`: a u64 becomes a number
+   *  when it is at most `Number.MAX_SAFE_INTEGER`, else a string of its digits). */
+  report(): Wit.RunReport & { toJSON(): JsonSafe<Wit.RunReport> } {
+    return withJson(this.instance.guard('report', () => this.resource.report()));
   }
   private misuse<T>(call: () => T): T {
     try {

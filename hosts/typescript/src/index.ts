@@ -1,11 +1,12 @@
 // agent-retry for Node: the policy component transpiled by jco, its imports (an
 // embedded GCRA account budget shared by the process, host entropy) and typed
-// wrappers. The MCP wrapper is in `agent-retry/mcp`, the vector runner in
-// `agent-retry/conformance`.
+// wrappers. The MCP wrapper is in `agent-retry-policy/mcp`, the vector runner in
+// `agent-retry-policy/conformance`.
 export { EmbeddedAccounts, PROCESS_ACCOUNTS, gcra, type AccountBudgetBackend, type Bucket, type Reservation } from './accounts.js';
-export { Policy, PolicyComponent, PolicyInstance, Run, locateComponent, nowMs, type InstantiateOptions, type LoadOptions } from './component.js';
+export { INSTALLED, Policy, PolicyComponent, PolicyInstance, Run, locateComponent, nowMs, type InstantiateOptions, type LoadOptions } from './component.js';
 export { CONTRACT_VERSION, checkContractVersion, componentExportNames, contractVersionOf } from './contract.js';
 export { OsEntropy, SplitMix64, type EntropySource } from './entropy.js';
+export { jsonSafeBigInt, toJsonSafe, type JsonSafe } from './json.js';
 export {
   AgentRetryError, ComponentLoadError, ComponentNotFound, ConfigError, ContractVersionMismatch, Escalated, InstanceUnusable, PolicyTrap, RunMisuse,
 } from './errors.js';

@@ -8,7 +8,8 @@ import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 
 import { EmbeddedAccounts, U64_MAX, gcra } from '../src/accounts.js';
-import { PolicyComponent, locateComponent } from '../src/component.js';
+import { INSTALLED, PolicyComponent, locateComponent } from '../src/component.js';
+import { toJsonSafe } from '../src/json.js';
 import { SplitMix64, OsEntropy, randomBytes } from '../src/entropy.js';
 import { ComponentLoadError, ComponentNotFound, ConfigError, InstanceUnusable, PolicyTrap, RunMisuse } from '../src/errors.js';
 import { FUNCTIONS, TYPES, ValueConversionError, camel, toJco, type WitType } from '../src/wit.js';
@@ -163,4 +164,27 @@ test("the written-out WIT types agree with jco's declarations of the component's
   Object.values(TYPES).forEach(visit);
   Object.values(FUNCTIONS).forEach((f) => { f.params.forEach(visit); visit(f.result); });
   assert.ok(seen.size >= 25, `only ${seen.size} named types visited`);
+});
+
+test('reports are JSON-safe: u64 as a number when safe, else as a string of its digits', async () => {
+  const instance = await (await PolicyComponent.load()).instantiate({ entropy: new SplitMix64(7n) });
+  const run = instance.loadPolicy({}).startRun('json');
+  const admission = run.beginCall({ tool: 'lookup_order' }, 1_000n);
+  assert.equal(admission.tag, 'send');
+  const callId = (admission.val as { callId: number }).callId;
+  run.recordOutcome(callId, { tag: 'failure', val: { kind: { tag: 'http-status', val: 503 }, headers: [['Retry-After', '1']], body: '' } }, 1_000n);
+  const report = run.report();
+  assert.equal(typeof report.waitedMs, 'bigint'); // the typed field keeps its bigint
+  const parsed = JSON.parse(JSON.stringify(report)) as Record<string, unknown>;
+  assert.equal(parsed.runId, 'json');
+  assert.equal(parsed.waitedMs, Number(report.waitedMs));
+  assert.ok(!Object.keys(report).includes('toJSON'), 'toJSON is not an enumerable field');
+  assert.deepEqual(toJsonSafe({ a: 2n ** 53n - 1n, b: 2n ** 53n, c: [2n ** 64n - 1n], d: -5n, e: 'x' }),
+    { a: 9007199254740991, b: '9007199254740992', c: ['18446744073709551615'], d: -5, e: 'x' });
+});
+
+test('an installed package gives a package user\'s advice, not the repository\'s', () => {
+  assert.equal(INSTALLED, false); // these tests run in the repository
+  assert.throws(() => locateComponent('/nonexistent/agent_retry_policy.wasm'), (e: unknown) =>
+    e instanceof ComponentNotFound && /make wasm/.test(e.message));
 });

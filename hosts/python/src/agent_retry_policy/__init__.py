@@ -1,7 +1,7 @@
 """agent-retry for Python: the policy component in wasmtime, its imports, typed
 wrappers, and a retrying wrapper around the MCP SDK's `ClientSession.call_tool`.
 
-    from agent_retry import PolicyComponent, now_ms
+    from agent_retry_policy import PolicyComponent, now_ms
     instance = PolicyComponent.load().instantiate()
     policy = instance.load_policy({"tools": {"lookup_order": {"effect": "read"}}})
     run = policy.start_run("CASE-5016")

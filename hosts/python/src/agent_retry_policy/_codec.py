@@ -17,7 +17,8 @@ Memory: this follows wasmtime-py 50.0.1's own conversion (`_types.py`) call for
 call: a lowered value is owned by the C side and freed with
 `wasmtime_component_val_delete` after the call; a lifted value's heap parts are
 freed as they are read. It relies on private wasmtime-py modules, which is why
-the package pins `wasmtime==50.0.1`.
+the package accepts only the wasmtime-py range in `_compat.py` and checks it at
+import time.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import re
 from ctypes import byref
 from typing import Any, Callable, Optional
 
+from . import _compat  # first: refuses an unsupported wasmtime-py with a clear message
 from wasmtime import WasmtimeError
 from wasmtime import _ffi as ffi
 from wasmtime.component import (
@@ -50,6 +52,8 @@ from wasmtime.component import (
     ValType,
     VariantType,
 )
+
+_compat.check_private_helpers(ffi)
 
 _BOOL = ffi.WASMTIME_COMPONENT_BOOL.value
 _U8 = ffi.WASMTIME_COMPONENT_U8.value
@@ -449,4 +453,4 @@ def build(ty: ValType) -> Codec:
         return _ResourceCodec(borrow=True)
     if isinstance(ty, OwnType):
         return _ResourceCodec(borrow=False)
-    raise WasmtimeError(f"agent_retry does not convert values of WIT type {type(ty).__name__}")
+    raise WasmtimeError(f"agent_retry_policy does not convert values of WIT type {type(ty).__name__}")

@@ -16,6 +16,7 @@ fresh one.
 from __future__ import annotations
 
 import ctypes
+import importlib.resources
 import itertools
 import json
 import os
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional, Union, cast
 
+from . import _compat  # first: refuses an unsupported wasmtime-py with a clear message
 from wasmtime import Config, Engine, Store, WasmtimeError
 from wasmtime import _ffi as ffi
 from wasmtime.component import Component, ComponentInstanceType, FuncType, Linker, ResourceAny
@@ -58,6 +60,8 @@ MAX_MEMORY_BYTES = 64 << 20
 # Where `make wasm` puts the component, relative to the repository root.
 REPO_WASM_PATH = Path("target/component/agent_retry_policy.wasm")
 WASM_ENV_VAR = "AGENT_RETRY_WASM"
+# The component the wheel carries (package data, next to this file).
+BUNDLED_WASM = "agent_retry_policy.wasm"
 
 EXPORTED_FUNCTIONS = (
     "derive-idempotency-key",
@@ -131,22 +135,36 @@ def _contract_interface(name: str) -> Optional[str]:
 
 
 def _repo_root() -> Path:
-    # src/agent_retry/component.py -> hosts/python/src/agent_retry: four levels up
-    # is the repository when the package is installed editable (`pip install -e`).
+    # src/agent_retry_policy/component.py -> hosts/python/src/agent_retry_policy: four
+    # levels up is the repository when the package is installed editable (`pip install -e`).
     return Path(__file__).resolve().parents[4]
 
 
+def bundled_component() -> Optional[Path]:
+    """The .wasm the installed package carries (the wheel's package data), or
+    None (an editable install from the repository carries none)."""
+    resource = importlib.resources.files(__package__ or "agent_retry_policy") / BUNDLED_WASM
+    if not resource.is_file():
+        return None
+    path = Path(str(resource))
+    return path if path.is_file() else None
+
+
 def locate_component(path: Union[str, os.PathLike[str], None] = None) -> Path:
-    """The .wasm to load: `path`, else $AGENT_RETRY_WASM, else the repository's
-    build output. Raises `ComponentNotFound` naming the fix if it is missing."""
+    """The .wasm to load: `path`, else $AGENT_RETRY_WASM, else the component
+    bundled in the package, else the repository's build output (an editable
+    install). Raises `ComponentNotFound` naming the fix if it is missing."""
     if path is not None:
         candidate, how = Path(path), "the path argument"
     elif os.environ.get(WASM_ENV_VAR):
         candidate, how = Path(os.environ[WASM_ENV_VAR]), f"${WASM_ENV_VAR}"
     else:
+        bundled = bundled_component()
+        if bundled is not None:
+            return bundled
         candidate, how = _repo_root() / REPO_WASM_PATH, "the repository's build output"
     if not candidate.is_file():
-        raise ComponentNotFound(candidate, how)
+        raise ComponentNotFound(candidate, how, bundled=bundled_component() is not None)
     return candidate
 
 
@@ -518,6 +536,7 @@ __all__ = [
     "PolicyComponent",
     "PolicyInstance",
     "Run",
+    "bundled_component",
     "locate_component",
     "now_ms",
 ]

@@ -5,7 +5,7 @@ inputs are converted from canonical JSON by each function's WIT parameter types
 (the same codec every call uses) and outputs converted back, then matched
 against the case's expectations.
 
-    python -m agent_retry.conformance [VECTOR_DIR] [--dump OUTPUTS.json]
+    python -m agent_retry_policy.conformance [VECTOR_DIR] [--dump OUTPUTS.json]
 
 prints a line per failed case and `N passed, N failed`.
 """

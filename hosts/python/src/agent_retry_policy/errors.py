@@ -13,13 +13,21 @@ class AgentRetryError(Exception):
 class ComponentNotFound(AgentRetryError, FileNotFoundError):
     """The policy component (.wasm) is not where it was looked for."""
 
-    def __init__(self, path: Path, how_found: str) -> None:
+    def __init__(self, path: Path, how_found: str, *, bundled: bool = False) -> None:
         self.path = path
-        super().__init__(
-            f"the agent-retry policy component was not found at {path} ({how_found}). "
-            "Build it with `make wasm` in the repository root, or point AGENT_RETRY_WASM "
-            "(or the `path` argument) at an agent_retry_policy.wasm."
-        )
+        if how_found == "the repository's build output":
+            # An editable install from the repository, whose component is not built.
+            fix = (
+                "This installation carries no component of its own (an editable install): build it with "
+                "`make wasm` in the repository root, or point AGENT_RETRY_WASM (or the `path` argument) at an "
+                "agent_retry_policy.wasm. The agent-retry-policy wheel carries one."
+            )
+        else:
+            fix = f"Point {how_found} at an existing agent_retry_policy.wasm"
+            if how_found.startswith("$"):
+                fix += " or unset it" + (" to use the component bundled with this package" if bundled else "")
+            fix += "."
+        super().__init__(f"the agent-retry policy component was not found at {path} ({how_found}). {fix}")
 
 
 class ComponentLoadError(AgentRetryError):

@@ -1,7 +1,7 @@
 """The Python host's exam client for the host-conformance judge
 (`agent-retry judge --exam tests/judge/exam.json -- <this command>`).
 
-    python -m agent_retry.exam --url URL --exam tests/judge/exam.json
+    python -m agent_retry_policy.exam --url URL --exam tests/judge/exam.json
 
 Reads the exam and makes each of its runs through `RetryingToolCaller`: a fresh
 policy instance and run per entry of "runs" (run id, "config", the real-clock
@@ -130,7 +130,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     # The wrapper's attempt log (one JSON line per attempt) to stderr.
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(message)s"))
-    log = logging.getLogger("agent_retry.mcp")
+    log = logging.getLogger("agent_retry_policy.mcp")
     log.addHandler(handler)
     log.setLevel(logging.INFO)
     log.propagate = False

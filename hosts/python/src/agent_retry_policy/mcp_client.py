@@ -67,7 +67,7 @@ from .types import (
     transport_failure,
 )
 
-logger = logging.getLogger("agent_retry.mcp")
+logger = logging.getLogger("agent_retry_policy.mcp")
 
 # The header that marks the stand-in answer for a network error.
 TRANSPORT_ERROR_HEADER = "x-agent-retry-transport-error"

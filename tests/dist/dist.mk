@@ -1,0 +1,95 @@
+# The packages and the component as release artifacts (`make dist`), and the
+# fresh-environment tests that install them (`make dist-test`). Included by the
+# top-level Makefile, which defines WASM, WASM_LIMIT_BYTES, JCO and `wasm`;
+# hosts/hosts.mk defines HOSTS_PY and hosts-ts-setup. tests/dist/README.md says
+# what is written where and how to push the component with `wkg`.
+
+DIST            := target/dist
+DIST_STAGE      := target/dist-stage
+# One version everywhere: the Rust workspace's, checked against the WIT package,
+# pyproject.toml and package.json by dist-check-versions.
+DIST_VERSION    := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' Cargo.toml | head -n 1)
+DIST_WASM       := $(DIST)/component/agent_retry_policy.wasm
+# The component's registry metadata (tests/dist/add-metadata.mjs). The source URL
+# is where the repository is published; override it with `make dist DIST_SOURCE_URL=...`.
+DIST_SOURCE_URL ?= https://github.com/agent-retry/agent-retry
+DIST_METADATA   := --name agent-retry:policy --version $(DIST_VERSION) --licenses Apache-2.0 \
+                   --source $(DIST_SOURCE_URL) --description "Retry, failure classification and budgets for AI agents calling MCP tools"
+
+.PHONY: dist dist-check-versions wasm-metadata dist-component dist-python dist-npm dist-crate dist-test
+
+dist: dist-check-versions dist-component dist-python dist-npm dist-crate
+	@cp tests/dist/README.md $(DIST)/README.md
+	@cd $(DIST) && find component python npm crate README.md -type f | LC_ALL=C sort | xargs sha256sum > SHA256SUMS
+	@echo "$(DIST):"; cd $(DIST) && ls -l component/*.wasm python/*.whl npm/*.tgz crate/*.crate | awk '{print "  " $$9 ": " $$5 " bytes"}'
+	@echo "  SHA256SUMS: $$(wc -l < $(DIST)/SHA256SUMS) files"
+
+dist-check-versions:
+	@wit=$$(sed -n 's/^package agent-retry:policy@\(.*\);$$/\1/p' wit/world.wit); \
+	 py=$$(sed -n 's/^version = "\(.*\)"$$/\1/p' hosts/python/pyproject.toml); \
+	 npm=$$(node -p "require('./hosts/typescript/package.json').version"); \
+	 echo "versions: Cargo $(DIST_VERSION), WIT $$wit, Python $$py, npm $$npm"; \
+	 test "$(DIST_VERSION)" = "$$wit" && test "$$wit" = "$$py" && test "$$py" = "$$npm" \
+	   || { echo "the versions differ: one version for the crates, the WIT package, the wheel and the npm package"; exit 1; }
+
+# The registry metadata written into $(WASM) itself (idempotent), for the `wasm`
+# target if every build is to carry it.
+wasm-metadata:
+	node tests/dist/add-metadata.mjs $(WASM) $(WASM) $(DIST_METADATA)
+
+# The component with its metadata, and its WIT package (the text files wkg builds from).
+dist-component: wasm
+	@mkdir -p $(DIST)/component
+	node tests/dist/add-metadata.mjs $(WASM) $(DIST_WASM) $(DIST_METADATA)
+	@size=$$(stat -c %s $(DIST_WASM)); test $$size -le $(WASM_LIMIT_BYTES) \
+	  || { echo "$(DIST_WASM): $$size bytes, over the limit $(WASM_LIMIT_BYTES)"; exit 1; }
+	@rm -rf $(DIST)/component/wit && mkdir -p $(DIST)/component/wit
+	@cd wit && find . -name '*.wit' | while read -r f; do mkdir -p ../$(DIST)/component/wit/$$(dirname $$f); cp $$f ../$(DIST)/component/wit/$$f; done
+	@# The transpiled component's exports must name the same version (what the hosts check).
+	@node $(JCO) wit $(DIST_WASM) | grep -q "export agent-retry:policy/policy@$(DIST_VERSION);" \
+	  || { echo "$(DIST_WASM) does not export agent-retry:policy/policy@$(DIST_VERSION)"; exit 1; }
+
+# The wheel, from a staging copy of hosts/python with the component and LICENSE
+# in it (the source tree never holds a .wasm: an editable install keeps loading target/).
+dist-python: dist-component hosts-python-setup
+	@rm -rf $(DIST_STAGE)/python $(DIST)/python && mkdir -p $(DIST_STAGE) $(DIST)/python
+	cp -r hosts/python $(DIST_STAGE)/python
+	@rm -rf $(DIST_STAGE)/python/src/*.egg-info $(DIST_STAGE)/python/build $(DIST_STAGE)/python/.pytest_cache
+	@find $(DIST_STAGE)/python -name __pycache__ -prune -exec rm -rf {} +
+	cp LICENSE $(DIST_STAGE)/python/LICENSE
+	cp $(DIST_WASM) $(DIST_STAGE)/python/src/agent_retry_policy/agent_retry_policy.wasm
+	$(HOSTS_PY) -m pip wheel --quiet --no-deps -w $(DIST)/python $(DIST_STAGE)/python
+	@$(HOSTS_PY) -c "import sys, zipfile; names = zipfile.ZipFile(sys.argv[1]).namelist(); \
+	  assert 'agent_retry_policy/agent_retry_policy.wasm' in names, names; print(sys.argv[1], 'carries the component')" $(DIST)/python/*.whl
+
+# The npm tarball, from a staging copy whose dist/generated is jco's transpilation
+# of $(DIST_WASM) (so the package runs without Rust and carries the metadata).
+dist-npm: dist-component hosts-ts-setup
+	@rm -rf $(DIST_STAGE)/npm $(DIST)/npm && mkdir -p $(DIST_STAGE)/npm/dist $(DIST)/npm
+	cp hosts/typescript/package.json hosts/typescript/README.md hosts/typescript/KNOWN_GAPS.md LICENSE $(DIST_STAGE)/npm/
+	cp -r hosts/typescript/scripts $(DIST_STAGE)/npm/scripts
+	cp -r hosts/typescript/dist/src $(DIST_STAGE)/npm/dist/src
+	node hosts/typescript/scripts/transpile.mjs $(DIST_WASM) $(DIST_STAGE)/npm/dist/generated
+	@# The record of where it came from names the file, not this machine's path.
+	node -e "const f=process.argv[1], s=JSON.parse(require('fs').readFileSync(f)); s.wasm='agent_retry_policy.wasm'; require('fs').writeFileSync(f, JSON.stringify(s, null, 2) + '\n')" $(DIST_STAGE)/npm/dist/generated/source.json
+	cd $(DIST_STAGE)/npm && npm pack --silent --pack-destination $(CURDIR)/$(DIST)/npm >/dev/null
+	@ls $(DIST)/npm/agent-retry-policy-$(DIST_VERSION).tgz
+
+# The crate package of agent-retry-host with the component embedded: the .wasm is
+# copied into hosts/rust/component/ (ignored by git) only while `cargo package`
+# runs. --no-verify: `make dist-test` builds the packaged crate in a new project
+# instead (release, sharing target/ so wasmtime is not compiled again).
+dist-crate: dist-component
+	@rm -rf $(DIST)/crate && mkdir -p $(DIST)/crate
+	@trap 'rm -f hosts/rust/component/agent_retry_policy.wasm' EXIT; \
+	  cp $(DIST_WASM) hosts/rust/component/agent_retry_policy.wasm && \
+	  cargo package -p agent-retry-host --allow-dirty --no-verify --quiet
+	cp target/package/agent-retry-host-$(DIST_VERSION).crate $(DIST)/crate/
+	@tar tzf $(DIST)/crate/agent-retry-host-$(DIST_VERSION).crate | grep -q component/agent_retry_policy.wasm \
+	  && echo "$(DIST)/crate/agent-retry-host-$(DIST_VERSION).crate carries the component"
+
+# Installs each package from $(DIST) in a new environment (venv, npm project,
+# Cargo project in temporary directories) and runs the refund-desk example
+# against the demo server (target/release/agent-retry serve).
+dist-test: dist judge-setup
+	bash tests/dist/fresh-env.sh

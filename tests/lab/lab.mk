@@ -1,0 +1,35 @@
+# The lab, the contention simulation and the benchmarks (included by the top-level
+# Makefile). `lab` prints the tables and writes the plots into docs/; `lab-check`
+# compares the tables (seeded, so exact) with tests/lab/expected.txt; `bench`
+# runs every benchmark and writes target/bench/report.json and a table.
+
+LAB_BIN   := target/release/agent-retry-lab
+LAB_BENCH := target/release/agent-retry-bench
+
+.PHONY: lab lab-build lab-check lab-expected bench
+
+lab-build: wasm
+	cargo build --release -p agent-retry-lab --bins
+
+lab: lab-build
+	$(LAB_BIN) --svg docs
+
+# Fast and deterministic (about 10 s once built): CI runs it.
+lab-check: lab-build
+	@mkdir -p target/lab
+	$(LAB_BIN) > target/lab/lab.txt
+	@diff -u tests/lab/expected.txt target/lab/lab.txt && echo "lab-check: the lab and simulation tables are those of tests/lab/expected.txt"
+
+# After a deliberate change of the policy, the mix or the simulation: rewrite the expected tables.
+lab-expected: lab-build
+	$(LAB_BIN) > tests/lab/expected.txt
+
+# Every benchmark, each against a baseline measured in the same run; the outputs
+# go to target/bench/*.txt and are gathered with the lab's own figures into
+# target/bench/report.json. Needs redis-server (`make redis`) for the accounts bench.
+bench: lab-build redis
+	@mkdir -p target/bench
+	cargo bench -p agent-retry-harness --bench decision 2>/dev/null | tee target/bench/decision.txt
+	cargo bench -p agent-retry-harness --bench accounts 2>/dev/null | tee target/bench/accounts.txt
+	$(MAKE) --no-print-directory bench-hosts 2>&1 | tee target/bench/hosts.txt
+	$(LAB_BENCH) --out target/bench/report.json --outputs target/bench

@@ -1,0 +1,11 @@
+//! agent-retry's lab: seed 003's refund lab on a written-down fault mix, Brooker's
+//! contention simulation, their plots, and the benchmark runner. Every decision
+//! that is our policy's comes from the component; the other policies are written
+//! here as the comparison.
+
+pub mod contention;
+pub mod faults;
+pub mod lab;
+pub mod plots;
+pub mod report;
+pub mod rng;
