@@ -24,6 +24,7 @@ $(HOSTS_PY_STAMP): hosts/python/pyproject.toml | $(HOSTS_PY)
 hosts-python-setup: $(HOSTS_PY_STAMP)
 
 test-python: wasm hosts-python-setup
+	cd hosts/python && ../../$(HOSTS_VENV)/bin/ruff check . && ../../$(HOSTS_VENV)/bin/ruff format --check .
 	cd hosts/python && ../../$(HOSTS_PY) -m pytest -q
 
 $(HOSTS_TS_MODULES): $(HOSTS_TS)/package.json $(HOSTS_TS)/package-lock.json

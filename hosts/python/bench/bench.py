@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_none
 from wasmtime.component import Record, Variant
@@ -105,13 +105,15 @@ def tenacity_attempts(failures: int, sleep: Callable[[float], None] = time.sleep
         for _ in range(calls):
             remaining = [failures]
 
-            def flaky() -> str:
+            def flaky(remaining: list[int] = remaining) -> str:
                 if remaining[0]:
                     remaining[0] -= 1
                     raise Flaky()
                 return "ok"
 
-            retrying = Retrying(stop=stop_after_attempt(failures + 1), wait=wait_none(), retry=retry_if_exception_type(Flaky), reraise=True, sleep=sleep)
+            retrying = Retrying(
+                stop=stop_after_attempt(failures + 1), wait=wait_none(), retry=retry_if_exception_type(Flaky), reraise=True, sleep=sleep
+            )
             for attempt in retrying:
                 with attempt:
                     flaky()
@@ -142,7 +144,9 @@ def main() -> None:
     ]
     for label, value, note in rows:
         print(f"python: {label:<64} {value:8.1f} µs{note}")
-    print(f"python: ratio decision / tenacity attempt: {decision / tenacity:.2f} (with its sleep(0)), {decision / tenacity_cpu:.2f} (without)")
+    print(
+        f"python: ratio decision / tenacity attempt: {decision / tenacity:.2f} (with its sleep(0)), {decision / tenacity_cpu:.2f} (without)"
+    )
 
 
 INSTANCE = None  # set in main

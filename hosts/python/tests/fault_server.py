@@ -29,7 +29,7 @@ import threading
 import time
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
-from typing import Any, Optional, Union
+from typing import Any, Union
 
 import uvicorn
 from mcp.server.mcpserver import MCPServer
@@ -70,7 +70,7 @@ class ErrorResult:
     """The tool returns this `isError` result itself (text and structured content)."""
 
     text: str
-    structured: Optional[dict[str, Any]] = None
+    structured: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ Relayed = Union[RaiseToolError, ErrorResult, RaiseMcpError]
 class Refund:
     order_id: str
     amount: int
-    idempotency_key: Optional[str]
+    idempotency_key: str | None
 
 
 @dataclass
@@ -98,7 +98,7 @@ class ServerState:
 
     faults: dict[str, deque[Fault]] = field(default_factory=lambda: defaultdict(deque))
     ledger: list[Refund] = field(default_factory=list)
-    tool_posts: list[tuple[str, float, Optional[str]]] = field(default_factory=list)  # (tool, time, key)
+    tool_posts: list[tuple[str, float, str | None]] = field(default_factory=list)  # (tool, time, key)
     relayed: dict[str, deque[Relayed]] = field(default_factory=lambda: defaultdict(deque))
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -107,7 +107,7 @@ class ServerState:
         with self.lock:
             self.relayed[tool].extend(failures)
 
-    def next_relayed(self, tool: str) -> Optional[Relayed]:
+    def next_relayed(self, tool: str) -> Relayed | None:
         with self.lock:
             queue = self.relayed.get(tool)
             return queue.popleft() if queue else None
@@ -117,12 +117,12 @@ class ServerState:
         with self.lock:
             self.faults[tool].extend(faults)
 
-    def next_fault(self, tool: str) -> Optional[Fault]:
+    def next_fault(self, tool: str) -> Fault | None:
         with self.lock:
             queue = self.faults.get(tool)
             return queue.popleft() if queue else None
 
-    def posts_of(self, tool: str) -> list[tuple[str, float, Optional[str]]]:
+    def posts_of(self, tool: str) -> list[tuple[str, float, str | None]]:
         with self.lock:
             return [p for p in self.tool_posts if p[0] == tool]
 
@@ -173,7 +173,7 @@ def build_app(state: ServerState) -> Any:
     def delete_asset(asset_id: str) -> str:
         return f"deleted {asset_id}"
 
-    def relayed_failure(tool: str) -> Optional[CallToolResult]:
+    def relayed_failure(tool: str) -> CallToolResult | None:
         failure = state.next_relayed(tool)
         if isinstance(failure, RaiseToolError):
             raise ToolError(failure.message)
@@ -221,7 +221,7 @@ class FaultInjector:
             if not message.get("more_body"):
                 break
         body = b"".join(chunks)
-        fault: Optional[Fault] = None
+        fault: Fault | None = None
         try:
             request = json.loads(body)
         except ValueError:
@@ -269,7 +269,7 @@ class FaultInjector:
 class RunningServer:
     """The app under uvicorn in a background thread, on an ephemeral port of 127.0.0.1."""
 
-    def __init__(self, state: Optional[ServerState] = None) -> None:
+    def __init__(self, state: ServerState | None = None) -> None:
         self.state = state or ServerState()
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -281,7 +281,7 @@ class RunningServer:
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._socket]}, daemon=True)
 
-    def __enter__(self) -> "RunningServer":
+    def __enter__(self) -> RunningServer:
         self._thread.start()
         deadline = time.monotonic() + 10
         while not self._server.started:

@@ -5,7 +5,7 @@ run by the judge (`make judge-python`)."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Optional
+from typing import Any
 
 from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult, TextContent
@@ -24,7 +24,7 @@ class StubSession:
         self.answer = answer
         self.calls: list[tuple[str, dict[str, Any]]] = []
 
-    async def call_tool(self, name: str, arguments: Optional[dict[str, Any]] = None) -> CallToolResult:
+    async def call_tool(self, name: str, arguments: dict[str, Any] | None = None) -> CallToolResult:
         self.calls.append((name, dict(arguments or {})))
         if isinstance(self.answer, BaseException):
             raise self.answer

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from agent_retry_policy import (
+    CONTRACT_VERSION,
     Bucket,
     ComponentLoadError,
-    CONTRACT_VERSION,
     ComponentNotFound,
     ConfigError,
     ContractVersionMismatch,
@@ -167,9 +167,9 @@ def test_a_component_of_another_major_version_is_refused_naming_both() -> None:
     for version in ("1.0.0", "0.3.0", "0.1.0"):
         with pytest.raises(ContractVersionMismatch) as raised:
             PolicyComponent(_with_version(wasm, version), source="old.wasm")
-        assert str(raised.value).startswith(
-            f"old.wasm: the component speaks agent-retry:policy@{version} but this host speaks @0.2.0"
-        ), str(raised.value)
+        assert str(raised.value).startswith(f"old.wasm: the component speaks agent-retry:policy@{version} but this host speaks @0.2.0"), (
+            str(raised.value)
+        )
     # Only the export renamed: still refused for its version, not for a missing name.
     with pytest.raises(ContractVersionMismatch, match="speaks agent-retry:policy@1.0.0"):
         PolicyComponent(_with_version(wasm, "1.0.0", only_policy=True))
@@ -219,7 +219,12 @@ def test_typed_errors_for_config_and_misuse() -> None:
 def test_bad_values_are_rejected_before_the_call_and_the_instance_goes_on() -> None:
     instance = PolicyComponent.load().instantiate()
     policy = instance.load_policy({})
-    for bad in ({"kind": {"http-status": 70000}}, {"kind": {"nope": 1}}, {"kind": "http-status"}, {"kind": {"http-status": 503}, "extra": 1}):
+    for bad in (
+        {"kind": {"http-status": 70000}},
+        {"kind": {"nope": 1}},
+        {"kind": "http-status"},
+        {"kind": {"http-status": 503}, "extra": 1},
+    ):
         with pytest.raises(ValueConversionError):
             policy.classify(bad, 0)  # type: ignore[arg-type]
     with pytest.raises(ValueConversionError):

@@ -8,16 +8,17 @@ import asyncio
 import json
 import logging
 import time
-from typing import Any, Awaitable, Callable, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import pytest
+from fault_server import ErrorResult, HttpFault, RaiseMcpError, RaiseToolError, RunningServer, SlowResponse
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult, TextContent
 
 from agent_retry_policy import EmbeddedAccounts, Escalated, PolicyComponent, SplitMix64
 from agent_retry_policy.mcp_client import RetryingToolCaller, StatusCheckRequest, create_capturing_http_client
-from fault_server import ErrorResult, HttpFault, RaiseMcpError, RaiseToolError, RunningServer, SlowResponse
 
 T = TypeVar("T")
 
@@ -67,7 +68,9 @@ def attempt_lines(caplog: pytest.LogCaptureFixture) -> list[dict[str, Any]]:
     return [json.loads(r.getMessage()) for r in caplog.records if r.name == "agent_retry_policy.mcp"]
 
 
-def test_a_503_then_success_is_retried_and_the_caller_sees_only_the_success(server: RunningServer, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_503_then_success_is_retried_and_the_caller_sees_only_the_success(
+    server: RunningServer, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.INFO, logger="agent_retry_policy.mcp")
     server.state.script("lookup_order", HttpFault(503, body="upstream unavailable"))
 
@@ -82,7 +85,7 @@ def test_a_503_then_success_is_retried_and_the_caller_sees_only_the_success(serv
     assert report["retries"] == 1 and report["succeeded-calls"] == 1
     assert report["statuses"] == [{"status": 503, "count": 1}]
     lines = attempt_lines(caplog)
-    assert [(l["attempt"], l["outcome"], l["class"], l["action"]) for l in lines] == [
+    assert [(line["attempt"], line["outcome"], line["class"], line["action"]) for line in lines] == [
         (1, "HTTP 503", "transient", "retry"),
         (2, "success", "success", "succeed"),
     ]
@@ -223,7 +226,7 @@ def test_a_server_that_goes_away_is_retried_then_escalated_and_the_session_survi
     finally:
         running.__exit__(None, None, None)
     assert raised.value.reason == "call-attempts-spent"
-    outcomes = [l["outcome"] for l in attempt_lines(caplog)][1:]
+    outcomes = [line["outcome"] for line in attempt_lines(caplog)][1:]
     assert outcomes == ["connection-refused"] * 4  # max-attempts-per-call defaults to 4
 
 
@@ -238,9 +241,9 @@ def test_retries_wait_the_policy_delay(server: RunningServer, caplog: pytest.Log
     assert not run_with_session(server.url, body).is_error
     assert time.monotonic() - started < 5
     posts = server.state.posts_of("lookup_order")
-    delays = [l["delay_ms"] for l in attempt_lines(caplog) if l["action"] == "retry"]
+    delays = [line["delay_ms"] for line in attempt_lines(caplog) if line["action"] == "retry"]
     assert len(posts) == 3 and len(delays) == 2
-    for (_, before, _), (_, after, _), delay in zip(posts, posts[1:], delays):
+    for (_, before, _), (_, after, _), delay in zip(posts, posts[1:], delays, strict=False):
         assert after - before >= delay / 1000 - 0.005
 
 
@@ -250,7 +253,9 @@ def test_retries_wait_the_policy_delay(server: RunningServer, caplog: pytest.Log
 # reads them; the wrapper passes them on as they are.
 
 
-def test_a_relayed_503_in_a_tool_error_is_retried_and_the_model_sees_the_success(server: RunningServer, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_relayed_503_in_a_tool_error_is_retried_and_the_model_sees_the_success(
+    server: RunningServer, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.INFO, logger="agent_retry_policy.mcp")
     server.state.relay("fetch_report", RaiseToolError("upstream returned HTTP 503 Service Unavailable"))
 
@@ -264,7 +269,7 @@ def test_a_relayed_503_in_a_tool_error_is_retried_and_the_model_sees_the_success
     assert len(server.state.posts_of("fetch_report")) == 2
     assert report["retries"] == 1 and report["replans"] == 0 and report["succeeded-calls"] == 1
     lines = attempt_lines(caplog)
-    assert [(l["outcome"], l["class"], l["action"], l["rule"]) for l in lines] == [
+    assert [(line["outcome"], line["class"], line["action"], line["rule"]) for line in lines] == [
         ("isError", "transient", "retry", "tool-error:status"),
         ("success", "success", "succeed", lines[1]["rule"]),
     ]
@@ -309,11 +314,15 @@ def test_a_relayed_403_escalates_and_is_not_shown_to_the_model(server: RunningSe
     assert (line["class"], line["action"], line["escalation"]) == ("permission", "escalate", "permission-denied")
 
 
-def test_an_overloaded_error_in_structured_content_is_throttled_and_retried(server: RunningServer, caplog: pytest.LogCaptureFixture) -> None:
+def test_an_overloaded_error_in_structured_content_is_throttled_and_retried(
+    server: RunningServer, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.INFO, logger="agent_retry_policy.mcp")
     # The text alone says nothing the policy knows; the provider's error type is
     # only in structuredContent.
-    server.state.relay("ask_model", ErrorResult("the model provider failed", {"error": {"type": "overloaded_error", "message": "Overloaded"}}))
+    server.state.relay(
+        "ask_model", ErrorResult("the model provider failed", {"error": {"type": "overloaded_error", "message": "Overloaded"}})
+    )
 
     async def body(session: ClientSession) -> tuple[CallToolResult, Any]:
         caller = new_caller(session)
@@ -373,11 +382,16 @@ def test_a_json_rpc_error_without_data_is_retried(server: RunningServer) -> None
 
 def test_a_tool_error_rule_in_the_config_classifies_a_servers_own_wording(server: RunningServer) -> None:
     # "E_BUSY" means nothing to the policy by itself (replanned); the tool's rule says transient.
-    server.state.relay("fetch_report", RaiseToolError("E_BUSY: the report queue is full"), RaiseToolError("E_BUSY: the report queue is full"))
+    server.state.relay(
+        "fetch_report", RaiseToolError("E_BUSY: the report queue is full"), RaiseToolError("E_BUSY: the report queue is full")
+    )
 
     async def body(session: ClientSession) -> tuple[CallToolResult, Any]:
         instance = PolicyComponent.load().instantiate(accounts=EmbeddedAccounts(), entropy=SplitMix64(7))
-        config = {**CONFIG, "tools": {"fetch_report": {"effect": "read", "tool-error-rules": [{"contains": "E_BUSY", "class": "transient"}]}}}
+        config = {
+            **CONFIG,
+            "tools": {"fetch_report": {"effect": "read", "tool-error-rules": [{"contains": "E_BUSY", "class": "transient"}]}},
+        }
         run = instance.load_policy(config).start_run("CASE-5017")
         caller = RetryingToolCaller(session, run, entropy=SplitMix64(3))
         return await caller.call_tool("fetch_report", {"report_id": "R-7"}), run.report()

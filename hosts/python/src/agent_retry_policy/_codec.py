@@ -25,13 +25,19 @@ from __future__ import annotations
 
 import ctypes
 import re
+from collections.abc import Callable
 from ctypes import byref
-from typing import Any, Callable, Optional
+from typing import Any
 
-from . import _compat  # first: refuses an unsupported wasmtime-py with a clear message
 from wasmtime import WasmtimeError
 from wasmtime import _ffi as ffi
 from wasmtime.component import (
+    S32,
+    S64,
+    U8,
+    U16,
+    U32,
+    U64,
     Bool,
     BorrowType,
     EnumType,
@@ -41,17 +47,13 @@ from wasmtime.component import (
     RecordType,
     ResourceAny,
     ResultType,
-    S32,
-    S64,
     String,
     TupleType,
-    U8,
-    U16,
-    U32,
-    U64,
     ValType,
     VariantType,
 )
+
+from . import _compat  # first: refuses an unsupported wasmtime-py with a clear message
 
 _compat.check_private_helpers(ffi)
 
@@ -119,7 +121,7 @@ class Codec:
     and leaves empty if it raises; `lift` reads a C value and frees its parts."""
 
     # Returned for an omitted record field; `None` means the field is required.
-    absent: Optional[Callable[[], Any]] = None
+    absent: Callable[[], Any] | None = None
 
     def lower(self, value: Any, out: Any) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -174,7 +176,7 @@ class _StringCodec(Codec):
 
 
 class _ListCodec(Codec):
-    absent: Optional[Callable[[], Any]] = staticmethod(list)
+    absent: Callable[[], Any] | None = staticmethod(list)
 
     def __init__(self, element: Codec) -> None:
         self.element = element
@@ -207,7 +209,7 @@ def _lower_items(codecs: list[Codec], values: Any, raw: Any) -> None:
     data = raw.data
     i = 0
     try:
-        for codec, value in zip(codecs, values):
+        for codec, value in zip(codecs, values, strict=False):
             codec.lower(value, data[i])
             i += 1
     except BaseException:
@@ -312,7 +314,7 @@ def _lower_boxed(codec: Codec, value: Any) -> Any:
 
 
 class _VariantCodec(Codec):
-    def __init__(self, cases: list[tuple[str, Optional[Codec]]]) -> None:
+    def __init__(self, cases: list[tuple[str, Codec | None]]) -> None:
         self.cases = {name: (name.encode("utf-8"), codec) for name, codec in cases}
         self.by_encoded = {name.encode("utf-8"): (name, codec) for name, codec in cases}
 
@@ -323,7 +325,7 @@ class _VariantCodec(Codec):
             ((name, payload),) = value.items()
             has_payload = True
         else:
-            raise ValueConversionError(f"{_describe(value)} is not a variant case (\"case\" or {{\"case\": payload}})")
+            raise ValueConversionError(f'{_describe(value)} is not a variant case ("case" or {{"case": payload}})')
         case = self.cases.get(name)
         if case is None:
             raise ValueConversionError(f"{name!r} is not a case of {sorted(self.cases)}")
@@ -378,12 +380,12 @@ class _OptionCodec(Codec):
 
 
 class _ResultCodec(Codec):
-    def __init__(self, ok: Optional[Codec], err: Optional[Codec]) -> None:
+    def __init__(self, ok: Codec | None, err: Codec | None) -> None:
         self.ok, self.err = ok, err
 
     def lower(self, value: Any, out: Any) -> None:
         if not (isinstance(value, dict) and len(value) == 1 and ("ok" in value or "err" in value)):
-            raise ValueConversionError(f"{_describe(value)} is not {{\"ok\": ...}} or {{\"err\": ...}}")
+            raise ValueConversionError(f'{_describe(value)} is not {{"ok": ...}} or {{"err": ...}}')
         is_ok = "ok" in value
         codec = self.ok if is_ok else self.err
         payload = value["ok" if is_ok else "err"]

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import re
-from typing import Optional
 
 # Keep in step with `dependencies` in pyproject.toml.
 WASMTIME_TESTED = (50, 0, 1)  # the lowest version tested
@@ -38,12 +37,12 @@ class UnsupportedWasmtime(ImportError):
     """The installed wasmtime-py is outside the range this package supports."""
 
 
-def _parse(version: str) -> Optional[tuple[int, int, int]]:
+def _parse(version: str) -> tuple[int, int, int] | None:
     matched = re.match(r"(\d+)\.(\d+)\.(\d+)", version)
     return tuple(int(part) for part in matched.groups()) if matched else None  # type: ignore[return-value]
 
 
-def check_wasmtime_version(version: Optional[str]) -> None:
+def check_wasmtime_version(version: str | None) -> None:
     """Raises `UnsupportedWasmtime` unless `version` (of the `wasmtime`
     distribution) is in [WASMTIME_TESTED, WASMTIME_BELOW)."""
     parsed = _parse(version) if version else None
@@ -66,7 +65,7 @@ def check_private_helpers(ffi: object) -> None:
         )
 
 
-def installed_wasmtime_version() -> Optional[str]:
+def installed_wasmtime_version() -> str | None:
     try:
         return importlib.metadata.version("wasmtime")
     except importlib.metadata.PackageNotFoundError:

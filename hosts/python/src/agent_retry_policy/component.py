@@ -23,21 +23,23 @@ import os
 import re
 import threading
 import time
+from collections.abc import Callable, Iterable, Mapping
 from ctypes import byref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Optional, Union, cast
+from typing import Any, cast
 
-from . import _compat  # first: refuses an unsupported wasmtime-py with a clear message
 from wasmtime import Config, Engine, Store, WasmtimeError
 from wasmtime import _ffi as ffi
 from wasmtime.component import Component, ComponentInstanceType, FuncType, Linker, ResourceAny
 from wasmtime.component import _enter as wasmtime_enter
 
-from . import _codec
+from . import (
+    _codec,  # first: refuses an unsupported wasmtime-py with a clear message
+)
 from .accounts import PROCESS_ACCOUNTS, AccountBudgetBackend, Bucket
 from .entropy import EntropySource, OsEntropy, random_bytes
-from .errors import ComponentLoadError, ComponentNotFound, ContractVersionMismatch, ConfigError, InstanceUnusable, PolicyTrap, RunMisuse
+from .errors import ComponentLoadError, ComponentNotFound, ConfigError, ContractVersionMismatch, InstanceUnusable, PolicyTrap, RunMisuse
 from .types import Admission, CallRequest, Classification, Decision, Failure, Outcome, RunReport
 
 # The contract this host speaks (wit/). A component of another major version
@@ -98,7 +100,7 @@ def contract_compatibility(version: str) -> tuple[int, ...]:
 def policy_interface_versions(export_names: Iterable[str]) -> list[str]:
     """The versions of `agent-retry:policy/policy@X.Y.Z` among a component's export names."""
     prefix = f"{CONTRACT_PACKAGE}/policy@"
-    return [name[len(prefix):] for name in export_names if name.startswith(prefix)]
+    return [name[len(prefix) :] for name in export_names if name.startswith(prefix)]
 
 
 def check_contract_version(export_names: Iterable[str], source: str = "<bytes>") -> str:
@@ -120,7 +122,7 @@ def check_contract_version(export_names: Iterable[str], source: str = "<bytes>")
     raise ContractVersionMismatch(source, versions[0], CONTRACT_VERSION)
 
 
-def _contract_interface(name: str) -> Optional[str]:
+def _contract_interface(name: str) -> str | None:
     """`account-budget` for `agent-retry:policy/account-budget@V` with V
     compatible with this host's contract; None for any other name."""
     prefix = f"{CONTRACT_PACKAGE}/"
@@ -131,7 +133,7 @@ def _contract_interface(name: str) -> Optional[str]:
         compatible = contract_compatibility(version) == contract_compatibility(CONTRACT_VERSION)
     except ValueError:
         return None
-    return interface[len(prefix):] if compatible else None
+    return interface[len(prefix) :] if compatible else None
 
 
 def _repo_root() -> Path:
@@ -140,7 +142,7 @@ def _repo_root() -> Path:
     return Path(__file__).resolve().parents[4]
 
 
-def bundled_component() -> Optional[Path]:
+def bundled_component() -> Path | None:
     """The .wasm the installed package carries (the wheel's package data), or
     None (an editable install from the repository carries none)."""
     resource = importlib.resources.files(__package__ or "agent_retry_policy") / BUNDLED_WASM
@@ -150,7 +152,7 @@ def bundled_component() -> Optional[Path]:
     return path if path.is_file() else None
 
 
-def locate_component(path: Union[str, os.PathLike[str], None] = None) -> Path:
+def locate_component(path: str | os.PathLike[str] | None = None) -> Path:
     """The .wasm to load: `path`, else $AGENT_RETRY_WASM, else the component
     bundled in the package, else the repository's build output (an editable
     install). Raises `ComponentNotFound` naming the fix if it is missing."""
@@ -182,17 +184,17 @@ class _ExportSpec:
     name: str
     index: Any
     params: tuple[_codec.Codec, ...]
-    result: Optional[_codec.Codec]
+    result: _codec.Codec | None
 
 
 class PolicyComponent:
     """A compiled, checked policy component, ready to instantiate many times."""
 
-    _cache: dict[tuple[str, int, int], "PolicyComponent"] = {}
+    _cache: dict[tuple[str, int, int], PolicyComponent] = {}
     _cache_lock = threading.Lock()
 
     @classmethod
-    def load(cls, path: Union[str, os.PathLike[str], None] = None) -> "PolicyComponent":
+    def load(cls, path: str | os.PathLike[str] | None = None) -> PolicyComponent:
         """The component at `locate_component(path)`, compiled once per process
         (and again only if the file changes)."""
         located = locate_component(path).resolve()
@@ -223,9 +225,7 @@ class PolicyComponent:
         self.contract_version = check_contract_version(self.exports, source)
         self.policy_interface = f"{CONTRACT_PACKAGE}/policy@{self.contract_version}"
         # The contract's imports, at whatever compatible version the component names them.
-        contract_imports = {
-            name for name in self.imports if _contract_interface(name) in ("account-budget", "types")
-        }
+        contract_imports = {name for name in self.imports if _contract_interface(name) in ("account-budget", "types")}
         unknown = [name for name in self.imports if name not in contract_imports and not name.startswith(RANDOM_INTERFACE_PREFIX)]
         if unknown:
             raise ComponentLoadError(f"{source} is not an agent-retry policy this host can run: it imports {unknown}")
@@ -268,9 +268,9 @@ class PolicyComponent:
         self,
         *,
         accounts: AccountBudgetBackend = PROCESS_ACCOUNTS,
-        entropy: Optional[EntropySource] = None,
-        fuel_per_call: Optional[int] = FUEL_PER_CALL,
-    ) -> "PolicyInstance":
+        entropy: EntropySource | None = None,
+        fuel_per_call: int | None = FUEL_PER_CALL,
+    ) -> PolicyInstance:
         """A fresh instance with its own memory. `accounts` defaults to the buckets
         shared by the whole process; `entropy` (for `wasi:random`, used only when
         a call passes no entropy) to the OS. One instance serves one thread."""
@@ -294,13 +294,13 @@ class PolicyInstance:
         component: PolicyComponent,
         accounts: AccountBudgetBackend,
         entropy: EntropySource,
-        fuel_per_call: Optional[int],
+        fuel_per_call: int | None,
     ) -> None:
         self.component = component
         self.accounts = accounts
         self.entropy = entropy
         self._fuel = fuel_per_call
-        self._broken: Optional[str] = None
+        self._broken: str | None = None
         engine = component.engine
         self._store = Store(engine)
         self._store.set_limits(memory_size=MAX_MEMORY_BYTES)
@@ -352,7 +352,7 @@ class PolicyInstance:
         params = (_Val * len(codecs))()
         lowered = 0
         try:
-            for codec, arg in zip(codecs, args):
+            for codec, arg in zip(codecs, args, strict=False):
                 try:
                     codec.lower(arg, params[lowered])
                 except _codec.ValueConversionError as e:
@@ -387,7 +387,7 @@ class PolicyInstance:
         """`ar1-` + 32 hex digits of FNV-1a-128 over run-id, 0x00, action-id."""
         return cast(str, self._invoke(self._exports["derive-idempotency-key"], (run_id, action_id)))
 
-    def load_policy(self, config: Union[str, Mapping[str, Any]] = "{}") -> "Policy":
+    def load_policy(self, config: str | Mapping[str, Any] = "{}") -> Policy:
         """`policy.from-json`: a JSON text or a mapping. Raises `ConfigError`."""
         text = config if isinstance(config, str) else json.dumps(config)
         result = self._invoke(self._exports["[static]policy.from-json"], (text,))
@@ -402,7 +402,7 @@ class _Handle:
 
     def __init__(self, instance: PolicyInstance, resource: ResourceAny) -> None:
         self.instance = instance
-        self._resource: Optional[ResourceAny] = resource
+        self._resource: ResourceAny | None = resource
 
     @property
     def resource(self) -> ResourceAny:
@@ -430,13 +430,17 @@ class Policy(_Handle):
         return cast(str, self.instance._invoke(self.instance._exports["[method]policy.effective-config"], (self.resource,)))
 
     def classify(self, failure: Failure, now_ms: int) -> Classification:
-        return cast(Classification, self.instance._invoke(self.instance._exports["[method]policy.classify"], (self.resource, failure, now_ms)))
+        return cast(
+            Classification, self.instance._invoke(self.instance._exports["[method]policy.classify"], (self.resource, failure, now_ms))
+        )
 
-    def next_delay(self, retry: int, hint_ms: Optional[int] = None, entropy: Optional[int] = None) -> int:
+    def next_delay(self, retry: int, hint_ms: int | None = None, entropy: int | None = None) -> int:
         """The delay before retry number `retry` (1 for the first); no entropy: wasi:random."""
-        return cast(int, self.instance._invoke(self.instance._exports["[method]policy.next-delay"], (self.resource, retry, hint_ms, entropy)))
+        return cast(
+            int, self.instance._invoke(self.instance._exports["[method]policy.next-delay"], (self.resource, retry, hint_ms, entropy))
+        )
 
-    def start_run(self, run_id: str) -> "Run":
+    def start_run(self, run_id: str) -> Run:
         run = self.instance._invoke(self.instance._exports["[method]policy.start-run"], (self.resource, run_id))
         return Run(self.instance, run, run_id)
 
@@ -458,7 +462,7 @@ class Run(_Handle):
             raise RunMisuse(result["err"])
         return cast(Admission, result["ok"])
 
-    def record_outcome(self, call_id: int, outcome: Outcome, now_ms: int, entropy: Optional[int] = None) -> Decision:
+    def record_outcome(self, call_id: int, outcome: Outcome, now_ms: int, entropy: int | None = None) -> Decision:
         """Records one attempt's outcome (or a status check's) and returns what to do."""
         result = self.instance._invoke(self._record, (self.resource, call_id, outcome, now_ms, entropy))
         if "err" in result:
@@ -492,7 +496,7 @@ def _refund_import(accounts: AccountBudgetBackend) -> Callable[..., Any]:
 # Host functions called by the guest. wasmtime-py's stock `add_func` converts
 # arguments with the stock conversion (~85 µs for `reserve`); this registers the
 # same C callback shape with the cached codecs instead (~15 µs).
-_IMPORTS: dict[int, tuple[tuple[_codec.Codec, ...], Optional[_codec.Codec], Callable[..., Any]]] = {}
+_IMPORTS: dict[int, tuple[tuple[_codec.Codec, ...], _codec.Codec | None, Callable[..., Any]]] = {}
 _import_ids = itertools.count(1)
 
 
@@ -514,7 +518,7 @@ def _import_finalizer(data: Any) -> None:
 
 
 def _add_import(
-    linker_instance: Any, name: str, codecs: tuple[tuple[_codec.Codec, ...], Optional[_codec.Codec]], function: Callable[..., Any]
+    linker_instance: Any, name: str, codecs: tuple[tuple[_codec.Codec, ...], _codec.Codec | None], function: Callable[..., Any]
 ) -> None:
     key = next(_import_ids)
     _IMPORTS[key] = (codecs[0], codecs[1], function)

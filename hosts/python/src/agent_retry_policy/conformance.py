@@ -18,7 +18,7 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from .accounts import EmbeddedAccounts
 from .component import PolicyComponent, PolicyInstance, _repo_root
@@ -30,8 +30,23 @@ DEFAULT_START_MS = 1_764_460_800_000
 DEFAULT_ENTROPY = 0x8000_0000_0000_0000
 
 STEP_KEYS = frozenset(
-    ["op", "expect", "now-ms", "entropy", "config", "config-text", "failure", "retry", "hint-ms", "run-id",
-     "action-id", "call", "call-id", "outcome", "comment"]
+    [
+        "op",
+        "expect",
+        "now-ms",
+        "entropy",
+        "config",
+        "config-text",
+        "failure",
+        "retry",
+        "hint-ms",
+        "run-id",
+        "action-id",
+        "call",
+        "call-id",
+        "outcome",
+        "comment",
+    ]
 )
 U64_MAX = 0xFFFF_FFFF_FFFF_FFFF
 U32_MAX = 0xFFFF_FFFF
@@ -61,7 +76,7 @@ def parse_u64(value: Any) -> int:
     raise HarnessError(f"{value!r} is not a u64")
 
 
-def _optional_u64(step: dict[str, Any], name: str) -> Optional[int]:
+def _optional_u64(step: dict[str, Any], name: str) -> int | None:
     value = step.get(name)
     return None if value is None else parse_u64(value)
 
@@ -182,7 +197,7 @@ def _scalar_equal(expected: Any, actual: Any) -> bool:
     return type(expected) is type(actual) and expected == actual
 
 
-def match(expected: Any, actual: Any, path: str = "$") -> Optional[str]:
+def match(expected: Any, actual: Any, path: str = "$") -> str | None:
     """None if `actual` matches, else where and why it does not."""
     if isinstance(expected, dict) and len(expected) == 1 and "$contains" in expected:
         needle = expected["$contains"]
@@ -192,8 +207,11 @@ def match(expected: Any, actual: Any, path: str = "$") -> Optional[str]:
     if isinstance(expected, dict) and len(expected) == 1 and "$range" in expected:
         bounds = expected["$range"]
         if (
-            isinstance(bounds, list) and len(bounds) == 2 and all(_is_number(b) for b in bounds)
-            and _is_number(actual) and bounds[0] <= actual <= bounds[1]
+            isinstance(bounds, list)
+            and len(bounds) == 2
+            and all(_is_number(b) for b in bounds)
+            and _is_number(actual)
+            and bounds[0] <= actual <= bounds[1]
         ):
             return None
         return f"{path}: expected a number in {bounds}, got {json.dumps(actual)}"
@@ -212,7 +230,7 @@ def match(expected: Any, actual: Any, path: str = "$") -> Optional[str]:
             return f"{path}: expected an array, got {json.dumps(actual)}"
         if len(expected) != len(actual):
             return f"{path}: expected {len(expected)} items, got {len(actual)}: {json.dumps(actual)}"
-        for i, (e, a) in enumerate(zip(expected, actual)):
+        for i, (e, a) in enumerate(zip(expected, actual, strict=False)):
             mismatch = match(e, a, f"{path}[{i}]")
             if mismatch:
                 return mismatch
@@ -227,7 +245,7 @@ class CaseResult:
     file: str
     description: str
     outputs: list[Any] = field(default_factory=list)
-    failure: Optional[str] = None
+    failure: str | None = None
 
 
 def run_case(component: PolicyComponent, file: str, case: dict[str, Any]) -> CaseResult:
@@ -277,9 +295,11 @@ def run_all(component: PolicyComponent, directory: Path, *, twice: bool = True) 
     return results
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("directory", nargs="?", type=Path, default=None, help="the vector directory (default: the repository's tests/vectors)")
+    parser.add_argument(
+        "directory", nargs="?", type=Path, default=None, help="the vector directory (default: the repository's tests/vectors)"
+    )
     parser.add_argument("--wasm", default=None, help="the component (default: $AGENT_RETRY_WASM or the repository's build)")
     parser.add_argument("--dump", type=Path, default=None, help="write every case's outputs as canonical JSON here")
     args = parser.parse_args(argv)
@@ -290,7 +310,10 @@ def main(argv: Optional[list[str]] = None) -> int:
             print(f"FAILED {r.file}: {r.description}: {r.failure}")
     if args.dump:
         args.dump.write_text(
-            "".join(f"{json.dumps([r.file, r.description], separators=(',', ':'), ensure_ascii=False)} {canonical_outputs(r)}\n" for r in results),
+            "".join(
+                f"{json.dumps([r.file, r.description], separators=(',', ':'), ensure_ascii=False)} {canonical_outputs(r)}\n"
+                for r in results
+            ),
             encoding="utf-8",
         )
     failed = sum(1 for r in results if r.failure)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 
 class AgentRetryError(Exception):
@@ -81,7 +81,7 @@ class Escalated(AgentRetryError):
     """The policy stopped the run: a person must act. `note` says why, the last
     error, and which effects were already made."""
 
-    def __init__(self, escalation: Any, tool: Optional[str] = None) -> None:
+    def __init__(self, escalation: Any, tool: str | None = None) -> None:
         self.escalation = escalation
         self.reason: str = escalation["reason"]
         self.note: str = escalation["note"]

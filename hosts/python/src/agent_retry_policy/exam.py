@@ -23,8 +23,9 @@ import asyncio
 import json
 import logging
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any
 
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
@@ -121,7 +122,7 @@ async def run_exam(url: str, exam: Mapping[str, Any], component: PolicyComponent
     return errors
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", required=True, help="the MCP server's streamable HTTP endpoint")
     parser.add_argument("--exam", required=True, type=Path, help="the exam (tests/judge/exam.json)")

@@ -35,8 +35,9 @@ import logging
 import socket
 import ssl
 import time
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Mapping, Optional, Union, cast
+from typing import Any, cast
 
 import httpx2
 from mcp import ClientSession
@@ -52,11 +53,11 @@ from .types import (
     EscalateAction,
     EscalateAdmission,
     FailureOutcome,
+    Outcome,
     ReplanAction,
     RetryAction,
-    SucceedAction,
-    Outcome,
     StatusCheckResult,
+    SucceedAction,
     ToolHints,
     TransportError,
     action_name,
@@ -81,21 +82,19 @@ MAX_CAPTURED_BODY = 64 * 1024
 class AttemptCapture:
     """What the HTTP layer saw for one attempt."""
 
-    status: Optional[int] = None
+    status: int | None = None
     headers: list[tuple[str, str]] = field(default_factory=list)
     body: str = ""
-    transport_error: Optional[TransportError] = None
+    transport_error: TransportError | None = None
     transport_detail: str = ""
 
 
-_current_attempt: contextvars.ContextVar[Optional[AttemptCapture]] = contextvars.ContextVar(
-    "agent_retry_current_attempt", default=None
-)
+_current_attempt: contextvars.ContextVar[AttemptCapture | None] = contextvars.ContextVar("agent_retry_current_attempt", default=None)
 
 
 def classify_network_error(error: BaseException) -> TransportError:
     """An httpx2 exception as the contract's transport error."""
-    cause: Optional[BaseException] = error
+    cause: BaseException | None = error
     while cause is not None:  # TLS and DNS failures are not blips: "other" escalates
         if isinstance(cause, (ssl.SSLError, socket.gaierror)):
             return "other"
@@ -114,7 +113,7 @@ def classify_network_error(error: BaseException) -> TransportError:
 class CapturingTransport(httpx2.AsyncBaseTransport):
     """Wraps a transport; records failed POSTs for the attempt in progress."""
 
-    def __init__(self, inner: Optional[httpx2.AsyncBaseTransport] = None) -> None:
+    def __init__(self, inner: httpx2.AsyncBaseTransport | None = None) -> None:
         self.inner = inner or httpx2.AsyncHTTPTransport()
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
@@ -158,7 +157,7 @@ class CapturingTransport(httpx2.AsyncBaseTransport):
 
 
 def create_capturing_http_client(
-    *, timeout: Optional[httpx2.Timeout] = None, headers: Optional[Mapping[str, str]] = None, **kwargs: Any
+    *, timeout: httpx2.Timeout | None = None, headers: Mapping[str, str] | None = None, **kwargs: Any
 ) -> httpx2.AsyncClient:
     """An httpx2 client for `streamable_http_client(url, http_client=...)` that lets
     the wrapper see failed POSTs. Defaults match the SDK's (30 s, 300 s reads)."""
@@ -177,12 +176,12 @@ class StatusCheckRequest:
     session: ClientSession
     tool: str
     arguments: Mapping[str, Any]
-    idempotency_key: Optional[str]
+    idempotency_key: str | None
     call_id: int
 
 
 StatusCheck = Callable[[StatusCheckRequest], Awaitable[StatusCheckResult]]
-EmptyCheck = Callable[[CallToolResult], Optional[str]]
+EmptyCheck = Callable[[CallToolResult], str | None]
 
 
 def _is_empty_value(value: Any) -> bool:
@@ -193,7 +192,7 @@ def _is_empty_value(value: Any) -> bool:
     return False
 
 
-def default_empty_check(result: CallToolResult) -> Optional[str]:
+def default_empty_check(result: CallToolResult) -> str | None:
     """What is wrong with a successful result, or None if it is usable: no
     content blocks (or only blank text) and no structured content is empty."""
     blank_text = all(isinstance(block, TextContent) and not block.text.strip() for block in result.content)
@@ -202,7 +201,7 @@ def default_empty_check(result: CallToolResult) -> Optional[str]:
     return None
 
 
-def _json_text(value: Any) -> Optional[str]:
+def _json_text(value: Any) -> str | None:
     if value is None:
         return None
     try:
@@ -231,7 +230,7 @@ def protocol_error_outcome(error: MCPError) -> FailureOutcome:
 class _Observed:
     outcome: Outcome
     summary: str
-    result: Optional[CallToolResult] = None
+    result: CallToolResult | None = None
 
 
 class RetryingToolCaller:
@@ -243,11 +242,11 @@ class RetryingToolCaller:
         session: ClientSession,
         run: Run,
         *,
-        status_check: Union[StatusCheck, Mapping[str, StatusCheck], None] = None,
+        status_check: StatusCheck | Mapping[str, StatusCheck] | None = None,
         key_argument: str = "idempotency_key",
-        entropy: Optional[EntropySource] = None,
+        entropy: EntropySource | None = None,
         attempt_timeout_s: float = 30.0,
-        tools: Optional[list[Tool]] = None,
+        tools: list[Tool] | None = None,
         empty_check: EmptyCheck = default_empty_check,
         clock: Callable[[], int] = now_ms,
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
@@ -263,13 +262,13 @@ class RetryingToolCaller:
         self.clock = clock
         self.sleep = sleep
         self.log = log
-        self._tools: Optional[dict[str, Tool]] = {t.name: t for t in tools} if tools is not None else None
+        self._tools: dict[str, Tool] | None = {t.name: t for t in tools} if tools is not None else None
         self._steps = 0
 
-    async def _tool(self, name: str) -> Optional[Tool]:
+    async def _tool(self, name: str) -> Tool | None:
         if self._tools is None:
             tools: dict[str, Tool] = {}
-            cursor: Optional[str] = None
+            cursor: str | None = None
             while True:
                 page = await self.session.list_tools(params=PaginatedRequestParams(cursor=cursor) if cursor else None)
                 tools.update({t.name: t for t in page.tools})
@@ -279,12 +278,12 @@ class RetryingToolCaller:
             self._tools = tools
         return self._tools.get(name)
 
-    def _takes_key(self, tool: Optional[Tool]) -> bool:
+    def _takes_key(self, tool: Tool | None) -> bool:
         properties = (tool.input_schema or {}).get("properties") if tool is not None else None
         return isinstance(properties, dict) and self.key_argument in properties
 
     @staticmethod
-    def _hints(tool: Optional[Tool]) -> Optional[ToolHints]:
+    def _hints(tool: Tool | None) -> ToolHints | None:
         annotations = tool.annotations if tool is not None else None
         if annotations is None:
             return None
@@ -294,9 +293,7 @@ class RetryingToolCaller:
             "idempotent": annotations.idempotent_hint,
         }
 
-    async def call_tool(
-        self, name: str, arguments: Optional[Mapping[str, Any]] = None, *, action_id: Optional[str] = None
-    ) -> CallToolResult:
+    async def call_tool(self, name: str, arguments: Mapping[str, Any] | None = None, *, action_id: str | None = None) -> CallToolResult:
         """Makes one intended call, retrying as the policy says. Returns what the
         model should see: the result, or (replan) an `isError` result carrying
         the policy's message. Raises `Escalated` when the run must stop.
@@ -309,7 +306,7 @@ class RetryingToolCaller:
         action = action_id if action_id is not None else f"step-{self._steps}"
         tool = await self._tool(name)
         send_arguments = dict(arguments or {})
-        key: Optional[str] = None
+        key: str | None = None
         if self._takes_key(tool):
             key = self.run.instance.derive_idempotency_key(self.run.run_id, action)
             send_arguments[self.key_argument] = key
@@ -355,8 +352,8 @@ class RetryingToolCaller:
     async def _attempt(self, name: str, arguments: Mapping[str, Any]) -> _Observed:
         capture = AttemptCapture()
         token = _current_attempt.set(capture)
-        result: Optional[CallToolResult] = None
-        error: Optional[BaseException] = None
+        result: CallToolResult | None = None
+        error: BaseException | None = None
         try:
             result = await asyncio.wait_for(self.session.call_tool(name, dict(arguments)), self.attempt_timeout_s)
         except asyncio.TimeoutError as e:
@@ -388,9 +385,7 @@ class RetryingToolCaller:
             return _Observed(empty_result(what), "empty result", result)
         return _Observed("success", "success", result)
 
-    async def _check_status(
-        self, name: str, arguments: Mapping[str, Any], key: Optional[str], call_id: int
-    ) -> StatusCheckResult:
+    async def _check_status(self, name: str, arguments: Mapping[str, Any], key: str | None, call_id: int) -> StatusCheckResult:
         check = self.status_check.get(name) if isinstance(self.status_check, Mapping) else self.status_check
         if check is None:
             return "unknown"  # nobody can tell: the policy escalates rather than risk a second write
@@ -406,18 +401,51 @@ class RetryingToolCaller:
         delay = cast(RetryAction, action)["retry"]["delay-ms"] if action_name(action) == "retry" else None
         escalation = cast(EscalateAction, action)["escalate"]["reason"] if action_name(action) == "escalate" else None
         self._log_line(
-            tool, call_id, attempt, outcome, decision["class"], action_name(action), delay, decision["reason"],
-            rule=decision["rule"], escalation=escalation,
+            tool,
+            call_id,
+            attempt,
+            outcome,
+            decision["class"],
+            action_name(action),
+            delay,
+            decision["reason"],
+            rule=decision["rule"],
+            escalation=escalation,
         )
 
     def _log_line(
-        self, tool: str, call_id: Optional[int], attempt: int, outcome: str, klass: Optional[str],
-        action: str, delay_ms: Optional[int], reason: str, *, rule: Optional[str] = None, escalation: Optional[str] = None,
+        self,
+        tool: str,
+        call_id: int | None,
+        attempt: int,
+        outcome: str,
+        klass: str | None,
+        action: str,
+        delay_ms: int | None,
+        reason: str,
+        *,
+        rule: str | None = None,
+        escalation: str | None = None,
     ) -> None:
         # `rule` is the classification rule that applied; `escalation` the
         # escalation reason (the contract's name, e.g. "run-steps-spent").
-        self.log.info(json.dumps({
-            "event": "agent_retry.attempt", "ts": round(time.time(), 3), "run": self.run.run_id, "call": call_id,
-            "tool": tool, "attempt": attempt, "outcome": outcome, "class": klass, "action": action,
-            "delay_ms": delay_ms, "rule": rule, "escalation": escalation, "reason": reason,
-        }, ensure_ascii=False))
+        self.log.info(
+            json.dumps(
+                {
+                    "event": "agent_retry.attempt",
+                    "ts": round(time.time(), 3),
+                    "run": self.run.run_id,
+                    "call": call_id,
+                    "tool": tool,
+                    "attempt": attempt,
+                    "outcome": outcome,
+                    "class": klass,
+                    "action": action,
+                    "delay_ms": delay_ms,
+                    "rule": rule,
+                    "escalation": escalation,
+                    "reason": reason,
+                },
+                ensure_ascii=False,
+            )
+        )

@@ -18,7 +18,8 @@ records always carry every field.
 
 from __future__ import annotations
 
-from typing import Literal, Optional, Sequence, Union
+from collections.abc import Sequence
+from typing import Literal, Union
 
 from typing_extensions import NotRequired, TypedDict
 
@@ -43,9 +44,14 @@ StatusCheckResult = Literal["found", "absent", "unknown"]
 ConfigErrorKind = Literal["syntax", "unknown-field", "wrong-type", "out-of-range"]
 
 HttpStatusKind = TypedDict("HttpStatusKind", {"http-status": int})
-TransportKind = TypedDict("TransportKind", {"transport": TransportError})
+
+
+class TransportKind(TypedDict):
+    transport: TransportError
+
+
 ProtocolErrorKind = TypedDict("ProtocolErrorKind", {"protocol-error": int})
-ToolErrorKind = TypedDict("ToolErrorKind", {"tool-error": Optional[int]})
+ToolErrorKind = TypedDict("ToolErrorKind", {"tool-error": int | None})
 FailureKind = Union[HttpStatusKind, TransportKind, ProtocolErrorKind, ToolErrorKind]
 
 Failure = TypedDict(
@@ -55,23 +61,34 @@ Failure = TypedDict(
         "headers": NotRequired[Sequence[Sequence[str]]],
         "body": NotRequired[str],
         # The tool result's structuredContent (or a JSON-RPC error's data) as JSON text.
-        "structured-content": NotRequired[Optional[str]],
+        "structured-content": NotRequired[str | None],
     },
 )
 
 EmptyResultOutcome = TypedDict("EmptyResultOutcome", {"empty-result": str})
-FailureOutcome = TypedDict("FailureOutcome", {"failure": Failure})
+
+
+class FailureOutcome(TypedDict):
+    failure: Failure
+
+
 StatusCheckOutcome = TypedDict("StatusCheckOutcome", {"status-check": StatusCheckResult})
 Outcome = Union[Literal["success"], EmptyResultOutcome, FailureOutcome, StatusCheckOutcome]
 
-HeaderProblem = TypedDict("HeaderProblem", {"name": str, "value": str, "problem": str})
+
+class HeaderProblem(TypedDict):
+    name: str
+    value: str
+    problem: str
+
+
 Classification = TypedDict(
     "Classification",
     {
         "class": OutcomeClass,
-        "hint-ms": Optional[int],
-        "hint-source": Optional[str],
-        "server-says-retry": Optional[bool],
+        "hint-ms": int | None,
+        "hint-source": str | None,
+        "server-says-retry": bool | None,
         "rule": str,
         "reason": str,
         "header-problems": list[HeaderProblem],
@@ -80,44 +97,67 @@ Classification = TypedDict(
 
 ToolHints = TypedDict(
     "ToolHints",
-    {"read-only": NotRequired[Optional[bool]], "destructive": NotRequired[Optional[bool]], "idempotent": NotRequired[Optional[bool]]},
+    {"read-only": NotRequired[bool | None], "destructive": NotRequired[bool | None], "idempotent": NotRequired[bool | None]},
 )
 CallRequest = TypedDict(
     "CallRequest",
-    {"tool": str, "idempotency-key": NotRequired[Optional[str]], "hints": NotRequired[Optional[ToolHints]]},
+    {"tool": str, "idempotency-key": NotRequired[str | None], "hints": NotRequired[ToolHints | None]},
 )
 CallTicket = TypedDict("CallTicket", {"call-id": int, "delay-ms": int, "effect": Effect, "safe-to-repeat": bool})
-EffectRecord = TypedDict(
-    "EffectRecord", {"call-id": int, "tool": str, "idempotency-key": Optional[str], "status": EffectStatus}
-)
+EffectRecord = TypedDict("EffectRecord", {"call-id": int, "tool": str, "idempotency-key": str | None, "status": EffectStatus})
 Escalation = TypedDict(
     "Escalation",
     {
         "reason": EscalationReason,
-        "last-error": Optional[str],
-        "resets-in-ms": Optional[int],
+        "last-error": str | None,
+        "resets-in-ms": int | None,
         "effects": list[EffectRecord],
         "note": str,
     },
 )
-RetryPlan = TypedDict("RetryPlan", {"delay-ms": int, "attempt": int, "idempotency-key": Optional[str]})
+RetryPlan = TypedDict("RetryPlan", {"delay-ms": int, "attempt": int, "idempotency-key": str | None})
 
-RetryAction = TypedDict("RetryAction", {"retry": RetryPlan})
-ReplanAction = TypedDict("ReplanAction", {"replan": str})
-SucceedAction = TypedDict("SucceedAction", {"succeed": Optional[str]})
-EscalateAction = TypedDict("EscalateAction", {"escalate": Escalation})
+
+class RetryAction(TypedDict):
+    retry: RetryPlan
+
+
+class ReplanAction(TypedDict):
+    replan: str
+
+
+class SucceedAction(TypedDict):
+    succeed: str | None
+
+
+class EscalateAction(TypedDict):
+    escalate: Escalation
+
+
 Action = Union[RetryAction, ReplanAction, Literal["check-status"], SucceedAction, EscalateAction]
 
 Decision = TypedDict(
     "Decision",
-    {"action": Action, "class": OutcomeClass, "attempt": int, "hint-ms": Optional[int], "rule": str, "reason": str},
+    {"action": Action, "class": OutcomeClass, "attempt": int, "hint-ms": int | None, "rule": str, "reason": str},
 )
 
-SendAdmission = TypedDict("SendAdmission", {"send": CallTicket})
-EscalateAdmission = TypedDict("EscalateAdmission", {"escalate": Escalation})
+
+class SendAdmission(TypedDict):
+    send: CallTicket
+
+
+class EscalateAdmission(TypedDict):
+    escalate: Escalation
+
+
 Admission = Union[SendAdmission, EscalateAdmission]
 
-StatusCount = TypedDict("StatusCount", {"status": int, "count": int})
+
+class StatusCount(TypedDict):
+    status: int
+    count: int
+
+
 RunReport = TypedDict(
     "RunReport",
     {
@@ -130,7 +170,7 @@ RunReport = TypedDict(
         "succeeded-calls": int,
         "waits": int,
         "waited-ms": int,
-        "escalation": Optional[EscalationReason],
+        "escalation": EscalationReason | None,
         "statuses": list[StatusCount],
         "effects": list[EffectRecord],
     },
@@ -144,7 +184,11 @@ NoStatusCheckPending = TypedDict("NoStatusCheckPending", {"no-status-check-pendi
 RunEnded = TypedDict("RunEnded", {"run-ended": EscalationReason})
 RunError = Union[UnknownCall, CallFinished, StatusCheckPending, NoStatusCheckPending, RunEnded]
 
-ConfigErrorValue = TypedDict("ConfigErrorValue", {"kind": ConfigErrorKind, "field": str, "message": str})
+
+class ConfigErrorValue(TypedDict):
+    kind: ConfigErrorKind
+    field: str
+    message: str
 
 
 # Constructors for the values a host builds most often.
@@ -160,9 +204,7 @@ def transport_failure(error: TransportError, body: str = "") -> FailureOutcome:
     return {"failure": {"kind": {"transport": error}, "body": body}}
 
 
-def protocol_failure(
-    code: int, message: str = "", headers: Sequence[Sequence[str]] = (), data: Optional[str] = None
-) -> FailureOutcome:
+def protocol_failure(code: int, message: str = "", headers: Sequence[Sequence[str]] = (), data: str | None = None) -> FailureOutcome:
     """A JSON-RPC error object with this code; `data` is its `data` member as JSON text."""
     return {
         "failure": {
@@ -174,7 +216,7 @@ def protocol_failure(
     }
 
 
-def tool_error(text: str, structured_content: Optional[str] = None, *, upstream_status: Optional[int] = None) -> FailureOutcome:
+def tool_error(text: str, structured_content: str | None = None, *, upstream_status: int | None = None) -> FailureOutcome:
     """A tool result with `isError: true`: its text content blocks joined with
     "\n", its `structuredContent` as JSON text. The policy reads the upstream
     failure from both; pass `upstream_status` only if the host knows it from a
