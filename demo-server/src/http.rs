@@ -45,9 +45,7 @@ pub async fn serve_http(addr: SocketAddr, state: Arc<DemoState>) -> anyhow::Resu
     let handler_state = Arc::clone(&state);
     let service: StreamableHttpService<DemoServer, LocalSessionManager> =
         StreamableHttpService::new(move || Ok(DemoServer::new(Arc::clone(&handler_state))), Default::default(), config);
-    let router = axum::Router::new()
-        .nest_service("/mcp", service)
-        .layer(middleware::from_fn_with_state(Arc::clone(&state), fault_layer));
+    let router = axum::Router::new().nest_service("/mcp", service).layer(middleware::from_fn_with_state(Arc::clone(&state), fault_layer));
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let url = format!("http://{}/mcp", listener.local_addr()?);
     let stop = cancel.clone();

@@ -19,11 +19,7 @@ fn calls(state: &DemoState, tool: &str, order_id: &str) -> Vec<CallRecord> {
 }
 
 fn verdict(rule: &'static str, failures: Vec<String>, ok: String) -> Verdict {
-    if failures.is_empty() {
-        Verdict { rule, passed: true, detail: ok }
-    } else {
-        Verdict { rule, passed: false, detail: failures.join("; ") }
-    }
+    if failures.is_empty() { Verdict { rule, passed: true, detail: ok } } else { Verdict { rule, passed: false, detail: failures.join("; ") } }
 }
 
 fn gap_ms(calls: &[CallRecord]) -> Option<u64> {
@@ -49,8 +45,11 @@ pub fn judge(state: &DemoState, max_attempts_per_call: usize) -> Vec<Verdict> {
     if blip.len() < 2 {
         failures.push(format!("J-8: a 503 was not retried ({} call)", blip.len()));
     }
-    verdicts.push(verdict("a transient failure is retried with the same idempotency key", failures,
-        format!("J-1 sent {} times with key {}; J-8 retried", refund.len(), keys.first().map_or("-".into(), |k| k.to_string()))));
+    verdicts.push(verdict(
+        "a transient failure is retried with the same idempotency key",
+        failures,
+        format!("J-1 sent {} times with key {}; J-8 retried", refund.len(), keys.first().map_or("-".into(), |k| k.to_string())),
+    ));
 
     // No wait is shorter than the server's hint.
     let mut failures = Vec::new();
@@ -112,8 +111,11 @@ pub fn judge(state: &DemoState, max_attempts_per_call: usize) -> Vec<Verdict> {
     if resent != 1 {
         failures.push(format!("J-5: the write the check found applied was sent {resent} times"));
     }
-    verdicts.push(verdict("a status check precedes any resend of an unkeyed write", failures,
-        format!("J-5 checked, not resent; J-6 checked, then resent ({} sends)", calls(state, "record_note", "J-6").len())));
+    verdicts.push(verdict(
+        "a status check precedes any resend of an unkeyed write",
+        failures,
+        format!("J-5 checked, not resent; J-6 checked, then resent ({} sends)", calls(state, "record_note", "J-6").len()),
+    ));
 
     // Calls stop when the budgets say so: no fewer attempts (a blip is retried),
     // no more (the budget ends it).

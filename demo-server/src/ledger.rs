@@ -33,9 +33,10 @@ impl Ledger {
     /// (Stripe-style: a repeat with the same key returns the first result).
     pub fn issue_refund(&mut self, order_id: &str, amount_paise: i64, key: Option<&str>) -> (Refund, bool) {
         if let Some(key) = key
-            && let Some(existing) = self.refunds.iter().find(|r| r.idempotency_key.as_deref() == Some(key)) {
-                return (existing.clone(), false);
-            }
+            && let Some(existing) = self.refunds.iter().find(|r| r.idempotency_key.as_deref() == Some(key))
+        {
+            return (existing.clone(), false);
+        }
         let refund = Refund {
             refund_id: format!("RF-{}", self.refunds.len() + 1),
             order_id: order_id.to_string(),

@@ -5,8 +5,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorCode, ErrorData, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorCode, ErrorData, ListToolsResult, PaginatedRequestParams, ServerCapabilities,
+    ServerConfig,
 };
 use rmcp::service::RequestContext;
 use rmcp::{RoleServer, ServerHandler};
@@ -232,18 +232,36 @@ pub fn tool_list() -> Value {
     json!([
         tool("lookup_order", "Look up an order", order.clone(), &["order_id"], read.clone()),
         tool("check_refund_policy", "Check whether a refund is allowed without approval", refund.clone(), &["order_id", "amount_paise"], read.clone()),
-        tool("issue_refund", "Issue a refund (a write; accepts an idempotency key)", refund, &["order_id", "amount_paise"],
-             json!({ "readOnlyHint": false, "destructiveHint": false, "idempotentHint": false })),
+        tool(
+            "issue_refund",
+            "Issue a refund (a write; accepts an idempotency key)",
+            refund,
+            &["order_id", "amount_paise"],
+            json!({ "readOnlyHint": false, "destructiveHint": false, "idempotentHint": false })
+        ),
         tool("list_refunds", "List the refunds of an order", order, &["order_id"], read.clone()),
-        tool("upload_asset", "Upload an asset under a caller-chosen id (a repeat overwrites)",
-             json!({ "asset_id": { "type": "string" }, "content": { "type": "string" } }), &["asset_id", "content"],
-             json!({ "readOnlyHint": false, "idempotentHint": true })),
-        tool("delete_asset", "Delete an asset", json!({ "asset_id": { "type": "string" } }), &["asset_id"],
-             json!({ "readOnlyHint": false, "destructiveHint": true, "idempotentHint": true })),
+        tool(
+            "upload_asset",
+            "Upload an asset under a caller-chosen id (a repeat overwrites)",
+            json!({ "asset_id": { "type": "string" }, "content": { "type": "string" } }),
+            &["asset_id", "content"],
+            json!({ "readOnlyHint": false, "idempotentHint": true })
+        ),
+        tool(
+            "delete_asset",
+            "Delete an asset",
+            json!({ "asset_id": { "type": "string" } }),
+            &["asset_id"],
+            json!({ "readOnlyHint": false, "destructiveHint": true, "idempotentHint": true })
+        ),
         tool("list_assets", "List asset ids", json!({}), &[], read.clone()),
-        tool("record_note", "Add a note to an order (a write that takes no key: repeat only after checking)",
-             json!({ "order_id": { "type": "string" }, "text": { "type": "string" } }), &["order_id", "text"],
-             json!({ "readOnlyHint": false, "destructiveHint": false, "idempotentHint": false })),
+        tool(
+            "record_note",
+            "Add a note to an order (a write that takes no key: repeat only after checking)",
+            json!({ "order_id": { "type": "string" }, "text": { "type": "string" } }),
+            &["order_id", "text"],
+            json!({ "readOnlyHint": false, "destructiveHint": false, "idempotentHint": false })
+        ),
         tool("list_notes", "List the notes of an order", json!({ "order_id": { "type": "string" } }), &["order_id"], read),
     ])
 }
@@ -254,22 +272,14 @@ impl ServerHandler for DemoServer {
             .with_instructions("agent-retry demo: a refund desk and an asset store that fail on a script")
     }
 
-    async fn list_tools(
-        &self,
-        _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
-    ) -> Result<ListToolsResult, ErrorData> {
+    async fn list_tools(&self, _request: Option<PaginatedRequestParams>, _context: RequestContext<RoleServer>) -> Result<ListToolsResult, ErrorData> {
         serde_json::from_value(json!({ "tools": tool_list() })).map_err(|e| ErrorData::internal_error(e.to_string(), None))
     }
 
     async fn call_tool(&self, request: CallToolRequestParams, context: RequestContext<RoleServer>) -> Result<CallToolResponse, ErrorData> {
         let name = request.name.to_string();
         let arguments = request.arguments.clone().unwrap_or_default();
-        let assigned = context
-            .extensions
-            .get::<axum::http::request::Parts>()
-            .and_then(|parts| parts.extensions.get::<AssignedFault>())
-            .cloned();
+        let assigned = context.extensions.get::<axum::http::request::Parts>().and_then(|parts| parts.extensions.get::<AssignedFault>()).cloned();
         let fault = match assigned {
             // Over HTTP the fault layer already counted, logged and chose.
             Some(AssignedFault(fault)) => fault,

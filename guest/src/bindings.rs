@@ -2,10 +2,10 @@
 //! the generated types and the core's, and what a `no_std` component needs
 //! (allocator, panic handler, `cabi_realloc`). No policy logic lives here.
 
+use ::core::cell::RefCell;
 use alloc::string::String;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
-use ::core::cell::RefCell;
 
 use crate::{account, backoff, classify, config, key, run, types as model};
 
@@ -231,13 +231,7 @@ impl From<model::EffectRecord> for wit::EffectRecord {
 
 impl From<model::Escalation> for wit::Escalation {
     fn from(e: model::Escalation) -> Self {
-        wit::Escalation {
-            reason: e.reason.into(),
-            last_error: e.last_error,
-            resets_in_ms: e.resets_in_ms,
-            effects: map_vec(e.effects),
-            note: e.note,
-        }
+        wit::Escalation { reason: e.reason.into(), last_error: e.last_error, resets_in_ms: e.resets_in_ms, effects: map_vec(e.effects), note: e.note }
     }
 }
 
@@ -257,12 +251,9 @@ impl From<model::Decision> for wit::Decision {
 impl From<model::Admission> for wit::Admission {
     fn from(a: model::Admission) -> Self {
         match a {
-            model::Admission::Send(t) => wit::Admission::Send(wit::CallTicket {
-                call_id: t.call_id,
-                delay_ms: t.delay_ms,
-                effect: t.effect.into(),
-                safe_to_repeat: t.safe_to_repeat,
-            }),
+            model::Admission::Send(t) => {
+                wit::Admission::Send(wit::CallTicket { call_id: t.call_id, delay_ms: t.delay_ms, effect: t.effect.into(), safe_to_repeat: t.safe_to_repeat })
+            }
             model::Admission::Escalate(e) => wit::Admission::Escalate(e.into()),
         }
     }

@@ -60,15 +60,16 @@ pub fn withdraw(config: &Config, spend: Spend, now_ms: u64, host: &mut dyn Accou
     };
     let mut quota_taken = 0;
     if let Spend::Retry { throttled } = spend
-        && let Some((id, bucket, quota)) = quota(config) {
-            let tokens = if throttled { quota.throttled_retry_cost } else { quota.retry_cost };
-            if tokens > 0 {
-                match host.reserve(&id, tokens, bucket, 0, now_ms) {
-                    Reservation::Granted(_) => quota_taken = tokens,
-                    Reservation::Refused(wait) => return Err(Refused { reason: EscalationReason::RetryQuotaExhausted, resets_in_ms: wait }),
-                }
+        && let Some((id, bucket, quota)) = quota(config)
+    {
+        let tokens = if throttled { quota.throttled_retry_cost } else { quota.retry_cost };
+        if tokens > 0 {
+            match host.reserve(&id, tokens, bucket, 0, now_ms) {
+                Reservation::Granted(_) => quota_taken = tokens,
+                Reservation::Refused(wait) => return Err(Refused { reason: EscalationReason::RetryQuotaExhausted, resets_in_ms: wait }),
             }
         }
+    }
     let cost = match spend {
         Spend::FirstAttempt => account.attempt_cost,
         Spend::Retry { throttled: true } => account.throttled_retry_cost,
@@ -128,7 +129,8 @@ mod tests {
 
     fn config(capacity: u32, quota: Option<u32>) -> Config {
         let quota = quota.map(|q| format!(r#", "retry-quota": {{"capacity": {q}}}"#)).unwrap_or_default();
-        let text = format!(r#"{{"account-budget": {{"account-id": "a", "capacity": {capacity}, "refill-interval-ms": 1000, "throttled-retry-cost": 0{quota}}}}}"#);
+        let text =
+            format!(r#"{{"account-budget": {{"account-id": "a", "capacity": {capacity}, "refill-interval-ms": 1000, "throttled-retry-cost": 0{quota}}}}}"#);
         Config::from_json(&text).unwrap()
     }
 

@@ -46,10 +46,7 @@ pub fn protocol_error_class(code: i32) -> OutcomeClass {
 
 fn transport_class(error: TransportError) -> OutcomeClass {
     match error {
-        TransportError::Timeout
-        | TransportError::ConnectionReset
-        | TransportError::ConnectionRefused
-        | TransportError::StreamClosed => OutcomeClass::Transient,
+        TransportError::Timeout | TransportError::ConnectionReset | TransportError::ConnectionRefused | TransportError::StreamClosed => OutcomeClass::Transient,
         TransportError::Other => OutcomeClass::Unclassified,
     }
 }
@@ -88,7 +85,7 @@ pub fn grpc_class(code: u32) -> Option<OutcomeClass> {
     Some(match code {
         // CANCELLED, DEADLINE_EXCEEDED, ABORTED, INTERNAL, UNAVAILABLE
         1 | 4 | 10 | 13 | 14 => Transient,
-        8 => Throttled, // RESOURCE_EXHAUSTED
+        8 => Throttled,       // RESOURCE_EXHAUSTED
         7 | 16 => Permission, // PERMISSION_DENIED, UNAUTHENTICATED
         3 | 5 | 6 | 9 | 11 => Deterministic,
         2 | 12 | 15 => Unclassified, // UNKNOWN, UNIMPLEMENTED, DATA_LOSS
@@ -261,7 +258,8 @@ mod tests {
     fn overrides_and_server_verdict() {
         let overridden = Config { status_overrides: vec![(409, OutcomeClass::Transient)], ..Config::default() };
         let plain = Config::default();
-        let failure = |status, headers: Vec<(String, String)>| Failure { kind: FailureKind::HttpStatus(status), headers, body: String::new(), structured_content: None };
+        let failure =
+            |status, headers: Vec<(String, String)>| Failure { kind: FailureKind::HttpStatus(status), headers, body: String::new(), structured_content: None };
         assert_eq!(classify(&failure(409, vec![]), &overridden, None, 0).class, OutcomeClass::Transient);
         let no = vec![("x-should-retry".to_string(), "false".to_string())];
         let forbidden = classify(&failure(503, no), &plain, None, 0);

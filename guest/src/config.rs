@@ -398,7 +398,11 @@ fn tool_policy(path: &str, value: Json) -> Result<ToolPolicy, ConfigError> {
     match effect_field {
         Some((effect_path, effect_value)) => {
             if uses_hints {
-                return Err(error(ConfigErrorKind::OutOfRange, path, "give either \"effect\" or MCP hints (readOnlyHint, destructiveHint, idempotentHint), not both"));
+                return Err(error(
+                    ConfigErrorKind::OutOfRange,
+                    path,
+                    "give either \"effect\" or MCP hints (readOnlyHint, destructiveHint, idempotentHint), not both",
+                ));
             }
             let effect = effect(&effect_path, effect_value)?;
             let idempotent = match idempotent_field {
@@ -412,7 +416,11 @@ fn tool_policy(path: &str, value: Json) -> Result<ToolPolicy, ConfigError> {
                 return Err(error(ConfigErrorKind::OutOfRange, &p, "goes with \"effect\"; with MCP hints use \"idempotentHint\""));
             }
             if !uses_hints {
-                return Err(error(ConfigErrorKind::OutOfRange, path, "needs \"effect\" or at least one MCP hint (readOnlyHint, destructiveHint, idempotentHint)"));
+                return Err(error(
+                    ConfigErrorKind::OutOfRange,
+                    path,
+                    "needs \"effect\" or at least one MCP hint (readOnlyHint, destructiveHint, idempotentHint)",
+                ));
             }
             let hints = crate::types::ToolHints { read_only, destructive, idempotent: idempotent_hint };
             Ok(effect_from_hints(&hints, Effect::Write))

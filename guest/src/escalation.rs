@@ -99,9 +99,8 @@ mod tests {
         assert!(text.contains("Room returns in 3600 s, at 1970-01-01T01:00:00Z"), "{text}");
         assert!(text.contains("1. issue_refund (call 3, key ar1-ab): applied."), "{text}");
         assert!(text.contains("2. upload_asset (call 5, key no key): may have been applied"), "{text}");
-        let many: alloc::vec::Vec<EffectRecord> = (1..=1000)
-            .map(|i| EffectRecord { call_id: i, tool: "issue_refund".to_string(), idempotency_key: None, status: EffectStatus::Applied })
-            .collect();
+        let many: alloc::vec::Vec<EffectRecord> =
+            (1..=1000).map(|i| EffectRecord { call_id: i, tool: "issue_refund".to_string(), idempotency_key: None, status: EffectStatus::Applied }).collect();
         let long = note(&stop, EscalationReason::PermissionDenied, None, None, 0, &many);
         assert!(long.contains(" 10. issue_refund (call 10,") && long.contains("... 980 more") && long.contains(" 1000. issue_refund (call 1000,"), "{long}");
         assert!(!long.contains("(call 11,") && long.len() < 2000, "{}", long.len());

@@ -175,10 +175,11 @@ fn ratelimit_t_ms(value: &str) -> Result<Option<u64>, &'static str> {
             }
         }
         if remaining.unwrap_or(0) == 0
-            && let Some(t) = reset {
-                let ms = t.saturating_mul(1000);
-                longest = Some(longest.map_or(ms, |l| l.max(ms)));
-            }
+            && let Some(t) = reset
+        {
+            let ms = t.saturating_mul(1000);
+            longest = Some(longest.map_or(ms, |l| l.max(ms)));
+        }
     }
     if items == 0 { Err("no items") } else { Ok(longest) }
 }
@@ -214,12 +215,11 @@ pub fn read(headers: &[(String, String)], now_ms: u64, max_plausible_ms: u64) ->
         ("retry-after-ms", |v, _| decimal_ms(v, 1).map(Some).ok_or("must be a non-negative number of ms")),
         ("x-amz-retry-after", |v, _| decimal_ms(v, 1).map(Some).ok_or("must be a non-negative number of ms")),
         ("retry-after", |v, now| {
-            decimal_ms(v, 1000)
-                .or_else(|| parse_http_date(v).map(|at| until(now, at)))
-                .map(Some)
-                .ok_or("is neither delay-seconds nor an HTTP-date")
+            decimal_ms(v, 1000).or_else(|| parse_http_date(v).map(|at| until(now, at))).map(Some).ok_or("is neither delay-seconds nor an HTTP-date")
         }),
-        ("grpc-retry-pushback-ms", |v, _| decimal_ms(v, 1).filter(|_| !v.contains('.')).map(Some).ok_or("is negative or malformed: the server forbids a retry")),
+        ("grpc-retry-pushback-ms", |v, _| {
+            decimal_ms(v, 1).filter(|_| !v.contains('.')).map(Some).ok_or("is negative or malformed: the server forbids a retry")
+        }),
         ("ratelimit", |v, _| ratelimit_t_ms(v)),
     ];
     for (name, parse) in sources {

@@ -335,10 +335,7 @@ mod tests {
         let doc = parse(r#" {"a": [1, -2.5e3, true, null], "b": {"c": "x\"\u00e9\ud83d\ude00"}} "#).unwrap();
         let Json::Object(members) = doc else { panic!() };
         assert_eq!(members[0].0, "a");
-        assert_eq!(
-            members[0].1,
-            Json::Array(vec![Json::Number("1".into()), Json::Number("-2.5e3".into()), Json::Bool(true), Json::Null])
-        );
+        assert_eq!(members[0].1, Json::Array(vec![Json::Number("1".into()), Json::Number("-2.5e3".into()), Json::Bool(true), Json::Null]));
         assert_eq!(members[1].1, Json::Object(vec![("c".into(), Json::String("x\"é😀".into()))]));
         assert_eq!(Json::Number("18446744073709551615".into()).as_u64(), Some(u64::MAX));
         assert_eq!(Json::Number("18446744073709551616".into()).as_u64(), None);

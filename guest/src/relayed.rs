@@ -239,7 +239,8 @@ const TRANSIENT_WORDS: &[(&str, OutcomeClass)] = &[
 ];
 
 /// Words that make the number after them an HTTP status (`HTTP 503`, `status code: 429`).
-const STATUS_BEFORE: &[&str] = &["http", "http/1.0", "http/1.1", "http/2", "status", "status code", "statuscode", "error code", "code", "error", "returned", "responded with"];
+const STATUS_BEFORE: &[&str] =
+    &["http", "http/1.0", "http/1.1", "http/2", "status", "status code", "statuscode", "error code", "code", "error", "returned", "responded with"];
 
 /// Reason phrases that make the number before them an HTTP status (`503 Service Unavailable`).
 const STATUS_AFTER: &[&str] = &[
@@ -263,7 +264,8 @@ const STATUS_AFTER: &[&str] = &[
 ];
 
 /// Words after which a duration is a wait hint (`try again in 20s`, `Retry after: 21 seconds`).
-const HINT_BEFORE: &[&str] = &["try again in", "retry in", "retry after", "try again after", "retry-after", "rate reset in", "reset in", "resets in", "wait for"];
+const HINT_BEFORE: &[&str] =
+    &["try again in", "retry in", "retry after", "try again after", "retry-after", "rate reset in", "reset in", "resets in", "wait for"];
 
 fn is_word_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b == b'_'
@@ -476,9 +478,10 @@ fn prose_duration_ms(text: &str) -> Option<u64> {
     let compact = text.get(..compact_len)?.trim_end_matches('.');
     // A Go duration (`1m30s`, `9m38.016s`, `644ms`) written without spaces.
     if compact.len() > number_len
-        && let Some(ms) = crate::hints::go_duration_ms(compact) {
-            return Some(ms);
-        }
+        && let Some(ms) = crate::hints::go_duration_ms(compact)
+    {
+        return Some(ms);
+    }
     let number = text.get(..number_len)?.trim_end_matches('.');
     let unit_text = text.get(number_len..)?.trim_start();
     let unit_len = unit_text.bytes().take_while(u8::is_ascii_alphabetic).count();
@@ -529,9 +532,7 @@ fn prose_status(lower: &str) -> Option<u16> {
     let mut i = 0;
     while i + 3 <= bytes.len() {
         let digits = &bytes[i..i + 3];
-        let is_number = digits.iter().all(u8::is_ascii_digit)
-            && (i == 0 || !is_word_byte(bytes[i - 1]))
-            && bytes.get(i + 3).is_none_or(|b| !is_word_byte(*b));
+        let is_number = digits.iter().all(u8::is_ascii_digit) && (i == 0 || !is_word_byte(bytes[i - 1])) && bytes.get(i + 3).is_none_or(|b| !is_word_byte(*b));
         if is_number {
             let status = digits.iter().fold(0u16, |n, d| n * 10 + u16::from(d - b'0'));
             if (400..=599).contains(&status) {
@@ -592,14 +593,11 @@ fn quoted(text: &str) -> String {
 pub fn read(text: &str, structured: Option<&str>, rules: &[&TextRule], overrides: &[(u16, OutcomeClass)], now_ms: u64) -> Relayed {
     let text = bounded(text, MAX_TEXT_BYTES);
     let mut lower = text.to_ascii_lowercase();
-    let parsed = structured
-        .filter(|s| s.len() <= MAX_STRUCTURED_BYTES)
-        .and_then(|s| json::parse(s).ok())
-        .or_else(|| {
-            // JSON in the text: the whole text, or after a prefix (`529 {"type": ...}`).
-            let start = text.find('{')?;
-            json::parse(text.get(start..)?.trim_end()).ok()
-        });
+    let parsed = structured.filter(|s| s.len() <= MAX_STRUCTURED_BYTES).and_then(|s| json::parse(s).ok()).or_else(|| {
+        // JSON in the text: the whole text, or after a prefix (`529 {"type": ...}`).
+        let start = text.find('{')?;
+        json::parse(text.get(start..)?.trim_end()).ok()
+    });
     if let Some(s) = structured {
         lower.push('\n');
         lower.push_str(&bounded(s, MAX_TEXT_BYTES).to_ascii_lowercase());

@@ -17,16 +17,15 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 
 use crate::account::AccountBudget;
-use crate::budget::{self, Spend};
 use crate::backoff::next_delay_ms;
+use crate::budget::{self, Spend};
 use crate::classify::{classify, failure_label, is_ambiguous};
 use crate::config::{Config, ToolPolicy};
 use crate::escalation::{self, StopPoint};
 use crate::text::excerpt;
 use crate::types::{
-    Action, Admission, CallRequest, CallTicket, Decision, Effect, EffectRecord, EffectStatus, Escalation,
-    EscalationReason, Failure, FailureKind, Outcome, OutcomeClass, RetryPlan, RunError, RunReport, StatusCheckResult,
-    StatusCount,
+    Action, Admission, CallRequest, CallTicket, Decision, Effect, EffectRecord, EffectStatus, Escalation, EscalationReason, Failure, FailureKind, Outcome,
+    OutcomeClass, RetryPlan, RunError, RunReport, StatusCheckResult, StatusCount,
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -217,14 +216,7 @@ impl Run {
     }
 
     /// Records what one attempt returned and decides what happens next.
-    pub fn record_outcome(
-        &mut self,
-        call_id: u32,
-        outcome: &Outcome,
-        now_ms: u64,
-        entropy: u64,
-        budget: &mut dyn AccountBudget,
-    ) -> Result<Decision, RunError> {
+    pub fn record_outcome(&mut self, call_id: u32, outcome: &Outcome, now_ms: u64, entropy: u64, budget: &mut dyn AccountBudget) -> Result<Decision, RunError> {
         self.ensure_open()?;
         let index = self.call_index(call_id)?;
         let pending = match self.calls[index].phase {
@@ -251,7 +243,12 @@ impl Run {
                 if self.calls[index].policy.effect != Effect::Read {
                     self.set_effect(index, Some(EffectStatus::Applied));
                 }
-                let failed = Failed { class: OutcomeClass::Semantic, hint_ms: None, rule: String::from("empty-result"), reason: "empty or unusable result is semantic".to_string() };
+                let failed = Failed {
+                    class: OutcomeClass::Semantic,
+                    hint_ms: None,
+                    rule: String::from("empty-result"),
+                    reason: "empty or unusable result is semantic".to_string(),
+                };
                 Ok(self.replan_or_escalate(index, failed, message, now_ms))
             }
             (Outcome::Failure(failure), None) => Ok(self.on_failure(index, failure, now_ms, entropy, budget)),
@@ -383,18 +380,21 @@ impl Run {
         call.phase = Phase::Sending;
         call.quota_taken = taken.quota_taken;
         let plan = RetryPlan { delay_ms, attempt: call.attempt, idempotency_key: call.key.clone() };
-        let reason = format!(
-            "{}; retry {} of {} after {delay_ms} ms{account_note}",
-            failed.reason,
-            attempt,
-            config.max_attempts_per_call - 1
-        );
+        let reason = format!("{}; retry {} of {} after {delay_ms} ms{account_note}", failed.reason, attempt, config.max_attempts_per_call - 1);
         Decision { action: Action::Retry(plan), class: failed.class, attempt, hint_ms: failed.hint_ms, rule: failed.rule, reason }
     }
 
     /// What the status check found.
     /// What the status check found. `failed` is the failure that asked for it.
-    fn on_status_check(&mut self, index: usize, result: StatusCheckResult, mut failed: Failed, now_ms: u64, entropy: u64, budget: &mut dyn AccountBudget) -> Decision {
+    fn on_status_check(
+        &mut self,
+        index: usize,
+        result: StatusCheckResult,
+        mut failed: Failed,
+        now_ms: u64,
+        entropy: u64,
+        budget: &mut dyn AccountBudget,
+    ) -> Decision {
         match result {
             StatusCheckResult::Found => {
                 let note = Some("already applied: a status check found it".to_string());

@@ -234,12 +234,8 @@ impl PolicyComponent {
 /// imports, from the host's entropy source. The guest uses it only when a host
 /// passes no entropy.
 fn add_random(linker: &mut Linker<HostState>, component: &Component, engine: &Engine) -> wasmtime::Result<()> {
-    let names: Vec<String> = component
-        .component_type()
-        .imports(engine)
-        .map(|(name, _)| name.to_string())
-        .filter(|name| name.starts_with("wasi:random/random@"))
-        .collect();
+    let names: Vec<String> =
+        component.component_type().imports(engine).map(|(name, _)| name.to_string()).filter(|name| name.starts_with("wasi:random/random@")).collect();
     for name in names {
         let mut instance = linker.instance(&name)?;
         instance.func_wrap("get-random-u64", |store, (): ()| Ok((store.data().services.entropy.next_u64(),)))?;

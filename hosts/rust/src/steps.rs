@@ -69,8 +69,21 @@ fn optional_u64(step: &Value, name: &str) -> Result<Option<u64>, String> {
 }
 
 const STEP_KEYS: &[&str] = &[
-    "op", "expect", "now-ms", "entropy", "config", "config-text", "failure", "retry", "hint-ms", "run-id",
-    "action-id", "call", "call-id", "outcome", "comment",
+    "op",
+    "expect",
+    "now-ms",
+    "entropy",
+    "config",
+    "config-text",
+    "failure",
+    "retry",
+    "hint-ms",
+    "run-id",
+    "action-id",
+    "call",
+    "call-id",
+    "outcome",
+    "comment",
 ];
 
 /// Runs one step; `Err` is a harness failure (bad step, trap), not an answer.

@@ -114,7 +114,37 @@ impl Garbage {
     }
 
     fn text(&mut self, max: usize) -> String {
-        const PIECES: &[&str] = &["1", "0", "-", ".", "e", "s", "ms", "h", "GMT", ",", ";", "=", "r", "t", "\"", " ", "\n", "é", "😀", "\0", "Sun", "Nov", "2025", "T", "Z", ":", "+", "x", "99999999999999999999"];
+        const PIECES: &[&str] = &[
+            "1",
+            "0",
+            "-",
+            ".",
+            "e",
+            "s",
+            "ms",
+            "h",
+            "GMT",
+            ",",
+            ";",
+            "=",
+            "r",
+            "t",
+            "\"",
+            " ",
+            "\n",
+            "é",
+            "😀",
+            "\0",
+            "Sun",
+            "Nov",
+            "2025",
+            "T",
+            "Z",
+            ":",
+            "+",
+            "x",
+            "99999999999999999999",
+        ];
         let len = (self.next() % max as u64) as usize;
         (0..len).map(|_| PIECES[(self.next() % PIECES.len() as u64) as usize]).collect()
     }
@@ -123,8 +153,16 @@ impl Garbage {
 #[test]
 fn garbage_failures_and_configs_never_trap_the_guest() {
     const HEADERS: &[&str] = &[
-        "retry-after", "retry-after-ms", "ratelimit", "x-ratelimit-reset", "ratelimit-reset", "x-should-retry",
-        "x-ratelimit-reset-requests", "x-ratelimit-remaining-requests", "anthropic-ratelimit-tokens-reset", "x-other",
+        "retry-after",
+        "retry-after-ms",
+        "ratelimit",
+        "x-ratelimit-reset",
+        "ratelimit-reset",
+        "x-should-retry",
+        "x-ratelimit-reset-requests",
+        "x-ratelimit-remaining-requests",
+        "anthropic-ratelimit-tokens-reset",
+        "x-other",
     ];
     let mut g = Garbage(0x9E37_79B9_7F4A_7C15);
     let mut instance = component().instantiate(services()).unwrap();
@@ -167,7 +205,13 @@ fn garbage_failures_and_configs_never_trap_the_guest() {
                 continue;
             }
             if let Action::CheckStatus = decision.action {
-                let _ = instance.record_outcome(&run, ticket.call_id, &Outcome::StatusCheck(agent_retry_host::component::types::StatusCheckResult::Found), now, None);
+                let _ = instance.record_outcome(
+                    &run,
+                    ticket.call_id,
+                    &Outcome::StatusCheck(agent_retry_host::component::types::StatusCheckResult::Found),
+                    now,
+                    None,
+                );
             }
         }
     }
@@ -201,10 +245,17 @@ fn a_worst_case_tool_error_stays_inside_the_fuel_budget() {
     let (natural, decision) = fuel_of("Rate limit reached for gpt-4o on tokens per min (TPM). Please try again in 644ms.".into(), None);
     assert!(matches!(decision.action, Action::Retry(_)), "{decision:?}");
     let Admission::Send(ticket) = instance.begin_call(&run, &request, 1).unwrap().unwrap() else { panic!("admitted") };
-    let http = Failure { kind: FailureKind::HttpStatus(503), headers: vec![("retry-after".into(), "1".into())], body: "upstream unavailable".into(), structured_content: None };
+    let http = Failure {
+        kind: FailureKind::HttpStatus(503),
+        headers: vec![("retry-after".into(), "1".into())],
+        body: "upstream unavailable".into(),
+        structured_content: None,
+    };
     instance.record_outcome(&run, ticket.call_id, &Outcome::Failure(http), 1, Some(1)).unwrap().unwrap();
     let http = instance.fuel_used_by_last_call();
-    println!("fuel of one record-outcome: hostile 8 KB tool error {hostile}, natural relayed rate limit {natural}, HTTP 503 with Retry-After {http}, budget {FUEL_PER_CALL}");
+    println!(
+        "fuel of one record-outcome: hostile 8 KB tool error {hostile}, natural relayed rate limit {natural}, HTTP 503 with Retry-After {http}, budget {FUEL_PER_CALL}"
+    );
     assert!(hostile < FUEL_PER_CALL / 2, "{hostile} fuel leaves less than 2x headroom");
 }
 

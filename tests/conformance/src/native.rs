@@ -2,13 +2,13 @@
 
 use std::sync::Arc;
 
+use agent_retry_host::accounts as host;
+use agent_retry_host::{AccountBudgetBackend, EmbeddedAccounts};
 use agent_retry_policy::account::{AccountBudget, Bucket, Reservation};
 use agent_retry_policy::config::Config;
 use agent_retry_policy::run::Run;
 use agent_retry_policy::types::{CallRequest, Failure, Outcome};
 use agent_retry_policy::{backoff, classify, key};
-use agent_retry_host::accounts as host;
-use agent_retry_host::{AccountBudgetBackend, EmbeddedAccounts};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 

@@ -2,8 +2,8 @@
 
 use serde_json::Value;
 
-pub use agent_retry_host::steps::{Subject, result_json};
 use agent_retry_host::steps::{StepState, run_step};
+pub use agent_retry_host::steps::{Subject, result_json};
 
 use crate::matcher::matches;
 use crate::vector::Case;
@@ -30,13 +30,13 @@ pub fn run_case(case: &Case, subject: &mut dyn Subject) -> CaseResult {
             Err(e) => return CaseResult { outputs, failure: Some(format!("step {}: {e}", i + 1)) },
         };
         if let Some(expected) = step.get("expect")
-            && let Err(mismatch) = matches(expected, &output) {
-                let failure = format!("step {} ({}): {mismatch}", i + 1, step["op"]);
-                outputs.push(output);
-                return CaseResult { outputs, failure: Some(failure) };
-            }
+            && let Err(mismatch) = matches(expected, &output)
+        {
+            let failure = format!("step {} ({}): {mismatch}", i + 1, step["op"]);
+            outputs.push(output);
+            return CaseResult { outputs, failure: Some(failure) };
+        }
         outputs.push(output);
     }
     CaseResult { outputs, failure: None }
 }
-

@@ -48,4 +48,3 @@ pub fn load_dir(dir: &Path) -> Result<Vec<VectorFile>, String> {
         })
         .collect()
 }
-

@@ -5,9 +5,9 @@
 use std::path::Path;
 use std::process::ExitCode;
 
+use agent_retry_host::dynamic::DynamicPolicy;
 use agent_retry_host::{PolicyComponent, default_wasm_path};
 use conformance::native::Native;
-use agent_retry_host::dynamic::DynamicPolicy;
 use conformance::{load_dir, run_case};
 
 fn main() -> ExitCode {
@@ -37,7 +37,11 @@ fn main() -> ExitCode {
         for case in &file.cases {
             cases += 1;
             let native = run_case(case, &mut Native::new());
-            dump.push_str(&format!("{} {}\n", canonical_text(&serde_json::json!([name, case.description])), canonical_text(&serde_json::Value::Array(native.outputs.clone()))));
+            dump.push_str(&format!(
+                "{} {}\n",
+                canonical_text(&serde_json::json!([name, case.description])),
+                canonical_text(&serde_json::Value::Array(native.outputs.clone()))
+            ));
             let wasm = match DynamicPolicy::new(&component) {
                 Ok(mut subject) => run_case(case, &mut subject),
                 Err(e) => conformance::CaseResult { outputs: vec![], failure: Some(e) },

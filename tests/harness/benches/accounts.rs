@@ -7,8 +7,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use agent_retry_host::accounts::{AccountBudgetBackend, Bucket};
 use agent_retry_harness::{RedisServer, run_workers};
+use agent_retry_host::accounts::{AccountBudgetBackend, Bucket};
 use agent_retry_host::{EmbeddedAccounts, EntropySource, RedisAccounts, SharedAccounts};
 
 fn per_call_ns(backend: &dyn AccountBudgetBackend, calls: u32) -> f64 {
@@ -42,10 +42,19 @@ fn main() {
     let shared_embedded: Arc<dyn AccountBudgetBackend> = Arc::new(EmbeddedAccounts::new());
     let embedded_run = run_workers(WORKERS, Some(ALLOWANCE), vec![], WITH_BUDGET, 8, move |_| Arc::clone(&shared_embedded), seeded);
     let url = redis.url();
-    let redis_run = run_workers(WORKERS, Some(ALLOWANCE), vec![], WITH_BUDGET, 8,
-        move |_| Arc::new(SharedAccounts::new(RedisAccounts::connect(&url).expect("redis"), WORKERS)) as Arc<dyn AccountBudgetBackend>, seeded);
+    let redis_run = run_workers(
+        WORKERS,
+        Some(ALLOWANCE),
+        vec![],
+        WITH_BUDGET,
+        8,
+        move |_| Arc::new(SharedAccounts::new(RedisAccounts::connect(&url).expect("redis"), WORKERS)) as Arc<dyn AccountBudgetBackend>,
+        seeded,
+    );
     for (name, run) in [("no shared budget", &none), ("embedded budget", &embedded_run), ("redis budget", &redis_run)] {
-        println!("  {name:<18} 429s from the server: {:>3}   calls received: {:>3}   admitted per window: {:?}",
-                 run.refused, run.server_calls, run.admitted_per_window);
+        println!(
+            "  {name:<18} 429s from the server: {:>3}   calls received: {:>3}   admitted per window: {:?}",
+            run.refused, run.server_calls, run.admitted_per_window
+        );
     }
 }

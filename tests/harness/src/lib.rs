@@ -51,9 +51,8 @@ pub fn run_workers(
             let client = connect_http(&server.url).await.unwrap();
             let instance = component.instantiate(HostServices::new(backend(w), entropy(w))).unwrap();
             let options = CallerOptions { attempt_timeout_ms: 5000, key_argument: "idempotency_key".into(), clock: Clock::real() };
-            let mut caller = RetryingCaller::start(client.peer().clone(), instance, config, &format!("worker-{w}"), options, Arc::clone(&metrics))
-                .await
-                .unwrap();
+            let mut caller =
+                RetryingCaller::start(client.peer().clone(), instance, config, &format!("worker-{w}"), options, Arc::clone(&metrics)).await.unwrap();
             let start = Arc::clone(&start);
             tasks.push(tokio::spawn(async move {
                 start.wait().await;
@@ -75,7 +74,6 @@ pub fn run_workers(
         LoadOutcome { admitted_per_window, refused, server_calls, host_attempts: counts.attempts, host_retries: counts.retries, times }
     })
 }
-
 
 /// A redis-server of our own on a free loopback port, for tests and benchmarks;
 /// killed on drop.
@@ -119,4 +117,3 @@ impl Drop for RedisServer {
         self.kill();
     }
 }
-

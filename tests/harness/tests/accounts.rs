@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use agent_retry_demo_server::faults::{Fault, rule_first};
-use agent_retry_host::accounts::{AccountBudgetBackend, AccountsError, Bucket, Reservation};
 use agent_retry_harness::{RedisServer, run_workers};
+use agent_retry_host::accounts::{AccountBudgetBackend, AccountsError, Bucket, Reservation};
 use agent_retry_host::{EmbeddedAccounts, EntropySource, RedisAccounts, SharedAccounts};
 
 /// CI's Redis if AGENT_RETRY_REDIS_URL names one, else one of our own.
@@ -220,7 +220,8 @@ fn redis_killed_mid_run_falls_back_logs_once_and_comes_back() {
         std::thread::sleep(Duration::from_millis(700));
         RedisServer::start_on(port) // back on the same port
     });
-    let outcome = run_workers(WORKERS, None, vec![], config, 40, move |_| Arc::clone(&backend) as Arc<dyn AccountBudgetBackend>, |w| EntropySource::seeded(u64::from(w)));
+    let outcome =
+        run_workers(WORKERS, None, vec![], config, 40, move |_| Arc::clone(&backend) as Arc<dyn AccountBudgetBackend>, |w| EntropySource::seeded(u64::from(w)));
     let _restarted = killer.join().unwrap();
     println!("failover: {} calls, {} fallbacks, {} recoveries", outcome.server_calls, shared.fallbacks(), shared.recoveries());
     assert_eq!(outcome.server_calls, (WORKERS * 40) as usize, "every call was made, none lost or sent twice");

@@ -36,9 +36,7 @@ async fn setup(faults: Vec<agent_retry_demo_server::FaultRule>, config: &str, op
     let server = serve_http("127.0.0.1:0".parse().unwrap(), state).await.unwrap();
     let client = connect_http(&server.url).await.unwrap();
     let instance = component().instantiate(HostServices::new(Arc::new(EmbeddedAccounts::new()), EntropySource::seeded(1))).unwrap();
-    let caller = RetryingCaller::start(client.peer().clone(), instance, config, "run-e2e", options, Arc::new(Metrics::new()))
-        .await
-        .unwrap();
+    let caller = RetryingCaller::start(client.peer().clone(), instance, config, "run-e2e", options, Arc::new(Metrics::new())).await.unwrap();
     Setup { server, caller, _client: client }
 }
 

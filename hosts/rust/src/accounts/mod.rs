@@ -52,11 +52,7 @@ pub fn gcra(stored_tat_ms: u64, tokens: u32, bucket: Bucket, max_wait_ms: u64, n
     let new_tat = tat.saturating_add(u64::from(tokens).saturating_mul(emission));
     let allowed_at = new_tat.saturating_sub(tolerance);
     let wait_ms = allowed_at.saturating_sub(now_ms);
-    if wait_ms > max_wait_ms {
-        (Reservation::Refused(wait_ms), stored_tat_ms)
-    } else {
-        (Reservation::Granted(wait_ms), new_tat)
-    }
+    if wait_ms > max_wait_ms { (Reservation::Refused(wait_ms), stored_tat_ms) } else { (Reservation::Granted(wait_ms), new_tat) }
 }
 
 /// Gives `tokens` back: the TAT moves back by `tokens` intervals, but not before

@@ -91,9 +91,7 @@ impl RedisAccounts {
             prefix: "agent-retry:account:".to_string(),
         };
         let mut connection = accounts.open().map_err(|reason| AccountsError::Unreachable { url: url.to_string(), reason })?;
-        let pong: String = redis::cmd("PING")
-            .query(&mut connection)
-            .map_err(|e| AccountsError::Unreachable { url: url.to_string(), reason: e.to_string() })?;
+        let pong: String = redis::cmd("PING").query(&mut connection).map_err(|e| AccountsError::Unreachable { url: url.to_string(), reason: e.to_string() })?;
         if pong != "PONG" {
             return Err(AccountsError::Unreachable { url: url.to_string(), reason: format!("PING answered {pong:?}") });
         }

@@ -18,7 +18,9 @@ use super::{AccountBudgetBackend, Bucket, EmbeddedAccounts, RedisAccounts, Reser
 enum Mode {
     Redis,
     /// Local share since Redis failed; try Redis again after `retry_at`.
-    Local { retry_at: Instant },
+    Local {
+        retry_at: Instant,
+    },
 }
 
 pub struct SharedAccounts {
@@ -63,10 +65,7 @@ impl SharedAccounts {
 
     /// This worker's share of the bucket.
     pub fn local_share(&self, bucket: Bucket) -> Bucket {
-        Bucket {
-            capacity: (bucket.capacity / self.workers).max(1),
-            refill_interval_ms: bucket.refill_interval_ms.saturating_mul(u64::from(self.workers)),
-        }
+        Bucket { capacity: (bucket.capacity / self.workers).max(1), refill_interval_ms: bucket.refill_interval_ms.saturating_mul(u64::from(self.workers)) }
     }
 }
 

@@ -10,17 +10,16 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
+use rmcp::RoleClient;
 use rmcp::model::{CallToolRequestParams, CallToolResult, Tool};
 use rmcp::service::Peer;
-use rmcp::RoleClient;
 use serde_json::{Map, Value};
 
 use super::clock::Clock;
 use super::metrics::Metrics;
 use super::observe;
 use crate::component::types::{
-    Action, Admission, CallRequest, Decision, Escalation, EscalationReason, FailureKind, Outcome, RunError, RunReport,
-    StatusCheckResult, ToolHints,
+    Action, Admission, CallRequest, Decision, Escalation, EscalationReason, FailureKind, Outcome, RunError, RunReport, StatusCheckResult, ToolHints,
 };
 use crate::component::{PolicyHandle, PolicyInstance, RunHandle};
 use crate::labels;
@@ -86,11 +85,7 @@ struct ToolInfo {
 }
 
 fn tool_info(tool: &Tool, key_argument: &str) -> ToolInfo {
-    let hints = tool.annotations.as_ref().map(|a| ToolHints {
-        read_only: a.read_only_hint,
-        destructive: a.destructive_hint,
-        idempotent: a.idempotent_hint,
-    });
+    let hints = tool.annotations.as_ref().map(|a| ToolHints { read_only: a.read_only_hint, destructive: a.destructive_hint, idempotent: a.idempotent_hint });
     let takes_key = tool.input_schema.get("properties").and_then(Value::as_object).is_some_and(|p| p.contains_key(key_argument));
     ToolInfo { hints, takes_key }
 }
@@ -153,12 +148,7 @@ impl RetryingCaller {
     ) -> anyhow::Result<Self> {
         let policy = instance.load_policy(config_json)?.map_err(|e| anyhow::anyhow!("policy configuration: {}: {}", e.field, e.message))?;
         let run = instance.start_run(&policy, run_id)?;
-        let tools = peer
-            .list_all_tools()
-            .await?
-            .iter()
-            .map(|tool| (tool.name.to_string(), tool_info(tool, &options.key_argument)))
-            .collect();
+        let tools = peer.list_all_tools().await?.iter().map(|tool| (tool.name.to_string(), tool_info(tool, &options.key_argument))).collect();
         Ok(RetryingCaller {
             peer,
             instance,
@@ -287,11 +277,7 @@ impl RetryingCaller {
         let (mut outcome, mut result) = self.attempt(tool, &arguments).await;
         loop {
             let now = self.options.clock.now_ms();
-            let decision = self
-                .instance
-                .record_outcome(&self.run, ticket.call_id, &outcome, now, None)
-                .map_err(policy_error)?
-                .map_err(CallError::Run)?;
+            let decision = self.instance.record_outcome(&self.run, ticket.call_id, &outcome, now, None).map_err(policy_error)?.map_err(CallError::Run)?;
             self.log(step, tool, key.as_deref(), &outcome, &decision);
             match decision.action {
                 Action::Retry(plan) => {

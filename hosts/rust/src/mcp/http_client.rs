@@ -77,11 +77,7 @@ fn client_error(e: reqwest::Error) -> StreamableHttpError<HttpFailure> {
 }
 
 fn headers_of(response: &reqwest::Response) -> Vec<(String, String)> {
-    response
-        .headers()
-        .iter()
-        .map(|(name, value)| (name.as_str().to_string(), String::from_utf8_lossy(value.as_bytes()).into_owned()))
-        .collect()
+    response.headers().iter().map(|(name, value)| (name.as_str().to_string(), String::from_utf8_lossy(value.as_bytes()).into_owned())).collect()
 }
 
 /// Reads at most `limit` bytes of a body.

@@ -54,8 +54,16 @@ impl Metrics {
         counter("agent_retry_attempts_by_status_total", "Attempts by what came back.", labelled(&c.by_status, "status"));
         counter("agent_retry_decisions_total", "Decisions by action.", labelled(&c.by_action, "action"));
         counter("agent_retry_escalations_total", "Escalations by reason.", labelled(&c.escalations_by_reason, "reason"));
-        counter("agent_retry_identical_consecutive_calls_total", "Calls identical to the run's previous call.", vec![(String::new(), c.identical_consecutive_calls)]);
-        counter("agent_retry_runs_ended_by_step_budget_total", "Runs escalated because the step budget was spent.", vec![(String::new(), c.runs_ended_by_step_budget)]);
+        counter(
+            "agent_retry_identical_consecutive_calls_total",
+            "Calls identical to the run's previous call.",
+            vec![(String::new(), c.identical_consecutive_calls)],
+        );
+        counter(
+            "agent_retry_runs_ended_by_step_budget_total",
+            "Runs escalated because the step budget was spent.",
+            vec![(String::new(), c.runs_ended_by_step_budget)],
+        );
         out
     }
 }

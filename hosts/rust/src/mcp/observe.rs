@@ -64,9 +64,7 @@ pub fn from_error(error: &ServiceError) -> Outcome {
 
 fn from_http_error(error: &StreamableHttpError<HttpFailure>) -> Outcome {
     match error {
-        StreamableHttpError::Client(HttpFailure::Status { status, headers, body }) => {
-            failure(FailureKind::HttpStatus(*status), headers.clone(), body.clone())
-        }
+        StreamableHttpError::Client(HttpFailure::Status { status, headers, body }) => failure(FailureKind::HttpStatus(*status), headers.clone(), body.clone()),
         StreamableHttpError::Client(HttpFailure::Transport { error, detail }) => failure(FailureKind::Transport(*error), Vec::new(), detail.clone()),
         StreamableHttpError::HttpStatus(status) => {
             let headers = status.retry_after.iter().map(|v| ("retry-after".to_string(), v.clone())).collect();
