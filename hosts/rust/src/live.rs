@@ -1,0 +1,354 @@
+//! A policy that operators update while the host runs: a new `.wasm`, or a new
+//! configuration, read from files the host watches (or on `reload()`), checked
+//! by a gate, and swapped in atomically; `rollback()` returns to the previous
+//! good one. A rejected update leaves the last good policy serving and says why.
+//!
+//! The gate, before anything serves:
+//! 1. integrity: the `.wasm`'s SHA-256 equals a pinned digest, or a detached
+//!    Ed25519 signature (`<wasm>.sig`, 64 bytes, raw or hex) verifies under the
+//!    configured public key; with a key configured an unsigned `.wasm` is refused;
+//! 2. the component compiles, speaks this host's contract version and imports
+//!    nothing outside the contract ([`PolicyComponent::from_bytes`]);
+//! 3. the configuration loads in it;
+//! 4. a self-test: the invariants every policy must keep for the host to stay
+//!    safe — a transient failure of a keyed write is retried with the same key
+//!    within the configured delay, an unkeyed write that timed out is never
+//!    resent without a status check, a 403 escalates, and a failure that
+//!    persists ends in an escalation within the step budget.
+//!
+//! Runs in flight finish on the policy they started with: a host takes
+//! [`LivePolicy::current`] when it starts a run (or a worker) and keeps that
+//! [`Loaded`] policy for the run; an update changes what new runs get. Every
+//! decision can be attributed to exactly one policy version ([`PolicyIdentity`]).
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, SystemTime};
+
+use ed25519_dalek::{Signature, Verifier, VerifyingKey};
+use sha2::{Digest, Sha256};
+
+use crate::component::types::{Action, Admission, CallRequest, Failure, FailureKind, Outcome, TransportError};
+use crate::{EmbeddedAccounts, EntropySource, HostServices, LoadError, PolicyComponent};
+
+/// Which policy made a decision: the component's digest and the configuration's.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PolicyIdentity {
+    /// SHA-256 of the `.wasm`, hex.
+    pub wasm_sha256: String,
+    /// SHA-256 of the configuration text, hex.
+    pub config_sha256: String,
+    /// 1 for the policy the host started with, then one more per accepted update.
+    pub generation: u64,
+}
+
+impl std::fmt::Display for PolicyIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "generation {} (wasm {}, config {})", self.generation, &self.wasm_sha256[..12], &self.config_sha256[..12])
+    }
+}
+
+/// A policy that passed the gate: its compiled component, configuration and identity.
+pub struct Loaded {
+    pub component: Arc<PolicyComponent>,
+    pub config_json: String,
+    pub identity: PolicyIdentity,
+}
+
+/// How updates are trusted.
+#[derive(Clone, Debug, Default)]
+pub enum Integrity {
+    /// Any `.wasm` that passes the rest of the gate (a development setting).
+    #[default]
+    Unchecked,
+    /// Only a `.wasm` with this SHA-256 (hex).
+    PinnedSha256(String),
+    /// Only a `.wasm` whose detached signature (`<wasm>.sig`) verifies under this Ed25519 key.
+    Ed25519([u8; 32]),
+}
+
+/// Why an update was refused. The last good policy keeps serving.
+#[derive(Debug)]
+pub enum UpdateError {
+    /// A file could not be read.
+    Read { path: PathBuf, reason: String },
+    /// The digest or signature does not match.
+    Integrity(String),
+    /// The component cannot run here (invalid, another contract version, foreign imports).
+    Load(LoadError),
+    /// The configuration does not load in the component.
+    Config(String),
+    /// The candidate broke an invariant the host relies on, or trapped.
+    SelfTest(String),
+    /// `rollback()` with no previous policy.
+    NothingToRollBackTo,
+}
+
+impl std::fmt::Display for UpdateError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            UpdateError::Read { path, reason } => write!(f, "cannot read {}: {reason}", path.display()),
+            UpdateError::Integrity(why) => write!(f, "integrity check failed: {why}"),
+            UpdateError::Load(e) => write!(f, "{e}"),
+            UpdateError::Config(why) => write!(f, "the configuration does not load: {why}"),
+            UpdateError::SelfTest(why) => write!(f, "the self-test failed: {why}"),
+            UpdateError::NothingToRollBackTo => write!(f, "there is no previous policy to roll back to"),
+        }
+    }
+}
+
+impl std::error::Error for UpdateError {}
+
+/// Where the policy comes from, and how it is trusted.
+#[derive(Clone, Debug)]
+pub struct PolicySource {
+    pub wasm: PathBuf,
+    pub config: PathBuf,
+    pub integrity: Integrity,
+}
+
+/// The files' state when last read, to notice a change when polling.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+struct Seen {
+    wasm: Option<(SystemTime, u64)>,
+    config: Option<(SystemTime, u64)>,
+}
+
+fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
+    let meta = std::fs::metadata(path).ok()?;
+    Some((meta.modified().ok()?, meta.len()))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, UpdateError> {
+    std::fs::read(path).map_err(|e| UpdateError::Read { path: path.to_path_buf(), reason: e.to_string() })
+}
+
+/// The serving policy, the previous good one, and what counts as an update.
+pub struct LivePolicy {
+    source: PolicySource,
+    current: RwLock<Arc<Loaded>>,
+    previous: Mutex<Option<Arc<Loaded>>>,
+    seen: Mutex<Seen>,
+    /// The last refusal, for operators (`None` once an update is accepted).
+    last_refusal: Mutex<Option<String>>,
+}
+
+impl LivePolicy {
+    /// Loads the first policy through the same gate as every update.
+    pub fn open(source: PolicySource) -> Result<LivePolicy, UpdateError> {
+        let seen = Seen { wasm: stamp(&source.wasm), config: stamp(&source.config) };
+        let first = candidate(&source, 1)?;
+        Ok(LivePolicy { source, current: RwLock::new(Arc::new(first)), previous: Mutex::new(None), seen: Mutex::new(seen), last_refusal: Mutex::new(None) })
+    }
+
+    /// The policy new runs get. Keep it for the run: an update does not change it.
+    pub fn current(&self) -> Arc<Loaded> {
+        Arc::clone(&self.current.read().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Why the last update was refused, if the last attempt was refused.
+    pub fn last_refusal(&self) -> Option<String> {
+        self.last_refusal.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Reads the files again, gates the candidate off the hot path, and swaps it
+    /// in. On refusal the serving policy is unchanged and the reason is logged.
+    pub fn reload(&self) -> Result<PolicyIdentity, UpdateError> {
+        *self.seen.lock().unwrap_or_else(|p| p.into_inner()) = Seen { wasm: stamp(&self.source.wasm), config: stamp(&self.source.config) };
+        let generation = self.current().identity.generation + 1;
+        match candidate(&self.source, generation) {
+            Ok(loaded) => {
+                let identity = loaded.identity.clone();
+                let old = std::mem::replace(&mut *self.current.write().unwrap_or_else(|p| p.into_inner()), Arc::new(loaded));
+                *self.previous.lock().unwrap_or_else(|p| p.into_inner()) = Some(old);
+                *self.last_refusal.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                tracing::info!(target: "agent_retry", policy = %identity, "policy update accepted");
+                Ok(identity)
+            }
+            Err(e) => {
+                tracing::warn!(target: "agent_retry", serving = %self.current().identity, reason = %e, "policy update refused");
+                *self.last_refusal.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
+                Err(e)
+            }
+        }
+    }
+
+    /// Returns to the previous good policy (it passed the gate when it served).
+    pub fn rollback(&self) -> Result<PolicyIdentity, UpdateError> {
+        let previous = self.previous.lock().unwrap_or_else(|p| p.into_inner()).take().ok_or(UpdateError::NothingToRollBackTo)?;
+        let identity = previous.identity.clone();
+        let old = std::mem::replace(&mut *self.current.write().unwrap_or_else(|p| p.into_inner()), previous);
+        *self.previous.lock().unwrap_or_else(|p| p.into_inner()) = Some(old);
+        tracing::info!(target: "agent_retry", policy = %identity, "policy rolled back");
+        Ok(identity)
+    }
+
+    /// Reloads if either file changed since it was last read (size or time).
+    /// `None`: nothing changed.
+    pub fn poll(&self) -> Option<Result<PolicyIdentity, UpdateError>> {
+        let now = Seen { wasm: stamp(&self.source.wasm), config: stamp(&self.source.config) };
+        if *self.seen.lock().unwrap_or_else(|p| p.into_inner()) == now {
+            return None;
+        }
+        Some(self.reload())
+    }
+
+    /// Polls the files every `interval` on a thread of its own (a file watcher
+    /// that works on every filesystem, network ones included).
+    pub fn watch(self: &Arc<Self>, interval: Duration) -> std::thread::JoinHandle<()> {
+        let live = Arc::downgrade(self);
+        std::thread::spawn(move || {
+            while let Some(live) = live.upgrade() {
+                let _ = live.poll();
+                drop(live);
+                std::thread::sleep(interval);
+            }
+        })
+    }
+}
+
+/// Reads, checks and compiles a candidate; runs the self-test.
+fn candidate(source: &PolicySource, generation: u64) -> Result<Loaded, UpdateError> {
+    let bytes = read(&source.wasm)?;
+    let config_bytes = read(&source.config)?;
+    let config_json = String::from_utf8(config_bytes).map_err(|_| UpdateError::Config("the configuration is not UTF-8".into()))?;
+    let wasm_sha256 = hex(&Sha256::digest(&bytes));
+    match &source.integrity {
+        Integrity::Unchecked => {}
+        Integrity::PinnedSha256(pinned) => {
+            if !pinned.eq_ignore_ascii_case(&wasm_sha256) {
+                return Err(UpdateError::Integrity(format!("the .wasm's SHA-256 is {wasm_sha256}, the pinned digest {pinned}")));
+            }
+        }
+        Integrity::Ed25519(key) => verify_signature(&source.wasm, &bytes, key)?,
+    }
+    let component = PolicyComponent::from_bytes(&bytes).map_err(UpdateError::Load)?;
+    self_test(&component, &config_json)?;
+    let config_sha256 = hex(&Sha256::digest(config_json.as_bytes()));
+    Ok(Loaded { component: Arc::new(component), config_json, identity: PolicyIdentity { wasm_sha256, config_sha256, generation } })
+}
+
+fn verify_signature(wasm: &Path, bytes: &[u8], key: &[u8; 32]) -> Result<(), UpdateError> {
+    let mut sig_path = wasm.as_os_str().to_owned();
+    sig_path.push(".sig");
+    let sig_path = PathBuf::from(sig_path);
+    let raw = std::fs::read(&sig_path).map_err(|_| UpdateError::Integrity(format!("unsigned: no signature at {}", sig_path.display())))?;
+    let text = String::from_utf8_lossy(&raw);
+    let hex_text = text.trim();
+    let sig: [u8; 64] = if raw.len() == 64 {
+        raw.as_slice().try_into().unwrap_or([0; 64])
+    } else if hex_text.len() == 128 && hex_text.bytes().all(|b| b.is_ascii_hexdigit()) {
+        let mut out = [0u8; 64];
+        for (i, chunk) in hex_text.as_bytes().chunks(2).enumerate() {
+            out[i] = u8::from_str_radix(std::str::from_utf8(chunk).unwrap_or("00"), 16).unwrap_or(0);
+        }
+        out
+    } else {
+        return Err(UpdateError::Integrity(format!("{} is neither 64 bytes nor 128 hex digits", sig_path.display())));
+    };
+    let key = VerifyingKey::from_bytes(key).map_err(|e| UpdateError::Integrity(format!("the configured public key is not valid: {e}")))?;
+    key.verify(bytes, &Signature::from_bytes(&sig)).map_err(|_| UpdateError::Integrity("the signature does not verify under the configured key".into()))
+}
+
+/// The invariants every policy keeps for the host to stay safe, checked on a
+/// candidate in a fresh instance with its own account budget.
+fn self_test(component: &PolicyComponent, config_json: &str) -> Result<(), UpdateError> {
+    let trap = |what: &str, e: wasmtime::Error| UpdateError::SelfTest(format!("{what} trapped: {e:#}"));
+    let mut instance =
+        component.instantiate(HostServices::new(Arc::new(EmbeddedAccounts::new()), EntropySource::seeded(1))).map_err(|e| trap("instantiation", e))?;
+    let policy = match instance.load_policy(config_json).map_err(|e| trap("from-json", e))? {
+        Ok(policy) => policy,
+        Err(e) => return Err(UpdateError::Config(format!("{}: {}", e.field, e.message))),
+    };
+    let effective = instance.effective_config(&policy).map_err(|e| trap("effective-config", e))?;
+    let limits: serde_json::Value = serde_json::from_str(&effective).map_err(|e| UpdateError::SelfTest(format!("effective-config is not JSON: {e}")))?;
+    let max_delay = limits["max-delay-ms"].as_u64().unwrap_or(u64::MAX);
+    let max_steps = limits["max-steps-per-run"].as_u64().unwrap_or(u64::MAX);
+    let now = 1_764_460_800_000;
+    let fail = |kind, body: &str| Outcome::Failure(Failure { kind, headers: vec![], body: body.into(), structured_content: None });
+    let broken = |what: String| Err(UpdateError::SelfTest(what));
+
+    // A keyed write failing 503 is retried with the same key within the delay cap
+    // (or escalated by a budget: a policy may retry less, never worse).
+    let run = instance.start_run(&policy, "self-test-1").map_err(|e| trap("start-run", e))?;
+    let key = "ar1-00000000000000000000000000000001".to_string();
+    // A write whatever `default-effect` says: MCP hints apply to a tool the configuration does not name.
+    let write = Some(crate::component::types::ToolHints { read_only: Some(false), destructive: None, idempotent: Some(false) });
+    let keyed = CallRequest { tool: "self_test_write".into(), idempotency_key: Some(key.clone()), hints: write };
+    if let Admission::Send(ticket) =
+        instance.begin_call(&run, &keyed, now).map_err(|e| trap("begin-call", e))?.map_err(|e| UpdateError::SelfTest(format!("{e:?}")))?
+    {
+        let decision = instance
+            .record_outcome(&run, ticket.call_id, &fail(FailureKind::HttpStatus(503), "self-test"), now, Some(u64::MAX))
+            .map_err(|e| trap("record-outcome", e))?
+            .map_err(|e| UpdateError::SelfTest(format!("{e:?}")))?;
+        match decision.action {
+            Action::Retry(plan) if plan.idempotency_key.as_deref() != Some(key.as_str()) => return broken("a retry changed the call's idempotency key".into()),
+            Action::Retry(plan) if plan.delay_ms > max_delay => return broken(format!("a retry waits {} ms, above max-delay-ms {max_delay}", plan.delay_ms)),
+            Action::Retry(_) | Action::Escalate(_) => {}
+            other => return broken(format!("a 503 on a keyed write answered {other:?}")),
+        }
+    }
+
+    // An unkeyed write that timed out is never resent without a status check.
+    let run = instance.start_run(&policy, "self-test-2").map_err(|e| trap("start-run", e))?;
+    let unkeyed = CallRequest { tool: "self_test_write".into(), idempotency_key: None, hints: write };
+    if let Admission::Send(ticket) =
+        instance.begin_call(&run, &unkeyed, now).map_err(|e| trap("begin-call", e))?.map_err(|e| UpdateError::SelfTest(format!("{e:?}")))?
+    {
+        let decision = instance
+            .record_outcome(&run, ticket.call_id, &fail(FailureKind::Transport(TransportError::Timeout), ""), now, Some(1))
+            .map_err(|e| trap("record-outcome", e))?
+            .map_err(|e| UpdateError::SelfTest(format!("{e:?}")))?;
+        if matches!(decision.action, Action::Retry(_)) {
+            return broken("an unkeyed write that timed out would be resent without a status check".into());
+        }
+    }
+
+    // A 403 escalates; it is never retried.
+    let run = instance.start_run(&policy, "self-test-3").map_err(|e| trap("start-run", e))?;
+    if let Admission::Send(ticket) =
+        instance.begin_call(&run, &keyed, now).map_err(|e| trap("begin-call", e))?.map_err(|e| UpdateError::SelfTest(format!("{e:?}")))?
+    {
+        let decision = instance
+            .record_outcome(&run, ticket.call_id, &fail(FailureKind::HttpStatus(403), "self-test"), now, Some(1))
+            .map_err(|e| trap("record-outcome", e))?
+            .map_err(|e| UpdateError::SelfTest(format!("{e:?}")))?;
+        if !matches!(decision.action, Action::Escalate(_)) {
+            return broken(format!("a 403 answered {:?}", decision.action));
+        }
+    }
+
+    // A failure that persists ends in an escalation within the step budget.
+    let run = instance.start_run(&policy, "self-test-4").map_err(|e| trap("start-run", e))?;
+    let read = CallRequest {
+        tool: "self_test_read".into(),
+        idempotency_key: None,
+        hints: Some(crate::component::types::ToolHints { read_only: Some(true), destructive: None, idempotent: None }),
+    };
+    let mut steps = 0u64;
+    'run: loop {
+        let ticket = match instance.begin_call(&run, &read, now).map_err(|e| trap("begin-call", e))? {
+            Ok(Admission::Send(ticket)) => ticket,
+            Ok(Admission::Escalate(_)) | Err(_) => break 'run,
+        };
+        loop {
+            steps += 1;
+            if steps > max_steps.saturating_add(1).min(1_000_000) {
+                return broken(format!("a persistent 503 was still being retried after {steps} steps (max-steps-per-run {max_steps})"));
+            }
+            let decision =
+                instance.record_outcome(&run, ticket.call_id, &fail(FailureKind::HttpStatus(503), ""), now, Some(1)).map_err(|e| trap("record-outcome", e))?;
+            match decision.map(|d| d.action) {
+                Ok(Action::Retry(_)) => continue,
+                Ok(Action::Escalate(_)) | Err(_) => break 'run,
+                Ok(_) => continue 'run,
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,228 @@
+//! Live policy updates in the Rust host: configuration and `.wasm` updates take
+//! effect for new runs without a restart; a bad, foreign or tampered update is
+//! refused and the last good policy keeps serving; rollback; a swap under load.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use agent_retry_host::component::types::{Action, Admission, CallRequest, Failure, FailureKind, Outcome};
+use agent_retry_host::{EmbeddedAccounts, EntropySource, HostServices, Integrity, LivePolicy, PolicySource, UpdateError, default_wasm_path};
+use ed25519_dalek::{Signer, SigningKey};
+use sha2::{Digest, Sha256};
+
+struct Dir(PathBuf);
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A folder with the component and a configuration, as an operator deploys them.
+fn deployed(name: &str, config: &str) -> (Dir, PolicySource) {
+    let dir = std::env::temp_dir().join(format!("agent-retry-live-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(default_wasm_path(), dir.join("policy.wasm")).expect("run `make wasm` first");
+    std::fs::write(dir.join("policy.json"), config).unwrap();
+    let source = PolicySource { wasm: dir.join("policy.wasm"), config: dir.join("policy.json"), integrity: Integrity::Unchecked };
+    (Dir(dir), source)
+}
+
+/// Attempts a read makes against a persistent 503 under `live`'s current policy.
+fn attempts_against_a_persistent_503(live: &LivePolicy) -> u32 {
+    let loaded = live.current();
+    let mut instance = loaded.component.instantiate(HostServices::new(Arc::new(EmbeddedAccounts::new()), EntropySource::seeded(3))).unwrap();
+    let policy = instance.load_policy(&loaded.config_json).unwrap().unwrap();
+    let run = instance.start_run(&policy, "probe").unwrap();
+    let request = CallRequest { tool: "lookup_order".into(), idempotency_key: None, hints: None };
+    let Admission::Send(ticket) = instance.begin_call(&run, &request, 1).unwrap().unwrap() else { panic!("admitted") };
+    let failure = Outcome::Failure(Failure { kind: FailureKind::HttpStatus(503), headers: vec![], body: String::new(), structured_content: None });
+    let mut attempts = 1;
+    while let Action::Retry(_) = instance.record_outcome(&run, ticket.call_id, &failure, 1, Some(1)).unwrap().unwrap().action {
+        attempts += 1;
+    }
+    attempts
+}
+
+const READS: &str = r#"{"default-effect": "read", "max-attempts-per-call": 4}"#;
+
+#[test]
+fn a_configuration_update_changes_a_budget_for_new_runs_without_a_restart() {
+    let (_dir, source) = deployed("config", READS);
+    let live = LivePolicy::open(source.clone()).unwrap();
+    let before = live.current(); // a run in flight keeps this
+    assert_eq!(attempts_against_a_persistent_503(&live), 4);
+    std::fs::write(&source.config, r#"{"default-effect": "read", "max-attempts-per-call": 2}"#).unwrap();
+    let identity = live.reload().unwrap();
+    assert_eq!(identity.generation, 2);
+    assert_ne!(identity.config_sha256, before.identity.config_sha256);
+    assert_eq!(attempts_against_a_persistent_503(&live), 2, "new runs get the new budget");
+    assert!(before.config_json.contains("\"max-attempts-per-call\": 4"), "the run in flight keeps its policy");
+}
+
+#[test]
+fn a_bad_configuration_is_refused_and_the_last_good_one_keeps_serving() {
+    let (_dir, source) = deployed("bad-config", READS);
+    let live = LivePolicy::open(source.clone()).unwrap();
+    std::fs::write(&source.config, r#"{"max-attempts-per-call": 0}"#).unwrap();
+    let err = live.reload().unwrap_err();
+    assert!(matches!(&err, UpdateError::Config(why) if why.contains("max-attempts-per-call")), "{err}");
+    assert_eq!(live.current().identity.generation, 1);
+    assert!(live.last_refusal().unwrap().contains("max-attempts-per-call"));
+    assert_eq!(attempts_against_a_persistent_503(&live), 4, "the old policy still decides");
+}
+
+#[test]
+fn a_broken_or_foreign_component_is_refused_and_rollback_returns_to_the_previous_policy() {
+    let (_dir, source) = deployed("wasm", READS);
+    let live = LivePolicy::open(source.clone()).unwrap();
+    let good = std::fs::read(&source.wasm).unwrap();
+
+    std::fs::write(&source.wasm, b"\0asm not really").unwrap();
+    assert!(matches!(live.reload().unwrap_err(), UpdateError::Load(_)));
+
+    // The same component, speaking another major contract version.
+    let foreign = rename_all(&good, b"agent-retry:policy/policy@0.2.0", b"agent-retry:policy/policy@1.0.0");
+    std::fs::write(&source.wasm, &foreign).unwrap();
+    let err = live.reload().unwrap_err().to_string();
+    assert!(err.contains("agent-retry:policy@1.0.0") && err.contains("agent-retry:policy@0.2.0"), "{err}");
+    assert_eq!(live.current().identity.generation, 1, "nothing was swapped in");
+
+    std::fs::write(&source.wasm, &good).unwrap();
+    std::fs::write(&source.config, r#"{"default-effect": "read", "max-attempts-per-call": 3}"#).unwrap();
+    live.reload().unwrap();
+    assert_eq!(attempts_against_a_persistent_503(&live), 3);
+    let back = live.rollback().unwrap();
+    assert_eq!(back.generation, 1);
+    assert_eq!(attempts_against_a_persistent_503(&live), 4);
+}
+
+#[test]
+fn a_pinned_digest_refuses_a_tampered_component() {
+    let (_dir, mut source) = deployed("pinned", READS);
+    let bytes = std::fs::read(&source.wasm).unwrap();
+    let digest: String = Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect();
+    source.integrity = Integrity::PinnedSha256(digest.clone());
+    let live = LivePolicy::open(source.clone()).unwrap();
+    assert_eq!(live.current().identity.wasm_sha256, digest);
+    // One byte changed in the component's name section or code: the digest no longer matches.
+    let mut tampered = bytes.clone();
+    let last = tampered.len() - 1;
+    tampered[last] ^= 1;
+    std::fs::write(&source.wasm, &tampered).unwrap();
+    let err = live.reload().unwrap_err();
+    assert!(matches!(&err, UpdateError::Integrity(why) if why.contains(&digest)), "{err}");
+}
+
+#[test]
+fn with_a_key_configured_only_a_signed_component_is_accepted() {
+    let (_dir, mut source) = deployed("signed", READS);
+    let key = SigningKey::from_bytes(&[7; 32]);
+    source.integrity = Integrity::Ed25519(key.verifying_key().to_bytes());
+    let sig = sig_path(&source.wasm);
+
+    // Unsigned: refused at start.
+    let err = LivePolicy::open(source.clone()).err().expect("an unsigned component is refused");
+    assert!(err.to_string().contains("unsigned"), "{err}");
+
+    // Signed (hex): accepted.
+    let bytes = std::fs::read(&source.wasm).unwrap();
+    let hex: String = key.sign(&bytes).to_bytes().iter().map(|b| format!("{b:02x}")).collect();
+    std::fs::write(&sig, hex).unwrap();
+    let live = LivePolicy::open(source.clone()).unwrap();
+
+    // Signed by another key (raw bytes): refused, the signed one keeps serving.
+    let other = SigningKey::from_bytes(&[9; 32]);
+    std::fs::write(&sig, other.sign(&bytes).to_bytes()).unwrap();
+    let err = live.reload().unwrap_err();
+    assert!(matches!(&err, UpdateError::Integrity(why) if why.contains("does not verify")), "{err}");
+    assert_eq!(live.current().identity.generation, 1);
+}
+
+#[test]
+fn the_watcher_picks_up_a_changed_configuration() {
+    let (_dir, source) = deployed("watch", READS);
+    let live = Arc::new(LivePolicy::open(source.clone()).unwrap());
+    let _watcher = live.watch(Duration::from_millis(20));
+    std::thread::sleep(Duration::from_millis(50));
+    std::fs::write(&source.config, r#"{"default-effect": "read", "max-attempts-per-call": 2}"#).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while live.current().identity.generation == 1 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(live.current().identity.generation, 2);
+    assert_eq!(attempts_against_a_persistent_503(&live), 2);
+}
+
+/// Four workers decide without pause while the policy is swapped back and forth
+/// twenty times: no decision fails, and each is made wholly by one generation.
+#[test]
+fn decisions_never_fail_while_the_policy_is_swapped_under_load() {
+    let (_dir, source) = deployed("load", READS);
+    let live = Arc::new(LivePolicy::open(source.clone()).unwrap());
+    let stop = Arc::new(AtomicBool::new(false));
+    let workers: Vec<_> = (0..4)
+        .map(|w| {
+            let (live, stop) = (Arc::clone(&live), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                let mut made: Vec<(u64, u32)> = Vec::new(); // (generation, attempts allowed)
+                while !stop.load(Ordering::Relaxed) {
+                    let loaded = live.current();
+                    let mut instance = loaded.component.instantiate(HostServices::new(Arc::new(EmbeddedAccounts::new()), EntropySource::seeded(w))).unwrap();
+                    let policy = instance.load_policy(&loaded.config_json).unwrap().unwrap();
+                    for run_number in 0..20 {
+                        let run = instance.start_run(&policy, &format!("w{w}-{run_number}")).unwrap();
+                        let request = CallRequest { tool: "lookup_order".into(), idempotency_key: None, hints: None };
+                        let Admission::Send(ticket) = instance.begin_call(&run, &request, 1).unwrap().unwrap() else { panic!("admitted") };
+                        let failure =
+                            Outcome::Failure(Failure { kind: FailureKind::HttpStatus(503), headers: vec![], body: String::new(), structured_content: None });
+                        let mut attempts = 1;
+                        while let Action::Retry(_) = instance.record_outcome(&run, ticket.call_id, &failure, 1, Some(1)).unwrap().unwrap().action {
+                            attempts += 1;
+                        }
+                        made.push((loaded.identity.generation, attempts));
+                        instance.drop_run(run).unwrap();
+                    }
+                }
+                made
+            })
+        })
+        .collect();
+    for swap in 0..20 {
+        let attempts = if swap % 2 == 0 { 2 } else { 4 };
+        std::fs::write(&source.config, format!(r#"{{"default-effect": "read", "max-attempts-per-call": {attempts}}}"#)).unwrap();
+        live.reload().unwrap();
+        std::thread::sleep(Duration::from_millis(15));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let made: Vec<(u64, u32)> = workers.into_iter().flat_map(|w| w.join().expect("no worker failed")).collect();
+    assert!(made.len() >= 80, "{} decisions", made.len());
+    // Generation 1 and every even generation allow 4 attempts... generation g ≥ 2
+    // was written by swap g - 2: 2 attempts when g is even, 4 when odd.
+    for (generation, attempts) in &made {
+        let expected = if *generation == 1 || generation % 2 == 1 { 4 } else { 2 };
+        assert_eq!(*attempts, expected, "a decision of generation {generation} mixed policies");
+    }
+    let generations: std::collections::BTreeSet<u64> = made.iter().map(|(g, _)| *g).collect();
+    println!("{} decisions across {} generations during 20 swaps", made.len(), generations.len());
+    assert!(generations.len() > 2, "the swaps were seen by the workers: {generations:?}");
+}
+
+fn sig_path(wasm: &Path) -> PathBuf {
+    let mut path = wasm.as_os_str().to_owned();
+    path.push(".sig");
+    PathBuf::from(path)
+}
+
+fn rename_all(bytes: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
+    assert_eq!(from.len(), to.len());
+    let mut out = bytes.to_vec();
+    for at in 0..bytes.len().saturating_sub(from.len()) {
+        if &bytes[at..at + from.len()] == from {
+            out[at..at + from.len()].copy_from_slice(to);
+        }
+    }
+    out
+}
