@@ -190,7 +190,7 @@ fn garbage_failures_and_configs_never_trap_the_guest() {
             _ => FailureKind::ToolError(Some(g.next() as u16)),
         };
         let headers = (0..g.next() % 4).map(|_| (HEADERS[(g.next() % HEADERS.len() as u64) as usize].to_string(), g.text(12))).collect();
-        let structured_content = (g.next() % 2 == 0).then(|| g.text(40));
+        let structured_content = g.next().is_multiple_of(2).then(|| g.text(40));
         let failure = Failure { kind, headers, body: g.text(30), structured_content };
         let now = g.next() >> 20;
         let policy_answer = instance.classify(&policy, &failure, now).expect("classify must not trap");
@@ -307,7 +307,7 @@ fn a_configuration_with_a_thousand_namespaced_tools_loads_inside_the_fuel_budget
     let request = CallRequest { tool: format!("mcp__github__create_pull_request_review_{:04}", TOOLS - 1), idempotency_key: None, hints: None };
     let Admission::Send(ticket) = instance.begin_call(&run, &request, 1).unwrap().unwrap() else { panic!("admitted") };
     let begin_fuel = instance.fuel_used_by_last_call();
-    assert_eq!(ticket.safe_to_repeat, false, "the tool's entry (a write) applies");
+    assert!(!ticket.safe_to_repeat, "the tool's entry (a write) applies");
     println!("{TOOLS} tools ({} bytes): from-json {load_fuel} fuel, begin-call of the last tool {begin_fuel}", config.len());
     assert!(load_fuel < FUEL_PER_CALL, "{load_fuel}");
     // The tool is found by its hash: a scan of the 1,000 names took 1,089,991.
