@@ -57,6 +57,34 @@ fn decide_answers_json_lines() {
     assert_eq!(answers[3]["class"], "permission");
 }
 
+/// A step that traps the component (a configuration far past the fuel budget)
+/// gets the trap's cause; the next steps are served by a fresh instance with the
+/// configuration in force, instead of every later step failing.
+#[test]
+fn decide_goes_on_after_a_trap_with_a_fresh_instance() {
+    let mut child = Command::new(BIN).arg("decide").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    let tools: Vec<String> = (0..20_000).map(|i| format!(r#""tool_{i:05}": {{"effect": "read"}}"#)).collect();
+    let steps = [
+        r#"{"op": "load-policy", "config": {"max-attempts-per-call": 2}}"#.to_string(),
+        format!(r#"{{"op": "load-policy", "config": {{"tools": {{{}}}}}}}"#, tools.join(",")),
+        r#"{"op": "begin-call", "call": {"tool": "lookup_order", "hints": {"read-only": true}}}"#.to_string(),
+        r#"{"op": "record-outcome", "call-id": 1, "outcome": {"failure": {"kind": {"http-status": 503}}}}"#.to_string(),
+        r#"{"op": "record-outcome", "call-id": 1, "outcome": {"failure": {"kind": {"http-status": 503}}}}"#.to_string(),
+    ];
+    child.stdin.take().unwrap().write_all(steps.join("\n").as_bytes()).unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success());
+    let answers: Vec<serde_json::Value> = String::from_utf8_lossy(&output.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(answers.len(), 5);
+    let trap = answers[1]["error"].as_str().unwrap();
+    assert!(trap.contains("trapped") && trap.contains("fuel"), "{trap}");
+    assert!(answers[1]["recovered"].is_string());
+    assert_eq!(answers[2]["ok"]["send"]["call-id"], 1, "the fresh instance serves");
+    assert!(answers[3]["ok"]["action"]["retry"].is_object());
+    // The configuration in force before the trap (2 attempts a call) still applies.
+    assert_eq!(answers[4]["ok"]["action"]["escalate"]["reason"], "call-attempts-spent", "{}", answers[4]);
+}
+
 #[test]
 fn call_reports_an_escalation_from_a_stdio_server() {
     let stdio = format!("{BIN} serve --stdio");

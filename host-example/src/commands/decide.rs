@@ -14,8 +14,14 @@ use agent_retry_host::steps::{StepState, Subject, run_step};
 
 pub fn decide(wasm: &std::path::Path) -> anyhow::Result<()> {
     let component = PolicyComponent::from_file(wasm)?;
-    let mut policy = DynamicPolicy::new(&component).map_err(anyhow::Error::msg)?;
-    policy.load_policy("{}").map_err(anyhow::Error::msg)?;
+    let fresh = |config: &str| -> anyhow::Result<DynamicPolicy> {
+        let mut policy = DynamicPolicy::new(&component).map_err(anyhow::Error::msg)?;
+        policy.load_policy(config).map_err(anyhow::Error::msg)?;
+        Ok(policy)
+    };
+    // The configuration in force, to load again in a fresh instance after a trap.
+    let mut config = String::from("{}");
+    let mut policy = fresh(&config)?;
     let mut state = StepState::default();
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
@@ -25,7 +31,22 @@ pub fn decide(wasm: &std::path::Path) -> anyhow::Result<()> {
             continue;
         }
         let answer = match serde_json::from_str::<Value>(&line) {
-            Ok(step) => run_step(&mut policy, &step, &mut state).unwrap_or_else(|e| json!({ "error": e })),
+            Ok(step) => match run_step(&mut policy, &step, &mut state) {
+                Ok(answer) => {
+                    if step["op"] == "load-policy" && answer.get("ok").is_some() {
+                        config = step.get("config").map(Value::to_string).or_else(|| step["config-text"].as_str().map(String::from)).unwrap_or(config);
+                    }
+                    answer
+                }
+                // A trapped instance cannot be entered again: the next steps get a
+                // fresh one with the configuration in force. Its runs are gone.
+                Err(error) if error.contains(" trapped: ") => {
+                    policy = fresh(&config)?;
+                    state = StepState::default();
+                    json!({ "error": error, "recovered": "a fresh instance serves the next steps, with the configuration in force; runs started before the trap are gone" })
+                }
+                Err(error) => json!({ "error": error }),
+            },
             Err(e) => json!({ "error": format!("not JSON: {e}") }),
         };
         writeln!(out, "{answer}")?;
