@@ -46,10 +46,33 @@ mkdirSync(out, { recursive: true });
 const jco = join(jcoRoot, 'src/jco.js');
 execFileSync(process.execPath, [jco, 'transpile', source, '-o', out, '--instantiation', 'async',
   '--name', 'agent_retry_policy', '--quiet'], { stdio: 'inherit' });
+// The sandbox's two edits of jco's glue (src/component.ts checks the first):
+// strings from the guest are decoded strictly, so invalid UTF-8 is an error (jco's
+// decoder would replace it silently); and a resource the garbage collector drops
+// cannot throw out of a FinalizationRegistry callback (which would end the
+// process) when its instance has trapped.
+const gluePath = join(out, 'agent_retry_policy.js');
+const glue = readFileSync(gluePath, 'utf8');
+const edits = [
+  ['const utf8Decoder = new TextDecoder();', "const utf8Decoder = new TextDecoder('utf-8', { fatal: true });"],
+  ['return new FinalizationRegistry(unregister);', 'return new FinalizationRegistry((handle) => { try { unregister(handle); } catch { /* the instance failed */ } });'],
+];
+let patched = glue;
+for (const [from, to] of edits) {
+  if (!patched.includes(from)) {
+    console.error(`jco's glue has changed: "${from}" not found in ${gluePath}; this script is written for jco 1.12.0`);
+    process.exit(1);
+  }
+  patched = patched.replace(from, to);
+}
+writeFileSync(gluePath, patched);
 const jcoVersion = JSON.parse(readFileSync(join(jcoRoot, 'package.json'), 'utf8')).version;
 const bytes = readFileSync(source);
 const sha256 = createHash('sha256').update(bytes).digest('hex');
 // The component's exports (`agent-retry:policy/policy@X.Y.Z`), from its world.
-const exports = [...(await componentWit(bytes)).matchAll(/^\s*export\s+([^\s;:]+(?::[^\s;]+)?)\s*;/gm)].map((m) => m[1]);
-writeFileSync(join(out, 'source.json'), JSON.stringify({ wasm: source, sha256, jco: jcoVersion, exports }, null, 2) + '\n');
+const wit = await componentWit(bytes);
+const exports = [...wit.matchAll(/^\s*export\s+([^\s;:]+(?::[^\s;]+)?)\s*;/gm)].map((m) => m[1]);
+// And what it imports, so that a load without the .wasm can still refuse an import outside the contract.
+const imports = [...wit.matchAll(/^\s*import\s+([^\s;:]+(?::[^\s;]+)?)\s*;/gm)].map((m) => m[1]);
+writeFileSync(join(out, 'source.json'), JSON.stringify({ wasm: source, sha256, jco: jcoVersion, exports, imports }, null, 2) + '\n');
 console.log(`transpiled ${source} with jco ${jcoVersion} into ${out}`);

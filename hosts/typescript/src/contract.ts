@@ -4,7 +4,7 @@
 // Compatibility is semver's: the same major version, where for 0.x the minor
 // counts as the major (0.2.0 and 0.2.5 are compatible, 0.2.0 and 0.3.0 are not,
 // and every 0.0.z stands alone), as Cargo reads versions.
-import { ComponentLoadError, ContractVersionMismatch } from './errors.js';
+import { ComponentImportRefused, ComponentLoadError, ContractVersionMismatch } from './errors.js';
 
 /** The contract this host is written for (wit/, `package agent-retry:policy@...`). */
 export const CONTRACT_VERSION = '0.2.0';
@@ -116,10 +116,10 @@ function externName(r: Reader): string {
   return name;
 }
 
-/** The names a component binary exports at its top level (the component model's
- *  export sections, id 11), in order. Throws `ComponentLoadError` if the bytes
- *  are not a component. */
-export function componentExportNames(bytes: Uint8Array): string[] {
+/** The names a component binary imports (`which` 10) or exports (11) at its
+ *  top level (the component model's import and export sections), in order.
+ *  Throws `ComponentLoadError` if the bytes are not a component. */
+function componentExternNames(bytes: Uint8Array, which: 10 | 11): string[] {
   const magic = [0x00, 0x61, 0x73, 0x6d];
   if (bytes.length < 8 || magic.some((b, i) => bytes[i] !== b)) throw new ComponentLoadError('not a WebAssembly binary');
   const layer = bytes[6] | (bytes[7] << 8);
@@ -132,28 +132,75 @@ export function componentExportNames(bytes: Uint8Array): string[] {
     const size = r.u32();
     const end = r.offset + size;
     if (end > bytes.length) throw new ComponentLoadError('the component binary ends early');
-    if (id === 11) {
+    if (id === which) {
       const section = new Reader(bytes, end);
       section.offset = r.offset;
       for (let n = section.u32(); n > 0; n--) {
         names.push(externName(section));
+        if (which === 10) {
+          externDesc(section);
+          continue;
+        }
         section.kind();
         section.u32(); // the exported item's index
-        if (section.byte() === 0x01) { // an ascribed type
-          switch (section.kind()) {
-            case 0x02: // value: 0x00 index | 0x01 value type
-              if (section.byte() === 0x00) section.u32(); else section.s33();
-              break;
-            case 0x03: // type: 0x00 index (eq) | 0x01 (sub resource)
-              if (section.byte() === 0x00) section.u32();
-              break;
-            default: // module, func, component, instance: an index
-              section.u32();
-          }
-        }
+        if (section.byte() === 0x01) externDesc(section); // an ascribed type
       }
     }
     r.offset = end;
   }
   return names;
+}
+
+/** An `externdesc` (an import's type, or an export's ascribed type). */
+function externDesc(section: Reader): void {
+  switch (section.kind()) {
+    case 0x02: // value: 0x00 index | 0x01 value type
+      if (section.byte() === 0x00) section.u32(); else section.s33();
+      break;
+    case 0x03: // type: 0x00 index (eq) | 0x01 (sub resource)
+      if (section.byte() === 0x00) section.u32();
+      break;
+    default: // module, func, component, instance: an index
+      section.u32();
+  }
+}
+
+/** The names a component binary exports at its top level (the component model's
+ *  export sections, id 11), in order. Throws `ComponentLoadError` if the bytes
+ *  are not a component. */
+export function componentExportNames(bytes: Uint8Array): string[] {
+  return componentExternNames(bytes, 11);
+}
+
+/** The names a component binary imports at its top level (import sections, id 10). */
+export function componentImportNames(bytes: Uint8Array): string[] {
+  return componentExternNames(bytes, 10);
+}
+
+/** What a policy component may import: the contract's own interfaces (at a
+ *  version compatible with this host's) and `wasi:random/random@0.2.x`. */
+export function importAllowed(name: string, hostVersion = CONTRACT_VERSION): boolean {
+  const at = name.lastIndexOf('@');
+  const [iface, version] = at < 0 ? [name, ''] : [name.slice(0, at), name.slice(at + 1)];
+  const compatible = (wanted: string) => {
+    try {
+      return compatibilityKey(version) === compatibilityKey(wanted);
+    } catch {
+      return false;
+    }
+  };
+  if (iface === 'agent-retry:policy/account-budget' || iface === 'agent-retry:policy/types') return compatible(hostVersion);
+  if (iface === 'wasi:random/random') return compatible('0.2.0');
+  return false;
+}
+
+/** Throws `ComponentImportRefused` (a `ComponentLoadError`) naming the first
+ *  import outside the contract. */
+export function checkImports(importNames: readonly string[], where = 'the component'): void {
+  const refused = importNames.find((name) => !importAllowed(name));
+  if (refused !== undefined) {
+    throw new ComponentImportRefused(`${where} imports ${refused}, which is outside the agent-retry contract ` +
+      '(a policy may import only agent-retry:policy/account-budget, agent-retry:policy/types and wasi:random/random): refused, nothing was run',
+    refused);
+  }
 }

@@ -22,8 +22,36 @@ export class ContractVersionMismatch extends ComponentLoadError {
   }
 }
 
-/** The component trapped. The instance is unusable afterwards: instantiate a new one. */
-export class PolicyTrap extends AgentRetryError {}
+/** The component imports something outside the contract (`importName`, e.g.
+ *  `wasi:filesystem/types@0.2.6`): refused at load, nothing was run. */
+export class ComponentImportRefused extends ComponentLoadError {
+  constructor(message: string, readonly importName: string) {
+    super(message);
+  }
+}
+
+/** The component trapped (a bug, or a sandbox limit: the subclasses). The
+ *  instance is unusable afterwards: instantiate a new one. `call` is the
+ *  export that was running. */
+export class PolicyTrap extends AgentRetryError {
+  readonly call: string;
+  constructor(message: string, options?: { cause?: unknown; call?: string }) {
+    super(message, options);
+    this.call = options?.call ?? '';
+  }
+}
+
+/** A call burned its fuel (`fuelPerCall`, about one unit per wasm instruction):
+ *  the guest was stopped there, the host goes on. */
+export class PolicyOutOfFuel extends PolicyTrap {}
+
+/** The guest asked for more linear memory than the cap (`maxMemoryBytes`). */
+export class PolicyMemoryExceeded extends PolicyTrap {}
+
+/** The guest returned a value the contract does not allow (an enum or variant
+ *  case that does not exist, a string that is not UTF-8, a pointer outside its
+ *  memory). */
+export class PolicyBoundaryViolation extends PolicyTrap {}
 
 /** A call on an instance that trapped before, or on a closed handle. */
 export class InstanceUnusable extends AgentRetryError {}
@@ -57,11 +85,15 @@ export class Escalated extends AgentRetryError {
   readonly reason: Escalation['reason'];
   readonly note: string;
   readonly tool?: string;
-  constructor(escalation: Escalation, tool?: string) {
+  /** Set when the policy itself failed (a `PolicyTrap`, or its instance was
+   *  unusable): the wrapper's safe fallback, no retry and this escalation. */
+  readonly policyFailure?: Error;
+  constructor(escalation: Escalation, tool?: string, policyFailure?: Error) {
     super(escalation.note);
     this.escalation = escalation;
     this.reason = escalation.reason;
     this.note = escalation.note;
     this.tool = tool;
+    this.policyFailure = policyFailure;
   }
 }

@@ -4,10 +4,13 @@
 // `agent-retry-policy/conformance`.
 export { EmbeddedAccounts, PROCESS_ACCOUNTS, gcra, type AccountBudgetBackend, type Bucket, type Reservation } from './accounts.js';
 export { INSTALLED, Policy, PolicyComponent, PolicyInstance, Run, locateComponent, nowMs, type InstantiateOptions, type LoadOptions } from './component.js';
-export { CONTRACT_VERSION, checkContractVersion, componentExportNames, contractVersionOf } from './contract.js';
+export { CONTRACT_VERSION, checkContractVersion, checkImports, componentExportNames, componentImportNames, contractVersionOf } from './contract.js';
+export { FUEL_PER_CALL, MAX_MEMORY_BYTES } from './sandbox.js';
+export { ValueConversionError } from './wit.js';
 export { OsEntropy, SplitMix64, type EntropySource } from './entropy.js';
 export { jsonSafeBigInt, toJsonSafe, type JsonSafe } from './json.js';
 export {
-  AgentRetryError, ComponentLoadError, ComponentNotFound, ConfigError, ContractVersionMismatch, Escalated, InstanceUnusable, PolicyTrap, RunMisuse,
+  AgentRetryError, ComponentImportRefused, ComponentLoadError, ComponentNotFound, ConfigError, ContractVersionMismatch, Escalated, InstanceUnusable,
+  PolicyBoundaryViolation, PolicyMemoryExceeded, PolicyOutOfFuel, PolicyTrap, RunMisuse,
 } from './errors.js';
 export type * from '../generated/interfaces/agent-retry-policy-types.js';

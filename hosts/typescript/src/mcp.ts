@@ -24,6 +24,12 @@
 // JSON text: the policy itself reads an upstream status, a provider's error type
 // or a wait hint there. A JSON-RPC error passes its `data` the same way. The
 // wrapper reads no status of its own from either.
+//
+// When the policy itself fails (a `PolicyTrap`: a trap, fuel or memory exhausted,
+// a value outside the contract; or `InstanceUnusable` after one), the wrapper
+// takes the safe fallback: no retry, and `Escalated` (reason
+// `unclassified-failure`, `policyFailure` set) with a note saying that the policy
+// failed and what the last attempt saw. Serve the next run from a fresh instance.
 import { AsyncLocalStorage } from 'node:async_hooks';
 
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
@@ -33,7 +39,7 @@ import { ErrorCode, McpError, type CallToolResult, type Tool } from '@modelconte
 import type * as Wit from '../generated/interfaces/agent-retry-policy-types.js';
 import { nowMs, type Run } from './component.js';
 import { OsEntropy, type EntropySource } from './entropy.js';
-import { Escalated } from './errors.js';
+import { Escalated, InstanceUnusable, PolicyTrap } from './errors.js';
 
 /** How much of a failed response's body is kept (the policy keeps at most `max-message-chars`). */
 const MAX_CAPTURED_BODY = 64 * 1024;
@@ -225,7 +231,7 @@ export class RetryingToolCaller {
     let key: string | undefined;
     const properties = tool?.inputSchema?.properties;
     if (properties && typeof properties === 'object' && this.keyArgument in properties) {
-      key = this.run.instance.deriveIdempotencyKey(this.run.runId, action);
+      key = this.policy(name, 'not sent', () => this.run.instance.deriveIdempotencyKey(this.run.runId, action));
       sendArgs[this.keyArgument] = key;
     }
     const annotations = tool?.annotations;
@@ -236,7 +242,7 @@ export class RetryingToolCaller {
         ? { readOnly: annotations.readOnlyHint, destructive: annotations.destructiveHint, idempotent: annotations.idempotentHint }
         : undefined,
     };
-    const admission = this.run.beginCall(request, this.clock());
+    const admission = this.policy(name, 'not sent', () => this.run.beginCall(request, this.clock()));
     if (admission.tag === 'escalate') {
       this.logLine(name, undefined, 0, 'not sent', { action: 'escalate', escalation: admission.val.reason, reason: admission.val.note });
       throw new Escalated(admission.val, name);
@@ -247,11 +253,12 @@ export class RetryingToolCaller {
     let attempt = 1;
     for (;;) {
       const observed = await this.attempt(name, sendArgs);
-      let decision = this.run.recordOutcome(callId, observed.outcome, this.clock(), this.entropy.nextU64());
+      let decision = this.policy(name, observed.summary, () => this.run.recordOutcome(callId, observed.outcome, this.clock(), this.entropy.nextU64()));
       this.logDecision(name, callId, attempt, observed.summary, decision);
       while (decision.action.tag === 'check-status') {
         const found = await this.checkStatus({ client: this.client, tool: name, arguments: sendArgs, idempotencyKey: key, callId });
-        decision = this.run.recordOutcome(callId, { tag: 'status-check', val: found }, this.clock(), this.entropy.nextU64());
+        decision = this.policy(name, `status check: ${found}`, () =>
+          this.run.recordOutcome(callId, { tag: 'status-check', val: found }, this.clock(), this.entropy.nextU64()));
         this.logDecision(name, callId, attempt, `status check: ${found}`, decision);
       }
       const next = decision.action;
@@ -268,6 +275,20 @@ export class RetryingToolCaller {
         case 'escalate':
           throw new Escalated(next.val, name);
       }
+    }
+  }
+
+  /** Asks the policy; if the policy itself fails, the safe fallback: no retry,
+   *  escalate with a note saying so (and what the last attempt saw). */
+  private policy<T>(tool: string, lastOutcome: string, ask: () => T): T {
+    try {
+      return ask();
+    } catch (e) {
+      if (!(e instanceof PolicyTrap || e instanceof InstanceUnusable)) throw e;
+      const note = `the retry policy failed (${e.name}: ${e.message}); not retried. Last outcome of ${tool}: ${lastOutcome}. ` +
+        'Effects of this run are not known to the host: check before sending again.';
+      this.logLine(tool, undefined, 0, lastOutcome, { action: 'escalate', escalation: 'unclassified-failure', reason: note });
+      throw new Escalated({ reason: 'unclassified-failure', lastError: lastOutcome, resetsInMs: undefined, effects: [], note }, tool, e);
     }
   }
 

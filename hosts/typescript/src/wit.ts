@@ -163,3 +163,120 @@ export function fromJco(value: unknown, type: WitType): unknown {
       throw new ValueConversionError('results are converted by the caller');
   }
 }
+
+/** A check of a jco value: undefined if it fits, else what is wrong (the path
+ *  is built only then, so that a passing check costs little). */
+type Check = (value: unknown) => string | undefined;
+/** `.field` + `: what` or `.field` + `[0]: what`: a path, then what is wrong. */
+const under = (step: string, wrong: string) => `${step}${/^[.[(]/.test(wrong) ? '' : ': '}${wrong}`;
+const compiled = new WeakMap<WitType, Check>();
+
+function compile(type: WitType): Check {
+  const done = compiled.get(type);
+  if (done) return done;
+  let check: Check;
+  switch (type.kind) {
+    case 'bool':
+      check = (v) => (typeof v === 'boolean' ? undefined : `${describe(v)} is not a boolean`);
+      break;
+    case 'u16': case 'u32': case 's32': {
+      const [lo, hi] = type.kind === 'u16' ? [0, 0xffff] : type.kind === 'u32' ? [0, 0xffffffff] : [-(2 ** 31), 2 ** 31 - 1];
+      const kind = type.kind;
+      check = (v) => {
+        if (typeof v !== 'number' || !Number.isInteger(v)) return `${describe(v)} is not an integer`;
+        return v < lo || v > hi ? `${v} is out of range for ${kind} (${lo}..${hi})` : undefined;
+      };
+      break;
+    }
+    case 'u64':
+      check = (v) => {
+        if (typeof v !== 'bigint') return `${describe(v)} is not a bigint (u64)`;
+        return v < 0n || v > U64_MAX ? `${v} is out of range for u64` : undefined;
+      };
+      break;
+    case 'string':
+      check = (v) => (typeof v === 'string' ? undefined : `${describe(v)} is not a string`);
+      break;
+    case 'list': {
+      let item: Check | undefined;
+      const of = type.of;
+      check = (v) => {
+        if (!Array.isArray(v)) return `${describe(v)} is not an array`;
+        item ??= compile(of);
+        for (let i = 0; i < v.length; i++) {
+          const wrong = item(v[i]);
+          if (wrong !== undefined) return under(`[${i}]`, wrong);
+        }
+        return undefined;
+      };
+      break;
+    }
+    case 'tuple': {
+      const items = type.of;
+      check = (v) => {
+        if (!Array.isArray(v) || v.length !== items.length) return `${describe(v)} is not a tuple of ${items.length} items`;
+        for (let i = 0; i < items.length; i++) {
+          const wrong = compile(items[i])(v[i]);
+          if (wrong !== undefined) return under(`[${i}]`, wrong);
+        }
+        return undefined;
+      };
+      break;
+    }
+    case 'record': {
+      const fields = type.fields.map(([name, fieldType]) => [camel(name), fieldType] as const);
+      check = (v) => {
+        if (typeof v !== 'object' || v === null) return `${describe(v)} is not an object`;
+        for (const [name, fieldType] of fields) {
+          const wrong = compile(fieldType)((v as Record<string, unknown>)[name]);
+          if (wrong !== undefined) return under(`.${name}`, wrong);
+        }
+        return undefined;
+      };
+      break;
+    }
+    case 'variant': {
+      const cases = new Map(type.cases);
+      const name = type.name;
+      check = (v) => {
+        const tag = (v as { tag?: unknown } | null | undefined)?.tag;
+        const payload = typeof tag === 'string' ? cases.get(tag) : undefined;
+        if (payload === undefined) return `${describe(tag ?? v)} is not a case of ${name}`;
+        if (payload === null) return undefined;
+        const wrong = compile(payload)((v as { val?: unknown }).val);
+        return wrong === undefined ? undefined : under(`(${String(tag)})`, wrong);
+      };
+      break;
+    }
+    case 'enum': {
+      const names = new Set(type.names);
+      const name = type.name;
+      check = (v) => (typeof v === 'string' && names.has(v) ? undefined : `${describe(v)} is not a case of ${name}`);
+      break;
+    }
+    case 'option': {
+      const of = type.of;
+      check = (v) => (v === undefined || v === null ? undefined : compile(of)(v));
+      break;
+    }
+    case 'result':
+      check = () => 'results are never passed to the component';
+      break;
+  }
+  compiled.set(type, check);
+  return check;
+}
+
+/** Checks a value in jco's form against its WIT type before it is passed to the
+ *  component: jco's own lowering wraps integers (a u16 of 66039 becomes 503, a
+ *  negative u64 a huge one) and treats any value as a bool. Throws
+ *  `ValueConversionError` naming the path; nothing reaches the component. */
+export function checkJco(value: unknown, type: WitType, path: string): void {
+  const wrong = compile(type)(value);
+  if (wrong !== undefined) throw new ValueConversionError(under(path, wrong));
+}
+
+/** What is wrong with a jco value for its WIT type, or undefined if nothing is. */
+export function jcoProblem(value: unknown, type: WitType): string | undefined {
+  return compile(type)(value);
+}
