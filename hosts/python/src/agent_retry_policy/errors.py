@@ -87,3 +87,74 @@ class Escalated(AgentRetryError):
         self.note: str = escalation["note"]
         self.tool = tool
         super().__init__(self.note)
+
+
+class UpdateError(AgentRetryError):
+    """A policy update was refused (`agent_retry_policy.live`); the last good
+    policy keeps serving. `kind` says which check refused it: "read",
+    "integrity", "load", "config", "self-test" or "nothing-to-roll-back-to";
+    `reason` says why."""
+
+    kind: str = "update"
+
+    def __init__(self, reason: str, message: str | None = None) -> None:
+        self.reason = reason
+        super().__init__(message if message is not None else reason)
+
+
+class UpdateReadError(UpdateError):
+    """A file of the update (the .wasm or the configuration) could not be read."""
+
+    kind = "read"
+
+    def __init__(self, path: Path, reason: str) -> None:
+        self.path = path
+        super().__init__(reason, f"cannot read {path}: {reason}")
+
+
+class UpdateIntegrityError(UpdateError):
+    """The .wasm's digest does not match the pinned one, or its signature is
+    missing or does not verify under the configured key."""
+
+    kind = "integrity"
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason, f"integrity check failed: {reason}")
+
+
+class UpdateLoadError(UpdateError):
+    """The component cannot run in this host (not a valid component, another
+    contract version, foreign imports). `error` is the `ComponentLoadError`."""
+
+    kind = "load"
+
+    def __init__(self, error: ComponentLoadError) -> None:
+        self.error = error
+        super().__init__(str(error))
+
+
+class UpdateConfigError(UpdateError):
+    """The configuration does not load in the component."""
+
+    kind = "config"
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason, f"the configuration does not load: {reason}")
+
+
+class UpdateSelfTestError(UpdateError):
+    """The candidate broke an invariant the host relies on, or trapped."""
+
+    kind = "self-test"
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason, f"the self-test failed: {reason}")
+
+
+class NothingToRollBackTo(UpdateError):
+    """`rollback()` with no previous policy."""
+
+    kind = "nothing-to-roll-back-to"
+
+    def __init__(self) -> None:
+        super().__init__("there is no previous policy to roll back to")

@@ -1,0 +1,302 @@
+"""Live policy updates in the Python host (as hosts/rust/tests/live.rs): configuration
+and `.wasm` updates take effect for new runs without a restart; a bad, foreign or
+tampered update is refused and the last good policy keeps serving; rollback; the
+watcher; a swap under load."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from agent_retry_policy import (
+    ContractVersionMismatch,
+    EmbeddedAccounts,
+    Integrity,
+    LivePolicy,
+    NothingToRollBackTo,
+    Policy,
+    PolicySource,
+    SplitMix64,
+    UpdateConfigError,
+    UpdateError,
+    UpdateIntegrityError,
+    UpdateLoadError,
+    UpdateReadError,
+    UpdateSelfTestError,
+    locate_component,
+)
+from agent_retry_policy.live import Loaded, signature_path
+from agent_retry_policy.types import action_name, http_failure
+
+READS = '{"default-effect": "read", "max-attempts-per-call": 4}'
+
+
+def reads(attempts: int) -> str:
+    return f'{{"default-effect": "read", "max-attempts-per-call": {attempts}}}'
+
+
+def deployed(tmp_path: Path, config: str = READS) -> PolicySource:
+    """A folder with the component and a configuration, as an operator deploys them."""
+    shutil.copy(locate_component(), tmp_path / "policy.wasm")
+    (tmp_path / "policy.json").write_text(config)
+    return PolicySource(tmp_path / "policy.wasm", tmp_path / "policy.json", Integrity.unchecked())
+
+
+def attempts_against_a_persistent_503(loaded: Loaded, seed: int = 3, run_id: str = "probe") -> int:
+    """Attempts a read makes against a persistent 503 under `loaded`."""
+    instance = loaded.component.instantiate(accounts=EmbeddedAccounts(), entropy=SplitMix64(seed))
+    policy = instance.load_policy(loaded.config_json)
+    return _attempts(policy, run_id)
+
+
+def _attempts(policy: Policy, run_id: str) -> int:
+    with policy.start_run(run_id) as run:
+        admission = run.begin_call({"tool": "lookup_order"}, 1)
+        call_id = admission["send"]["call-id"]
+        attempts = 1
+        while action_name(run.record_outcome(call_id, http_failure(503), 1, 1)["action"]) == "retry":
+            attempts += 1
+        return attempts
+
+
+def test_a_configuration_update_changes_a_budget_for_new_runs_without_a_restart(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    source = deployed(tmp_path)
+    live = LivePolicy.open(source)
+    before = live.current()  # a run in flight keeps this
+    assert attempts_against_a_persistent_503(live.current()) == 4
+    source.config.write_text(reads(2))
+    with caplog.at_level(logging.INFO, logger="agent_retry_policy.live"):
+        identity = live.reload()
+    assert identity.generation == 2
+    assert identity.config_sha256 != before.identity.config_sha256
+    assert identity.wasm_sha256 == before.identity.wasm_sha256
+    assert attempts_against_a_persistent_503(live.current()) == 2, "new runs get the new budget"
+    assert '"max-attempts-per-call": 4' in before.config_json, "the run in flight keeps its policy"
+    assert attempts_against_a_persistent_503(before) == 4
+    assert any("policy update accepted" in r.getMessage() and str(identity) in r.getMessage() for r in caplog.records)
+    assert live.last_refusal is None
+
+
+def test_a_bad_configuration_is_refused_and_the_last_good_one_keeps_serving(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    source = deployed(tmp_path)
+    live = LivePolicy.open(source)
+    source.config.write_text('{"max-attempts-per-call": 0}')
+    with caplog.at_level(logging.INFO, logger="agent_retry_policy.live"), pytest.raises(UpdateConfigError) as refused:
+        live.reload()
+    assert refused.value.kind == "config" and "max-attempts-per-call" in str(refused.value)
+    assert live.current().identity.generation == 1
+    assert live.last_refusal is not None and "max-attempts-per-call" in live.last_refusal
+    assert attempts_against_a_persistent_503(live.current()) == 4, "the old policy still decides"
+    (line,) = [r for r in caplog.records if "policy update refused" in r.getMessage()]
+    assert line.levelno == logging.WARNING and "generation 1" in line.getMessage() and "max-attempts-per-call" in line.getMessage()
+
+    # Not UTF-8, and a file that is gone: refused the same way.
+    source.config.write_bytes(b"\xff{}")
+    with pytest.raises(UpdateConfigError, match="not UTF-8"):
+        live.reload()
+    source.config.unlink()
+    with pytest.raises(UpdateReadError) as gone:
+        live.reload()
+    assert gone.value.kind == "read" and gone.value.path == source.config
+    assert live.current().identity.generation == 1
+
+
+def test_a_configuration_that_breaks_an_invariant_fails_the_self_test(tmp_path: Path) -> None:
+    source = deployed(tmp_path)
+    live = LivePolicy.open(source)
+    # It loads, but it would retry a 403.
+    source.config.write_text('{"status-overrides": {"403": "transient"}}')
+    with pytest.raises(UpdateSelfTestError, match="a 403 answered") as refused:
+        live.reload()
+    assert refused.value.kind == "self-test"
+    assert live.current().identity.generation == 1
+    # The same gate at start.
+    with pytest.raises(UpdateSelfTestError):
+        LivePolicy.open(source)
+
+
+def test_a_broken_or_foreign_component_is_refused_and_rollback_returns_to_the_previous_policy(tmp_path: Path) -> None:
+    source = deployed(tmp_path)
+    live = LivePolicy.open(source)
+    with pytest.raises(NothingToRollBackTo):
+        live.rollback()
+    good = source.wasm.read_bytes()
+
+    source.wasm.write_bytes(b"\0asm not really")
+    with pytest.raises(UpdateLoadError) as broken:
+        live.reload()
+    assert broken.value.kind == "load"
+
+    # The same component, speaking another major contract version.
+    ours, theirs = b"agent-retry:policy/policy@0.2.0", b"agent-retry:policy/policy@1.0.0"
+    assert good.count(ours) > 0
+    source.wasm.write_bytes(good.replace(ours, theirs))
+    with pytest.raises(UpdateLoadError) as foreign:
+        live.reload()
+    mismatch = foreign.value.error
+    assert isinstance(mismatch, ContractVersionMismatch), foreign.value
+    assert (mismatch.component_version, mismatch.host_version) == ("1.0.0", "0.2.0")
+    assert "agent-retry:policy@1.0.0" in str(foreign.value) and "@0.2.0" in str(foreign.value)
+    assert live.current().identity.generation == 1, "nothing was swapped in"
+
+    source.wasm.write_bytes(good)
+    source.config.write_text(reads(3))
+    assert live.reload().generation == 2
+    assert attempts_against_a_persistent_503(live.current()) == 3
+    back = live.rollback()
+    assert back.generation == 1
+    assert attempts_against_a_persistent_503(live.current()) == 4
+    assert live.rollback().generation == 2, "a second rollback returns to the one rolled back from"
+
+
+def with_custom_section(wasm: bytes, payload: bytes) -> bytes:
+    """The same component with a custom section appended: another digest, the same policy."""
+    name = b"agent-retry-test"
+    body = bytes([len(name)]) + name + payload
+    assert len(body) < 128  # one-byte LEB128 size
+    return wasm + bytes([0, len(body)]) + body
+
+
+def test_a_new_component_is_compiled_gated_and_swapped_in(tmp_path: Path) -> None:
+    source = deployed(tmp_path)
+    live = LivePolicy.open(source)
+    before = live.current()
+    source.wasm.write_bytes(with_custom_section(source.wasm.read_bytes(), b"v2"))
+    identity = live.reload()
+    assert identity.generation == 2 and identity.wasm_sha256 != before.identity.wasm_sha256
+    assert identity.config_sha256 == before.identity.config_sha256
+    assert live.current().component is not before.component
+    assert attempts_against_a_persistent_503(live.current()) == 4
+    assert attempts_against_a_persistent_503(before) == 4, "the old component still serves its runs"
+
+
+def test_a_pinned_digest_refuses_a_tampered_component(tmp_path: Path) -> None:
+    source = deployed(tmp_path)
+    data = source.wasm.read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    source = PolicySource(source.wasm, source.config, Integrity.pinned_sha256(digest.upper()))
+    live = LivePolicy.open(source)
+    assert live.current().identity.wasm_sha256 == digest
+    # One byte changed: the digest no longer matches.
+    source.wasm.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+    with pytest.raises(UpdateIntegrityError) as refused:
+        live.reload()
+    assert refused.value.kind == "integrity" and digest in str(refused.value)
+    assert live.current().identity.generation == 1
+    with pytest.raises(ValueError):
+        Integrity.pinned_sha256("not a digest")
+
+
+def test_with_a_key_configured_only_a_signed_component_is_accepted(tmp_path: Path) -> None:
+    source = deployed(tmp_path)
+    key = Ed25519PrivateKey.from_private_bytes(bytes([7] * 32))
+    source = PolicySource(source.wasm, source.config, Integrity.ed25519(key.public_key().public_bytes_raw()))
+    sig = signature_path(source.wasm)
+    assert sig.name == "policy.wasm.sig"
+
+    # Unsigned: refused at start.
+    with pytest.raises(UpdateIntegrityError, match="unsigned"):
+        LivePolicy.open(source)
+
+    # Signed (hex): accepted.
+    data = source.wasm.read_bytes()
+    sig.write_text(key.sign(data).hex() + "\n")
+    live = LivePolicy.open(source)
+
+    # Signed by another key (raw bytes): refused, the signed one keeps serving.
+    other = Ed25519PrivateKey.from_private_bytes(bytes([9] * 32))
+    sig.write_bytes(other.sign(data))
+    with pytest.raises(UpdateIntegrityError, match="does not verify"):
+        live.reload()
+    assert live.current().identity.generation == 1
+
+    # Neither 64 bytes nor 128 hex digits.
+    sig.write_text("abc")
+    with pytest.raises(UpdateIntegrityError, match="neither 64 bytes nor 128 hex digits"):
+        live.reload()
+
+    # Signed by the key (raw bytes): accepted.
+    sig.write_bytes(key.sign(data))
+    assert live.reload().generation == 2
+    with pytest.raises(ValueError):
+        Integrity.ed25519(b"short")
+
+
+def test_the_watcher_picks_up_a_changed_configuration(tmp_path: Path) -> None:
+    source = deployed(tmp_path)
+    with LivePolicy.open(source) as live:
+        assert live.poll() is None, "nothing changed"
+        watcher = live.watch(0.02)
+        assert watcher.daemon
+        time.sleep(0.05)
+        source.config.write_text(reads(2))
+        deadline = time.monotonic() + 10
+        while live.current().identity.generation == 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert live.current().identity.generation == 2
+        assert attempts_against_a_persistent_503(live.current()) == 2
+        # A refused change is kept for operators; the watcher goes on.
+        source.config.write_text('{"max-attempts-per-call": 0}')
+        deadline = time.monotonic() + 10
+        while live.last_refusal is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert live.last_refusal is not None and live.current().identity.generation == 2
+    watcher.join(timeout=5)
+    assert not watcher.is_alive(), "close() stops the watcher"
+
+
+def test_decisions_never_fail_while_the_policy_is_swapped_under_load(tmp_path: Path) -> None:
+    """Four workers decide without pause while the policy is swapped back and forth
+    twenty times: no decision fails, and each is made wholly by one generation."""
+    source = deployed(tmp_path)
+    live = LivePolicy.open(source)
+    stop = threading.Event()
+    made: list[list[tuple[int, int]]] = [[] for _ in range(4)]  # (generation, attempts allowed)
+    failures: list[BaseException] = []
+
+    def worker(w: int) -> None:
+        try:
+            while not stop.is_set():
+                loaded = live.current()
+                instance = loaded.component.instantiate(accounts=EmbeddedAccounts(), entropy=SplitMix64(w))
+                policy = instance.load_policy(loaded.config_json)
+                for run_number in range(20):
+                    made[w].append((loaded.identity.generation, _attempts(policy, f"w{w}-{run_number}")))
+        except BaseException as e:  # reported below
+            failures.append(e)
+
+    workers = [threading.Thread(target=worker, args=(w,)) for w in range(4)]
+    for thread in workers:
+        thread.start()
+    try:
+        for swap in range(20):
+            source.config.write_text(reads(2 if swap % 2 == 0 else 4))
+            live.reload()
+            time.sleep(0.015)
+    finally:
+        stop.set()
+        for thread in workers:
+            thread.join()
+    assert not failures, failures
+    decisions = [d for per_worker in made for d in per_worker]
+    assert len(decisions) >= 80, f"{len(decisions)} decisions"
+    # Generation 1 allows 4 attempts; generation g >= 2 was written by swap g - 2:
+    # 2 attempts when g is even, 4 when odd.
+    for generation, attempts in decisions:
+        expected = 4 if generation == 1 or generation % 2 == 1 else 2
+        assert attempts == expected, f"a decision of generation {generation} mixed policies"
+    generations = {g for g, _ in decisions}
+    print(f"{len(decisions)} decisions across {len(generations)} generations during 20 swaps")
+    assert len(generations) > 2, f"the swaps were seen by the workers: {sorted(generations)}"
+
+
+def test_every_refusal_is_an_update_error_with_its_kind() -> None:
+    kinds = {cls.kind for cls in UpdateError.__subclasses__()}
+    assert kinds == {"read", "integrity", "load", "config", "self-test", "nothing-to-roll-back-to"}
