@@ -47,7 +47,7 @@ test: wasm redis
 	python3 tests/vectors/make_vectors.py --check
 	python3 tests/contract/make_mirrors.py --check
 	cargo test --release --workspace
-	$(MAKE) --no-print-directory test-python test-ts judge-rust judge-python judge-ts test-hosts-agree dist-test
+	$(MAKE) --no-print-directory test-python test-ts judge-rust judge-python judge-ts test-hosts-agree lab-check dist-test
 
 # The judge binary (also the Rust host's exam client).
 judge-setup:

@@ -12,7 +12,11 @@ use crate::commands::{call, decide, demo, exam, explain, lab, serve};
 use agent_retry_host::default_wasm_path;
 
 #[derive(Parser)]
-#[command(name = "agent-retry", version, about = "Sample host for the agent-retry policy component: wraps MCP tool calls with retries, replans, status checks and escalations")]
+#[command(
+    name = "agent-retry",
+    version,
+    about = "Sample host for the agent-retry policy component: wraps MCP tool calls with retries, replans, status checks and escalations"
+)]
 struct Cli {
     /// The policy component to load.
     #[arg(long, global = true, default_value_os_t = default_wasm_path())]
@@ -154,11 +158,10 @@ fn main() -> ExitCode {
     let wasm = cli.wasm;
     let result = runtime.block_on(async move {
         match cli.command {
-            Command::Demo { runs, workers, seed, log, prometheus } => {
-                demo::demo(demo::DemoOptions { wasm, runs, workers, seed, log, prometheus }).await
-            }
+            Command::Demo { runs, workers, seed, log, prometheus } => demo::demo(demo::DemoOptions { wasm, runs, workers, seed, log, prometheus }).await,
             Command::Call { url, stdio, tool, arguments, config, seed } => {
-                let options = call::CallOptions { wasm: &wasm, url: url.as_deref(), stdio: stdio.as_deref(), tool: &tool, arguments: &arguments, config: &config, seed };
+                let options =
+                    call::CallOptions { wasm: &wasm, url: url.as_deref(), stdio: stdio.as_deref(), tool: &tool, arguments: &arguments, config: &config, seed };
                 call::call(options).await
             }
             Command::Decide => decide::decide(&wasm),

@@ -88,10 +88,7 @@ fn decide_goes_on_after_a_trap_with_a_fresh_instance() {
 #[test]
 fn call_reports_an_escalation_from_a_stdio_server() {
     let stdio = format!("{BIN} serve --stdio");
-    let output = Command::new(BIN)
-        .args(["call", "--stdio", &stdio, "issue_refund", r#"{"order_id": "ORD-1", "amount_paise": 900000}"#])
-        .output()
-        .unwrap();
+    let output = Command::new(BIN).args(["call", "--stdio", &stdio, "issue_refund", r#"{"order_id": "ORD-1", "amount_paise": 900000}"#]).output().unwrap();
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     let answer: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(answer["outcome"], "escalated");

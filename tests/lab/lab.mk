@@ -29,7 +29,7 @@ lab-expected: lab-build
 # target/bench/report.json. Needs redis-server (`make redis`) for the accounts bench.
 bench: lab-build redis
 	@mkdir -p target/bench
-	cargo bench -p agent-retry-harness --bench decision 2>/dev/null | tee target/bench/decision.txt
-	cargo bench -p agent-retry-harness --bench accounts 2>/dev/null | tee target/bench/accounts.txt
-	$(MAKE) --no-print-directory bench-hosts 2>&1 | tee target/bench/hosts.txt
+	cargo bench -p agent-retry-harness --bench decision > target/bench/decision.txt; s=$$?; cat target/bench/decision.txt; exit $$s
+	cargo bench -p agent-retry-harness --bench accounts > target/bench/accounts.txt; s=$$?; cat target/bench/accounts.txt; exit $$s
+	$(MAKE) --no-print-directory bench-hosts > target/bench/hosts.txt 2>&1; s=$$?; cat target/bench/hosts.txt; exit $$s
 	$(LAB_BENCH) --out target/bench/report.json --outputs target/bench

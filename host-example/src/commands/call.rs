@@ -42,7 +42,9 @@ pub async fn call(options: CallOptions<'_>) -> anyhow::Result<()> {
             println!("{}", serde_json::json!({ "outcome": "done", "note": note, "result": result }));
         }
         Ok(ToolAnswer::Replan(message)) => println!("{}", serde_json::json!({ "outcome": "replan", "message": message })),
-        Err(CallError::Escalated(e)) => println!("{}", serde_json::json!({ "outcome": "escalated", "reason": agent_retry_host::labels::reason(e.reason), "note": e.note })),
+        Err(CallError::Escalated(e)) => {
+            println!("{}", serde_json::json!({ "outcome": "escalated", "reason": agent_retry_host::labels::reason(e.reason), "note": e.note }))
+        }
         Err(other) => return Err(other.into()),
     }
     eprintln!("attempts {}, retries {}, waited {} ms", report.attempts, report.retries, report.waited_ms);

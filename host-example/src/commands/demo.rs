@@ -127,8 +127,15 @@ pub async fn demo(options: DemoOptions) -> anyhow::Result<()> {
     let started = Instant::now();
     let mut workers = Vec::new();
     for worker in 0..options.workers.max(1) {
-        let (component, accounts, metrics, progress, next_run, results, url) =
-            (Arc::clone(&component), Arc::clone(&accounts), Arc::clone(&metrics), progress.clone(), Arc::clone(&next_run), Arc::clone(&results), server.url.clone());
+        let (component, accounts, metrics, progress, next_run, results, url) = (
+            Arc::clone(&component),
+            Arc::clone(&accounts),
+            Arc::clone(&metrics),
+            progress.clone(),
+            Arc::clone(&next_run),
+            Arc::clone(&results),
+            server.url.clone(),
+        );
         let entropy_seed = options.seed.map(|s| s ^ u64::from(worker));
         let runs = options.runs;
         workers.push(tokio::spawn(async move {
@@ -181,7 +188,13 @@ pub async fn demo(options: DemoOptions) -> anyhow::Result<()> {
     let completed = results.iter().filter(|r| matches!(r.end, RunEnd::Completed)).count();
     let escalated = results.iter().filter(|r| matches!(r.end, RunEnd::Escalated(_))).count();
     let replanned = results.iter().filter(|r| r.replans > 0).count();
-    println!("agent-retry demo: {} runs of the refund desk on {} workers against {} ({:.1} s)\n", results.len(), options.workers, server.url, elapsed.as_secs_f64());
+    println!(
+        "agent-retry demo: {} runs of the refund desk on {} workers against {} ({:.1} s)\n",
+        results.len(),
+        options.workers,
+        server.url,
+        elapsed.as_secs_f64()
+    );
     println!("{:<10} {:<10} end", "run", "replans");
     for r in &results {
         let end = match &r.end {

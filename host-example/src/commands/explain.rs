@@ -3,9 +3,7 @@
 
 use std::sync::Arc;
 
-use agent_retry_host::component::types::{
-    Action, Admission, CallRequest, Failure, FailureKind, Outcome, StatusCheckResult, TransportError,
-};
+use agent_retry_host::component::types::{Action, Admission, CallRequest, Failure, FailureKind, Outcome, StatusCheckResult, TransportError};
 use agent_retry_host::{EmbeddedAccounts, EntropySource, HostServices, PolicyComponent};
 
 /// One scripted step: a call and the outcomes its attempts get.
@@ -38,13 +36,15 @@ pub fn explain(wasm: &std::path::Path, seed: u64) -> anyhow::Result<()> {
     let policy = instance.load_policy(config)?.map_err(|e| anyhow::anyhow!("{}: {}", e.field, e.message))?;
     let run_id = "CASE-5016";
     let run = instance.start_run(&policy, run_id)?;
-    let script = [Scripted { tool: "lookup_order", keyed: false, outcomes: vec![http(503, &[], "upstream unavailable"), Outcome::Success] },
+    let script = [
+        Scripted { tool: "lookup_order", keyed: false, outcomes: vec![http(503, &[], "upstream unavailable"), Outcome::Success] },
         Scripted { tool: "check_refund_policy", keyed: false, outcomes: vec![http(429, &[("Retry-After", "2")], "slow down"), Outcome::Success] },
         Scripted { tool: "issue_refund", keyed: true, outcomes: vec![timeout(), Outcome::Success] },
         Scripted { tool: "issue_refund", keyed: false, outcomes: vec![timeout(), Outcome::StatusCheck(StatusCheckResult::Found)] },
         Scripted { tool: "issue_refund", keyed: true, outcomes: vec![http(400, &[], "amount must be an integer number of paise")] },
         Scripted { tool: "delete_asset", keyed: false, outcomes: vec![http(404, &[], "no such asset")] },
-        Scripted { tool: "issue_refund", keyed: true, outcomes: vec![http(403, &[], "refunds above 5000 rupees need a person")] }];
+        Scripted { tool: "issue_refund", keyed: true, outcomes: vec![http(403, &[], "refunds above 5000 rupees need a person")] },
+    ];
     let mut now_ms: u64 = 1_764_460_800_000;
     println!("run {run_id}: scripted failures through the policy (simulated clock, seed {seed})\n");
     println!("{:<4} {:<20} {:>3}  {:<44} {:<14} decision", "call", "tool", "try", "outcome", "class");
@@ -80,7 +80,14 @@ pub fn explain(wasm: &std::path::Path, seed: u64) -> anyhow::Result<()> {
                     format!("ESCALATE\n\n{}", e.note)
                 }
             };
-            println!("{:<4} {:<20} {:>3}  {:<44} {:<14} {what}", ticket.call_id, scripted.tool, decision.attempt, describe(outcome), agent_retry_host::labels::class(decision.class));
+            println!(
+                "{:<4} {:<20} {:>3}  {:<44} {:<14} {what}",
+                ticket.call_id,
+                scripted.tool,
+                decision.attempt,
+                describe(outcome),
+                agent_retry_host::labels::class(decision.class)
+            );
             now_ms += 50;
         }
         if stop {
@@ -90,7 +97,14 @@ pub fn explain(wasm: &std::path::Path, seed: u64) -> anyhow::Result<()> {
     let report = instance.report(&run)?;
     println!(
         "\nreport: {} calls, {} attempts, {} retries, {} status checks, {} replans, {} succeeded, waited {} ms in {} waits, escalation: {}",
-        report.calls, report.attempts, report.retries, report.status_checks, report.replans, report.succeeded_calls, report.waited_ms, report.waits,
+        report.calls,
+        report.attempts,
+        report.retries,
+        report.status_checks,
+        report.replans,
+        report.succeeded_calls,
+        report.waited_ms,
+        report.waits,
         report.escalation.map_or("none", agent_retry_host::labels::reason)
     );
     instance.drop_run(run)?;
@@ -115,4 +129,3 @@ fn describe(outcome: &Outcome) -> String {
         }
     }
 }
-

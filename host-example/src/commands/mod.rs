@@ -14,9 +14,9 @@ pub fn init_json_log<W>(writer: W)
 where
     W: for<'a> tracing_subscriber::fmt::MakeWriter<'a> + Send + Sync + 'static,
 {
+    use tracing_subscriber::Layer;
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
-    use tracing_subscriber::Layer;
     let layer = tracing_subscriber::fmt::layer()
         .json()
         .flatten_event(true)

@@ -345,7 +345,7 @@ pub fn row_specs() -> Vec<(&'static str, &'static str)> {
             r#"component:seeded:"account-budget": {"account-id": "sim-{sim}", "capacity": 10, "refill-interval-ms": 20, "max-wait-ms": 10000}"#,
         ),
         (
-            "retry quota (AWS: 500, 14 a retry)",
+            "retry quota (AWS: 500, 14 a retry; clients give up)",
             r#"component:seeded:"account-budget": {"account-id": "sim-{sim}", "capacity": 100000, "refill-interval-ms": 1, "retry-quota": {"capacity": 500}}"#,
         ),
     ]

@@ -135,12 +135,7 @@ impl FaultMix {
         let runs = self.runs.iter().chain(self.variants.values().flatten());
         for run in runs {
             if let Some(fault) = &run.fault {
-                anyhow::ensure!(
-                    self.workflow.iter().any(|s| s.tool == fault.tool),
-                    "run {}: the fault's tool {} is not in the workflow",
-                    run.id,
-                    fault.tool
-                );
+                anyhow::ensure!(self.workflow.iter().any(|s| s.tool == fault.tool), "run {}: the fault's tool {} is not in the workflow", run.id, fault.tool);
             }
         }
         for (name, runs) in &self.variants {

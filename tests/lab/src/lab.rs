@@ -10,9 +10,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
-use agent_retry_host::component::types::{
-    Action, Admission, CallRequest, Failure, FailureKind, Outcome, StatusCheckResult, TransportError,
-};
+use agent_retry_host::component::types::{Action, Admission, CallRequest, Failure, FailureKind, Outcome, StatusCheckResult, TransportError};
 use agent_retry_host::{EmbeddedAccounts, EntropySource, HostServices, PolicyComponent, PolicyInstance};
 
 use crate::faults::{Clears, FailureSpec, FaultMix, RunSpec};
@@ -70,10 +68,10 @@ impl<'a> Server<'a> {
     }
 
     fn apply(&mut self, step: usize, key: Option<&str>) {
-        if let Some(key) = key {
-            if !self.keys_seen.insert(key.to_string()) {
-                return; // the first result, saved under the key: no new effect
-            }
+        if let Some(key) = key
+            && !self.keys_seen.insert(key.to_string())
+        {
+            return; // the first result, saved under the key: no new effect
         }
         self.applied[step] += 1;
     }
@@ -193,17 +191,13 @@ impl ComponentHost {
 }
 
 fn outcome_of(answer: &Answer) -> Outcome {
-    let failure = |kind: FailureKind, headers: Vec<(String, String)>, body: String| {
-        Outcome::Failure(Failure { kind, headers, body, structured_content: None })
-    };
+    let failure = |kind: FailureKind, headers: Vec<(String, String)>, body: String| Outcome::Failure(Failure { kind, headers, body, structured_content: None });
     match answer {
         Answer::Success => Outcome::Success,
         Answer::Empty(detail) => Outcome::EmptyResult(detail.clone()),
-        Answer::Failure(FailureSpec::Http { status, headers, body }) => failure(
-            FailureKind::HttpStatus(*status),
-            headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-            body.clone(),
-        ),
+        Answer::Failure(FailureSpec::Http { status, headers, body }) => {
+            failure(FailureKind::HttpStatus(*status), headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect(), body.clone())
+        }
         Answer::Failure(FailureSpec::Timeout { .. }) => failure(FailureKind::Transport(TransportError::Timeout), vec![], String::new()),
         Answer::Failure(FailureSpec::Reset) => failure(FailureKind::Transport(TransportError::ConnectionReset), vec![], String::new()),
         Answer::Failure(FailureSpec::Empty { detail }) => Outcome::EmptyResult(detail.clone()),
@@ -220,11 +214,8 @@ impl Host for ComponentHost {
     fn call(&mut self, ctx: &mut Ctx, step: usize, version: u32) -> anyhow::Result<CallEnd> {
         let run = self.run.as_ref().ok_or_else(|| anyhow::anyhow!("no run"))?;
         let tool = &ctx.mix.workflow[step];
-        let key = if self.keys && tool.takes_key {
-            Some(self.instance.derive_idempotency_key(&self.run_id, &format!("step-{step}-v{version}"))?)
-        } else {
-            None
-        };
+        let key =
+            if self.keys && tool.takes_key { Some(self.instance.derive_idempotency_key(&self.run_id, &format!("step-{step}-v{version}"))?) } else { None };
         let request = CallRequest { tool: tool.tool.clone(), idempotency_key: key.clone(), hints: None };
         let ticket = match self.instance.begin_call(run, &request, ctx.now_ms)? {
             Ok(Admission::Send(ticket)) => ticket,
@@ -334,12 +325,12 @@ impl Host for LayerHost {
                         Answer::Success => unreachable!("handled above"),
                     };
                     match self.layer.decide(&failure, attempt, &mut self.rng) {
-                    Some(delay) => {
-                        ctx.now_ms += delay;
-                        ctx.waited_ms += delay;
-                        attempt += 1;
-                    }
-                    None => return Ok(CallEnd::ShownError),
+                        Some(delay) => {
+                            ctx.now_ms += delay;
+                            ctx.waited_ms += delay;
+                            attempt += 1;
+                        }
+                        None => return Ok(CallEnd::ShownError),
                     }
                 }
             }
@@ -405,9 +396,8 @@ pub fn run_one(mix: &FaultMix, run: &RunSpec, host: &mut dyn Host, host_counts_r
                 }
                 CallEnd::ShownError => {
                     ctx.now_ms += mix.model_turn_ms;
-                    let fixable = run.fault.as_ref().is_some_and(|f| {
-                        f.tool == mix.workflow[step].tool && matches!(f.clears, Clears::AfterFixes(n) if version < n)
-                    });
+                    let fixable =
+                        run.fault.as_ref().is_some_and(|f| f.tool == mix.workflow[step].tool && matches!(f.clears, Clears::AfterFixes(n) if version < n));
                     if fixable {
                         if host_counts_replans {
                             if replans >= mix.replan_limit {
@@ -478,10 +468,10 @@ impl RetryLayer for StainlessSdk {
         if !retryable || attempt > 2 {
             return None;
         }
-        if let FailureSpec::Http { headers, .. } = failure {
-            if let Some(seconds) = retry_after_seconds(headers).filter(|s| (1..=60).contains(s)) {
-                return Some(seconds * 1000);
-            }
+        if let FailureSpec::Http { headers, .. } = failure
+            && let Some(seconds) = retry_after_seconds(headers).filter(|s| (1..=60).contains(s))
+        {
+            return Some(seconds * 1000);
         }
         let backoff = (500.0 * 2f64.powi(attempt as i32 - 1)).min(8000.0);
         Some((backoff * (1.0 - 0.25 * rng.next_f64())) as u64)
@@ -614,7 +604,11 @@ pub fn policies() -> Vec<Policy> {
             kind: PolicyKind::Layer { make: || Box::new(RetryEverything), keys: true },
             seed: s([Some(34), Some(0), Some(173), Some(6), None, Some(374)]),
         },
-        Policy { name: "classify (component, no run retry budget)", kind: component(classify), seed: s([Some(34), Some(0), Some(0), Some(1), Some(5), Some(206)]) },
+        Policy {
+            name: "classify (component, no run retry budget)",
+            kind: component(classify),
+            seed: s([Some(34), Some(0), Some(0), Some(1), Some(5), Some(206)]),
+        },
         Policy { name: "classify + run retry budget (4)", kind: component(&budget(2)), seed: s([Some(34), Some(0), Some(0), Some(0), Some(6), Some(183)]) },
         Policy {
             name: "no retries (component, 1 attempt per call)",
@@ -627,9 +621,7 @@ pub fn policies() -> Vec<Policy> {
         Policy { name: "agent-retry defaults (full jitter, hints)", kind: component(""), seed: None },
         Policy {
             name: "defaults + account budget + retry quota",
-            kind: component(
-                r#""account-budget": {"account-id": "refund-desk", "capacity": 10, "refill-interval-ms": 1000, "retry-quota": {"capacity": 500}}"#,
-            ),
+            kind: component(r#""account-budget": {"account-id": "refund-desk", "capacity": 10, "refill-interval-ms": 1000, "retry-quota": {"capacity": 500}}"#),
             seed: None,
         },
         Policy { name: "AWS SDK standard mode (retry quota)", kind: PolicyKind::Layer { make: || Box::new(AwsStandard::default()), keys: false }, seed: None },

@@ -24,7 +24,13 @@ fn err<E: std::fmt::Display>(e: E) -> anyhow::Error {
 }
 
 /// One line per row of `value` against clients, on a log scale.
-fn contention_plot(path: &Path, title: &str, y_label: &str, rows: &[ContentionRow], value: fn(&crate::contention::ContentionPoint) -> f64) -> anyhow::Result<()> {
+fn contention_plot(
+    path: &Path,
+    title: &str,
+    y_label: &str,
+    rows: &[ContentionRow],
+    value: fn(&crate::contention::ContentionPoint) -> f64,
+) -> anyhow::Result<()> {
     let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
     let xs: Vec<u32> = rows.first().map(|r| r.points.iter().map(|p| p.clients).collect()).unwrap_or_default();
@@ -57,13 +63,7 @@ fn contention_plot(path: &Path, title: &str, y_label: &str, rows: &[ContentionRo
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], style));
         chart.draw_series(points.into_iter().map(|p| Circle::new(p, 3, color.filled()))).map_err(err)?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(err)?;
+    chart.configure_series_labels().position(SeriesLabelPosition::UpperLeft).background_style(WHITE.mix(0.85)).border_style(BLACK).draw().map_err(err)?;
     root.present().map_err(err)?;
     Ok(())
 }
@@ -96,7 +96,14 @@ pub fn delays(dir: &Path, delays: &[u64], retry: u32, cap_ms: u64) -> anyhow::Re
         .y_label_area_size(60)
         .build_cartesian_2d(0f64..cap_ms as f64, 0f64..top)
         .map_err(err)?;
-    chart.configure_mesh().x_desc("delay (ms)").y_desc("draws").x_label_formatter(&|v| format!("{v:.0}")).y_label_formatter(&|v| format!("{v:.0}")).draw().map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc("delay (ms)")
+        .y_desc("draws")
+        .x_label_formatter(&|v| format!("{v:.0}"))
+        .y_label_formatter(&|v| format!("{v:.0}"))
+        .draw()
+        .map_err(err)?;
     let blue = RGBColor(0x1f, 0x77, 0xb4);
     chart
         .draw_series(counts.iter().enumerate().map(|(i, c)| {

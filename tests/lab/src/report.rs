@@ -54,13 +54,13 @@ pub fn escalations(rows: &[(&Policy, RowTotals)]) -> String {
 /// The contention table: completion time and write calls per client count.
 pub fn contention_table(rows: &[ContentionRow], clients: &[u32]) -> String {
     let mut out = String::new();
-    let _ = write!(out, "{:<44}", "policy (time ms / calls)");
+    let _ = write!(out, "{:<52}", "policy (time ms / calls)");
     for n in clients {
         let _ = write!(out, " {:>14}", format!("{n} clients"));
     }
     let _ = writeln!(out);
     for row in rows {
-        let _ = write!(out, "{:<44}", row.name);
+        let _ = write!(out, "{:<52}", row.name);
         for point in &row.points {
             let done = if point.completed_pct < 100.0 { "*" } else { "" };
             let _ = write!(out, " {:>14}", format!("{:.0} / {:.0}{done}", point.time_ms, point.calls));
@@ -101,7 +101,8 @@ pub fn lab(component: &agent_retry_host::PolicyComponent, mix: &crate::faults::F
                 mix.replan_limit
             )
         } else {
-            let notes: Vec<String> = mix.runs.iter().zip(&mixes[0].1.runs).filter(|(a, b)| a.note != b.note).map(|(a, _)| format!("{}: {}", a.id, a.note)).collect();
+            let notes: Vec<String> =
+                mix.runs.iter().zip(&mixes[0].1.runs).filter(|(a, b)| a.note != b.note).map(|(a, _)| format!("{}: {}", a.id, a.note)).collect();
             format!("The same lab, {label} ({})", notes.join("; "))
         };
         let _ = writeln!(text, "{}", lab_table(&title, &rows, index == 0));
@@ -140,7 +141,7 @@ pub fn contention(component: &agent_retry_host::PolicyComponent, clients: &[u32]
                 let p = row.points[at];
                 let met = p.calls < full.calls && p.time_ms < decorrelated.time_ms && p.completed_pct >= 100.0;
                 let why = if p.completed_pct < 100.0 { format!(" (only {:.0}% of the clients wrote)", p.completed_pct) } else { String::new() };
-                let _ = writeln!(text, "  {:<42} {:>5.0} calls {:>6.0} ms  {}{why}", row.name, p.calls, p.time_ms, if met { "met" } else { "NOT met" });
+                let _ = writeln!(text, "  {:<52} {:>5.0} calls {:>6.0} ms  {}{why}", row.name, p.calls, p.time_ms, if met { "met" } else { "NOT met" });
             }
         }
     }

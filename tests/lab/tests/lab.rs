@@ -57,7 +57,8 @@ fn repeating_a_request_bound_failure_is_wasted_and_a_changed_request_is_not() {
 
 #[test]
 fn a_retry_before_the_servers_hint_is_early_and_fails_again() {
-    let mix = mix_with(r#"{"tool": "issue_refund", "failure": {"kind": "http", "status": 429, "headers": {"Retry-After": "5"}}, "clears": {"after-ms": 5000}}"#);
+    let mix =
+        mix_with(r#"{"tool": "issue_refund", "failure": {"kind": "http", "status": 429, "headers": {"Retry-After": "5"}}, "clears": {"after-ms": 5000}}"#);
     let mut server = Server::new(&mix, &mix.runs[0]);
     server.attempt(0, 0, Some("k"), 0);
     assert!(matches!(server.attempt(0, 0, Some("k"), 1000), Answer::Failure(_)));
