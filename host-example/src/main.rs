@@ -79,7 +79,7 @@ enum Command {
     },
     /// Print what the component imports and exports, and its size.
     Inspect,
-    /// The refund lab (seed 003): 40 scripted runs, no network, through our policy
+    /// The refund lab of the article "Agent Retry Policies": 40 scripted runs, no network, through our policy
     /// (the component) and through retry-everything and peers' retry policies; one
     /// table per fault mix and variant (deterministic).
     Lab {

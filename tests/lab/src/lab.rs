@@ -1,5 +1,5 @@
 //! The refund lab: a deterministic model of agent runs against scripted faults
-//! (seed 003, "Running the lab"). No network and no model: a scripted server
+//! ("Agent Retry Policies: When to Retry a Tool, Replan the Task or Give Up", "Running the lab"). No network and no model: a scripted server
 //! answers each attempt from the fault mix, and a scripted model changes its
 //! arguments when an error names something it can fix, or calls again.
 //!
@@ -431,7 +431,7 @@ pub fn run_one(mix: &FaultMix, run: &RunSpec, host: &mut dyn Host, host_counts_r
 
 // ===== the policies compared =====
 
-/// Seed 003's baseline: every failure, an empty result included, retried 3
+/// The article's baseline: every failure, an empty result included, retried 3
 /// times, waiting 1, 2, 4 s (the seed's `2 ** attempt`), no hint read.
 pub struct RetryEverything;
 
@@ -565,7 +565,7 @@ impl RetryLayer for GrpcThrottled {
 pub struct Policy {
     pub name: &'static str,
     pub kind: PolicyKind,
-    /// Seed 003's published figures for this row, if it has one:
+    /// The article's published figures for this row, if it has one:
     /// completed, doubled, wasted, looped, escalated, calls (`None`: not given).
     pub seed: Option<[Option<u32>; 6]>,
 }
@@ -585,7 +585,7 @@ fn component(extra: &str) -> PolicyKind {
     PolicyKind::Component { config, keys: true }
 }
 
-/// Seed 003's rows, then the rows this project adds, then peers' policies.
+/// The article's rows, then the rows this project adds, then peers' policies.
 pub fn policies() -> Vec<Policy> {
     // classify without a run retry budget: the per-call limit is far away, so only
     // the step budget (30) ends a persistent transient failure, as in the seed.

@@ -1,4 +1,4 @@
-//! agent-retry's lab: seed 003's refund lab on a written-down fault mix, Brooker's
+//! agent-retry's lab: the refund lab of "Agent Retry Policies: When to Retry a Tool, Replan the Task or Give Up" on a written-down fault mix, Brooker's
 //! contention simulation, their plots, and the benchmark runner. Every decision
 //! that is our policy's comes from the component; the other policies are written
 //! here as the comparison.

@@ -13,7 +13,7 @@ fn cell(ours: u32, seed: Option<Option<u32>>) -> String {
     }
 }
 
-/// The lab table: one line per policy; seed 003's figure in parentheses where it gives one.
+/// The lab table: one line per policy; the article's figure in parentheses where it gives one.
 pub fn lab_table(title: &str, rows: &[(&Policy, RowTotals)], show_seed: bool) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{title}");
@@ -95,7 +95,7 @@ pub fn lab(component: &agent_retry_host::PolicyComponent, mix: &crate::faults::F
         }
         let title = if index == 0 {
             format!(
-                "The refund lab: {} runs of {source}, step budget {}, replan limit {}; seed 003's figure in parentheses",
+                "The refund lab: {} runs of {source}, step budget {}, replan limit {}; the article's figure in parentheses",
                 mix.runs.len(),
                 mix.step_budget,
                 mix.replan_limit
