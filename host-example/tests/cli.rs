@@ -30,7 +30,7 @@ fn the_demo_leaves_no_duplicate_effect_and_logs_one_line_per_attempt() {
     for line in lines.lines() {
         let event: serde_json::Value = serde_json::from_str(line).expect("every log line is JSON");
         if event["message"] == "attempt" {
-            for field in ["run", "step", "tool", "attempt", "key", "status", "class", "action"] {
+            for field in ["run", "step", "tool", "attempt", "key", "status", "class", "action", "rule"] {
                 assert!(event.get(field).is_some(), "{field} missing in {line}");
             }
         }

@@ -202,6 +202,10 @@ impl RetryingCaller {
             Action::Retry(plan) => Some(plan.delay_ms),
             _ => None,
         };
+        let escalation = match &decision.action {
+            Action::Escalate(e) => Some(labels::reason(e.reason)),
+            _ => None,
+        };
         tracing::info!(
             target: "agent_retry",
             run = %self.run_id,
@@ -214,6 +218,8 @@ impl RetryingCaller {
             action = action_label(&decision.action),
             delay_ms,
             hint_ms = decision.hint_ms,
+            rule = %decision.rule,
+            escalation = escalation,
             reason = %decision.reason,
             "attempt"
         );
