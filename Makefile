@@ -7,7 +7,7 @@ WASM := target/component/agent_retry_policy.wasm
 WASM_LIMIT_BYTES := 112000
 JCO := hosts/typescript/node_modules/@bytecodealliance/jco/src/jco.js
 
-.PHONY: setup wasm demo test vectors judge-setup judge-rust redis
+.PHONY: setup wasm demo test vectors judge-setup judge-rust redis hostile
 
 # The Python and Node hosts' targets (and the npm packages `wasm` needs for jco).
 include hosts/hosts.mk
@@ -27,6 +27,10 @@ wasm: setup $(HOSTS_TS_MODULES)
 	@size=$$(stat -c %s $(WASM)); echo "$(WASM): $$size bytes (limit $(WASM_LIMIT_BYTES))"; \
 	  test $$size -le $(WASM_LIMIT_BYTES) || { echo "the component is over its size budget"; exit 1; }
 
+# The hostile components every host's sandbox tests load (target/hostile/).
+hostile: wasm
+	node tests/hostile/build.mjs
+
 # The refund desk end to end: the demo MCP server, scripted agent runs, the table.
 demo: wasm
 	cargo run --release -p agent-retry-cli --bin agent-retry -- demo
@@ -43,7 +47,7 @@ redis:
 # the vectors natively and in wasmtime), then the Python and TypeScript hosts,
 # the judge for all three, and the check that all three give the same outputs
 # for every vector.
-test: wasm redis
+test: wasm hostile redis
 	python3 tests/vectors/make_vectors.py --check
 	python3 tests/contract/make_mirrors.py --check
 	cargo test --release --workspace

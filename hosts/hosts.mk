@@ -23,7 +23,7 @@ $(HOSTS_PY_STAMP): hosts/python/pyproject.toml | $(HOSTS_PY)
 
 hosts-python-setup: $(HOSTS_PY_STAMP)
 
-test-python: wasm hosts-python-setup
+test-python: wasm hostile hosts-python-setup
 	cd hosts/python && ../../$(HOSTS_VENV)/bin/ruff check . && ../../$(HOSTS_VENV)/bin/ruff format --check .
 	cd hosts/python && ../../$(HOSTS_PY) -m pytest -q
 
@@ -34,7 +34,7 @@ $(HOSTS_TS_MODULES): $(HOSTS_TS)/package.json $(HOSTS_TS)/package-lock.json
 hosts-ts-setup: $(HOSTS_TS_MODULES)
 	cd $(HOSTS_TS) && npm run --silent transpile && npm run --silent build
 
-test-ts: wasm hosts-ts-setup
+test-ts: wasm hostile hosts-ts-setup
 	cd $(HOSTS_TS) && npm test
 
 test-hosts: test-python test-ts

@@ -1,4 +1,4 @@
-// The sandbox: hostile components (built by test/fixtures/build-hostile.mjs from
+// The sandbox: hostile components (built by tests/hostile/build.mjs from
 // the real one) are contained within the limits with a typed error, the instance
 // is refused afterwards, and a fresh instance of the good component serves.
 import assert from 'node:assert/strict';
@@ -21,9 +21,9 @@ import { ValueConversionError } from '../src/wit.js';
 import type { Failure } from '../src/index.js';
 import { readFileSync } from 'node:fs';
 
-const fixtures = join(fileURLToPath(import.meta.url), '../../../test/fixtures/hostile');
+const fixtures = join(fileURLToPath(import.meta.url), '../../../../../target/hostile');
 const hostile = (name: string, maxMemoryBytes?: number) => {
-  assert.ok(existsSync(join(fixtures, `${name}.wasm`)), 'run node test/fixtures/build-hostile.mjs (npm test does)');
+  assert.ok(existsSync(join(fixtures, `${name}.wasm`)), 'run node tests/hostile/build.mjs from the repository root (make hostile; npm test does)');
   return PolicyComponent.load({ wasmPath: join(fixtures, `${name}.wasm`), generatedDir: join(fixtures, name), maxMemoryBytes });
 };
 const FAILURE: Failure = { kind: { tag: 'http-status', val: 503 }, headers: [['Retry-After', '2']], body: '' };
