@@ -11,10 +11,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use wasmtime::component::{Component, HasSelf, Instance, Linker, ResourceAny};
-use wasmtime::{Config, Engine, Store, StoreLimits, StoreLimitsBuilder};
+use wasmtime::{Config, Engine, ResourceLimiter, Store, StoreLimits, StoreLimitsBuilder};
 
 use crate::accounts::{AccountBudgetBackend, Bucket, Reservation};
 use crate::entropy::EntropySource;
+use crate::fault::PolicyFault;
 
 // wit/ is a link to the repository's wit/ (the packaged crate holds a copy).
 wasmtime::component::bindgen!({ world: "agent-retry", path: "wit" });
@@ -65,9 +66,18 @@ fn compatibility(version: &str) -> &str {
 }
 
 /// Refuses a component whose policy interface is of another contract version,
-/// naming both versions.
+/// naming both versions, and one that does not export the policy interface at
+/// all (another world), naming what it exports.
 pub fn check_contract_version(exports: &[String]) -> Result<(), LoadError> {
     let prefix = "agent-retry:policy/policy@";
+    if !exports.iter().any(|name| name.starts_with(prefix)) {
+        return Err(LoadError::Incompatible {
+            reason: format!(
+                "the component is of another world: it exports [{}], not {POLICY_INTERFACE}",
+                exports.iter().map(String::as_str).collect::<Vec<_>>().join(", ")
+            ),
+        });
+    }
     for name in exports {
         if let Some(theirs) = name.strip_prefix(prefix)
             && compatibility(theirs) != compatibility(CONTRACT_VERSION)
@@ -123,10 +133,56 @@ impl HostServices {
     }
 }
 
+/// How far one instance may go: fuel per call and linear memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SandboxLimits {
+    /// Fuel for one call (about one unit per wasm instruction).
+    pub fuel_per_call: u64,
+    /// The most linear memory one instance may grow to, in bytes.
+    pub max_memory_bytes: usize,
+}
+
+impl Default for SandboxLimits {
+    fn default() -> Self {
+        SandboxLimits { fuel_per_call: FUEL_PER_CALL, max_memory_bytes: MAX_MEMORY_BYTES }
+    }
+}
+
 /// The store's data: the services, and the memory limits.
 pub struct HostState {
     services: HostServices,
+    limits: MemoryLimiter,
+}
+
+/// wasmtime's limits, remembering whether a `memory.grow` was refused during the
+/// current call (the guest then traps on its own, and the trap's cause is the cap).
+struct MemoryLimiter {
     limits: StoreLimits,
+    refused: bool,
+}
+
+impl ResourceLimiter for MemoryLimiter {
+    fn memory_growing(&mut self, current: usize, desired: usize, maximum: Option<usize>) -> wasmtime::Result<bool> {
+        let allowed = self.limits.memory_growing(current, desired, maximum)?;
+        self.refused |= !allowed;
+        Ok(allowed)
+    }
+
+    fn table_growing(&mut self, current: usize, desired: usize, maximum: Option<usize>) -> wasmtime::Result<bool> {
+        self.limits.table_growing(current, desired, maximum)
+    }
+
+    fn instances(&self) -> usize {
+        self.limits.instances()
+    }
+
+    fn tables(&self) -> usize {
+        self.limits.tables()
+    }
+
+    fn memories(&self) -> usize {
+        self.limits.memories()
+    }
 }
 
 impl agent_retry::policy::account_budget::Host for HostState {
@@ -157,7 +213,7 @@ pub struct PolicyComponent {
     engine: Engine,
     component: Component,
     pre: AgentRetryPre<HostState>,
-    fuel_per_call: u64,
+    limits: SandboxLimits,
 }
 
 impl PolicyComponent {
@@ -199,13 +255,30 @@ impl PolicyComponent {
         add_random(&mut linker, &component, &engine).map_err(incompatible)?;
         let instance_pre = linker.instantiate_pre(&component).map_err(incompatible)?;
         let pre = AgentRetryPre::new(instance_pre).map_err(incompatible)?;
-        Ok(PolicyComponent { engine, component, pre, fuel_per_call: FUEL_PER_CALL })
+        Ok(PolicyComponent { engine, component, pre, limits: SandboxLimits::default() })
     }
 
     /// Sets the fuel each call may burn (default [`FUEL_PER_CALL`]).
     pub fn with_fuel_per_call(mut self, fuel: u64) -> Self {
-        self.fuel_per_call = fuel;
+        self.limits.fuel_per_call = fuel;
         self
+    }
+
+    /// Sets the most linear memory an instance may grow to (default [`MAX_MEMORY_BYTES`]).
+    pub fn with_max_memory_bytes(mut self, bytes: usize) -> Self {
+        self.limits.max_memory_bytes = bytes;
+        self
+    }
+
+    /// Sets both limits.
+    pub fn with_limits(mut self, limits: SandboxLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// The limits each instance runs under.
+    pub fn limits(&self) -> SandboxLimits {
+        self.limits
     }
 
     /// The interfaces the component imports, as `name` strings.
@@ -220,13 +293,13 @@ impl PolicyComponent {
 
     /// A fresh instance with its own memory. Runs live in one instance.
     pub fn instantiate(&self, services: HostServices) -> wasmtime::Result<PolicyInstance> {
-        let limits = StoreLimitsBuilder::new().memory_size(MAX_MEMORY_BYTES).instances(4).tables(16).memories(4).build();
-        let mut store = Store::new(&self.engine, HostState { services, limits });
+        let limits = StoreLimitsBuilder::new().memory_size(self.limits.max_memory_bytes).instances(4).tables(16).memories(4).build();
+        let mut store = Store::new(&self.engine, HostState { services, limits: MemoryLimiter { limits, refused: false } });
         store.limiter(|state| &mut state.limits);
-        store.set_fuel(self.fuel_per_call)?;
+        store.set_fuel(self.limits.fuel_per_call)?;
         let instance = self.pre.instance_pre().instantiate(&mut store)?;
         let bindings = AgentRetry::new(&mut store, &instance)?;
-        Ok(PolicyInstance { store, instance, bindings, fuel_per_call: self.fuel_per_call })
+        Ok(PolicyInstance { store, instance, bindings, limits: self.limits, broken: None })
     }
 }
 
@@ -252,14 +325,17 @@ fn add_random(linker: &mut Linker<HostState>, component: &Component, engine: &En
 
 /// A policy component instance: one store, one instance, typed calls.
 ///
-/// Every call refills the fuel first. A call that traps returns an error; the
-/// instance must then be dropped (wasmtime refuses to re-enter it), and the host
-/// handles the run as escalated.
+/// Every call refills the fuel first. A call that fails returns a
+/// [`PolicyFault`] with its cause; the instance is then broken (later calls
+/// answer [`PolicyFault::InstanceUnusable`] without entering the guest), and the
+/// host handles the run as escalated and instantiates a fresh one.
 pub struct PolicyInstance {
     store: Store<HostState>,
     instance: Instance,
     bindings: AgentRetry,
-    fuel_per_call: u64,
+    limits: SandboxLimits,
+    /// The first fault, once a call failed.
+    broken: Option<String>,
 }
 
 /// A policy resource in an instance.
@@ -268,57 +344,64 @@ pub struct PolicyHandle(ResourceAny);
 pub struct RunHandle(ResourceAny);
 
 impl PolicyInstance {
-    /// Every call starts with a full tank: a runaway call traps, the next one can run.
-    fn refuel(&mut self) -> wasmtime::Result<()> {
-        self.store.set_fuel(self.fuel_per_call)
+    /// Runs one call into the guest: on a full tank, with the fault typed and the
+    /// instance marked broken if it fails.
+    fn guarded<T>(&mut self, call: impl FnOnce(&AgentRetry, &mut Store<HostState>) -> wasmtime::Result<T>) -> Result<T, PolicyFault> {
+        if let Some(first_fault) = &self.broken {
+            return Err(PolicyFault::InstanceUnusable { first_fault: first_fault.clone() });
+        }
+        self.store.data_mut().limits.refused = false;
+        let result = self.store.set_fuel(self.limits.fuel_per_call).and_then(|()| call(&self.bindings, &mut self.store));
+        result.map_err(|error| {
+            let fault = PolicyFault::of(&error, self.store.data().limits.refused, self.limits.fuel_per_call, self.limits.max_memory_bytes);
+            self.broken = Some(fault.to_string());
+            fault
+        })
+    }
+
+    /// Whether an earlier call failed (the instance is then not entered again).
+    pub fn is_broken(&self) -> bool {
+        self.broken.is_some()
     }
 
     /// The fuel the last call burned (about one unit per wasm instruction).
     pub fn fuel_used_by_last_call(&self) -> u64 {
-        self.fuel_per_call.saturating_sub(self.store.get_fuel().unwrap_or(0))
+        self.limits.fuel_per_call.saturating_sub(self.store.get_fuel().unwrap_or(0))
     }
 
     /// The store and the raw instance, for dynamic calls (the conformance runner).
     pub fn raw(&mut self) -> (&mut Store<HostState>, &Instance) {
-        let _ = self.refuel();
+        let _ = self.store.set_fuel(self.limits.fuel_per_call);
         (&mut self.store, &self.instance)
     }
 
-    pub fn derive_idempotency_key(&mut self, run_id: &str, action_id: &str) -> wasmtime::Result<String> {
-        self.refuel()?;
-        self.bindings.agent_retry_policy_policy().call_derive_idempotency_key(&mut self.store, run_id, action_id)
+    pub fn derive_idempotency_key(&mut self, run_id: &str, action_id: &str) -> Result<String, PolicyFault> {
+        self.guarded(|b, store| b.agent_retry_policy_policy().call_derive_idempotency_key(store, run_id, action_id))
     }
 
     /// Parses a configuration; `Ok(Err(_))` is a rejected configuration.
-    pub fn load_policy(&mut self, config_json: &str) -> wasmtime::Result<Result<PolicyHandle, types::ConfigError>> {
-        self.refuel()?;
-        Ok(self.bindings.agent_retry_policy_policy().policy().call_from_json(&mut self.store, config_json)?.map(PolicyHandle))
+    pub fn load_policy(&mut self, config_json: &str) -> Result<Result<PolicyHandle, types::ConfigError>, PolicyFault> {
+        self.guarded(|b, store| Ok(b.agent_retry_policy_policy().policy().call_from_json(store, config_json)?.map(PolicyHandle)))
     }
 
-    pub fn effective_config(&mut self, policy: &PolicyHandle) -> wasmtime::Result<String> {
-        self.refuel()?;
-        self.bindings.agent_retry_policy_policy().policy().call_effective_config(&mut self.store, policy.0)
+    pub fn effective_config(&mut self, policy: &PolicyHandle) -> Result<String, PolicyFault> {
+        self.guarded(|b, store| b.agent_retry_policy_policy().policy().call_effective_config(store, policy.0))
     }
 
-    pub fn classify(&mut self, policy: &PolicyHandle, failure: &types::Failure, now_ms: u64) -> wasmtime::Result<types::Classification> {
-        self.refuel()?;
-        self.bindings.agent_retry_policy_policy().policy().call_classify(&mut self.store, policy.0, failure, now_ms)
+    pub fn classify(&mut self, policy: &PolicyHandle, failure: &types::Failure, now_ms: u64) -> Result<types::Classification, PolicyFault> {
+        self.guarded(|b, store| b.agent_retry_policy_policy().policy().call_classify(store, policy.0, failure, now_ms))
     }
 
-    pub fn next_delay(&mut self, policy: &PolicyHandle, retry: u32, hint_ms: Option<u64>, entropy: Option<u64>) -> wasmtime::Result<u64> {
-        self.refuel()?;
-        self.bindings.agent_retry_policy_policy().policy().call_next_delay(&mut self.store, policy.0, retry, hint_ms, entropy)
+    pub fn next_delay(&mut self, policy: &PolicyHandle, retry: u32, hint_ms: Option<u64>, entropy: Option<u64>) -> Result<u64, PolicyFault> {
+        self.guarded(|b, store| b.agent_retry_policy_policy().policy().call_next_delay(store, policy.0, retry, hint_ms, entropy))
     }
 
-    pub fn start_run(&mut self, policy: &PolicyHandle, run_id: &str) -> wasmtime::Result<RunHandle> {
-        self.refuel()?;
-        let run = self.bindings.agent_retry_policy_policy().policy().call_start_run(&mut self.store, policy.0, run_id)?;
-        Ok(RunHandle(run))
+    pub fn start_run(&mut self, policy: &PolicyHandle, run_id: &str) -> Result<RunHandle, PolicyFault> {
+        self.guarded(|b, store| Ok(RunHandle(b.agent_retry_policy_policy().policy().call_start_run(store, policy.0, run_id)?)))
     }
 
-    pub fn begin_call(&mut self, run: &RunHandle, call: &types::CallRequest, now_ms: u64) -> wasmtime::Result<Result<types::Admission, types::RunError>> {
-        self.refuel()?;
-        self.bindings.agent_retry_policy_policy().run().call_begin_call(&mut self.store, run.0, call, now_ms)
+    pub fn begin_call(&mut self, run: &RunHandle, call: &types::CallRequest, now_ms: u64) -> Result<Result<types::Admission, types::RunError>, PolicyFault> {
+        self.guarded(|b, store| b.agent_retry_policy_policy().run().call_begin_call(store, run.0, call, now_ms))
     }
 
     /// Records an outcome. With `entropy` `None`, the host's entropy source is used
@@ -330,26 +413,22 @@ impl PolicyInstance {
         outcome: &types::Outcome,
         now_ms: u64,
         entropy: Option<u64>,
-    ) -> wasmtime::Result<Result<types::Decision, types::RunError>> {
+    ) -> Result<Result<types::Decision, types::RunError>, PolicyFault> {
         let entropy = Some(entropy.unwrap_or_else(|| self.store.data().services.entropy.next_u64()));
-        self.refuel()?;
-        self.bindings.agent_retry_policy_policy().run().call_record_outcome(&mut self.store, run.0, call_id, outcome, now_ms, entropy)
+        self.guarded(|b, store| b.agent_retry_policy_policy().run().call_record_outcome(store, run.0, call_id, outcome, now_ms, entropy))
     }
 
-    pub fn report(&mut self, run: &RunHandle) -> wasmtime::Result<types::RunReport> {
-        self.refuel()?;
-        self.bindings.agent_retry_policy_policy().run().call_report(&mut self.store, run.0)
+    pub fn report(&mut self, run: &RunHandle) -> Result<types::RunReport, PolicyFault> {
+        self.guarded(|b, store| b.agent_retry_policy_policy().run().call_report(store, run.0))
     }
 
     /// Frees a run in the guest.
-    pub fn drop_run(&mut self, run: RunHandle) -> wasmtime::Result<()> {
-        self.refuel()?;
-        run.0.resource_drop(&mut self.store)
+    pub fn drop_run(&mut self, run: RunHandle) -> Result<(), PolicyFault> {
+        self.guarded(|_, store| run.0.resource_drop(store))
     }
 
     /// Frees a policy in the guest.
-    pub fn drop_policy(&mut self, policy: PolicyHandle) -> wasmtime::Result<()> {
-        self.refuel()?;
-        policy.0.resource_drop(&mut self.store)
+    pub fn drop_policy(&mut self, policy: PolicyHandle) -> Result<(), PolicyFault> {
+        self.guarded(|_, store| policy.0.resource_drop(store))
     }
 }

@@ -9,12 +9,14 @@ pub mod canonical;
 pub mod component;
 pub mod dynamic;
 pub mod entropy;
+pub mod fault;
 pub mod labels;
 pub mod live;
 pub mod mcp;
 pub mod steps;
 
 pub use accounts::{AccountBudgetBackend, AccountsError, EmbeddedAccounts, RedisAccounts, SharedAccounts};
-pub use component::{BUNDLED_WASM, HostServices, LoadError, PolicyComponent, PolicyInstance, default_wasm_path};
+pub use component::{BUNDLED_WASM, HostServices, LoadError, PolicyComponent, PolicyInstance, SandboxLimits, default_wasm_path};
 pub use entropy::EntropySource;
+pub use fault::PolicyFault;
 pub use live::{Integrity, LivePolicy, Loaded, PolicyIdentity, PolicySource, UpdateError};

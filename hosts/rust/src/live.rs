@@ -29,7 +29,7 @@ use ed25519_dalek::{Signature, Verifier, VerifyingKey};
 use sha2::{Digest, Sha256};
 
 use crate::component::types::{Action, Admission, CallRequest, Failure, FailureKind, Outcome, TransportError};
-use crate::{EmbeddedAccounts, EntropySource, HostServices, LoadError, PolicyComponent};
+use crate::{EmbeddedAccounts, EntropySource, HostServices, LoadError, PolicyComponent, PolicyFault};
 
 /// Which policy made a decision: the component's digest and the configuration's.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -257,9 +257,10 @@ fn verify_signature(wasm: &Path, bytes: &[u8], key: &[u8; 32]) -> Result<(), Upd
 /// The invariants every policy keeps for the host to stay safe, checked on a
 /// candidate in a fresh instance with its own account budget.
 fn self_test(component: &PolicyComponent, config_json: &str) -> Result<(), UpdateError> {
-    let trap = |what: &str, e: wasmtime::Error| UpdateError::SelfTest(format!("{what} trapped: {e:#}"));
-    let mut instance =
-        component.instantiate(HostServices::new(Arc::new(EmbeddedAccounts::new()), EntropySource::seeded(1))).map_err(|e| trap("instantiation", e))?;
+    let trap = |what: &str, e: PolicyFault| UpdateError::SelfTest(format!("{what} failed: {e}"));
+    let mut instance = component
+        .instantiate(HostServices::new(Arc::new(EmbeddedAccounts::new()), EntropySource::seeded(1)))
+        .map_err(|e| UpdateError::SelfTest(format!("instantiation failed: {e:#}")))?;
     let policy = match instance.load_policy(config_json).map_err(|e| trap("from-json", e))? {
         Ok(policy) => policy,
         Err(e) => return Err(UpdateError::Config(format!("{}: {}", e.field, e.message))),
@@ -322,6 +323,23 @@ fn self_test(component: &PolicyComponent, config_json: &str) -> Result<(), Updat
             return broken(format!("a 403 answered {:?}", decision.action));
         }
     }
+
+    // Every other export answers, well-formed: a key is stable and non-empty, a
+    // delay stays within the cap, a classification and a report come back.
+    let key_a = instance.derive_idempotency_key("self-test", "step-1").map_err(|e| trap("derive-idempotency-key", e))?;
+    let key_b = instance.derive_idempotency_key("self-test", "step-1").map_err(|e| trap("derive-idempotency-key", e))?;
+    if key_a.is_empty() || key_a != key_b {
+        return broken(format!("derive-idempotency-key is not stable: {key_a:?} then {key_b:?}"));
+    }
+    let failure =
+        Failure { kind: FailureKind::HttpStatus(503), headers: vec![("Retry-After".into(), "1".into())], body: "self-test".into(), structured_content: None };
+    instance.classify(&policy, &failure, now).map_err(|e| trap("classify", e))?;
+    let delay = instance.next_delay(&policy, 1, None, Some(u64::MAX)).map_err(|e| trap("next-delay", e))?;
+    if delay > max_delay {
+        return broken(format!("next-delay waits {delay} ms, above max-delay-ms {max_delay}"));
+    }
+    let run = instance.start_run(&policy, "self-test-report").map_err(|e| trap("start-run", e))?;
+    instance.report(&run).map_err(|e| trap("report", e))?;
 
     // A failure that persists ends in an escalation within the step budget.
     let run = instance.start_run(&policy, "self-test-4").map_err(|e| trap("start-run", e))?;

@@ -226,3 +226,36 @@ fn rename_all(bytes: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
     }
     out
 }
+
+/// Every hostile component of tests/hostile/build.mjs offered as an update: the
+/// gate refuses it (at load, or because its self-test faults), saying why, and
+/// the last good policy keeps serving.
+#[test]
+fn every_hostile_component_is_refused_by_the_gate_and_the_last_good_policy_serves() {
+    let hostile_dir = default_wasm_path().parent().and_then(|p| p.parent()).expect("target/").join("hostile");
+    let (_dir, source) = deployed("hostile", READS);
+    let live = LivePolicy::open(source.clone()).unwrap();
+    let good = live.current().identity.clone();
+    let expected: [(&str, &str); 10] = [
+        ("endless-loop", "out of fuel"),
+        ("memory-bomb", "memory cap"),
+        ("trap", "trapped"),
+        ("enum-out-of-range", "boundary"),
+        ("invalid-utf8", "boundary"),
+        ("pointer-out-of-bounds", "boundary"),
+        ("extra-import", "wasi:filesystem"),
+        ("extra-import-sockets", "wasi:sockets"),
+        ("wrong-world", "another world"),
+        ("other-major", "agent-retry:policy@0.3.0"),
+    ];
+    for (name, why) in expected {
+        let bytes = std::fs::read(hostile_dir.join(format!("{name}.wasm"))).unwrap_or_else(|e| panic!("{name}: {e} (run `make hostile`)"));
+        std::fs::write(&source.wasm, bytes).unwrap();
+        let err = live.reload().expect_err(name);
+        assert!(matches!(err, UpdateError::Load(_) | UpdateError::SelfTest(_)), "{name}: {err}");
+        assert!(err.to_string().contains(why), "{name}: {err}");
+        assert_eq!(live.last_refusal().as_deref(), Some(err.to_string().as_str()));
+        assert_eq!(live.current().identity, good, "{name}: the last good policy keeps serving");
+        assert_eq!(attempts_against_a_persistent_503(&live), 4);
+    }
+}

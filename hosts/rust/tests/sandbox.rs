@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use agent_retry_host::component::types::{Action, Admission, CallRequest, Failure, FailureKind, Outcome, TransportError};
-use agent_retry_host::{EmbeddedAccounts, EntropySource, HostServices, LoadError, PolicyComponent, default_wasm_path};
+use agent_retry_host::{EmbeddedAccounts, EntropySource, HostServices, LoadError, PolicyComponent, PolicyFault, default_wasm_path};
 
 fn services() -> HostServices {
     HostServices::new(Arc::new(EmbeddedAccounts::new()), EntropySource::seeded(7))
@@ -84,7 +84,7 @@ fn a_runaway_guest_is_stopped_and_the_host_goes_on() {
     let starved = component().with_fuel_per_call(500);
     let mut instance = starved.instantiate(services()).unwrap();
     let err = instance.load_policy("{}").err().expect("out of fuel must trap");
-    assert!(format!("{err:?}").contains("fuel"), "{err:?}");
+    assert_eq!(err, PolicyFault::OutOfFuel { fuel_per_call: 500 });
     // A trapped instance is not re-entered...
     assert!(instance.load_policy("{}").is_err());
     // ...and a fresh one from a normal component works.
@@ -97,7 +97,8 @@ fn a_guest_that_asks_for_too_much_memory_traps_without_hurting_the_host() {
     let mut instance = component().instantiate(services()).unwrap();
     // 80 MiB of configuration: more than the instance's 64 MiB memory cap.
     let huge = format!("{{\"tools\": {{\"t\": {{\"effect\": \"{}\"}}}}}}", "x".repeat(80 << 20));
-    assert!(instance.load_policy(&huge).is_err());
+    let err = instance.load_policy(&huge).err().expect("over the cap");
+    assert!(matches!(err, PolicyFault::MemoryExceeded { max_memory_bytes } if max_memory_bytes == 64 << 20), "{err}");
     let mut fresh = component().instantiate(services()).unwrap();
     assert!(fresh.load_policy("{}").unwrap().is_ok());
 }
@@ -316,4 +317,94 @@ fn a_configuration_with_a_thousand_namespaced_tools_loads_inside_the_fuel_budget
     let duplicated = config.replacen("_0001\"", "_0000\"", 1);
     let Err(err) = instance.load_policy(&duplicated).expect("no trap") else { panic!("a duplicate tool must be refused") };
     assert!(err.message.contains("appears twice"), "{err:?}");
+}
+
+/// A hostile component built by tests/hostile/build.mjs (`make hostile`).
+fn hostile(name: &str) -> Vec<u8> {
+    let path = default_wasm_path().parent().and_then(|p| p.parent()).expect("target/").join(format!("hostile/{name}.wasm"));
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e} (run `make hostile`)", path.display()))
+}
+
+const FAILURE_503: fn() -> Failure =
+    || Failure { kind: FailureKind::HttpStatus(503), headers: vec![("Retry-After".into(), "2".into())], body: String::new(), structured_content: None };
+
+/// The call fails with the expected fault, the instance is not entered again, and
+/// a fresh instance of the good component serves.
+fn contained(
+    name: &str,
+    limits: agent_retry_host::SandboxLimits,
+    call: impl FnOnce(&mut agent_retry_host::PolicyInstance) -> Result<(), PolicyFault>,
+) -> (PolicyFault, std::time::Duration) {
+    let component = PolicyComponent::from_bytes(&hostile(name)).unwrap_or_else(|e| panic!("{name} passes the load checks: {e}")).with_limits(limits);
+    let mut instance = component.instantiate(services()).unwrap();
+    let start = std::time::Instant::now();
+    let fault = call(&mut instance).expect_err("the hostile call must fail");
+    let took = start.elapsed();
+    assert!(instance.is_broken());
+    match instance.derive_idempotency_key("r", "a") {
+        Err(PolicyFault::InstanceUnusable { first_fault }) => assert_eq!(first_fault, fault.to_string()),
+        other => panic!("a broken instance must not be entered again: {other:?}"),
+    }
+    let mut fresh = self::component().instantiate(services()).unwrap();
+    let policy = fresh.load_policy("{}").unwrap().unwrap();
+    assert_eq!(fresh.classify(&policy, &FAILURE_503(), 0).unwrap().class, agent_retry_host::component::types::OutcomeClass::Transient);
+    (fault, took)
+}
+
+fn classify_503(instance: &mut agent_retry_host::PolicyInstance) -> Result<(), PolicyFault> {
+    let policy = instance.load_policy("{}")?.expect("the config loads");
+    instance.classify(&policy, &FAILURE_503(), 0).map(drop)
+}
+
+#[test]
+fn an_endless_loop_runs_out_of_fuel_with_a_typed_fault() {
+    let limits = agent_retry_host::SandboxLimits::default();
+    let (fault, took) = contained("endless-loop", limits, classify_503);
+    assert_eq!(fault, PolicyFault::OutOfFuel { fuel_per_call: limits.fuel_per_call }, "{fault}");
+    eprintln!("endless loop cut off after {took:?} at {} fuel", limits.fuel_per_call);
+    // The limit is the host's to set.
+    let small = agent_retry_host::SandboxLimits { fuel_per_call: 2_000_000, ..limits };
+    let (fault, _) = contained("endless-loop", small, |i| {
+        let policy = i.load_policy("{}")?.expect("the config loads");
+        i.classify(&policy, &FAILURE_503(), 0).map(drop)
+    });
+    assert_eq!(fault, PolicyFault::OutOfFuel { fuel_per_call: 2_000_000 });
+}
+
+#[test]
+fn a_memory_bomb_stops_at_the_configured_cap_with_a_typed_fault() {
+    for cap in [agent_retry_host::SandboxLimits::default().max_memory_bytes, 8 << 20] {
+        let limits = agent_retry_host::SandboxLimits { max_memory_bytes: cap, ..Default::default() };
+        let (fault, _) = contained("memory-bomb", limits, classify_503);
+        assert_eq!(fault, PolicyFault::MemoryExceeded { max_memory_bytes: cap }, "{fault}");
+    }
+}
+
+#[test]
+fn a_trap_is_a_typed_trap_with_its_cause() {
+    let (fault, _) = contained("trap", Default::default(), classify_503);
+    assert!(matches!(&fault, PolicyFault::Trap { cause } if cause.contains("unreachable")), "{fault}");
+}
+
+#[test]
+fn values_that_break_the_contract_are_boundary_violations() {
+    let (fault, _) = contained("enum-out-of-range", Default::default(), classify_503);
+    assert!(matches!(&fault, PolicyFault::BoundaryViolation { cause } if cause.contains("discriminant")), "{fault}");
+    let (fault, _) = contained("invalid-utf8", Default::default(), |i| i.derive_idempotency_key("run", "step").map(drop));
+    assert!(matches!(&fault, PolicyFault::BoundaryViolation { cause } if cause.contains("utf-8")), "{fault}");
+    let (fault, _) = contained("pointer-out-of-bounds", Default::default(), |i| i.derive_idempotency_key("run", "step").map(drop));
+    assert!(matches!(&fault, PolicyFault::BoundaryViolation { cause } if cause.contains("out of bounds")), "{fault}");
+}
+
+#[test]
+fn components_with_foreign_imports_another_world_or_major_are_refused_at_load() {
+    let refusal = |name: &str| PolicyComponent::from_bytes(&hostile(name)).err().unwrap_or_else(|| panic!("{name} must be refused")).to_string();
+    let text = refusal("extra-import");
+    assert!(text.contains("wasi:filesystem/preopens"), "{text}");
+    let text = refusal("extra-import-sockets");
+    assert!(text.contains("wasi:sockets/instance-network"), "{text}");
+    let text = refusal("wrong-world");
+    assert!(text.contains("another world") && text.contains("acme:scheduler/policy@0.2.0"), "{text}");
+    let text = refusal("other-major");
+    assert!(text.contains("agent-retry:policy@0.3.0") && text.contains("agent-retry:policy@0.2.0"), "{text}");
 }

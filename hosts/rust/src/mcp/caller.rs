@@ -9,6 +9,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use crate::fault::PolicyFault;
 use futures::future::BoxFuture;
 use rmcp::RoleClient;
 use rmcp::model::{CallToolRequestParams, CallToolResult, Tool};
@@ -43,8 +44,9 @@ pub enum ToolAnswer {
 pub enum CallError {
     /// The policy escalated: hand `note` to a person.
     Escalated(Escalation),
-    /// The policy component trapped or ran out of fuel; the run is escalated.
-    Policy(String),
+    /// The policy component failed (a trap, fuel or memory, a broken contract);
+    /// nothing is retried and the run is escalated.
+    Policy(PolicyFault),
     /// The host used the run wrongly (a bug in the host).
     Run(RunError),
 }
@@ -105,8 +107,8 @@ pub struct RetryingCaller {
     previous_call: Option<(String, Map<String, Value>)>,
 }
 
-fn policy_error(e: wasmtime::Error) -> CallError {
-    CallError::Policy(format!("{e:#}"))
+fn policy_error(e: PolicyFault) -> CallError {
+    CallError::Policy(e)
 }
 
 /// A short label of an outcome for the log: `503`, `timeout`, `json-rpc -32602`, `ok`.
