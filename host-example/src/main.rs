@@ -8,7 +8,7 @@ use clap::{Parser, Subcommand};
 
 mod commands;
 
-use crate::commands::{call, decide, demo, exam, explain, lab, serve};
+use crate::commands::{call, decide, demo, exam, explain, lab, serve, watch};
 use agent_retry_host::default_wasm_path;
 
 #[derive(Parser)]
@@ -126,6 +126,47 @@ enum Command {
         #[arg(long)]
         no_policy: bool,
     },
+    /// Keep a live policy (from --wasm and --config files, or from the fleet's Redis)
+    /// and print, as JSON lines, which policy serves and every update accepted or
+    /// refused. SIGHUP or `reload` on stdin reloads; `rollback`, `status` and
+    /// `decide` (attempts a persistent 503 gets) are the other stdin commands.
+    Watch {
+        /// The configuration file to watch with --wasm.
+        #[arg(long, required_unless_present = "fleet")]
+        config: Option<PathBuf>,
+        /// Take the policy a fleet publishes in this Redis (redis://host:port/) instead of files.
+        #[arg(long, conflicts_with = "config")]
+        fleet: Option<String>,
+        /// The fleet's key prefix.
+        #[arg(long, default_value = agent_retry_host::fleet::DEFAULT_PREFIX)]
+        prefix: String,
+        /// How often to look for a change (files: times and sizes; fleet: the revision).
+        #[arg(long, default_value_t = 1000)]
+        interval_ms: u64,
+        /// Accept only a .wasm with this SHA-256 (hex).
+        #[arg(long, conflicts_with = "public_key")]
+        pin_sha256: Option<String>,
+        /// Accept only a .wasm signed by this Ed25519 public key (64 hex digits);
+        /// the signature is <wasm>.sig, or the fleet's wasm.sig key.
+        #[arg(long)]
+        public_key: Option<String>,
+    },
+    /// Publish a policy (--wasm and --config, optionally its detached signature) for
+    /// every worker of a fleet, in one Redis transaction, and announce it.
+    Publish {
+        /// The fleet's Redis (redis://host:port/).
+        #[arg(long)]
+        redis: String,
+        /// The fleet's key prefix.
+        #[arg(long, default_value = agent_retry_host::fleet::DEFAULT_PREFIX)]
+        prefix: String,
+        /// The configuration (JSON).
+        #[arg(long)]
+        config: PathBuf,
+        /// The .wasm's detached Ed25519 signature (64 bytes or 128 hex digits).
+        #[arg(long)]
+        signature: Option<PathBuf>,
+    },
     /// Serve the demo MCP server (refund desk, asset store) over streamable HTTP or stdio.
     Serve {
         /// Serve streamable HTTP at http://ADDR/mcp, e.g. 127.0.0.1:8080.
@@ -171,6 +212,10 @@ fn main() -> ExitCode {
             Command::Simulate { clients, runs, seed, svg } => lab::simulate(&wasm, &clients, runs, seed, svg.as_deref()),
             Command::Judge { exam, client } => exam::judge(&exam, &client).await,
             Command::Exam { url, exam, no_policy } => exam::exam(&wasm, &url, &exam, no_policy).await,
+            Command::Watch { config, fleet, prefix, interval_ms, pin_sha256, public_key } => {
+                watch::watch(watch::WatchOptions { wasm, config, fleet, prefix, interval_ms, pin_sha256, public_key_hex: public_key }).await
+            }
+            Command::Publish { redis, prefix, config, signature } => watch::publish(&redis, &prefix, &wasm, &config, signature.as_deref()),
             Command::Serve { http, stdio: _, faults, allowance, window_ms } => {
                 serve::serve(serve::ServeOptions { http: http.as_deref(), faults: faults.as_deref(), allowance, window_ms }).await
             }

@@ -10,6 +10,7 @@ pub mod component;
 pub mod dynamic;
 pub mod entropy;
 pub mod fault;
+pub mod fleet;
 pub mod labels;
 pub mod live;
 pub mod mcp;
@@ -19,4 +20,5 @@ pub use accounts::{AccountBudgetBackend, AccountsError, EmbeddedAccounts, RedisA
 pub use component::{BUNDLED_WASM, HostServices, LoadError, PolicyComponent, PolicyInstance, SandboxLimits, default_wasm_path};
 pub use entropy::EntropySource;
 pub use fault::PolicyFault;
-pub use live::{Integrity, LivePolicy, Loaded, PolicyIdentity, PolicySource, UpdateError};
+pub use fleet::{FleetSource, publish_policy};
+pub use live::{Integrity, LivePolicy, Loaded, PolicyIdentity, PolicySource, UpdateError, UpdateMetrics};

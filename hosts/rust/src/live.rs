@@ -1,7 +1,8 @@
 //! A policy that operators update while the host runs: a new `.wasm`, or a new
-//! configuration, read from files the host watches (or on `reload()`), checked
-//! by a gate, and swapped in atomically; `rollback()` returns to the previous
-//! good one. A rejected update leaves the last good policy serving and says why.
+//! configuration, read from files the host watches (or on `reload()`), or
+//! published once for a whole fleet in Redis ([`crate::fleet`]), checked by a
+//! gate, and swapped in atomically; `rollback()` returns to the previous good
+//! one. A rejected update leaves the last good policy serving and says why.
 //!
 //! The gate, before anything serves:
 //! 1. integrity: the `.wasm`'s SHA-256 equals a pinned digest, or a detached
@@ -22,6 +23,7 @@
 //! decision can be attributed to exactly one policy version ([`PolicyIdentity`]).
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime};
 
@@ -29,6 +31,7 @@ use ed25519_dalek::{Signature, Verifier, VerifyingKey};
 use sha2::{Digest, Sha256};
 
 use crate::component::types::{Action, Admission, CallRequest, Failure, FailureKind, Outcome, TransportError};
+use crate::fleet::{FleetSource, Publication};
 use crate::{EmbeddedAccounts, EntropySource, HostServices, LoadError, PolicyComponent, PolicyFault};
 
 /// Which policy made a decision: the component's digest and the configuration's.
@@ -80,6 +83,8 @@ pub enum UpdateError {
     Config(String),
     /// The candidate broke an invariant the host relies on, or trapped.
     SelfTest(String),
+    /// The fleet's Redis cannot be read, or nothing is published there.
+    Fleet(String),
     /// `rollback()` with no previous policy.
     NothingToRollBackTo,
 }
@@ -92,6 +97,7 @@ impl std::fmt::Display for UpdateError {
             UpdateError::Load(e) => write!(f, "{e}"),
             UpdateError::Config(why) => write!(f, "the configuration does not load: {why}"),
             UpdateError::SelfTest(why) => write!(f, "the self-test failed: {why}"),
+            UpdateError::Fleet(why) => write!(f, "cannot read the fleet's policy: {why}"),
             UpdateError::NothingToRollBackTo => write!(f, "there is no previous policy to roll back to"),
         }
     }
@@ -107,11 +113,17 @@ pub struct PolicySource {
     pub integrity: Integrity,
 }
 
-/// The files' state when last read, to notice a change when polling.
+/// What was last read, to notice a change when polling: the files' times and
+/// sizes, or the fleet's revision.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
-struct Seen {
-    wasm: Option<(SystemTime, u64)>,
-    config: Option<(SystemTime, u64)>,
+enum Seen {
+    #[default]
+    Nothing,
+    Files {
+        wasm: Option<(SystemTime, u64)>,
+        config: Option<(SystemTime, u64)>,
+    },
+    Revision(u64),
 }
 
 fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
@@ -127,22 +139,108 @@ fn read(path: &Path) -> Result<Vec<u8>, UpdateError> {
     std::fs::read(path).map_err(|e| UpdateError::Read { path: path.to_path_buf(), reason: e.to_string() })
 }
 
+/// Where updates come from.
+enum Origin {
+    Files(PolicySource),
+    Fleet(FleetSource, Integrity),
+}
+
+/// An update as read, before the gate.
+struct Candidate {
+    wasm: Vec<u8>,
+    config: Vec<u8>,
+    /// The detached signature, if one came with it.
+    signature: Option<Vec<u8>>,
+    /// Where the signature was looked for, for messages.
+    signature_at: String,
+    integrity: Integrity,
+    seen: Seen,
+}
+
+impl Origin {
+    fn seen_now(&self) -> Result<Seen, UpdateError> {
+        match self {
+            Origin::Files(source) => Ok(Seen::Files { wasm: stamp(&source.wasm), config: stamp(&source.config) }),
+            Origin::Fleet(fleet, _) => fleet.revision().map(Seen::Revision).map_err(UpdateError::Fleet),
+        }
+    }
+
+    fn read(&self) -> Result<Candidate, UpdateError> {
+        match self {
+            Origin::Files(source) => {
+                let seen = self.seen_now()?;
+                let sig_path = signature_path(&source.wasm);
+                let signature = match source.integrity {
+                    Integrity::Ed25519(_) => std::fs::read(&sig_path).ok(),
+                    _ => None,
+                };
+                Ok(Candidate {
+                    wasm: read(&source.wasm)?,
+                    config: read(&source.config)?,
+                    signature,
+                    signature_at: sig_path.display().to_string(),
+                    integrity: source.integrity.clone(),
+                    seen,
+                })
+            }
+            Origin::Fleet(fleet, integrity) => {
+                let Publication { wasm, config, signature, revision } = fleet.read().map_err(UpdateError::Fleet)?;
+                Ok(Candidate {
+                    wasm,
+                    config,
+                    signature,
+                    signature_at: format!("{}:wasm.sig", fleet.prefix),
+                    integrity: integrity.clone(),
+                    seen: Seen::Revision(revision),
+                })
+            }
+        }
+    }
+}
+
 /// The serving policy, the previous good one, and what counts as an update.
 pub struct LivePolicy {
-    source: PolicySource,
+    origin: Origin,
     current: RwLock<Arc<Loaded>>,
     previous: Mutex<Option<Arc<Loaded>>>,
     seen: Mutex<Seen>,
     /// The last refusal, for operators (`None` once an update is accepted).
     last_refusal: Mutex<Option<String>>,
+    metrics: UpdateMetrics,
+}
+
+/// Counters of what happened to updates, for a metrics endpoint.
+#[derive(Debug, Default)]
+pub struct UpdateMetrics {
+    pub accepted: AtomicU64,
+    pub refused: AtomicU64,
+    pub rolled_back: AtomicU64,
 }
 
 impl LivePolicy {
-    /// Loads the first policy through the same gate as every update.
+    /// Loads the first policy from files, through the same gate as every update.
     pub fn open(source: PolicySource) -> Result<LivePolicy, UpdateError> {
-        let seen = Seen { wasm: stamp(&source.wasm), config: stamp(&source.config) };
-        let first = candidate(&source, 1)?;
-        Ok(LivePolicy { source, current: RwLock::new(Arc::new(first)), previous: Mutex::new(None), seen: Mutex::new(seen), last_refusal: Mutex::new(None) })
+        Self::open_origin(Origin::Files(source))
+    }
+
+    /// Loads the first policy from the fleet's Redis ([`crate::fleet`]), through
+    /// the same gate; a worker started after a publication takes it here.
+    pub fn open_fleet(fleet: FleetSource, integrity: Integrity) -> Result<LivePolicy, UpdateError> {
+        Self::open_origin(Origin::Fleet(fleet, integrity))
+    }
+
+    fn open_origin(origin: Origin) -> Result<LivePolicy, UpdateError> {
+        let read = origin.read()?;
+        let seen = read.seen.clone();
+        let first = candidate(read, 1)?;
+        Ok(LivePolicy {
+            origin,
+            current: RwLock::new(Arc::new(first)),
+            previous: Mutex::new(None),
+            seen: Mutex::new(seen),
+            last_refusal: Mutex::new(None),
+            metrics: UpdateMetrics::default(),
+        })
     }
 
     /// The policy new runs get. Keep it for the run: an update does not change it.
@@ -155,21 +253,36 @@ impl LivePolicy {
         self.last_refusal.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    /// Reads the files again, gates the candidate off the hot path, and swaps it
-    /// in. On refusal the serving policy is unchanged and the reason is logged.
+    /// Updates accepted, refused and rolled back since the host started.
+    pub fn metrics(&self) -> &UpdateMetrics {
+        &self.metrics
+    }
+
+    /// Reads the files (or the fleet's publication) again, gates the candidate
+    /// off the hot path, and swaps it in. On refusal the serving policy is
+    /// unchanged and the reason is logged.
     pub fn reload(&self) -> Result<PolicyIdentity, UpdateError> {
-        *self.seen.lock().unwrap_or_else(|p| p.into_inner()) = Seen { wasm: stamp(&self.source.wasm), config: stamp(&self.source.config) };
         let generation = self.current().identity.generation + 1;
-        match candidate(&self.source, generation) {
+        // Noted first, so that an update that cannot even be read is tried once, not at every poll.
+        if let Ok(now) = self.origin.seen_now() {
+            *self.seen.lock().unwrap_or_else(|p| p.into_inner()) = now;
+        }
+        let result = self.origin.read().and_then(|read| {
+            *self.seen.lock().unwrap_or_else(|p| p.into_inner()) = read.seen.clone();
+            candidate(read, generation)
+        });
+        match result {
             Ok(loaded) => {
                 let identity = loaded.identity.clone();
                 let old = std::mem::replace(&mut *self.current.write().unwrap_or_else(|p| p.into_inner()), Arc::new(loaded));
                 *self.previous.lock().unwrap_or_else(|p| p.into_inner()) = Some(old);
                 *self.last_refusal.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                self.metrics.accepted.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(target: "agent_retry", policy = %identity, "policy update accepted");
                 Ok(identity)
             }
             Err(e) => {
+                self.metrics.refused.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(target: "agent_retry", serving = %self.current().identity, reason = %e, "policy update refused");
                 *self.last_refusal.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
                 Err(e)
@@ -183,23 +296,51 @@ impl LivePolicy {
         let identity = previous.identity.clone();
         let old = std::mem::replace(&mut *self.current.write().unwrap_or_else(|p| p.into_inner()), previous);
         *self.previous.lock().unwrap_or_else(|p| p.into_inner()) = Some(old);
+        self.metrics.rolled_back.fetch_add(1, Ordering::Relaxed);
         tracing::info!(target: "agent_retry", policy = %identity, "policy rolled back");
         Ok(identity)
     }
 
-    /// Reloads if either file changed since it was last read (size or time).
-    /// `None`: nothing changed.
+    /// Reloads if either file changed since it was last read (size or time), or
+    /// the fleet's revision is one not tried yet. `None`: nothing changed (or the
+    /// fleet's Redis cannot be reached: the serving policy stays, the next poll tries again).
     pub fn poll(&self) -> Option<Result<PolicyIdentity, UpdateError>> {
-        let now = Seen { wasm: stamp(&self.source.wasm), config: stamp(&self.source.config) };
+        let now = match self.origin.seen_now() {
+            Ok(now) => now,
+            Err(e) => {
+                tracing::warn!(target: "agent_retry", serving = %self.current().identity, reason = %e, "cannot check for a policy update");
+                return None;
+            }
+        };
         if *self.seen.lock().unwrap_or_else(|p| p.into_inner()) == now {
             return None;
         }
         Some(self.reload())
     }
 
-    /// Polls the files every `interval` on a thread of its own (a file watcher
-    /// that works on every filesystem, network ones included).
+    /// Polls every `interval` on a thread of its own (a file watcher that works
+    /// on every filesystem, network ones included); for a fleet, a second
+    /// thread listens on the update channel, so a publication is taken at once.
+    /// The threads end when the `LivePolicy` is dropped.
     pub fn watch(self: &Arc<Self>, interval: Duration) -> std::thread::JoinHandle<()> {
+        if let Origin::Fleet(fleet, _) = &self.origin {
+            let live = Arc::downgrade(self);
+            let fleet = fleet.clone();
+            std::thread::spawn(move || {
+                while live.strong_count() > 0 {
+                    match fleet.wait_for_announcement(interval) {
+                        Ok(true) => {
+                            if let Some(live) = live.upgrade() {
+                                let _ = live.poll();
+                            }
+                        }
+                        Ok(false) => {}
+                        // Redis is away: the polling thread carries on; try again later.
+                        Err(_) => std::thread::sleep(interval),
+                    }
+                }
+            });
+        }
         let live = Arc::downgrade(self);
         std::thread::spawn(move || {
             while let Some(live) = live.upgrade() {
@@ -211,36 +352,38 @@ impl LivePolicy {
     }
 }
 
-/// Reads, checks and compiles a candidate; runs the self-test.
-fn candidate(source: &PolicySource, generation: u64) -> Result<Loaded, UpdateError> {
-    let bytes = read(&source.wasm)?;
-    let config_bytes = read(&source.config)?;
-    let config_json = String::from_utf8(config_bytes).map_err(|_| UpdateError::Config("the configuration is not UTF-8".into()))?;
-    let wasm_sha256 = hex(&Sha256::digest(&bytes));
-    match &source.integrity {
+/// Checks and compiles a candidate; runs the self-test.
+fn candidate(read: Candidate, generation: u64) -> Result<Loaded, UpdateError> {
+    let config_json = String::from_utf8(read.config).map_err(|_| UpdateError::Config("the configuration is not UTF-8".into()))?;
+    let wasm_sha256 = hex(&Sha256::digest(&read.wasm));
+    match &read.integrity {
         Integrity::Unchecked => {}
         Integrity::PinnedSha256(pinned) => {
             if !pinned.eq_ignore_ascii_case(&wasm_sha256) {
                 return Err(UpdateError::Integrity(format!("the .wasm's SHA-256 is {wasm_sha256}, the pinned digest {pinned}")));
             }
         }
-        Integrity::Ed25519(key) => verify_signature(&source.wasm, &bytes, key)?,
+        Integrity::Ed25519(key) => verify_signature(&read.wasm, read.signature.as_deref(), &read.signature_at, key)?,
     }
-    let component = PolicyComponent::from_bytes(&bytes).map_err(UpdateError::Load)?;
+    let component = PolicyComponent::from_bytes(&read.wasm).map_err(UpdateError::Load)?;
     self_test(&component, &config_json)?;
     let config_sha256 = hex(&Sha256::digest(config_json.as_bytes()));
     Ok(Loaded { component: Arc::new(component), config_json, identity: PolicyIdentity { wasm_sha256, config_sha256, generation } })
 }
 
-fn verify_signature(wasm: &Path, bytes: &[u8], key: &[u8; 32]) -> Result<(), UpdateError> {
+/// Where a `.wasm`'s detached signature is looked for: `<wasm>.sig`.
+pub fn signature_path(wasm: &Path) -> PathBuf {
     let mut sig_path = wasm.as_os_str().to_owned();
     sig_path.push(".sig");
-    let sig_path = PathBuf::from(sig_path);
-    let raw = std::fs::read(&sig_path).map_err(|_| UpdateError::Integrity(format!("unsigned: no signature at {}", sig_path.display())))?;
-    let text = String::from_utf8_lossy(&raw);
+    PathBuf::from(sig_path)
+}
+
+fn verify_signature(bytes: &[u8], signature: Option<&[u8]>, at: &str, key: &[u8; 32]) -> Result<(), UpdateError> {
+    let raw = signature.ok_or_else(|| UpdateError::Integrity(format!("unsigned: no signature at {at}")))?;
+    let text = String::from_utf8_lossy(raw);
     let hex_text = text.trim();
     let sig: [u8; 64] = if raw.len() == 64 {
-        raw.as_slice().try_into().unwrap_or([0; 64])
+        raw.try_into().unwrap_or([0; 64])
     } else if hex_text.len() == 128 && hex_text.bytes().all(|b| b.is_ascii_hexdigit()) {
         let mut out = [0u8; 64];
         for (i, chunk) in hex_text.as_bytes().chunks(2).enumerate() {
@@ -248,7 +391,7 @@ fn verify_signature(wasm: &Path, bytes: &[u8], key: &[u8; 32]) -> Result<(), Upd
         }
         out
     } else {
-        return Err(UpdateError::Integrity(format!("{} is neither 64 bytes nor 128 hex digits", sig_path.display())));
+        return Err(UpdateError::Integrity(format!("{at} is neither 64 bytes nor 128 hex digits")));
     };
     let key = VerifyingKey::from_bytes(key).map_err(|e| UpdateError::Integrity(format!("the configured public key is not valid: {e}")))?;
     key.verify(bytes, &Signature::from_bytes(&sig)).map_err(|_| UpdateError::Integrity("the signature does not verify under the configured key".into()))

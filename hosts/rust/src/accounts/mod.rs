@@ -12,7 +12,7 @@ mod redis;
 mod shared;
 
 pub use embedded::EmbeddedAccounts;
-pub use redis::{AccountsError, RedisAccounts};
+pub use redis::{AccountsError, REDIS_TIMEOUT, RedisAccounts};
 pub use shared::SharedAccounts;
 
 /// The bucket's shape, as the policy's configuration gives it on every call.

@@ -1,0 +1,212 @@
+//! Fleet updates through Redis, with `agent-retry watch` worker processes and
+//! `agent-retry publish` / `publish_policy`: one publication reaches every
+//! worker, a worker that was down takes it when it comes back, a tampered or
+//! unsigned publication is refused under a key, and a watcher outlives Redis.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{Receiver, channel};
+use std::time::Duration;
+
+use agent_retry_harness::RedisServer;
+use agent_retry_host::{FleetSource, default_wasm_path, publish_policy};
+use ed25519_dalek::{Signer, SigningKey};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+const BIN: &str = env!("CARGO_BIN_EXE_agent-retry");
+
+fn config(attempts: u32) -> String {
+    format!(r#"{{"default-effect": "read", "max-attempts-per-call": {attempts}}}"#)
+}
+
+/// The worker reports the configuration's SHA-256 (hex).
+fn sha256_hex(text: &str) -> String {
+    Sha256::digest(text.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// An `agent-retry watch --fleet` process and its JSON lines.
+struct Worker {
+    child: Child,
+    stdin: ChildStdin,
+    lines: Receiver<Value>,
+}
+
+impl Worker {
+    fn start(url: &str, extra: &[&str]) -> Worker {
+        let mut child = Command::new(BIN)
+            .args(["watch", "--fleet", url])
+            .args(extra)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let (send, lines) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if send.send(serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON: {line}: {e}"))).is_err() {
+                    break;
+                }
+            }
+        });
+        Worker { child, stdin, lines }
+    }
+
+    /// The next line whose event is `event`, within 15 s.
+    fn next(&self, event: &str) -> Value {
+        loop {
+            let line = self.lines.recv_timeout(Duration::from_secs(15)).unwrap_or_else(|_| panic!("no {event} line within 15 s"));
+            if line["event"] == event {
+                return line;
+            }
+        }
+    }
+
+    fn ask(&mut self, command: &str) -> Value {
+        writeln!(self.stdin, "{command}").unwrap();
+        self.next(match command {
+            "decide" => "decided",
+            other => other,
+        })
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn wasm() -> Vec<u8> {
+    std::fs::read(default_wasm_path()).expect("run `make wasm` first")
+}
+
+#[test]
+fn one_publication_reaches_every_worker_process_and_a_worker_that_was_down_takes_it_when_back() {
+    let redis = RedisServer::start();
+    let fleet = FleetSource::new(redis.url());
+    assert_eq!(publish_policy(&fleet, &wasm(), &config(4), None).unwrap(), 1);
+    // A long polling interval: the announcement on the channel is what wakes them.
+    let mut workers: Vec<Worker> = (0..3).map(|_| Worker::start(&redis.url(), &["--interval-ms", "60000"])).collect();
+    for worker in &mut workers {
+        assert_eq!(worker.next("serving")["policy"]["config-sha256"], sha256_hex(&config(4)));
+        assert_eq!(worker.ask("decide")["attempts-against-a-persistent-503"], 4);
+    }
+    // Let every worker subscribe before the publication (it reads the revision at
+    // start; a publication between that read and its subscription would wait for the poll).
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(publish_policy(&fleet, &wasm(), &config(2), None).unwrap(), 2);
+    for worker in &mut workers {
+        let serving = worker.next("serving");
+        assert_eq!(serving["policy"]["config-sha256"], sha256_hex(&config(2)), "{serving}");
+        assert_eq!(serving["policy"]["generation"], 2);
+        assert_eq!(worker.ask("decide")["attempts-against-a-persistent-503"], 2, "new runs get the fleet's new budget");
+    }
+    // A worker down during the next publication takes it when it comes back.
+    drop(workers.remove(0));
+    // Published with the command line, as an operator does.
+    let config_file = std::env::temp_dir().join(format!("agent-retry-fleet-{}.json", std::process::id()));
+    std::fs::write(&config_file, config(3)).unwrap();
+    let published = Command::new(BIN).args(["publish", "--redis", &redis.url(), "--config"]).arg(&config_file).output().unwrap();
+    assert!(published.status.success(), "{}", String::from_utf8_lossy(&published.stderr));
+    assert!(String::from_utf8_lossy(&published.stdout).contains("\"revision\":3"), "{}", String::from_utf8_lossy(&published.stdout));
+    let mut back = Worker::start(&redis.url(), &["--interval-ms", "60000"]);
+    assert_eq!(back.next("serving")["policy"]["config-sha256"], sha256_hex(&config(3)));
+    assert_eq!(back.ask("decide")["attempts-against-a-persistent-503"], 3);
+    for worker in &mut workers {
+        assert_eq!(worker.next("serving")["policy"]["config-sha256"], sha256_hex(&config(3)));
+    }
+    let _ = std::fs::remove_file(config_file);
+}
+
+#[test]
+fn under_a_key_a_tampered_or_unsigned_publication_is_refused_and_the_last_good_one_serves() {
+    let redis = RedisServer::start();
+    let fleet = FleetSource::new(redis.url()).with_prefix("team-a:policy");
+    let key = SigningKey::from_bytes(&[5; 32]);
+    let public_hex: String = key.verifying_key().to_bytes().iter().map(|b| format!("{b:02x}")).collect();
+    let good = wasm();
+    publish_policy(&fleet, &good, &config(4), Some(&key.sign(&good).to_bytes())).unwrap();
+    let mut worker = Worker::start(&redis.url(), &["--prefix", "team-a:policy", "--interval-ms", "200", "--public-key", &public_hex]);
+    let serving = worker.next("serving");
+    // Tampered: one byte of the custom section changed, the old signature kept.
+    let mut tampered = good.clone();
+    let last = tampered.len() - 1;
+    tampered[last] ^= 1;
+    publish_policy(&fleet, &tampered, &config(2), Some(&key.sign(&good).to_bytes())).unwrap();
+    let refused = worker.next("refused");
+    assert!(refused["reason"].as_str().unwrap().contains("does not verify"), "{refused}");
+    publish_policy(&fleet, &good, &config(2), None).unwrap();
+    let refused = worker.next("refused");
+    assert!(refused["reason"].as_str().unwrap().contains("unsigned"), "{refused}");
+    let status = worker.ask("status");
+    assert_eq!(status["policy"], serving["policy"], "the last good policy serves");
+    assert_eq!(status["refused"], 2);
+    assert_eq!(worker.ask("decide")["attempts-against-a-persistent-503"], 4);
+    // Signed properly, it is taken.
+    publish_policy(&fleet, &good, &config(2), Some(&key.sign(&good).to_bytes())).unwrap();
+    assert_eq!(worker.next("serving")["policy"]["config-sha256"], sha256_hex(&config(2)));
+}
+
+#[test]
+fn a_watcher_outlives_redis_and_takes_the_next_publication_when_it_returns() {
+    let mut redis = RedisServer::start();
+    let port = redis.port;
+    let fleet = FleetSource::new(redis.url());
+    publish_policy(&fleet, &wasm(), &config(4), None).unwrap();
+    let mut worker = Worker::start(&redis.url(), &["--interval-ms", "200"]);
+    let serving = worker.next("serving");
+    redis.kill();
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(worker.ask("decide")["attempts-against-a-persistent-503"], 4, "the policy serves with Redis away");
+    // Back, but empty (a restart without persistence): nothing to take, the last good serves.
+    let redis = RedisServer::start_on(port);
+    let refused = worker.next("refused");
+    assert!(refused["reason"].as_str().unwrap().contains("nothing published"), "{refused}");
+    assert_eq!(worker.ask("status")["policy"], serving["policy"]);
+    publish_policy(&FleetSource::new(redis.url()), &wasm(), &config(2), None).unwrap();
+    assert_eq!(worker.next("serving")["policy"]["config-sha256"], sha256_hex(&config(2)));
+}
+
+#[test]
+fn a_file_watcher_reloads_on_sighup_and_says_why_it_refuses_an_update() {
+    let dir = std::env::temp_dir().join(format!("agent-retry-watch-hup-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config_file = dir.join("policy.json");
+    std::fs::write(&config_file, config(4)).unwrap();
+    let mut child = Command::new(BIN)
+        .arg("--wasm")
+        .arg(default_wasm_path())
+        .args(["watch", "--interval-ms", "3600000", "--config"])
+        .arg(&config_file)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (send, lines) = channel();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = send.send(serde_json::from_str::<Value>(&line).unwrap());
+        }
+    });
+    let next = || lines.recv_timeout(Duration::from_secs(15)).expect("a line within 15 s");
+    assert_eq!(next()["event"], "serving");
+    std::thread::sleep(Duration::from_millis(300)); // the signal handler is installed
+    std::fs::write(&config_file, config(2)).unwrap();
+    assert!(Command::new("kill").args(["-HUP", &child.id().to_string()]).status().unwrap().success());
+    let serving = next();
+    assert_eq!(serving["policy"]["config-sha256"], sha256_hex(&config(2)), "{serving}");
+    std::fs::write(&config_file, r#"{"max-attempts-per-call": 0}"#).unwrap();
+    assert!(Command::new("kill").args(["-HUP", &child.id().to_string()]).status().unwrap().success());
+    let refused = next();
+    assert_eq!(refused["event"], "refused", "{refused}");
+    assert!(refused["reason"].as_str().unwrap().contains("max-attempts-per-call"), "{refused}");
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(dir);
+}
