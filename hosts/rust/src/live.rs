@@ -232,7 +232,7 @@ impl LivePolicy {
     fn open_origin(origin: Origin) -> Result<LivePolicy, UpdateError> {
         let read = origin.read()?;
         let seen = read.seen.clone();
-        let first = candidate(read, 1)?;
+        let first = candidate(read, 1, None)?;
         Ok(LivePolicy {
             origin,
             current: RwLock::new(Arc::new(first)),
@@ -262,14 +262,15 @@ impl LivePolicy {
     /// off the hot path, and swaps it in. On refusal the serving policy is
     /// unchanged and the reason is logged.
     pub fn reload(&self) -> Result<PolicyIdentity, UpdateError> {
-        let generation = self.current().identity.generation + 1;
+        let serving = self.current();
+        let generation = serving.identity.generation + 1;
         // Noted first, so that an update that cannot even be read is tried once, not at every poll.
         if let Ok(now) = self.origin.seen_now() {
             *self.seen.lock().unwrap_or_else(|p| p.into_inner()) = now;
         }
         let result = self.origin.read().and_then(|read| {
             *self.seen.lock().unwrap_or_else(|p| p.into_inner()) = read.seen.clone();
-            candidate(read, generation)
+            candidate(read, generation, Some(&serving))
         });
         match result {
             Ok(loaded) => {
@@ -352,8 +353,10 @@ impl LivePolicy {
     }
 }
 
-/// Checks and compiles a candidate; runs the self-test.
-fn candidate(read: Candidate, generation: u64) -> Result<Loaded, UpdateError> {
+/// Checks and compiles a candidate (a `.wasm` byte-identical to the serving
+/// one is not compiled again: a configuration change costs its self-test only);
+/// runs the self-test.
+fn candidate(read: Candidate, generation: u64, serving: Option<&Loaded>) -> Result<Loaded, UpdateError> {
     let config_json = String::from_utf8(read.config).map_err(|_| UpdateError::Config("the configuration is not UTF-8".into()))?;
     let wasm_sha256 = hex(&Sha256::digest(&read.wasm));
     match &read.integrity {
@@ -365,10 +368,13 @@ fn candidate(read: Candidate, generation: u64) -> Result<Loaded, UpdateError> {
         }
         Integrity::Ed25519(key) => verify_signature(&read.wasm, read.signature.as_deref(), &read.signature_at, key)?,
     }
-    let component = PolicyComponent::from_bytes(&read.wasm).map_err(UpdateError::Load)?;
+    let component = match serving {
+        Some(serving) if serving.identity.wasm_sha256 == wasm_sha256 => Arc::clone(&serving.component),
+        _ => Arc::new(PolicyComponent::from_bytes(&read.wasm).map_err(UpdateError::Load)?),
+    };
     self_test(&component, &config_json)?;
     let config_sha256 = hex(&Sha256::digest(config_json.as_bytes()));
-    Ok(Loaded { component: Arc::new(component), config_json, identity: PolicyIdentity { wasm_sha256, config_sha256, generation } })
+    Ok(Loaded { component, config_json, identity: PolicyIdentity { wasm_sha256, config_sha256, generation } })
 }
 
 /// Where a `.wasm`'s detached signature is looked for: `<wasm>.sig`.
