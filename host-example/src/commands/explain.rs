@@ -29,7 +29,7 @@ fn timeout() -> Outcome {
 /// Runs the scripted walkthrough and prints every decision.
 pub fn explain(wasm: &std::path::Path, seed: u64) -> anyhow::Result<()> {
     let component = PolicyComponent::from_file(wasm)?;
-    let services = HostServices::new(Arc::new(EmbeddedAccounts::new()), EntropySource::seeded(seed));
+    let services = HostServices::new(Arc::new(EmbeddedAccounts::on_host_clock()), EntropySource::seeded(seed));
     let mut instance = component.instantiate(services)?;
     let config = r#"{"tools": {"lookup_order": {"effect": "read"}, "check_refund_policy": {"readOnlyHint": true},
         "issue_refund": {"effect": "write"}, "list_refunds": {"effect": "read"}, "delete_asset": {"effect": "delete"}}}"#;

@@ -23,7 +23,7 @@ impl DynamicPolicy {
     pub fn new(component: &PolicyComponent) -> Result<Self, String> {
         // Every record-outcome passes entropy, so the guest never draws its own;
         // a fixed seed keeps even that path reproducible.
-        let services = HostServices::new(Arc::new(EmbeddedAccounts::new()), EntropySource::seeded(0));
+        let services = HostServices::new(Arc::new(EmbeddedAccounts::on_host_clock()), EntropySource::seeded(0));
         let instance = component.instantiate(services).map_err(|e| format!("instantiate: {e:#}"))?;
         Ok(DynamicPolicy { instance, policy: None, run: None })
     }

@@ -41,7 +41,8 @@ pub struct PolicyIdentity {
     pub wasm_sha256: String,
     /// SHA-256 of the configuration text, hex.
     pub config_sha256: String,
-    /// 1 for the policy the host started with, then one more per accepted update.
+    /// 1 for the policy the host started with, then one more per accepted
+    /// update (never reused: after a rollback the next update gets a new number).
     pub generation: u64,
 }
 
@@ -207,6 +208,8 @@ pub struct LivePolicy {
     /// The last refusal, for operators (`None` once an update is accepted).
     last_refusal: Mutex<Option<String>>,
     metrics: UpdateMetrics,
+    /// The generation the next candidate gets.
+    next_generation: AtomicU64,
 }
 
 /// Counters of what happened to updates, for a metrics endpoint.
@@ -240,6 +243,7 @@ impl LivePolicy {
             seen: Mutex::new(seen),
             last_refusal: Mutex::new(None),
             metrics: UpdateMetrics::default(),
+            next_generation: AtomicU64::new(2),
         })
     }
 
@@ -263,17 +267,17 @@ impl LivePolicy {
     /// unchanged and the reason is logged.
     pub fn reload(&self) -> Result<PolicyIdentity, UpdateError> {
         let serving = self.current();
-        let generation = serving.identity.generation + 1;
         // Noted first, so that an update that cannot even be read is tried once, not at every poll.
         if let Ok(now) = self.origin.seen_now() {
             *self.seen.lock().unwrap_or_else(|p| p.into_inner()) = now;
         }
         let result = self.origin.read().and_then(|read| {
             *self.seen.lock().unwrap_or_else(|p| p.into_inner()) = read.seen.clone();
-            candidate(read, generation, Some(&serving))
+            candidate(read, 0, Some(&serving))
         });
         match result {
-            Ok(loaded) => {
+            Ok(mut loaded) => {
+                loaded.identity.generation = self.next_generation.fetch_add(1, Ordering::Relaxed);
                 let identity = loaded.identity.clone();
                 let old = std::mem::replace(&mut *self.current.write().unwrap_or_else(|p| p.into_inner()), Arc::new(loaded));
                 *self.previous.lock().unwrap_or_else(|p| p.into_inner()) = Some(old);

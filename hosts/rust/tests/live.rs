@@ -97,6 +97,8 @@ fn a_broken_or_foreign_component_is_refused_and_rollback_returns_to_the_previous
     let back = live.rollback().unwrap();
     assert_eq!(back.generation, 1);
     assert_eq!(attempts_against_a_persistent_503(&live), 4);
+    // The next update after a rollback gets a number no policy had before.
+    assert_eq!(live.reload().unwrap().generation, 3);
 }
 
 #[test]

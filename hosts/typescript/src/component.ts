@@ -6,6 +6,15 @@
 //   const run = policy.startRun('CASE-5016');
 //   const admission = run.beginCall({ tool: 'lookup_order' }, nowMs());
 //
+// Which transpilation runs: the one the package carries (generated/, no
+// dependency) when the .wasm in force is the component it was made from, or no
+// .wasm is asked for; `generatedDir` when given (made by
+// `agent-retry-policy-transpile`); otherwise the .wasm is transpiled at run time
+// by jco's API (an optional peer dependency, @bytecodealliance/jco 1.12.x) into
+// a cache directory keyed by its SHA-256 (`cacheDir`), and a cached
+// transpilation is reused. The contract version and the imports are checked on
+// the .wasm's bytes before anything is transpiled.
+//
 // The component gets only the account budget and `wasi:random/random` from this
 // host (no WASI shim at all), so it can reach no file, socket, clock or environment;
 // a component that imports anything else is refused at load (`ComponentImportRefused`).
@@ -20,8 +29,9 @@
 // `PolicyOutOfFuel`, `PolicyMemoryExceeded`, `PolicyBoundaryViolation`) and the
 // instance is refused afterwards (`InstanceUnusable`): instantiate a new one.
 import { createHash } from 'node:crypto';
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
-import { dirname, join, resolve, sep } from 'node:path';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, isAbsolute, join, resolve, sep } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 
 import type { Root } from '../generated/agent_retry_policy.js';
@@ -78,11 +88,39 @@ export function locateComponent(path?: string): string | undefined {
   return repoWasm !== undefined && existsSync(repoWasm) ? repoWasm : undefined;
 }
 
-interface SourceInfo { wasm: string; sha256: string; jco: string; exports?: string[]; imports?: string[] }
+interface SourceInfo { wasm: string; sha256: string; jco: string; glueEdits?: number; exports?: string[]; imports?: string[] }
 
-/** What `scripts/transpile.mjs` makes of jco's glue: strings the guest returns
- *  are decoded strictly (jco's own decoder replaces invalid UTF-8 silently). */
-const STRICT_DECODER = "new TextDecoder('utf-8', { fatal: true })";
+/** scripts/jco-transpile.mjs: jco's options and the sandbox's edits of its glue,
+ *  shared with `npm run transpile` (loaded from the package's scripts/, next to dist/). */
+interface JcoTranspile {
+  JCO_INSTALL: string;
+  STRICT_DECODER: string;
+  GLUE_EDITS_VERSION: number;
+  GLUE_FILE: string;
+  findJco(from: string): { entry: string; root: string; version: string };
+  sameLine(version: unknown): boolean;
+  transpileInWorker(from: string, bytes: Uint8Array, wasmName: string): Promise<{ files: Record<string, Uint8Array>; source: SourceInfo }>;
+}
+let shared: Promise<JcoTranspile> | undefined;
+const jcoTranspile = (): Promise<JcoTranspile> =>
+  (shared ??= import(new URL('../../scripts/jco-transpile.mjs', import.meta.url).href) as Promise<JcoTranspile>);
+
+export const CACHE_ENV_VAR = 'AGENT_RETRY_CACHE_DIR';
+
+/** Where `.wasm` files other than the bundled component are transpiled at run
+ *  time: $AGENT_RETRY_CACHE_DIR, else $XDG_CACHE_HOME/agent-retry-policy, else
+ *  <os.tmpdir()>/agent-retry-policy-<uid>. One subdirectory per component SHA-256. */
+export function defaultCacheDir(): string {
+  const explicit = process.env[CACHE_ENV_VAR];
+  if (explicit) return resolve(explicit);
+  const xdg = process.env.XDG_CACHE_HOME;
+  if (xdg && isAbsolute(xdg)) return join(xdg, 'agent-retry-policy');
+  const uid = typeof process.getuid === 'function' ? `-${process.getuid()}` : '';
+  return join(tmpdir(), `agent-retry-policy${uid}`);
+}
+
+/** Where a component's transpilation came from. */
+export type ComponentOrigin = 'bundled' | 'generated' | 'cache' | 'transpiled';
 
 export interface LoadOptions {
   /** The .wasm the transpiled code must come from (checked by hash). */
@@ -92,6 +130,17 @@ export interface LoadOptions {
   /** The most linear memory an instance may grow to (default `MAX_MEMORY_BYTES`,
    *  64 MiB, as in the Rust and Python hosts). Applied to the compiled modules. */
   maxMemoryBytes?: number;
+  /** Where a .wasm other than the bundled component is transpiled at run time
+   *  (default `defaultCacheDir()`). Not used with `generatedDir`. */
+  cacheDir?: string;
+}
+
+/** `PolicyComponent.fromBytes`'s options. */
+export interface FromBytesOptions {
+  /** Names the component in messages (its path). */
+  source?: string;
+  maxMemoryBytes?: number;
+  cacheDir?: string;
 }
 
 export interface InstantiateOptions {
@@ -143,6 +192,113 @@ class Meter {
   }
 }
 
+/** The checks on a component's bytes before anything is transpiled or compiled:
+ *  a readable component, of this host's contract version, importing nothing
+ *  outside the contract. */
+function checkComponentBytes(bytes: Uint8Array, where: string): void {
+  let exportNames: string[];
+  try {
+    exportNames = componentExportNames(bytes);
+  } catch (e) {
+    throw new ComponentLoadError(`${where} is not a readable WebAssembly component: ${(e as Error).message}`, { cause: e });
+  }
+  checkContractVersion(exportNames, where);
+  let importNames: string[];
+  try {
+    importNames = componentImportNames(bytes);
+  } catch (e) {
+    throw new ComponentLoadError(`${where} is not a readable WebAssembly component: ${(e as Error).message}`, { cause: e });
+  }
+  checkImports(importNames, where);
+}
+
+function readSourceInfo(dir: string): SourceInfo | undefined {
+  try {
+    return JSON.parse(readFileSync(join(dir, 'source.json'), 'utf8')) as SourceInfo;
+  } catch {
+    return undefined;
+  }
+}
+
+/** The cache's root must be this user's alone: the glue in it is code this
+ *  process runs. Refuses a root another user owns or others may write to. */
+function checkPrivate(root: string): void {
+  if (typeof process.getuid !== 'function') return;
+  const stat = statSync(root);
+  if (!stat.isDirectory() || stat.uid !== process.getuid() || (stat.mode & 0o022) !== 0) {
+    throw new ComponentLoadError(`the transpilation cache ${root} is not a directory of this user's that only it may write ` +
+      `(owner ${stat.uid}, mode ${(stat.mode & 0o777).toString(8)}): refused, since the code in it would run here; ` +
+      `set the cacheDir option or $${CACHE_ENV_VAR} to a private directory`);
+  }
+}
+
+/** A cached transpilation usable for these bytes: made from them, by jco 1.12.x
+ *  with the current glue edits. */
+function usable(dir: string, sha256: string, t: JcoTranspile): boolean {
+  const source = readSourceInfo(dir);
+  return source !== undefined && source.sha256 === sha256 && source.glueEdits === t.GLUE_EDITS_VERSION && t.sameLine(source.jco) &&
+    Array.isArray(source.exports) && existsSync(join(dir, t.GLUE_FILE));
+}
+
+/** The directory of this component's transpilation in the cache, and whether it
+ *  was there already (`cache`) or made now (`transpiled`). */
+async function transpiled(bytes: Uint8Array, sha256: string, where: string, root: string): Promise<[string, ComponentOrigin]> {
+  const t = await jcoTranspile();
+  const dir = join(root, sha256);
+  try {
+    mkdirSync(root, { recursive: true, mode: 0o700 });
+    checkPrivate(root);
+  } catch (e) {
+    if (e instanceof ComponentLoadError) throw e;
+    throw new ComponentLoadError(`the transpilation cache ${root} cannot be used: ${(e as Error).message}`, { cause: e });
+  }
+  if (usable(dir, sha256, t)) return [dir, 'cache'];
+  try {
+    t.findJco(import.meta.url);
+  } catch (e) {
+    throw new ComponentLoadError(`${where} is not the component this package carries, so it must be transpiled at run time, ` +
+      `which needs jco: ${(e as Error).message} (or transpile it ahead with \`npx agent-retry-policy-transpile <file.wasm> <dir>\` ` +
+      'and pass { generatedDir: <dir> })', { cause: e });
+  }
+  let output: Awaited<ReturnType<JcoTranspile['transpileInWorker']>>;
+  try {
+    output = await t.transpileInWorker(import.meta.url, bytes, where);
+  } catch (e) {
+    throw new ComponentLoadError(`jco cannot transpile ${where}: ${(e as Error).message}`, { cause: e });
+  }
+  // Written beside the final directory and renamed into place: a reader sees
+  // all of a transpilation or none of it, and of two processes racing one wins.
+  const temp = mkdtempSync(join(root, `.${sha256.slice(0, 16)}-`));
+  try {
+    for (const [name, data] of Object.entries(output.files)) {
+      const path = join(temp, name);
+      if (!path.startsWith(temp + sep)) throw new ComponentLoadError(`jco named an output file outside its directory: ${name}`);
+      mkdirSync(dirname(path), { recursive: true });
+      writeFileSync(path, data);
+    }
+    writeFileSync(join(temp, 'source.json'), JSON.stringify(output.source, null, 2) + '\n');
+    // The glue is an ES module wherever the cache is (Node 20 would read a bare .js as CommonJS).
+    writeFileSync(join(temp, 'package.json'), '{ "type": "module" }\n');
+    try {
+      renameSync(temp, dir);
+    } catch {
+      // Another process put one there first (or a stale one is in the way).
+      if (usable(dir, sha256, t)) {
+        rmSync(temp, { recursive: true, force: true });
+        return [dir, 'cache'];
+      }
+      rmSync(dir, { recursive: true, force: true });
+      renameSync(temp, dir);
+    }
+  } catch (e) {
+    rmSync(temp, { recursive: true, force: true });
+    if (usable(dir, sha256, t)) return [dir, 'cache'];
+    if (e instanceof ComponentLoadError) throw e;
+    throw new ComponentLoadError(`cannot write the transpilation of ${where} into ${root}: ${(e as Error).message}`, { cause: e });
+  }
+  return [dir, 'transpiled'];
+}
+
 type Instantiate = (getCoreModule: (path: string) => WebAssembly.Module, imports: unknown,
   instantiateCore: (module: WebAssembly.Module, imports?: WebAssembly.Imports) => Promise<WebAssembly.Instance>) => Promise<Root>;
 
@@ -156,29 +312,69 @@ export class PolicyComponent {
     private readonly instantiateRoot: Instantiate,
     /** The memory cap the modules were compiled with. */
     readonly maxMemoryBytes: number,
+    /** Which transpilation runs: the package's own (`bundled`), a `generatedDir`
+     *  (`generated`), one found in the cache (`cache`) or made by this load (`transpiled`). */
+    readonly origin: ComponentOrigin,
   ) {}
 
-  /** Loads jco's output once per process. Throws `ComponentNotFound` if it is
-   *  missing; `ContractVersionMismatch` (a `ComponentLoadError`) if the .wasm in
-   *  force, or the one transpiled, speaks another major version of the contract
-   *  than this host (`CONTRACT_VERSION`); `ComponentLoadError` if it was
-   *  transpiled from another .wasm than the one in force (rerun
-   *  `npm run transpile && npm run build`). */
+  /** Loads the component once per process (per content and memory cap).
+   *  Throws `ComponentNotFound` if it is missing; `ContractVersionMismatch` (a
+   *  `ComponentLoadError`) if it speaks another major version of the contract
+   *  than this host (`CONTRACT_VERSION`); `ComponentImportRefused` if it imports
+   *  anything outside the contract; `ComponentLoadError` if `generatedDir` was
+   *  transpiled from another .wasm than the one in force, or if a .wasm other
+   *  than the bundled one must be transpiled and jco is not installed. */
   static load(options: LoadOptions = {}): Promise<PolicyComponent> {
-    const dir = resolve(options.generatedDir ?? defaultGeneratedDir);
-    const wasm = locateComponent(options.wasmPath);
     const maxMemoryBytes = options.maxMemoryBytes ?? MAX_MEMORY_BYTES;
     if (!Number.isSafeInteger(maxMemoryBytes) || maxMemoryBytes < 65536) {
       return Promise.reject(new RangeError(`maxMemoryBytes must be an integer of at least 65536 (one page), not ${maxMemoryBytes}`));
     }
-    const key = `${dir}\0${wasm ?? ''}\0${maxMemoryBytes}`;
+    let wasm: string | undefined;
+    let bytes: Uint8Array | undefined;
+    try {
+      wasm = locateComponent(options.wasmPath);
+      if (wasm !== undefined && options.generatedDir === undefined) bytes = readFileSync(wasm);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    const cacheDir = resolve(options.cacheDir ?? defaultCacheDir());
+    const key = bytes !== undefined
+      ? `wasm\0${createHash('sha256').update(bytes).digest('hex')}\0${maxMemoryBytes}\0${cacheDir}`
+      : `dir\0${resolve(options.generatedDir ?? defaultGeneratedDir)}\0${wasm ?? ''}\0${maxMemoryBytes}`;
     let loading = PolicyComponent.cache.get(key);
     if (!loading) {
-      loading = PolicyComponent.loadFrom(dir, wasm, maxMemoryBytes);
+      loading = bytes !== undefined
+        ? PolicyComponent.fromBytes(bytes, { source: wasm, maxMemoryBytes, cacheDir })
+        : PolicyComponent.loadFrom(resolve(options.generatedDir ?? defaultGeneratedDir), wasm, maxMemoryBytes);
       PolicyComponent.cache.set(key, loading);
       loading.catch(() => PolicyComponent.cache.delete(key));
     }
     return loading;
+  }
+
+  /** Loads a component from its bytes, as `load({ wasmPath })` does but without
+   *  the per-process memo (each call compiles; the transpilation is cached on
+   *  disk). The checks come first, on the bytes: the contract version and the
+   *  imports. Then the bundled transpilation if these are the bytes it was made
+   *  from, else a cached one (`cacheDir`, by SHA-256), else jco transpiles them
+   *  on a worker thread into the cache (written to a temporary directory and
+   *  renamed, so processes racing on one cache are safe). */
+  static async fromBytes(bytes: Uint8Array, options: FromBytesOptions = {}): Promise<PolicyComponent> {
+    const maxMemoryBytes = options.maxMemoryBytes ?? MAX_MEMORY_BYTES;
+    if (!Number.isSafeInteger(maxMemoryBytes) || maxMemoryBytes < 65536) {
+      throw new RangeError(`maxMemoryBytes must be an integer of at least 65536 (one page), not ${maxMemoryBytes}`);
+    }
+    const where = options.source ?? 'the component';
+    checkComponentBytes(bytes, where);
+    const sha256 = createHash('sha256').update(bytes).digest('hex');
+    const bundled = readSourceInfo(defaultGeneratedDir);
+    if (bundled?.sha256 === sha256) {
+      return PolicyComponent.loadGenerated(defaultGeneratedDir, bundled, maxMemoryBytes, 'bundled');
+    }
+    const [dir, origin] = await transpiled(bytes, sha256, where, resolve(options.cacheDir ?? defaultCacheDir()));
+    const source = readSourceInfo(dir);
+    if (source === undefined) throw new ComponentLoadError(`the transpilation of ${where} in ${dir} has no source.json`);
+    return PolicyComponent.loadGenerated(dir, source, maxMemoryBytes, origin);
   }
 
   private static async loadFrom(dir: string, wasm: string | undefined, maxMemoryBytes: number): Promise<PolicyComponent> {
@@ -194,23 +390,21 @@ export class PolicyComponent {
     if (wasm !== undefined) {
       const bytes = readFileSync(wasm);
       // The contract first: a component of another major version is refused with
-      // both versions named, whatever was transpiled.
-      let exportNames: string[];
-      try {
-        exportNames = componentExportNames(bytes);
-      } catch (e) {
-        throw new ComponentLoadError(`${wasm} is not a readable WebAssembly component: ${(e as Error).message}`, { cause: e });
-      }
-      checkContractVersion(exportNames, `the component ${wasm}`);
-      // Then its imports: nothing outside the contract (no WASI filesystem, sockets, ...).
-      checkImports(componentImportNames(bytes), `the component ${wasm}`);
+      // both versions named, whatever was transpiled; then its imports.
+      checkComponentBytes(bytes, `the component ${wasm}`);
       const sha256 = createHash('sha256').update(bytes).digest('hex');
       if (sha256 !== source.sha256) {
         throw new ComponentLoadError(`${dir} was transpiled from another build than ${wasm}: ` + (INSTALLED
-          ? `unset ${WASM_ENV_VAR} (or leave out wasmPath) to use the component this package carries, or ${TRANSPILE_ADVICE}`
-          : 'run `npm run transpile && npm run build` in hosts/typescript'));
+          ? `leave out generatedDir to transpile ${wasm} at run time (needs jco), or ${TRANSPILE_ADVICE}`
+          : 'run `npm run transpile && npm run build` in hosts/typescript, or leave out generatedDir'));
       }
     }
+    return PolicyComponent.loadGenerated(dir, source, maxMemoryBytes, dir === resolve(defaultGeneratedDir) ? 'bundled' : 'generated');
+  }
+
+  /** Compiles a transpilation (its core modules rewritten by the sandbox) and imports its glue. */
+  private static async loadGenerated(dir: string, source: SourceInfo, maxMemoryBytes: number, origin: ComponentOrigin): Promise<PolicyComponent> {
+    const sourceFile = join(dir, 'source.json');
     if (!Array.isArray(source.exports)) {
       throw new ComponentLoadError(`${sourceFile} does not say what the transpiled component exports (an older transpilation): ` +
         (INSTALLED ? `reinstall agent-retry-policy, or ${TRANSPILE_ADVICE}` : 'run `npm run transpile && npm run build` in hosts/typescript'));
@@ -218,7 +412,7 @@ export class PolicyComponent {
     checkContractVersion(source.exports, `the component transpiled in ${dir} (from ${source.wasm})`);
     if (Array.isArray(source.imports)) checkImports(source.imports, `the component transpiled in ${dir} (from ${source.wasm})`);
     const glue = join(dir, 'agent_retry_policy.js');
-    if (!readFileSync(glue, 'utf8').includes(STRICT_DECODER)) {
+    if (!readFileSync(glue, 'utf8').includes((await jcoTranspile()).STRICT_DECODER)) {
       throw new ComponentLoadError(`${glue} decodes the guest's strings leniently (transpiled by another script than this package's): ` +
         (INSTALLED ? `reinstall agent-retry-policy, or ${TRANSPILE_ADVICE}` : 'run `npm run transpile && npm run build` in hosts/typescript'));
     }
@@ -233,7 +427,7 @@ export class PolicyComponent {
       }
     }
     const generated = (await import(pathToFileURL(glue).href)) as { instantiate: Instantiate };
-    return new PolicyComponent(source, modules, generated.instantiate, maxMemoryBytes);
+    return new PolicyComponent(source, modules, generated.instantiate, maxMemoryBytes, origin);
   }
 
   /** A fresh instance with its own memory. */

@@ -97,3 +97,64 @@ export class Escalated extends AgentRetryError {
     this.policyFailure = policyFailure;
   }
 }
+
+/** A policy update was refused (`LivePolicy`, src/live.ts); the last good
+ *  policy keeps serving. `kind` says which check refused it: "read",
+ *  "integrity", "load", "config", "self-test" or "nothing-to-roll-back-to";
+ *  `reason` says why. */
+export abstract class UpdateError extends AgentRetryError {
+  abstract readonly kind: 'read' | 'integrity' | 'load' | 'config' | 'self-test' | 'nothing-to-roll-back-to';
+  constructor(readonly reason: string, message?: string, options?: { cause?: unknown }) {
+    super(message ?? reason, options);
+  }
+}
+
+/** A file of the update (the .wasm or the configuration) could not be read. */
+export class UpdateReadError extends UpdateError {
+  readonly kind = 'read' as const;
+  constructor(readonly path: string, reason: string, options?: { cause?: unknown }) {
+    super(reason, `cannot read ${path}: ${reason}`, options);
+  }
+}
+
+/** The .wasm's digest does not match the pinned one, or its signature is
+ *  missing or does not verify under the configured key. */
+export class UpdateIntegrityError extends UpdateError {
+  readonly kind = 'integrity' as const;
+  constructor(reason: string) {
+    super(reason, `integrity check failed: ${reason}`);
+  }
+}
+
+/** The component cannot run in this host (not a valid component, another
+ *  contract version, foreign imports). `error` is the `ComponentLoadError`. */
+export class UpdateLoadError extends UpdateError {
+  readonly kind = 'load' as const;
+  constructor(readonly error: ComponentLoadError) {
+    super(error.message, error.message, { cause: error });
+  }
+}
+
+/** The configuration does not load in the component. */
+export class UpdateConfigError extends UpdateError {
+  readonly kind = 'config' as const;
+  constructor(reason: string, options?: { cause?: unknown }) {
+    super(reason, `the configuration does not load: ${reason}`, options);
+  }
+}
+
+/** The candidate broke an invariant the host relies on, or trapped. */
+export class UpdateSelfTestError extends UpdateError {
+  readonly kind = 'self-test' as const;
+  constructor(reason: string, options?: { cause?: unknown }) {
+    super(reason, `the self-test failed: ${reason}`, options);
+  }
+}
+
+/** `rollback()` with no previous policy. */
+export class NothingToRollBackTo extends UpdateError {
+  readonly kind = 'nothing-to-roll-back-to' as const;
+  constructor() {
+    super('there is no previous policy to roll back to');
+  }
+}

@@ -3,7 +3,14 @@
 // wrappers. The MCP wrapper is in `agent-retry-policy/mcp`, the vector runner in
 // `agent-retry-policy/conformance`.
 export { EmbeddedAccounts, PROCESS_ACCOUNTS, gcra, type AccountBudgetBackend, type Bucket, type Reservation } from './accounts.js';
-export { INSTALLED, Policy, PolicyComponent, PolicyInstance, Run, locateComponent, nowMs, type InstantiateOptions, type LoadOptions } from './component.js';
+export {
+  CACHE_ENV_VAR, INSTALLED, Policy, PolicyComponent, PolicyInstance, Run, defaultCacheDir, locateComponent, nowMs, type ComponentOrigin, type FromBytesOptions,
+  type InstantiateOptions, type LoadOptions,
+} from './component.js';
+export {
+  Integrity, LivePolicy, PolicyIdentity, SIGNATURE_SUFFIX, signaturePath, type LiveOptions, type Loaded, type PolicySource, type PolicyUpdateEvent,
+  type PolicyWatcher, type UpdateMetrics,
+} from './live.js';
 export { CONTRACT_VERSION, checkContractVersion, checkImports, componentExportNames, componentImportNames, contractVersionOf } from './contract.js';
 export { FUEL_PER_CALL, MAX_MEMORY_BYTES } from './sandbox.js';
 export { ValueConversionError } from './wit.js';
@@ -11,6 +18,7 @@ export { OsEntropy, SplitMix64, type EntropySource } from './entropy.js';
 export { jsonSafeBigInt, toJsonSafe, type JsonSafe } from './json.js';
 export {
   AgentRetryError, ComponentImportRefused, ComponentLoadError, ComponentNotFound, ConfigError, ContractVersionMismatch, Escalated, InstanceUnusable,
-  PolicyBoundaryViolation, PolicyMemoryExceeded, PolicyOutOfFuel, PolicyTrap, RunMisuse,
+  NothingToRollBackTo, PolicyBoundaryViolation, PolicyMemoryExceeded, PolicyOutOfFuel, PolicyTrap, RunMisuse, UpdateConfigError, UpdateError,
+  UpdateIntegrityError, UpdateLoadError, UpdateReadError, UpdateSelfTestError,
 } from './errors.js';
 export type * from '../generated/interfaces/agent-retry-policy-types.js';

@@ -1,6 +1,7 @@
 // The host's own pieces: the GCRA account budget, entropy, loading, the typed
 // wrappers and the value conversion.
 import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
 import { copyFileSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -55,8 +56,15 @@ test('a transpilation from another build is refused', async () => {
   // Another build of the same contract: the same component plus a custom section.
   const custom = Buffer.concat([Buffer.from([4]), Buffer.from('note'), Buffer.from('x')]);
   writeFileSync(copy, Buffer.concat([readFileSync(copy), Buffer.from([0, custom.length]), custom]));
-  await assert.rejects(PolicyComponent.load({ wasmPath: copy }), (e: unknown) => e instanceof ComponentLoadError && /npm run transpile/.test(e.message));
+  // Against the package's own transpilation (generatedDir named): refused, with the fix.
+  const generatedDir = join(fileURLToPath(import.meta.url), '../../generated');
+  await assert.rejects(PolicyComponent.load({ wasmPath: copy, generatedDir }),
+    (e: unknown) => e instanceof ComponentLoadError && /transpiled from another build/.test(e.message) && /npm run transpile/.test(e.message));
   await assert.rejects(PolicyComponent.load({ generatedDir: dir }), (e: unknown) => e instanceof ComponentNotFound);
+  // Without generatedDir the other build is transpiled at run time (test/runtime-load.test.ts).
+  const component = await PolicyComponent.load({ wasmPath: copy, cacheDir: mkdtempSync(join(tmpdir(), 'other-build-cache-')) });
+  assert.equal(component.origin, 'transpiled');
+  assert.equal(component.source.sha256, createHash('sha256').update(readFileSync(copy)).digest('hex'));
 });
 
 test('instances share the process account budget', async () => {

@@ -1,8 +1,12 @@
 // The sandbox: hostile components (built by tests/hostile/build.mjs from
 // the real one) are contained within the limits with a typed error, the instance
 // is refused afterwards, and a fresh instance of the good component serves.
+// The hostile .wasm files are loaded as any user's .wasm is: by path, transpiled
+// at run time into a cache (a fresh one for this file), so the sandbox is shown to
+// apply to that path; one test loads build.mjs's own transpilation (generatedDir).
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
+import { existsSync, mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
@@ -22,9 +26,12 @@ import type { Failure } from '../src/index.js';
 import { readFileSync } from 'node:fs';
 
 const fixtures = join(fileURLToPath(import.meta.url), '../../../../../target/hostile');
-const hostile = (name: string, maxMemoryBytes?: number) => {
+const cacheDir = mkdtempSync(join(tmpdir(), 'agent-retry-sandbox-cache-'));
+const hostile = async (name: string, maxMemoryBytes?: number) => {
   assert.ok(existsSync(join(fixtures, `${name}.wasm`)), 'run node tests/hostile/build.mjs from the repository root (make hostile; npm test does)');
-  return PolicyComponent.load({ wasmPath: join(fixtures, `${name}.wasm`), generatedDir: join(fixtures, name), maxMemoryBytes });
+  const component = await PolicyComponent.load({ wasmPath: join(fixtures, `${name}.wasm`), maxMemoryBytes, cacheDir });
+  assert.ok(component.origin === 'transpiled' || component.origin === 'cache', `${name}: loaded at run time, not from ${component.origin}`);
+  return component;
 };
 const FAILURE: Failure = { kind: { tag: 'http-status', val: 503 }, headers: [['Retry-After', '2']], body: '' };
 
@@ -88,6 +95,15 @@ test('the memory cap is configurable (maxMemoryBytes)', async () => {
 
 test('a trap is a PolicyTrap and the instance is refused afterwards', async () => {
   const instance = await (await hostile('trap')).instantiate();
+  const policy = instance.loadPolicy({});
+  await contained(instance, () => policy.classify(FAILURE, 0n), PolicyTrap, /classify trapped: unreachable/);
+});
+
+test('a transpilation made ahead (generatedDir) is sandboxed the same way', async () => {
+  assert.ok(existsSync(join(fixtures, 'trap', 'source.json')), 'tests/hostile/build.mjs writes target/hostile/trap/');
+  const component = await PolicyComponent.load({ wasmPath: join(fixtures, 'trap.wasm'), generatedDir: join(fixtures, 'trap') });
+  assert.equal(component.origin, 'generated');
+  const instance = await component.instantiate();
   const policy = instance.loadPolicy({});
   await contained(instance, () => policy.classify(FAILURE, 0n), PolicyTrap, /classify trapped: unreachable/);
 });

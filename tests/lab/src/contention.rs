@@ -140,7 +140,7 @@ pub struct ComponentStrategy {
 
 impl ComponentStrategy {
     pub fn new(component: &PolicyComponent, extra: &str, entropy: EntropySource) -> anyhow::Result<Self> {
-        let instance = component.instantiate(HostServices::new(Arc::new(EmbeddedAccounts::new()), entropy))?;
+        let instance = component.instantiate(HostServices::new(Arc::new(EmbeddedAccounts::on_host_clock()), entropy))?;
         Ok(ComponentStrategy { instance, extra: extra.to_string(), policy: None, runs: Vec::new() })
     }
 }
@@ -397,7 +397,7 @@ pub fn run_all(component: &PolicyComponent, clients: &[u32], runs: u32, seed: u6
 /// `count` delays the component gives for retry number `retry` (seeded), with
 /// the contention configuration (base 10 ms, cap 2000 ms).
 pub fn component_delays(component: &PolicyComponent, retry: u32, count: usize, seed: u64) -> anyhow::Result<Vec<u64>> {
-    let mut instance = component.instantiate(HostServices::new(Arc::new(EmbeddedAccounts::new()), EntropySource::seeded(seed)))?;
+    let mut instance = component.instantiate(HostServices::new(Arc::new(EmbeddedAccounts::on_host_clock()), EntropySource::seeded(seed)))?;
     let policy = instance.load_policy(&component_config(""))?.map_err(|e| anyhow::anyhow!("config {}: {}", e.field, e.message))?;
     let mut entropy = SplitMix64::new(seed);
     (0..count).map(|_| Ok(instance.next_delay(&policy, retry, None, Some(entropy.next_u64()))?)).collect()

@@ -183,7 +183,7 @@ impl ComponentHost {
     /// One instance per row; `seed` seeds the jitter; all runs of the row share
     /// one embedded account budget.
     pub fn new(component: &PolicyComponent, config: &str, seed: u64, keys: bool) -> anyhow::Result<Self> {
-        let services = HostServices::new(Arc::new(EmbeddedAccounts::new()), EntropySource::seeded(seed));
+        let services = HostServices::new(Arc::new(EmbeddedAccounts::on_host_clock()), EntropySource::seeded(seed));
         let mut instance = component.instantiate(services)?;
         let policy = instance.load_policy(config)?.map_err(|e| anyhow::anyhow!("config {}: {}", e.field, e.message))?;
         Ok(ComponentHost { instance, policy, run: None, run_id: String::new(), keys })

@@ -68,7 +68,7 @@ mod tests {
 
     #[test]
     fn burst_then_one_per_interval() {
-        let accounts = EmbeddedAccounts::new();
+        let accounts = EmbeddedAccounts::on_host_clock();
         let bucket = Bucket { capacity: 3, refill_interval_ms: 100 };
         let take = |now| accounts.reserve("a", 1, bucket, 250, now);
         assert_eq!([take(0), take(0), take(0)], [Reservation::Granted(0); 3]);
@@ -84,7 +84,7 @@ mod tests {
     #[test]
     fn refunds_never_overfill() {
         let bucket = Bucket { capacity: 3, refill_interval_ms: 100 };
-        let accounts = EmbeddedAccounts::new();
+        let accounts = EmbeddedAccounts::on_host_clock();
         for _ in 0..3 {
             accounts.reserve("q", 1, bucket, 0, 0);
         }
@@ -99,6 +99,32 @@ mod tests {
         assert_eq!(gcra_refund(1000, 2, bucket, 900), 900);
         assert_eq!(gcra_refund(1000, 1, bucket, 0), 900);
         assert_eq!(gcra_refund(500, 1, bucket, 900), 500);
+    }
+
+    fn process_now_ms() -> u64 {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64
+    }
+
+    /// One worker passing µs, a clock in the past or 0 does not move the bucket
+    /// for the others (it once made every worker escalate "room returns at 57883-07-15").
+    #[test]
+    fn a_bad_clock_cannot_poison_the_account_for_every_worker() {
+        let bucket = Bucket { capacity: 2, refill_interval_ms: 1_000 };
+        for bad in [process_now_ms() * 1_000, process_now_ms() - 400 * 24 * 3_600_000, 0] {
+            let accounts = EmbeddedAccounts::new();
+            let now = process_now_ms();
+            assert_eq!(accounts.reserve("acct", 1, bucket, 0, bad), Reservation::Granted(0), "a bad clock is served in the process's time");
+            // The good workers see one token taken, as they should, and nothing else.
+            assert_eq!(accounts.reserve("acct", 1, bucket, 0, now), Reservation::Granted(0));
+            assert!(matches!(accounts.reserve("acct", 1, bucket, 0, now), Reservation::Refused(w) if w <= 1_000), "room within one interval");
+            // A refund with a bad clock cannot overfill or empty it either.
+            accounts.refund("acct", 1, bucket, bad);
+            assert_eq!(accounts.reserve("acct", 1, bucket, 0, now), Reservation::Granted(0));
+        }
+        // The same µs clock poisons a backend that trusts its callers' clock: why the default does not.
+        let trusting = EmbeddedAccounts::on_host_clock();
+        trusting.reserve("acct", 2, bucket, 0, process_now_ms() * 1_000);
+        assert!(matches!(trusting.reserve("acct", 1, bucket, 0, process_now_ms()), Reservation::Refused(w) if w > 1_000_000_000));
     }
 
     #[test]

@@ -29,7 +29,7 @@ fn rss_bytes() -> u64 {
 }
 
 fn services() -> HostServices {
-    HostServices::new(Arc::new(EmbeddedAccounts::new()), EntropySource::seeded(1))
+    HostServices::new(Arc::new(EmbeddedAccounts::on_host_clock()), EntropySource::seeded(1))
 }
 
 fn main() -> anyhow::Result<()> {

@@ -1,0 +1,583 @@
+// A policy that operators update while the host runs: a new `.wasm`, or a new
+// configuration, read from files the host watches (or on `reload()`), checked by
+// a gate, and swapped in atomically; `rollback()` returns to the previous good
+// one. A refused update leaves the last good policy serving and says why. The
+// same design and names as the Rust host's (hosts/rust/src/live.rs) and the
+// Python host's (agent_retry_policy/live.py).
+//
+//   const live = await LivePolicy.open({ wasm, config, integrity: Integrity.ed25519(publicKey) });
+//   const watcher = live.watch(2000);           // or await live.reload() / live.rollback()
+//   const loaded = live.current();               // per run (or worker): keep it for the run
+//   const instance = await loaded.component.instantiate();
+//   const policy = instance.loadPolicy(loaded.configJson);   // log loaded.identity with its decisions
+//
+// The gate, before anything serves:
+//
+// 1. integrity: the `.wasm`'s SHA-256 equals a pinned digest, or a detached
+//    Ed25519 signature (`<wasm>.sig`, 64 bytes, raw or as 128 hex digits)
+//    verifies under the configured public key (node:crypto); with a key
+//    configured an unsigned `.wasm` is refused;
+// 2. the component loads: it speaks this host's contract version and imports
+//    nothing outside the contract (checked on its bytes), then it is transpiled
+//    at run time (jco, on a worker thread, cached by SHA-256) and compiled with
+//    the sandbox (`PolicyComponent.fromBytes`); a `.wasm` byte-identical to the
+//    serving one is not compiled again;
+// 3. the configuration loads in it;
+// 4. a self-test in a fresh sandboxed instance: the invariants every policy
+//    must keep for the host to stay safe (a transient failure of a keyed write
+//    is retried with the same key within max-delay-ms or escalated, an unkeyed
+//    write that timed out is never resent without a status check, a 403
+//    escalates, a failure that persists ends in an escalation within
+//    max-steps-per-run), and every other export answers well-formed. A trap, a
+//    sandbox limit or a value outside the contract anywhere refuses the update.
+//
+// The swap: JavaScript runs on one thread, so replacing the serving `Loaded` is
+// atomic. A reload reads, checks, transpiles (on a worker) and compiles
+// asynchronously; until the swap every decision is made by the old policy.
+// Runs in flight finish on the policy they started with: a host takes
+// `live.current()` when it starts a run (or a worker) and keeps that `Loaded`
+// for the run; an update changes what new runs get. Every decision can be
+// attributed to exactly one policy version (`PolicyIdentity`).
+import { createHash, createPublicKey, verify as verifySignature, type KeyObject } from 'node:crypto';
+import { readFile } from 'node:fs/promises';
+import { statSync, watch as watchFs, type FSWatcher } from 'node:fs';
+import { basename, dirname, resolve } from 'node:path';
+
+import type * as Wit from '../generated/interfaces/agent-retry-policy-types.js';
+import { EmbeddedAccounts } from './accounts.js';
+import { PolicyComponent, type Policy, type Run } from './component.js';
+import { SplitMix64 } from './entropy.js';
+import {
+  AgentRetryError, ComponentLoadError, ConfigError, NothingToRollBackTo, RunMisuse, UpdateConfigError, UpdateError, UpdateIntegrityError,
+  UpdateLoadError, UpdateReadError, UpdateSelfTestError,
+} from './errors.js';
+
+const U64_MAX = (1n << 64n) - 1n;
+export const SIGNATURE_SUFFIX = '.sig';
+/** DER prefix of an Ed25519 SubjectPublicKeyInfo; the raw 32-byte key follows. */
+const ED25519_SPKI_PREFIX = Buffer.from('302a300506032b6570032100', 'hex');
+
+/** Which policy made a decision: the component's digest and the configuration's. */
+export class PolicyIdentity {
+  constructor(
+    /** SHA-256 of the .wasm, hex. */
+    readonly wasmSha256: string,
+    /** SHA-256 of the configuration text, hex. */
+    readonly configSha256: string,
+    /** 1 for the policy the host started with, then one more per accepted update. */
+    readonly generation: number,
+  ) {
+    Object.freeze(this);
+  }
+  toString(): string {
+    return `generation ${this.generation} (wasm ${this.wasmSha256.slice(0, 12)}, config ${this.configSha256.slice(0, 12)})`;
+  }
+  toJSON(): { generation: number; wasm_sha256: string; config_sha256: string } {
+    return { generation: this.generation, wasm_sha256: this.wasmSha256, config_sha256: this.configSha256 };
+  }
+}
+
+/** A policy that passed the gate: its compiled component, configuration and identity. */
+export interface Loaded {
+  readonly component: PolicyComponent;
+  readonly configJson: string;
+  readonly identity: PolicyIdentity;
+}
+
+/** How updates are trusted: `Integrity.unchecked()` (any `.wasm` that passes the
+ *  rest of the gate; a development setting), `Integrity.pinnedSha256(hex)` (only
+ *  a `.wasm` with this SHA-256) or `Integrity.ed25519(publicKey)` (only a `.wasm`
+ *  whose detached signature `<wasm>.sig` verifies under this 32-byte key). */
+export class Integrity {
+  private constructor(
+    readonly kind: 'unchecked' | 'pinned-sha256' | 'ed25519',
+    readonly sha256?: string,
+    readonly publicKey?: Uint8Array,
+    private readonly key?: KeyObject,
+  ) {
+    Object.freeze(this);
+  }
+
+  static unchecked(): Integrity {
+    return new Integrity('unchecked');
+  }
+
+  /** Throws RangeError unless `hex` is 64 hex digits (either case). */
+  static pinnedSha256(hex: string): Integrity {
+    const digest = hex.trim().toLowerCase();
+    if (!/^[0-9a-f]{64}$/.test(digest)) throw new RangeError(`a SHA-256 digest is 64 hex digits, got ${JSON.stringify(hex)}`);
+    return new Integrity('pinned-sha256', digest);
+  }
+
+  /** Throws RangeError for a key that is not 32 bytes or not an Ed25519 key. */
+  static ed25519(publicKey: Uint8Array): Integrity {
+    if (!(publicKey instanceof Uint8Array) || publicKey.length !== 32) {
+      throw new RangeError(`an Ed25519 public key is 32 bytes, got ${publicKey instanceof Uint8Array ? publicKey.length : typeof publicKey}`);
+    }
+    let key: KeyObject;
+    try {
+      key = createPublicKey({ key: Buffer.concat([ED25519_SPKI_PREFIX, publicKey]), format: 'der', type: 'spki' });
+    } catch (e) {
+      throw new RangeError(`not a valid Ed25519 public key: ${(e as Error).message}`);
+    }
+    return new Integrity('ed25519', undefined, Uint8Array.from(publicKey), key);
+  }
+
+  /** Throws `UpdateIntegrityError` unless `wasm` (with SHA-256 `sha256`, read
+   *  from `path`) is trusted. */
+  async check(path: string, wasm: Uint8Array, sha256: string): Promise<void> {
+    if (this.kind === 'pinned-sha256') {
+      if (this.sha256 !== sha256) throw new UpdateIntegrityError(`the .wasm's SHA-256 is ${sha256}, the pinned digest ${this.sha256}`);
+    } else if (this.kind === 'ed25519') {
+      const at = signaturePath(path);
+      let raw: Buffer;
+      try {
+        raw = await readFile(at);
+      } catch {
+        throw new UpdateIntegrityError(`unsigned: no signature at ${at}`);
+      }
+      const text = raw.toString('utf8').trim();
+      let signature: Buffer;
+      if (raw.length === 64) signature = raw;
+      else if (/^[0-9a-fA-F]{128}$/.test(text)) signature = Buffer.from(text, 'hex');
+      else throw new UpdateIntegrityError(`${at} is neither 64 bytes nor 128 hex digits`);
+      let ok: boolean;
+      try {
+        ok = verifySignature(null, wasm, this.key as KeyObject, signature);
+      } catch (e) {
+        throw new UpdateIntegrityError(`the signature cannot be checked: ${(e as Error).message}`);
+      }
+      if (!ok) throw new UpdateIntegrityError('the signature does not verify under the configured key');
+    }
+  }
+}
+
+/** Where the policy comes from, and how it is trusted. */
+export interface PolicySource {
+  /** The component (.wasm). */
+  readonly wasm: string;
+  /** The configuration (JSON text, UTF-8). */
+  readonly config: string;
+  readonly integrity: Integrity;
+}
+
+/** Where the detached signature of `wasm` is: `<wasm>.sig`. */
+export function signaturePath(wasm: string): string {
+  return `${wasm}${SIGNATURE_SUFFIX}`;
+}
+
+/** One log record of an update: `event` is always `agent_retry.policy_update`;
+ *  the fields are those of the Python host's log lines (an accepted update or a
+ *  rollback: `policy`, `generation`, `wasm_sha256`, `config_sha256`; a refusal:
+ *  `serving`, `kind`, `reason`). */
+export interface PolicyUpdateEvent {
+  event: 'agent_retry.policy_update';
+  level: 'info' | 'warning';
+  message: 'policy update accepted' | 'policy update refused' | 'policy rolled back' | 'watcher: polling failed';
+  policy?: string;
+  generation?: number;
+  wasm_sha256?: string;
+  config_sha256?: string;
+  serving?: string;
+  kind?: string;
+  reason?: string;
+}
+
+/** Counters of what happened to updates since `open` (for a metrics endpoint). */
+export interface UpdateMetrics {
+  readonly accepted: number;
+  readonly refused: number;
+  readonly rolledBack: number;
+}
+
+export interface LiveOptions {
+  /** Receives one event per accepted, refused or rolled-back update. Default:
+   *  one JSON line on stderr (as the MCP wrapper's attempt log). */
+  log?: (event: PolicyUpdateEvent) => void;
+  /** The sandbox's memory cap for every policy loaded (default 64 MiB). */
+  maxMemoryBytes?: number;
+  /** Where `.wasm` updates are transpiled (default `defaultCacheDir()`). */
+  cacheDir?: string;
+}
+
+/** What `watch` returns: stop it with `close()` (or `stop()`). */
+export interface PolicyWatcher {
+  close(): void;
+  stop(): void;
+  /** Whether the files are watched by `fs.watch` besides the polling (false where it is unavailable). */
+  readonly native: boolean;
+}
+
+/** The files' state when last read (mtime in ns, size, inode), to notice a change. */
+function stamp(path: string): string {
+  try {
+    const s = statSync(path, { bigint: true });
+    return `${s.mtimeNs}:${s.size}:${s.ino}`;
+  } catch {
+    return 'absent';
+  }
+}
+
+function seenOf(source: PolicySource): string {
+  return `${stamp(source.wasm)}|${stamp(source.config)}|${source.integrity.kind === 'ed25519' ? stamp(signaturePath(source.wasm)) : ''}`;
+}
+
+function identityFields(identity: PolicyIdentity): Pick<PolicyUpdateEvent, 'policy' | 'generation' | 'wasm_sha256' | 'config_sha256'> {
+  return { policy: identity.toString(), generation: identity.generation, wasm_sha256: identity.wasmSha256, config_sha256: identity.configSha256 };
+}
+
+const defaultLog = (event: PolicyUpdateEvent): void => {
+  process.stderr.write(`${JSON.stringify(event)}\n`);
+};
+
+/** The serving policy, the previous good one, and what counts as an update.
+ *  `current()` is synchronous; updates (reload, rollback, poll) run one at a time. */
+export class LivePolicy {
+  #current: Loaded;
+  #previous: Loaded | undefined;
+  #seen: string;
+  #lastRefusal: string | undefined;
+  #generations: number;
+  #queue: Promise<unknown> = Promise.resolve();
+  readonly #counters = { accepted: 0, refused: 0, rolledBack: 0 };
+  readonly #watchers = new Set<PolicyWatcher>();
+  readonly #log: (event: PolicyUpdateEvent) => void;
+
+  private constructor(readonly source: PolicySource, first: Loaded, seen: string, private readonly options: LiveOptions) {
+    this.#current = first;
+    this.#seen = seen;
+    this.#generations = first.identity.generation;
+    this.#log = options.log ?? defaultLog;
+  }
+
+  /** Loads the first policy through the same gate as every update. Rejects with an `UpdateError`. */
+  static async open(source: PolicySource, options: LiveOptions = {}): Promise<LivePolicy> {
+    if (!(source.integrity instanceof Integrity)) {
+      throw new TypeError('PolicySource.integrity: use Integrity.unchecked(), Integrity.pinnedSha256(hex) or Integrity.ed25519(publicKey)');
+    }
+    const resolved: PolicySource = Object.freeze({ wasm: resolve(source.wasm), config: resolve(source.config), integrity: source.integrity });
+    const seen = seenOf(resolved);
+    const first = await candidate(resolved, 1, undefined, options);
+    return new LivePolicy(resolved, first, seen, options);
+  }
+
+  /** The policy new runs get. Keep it for the run: an update does not change it. */
+  current(): Loaded {
+    return this.#current;
+  }
+
+  /** Why the last update was refused, if the last attempt was refused. */
+  lastRefusal(): string | undefined {
+    return this.#lastRefusal;
+  }
+
+  /** Updates accepted, refused and rolled back since `open` (a snapshot). */
+  get metrics(): UpdateMetrics {
+    return { ...this.#counters };
+  }
+
+  /** Reads the files again, gates the candidate (off the hot path: the old
+   *  policy serves until the swap), and swaps it in. On refusal rejects with an
+   *  `UpdateError`, logs the reason and counts it; the serving policy is unchanged. */
+  reload(): Promise<PolicyIdentity> {
+    return this.#serialised(() => this.#reload());
+  }
+
+  /** Returns to the previous good policy (it passed the gate when it served);
+   *  a second rollback returns to the one rolled back from. Rejects with
+   *  `NothingToRollBackTo` if there is none. */
+  rollback(): Promise<PolicyIdentity> {
+    return this.#serialised(async () => {
+      const previous = this.#previous;
+      if (previous === undefined) throw new NothingToRollBackTo();
+      this.#previous = this.#current;
+      this.#current = previous;
+      this.#counters.rolledBack += 1;
+      this.#log({ event: 'agent_retry.policy_update', level: 'info', message: 'policy rolled back', ...identityFields(previous.identity) });
+      return previous.identity;
+    });
+  }
+
+  /** Reloads if a file changed since it was last read (mtime, size or inode; the
+   *  signature too when a key is configured): the new identity, or `undefined`
+   *  if nothing changed. Rejects with an `UpdateError` on refusal. */
+  poll(): Promise<PolicyIdentity | undefined> {
+    return this.#serialised(async () => (seenOf(this.source) === this.#seen ? undefined : this.#reload()));
+  }
+
+  /** Watches the files: `fs.watch` on their directories (a change is picked up
+   *  within about 50 ms) and, always, a poll every `intervalMs` (for filesystems
+   *  where `fs.watch` says nothing, network ones among them). Refusals are
+   *  logged and kept in `lastRefusal()`; the watcher goes on. Its timers and
+   *  watchers are unref'd: they do not keep the process alive. Stop it with
+   *  `close()` on it or on this object. */
+  watch(intervalMs: number): PolicyWatcher {
+    if (!Number.isFinite(intervalMs) || intervalMs <= 0) throw new RangeError(`intervalMs must be a positive number, not ${intervalMs}`);
+    let polling = false;
+    let closed = false;
+    const check = () => {
+      if (closed || polling) return;
+      polling = true;
+      this.poll().catch((e: unknown) => {
+        if (!(e instanceof UpdateError)) {
+          this.#log({ event: 'agent_retry.policy_update', level: 'warning', message: 'watcher: polling failed', serving: this.#current.identity.toString(), reason: String((e as Error)?.message ?? e) });
+        }
+      }).finally(() => {
+        polling = false;
+      });
+    };
+    const timer = setInterval(check, intervalMs);
+    timer.unref();
+    let debounce: NodeJS.Timeout | undefined;
+    const soon = () => {
+      if (closed) return;
+      if (debounce) clearTimeout(debounce);
+      debounce = setTimeout(check, Math.min(50, intervalMs));
+      debounce.unref();
+    };
+    // The directories, not the files: an operator replacing a file by a rename
+    // (the safe way to publish) would leave a watch on the old file blind.
+    const names = new Map<string, Set<string>>();
+    for (const path of [this.source.wasm, this.source.config, signaturePath(this.source.wasm)]) {
+      const dir = dirname(path);
+      names.set(dir, (names.get(dir) ?? new Set()).add(basename(path)));
+    }
+    const fsWatchers: FSWatcher[] = [];
+    for (const [dir, files] of names) {
+      try {
+        const w = watchFs(dir, { persistent: false }, (_event, name) => {
+          if (name === null || files.has(String(name))) soon();
+        });
+        w.on('error', () => w.close()); // the polling goes on
+        w.unref();
+        fsWatchers.push(w);
+      } catch {
+        // fs.watch is unavailable here: polling only.
+      }
+    }
+    const watcher: PolicyWatcher = {
+      native: fsWatchers.length > 0,
+      close: () => {
+        closed = true;
+        clearInterval(timer);
+        if (debounce) clearTimeout(debounce);
+        for (const w of fsWatchers) w.close();
+        this.#watchers.delete(watcher);
+      },
+      stop: () => watcher.close(),
+    };
+    this.#watchers.add(watcher);
+    return watcher;
+  }
+
+  /** Stops every watcher. The serving policy stays usable. */
+  close(): void {
+    for (const watcher of [...this.#watchers]) watcher.close();
+  }
+
+  [Symbol.dispose](): void {
+    this.close();
+  }
+
+  /** One update at a time, in the order asked. */
+  #serialised<T>(update: () => Promise<T>): Promise<T> {
+    const next = this.#queue.then(update, update);
+    this.#queue = next.catch(() => undefined);
+    return next;
+  }
+
+  async #reload(): Promise<PolicyIdentity> {
+    // Noted first, so that an update that cannot even be read is tried once, not at every poll.
+    this.#seen = seenOf(this.source);
+    const serving = this.#current;
+    let loaded: Loaded;
+    try {
+      // Generations only grow (after a rollback too), so that one number names one policy.
+      loaded = await candidate(this.source, this.#generations + 1, serving, this.options);
+    } catch (e) {
+      const error = e instanceof UpdateError ? e : new UpdateSelfTestError(`${(e as Error)?.name ?? 'Error'}: ${(e as Error)?.message ?? e}`, { cause: e });
+      this.#lastRefusal = error.message;
+      this.#counters.refused += 1;
+      this.#log({ event: 'agent_retry.policy_update', level: 'warning', message: 'policy update refused', serving: serving.identity.toString(), kind: error.kind, reason: error.message });
+      throw error;
+    }
+    this.#generations = loaded.identity.generation;
+    this.#previous = this.#current;
+    this.#current = loaded;
+    this.#lastRefusal = undefined;
+    this.#counters.accepted += 1;
+    this.#log({ event: 'agent_retry.policy_update', level: 'info', message: 'policy update accepted', ...identityFields(loaded.identity) });
+    return loaded.identity;
+  }
+}
+
+async function read(path: string): Promise<Uint8Array> {
+  try {
+    return await readFile(path);
+  } catch (e) {
+    const error = e as NodeJS.ErrnoException;
+    throw new UpdateReadError(path, error.code ? `${error.code}: ${error.message}` : String(error.message ?? e), { cause: e });
+  }
+}
+
+const sha256Hex = (bytes: Uint8Array): string => createHash('sha256').update(bytes).digest('hex');
+
+/** Reads, checks and compiles a candidate; runs the self-test. */
+async function candidate(source: PolicySource, generation: number, serving: Loaded | undefined, options: LiveOptions): Promise<Loaded> {
+  const wasm = await read(source.wasm);
+  const configBytes = await read(source.config);
+  let configJson: string;
+  try {
+    configJson = new TextDecoder('utf-8', { fatal: true }).decode(configBytes);
+  } catch (e) {
+    throw new UpdateConfigError('the configuration is not UTF-8', { cause: e });
+  }
+  const wasmSha256 = sha256Hex(wasm);
+  await source.integrity.check(source.wasm, wasm, wasmSha256);
+  let component: PolicyComponent;
+  if (serving !== undefined && serving.identity.wasmSha256 === wasmSha256) {
+    component = serving.component; // the same bytes passed the load check already
+  } else {
+    try {
+      component = await PolicyComponent.fromBytes(wasm, { source: source.wasm, maxMemoryBytes: options.maxMemoryBytes, cacheDir: options.cacheDir });
+    } catch (e) {
+      if (e instanceof ComponentLoadError) throw new UpdateLoadError(e);
+      throw new UpdateLoadError(new ComponentLoadError(`${source.wasm} cannot be loaded: ${(e as Error)?.message ?? e}`, { cause: e }));
+    }
+  }
+  await selfTest(component, configJson);
+  return { component, configJson, identity: new PolicyIdentity(wasmSha256, sha256Hex(configBytes), generation) };
+}
+
+/** The invariants every policy keeps for the host to stay safe, checked on a
+ *  candidate in a fresh instance with its own account budget. Any failure of
+ *  the candidate (a trap, a limit, a misuse it reports, a wrong answer) refuses it. */
+async function selfTest(component: PolicyComponent, configJson: string): Promise<void> {
+  let instance;
+  try {
+    instance = await component.instantiate({ accounts: new EmbeddedAccounts(), entropy: new SplitMix64(1n) });
+  } catch (e) {
+    throw new UpdateSelfTestError(`instantiation failed: ${(e as Error)?.message ?? e}`, { cause: e });
+  }
+  let policy: Policy | undefined;
+  const runs: Run[] = [];
+  try {
+    try {
+      policy = instance.loadPolicy(configJson);
+    } catch (e) {
+      if (e instanceof ConfigError) throw new UpdateConfigError(`${e.field}: ${e.detail}`, { cause: e });
+      throw e;
+    }
+    invariants(instance, policy, runs);
+  } catch (e) {
+    if (e instanceof UpdateError) throw e;
+    // The candidate is untrusted: whatever goes wrong refuses it.
+    const name = e instanceof AgentRetryError ? e.name : `${(e as Error)?.name ?? 'Error'}`;
+    throw new UpdateSelfTestError(`${name}: ${(e as Error)?.message ?? e}`, { cause: e });
+  } finally {
+    // Freed on the sandbox's terms now, not by the garbage collector later.
+    for (const run of runs) run.close();
+    policy?.close();
+  }
+}
+
+function invariants(instance: Awaited<ReturnType<PolicyComponent['instantiate']>>, policy: Policy, runs: Run[]): void {
+  const broken = (what: string) => new UpdateSelfTestError(what);
+  let limits: Record<string, unknown>;
+  try {
+    limits = JSON.parse(policy.effectiveConfig()) as Record<string, unknown>;
+  } catch (e) {
+    if (e instanceof AgentRetryError) throw e;
+    throw broken(`effective-config is not JSON: ${(e as Error).message}`);
+  }
+  if (limits === null || typeof limits !== 'object' || Array.isArray(limits)) throw broken('effective-config is not a JSON object');
+  const limit = (name: string): bigint => {
+    const value = limits[name];
+    return typeof value === 'number' && Number.isInteger(value) && value >= 0 ? BigInt(value) : U64_MAX;
+  };
+  const maxDelay = limit('max-delay-ms');
+  const maxSteps = limit('max-steps-per-run');
+  const now = 1_764_460_800_000n;
+  const start = (id: string) => {
+    const run = policy.startRun(id);
+    runs.push(run);
+    return run;
+  };
+  const failure = (kind: Wit.FailureKind, body = ''): Wit.Outcome => ({ tag: 'failure', val: { kind, headers: [], body } });
+  const show = (action: Wit.Action) => JSON.stringify(action, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v));
+  // A write whatever `default-effect` says: MCP hints apply to a tool the configuration does not name.
+  const write: Wit.ToolHints = { readOnly: false, idempotent: false };
+
+  // A keyed write failing 503 is retried with the same key within the delay cap
+  // (or escalated by a budget: a policy may retry less, never worse).
+  const key = 'ar1-00000000000000000000000000000001';
+  const keyed: Wit.CallRequest = { tool: 'self_test_write', idempotencyKey: key, hints: write };
+  let run = start('self-test-1');
+  let admission = run.beginCall(keyed, now);
+  if (admission.tag === 'send') {
+    const decision = run.recordOutcome(admission.val.callId, failure({ tag: 'http-status', val: 503 }, 'self-test'), now, U64_MAX);
+    const action = decision.action;
+    if (action.tag === 'retry') {
+      if (action.val.idempotencyKey !== key) throw broken("a retry changed the call's idempotency key");
+      if (action.val.delayMs > maxDelay) throw broken(`a retry waits ${action.val.delayMs} ms, above max-delay-ms ${maxDelay}`);
+    } else if (action.tag !== 'escalate') {
+      throw broken(`a 503 on a keyed write answered ${show(action)}`);
+    }
+  }
+
+  // An unkeyed write that timed out is never resent without a status check.
+  run = start('self-test-2');
+  admission = run.beginCall({ tool: 'self_test_write', hints: write }, now);
+  if (admission.tag === 'send') {
+    const decision = run.recordOutcome(admission.val.callId, failure({ tag: 'transport', val: 'timeout' }), now, 1n);
+    if (decision.action.tag === 'retry') throw broken('an unkeyed write that timed out would be resent without a status check');
+  }
+
+  // A 403 escalates; it is never retried.
+  run = start('self-test-3');
+  admission = run.beginCall(keyed, now);
+  if (admission.tag === 'send') {
+    const decision = run.recordOutcome(admission.val.callId, failure({ tag: 'http-status', val: 403 }, 'self-test'), now, 1n);
+    if (decision.action.tag !== 'escalate') throw broken(`a 403 answered ${show(decision.action)}`);
+  }
+
+  // Every other export answers, well-formed: a key is stable and non-empty, a
+  // delay stays within the cap, a classification and a report come back.
+  const keyA = instance.deriveIdempotencyKey('self-test', 'step-1');
+  const keyB = instance.deriveIdempotencyKey('self-test', 'step-1');
+  if (keyA === '' || keyA !== keyB) throw broken(`derive-idempotency-key is not stable: ${JSON.stringify(keyA)} then ${JSON.stringify(keyB)}`);
+  policy.classify({ kind: { tag: 'http-status', val: 503 }, headers: [['Retry-After', '1']], body: 'self-test' }, now);
+  const delay = policy.nextDelay(1, undefined, U64_MAX);
+  if (delay > maxDelay) throw broken(`next-delay waits ${delay} ms, above max-delay-ms ${maxDelay}`);
+  start('self-test-report').report();
+
+  // A failure that persists ends in an escalation within the step budget.
+  run = start('self-test-4');
+  const read: Wit.CallRequest = { tool: 'self_test_read', hints: { readOnly: true } };
+  const most = maxSteps + 1n < 1_000_000n ? maxSteps + 1n : 1_000_000n;
+  let steps = 0n;
+  calls: for (;;) {
+    let ticket: Wit.Admission;
+    try {
+      ticket = run.beginCall(read, now);
+    } catch (e) {
+      if (e instanceof RunMisuse) break;
+      throw e;
+    }
+    if (ticket.tag !== 'send') break;
+    for (;;) {
+      steps += 1n;
+      if (steps > most) throw broken(`a persistent 503 was still being retried after ${steps} steps (max-steps-per-run ${maxSteps})`);
+      let decision: Wit.Decision;
+      try {
+        decision = run.recordOutcome(ticket.val.callId, failure({ tag: 'http-status', val: 503 }), now, 1n);
+      } catch (e) {
+        if (e instanceof RunMisuse) break calls;
+        throw e;
+      }
+      if (decision.action.tag === 'retry') continue;
+      if (decision.action.tag === 'escalate') break calls;
+      continue calls; // another call (a status check, a replan, a success)
+    }
+  }
+}

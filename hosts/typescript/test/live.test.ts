@@ -1,0 +1,421 @@
+// Live policy updates in the Node host, case by case as the Python host's
+// tests/test_live.py (and the Rust host's tests/live.rs): configuration and .wasm
+// updates take effect for new runs without a restart; a bad, hostile, foreign or
+// tampered update is refused and the last good policy keeps serving; rollback;
+// the watcher; swaps under load.
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { createHash, generateKeyPairSync, sign } from 'node:crypto';
+import { copyFileSync, existsSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { test } from 'node:test';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { promisify } from 'node:util';
+
+import { EmbeddedAccounts } from '../src/accounts.js';
+import { locateComponent, type Policy } from '../src/component.js';
+import { SplitMix64 } from '../src/entropy.js';
+import {
+  ComponentImportRefused, ComponentLoadError, ContractVersionMismatch, NothingToRollBackTo, PolicyBoundaryViolation, PolicyMemoryExceeded,
+  PolicyOutOfFuel, PolicyTrap, UpdateConfigError, UpdateError, UpdateIntegrityError, UpdateLoadError, UpdateReadError, UpdateSelfTestError,
+} from '../src/errors.js';
+import * as api from '../src/index.js';
+import { Integrity, LivePolicy, signaturePath, type Loaded, type LiveOptions, type PolicySource, type PolicyUpdateEvent } from '../src/live.js';
+
+const here = fileURLToPath(import.meta.url);
+const packageRoot = resolve(here, '../../..');
+const fixtures = resolve(packageRoot, '../../target/hostile');
+/** One transpilation cache for this file (fresh: the first .wasm update transpiles). */
+const cacheDir = mkdtempSync(join(tmpdir(), 'agent-retry-live-cache-'));
+
+const READS = '{"default-effect": "read", "max-attempts-per-call": 4}';
+const reads = (attempts: number) => `{"default-effect": "read", "max-attempts-per-call": ${attempts}}`;
+
+/** A folder with the component and a configuration, as an operator deploys them. */
+function deployed(config = READS, integrity = Integrity.unchecked()): PolicySource & { dir: string } {
+  const wasm = locateComponent();
+  assert.ok(wasm, 'the repository build is needed (make wasm)');
+  const dir = mkdtempSync(join(tmpdir(), 'agent-retry-live-'));
+  copyFileSync(wasm, join(dir, 'policy.wasm'));
+  writeFileSync(join(dir, 'policy.json'), config);
+  return { dir, wasm: join(dir, 'policy.wasm'), config: join(dir, 'policy.json'), integrity };
+}
+
+/** Options that keep the log events (and use this file's cache). */
+function recorded(): LiveOptions & { events: PolicyUpdateEvent[] } {
+  const events: PolicyUpdateEvent[] = [];
+  return { events, cacheDir, log: (event) => events.push(event) };
+}
+
+/** The same component with a custom section appended: another digest, the same policy. */
+function withCustomSection(wasm: Uint8Array, payload: string): Buffer {
+  const name = Buffer.from('agent-retry-test');
+  const body = Buffer.concat([Buffer.from([name.length]), name, Buffer.from(payload)]);
+  assert.ok(body.length < 128);
+  return Buffer.concat([wasm, Buffer.from([0, body.length]), body]);
+}
+
+function attempts(policy: Policy, runId: string): number {
+  const run = policy.startRun(runId);
+  try {
+    const admission = run.beginCall({ tool: 'lookup_order' }, 1n);
+    assert.equal(admission.tag, 'send');
+    const callId = (admission.val as { callId: number }).callId;
+    let made = 1;
+    const fail = { tag: 'failure' as const, val: { kind: { tag: 'http-status' as const, val: 503 }, headers: [], body: '' } };
+    while (run.recordOutcome(callId, fail, 1n, 1n).action.tag === 'retry') made += 1;
+    return made;
+  } finally {
+    run.close();
+  }
+}
+
+/** Attempts a read makes against a persistent 503 under `loaded`. */
+async function attemptsAgainstAPersistent503(loaded: Loaded, seed = 3n): Promise<number> {
+  const instance = await loaded.component.instantiate({ accounts: new EmbeddedAccounts(), entropy: new SplitMix64(seed) });
+  return attempts(instance.loadPolicy(loaded.configJson), 'probe');
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+async function until(condition: () => boolean, what: string, ms = 10_000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!condition()) {
+    if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);
+    await sleep(10);
+  }
+}
+
+test('a configuration update changes a budget for new runs without a restart', async () => {
+  const source = deployed();
+  const options = recorded();
+  const live = await LivePolicy.open(source, options);
+  const before = live.current(); // a run in flight keeps this
+  assert.equal(before.identity.generation, 1);
+  assert.match(before.identity.toString(), /^generation 1 \(wasm [0-9a-f]{12}, config [0-9a-f]{12}\)$/);
+  assert.equal(await attemptsAgainstAPersistent503(live.current()), 4);
+  writeFileSync(source.config, reads(2));
+  const identity = await live.reload();
+  assert.equal(identity.generation, 2);
+  assert.notEqual(identity.configSha256, before.identity.configSha256);
+  assert.equal(identity.wasmSha256, before.identity.wasmSha256);
+  assert.equal(identity.configSha256, createHash('sha256').update(reads(2)).digest('hex'));
+  assert.equal(live.current().component, before.component, 'the same .wasm is not compiled again');
+  assert.equal(await attemptsAgainstAPersistent503(live.current()), 2, 'new runs get the new budget');
+  assert.ok(before.configJson.includes('"max-attempts-per-call": 4'), 'the run in flight keeps its policy');
+  assert.equal(await attemptsAgainstAPersistent503(before), 4);
+  const accepted = options.events.find((e) => e.message === 'policy update accepted');
+  assert.deepEqual(accepted, {
+    event: 'agent_retry.policy_update', level: 'info', message: 'policy update accepted', policy: identity.toString(), generation: 2,
+    wasm_sha256: identity.wasmSha256, config_sha256: identity.configSha256,
+  });
+  assert.equal(live.lastRefusal(), undefined);
+  assert.deepEqual(live.metrics, { accepted: 1, refused: 0, rolledBack: 0 });
+});
+
+test('a bad configuration is refused and the last good one keeps serving', async () => {
+  const source = deployed();
+  const options = recorded();
+  const live = await LivePolicy.open(source, options);
+  writeFileSync(source.config, '{"max-attempts-per-call": 0}');
+  await assert.rejects(live.reload(), (e: unknown) => e instanceof UpdateConfigError && e.kind === 'config' && /max-attempts-per-call/.test(e.message));
+  assert.equal(live.current().identity.generation, 1);
+  assert.match(live.lastRefusal() ?? '', /max-attempts-per-call/);
+  assert.equal(await attemptsAgainstAPersistent503(live.current()), 4, 'the old policy still decides');
+  const refused = options.events.filter((e) => e.message === 'policy update refused');
+  assert.equal(refused.length, 1);
+  assert.equal(refused[0].level, 'warning');
+  assert.equal(refused[0].serving, live.current().identity.toString());
+  assert.match(refused[0].serving ?? '', /generation 1/);
+  assert.equal(refused[0].kind, 'config');
+  assert.match(refused[0].reason ?? '', /max-attempts-per-call/);
+
+  // Not UTF-8, and a file that is gone: refused the same way.
+  writeFileSync(source.config, Buffer.from([0xff, 0x7b, 0x7d]));
+  await assert.rejects(live.reload(), (e: unknown) => e instanceof UpdateConfigError && /not UTF-8/.test(e.message));
+  rmSync(source.config);
+  await assert.rejects(live.reload(), (e: unknown) => e instanceof UpdateReadError && e.kind === 'read' && e.path === source.config);
+  assert.equal(live.current().identity.generation, 1);
+  assert.deepEqual(live.metrics, { accepted: 0, refused: 3, rolledBack: 0 });
+});
+
+test('a configuration that breaks an invariant fails the self-test', async () => {
+  const source = deployed();
+  const live = await LivePolicy.open(source, recorded());
+  // It loads, but it would retry a 403.
+  writeFileSync(source.config, '{"status-overrides": {"403": "transient"}}');
+  await assert.rejects(live.reload(), (e: unknown) => e instanceof UpdateSelfTestError && e.kind === 'self-test' && /a 403 answered/.test(e.message));
+  assert.equal(live.current().identity.generation, 1);
+  // The same gate at start.
+  await assert.rejects(LivePolicy.open(source, recorded()), UpdateSelfTestError);
+});
+
+test('a broken or foreign component is refused and rollback returns to the previous policy', async () => {
+  const source = deployed();
+  const options = recorded();
+  const live = await LivePolicy.open(source, options);
+  await assert.rejects(live.rollback(), (e: unknown) => e instanceof NothingToRollBackTo && e.kind === 'nothing-to-roll-back-to');
+  const good = readFileSync(source.wasm);
+
+  writeFileSync(source.wasm, '\0asm not really');
+  await assert.rejects(live.reload(), (e: unknown) => e instanceof UpdateLoadError && e.kind === 'load' && e.error instanceof ComponentLoadError);
+
+  // The same component, speaking another major contract version.
+  const ours = Buffer.from('agent-retry:policy/policy@0.2.0');
+  const theirs = Buffer.from('agent-retry:policy/policy@1.0.0');
+  assert.ok(good.indexOf(ours) >= 0);
+  const foreign = Buffer.from(good);
+  for (let at = foreign.indexOf(ours); at >= 0; at = foreign.indexOf(ours, at + 1)) theirs.copy(foreign, at);
+  writeFileSync(source.wasm, foreign);
+  await assert.rejects(live.reload(), (e: unknown) => {
+    assert.ok(e instanceof UpdateLoadError, String(e));
+    assert.ok(e.error instanceof ContractVersionMismatch, String(e.error));
+    assert.equal(e.error.componentVersion, '1.0.0');
+    assert.equal(e.error.hostVersion, '0.2.0');
+    assert.match(e.message, /agent-retry:policy@1\.0\.0/);
+    assert.match(e.message, /@0\.2\.0/);
+    return true;
+  });
+  assert.equal(live.current().identity.generation, 1, 'nothing was swapped in');
+
+  writeFileSync(source.wasm, good);
+  writeFileSync(source.config, reads(3));
+  assert.equal((await live.reload()).generation, 2);
+  assert.equal(await attemptsAgainstAPersistent503(live.current()), 3);
+  const back = await live.rollback();
+  assert.equal(back.generation, 1);
+  assert.equal(live.current().identity, back);
+  assert.equal(await attemptsAgainstAPersistent503(live.current()), 4);
+  assert.equal((await live.rollback()).generation, 2, 'a second rollback returns to the one rolled back from');
+  assert.deepEqual(live.metrics, { accepted: 1, refused: 2, rolledBack: 2 });
+  const rolled = options.events.filter((e) => e.message === 'policy rolled back').map((e) => e.generation);
+  assert.deepEqual(rolled, [1, 2]);
+  // Generations only grow: the next update is 3, not another 2.
+  await live.rollback();
+  writeFileSync(source.config, reads(2));
+  assert.equal((await live.reload()).generation, 3);
+});
+
+test('a new component is transpiled, gated and swapped in; the old one still serves its runs', async () => {
+  const source = deployed();
+  const live = await LivePolicy.open(source, recorded());
+  const before = live.current();
+  writeFileSync(source.wasm, withCustomSection(readFileSync(source.wasm), `v2-${process.pid}-${Date.now()}`));
+  const identity = await live.reload();
+  assert.equal(identity.generation, 2);
+  assert.notEqual(identity.wasmSha256, before.identity.wasmSha256);
+  assert.equal(identity.wasmSha256, createHash('sha256').update(readFileSync(source.wasm)).digest('hex'));
+  assert.equal(identity.configSha256, before.identity.configSha256);
+  assert.notEqual(live.current().component, before.component);
+  assert.equal(live.current().component.origin, 'transpiled', 'loaded at run time, no rebuild');
+  assert.equal(await attemptsAgainstAPersistent503(live.current()), 4);
+  assert.equal(await attemptsAgainstAPersistent503(before), 4, 'the old component still serves its runs');
+});
+
+const HOSTILE: Array<[string, (e: UpdateError) => boolean]> = [
+  ['endless-loop', (e) => e instanceof UpdateSelfTestError && e.cause instanceof PolicyOutOfFuel && /classify/.test(e.message)],
+  ['memory-bomb', (e) => e instanceof UpdateSelfTestError && e.cause instanceof PolicyMemoryExceeded && /cap of 67108864 bytes/.test(e.message)],
+  ['trap', (e) => e instanceof UpdateSelfTestError && e.cause instanceof PolicyTrap && /classify trapped/.test(e.message)],
+  ['enum-out-of-range', (e) => e instanceof UpdateSelfTestError && e.cause instanceof PolicyBoundaryViolation && /classify/.test(e.message)],
+  ['invalid-utf8', (e) => e instanceof UpdateSelfTestError && e.cause instanceof PolicyBoundaryViolation && /derive-idempotency-key/.test(e.message)],
+  ['pointer-out-of-bounds', (e) => e instanceof UpdateSelfTestError && e.cause instanceof PolicyBoundaryViolation && /derive-idempotency-key/.test(e.message)],
+  ['extra-import', (e) => e instanceof UpdateLoadError && e.error instanceof ComponentImportRefused && e.error.importName === 'wasi:filesystem/preopens@0.2.6'],
+  ['extra-import-sockets', (e) => e instanceof UpdateLoadError && e.error instanceof ComponentImportRefused && /wasi:sockets/.test(e.message)],
+  ['wrong-world', (e) => e instanceof UpdateLoadError && /exports no agent-retry:policy\/policy/.test(e.message) && /acme:scheduler/.test(e.message)],
+  ['other-major', (e) => e instanceof UpdateLoadError && e.error instanceof ContractVersionMismatch && /agent-retry:policy@0\.3\.0/.test(e.message)],
+];
+
+test('every hostile component offered as an update is refused by the gate (or contained by the sandbox in its self-test); the last good policy serves', async () => {
+  const source = deployed();
+  const options = recorded();
+  const live = await LivePolicy.open(source, options);
+  const good = live.current();
+  let refused = 0;
+  for (const [name, expected] of HOSTILE) {
+    const path = join(fixtures, `${name}.wasm`);
+    assert.ok(existsSync(path), `${path} is missing: node tests/hostile/build.mjs (npm test runs it)`);
+    writeFileSync(source.wasm, readFileSync(path));
+    const start = performance.now();
+    const error = await live.reload().then(() => assert.fail(`${name} was accepted`), (e: unknown) => e);
+    assert.ok(error instanceof UpdateError, `${name}: ${String(error)}`);
+    assert.ok(expected(error), `${name}: ${error.name}: ${error.message} (cause ${String((error as Error).cause)})`);
+    console.log(`${name}: refused in ${(performance.now() - start).toFixed(0)} ms (${error.kind}): ${error.message.slice(0, 120)}`);
+    refused += 1;
+    assert.equal(live.lastRefusal(), error.message);
+    assert.equal(live.current(), good, `${name}: the last good policy keeps serving`);
+    assert.equal(await attemptsAgainstAPersistent503(live.current()), 4);
+    assert.equal(live.metrics.refused, refused);
+    assert.equal(options.events.at(-1)?.kind, error.kind);
+  }
+  assert.equal(live.metrics.accepted, 0);
+});
+
+test('a pinned digest refuses a tampered component', async () => {
+  let source = deployed();
+  const data = readFileSync(source.wasm);
+  const digest = createHash('sha256').update(data).digest('hex');
+  source = { ...source, integrity: Integrity.pinnedSha256(digest.toUpperCase()) };
+  const live = await LivePolicy.open(source, recorded());
+  assert.equal(live.current().identity.wasmSha256, digest);
+  // One byte changed: the digest no longer matches.
+  const tampered = Buffer.from(data);
+  tampered[tampered.length - 1] ^= 1;
+  writeFileSync(source.wasm, tampered);
+  await assert.rejects(live.reload(), (e: unknown) => e instanceof UpdateIntegrityError && e.kind === 'integrity' && e.message.includes(digest));
+  assert.equal(live.current().identity.generation, 1);
+  assert.throws(() => Integrity.pinnedSha256('not a digest'), RangeError);
+});
+
+test('with a key configured only a signed component is accepted', async () => {
+  const { publicKey, privateKey } = generateKeyPairSync('ed25519');
+  const raw = new Uint8Array(Buffer.from(publicKey.export({ format: 'jwk' }).x as string, 'base64url'));
+  assert.equal(raw.length, 32);
+  const source = deployed(READS, Integrity.ed25519(raw));
+  const sig = signaturePath(source.wasm);
+  assert.equal(sig, `${source.wasm}.sig`);
+
+  // Unsigned: refused at start.
+  await assert.rejects(LivePolicy.open(source, recorded()), (e: unknown) => e instanceof UpdateIntegrityError && /unsigned/.test(e.message));
+
+  // Signed (hex): accepted.
+  const data = readFileSync(source.wasm);
+  writeFileSync(sig, `${sign(null, data, privateKey).toString('hex')}\n`);
+  const live = await LivePolicy.open(source, recorded());
+
+  // Signed by another key (raw bytes): refused, the signed one keeps serving.
+  const other = generateKeyPairSync('ed25519').privateKey;
+  writeFileSync(sig, sign(null, data, other));
+  await assert.rejects(live.reload(), (e: unknown) => e instanceof UpdateIntegrityError && /does not verify/.test(e.message));
+  assert.equal(live.current().identity.generation, 1);
+
+  // A signed component, tampered after signing: refused.
+  writeFileSync(sig, sign(null, data, privateKey));
+  writeFileSync(source.wasm, withCustomSection(data, 'tampered'));
+  await assert.rejects(live.reload(), (e: unknown) => e instanceof UpdateIntegrityError && /does not verify/.test(e.message));
+  writeFileSync(source.wasm, data);
+
+  // Neither 64 bytes nor 128 hex digits.
+  writeFileSync(sig, 'abc');
+  await assert.rejects(live.reload(), (e: unknown) => e instanceof UpdateIntegrityError && /neither 64 bytes nor 128 hex digits/.test(e.message));
+
+  // Signed by the key (raw bytes): accepted.
+  writeFileSync(sig, sign(null, data, privateKey));
+  assert.equal((await live.reload()).generation, 2);
+  assert.throws(() => Integrity.ed25519(new Uint8Array(5)), RangeError);
+});
+
+test('the watcher picks up a changed configuration and a changed .wasm, keeps going after a refusal, and stops on close', async () => {
+  const source = deployed();
+  const options = recorded();
+  const live = await LivePolicy.open(source, options);
+  assert.equal(await live.poll(), undefined, 'nothing changed');
+  const watcher = live.watch(100);
+  await sleep(50);
+  writeFileSync(source.config, reads(2));
+  await until(() => live.current().identity.generation === 2, 'the configuration update');
+  assert.equal(await attemptsAgainstAPersistent503(live.current()), 2);
+
+  // A .wasm published the safe way (written beside, renamed over).
+  const next = `${source.wasm}.new`;
+  writeFileSync(next, withCustomSection(readFileSync(source.wasm), `watched-${process.pid}-${Date.now()}`));
+  const expected = createHash('sha256').update(readFileSync(next)).digest('hex');
+  renameSync(next, source.wasm);
+  await until(() => live.current().identity.generation === 3, 'the .wasm update');
+  assert.equal(live.current().identity.wasmSha256, expected);
+
+  // A refused change is kept for operators; the watcher goes on.
+  writeFileSync(source.config, '{"max-attempts-per-call": 0}');
+  await until(() => live.lastRefusal() !== undefined, 'the refusal');
+  assert.equal(live.current().identity.generation, 3);
+  writeFileSync(source.config, reads(3));
+  await until(() => live.current().identity.generation === 4, 'the next good update');
+  assert.equal(live.lastRefusal(), undefined);
+
+  watcher.close();
+  writeFileSync(source.config, reads(4));
+  await sleep(400);
+  assert.equal(live.current().identity.generation, 4, 'close() stops the watcher');
+  // The polling alone (no fs.watch event needed): poll() sees the change.
+  assert.equal((await live.poll())?.generation, 5);
+  assert.deepEqual(live.metrics, { accepted: 4, refused: 1, rolledBack: 0 });
+});
+
+test('a watcher does not keep the process alive', async () => {
+  const source = deployed();
+  const script = `import { LivePolicy, Integrity } from ${JSON.stringify(pathToFileURL(join(packageRoot, 'dist/src/index.js')).href)};
+    const live = await LivePolicy.open({ wasm: ${JSON.stringify(source.wasm)}, config: ${JSON.stringify(source.config)}, integrity: Integrity.unchecked() });
+    live.watch(50);
+    console.log('watching', String(live.current().identity));`;
+  const start = performance.now();
+  const { stdout } = await promisify(execFile)(process.execPath, ['--input-type=module', '-e', script], { timeout: 20_000 });
+  assert.match(stdout, /^watching generation 1/);
+  assert.ok(performance.now() - start < 15_000);
+});
+
+test('decisions never fail while the policy is swapped back and forth under load, and each is made by one policy', async () => {
+  // JavaScript runs on one thread: "under load" is four workers that decide
+  // without pause, yielding between runs, while the main loop swaps the
+  // configuration (and the .wasm, between two builds) twenty times.
+  const source = deployed();
+  const live = await LivePolicy.open(source, recorded());
+  const builds = [readFileSync(source.wasm), withCustomSection(readFileSync(source.wasm), `load-${process.pid}-${Date.now()}`)];
+  const digests = builds.map((b) => createHash('sha256').update(b).digest('hex'));
+  let stop = false;
+  const made: Array<{ generation: number; wasm: string; attempts: number }> = [];
+  const failures: unknown[] = [];
+  const worker = async (w: number) => {
+    try {
+      while (!stop) {
+        const loaded = live.current();
+        const instance = await loaded.component.instantiate({ accounts: new EmbeddedAccounts(), entropy: new SplitMix64(BigInt(w)) });
+        const policy = instance.loadPolicy(loaded.configJson);
+        for (let n = 0; n < 20 && !stop; n++) {
+          made.push({ generation: loaded.identity.generation, wasm: loaded.identity.wasmSha256, attempts: attempts(policy, `w${w}-${n}`) });
+          await new Promise((r) => setImmediate(r));
+        }
+        policy.close();
+      }
+    } catch (e) {
+      failures.push(e);
+    }
+  };
+  const workers = [0, 1, 2, 3].map(worker);
+  try {
+    for (let swap = 0; swap < 20; swap++) {
+      writeFileSync(source.config, reads(swap % 2 === 0 ? 2 : 4));
+      writeFileSync(source.wasm, builds[(swap + 1) % 2]);
+      await live.reload();
+      await sleep(15);
+    }
+  } finally {
+    stop = true;
+    await Promise.all(workers);
+  }
+  assert.deepEqual(failures, []);
+  assert.ok(made.length >= 80, `${made.length} decisions`);
+  // Generation 1: 4 attempts, the first build. Generation g >= 2 was written by
+  // swap g - 2: 2 attempts when g is even, 4 when odd; build (g - 1) % 2.
+  for (const { generation, wasm, attempts: n } of made) {
+    const expected = generation === 1 || generation % 2 === 1 ? 4 : 2;
+    assert.equal(n, expected, `a decision of generation ${generation} mixed policies`);
+    assert.equal(wasm, digests[generation === 1 ? 0 : (generation - 1) % 2], `generation ${generation} ran another component`);
+  }
+  const generations = new Set(made.map((d) => d.generation));
+  console.log(`${made.length} decisions across ${generations.size} generations during 20 swaps`);
+  assert.ok(generations.size > 2, `the swaps were seen by the workers: ${[...generations].sort((a, b) => a - b)}`);
+});
+
+test('every refusal is an UpdateError with its kind, exported from the package', () => {
+  const kinds = [
+    new UpdateReadError('/x', 'gone'), new UpdateIntegrityError('x'), new UpdateLoadError(new ComponentLoadError('x')),
+    new UpdateConfigError('x'), new UpdateSelfTestError('x'), new NothingToRollBackTo(),
+  ].map((e) => {
+    assert.ok(e instanceof UpdateError);
+    return e.kind;
+  });
+  assert.deepEqual(kinds, ['read', 'integrity', 'load', 'config', 'self-test', 'nothing-to-roll-back-to']);
+  for (const name of ['LivePolicy', 'Integrity', 'PolicyIdentity', 'UpdateError', 'UpdateReadError', 'UpdateIntegrityError', 'UpdateLoadError',
+    'UpdateConfigError', 'UpdateSelfTestError', 'NothingToRollBackTo']) {
+    assert.ok(name in api, `${name} is exported`);
+  }
+});
