@@ -299,4 +299,4 @@ def test_decisions_never_fail_while_the_policy_is_swapped_under_load(tmp_path: P
 
 def test_every_refusal_is_an_update_error_with_its_kind() -> None:
     kinds = {cls.kind for cls in UpdateError.__subclasses__()}
-    assert kinds == {"read", "integrity", "load", "config", "self-test", "nothing-to-roll-back-to"}
+    assert kinds == {"read", "integrity", "load", "config", "self-test", "fleet", "nothing-to-roll-back-to"}

@@ -484,6 +484,13 @@ fn self_test(component: &PolicyComponent, config_json: &str) -> Result<(), Updat
     if key_a.is_empty() || key_a != key_b {
         return broken(format!("derive-idempotency-key is not stable: {key_a:?} then {key_b:?}"));
     }
+    // The contract fixes the derivation (FNV-1a-128, wit/policy.wit), so that a
+    // host restarted on another policy resends under the same key: this is its
+    // value for these inputs, as the Python host's self-test computes it.
+    const CONTRACT_KEY: &str = "ar1-d5074eda4c52867e1a6e12c3d360d5e2";
+    if key_a != CONTRACT_KEY {
+        return broken(format!("derive-idempotency-key gives {key_a:?} where the contract's derivation gives {CONTRACT_KEY:?}"));
+    }
     let failure =
         Failure { kind: FailureKind::HttpStatus(503), headers: vec![("Retry-After".into(), "1".into())], body: "self-test".into(), structured_content: None };
     instance.classify(&policy, &failure, now).map_err(|e| trap("classify", e))?;

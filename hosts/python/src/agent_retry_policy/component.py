@@ -6,11 +6,16 @@
     run = policy.start_run("CASE-5016")
     admission = run.begin_call({"tool": "lookup_order"}, now_ms())
 
-The sandbox matches the Rust host's: the component gets only the account budget
-and `wasi:random/random` (no WASI, so no file, socket, clock or environment),
-each call runs on a fuel budget, and the instance's memory is capped. A trap
-raises `PolicyTrap` and leaves that instance unusable; the host goes on with a
-fresh one.
+The sandbox matches the Rust and Node hosts': the component gets only the
+account budget and `wasi:random/random` (no WASI, so no file, socket, clock or
+environment; another import is refused at load with `ComponentImportRefused`),
+each call runs on a fuel budget (`fuel_per_call`), and the instance's memory is
+capped (`max_memory_bytes`). A call that fails raises `PolicyTrap`, or the
+subclass naming its cause (`PolicyOutOfFuel`, `PolicyMemoryExceeded`,
+`PolicyBoundaryViolation`), and leaves that instance unusable
+(`InstanceUnusable`); the host goes on with a fresh one. An instance belongs to
+the thread that created it: a call from another thread raises `WrongThread`
+before it reaches wasmtime.
 """
 
 from __future__ import annotations
@@ -32,14 +37,27 @@ from typing import Any, cast
 from wasmtime import Config, Engine, Store, WasmtimeError
 from wasmtime import _ffi as ffi
 from wasmtime.component import Component, ComponentInstanceType, FuncType, Linker, ResourceAny
-from wasmtime.component import _enter as wasmtime_enter
 
 from . import (
     _codec,  # first: refuses an unsupported wasmtime-py with a clear message
+    _sandbox,
 )
 from .accounts import PROCESS_ACCOUNTS, AccountBudgetBackend, Bucket
 from .entropy import EntropySource, OsEntropy, random_bytes
-from .errors import ComponentLoadError, ComponentNotFound, ConfigError, ContractVersionMismatch, InstanceUnusable, PolicyTrap, RunMisuse
+from .errors import (
+    ComponentImportRefused,
+    ComponentLoadError,
+    ComponentNotFound,
+    ConfigError,
+    ContractVersionMismatch,
+    InstanceUnusable,
+    PolicyBoundaryViolation,
+    PolicyMemoryExceeded,
+    PolicyOutOfFuel,
+    PolicyTrap,
+    RunMisuse,
+    WrongThread,
+)
 from .types import Admission, CallRequest, Classification, Decision, Failure, Outcome, RunReport
 
 # The contract this host speaks (wit/). A component of another major version
@@ -108,9 +126,13 @@ def check_contract_version(export_names: Iterable[str], source: str = "<bytes>")
     Raises `ContractVersionMismatch` (a `ComponentLoadError`) naming both versions
     if it is not compatible with this host's, `ComponentLoadError` if it exports
     no policy interface at all."""
-    versions = policy_interface_versions(export_names)
+    names = list(export_names)
+    versions = policy_interface_versions(names)
     if not versions:
-        raise ComponentLoadError(f"{source} is not an agent-retry policy: it does not export {CONTRACT_PACKAGE}/policy@{CONTRACT_VERSION}")
+        raise ComponentLoadError(
+            f"{source} is not an agent-retry policy: it does not export {CONTRACT_PACKAGE}/policy@{CONTRACT_VERSION} "
+            f"(it is of another world: it exports [{', '.join(names)}])"
+        )
     ours = contract_compatibility(CONTRACT_VERSION)
     for version in versions:
         try:
@@ -211,6 +233,7 @@ class PolicyComponent:
         """Compiles and checks a component from its bytes."""
         config = Config()
         config.consume_fuel = True
+        _sandbox.configure(config)  # the memory cap, with its refusals seen (_sandbox.py)
         self.engine = Engine(config)
         self.source = source
         try:
@@ -228,20 +251,20 @@ class PolicyComponent:
         contract_imports = {name for name in self.imports if _contract_interface(name) in ("account-budget", "types")}
         unknown = [name for name in self.imports if name not in contract_imports and not name.startswith(RANDOM_INTERFACE_PREFIX)]
         if unknown:
-            raise ComponentLoadError(f"{source} is not an agent-retry policy this host can run: it imports {unknown}")
+            raise ComponentImportRefused(source, unknown[0], unknown)
         budgets = [name for name in contract_imports if _contract_interface(name) == "account-budget"]
         if len(budgets) != 1:
             raise ComponentLoadError(f"{source} must import {ACCOUNT_BUDGET_INTERFACE} once, imports {budgets}")
         self.account_budget_interface = budgets[0]
         self.random_imports = [name for name in self.imports if name.startswith(RANDOM_INTERFACE_PREFIX)]
-        budget_type = component_type.imports(self.engine)[self.account_budget_interface].ty
-        assert isinstance(budget_type, ComponentInstanceType)
-        reserve_type = budget_type.exports(self.engine)["reserve"].ty
-        assert isinstance(reserve_type, FuncType) and reserve_type.result is not None
-        self._reserve_codecs = (tuple(_codec.build(ty) for _, ty in reserve_type.params), _codec.build(reserve_type.result))
-        refund_type = budget_type.exports(self.engine)["refund"].ty
-        assert isinstance(refund_type, FuncType) and refund_type.result is None
-        self._refund_codecs = (tuple(_codec.build(ty) for _, ty in refund_type.params), None)
+        import_types = component_type.imports(self.engine)
+        budget = _import_codecs(self.engine, import_types[self.account_budget_interface].ty)
+        if "reserve" not in budget or "refund" not in budget:
+            raise ComponentLoadError(f"{source}: {self.account_budget_interface} lacks reserve or refund")
+        self._reserve_codecs = budget["reserve"]
+        self._refund_codecs = budget["refund"]
+        # Per wasi:random interface, the functions it imports (get-random-u64, get-random-bytes).
+        self._random_codecs = {name: _import_codecs(self.engine, import_types[name].ty) for name in self.random_imports}
         interface_index = self.component.get_export_index(self.policy_interface)
         if interface_index is None:
             raise ComponentLoadError(f"{source} does not export {self.policy_interface}")
@@ -270,11 +293,18 @@ class PolicyComponent:
         accounts: AccountBudgetBackend = PROCESS_ACCOUNTS,
         entropy: EntropySource | None = None,
         fuel_per_call: int | None = FUEL_PER_CALL,
+        max_memory_bytes: int = MAX_MEMORY_BYTES,
     ) -> PolicyInstance:
         """A fresh instance with its own memory. `accounts` defaults to the buckets
         shared by the whole process; `entropy` (for `wasi:random`, used only when
-        a call passes no entropy) to the OS. One instance serves one thread."""
-        return PolicyInstance(self, accounts, entropy if entropy is not None else OsEntropy(), fuel_per_call)
+        a call passes no entropy) to the OS. `fuel_per_call` (None: unmetered)
+        and `max_memory_bytes` are the sandbox's limits. One instance serves one
+        thread: the one that calls this."""
+        if fuel_per_call is not None and (isinstance(fuel_per_call, bool) or not isinstance(fuel_per_call, int) or fuel_per_call <= 0):
+            raise ValueError(f"fuel_per_call must be a positive integer or None, got {fuel_per_call!r}")
+        if isinstance(max_memory_bytes, bool) or not isinstance(max_memory_bytes, int) or max_memory_bytes <= 0:
+            raise ValueError(f"max_memory_bytes must be a positive integer, got {max_memory_bytes!r}")
+        return PolicyInstance(self, accounts, entropy if entropy is not None else OsEntropy(), fuel_per_call, max_memory_bytes)
 
 
 class _BoundExport:
@@ -285,9 +315,32 @@ class _BoundExport:
         self.func = func
 
 
+def _one_line(message: str) -> str:
+    """wasmtime's "context\n\nCaused by:\n    cause" as "cause (context)"."""
+    context, caused_by, cause = message.strip().partition("Caused by:")
+    context = " ".join(context.split())
+    if not caused_by:
+        return context
+    cause = " ".join(cause.split())
+    return f"{cause} ({context})" if context else cause
+
+
+class _CallState:
+    """What the host imports of one instance saw during its current call: the
+    exception one of them raised. Per instance, so a trap carries the exception of
+    its own call, whichever thread another instance runs on."""
+
+    __slots__ = ("exception",)
+
+    def __init__(self) -> None:
+        self.exception: BaseException | None = None
+
+
 class PolicyInstance:
-    """One store and one instance of the component. Not thread-safe: use one per
-    worker thread (or per asyncio loop; calls never block)."""
+    """One store and one instance of the component. Not thread-safe: it belongs to
+    the thread that created it, and a call from another thread raises
+    `WrongThread` (before it reaches wasmtime). Use one per worker thread (or per
+    asyncio loop; calls never block)."""
 
     def __init__(
         self,
@@ -295,28 +348,47 @@ class PolicyInstance:
         accounts: AccountBudgetBackend,
         entropy: EntropySource,
         fuel_per_call: int | None,
+        max_memory_bytes: int = MAX_MEMORY_BYTES,
     ) -> None:
         self.component = component
         self.accounts = accounts
         self.entropy = entropy
         self._fuel = fuel_per_call
+        self.max_memory_bytes = max_memory_bytes
         self._broken: str | None = None
+        self._owner = threading.get_ident()
+        self._owner_name = threading.current_thread().name
+        self._calls = _CallState()
+        self._memory = _sandbox.MemoryLimits(max_memory_bytes)
         engine = component.engine
         self._store = Store(engine)
-        self._store.set_limits(memory_size=MAX_MEMORY_BYTES)
+        if not _sandbox.AVAILABLE:  # pragma: no cover - not POSIX: wasmtime's limiter, refusals unseen
+            self._store.set_limits(memory_size=max_memory_bytes)
         # The engine always meters fuel; "no limit" is a tank that never runs dry.
-        self._store.set_fuel(fuel_per_call if fuel_per_call is not None else _codec.U64_MAX)
+        # Instantiation (start functions; the data segments, copied in since the
+        # memories are the host's, which wasmtime meters too: ~15,000 units for
+        # this component) gets at least the default call's fuel; calls refuel.
+        self._store.set_fuel(max(fuel_per_call, FUEL_PER_CALL) if fuel_per_call is not None else _codec.U64_MAX)
         linker = Linker(engine)
+        calls = self._calls
         with linker.root() as root:
             with root.add_instance(component.account_budget_interface) as budget:
-                _add_import(budget, "reserve", component._reserve_codecs, _reserve_import(accounts))
-                _add_import(budget, "refund", component._refund_codecs, _refund_import(accounts))
+                _add_import(budget, "reserve", component._reserve_codecs, _reserve_import(accounts), calls)
+                _add_import(budget, "refund", component._refund_codecs, _refund_import(accounts), calls)
             for name in component.random_imports:
+                functions = component._random_codecs[name]
                 with root.add_instance(name) as random:
-                    random.add_func("get-random-u64", lambda _store: entropy.next_u64())
-                    random.add_func("get-random-bytes", lambda _store, length: random_bytes(entropy, length))
+                    if "get-random-u64" in functions:
+                        _add_import(random, "get-random-u64", functions["get-random-u64"], entropy.next_u64, calls)
+                    if "get-random-bytes" in functions:
+                        _add_import(random, "get-random-bytes", functions["get-random-bytes"], _random_bytes_import(entropy), calls)
         try:
-            instance = linker.instantiate(self._store, component.component)
+            # The memory cap is enforced by the memories themselves (_sandbox.py),
+            # which need to know the instance they are created for.
+            with _sandbox.creating(self._memory):
+                instance = linker.instantiate(self._store, component.component)
+            if fuel_per_call is not None:
+                self._store.set_fuel(fuel_per_call)
         except WasmtimeError as e:
             raise ComponentLoadError(f"{component.source} cannot be instantiated by this host: {e}") from e
         self._exports: dict[str, _BoundExport] = {}
@@ -325,6 +397,21 @@ class PolicyInstance:
             if func is None:
                 raise ComponentLoadError(f"{component.source}: {name} is not a function")
             self._exports[name] = _BoundExport(spec, func._func)
+
+    def memory_bytes(self) -> int:
+        """The size of the instance's largest linear memory, in bytes."""
+        return self._memory.largest
+
+    def fuel_used_by_last_call(self) -> int:
+        """The fuel the last call burned (0 when unmetered)."""
+        if self._fuel is None:
+            return 0
+        return self._fuel - self._store.get_fuel()
+
+    def _check_thread(self, what: str) -> None:
+        if threading.get_ident() != self._owner:
+            current = threading.current_thread()
+            raise WrongThread(what, f"{self._owner_name!r} (id {self._owner})", f"{current.name!r} (id {current.ident})")
 
     # The low-level call: canonical values in, canonical values out.
 
@@ -338,9 +425,11 @@ class PolicyInstance:
         return self._invoke(bound, args)
 
     def _invoke(self, bound: _BoundExport, args: tuple[Any, ...]) -> Any:
-        if self._broken is not None:
-            raise InstanceUnusable(f"this policy instance trapped earlier ({self._broken}); instantiate a new one")
         spec = bound.spec
+        if threading.get_ident() != self._owner:  # before anything touches the store
+            self._check_thread(spec.name)
+        if self._broken is not None:
+            raise InstanceUnusable(f"this policy instance failed earlier ({self._broken}); instantiate a new one")
         codecs = spec.params
         if len(args) != len(codecs):
             raise TypeError(f"{spec.name} takes {len(codecs)} arguments, got {len(args)}")
@@ -349,6 +438,8 @@ class PolicyInstance:
             error = _set_fuel(context, self._fuel)
             if error:
                 raise WasmtimeError._from_ptr(error)
+        self._memory.refused = None
+        self._calls.exception = None
         params = (_Val * len(codecs))()
         lowered = 0
         try:
@@ -368,16 +459,39 @@ class PolicyInstance:
                 _val_delete(byref(params[i]))
 
     def _fail(self, name: str, error: WasmtimeError) -> None:
-        # The component model forbids re-entering an instance after a trap.
-        host_exception = wasmtime_enter.LAST_EXCEPTION
-        wasmtime_enter.LAST_EXCEPTION = None
-        self._broken = f"{name}: {error}"
+        """Marks the instance broken (the component model forbids re-entering an
+        instance after a trap) and raises the most specific `PolicyTrap`."""
+        host_exception, self._calls.exception = self._calls.exception, None
+        message = _one_line(str(error))
+        trap: PolicyTrap
         if host_exception is not None:
-            raise PolicyTrap(f"{name}: a host import raised {host_exception!r}") from host_exception
-        raise PolicyTrap(f"{name} trapped: {error}") from error
+            trap = PolicyTrap(f"{name} trapped: a host import raised {host_exception!r}", call=name)
+            cause: BaseException = host_exception
+        elif self._memory.refused is not None:
+            trap = PolicyMemoryExceeded(
+                f"{name} asked for more memory than the cap of {self.max_memory_bytes} bytes "
+                f"(a growth to {self._memory.refused} bytes was refused; then {message})",
+                call=name,
+            )
+            cause = error
+        elif self._fuel is not None and self._store.get_fuel() == 0:
+            trap = PolicyOutOfFuel(f"{name} ran out of fuel ({self._fuel} units a call) and was stopped", call=name)
+            cause = error
+        elif "wasm trap:" not in message and "wasm backtrace" not in message:
+            # Not a trap of the guest's code: wasmtime refused to lift the guest's
+            # answer (an enum case that does not exist, a string that is not UTF-8,
+            # a pointer outside its memory).
+            trap = PolicyBoundaryViolation(f"{name} returned a value the contract does not allow: {message}", call=name)
+            cause = error
+        else:
+            trap = PolicyTrap(f"{name} trapped: {message}", call=name)
+            cause = error
+        self._broken = f"{name}: {trap}"
+        raise trap from cause
 
     def drop(self, resource: ResourceAny) -> None:
         """Frees a policy or run in the instance."""
+        self._check_thread("drop")
         if self._broken is None:
             resource.drop(self._store)
 
@@ -412,6 +526,7 @@ class _Handle:
 
     def close(self) -> None:
         if self._resource is not None:
+            self.instance._check_thread(f"close {type(self).__name__.lower()}")  # before the handle changes
             resource, self._resource = self._resource, None
             self.instance.drop(resource)
 
@@ -493,23 +608,54 @@ def _refund_import(accounts: AccountBudgetBackend) -> Callable[..., Any]:
     return refund
 
 
+def _random_bytes_import(entropy: EntropySource) -> Callable[..., Any]:
+    def get_random_bytes(length: int) -> list[int]:
+        return list(random_bytes(entropy, length))
+
+    return get_random_bytes
+
+
+def _import_codecs(engine: Engine, instance_type: Any) -> dict[str, tuple[tuple[_codec.Codec, ...], _codec.Codec | None]]:
+    """The codecs of every function of an imported interface, by name."""
+    assert isinstance(instance_type, ComponentInstanceType)
+    codecs = {}
+    for name, item in instance_type.exports(engine).items():
+        func_type = item.ty
+        if isinstance(func_type, FuncType):
+            result = func_type.result
+            codecs[name] = (tuple(_codec.build(ty) for _, ty in func_type.params), _codec.build(result) if result is not None else None)
+    return codecs
+
+
 # Host functions called by the guest. wasmtime-py's stock `add_func` converts
 # arguments with the stock conversion (~85 µs for `reserve`); this registers the
-# same C callback shape with the cached codecs instead (~15 µs).
-_IMPORTS: dict[int, tuple[tuple[_codec.Codec, ...], _codec.Codec | None, Callable[..., Any]]] = {}
+# same C callback shape with the cached codecs instead (~15 µs). It also keeps an
+# exception a host function raises with the instance it was called for
+# (`_CallState`), where wasmtime-py's keeps it in one global shared by every
+# thread (so a trap could carry another thread's exception, or none).
+_IMPORTS: dict[int, tuple[tuple[_codec.Codec, ...], _codec.Codec | None, Callable[..., Any], _CallState]] = {}
 _import_ids = itertools.count(1)
 
 
 @ffi.wasmtime_component_func_callback_t  # type: ignore[untyped-decorator]
-def _import_trampoline(data: Any, context: Any, _ty: Any, args: Any, nargs: int, results: Any, nresults: int) -> Any:
-    def run(_store: Any) -> None:
-        params, result, function = _IMPORTS[data or 0]
+def _import_trampoline(data: Any, _context: Any, _ty: Any, args: Any, nargs: int, results: Any, nresults: int) -> Any:
+    entry = _IMPORTS.get(data or 0)
+    if entry is None:  # pragma: no cover - the finalizer runs only when the linker is gone
+        return _new_error("agent_retry_policy: unknown host import")
+    params, result, function, calls = entry
+    try:
         values = [codec.lift(args[i]) for i, codec in enumerate(params)]
         answer = function(*values)
         if result is not None:  # `refund` returns nothing
             result.lower(answer, results[0])
+    except BaseException as e:  # nothing may cross into wasmtime: the call traps, the instance keeps the exception
+        calls.exception = e
+        return _new_error(f"a host import raised {type(e).__name__}")
+    return 0
 
-    return wasmtime_enter.catch_exceptions(context, run)
+
+def _new_error(message: str) -> int:
+    return ctypes.cast(ffi.wasmtime_error_new(message.encode("utf-8")), ctypes.c_void_p).value or 0
 
 
 @ctypes.CFUNCTYPE(None, ctypes.c_void_p)  # type: ignore[untyped-decorator]
@@ -518,10 +664,14 @@ def _import_finalizer(data: Any) -> None:
 
 
 def _add_import(
-    linker_instance: Any, name: str, codecs: tuple[tuple[_codec.Codec, ...], _codec.Codec | None], function: Callable[..., Any]
+    linker_instance: Any,
+    name: str,
+    codecs: tuple[tuple[_codec.Codec, ...], _codec.Codec | None],
+    function: Callable[..., Any],
+    calls: _CallState,
 ) -> None:
     key = next(_import_ids)
-    _IMPORTS[key] = (codecs[0], codecs[1], function)
+    _IMPORTS[key] = (codecs[0], codecs[1], function, calls)
     encoded = name.encode("utf-8")
     error = ffi.wasmtime_component_linker_instance_add_func(
         linker_instance.ptr(), ctypes.create_string_buffer(encoded), len(encoded), _import_trampoline, key, _import_finalizer

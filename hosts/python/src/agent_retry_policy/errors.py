@@ -48,13 +48,74 @@ class ContractVersionMismatch(ComponentLoadError):
         )
 
 
+class ComponentImportRefused(ComponentLoadError):
+    """The component imports something outside the contract (`import_name`, e.g.
+    `wasi:filesystem/preopens@0.2.6`): refused at load, nothing was run."""
+
+    def __init__(self, source: str, import_name: str, imports: list[str]) -> None:
+        self.source = source
+        self.import_name = import_name
+        self.imports = imports
+        others = f" (all foreign imports: {', '.join(imports)})" if len(imports) > 1 else ""
+        super().__init__(
+            f"{source} is not an agent-retry policy this host can run: it imports {import_name}, which is outside the "
+            f"agent-retry contract (only agent-retry:policy/account-budget, agent-retry:policy/types and wasi:random/random){others}"
+        )
+
+
 class PolicyTrap(AgentRetryError):
-    """The component trapped (a bug, fuel or memory exhausted). The instance is
-    unusable afterwards: make a new one with `PolicyComponent.instantiate`."""
+    """The component trapped (a bug, or a sandbox limit: the subclasses). The
+    instance is unusable afterwards: make a new one with
+    `PolicyComponent.instantiate`. `call` is the export that was running; `kind`
+    is "trap", "out-of-fuel", "memory-exceeded" or "boundary-violation". When a
+    host import (an account backend's `reserve`/`refund`) raised, that exception
+    is the `__cause__`."""
+
+    kind: str = "trap"
+
+    def __init__(self, message: str, *, call: str = "") -> None:
+        self.call = call
+        super().__init__(message)
+
+
+class PolicyOutOfFuel(PolicyTrap):
+    """A call burned its fuel (`fuel_per_call`, about one unit per wasm
+    instruction): the guest was stopped there, the host goes on."""
+
+    kind = "out-of-fuel"
+
+
+class PolicyMemoryExceeded(PolicyTrap):
+    """The guest asked for more linear memory than the cap (`max_memory_bytes`)."""
+
+    kind = "memory-exceeded"
+
+
+class PolicyBoundaryViolation(PolicyTrap):
+    """The guest returned a value the contract does not allow (an enum or variant
+    case that does not exist, a string that is not UTF-8, a pointer outside its
+    memory)."""
+
+    kind = "boundary-violation"
 
 
 class InstanceUnusable(AgentRetryError):
     """A call on an instance that trapped before, or on a closed handle."""
+
+
+class WrongThread(AgentRetryError):
+    """An instance was used from a thread other than the one that created it. A
+    wasmtime store is not thread-safe, so the call is refused before it reaches
+    wasmtime; the instance stays usable from its own thread. Make one instance
+    per thread (`PolicyComponent.instantiate` is cheap)."""
+
+    def __init__(self, what: str, owner: str, caller: str) -> None:
+        self.owner = owner
+        self.caller = caller
+        super().__init__(
+            f"{what}: this policy instance belongs to thread {owner} and was called from thread {caller}; "
+            "instances are not thread-safe: instantiate one per thread"
+        )
 
 
 class ConfigError(AgentRetryError, ValueError):
@@ -81,18 +142,21 @@ class Escalated(AgentRetryError):
     """The policy stopped the run: a person must act. `note` says why, the last
     error, and which effects were already made."""
 
-    def __init__(self, escalation: Any, tool: str | None = None) -> None:
+    def __init__(self, escalation: Any, tool: str | None = None, policy_failure: AgentRetryError | None = None) -> None:
         self.escalation = escalation
         self.reason: str = escalation["reason"]
         self.note: str = escalation["note"]
         self.tool = tool
+        # Set when the policy itself failed (a `PolicyTrap`, or its instance was
+        # unusable): the MCP wrapper's safe fallback, no retry and this escalation.
+        self.policy_failure = policy_failure
         super().__init__(self.note)
 
 
 class UpdateError(AgentRetryError):
     """A policy update was refused (`agent_retry_policy.live`); the last good
     policy keeps serving. `kind` says which check refused it: "read",
-    "integrity", "load", "config", "self-test" or "nothing-to-roll-back-to";
+    "integrity", "load", "config", "self-test", "fleet" or "nothing-to-roll-back-to";
     `reason` says why."""
 
     kind: str = "update"
@@ -149,6 +213,16 @@ class UpdateSelfTestError(UpdateError):
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason, f"the self-test failed: {reason}")
+
+
+class UpdateFleetError(UpdateError):
+    """The fleet's Redis cannot be read, or nothing is published there
+    (`LivePolicy.open_redis`)."""
+
+    kind = "fleet"
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason, f"cannot read the fleet's policy: {reason}")
 
 
 class NothingToRollBackTo(UpdateError):

@@ -1,6 +1,7 @@
 """A policy that operators update while the host runs: a new `.wasm`, or a new
-configuration, read from files the host watches (or on `reload()`), checked by a
-gate, and swapped in atomically; `rollback()` returns to the previous good one.
+configuration, read from files the host watches (or on `reload()`), or published
+once for a whole fleet in Redis (`LivePolicy.open_redis`, `fleet.py`), checked
+by a gate, and swapped in atomically; `rollback()` returns to the previous good one.
 A refused update leaves the last good policy serving and says why. The same
 design as the Rust host's (hosts/rust/src/live.rs).
 
@@ -56,11 +57,13 @@ from .errors import (
     RunMisuse,
     UpdateConfigError,
     UpdateError,
+    UpdateFleetError,
     UpdateIntegrityError,
     UpdateLoadError,
     UpdateReadError,
     UpdateSelfTestError,
 )
+from .fleet import DEFAULT_PREFIX, FleetSource, FleetUnavailable
 from .types import CallRequest, ToolHints, action_name, http_failure, transport_failure
 
 logger = logging.getLogger("agent_retry_policy.live")
@@ -151,8 +154,10 @@ class PolicySource:
         object.__setattr__(self, "config", Path(self.config))
 
 
-# The files' state when last read (mtime in ns, size), to notice a change when polling.
+# What was last read, to notice a change when polling: the files' state (mtime
+# in ns, size), or the fleet's revision.
 _Stamp = tuple[int, int] | None
+_Seen = tuple[Any, ...]
 
 
 def _stamp(path: Path) -> _Stamp:
@@ -167,13 +172,82 @@ def _seen(source: PolicySource) -> tuple[_Stamp, _Stamp]:
     return (_stamp(source.wasm), _stamp(source.config))
 
 
+@dataclass(frozen=True)
+class _Read:
+    """An update as read, before the gate."""
+
+    wasm: bytes
+    config: bytes
+    signature: bytes | None  # the detached signature, if one came with it
+    signature_at: str  # where it was looked for, for messages
+    wasm_name: str  # where the .wasm came from, for messages
+    integrity: Integrity
+    seen: _Seen
+
+
+class _Files:
+    """Updates from two files (and `<wasm>.sig`)."""
+
+    def __init__(self, source: PolicySource) -> None:
+        self.source = source
+
+    def seen_now(self) -> _Seen:
+        return ("files", *_seen(self.source))
+
+    def read(self) -> _Read:
+        source = self.source
+        seen = self.seen_now()
+        wasm = _read(source.wasm)
+        config = _read(source.config)
+        sig_path = signature_path(source.wasm)
+        signature = None
+        if source.integrity.kind == "ed25519":
+            try:
+                signature = sig_path.read_bytes()
+            except OSError:
+                signature = None
+        return _Read(wasm, config, signature, str(sig_path), str(source.wasm), source.integrity, seen)
+
+
+class _Fleet:
+    """Updates published in Redis for a fleet (`fleet.py`)."""
+
+    def __init__(self, source: FleetSource, integrity: Integrity) -> None:
+        self.source = source
+        self.integrity = integrity
+        self.client = source.client()
+
+    def seen_now(self) -> _Seen:
+        try:
+            return ("revision", self.source.revision(self.client))
+        except FleetUnavailable as e:
+            raise UpdateFleetError(str(e)) from e
+
+    def read(self) -> _Read:
+        try:
+            publication = self.source.read(self.client)
+        except FleetUnavailable as e:
+            raise UpdateFleetError(str(e)) from e
+        name = f"{self.source.key('wasm')} (revision {publication.revision})"
+        return _Read(
+            publication.wasm,
+            publication.config,
+            publication.signature,
+            self.source.key("wasm.sig"),
+            name,
+            self.integrity,
+            ("revision", publication.revision),
+        )
+
+
 class LivePolicy:
     """The serving policy, the previous good one, and what counts as an update.
     Thread-safe: `current()` from any thread; updates are serialised."""
 
-    def __init__(self, source: PolicySource, first: Loaded, seen: tuple[_Stamp, _Stamp], log: logging.Logger = logger) -> None:
-        """Use `LivePolicy.open`."""
-        self.source = source
+    def __init__(self, origin: _Files | _Fleet, first: Loaded, seen: _Seen, log: logging.Logger = logger) -> None:
+        """Use `LivePolicy.open` (files) or `LivePolicy.open_redis` (a fleet)."""
+        self._origin = origin
+        self.source: PolicySource | FleetSource = origin.source
         self.log = log
         self._lock = threading.Lock()  # guards the fields below; held only to read or swap them
         self._update_lock = threading.Lock()  # one update (reload, rollback) at a time
@@ -185,10 +259,29 @@ class LivePolicy:
 
     @classmethod
     def open(cls, source: PolicySource, *, log: logging.Logger = logger) -> LivePolicy:
-        """Loads the first policy through the same gate as every update. Raises `UpdateError`."""
-        seen = _seen(source)
-        first = _candidate(source, 1, None)
-        return cls(source, first, seen, log)
+        """Loads the first policy from files through the same gate as every update. Raises `UpdateError`."""
+        return cls._open(_Files(source), log)
+
+    @classmethod
+    def open_redis(
+        cls,
+        url: str,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        integrity: Integrity | None = None,
+        log: logging.Logger = logger,
+    ) -> LivePolicy:
+        """Loads the first policy published in Redis for the fleet (`fleet.py`;
+        `publish_policy` writes it), through the same gate as every update: a
+        worker started after a publication takes it here. Raises `UpdateError`
+        (`UpdateFleetError` when Redis cannot be read or nothing is published)."""
+        return cls._open(_Fleet(FleetSource(url, prefix), integrity or Integrity.unchecked()), log)
+
+    @classmethod
+    def _open(cls, origin: _Files | _Fleet, log: logging.Logger) -> LivePolicy:
+        read = origin.read()
+        first = _candidate(read, 1, None)
+        return cls(origin, first, read.seen, log)
 
     def current(self) -> Loaded:
         """The policy new runs get. Keep it for the run: an update does not change it."""
@@ -202,16 +295,25 @@ class LivePolicy:
             return self._last_refusal
 
     def reload(self) -> PolicyIdentity:
-        """Reads the files again, gates the candidate off the hot path, and swaps it
-        in. On refusal raises `UpdateError`, logs the reason, and the serving policy
-        is unchanged."""
+        """Reads the files (or the fleet's publication) again, gates the candidate
+        off the hot path, and swaps it in. On refusal raises `UpdateError`, logs
+        the reason, and the serving policy is unchanged."""
         with self._update_lock:
-            seen = _seen(self.source)
             with self._lock:
-                self._seen = seen
                 serving = self._current
             try:
-                loaded = _candidate(self.source, serving.identity.generation + 1, serving)
+                # Noted first, so that an update that cannot even be read is tried
+                # once, not at every poll (a Redis that cannot be reached changes nothing).
+                try:
+                    seen = self._origin.seen_now()
+                    with self._lock:
+                        self._seen = seen
+                except UpdateFleetError:
+                    pass
+                read = self._origin.read()
+                with self._lock:
+                    self._seen = read.seen
+                loaded = _candidate(read, serving.identity.generation + 1, serving)
             except UpdateError as e:
                 with self._lock:
                     self._last_refusal = str(e)
@@ -238,19 +340,28 @@ class LivePolicy:
             return identity
 
     def poll(self) -> PolicyIdentity | None:
-        """Reloads if either file changed since it was last read (size or mtime):
-        the new identity, or None if nothing changed. Raises `UpdateError` on refusal."""
-        now = _seen(self.source)
+        """Reloads if either file changed since it was last read (size or mtime),
+        or the fleet's revision is one not tried yet: the new identity, or None if
+        nothing changed (or the fleet's Redis cannot be reached: logged, the serving
+        policy stays, the next poll tries again). Raises `UpdateError` on refusal."""
+        try:
+            now = self._origin.seen_now()
+        except UpdateFleetError as e:
+            self._log(logging.WARNING, "cannot check for a policy update", serving=str(self.current().identity), reason=str(e))
+            return None
         with self._lock:
             if now == self._seen:
                 return None
         return self.reload()
 
     def watch(self, interval_s: float) -> threading.Thread:
-        """Polls the files every `interval_s` seconds on a daemon thread (a file
-        watcher that works on every filesystem, network ones included). Refusals are
-        logged and kept in `last_refusal`. The thread ends with `close()` or when
-        this object is garbage-collected."""
+        """Polls every `interval_s` seconds on a daemon thread (a file watcher that
+        works on every filesystem, network ones included); for a fleet, a second
+        daemon thread listens on the update channel, so a publication is taken at
+        once, and the polling catches a missed message. Refusals and Redis errors
+        are logged (refusals kept in `last_refusal`) and never stop the threads.
+        They end with `close()` or when this object is garbage-collected. Returns
+        the polling thread."""
         live = weakref.ref(self)
         closed = self._closed
 
@@ -271,6 +382,11 @@ class LivePolicy:
 
         thread = threading.Thread(target=loop, name="agent-retry-policy-watch", daemon=True)
         thread.start()
+        if isinstance(self._origin, _Fleet):
+            listener = threading.Thread(
+                target=_listen, args=(live, self._origin, closed, interval_s), name="agent-retry-policy-listen", daemon=True
+            )
+            listener.start()
         return thread
 
     def close(self) -> None:
@@ -285,6 +401,43 @@ class LivePolicy:
 
     def _log(self, level: int, message: str, **fields: Any) -> None:
         self.log.log(level, json.dumps({"event": "agent_retry.policy_update", "message": message, **fields}, ensure_ascii=False))
+
+
+def _listen(live: weakref.ref[LivePolicy], fleet: _Fleet, closed: threading.Event, interval_s: float) -> None:
+    """Subscribes to the fleet's channel and polls on every message; on a Redis
+    error logs it, waits `interval_s` and subscribes again."""
+    wait = max(interval_s, 0.05)
+    while not closed.is_set():
+        pubsub = None
+        try:
+            pubsub = fleet.client.pubsub(ignore_subscribe_messages=True)
+            pubsub.subscribe(fleet.source.channel)
+            while not closed.is_set():
+                message = pubsub.get_message(timeout=min(wait, 1.0))
+                if message is None or message.get("type") != "message":
+                    continue
+                target = live()
+                if target is None:
+                    return
+                try:
+                    target.poll()
+                except UpdateError:
+                    pass  # logged by reload
+                del target
+        except Exception as e:  # Redis away or restarted: the polling thread carries on
+            target = live()
+            if target is None:
+                return
+            target._log(logging.WARNING, "policy update channel lost; subscribing again", channel=fleet.source.channel, reason=repr(e))
+            del target
+            if closed.wait(wait):
+                return
+        finally:
+            if pubsub is not None:
+                try:
+                    pubsub.close()
+                except Exception:  # noqa: BLE001 - a broken connection cannot be closed cleanly
+                    pass
 
 
 def _identity_fields(identity: PolicyIdentity) -> dict[str, Any]:
@@ -303,31 +456,30 @@ def _read(path: Path) -> bytes:
         raise UpdateReadError(path, e.strerror or str(e)) from e
 
 
-def _candidate(source: PolicySource, generation: int, serving: Loaded | None) -> Loaded:
-    """Reads, checks and compiles a candidate; runs the self-test."""
-    wasm = _read(source.wasm)
-    config_bytes = _read(source.config)
+def _candidate(read: _Read, generation: int, serving: Loaded | None) -> Loaded:
+    """Checks and compiles a candidate; runs the self-test."""
+    wasm, config_bytes = read.wasm, read.config
     try:
         config_json = config_bytes.decode("utf-8")
     except UnicodeDecodeError as e:
         raise UpdateConfigError("the configuration is not UTF-8") from e
     wasm_sha256 = hashlib.sha256(wasm).hexdigest()
-    integrity = source.integrity
+    integrity = read.integrity
     if integrity.kind == "pinned-sha256":
         if integrity.sha256 != wasm_sha256:
             raise UpdateIntegrityError(f"the .wasm's SHA-256 is {wasm_sha256}, the pinned digest {integrity.sha256}")
     elif integrity.kind == "ed25519":
         assert integrity.public_key is not None
-        _verify_signature(source.wasm, wasm, integrity.public_key)
+        _verify_signature(wasm, read.signature, read.signature_at, integrity.public_key)
     if serving is not None and serving.identity.wasm_sha256 == wasm_sha256:
         component = serving.component  # the same bytes passed the load check already
     else:
         try:
-            component = PolicyComponent(wasm, source=str(source.wasm))
+            component = PolicyComponent(wasm, source=read.wasm_name)
         except ComponentLoadError as e:
             raise UpdateLoadError(e) from e
         except Exception as e:  # anything else wasmtime says about a bad component
-            raise UpdateLoadError(ComponentLoadError(f"{source.wasm} cannot be loaded: {e}")) from e
+            raise UpdateLoadError(ComponentLoadError(f"{read.wasm_name} cannot be loaded: {e}")) from e
     _self_test(component, config_json)
     config_sha256 = hashlib.sha256(config_bytes).hexdigest()
     return Loaded(component, config_json, PolicyIdentity(wasm_sha256, config_sha256, generation))
@@ -338,19 +490,16 @@ def signature_path(wasm: Path) -> Path:
     return wasm.with_name(wasm.name + SIGNATURE_SUFFIX)
 
 
-def _verify_signature(wasm: Path, data: bytes, public_key: bytes) -> None:
-    sig_path = signature_path(wasm)
-    try:
-        raw = sig_path.read_bytes()
-    except OSError:
-        raise UpdateIntegrityError(f"unsigned: no signature at {sig_path}") from None
+def _verify_signature(data: bytes, raw: bytes | None, at: str, public_key: bytes) -> None:
+    if raw is None:
+        raise UpdateIntegrityError(f"unsigned: no signature at {at}")
     text = raw.decode("utf-8", "replace").strip()
     if len(raw) == 64:
         signature = raw
     elif len(text) == 128 and set(text) <= _HEX:
         signature = bytes.fromhex(text)
     else:
-        raise UpdateIntegrityError(f"{sig_path} is neither 64 bytes nor 128 hex digits")
+        raise UpdateIntegrityError(f"{at} is neither 64 bytes nor 128 hex digits")
     try:
         public_key_type, invalid_signature = _ed25519()
     except ImportError as e:
@@ -402,6 +551,19 @@ def _invariants(policy: Policy) -> None:
     max_delay = _limit(limits, "max-delay-ms")
     max_steps = _limit(limits, "max-steps-per-run")
     now = 1_764_460_800_000
+    # Every export runs at least once (a policy that traps, loops or breaks the
+    # contract in any of them is refused here, not in a run): the idempotency
+    # key is the contract's (the same in every host, across restarts), a 503
+    # classifies, a first retry's delay stays within max-delay-ms.
+    expected_key = _contract_key("self-test", "step-1")
+    key_given = policy.instance.derive_idempotency_key("self-test", "step-1")
+    if key_given != expected_key:
+        raise UpdateSelfTestError(f"derive-idempotency-key gave {key_given!r}, the contract's key is {expected_key!r}")
+    policy.classify(http_failure(503, body="self-test")["failure"], now)  # type: ignore[typeddict-item]
+    delay = policy.next_delay(1, None, _U64_MAX)
+    if delay > max_delay:
+        raise UpdateSelfTestError(f"next-delay waits {delay} ms before a first retry, above max-delay-ms {max_delay}")
+
     # A write whatever `default-effect` says: MCP hints apply to a tool the configuration does not name.
     write: ToolHints = {"read-only": False, "destructive": None, "idempotent": False}
 
@@ -478,6 +640,15 @@ def _invariants(policy: Policy) -> None:
                     continue
                 ended = name == "escalate"
                 break  # escalated, or another call (a status check, a replan, a success)
+        run.report()
+
+
+def _contract_key(run_id: str, action_id: str) -> str:
+    """`ar1-` + FNV-1a-128 over run-id, 0x00, action-id (wit/types.wit)."""
+    digest = 0x6C62272E07BB014262B821756295C58D
+    for byte in run_id.encode("utf-8") + b"\0" + action_id.encode("utf-8"):
+        digest = ((digest ^ byte) * 0x0000000001000000000000000000013B) & ((1 << 128) - 1)
+    return f"ar1-{digest:032x}"
 
 
 __all__ = [

@@ -24,6 +24,13 @@ records, for the attempt in progress (a context variable, which the SDK carries
 into its POST task), the status, headers and body of a failed POST, and turns a
 network error into a marked HTTP 599 answer so that the session survives and the
 attempt fails with the real transport error.
+
+When the policy itself fails (a `PolicyTrap`: a trap, fuel or memory exhausted,
+a value outside the contract; or `InstanceUnusable` after one), the wrapper
+takes the safe fallback: no retry, and `Escalated` (reason
+`unclassified-failure`, `policy_failure` set) with a note saying that the policy
+failed and what the last attempt saw. Serve the next run from a fresh instance
+(`PolicyComponent.instantiate`).
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ import ssl
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import httpx2
 from mcp import ClientSession
@@ -46,7 +53,7 @@ from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT, CallToolResult, Pagina
 
 from .component import Run, now_ms
 from .entropy import EntropySource, OsEntropy
-from .errors import Escalated
+from .errors import Escalated, InstanceUnusable, PolicyTrap
 from .types import (
     CallRequest,
     Decision,
@@ -69,6 +76,7 @@ from .types import (
 )
 
 logger = logging.getLogger("agent_retry_policy.mcp")
+_T = TypeVar("_T")
 
 # The header that marks the stand-in answer for a network error.
 TRANSPORT_ERROR_HEADER = "x-agent-retry-transport-error"
@@ -308,10 +316,10 @@ class RetryingToolCaller:
         send_arguments = dict(arguments or {})
         key: str | None = None
         if self._takes_key(tool):
-            key = self.run.instance.derive_idempotency_key(self.run.run_id, action)
+            key = self._policy(name, "not sent", self.run.instance.derive_idempotency_key, self.run.run_id, action)
             send_arguments[self.key_argument] = key
         request: CallRequest = {"tool": name, "idempotency-key": key, "hints": self._hints(tool)}
-        admission = self.run.begin_call(request, self.clock())
+        admission = self._policy(name, "not sent", self.run.begin_call, request, self.clock())
         if "escalate" in admission:
             refusal = cast(EscalateAdmission, admission)["escalate"]
             self._log_line(name, None, 0, "not sent", None, "escalate", None, refusal["note"], escalation=refusal["reason"])
@@ -324,11 +332,16 @@ class RetryingToolCaller:
         attempt = 1
         while True:
             observed = await self._attempt(name, send_arguments)
-            decision = self.run.record_outcome(call_id, observed.outcome, self.clock(), self.entropy.next_u64())
+            decision = self._policy(
+                name, observed.summary, self.run.record_outcome, call_id, observed.outcome, self.clock(), self.entropy.next_u64()
+            )
             self._log_decision(name, call_id, attempt, observed.summary, decision)
             while decision["action"] == "check-status":
                 found = await self._check_status(name, send_arguments, key, call_id)
-                decision = self.run.record_outcome(call_id, {"status-check": found}, self.clock(), self.entropy.next_u64())
+                outcome: Outcome = {"status-check": found}
+                decision = self._policy(
+                    name, f"status check: {found}", self.run.record_outcome, call_id, outcome, self.clock(), self.entropy.next_u64()
+                )
                 self._log_decision(name, call_id, attempt, f"status check: {found}", decision)
             action_taken = decision["action"]
             kind = action_name(action_taken)
@@ -348,6 +361,20 @@ class RetryingToolCaller:
             if kind == "escalate":
                 raise Escalated(cast(EscalateAction, action_taken)["escalate"], tool=name)
             raise AssertionError(f"unknown action {action_taken!r}")  # the contract has no other
+
+    def _policy(self, tool: str, last_outcome: str, ask: Callable[..., _T], *args: Any) -> _T:
+        """Asks the policy; if the policy itself fails, the safe fallback: no
+        retry, escalate with a note saying so (and what the last attempt saw)."""
+        try:
+            return ask(*args)
+        except (PolicyTrap, InstanceUnusable) as e:
+            note = (
+                f"the retry policy failed ({type(e).__name__}: {e}); not retried. Last outcome of {tool}: {last_outcome}. "
+                "Effects of this run are not known to the host: check before sending again."
+            )
+            self._log_line(tool, None, 0, last_outcome, None, "escalate", None, note, escalation="unclassified-failure")
+            escalation = {"reason": "unclassified-failure", "last-error": last_outcome, "resets-in-ms": None, "effects": [], "note": note}
+            raise Escalated(escalation, tool=tool, policy_failure=e) from e
 
     async def _attempt(self, name: str, arguments: Mapping[str, Any]) -> _Observed:
         capture = AttemptCapture()

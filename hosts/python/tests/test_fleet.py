@@ -1,0 +1,302 @@
+"""Fleet updates through Redis (issue 8; the layout of the Rust host's
+`fleet.rs`), against a real redis-server started for each test on a free port:
+one publication reaches several worker processes; a worker started afterwards
+takes the current one; an unsigned or tampered publication is refused under a
+key and the old policy keeps serving; Redis restarted or paused while watching
+does not stop the watcher."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import queue
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from agent_retry_policy import (
+    Integrity,
+    LivePolicy,
+    UpdateFleetError,
+    UpdateIntegrityError,
+    locate_component,
+    publish_policy,
+)
+from agent_retry_policy.fleet import DEFAULT_PREFIX, FleetSource
+
+try:
+    import redis
+except ImportError:
+    pytest.fail("the fleet tests need redis-py (the `test` extra): pip install -e 'hosts/python[test]'", pytrace=False)
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+def config(attempts: int) -> str:
+    return f'{{"default-effect": "read", "max-attempts-per-call": {attempts}}}'
+
+
+def sha(text: str | bytes) -> str:
+    return hashlib.sha256(text.encode() if isinstance(text, str) else text).hexdigest()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class RedisServer:
+    """A redis-server of this test's own, without persistence."""
+
+    def __init__(self) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            pytest.fail("redis-server is not installed (make test installs it: apt-get install redis-server)")
+        self.binary = binary
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        client = redis.Redis.from_url(self.url, socket_timeout=0.5, socket_connect_timeout=0.5)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.RedisError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)
+        client.close()
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
+            self.process = None
+
+    def pause(self) -> None:
+        assert self.process is not None
+        os.kill(self.process.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.process is not None
+        os.kill(self.process.pid, signal.SIGCONT)
+
+
+@pytest.fixture
+def server() -> Iterator[RedisServer]:
+    running = RedisServer()
+    running.start()
+    try:
+        yield running
+    finally:
+        if running.process is not None:
+            running.resume()
+        running.stop()
+
+
+@pytest.fixture(scope="module")
+def wasm() -> bytes:
+    return locate_component().read_bytes()
+
+
+def eventually(condition: Callable[[], Any], seconds: float, what: str) -> Any:
+    deadline = time.monotonic() + seconds
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {seconds} s: {what}")
+        time.sleep(0.02)
+
+
+WORKER = textwrap.dedent(
+    """
+    import json, sys, time
+    from agent_retry_policy import LivePolicy
+    url, prefix, interval = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    live = LivePolicy.open_redis(url, prefix=prefix)
+    live.watch(interval)
+    last = None
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        identity = live.current().identity
+        if identity != last:
+            print(json.dumps({"generation": identity.generation, "config_sha256": identity.config_sha256,
+                              "wasm_sha256": identity.wasm_sha256}), flush=True)
+            last = identity
+        time.sleep(0.01)
+    """
+)
+
+
+class Worker:
+    """A worker process: opens the fleet's policy, watches, prints its identity at each change."""
+
+    def __init__(self, url: str, prefix: str, interval_s: float) -> None:
+        env = dict(os.environ, PYTHONPATH=str(SRC))
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", WORKER, url, prefix, str(interval_s)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        )
+        self.lines: queue.Queue[dict[str, Any]] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.put(json.loads(line))
+
+    def next_identity(self, timeout: float) -> dict[str, Any]:
+        try:
+            return self.lines.get(timeout=timeout)
+        except queue.Empty:
+            stderr = ""
+            if self.process.poll() is not None and self.process.stderr is not None:
+                stderr = self.process.stderr.read()[-2000:]
+            raise AssertionError(f"the worker printed no identity within {timeout} s (exit {self.process.poll()}): {stderr}") from None
+
+    def stop(self) -> None:
+        self.process.kill()
+        self.process.wait()
+
+
+def test_one_publication_reaches_every_worker_process(server: RedisServer, wasm: bytes) -> None:
+    prefix = "fleet-test:a"
+    assert publish_policy(server.url, wasm, config(4), prefix=prefix) == 1
+    # A long poll interval: the update must come through the channel.
+    workers = [Worker(server.url, prefix, 60.0) for _ in range(3)]
+    try:
+        for worker in workers:
+            first = worker.next_identity(60)
+            assert (first["generation"], first["config_sha256"]) == (1, sha(config(4)))
+        time.sleep(0.5)  # every listener subscribed
+        start = time.monotonic()
+        assert publish_policy(server.url, wasm, config(2), prefix=prefix) == 2
+        for worker in workers:
+            update = worker.next_identity(15)
+            assert (update["generation"], update["config_sha256"], update["wasm_sha256"]) == (2, sha(config(2)), sha(wasm))
+        print(f"one publication reached {len(workers)} worker processes in {time.monotonic() - start:.2f} s")
+    finally:
+        for worker in workers:
+            worker.stop()
+
+
+def test_a_missed_message_is_caught_by_polling_the_revision(server: RedisServer, wasm: bytes) -> None:
+    prefix = "fleet-test:b"
+    publish_policy(server.url, wasm, config(4), prefix=prefix)
+    live = LivePolicy.open_redis(server.url, prefix=prefix)
+    live.watch(0.2)
+    try:
+        # Written as a publication is, without its message.
+        client = redis.Redis.from_url(server.url)
+        client.set(f"{prefix}:config", config(3))
+        client.incr(f"{prefix}:revision")
+        client.close()
+        loaded = eventually(lambda: live.current() if live.current().identity.generation == 2 else None, 5, "the polled update")
+        assert loaded.config_json == config(3)
+    finally:
+        live.close()
+
+
+def test_a_worker_started_after_a_publication_takes_the_current_one(server: RedisServer, wasm: bytes) -> None:
+    with pytest.raises(UpdateFleetError, match=f"nothing published at {DEFAULT_PREFIX}:wasm"):
+        LivePolicy.open_redis(server.url)
+    publish_policy(server.url, wasm, config(4))
+    publish_policy(server.url, wasm, config(5))
+    live = LivePolicy.open_redis(server.url)
+    assert live.current().config_json == config(5) and live.current().identity.generation == 1
+    assert live.poll() is None, "the revision it opened with is not an update"
+    source = FleetSource(server.url)
+    client = source.client()
+    assert source.revision(client) == 2
+    assert client.pubsub_numsub(source.channel) == [(source.channel.encode(), 0)]
+    client.close()
+
+
+def test_an_unsigned_or_tampered_publication_is_refused_and_the_old_policy_keeps_serving(
+    server: RedisServer, wasm: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    key = Ed25519PrivateKey.generate()
+    public = key.public_key().public_bytes_raw()
+    prefix = "fleet-test:signed"
+    publish_policy(server.url, wasm, config(4), key.sign(wasm), prefix=prefix)
+    # An unsigned first publication is refused at open.
+    with pytest.raises(UpdateIntegrityError, match=f"unsigned: no signature at {prefix}:wasm.sig"):
+        publish_policy(server.url, wasm, config(4), prefix=prefix)
+        LivePolicy.open_redis(server.url, prefix=prefix, integrity=Integrity.ed25519(public))
+    publish_policy(server.url, wasm, config(4), key.sign(wasm).hex(), prefix=prefix)  # hex signatures too
+    live = LivePolicy.open_redis(server.url, prefix=prefix, integrity=Integrity.ed25519(public))
+    good = live.current()
+    live.watch(0.1)
+    try:
+        with caplog.at_level(logging.WARNING, logger="agent_retry_policy.live"):
+            publish_policy(server.url, wasm, config(2), prefix=prefix)  # unsigned
+            eventually(lambda: live.last_refusal, 5, "the unsigned publication refused")
+            assert f"unsigned: no signature at {prefix}:wasm.sig" in (live.last_refusal or "")
+            tampered = wasm + b"\0\x05\x04junk"  # a custom section appended: other bytes under the old signature
+            publish_policy(server.url, tampered, config(2), key.sign(wasm), prefix=prefix)
+            eventually(lambda: "does not verify" in (live.last_refusal or ""), 5, "the tampered publication refused")
+            time.sleep(0.5)  # several polls: a refused revision is tried once
+            assert live.current() is good
+            refusals = [r for r in caplog.records if "policy update refused" in r.getMessage()]
+            assert len(refusals) == 2, [r.getMessage() for r in refusals]
+        publish_policy(server.url, wasm, config(3), key.sign(wasm), prefix=prefix)
+        eventually(lambda: live.current().config_json == config(3), 5, "the signed publication accepted")
+        assert live.last_refusal is None and live.current().identity.generation == 2
+    finally:
+        live.close()
+
+
+def test_redis_restarted_or_paused_while_watching_does_not_stop_the_watcher(
+    server: RedisServer, wasm: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    publish_policy(server.url, wasm, config(4))
+    live = LivePolicy.open_redis(server.url)
+    poller = live.watch(0.2)
+    try:
+        with caplog.at_level(logging.WARNING, logger="agent_retry_policy.live"):
+            server.stop()
+            eventually(
+                lambda: any("cannot check for a policy update" in r.getMessage() for r in caplog.records), 10, "a logged Redis failure"
+            )
+            time.sleep(1.0)
+            assert poller.is_alive() and live.current().identity.generation == 1
+            assert live.current().config_json == config(4), "the last good policy serves on"
+            # Back, empty (no persistence): the watcher notices nothing is published, and keeps serving.
+            server.start()
+            eventually(lambda: "nothing published" in (live.last_refusal or ""), 10, "the empty Redis seen")
+            publish_policy(server.url, wasm, config(3))
+            eventually(lambda: live.current().config_json == config(3), 10, "the publication after the restart")
+            # Paused (SIGSTOP): commands time out; a publication after it resumes is taken.
+            server.pause()
+            time.sleep(3.0)
+            assert poller.is_alive()
+            server.resume()
+            publish_policy(server.url, wasm, config(2))
+            eventually(lambda: live.current().config_json == config(2), 15, "the publication after the pause")
+        listeners = [t for t in threading.enumerate() if t.name == "agent-retry-policy-listen" and t.is_alive()]
+        assert listeners, "the channel listener survived"
+    finally:
+        live.close()
