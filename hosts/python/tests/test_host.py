@@ -3,6 +3,7 @@ sandbox, the typed wrappers and the value conversion."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -27,14 +28,14 @@ from agent_retry_policy import (
     locate_component,
 )
 from agent_retry_policy._codec import ValueConversionError
-from agent_retry_policy.accounts import U64_MAX
+from agent_retry_policy.accounts import U64_MAX, Bucket, Reservation
 from agent_retry_policy.component import contract_compatibility
 from agent_retry_policy.entropy import random_bytes
 from agent_retry_policy.types import http_failure, transport_failure
 
 
 def test_gcra_admits_a_burst_then_one_per_interval() -> None:
-    accounts = EmbeddedAccounts()
+    accounts = EmbeddedAccounts.on_host_clock()
     bucket = Bucket(capacity=3, refill_interval_ms=100)
 
     def take(now: int) -> Reservation:
@@ -281,3 +282,31 @@ def test_a_refund_gives_tokens_back_but_never_past_a_full_bucket() -> None:
         assert accounts.reserve("q", 1, bucket, 0, 0) == Reservation(True, 0)
     assert accounts.reserve("q", 1, bucket, 0, 0) == Reservation(False, 100)
     assert accounts.reserve("q", 0, bucket, 0, 0) == Reservation(True, 0)
+
+
+def _process_now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@pytest.mark.parametrize("bad", ["microseconds", "a year ago", "zero"])
+def test_a_bad_clock_cannot_poison_the_account_for_every_worker(bad: str) -> None:
+    # One worker passing µs once made every worker of the account escalate "room returns at 57883-07-15".
+    now = _process_now_ms()
+    bad_now = {"microseconds": now * 1000, "a year ago": now - 400 * 24 * 3_600_000, "zero": 0}[bad]
+    bucket = Bucket(capacity=2, refill_interval_ms=1000)
+    accounts = EmbeddedAccounts()
+    assert accounts.reserve("acct", 1, bucket, 0, bad_now) == Reservation(True, 0)
+    assert accounts.reserve("acct", 1, bucket, 0, now) == Reservation(True, 0)
+    refused = accounts.reserve("acct", 1, bucket, 0, now)
+    assert not refused.granted and refused.wait_ms <= 1000, "room within one interval"
+    accounts.refund("acct", 1, bucket, bad_now)
+    assert accounts.reserve("acct", 1, bucket, 0, now) == Reservation(True, 0)
+
+
+def test_a_backend_on_the_host_clock_is_poisoned_by_a_microsecond_clock() -> None:
+    # Why the default keeps the process's time.
+    bucket = Bucket(capacity=2, refill_interval_ms=1000)
+    trusting = EmbeddedAccounts.on_host_clock()
+    trusting.reserve("acct", 2, bucket, 0, _process_now_ms() * 1000)
+    refused = trusting.reserve("acct", 1, bucket, 0, _process_now_ms())
+    assert not refused.granted and refused.wait_ms > 1_000_000_000

@@ -8,10 +8,19 @@ saturating operation is written out with `min`/`max`).
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from typing import NamedTuple, Protocol
 
 U64_MAX = 0xFFFF_FFFF_FFFF_FFFF
+
+# How far a caller's `now_ms` may be from this process's clock before the
+# embedded backend stops believing it: a day covers every sane host clock; a
+# clock in µs (1,000x ahead), one in the past or 0 is far outside.
+MAX_CLOCK_SKEW_MS = 24 * 60 * 60 * 1000
+
+logger = logging.getLogger("agent_retry_policy.accounts")
 
 
 class Bucket(NamedTuple):
@@ -64,13 +73,47 @@ def gcra_refund(stored_tat_ms: int, tokens: int, bucket: Bucket, now_ms: int) ->
 
 class EmbeddedAccounts:
     """One bucket per account in this process, behind a lock: shared by every run
-    and every component instance (and thread) that holds this object."""
+    and every component instance (and thread) that holds this object.
+
+    The buckets are kept in this process's time, as a Redis backend keeps them
+    in the server's: a `now_ms` more than `MAX_CLOCK_SKEW_MS` from the process's
+    clock (a worker passing µs, a clock in the past, 0) is not believed; that
+    call uses the process's clock instead (warned once), so one bad clock cannot
+    move the account's state for every worker. Simulations that run every worker
+    on one simulated clock use `EmbeddedAccounts.on_host_clock()`. The same rule
+    as the Rust and Node hosts'."""
 
     def __init__(self) -> None:
         self._tats: dict[str, int] = {}
         self._lock = threading.Lock()
+        self._trust_host_clock = False
+        self._warned = False
+
+    @classmethod
+    def on_host_clock(cls) -> EmbeddedAccounts:
+        """Buckets in whatever time the callers pass: for simulations and test
+        vectors in which every caller shares one simulated clock."""
+        accounts = cls()
+        accounts._trust_host_clock = True
+        return accounts
+
+    def _now_ms(self, host_now_ms: int) -> int:
+        if self._trust_host_clock:
+            return host_now_ms
+        own = time.time_ns() // 1_000_000
+        if abs(host_now_ms - own) <= MAX_CLOCK_SKEW_MS:
+            return host_now_ms
+        if not self._warned:
+            self._warned = True
+            logger.warning(
+                "the account budget got a time far from this process's clock (µs instead of ms? a clock in the past?): "
+                "that call used the process's clock; said once",
+                extra={"host_now_ms": host_now_ms, "process_now_ms": own},
+            )
+        return own
 
     def reserve(self, account_id: str, tokens: int, bucket: Bucket, max_wait_ms: int, now_ms: int) -> Reservation:
+        now_ms = self._now_ms(now_ms)
         with self._lock:
             stored = self._tats.get(account_id, 0)
             reservation, new_tat = gcra(stored, tokens, bucket, max_wait_ms, now_ms)
@@ -79,6 +122,7 @@ class EmbeddedAccounts:
             return reservation
 
     def refund(self, account_id: str, tokens: int, bucket: Bucket, now_ms: int) -> None:
+        now_ms = self._now_ms(now_ms)
         with self._lock:
             if account_id in self._tats:
                 self._tats[account_id] = gcra_refund(self._tats[account_id], tokens, bucket, now_ms)

@@ -113,7 +113,7 @@ class Subject:
     def __init__(self, component: PolicyComponent) -> None:
         # A fixed seed keeps even the guest's own draws reproducible; the vectors
         # always pass entropy, so it is never used.
-        self.instance: PolicyInstance = component.instantiate(accounts=EmbeddedAccounts(), entropy=SplitMix64(0))
+        self.instance: PolicyInstance = component.instantiate(accounts=EmbeddedAccounts.on_host_clock(), entropy=SplitMix64(0))
         self.policy: Any = None
         self.run: Any = None
 
