@@ -52,7 +52,7 @@ impl FleetSource {
     }
 
     fn connect(&self) -> Result<redis::Connection, String> {
-        let client = redis::Client::open(self.url.as_str()).map_err(|e| format!("{}: {e}", self.url))?;
+        let client = crate::accounts::redis::client(&self.url).map_err(|e| format!("{}: {e}", self.url))?;
         let connection = client.get_connection_with_timeout(REDIS_TIMEOUT).map_err(|e| format!("{}: {e}", self.url))?;
         connection.set_read_timeout(Some(REDIS_TIMEOUT)).map_err(|e| e.to_string())?;
         connection.set_write_timeout(Some(REDIS_TIMEOUT)).map_err(|e| e.to_string())?;

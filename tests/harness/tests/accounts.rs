@@ -234,3 +234,105 @@ fn redis_killed_mid_run_falls_back_logs_once_and_comes_back() {
     }
     assert_eq!(shared.recoveries(), 1, "back to Redis once it answers");
 }
+
+fn redis_cli(port: u16, args: &[&str]) -> String {
+    let out = std::process::Command::new("redis-cli").args(["-p", &port.to_string()]).args(args).output().expect("redis-cli is installed with redis-server");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// A key of another type at the account's name once sent every worker to its
+/// local share, silently, until someone deleted it.
+#[test]
+fn a_wrong_typed_account_key_is_repaired_loudly_and_the_allowance_holds() {
+    let server = RedisServer::start();
+    let accounts = RedisAccounts::connect(&server.url()).unwrap();
+    let bucket = Bucket { capacity: 3, refill_interval_ms: 1_000 };
+    for (name, poison) in [("hash", vec!["HSET", "agent-retry:account:wrong-hash", "f", "v"]), ("text", vec!["SET", "agent-retry:account:wrong-text", "hello"])]
+    {
+        redis_cli(server.port, &poison);
+        let account = format!("wrong-{name}");
+        // Repaired to an empty bucket: the first call waits a whole interval, as after a full burst.
+        let first = accounts.try_reserve(&account, 1, bucket, 5_000).expect("answered by Redis, not an error");
+        assert!(matches!(first, Reservation::Granted(w) if w > 800), "{name}: {first:?}");
+        assert_eq!(redis_cli(server.port, &["TYPE", &format!("agent-retry:account:{account}")]), "string", "{name}: repaired");
+    }
+    assert_eq!(accounts.repairs(), 2, "each repair is counted (and logged)");
+}
+
+/// A paused Redis (SIGSTOP) accepts connections but never answers: each
+/// exchange, connecting included, gives up within REDIS_TIMEOUT (it took 1,043 ms).
+#[test]
+fn every_exchange_with_a_paused_redis_ends_within_the_timeout() {
+    let server = RedisServer::start();
+    let accounts = RedisAccounts::connect(&server.url()).unwrap();
+    let bucket = Bucket { capacity: 100, refill_interval_ms: 10 };
+    accounts.try_reserve("paused", 1, bucket, 0).unwrap();
+    let pid = redis_cli(server.port, &["INFO", "server"]).lines().find_map(|l| l.strip_prefix("process_id:")).map(|p| p.trim().to_string()).unwrap();
+    assert!(std::process::Command::new("kill").args(["-STOP", &pid]).status().unwrap().success());
+    let mut worst = Duration::ZERO;
+    // The first on the open connection, then two that must connect first.
+    for _ in 0..3 {
+        let started = Instant::now();
+        assert!(accounts.try_reserve("paused", 1, bucket, 0).is_err());
+        worst = worst.max(started.elapsed());
+    }
+    assert!(std::process::Command::new("kill").args(["-CONT", &pid]).status().unwrap().success());
+    println!("longest exchange with a paused Redis: {worst:?} (timeout {:?})", agent_retry_host::accounts::REDIS_TIMEOUT);
+    assert!(worst < agent_retry_host::accounts::REDIS_TIMEOUT + Duration::from_millis(150), "{worst:?}");
+    assert!(accounts.try_reserve("paused", 1, bucket, 0).is_ok(), "answers again once resumed");
+}
+
+/// 8 workers, a bucket of 8 and one token per 25 ms: any 1000 ms may hold 8 + 40
+/// = 48 calls. Redis loses its state mid-run (killed and restarted empty, or
+/// FLUSHALL) or pauses for 1.5 s; the busiest 1000 ms is counted on the server.
+fn busiest_second_under(fault: &'static str) -> (usize, usize) {
+    let _heavy = one_at_a_time();
+    let mut redis = RedisServer::start();
+    let port = redis.port;
+    let url = redis.url();
+    let config = r#"{"base-delay-ms": 20, "max-delay-ms": 100, "max-steps-per-run": 1000,
+        "account-budget": {"account-id": "state-loss", "capacity": 8, "refill-interval-ms": 25, "max-wait-ms": 20000}}"#;
+    let faulter = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(1_500));
+        match fault {
+            "restart" => {
+                redis.kill();
+                std::thread::sleep(Duration::from_millis(300));
+                Some(RedisServer::start_on(port))
+            }
+            "flushall" => {
+                redis_cli(port, &["FLUSHALL"]);
+                Some(redis)
+            }
+            _ => {
+                let pid = redis_cli(port, &["INFO", "server"]).lines().find_map(|l| l.strip_prefix("process_id:")).map(|p| p.trim().to_string()).unwrap();
+                std::process::Command::new("kill").args(["-STOP", &pid]).status().unwrap();
+                std::thread::sleep(Duration::from_millis(1_500));
+                std::process::Command::new("kill").args(["-CONT", &pid]).status().unwrap();
+                Some(redis)
+            }
+        }
+    });
+    let backend = move |_w: u32| -> Arc<dyn AccountBudgetBackend> {
+        Arc::new(SharedAccounts::new(RedisAccounts::connect(&url).unwrap(), 8).with_retry_interval(Duration::from_millis(200)))
+    };
+    let outcome = run_workers(8, None, vec![], config, 60, backend, |w| EntropySource::seeded(u64::from(w)));
+    let _redis = faulter.join().unwrap();
+    assert_eq!(outcome.server_calls, 8 * 60, "{fault}: every call made once");
+    (peak(&outcome.times, 1_000), outcome.server_calls)
+}
+
+#[test]
+fn the_limit_holds_when_redis_loses_its_state_or_pauses() {
+    let busiest: Vec<(&str, usize)> = ["restart", "flushall", "pause"]
+        .into_iter()
+        .map(|fault| {
+            let (busiest, calls) = busiest_second_under(fault);
+            println!("redis {fault}: busiest 1000 ms held {busiest} of {calls} calls (the bucket allows 48)");
+            (fault, busiest)
+        })
+        .collect();
+    for (fault, busiest) in busiest {
+        assert!(busiest <= 48 + 4, "{fault}: {busiest} calls in the busiest second");
+    }
+}

@@ -8,7 +8,7 @@
 //!   [`SharedAccounts`] falling back to a local share when Redis is unreachable.
 
 mod embedded;
-mod redis;
+pub(crate) mod redis;
 mod shared;
 
 pub use embedded::EmbeddedAccounts;

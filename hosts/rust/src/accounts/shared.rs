@@ -4,11 +4,15 @@
 //! When Redis fails, each worker falls back to its share of the allowance,
 //! capacity ÷ workers and refill ÷ workers (the rule of "Retry and Backoff for Agent-Driven MCP Calls" for for workers that
 //! cannot share state), logs the switch once, and tries Redis again every
-//! `retry_interval`; when Redis answers, it goes back. Every reservation is
+//! `retry_interval`; when Redis answers, it goes back, and first charges the
+//! shared bucket with what it took locally meanwhile, so that the calls made on
+//! local shares and the calls made on Redis after it returns (possibly empty,
+//! after a restart) do not add up past the allowance. Every reservation is
 //! answered by exactly one backend, so no call is lost or sent twice; a Redis
 //! exchange that failed after the script ran may have taken tokens there as
 //! well as locally, which errs on the side of the shared allowance.
 
+use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -31,6 +35,9 @@ pub struct SharedAccounts {
     mode: Mutex<Mode>,
     fallbacks: AtomicU64,
     recoveries: AtomicU64,
+    /// Per account, tokens taken on the local share since the fallback, and the
+    /// account's (whole) bucket: charged to Redis when it answers again.
+    taken_locally: Mutex<HashMap<String, (u64, Bucket)>>,
 }
 
 impl SharedAccounts {
@@ -44,6 +51,7 @@ impl SharedAccounts {
             mode: Mutex::new(Mode::Redis),
             fallbacks: AtomicU64::new(0),
             recoveries: AtomicU64::new(0),
+            taken_locally: Mutex::new(HashMap::new()),
         }
     }
 
@@ -69,6 +77,22 @@ impl SharedAccounts {
     }
 }
 
+impl SharedAccounts {
+    /// Takes from the shared bucket, whatever the wait, the tokens this worker
+    /// took on its local share while Redis was away. Returns how many.
+    fn charge_local_takes(&self) -> u64 {
+        let taken = std::mem::take(&mut *self.taken_locally.lock().unwrap_or_else(|p| p.into_inner()));
+        let mut charged = 0;
+        for (account_id, (tokens, bucket)) in taken {
+            let tokens = u32::try_from(tokens).unwrap_or(u32::MAX);
+            if self.redis.try_reserve(&account_id, tokens, bucket, u64::MAX).is_ok() {
+                charged += u64::from(tokens);
+            }
+        }
+        charged
+    }
+}
+
 impl AccountBudgetBackend for SharedAccounts {
     fn reserve(&self, account_id: &str, tokens: u32, bucket: Bucket, max_wait_ms: u64, now_ms: u64) -> Reservation {
         let try_redis = match *self.mode.lock().unwrap_or_else(|p| p.into_inner()) {
@@ -81,8 +105,11 @@ impl AccountBudgetBackend for SharedAccounts {
                     let mut mode = self.mode.lock().unwrap_or_else(|p| p.into_inner());
                     if let Mode::Local { .. } = *mode {
                         *mode = Mode::Redis;
+                        drop(mode);
                         self.recoveries.fetch_add(1, Ordering::Relaxed);
-                        tracing::warn!(target: "agent_retry", redis = self.redis.url(), "account budget: Redis answers again; back to the shared bucket");
+                        let charged = self.charge_local_takes();
+                        tracing::warn!(target: "agent_retry", redis = self.redis.url(), charged,
+                                       "account budget: Redis answers again; back to the shared bucket, charged with the tokens taken locally meanwhile");
                     }
                     return reservation;
                 }
@@ -97,7 +124,20 @@ impl AccountBudgetBackend for SharedAccounts {
                 }
             }
         }
-        self.local.reserve(account_id, tokens, self.local_share(bucket), max_wait_ms, now_ms)
+        let share = self.local_share(bucket);
+        let mut taken = self.taken_locally.lock().unwrap_or_else(|p| p.into_inner());
+        if !taken.contains_key(account_id) {
+            // The first local reservation of this account since the fallback: the
+            // share starts empty, not full, since the shared bucket was being drawn
+            // on until now (a full share on every worker added a burst of capacity).
+            self.local.reserve(account_id, share.capacity, share, u64::MAX, now_ms);
+        }
+        let reservation = self.local.reserve(account_id, tokens, share, max_wait_ms, now_ms);
+        let entry = taken.entry(account_id.to_string()).or_insert((0, bucket));
+        if let Reservation::Granted(_) = reservation {
+            *entry = (entry.0.saturating_add(u64::from(tokens)), bucket);
+        }
+        reservation
     }
 
     /// A refund goes where reservations go now: to Redis, or to the local share.
