@@ -237,9 +237,6 @@ impl RedisAccounts {
         {
             *seen = seen.saturating_sub(u64::from(tokens).saturating_mul(bucket.refill_interval_ms));
         }
-        result.map(|_| ()).map_err(|e| {
-            *guard = None;
-            e
-        })
+        result.map(|_| ()).inspect_err(|_| *guard = None)
     }
 }
