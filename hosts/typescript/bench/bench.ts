@@ -83,7 +83,7 @@ async function main(): Promise<void> {
   const rounds = arg('rounds', 5);
   const decisions = arg('decisions', 20_000);
   const failures = arg('failures', 9);
-  const instance = await (await PolicyComponent.load()).instantiate({ accounts: new EmbeddedAccounts() });
+  const instance = await (await PolicyComponent.load()).instantiate({ accounts: EmbeddedAccounts.onHostClock() });
 
   const componentDecisions = (n: number) => {
     const policy = instance.loadPolicy(CONFIG);
@@ -125,7 +125,7 @@ async function main(): Promise<void> {
     raw.set(file, await WebAssembly.compile(readFileSync(join(generatedDir, file))));
   }
   const glue = await import(pathToFileURL(join(generatedDir, 'agent_retry_policy.js')).href);
-  const accounts = new EmbeddedAccounts();
+  const accounts = EmbeddedAccounts.onHostClock();
   const rawRoot = await glue.instantiate((path: string) => raw.get(path), {
     'agent-retry:policy/account-budget': {
       reserve: (id: string, tokens: number, bucket: never, maxWait: bigint, now: bigint) => {

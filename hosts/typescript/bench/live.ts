@@ -57,7 +57,7 @@ async function main(): Promise<void> {
   // Decisions in slices on the main thread, on the policy serving when each slice starts.
   const decide = async (stopWhen: () => boolean, minimum: number) => {
     const loaded = live.current();
-    const instance = await loaded.component.instantiate({ accounts: new EmbeddedAccounts() });
+    const instance = await loaded.component.instantiate({ accounts: EmbeddedAccounts.onHostClock() });
     const policy = instance.loadPolicy(loaded.configJson);
     let run = policy.startRun('bench');
     let n = 0;

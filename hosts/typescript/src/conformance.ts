@@ -1,6 +1,7 @@
 // The conformance vector runner (tests/vectors/README.md) for the Node host.
 //
-// Every case runs against a fresh instance with a fresh embedded account budget;
+// Every case runs against a fresh instance with a fresh embedded account budget
+// on the vectors' simulated clock (`EmbeddedAccounts.onHostClock()`);
 // inputs are converted from canonical JSON by each function's WIT parameter
 // types (wit.ts), outputs converted back and matched against the expectations.
 //
@@ -97,7 +98,9 @@ export class Subject {
   static async create(component: PolicyComponent): Promise<Subject> {
     // A fixed seed keeps even the guest's own draws reproducible; the vectors
     // always pass entropy, so it is never used.
-    return new Subject(await component.instantiate({ accounts: new EmbeddedAccounts(), entropy: new SplitMix64(0n) }));
+    // The vectors run on a simulated clock (DEFAULT_START_MS, then the steps'
+    // `now-ms`): the budget keeps its buckets in that time, not the process's.
+    return new Subject(await component.instantiate({ accounts: EmbeddedAccounts.onHostClock(), entropy: new SplitMix64(0n) }));
   }
 
   /** Calls export `name` with canonical arguments converted by its WIT types. */

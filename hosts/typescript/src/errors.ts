@@ -100,10 +100,10 @@ export class Escalated extends AgentRetryError {
 
 /** A policy update was refused (`LivePolicy`, src/live.ts); the last good
  *  policy keeps serving. `kind` says which check refused it: "read",
- *  "integrity", "load", "config", "self-test" or "nothing-to-roll-back-to";
+ *  "integrity", "load", "config", "self-test", "fleet" or "nothing-to-roll-back-to";
  *  `reason` says why. */
 export abstract class UpdateError extends AgentRetryError {
-  abstract readonly kind: 'read' | 'integrity' | 'load' | 'config' | 'self-test' | 'nothing-to-roll-back-to';
+  abstract readonly kind: 'read' | 'integrity' | 'load' | 'config' | 'self-test' | 'fleet' | 'nothing-to-roll-back-to';
   constructor(readonly reason: string, message?: string, options?: { cause?: unknown }) {
     super(message ?? reason, options);
   }
@@ -148,6 +148,14 @@ export class UpdateSelfTestError extends UpdateError {
   readonly kind = 'self-test' as const;
   constructor(reason: string, options?: { cause?: unknown }) {
     super(reason, `the self-test failed: ${reason}`, options);
+  }
+}
+
+/** The fleet's Redis cannot be read, or nothing is published there (`LivePolicy.openFleet`). */
+export class UpdateFleetError extends UpdateError {
+  readonly kind = 'fleet' as const;
+  constructor(reason: string, options?: { cause?: unknown }) {
+    super(reason, `cannot read the fleet's policy: ${reason}`, options);
   }
 }
 

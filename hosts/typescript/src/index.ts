@@ -2,15 +2,19 @@
 // embedded GCRA account budget shared by the process, host entropy) and typed
 // wrappers. The MCP wrapper is in `agent-retry-policy/mcp`, the vector runner in
 // `agent-retry-policy/conformance`.
-export { EmbeddedAccounts, PROCESS_ACCOUNTS, gcra, type AccountBudgetBackend, type Bucket, type Reservation } from './accounts.js';
+export {
+  EmbeddedAccounts, MAX_CLOCK_SKEW_MS, PROCESS_ACCOUNTS, gcra, type AccountBudgetBackend, type AccountClockEvent, type Bucket, type EmbeddedAccountsOptions,
+  type Reservation,
+} from './accounts.js';
 export {
   CACHE_ENV_VAR, INSTALLED, Policy, PolicyComponent, PolicyInstance, Run, defaultCacheDir, locateComponent, nowMs, type ComponentOrigin, type FromBytesOptions,
   type InstantiateOptions, type LoadOptions,
 } from './component.js';
 export {
-  Integrity, LivePolicy, PolicyIdentity, SIGNATURE_SUFFIX, signaturePath, type LiveOptions, type Loaded, type PolicySource, type PolicyUpdateEvent,
-  type PolicyWatcher, type UpdateMetrics,
+  Integrity, LivePolicy, PolicyIdentity, SIGNATURE_SUFFIX, signaturePath, type FleetPolicySource, type LiveOptions, type Loaded, type PolicySource,
+  type PolicyUpdateEvent, type PolicyWatcher, type UpdateMetrics,
 } from './live.js';
+export { DEFAULT_PREFIX, Fleet, FleetError, REDIS_TIMEOUT_MS, publishPolicy, type FleetSource, type Publication, type PublishOptions } from './fleet.js';
 export { CONTRACT_VERSION, checkContractVersion, checkImports, componentExportNames, componentImportNames, contractVersionOf } from './contract.js';
 export { FUEL_PER_CALL, MAX_MEMORY_BYTES } from './sandbox.js';
 export { ValueConversionError } from './wit.js';
@@ -19,6 +23,6 @@ export { jsonSafeBigInt, toJsonSafe, type JsonSafe } from './json.js';
 export {
   AgentRetryError, ComponentImportRefused, ComponentLoadError, ComponentNotFound, ConfigError, ContractVersionMismatch, Escalated, InstanceUnusable,
   NothingToRollBackTo, PolicyBoundaryViolation, PolicyMemoryExceeded, PolicyOutOfFuel, PolicyTrap, RunMisuse, UpdateConfigError, UpdateError,
-  UpdateIntegrityError, UpdateLoadError, UpdateReadError, UpdateSelfTestError,
+  UpdateFleetError, UpdateIntegrityError, UpdateLoadError, UpdateReadError, UpdateSelfTestError,
 } from './errors.js';
 export type * from '../generated/interfaces/agent-retry-policy-types.js';

@@ -1,6 +1,7 @@
 // A policy that operators update while the host runs: a new `.wasm`, or a new
-// configuration, read from files the host watches (or on `reload()`), checked by
-// a gate, and swapped in atomically; `rollback()` returns to the previous good
+// configuration, read from files the host watches (or on `reload()`), or
+// published once for a whole fleet in Redis (src/fleet.ts, `openFleet`), checked
+// by a gate, and swapped in atomically; `rollback()` returns to the previous good
 // one. A refused update leaves the last good policy serving and says why. The
 // same design and names as the Rust host's (hosts/rust/src/live.rs) and the
 // Python host's (agent_retry_policy/live.py).
@@ -14,7 +15,8 @@
 // The gate, before anything serves:
 //
 // 1. integrity: the `.wasm`'s SHA-256 equals a pinned digest, or a detached
-//    Ed25519 signature (`<wasm>.sig`, 64 bytes, raw or as 128 hex digits)
+//    Ed25519 signature (`<wasm>.sig`, or the fleet's `{prefix}:wasm.sig`; 64
+//    bytes, raw or as 128 hex digits)
 //    verifies under the configured public key (node:crypto); with a key
 //    configured an unsigned `.wasm` is refused;
 // 2. the component loads: it speaks this host's contract version and imports
@@ -40,7 +42,7 @@
 // attributed to exactly one policy version (`PolicyIdentity`).
 import { createHash, createPublicKey, verify as verifySignature, type KeyObject } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
-import { statSync, watch as watchFs, type FSWatcher } from 'node:fs';
+import { statSync, watch as watchFs } from 'node:fs';
 import { basename, dirname, resolve } from 'node:path';
 
 import type * as Wit from '../generated/interfaces/agent-retry-policy-types.js';
@@ -48,9 +50,10 @@ import { EmbeddedAccounts } from './accounts.js';
 import { PolicyComponent, type Policy, type Run } from './component.js';
 import { SplitMix64 } from './entropy.js';
 import {
-  AgentRetryError, ComponentLoadError, ConfigError, NothingToRollBackTo, RunMisuse, UpdateConfigError, UpdateError, UpdateIntegrityError,
-  UpdateLoadError, UpdateReadError, UpdateSelfTestError,
+  AgentRetryError, ComponentLoadError, ConfigError, NothingToRollBackTo, RunMisuse, UpdateConfigError, UpdateError, UpdateFleetError,
+  UpdateIntegrityError, UpdateLoadError, UpdateReadError, UpdateSelfTestError,
 } from './errors.js';
+import { Fleet, type FleetSource } from './fleet.js';
 
 const U64_MAX = (1n << 64n) - 1n;
 export const SIGNATURE_SUFFIX = '.sig';
@@ -124,26 +127,30 @@ export class Integrity {
   }
 
   /** Throws `UpdateIntegrityError` unless `wasm` (with SHA-256 `sha256`, read
-   *  from `path`) is trusted. */
+   *  from `path`; its signature from `<path>.sig`) is trusted. */
   async check(path: string, wasm: Uint8Array, sha256: string): Promise<void> {
+    const at = signaturePath(path);
+    const signature = this.kind === 'ed25519' ? await readFile(at).catch(() => undefined) : undefined;
+    this.verify(wasm, sha256, signature, at);
+  }
+
+  /** Throws `UpdateIntegrityError` unless `wasm` (with SHA-256 `sha256`) is
+   *  trusted; `signature` is its detached signature (undefined: none), read
+   *  from `at` (for messages). */
+  verify(wasm: Uint8Array, sha256: string, signature: Uint8Array | undefined, at: string): void {
     if (this.kind === 'pinned-sha256') {
       if (this.sha256 !== sha256) throw new UpdateIntegrityError(`the .wasm's SHA-256 is ${sha256}, the pinned digest ${this.sha256}`);
     } else if (this.kind === 'ed25519') {
-      const at = signaturePath(path);
-      let raw: Buffer;
-      try {
-        raw = await readFile(at);
-      } catch {
-        throw new UpdateIntegrityError(`unsigned: no signature at ${at}`);
-      }
+      if (signature === undefined) throw new UpdateIntegrityError(`unsigned: no signature at ${at}`);
+      const raw = Buffer.from(signature);
       const text = raw.toString('utf8').trim();
-      let signature: Buffer;
-      if (raw.length === 64) signature = raw;
-      else if (/^[0-9a-fA-F]{128}$/.test(text)) signature = Buffer.from(text, 'hex');
+      let bytes: Buffer;
+      if (raw.length === 64) bytes = raw;
+      else if (/^[0-9a-fA-F]{128}$/.test(text)) bytes = Buffer.from(text, 'hex');
       else throw new UpdateIntegrityError(`${at} is neither 64 bytes nor 128 hex digits`);
       let ok: boolean;
       try {
-        ok = verifySignature(null, wasm, this.key as KeyObject, signature);
+        ok = verifySignature(null, wasm, this.key as KeyObject, bytes);
       } catch (e) {
         throw new UpdateIntegrityError(`the signature cannot be checked: ${(e as Error).message}`);
       }
@@ -161,6 +168,13 @@ export interface PolicySource {
   readonly integrity: Integrity;
 }
 
+/** A fleet's publication in Redis (src/fleet.ts), and how it is trusted. */
+export interface FleetPolicySource {
+  readonly url: string;
+  readonly prefix: string;
+  readonly integrity: Integrity;
+}
+
 /** Where the detached signature of `wasm` is: `<wasm>.sig`. */
 export function signaturePath(wasm: string): string {
   return `${wasm}${SIGNATURE_SUFFIX}`;
@@ -173,7 +187,8 @@ export function signaturePath(wasm: string): string {
 export interface PolicyUpdateEvent {
   event: 'agent_retry.policy_update';
   level: 'info' | 'warning';
-  message: 'policy update accepted' | 'policy update refused' | 'policy rolled back' | 'watcher: polling failed';
+  message: 'policy update accepted' | 'policy update refused' | 'policy rolled back' | 'watcher: polling failed' | 'cannot check for a policy update' |
+    "the fleet's Redis answers again";
   policy?: string;
   generation?: number;
   wasm_sha256?: string;
@@ -222,6 +237,76 @@ function seenOf(source: PolicySource): string {
   return `${stamp(source.wasm)}|${stamp(source.config)}|${source.integrity.kind === 'ed25519' ? stamp(signaturePath(source.wasm)) : ''}`;
 }
 
+/** An update as read, before the gate. */
+interface Read {
+  readonly wasm: Uint8Array;
+  readonly config: Uint8Array;
+  /** The detached signature, if one came with it (read only under a key). */
+  readonly signature: Uint8Array | undefined;
+  /** Where the signature was looked for, for messages. */
+  readonly signatureAt: string;
+  /** Where the .wasm came from, for messages. */
+  readonly wasmAt: string;
+  /** What was read, to notice the next change. */
+  readonly seen: string;
+}
+
+/** Where updates come from: files, or a fleet's publication in Redis. */
+interface Origin {
+  readonly integrity: Integrity;
+  /** What counts as a change: the files' stamps, or the fleet's revision
+   *  (rejects with `UpdateFleetError` when Redis cannot be reached). */
+  seenNow(): Promise<string>;
+  read(): Promise<Read>;
+}
+
+class FileOrigin implements Origin {
+  constructor(readonly source: PolicySource) {}
+
+  get integrity(): Integrity {
+    return this.source.integrity;
+  }
+
+  async seenNow(): Promise<string> {
+    return seenOf(this.source);
+  }
+
+  async read(): Promise<Read> {
+    const seen = seenOf(this.source);
+    const wasm = await read(this.source.wasm);
+    const config = await read(this.source.config);
+    const signatureAt = signaturePath(this.source.wasm);
+    const signature = this.source.integrity.kind === 'ed25519' ? await readFile(signatureAt).catch(() => undefined) : undefined;
+    return { wasm, config, signature, signatureAt, wasmAt: this.source.wasm, seen };
+  }
+}
+
+const fleetError = (e: unknown): UpdateFleetError =>
+  e instanceof UpdateFleetError ? e : new UpdateFleetError((e as Error)?.message ?? String(e), { cause: e });
+
+class FleetOrigin implements Origin {
+  constructor(readonly fleet: Fleet, readonly integrity: Integrity) {}
+
+  async seenNow(): Promise<string> {
+    try {
+      return `revision ${await this.fleet.revision()}`;
+    } catch (e) {
+      throw fleetError(e);
+    }
+  }
+
+  async read(): Promise<Read> {
+    let publication;
+    try {
+      publication = await this.fleet.read();
+    } catch (e) {
+      throw fleetError(e);
+    }
+    const { wasm, config, signature, revision } = publication;
+    return { wasm, config, signature, signatureAt: this.fleet.key('wasm.sig'), wasmAt: `${this.fleet.key('wasm')} (revision ${revision})`, seen: `revision ${revision}` };
+  }
+}
+
 function identityFields(identity: PolicyIdentity): Pick<PolicyUpdateEvent, 'policy' | 'generation' | 'wasm_sha256' | 'config_sha256'> {
   return { policy: identity.toString(), generation: identity.generation, wasm_sha256: identity.wasmSha256, config_sha256: identity.configSha256 };
 }
@@ -238,12 +323,22 @@ export class LivePolicy {
   #seen: string;
   #lastRefusal: string | undefined;
   #generations: number;
+  /** Whether the fleet's Redis was unreachable at the last check (logged once per outage). */
+  #unreachable = false;
   #queue: Promise<unknown> = Promise.resolve();
   readonly #counters = { accepted: 0, refused: 0, rolledBack: 0 };
   readonly #watchers = new Set<PolicyWatcher>();
   readonly #log: (event: PolicyUpdateEvent) => void;
 
-  private constructor(readonly source: PolicySource, first: Loaded, seen: string, private readonly options: LiveOptions) {
+  /** The files, or the fleet's Redis, updates are read from. */
+  readonly source: PolicySource | FleetPolicySource;
+  readonly #origin: Origin;
+
+  private constructor(origin: Origin, first: Loaded, seen: string, private readonly options: LiveOptions) {
+    this.#origin = origin;
+    this.source = origin instanceof FleetOrigin
+      ? Object.freeze({ url: origin.fleet.url, prefix: origin.fleet.prefix, integrity: origin.integrity })
+      : (origin as FileOrigin).source;
     this.#current = first;
     this.#seen = seen;
     this.#generations = first.identity.generation;
@@ -256,9 +351,25 @@ export class LivePolicy {
       throw new TypeError('PolicySource.integrity: use Integrity.unchecked(), Integrity.pinnedSha256(hex) or Integrity.ed25519(publicKey)');
     }
     const resolved: PolicySource = Object.freeze({ wasm: resolve(source.wasm), config: resolve(source.config), integrity: source.integrity });
-    const seen = seenOf(resolved);
-    const first = await candidate(resolved, 1, undefined, options);
-    return new LivePolicy(resolved, first, seen, options);
+    return LivePolicy.#openOrigin(new FileOrigin(resolved), options);
+  }
+
+  /** Loads the first policy from the fleet's Redis (src/fleet.ts: one MGET of
+   *  `{prefix}:wasm`, `:config`, `:wasm.sig`, `:revision`), through the same
+   *  gate, the signature taken from `{prefix}:wasm.sig`; a worker started after
+   *  a publication takes it here. Rejects with an `UpdateError`
+   *  (`UpdateFleetError` when Redis cannot be read or nothing is published). */
+  static async openFleet(fleet: FleetSource, integrity: Integrity, options: LiveOptions = {}): Promise<LivePolicy> {
+    if (!(integrity instanceof Integrity)) {
+      throw new TypeError('integrity: use Integrity.unchecked(), Integrity.pinnedSha256(hex) or Integrity.ed25519(publicKey)');
+    }
+    return LivePolicy.#openOrigin(new FleetOrigin(new Fleet(fleet), integrity), options);
+  }
+
+  static async #openOrigin(origin: Origin, options: LiveOptions): Promise<LivePolicy> {
+    const read = await origin.read();
+    const first = await candidate(read, origin.integrity, 1, undefined, options);
+    return new LivePolicy(origin, first, read.seen, options);
   }
 
   /** The policy new runs get. Keep it for the run: an update does not change it. */
@@ -276,7 +387,7 @@ export class LivePolicy {
     return { ...this.#counters };
   }
 
-  /** Reads the files again, gates the candidate (off the hot path: the old
+  /** Reads the files (or the fleet's publication) again, gates the candidate (off the hot path: the old
    *  policy serves until the swap), and swaps it in. On refusal rejects with an
    *  `UpdateError`, logs the reason and counts it; the serving policy is unchanged. */
   reload(): Promise<PolicyIdentity> {
@@ -299,50 +410,113 @@ export class LivePolicy {
   }
 
   /** Reloads if a file changed since it was last read (mtime, size or inode; the
-   *  signature too when a key is configured): the new identity, or `undefined`
-   *  if nothing changed. Rejects with an `UpdateError` on refusal. */
+   *  signature too when a key is configured), or the fleet's revision is one
+   *  not tried yet (accepted or refused): the new identity, or `undefined` if
+   *  nothing changed. Rejects with an `UpdateError` on refusal. A fleet whose
+   *  Redis cannot be reached resolves `undefined` (the serving policy stays;
+   *  logged once per outage, and once when it answers again). */
   poll(): Promise<PolicyIdentity | undefined> {
-    return this.#serialised(async () => (seenOf(this.source) === this.#seen ? undefined : this.#reload()));
+    return this.#serialised(async () => {
+      let now: string;
+      try {
+        now = await this.#origin.seenNow();
+      } catch (e) {
+        this.#reachable(false, e);
+        return undefined;
+      }
+      this.#reachable(true);
+      return now === this.#seen ? undefined : this.#reload();
+    });
   }
 
-  /** Watches the files: `fs.watch` on their directories (a change is picked up
-   *  within about 50 ms) and, always, a poll every `intervalMs` (for filesystems
-   *  where `fs.watch` says nothing, network ones among them). Refusals are
-   *  logged and kept in `lastRefusal()`; the watcher goes on. Its timers and
-   *  watchers are unref'd: they do not keep the process alive. Stop it with
-   *  `close()` on it or on this object. */
+  /** Logs the transitions of the fleet's Redis between reachable and not. */
+  #reachable(reachable: boolean, error?: unknown): void {
+    if (reachable === !this.#unreachable) return;
+    this.#unreachable = !reachable;
+    const serving = this.#current.identity.toString();
+    if (reachable) this.#log({ event: 'agent_retry.policy_update', level: 'info', message: "the fleet's Redis answers again", serving });
+    else this.#log({ event: 'agent_retry.policy_update', level: 'warning', message: 'cannot check for a policy update', serving, reason: String((error as Error)?.message ?? error) });
+  }
+
+  /** Watches for updates, and always polls every `intervalMs` besides (`poll()`).
+   *  Files: `fs.watch` on their directories too, so a change is picked up
+   *  within about 50 ms (the polling covers filesystems where `fs.watch` says
+   *  nothing, network ones among them). A fleet: a subscription to the
+   *  `{prefix}:updates` channel on a connection of its own, so a publication is
+   *  taken at once (the polling of `{prefix}:revision` covers a missed message,
+   *  an outage, a lost subscription, which is made again after
+   *  min(intervalMs, 1 s)). Refusals are logged and kept in `lastRefusal()`, a
+   *  Redis outage is logged; the watcher goes on. Its timers, watchers and
+   *  subscription are unref'd: they do not keep the process alive. Stop it
+   *  with `close()` on it or on this object. */
   watch(intervalMs: number): PolicyWatcher {
     if (!Number.isFinite(intervalMs) || intervalMs <= 0) throw new RangeError(`intervalMs must be a positive number, not ${intervalMs}`);
     let polling = false;
+    let again = false;
     let closed = false;
     const check = () => {
-      if (closed || polling) return;
+      if (closed) return;
+      if (polling) {
+        again = true; // a change seen during a poll is checked right after it
+        return;
+      }
       polling = true;
+      again = false;
       this.poll().catch((e: unknown) => {
         if (!(e instanceof UpdateError)) {
           this.#log({ event: 'agent_retry.policy_update', level: 'warning', message: 'watcher: polling failed', serving: this.#current.identity.toString(), reason: String((e as Error)?.message ?? e) });
         }
       }).finally(() => {
         polling = false;
+        if (again) check();
       });
     };
     const timer = setInterval(check, intervalMs);
     timer.unref();
+    const stops: Array<() => void> = [];
+    let native: () => boolean;
+    if (this.#origin instanceof FleetOrigin) {
+      native = this.#subscribe(this.#origin.fleet, Math.min(intervalMs, 1000), check, () => closed, stops);
+    } else {
+      const fsWatchers = this.#watchFiles((this.#origin as FileOrigin).source, intervalMs, check, () => closed, stops);
+      native = () => fsWatchers > 0;
+    }
+    const watcher: PolicyWatcher = {
+      get native() {
+        return native();
+      },
+      close: () => {
+        closed = true;
+        clearInterval(timer);
+        for (const stop of stops) stop();
+        this.#watchers.delete(watcher);
+      },
+      stop: () => watcher.close(),
+    };
+    this.#watchers.add(watcher);
+    return watcher;
+  }
+
+  /** `fs.watch` on the files' directories; returns how many are watched. */
+  #watchFiles(source: PolicySource, intervalMs: number, check: () => void, closed: () => boolean, stops: Array<() => void>): number {
     let debounce: NodeJS.Timeout | undefined;
     const soon = () => {
-      if (closed) return;
+      if (closed()) return;
       if (debounce) clearTimeout(debounce);
       debounce = setTimeout(check, Math.min(50, intervalMs));
       debounce.unref();
     };
+    stops.push(() => {
+      if (debounce) clearTimeout(debounce);
+    });
     // The directories, not the files: an operator replacing a file by a rename
     // (the safe way to publish) would leave a watch on the old file blind.
     const names = new Map<string, Set<string>>();
-    for (const path of [this.source.wasm, this.source.config, signaturePath(this.source.wasm)]) {
+    for (const path of [source.wasm, source.config, signaturePath(source.wasm)]) {
       const dir = dirname(path);
       names.set(dir, (names.get(dir) ?? new Set()).add(basename(path)));
     }
-    const fsWatchers: FSWatcher[] = [];
+    let watched = 0;
     for (const [dir, files] of names) {
       try {
         const w = watchFs(dir, { persistent: false }, (_event, name) => {
@@ -350,24 +524,55 @@ export class LivePolicy {
         });
         w.on('error', () => w.close()); // the polling goes on
         w.unref();
-        fsWatchers.push(w);
+        stops.push(() => w.close());
+        watched += 1;
       } catch {
         // fs.watch is unavailable here: polling only.
       }
     }
-    const watcher: PolicyWatcher = {
-      native: fsWatchers.length > 0,
-      close: () => {
-        closed = true;
-        clearInterval(timer);
-        if (debounce) clearTimeout(debounce);
-        for (const w of fsWatchers) w.close();
-        this.#watchers.delete(watcher);
-      },
-      stop: () => watcher.close(),
+    return watched;
+  }
+
+  /** Keeps a subscription to the fleet's channel while the watcher lives:
+   *  every announcement checks the revision; a lost subscription is logged and
+   *  made again after `retryMs`; once (re)subscribed the revision is checked,
+   *  so a publication made while it was down is not missed. Returns whether it
+   *  is subscribed now. */
+  #subscribe(fleet: Fleet, retryMs: number, check: () => void, closed: () => boolean, stops: Array<() => void>): () => boolean {
+    let subscription: { close(): void } | undefined;
+    let retry: NodeJS.Timeout | undefined;
+    const again = () => {
+      if (closed()) return;
+      retry = setTimeout(subscribe, retryMs);
+      retry.unref();
     };
-    this.#watchers.add(watcher);
-    return watcher;
+    const subscribe = () => {
+      retry = undefined;
+      if (closed()) return;
+      fleet.subscribe(check, (e) => {
+        subscription = undefined;
+        if (closed()) return;
+        this.#reachable(false, e);
+        again();
+      }).then((made) => {
+        if (closed()) {
+          made.close();
+          return;
+        }
+        subscription = made;
+        check();
+      }, (e: unknown) => {
+        this.#reachable(false, e);
+        again();
+      });
+    };
+    stops.push(() => {
+      if (retry) clearTimeout(retry);
+      subscription?.close();
+      subscription = undefined;
+    });
+    subscribe();
+    return () => subscription !== undefined;
   }
 
   /** Stops every watcher. The serving policy stays usable. */
@@ -388,12 +593,19 @@ export class LivePolicy {
 
   async #reload(): Promise<PolicyIdentity> {
     // Noted first, so that an update that cannot even be read is tried once, not at every poll.
-    this.#seen = seenOf(this.source);
+    try {
+      this.#seen = await this.#origin.seenNow();
+    } catch {
+      // Redis is away: the read below says so.
+    }
     const serving = this.#current;
     let loaded: Loaded;
     try {
-      // Generations only grow (after a rollback too), so that one number names one policy.
-      loaded = await candidate(this.source, this.#generations + 1, serving, this.options);
+      const read = await this.#origin.read();
+      this.#seen = read.seen;
+      // Generations only grow (after a rollback too), so that one number names
+      // one policy; a refused candidate takes none (the Rust host's numbering).
+      loaded = await candidate(read, this.#origin.integrity, this.#generations + 1, serving, this.options);
     } catch (e) {
       const error = e instanceof UpdateError ? e : new UpdateSelfTestError(`${(e as Error)?.name ?? 'Error'}: ${(e as Error)?.message ?? e}`, { cause: e });
       this.#lastRefusal = error.message;
@@ -422,10 +634,10 @@ async function read(path: string): Promise<Uint8Array> {
 
 const sha256Hex = (bytes: Uint8Array): string => createHash('sha256').update(bytes).digest('hex');
 
-/** Reads, checks and compiles a candidate; runs the self-test. */
-async function candidate(source: PolicySource, generation: number, serving: Loaded | undefined, options: LiveOptions): Promise<Loaded> {
-  const wasm = await read(source.wasm);
-  const configBytes = await read(source.config);
+/** Checks and compiles a candidate (a `.wasm` byte-identical to the serving one
+ *  is not compiled again); runs the self-test. */
+async function candidate(read: Read, integrity: Integrity, generation: number, serving: Loaded | undefined, options: LiveOptions): Promise<Loaded> {
+  const { wasm, config: configBytes } = read;
   let configJson: string;
   try {
     configJson = new TextDecoder('utf-8', { fatal: true }).decode(configBytes);
@@ -433,16 +645,16 @@ async function candidate(source: PolicySource, generation: number, serving: Load
     throw new UpdateConfigError('the configuration is not UTF-8', { cause: e });
   }
   const wasmSha256 = sha256Hex(wasm);
-  await source.integrity.check(source.wasm, wasm, wasmSha256);
+  integrity.verify(wasm, wasmSha256, read.signature, read.signatureAt);
   let component: PolicyComponent;
   if (serving !== undefined && serving.identity.wasmSha256 === wasmSha256) {
     component = serving.component; // the same bytes passed the load check already
   } else {
     try {
-      component = await PolicyComponent.fromBytes(wasm, { source: source.wasm, maxMemoryBytes: options.maxMemoryBytes, cacheDir: options.cacheDir });
+      component = await PolicyComponent.fromBytes(wasm, { source: read.wasmAt, maxMemoryBytes: options.maxMemoryBytes, cacheDir: options.cacheDir });
     } catch (e) {
       if (e instanceof ComponentLoadError) throw new UpdateLoadError(e);
-      throw new UpdateLoadError(new ComponentLoadError(`${source.wasm} cannot be loaded: ${(e as Error)?.message ?? e}`, { cause: e }));
+      throw new UpdateLoadError(new ComponentLoadError(`${read.wasmAt} cannot be loaded: ${(e as Error)?.message ?? e}`, { cause: e }));
     }
   }
   await selfTest(component, configJson);
@@ -455,7 +667,8 @@ async function candidate(source: PolicySource, generation: number, serving: Load
 async function selfTest(component: PolicyComponent, configJson: string): Promise<void> {
   let instance;
   try {
-    instance = await component.instantiate({ accounts: new EmbeddedAccounts(), entropy: new SplitMix64(1n) });
+    // Its own budget, on the self-test's fixed clock (`now` below).
+    instance = await component.instantiate({ accounts: EmbeddedAccounts.onHostClock(), entropy: new SplitMix64(1n) });
   } catch (e) {
     throw new UpdateSelfTestError(`instantiation failed: ${(e as Error)?.message ?? e}`, { cause: e });
   }

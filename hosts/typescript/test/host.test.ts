@@ -16,7 +16,7 @@ import { ComponentLoadError, ComponentNotFound, ConfigError, InstanceUnusable, P
 import { FUNCTIONS, TYPES, ValueConversionError, camel, toJco, type WitType } from '../src/wit.js';
 
 test('GCRA admits a burst, then one per interval', () => {
-  const accounts = new EmbeddedAccounts();
+  const accounts = EmbeddedAccounts.onHostClock(); // simulated time from 0
   const bucket = { capacity: 3, refillIntervalMs: 100n };
   const take = (now: bigint) => accounts.reserve('a', 1, bucket, 250n, now);
   assert.deepEqual([take(0n), take(0n), take(0n)], Array(3).fill({ granted: true, waitMs: 0n }));
@@ -69,7 +69,7 @@ test('a transpilation from another build is refused', async () => {
 
 test('instances share the process account budget', async () => {
   const component = await PolicyComponent.load();
-  const accounts = new EmbeddedAccounts();
+  const accounts = EmbeddedAccounts.onHostClock(); // simulated time
   const config = { 'account-budget': { 'account-id': 'acme', capacity: 1, 'refill-interval-ms': 400 } };
   const first = (await component.instantiate({ accounts })).loadPolicy(config).startRun('w1');
   const second = (await component.instantiate({ accounts })).loadPolicy(config).startRun('w2');
@@ -122,7 +122,7 @@ test('a failing account backend fails the call as a trap and the instance is not
 });
 
 test('a refund gives tokens back but never past a full bucket', () => {
-  const accounts = new EmbeddedAccounts();
+  const accounts = EmbeddedAccounts.onHostClock(); // simulated time
   const bucket = { capacity: 3, refillIntervalMs: 100n };
   for (let i = 0; i < 3; i++) accounts.reserve('q', 1, bucket, 0n, 0n);
   assert.deepEqual(accounts.reserve('q', 1, bucket, 0n, 0n), { granted: false, waitMs: 100n });

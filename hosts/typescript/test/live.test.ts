@@ -18,7 +18,7 @@ import { locateComponent, type Policy } from '../src/component.js';
 import { SplitMix64 } from '../src/entropy.js';
 import {
   ComponentImportRefused, ComponentLoadError, ContractVersionMismatch, NothingToRollBackTo, PolicyBoundaryViolation, PolicyMemoryExceeded,
-  PolicyOutOfFuel, PolicyTrap, UpdateConfigError, UpdateError, UpdateIntegrityError, UpdateLoadError, UpdateReadError, UpdateSelfTestError,
+  PolicyOutOfFuel, PolicyTrap, UpdateConfigError, UpdateError, UpdateFleetError, UpdateIntegrityError, UpdateLoadError, UpdateReadError, UpdateSelfTestError,
 } from '../src/errors.js';
 import * as api from '../src/index.js';
 import { Integrity, LivePolicy, signaturePath, type Loaded, type LiveOptions, type PolicySource, type PolicyUpdateEvent } from '../src/live.js';
@@ -73,7 +73,7 @@ function attempts(policy: Policy, runId: string): number {
 
 /** Attempts a read makes against a persistent 503 under `loaded`. */
 async function attemptsAgainstAPersistent503(loaded: Loaded, seed = 3n): Promise<number> {
-  const instance = await loaded.component.instantiate({ accounts: new EmbeddedAccounts(), entropy: new SplitMix64(seed) });
+  const instance = await loaded.component.instantiate({ accounts: EmbeddedAccounts.onHostClock(), entropy: new SplitMix64(seed) });
   return attempts(instance.loadPolicy(loaded.configJson), 'probe');
 }
 
@@ -367,7 +367,7 @@ test('decisions never fail while the policy is swapped back and forth under load
     try {
       while (!stop) {
         const loaded = live.current();
-        const instance = await loaded.component.instantiate({ accounts: new EmbeddedAccounts(), entropy: new SplitMix64(BigInt(w)) });
+        const instance = await loaded.component.instantiate({ accounts: EmbeddedAccounts.onHostClock(), entropy: new SplitMix64(BigInt(w)) });
         const policy = instance.loadPolicy(loaded.configJson);
         for (let n = 0; n < 20 && !stop; n++) {
           made.push({ generation: loaded.identity.generation, wasm: loaded.identity.wasmSha256, attempts: attempts(policy, `w${w}-${n}`) });
@@ -408,14 +408,15 @@ test('decisions never fail while the policy is swapped back and forth under load
 test('every refusal is an UpdateError with its kind, exported from the package', () => {
   const kinds = [
     new UpdateReadError('/x', 'gone'), new UpdateIntegrityError('x'), new UpdateLoadError(new ComponentLoadError('x')),
-    new UpdateConfigError('x'), new UpdateSelfTestError('x'), new NothingToRollBackTo(),
+    new UpdateConfigError('x'), new UpdateSelfTestError('x'), new UpdateFleetError('x'), new NothingToRollBackTo(),
   ].map((e) => {
     assert.ok(e instanceof UpdateError);
     return e.kind;
   });
-  assert.deepEqual(kinds, ['read', 'integrity', 'load', 'config', 'self-test', 'nothing-to-roll-back-to']);
+  assert.deepEqual(kinds, ['read', 'integrity', 'load', 'config', 'self-test', 'fleet', 'nothing-to-roll-back-to']);
   for (const name of ['LivePolicy', 'Integrity', 'PolicyIdentity', 'UpdateError', 'UpdateReadError', 'UpdateIntegrityError', 'UpdateLoadError',
-    'UpdateConfigError', 'UpdateSelfTestError', 'NothingToRollBackTo']) {
+    'UpdateConfigError', 'UpdateSelfTestError', 'UpdateFleetError', 'NothingToRollBackTo', 'publishPolicy', 'Fleet', 'FleetError', 'DEFAULT_PREFIX',
+    'REDIS_TIMEOUT_MS', 'MAX_CLOCK_SKEW_MS', 'EmbeddedAccounts']) {
     assert.ok(name in api, `${name} is exported`);
   }
 });

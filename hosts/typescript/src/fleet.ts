@@ -1,0 +1,266 @@
+// A policy published once in Redis for a whole fleet of workers: the Rust
+// host's `crate::fleet` (hosts/rust/src/fleet.rs), with the same layout, so a
+// publication made by any host (`agent-retry publish`, `publishPolicy` here,
+// the Python host's) reaches workers of every host:
+//
+// - `{prefix}:wasm`: the component's bytes;
+// - `{prefix}:config`: the configuration (JSON text);
+// - `{prefix}:wasm.sig`: optional detached Ed25519 signature of the `.wasm`
+//   (64 raw bytes or 128 hex digits);
+// - `{prefix}:revision`: an integer, one more per publication;
+// - channel `{prefix}:updates`: a message per publication (it only wakes workers).
+//
+// `publishPolicy` writes all of it in one transaction (MULTI … EXEC), so a
+// worker reading with one MGET never sees a `.wasm` of one publication with
+// the configuration of another. A worker (`LivePolicy.openFleet`, src/live.ts)
+// learns of an update from the channel at once, and from polling
+// `{prefix}:revision` otherwise (a missed message, a reconnection, a worker that
+// was down): either way it reads the revision it has not tried yet and puts it
+// through the same gate as a file update.
+//
+// Redis is reached with node-redis (the npm package `redis`, 5.x), an optional
+// peer dependency imported only when a fleet is used. Every command, the
+// connection included, has REDIS_TIMEOUT_MS (500 ms), as the Rust host's
+// REDIS_TIMEOUT; a connection is opened per operation (as the Rust host does),
+// except the subscriber's, which lives as long as the watcher.
+import { AgentRetryError } from './errors.js';
+
+/** The default key prefix. */
+export const DEFAULT_PREFIX = 'agent-retry:policy';
+/** The timeout of every Redis command, the connection included (the Rust host's `REDIS_TIMEOUT`). */
+export const REDIS_TIMEOUT_MS = 500;
+/** What to install when node-redis is missing. */
+export const REDIS_INSTALL = 'npm install redis@^5.9.0';
+
+/** Where a fleet's policy is published: `redis://host:port/db` and the keys' prefix. */
+export interface FleetSource {
+  readonly url: string;
+  /** `DEFAULT_PREFIX` unless several policies share one Redis. */
+  readonly prefix?: string;
+}
+
+/** One publication, as read (one MGET). */
+export interface Publication {
+  readonly wasm: Buffer;
+  readonly config: Buffer;
+  readonly signature: Buffer | undefined;
+  /** 0 when the revision key is absent. */
+  readonly revision: number;
+}
+
+export interface PublishOptions {
+  /** The detached Ed25519 signature of `wasm`: 64 raw bytes, or 128 hex digits
+   *  (as text or bytes). Without it the signature key is deleted, so an older
+   *  signature never stays beside a new `.wasm`. */
+  signature?: Uint8Array | string;
+  /** The keys' prefix (`DEFAULT_PREFIX`). */
+  prefix?: string;
+}
+
+/** Redis cannot be reached, did not answer in time, or node-redis is not installed. */
+export class FleetError extends AgentRetryError {}
+
+type Redis = typeof import('redis');
+type Client = ReturnType<Redis['createClient']>;
+
+let redisModule: Promise<Redis> | undefined;
+
+/** node-redis, imported on first use: the package works without it until a fleet is used. */
+function loadRedis(): Promise<Redis> {
+  redisModule ??= import('redis').catch((e: unknown) => {
+    redisModule = undefined;
+    throw new FleetError(
+      `fleet updates through Redis need the npm package \`redis\` (node-redis 5), an optional peer dependency of agent-retry-policy: ` +
+        `${REDIS_INSTALL} (${(e as Error)?.message ?? e})`,
+      { cause: e },
+    );
+  });
+  return redisModule;
+}
+
+/** Resolves `promise`, or rejects with a `FleetError` after `ms` (calling `onTimeout` first). */
+function within<T>(promise: Promise<T>, ms: number, what: string, onTimeout: () => void): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const deadline = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      onTimeout();
+      reject(new FleetError(`${what}: no answer within ${ms} ms`));
+    }, ms);
+  });
+  return Promise.race([promise, deadline]).finally(() => clearTimeout(timer));
+}
+
+function describe(e: unknown): string {
+  if (e instanceof AggregateError && e.errors.length > 0) return e.errors.map(describe).join('; ');
+  return (e as Error)?.message || String(e);
+}
+
+function destroy(client: Client): void {
+  try {
+    client.destroy();
+  } catch {
+    // already closed
+  }
+}
+
+/** A fleet's keys, and the operations a worker and a publisher need. */
+export class Fleet {
+  readonly url: string;
+  readonly prefix: string;
+
+  constructor(source: FleetSource) {
+    if (typeof source?.url !== 'string' || source.url === '') throw new TypeError('FleetSource.url: a redis:// URL');
+    this.url = source.url;
+    this.prefix = source.prefix ?? DEFAULT_PREFIX;
+    Object.freeze(this);
+  }
+
+  key(name: 'wasm' | 'config' | 'wasm.sig' | 'revision' | 'updates'): string {
+    return `${this.prefix}:${name}`;
+  }
+
+  /** The channel a publication is announced on. */
+  get channel(): string {
+    return this.key('updates');
+  }
+
+  /** A connected client (within REDIS_TIMEOUT_MS) that does not reconnect by itself. */
+  async #connect(): Promise<Client> {
+    const { createClient } = await loadRedis();
+    const client = createClient({
+      url: this.url,
+      socket: { connectTimeout: REDIS_TIMEOUT_MS, reconnectStrategy: false },
+      disableOfflineQueue: true,
+      disableClientInfo: true,
+      commandOptions: { timeout: REDIS_TIMEOUT_MS },
+    });
+    // Errors are reported by the commands' rejections (and, for a subscriber, by its owner's listener).
+    client.on('error', () => undefined);
+    try {
+      await within(client.connect(), REDIS_TIMEOUT_MS, `${this.url}: connect`, () => destroy(client));
+    } catch (e) {
+      destroy(client);
+      throw e instanceof FleetError ? e : new FleetError(`${this.url}: ${describe(e)}`, { cause: e });
+    }
+    return client;
+  }
+
+  /** One operation on a connection of its own, closed after it. */
+  async #with<T>(what: string, use: (client: Client) => Promise<T>): Promise<T> {
+    const client = await this.#connect();
+    try {
+      return await within(use(client), REDIS_TIMEOUT_MS, `${this.url}: ${what}`, () => destroy(client));
+    } catch (e) {
+      throw e instanceof FleetError ? e : new FleetError(`${this.url}: ${what}: ${describe(e)}`, { cause: e });
+    } finally {
+      destroy(client);
+    }
+  }
+
+  /** The current revision (0: nothing published yet). */
+  async revision(): Promise<number> {
+    const text = await this.#with('GET revision', (client) => client.get(this.key('revision')));
+    return parseRevision(text);
+  }
+
+  /** The published policy, read in one MGET (one publication's parts, as
+   *  Buffers). Rejects with a `FleetError` "nothing published at …" when the
+   *  `.wasm` or the configuration is absent. */
+  async read(): Promise<Publication> {
+    const { RESP_TYPES } = await loadRedis();
+    const parts = (await this.#with('MGET', (client) =>
+      client.sendCommand(['MGET', this.key('wasm'), this.key('config'), this.key('wasm.sig'), this.key('revision')], {
+        typeMapping: { [RESP_TYPES.BLOB_STRING]: Buffer },
+        timeout: REDIS_TIMEOUT_MS,
+      }))) as unknown;
+    if (!Array.isArray(parts) || parts.length !== 4) throw new FleetError(`${this.url}: MGET answered ${String(parts)}`);
+    const [wasm, config, signature, revision] = parts as Array<Buffer | null>;
+    const missing = (what: 'wasm' | 'config') =>
+      new FleetError(`nothing published at ${this.key(what)} (\`agent-retry publish\` or publishPolicy() writes it)`);
+    if (!Buffer.isBuffer(wasm)) throw missing('wasm');
+    if (!Buffer.isBuffer(config)) throw missing('config');
+    return { wasm, config, signature: Buffer.isBuffer(signature) ? signature : undefined, revision: parseRevision(revision?.toString('latin1') ?? null) };
+  }
+
+  /** `publishPolicy` on this fleet (`signature`: already checked). */
+  async publish(wasm: Uint8Array, configJson: string, signature: Buffer | undefined): Promise<number> {
+    const url = this.url;
+    const client = await this.#connect();
+    try {
+      const transaction = client.multi()
+        .addCommand(['SET', this.key('wasm'), Buffer.from(wasm)])
+        .addCommand(['SET', this.key('config'), configJson])
+        .addCommand(signature === undefined ? ['DEL', this.key('wasm.sig')] : ['SET', this.key('wasm.sig'), signature])
+        .addCommand(['INCR', this.key('revision')])
+        .addCommand(['PUBLISH', this.channel, 'published']);
+      const replies = (await within(transaction.exec(), REDIS_TIMEOUT_MS, `${url}: MULTI … EXEC`, () => destroy(client))) as unknown[];
+      const revision = Number(replies[3]);
+      if (!Number.isSafeInteger(revision)) throw new FleetError(`${url}: INCR ${this.key('revision')} answered ${String(replies[3])}`);
+      return revision;
+    } catch (e) {
+      throw e instanceof FleetError ? e : new FleetError(`${url}: publish: ${describe(e)}`, { cause: e });
+    } finally {
+      destroy(client);
+    }
+  }
+
+  /** Subscribes to the update channel on a connection of its own. `onMessage`
+   *  is called for each announcement, `onLost` once if the connection is lost
+   *  (the subscription is then over: subscribe again). */
+  async subscribe(onMessage: () => void, onLost: (error: Error) => void): Promise<{ close(): void }> {
+    const client = await this.#connect();
+    let over = false;
+    const lose = (e: unknown) => {
+      if (over) return;
+      over = true;
+      destroy(client);
+      onLost(e instanceof Error ? e : new Error(String(e)));
+    };
+    client.on('error', lose);
+    client.on('end', () => lose(new FleetError(`${this.url}: the subscription's connection closed`)));
+    try {
+      await within(client.subscribe(this.channel, () => onMessage()), REDIS_TIMEOUT_MS, `${this.url}: SUBSCRIBE`, () => destroy(client));
+    } catch (e) {
+      over = true;
+      destroy(client);
+      throw e instanceof FleetError ? e : new FleetError(`${this.url}: SUBSCRIBE: ${describe(e)}`, { cause: e });
+    }
+    // Like the file watcher's timers: the subscription does not keep the process alive.
+    client.unref();
+    return {
+      close: () => {
+        over = true;
+        destroy(client);
+      },
+    };
+  }
+}
+
+function parseRevision(text: string | null): number {
+  if (text === null) return 0;
+  const value = Number(text);
+  if (!Number.isSafeInteger(value) || value < 0) throw new FleetError(`the revision is not a non-negative integer: ${JSON.stringify(text)}`);
+  return value;
+}
+
+function signatureBytes(signature: Uint8Array | string): Buffer {
+  const bytes = typeof signature === 'string' ? Buffer.from(signature.trim(), 'utf8') : Buffer.from(signature);
+  const text = bytes.toString('utf8').trim();
+  if (bytes.length !== 64 && !/^[0-9a-fA-F]{128}$/.test(text)) {
+    throw new RangeError(`a signature is 64 raw bytes or 128 hex digits, got ${bytes.length} bytes`);
+  }
+  return bytes;
+}
+
+/** Publishes a policy for every worker of the fleet in one transaction (MULTI:
+ *  SET wasm, SET config, SET or DEL wasm.sig, INCR revision, PUBLISH updates;
+ *  EXEC) and returns the new revision. Workers gate it as any update: a worker
+ *  refuses what does not pass and keeps its last good policy. Rejects with a
+ *  `FleetError` when Redis cannot be reached or does not answer in time. */
+export async function publishPolicy(url: string, wasm: Uint8Array, configJson: string, options: PublishOptions = {}): Promise<number> {
+  const fleet = new Fleet({ url, prefix: options.prefix });
+  if (!(wasm instanceof Uint8Array)) throw new TypeError('publishPolicy: wasm must be a Uint8Array (a Buffer)');
+  if (typeof configJson !== 'string') throw new TypeError('publishPolicy: configJson must be a string (JSON text)');
+  const signature = options.signature === undefined ? undefined : signatureBytes(options.signature);
+  return fleet.publish(wasm, configJson, signature);
+}

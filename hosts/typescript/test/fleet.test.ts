@@ -1,0 +1,442 @@
+// Fleet updates through Redis (src/fleet.ts, LivePolicy.openFleet): the Rust
+// host's host-example/tests/fleet.rs for this host. Each test starts its own
+// redis-server on a free port (not 6379, not CI's 6391) and kills it after;
+// workers are separate Node processes (test/fleet-worker.ts) printing JSON lines.
+import { test, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn, execFile, type ChildProcess } from 'node:child_process';
+import { createHash, generateKeyPairSync, sign, type KeyObject } from 'node:crypto';
+import { copyFileSync, existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { createServer, type Server, type Socket } from 'node:net';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { promisify } from 'node:util';
+
+import { createClient, RESP_TYPES } from 'redis';
+
+import { locateComponent } from '../src/component.js';
+import { UpdateFleetError } from '../src/errors.js';
+import { DEFAULT_PREFIX, Fleet, FleetError, REDIS_TIMEOUT_MS, publishPolicy } from '../src/fleet.js';
+import { Integrity, LivePolicy, type LiveOptions, type PolicyUpdateEvent } from '../src/live.js';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const WORKER = join(here, 'fleet-worker.js');
+const cacheDir = mkdtempSync(join(tmpdir(), 'agent-retry-fleet-cache-'));
+const WASM = readFileSync(locateComponent() ?? assert.fail('the component: make wasm'));
+/** The Rust host's command line (`cargo build --release -p agent-retry-cli`; `make test` builds it). */
+const RUST_CLI = join(here, '../../../../target/release/agent-retry');
+
+const config = (attempts: number) => `{"default-effect": "read", "max-attempts-per-call": ${attempts}}`;
+const sha256Hex = (text: string | Uint8Array) => createHash('sha256').update(text).digest('hex');
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** A port nobody listens on now (never 6379 or 6391). */
+async function freePort(): Promise<number> {
+  for (;;) {
+    const port = await new Promise<number>((resolve, reject) => {
+      const server = createServer();
+      server.once('error', reject);
+      server.listen(0, '127.0.0.1', () => {
+        const { port } = server.address() as { port: number };
+        server.close(() => resolve(port));
+      });
+    });
+    if (port !== 6379 && port !== 6391) return port;
+  }
+}
+
+/** A redis-server of this test's own, without persistence. */
+class RedisServer {
+  private constructor(readonly port: number, private child: ChildProcess) {}
+
+  get url(): string {
+    return `redis://127.0.0.1:${this.port}`;
+  }
+
+  static async start(port?: number): Promise<RedisServer> {
+    const p = port ?? (await freePort());
+    const child = spawn('redis-server', ['--port', String(p), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
+    let spawnError: Error | undefined;
+    child.once('error', (e) => (spawnError = e));
+    const server = new RedisServer(p, child);
+    live.add(server);
+    const deadline = Date.now() + 10_000;
+    for (;;) {
+      if (spawnError) throw new Error(`cannot start redis-server (\`make redis\` in the repository root installs it): ${spawnError.message}`);
+      if (child.exitCode !== null) throw new Error(`redis-server on port ${p} exited ${child.exitCode}`);
+      const client = createClient({ url: server.url, socket: { reconnectStrategy: false, connectTimeout: 500 } });
+      client.on('error', () => undefined);
+      try {
+        await client.connect();
+        await client.ping();
+        client.destroy();
+        return server;
+      } catch {
+        if (Date.now() > deadline) throw new Error(`redis-server on port ${p} does not answer`);
+        await sleep(50);
+      }
+    }
+  }
+
+  /** Killed at once (SIGKILL): its data is gone. */
+  async kill(): Promise<void> {
+    live.delete(this);
+    if (this.child.exitCode !== null || this.child.signalCode !== null) return;
+    const exited = new Promise((r) => this.child.once('exit', r));
+    this.child.kill('SIGKILL');
+    await exited;
+  }
+}
+const live = new Set<RedisServer>();
+
+/** A raw client of the test's own, for reading and writing keys directly. */
+async function raw(url: string) {
+  const client = createClient({ url, socket: { reconnectStrategy: false } });
+  client.on('error', () => undefined);
+  await client.connect();
+  return client;
+}
+
+/** A worker process (test/fleet-worker.ts) and its JSON lines. */
+class Worker {
+  private readonly lines: Array<Record<string, unknown>> = [];
+  private waiting: (() => void) | undefined;
+  readonly child: ChildProcess;
+  stderr = '';
+
+  constructor(url: string, options: { prefix?: string; intervalMs?: number; publicKeyHex?: string } = {}) {
+    this.child = spawn(process.execPath, [WORKER], {
+      env: {
+        ...process.env, FLEET_WORKER: '1', FLEET_URL: url, FLEET_PREFIX: options.prefix ?? '', FLEET_INTERVAL_MS: String(options.intervalMs ?? 2000),
+        FLEET_PUBLIC_KEY: options.publicKeyHex ?? '', AGENT_RETRY_CACHE_DIR: cacheDir,
+      },
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
+    workers.add(this);
+    this.child.stderr?.on('data', (d: Buffer) => (this.stderr += d.toString()));
+    createInterface({ input: this.child.stdout! }).on('line', (line) => {
+      try {
+        this.lines.push(JSON.parse(line) as Record<string, unknown>);
+      } catch {
+        this.lines.push({ event: 'not-json', line });
+      }
+      this.waiting?.();
+    });
+  }
+
+  /** The next line whose event is `event` (earlier lines of other events are dropped), within `ms`. */
+  async next(event: string, ms = 15_000): Promise<Record<string, unknown>> {
+    const deadline = Date.now() + ms;
+    for (;;) {
+      while (this.lines.length > 0) {
+        const line = this.lines.shift()!;
+        if (line.event === event) return line;
+        if (line.event === 'crashed' || line.event === 'open-failed') assert.fail(`worker: ${JSON.stringify(line)}`);
+      }
+      const left = deadline - Date.now();
+      if (left <= 0) assert.fail(`no ${event} line within ${ms} ms; stderr: ${this.stderr}`);
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, left);
+        this.waiting = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+      this.waiting = undefined;
+    }
+  }
+
+  async ask(command: 'decide' | 'status'): Promise<Record<string, unknown>> {
+    this.child.stdin!.write(`${command}\n`);
+    return this.next(command === 'decide' ? 'decided' : 'status');
+  }
+
+  /** Until its subscription to the channel is up (polling `status`). */
+  async subscribed(): Promise<void> {
+    const deadline = Date.now() + 10_000;
+    while ((await this.ask('status')).subscribed !== true) {
+      if (Date.now() > deadline) assert.fail('the worker never subscribed');
+      await sleep(50);
+    }
+  }
+
+  kill(): void {
+    workers.delete(this);
+    this.child.kill('SIGKILL');
+  }
+}
+const workers = new Set<Worker>();
+
+after(async () => {
+  for (const worker of [...workers]) worker.kill();
+  for (const server of [...live]) await server.kill();
+});
+
+type Policy = { generation: number; config_sha256: string; wasm_sha256: string };
+const policyOf = (line: Record<string, unknown>) => line.policy as Policy;
+
+test('publishPolicy writes the Rust host\'s layout in one transaction and announces it', async () => {
+  const redis = await RedisServer.start();
+  const client = await raw(redis.url);
+  const messages: string[] = [];
+  const subscriber = client.duplicate();
+  subscriber.on('error', () => undefined);
+  await subscriber.connect();
+  await subscriber.subscribe(`${DEFAULT_PREFIX}:updates`, (message) => messages.push(message));
+  try {
+    assert.equal(DEFAULT_PREFIX, 'agent-retry:policy');
+    const { privateKey } = generateKeyPairSync('ed25519');
+    const signature = sign(null, WASM, privateKey);
+    assert.equal(await publishPolicy(redis.url, WASM, config(4), { signature }), 1);
+    const buffers = client.withTypeMapping({ [RESP_TYPES.BLOB_STRING]: Buffer });
+    assert.ok((await buffers.get('agent-retry:policy:wasm'))?.equals(WASM), 'the .wasm, byte for byte');
+    assert.equal(await client.get('agent-retry:policy:config'), config(4));
+    assert.ok((await buffers.get('agent-retry:policy:wasm.sig'))?.equals(signature), '64 raw bytes');
+    assert.equal(await client.get('agent-retry:policy:revision'), '1');
+    // Unsigned: the old signature is deleted, never left beside another .wasm.
+    assert.equal(await publishPolicy(redis.url, WASM, config(2)), 2);
+    assert.equal(await client.exists('agent-retry:policy:wasm.sig'), 0);
+    // Another prefix, a signature as hex text.
+    assert.equal(await publishPolicy(redis.url, WASM, config(3), { prefix: 'team-a:policy', signature: signature.toString('hex') }), 1);
+    assert.equal(await client.get('team-a:policy:wasm.sig'), signature.toString('hex'));
+    assert.equal(await client.get('agent-retry:policy:revision'), '2', 'the other prefix is another policy');
+    await sleep(100);
+    assert.deepEqual(messages, ['published', 'published']);
+    // What a worker reads: one MGET, Buffers.
+    const read = await new Fleet({ url: redis.url }).read();
+    assert.ok(Buffer.isBuffer(read.wasm) && read.wasm.equals(WASM));
+    assert.ok(Buffer.isBuffer(read.config) && read.config.toString() === config(2));
+    assert.equal(read.signature, undefined);
+    assert.equal(read.revision, 2);
+    await assert.rejects(publishPolicy(redis.url, WASM, config(2), { signature: 'not a signature' }), RangeError);
+  } finally {
+    subscriber.destroy();
+    client.destroy();
+    await redis.kill();
+  }
+});
+
+test('nothing published, Redis away, Redis silent: refused at open with the reason, within the 500 ms timeout', async () => {
+  const redis = await RedisServer.start();
+  try {
+    await assert.rejects(LivePolicy.openFleet({ url: redis.url }, Integrity.unchecked()), (e: unknown) =>
+      e instanceof UpdateFleetError && e.kind === 'fleet' && /nothing published at agent-retry:policy:wasm/.test(e.message));
+  } finally {
+    await redis.kill();
+  }
+  await assert.rejects(LivePolicy.openFleet({ url: redis.url }, Integrity.unchecked()), (e: unknown) =>
+    e instanceof UpdateFleetError && e.kind === 'fleet' && /ECONNREFUSED/.test(e.message));
+  // A server that accepts connections and never answers: every command has 500 ms.
+  const sockets: Socket[] = [];
+  const silent: Server = createServer((socket) => sockets.push(socket));
+  await new Promise<void>((r) => silent.listen(0, '127.0.0.1', () => r()));
+  const url = `redis://127.0.0.1:${(silent.address() as { port: number }).port}`;
+  try {
+    const start = performance.now();
+    await assert.rejects(new Fleet({ url }).revision(), (e: unknown) => e instanceof FleetError && /500 ms|timeout/i.test((e as Error).message));
+    const took = performance.now() - start;
+    console.log(`# a silent Redis: GET revision gave up after ${took.toFixed(0)} ms`);
+    assert.ok(took >= REDIS_TIMEOUT_MS - 20 && took < 3 * REDIS_TIMEOUT_MS, `${took} ms`);
+    await assert.rejects(publishPolicy(url, WASM, config(2)), FleetError);
+  } finally {
+    for (const socket of sockets) socket.destroy();
+    silent.close();
+  }
+});
+
+test('one publication reaches every worker process through the channel; a worker started after it takes it at open', async () => {
+  const redis = await RedisServer.start();
+  assert.equal(await publishPolicy(redis.url, WASM, config(4)), 1);
+  // A polling interval of a minute: the announcement on the channel is what wakes them.
+  const fleet = [0, 1, 2].map(() => new Worker(redis.url, { intervalMs: 60_000 }));
+  for (const worker of fleet) {
+    const serving = policyOf(await worker.next('serving', 30_000));
+    assert.equal(serving.config_sha256, sha256Hex(config(4)));
+    assert.equal(serving.wasm_sha256, sha256Hex(WASM));
+    assert.equal(serving.generation, 1);
+    assert.equal((await worker.ask('decide')).attempts, 4);
+  }
+  for (const worker of fleet) await worker.subscribed();
+  let published = performance.now();
+  assert.equal(await publishPolicy(redis.url, WASM, config(2)), 2);
+  const latencies: number[] = [];
+  for (const worker of fleet) {
+    const serving = policyOf(await worker.next('serving', 10_000));
+    latencies.push(performance.now() - published);
+    assert.equal(serving.config_sha256, sha256Hex(config(2)));
+    assert.equal(serving.generation, 2);
+    assert.equal((await worker.ask('decide')).attempts, 2, "new runs get the fleet's new budget");
+  }
+  console.log(`# publication to 3 worker processes, through the channel: ${latencies.map((ms) => `${ms.toFixed(0)} ms`).join(', ')} (the poll is every 60 s)`);
+  // A worker down during the next publication takes it when it starts.
+  fleet.shift()!.kill();
+  published = performance.now();
+  assert.equal(await publishPolicy(redis.url, WASM, config(3)), 3);
+  const late = new Worker(redis.url, { intervalMs: 60_000 });
+  const first = policyOf(await late.next('serving', 30_000));
+  assert.equal(first.config_sha256, sha256Hex(config(3)));
+  assert.equal(first.generation, 1);
+  assert.equal((await late.ask('decide')).attempts, 3);
+  for (const worker of fleet) {
+    const serving = policyOf(await worker.next('serving', 10_000));
+    assert.equal(serving.config_sha256, sha256Hex(config(3)));
+    assert.equal(serving.generation, 3);
+  }
+  for (const worker of [...fleet, late]) worker.kill();
+  await redis.kill();
+});
+
+test('under an Ed25519 key a tampered or unsigned publication is refused and the last good one serves', async () => {
+  const redis = await RedisServer.start();
+  const prefix = 'team-a:policy';
+  const { publicKey, privateKey } = generateKeyPairSync('ed25519');
+  const publicKeyHex = (publicKey as KeyObject).export({ format: 'der', type: 'spki' }).subarray(-32).toString('hex');
+  await publishPolicy(redis.url, WASM, config(4), { prefix, signature: sign(null, WASM, privateKey) });
+  const worker = new Worker(redis.url, { prefix, intervalMs: 200, publicKeyHex });
+  const serving = policyOf(await worker.next('serving', 30_000));
+  assert.equal(serving.generation, 1);
+  // Tampered: one byte changed, the old signature kept.
+  const tampered = Buffer.from(WASM);
+  tampered[tampered.length - 1] ^= 1;
+  await publishPolicy(redis.url, tampered, config(2), { prefix, signature: sign(null, WASM, privateKey) });
+  let refused = await worker.next('refused');
+  assert.equal(refused.kind, 'integrity');
+  assert.match(String(refused.reason), /does not verify/);
+  await publishPolicy(redis.url, WASM, config(2), { prefix });
+  refused = await worker.next('refused');
+  assert.match(String(refused.reason), /unsigned: no signature at team-a:policy:wasm\.sig/);
+  // Signed by another key.
+  const other = generateKeyPairSync('ed25519').privateKey;
+  await publishPolicy(redis.url, WASM, config(2), { prefix, signature: sign(null, WASM, other) });
+  assert.match(String((await worker.next('refused')).reason), /does not verify/);
+  const status = await worker.ask('status');
+  assert.deepEqual(policyOf(status), serving, 'the last good policy serves');
+  assert.equal(status.refused, 3);
+  assert.equal((await worker.ask('decide')).attempts, 4);
+  // Signed properly (as hex text this time), it is taken: generation 2, the refusals took no number.
+  await publishPolicy(redis.url, WASM, config(2), { prefix, signature: sign(null, WASM, privateKey).toString('hex') });
+  const taken = policyOf(await worker.next('serving'));
+  assert.equal(taken.config_sha256, sha256Hex(config(2)));
+  assert.equal(taken.generation, 2);
+  assert.equal((await worker.ask('decide')).attempts, 2);
+  worker.kill();
+  await redis.kill();
+});
+
+test('a watcher outlives Redis: killed, restarted empty (nothing published: refused, the last good serves), the next publication taken', async () => {
+  let redis = await RedisServer.start();
+  await publishPolicy(redis.url, WASM, config(4));
+  const worker = new Worker(redis.url, { intervalMs: 200 });
+  const serving = policyOf(await worker.next('serving', 30_000));
+  await worker.subscribed();
+  await redis.kill();
+  const away = await worker.next('log', 5_000);
+  assert.equal(away.message, 'cannot check for a policy update');
+  await sleep(1_000);
+  assert.equal((await worker.ask('decide')).attempts, 4, 'the policy serves with Redis away');
+  assert.equal((await worker.ask('status')).subscribed, false);
+  // Back, but empty (a restart without persistence): nothing to take, the last good serves.
+  redis = await RedisServer.start(redis.port);
+  const refused = await worker.next('refused');
+  assert.equal(refused.kind, 'fleet');
+  assert.match(String(refused.reason), /nothing published at agent-retry:policy:wasm/);
+  const status = await worker.ask('status');
+  assert.deepEqual(policyOf(status), serving);
+  assert.equal(status.refused, 1, 'refused once, not at every poll');
+  await publishPolicy(redis.url, WASM, config(2));
+  const taken = policyOf(await worker.next('serving'));
+  assert.equal(taken.config_sha256, sha256Hex(config(2)));
+  assert.equal(taken.generation, 2);
+  await worker.subscribed(); // the subscription is made again
+  worker.kill();
+  await redis.kill();
+});
+
+test('in process: a watcher takes a publication, logs an outage once, and does not keep the process alive', async () => {
+  const redis = await RedisServer.start();
+  await publishPolicy(redis.url, WASM, config(4));
+  const events: PolicyUpdateEvent[] = [];
+  const options: LiveOptions = { cacheDir, log: (e) => events.push(e) };
+  const live = await LivePolicy.openFleet({ url: redis.url }, Integrity.pinnedSha256(sha256Hex(WASM)), options);
+  assert.deepEqual(live.source, { url: redis.url, prefix: DEFAULT_PREFIX, integrity: live.source.integrity });
+  assert.equal(await live.poll(), undefined, 'nothing new');
+  await publishPolicy(redis.url, WASM, config(2));
+  assert.equal((await live.poll())?.generation, 2);
+  // A pinned digest refuses another .wasm from the fleet.
+  const other = Buffer.concat([WASM, Buffer.from([0, 5, 4, 0x74, 0x65, 0x73, 0x74])]); // a custom section "test"
+  await publishPolicy(redis.url, other, config(3));
+  await assert.rejects(live.poll(), (e: unknown) => e instanceof Error && /pinned digest/.test(e.message));
+  assert.equal(await live.poll(), undefined, 'a refused revision is tried once');
+  await redis.kill();
+  for (let i = 0; i < 3; i++) assert.equal(await live.poll(), undefined);
+  const warnings = events.filter((e) => e.message === 'cannot check for a policy update');
+  assert.equal(warnings.length, 1, 'an outage is logged once');
+  assert.match(String(warnings[0].reason), /ECONNREFUSED/);
+  await assert.rejects(live.reload(), UpdateFleetError);
+  assert.equal(live.current().identity.generation, 2);
+  assert.deepEqual(live.metrics, { accepted: 1, refused: 2, rolledBack: 0 });
+  live.close();
+  // A process that only watches a fleet exits by itself once its own work is done.
+  const other2 = await RedisServer.start();
+  await publishPolicy(other2.url, WASM, '{}');
+  const script = `import { LivePolicy, Integrity } from ${JSON.stringify(pathToFileURL(join(here, '../src/index.js')).href)};
+    const live = await LivePolicy.openFleet({ url: ${JSON.stringify(other2.url)} }, Integrity.unchecked(), { log: () => {} });
+    const watcher = live.watch(50);
+    console.log('watching ' + live.current().identity);
+    setTimeout(() => console.log(watcher.native ? 'subscribed' : 'not subscribed'), 1000);`;
+  const start = performance.now();
+  const { stdout } = await promisify(execFile)(process.execPath, ['--input-type=module', '-e', script],
+    { timeout: 20_000, env: { ...process.env, AGENT_RETRY_CACHE_DIR: cacheDir } });
+  assert.match(stdout, /^watching generation 1 .*\nsubscribed\n$/s);
+  console.log(`# a fleet-watching process exited by itself ${(performance.now() - start).toFixed(0)} ms after its start (its own timer: 1000 ms)`);
+  await other2.kill();
+});
+
+test('the Rust host and this one share a fleet: each takes what the other publishes', { skip: !existsSync(RUST_CLI) && `no ${RUST_CLI}` }, async () => {
+  const redis = await RedisServer.start();
+  const { publicKey, privateKey } = generateKeyPairSync('ed25519');
+  const publicKeyHex = (publicKey as KeyObject).export({ format: 'der', type: 'spki' }).subarray(-32).toString('hex');
+  const dir = mkdtempSync(join(tmpdir(), 'fleet-rust-'));
+  writeFileSync(join(dir, 'policy.json'), config(4));
+  writeFileSync(join(dir, 'policy.wasm.sig'), sign(null, WASM, privateKey).toString('hex'));
+  // `agent-retry publish` (Rust), taken by a worker of this host at open.
+  const { stdout } = await promisify(execFile)(RUST_CLI, ['publish', '--redis', redis.url, '--wasm', locateComponent()!, '--config', join(dir, 'policy.json'),
+    '--signature', join(dir, 'policy.wasm.sig')]);
+  assert.match(stdout, /"revision":1/);
+  const worker = new Worker(redis.url, { intervalMs: 60_000, publicKeyHex });
+  assert.equal(policyOf(await worker.next('serving', 30_000)).config_sha256, sha256Hex(config(4)));
+  // publishPolicy (here), taken by `agent-retry watch --fleet` (Rust) through the channel.
+  const rust = spawn(RUST_CLI, ['watch', '--fleet', redis.url, '--interval-ms', '60000', '--public-key', publicKeyHex], { stdio: ['pipe', 'pipe', 'ignore'] });
+  const rustLines: Array<Record<string, unknown>> = [];
+  createInterface({ input: rust.stdout! }).on('line', (line) => rustLines.push(JSON.parse(line) as Record<string, unknown>));
+  const rustServing = async (sha: string) => {
+    const deadline = Date.now() + 15_000;
+    while (!rustLines.some((l) => l.event === 'serving' && (l.policy as Record<string, unknown>)['config-sha256'] === sha)) {
+      if (Date.now() > deadline) assert.fail(`the Rust worker never served ${sha}: ${JSON.stringify(rustLines)}`);
+      await sleep(50);
+    }
+  };
+  try {
+    await rustServing(sha256Hex(config(4)));
+    await worker.subscribed();
+    await sleep(500); // the Rust worker subscribes after its first read
+    assert.equal(await publishPolicy(redis.url, WASM, config(2), { signature: sign(null, WASM, privateKey) }), 2);
+    await rustServing(sha256Hex(config(2)));
+    assert.equal(policyOf(await worker.next('serving')).config_sha256, sha256Hex(config(2)));
+  } finally {
+    rust.kill();
+    worker.kill();
+    await redis.kill();
+  }
+});
+
+test('without node-redis the error says what to install', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'no-redis-'));
+  for (const file of ['fleet.js', 'errors.js']) copyFileSync(join(here, '../src', file), join(dir, file));
+  const script = `import { publishPolicy } from ${JSON.stringify(pathToFileURL(join(dir, 'fleet.js')).href)};
+    publishPolicy('redis://127.0.0.1:1', new Uint8Array(1), '{}').then(() => console.log('published?'), (e) => console.log(e.name + ': ' + e.message));`;
+  const { stdout } = await promisify(execFile)(process.execPath, ['--input-type=module', '-e', script]);
+  assert.match(stdout, /^FleetError: fleet updates through Redis need the npm package `redis` \(node-redis 5\).*npm install redis@\^5\.9\.0/);
+});
