@@ -184,7 +184,7 @@ class Worker:
 
 def test_one_publication_reaches_every_worker_process(server: RedisServer, wasm: bytes) -> None:
     prefix = "fleet-test:a"
-    assert publish_policy(server.url, wasm, config(4), prefix=prefix) == 1
+    assert publish_policy(server.url, wasm, config(4), prefix=prefix) > 0
     # A long poll interval: the update must come through the channel.
     workers = [Worker(server.url, prefix, 60.0) for _ in range(3)]
     try:
@@ -193,7 +193,7 @@ def test_one_publication_reaches_every_worker_process(server: RedisServer, wasm:
             assert (first["generation"], first["config_sha256"]) == (1, sha(config(4)))
         time.sleep(0.5)  # every listener subscribed
         start = time.monotonic()
-        assert publish_policy(server.url, wasm, config(2), prefix=prefix) == 2
+        assert publish_policy(server.url, wasm, config(2), prefix=prefix) > 0
         for worker in workers:
             update = worker.next_identity(15)
             assert (update["generation"], update["config_sha256"], update["wasm_sha256"]) == (2, sha(config(2)), sha(wasm))
@@ -224,13 +224,13 @@ def test_a_worker_started_after_a_publication_takes_the_current_one(server: Redi
     with pytest.raises(UpdateFleetError, match=f"nothing published at {DEFAULT_PREFIX}:wasm"):
         LivePolicy.open_redis(server.url)
     publish_policy(server.url, wasm, config(4))
-    publish_policy(server.url, wasm, config(5))
+    latest = publish_policy(server.url, wasm, config(5))
     live = LivePolicy.open_redis(server.url)
     assert live.current().config_json == config(5) and live.current().identity.generation == 1
     assert live.poll() is None, "the revision it opened with is not an update"
     source = FleetSource(server.url)
     client = source.client()
-    assert source.revision(client) == 2
+    assert source.revision(client) == latest
     assert client.pubsub_numsub(source.channel) == [(source.channel.encode(), 0)]
     client.close()
 

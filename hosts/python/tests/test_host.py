@@ -28,7 +28,7 @@ from agent_retry_policy import (
     locate_component,
 )
 from agent_retry_policy._codec import ValueConversionError
-from agent_retry_policy.accounts import U64_MAX, Bucket, Reservation
+from agent_retry_policy.accounts import U64_MAX
 from agent_retry_policy.component import contract_compatibility
 from agent_retry_policy.entropy import random_bytes
 from agent_retry_policy.types import http_failure, transport_failure

@@ -154,6 +154,8 @@ def test_a_broken_or_foreign_component_is_refused_and_rollback_returns_to_the_pr
     assert back.generation == 1
     assert attempts_against_a_persistent_503(live.current()) == 4
     assert live.rollback().generation == 2, "a second rollback returns to the one rolled back from"
+    assert live.rollback().generation == 1
+    assert live.reload().generation == 3, "the next update after a rollback gets a number no policy had before"
 
 
 def with_custom_section(wasm: bytes, payload: bytes) -> bytes:

@@ -6,7 +6,10 @@
 //! - `{prefix}:config`: the configuration (JSON text);
 //! - `{prefix}:wasm.sig`: optional detached Ed25519 signature of the `.wasm`
 //!   (64 raw bytes or 128 hex digits);
-//! - `{prefix}:revision`: an integer, one more per publication;
+//! - `{prefix}:revision`: an integer that grows with every publication: one
+//!   more than the last, or the server's time in ms if that is larger, so that
+//!   it never repeats after Redis loses its state (a worker that tried revision
+//!   N before would otherwise miss a new publication numbered N);
 //! - channel `{prefix}:updates`: a message per publication (it only wakes workers).
 //!
 //! [`publish_policy`] writes all of it in one transaction, so a worker reading
@@ -110,6 +113,10 @@ pub struct Publication {
     pub revision: u64,
 }
 
+/// The next revision: INCR, or the server's time in ms if larger (the same
+/// script in the Python and Node hosts' publishers).
+pub const NEXT_REVISION_LUA: &str = "local r = redis.call('INCR', KEYS[1]) local t = redis.call('TIME') local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) if r < ms then redis.call('SET', KEYS[1], ms) r = ms end return r";
+
 /// Publishes a policy for every worker of the fleet in one transaction and
 /// announces it; returns the new revision. Workers gate it as any update: a
 /// worker refuses what does not pass and keeps its last good policy.
@@ -121,7 +128,7 @@ pub fn publish_policy(source: &FleetSource, wasm: &[u8], config_json: &str, sign
         Some(signature) => pipe.cmd("SET").arg(source.key("wasm.sig")).arg(signature).ignore(),
         None => pipe.cmd("DEL").arg(source.key("wasm.sig")).ignore(),
     };
-    pipe.cmd("INCR").arg(source.key("revision")).cmd("PUBLISH").arg(source.channel()).arg("published").ignore();
+    pipe.cmd("EVAL").arg(NEXT_REVISION_LUA).arg(1).arg(source.key("revision")).cmd("PUBLISH").arg(source.channel()).arg("published").ignore();
     let (revision,): (u64,) = pipe.query(&mut connection).map_err(|e| e.to_string())?;
     Ok(revision)
 }

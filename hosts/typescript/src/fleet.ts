@@ -7,7 +7,9 @@
 // - `{prefix}:config`: the configuration (JSON text);
 // - `{prefix}:wasm.sig`: optional detached Ed25519 signature of the `.wasm`
 //   (64 raw bytes or 128 hex digits);
-// - `{prefix}:revision`: an integer, one more per publication;
+// - `{prefix}:revision`: an integer that grows with every publication: one more
+//   than the last, or the server's time in ms if that is larger, so that it
+//   never repeats after Redis loses its state;
 // - channel `{prefix}:updates`: a message per publication (it only wakes workers).
 //
 // `publishPolicy` writes all of it in one transaction (MULTI … EXEC), so a
@@ -31,6 +33,9 @@ export const DEFAULT_PREFIX = 'agent-retry:policy';
 export const REDIS_TIMEOUT_MS = 500;
 /** What to install when node-redis is missing. */
 export const REDIS_INSTALL = 'npm install redis@^5.9.0';
+/** The next revision: INCR, or the server's time in ms if larger (the same
+ *  script as the Rust and Python hosts' publishers). */
+export const NEXT_REVISION_LUA = "local r = redis.call('INCR', KEYS[1]) local t = redis.call('TIME') local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) if r < ms then redis.call('SET', KEYS[1], ms) r = ms end return r";
 
 /** Where a fleet's policy is published: `redis://host:port/db` and the keys' prefix. */
 export interface FleetSource {
@@ -191,11 +196,11 @@ export class Fleet {
         .addCommand(['SET', this.key('wasm'), Buffer.from(wasm)])
         .addCommand(['SET', this.key('config'), configJson])
         .addCommand(signature === undefined ? ['DEL', this.key('wasm.sig')] : ['SET', this.key('wasm.sig'), signature])
-        .addCommand(['INCR', this.key('revision')])
+        .addCommand(['EVAL', NEXT_REVISION_LUA, '1', this.key('revision')])
         .addCommand(['PUBLISH', this.channel, 'published']);
       const replies = (await within(transaction.exec(), REDIS_TIMEOUT_MS, `${url}: MULTI … EXEC`, () => destroy(client))) as unknown[];
       const revision = Number(replies[3]);
-      if (!Number.isSafeInteger(revision)) throw new FleetError(`${url}: INCR ${this.key('revision')} answered ${String(replies[3])}`);
+      if (!Number.isSafeInteger(revision)) throw new FleetError(`${url}: the next ${this.key('revision')} answered ${String(replies[3])}`);
       return revision;
     } catch (e) {
       throw e instanceof FleetError ? e : new FleetError(`${url}: publish: ${describe(e)}`, { cause: e });

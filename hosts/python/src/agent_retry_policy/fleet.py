@@ -5,7 +5,9 @@ same layout as the Rust host's `agent_retry_host::fleet`.
 - `{prefix}:config`: the configuration (JSON text);
 - `{prefix}:wasm.sig`: optional detached Ed25519 signature of the `.wasm` (64 raw
   bytes or 128 hex digits);
-- `{prefix}:revision`: an integer, one more per publication;
+- `{prefix}:revision`: an integer that grows with every publication: one more
+  than the last, or the server's time in ms if that is larger, so that it never
+  repeats after Redis loses its state;
 - channel `{prefix}:updates`: a message per publication (it only wakes workers).
 
 `publish_policy` writes all of it in one transaction (MULTI, SET wasm, SET
@@ -105,6 +107,11 @@ def _revision(value: Any, key: str) -> int:
         raise FleetUnavailable(f"{key} is not an integer: {value!r}") from None
 
 
+# The next revision: INCR, or the server's time in ms if larger (the same script
+# as the Rust and Node hosts' publishers).
+NEXT_REVISION_LUA = "local r = redis.call('INCR', KEYS[1]) local t = redis.call('TIME') local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) if r < ms then redis.call('SET', KEYS[1], ms) r = ms end return r"
+
+
 def publish_policy(
     url: str,
     wasm_bytes: bytes,
@@ -128,7 +135,7 @@ def publish_policy(
             pipe.delete(source.key("wasm.sig"))
         else:
             pipe.set(source.key("wasm.sig"), signature.encode("ascii") if isinstance(signature, str) else bytes(signature))
-        pipe.incr(source.key("revision"))
+        pipe.eval(NEXT_REVISION_LUA, 1, source.key("revision"))
         pipe.publish(source.channel, b"published")
         results = pipe.execute()
     finally:

@@ -79,7 +79,7 @@ class PolicyIdentity:
 
     wasm_sha256: str  # SHA-256 of the .wasm, hex
     config_sha256: str  # SHA-256 of the configuration text, hex
-    generation: int  # 1 for the policy the host started with, then one more per accepted update
+    generation: int  # 1 for the policy the host started with, then one more per accepted update, never reused
 
     def __str__(self) -> str:
         return f"generation {self.generation} (wasm {self.wasm_sha256[:12]}, config {self.config_sha256[:12]})"
@@ -255,6 +255,8 @@ class LivePolicy:
         self._previous: Loaded | None = None
         self._seen = seen
         self._last_refusal: str | None = None
+        # Accepted updates are numbered from 2, never reusing a number after a rollback (as the Rust and Node hosts).
+        self._next_generation = 2
         self._closed = threading.Event()
 
     @classmethod
@@ -313,7 +315,7 @@ class LivePolicy:
                 read = self._origin.read()
                 with self._lock:
                     self._seen = read.seen
-                loaded = _candidate(read, serving.identity.generation + 1, serving)
+                loaded = _candidate(read, self._next_generation, serving)
             except UpdateError as e:
                 with self._lock:
                     self._last_refusal = str(e)
@@ -322,6 +324,7 @@ class LivePolicy:
             with self._lock:
                 self._previous, self._current = self._current, loaded
                 self._last_refusal = None
+                self._next_generation += 1
             identity = loaded.identity
             self._log(logging.INFO, "policy update accepted", **_identity_fields(identity))
             return identity
