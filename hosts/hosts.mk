@@ -54,7 +54,8 @@ test-hosts-agree: wasm hosts-python-setup hosts-ts-setup
 # Per-decision cost against tenacity (Python) and p-retry (Node); figures in hosts/README.md.
 bench-hosts: wasm hosts-python-setup hosts-ts-setup
 	$(HOSTS_PY) hosts/python/bench/bench.py
-	cd $(HOSTS_TS) && npm run --silent bench
+	$(HOSTS_PY) hosts/python/bench/live.py
+	cd $(HOSTS_TS) && npm run --silent bench && npm run --silent bench:live
 
 # The host-conformance judge (tests/judge/exam.json) against each host's exam
 # client: the judge serves the exam's faults, runs the client, and checks from

@@ -31,5 +31,6 @@ bench: lab-build redis
 	@mkdir -p target/bench
 	cargo bench -p agent-retry-harness --bench decision > target/bench/decision.txt; s=$$?; cat target/bench/decision.txt; exit $$s
 	cargo bench -p agent-retry-harness --bench accounts > target/bench/accounts.txt; s=$$?; cat target/bench/accounts.txt; exit $$s
+	cargo bench -p agent-retry-harness --bench update > target/bench/update.txt; s=$$?; cat target/bench/update.txt; exit $$s
 	$(MAKE) --no-print-directory bench-hosts > target/bench/hosts.txt 2>&1; s=$$?; cat target/bench/hosts.txt; exit $$s
 	$(LAB_BENCH) --out target/bench/report.json --outputs target/bench
