@@ -120,9 +120,9 @@ impl GuestPolicy for Policy {
         backoff::next_delay_ms(self.config.base_delay_ms, self.config.max_delay_ms, retry, hint_ms, entropy(entropy_))
     }
 
-    fn start_run(&self, run_id: String) -> exports::agent_retry::policy::policy::Run {
-        let run = run::Run::new(Arc::clone(&self.config), &run_id);
-        exports::agent_retry::policy::policy::Run::new(Run { run: RefCell::new(run) })
+    fn start_run(&self, run_id: String) -> Result<exports::agent_retry::policy::policy::Run, wit::RunError> {
+        let run = run::Run::start(Arc::clone(&self.config), &run_id)?;
+        Ok(exports::agent_retry::policy::policy::Run::new(Run { run: RefCell::new(run) }))
     }
 }
 
@@ -132,14 +132,18 @@ impl GuestRun for Run {
         result.map(Into::into).map_err(Into::into)
     }
 
-    fn record_outcome(&self, call_id: u32, outcome: wit::Outcome, now_ms: u64, entropy_: Option<u64>) -> Result<wit::Decision, wit::RunError> {
+    fn record_outcome(&self, call_id: u32, attempt: u32, outcome: wit::Outcome, now_ms: u64, entropy_: Option<u64>) -> Result<wit::Decision, wit::RunError> {
         let outcome: model::Outcome = outcome.into();
-        let result = self.run.borrow_mut().record_outcome(call_id, &outcome, now_ms, entropy(entropy_), &mut HostAccountBudget);
+        let result = self.run.borrow_mut().record_outcome(call_id, attempt, &outcome, now_ms, entropy(entropy_), &mut HostAccountBudget);
         result.map(Into::into).map_err(Into::into)
     }
 
     fn report(&self) -> wit::RunReport {
         self.run.borrow().report().into()
+    }
+
+    fn effects(&self, start: u32, max_count: u32) -> Vec<wit::EffectRecord> {
+        map_vec(self.run.borrow().effects_page(start, max_count))
     }
 }
 
@@ -167,7 +171,7 @@ enum_map!(model::EscalationReason => wit::EscalationReason {
 });
 enum_map!(model::EffectStatus => wit::EffectStatus { Applied, Unknown });
 enum_map!(wit::StatusCheckResult => model::StatusCheckResult { Found, Absent, Unknown });
-enum_map!(model::ConfigErrorKind => wit::ConfigErrorKind { Syntax, UnknownField, WrongType, OutOfRange });
+enum_map!(model::ConfigErrorKind => wit::ConfigErrorKind { Syntax, UnknownField, WrongType, OutOfRange, TooLarge });
 
 fn map_vec<A, B: From<A>>(items: Vec<A>) -> Vec<B> {
     items.into_iter().map(Into::into).collect()
@@ -231,7 +235,14 @@ impl From<model::EffectRecord> for wit::EffectRecord {
 
 impl From<model::Escalation> for wit::Escalation {
     fn from(e: model::Escalation) -> Self {
-        wit::Escalation { reason: e.reason.into(), last_error: e.last_error, resets_in_ms: e.resets_in_ms, effects: map_vec(e.effects), note: e.note }
+        wit::Escalation {
+            reason: e.reason.into(),
+            last_error: e.last_error,
+            resets_in_ms: e.resets_in_ms,
+            effects: map_vec(e.effects),
+            effects_total: e.effects_total,
+            note: e.note,
+        }
     }
 }
 
@@ -274,6 +285,7 @@ impl From<model::RunReport> for wit::RunReport {
             escalation: r.escalation.map(Into::into),
             statuses: r.statuses.into_iter().map(|s| wit::StatusCount { status: s.status, count: s.count }).collect(),
             effects: map_vec(r.effects),
+            effects_total: r.effects_total,
         }
     }
 }
@@ -286,6 +298,10 @@ impl From<model::RunError> for wit::RunError {
             model::RunError::StatusCheckPending(id) => wit::RunError::StatusCheckPending(id),
             model::RunError::NoStatusCheckPending(id) => wit::RunError::NoStatusCheckPending(id),
             model::RunError::RunEnded(reason) => wit::RunError::RunEnded(reason.into()),
+            model::RunError::AttemptMismatch(m) => {
+                wit::RunError::AttemptMismatch(wit::AttemptMismatch { call_id: m.call_id, expected: m.expected, reported: m.reported })
+            }
+            model::RunError::TooLarge(l) => wit::RunError::TooLarge(wit::SizeLimit { input: l.input, size_bytes: l.size_bytes, limit_bytes: l.limit_bytes }),
         }
     }
 }

@@ -118,8 +118,10 @@ pub fn classify(failure: &Failure, config: &Config, tool: Option<&str>, now_ms: 
         Some((_, class)) => (*class, "config:status-overrides"),
         None => (status_class(status), "http-status"),
     };
-    let headers = Headers { pairs: &failure.headers };
-    let server = hints::read(&failure.headers, now_ms, config.max_plausible_hint_ms);
+    let (pairs, limit_problems) = hints::within_limits(&failure.headers);
+    let headers = Headers { pairs: &pairs };
+    let mut server = hints::read(&pairs, now_ms, config.max_plausible_hint_ms);
+    server.problems.extend(limit_problems);
     let mut hint = server.wait.as_ref().map(|h| (h.wait_ms, String::from(h.source)));
     let mut evidence = String::new();
     let mut status = None;

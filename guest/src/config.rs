@@ -20,6 +20,8 @@ pub const ONE_YEAR_MS: u64 = 365 * ONE_DAY_MS;
 
 /// The most `tool-error-rules` one list may hold.
 pub const MAX_TEXT_RULES: usize = 64;
+/// The longest configuration text, in bytes (1 MiB): refused before it is read.
+pub const MAX_CONFIG_BYTES: usize = 1 << 20;
 
 /// One `tools` entry: how the policy treats the tool, and its own text rules.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -474,6 +476,10 @@ fn account_budget(path: &str, value: Json) -> Result<AccountBudgetConfig, Config
 impl Config {
     /// Parses and validates a JSON configuration.
     pub fn from_json(text: &str) -> Result<Config, ConfigError> {
+        if text.len() > MAX_CONFIG_BYTES {
+            let message = format!("the configuration is {} bytes, more than the {MAX_CONFIG_BYTES}-byte limit", text.len());
+            return Err(error(ConfigErrorKind::TooLarge, "", message));
+        }
         let value = json::parse(text).map_err(|e| error(ConfigErrorKind::Syntax, "", format!("not valid JSON: {e}")))?;
         Self::from_value(value)
     }

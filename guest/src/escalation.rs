@@ -27,10 +27,22 @@ pub fn reason_text(reason: EscalationReason) -> &'static str {
     }
 }
 
-/// The note names this many effects from each end of a long list, and counts
-/// the rest: a note stays short however long the run (the escalation's
-/// `effects` list still holds every one).
+/// The note, a report and an escalation name this many effects from each end of
+/// a long list, and count the rest: they stay short however long the run
+/// (`run.effects` pages through every one).
 pub const NOTE_EFFECTS_EACH_END: usize = 10;
+
+/// A run's effects as a report or an escalation lists them: all of them up to
+/// twice [`NOTE_EFFECTS_EACH_END`], else the first and the last that many (the
+/// host pages through the rest with `run.effects`), so that what crosses the
+/// boundary stays bounded however long the run.
+pub fn bounded(effects: &[EffectRecord]) -> alloc::vec::Vec<EffectRecord> {
+    let each_end = NOTE_EFFECTS_EACH_END;
+    if effects.len() <= 2 * each_end {
+        return effects.to_vec();
+    }
+    effects[..each_end].iter().chain(&effects[effects.len() - each_end..]).cloned().collect()
+}
 
 /// Where the run stopped.
 pub struct StopPoint<'a> {
@@ -66,7 +78,7 @@ pub fn note(
         let skipped = effects.len().saturating_sub(2 * NOTE_EFFECTS_EACH_END);
         for (i, effect) in effects.iter().enumerate() {
             if skipped > 0 && i == NOTE_EFFECTS_EACH_END {
-                let _ = write!(note, " ... {skipped} more (listed in the escalation's effects) ...");
+                let _ = write!(note, " ... {skipped} more (the run's effects call lists every one) ...");
             }
             if skipped > 0 && (NOTE_EFFECTS_EACH_END..NOTE_EFFECTS_EACH_END + skipped).contains(&i) {
                 continue;

@@ -75,6 +75,36 @@ impl<'a> Headers<'a> {
     }
 }
 
+/// The most headers the policy reads (the rest are named in one problem).
+pub const MAX_HEADERS: usize = 64;
+/// The longest header value the policy parses, in bytes.
+pub const MAX_HEADER_VALUE_BYTES: usize = 1024;
+
+/// The headers the policy reads: the first [`MAX_HEADERS`], without values
+/// longer than [`MAX_HEADER_VALUE_BYTES`]; what was left out is named in the
+/// problems. The cost of every later lookup is then bounded, whatever was sent.
+pub fn within_limits(headers: &[(String, String)]) -> (alloc::borrow::Cow<'_, [(String, String)]>, Vec<HeaderProblem>) {
+    let first = &headers[..headers.len().min(MAX_HEADERS)];
+    let mut problems = Vec::new();
+    if headers.len() > MAX_HEADERS {
+        let text = alloc::format!("only the first {MAX_HEADERS} of {} headers were read", headers.len());
+        problems.push(HeaderProblem { name: String::from("(headers)"), value: String::new(), problem: text });
+    }
+    if first.iter().all(|(_, v)| v.len() <= MAX_HEADER_VALUE_BYTES) {
+        return (alloc::borrow::Cow::Borrowed(first), problems);
+    }
+    let mut kept = Vec::with_capacity(first.len());
+    for (name, value) in first {
+        if value.len() > MAX_HEADER_VALUE_BYTES {
+            let text = alloc::format!("is {} bytes, longer than the {MAX_HEADER_VALUE_BYTES} the policy reads", value.len());
+            problems.push(problem(&name.trim().to_ascii_lowercase(), value, &text));
+        } else {
+            kept.push((name.clone(), value.clone()));
+        }
+    }
+    (alloc::borrow::Cow::Owned(kept), problems)
+}
+
 fn problem(name: &str, value: &str, text: &str) -> HeaderProblem {
     HeaderProblem { name: name.to_string(), value: excerpt(value, 60), problem: text.to_string() }
 }

@@ -23,9 +23,12 @@ use crate::classify::{classify, failure_label, is_ambiguous};
 use crate::config::{Config, ToolPolicy};
 use crate::escalation::{self, StopPoint};
 use crate::text::excerpt;
+
+/// The most effects `Run::effects_page` returns in one call.
+pub const MAX_EFFECTS_PAGE: usize = 1000;
 use crate::types::{
-    Action, Admission, CallRequest, CallTicket, Decision, Effect, EffectRecord, EffectStatus, Escalation, EscalationReason, Failure, FailureKind, Outcome,
-    OutcomeClass, RetryPlan, RunError, RunReport, StatusCheckResult, StatusCount,
+    Action, Admission, AttemptMismatch, CallRequest, CallTicket, Decision, Effect, EffectRecord, EffectStatus, Escalation, EscalationReason, Failure,
+    FailureKind, Outcome, OutcomeClass, RetryPlan, RunError, RunReport, SizeLimit, StatusCheckResult, StatusCount,
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,6 +97,12 @@ struct Failed {
 }
 
 impl Run {
+    /// A run, or `too-large` for a run id longer than [`crate::types::MAX_ID_BYTES`].
+    pub fn start(config: Arc<Config>, run_id: &str) -> Result<Run, RunError> {
+        SizeLimit::check("run-id", run_id)?;
+        Ok(Run::new(config, run_id))
+    }
+
     pub fn new(config: Arc<Config>, run_id: &str) -> Run {
         Run {
             config,
@@ -104,6 +113,17 @@ impl Run {
             effects: Vec::new(),
             escalation: None,
         }
+    }
+
+    fn effects_total(&self) -> u32 {
+        u32::try_from(self.effects.len()).unwrap_or(u32::MAX)
+    }
+
+    /// The effects from the `start`-th, at most `max_count` (and [`MAX_EFFECTS_PAGE`]).
+    pub fn effects_page(&self, start: u32, max_count: u32) -> Vec<EffectRecord> {
+        let start = (start as usize).min(self.effects.len());
+        let count = (max_count as usize).min(MAX_EFFECTS_PAGE);
+        self.effects[start..].iter().take(count).cloned().collect()
     }
 
     /// Steps taken: attempts sent plus status checks asked for.
@@ -172,7 +192,7 @@ impl Run {
         };
         let stop = StopPoint { run_id: &self.run_id, call: stop_call };
         let note = escalation::note(&stop, reason, last_error.as_deref(), resets_in_ms, now_ms, &self.effects);
-        Escalation { reason, last_error, resets_in_ms, effects: self.effects.clone(), note }
+        Escalation { reason, last_error, resets_in_ms, effects: escalation::bounded(&self.effects), effects_total: self.effects_total(), note }
     }
 
     fn decision(&self, index: usize, action: Action, failed: &Failed, reason: String) -> Decision {
@@ -189,6 +209,10 @@ impl Run {
     /// Asks to begin a call.
     pub fn begin_call(&mut self, request: &CallRequest, now_ms: u64, budget: &mut dyn AccountBudget) -> Result<Admission, RunError> {
         self.ensure_open()?;
+        SizeLimit::check("tool", &request.tool)?;
+        if let Some(key) = &request.idempotency_key {
+            SizeLimit::check("idempotency-key", key)?;
+        }
         if self.steps() >= self.config.max_steps_per_run {
             return Ok(Admission::Escalate(self.escalate(None, EscalationReason::RunStepsSpent, None, now_ms)));
         }
@@ -208,6 +232,10 @@ impl Run {
             effect_index: None,
         };
         let safe_to_repeat = call.safe_to_repeat();
+        // The first call gets room for one, not the four a Vec reserves by
+        // default: most runs in flight have one call out, and 100,000 runs must
+        // fit in one instance's 64 MiB.
+        self.calls.reserve_exact(usize::from(self.calls.is_empty()));
         self.calls.push(call);
         self.counters.attempts += 1;
         self.note_wait(delay_ms);
@@ -215,10 +243,24 @@ impl Run {
         Ok(Admission::Send(CallTicket { call_id, delay_ms, effect: policy.effect, safe_to_repeat }))
     }
 
-    /// Records what one attempt returned and decides what happens next.
-    pub fn record_outcome(&mut self, call_id: u32, outcome: &Outcome, now_ms: u64, entropy: u64, budget: &mut dyn AccountBudget) -> Result<Decision, RunError> {
+    /// Records what attempt `attempt` returned and decides what happens next. A
+    /// report of another attempt than the call's current one (a second report of
+    /// one attempt) is refused and changes nothing.
+    pub fn record_outcome(
+        &mut self,
+        call_id: u32,
+        attempt: u32,
+        outcome: &Outcome,
+        now_ms: u64,
+        entropy: u64,
+        budget: &mut dyn AccountBudget,
+    ) -> Result<Decision, RunError> {
         self.ensure_open()?;
         let index = self.call_index(call_id)?;
+        let expected = self.calls[index].attempt;
+        if attempt != expected {
+            return Err(RunError::AttemptMismatch(AttemptMismatch { call_id, expected, reported: attempt }));
+        }
         let pending = match self.calls[index].phase {
             Phase::CheckingStatus { class, hint_ms } => Some(Failed { class, hint_ms, rule: String::from("status-check"), reason: String::new() }),
             _ => None,
@@ -429,7 +471,8 @@ impl Run {
             waited_ms: c.waited_ms,
             escalation: self.escalation,
             statuses: self.statuses.clone(),
-            effects: self.effects.clone(),
+            effects: escalation::bounded(&self.effects),
+            effects_total: self.effects_total(),
         }
     }
 }

@@ -186,6 +186,7 @@ pub struct Escalation {
     pub last_error: Option<String>,
     pub resets_in_ms: Option<u64>,
     pub effects: Vec<EffectRecord>,
+    pub effects_total: u32,
     pub note: String,
 }
 
@@ -255,6 +256,7 @@ pub struct RunReport {
     pub escalation: Option<EscalationReason>,
     pub statuses: Vec<StatusCount>,
     pub effects: Vec<EffectRecord>,
+    pub effects_total: u32,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -265,6 +267,38 @@ pub enum RunError {
     StatusCheckPending(u32),
     NoStatusCheckPending(u32),
     RunEnded(EscalationReason),
+    AttemptMismatch(AttemptMismatch),
+    TooLarge(SizeLimit),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct AttemptMismatch {
+    pub call_id: u32,
+    pub expected: u32,
+    pub reported: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct SizeLimit {
+    pub input: String,
+    pub size_bytes: u32,
+    pub limit_bytes: u32,
+}
+
+/// The longest run id, tool name or idempotency key, in bytes.
+pub const MAX_ID_BYTES: usize = 256;
+
+impl SizeLimit {
+    /// `Err(too-large)` if `value` is longer than [`MAX_ID_BYTES`].
+    pub fn check(input: &str, value: &str) -> Result<(), RunError> {
+        if value.len() <= MAX_ID_BYTES {
+            return Ok(());
+        }
+        let size_bytes = u32::try_from(value.len()).unwrap_or(u32::MAX);
+        Err(RunError::TooLarge(SizeLimit { input: String::from(input), size_bytes, limit_bytes: MAX_ID_BYTES as u32 }))
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -274,6 +308,7 @@ pub enum ConfigErrorKind {
     UnknownField,
     WrongType,
     OutOfRange,
+    TooLarge,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -3,9 +3,12 @@
 //! Allocation and free are O(1) and the code is a few hundred bytes. dlmalloc
 //! costs ~6 KB of the 100 KB budget; lol_alloc's first-fit free list is as small
 //! but made a decision cost 16 µs instead of 8 µs (`cargo bench --bench decision`).
-//! Freed blocks are reused only by requests of the same class and never
-//! coalesced: the heap holds at most the peak use of each class, which for a
-//! policy (short strings, a few vectors) is small.
+//! Freed blocks are never coalesced, but a request of 4 KiB or more that finds
+//! its class empty splits a larger free block (buddy-style halves) before it
+//! grows memory, and so does any request when memory cannot grow: freed memory
+//! is reused across sizes, so a long-lived instance accepts what a fresh one
+//! does (bodies of 20, 10, 5, 2.5 and 1.25 MB in turn once exhausted the 64 MiB
+//! cap: every size class took fresh memory).
 
 use core::alloc::{GlobalAlloc, Layout};
 use core::arch::wasm32::memory_grow;
@@ -17,6 +20,10 @@ const PAGE: usize = 65_536;
 const MAX_ALIGN: usize = 4096;
 /// Grow memory by at least this many pages at a time.
 const GROW_PAGES: usize = 16;
+/// The smallest class (2^12 = 4 KiB) that splits a larger free block before it
+/// grows memory (smaller ones do only when memory cannot grow: the search is
+/// not worth it on the decision path).
+const SPLIT_FROM_CLASS: usize = 12;
 
 struct State {
     /// Free blocks of 2^k bytes, linked through their first word.
@@ -34,6 +41,26 @@ unsafe impl Sync for SizeClasses {}
 impl SizeClasses {
     pub const fn new() -> Self {
         SizeClasses(UnsafeCell::new(State { free: [null_mut(); usize::BITS as usize], next: 0, end: 0 }))
+    }
+}
+
+impl State {
+    /// Takes a free block of class `k` by splitting the smallest larger free
+    /// block: its lower 2^k bytes are returned, the upper halves (2^k, 2^(k+1),
+    /// ...) go to their classes' free lists. Alignment holds: a block of 2^j is
+    /// aligned to min(2^j, MAX_ALIGN), and each half's offset is a multiple of its size.
+    fn split_larger(&mut self, k: usize) -> *mut u8 {
+        let Some(j) = (k + 1..self.free.len()).find(|&j| !self.free[j].is_null()) else { return null_mut() };
+        let block = self.free[j];
+        // SAFETY: a free block stores the next free block of its class in its first word.
+        self.free[j] = unsafe { *(block as *mut *mut u8) };
+        for i in (k..j).rev() {
+            // SAFETY: the upper half of a 2^(i+1) piece of `block`, inside the block.
+            let half = unsafe { block.add(1 << i) };
+            unsafe { *(half as *mut *mut u8) = self.free[i] };
+            self.free[i] = half;
+        }
+        block
     }
 }
 
@@ -57,13 +84,21 @@ unsafe impl GlobalAlloc for SizeClasses {
             state.free[k] = unsafe { *(head as *mut *mut u8) };
             return head;
         }
+        if k >= SPLIT_FROM_CLASS {
+            let block = state.split_larger(k);
+            if !block.is_null() {
+                return block;
+            }
+        }
         let align = size.min(MAX_ALIGN);
         let start = (state.next + align - 1) & !(align - 1);
         if start.checked_add(size).is_none_or(|end| end > state.end) {
             let pages = size.div_ceil(PAGE).saturating_add(1).max(GROW_PAGES);
             let previous = memory_grow(0, pages);
             if previous == usize::MAX {
-                return null_mut(); // the host's memory cap: the caller aborts, the host sees a trap
+                // The host's memory cap: reuse a larger free block if there is one,
+                // else the caller aborts and the host sees a trap.
+                return state.split_larger(k);
             }
             let region = previous * PAGE;
             if region != state.end {

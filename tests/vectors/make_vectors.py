@@ -75,8 +75,10 @@ def sent(call_id, **fields):
     return {"ok": {"send": dict({"call-id": call_id}, **fields)}}
 
 
-def outcome(call_id, what, expect=None, entropy=None, now=None):
+def outcome(call_id, what, expect=None, entropy=None, now=None, attempt=None):
     step = {"op": "record-outcome", "call-id": call_id, "outcome": what}
+    if attempt is not None:
+        step["attempt"] = attempt
     if entropy is not None:
         step["entropy"] = hexu(entropy)
     if now is not None:
@@ -1088,6 +1090,79 @@ def tool_error_run_cases():
     ]
 
 
+# ---------- limits.json (contract 0.3.0) ----------
+
+def limits_cases():
+    k = lambda n: f"k-{n}"
+    writes = lambda n: [s for i in range(1, n + 1) for s in (begin("issue_refund", key=k(i)), outcome(i, SUCCESS))]
+    record = lambda i: {"call-id": i, "tool": "issue_refund", "idempotency-key": k(i), "status": "applied"}
+    long_id = "r" * 257
+    return [
+        case("a second report of one attempt is refused and changes nothing", [
+            begin("lookup_order"),
+            outcome(1, fail(status=503), retry(attempt=2), attempt=1),
+            outcome(1, fail(status=503), {"err": {"attempt-mismatch": {"call-id": 1, "expected": 2, "reported": 1}}}, attempt=1),
+            report(attempts=2, retries=1),
+            outcome(1, SUCCESS, succeed(), attempt=2),
+        ], config=TOOLS, comment="record-outcome names the attempt it reports: a host that records one 503 twice gets a typed error, not a second retry"),
+        case("a report of an attempt not yet sent is refused", [
+            begin("lookup_order"),
+            outcome(1, fail(status=503), {"err": {"attempt-mismatch": {"call-id": 1, "expected": 1, "reported": 3}}}, attempt=3),
+            report(attempts=1, retries=0),
+        ], config=TOOLS),
+        case("a status check reports the attempt whose effect it checked", [
+            begin("issue_refund"),
+            outcome(1, fail(transport="timeout"), decision("check-status"), attempt=1),
+            outcome(1, {"status-check": "absent"}, retry(attempt=2), attempt=1),
+            outcome(1, SUCCESS, succeed(), attempt=2),
+        ], config=TOOLS),
+        case("a report lists at most the first 10 and the last 10 effects and counts them all", writes(25) + [
+            report(effects=[record(i) for i in list(range(1, 11)) + list(range(16, 26))], **{"effects-total": 25}),
+        ], config=TOOLS),
+        case("a run of 20 effects reports every one", writes(20) + [
+            report(effects=[record(i) for i in range(1, 21)], **{"effects-total": 20}),
+        ], config=TOOLS),
+        case("an escalation lists at most 20 effects, counts them all, and names them in its note", writes(25) + [
+            begin("issue_refund", key=k(26)),
+            outcome(26, fail(status=403), escalate("permission-denied", effects=[record(i) for i in list(range(1, 11)) + list(range(16, 26))],
+                                                   **{"effects-total": 25, "note": {"$contains": "... 5 more"}})),
+        ], config=TOOLS),
+        case("effects pages through every effect in order", writes(25) + [
+            {"op": "effects", "start": 0, "max-count": 1000, "expect": [record(i) for i in range(1, 26)]},
+            {"op": "effects", "start": 10, "max-count": 3, "expect": [record(i) for i in (11, 12, 13)]},
+            {"op": "effects", "start": 24, "max-count": 10, "expect": [record(25)]},
+            {"op": "effects", "start": 25, "max-count": 10, "expect": []},
+            {"op": "effects", "start": 4000000000, "max-count": 10, "expect": []},
+        ], config=TOOLS),
+        case("a run id longer than 256 bytes is refused", [
+            {"op": "start-run", "run-id": long_id,
+             "expect": {"err": {"too-large": {"input": "run-id", "size-bytes": 257, "limit-bytes": 256}}}},
+            {"op": "start-run", "run-id": "r" * 256, "expect": {"ok": None}},
+        ]),
+        case("a tool name or key longer than 256 bytes is refused and the run goes on", [
+            begin("t" * 257, expect={"err": {"too-large": {"input": "tool", "size-bytes": 257, "limit-bytes": 256}}}),
+            begin("issue_refund", key="k" * 300, expect={"err": {"too-large": {"input": "idempotency-key", "size-bytes": 300, "limit-bytes": 256}}}),
+            begin("issue_refund", key="k" * 256, expect=sent(1)),
+            report(calls=1, attempts=1),
+        ], config=TOOLS),
+        classify_case_headers(),
+        case("a header value longer than 1024 bytes is not parsed", [
+            classify({"status": 503, "headers": [("Retry-After", "1" * 1025), ("retry-after-ms", "250")]},
+                     {"class": "transient", "hint-ms": 250, "header-problems": [
+                         {"name": "retry-after", "problem": "is 1025 bytes, longer than the 1024 the policy reads"}]}),
+        ]),
+    ]
+
+
+def classify_case_headers():
+    headers = [(f"x-filler-{i}", "1") for i in range(64)] + [("Retry-After", "7")]
+    return case("only the first 64 headers are read, and the rest are named", [
+        classify({"status": 503, "headers": headers},
+                 {"class": "transient", "hint-ms": None, "header-problems": [
+                     {"name": "(headers)", "value": "", "problem": "only the first 64 of 65 headers were read"}]}),
+    ])
+
+
 FILES = {
     "classify.json": ("How each failure is classified (classify)", classify_cases),
     "hints.json": ("Server wait hints from every header format (classify)", hints_cases),
@@ -1107,6 +1182,7 @@ FILES = {
     "config.json": ("Configuration loading and validation (load-policy)", config_cases),
     "tool-errors.json": ("Failures a tool relays as isError text or structured content (classify)", tool_error_cases),
     "runs-tool-errors.json": ("Relayed failures in a run", tool_error_run_cases),
+    "limits.json": ("Bounded inputs and outputs, and one report per attempt (contract 0.3.0)", limits_cases),
 }
 
 

@@ -35,7 +35,7 @@ pub fn explain(wasm: &std::path::Path, seed: u64) -> anyhow::Result<()> {
         "issue_refund": {"effect": "write"}, "list_refunds": {"effect": "read"}, "delete_asset": {"effect": "delete"}}}"#;
     let policy = instance.load_policy(config)?.map_err(|e| anyhow::anyhow!("{}: {}", e.field, e.message))?;
     let run_id = "CASE-5016";
-    let run = instance.start_run(&policy, run_id)?;
+    let run = instance.start_run(&policy, run_id)?.map_err(|e| anyhow::anyhow!("run id: {e:?}"))?;
     let script = [
         Scripted { tool: "lookup_order", keyed: false, outcomes: vec![http(503, &[], "upstream unavailable"), Outcome::Success] },
         Scripted { tool: "check_refund_policy", keyed: false, outcomes: vec![http(429, &[("Retry-After", "2")], "slow down"), Outcome::Success] },
@@ -60,13 +60,15 @@ pub fn explain(wasm: &std::path::Path, seed: u64) -> anyhow::Result<()> {
             Err(e) => anyhow::bail!("run error: {e:?}"),
         };
         let mut stop = false;
+        let mut attempt = 1;
         for outcome in &scripted.outcomes {
-            let decision = match instance.record_outcome(&run, ticket.call_id, outcome, now_ms, None)? {
+            let decision = match instance.record_outcome(&run, ticket.call_id, attempt, outcome, now_ms, None)? {
                 Ok(decision) => decision,
                 Err(e) => anyhow::bail!("run error: {e:?}"),
             };
             let what = match &decision.action {
                 Action::Retry(plan) => {
+                    attempt = plan.attempt;
                     now_ms += plan.delay_ms;
                     let key = if plan.idempotency_key.is_some() { "same key" } else { "no key needed" };
                     format!("retry after {} ms, {key}", plan.delay_ms)

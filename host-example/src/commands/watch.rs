@@ -56,13 +56,14 @@ fn attempts_against_a_persistent_503(live: &LivePolicy) -> anyhow::Result<u32> {
     let loaded = live.current();
     let mut instance = loaded.component.instantiate(HostServices::new(Arc::new(EmbeddedAccounts::new()), EntropySource::seeded(1)))?;
     let policy = instance.load_policy(&loaded.config_json)?.map_err(|e| anyhow::anyhow!("{}: {}", e.field, e.message))?;
-    let run = instance.start_run(&policy, "watch-probe")?;
+    let run = instance.start_run(&policy, "watch-probe")?.map_err(|e| anyhow::anyhow!("{e:?}"))?;
     let read = CallRequest { tool: "probe".into(), idempotency_key: None, hints: None };
     let Admission::Send(ticket) = instance.begin_call(&run, &read, 1)?.map_err(|e| anyhow::anyhow!("{e:?}"))? else { return Ok(0) };
     let failure = Outcome::Failure(Failure { kind: FailureKind::HttpStatus(503), headers: vec![], body: String::new(), structured_content: None });
     let mut attempts = 1;
-    while let Action::Retry(_) = instance.record_outcome(&run, ticket.call_id, &failure, 1, Some(1))?.map_err(|e| anyhow::anyhow!("{e:?}"))?.action {
-        attempts += 1;
+    while let Action::Retry(plan) = instance.record_outcome(&run, ticket.call_id, attempts, &failure, 1, Some(1))?.map_err(|e| anyhow::anyhow!("{e:?}"))?.action
+    {
+        attempts = plan.attempt;
     }
     Ok(attempts)
 }

@@ -16,6 +16,7 @@ use wasmtime::{Config, Engine, ResourceLimiter, Store, StoreLimits, StoreLimitsB
 use crate::accounts::{AccountBudgetBackend, Bucket, Reservation};
 use crate::entropy::EntropySource;
 use crate::fault::PolicyFault;
+use crate::limits;
 
 // wit/ is a link to the repository's wit/ (the packaged crate holds a copy).
 wasmtime::component::bindgen!({ world: "agent-retry", path: "wit" });
@@ -27,14 +28,17 @@ pub use agent_retry::policy::types;
 /// fitted in 20,000 when measured; a policy stuck in a loop runs out and traps.
 pub const FUEL_PER_CALL: u64 = 20_000_000;
 
+/// The most resources (policies and runs) alive at once in one instance.
+pub const MAX_RESOURCE_HANDLES: usize = 1_000_000;
+
 /// The most linear memory one instance may grow to.
 pub const MAX_MEMORY_BYTES: usize = 64 << 20;
 
 /// The contract version this host speaks (the WIT package `agent-retry:policy`).
-pub const CONTRACT_VERSION: &str = "0.2.0";
+pub const CONTRACT_VERSION: &str = "0.3.0";
 
 /// The policy interface of that version, as the component exports it.
-pub const POLICY_INTERFACE: &str = "agent-retry:policy/policy@0.2.0";
+pub const POLICY_INTERFACE: &str = "agent-retry:policy/policy@0.3.0";
 
 /// The component this crate was built with, if it carries one: the published
 /// crate embeds the `.wasm` of its release (`make dist` copies it into
@@ -159,12 +163,17 @@ pub struct HostState {
 struct MemoryLimiter {
     limits: StoreLimits,
     refused: bool,
+    /// The linear memory granted so far, in bytes.
+    granted_bytes: usize,
 }
 
 impl ResourceLimiter for MemoryLimiter {
     fn memory_growing(&mut self, current: usize, desired: usize, maximum: Option<usize>) -> wasmtime::Result<bool> {
         let allowed = self.limits.memory_growing(current, desired, maximum)?;
         self.refused |= !allowed;
+        if allowed {
+            self.granted_bytes = self.granted_bytes.max(desired);
+        }
         Ok(allowed)
     }
 
@@ -294,8 +303,11 @@ impl PolicyComponent {
     /// A fresh instance with its own memory. Runs live in one instance.
     pub fn instantiate(&self, services: HostServices) -> wasmtime::Result<PolicyInstance> {
         let limits = StoreLimitsBuilder::new().memory_size(self.limits.max_memory_bytes).instances(4).tables(16).memories(4).build();
-        let mut store = Store::new(&self.engine, HostState { services, limits: MemoryLimiter { limits, refused: false } });
+        let mut store = Store::new(&self.engine, HostState { services, limits: MemoryLimiter { limits, refused: false, granted_bytes: 0 } });
         store.limiter(|state| &mut state.limits);
+        // Runs are resources: wasmtime's default of 100,000 live handles a store
+        // would refuse the 100,000th run in flight before memory does.
+        store.set_max_component_handles(MAX_RESOURCE_HANDLES);
         store.set_fuel(self.limits.fuel_per_call)?;
         let instance = self.pre.instance_pre().instantiate(&mut store)?;
         let bindings = AgentRetry::new(&mut store, &instance)?;
@@ -338,6 +350,19 @@ pub struct PolicyInstance {
     broken: Option<String>,
 }
 
+/// `too-large`, as the component answers it, for an id over 256 bytes.
+fn id_within_limit(input: &str, value: &str) -> Result<(), types::RunError> {
+    if value.len() <= limits::MAX_ID_BYTES {
+        return Ok(());
+    }
+    let size_bytes = u32::try_from(value.len()).unwrap_or(u32::MAX);
+    Err(types::RunError::TooLarge(types::SizeLimit { input: input.to_string(), size_bytes, limit_bytes: limits::MAX_ID_BYTES as u32 }))
+}
+
+fn too_large(check: Result<(), (&'static str, usize, usize)>) -> Result<(), PolicyFault> {
+    check.map_err(|(input, size_bytes, limit_bytes)| PolicyFault::InputTooLarge { input, size_bytes, limit_bytes })
+}
+
 /// A policy resource in an instance.
 pub struct PolicyHandle(ResourceAny);
 /// A run resource in an instance.
@@ -364,6 +389,11 @@ impl PolicyInstance {
         self.broken.is_some()
     }
 
+    /// The guest's linear memory, in bytes (it never shrinks).
+    pub fn memory_bytes(&self) -> usize {
+        self.store.data().limits.granted_bytes
+    }
+
     /// The fuel the last call burned (about one unit per wasm instruction).
     pub fn fuel_used_by_last_call(&self) -> u64 {
         self.limits.fuel_per_call.saturating_sub(self.store.get_fuel().unwrap_or(0))
@@ -375,12 +405,21 @@ impl PolicyInstance {
         (&mut self.store, &self.instance)
     }
 
+    /// The contract's key for an intended call; ids over 256 bytes are refused
+    /// before they cross ([`PolicyFault::InputTooLarge`]).
     pub fn derive_idempotency_key(&mut self, run_id: &str, action_id: &str) -> Result<String, PolicyFault> {
+        too_large(limits::check("run-id", run_id, limits::MAX_ID_BYTES))?;
+        too_large(limits::check("action-id", action_id, limits::MAX_ID_BYTES))?;
         self.guarded(|b, store| b.agent_retry_policy_policy().call_derive_idempotency_key(store, run_id, action_id))
     }
 
-    /// Parses a configuration; `Ok(Err(_))` is a rejected configuration.
+    /// Parses a configuration; `Ok(Err(_))` is a rejected configuration (one
+    /// over 1 MiB without crossing the boundary, as the component would answer).
     pub fn load_policy(&mut self, config_json: &str) -> Result<Result<PolicyHandle, types::ConfigError>, PolicyFault> {
+        if config_json.len() > limits::MAX_CONFIG_BYTES {
+            let message = format!("the configuration is {} bytes, more than the {}-byte limit", config_json.len(), limits::MAX_CONFIG_BYTES);
+            return Ok(Err(types::ConfigError { kind: types::ConfigErrorKind::TooLarge, field: String::new(), message }));
+        }
         self.guarded(|b, store| Ok(b.agent_retry_policy_policy().policy().call_from_json(store, config_json)?.map(PolicyHandle)))
     }
 
@@ -389,37 +428,68 @@ impl PolicyInstance {
     }
 
     pub fn classify(&mut self, policy: &PolicyHandle, failure: &types::Failure, now_ms: u64) -> Result<types::Classification, PolicyFault> {
-        self.guarded(|b, store| b.agent_retry_policy_policy().policy().call_classify(store, policy.0, failure, now_ms))
+        let failure = limits::bounded_failure(failure);
+        self.guarded(|b, store| b.agent_retry_policy_policy().policy().call_classify(store, policy.0, &failure, now_ms))
     }
 
     pub fn next_delay(&mut self, policy: &PolicyHandle, retry: u32, hint_ms: Option<u64>, entropy: Option<u64>) -> Result<u64, PolicyFault> {
         self.guarded(|b, store| b.agent_retry_policy_policy().policy().call_next_delay(store, policy.0, retry, hint_ms, entropy))
     }
 
-    pub fn start_run(&mut self, policy: &PolicyHandle, run_id: &str) -> Result<RunHandle, PolicyFault> {
-        self.guarded(|b, store| Ok(RunHandle(b.agent_retry_policy_policy().policy().call_start_run(store, policy.0, run_id)?)))
+    /// Starts a run; `Ok(Err(too-large))` for a run id over 256 bytes (without
+    /// crossing the boundary, as the component would answer).
+    pub fn start_run(&mut self, policy: &PolicyHandle, run_id: &str) -> Result<Result<RunHandle, types::RunError>, PolicyFault> {
+        if let Err(limit) = id_within_limit("run-id", run_id) {
+            return Ok(Err(limit));
+        }
+        self.guarded(|b, store| Ok(b.agent_retry_policy_policy().policy().call_start_run(store, policy.0, run_id)?.map(RunHandle)))
     }
 
     pub fn begin_call(&mut self, run: &RunHandle, call: &types::CallRequest, now_ms: u64) -> Result<Result<types::Admission, types::RunError>, PolicyFault> {
+        let ids = id_within_limit("tool", &call.tool).and_then(|()| call.idempotency_key.as_deref().map_or(Ok(()), |k| id_within_limit("idempotency-key", k)));
+        if let Err(limit) = ids {
+            return Ok(Err(limit));
+        }
         self.guarded(|b, store| b.agent_retry_policy_policy().run().call_begin_call(store, run.0, call, now_ms))
     }
 
-    /// Records an outcome. With `entropy` `None`, the host's entropy source is used
-    /// (so the guest never falls back to its own draw).
+    /// Records the outcome of attempt `attempt` (1 for the first, then the retry
+    /// plan's). With `entropy` `None`, the host's entropy source is used (so the
+    /// guest never falls back to its own draw).
     pub fn record_outcome(
         &mut self,
         run: &RunHandle,
         call_id: u32,
+        attempt: u32,
         outcome: &types::Outcome,
         now_ms: u64,
         entropy: Option<u64>,
     ) -> Result<Result<types::Decision, types::RunError>, PolicyFault> {
         let entropy = Some(entropy.unwrap_or_else(|| self.store.data().services.entropy.next_u64()));
-        self.guarded(|b, store| b.agent_retry_policy_policy().run().call_record_outcome(store, run.0, call_id, outcome, now_ms, entropy))
+        let outcome = limits::bounded_outcome(outcome);
+        self.guarded(|b, store| b.agent_retry_policy_policy().run().call_record_outcome(store, run.0, call_id, attempt, &outcome, now_ms, entropy))
     }
 
+    /// What happened in the run so far (its effects bounded: see [`Self::effects`]).
     pub fn report(&mut self, run: &RunHandle) -> Result<types::RunReport, PolicyFault> {
         self.guarded(|b, store| b.agent_retry_policy_policy().run().call_report(store, run.0))
+    }
+
+    /// The run's effects from the `start`-th, at most `max_count` (≤ 1,000) a page.
+    pub fn effects(&mut self, run: &RunHandle, start: u32, max_count: u32) -> Result<Vec<types::EffectRecord>, PolicyFault> {
+        self.guarded(|b, store| b.agent_retry_policy_policy().run().call_effects(store, run.0, start, max_count))
+    }
+
+    /// Every effect of the run, page by page.
+    pub fn all_effects(&mut self, run: &RunHandle) -> Result<Vec<types::EffectRecord>, PolicyFault> {
+        let mut all = Vec::new();
+        loop {
+            let page = self.effects(run, u32::try_from(all.len()).unwrap_or(u32::MAX), 1000)?;
+            if page.is_empty() {
+                return Ok(all);
+            }
+            all.extend(page);
+        }
     }
 
     /// Frees a run in the guest.

@@ -89,14 +89,15 @@ impl Subject for DynamicPolicy {
         Ok(to_json(&result))
     }
 
-    fn start_run(&mut self, run_id: &str) -> Result<(), String> {
+    fn start_run(&mut self, run_id: &str) -> Result<Value, String> {
         let policy = self.policy()?;
         match self.call("[method]policy.start-run", vec![policy], &[&Value::from(run_id)])? {
-            Val::Resource(run) => {
+            Val::Result(Ok(Some(run))) => {
+                let Val::Resource(run) = *run else { return Err("start-run: not a resource".into()) };
                 self.run = Some(run);
-                Ok(())
+                Ok(serde_json::json!({ "ok": null }))
             }
-            other => Err(format!("start-run returned {other:?}")),
+            other => Ok(to_json(&other)),
         }
     }
 
@@ -105,14 +106,19 @@ impl Subject for DynamicPolicy {
         Ok(to_json(&self.call("[method]run.begin-call", vec![run], &[call, &Value::from(now_ms)])?))
     }
 
-    fn record_outcome(&mut self, call_id: u32, outcome: &Value, now_ms: u64, entropy: u64) -> Result<Value, String> {
+    fn record_outcome(&mut self, call_id: u32, attempt: u32, outcome: &Value, now_ms: u64, entropy: u64) -> Result<Value, String> {
         let run = self.run()?;
-        let args = [&Value::from(call_id), outcome, &Value::from(now_ms), &Value::from(entropy)];
+        let args = [&Value::from(call_id), &Value::from(attempt), outcome, &Value::from(now_ms), &Value::from(entropy)];
         Ok(to_json(&self.call("[method]run.record-outcome", vec![run], &args)?))
     }
 
     fn report(&mut self) -> Result<Value, String> {
         let run = self.run()?;
         Ok(to_json(&self.call("[method]run.report", vec![run], &[])?))
+    }
+
+    fn effects(&mut self, start: u32, max_count: u32) -> Result<Value, String> {
+        let run = self.run()?;
+        Ok(to_json(&self.call("[method]run.effects", vec![run], &[&Value::from(start), &Value::from(max_count)])?))
     }
 }

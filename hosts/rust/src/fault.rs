@@ -24,6 +24,9 @@ pub enum PolicyFault {
     BoundaryViolation { cause: String },
     /// An earlier call on this instance failed; the instance is not entered again.
     InstanceUnusable { first_fault: String },
+    /// An input over its limit ([`crate::limits`]), refused before it crossed
+    /// the boundary: nothing ran, and the instance is fine.
+    InputTooLarge { input: &'static str, size_bytes: usize, limit_bytes: usize },
 }
 
 impl PolicyFault {
@@ -42,7 +45,7 @@ impl PolicyFault {
     }
 
     /// The fault's kind, for logs and metrics: `out-of-fuel`, `memory-exceeded`,
-    /// `trap`, `boundary-violation` or `instance-unusable`.
+    /// `trap`, `boundary-violation`, `instance-unusable` or `input-too-large`.
     pub fn kind(&self) -> &'static str {
         match self {
             PolicyFault::OutOfFuel { .. } => "out-of-fuel",
@@ -50,6 +53,7 @@ impl PolicyFault {
             PolicyFault::Trap { .. } => "trap",
             PolicyFault::BoundaryViolation { .. } => "boundary-violation",
             PolicyFault::InstanceUnusable { .. } => "instance-unusable",
+            PolicyFault::InputTooLarge { .. } => "input-too-large",
         }
     }
 }
@@ -67,6 +71,9 @@ impl fmt::Display for PolicyFault {
             PolicyFault::BoundaryViolation { cause } => write!(f, "the policy broke the contract at the boundary: {cause}"),
             PolicyFault::InstanceUnusable { first_fault } => {
                 write!(f, "this policy instance failed earlier and is not entered again (instantiate a new one): {first_fault}")
+            }
+            PolicyFault::InputTooLarge { input, size_bytes, limit_bytes } => {
+                write!(f, "{input} is {size_bytes} bytes, more than the {limit_bytes} the policy takes; refused before the call")
             }
         }
     }

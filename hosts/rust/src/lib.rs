@@ -12,6 +12,7 @@ pub mod entropy;
 pub mod fault;
 pub mod fleet;
 pub mod labels;
+pub mod limits;
 pub mod live;
 pub mod mcp;
 pub mod steps;

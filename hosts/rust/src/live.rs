@@ -428,7 +428,7 @@ fn self_test(component: &PolicyComponent, config_json: &str) -> Result<(), Updat
 
     // A keyed write failing 503 is retried with the same key within the delay cap
     // (or escalated by a budget: a policy may retry less, never worse).
-    let run = instance.start_run(&policy, "self-test-1").map_err(|e| trap("start-run", e))?;
+    let run = instance.start_run(&policy, "self-test-1").map_err(|e| trap("start-run", e))?.map_err(|e| UpdateError::SelfTest(format!("start-run: {e:?}")))?;
     let key = "ar1-00000000000000000000000000000001".to_string();
     // A write whatever `default-effect` says: MCP hints apply to a tool the configuration does not name.
     let write = Some(crate::component::types::ToolHints { read_only: Some(false), destructive: None, idempotent: Some(false) });
@@ -437,7 +437,7 @@ fn self_test(component: &PolicyComponent, config_json: &str) -> Result<(), Updat
         instance.begin_call(&run, &keyed, now).map_err(|e| trap("begin-call", e))?.map_err(|e| UpdateError::SelfTest(format!("{e:?}")))?
     {
         let decision = instance
-            .record_outcome(&run, ticket.call_id, &fail(FailureKind::HttpStatus(503), "self-test"), now, Some(u64::MAX))
+            .record_outcome(&run, ticket.call_id, 1, &fail(FailureKind::HttpStatus(503), "self-test"), now, Some(u64::MAX))
             .map_err(|e| trap("record-outcome", e))?
             .map_err(|e| UpdateError::SelfTest(format!("{e:?}")))?;
         match decision.action {
@@ -449,13 +449,13 @@ fn self_test(component: &PolicyComponent, config_json: &str) -> Result<(), Updat
     }
 
     // An unkeyed write that timed out is never resent without a status check.
-    let run = instance.start_run(&policy, "self-test-2").map_err(|e| trap("start-run", e))?;
+    let run = instance.start_run(&policy, "self-test-2").map_err(|e| trap("start-run", e))?.map_err(|e| UpdateError::SelfTest(format!("start-run: {e:?}")))?;
     let unkeyed = CallRequest { tool: "self_test_write".into(), idempotency_key: None, hints: write };
     if let Admission::Send(ticket) =
         instance.begin_call(&run, &unkeyed, now).map_err(|e| trap("begin-call", e))?.map_err(|e| UpdateError::SelfTest(format!("{e:?}")))?
     {
         let decision = instance
-            .record_outcome(&run, ticket.call_id, &fail(FailureKind::Transport(TransportError::Timeout), ""), now, Some(1))
+            .record_outcome(&run, ticket.call_id, 1, &fail(FailureKind::Transport(TransportError::Timeout), ""), now, Some(1))
             .map_err(|e| trap("record-outcome", e))?
             .map_err(|e| UpdateError::SelfTest(format!("{e:?}")))?;
         if matches!(decision.action, Action::Retry(_)) {
@@ -464,12 +464,12 @@ fn self_test(component: &PolicyComponent, config_json: &str) -> Result<(), Updat
     }
 
     // A 403 escalates; it is never retried.
-    let run = instance.start_run(&policy, "self-test-3").map_err(|e| trap("start-run", e))?;
+    let run = instance.start_run(&policy, "self-test-3").map_err(|e| trap("start-run", e))?.map_err(|e| UpdateError::SelfTest(format!("start-run: {e:?}")))?;
     if let Admission::Send(ticket) =
         instance.begin_call(&run, &keyed, now).map_err(|e| trap("begin-call", e))?.map_err(|e| UpdateError::SelfTest(format!("{e:?}")))?
     {
         let decision = instance
-            .record_outcome(&run, ticket.call_id, &fail(FailureKind::HttpStatus(403), "self-test"), now, Some(1))
+            .record_outcome(&run, ticket.call_id, 1, &fail(FailureKind::HttpStatus(403), "self-test"), now, Some(1))
             .map_err(|e| trap("record-outcome", e))?
             .map_err(|e| UpdateError::SelfTest(format!("{e:?}")))?;
         if !matches!(decision.action, Action::Escalate(_)) {
@@ -498,11 +498,12 @@ fn self_test(component: &PolicyComponent, config_json: &str) -> Result<(), Updat
     if delay > max_delay {
         return broken(format!("next-delay waits {delay} ms, above max-delay-ms {max_delay}"));
     }
-    let run = instance.start_run(&policy, "self-test-report").map_err(|e| trap("start-run", e))?;
+    let run =
+        instance.start_run(&policy, "self-test-report").map_err(|e| trap("start-run", e))?.map_err(|e| UpdateError::SelfTest(format!("start-run: {e:?}")))?;
     instance.report(&run).map_err(|e| trap("report", e))?;
 
     // A failure that persists ends in an escalation within the step budget.
-    let run = instance.start_run(&policy, "self-test-4").map_err(|e| trap("start-run", e))?;
+    let run = instance.start_run(&policy, "self-test-4").map_err(|e| trap("start-run", e))?.map_err(|e| UpdateError::SelfTest(format!("start-run: {e:?}")))?;
     let read = CallRequest {
         tool: "self_test_read".into(),
         idempotency_key: None,
@@ -514,15 +515,17 @@ fn self_test(component: &PolicyComponent, config_json: &str) -> Result<(), Updat
             Ok(Admission::Send(ticket)) => ticket,
             Ok(Admission::Escalate(_)) | Err(_) => break 'run,
         };
+        let mut attempt = 1;
         loop {
             steps += 1;
             if steps > max_steps.saturating_add(1).min(1_000_000) {
                 return broken(format!("a persistent 503 was still being retried after {steps} steps (max-steps-per-run {max_steps})"));
             }
-            let decision =
-                instance.record_outcome(&run, ticket.call_id, &fail(FailureKind::HttpStatus(503), ""), now, Some(1)).map_err(|e| trap("record-outcome", e))?;
+            let decision = instance
+                .record_outcome(&run, ticket.call_id, attempt, &fail(FailureKind::HttpStatus(503), ""), now, Some(1))
+                .map_err(|e| trap("record-outcome", e))?;
             match decision.map(|d| d.action) {
-                Ok(Action::Retry(_)) => continue,
+                Ok(Action::Retry(plan)) => attempt = plan.attempt,
                 Ok(Action::Escalate(_)) | Err(_) => break 'run,
                 Ok(_) => continue 'run,
             }

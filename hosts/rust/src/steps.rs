@@ -34,23 +34,32 @@ pub trait Subject {
     fn classify(&mut self, failure: &Value, now_ms: u64) -> Result<Value, String>;
     fn next_delay(&mut self, retry: u32, hint_ms: Option<u64>, entropy: u64) -> Result<Value, String>;
     fn derive_idempotency_key(&mut self, run_id: &str, action_id: &str) -> Result<Value, String>;
-    /// `policy.start-run`: the started run becomes the current run.
-    fn start_run(&mut self, run_id: &str) -> Result<(), String>;
+    /// `policy.start-run`: `{"ok": null}` (the started run becomes the current
+    /// run) or `{"err": run-error}`.
+    fn start_run(&mut self, run_id: &str) -> Result<Value, String>;
     fn begin_call(&mut self, call: &Value, now_ms: u64) -> Result<Value, String>;
-    fn record_outcome(&mut self, call_id: u32, outcome: &Value, now_ms: u64, entropy: u64) -> Result<Value, String>;
+    fn record_outcome(&mut self, call_id: u32, attempt: u32, outcome: &Value, now_ms: u64, entropy: u64) -> Result<Value, String>;
     fn report(&mut self) -> Result<Value, String>;
+    fn effects(&mut self, start: u32, max_count: u32) -> Result<Value, String>;
 }
 
 /// The clock and run state a sequence of steps carries from one to the next.
 pub struct StepState {
     pub now_ms: u64,
     pub run_started: bool,
+    /// Per call id, the attempt the host sent last: 1 after `begin-call`, then
+    /// each retry plan's `attempt` (what a `record-outcome` reports by default).
+    pub attempts: std::collections::HashMap<u32, u32>,
 }
 
 impl Default for StepState {
     fn default() -> Self {
-        StepState { now_ms: DEFAULT_START_MS, run_started: false }
+        StepState { now_ms: DEFAULT_START_MS, run_started: false, attempts: std::collections::HashMap::new() }
     }
+}
+
+fn u32_field(step: &Value, name: &str) -> Result<u32, String> {
+    field(step, name)?.as_u64().and_then(|r| u32::try_from(r).ok()).ok_or_else(|| format!("\"{name}\" must be a u32"))
 }
 
 fn field<'a>(step: &'a Value, name: &str) -> Result<&'a Value, String> {
@@ -82,7 +91,10 @@ const STEP_KEYS: &[&str] = &[
     "action-id",
     "call",
     "call-id",
+    "attempt",
     "outcome",
+    "start",
+    "max-count",
     "comment",
 ];
 
@@ -99,11 +111,12 @@ pub fn run_step(subject: &mut dyn Subject, step: &Value, state: &mut StepState) 
     }
     let entropy = optional_u64(step, "entropy")?.unwrap_or(DEFAULT_ENTROPY);
     let op = text(step, "op")?;
-    let needs_run = matches!(op, "begin-call" | "record-outcome" | "report");
+    let needs_run = matches!(op, "begin-call" | "record-outcome" | "report" | "effects");
     if needs_run && !*started {
         subject.start_run("run-1")?;
         *started = true;
     }
+    let attempts = &mut state.attempts;
     match op {
         "load-policy" => {
             let config_text = match (step.get("config"), step.get("config-text")) {
@@ -120,16 +133,34 @@ pub fn run_step(subject: &mut dyn Subject, step: &Value, state: &mut StepState) 
         }
         "derive-idempotency-key" => subject.derive_idempotency_key(text(step, "run-id")?, text(step, "action-id")?),
         "start-run" => {
-            subject.start_run(text(step, "run-id")?)?;
-            *started = true;
-            Ok(Value::Null)
+            let answer = subject.start_run(text(step, "run-id")?)?;
+            if answer.get("ok").is_some() {
+                *started = true;
+                attempts.clear();
+            }
+            Ok(answer)
         }
-        "begin-call" => subject.begin_call(field(step, "call")?, *now_ms),
+        "begin-call" => {
+            let answer = subject.begin_call(field(step, "call")?, *now_ms)?;
+            if let Some(call_id) = answer["ok"]["send"]["call-id"].as_u64().and_then(|id| u32::try_from(id).ok()) {
+                attempts.insert(call_id, 1);
+            }
+            Ok(answer)
+        }
         "record-outcome" => {
-            let call_id = field(step, "call-id")?.as_u64().and_then(|r| u32::try_from(r).ok()).ok_or("\"call-id\" must be a u32")?;
-            subject.record_outcome(call_id, field(step, "outcome")?, *now_ms, entropy)
+            let call_id = u32_field(step, "call-id")?;
+            let attempt = match step.get("attempt") {
+                Some(_) => u32_field(step, "attempt")?,
+                None => attempts.get(&call_id).copied().unwrap_or(1),
+            };
+            let answer = subject.record_outcome(call_id, attempt, field(step, "outcome")?, *now_ms, entropy)?;
+            if let Some(next) = answer["ok"]["action"]["retry"]["attempt"].as_u64().and_then(|a| u32::try_from(a).ok()) {
+                attempts.insert(call_id, next);
+            }
+            Ok(answer)
         }
         "report" => subject.report(),
+        "effects" => subject.effects(u32_field(step, "start")?, u32_field(step, "max-count")?),
         other => Err(format!("unknown op \"{other}\"")),
     }
 }

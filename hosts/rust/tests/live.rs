@@ -35,13 +35,13 @@ fn attempts_against_a_persistent_503(live: &LivePolicy) -> u32 {
     let loaded = live.current();
     let mut instance = loaded.component.instantiate(HostServices::new(Arc::new(EmbeddedAccounts::new()), EntropySource::seeded(3))).unwrap();
     let policy = instance.load_policy(&loaded.config_json).unwrap().unwrap();
-    let run = instance.start_run(&policy, "probe").unwrap();
+    let run = instance.start_run(&policy, "probe").unwrap().unwrap();
     let request = CallRequest { tool: "lookup_order".into(), idempotency_key: None, hints: None };
     let Admission::Send(ticket) = instance.begin_call(&run, &request, 1).unwrap().unwrap() else { panic!("admitted") };
     let failure = Outcome::Failure(Failure { kind: FailureKind::HttpStatus(503), headers: vec![], body: String::new(), structured_content: None });
     let mut attempts = 1;
-    while let Action::Retry(_) = instance.record_outcome(&run, ticket.call_id, &failure, 1, Some(1)).unwrap().unwrap().action {
-        attempts += 1;
+    while let Action::Retry(plan) = instance.record_outcome(&run, ticket.call_id, attempts, &failure, 1, Some(1)).unwrap().unwrap().action {
+        attempts = plan.attempt;
     }
     attempts
 }
@@ -84,10 +84,10 @@ fn a_broken_or_foreign_component_is_refused_and_rollback_returns_to_the_previous
     assert!(matches!(live.reload().unwrap_err(), UpdateError::Load(_)));
 
     // The same component, speaking another major contract version.
-    let foreign = rename_all(&good, b"agent-retry:policy/policy@0.2.0", b"agent-retry:policy/policy@1.0.0");
+    let foreign = rename_all(&good, b"agent-retry:policy/policy@0.3.0", b"agent-retry:policy/policy@1.0.0");
     std::fs::write(&source.wasm, &foreign).unwrap();
     let err = live.reload().unwrap_err().to_string();
-    assert!(err.contains("agent-retry:policy@1.0.0") && err.contains("agent-retry:policy@0.2.0"), "{err}");
+    assert!(err.contains("agent-retry:policy@1.0.0") && err.contains("agent-retry:policy@0.3.0"), "{err}");
     assert_eq!(live.current().identity.generation, 1, "nothing was swapped in");
 
     std::fs::write(&source.wasm, &good).unwrap();
@@ -175,14 +175,14 @@ fn decisions_never_fail_while_the_policy_is_swapped_under_load() {
                     let mut instance = loaded.component.instantiate(HostServices::new(Arc::new(EmbeddedAccounts::new()), EntropySource::seeded(w))).unwrap();
                     let policy = instance.load_policy(&loaded.config_json).unwrap().unwrap();
                     for run_number in 0..20 {
-                        let run = instance.start_run(&policy, &format!("w{w}-{run_number}")).unwrap();
+                        let run = instance.start_run(&policy, &format!("w{w}-{run_number}")).unwrap().unwrap();
                         let request = CallRequest { tool: "lookup_order".into(), idempotency_key: None, hints: None };
                         let Admission::Send(ticket) = instance.begin_call(&run, &request, 1).unwrap().unwrap() else { panic!("admitted") };
                         let failure =
                             Outcome::Failure(Failure { kind: FailureKind::HttpStatus(503), headers: vec![], body: String::new(), structured_content: None });
                         let mut attempts = 1;
-                        while let Action::Retry(_) = instance.record_outcome(&run, ticket.call_id, &failure, 1, Some(1)).unwrap().unwrap().action {
-                            attempts += 1;
+                        while let Action::Retry(plan) = instance.record_outcome(&run, ticket.call_id, attempts, &failure, 1, Some(1)).unwrap().unwrap().action {
+                            attempts = plan.attempt;
                         }
                         made.push((loaded.identity.generation, attempts));
                         instance.drop_run(run).unwrap();
@@ -248,7 +248,7 @@ fn every_hostile_component_is_refused_by_the_gate_and_the_last_good_policy_serve
         ("extra-import", "wasi:filesystem"),
         ("extra-import-sockets", "wasi:sockets"),
         ("wrong-world", "another world"),
-        ("other-major", "agent-retry:policy@0.3.0"),
+        ("other-major", "agent-retry:policy@0.4.0"),
     ];
     for (name, why) in expected {
         let bytes = std::fs::read(hostile_dir.join(format!("{name}.wasm"))).unwrap_or_else(|e| panic!("{name}: {e} (run `make hostile`)"));

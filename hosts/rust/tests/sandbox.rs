@@ -40,7 +40,7 @@ fn a_missing_file_says_how_to_build_it() {
 /// (the same length, so the binary stays valid).
 fn component_speaking(version: &str) -> Vec<u8> {
     let bytes = std::fs::read(default_wasm_path()).expect("run `make wasm` first");
-    let (from, to) = ("agent-retry:policy/policy@0.2.0".as_bytes(), format!("agent-retry:policy/policy@{version}"));
+    let (from, to) = ("agent-retry:policy/policy@0.3.0".as_bytes(), format!("agent-retry:policy/policy@{version}"));
     assert_eq!(from.len(), to.len());
     // The name appears in the export and in the wiring of the core module: rename every one.
     let mut out = bytes.clone();
@@ -57,14 +57,14 @@ fn component_speaking(version: &str) -> Vec<u8> {
 
 #[test]
 fn a_component_of_another_contract_version_is_refused_naming_both() {
-    for other in ["1.0.0", "0.3.0", "0.1.0"] {
+    for other in ["1.0.0", "0.4.0", "0.2.0"] {
         let err = PolicyComponent::from_bytes(&component_speaking(other)).err().expect("must be refused");
         assert!(matches!(err, LoadError::Incompatible { .. }), "{err}");
         let text = err.to_string();
-        assert!(text.contains(&format!("agent-retry:policy@{other}")) && text.contains("agent-retry:policy@0.2.0"), "{text}");
+        assert!(text.contains(&format!("agent-retry:policy@{other}")) && text.contains("agent-retry:policy@0.3.0"), "{text}");
     }
     // A patch release of the same contract is compatible.
-    assert!(PolicyComponent::from_bytes(&component_speaking("0.2.9")).is_ok());
+    assert!(PolicyComponent::from_bytes(&component_speaking("0.3.9")).is_ok());
 }
 
 #[test]
@@ -73,7 +73,7 @@ fn the_component_imports_only_the_account_budget_and_random() {
     imports.sort();
     assert_eq!(
         imports,
-        ["agent-retry:policy/account-budget@0.2.0", "agent-retry:policy/types@0.2.0", "wasi:random/random@0.2.6"],
+        ["agent-retry:policy/account-budget@0.3.0", "agent-retry:policy/types@0.3.0", "wasi:random/random@0.2.6"],
         "the README lists exactly these"
     );
 }
@@ -94,11 +94,17 @@ fn a_runaway_guest_is_stopped_and_the_host_goes_on() {
 
 #[test]
 fn a_guest_that_asks_for_too_much_memory_traps_without_hurting_the_host() {
-    let mut instance = component().instantiate(services()).unwrap();
-    // 80 MiB of configuration: more than the instance's 64 MiB memory cap.
+    // 80 MiB of configuration: the host refuses it before it crosses...
     let huge = format!("{{\"tools\": {{\"t\": {{\"effect\": \"{}\"}}}}}}", "x".repeat(80 << 20));
-    let err = instance.load_policy(&huge).err().expect("over the cap");
-    assert!(matches!(err, PolicyFault::MemoryExceeded { max_memory_bytes } if max_memory_bytes == 64 << 20), "{err}");
+    let mut instance = component().instantiate(services()).unwrap();
+    let refused = instance.load_policy(&huge).expect("no trap").err().expect("refused");
+    assert_eq!(refused.kind, agent_retry_host::component::types::ConfigErrorKind::TooLarge, "{}", refused.message);
+    assert!(instance.load_policy("{}").unwrap().is_ok(), "and the instance serves on");
+    // ...and passed raw, it is more than the instance's 64 MiB memory cap: a trap.
+    use agent_retry_host::steps::Subject;
+    let mut raw = agent_retry_host::dynamic::DynamicPolicy::new(&component()).unwrap();
+    let err = raw.load_policy(&huge).expect_err("over the cap");
+    assert!(err.contains("trapped"), "{err}");
     let mut fresh = component().instantiate(services()).unwrap();
     assert!(fresh.load_policy("{}").unwrap().is_ok());
 }
@@ -176,7 +182,7 @@ fn garbage_failures_and_configs_never_trap_the_guest() {
         }
     }
     let policy = instance.load_policy(r#"{"max-steps-per-run": 1000000, "max-retries-per-run": 100000, "max-replans-per-run": 1000}"#).unwrap().unwrap();
-    let mut run = instance.start_run(&policy, "garbage").unwrap();
+    let mut run = instance.start_run(&policy, "garbage").unwrap().unwrap();
     let mut decisions = 0;
     for _ in 0..2000 {
         let request = CallRequest { tool: g.text(8), idempotency_key: None, hints: None };
@@ -196,19 +202,20 @@ fn garbage_failures_and_configs_never_trap_the_guest() {
         let now = g.next() >> 20;
         let policy_answer = instance.classify(&policy, &failure, now).expect("classify must not trap");
         assert!(!policy_answer.reason.is_empty());
-        let decision = instance.record_outcome(&run, ticket.call_id, &Outcome::Failure(failure), now, Some(g.next())).expect("no trap");
+        let decision = instance.record_outcome(&run, ticket.call_id, 1, &Outcome::Failure(failure), now, Some(g.next())).expect("no trap");
         if let Ok(decision) = decision {
             decisions += 1;
             if let Action::Escalate(_) = decision.action {
                 // Most random statuses are unclassified: start over with a new run.
                 instance.drop_run(run).unwrap();
-                run = instance.start_run(&policy, "garbage").unwrap();
+                run = instance.start_run(&policy, "garbage").unwrap().unwrap();
                 continue;
             }
             if let Action::CheckStatus = decision.action {
                 let _ = instance.record_outcome(
                     &run,
                     ticket.call_id,
+                    1,
                     &Outcome::StatusCheck(agent_retry_host::component::types::StatusCheckResult::Found),
                     now,
                     None,
@@ -232,12 +239,12 @@ fn a_worst_case_tool_error_stays_inside_the_fuel_budget() {
     let config = format!(r#"{{"tool-error-rules": [{rules}], "tools": {{"t": {{"effect": "read", "tool-error-rules": [{rules}]}}}}}}"#);
     let mut instance = component().instantiate(services()).unwrap();
     let policy = instance.load_policy(&config).unwrap().unwrap();
-    let run = instance.start_run(&policy, "worst-case").unwrap();
+    let run = instance.start_run(&policy, "worst-case").unwrap().unwrap();
     let request = CallRequest { tool: "t".into(), idempotency_key: None, hints: None };
     let mut fuel_of = |body: String, structured_content: Option<String>| {
         let Admission::Send(ticket) = instance.begin_call(&run, &request, 1).unwrap().unwrap() else { panic!("admitted") };
         let failure = Failure { kind: FailureKind::ToolError(None), headers: vec![], body, structured_content };
-        let decision = instance.record_outcome(&run, ticket.call_id, &Outcome::Failure(failure), 1, Some(1)).expect("no trap").unwrap();
+        let decision = instance.record_outcome(&run, ticket.call_id, 1, &Outcome::Failure(failure), 1, Some(1)).expect("no trap").unwrap();
         (instance.fuel_used_by_last_call(), decision)
     };
     let (hostile, decision) = fuel_of("e_a ".repeat(1024), Some(format!("\"{}\"", "e_b ".repeat(1023))));
@@ -252,7 +259,7 @@ fn a_worst_case_tool_error_stays_inside_the_fuel_budget() {
         body: "upstream unavailable".into(),
         structured_content: None,
     };
-    instance.record_outcome(&run, ticket.call_id, &Outcome::Failure(http), 1, Some(1)).unwrap().unwrap();
+    instance.record_outcome(&run, ticket.call_id, 1, &Outcome::Failure(http), 1, Some(1)).unwrap().unwrap();
     let http = instance.fuel_used_by_last_call();
     println!(
         "fuel of one record-outcome: hostile 8 KB tool error {hostile}, natural relayed rate limit {natural}, HTTP 503 with Retry-After {http}, budget {FUEL_PER_CALL}"
@@ -260,34 +267,49 @@ fn a_worst_case_tool_error_stays_inside_the_fuel_budget() {
     assert!(hostile < FUEL_PER_CALL / 2, "{hostile} fuel leaves less than 2x headroom");
 }
 
-/// A long run's escalation keeps every effect and a short note: 10,000 keyed
-/// writes, then a 403. The note names the first and last ten; the list has all.
+/// A long run's escalation and report stay bounded, and every effect stays
+/// available by page: 30,000 keyed writes, then a 403. The escalation once ran
+/// out of fuel from 8,359 writes (no note, the list of writes lost) and
+/// `report()` trapped from 27,624.
 #[test]
-fn an_escalation_after_ten_thousand_writes_keeps_them_all_and_a_short_note() {
+fn a_long_runs_escalation_and_report_stay_bounded_and_every_effect_is_paged() {
+    const WRITES: u32 = 30_000;
     let mut instance = component().instantiate(services()).unwrap();
     let policy = instance.load_policy(r#"{"max-steps-per-run": 1000000}"#).unwrap().unwrap();
-    let run = instance.start_run(&policy, "long").unwrap();
+    let run = instance.start_run(&policy, "long").unwrap().unwrap();
     let mut fuel = Vec::new();
-    for i in 0..10_000u32 {
+    for i in 0..WRITES {
         let request = CallRequest { tool: "issue_refund".into(), idempotency_key: Some(format!("ar1-{i:032x}")), hints: None };
         let Admission::Send(ticket) = instance.begin_call(&run, &request, 1).unwrap().unwrap() else { panic!("admitted") };
-        instance.record_outcome(&run, ticket.call_id, &Outcome::Success, 1, Some(1)).unwrap().unwrap();
+        instance.record_outcome(&run, ticket.call_id, 1, &Outcome::Success, 1, Some(1)).unwrap().unwrap();
         fuel.push(instance.fuel_used_by_last_call());
     }
     let mean = |range: std::ops::Range<usize>| fuel[range.clone()].iter().sum::<u64>() / range.len() as u64;
-    let (first, last) = (mean(0..1000), mean(9000..10_000));
+    let (first, last) = (mean(0..1000), mean(WRITES as usize - 1000..WRITES as usize));
+    let report = instance.report(&run).expect("report() no longer traps on a long run");
+    let report_fuel = instance.fuel_used_by_last_call();
+    assert_eq!((report.effects.len(), report.effects_total), (20, WRITES));
     let request = CallRequest { tool: "issue_refund".into(), idempotency_key: None, hints: None };
     let Admission::Send(ticket) = instance.begin_call(&run, &request, 1).unwrap().unwrap() else { panic!("admitted") };
     let forbidden = Failure { kind: FailureKind::HttpStatus(403), headers: vec![], body: "needs approval".into(), structured_content: None };
-    let decision = instance.record_outcome(&run, ticket.call_id, &Outcome::Failure(forbidden), 1, Some(1)).expect("no trap").unwrap();
+    let decision = instance.record_outcome(&run, ticket.call_id, 1, &Outcome::Failure(forbidden), 1, Some(1)).expect("no trap").unwrap();
     let escalation_fuel = instance.fuel_used_by_last_call();
     let Action::Escalate(escalation) = decision.action else { panic!("{:?}", decision.action) };
-    assert_eq!(escalation.effects.len(), 10_000);
-    assert!(escalation.note.contains("9980 more") && escalation.note.len() < 3000, "{}", escalation.note.len());
-    println!("10,000 writes: a success took {first} fuel on average among the first 1,000 and {last} among the last; the escalation {escalation_fuel}");
+    assert_eq!((escalation.effects.len(), escalation.effects_total), (20, WRITES));
+    assert_eq!(escalation.effects[10].call_id, WRITES - 9, "the first ten, then the last ten");
+    assert!(escalation.note.contains("29980 more") && escalation.note.len() < 3000, "{}", escalation.note.len());
+    // Nothing a person needs is lost: every effect, in order, page by page.
+    let all = instance.all_effects(&run).unwrap();
+    assert_eq!(all.len(), WRITES as usize);
+    assert!(all.iter().enumerate().all(|(i, e)| e.call_id == i as u32 + 1 && e.idempotency_key.as_deref() == Some(format!("ar1-{i:032x}").as_str())));
+    assert_eq!(instance.effects(&run, 0, 5_000).unwrap().len(), 1_000, "a page holds at most 1,000");
+    println!(
+        "{WRITES} writes: a success took {first} fuel on average among the first 1,000 and {last} among the last; the report {report_fuel}; the escalation {escalation_fuel}"
+    );
     // The cost of a success does not grow with the effects before it (amortised:
-    // a growing list is copied now and then).
+    // a growing list is copied now and then); a report and an escalation are bounded.
     assert!(last < 2 * first, "{first} -> {last}");
+    assert!(report_fuel < 1_000_000 && escalation_fuel < 1_000_000, "{report_fuel} {escalation_fuel}");
 }
 
 /// A host aggregating MCP servers has hundreds of namespaced tools: 1,000 load
@@ -304,7 +326,7 @@ fn a_configuration_with_a_thousand_namespaced_tools_loads_inside_the_fuel_budget
     let mut instance = component().instantiate(services()).unwrap();
     let policy = instance.load_policy(&config).expect("no trap").unwrap();
     let load_fuel = instance.fuel_used_by_last_call();
-    let run = instance.start_run(&policy, "many-tools").unwrap();
+    let run = instance.start_run(&policy, "many-tools").unwrap().unwrap();
     let request = CallRequest { tool: format!("mcp__github__create_pull_request_review_{:04}", TOOLS - 1), idempotency_key: None, hints: None };
     let Admission::Send(ticket) = instance.begin_call(&run, &request, 1).unwrap().unwrap() else { panic!("admitted") };
     let begin_fuel = instance.fuel_used_by_last_call();
@@ -404,7 +426,42 @@ fn components_with_foreign_imports_another_world_or_major_are_refused_at_load() 
     let text = refusal("extra-import-sockets");
     assert!(text.contains("wasi:sockets/instance-network"), "{text}");
     let text = refusal("wrong-world");
-    assert!(text.contains("another world") && text.contains("acme:scheduler/policy@0.2.0"), "{text}");
+    assert!(text.contains("another world") && text.contains("acme:scheduler/policy@0.3.0"), "{text}");
     let text = refusal("other-major");
-    assert!(text.contains("agent-retry:policy@0.3.0") && text.contains("agent-retry:policy@0.2.0"), "{text}");
+    assert!(text.contains("agent-retry:policy@0.4.0") && text.contains("agent-retry:policy@0.3.0"), "{text}");
+}
+
+/// Freed memory is reused across sizes: bodies of 20, 10, 5, 2.5 and 1.25 MB
+/// in turn on one instance (passed raw, without the host's 64 KiB cut) once
+/// exhausted the 64 MiB cap, every size class taking fresh memory; a fresh
+/// instance accepted each of them.
+#[test]
+fn one_instance_takes_shrinking_bodies_that_a_fresh_one_takes() {
+    use agent_retry_host::steps::Subject;
+    let mut policy = agent_retry_host::dynamic::DynamicPolicy::new(&component()).unwrap();
+    policy.load_policy("{}").unwrap();
+    for size in [20 << 20, 10 << 20, 5 << 20, 5 << 19, 5 << 18] {
+        let failure = serde_json::json!({"kind": {"http-status": 503}, "headers": [], "body": "x".repeat(size), "structured-content": null});
+        let class = policy.classify(&failure, 0).unwrap_or_else(|e| panic!("a body of {size} bytes: {e}"));
+        assert_eq!(class["class"], "transient", "{size}");
+    }
+}
+
+/// Memory per run in flight is bounded: 100,000 runs, each with a call begun,
+/// live in one instance within its 64 MiB cap.
+#[test]
+fn a_hundred_thousand_runs_in_flight_fit_in_one_instance() {
+    let mut instance = component().instantiate(services()).unwrap();
+    let policy = instance.load_policy("{}").unwrap().unwrap();
+    let request = CallRequest { tool: "lookup_order".into(), idempotency_key: Some("ar1-00000000000000000000000000000000".into()), hints: None };
+    let mut runs = Vec::with_capacity(100_000);
+    for i in 0..100_000u32 {
+        let run = instance.start_run(&policy, &format!("CASE-{i:06}")).unwrap_or_else(|e| panic!("run {i}: {e}")).unwrap();
+        let admitted = instance.begin_call(&run, &request, 1).unwrap_or_else(|e| panic!("run {i}: {e} ({} bytes)", instance.memory_bytes())).unwrap();
+        assert!(matches!(admitted, Admission::Send(_)));
+        runs.push(run);
+    }
+    let memory_bytes = instance.memory_bytes();
+    println!("100,000 runs in flight: {memory_bytes} bytes of linear memory ({} per run)", memory_bytes / 100_000);
+    assert!(memory_bytes <= 64 << 20);
 }

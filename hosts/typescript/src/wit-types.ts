@@ -20,15 +20,17 @@ export const callTicket: WitType = record('call-ticket', [['call-id', u32], ['de
 export const escalationReason: WitType = enumOf('escalation-reason', 'permission-denied', 'replans-spent', 'call-attempts-spent', 'run-retries-spent', 'run-steps-spent', 'server-wait-too-long', 'retry-forbidden', 'account-budget-exhausted', 'retry-quota-exhausted', 'unclassified-failure', 'status-unknown');
 export const effectStatus: WitType = enumOf('effect-status', 'applied', 'unknown');
 export const effectRecord: WitType = record('effect-record', [['call-id', u32], ['tool', string], ['idempotency-key', option(string)], ['status', effectStatus]]);
-export const escalation: WitType = record('escalation', [['reason', escalationReason], ['last-error', option(string)], ['resets-in-ms', option(u64)], ['effects', list(effectRecord)], ['note', string]]);
+export const escalation: WitType = record('escalation', [['reason', escalationReason], ['last-error', option(string)], ['resets-in-ms', option(u64)], ['effects', list(effectRecord)], ['effects-total', u32], ['note', string]]);
 export const retryPlan: WitType = record('retry-plan', [['delay-ms', u64], ['attempt', u32], ['idempotency-key', option(string)]]);
 export const action: WitType = variant('action', [['retry', retryPlan], ['replan', string], ['check-status', null], ['succeed', option(string)], ['escalate', escalation]]);
 export const decision: WitType = record('decision', [['action', action], ['class', outcomeClass], ['attempt', u32], ['hint-ms', option(u64)], ['rule', string], ['reason', string]]);
 export const admission: WitType = variant('admission', [['send', callTicket], ['escalate', escalation]]);
 export const statusCount: WitType = record('status-count', [['status', u16], ['count', u32]]);
-export const runReport: WitType = record('run-report', [['run-id', string], ['calls', u32], ['attempts', u32], ['retries', u32], ['status-checks', u32], ['replans', u32], ['succeeded-calls', u32], ['waits', u32], ['waited-ms', u64], ['escalation', option(escalationReason)], ['statuses', list(statusCount)], ['effects', list(effectRecord)]]);
-export const runError: WitType = variant('run-error', [['unknown-call', u32], ['call-finished', u32], ['status-check-pending', u32], ['no-status-check-pending', u32], ['run-ended', escalationReason]]);
-export const configErrorKind: WitType = enumOf('config-error-kind', 'syntax', 'unknown-field', 'wrong-type', 'out-of-range');
+export const runReport: WitType = record('run-report', [['run-id', string], ['calls', u32], ['attempts', u32], ['retries', u32], ['status-checks', u32], ['replans', u32], ['succeeded-calls', u32], ['waits', u32], ['waited-ms', u64], ['escalation', option(escalationReason)], ['statuses', list(statusCount)], ['effects', list(effectRecord)], ['effects-total', u32]]);
+export const attemptMismatch: WitType = record('attempt-mismatch', [['call-id', u32], ['expected', u32], ['reported', u32]]);
+export const sizeLimit: WitType = record('size-limit', [['input', string], ['size-bytes', u32], ['limit-bytes', u32]]);
+export const runError: WitType = variant('run-error', [['unknown-call', u32], ['call-finished', u32], ['status-check-pending', u32], ['no-status-check-pending', u32], ['run-ended', escalationReason], ['attempt-mismatch', attemptMismatch], ['too-large', sizeLimit]]);
+export const configErrorKind: WitType = enumOf('config-error-kind', 'syntax', 'unknown-field', 'wrong-type', 'out-of-range', 'too-large');
 export const configError: WitType = record('config-error', [['kind', configErrorKind], ['field', string], ['message', string]]);
 
 /** Parameter and result types of the policy interface's functions (resources excluded). */
@@ -38,8 +40,9 @@ export const FUNCTIONS = {
   '[method]policy.effective-config': { params: [], result: string },
   '[method]policy.classify': { params: [failure, u64], result: classification },
   '[method]policy.next-delay': { params: [u32, option(u64), option(u64)], result: u64 },
-  '[method]policy.start-run': { params: [string], result: null },
+  '[method]policy.start-run': { params: [string], result: result(null, runError) },
   '[method]run.begin-call': { params: [callRequest, u64], result: result(admission, runError) },
-  '[method]run.record-outcome': { params: [u32, outcome, u64, option(u64)], result: result(decision, runError) },
+  '[method]run.record-outcome': { params: [u32, u32, outcome, u64, option(u64)], result: result(decision, runError) },
   '[method]run.report': { params: [], result: runReport },
+  '[method]run.effects': { params: [u32, u32], result: list(effectRecord) },
 } as const satisfies Record<string, { params: readonly WitType[]; result: WitType | null }>;

@@ -33,11 +33,17 @@ impl AccountBudget for Accounts<'_> {
     }
 }
 
-#[derive(Default)]
 pub struct Native {
     config: Option<Arc<Config>>,
     run: Option<Run>,
     accounts: EmbeddedAccounts,
+}
+
+impl Default for Native {
+    fn default() -> Self {
+        // The vectors run on one simulated clock.
+        Native { config: None, run: None, accounts: EmbeddedAccounts::on_host_clock() }
+    }
 }
 
 impl Native {
@@ -84,9 +90,14 @@ impl Subject for Native {
         Ok(Value::from(key::derive_idempotency_key(run_id, action_id)))
     }
 
-    fn start_run(&mut self, run_id: &str) -> Result<(), String> {
-        self.run = Some(Run::new(Arc::clone(self.config()?), run_id));
-        Ok(())
+    fn start_run(&mut self, run_id: &str) -> Result<Value, String> {
+        match Run::start(Arc::clone(self.config()?), run_id) {
+            Ok(run) => {
+                self.run = Some(run);
+                Ok(serde_json::json!({ "ok": null }))
+            }
+            Err(e) => Ok(result_json(Err(output(&e)))),
+        }
     }
 
     fn begin_call(&mut self, call: &Value, now_ms: u64) -> Result<Value, String> {
@@ -96,14 +107,18 @@ impl Subject for Native {
         Ok(result_json(result.map(|a| output(&a)).map_err(|e| output(&e))))
     }
 
-    fn record_outcome(&mut self, call_id: u32, outcome: &Value, now_ms: u64, entropy: u64) -> Result<Value, String> {
+    fn record_outcome(&mut self, call_id: u32, attempt: u32, outcome: &Value, now_ms: u64, entropy: u64) -> Result<Value, String> {
         let outcome: Outcome = input(outcome, "outcome")?;
         let run = self.run.as_mut().ok_or("no run")?;
-        let result = run.record_outcome(call_id, &outcome, now_ms, entropy, &mut Accounts(&self.accounts));
+        let result = run.record_outcome(call_id, attempt, &outcome, now_ms, entropy, &mut Accounts(&self.accounts));
         Ok(result_json(result.map(|d| output(&d)).map_err(|e| output(&e))))
     }
 
     fn report(&mut self) -> Result<Value, String> {
         Ok(output(&self.run.as_ref().ok_or("no run")?.report()))
+    }
+
+    fn effects(&mut self, start: u32, max_count: u32) -> Result<Value, String> {
+        Ok(output(&self.run.as_ref().ok_or("no run")?.effects_page(start, max_count)))
     }
 }

@@ -33,13 +33,13 @@ fn component_ns() -> f64 {
     });
     let started = Instant::now();
     for batch in 0..DECISIONS / PER_RUN {
-        let run = instance.start_run(&policy, &format!("bench-{batch}")).unwrap();
+        let run = instance.start_run(&policy, &format!("bench-{batch}")).unwrap().unwrap();
         for i in 0..PER_RUN {
             let ticket = match instance.begin_call(&run, &request, 1_000).unwrap().unwrap() {
                 agent_retry_host::component::types::Admission::Send(t) => t,
                 other => panic!("{other:?}"),
             };
-            std::hint::black_box(instance.record_outcome(&run, ticket.call_id, &failure, 1_000, Some(u64::from(i))).unwrap().unwrap());
+            std::hint::black_box(instance.record_outcome(&run, ticket.call_id, 1, &failure, 1_000, Some(u64::from(i))).unwrap().unwrap());
             std::hint::black_box(instance.next_delay(&policy, 2, Some(1000), Some(u64::from(i))).unwrap());
         }
         instance.drop_run(run).unwrap();
@@ -64,7 +64,7 @@ fn native_ns() -> f64 {
                 core::Admission::Send(t) => t.call_id,
                 other => panic!("{other:?}"),
             };
-            std::hint::black_box(run.record_outcome(call_id, &failure, 1_000, u64::from(i), &mut NoAccountBudget).unwrap());
+            std::hint::black_box(run.record_outcome(call_id, 1, &failure, 1_000, u64::from(i), &mut NoAccountBudget).unwrap());
             std::hint::black_box(backoff::next_delay_ms(config.base_delay_ms, config.max_delay_ms, 2, Some(1000), u64::from(i)));
         }
     }

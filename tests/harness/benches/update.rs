@@ -38,11 +38,11 @@ fn decision_ns(live: &LivePolicy) -> f64 {
         let loaded = live.current();
         let mut instance = loaded.component.instantiate(HostServices::new(Arc::new(EmbeddedAccounts::new()), EntropySource::seeded(1))).unwrap();
         let policy = instance.load_policy(&loaded.config_json).unwrap().unwrap();
-        let run = instance.start_run(&policy, &format!("bench-{batch}")).unwrap();
+        let run = instance.start_run(&policy, &format!("bench-{batch}")).unwrap().unwrap();
         let started = Instant::now();
         for i in 0..PER_RUN {
             let Admission::Send(ticket) = instance.begin_call(&run, &request, 1_000).unwrap().unwrap() else { panic!("admitted") };
-            std::hint::black_box(instance.record_outcome(&run, ticket.call_id, &failure, 1_000, Some(u64::from(i))).unwrap().unwrap());
+            std::hint::black_box(instance.record_outcome(&run, ticket.call_id, 1, &failure, 1_000, Some(u64::from(i))).unwrap().unwrap());
         }
         spent += started.elapsed();
     }

@@ -135,7 +135,7 @@ pub struct ComponentStrategy {
     instance: PolicyInstance,
     extra: String,
     policy: Option<PolicyHandle>,
-    runs: Vec<(RunHandle, u32)>,
+    runs: Vec<(RunHandle, u32, u32)>, // (run, the current call id, its attempt)
 }
 
 impl ComponentStrategy {
@@ -156,7 +156,8 @@ impl Strategy for ComponentStrategy {
         let policy = self.instance.load_policy(&config)?.map_err(|e| anyhow::anyhow!("config {}: {}", e.field, e.message))?;
         self.runs.clear();
         for client in 0..clients {
-            self.runs.push((self.instance.start_run(&policy, &format!("client-{client}"))?, 0));
+            let run = self.instance.start_run(&policy, &format!("client-{client}"))?.map_err(|e| anyhow::anyhow!("run id: {e:?}"))?;
+            self.runs.push((run, 0, 1));
         }
         self.policy = Some(policy);
         Ok(())
@@ -164,10 +165,11 @@ impl Strategy for ComponentStrategy {
 
     fn admit(&mut self, client: usize, now_ms: f64) -> anyhow::Result<Option<f64>> {
         let request = CallRequest { tool: "write_row".into(), idempotency_key: None, hints: None };
-        let (run, call_id) = &mut self.runs[client];
+        let (run, call_id, attempt) = &mut self.runs[client];
         match self.instance.begin_call(run, &request, now_ms as u64)? {
             Ok(Admission::Send(ticket)) => {
                 *call_id = ticket.call_id;
+                *attempt = 1;
                 Ok(Some(ticket.delay_ms as f64))
             }
             Ok(Admission::Escalate(_)) => Ok(None),
@@ -176,10 +178,13 @@ impl Strategy for ComponentStrategy {
     }
 
     fn failed(&mut self, client: usize, _: u32, now_ms: f64) -> anyhow::Result<Option<f64>> {
-        let (run, call_id) = &self.runs[client];
-        match self.instance.record_outcome(run, *call_id, &conflict(), now_ms as u64, None)? {
+        let (run, call_id, attempt) = &mut self.runs[client];
+        match self.instance.record_outcome(run, *call_id, *attempt, &conflict(), now_ms as u64, None)? {
             Ok(decision) => match decision.action {
-                Action::Retry(plan) => Ok(Some(plan.delay_ms as f64)),
+                Action::Retry(plan) => {
+                    *attempt = plan.attempt;
+                    Ok(Some(plan.delay_ms as f64))
+                }
                 Action::Escalate(_) => Ok(None),
                 other => anyhow::bail!("unexpected decision for a conflict: {other:?}"),
             },
@@ -188,15 +193,15 @@ impl Strategy for ComponentStrategy {
     }
 
     fn succeeded(&mut self, client: usize, now_ms: f64) -> anyhow::Result<()> {
-        let (run, call_id) = &self.runs[client];
-        match self.instance.record_outcome(run, *call_id, &Outcome::Success, now_ms as u64, None)? {
+        let (run, call_id, attempt) = &self.runs[client];
+        match self.instance.record_outcome(run, *call_id, *attempt, &Outcome::Success, now_ms as u64, None)? {
             Ok(_) => Ok(()),
             Err(e) => anyhow::bail!("run error: {e:?}"),
         }
     }
 
     fn end(&mut self) -> anyhow::Result<()> {
-        for (run, _) in self.runs.drain(..) {
+        for (run, _, _) in self.runs.drain(..) {
             self.instance.drop_run(run)?;
         }
         if let Some(policy) = self.policy.take() {

@@ -206,7 +206,7 @@ fn outcome_of(answer: &Answer) -> Outcome {
 
 impl Host for ComponentHost {
     fn start_run(&mut self, run_id: &str) -> anyhow::Result<()> {
-        self.run = Some(self.instance.start_run(&self.policy, run_id)?);
+        self.run = Some(self.instance.start_run(&self.policy, run_id)?.map_err(|e| anyhow::anyhow!("run id: {e:?}"))?);
         self.run_id = run_id.to_string();
         Ok(())
     }
@@ -225,12 +225,13 @@ impl Host for ComponentHost {
         ctx.now_ms += ticket.delay_ms;
         ctx.waited_ms += ticket.delay_ms;
         let mut key = key;
+        let mut attempt = 1;
         loop {
             let answer = ctx.server.attempt(step, version, key.as_deref(), ctx.now_ms);
             ctx.now_ms += ctx.mix.attempt_ms;
             let mut outcome = outcome_of(&answer);
             loop {
-                let decision = match self.instance.record_outcome(run, ticket.call_id, &outcome, ctx.now_ms, None)? {
+                let decision = match self.instance.record_outcome(run, ticket.call_id, attempt, &outcome, ctx.now_ms, None)? {
                     Ok(decision) => decision,
                     Err(e) => anyhow::bail!("run error: {e:?}"),
                 };
@@ -239,6 +240,7 @@ impl Host for ComponentHost {
                         ctx.now_ms += plan.delay_ms;
                         ctx.waited_ms += plan.delay_ms;
                         key = plan.idempotency_key;
+                        attempt = plan.attempt;
                         break;
                     }
                     Action::CheckStatus => {

@@ -12,7 +12,7 @@ ENUMS: dict[str, tuple[str, ...]] = {
     'effect': ('read', 'write', 'delete',),
     'escalation-reason': ('permission-denied', 'replans-spent', 'call-attempts-spent', 'run-retries-spent', 'run-steps-spent', 'server-wait-too-long', 'retry-forbidden', 'account-budget-exhausted', 'retry-quota-exhausted', 'unclassified-failure', 'status-unknown',),
     'effect-status': ('applied', 'unknown',),
-    'config-error-kind': ('syntax', 'unknown-field', 'wrong-type', 'out-of-range',),
+    'config-error-kind': ('syntax', 'unknown-field', 'wrong-type', 'out-of-range', 'too-large',),
 }
 
 RECORDS: dict[str, tuple[str, ...]] = {
@@ -24,11 +24,13 @@ RECORDS: dict[str, tuple[str, ...]] = {
     'call-request': ('tool', 'idempotency-key', 'hints',),
     'call-ticket': ('call-id', 'delay-ms', 'effect', 'safe-to-repeat',),
     'effect-record': ('call-id', 'tool', 'idempotency-key', 'status',),
-    'escalation': ('reason', 'last-error', 'resets-in-ms', 'effects', 'note',),
+    'escalation': ('reason', 'last-error', 'resets-in-ms', 'effects', 'effects-total', 'note',),
     'retry-plan': ('delay-ms', 'attempt', 'idempotency-key',),
     'decision': ('action', 'class', 'attempt', 'hint-ms', 'rule', 'reason',),
     'status-count': ('status', 'count',),
-    'run-report': ('run-id', 'calls', 'attempts', 'retries', 'status-checks', 'replans', 'succeeded-calls', 'waits', 'waited-ms', 'escalation', 'statuses', 'effects',),
+    'run-report': ('run-id', 'calls', 'attempts', 'retries', 'status-checks', 'replans', 'succeeded-calls', 'waits', 'waited-ms', 'escalation', 'statuses', 'effects', 'effects-total',),
+    'attempt-mismatch': ('call-id', 'expected', 'reported',),
+    'size-limit': ('input', 'size-bytes', 'limit-bytes',),
     'config-error': ('kind', 'field', 'message',),
 }
 
@@ -38,7 +40,7 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     'outcome': ('success', 'empty-result', 'failure', 'status-check',),
     'action': ('retry', 'replan', 'check-status', 'succeed', 'escalate',),
     'admission': ('send', 'escalate',),
-    'run-error': ('unknown-call', 'call-finished', 'status-check-pending', 'no-status-check-pending', 'run-ended',),
+    'run-error': ('unknown-call', 'call-finished', 'status-check-pending', 'no-status-check-pending', 'run-ended', 'attempt-mismatch', 'too-large',),
 }
 
 FUNCTIONS: tuple[str, ...] = (
@@ -51,4 +53,5 @@ FUNCTIONS: tuple[str, ...] = (
     '[method]run.begin-call',
     '[method]run.record-outcome',
     '[method]run.report',
+    '[method]run.effects',
 )

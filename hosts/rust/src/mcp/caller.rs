@@ -149,7 +149,7 @@ impl RetryingCaller {
         metrics: Arc<Metrics>,
     ) -> anyhow::Result<Self> {
         let policy = instance.load_policy(config_json)?.map_err(|e| anyhow::anyhow!("policy configuration: {}: {}", e.field, e.message))?;
-        let run = instance.start_run(&policy, run_id)?;
+        let run = instance.start_run(&policy, run_id)?.map_err(|e| anyhow::anyhow!("run id: {e:?}"))?;
         let tools = peer.list_all_tools().await?.iter().map(|tool| (tool.name.to_string(), tool_info(tool, &options.key_argument))).collect();
         Ok(RetryingCaller {
             peer,
@@ -283,12 +283,16 @@ impl RetryingCaller {
         };
         self.options.clock.sleep(ticket.delay_ms).await;
         let (mut outcome, mut result) = self.attempt(tool, &arguments).await;
+        // The attempt each outcome reports: 1, then each retry plan's.
+        let mut attempt = 1;
         loop {
             let now = self.options.clock.now_ms();
-            let decision = self.instance.record_outcome(&self.run, ticket.call_id, &outcome, now, None).map_err(policy_error)?.map_err(CallError::Run)?;
+            let decision =
+                self.instance.record_outcome(&self.run, ticket.call_id, attempt, &outcome, now, None).map_err(policy_error)?.map_err(CallError::Run)?;
             self.log(step, tool, key.as_deref(), &outcome, &decision);
             match decision.action {
                 Action::Retry(plan) => {
+                    attempt = plan.attempt;
                     self.options.clock.sleep(plan.delay_ms).await;
                     (outcome, result) = self.attempt(tool, &arguments).await;
                 }

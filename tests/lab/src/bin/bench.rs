@@ -82,11 +82,11 @@ fn main() -> anyhow::Result<()> {
     let decision_us = median(
         (0..3)
             .map(|round| {
-                let run = instance.start_run(&policy, &format!("bench-{round}")).unwrap();
+                let run = instance.start_run(&policy, &format!("bench-{round}")).unwrap().unwrap();
                 let t = Instant::now();
                 for _ in 0..2000 {
                     let Ok(Admission::Send(ticket)) = instance.begin_call(&run, &request, 1000).unwrap() else { panic!("not admitted") };
-                    std::hint::black_box(instance.record_outcome(&run, ticket.call_id, &failure, 1000, Some(7)).unwrap().unwrap());
+                    std::hint::black_box(instance.record_outcome(&run, ticket.call_id, 1, &failure, 1000, Some(7)).unwrap().unwrap());
                 }
                 let us = t.elapsed().as_secs_f64() * 1e6 / 2000.0;
                 instance.drop_run(run).unwrap();
@@ -113,7 +113,7 @@ fn main() -> anyhow::Result<()> {
         .map(|i| {
             let mut instance = component.instantiate(services()).unwrap();
             let policy = instance.load_policy("{}").unwrap().unwrap();
-            let run = instance.start_run(&policy, &format!("CASE-{i}")).unwrap();
+            let run = instance.start_run(&policy, &format!("CASE-{i}")).unwrap().unwrap();
             let _ = instance.begin_call(&run, &request, 1000).unwrap();
             (instance, policy, run)
         })
@@ -125,7 +125,7 @@ fn main() -> anyhow::Result<()> {
     let before = rss_bytes();
     let mut runs = Vec::new();
     for i in 0..10_000 {
-        let run = instance.start_run(&policy, &format!("CASE-{i}"))?;
+        let run = instance.start_run(&policy, &format!("CASE-{i}"))?.map_err(|e| anyhow::anyhow!("{e:?}"))?;
         let _ = instance.begin_call(&run, &request, 1000)?;
         runs.push(run);
     }
