@@ -226,12 +226,16 @@ impl Parser<'_> {
             // a backslash, a control byte or the input's end) of the &str the
             // parser was given, so it is valid UTF-8 as it stands.
             let start = self.pos;
-            while let Some(&b) = self.bytes.get(self.pos) {
+            // On locals, not `self`: the byte loop is the parser's hottest.
+            let (bytes, mut at) = (self.bytes, self.pos);
+            while at < bytes.len() {
+                let b = bytes[at];
                 if b == b'"' || b == b'\\' || b < 0x20 {
                     break;
                 }
-                self.pos += 1;
+                at += 1;
             }
+            self.pos = at;
             // SAFETY: see above; checking it again cost a configuration of many tools dearly.
             let run = unsafe { core::str::from_utf8_unchecked(&self.bytes[start..self.pos]) };
             match self.bytes.get(self.pos) {
