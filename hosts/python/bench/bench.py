@@ -47,7 +47,7 @@ def component_decisions(n: int) -> None:
             run = policy.start_run(f"bench-{i}")
         now = 1_764_460_800_000 + i
         admission = run.begin_call({"tool": "lookup_order", "idempotency-key": "ar1-key"}, now)
-        run.record_outcome(admission["send"]["call-id"], FAILURE, now, 0x1234_5678_9ABC_DEF0)  # type: ignore[index]
+        run.record_outcome(admission["send"]["call-id"], 1, FAILURE, now, 0x1234_5678_9ABC_DEF0)  # type: ignore[index]
         policy.next_delay(1, None, 0x0FED_CBA9_8765_4321)
     run.close()
     policy.close()
@@ -91,7 +91,7 @@ def stock_decisions(n: int) -> None:
         failure = Record()
         failure.kind, failure.headers, failure.body = Variant("http-status", 503), [("retry-after", "1")], "upstream unavailable"
         setattr(failure, "structured-content", None)
-        record(store, run, getattr(admission.payload.payload, "call-id"), Variant("failure", failure), now, 0x1234_5678_9ABC_DEF0)
+        record(store, run, getattr(admission.payload.payload, "call-id"), 1, Variant("failure", failure), now, 0x1234_5678_9ABC_DEF0)
         next_delay(store, policy, 1, None, 0x0FED_CBA9_8765_4321)
 
 

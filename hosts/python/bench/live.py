@@ -43,7 +43,7 @@ def decision_us(live: LivePolicy) -> float:
     for i in range(DECISIONS):
         now = time.time_ns() // 1_000_000
         admission = run.begin_call({"tool": "lookup_order", "idempotency-key": "ar1-key"}, now)
-        run.record_outcome(admission["send"]["call-id"], FAILURE, now, i)  # type: ignore[index]
+        run.record_outcome(admission["send"]["call-id"], 1, FAILURE, now, i)  # type: ignore[index]
     took = time.perf_counter() - start
     run.close()
     policy.close()

@@ -61,8 +61,8 @@ def _attempts(policy: Policy, run_id: str) -> int:
         admission = run.begin_call({"tool": "lookup_order"}, 1)
         call_id = admission["send"]["call-id"]
         attempts = 1
-        while action_name(run.record_outcome(call_id, http_failure(503), 1, 1)["action"]) == "retry":
-            attempts += 1
+        while action_name(action := run.record_outcome(call_id, attempts, http_failure(503), 1, 1)["action"]) == "retry":
+            attempts = action["retry"]["attempt"]  # type: ignore[index]
         return attempts
 
 
@@ -135,15 +135,15 @@ def test_a_broken_or_foreign_component_is_refused_and_rollback_returns_to_the_pr
     assert broken.value.kind == "load"
 
     # The same component, speaking another major contract version.
-    ours, theirs = b"agent-retry:policy/policy@0.2.0", b"agent-retry:policy/policy@1.0.0"
+    ours, theirs = b"agent-retry:policy/policy@0.3.0", b"agent-retry:policy/policy@1.0.0"
     assert good.count(ours) > 0
     source.wasm.write_bytes(good.replace(ours, theirs))
     with pytest.raises(UpdateLoadError) as foreign:
         live.reload()
     mismatch = foreign.value.error
     assert isinstance(mismatch, ContractVersionMismatch), foreign.value
-    assert (mismatch.component_version, mismatch.host_version) == ("1.0.0", "0.2.0")
-    assert "agent-retry:policy@1.0.0" in str(foreign.value) and "@0.2.0" in str(foreign.value)
+    assert (mismatch.component_version, mismatch.host_version) == ("1.0.0", "0.3.0")
+    assert "agent-retry:policy@1.0.0" in str(foreign.value) and "@0.3.0" in str(foreign.value)
     assert live.current().identity.generation == 1, "nothing was swapped in"
 
     source.wasm.write_bytes(good)

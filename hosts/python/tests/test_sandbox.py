@@ -39,6 +39,7 @@ from agent_retry_policy import (
     UpdateLoadError,
     UpdateSelfTestError,
     locate_component,
+    wit_types,
 )
 from agent_retry_policy.mcp_client import RetryingToolCaller
 from agent_retry_policy.types import Failure, http_failure
@@ -206,16 +207,16 @@ def test_a_component_of_another_world_is_refused_at_load_saying_so() -> None:
         hostile("wrong-world")
     assert not isinstance(refused.value, ContractVersionMismatch)
     message = str(refused.value)
-    assert "does not export agent-retry:policy/policy@0.2.0" in message and "another world" in message, message
-    assert "acme:scheduler/policy@0.2.0" in message, message
+    assert "does not export agent-retry:policy/policy@0.3.0" in message and "another world" in message, message
+    assert "acme:scheduler/policy@0.3.0" in message, message
     host_keeps_serving()
 
 
 def test_a_component_of_another_contract_major_is_refused_naming_both_versions() -> None:
     with pytest.raises(ContractVersionMismatch) as refused:
         hostile("other-major")
-    assert (refused.value.component_version, refused.value.host_version) == ("0.3.0", "0.2.0")
-    assert "speaks agent-retry:policy@0.3.0 but this host speaks @0.2.0" in str(refused.value)
+    assert (refused.value.component_version, refused.value.host_version) == ("0.4.0", "0.3.0")
+    assert "speaks agent-retry:policy@0.4.0 but this host speaks @0.3.0" in str(refused.value)
     host_keeps_serving()
 
 
@@ -313,6 +314,7 @@ def test_when_the_policy_fails_the_mcp_wrapper_does_not_retry_and_escalates_sayi
     error = escalated.value
     assert isinstance(error.policy_failure, PolicyTrap) and isinstance(error.policy_failure.__cause__, ConnectionError)
     assert error.reason == "unclassified-failure"
+    assert set(error.escalation) == set(wit_types.RECORDS["escalation"]), "the fallback escalation has every field"
     assert "the retry policy failed (PolicyTrap: [method]run.record-outcome trapped: a host import raised ConnectionError" in error.note
     assert "not retried" in error.note
     assert session.sent == 1, "not retried"

@@ -6,9 +6,10 @@ wrappers, and a retrying wrapper around the MCP SDK's `ClientSession.call_tool`.
     policy = instance.load_policy({"tools": {"lookup_order": {"effect": "read"}}})
     run = policy.start_run("CASE-5016")
     admission = run.begin_call({"tool": "lookup_order"}, now_ms())
+    decision = run.record_outcome(admission["send"]["call-id"], 1, types.http_failure(503), now_ms())
 """
 
-from . import types
+from . import limits, types
 from .accounts import PROCESS_ACCOUNTS, AccountBudgetBackend, Bucket, EmbeddedAccounts, Reservation, gcra
 from .component import (
     CONTRACT_VERSION,
@@ -34,6 +35,7 @@ from .errors import (
     InstanceUnusable,
     NothingToRollBackTo,
     PolicyBoundaryViolation,
+    PolicyInputTooLarge,
     PolicyMemoryExceeded,
     PolicyOutOfFuel,
     PolicyTrap,
@@ -77,6 +79,7 @@ __all__ = [
     "PolicyComponent",
     "PolicyBoundaryViolation",
     "PolicyIdentity",
+    "PolicyInputTooLarge",
     "PolicyInstance",
     "PolicyMemoryExceeded",
     "PolicyOutOfFuel",
@@ -96,6 +99,7 @@ __all__ = [
     "WrongThread",
     "check_contract_version",
     "gcra",
+    "limits",
     "locate_component",
     "now_ms",
     "publish_policy",

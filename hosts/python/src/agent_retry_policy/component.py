@@ -5,6 +5,8 @@
     policy = instance.load_policy({"max-attempts-per-call": 3})
     run = policy.start_run("CASE-5016")
     admission = run.begin_call({"tool": "lookup_order"}, now_ms())
+    call_id = admission["send"]["call-id"]
+    decision = run.record_outcome(call_id, 1, outcome, now_ms())  # attempt 1, then each retry plan's
 
 The sandbox matches the Rust and Node hosts': the component gets only the
 account budget and `wasi:random/random` (no WASI, so no file, socket, clock or
@@ -16,6 +18,11 @@ subclass naming its cause (`PolicyOutOfFuel`, `PolicyMemoryExceeded`,
 (`InstanceUnusable`); the host goes on with a fresh one. An instance belongs to
 the thread that created it: a call from another thread raises `WrongThread`
 before it reaches wasmtime.
+
+What the host passes is bounded before it crosses (`limits.py`, contract
+0.3.0): a failure's body cut to 64 KiB, at most 128 headers of 4 KiB, structured
+content over 64 KiB dropped; ids over 256 bytes and a configuration over 1 MiB
+are refused with the answer the component would give, without a call.
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ from wasmtime.component import Component, ComponentInstanceType, FuncType, Linke
 from . import (
     _codec,  # first: refuses an unsupported wasmtime-py with a clear message
     _sandbox,
+    limits,
 )
 from .accounts import PROCESS_ACCOUNTS, AccountBudgetBackend, Bucket
 from .entropy import EntropySource, OsEntropy, random_bytes
@@ -52,19 +60,20 @@ from .errors import (
     ContractVersionMismatch,
     InstanceUnusable,
     PolicyBoundaryViolation,
+    PolicyInputTooLarge,
     PolicyMemoryExceeded,
     PolicyOutOfFuel,
     PolicyTrap,
     RunMisuse,
     WrongThread,
 )
-from .types import Admission, CallRequest, Classification, Decision, Failure, Outcome, RunReport
+from .types import Admission, CallRequest, Classification, Decision, EffectRecord, Failure, Outcome, RunReport
 
 # The contract this host speaks (wit/). A component of another major version
 # (for 0.x, another 0.minor: semver's caret rule) is refused at load time; one of
 # a compatible version is run under its own interface names.
 CONTRACT_PACKAGE = "agent-retry:policy"
-CONTRACT_VERSION = "0.2.0"
+CONTRACT_VERSION = "0.3.0"
 POLICY_INTERFACE = f"{CONTRACT_PACKAGE}/policy@{CONTRACT_VERSION}"
 ACCOUNT_BUDGET_INTERFACE = f"{CONTRACT_PACKAGE}/account-budget@{CONTRACT_VERSION}"
 TYPES_INTERFACE = f"{CONTRACT_PACKAGE}/types@{CONTRACT_VERSION}"
@@ -93,7 +102,11 @@ EXPORTED_FUNCTIONS = (
     "[method]run.begin-call",
     "[method]run.record-outcome",
     "[method]run.report",
+    "[method]run.effects",
 )
+
+# The most effects one `run.effects` call returns (the contract's page).
+EFFECTS_PAGE = 1_000
 
 
 def now_ms() -> int:
@@ -498,12 +511,21 @@ class PolicyInstance:
     # Typed wrappers.
 
     def derive_idempotency_key(self, run_id: str, action_id: str) -> str:
-        """`ar1-` + 32 hex digits of FNV-1a-128 over run-id, 0x00, action-id."""
+        """`ar1-` + 32 hex digits of FNV-1a-128 over run-id, 0x00, action-id.
+        Raises `PolicyInputTooLarge` (before the call; the instance stays usable)
+        for an id over 256 bytes."""
+        for name, value in (("run-id", run_id), ("action-id", action_id)):
+            if isinstance(value, str) and not limits.within(value, limits.MAX_ID_BYTES):
+                raise PolicyInputTooLarge(name, limits.utf8_size(value), limits.MAX_ID_BYTES, call="derive-idempotency-key")
         return cast(str, self._invoke(self._exports["derive-idempotency-key"], (run_id, action_id)))
 
     def load_policy(self, config: str | Mapping[str, Any] = "{}") -> Policy:
-        """`policy.from-json`: a JSON text or a mapping. Raises `ConfigError`."""
+        """`policy.from-json`: a JSON text or a mapping. Raises `ConfigError`
+        (kind `too-large`, without a call, for a text over 1 MiB)."""
         text = config if isinstance(config, str) else json.dumps(config)
+        if not limits.within(text, limits.MAX_CONFIG_BYTES):
+            size = limits.utf8_size(text)
+            raise ConfigError("too-large", "", f"the configuration is {size} bytes, more than the {limits.MAX_CONFIG_BYTES}-byte limit")
         result = self._invoke(self._exports["[static]policy.from-json"], (text,))
         if "err" in result:
             error = result["err"]
@@ -545,8 +567,10 @@ class Policy(_Handle):
         return cast(str, self.instance._invoke(self.instance._exports["[method]policy.effective-config"], (self.resource,)))
 
     def classify(self, failure: Failure, now_ms: int) -> Classification:
+        """The class of one failure (bounded first: `limits.bounded_failure`)."""
+        bounded = limits.bounded_failure(failure)
         return cast(
-            Classification, self.instance._invoke(self.instance._exports["[method]policy.classify"], (self.resource, failure, now_ms))
+            Classification, self.instance._invoke(self.instance._exports["[method]policy.classify"], (self.resource, bounded, now_ms))
         )
 
     def next_delay(self, retry: int, hint_ms: int | None = None, entropy: int | None = None) -> int:
@@ -556,8 +580,15 @@ class Policy(_Handle):
         )
 
     def start_run(self, run_id: str) -> Run:
-        run = self.instance._invoke(self.instance._exports["[method]policy.start-run"], (self.resource, run_id))
-        return Run(self.instance, run, run_id)
+        """Starts a run with fresh budgets. Raises `RunMisuse` (`too-large`,
+        without a call) for a run id over 256 bytes."""
+        refused = limits.too_large("run-id", run_id)
+        if refused is not None:
+            raise RunMisuse(refused)
+        result = self.instance._invoke(self.instance._exports["[method]policy.start-run"], (self.resource, run_id))
+        if "err" in result:
+            raise RunMisuse(result["err"])
+        return Run(self.instance, result["ok"], run_id)
 
 
 class Run(_Handle):
@@ -569,23 +600,57 @@ class Run(_Handle):
         self._begin = instance._exports["[method]run.begin-call"]
         self._record = instance._exports["[method]run.record-outcome"]
         self._report = instance._exports["[method]run.report"]
+        self._effects = instance._exports["[method]run.effects"]
 
     def begin_call(self, call: CallRequest, now_ms: int) -> Admission:
-        """Asks to begin a call. Raises `RunMisuse` for the component's run-error."""
+        """Asks to begin a call. Raises `RunMisuse` for the component's run-error
+        (and, without a call, `too-large` for a tool name or idempotency key over
+        256 bytes)."""
+        if isinstance(call, Mapping):
+            refused = limits.too_large("tool", call.get("tool", ""))
+            key = call.get("idempotency-key")
+            if refused is None and key is not None:
+                refused = limits.too_large("idempotency-key", key)
+            if refused is not None:
+                raise RunMisuse(refused)
         result = self.instance._invoke(self._begin, (self.resource, call, now_ms))
         if "err" in result:
             raise RunMisuse(result["err"])
         return cast(Admission, result["ok"])
 
-    def record_outcome(self, call_id: int, outcome: Outcome, now_ms: int, entropy: int | None = None) -> Decision:
-        """Records one attempt's outcome (or a status check's) and returns what to do."""
-        result = self.instance._invoke(self._record, (self.resource, call_id, outcome, now_ms, entropy))
+    def record_outcome(self, call_id: int, attempt: int, outcome: Outcome, now_ms: int, entropy: int | None = None) -> Decision:
+        """Records what attempt `attempt` of the call returned (1 for the first,
+        then each retry plan's `attempt`; for a status check, the attempt whose
+        effect was checked) and returns what to do. The outcome is bounded first
+        (`limits.bounded_outcome`). Raises `RunMisuse` for the component's
+        run-error: `attempt-mismatch` for any other attempt (a second report of
+        one attempt), which changes nothing."""
+        bounded = limits.bounded_outcome(outcome)
+        result = self.instance._invoke(self._record, (self.resource, call_id, attempt, bounded, now_ms, entropy))
         if "err" in result:
             raise RunMisuse(result["err"])
         return cast(Decision, result["ok"])
 
     def report(self) -> RunReport:
+        """What happened in the run so far. Its `effects` are all of them up to
+        20, else the first 10 and the last 10; `effects-total` counts them all
+        (`all_effects` gives every one)."""
         return cast(RunReport, self.instance._invoke(self._report, (self.resource,)))
+
+    def effects(self, start: int, max_count: int = EFFECTS_PAGE) -> list[EffectRecord]:
+        """The run's effects in order from the `start`-th (0 for the first), at
+        most `max_count`, never more than 1,000 a call."""
+        return cast(list[EffectRecord], self.instance._invoke(self._effects, (self.resource, start, max_count)))
+
+    def all_effects(self) -> list[EffectRecord]:
+        """Every effect of the run, in order, page by page."""
+        every: list[EffectRecord] = []
+        while len(every) <= limits.U32_MAX:
+            page = self.effects(len(every), EFFECTS_PAGE)
+            if not page:
+                break
+            every.extend(page)
+        return every
 
 
 def _reserve_import(accounts: AccountBudgetBackend) -> Callable[..., Any]:
@@ -682,6 +747,7 @@ def _add_import(
 
 __all__ = [
     "CONTRACT_VERSION",
+    "EFFECTS_PAGE",
     "check_contract_version",
     "contract_compatibility",
     "FUEL_PER_CALL",

@@ -44,7 +44,10 @@ STEP_KEYS = frozenset(
         "action-id",
         "call",
         "call-id",
+        "attempt",
         "outcome",
+        "start",
+        "max-count",
         "comment",
     ]
 )
@@ -136,11 +139,30 @@ class Subject:
             raise HarnessError("no run")
         return self.run
 
-    def start_run(self, run_id: str) -> None:
-        self.run = self.instance.call("[method]policy.start-run", self.need_policy(), run_id)
+    def start_run(self, run_id: str) -> Any:
+        """`{"ok": None}` (the started run becomes the current one) or
+        `{"err": run-error}` (the current run stays)."""
+        result = self.instance.call("[method]policy.start-run", self.need_policy(), run_id)
+        if "ok" not in result:
+            return result
+        self.run = result["ok"]
+        return {"ok": None}
+
+
+def _sent_attempt(answer: Any, *path: str) -> int | None:
+    """The attempt number at `path` in a step's answer, if it is there."""
+    for key in path:
+        if not isinstance(answer, dict) or key not in answer:
+            return None
+        answer = answer[key]
+    return answer if isinstance(answer, int) and not isinstance(answer, bool) else None
 
 
 def run_step(subject: Subject, step: Any, state: dict[str, Any]) -> Any:
+    """Runs one step (hosts/rust/src/steps.rs). `state` carries the clock
+    (`now`), whether a run was started (`started`) and, per call id, the attempt
+    the runner sent last (`attempts`: 1 after a begin-call answered `send`, then
+    each retry plan's), which a record-outcome without `attempt` reports."""
     if not isinstance(step, dict):
         raise HarnessError("a step must be an object")
     unknown = [k for k in step if k not in STEP_KEYS]
@@ -153,7 +175,8 @@ def run_step(subject: Subject, step: Any, state: dict[str, Any]) -> Any:
     if entropy is None:
         entropy = DEFAULT_ENTROPY
     op = _text(step, "op")
-    if op in ("begin-call", "record-outcome", "report") and not state["started"]:
+    attempts: dict[int, int] = state.setdefault("attempts", {})
+    if op in ("begin-call", "record-outcome", "report", "effects") and not state["started"]:
         subject.start_run("run-1")
         state["started"] = True
     call = subject.instance.call
@@ -172,16 +195,29 @@ def run_step(subject: Subject, step: Any, state: dict[str, Any]) -> Any:
     if op == "derive-idempotency-key":
         return call("derive-idempotency-key", _text(step, "run-id"), _text(step, "action-id"))
     if op == "start-run":
-        subject.start_run(_text(step, "run-id"))
-        state["started"] = True
-        return None
+        answer = subject.start_run(_text(step, "run-id"))
+        if "ok" in answer:
+            state["started"] = True
+            attempts.clear()
+        return answer
     if op == "begin-call":
-        return call("[method]run.begin-call", subject.need_run(), _field(step, "call"), state["now"])
+        answer = call("[method]run.begin-call", subject.need_run(), _field(step, "call"), state["now"])
+        call_id = _sent_attempt(answer, "ok", "send", "call-id")
+        if call_id is not None:
+            attempts[call_id] = 1
+        return answer
     if op == "record-outcome":
         call_id = _u32(step, "call-id")
-        return call("[method]run.record-outcome", subject.need_run(), call_id, _field(step, "outcome"), state["now"], entropy)
+        attempt = _u32(step, "attempt") if "attempt" in step else attempts.get(call_id, 1)
+        answer = call("[method]run.record-outcome", subject.need_run(), call_id, attempt, _field(step, "outcome"), state["now"], entropy)
+        retry = _sent_attempt(answer, "ok", "action", "retry", "attempt")
+        if retry is not None:
+            attempts[call_id] = retry
+        return answer
     if op == "report":
         return call("[method]run.report", subject.need_run())
+    if op == "effects":
+        return call("[method]run.effects", subject.need_run(), _u32(step, "start"), _u32(step, "max-count"))
     raise HarnessError(f'unknown op "{op}"')
 
 
@@ -251,7 +287,7 @@ class CaseResult:
 def run_case(component: PolicyComponent, file: str, case: dict[str, Any]) -> CaseResult:
     result = CaseResult(file, case.get("description", "?"))
     subject = Subject(component)
-    state: dict[str, Any] = {"now": DEFAULT_START_MS, "started": False}
+    state: dict[str, Any] = {"now": DEFAULT_START_MS, "started": False, "attempts": {}}
     try:
         loaded = subject.load_policy(canonical_json_text(case.get("config", {})))
     except Exception as e:  # a trap or a conversion error is the harness's failure

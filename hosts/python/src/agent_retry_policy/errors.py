@@ -99,6 +99,23 @@ class PolicyBoundaryViolation(PolicyTrap):
     kind = "boundary-violation"
 
 
+class PolicyInputTooLarge(AgentRetryError, ValueError):
+    """An input over its limit (`agent_retry_policy.limits`: a run id or action id
+    over 256 bytes for `derive_idempotency_key`), refused before it crossed the
+    boundary: nothing ran, and the instance stays usable. Not a `PolicyTrap`.
+    `input` names it (`run-id`, `action-id`); `size_bytes` and `limit_bytes` are
+    UTF-8 bytes."""
+
+    kind = "input-too-large"
+
+    def __init__(self, input_name: str, size_bytes: int, limit_bytes: int, *, call: str = "") -> None:
+        self.input = input_name
+        self.size_bytes = size_bytes
+        self.limit_bytes = limit_bytes
+        self.call = call
+        super().__init__(f"{input_name} is {size_bytes} bytes, more than the {limit_bytes} the policy takes; refused before the call")
+
+
 class InstanceUnusable(AgentRetryError):
     """A call on an instance that trapped before, or on a closed handle."""
 
@@ -130,7 +147,11 @@ class ConfigError(AgentRetryError, ValueError):
 class RunMisuse(AgentRetryError):
     """The component's `run-error`: the host used a run wrongly (an unknown call id,
     a call already over, an outcome while a status check is due, a run already
-    escalated). Nothing in the run changed."""
+    escalated, a report of another attempt than the call's current one:
+    `attempt-mismatch`), or an id over 256 bytes (`too-large`, which the host
+    answers itself, as the component would, without crossing the boundary).
+    Nothing in the run changed. `error` is the canonical run-error, `case` its
+    name, `value` its payload."""
 
     def __init__(self, error: Any) -> None:
         self.error = error  # the canonical run-error, e.g. {"call-finished": 3}

@@ -578,7 +578,7 @@ def _invariants(policy: Policy) -> None:
         admission = run.begin_call(keyed, now)
         if "send" in admission:
             ticket = admission["send"]  # type: ignore[typeddict-item]
-            decision = run.record_outcome(ticket["call-id"], http_failure(503, body="self-test"), now, _U64_MAX)
+            decision = run.record_outcome(ticket["call-id"], 1, http_failure(503, body="self-test"), now, _U64_MAX)
             match decision["action"]:
                 case {"retry": plan}:
                     if plan["idempotency-key"] != key:
@@ -596,7 +596,7 @@ def _invariants(policy: Policy) -> None:
         admission = run.begin_call(unkeyed, now)
         if "send" in admission:
             ticket = admission["send"]  # type: ignore[typeddict-item]
-            decision = run.record_outcome(ticket["call-id"], transport_failure("timeout"), now, 1)
+            decision = run.record_outcome(ticket["call-id"], 1, transport_failure("timeout"), now, 1)
             if action_name(decision["action"]) == "retry":
                 raise UpdateSelfTestError("an unkeyed write that timed out would be resent without a status check")
 
@@ -605,7 +605,7 @@ def _invariants(policy: Policy) -> None:
         admission = run.begin_call(keyed, now)
         if "send" in admission:
             ticket = admission["send"]  # type: ignore[typeddict-item]
-            decision = run.record_outcome(ticket["call-id"], http_failure(403, body="self-test"), now, 1)
+            decision = run.record_outcome(ticket["call-id"], 1, http_failure(403, body="self-test"), now, 1)
             if action_name(decision["action"]) != "escalate":
                 raise UpdateSelfTestError(f"a 403 answered {decision['action']!r}")
 
@@ -627,6 +627,7 @@ def _invariants(policy: Policy) -> None:
             if "send" not in admission:
                 break
             call_id = admission["send"]["call-id"]  # type: ignore[typeddict-item]
+            attempt = 1
             while True:
                 steps += 1
                 if steps > limit:
@@ -634,13 +635,15 @@ def _invariants(policy: Policy) -> None:
                         f"a persistent 503 was still being retried after {steps} steps (max-steps-per-run {max_steps})"
                     )
                 try:
-                    decision = run.record_outcome(call_id, http_failure(503), now, 1)
+                    decision = run.record_outcome(call_id, attempt, http_failure(503), now, 1)
                 except RunMisuse:
                     ended = True
                     break
+                match decision["action"]:
+                    case {"retry": plan}:
+                        attempt = plan["attempt"]
+                        continue
                 name = action_name(decision["action"])
-                if name == "retry":
-                    continue
                 ended = name == "escalate"
                 break  # escalated, or another call (a status check, a replan, a success)
         run.report()

@@ -329,18 +329,33 @@ class RetryingToolCaller:
         if ticket["delay-ms"]:
             await self.sleep(ticket["delay-ms"] / 1000)
 
-        attempt = 1
+        attempt = 1  # the attempt each outcome reports: 1, then each retry plan's
         while True:
             observed = await self._attempt(name, send_arguments)
             decision = self._policy(
-                name, observed.summary, self.run.record_outcome, call_id, observed.outcome, self.clock(), self.entropy.next_u64()
+                name,
+                observed.summary,
+                self.run.record_outcome,
+                call_id,
+                attempt,
+                observed.outcome,
+                self.clock(),
+                self.entropy.next_u64(),
             )
             self._log_decision(name, call_id, attempt, observed.summary, decision)
             while decision["action"] == "check-status":
                 found = await self._check_status(name, send_arguments, key, call_id)
                 outcome: Outcome = {"status-check": found}
+                # Reported under the attempt whose effect was checked.
                 decision = self._policy(
-                    name, f"status check: {found}", self.run.record_outcome, call_id, outcome, self.clock(), self.entropy.next_u64()
+                    name,
+                    f"status check: {found}",
+                    self.run.record_outcome,
+                    call_id,
+                    attempt,
+                    outcome,
+                    self.clock(),
+                    self.entropy.next_u64(),
                 )
                 self._log_decision(name, call_id, attempt, f"status check: {found}", decision)
             action_taken = decision["action"]
@@ -373,7 +388,14 @@ class RetryingToolCaller:
                 "Effects of this run are not known to the host: check before sending again."
             )
             self._log_line(tool, None, 0, last_outcome, None, "escalate", None, note, escalation="unclassified-failure")
-            escalation = {"reason": "unclassified-failure", "last-error": last_outcome, "resets-in-ms": None, "effects": [], "note": note}
+            escalation = {
+                "reason": "unclassified-failure",
+                "last-error": last_outcome,
+                "resets-in-ms": None,
+                "effects": [],
+                "effects-total": 0,
+                "note": note,
+            }
             raise Escalated(escalation, tool=tool, policy_failure=e) from e
 
     async def _attempt(self, name: str, arguments: Mapping[str, Any]) -> _Observed:

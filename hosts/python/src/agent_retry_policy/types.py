@@ -41,7 +41,7 @@ EscalationReason = Literal[
 ]
 EffectStatus = Literal["applied", "unknown"]
 StatusCheckResult = Literal["found", "absent", "unknown"]
-ConfigErrorKind = Literal["syntax", "unknown-field", "wrong-type", "out-of-range"]
+ConfigErrorKind = Literal["syntax", "unknown-field", "wrong-type", "out-of-range", "too-large"]
 
 HttpStatusKind = TypedDict("HttpStatusKind", {"http-status": int})
 
@@ -111,7 +111,9 @@ Escalation = TypedDict(
         "reason": EscalationReason,
         "last-error": str | None,
         "resets-in-ms": int | None,
+        # All effects up to 20, else the first 10 and the last 10 (`Run.effects` pages through all).
         "effects": list[EffectRecord],
+        "effects-total": int,
         "note": str,
     },
 )
@@ -172,7 +174,9 @@ RunReport = TypedDict(
         "waited-ms": int,
         "escalation": EscalationReason | None,
         "statuses": list[StatusCount],
+        # All effects up to 20, else the first 10 and the last 10 (`Run.effects` pages through all).
         "effects": list[EffectRecord],
+        "effects-total": int,
     },
 )
 
@@ -182,7 +186,13 @@ CallFinished = TypedDict("CallFinished", {"call-finished": int})
 StatusCheckPending = TypedDict("StatusCheckPending", {"status-check-pending": int})
 NoStatusCheckPending = TypedDict("NoStatusCheckPending", {"no-status-check-pending": int})
 RunEnded = TypedDict("RunEnded", {"run-ended": EscalationReason})
-RunError = Union[UnknownCall, CallFinished, StatusCheckPending, NoStatusCheckPending, RunEnded]
+# An attempt reported that is not the call's current one.
+AttemptMismatch = TypedDict("AttemptMismatch", {"call-id": int, "expected": int, "reported": int})
+AttemptMismatchError = TypedDict("AttemptMismatchError", {"attempt-mismatch": AttemptMismatch})
+# An input over its limit: `run-id`, `tool` or `idempotency-key`, in UTF-8 bytes.
+SizeLimit = TypedDict("SizeLimit", {"input": str, "size-bytes": int, "limit-bytes": int})
+TooLarge = TypedDict("TooLarge", {"too-large": SizeLimit})
+RunError = Union[UnknownCall, CallFinished, StatusCheckPending, NoStatusCheckPending, RunEnded, AttemptMismatchError, TooLarge]
 
 
 class ConfigErrorValue(TypedDict):
