@@ -13,7 +13,7 @@ pub const MAX_BODY_BYTES: usize = 65_536;
 pub const MAX_STRUCTURED_BYTES: usize = 65_536;
 /// The most headers passed (the policy reads 64 and names the rest).
 pub const MAX_HEADERS: usize = 128;
-/// The most bytes of one header value passed (the policy parses up to 1,024).
+/// The most bytes of one header name or value passed (the policy parses values up to 1,024).
 pub const MAX_HEADER_VALUE_BYTES: usize = 4_096;
 /// The longest run id, action id, tool name or idempotency key.
 pub const MAX_ID_BYTES: usize = 256;
@@ -37,7 +37,7 @@ pub fn bounded_failure(failure: &Failure) -> Cow<'_, Failure> {
     let within = failure.body.len() <= MAX_BODY_BYTES
         && failure.structured_content.as_ref().is_none_or(|s| s.len() <= MAX_STRUCTURED_BYTES)
         && failure.headers.len() <= MAX_HEADERS
-        && failure.headers.iter().all(|(_, v)| v.len() <= MAX_HEADER_VALUE_BYTES);
+        && failure.headers.iter().all(|(n, v)| n.len() <= MAX_HEADER_VALUE_BYTES && v.len() <= MAX_HEADER_VALUE_BYTES);
     if within {
         return Cow::Borrowed(failure);
     }

@@ -96,7 +96,7 @@ async function main(): Promise<void> {
       const now = 1_764_460_800_000n + BigInt(i);
       const admission = run.beginCall({ tool: 'lookup_order', idempotencyKey: 'ar1-key' }, now);
       if (admission.tag !== 'send') throw new Error('the bench run was refused');
-      run.recordOutcome(admission.val.callId, FAILURE, now, 0x123456789abcdef0n);
+      run.recordOutcome(admission.val.callId, 1, FAILURE, now, 0x123456789abcdef0n);
       policy.nextDelay(1, undefined, 0x0fedcba987654321n);
     }
     run.close();
@@ -148,7 +148,7 @@ async function main(): Promise<void> {
       const now = 1_764_460_800_000n + BigInt(i);
       const admission = run.beginCall({ tool: 'lookup_order', idempotencyKey: 'ar1-key' }, now);
       if (admission.tag !== 'send') throw new Error('the bench run was refused');
-      run.recordOutcome(admission.val.callId, FAILURE, now, 0x123456789abcdef0n);
+      run.recordOutcome(admission.val.callId, 1, FAILURE, now, 0x123456789abcdef0n);
       policy.nextDelay(1, undefined, 0x0fedcba987654321n);
     }
     run[Symbol.dispose]();
@@ -161,7 +161,7 @@ async function main(): Promise<void> {
   const fuelAdmission = fuelRun.beginCall({ tool: 'lookup_order', idempotencyKey: 'ar1-key' }, fuelNow);
   const beginFuel = instance.fuelUsedByLastCall();
   if (fuelAdmission.tag !== 'send') throw new Error('the bench run was refused');
-  fuelRun.recordOutcome(fuelAdmission.val.callId, FAILURE, fuelNow, 0x123456789abcdef0n);
+  fuelRun.recordOutcome(fuelAdmission.val.callId, 1, FAILURE, fuelNow, 0x123456789abcdef0n);
   const recordFuel = instance.fuelUsedByLastCall();
 
   // Interleaved, so that both see the same machine.

@@ -75,7 +75,7 @@ async function main(): Promise<void> {
         const now = 1_764_460_800_000n + BigInt(n);
         const admission = run.beginCall({ tool: 'lookup_order', idempotencyKey: 'ar1-key' }, now);
         if (admission.tag !== 'send') throw new Error('the bench run was refused');
-        run.recordOutcome(admission.val.callId, FAILURE, now, 0x123456789abcdef0n);
+        run.recordOutcome(admission.val.callId, 1, FAILURE, now, 0x123456789abcdef0n);
         policy.nextDelay(1, undefined, 0x0fedcba987654321n);
       }
       last = performance.now();

@@ -42,8 +42,9 @@ import { OsEntropy, randomBytes, type EntropySource } from './entropy.js';
 import { withJson, type JsonSafe } from './json.js';
 import {
   AgentRetryError, ComponentImportRefused, ComponentLoadError, ComponentNotFound, ConfigError, InstanceUnusable, PolicyBoundaryViolation,
-  PolicyMemoryExceeded, PolicyOutOfFuel, PolicyTrap, RunMisuse,
+  PolicyInputTooLarge, PolicyMemoryExceeded, PolicyOutOfFuel, PolicyTrap, RunMisuse,
 } from './errors.js';
+import { MAX_CONFIG_BYTES, boundedFailure, boundedOutcome, overLimit, utf8Length } from './limits.js';
 import { FUEL_EXPORT, FUEL_PER_CALL, GROW_FAILED_EXPORT, MAX_MEMORY_BYTES, instrumentCoreModule } from './sandbox.js';
 import { FUNCTIONS, ValueConversionError, checkJco, jcoProblem } from './wit.js';
 
@@ -576,16 +577,26 @@ export class PolicyInstance {
     return error;
   }
 
-  /** `ar1-` + 32 hex digits of FNV-1a-128 over run-id, 0x00, action-id. */
+  /** `ar1-` + 32 hex digits of FNV-1a-128 over run-id, 0x00, action-id. An id
+   *  over 256 bytes is refused before the call (`PolicyInputTooLarge`; the
+   *  instance stays usable). */
   deriveIdempotencyKey(runId: string, actionId: string): string {
     checkArgs('derive-idempotency-key', [runId, actionId]);
+    const over = overLimit('run-id', runId) ?? overLimit('action-id', actionId);
+    if (over) throw new PolicyInputTooLarge(...over);
     return this.guard('derive-idempotency-key', () => this.exports.deriveIdempotencyKey(runId, actionId));
   }
 
-  /** `policy.from-json`: JSON text or an object. Throws `ConfigError`. */
+  /** `policy.from-json`: JSON text or an object. Throws `ConfigError` (kind
+   *  `too-large` for a text over 1 MiB, answered without crossing the boundary,
+   *  as the component would answer it). */
   loadPolicy(config: string | object = '{}'): Policy {
     const text = typeof config === 'string' ? config : JSON.stringify(config);
     checkArgs('[static]policy.from-json', [text]);
+    const size = text.length > MAX_CONFIG_BYTES / 3 ? utf8Length(text) : 0;
+    if (size > MAX_CONFIG_BYTES) {
+      throw new ConfigError({ kind: 'too-large', field: '', message: `the configuration is ${size} bytes, more than the ${MAX_CONFIG_BYTES}-byte limit` });
+    }
     try {
       return new Policy(this, this.guard('from-json', () => this.exports.Policy.fromJson(text)));
     } catch (e) {
@@ -631,10 +642,12 @@ export class Policy extends Handle<JcoPolicy> {
   effectiveConfig(): string {
     return this.instance.guard('effective-config', () => this.resource.effectiveConfig());
   }
+  /** Classifies a failure (cut to the host's limits first, src/limits.ts). */
   classify(failure: Wit.Failure, now: bigint | number): Wit.Classification {
     const at = big(now);
     checkArgs('[method]policy.classify', [failure, at]);
-    return this.instance.guard('classify', () => this.resource.classify(failure, at));
+    const bounded = boundedFailure(failure);
+    return this.instance.guard('classify', () => this.resource.classify(bounded, at));
   }
   /** The delay before retry number `retry` (1 for the first); no entropy: wasi:random. */
   nextDelay(retry: number, hintMs?: bigint | number, entropy?: bigint): bigint {
@@ -642,9 +655,13 @@ export class Policy extends Handle<JcoPolicy> {
     checkArgs('[method]policy.next-delay', [retry, hint, entropy]);
     return this.instance.guard('next-delay', () => this.resource.nextDelay(retry, hint, entropy));
   }
+  /** Starts a run. Throws `RunMisuse` with the component's run-error (`too-large`
+   *  for a run id over 256 bytes, answered without crossing the boundary). */
   startRun(runId: string): Run {
     checkArgs('[method]policy.start-run', [runId]);
-    return new Run(this.instance, this.instance.guard('start-run', () => this.resource.startRun(runId)), runId);
+    const over = overLimit('run-id', runId);
+    if (over) throw tooLarge(over);
+    return new Run(this.instance, misuse(() => this.instance.guard('start-run', () => this.resource.startRun(runId))), runId);
   }
 }
 
@@ -653,19 +670,28 @@ export class Run extends Handle<JcoRun> {
   constructor(instance: PolicyInstance, handle: JcoRun, readonly runId: string) {
     super(instance, handle);
   }
-  /** Asks to begin a call. Throws `RunMisuse` for the component's run-error. */
+  /** Asks to begin a call. Throws `RunMisuse` for the component's run-error
+   *  (`too-large` for a tool name or idempotency key over 256 bytes, answered
+   *  without crossing the boundary). */
   beginCall(call: Wit.CallRequest, now: bigint | number): Wit.Admission {
     const at = big(now);
     checkArgs('[method]run.begin-call', [call, at]);
-    return this.misuse(() => this.instance.guard('begin-call', () => this.resource.beginCall(call, at)));
+    const over = overLimit('tool', call.tool) ?? (call.idempotencyKey === undefined ? undefined : overLimit('idempotency-key', call.idempotencyKey));
+    if (over) throw tooLarge(over);
+    return misuse(() => this.instance.guard('begin-call', () => this.resource.beginCall(call, at)));
   }
-  /** Records one attempt's outcome (or a status check's) and returns what to do.
-   *  Arguments outside their WIT types (a u16 status of 66039) throw
-   *  `ValueConversionError` before anything reaches the component. */
-  recordOutcome(callId: number, outcome: Wit.Outcome, now: bigint | number, entropy?: bigint): Wit.Decision {
+  /** Records what attempt `attempt` of call `callId` returned (1 for the first,
+   *  then each retry plan's `attempt`; for a status check, the attempt whose
+   *  effect was checked) and returns what to do. A second report of one attempt
+   *  throws `RunMisuse` (`attempt-mismatch`) and changes nothing. The outcome is
+   *  cut to the host's limits first (src/limits.ts). Arguments outside their WIT
+   *  types (a u16 status of 66039) throw `ValueConversionError` before anything
+   *  reaches the component. */
+  recordOutcome(callId: number, attempt: number, outcome: Wit.Outcome, now: bigint | number, entropy?: bigint): Wit.Decision {
     const at = big(now);
-    checkArgs('[method]run.record-outcome', [callId, outcome, at, entropy]);
-    return this.misuse(() => this.instance.guard('record-outcome', () => this.resource.recordOutcome(callId, outcome, at, entropy)));
+    checkArgs('[method]run.record-outcome', [callId, attempt, outcome, at, entropy]);
+    const bounded = boundedOutcome(outcome);
+    return misuse(() => this.instance.guard('record-outcome', () => this.resource.recordOutcome(callId, attempt, bounded, at, entropy)));
   }
   /** The run's tally. Its u64 fields (`waitedMs`) are `bigint`s; `JSON.stringify`
    *  works on it all the same (a non-enumerable `toJSON()`: a u64 becomes a number
@@ -673,13 +699,38 @@ export class Run extends Handle<JcoRun> {
   report(): Wit.RunReport & { toJSON(): JsonSafe<Wit.RunReport> } {
     return withJson(this.instance.guard('report', () => this.resource.report()));
   }
-  private misuse<T>(call: () => T): T {
-    try {
-      return call();
-    } catch (e) {
-      const error = resultError(e);
-      if (error) throw new RunMisuse(error.payload as Wit.RunError);
-      throw e;
+  /** The run's effects in order from the `start`-th (0 for the first), at most
+   *  `maxCount` of them and never more than `MAX_EFFECTS_PAGE` (1,000) a call. */
+  effects(start: number, maxCount: number = MAX_EFFECTS_PAGE): Wit.EffectRecord[] {
+    checkArgs('[method]run.effects', [start, maxCount]);
+    return this.instance.guard('effects', () => this.resource.effects(start, maxCount));
+  }
+  /** Every effect of the run, page by page (`report().effects` holds at most 20). */
+  allEffects(): Wit.EffectRecord[] {
+    const all: Wit.EffectRecord[] = [];
+    for (;;) {
+      const page = this.effects(Math.min(all.length, 0xffffffff), MAX_EFFECTS_PAGE);
+      if (page.length === 0) return all;
+      for (const effect of page) all.push(effect);
     }
   }
+}
+
+/** The most effects `run.effects` returns a call. */
+export const MAX_EFFECTS_PAGE = 1_000;
+
+/** The component's run-error as `RunMisuse`. */
+function misuse<T>(call: () => T): T {
+  try {
+    return call();
+  } catch (e) {
+    const error = resultError(e);
+    if (error) throw new RunMisuse(error.payload as Wit.RunError);
+    throw e;
+  }
+}
+
+/** `too-large`, as the component answers it, for an id over its limit. */
+function tooLarge([input, sizeBytes, limitBytes]: [string, number, number]): RunMisuse {
+  return new RunMisuse({ tag: 'too-large', val: { input, sizeBytes, limitBytes } });
 }

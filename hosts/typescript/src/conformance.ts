@@ -23,7 +23,7 @@ export const DEFAULT_START_MS = 1_764_460_800_000n;
 export const DEFAULT_ENTROPY = 0x8000_0000_0000_0000n;
 
 const STEP_KEYS = new Set(['op', 'expect', 'now-ms', 'entropy', 'config', 'config-text', 'failure', 'retry', 'hint-ms',
-  'run-id', 'action-id', 'call', 'call-id', 'outcome', 'comment']);
+  'run-id', 'action-id', 'call', 'call-id', 'attempt', 'outcome', 'start', 'max-count', 'comment']);
 
 export const defaultVectorDir = resolve(dirname(fileURLToPath(import.meta.url)), '../../../../tests/vectors');
 
@@ -153,12 +153,36 @@ export class Subject {
     return this.run;
   }
 
-  startRun(runId: string): void {
-    this.run = this.call('[method]policy.start-run', this.needPolicy(), [runId]) as unknown as Resource;
+  /** `{"ok": null}` (the started run becomes the current run) or `{"err": run-error}`
+   *  (the previous run stays current). */
+  startRun(runId: string): Json {
+    const answer = this.call('[method]policy.start-run', this.needPolicy(), [runId]) as { ok?: unknown; err?: Json };
+    if (!('ok' in answer)) return answer as Json;
+    this.run = answer.ok as Resource;
+    return { ok: null };
   }
 }
 
-interface State { now: bigint; started: boolean }
+interface State {
+  now: bigint;
+  started: boolean;
+  /** Per call id, the attempt sent last: 1 after `begin-call` answered `send`,
+   *  then each retry plan's `attempt` (what a `record-outcome` reports by default). */
+  attempts: Map<number, number>;
+}
+
+/** `value[a][b]...` of a JSON answer, or undefined. */
+function at(value: unknown, ...path: string[]): unknown {
+  let here = value;
+  for (const key of path) {
+    if (typeof here !== 'object' || here === null || Array.isArray(here)) return undefined;
+    here = (here as Record<string, unknown>)[key];
+  }
+  return here;
+}
+
+const asU32 = (value: unknown): number | undefined =>
+  typeof value === 'number' && Number.isInteger(value) && value >= 0 && value <= 0xffffffff ? value : undefined;
 
 function runStep(subject: Subject, step: Record<string, unknown>, state: State): Json {
   if (typeof step !== 'object' || step === null || Array.isArray(step)) throw new HarnessError('a step must be an object');
@@ -168,7 +192,7 @@ function runStep(subject: Subject, step: Record<string, unknown>, state: State):
   if (now !== null) state.now = now;
   const entropy = optionalU64(step, 'entropy') ?? DEFAULT_ENTROPY;
   const op = text(step, 'op');
-  if (['begin-call', 'record-outcome', 'report'].includes(op) && !state.started) {
+  if (['begin-call', 'record-outcome', 'report', 'effects'].includes(op) && !state.started) {
     subject.startRun('run-1');
     state.started = true;
   }
@@ -186,16 +210,32 @@ function runStep(subject: Subject, step: Record<string, unknown>, state: State):
       return subject.call('[method]policy.next-delay', subject.needPolicy(), [u32(step, 'retry'), optionalU64(step, 'hint-ms'), entropy]);
     case 'derive-idempotency-key':
       return subject.call('derive-idempotency-key', undefined, [text(step, 'run-id'), text(step, 'action-id')]);
-    case 'start-run':
-      subject.startRun(text(step, 'run-id'));
-      state.started = true;
-      return null;
-    case 'begin-call':
-      return subject.call('[method]run.begin-call', subject.needRun(), [field(step, 'call'), state.now]);
-    case 'record-outcome':
-      return subject.call('[method]run.record-outcome', subject.needRun(), [u32(step, 'call-id'), field(step, 'outcome'), state.now, entropy]);
+    case 'start-run': {
+      const answer = subject.startRun(text(step, 'run-id'));
+      if (at(answer, 'ok') !== undefined) {
+        state.started = true;
+        state.attempts.clear();
+      }
+      return answer;
+    }
+    case 'begin-call': {
+      const answer = subject.call('[method]run.begin-call', subject.needRun(), [field(step, 'call'), state.now]);
+      const callId = asU32(at(answer, 'ok', 'send', 'call-id'));
+      if (callId !== undefined) state.attempts.set(callId, 1);
+      return answer;
+    }
+    case 'record-outcome': {
+      const callId = u32(step, 'call-id');
+      const attempt = 'attempt' in step ? u32(step, 'attempt') : state.attempts.get(callId) ?? 1;
+      const answer = subject.call('[method]run.record-outcome', subject.needRun(), [callId, attempt, field(step, 'outcome'), state.now, entropy]);
+      const next = asU32(at(answer, 'ok', 'action', 'retry', 'attempt'));
+      if (next !== undefined) state.attempts.set(callId, next);
+      return answer;
+    }
     case 'report':
       return subject.call('[method]run.report', subject.needRun(), []);
+    case 'effects':
+      return subject.call('[method]run.effects', subject.needRun(), [u32(step, 'start'), u32(step, 'max-count')]);
     default:
       throw new HarnessError(`unknown op "${op}"`);
   }
@@ -259,7 +299,7 @@ export interface CaseResult {
 export async function runCase(component: PolicyComponent, file: string, testCase: VectorCase): Promise<CaseResult> {
   const result: CaseResult = { file, description: testCase.description, outputs: [] };
   const subject = await Subject.create(component);
-  const state: State = { now: DEFAULT_START_MS, started: false };
+  const state: State = { now: DEFAULT_START_MS, started: false, attempts: new Map() };
   let loaded: Json;
   try {
     loaded = subject.loadPolicy(canonicalText(testCase.config ?? {}));

@@ -53,6 +53,15 @@ export class PolicyMemoryExceeded extends PolicyTrap {}
  *  memory). */
 export class PolicyBoundaryViolation extends PolicyTrap {}
 
+/** An input over its limit (src/limits.ts: a run id or action id over 256
+ *  bytes passed to `deriveIdempotencyKey`), refused before it crossed the
+ *  boundary: nothing ran, and the instance is fine. */
+export class PolicyInputTooLarge extends AgentRetryError {
+  constructor(readonly input: string, readonly sizeBytes: number, readonly limitBytes: number) {
+    super(`${input} is ${sizeBytes} bytes, more than the ${limitBytes} the policy takes; refused before the call`);
+  }
+}
+
 /** A call on an instance that trapped before, or on a closed handle. */
 export class InstanceUnusable extends AgentRetryError {}
 
@@ -73,7 +82,8 @@ export class ConfigError extends AgentRetryError {
 export class RunMisuse extends AgentRetryError {
   readonly error: RunError;
   constructor(error: RunError) {
-    super(`run misuse: ${error.tag} (${String(error.val)})`);
+    const payload = typeof error.val === 'object' && error.val !== null ? JSON.stringify(error.val) : String(error.val);
+    super(`run misuse: ${error.tag} (${payload})`);
     this.error = error;
   }
 }

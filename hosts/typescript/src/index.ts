@@ -7,7 +7,7 @@ export {
   type Reservation,
 } from './accounts.js';
 export {
-  CACHE_ENV_VAR, INSTALLED, Policy, PolicyComponent, PolicyInstance, Run, defaultCacheDir, locateComponent, nowMs, type ComponentOrigin, type FromBytesOptions,
+  CACHE_ENV_VAR, INSTALLED, MAX_EFFECTS_PAGE, Policy, PolicyComponent, PolicyInstance, Run, defaultCacheDir, locateComponent, nowMs, type ComponentOrigin, type FromBytesOptions,
   type InstantiateOptions, type LoadOptions,
 } from './component.js';
 export {
@@ -17,12 +17,15 @@ export {
 export { DEFAULT_PREFIX, Fleet, FleetError, REDIS_TIMEOUT_MS, publishPolicy, type FleetSource, type Publication, type PublishOptions } from './fleet.js';
 export { CONTRACT_VERSION, checkContractVersion, checkImports, componentExportNames, componentImportNames, contractVersionOf } from './contract.js';
 export { FUEL_PER_CALL, MAX_MEMORY_BYTES } from './sandbox.js';
+export {
+  MAX_BODY_BYTES, MAX_CONFIG_BYTES, MAX_HEADERS, MAX_HEADER_VALUE_BYTES, MAX_ID_BYTES, MAX_STRUCTURED_BYTES, boundedFailure, boundedOutcome,
+} from './limits.js';
 export { ValueConversionError } from './wit.js';
 export { OsEntropy, SplitMix64, type EntropySource } from './entropy.js';
 export { jsonSafeBigInt, toJsonSafe, type JsonSafe } from './json.js';
 export {
   AgentRetryError, ComponentImportRefused, ComponentLoadError, ComponentNotFound, ConfigError, ContractVersionMismatch, Escalated, InstanceUnusable,
-  NothingToRollBackTo, PolicyBoundaryViolation, PolicyMemoryExceeded, PolicyOutOfFuel, PolicyTrap, RunMisuse, UpdateConfigError, UpdateError,
+  NothingToRollBackTo, PolicyBoundaryViolation, PolicyInputTooLarge, PolicyMemoryExceeded, PolicyOutOfFuel, PolicyTrap, RunMisuse, UpdateConfigError, UpdateError,
   UpdateFleetError, UpdateIntegrityError, UpdateLoadError, UpdateReadError, UpdateSelfTestError,
 } from './errors.js';
 export type * from '../generated/interfaces/agent-retry-policy-types.js';

@@ -661,10 +661,18 @@ async function candidate(read: Read, integrity: Integrity, generation: number, s
   return { component, configJson, identity: new PolicyIdentity(wasmSha256, sha256Hex(configBytes), generation) };
 }
 
+/** What the self-test's persistent-503 run did: the attempt each of its
+ *  outcomes reported, and how the run ended (`escalate`, or `run-error` when the
+ *  policy refused a call or a report). For the tests. */
+export interface SelfTestTrace {
+  persistentAttempts: number[];
+  persistentEnd: 'escalate' | 'run-error';
+}
+
 /** The invariants every policy keeps for the host to stay safe, checked on a
  *  candidate in a fresh instance with its own account budget. Any failure of
  *  the candidate (a trap, a limit, a misuse it reports, a wrong answer) refuses it. */
-async function selfTest(component: PolicyComponent, configJson: string): Promise<void> {
+export async function selfTest(component: PolicyComponent, configJson: string): Promise<SelfTestTrace> {
   let instance;
   try {
     // Its own budget, on the self-test's fixed clock (`now` below).
@@ -681,7 +689,7 @@ async function selfTest(component: PolicyComponent, configJson: string): Promise
       if (e instanceof ConfigError) throw new UpdateConfigError(`${e.field}: ${e.detail}`, { cause: e });
       throw e;
     }
-    invariants(instance, policy, runs);
+    return invariants(instance, policy, runs);
   } catch (e) {
     if (e instanceof UpdateError) throw e;
     // The candidate is untrusted: whatever goes wrong refuses it.
@@ -694,7 +702,7 @@ async function selfTest(component: PolicyComponent, configJson: string): Promise
   }
 }
 
-function invariants(instance: Awaited<ReturnType<PolicyComponent['instantiate']>>, policy: Policy, runs: Run[]): void {
+function invariants(instance: Awaited<ReturnType<PolicyComponent['instantiate']>>, policy: Policy, runs: Run[]): SelfTestTrace {
   const broken = (what: string) => new UpdateSelfTestError(what);
   let limits: Record<string, unknown>;
   try {
@@ -728,7 +736,7 @@ function invariants(instance: Awaited<ReturnType<PolicyComponent['instantiate']>
   let run = start('self-test-1');
   let admission = run.beginCall(keyed, now);
   if (admission.tag === 'send') {
-    const decision = run.recordOutcome(admission.val.callId, failure({ tag: 'http-status', val: 503 }, 'self-test'), now, U64_MAX);
+    const decision = run.recordOutcome(admission.val.callId, 1, failure({ tag: 'http-status', val: 503 }, 'self-test'), now, U64_MAX);
     const action = decision.action;
     if (action.tag === 'retry') {
       if (action.val.idempotencyKey !== key) throw broken("a retry changed the call's idempotency key");
@@ -742,7 +750,7 @@ function invariants(instance: Awaited<ReturnType<PolicyComponent['instantiate']>
   run = start('self-test-2');
   admission = run.beginCall({ tool: 'self_test_write', hints: write }, now);
   if (admission.tag === 'send') {
-    const decision = run.recordOutcome(admission.val.callId, failure({ tag: 'transport', val: 'timeout' }), now, 1n);
+    const decision = run.recordOutcome(admission.val.callId, 1, failure({ tag: 'transport', val: 'timeout' }), now, 1n);
     if (decision.action.tag === 'retry') throw broken('an unkeyed write that timed out would be resent without a status check');
   }
 
@@ -750,7 +758,7 @@ function invariants(instance: Awaited<ReturnType<PolicyComponent['instantiate']>
   run = start('self-test-3');
   admission = run.beginCall(keyed, now);
   if (admission.tag === 'send') {
-    const decision = run.recordOutcome(admission.val.callId, failure({ tag: 'http-status', val: 403 }, 'self-test'), now, 1n);
+    const decision = run.recordOutcome(admission.val.callId, 1, failure({ tag: 'http-status', val: 403 }, 'self-test'), now, 1n);
     if (decision.action.tag !== 'escalate') throw broken(`a 403 answered ${show(decision.action)}`);
   }
 
@@ -769,6 +777,7 @@ function invariants(instance: Awaited<ReturnType<PolicyComponent['instantiate']>
   const read: Wit.CallRequest = { tool: 'self_test_read', hints: { readOnly: true } };
   const most = maxSteps + 1n < 1_000_000n ? maxSteps + 1n : 1_000_000n;
   let steps = 0n;
+  const trace: SelfTestTrace = { persistentAttempts: [], persistentEnd: 'run-error' };
   calls: for (;;) {
     let ticket: Wit.Admission;
     try {
@@ -777,20 +786,32 @@ function invariants(instance: Awaited<ReturnType<PolicyComponent['instantiate']>
       if (e instanceof RunMisuse) break;
       throw e;
     }
-    if (ticket.tag !== 'send') break;
+    if (ticket.tag !== 'send') {
+      trace.persistentEnd = 'escalate';
+      break;
+    }
+    let attempt = 1; // the attempt each outcome reports: 1, then each retry plan's
     for (;;) {
       steps += 1n;
       if (steps > most) throw broken(`a persistent 503 was still being retried after ${steps} steps (max-steps-per-run ${maxSteps})`);
       let decision: Wit.Decision;
+      trace.persistentAttempts.push(attempt);
       try {
-        decision = run.recordOutcome(ticket.val.callId, failure({ tag: 'http-status', val: 503 }), now, 1n);
+        decision = run.recordOutcome(ticket.val.callId, attempt, failure({ tag: 'http-status', val: 503 }), now, 1n);
       } catch (e) {
         if (e instanceof RunMisuse) break calls;
         throw e;
       }
-      if (decision.action.tag === 'retry') continue;
-      if (decision.action.tag === 'escalate') break calls;
+      if (decision.action.tag === 'retry') {
+        attempt = decision.action.val.attempt;
+        continue;
+      }
+      if (decision.action.tag === 'escalate') {
+        trace.persistentEnd = 'escalate';
+        break calls;
+      }
       continue calls; // another call (a status check, a replan, a success)
     }
   }
+  return trace;
 }

@@ -250,15 +250,18 @@ export class RetryingToolCaller {
     const { callId, delayMs } = admission.val;
     if (delayMs > 0n) await this.sleep(Number(delayMs));
 
+    // The attempt each outcome reports: 1, then each retry plan's (contract 0.3.0).
     let attempt = 1;
     for (;;) {
       const observed = await this.attempt(name, sendArgs);
-      let decision = this.policy(name, observed.summary, () => this.run.recordOutcome(callId, observed.outcome, this.clock(), this.entropy.nextU64()));
+      let decision = this.policy(name, observed.summary, () =>
+        this.run.recordOutcome(callId, attempt, observed.outcome, this.clock(), this.entropy.nextU64()));
       this.logDecision(name, callId, attempt, observed.summary, decision);
       while (decision.action.tag === 'check-status') {
         const found = await this.checkStatus({ client: this.client, tool: name, arguments: sendArgs, idempotencyKey: key, callId });
+        // A status check reports the attempt whose effect it checked: the current one.
         decision = this.policy(name, `status check: ${found}`, () =>
-          this.run.recordOutcome(callId, { tag: 'status-check', val: found }, this.clock(), this.entropy.nextU64()));
+          this.run.recordOutcome(callId, attempt, { tag: 'status-check', val: found }, this.clock(), this.entropy.nextU64()));
         this.logDecision(name, callId, attempt, `status check: ${found}`, decision);
       }
       const next = decision.action;
@@ -288,7 +291,7 @@ export class RetryingToolCaller {
       const note = `the retry policy failed (${e.name}: ${e.message}); not retried. Last outcome of ${tool}: ${lastOutcome}. ` +
         'Effects of this run are not known to the host: check before sending again.';
       this.logLine(tool, undefined, 0, lastOutcome, { action: 'escalate', escalation: 'unclassified-failure', reason: note });
-      throw new Escalated({ reason: 'unclassified-failure', lastError: lastOutcome, resetsInMs: undefined, effects: [], note }, tool, e);
+      throw new Escalated({ reason: 'unclassified-failure', lastError: lastOutcome, resetsInMs: undefined, effects: [], effectsTotal: 0, note }, tool, e);
     }
   }
 

@@ -55,7 +55,7 @@ async function main(): Promise<void> {
       if (admission.tag === 'send') {
         attempts = 1;
         const fail = { tag: 'failure' as const, val: { kind: { tag: 'http-status' as const, val: 503 }, headers: [], body: '' } };
-        while (run.recordOutcome(admission.val.callId, fail, 1n, 1n).action.tag === 'retry') attempts += 1;
+        while (run.recordOutcome(admission.val.callId, attempts, fail, 1n, 1n).action.tag === 'retry') attempts += 1;
       }
       run.close();
       policy.close();

@@ -9,10 +9,10 @@ import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 
 import { EmbeddedAccounts, U64_MAX, gcra } from '../src/accounts.js';
-import { INSTALLED, PolicyComponent, locateComponent } from '../src/component.js';
+import { INSTALLED, MAX_EFFECTS_PAGE, PolicyComponent, locateComponent } from '../src/component.js';
 import { toJsonSafe } from '../src/json.js';
 import { SplitMix64, OsEntropy, randomBytes } from '../src/entropy.js';
-import { ComponentLoadError, ComponentNotFound, ConfigError, InstanceUnusable, PolicyTrap, RunMisuse } from '../src/errors.js';
+import { ComponentLoadError, ComponentNotFound, ConfigError, InstanceUnusable, PolicyInputTooLarge, PolicyTrap, RunMisuse } from '../src/errors.js';
 import { FUNCTIONS, TYPES, ValueConversionError, camel, toJco, type WitType } from '../src/wit.js';
 
 test('GCRA admits a burst, then one per interval', () => {
@@ -92,7 +92,7 @@ test('typed errors for a bad config and a misused run', async () => {
   assert.throws(() => instance.loadPolicy({ 'max-attempts-per-call': 0 }),
     (e: unknown) => e instanceof ConfigError && e.kind === 'out-of-range' && e.field === 'max-attempts-per-call');
   const run = instance.loadPolicy({}).startRun('r');
-  assert.throws(() => run.recordOutcome(7, { tag: 'success' }, 1n),
+  assert.throws(() => run.recordOutcome(7, 1, { tag: 'success' }, 1n),
     (e: unknown) => e instanceof RunMisuse && e.error.tag === 'unknown-call' && e.error.val === 7);
 });
 
@@ -180,7 +180,7 @@ test('reports are JSON-safe: u64 as a number when safe, else as a string of its 
   const admission = run.beginCall({ tool: 'lookup_order' }, 1_000n);
   assert.equal(admission.tag, 'send');
   const callId = (admission.val as { callId: number }).callId;
-  run.recordOutcome(callId, { tag: 'failure', val: { kind: { tag: 'http-status', val: 503 }, headers: [['Retry-After', '1']], body: '' } }, 1_000n);
+  run.recordOutcome(callId, 1, { tag: 'failure', val: { kind: { tag: 'http-status', val: 503 }, headers: [['Retry-After', '1']], body: '' } }, 1_000n);
   const report = run.report();
   assert.equal(typeof report.waitedMs, 'bigint'); // the typed field keeps its bigint
   const parsed = JSON.parse(JSON.stringify(report)) as Record<string, unknown>;
@@ -195,4 +195,118 @@ test('an installed package gives a package user\'s advice, not the repository\'s
   assert.equal(INSTALLED, false); // these tests run in the repository
   assert.throws(() => locateComponent('/nonexistent/agent_retry_policy.wasm'), (e: unknown) =>
     e instanceof ComponentNotFound && /make wasm/.test(e.message));
+});
+
+// Contract 0.3.0: one report per attempt, start-run's run error, effects paged.
+
+const fail503 = { tag: 'failure' as const, val: { kind: { tag: 'http-status' as const, val: 503 }, headers: [], body: '' } };
+
+test('record-outcome takes the attempt it reports: a second report of one attempt is refused and changes nothing', async () => {
+  const run = (await (await PolicyComponent.load()).instantiate({ entropy: new SplitMix64(1n) })).loadPolicy({}).startRun('attempts');
+  const admission = run.beginCall({ tool: 'lookup_order', hints: { readOnly: true } }, 1n);
+  assert.equal(admission.tag, 'send');
+  const callId = (admission.val as { callId: number }).callId;
+  const first = run.recordOutcome(callId, 1, fail503, 1n, 1n);
+  assert.ok(first.action.tag === 'retry' && first.action.val.attempt === 2);
+  // The same 503 recorded twice: refused, no second retry.
+  assert.throws(() => run.recordOutcome(callId, 1, fail503, 1n, 1n), (e: unknown) =>
+    e instanceof RunMisuse && e.error.tag === 'attempt-mismatch' && e.error.val.callId === callId && e.error.val.expected === 2 &&
+    e.error.val.reported === 1 && /attempt-mismatch \(\{"callId":1,"expected":2,"reported":1\}\)/.test(e.message));
+  assert.throws(() => run.recordOutcome(callId, 3, fail503, 1n, 1n), (e: unknown) => e instanceof RunMisuse && e.error.tag === 'attempt-mismatch');
+  assert.deepEqual([run.report().attempts, run.report().retries], [2, 1]);
+  assert.equal(run.recordOutcome(callId, 2, { tag: 'success' }, 1n, 1n).action.tag, 'succeed');
+});
+
+test('an id over 256 bytes is refused before it crosses, with the run error the component gives', async () => {
+  const instance = await (await PolicyComponent.load()).instantiate();
+  const policy = instance.loadPolicy({});
+  // The component's own answers, asked directly (what the host must give without asking).
+  const direct = (call: () => unknown): unknown => {
+    try {
+      instance.guard('direct', call); // on a full tank, as the host's own calls
+    } catch (e) {
+      return (e as { payload?: unknown }).payload;
+    }
+    return undefined;
+  };
+  const jcoPolicy = policy.resource;
+  const long = 'r'.repeat(257);
+  const accents = 'é'.repeat(129); // 129 characters, 258 bytes: counted in UTF-8 bytes
+  for (const runId of [long, accents]) {
+    const expected = direct(() => jcoPolicy.startRun(runId));
+    assert.deepEqual(expected, { tag: 'too-large', val: { input: 'run-id', sizeBytes: Buffer.byteLength(runId), limitBytes: 256 } });
+    policy.effectiveConfig(); // the last call that crossed
+    const fuelOfConfig = instance.fuelUsedByLastCall();
+    assert.throws(() => policy.startRun(runId), (e: unknown) => e instanceof RunMisuse && (assert.deepEqual(e.error, expected), true));
+    assert.equal(instance.fuelUsedByLastCall(), fuelOfConfig, 'start-run did not cross the boundary');
+  }
+  assert.equal(policy.startRun('r'.repeat(256)).runId.length, 256); // the limit itself is fine
+  const run = policy.startRun('ok');
+  const jcoRun = run.resource;
+  for (const call of [{ tool: 't'.repeat(300) }, { tool: 'issue_refund', idempotencyKey: 'k'.repeat(257) }]) {
+    const expected = direct(() => jcoRun.beginCall(call, 1n));
+    assert.equal((expected as { tag: string }).tag, 'too-large');
+    assert.throws(() => run.beginCall(call, 1n), (e: unknown) => e instanceof RunMisuse && (assert.deepEqual(e.error, expected), true));
+  }
+  assert.equal(run.beginCall({ tool: 'lookup' }, 1n).tag, 'send'); // the run goes on
+});
+
+test('derive-idempotency-key refuses an id over 256 bytes with a typed host error; the instance stays usable', async () => {
+  const instance = await (await PolicyComponent.load()).instantiate();
+  assert.throws(() => instance.deriveIdempotencyKey('r'.repeat(257), 'step-1'), (e: unknown) =>
+    e instanceof PolicyInputTooLarge && !(e instanceof PolicyTrap) && e.input === 'run-id' && e.sizeBytes === 257 && e.limitBytes === 256);
+  assert.throws(() => instance.deriveIdempotencyKey('run', 'ä'.repeat(200)), (e: unknown) =>
+    e instanceof PolicyInputTooLarge && e.input === 'action-id' && e.sizeBytes === 400 && /action-id is 400 bytes, more than the 256/.test(e.message));
+  assert.equal(instance.brokenBy, undefined);
+  assert.match(instance.deriveIdempotencyKey('r'.repeat(256), 'a'.repeat(256)), /^ar1-[0-9a-f]{32}$/);
+});
+
+test('a configuration over 1 MiB is answered as the component answers it, without crossing', async () => {
+  const instance = await (await PolicyComponent.load()).instantiate();
+  const text = JSON.stringify({ tools: { t: { effect: 'read' } }, pad: 'x'.repeat(1 << 20) });
+  let expected: unknown;
+  try {
+    instance.guard('direct', () => instance.exports.Policy.fromJson(text)); // the component's own answer, on a full tank
+  } catch (e) {
+    expected = (e as { payload?: unknown }).payload;
+  }
+  assert.deepEqual(expected, { kind: 'too-large', field: '', message: `the configuration is ${text.length} bytes, more than the 1048576-byte limit` });
+  instance.deriveIdempotencyKey('a', 'b');
+  const fuelOfKey = instance.fuelUsedByLastCall();
+  assert.throws(() => instance.loadPolicy(text), (e: unknown) =>
+    e instanceof ConfigError && e.kind === 'too-large' && e.field === '' && e.detail === (expected as { message: string }).message);
+  assert.equal(instance.fuelUsedByLastCall(), fuelOfKey, 'from-json did not cross the boundary');
+  // Counted in UTF-8 bytes: 600,000 characters of 2 bytes are over.
+  assert.throws(() => instance.loadPolicy(`"${'é'.repeat(600_000)}"`), (e: unknown) => e instanceof ConfigError && e.kind === 'too-large');
+  assert.throws(() => instance.loadPolicy(`{"x":"${'x'.repeat(1000)}"}`), (e: unknown) => e instanceof ConfigError && e.kind === 'unknown-field');
+});
+
+test('a report lists at most 20 effects and counts all; effects() pages through every one', async () => {
+  const instance = await (await PolicyComponent.load()).instantiate({ fuelPerCall: null });
+  const run = instance.loadPolicy({ 'max-steps-per-run': 1_000_000 }).startRun('effects');
+  const total = 2_345;
+  for (let i = 1; i <= total; i++) {
+    const admission = run.beginCall({ tool: 'issue_refund', idempotencyKey: `k-${i}` }, 1n);
+    run.recordOutcome((admission.val as { callId: number }).callId, 1, { tag: 'success' }, 1n, 1n);
+  }
+  const report = run.report();
+  assert.equal(report.effectsTotal, total);
+  assert.deepEqual(report.effects.map((e) => e.callId), [...Array.from({ length: 10 }, (_, i) => i + 1), ...Array.from({ length: 10 }, (_, i) => total - 9 + i)]);
+  assert.equal(JSON.parse(JSON.stringify(report)).effectsTotal, total);
+  assert.deepEqual(run.effects(0, 3).map((e) => e.idempotencyKey), ['k-1', 'k-2', 'k-3']);
+  assert.equal(run.effects(0, 5_000).length, 1_000, 'never more than 1,000 a page');
+  assert.equal(run.effects(0).length, MAX_EFFECTS_PAGE);
+  assert.deepEqual(run.effects(total - 1, 10).map((e) => e.callId), [total]);
+  assert.deepEqual(run.effects(total, 10), []);
+  const all = run.allEffects();
+  assert.equal(all.length, total);
+  assert.ok(all.every((e, i) => e.callId === i + 1 && e.idempotencyKey === `k-${i + 1}` && e.status === 'applied'));
+  assert.deepEqual(instance.loadPolicy({}).startRun('none').allEffects(), []);
+  // An escalation lists the same bounded effects and counts them all.
+  const admission = run.beginCall({ tool: 'issue_refund', idempotencyKey: 'k-last' }, 1n);
+  const decision = run.recordOutcome((admission.val as { callId: number }).callId, 1,
+    { tag: 'failure', val: { kind: { tag: 'http-status', val: 403 }, headers: [], body: 'needs approval' } }, 1n, 1n);
+  assert.ok(decision.action.tag === 'escalate');
+  assert.equal(decision.action.val.effectsTotal, total);
+  assert.equal(decision.action.val.effects.length, 20);
 });

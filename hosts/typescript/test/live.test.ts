@@ -14,14 +14,14 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { promisify } from 'node:util';
 
 import { EmbeddedAccounts } from '../src/accounts.js';
-import { locateComponent, type Policy } from '../src/component.js';
+import { PolicyComponent, locateComponent, type Policy } from '../src/component.js';
 import { SplitMix64 } from '../src/entropy.js';
 import {
   ComponentImportRefused, ComponentLoadError, ContractVersionMismatch, NothingToRollBackTo, PolicyBoundaryViolation, PolicyMemoryExceeded,
   PolicyOutOfFuel, PolicyTrap, UpdateConfigError, UpdateError, UpdateFleetError, UpdateIntegrityError, UpdateLoadError, UpdateReadError, UpdateSelfTestError,
 } from '../src/errors.js';
 import * as api from '../src/index.js';
-import { Integrity, LivePolicy, signaturePath, type Loaded, type LiveOptions, type PolicySource, type PolicyUpdateEvent } from '../src/live.js';
+import { Integrity, LivePolicy, selfTest, signaturePath, type Loaded, type LiveOptions, type PolicySource, type PolicyUpdateEvent } from '../src/live.js';
 
 const here = fileURLToPath(import.meta.url);
 const packageRoot = resolve(here, '../../..');
@@ -64,7 +64,7 @@ function attempts(policy: Policy, runId: string): number {
     const callId = (admission.val as { callId: number }).callId;
     let made = 1;
     const fail = { tag: 'failure' as const, val: { kind: { tag: 'http-status' as const, val: 503 }, headers: [], body: '' } };
-    while (run.recordOutcome(callId, fail, 1n, 1n).action.tag === 'retry') made += 1;
+    while (run.recordOutcome(callId, made, fail, 1n, 1n).action.tag === 'retry') made += 1;
     return made;
   } finally {
     run.close();
@@ -150,6 +150,15 @@ test('a configuration that breaks an invariant fails the self-test', async () =>
   await assert.rejects(LivePolicy.open(source, recorded()), UpdateSelfTestError);
 });
 
+test('the self-test reports each attempt of a persistent 503 and follows it to its escalation', async () => {
+  const component = await PolicyComponent.load();
+  // Reporting attempt 1 again would be refused (attempt-mismatch) after one
+  // retry and end the check early, proving nothing about the step budget.
+  assert.deepEqual(await selfTest(component, '{}'), { persistentAttempts: [1, 2, 3, 4], persistentEnd: 'escalate' });
+  assert.deepEqual(await selfTest(component, JSON.stringify({ 'max-attempts-per-call': 100, 'max-steps-per-run': 6 })),
+    { persistentAttempts: [1, 2, 3, 4, 5, 6], persistentEnd: 'escalate' });
+});
+
 test('a broken or foreign component is refused and rollback returns to the previous policy', async () => {
   const source = deployed();
   const options = recorded();
@@ -161,7 +170,7 @@ test('a broken or foreign component is refused and rollback returns to the previ
   await assert.rejects(live.reload(), (e: unknown) => e instanceof UpdateLoadError && e.kind === 'load' && e.error instanceof ComponentLoadError);
 
   // The same component, speaking another major contract version.
-  const ours = Buffer.from('agent-retry:policy/policy@0.2.0');
+  const ours = Buffer.from('agent-retry:policy/policy@0.3.0');
   const theirs = Buffer.from('agent-retry:policy/policy@1.0.0');
   assert.ok(good.indexOf(ours) >= 0);
   const foreign = Buffer.from(good);
@@ -171,9 +180,9 @@ test('a broken or foreign component is refused and rollback returns to the previ
     assert.ok(e instanceof UpdateLoadError, String(e));
     assert.ok(e.error instanceof ContractVersionMismatch, String(e.error));
     assert.equal(e.error.componentVersion, '1.0.0');
-    assert.equal(e.error.hostVersion, '0.2.0');
+    assert.equal(e.error.hostVersion, '0.3.0');
     assert.match(e.message, /agent-retry:policy@1\.0\.0/);
-    assert.match(e.message, /@0\.2\.0/);
+    assert.match(e.message, /@0\.3\.0/);
     return true;
   });
   assert.equal(live.current().identity.generation, 1, 'nothing was swapped in');
@@ -222,7 +231,7 @@ const HOSTILE: Array<[string, (e: UpdateError) => boolean]> = [
   ['extra-import', (e) => e instanceof UpdateLoadError && e.error instanceof ComponentImportRefused && e.error.importName === 'wasi:filesystem/preopens@0.2.6'],
   ['extra-import-sockets', (e) => e instanceof UpdateLoadError && e.error instanceof ComponentImportRefused && /wasi:sockets/.test(e.message)],
   ['wrong-world', (e) => e instanceof UpdateLoadError && /exports no agent-retry:policy\/policy/.test(e.message) && /acme:scheduler/.test(e.message)],
-  ['other-major', (e) => e instanceof UpdateLoadError && e.error instanceof ContractVersionMismatch && /agent-retry:policy@0\.3\.0/.test(e.message)],
+  ['other-major', (e) => e instanceof UpdateLoadError && e.error instanceof ContractVersionMismatch && /agent-retry:policy@0\.4\.0/.test(e.message)],
 ];
 
 test('every hostile component offered as an update is refused by the gate (or contained by the sandbox in its self-test); the last good policy serves', async () => {

@@ -183,9 +183,9 @@ function recordedOutcomes(caller: RetryingToolCaller): Outcome[] {
   const seen: Outcome[] = [];
   const run = caller.run;
   const record = run.recordOutcome.bind(run);
-  run.recordOutcome = (callId, outcome, now, entropy) => {
+  run.recordOutcome = (callId, attempt, outcome, now, entropy) => {
     seen.push(structuredClone(outcome));
-    return record(callId, outcome, now, entropy);
+    return record(callId, attempt, outcome, now, entropy);
   };
   return seen;
 }
@@ -307,7 +307,7 @@ test('a tool error\'s text blocks are joined with newlines for the policy', asyn
   });
 });
 
-test('the log names escalation reasons as contract 0.2.0 does (run-steps-spent)', async () => {
+test('the log names escalation reasons as the contract does (run-steps-spent)', async () => {
   server.state.script('lookup_order', { kind: 'http', status: 503, body: 'upstream unavailable' });
   const instance = await (await PolicyComponent.load()).instantiate({ accounts: new EmbeddedAccounts(), entropy: new SplitMix64(7n) });
   const run = instance.loadPolicy({ ...CONFIG, 'max-steps-per-run': 1 }).startRun('CASE-5017');
@@ -319,4 +319,35 @@ test('the log names escalation reasons as contract 0.2.0 does (run-steps-spent)'
   await assert.rejects(caller.callTool('lookup_order', { order_id: 'A2' }),
     (e: unknown) => e instanceof RunMisuse && e.error.tag === 'run-ended' && e.error.val === 'run-steps-spent');
   assert.equal(server.state.postsOf('lookup_order').length, 1);
+});
+
+/** The attempt each `record-outcome` reported, with what it reported. */
+function recordedAttempts(caller: RetryingToolCaller): Array<[number, string]> {
+  const seen: Array<[number, string]> = [];
+  const run = caller.run;
+  const record = run.recordOutcome.bind(run);
+  run.recordOutcome = (callId, attempt, outcome, now, entropy) => {
+    seen.push([attempt, outcome.tag === 'status-check' ? `status-check ${outcome.val}` : outcome.tag]);
+    return record(callId, attempt, outcome, now, entropy);
+  };
+  return seen;
+}
+
+test('each outcome reports its attempt: 1, then each retry plan\'s; a status check the attempt it checked', async () => {
+  server.state.script('lookup_order', { kind: 'http', status: 503, body: 'upstream unavailable' }, { kind: 'http', status: 503, body: 'again' });
+  const reader = await newCaller();
+  const readAttempts = recordedAttempts(reader);
+  assert.ok(!(await reader.callTool('lookup_order', { order_id: 'A1' })).isError);
+  assert.deepEqual(readAttempts, [[1, 'failure'], [2, 'failure'], [3, 'success']]);
+  assert.deepEqual(lines.map((l) => l.attempt), [1, 2, 3]);
+
+  // An unkeyed write: a 503 and a timeout, each checked by a read (absent) before it is sent again.
+  server.state.script('issue_refund_unkeyed', { kind: 'http', status: 503, body: 'upstream unavailable' }, { kind: 'slow', ms: 1000 });
+  const writer = await newCaller({ attemptTimeoutMs: 300, statusCheck: async () => 'absent' });
+  const writeAttempts = recordedAttempts(writer);
+  lines = [];
+  const result = await writer.callTool('issue_refund_unkeyed', { order_id: 'A2', amount: 300 });
+  assert.ok(!result.isError, JSON.stringify(lines));
+  assert.deepEqual(writeAttempts, [[1, 'failure'], [1, 'status-check absent'], [2, 'failure'], [2, 'status-check absent'], [3, 'success']]);
+  assert.equal(writer.run.report().statusChecks, 2);
 });

@@ -129,9 +129,9 @@ test('an import outside the contract (wasi:filesystem) is refused at load, namin
     e.importName === 'wasi:filesystem/preopens@0.2.6' && /imports wasi:filesystem\/preopens@0.2.6, which is outside the agent-retry contract/.test(e.message));
   const real = readFileSync(join(fileURLToPath(import.meta.url), '../../../../../target/component/agent_retry_policy.wasm'));
   assert.deepEqual(componentImportNames(real).sort(),
-    ['agent-retry:policy/account-budget@0.2.0', 'agent-retry:policy/types@0.2.0', 'wasi:random/random@0.2.6']);
+    ['agent-retry:policy/account-budget@0.3.0', 'agent-retry:policy/types@0.3.0', 'wasi:random/random@0.2.6']);
   checkImports(componentImportNames(real));
-  for (const name of ['wasi:sockets/tcp@0.2.0', 'wasi:random/random@0.3.0', 'agent-retry:policy/account-budget@0.3.0', 'wasi:cli/environment@0.2.0']) {
+  for (const name of ['wasi:sockets/tcp@0.2.0', 'wasi:random/random@0.3.0', 'agent-retry:policy/account-budget@0.4.0', 'agent-retry:policy/types@0.2.0', 'wasi:cli/environment@0.2.0']) {
     assert.throws(() => checkImports([name]), (e: unknown) => e instanceof ComponentImportRefused && e.importName === name);
   }
   await hostKeepsServing();
@@ -145,8 +145,8 @@ test('arguments out of their WIT range are refused, not wrapped: a u16 of 66039'
   assert.equal(admission.tag, 'send');
   const callId = (admission.val as { callId: number }).callId;
   const status = (val: number): Failure => ({ kind: { tag: 'http-status', val }, headers: [], body: '' });
-  assert.throws(() => run.recordOutcome(callId, { tag: 'failure', val: status(66039) }, 1n),
-    (e: unknown) => e instanceof ValueConversionError && /record-outcome argument 2\(failure\)\.kind\(http-status\): 66039 is out of range for u16 \(0\.\.65535\)/.test(e.message));
+  assert.throws(() => run.recordOutcome(callId, 1, { tag: 'failure', val: status(66039) }, 1n),
+    (e: unknown) => e instanceof ValueConversionError && /record-outcome argument 3\(failure\)\.kind\(http-status\): 66039 is out of range for u16 \(0\.\.65535\)/.test(e.message));
   assert.throws(() => policy.classify(status(-1), 0n), ValueConversionError);
   assert.throws(() => policy.classify(status(503.5), 0n), ValueConversionError);
   assert.throws(() => policy.classify({ ...status(503), kind: { tag: 'transport', val: 'gone' as never } }, 0n), /"gone" is not a case of transport-error/);
@@ -158,7 +158,7 @@ test('arguments out of their WIT range are refused, not wrapped: a u16 of 66039'
   assert.throws(() => run.beginCall({ tool: 'x', hints: { readOnly: 1 as never } }, 0n), /is not a boolean/);
   assert.throws(() => policy.classify({ ...status(503), headers: [['a', 5 as never]] }, 0n), /\.headers\[0\]\[1\]: 5 is not a string/);
   // Nothing reached the component: the instance still serves, and 503 is still 503.
-  const decision = run.recordOutcome(callId, { tag: 'failure', val: status(503) }, 1n, 0n);
+  const decision = run.recordOutcome(callId, 1, { tag: 'failure', val: status(503) }, 1n, 0n);
   assert.equal(decision.class, 'transient');
   assert.equal(policy.classify(status(503), 0n).class, 'transient');
 });
@@ -214,7 +214,7 @@ test('the real policy\'s worst cases fit in the default fuel (counted per instru
   const fuelOf = (failure: Failure) => {
     const admission = run.beginCall({ tool: 't' }, 1n);
     assert.equal(admission.tag, 'send');
-    const decision = run.recordOutcome((admission.val as { callId: number }).callId, { tag: 'failure', val: failure }, 1n, 1n);
+    const decision = run.recordOutcome((admission.val as { callId: number }).callId, 1, { tag: 'failure', val: failure }, 1n, 1n);
     return [instance.fuelUsedByLastCall(), decision] as const;
   };
   const [hostile, decision] = fuelOf({ kind: { tag: 'tool-error', val: undefined }, headers: [], body: 'e_a '.repeat(1024), structuredContent: `"${'e_b '.repeat(1023)}"` });
@@ -224,14 +224,15 @@ test('the real policy\'s worst cases fit in the default fuel (counted per instru
   const long = instance.loadPolicy({ 'max-steps-per-run': 1_000_000 }).startRun('long');
   for (let i = 0; i < 10_000; i++) {
     const admission = long.beginCall({ tool: 'issue_refund', idempotencyKey: `ar1-${i.toString(16).padStart(32, '0')}` }, 1n);
-    long.recordOutcome((admission.val as { callId: number }).callId, { tag: 'success' }, 1n, 1n);
+    long.recordOutcome((admission.val as { callId: number }).callId, 1, { tag: 'success' }, 1n, 1n);
   }
   const admission = long.beginCall({ tool: 'issue_refund' }, 1n);
-  const escalation = long.recordOutcome((admission.val as { callId: number }).callId,
+  const escalation = long.recordOutcome((admission.val as { callId: number }).callId, 1,
     { tag: 'failure', val: { kind: { tag: 'http-status', val: 403 }, headers: [], body: 'needs approval' } }, 1n, 1n);
   const escalationFuel = instance.fuelUsedByLastCall();
   assert.equal(escalation.action.tag, 'escalate');
+  assert.ok(escalation.action.tag === 'escalate' && escalation.action.val.effectsTotal === 10_000 && escalation.action.val.effects.length === 20);
   console.log(`fuel of one record-outcome (Node's count): HTTP 503 with Retry-After ${http}, hostile 8 KB tool error ${hostile}, ` +
-    `the escalation listing 10,000 effects ${escalationFuel}; budget ${FUEL_PER_CALL}`);
+    `the escalation of a run of 10,000 effects (listing 20 of them) ${escalationFuel}; budget ${FUEL_PER_CALL}`);
   assert.ok(hostile < FUEL_PER_CALL && escalationFuel < FUEL_PER_CALL);
 });
