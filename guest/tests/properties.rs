@@ -234,14 +234,14 @@ proptest! {
         // k - 1 ≥ R, else its steps if the steps taken (k attempts, and k status
         // checks when each attempt needs one) reach S.
         let steps_at = |k: u32| if checks { 2 * k } else { k };
-        let k = (1..).find(|&k| k >= attempts || k - 1 >= retries || steps_at(k) >= steps).unwrap();
+        let k = (1..).find(|&k| k >= attempts || k > retries || steps_at(k) >= steps).unwrap();
         // With status checks, the check after failure k is refused first when the
         // 2k - 1 steps taken already reach S.
-        let expected = if checks && 2 * k - 1 >= steps {
+        let expected = if checks && 2 * k > steps {
             EscalationReason::RunStepsSpent
         } else if k >= attempts {
             EscalationReason::CallAttemptsSpent
-        } else if k - 1 >= retries {
+        } else if k > retries {
             EscalationReason::RunRetriesSpent
         } else {
             EscalationReason::RunStepsSpent

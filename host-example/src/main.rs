@@ -150,6 +150,10 @@ enum Command {
         /// the signature is <wasm>.sig, or the fleet's wasm.sig key.
         #[arg(long)]
         public_key: Option<String>,
+        /// Vectors (the format of tests/vectors/*.json) every candidate must pass (files; a
+        /// fleet ships its own in the vectors key).
+        #[arg(long, conflicts_with = "fleet")]
+        vectors: Option<PathBuf>,
     },
     /// Publish a policy (--wasm and --config, optionally its detached signature) for
     /// every worker of a fleet, in one Redis transaction, and announce it.
@@ -166,6 +170,9 @@ enum Command {
         /// The .wasm's detached Ed25519 signature (64 bytes or 128 hex digits).
         #[arg(long)]
         signature: Option<PathBuf>,
+        /// Vectors (the format of tests/vectors/*.json) every worker's gate runs on it.
+        #[arg(long)]
+        vectors: Option<PathBuf>,
     },
     /// Serve the demo MCP server (refund desk, asset store) over streamable HTTP or stdio.
     Serve {
@@ -212,10 +219,12 @@ fn main() -> ExitCode {
             Command::Simulate { clients, runs, seed, svg } => lab::simulate(&wasm, &clients, runs, seed, svg.as_deref()),
             Command::Judge { exam, client } => exam::judge(&exam, &client).await,
             Command::Exam { url, exam, no_policy } => exam::exam(&wasm, &url, &exam, no_policy).await,
-            Command::Watch { config, fleet, prefix, interval_ms, pin_sha256, public_key } => {
-                watch::watch(watch::WatchOptions { wasm, config, fleet, prefix, interval_ms, pin_sha256, public_key_hex: public_key }).await
+            Command::Watch { config, fleet, prefix, interval_ms, pin_sha256, public_key, vectors } => {
+                watch::watch(watch::WatchOptions { wasm, config, fleet, prefix, interval_ms, pin_sha256, public_key_hex: public_key, vectors }).await
             }
-            Command::Publish { redis, prefix, config, signature } => watch::publish(&redis, &prefix, &wasm, &config, signature.as_deref()),
+            Command::Publish { redis, prefix, config, signature, vectors } => {
+                watch::publish(&redis, &prefix, &wasm, &config, signature.as_deref(), vectors.as_deref())
+            }
             Command::Serve { http, stdio: _, faults, allowance, window_ms } => {
                 serve::serve(serve::ServeOptions { http: http.as_deref(), faults: faults.as_deref(), allowance, window_ms }).await
             }

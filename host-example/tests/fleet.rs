@@ -89,7 +89,7 @@ fn wasm() -> Vec<u8> {
 fn one_publication_reaches_every_worker_process_and_a_worker_that_was_down_takes_it_when_back() {
     let redis = RedisServer::start();
     let fleet = FleetSource::new(redis.url());
-    let first = publish_policy(&fleet, &wasm(), &config(4), None).unwrap();
+    let first = publish_policy(&fleet, &wasm(), &config(4), None, None).unwrap();
     assert!(first > 0);
     // A long polling interval: the announcement on the channel is what wakes them.
     let mut workers: Vec<Worker> = (0..3).map(|_| Worker::start(&redis.url(), &["--interval-ms", "60000"])).collect();
@@ -100,7 +100,7 @@ fn one_publication_reaches_every_worker_process_and_a_worker_that_was_down_takes
     // Let every worker subscribe before the publication (it reads the revision at
     // start; a publication between that read and its subscription would wait for the poll).
     std::thread::sleep(Duration::from_millis(500));
-    let second = publish_policy(&fleet, &wasm(), &config(2), None).unwrap();
+    let second = publish_policy(&fleet, &wasm(), &config(2), None, None).unwrap();
     assert!(second > first, "revisions grow: {first} then {second}");
     for worker in &mut workers {
         let serving = worker.next("serving");
@@ -133,17 +133,17 @@ fn under_a_key_a_tampered_or_unsigned_publication_is_refused_and_the_last_good_o
     let key = SigningKey::from_bytes(&[5; 32]);
     let public_hex: String = key.verifying_key().to_bytes().iter().map(|b| format!("{b:02x}")).collect();
     let good = wasm();
-    publish_policy(&fleet, &good, &config(4), Some(&key.sign(&good).to_bytes())).unwrap();
+    publish_policy(&fleet, &good, &config(4), Some(&key.sign(&good).to_bytes()), None).unwrap();
     let mut worker = Worker::start(&redis.url(), &["--prefix", "team-a:policy", "--interval-ms", "200", "--public-key", &public_hex]);
     let serving = worker.next("serving");
     // Tampered: one byte of the custom section changed, the old signature kept.
     let mut tampered = good.clone();
     let last = tampered.len() - 1;
     tampered[last] ^= 1;
-    publish_policy(&fleet, &tampered, &config(2), Some(&key.sign(&good).to_bytes())).unwrap();
+    publish_policy(&fleet, &tampered, &config(2), Some(&key.sign(&good).to_bytes()), None).unwrap();
     let refused = worker.next("refused");
     assert!(refused["reason"].as_str().unwrap().contains("does not verify"), "{refused}");
-    publish_policy(&fleet, &good, &config(2), None).unwrap();
+    publish_policy(&fleet, &good, &config(2), None, None).unwrap();
     let refused = worker.next("refused");
     assert!(refused["reason"].as_str().unwrap().contains("unsigned"), "{refused}");
     let status = worker.ask("status");
@@ -151,7 +151,7 @@ fn under_a_key_a_tampered_or_unsigned_publication_is_refused_and_the_last_good_o
     assert_eq!(status["refused"], 2);
     assert_eq!(worker.ask("decide")["attempts-against-a-persistent-503"], 4);
     // Signed properly, it is taken.
-    publish_policy(&fleet, &good, &config(2), Some(&key.sign(&good).to_bytes())).unwrap();
+    publish_policy(&fleet, &good, &config(2), Some(&key.sign(&good).to_bytes()), None).unwrap();
     assert_eq!(worker.next("serving")["policy"]["config-sha256"], sha256_hex(&config(2)));
 }
 
@@ -160,7 +160,7 @@ fn a_watcher_outlives_redis_and_takes_the_next_publication_when_it_returns() {
     let mut redis = RedisServer::start();
     let port = redis.port;
     let fleet = FleetSource::new(redis.url());
-    let before = publish_policy(&fleet, &wasm(), &config(4), None).unwrap();
+    let before = publish_policy(&fleet, &wasm(), &config(4), None, None).unwrap();
     let mut worker = Worker::start(&redis.url(), &["--interval-ms", "200"]);
     let serving = worker.next("serving");
     redis.kill();
@@ -172,7 +172,7 @@ fn a_watcher_outlives_redis_and_takes_the_next_publication_when_it_returns() {
     assert!(refused["reason"].as_str().unwrap().contains("nothing published"), "{refused}");
     assert_eq!(worker.ask("status")["policy"], serving["policy"]);
     // The revision never repeats after Redis lost it: a worker that tried `before` must see this one as new.
-    let after = publish_policy(&FleetSource::new(redis.url()), &wasm(), &config(2), None).unwrap();
+    let after = publish_policy(&FleetSource::new(redis.url()), &wasm(), &config(2), None, None).unwrap();
     assert!(after > before, "{before} then {after}");
     assert_eq!(worker.next("serving")["policy"]["config-sha256"], sha256_hex(&config(2)));
 }
@@ -214,4 +214,25 @@ fn a_file_watcher_reloads_on_sighup_and_says_why_it_refuses_an_update() {
     let _ = child.kill();
     let _ = child.wait();
     let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_publication_whose_vectors_fail_is_refused_by_every_worker() {
+    let redis = RedisServer::start();
+    let fleet = FleetSource::new(redis.url());
+    let vectors = serde_json::json!({"description": "the fleet's promises", "cases": [{
+    "description": "a read is retried after a 503",
+    "steps": [
+        {"op": "begin-call", "call": {"tool": "lookup_order"}},
+        {"op": "record-outcome", "call-id": 1, "outcome": {"failure": {"kind": {"http-status": 503}}}, "expect": {"ok": {"action": {"retry": {"attempt": 2}}}}}
+    ]}]})
+    .to_string();
+    publish_policy(&fleet, &wasm(), &config(4), None, Some(&vectors)).unwrap();
+    let mut worker = Worker::start(&redis.url(), &["--interval-ms", "200"]);
+    let serving = worker.next("serving");
+    // One attempt a call: the shipped vector's retry cannot happen.
+    publish_policy(&fleet, &wasm(), &config(1), None, Some(&vectors)).unwrap();
+    let refused = worker.next("refused");
+    assert!(refused["reason"].as_str().unwrap().contains("a read is retried after a 503"), "{refused}");
+    assert_eq!(worker.ask("status")["policy"], serving["policy"]);
 }

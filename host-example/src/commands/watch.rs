@@ -26,6 +26,7 @@ pub struct WatchOptions {
     pub interval_ms: u64,
     pub pin_sha256: Option<String>,
     pub public_key_hex: Option<String>,
+    pub vectors: Option<PathBuf>,
 }
 
 fn integrity(pin: Option<&str>, key_hex: Option<&str>) -> anyhow::Result<Integrity> {
@@ -72,7 +73,9 @@ pub async fn watch(options: WatchOptions) -> anyhow::Result<()> {
     let integrity = integrity(options.pin_sha256.as_deref(), options.public_key_hex.as_deref())?;
     let live = Arc::new(match (&options.fleet, &options.config) {
         (Some(url), _) => LivePolicy::open_fleet(FleetSource::new(url.clone()).with_prefix(options.prefix.clone()), integrity)?,
-        (None, Some(config)) => LivePolicy::open(PolicySource { wasm: options.wasm.clone(), config: config.clone(), integrity })?,
+        (None, Some(config)) => {
+            LivePolicy::open(PolicySource { wasm: options.wasm.clone(), config: config.clone(), integrity, vectors: options.vectors.clone() })?
+        }
         (None, None) => anyhow::bail!("watch needs --config (files) or --fleet (Redis)"),
     });
     say(json!({ "event": "serving", "policy": identity_json(&live.current().identity) }));
@@ -157,13 +160,14 @@ pub async fn watch(options: WatchOptions) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub fn publish(url: &str, prefix: &str, wasm: &Path, config: &Path, signature: Option<&Path>) -> anyhow::Result<()> {
+pub fn publish(url: &str, prefix: &str, wasm: &Path, config: &Path, signature: Option<&Path>, vectors: Option<&Path>) -> anyhow::Result<()> {
     let read = |path: &Path| std::fs::read(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()));
     let wasm_bytes = read(wasm)?;
     let config_text = String::from_utf8(read(config)?).map_err(|_| anyhow::anyhow!("{} is not UTF-8", config.display()))?;
     let signature = signature.map(read).transpose()?;
+    let vectors = vectors.map(read).transpose()?.map(String::from_utf8).transpose().map_err(|_| anyhow::anyhow!("the vectors are not UTF-8"))?;
     let fleet = FleetSource::new(url).with_prefix(prefix);
-    let revision = publish_policy(&fleet, &wasm_bytes, &config_text, signature.as_deref()).map_err(anyhow::Error::msg)?;
+    let revision = publish_policy(&fleet, &wasm_bytes, &config_text, signature.as_deref(), vectors.as_deref()).map_err(anyhow::Error::msg)?;
     say(json!({ "event": "published", "revision": revision, "prefix": prefix, "wasm-bytes": wasm_bytes.len(), "signed": signature.is_some() }));
     Ok(())
 }

@@ -32,6 +32,7 @@ from agent_retry_policy import (
     LivePolicy,
     UpdateFleetError,
     UpdateIntegrityError,
+    UpdateSelfTestError,
     locate_component,
     publish_policy,
 )
@@ -300,3 +301,50 @@ def test_redis_restarted_or_paused_while_watching_does_not_stop_the_watcher(
         assert listeners, "the channel listener survived"
     finally:
         live.close()
+
+
+FOUR_ATTEMPTS = "a persistent 503 is retried three times, then escalates"
+
+
+def four_attempts_vectors() -> str:
+    """Vectors that hold under the publication's `max-attempts-per-call: 4`, not under 2."""
+    failure = {"op": "record-outcome", "call-id": 1, "outcome": {"failure": {"kind": {"http-status": 503}}}}
+    steps: list[dict[str, Any]] = [{"op": "begin-call", "call": {"tool": "lookup_order"}}]
+    steps += [{**failure, "expect": {"ok": {"action": {"retry": {"attempt": attempt}}}}} for attempt in (2, 3, 4)]
+    steps.append({**failure, "expect": {"ok": {"action": {"escalate": {"reason": "call-attempts-spent"}}}}})
+    return json.dumps({"description": "shipped with the publication", "cases": [{"description": FOUR_ATTEMPTS, "steps": steps}]})
+
+
+def test_a_publication_whose_shipped_vectors_fail_is_refused(server: RedisServer, wasm: bytes, caplog: pytest.LogCaptureFixture) -> None:
+    prefix = "fleet-test:vectors"
+    source = FleetSource(server.url, prefix)
+    client = source.client()
+    try:
+        publish_policy(server.url, wasm, config(4), prefix=prefix, vectors=four_attempts_vectors())
+        assert client.get(source.key("vectors")) == four_attempts_vectors().encode()
+        live = LivePolicy.open_redis(server.url, prefix=prefix)  # the vectors pass: accepted
+        good = live.current()
+        assert good.config_json == config(4)
+
+        publish_policy(server.url, wasm, config(2), prefix=prefix, vectors=four_attempts_vectors().encode())
+        with caplog.at_level(logging.WARNING, logger="agent_retry_policy.live"), pytest.raises(UpdateSelfTestError) as refused:
+            live.poll()
+        assert refused.value.kind == "self-test" and "vectors" in str(refused.value) and FOUR_ATTEMPTS in str(refused.value)
+        assert 'step 3 (record-outcome): $.ok.action.retry: missing in {"escalate"' in str(refused.value)
+        assert live.current() is good and live.last_refusal == str(refused.value), "the last good policy keeps serving"
+        assert any("policy update refused" in r.getMessage() and FOUR_ATTEMPTS in r.getMessage() for r in caplog.records)
+        assert live.poll() is None, "a refused revision is tried once"
+        with pytest.raises(UpdateSelfTestError, match=FOUR_ATTEMPTS):
+            LivePolicy.open_redis(server.url, prefix=prefix)
+
+        publish_policy(server.url, wasm, config(2), prefix=prefix, vectors="{not json")
+        with pytest.raises(UpdateSelfTestError, match=r"vectors \(fleet-test:vectors:vectors \(revision \d+\)\) are not JSON"):
+            live.poll()
+
+        # Published without vectors: the key is deleted, and the update goes in.
+        publish_policy(server.url, wasm, config(2), prefix=prefix)
+        assert client.exists(source.key("vectors")) == 0
+        identity = live.poll()
+        assert identity is not None and identity.generation == 2 and live.current().config_json == config(2)
+    finally:
+        client.close()

@@ -6,6 +6,7 @@ watcher; a swap under load."""
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import shutil
 import threading
@@ -302,3 +303,114 @@ def test_decisions_never_fail_while_the_policy_is_swapped_under_load(tmp_path: P
 def test_every_refusal_is_an_update_error_with_its_kind() -> None:
     kinds = {cls.kind for cls in UpdateError.__subclasses__()}
     assert kinds == {"read", "integrity", "load", "config", "self-test", "fleet", "nothing-to-roll-back-to"}
+
+
+# The vectors an update ships with (`PolicySource(..., vectors=path)`): after the
+# self-test, every case must pass against the candidate; a case without `config`
+# runs in the update's configuration.
+FOUR_ATTEMPTS = "a persistent 503 is retried three times, then escalates"
+
+
+def _503(call_id: int = 1) -> dict[str, object]:
+    return {"op": "record-outcome", "call-id": call_id, "outcome": {"failure": {"kind": {"http-status": 503}}}}
+
+
+def four_attempts_vectors() -> str:
+    """Vectors that hold under `max-attempts-per-call: 4` (the update's configuration), not under 2."""
+    steps: list[dict[str, object]] = [{"op": "begin-call", "call": {"tool": "lookup_order"}}]
+    steps += [{**_503(), "expect": {"ok": {"action": {"retry": {"attempt": attempt}}}}} for attempt in (2, 3, 4)]
+    steps.append({**_503(), "expect": {"ok": {"action": {"escalate": {"reason": "call-attempts-spent"}}}}})
+    own_config = {
+        "description": "a case with its own configuration runs in it",
+        "config": {"default-effect": "read", "max-attempts-per-call": 1},
+        "steps": [
+            {"op": "begin-call", "call": {"tool": "lookup_order"}},
+            {**_503(), "expect": {"ok": {"action": {"escalate": {"reason": "call-attempts-spent"}}}}},
+        ],
+    }
+    return json.dumps({"description": "shipped with the update", "cases": [own_config, {"description": FOUR_ATTEMPTS, "steps": steps}]})
+
+
+def two_attempts_vectors() -> str:
+    steps = [
+        {"op": "begin-call", "call": {"tool": "lookup_order"}},
+        {**_503(), "expect": {"ok": {"action": {"retry": {"attempt": 2}}}}},
+        {**_503(), "expect": {"ok": {"action": {"escalate": {"reason": "call-attempts-spent"}}}}},
+    ]
+    return json.dumps({"description": "shipped with the update", "cases": [{"description": "two attempts", "steps": steps}]})
+
+
+def with_vectors(source: PolicySource, text: str) -> PolicySource:
+    vectors = source.wasm.with_name("vectors.json")
+    vectors.write_text(text)
+    return PolicySource(source.wasm, source.config, source.integrity, vectors=vectors)
+
+
+def test_an_update_whose_shipped_vectors_pass_is_accepted(tmp_path: Path) -> None:
+    source = with_vectors(deployed(tmp_path), four_attempts_vectors())
+    assert source.vectors == tmp_path / "vectors.json"
+    live = LivePolicy.open(source)
+    assert attempts_against_a_persistent_503(live.current()) == 4
+    # A new component with the same vectors: they run against it, and pass.
+    source.wasm.write_bytes(with_custom_section(source.wasm.read_bytes(), b"v2"))
+    assert live.reload().generation == 2
+
+
+def test_an_update_whose_shipped_vector_fails_is_refused_naming_the_case(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    source = with_vectors(deployed(tmp_path), four_attempts_vectors())
+    live = LivePolicy.open(source)
+    source.config.write_text(reads(2))  # loads, passes the self-test, breaks the shipped vectors
+    with caplog.at_level(logging.INFO, logger="agent_retry_policy.live"), pytest.raises(UpdateSelfTestError) as refused:
+        live.reload()
+    message = str(refused.value)
+    assert refused.value.kind == "self-test"
+    assert "vectors" in message and f'"{FOUR_ATTEMPTS}"' in message, message
+    assert 'step 3 (record-outcome): $.ok.action.retry: missing in {"escalate"' in message, "the first mismatch: " + message
+    assert live.current().identity.generation == 1 and live.last_refusal == message
+    assert attempts_against_a_persistent_503(live.current()) == 4, "the last good policy keeps serving"
+    (line,) = [r for r in caplog.records if "policy update refused" in r.getMessage()]
+    assert line.levelno == logging.WARNING and '"kind": "self-test"' in line.getMessage() and FOUR_ATTEMPTS in line.getMessage()
+    # The same gate at start.
+    with pytest.raises(UpdateSelfTestError, match=FOUR_ATTEMPTS):
+        LivePolicy.open(source)
+
+    # A change of the vectors alone is an update: vectors that hold under 2 attempts let the configuration in.
+    assert source.vectors is not None
+    source.vectors.write_text(two_attempts_vectors())
+    identity = live.poll()
+    assert identity is not None and identity.generation == 2
+    assert attempts_against_a_persistent_503(live.current()) == 2
+    assert live.poll() is None, "nothing changed since"
+
+
+def test_malformed_or_unreadable_shipped_vectors_are_refused(tmp_path: Path) -> None:
+    source = with_vectors(deployed(tmp_path), four_attempts_vectors())
+    live = LivePolicy.open(source)
+    assert source.vectors is not None
+    for text, why in [
+        ("{not json", "not JSON"),
+        (b"\xff{}", "not JSON"),
+        ("[]", "not a vector file"),
+        ('{"description": "d", "cases": {}}', '"cases"'),
+        ('{"description": "d", "cases": [{"description": "c"}]}', '"steps"'),
+        ('{"description": "d", "cases": [{"description": "c", "steps": [], "extra": 1}]}', '"extra"'),
+        ('{"cases": []}', '"description"'),
+    ]:
+        if isinstance(text, bytes):
+            source.vectors.write_bytes(text)
+        else:
+            source.vectors.write_text(text)
+        with pytest.raises(UpdateSelfTestError, match="vectors") as refused:
+            live.reload()
+        assert why in str(refused.value), (text, str(refused.value))
+    # A step the runner does not know is the case's failure.
+    source.vectors.write_text(json.dumps({"description": "d", "cases": [{"description": "odd step", "steps": [{"op": "fly"}]}]}))
+    with pytest.raises(UpdateSelfTestError, match='"odd step" step 1: unknown op "fly"'):
+        live.reload()
+    source.vectors.unlink()
+    with pytest.raises(UpdateReadError) as gone:
+        live.reload()
+    assert gone.value.path == source.vectors
+    assert live.current().identity.generation == 1
+    source.vectors.write_text(json.dumps({"description": "none yet", "cases": []}))
+    assert live.reload().generation == 2

@@ -6,6 +6,8 @@
 //! - `{prefix}:config`: the configuration (JSON text);
 //! - `{prefix}:wasm.sig`: optional detached Ed25519 signature of the `.wasm`
 //!   (64 raw bytes or 128 hex digits);
+//! - `{prefix}:vectors`: optional vectors the update ships with (JSON text in
+//!   the format of `tests/vectors/*.json`), run by every worker's gate;
 //! - `{prefix}:revision`: an integer that grows with every publication: one
 //!   more than the last, or the server's time in ms if that is larger, so that
 //!   it never repeats after Redis loses its state (a worker that tried revision
@@ -72,12 +74,13 @@ impl FleetSource {
     /// The published policy, read in one `MGET` (one publication's parts).
     pub fn read(&self) -> Result<Publication, String> {
         let mut connection = self.connect()?;
-        type Parts = (Option<Vec<u8>>, Option<Vec<u8>>, Option<Vec<u8>>, Option<u64>);
-        let (wasm, config, signature, revision): Parts = redis::cmd("MGET")
+        type Parts = (Option<Vec<u8>>, Option<Vec<u8>>, Option<Vec<u8>>, Option<u64>, Option<Vec<u8>>);
+        let (wasm, config, signature, revision, vectors): Parts = redis::cmd("MGET")
             .arg(self.key("wasm"))
             .arg(self.key("config"))
             .arg(self.key("wasm.sig"))
             .arg(self.key("revision"))
+            .arg(self.key("vectors"))
             .query(&mut connection)
             .map_err(|e| e.to_string())?;
         let missing = |what: &str| format!("nothing published at {} (`agent-retry publish` writes it)", self.key(what));
@@ -85,6 +88,7 @@ impl FleetSource {
             wasm: wasm.ok_or_else(|| missing("wasm"))?,
             config: config.ok_or_else(|| missing("config"))?,
             signature,
+            vectors,
             revision: revision.unwrap_or(0),
         })
     }
@@ -110,6 +114,7 @@ pub struct Publication {
     pub wasm: Vec<u8>,
     pub config: Vec<u8>,
     pub signature: Option<Vec<u8>>,
+    pub vectors: Option<Vec<u8>>,
     pub revision: u64,
 }
 
@@ -120,13 +125,17 @@ pub const NEXT_REVISION_LUA: &str = "local r = redis.call('INCR', KEYS[1]) local
 /// Publishes a policy for every worker of the fleet in one transaction and
 /// announces it; returns the new revision. Workers gate it as any update: a
 /// worker refuses what does not pass and keeps its last good policy.
-pub fn publish_policy(source: &FleetSource, wasm: &[u8], config_json: &str, signature: Option<&[u8]>) -> Result<u64, String> {
+pub fn publish_policy(source: &FleetSource, wasm: &[u8], config_json: &str, signature: Option<&[u8]>, vectors: Option<&str>) -> Result<u64, String> {
     let mut connection = source.connect()?;
     let mut pipe = redis::pipe();
     pipe.atomic().cmd("SET").arg(source.key("wasm")).arg(wasm).ignore().cmd("SET").arg(source.key("config")).arg(config_json).ignore();
     match signature {
         Some(signature) => pipe.cmd("SET").arg(source.key("wasm.sig")).arg(signature).ignore(),
         None => pipe.cmd("DEL").arg(source.key("wasm.sig")).ignore(),
+    };
+    match vectors {
+        Some(vectors) => pipe.cmd("SET").arg(source.key("vectors")).arg(vectors).ignore(),
+        None => pipe.cmd("DEL").arg(source.key("vectors")).ignore(),
     };
     pipe.cmd("EVAL").arg(NEXT_REVISION_LUA).arg(1).arg(source.key("revision")).cmd("PUBLISH").arg(source.channel()).arg("published").ignore();
     let (revision,): (u64,) = pipe.query(&mut connection).map_err(|e| e.to_string())?;

@@ -16,6 +16,7 @@ pub mod limits;
 pub mod live;
 pub mod mcp;
 pub mod steps;
+pub mod vectors;
 
 pub use accounts::{AccountBudgetBackend, AccountsError, EmbeddedAccounts, RedisAccounts, SharedAccounts};
 pub use component::{BUNDLED_WASM, HostServices, LoadError, PolicyComponent, PolicyInstance, SandboxLimits, default_wasm_path};

@@ -15,7 +15,9 @@
 //!    safe — a transient failure of a keyed write is retried with the same key
 //!    within the configured delay, an unkeyed write that timed out is never
 //!    resent without a status check, a 403 escalates, and a failure that
-//!    persists ends in an escalation within the step budget.
+//!    persists ends in an escalation within the step budget;
+//! 5. the vectors the update ships with, if any (a file in the format of
+//!    `tests/vectors/*.json`): every case must pass on the candidate.
 //!
 //! Runs in flight finish on the policy they started with: a host takes
 //! [`LivePolicy::current`] when it starts a run (or a worker) and keeps that
@@ -112,6 +114,9 @@ pub struct PolicySource {
     pub wasm: PathBuf,
     pub config: PathBuf,
     pub integrity: Integrity,
+    /// Vectors the update ships with (the format of `tests/vectors/*.json`):
+    /// every case must pass on a candidate before it serves.
+    pub vectors: Option<PathBuf>,
 }
 
 /// What was last read, to notice a change when polling: the files' times and
@@ -123,6 +128,7 @@ enum Seen {
     Files {
         wasm: Option<(SystemTime, u64)>,
         config: Option<(SystemTime, u64)>,
+        vectors: Option<(SystemTime, u64)>,
     },
     Revision(u64),
 }
@@ -155,13 +161,17 @@ struct Candidate {
     /// Where the signature was looked for, for messages.
     signature_at: String,
     integrity: Integrity,
+    /// The vectors shipped with the update, if any.
+    vectors: Option<Vec<u8>>,
     seen: Seen,
 }
 
 impl Origin {
     fn seen_now(&self) -> Result<Seen, UpdateError> {
         match self {
-            Origin::Files(source) => Ok(Seen::Files { wasm: stamp(&source.wasm), config: stamp(&source.config) }),
+            Origin::Files(source) => {
+                Ok(Seen::Files { wasm: stamp(&source.wasm), config: stamp(&source.config), vectors: source.vectors.as_deref().and_then(stamp) })
+            }
             Origin::Fleet(fleet, _) => fleet.revision().map(Seen::Revision).map_err(UpdateError::Fleet),
         }
     }
@@ -181,17 +191,19 @@ impl Origin {
                     signature,
                     signature_at: sig_path.display().to_string(),
                     integrity: source.integrity.clone(),
+                    vectors: source.vectors.as_deref().map(read).transpose()?,
                     seen,
                 })
             }
             Origin::Fleet(fleet, integrity) => {
-                let Publication { wasm, config, signature, revision } = fleet.read().map_err(UpdateError::Fleet)?;
+                let Publication { wasm, config, signature, vectors, revision } = fleet.read().map_err(UpdateError::Fleet)?;
                 Ok(Candidate {
                     wasm,
                     config,
                     signature,
                     signature_at: format!("{}:wasm.sig", fleet.prefix),
                     integrity: integrity.clone(),
+                    vectors,
                     seen: Seen::Revision(revision),
                 })
             }
@@ -377,8 +389,27 @@ fn candidate(read: Candidate, generation: u64, serving: Option<&Loaded>) -> Resu
         _ => Arc::new(PolicyComponent::from_bytes(&read.wasm).map_err(UpdateError::Load)?),
     };
     self_test(&component, &config_json)?;
+    if let Some(vectors) = &read.vectors {
+        shipped_vectors_pass(&component, vectors, &config_json)?;
+    }
     let config_sha256 = hex(&Sha256::digest(config_json.as_bytes()));
     Ok(Loaded { component, config_json, identity: PolicyIdentity { wasm_sha256, config_sha256, generation } })
+}
+
+/// Every case of the vectors an update ships with passes on the candidate, each
+/// on a fresh instance (as the conformance runner runs them); a case that names
+/// no configuration runs in the update's own (as in the Python and Node hosts).
+fn shipped_vectors_pass(component: &PolicyComponent, vectors: &[u8], config_json: &str) -> Result<(), UpdateError> {
+    let refuse = |why: String| UpdateError::SelfTest(format!("the update's vectors {why}"));
+    let text = std::str::from_utf8(vectors).map_err(|_| refuse("are not UTF-8".into()))?;
+    let file = crate::vectors::parse_file(text).map_err(|e| refuse(format!("are not a vector file: {e}")))?;
+    for case in &file.cases {
+        let mut subject = crate::dynamic::DynamicPolicy::new(component).map_err(|e| refuse(format!("cannot run: {e}")))?;
+        if let Some(failure) = crate::vectors::run_case_in(case, config_json, &mut subject).failure {
+            return Err(refuse(format!("fail: \"{}\" {failure}", case.description)));
+        }
+    }
+    Ok(())
 }
 
 /// Where a `.wasm`'s detached signature is looked for: `<wasm>.sig`.

@@ -26,7 +26,7 @@ fn deployed(name: &str, config: &str) -> (Dir, PolicySource) {
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::copy(default_wasm_path(), dir.join("policy.wasm")).expect("run `make wasm` first");
     std::fs::write(dir.join("policy.json"), config).unwrap();
-    let source = PolicySource { wasm: dir.join("policy.wasm"), config: dir.join("policy.json"), integrity: Integrity::Unchecked };
+    let source = PolicySource { wasm: dir.join("policy.wasm"), config: dir.join("policy.json"), integrity: Integrity::Unchecked, vectors: None };
     (Dir(dir), source)
 }
 
@@ -259,5 +259,38 @@ fn every_hostile_component_is_refused_by_the_gate_and_the_last_good_policy_serve
         assert_eq!(live.last_refusal().as_deref(), Some(err.to_string().as_str()));
         assert_eq!(live.current().identity, good, "{name}: the last good policy keeps serving");
         assert_eq!(attempts_against_a_persistent_503(&live), 4);
+    }
+}
+
+/// The vectors an update ships with run in the gate: a case without its own
+/// configuration runs in the update's, so the same vectors pass with 4 attempts
+/// and refuse an update that allows 2; malformed vectors are refused too.
+#[test]
+fn an_update_is_refused_when_the_vectors_it_ships_with_fail() {
+    let (dir, mut source) = deployed("vectors", READS);
+    let vectors_path = dir.0.join("policy.vectors.json");
+    let vectors = serde_json::json!({"description": "what this deployment relies on", "cases": [{
+    "description": "a read is tried four times against a persistent 503",
+    "steps": [
+        {"op": "begin-call", "call": {"tool": "lookup_order"}},
+        {"op": "record-outcome", "call-id": 1, "outcome": {"failure": {"kind": {"http-status": 503}}}, "expect": {"ok": {"action": {"retry": {"attempt": 2}}}}},
+        {"op": "record-outcome", "call-id": 1, "outcome": {"failure": {"kind": {"http-status": 503}}}, "expect": {"ok": {"action": {"retry": {"attempt": 3}}}}},
+        {"op": "record-outcome", "call-id": 1, "outcome": {"failure": {"kind": {"http-status": 503}}}, "expect": {"ok": {"action": {"retry": {"attempt": 4}}}}},
+        {"op": "record-outcome", "call-id": 1, "outcome": {"failure": {"kind": {"http-status": 503}}}, "expect": {"ok": {"action": {"escalate": {"reason": "call-attempts-spent"}}}}}
+    ]}]});
+    std::fs::write(&vectors_path, vectors.to_string()).unwrap();
+    source.vectors = Some(vectors_path.clone());
+    let live = LivePolicy::open(source.clone()).expect("the shipped vectors pass with 4 attempts");
+    std::fs::write(&source.config, r#"{"default-effect": "read", "max-attempts-per-call": 2}"#).unwrap();
+    let err = live.reload().unwrap_err();
+    assert!(matches!(err, UpdateError::SelfTest(_)), "{err}");
+    let text = err.to_string();
+    assert!(text.contains("vectors") && text.contains("a read is tried four times against a persistent 503"), "{text}");
+    assert_eq!(live.current().identity.generation, 1, "the last good policy serves");
+    for malformed in ["not json", r#"{"cases": []}"#, r#"{"description": "x", "cases": [{"description": "y", "steps": [{"op": "fly"}]}]}"#] {
+        std::fs::write(&source.config, READS).unwrap();
+        std::fs::write(&vectors_path, malformed).unwrap();
+        let err = live.reload().expect_err(malformed);
+        assert!(err.to_string().contains("vectors"), "{malformed}: {err}");
     }
 }

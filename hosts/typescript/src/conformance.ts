@@ -37,6 +37,46 @@ export interface VectorCase {
   steps: Array<Record<string, unknown>>;
 }
 
+/** A vector file: `{"description", "cases": [...]}`. */
+export interface VectorFile {
+  description: string;
+  cases: VectorCase[];
+}
+
+const FILE_KEYS = new Set(['description', 'cases']);
+const CASE_KEYS = new Set(['description', 'comment', 'config', 'steps']);
+
+/** Parses one vector file's text, as strictly as the Rust host's format
+ *  (`hosts/rust/src/vectors/format.rs`: no unknown fields; a case has a
+ *  `description` and `steps`, maybe a `comment` and a `config`). Throws a
+ *  `HarnessError` saying what is wrong. A step is checked when it runs. */
+export function parseVectorFile(text: string): VectorFile {
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (e) {
+    throw new HarnessError(`not JSON: ${(e as Error).message}`);
+  }
+  const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+  if (!isObject(value)) throw new HarnessError('a vector file is an object {"description", "cases"}');
+  const unknownKey = (object: Record<string, unknown>, known: Set<string>) => Object.keys(object).find((k) => !known.has(k));
+  const extra = unknownKey(value, FILE_KEYS);
+  if (extra !== undefined) throw new HarnessError(`unknown field "${extra}" in the file`);
+  if (typeof value.description !== 'string') throw new HarnessError('the file has no "description" (a string)');
+  if (!Array.isArray(value.cases)) throw new HarnessError('the file has no "cases" (an array)');
+  const cases = value.cases.map((c: unknown, i: number): VectorCase => {
+    const where = `case ${i + 1}`;
+    if (!isObject(c)) throw new HarnessError(`${where} is not an object`);
+    const extraKey = unknownKey(c, CASE_KEYS);
+    if (extraKey !== undefined) throw new HarnessError(`unknown field "${extraKey}" in ${where}`);
+    if (typeof c.description !== 'string') throw new HarnessError(`${where} has no "description" (a string)`);
+    if (!Array.isArray(c.steps)) throw new HarnessError(`case "${c.description}" has no "steps" (an array)`);
+    if (c.comment !== undefined && c.comment !== null && typeof c.comment !== 'string') throw new HarnessError(`case "${c.description}": "comment" is not a string`);
+    return c as unknown as VectorCase;
+  });
+  return { description: value.description, cases };
+}
+
 /** Every `*.json` in `dir` but schema.json, sorted by name. */
 export function loadVectorFiles(dir: string): Array<{ file: string; cases: VectorCase[] }> {
   return readdirSync(dir)
@@ -296,13 +336,20 @@ export interface CaseResult {
   failure?: string;
 }
 
-export async function runCase(component: PolicyComponent, file: string, testCase: VectorCase): Promise<CaseResult> {
+export interface RunCaseOptions {
+  /** The configuration (JSON text) a case without `config` loads; default `{}`.
+   *  The live-update gate passes the update's own configuration. */
+  defaultConfigText?: string;
+}
+
+export async function runCase(component: PolicyComponent, file: string, testCase: VectorCase, options: RunCaseOptions = {}): Promise<CaseResult> {
   const result: CaseResult = { file, description: testCase.description, outputs: [] };
   const subject = await Subject.create(component);
   const state: State = { now: DEFAULT_START_MS, started: false, attempts: new Map() };
   let loaded: Json;
   try {
-    loaded = subject.loadPolicy(canonicalText(testCase.config ?? {}));
+    const hasConfig = testCase.config !== undefined && testCase.config !== null;
+    loaded = subject.loadPolicy(hasConfig ? canonicalText(testCase.config) : options.defaultConfigText ?? '{}');
   } catch (e) {
     result.failure = `loading the case's config: ${(e as Error).message}`;
     return result;

@@ -7,6 +7,9 @@
 // - `{prefix}:config`: the configuration (JSON text);
 // - `{prefix}:wasm.sig`: optional detached Ed25519 signature of the `.wasm`
 //   (64 raw bytes or 128 hex digits);
+// - `{prefix}:vectors`: optional vectors the publication ships with (JSON text
+//   in the format of tests/vectors/*.json); a worker's gate runs every case
+//   against the candidate (src/live.ts);
 // - `{prefix}:revision`: an integer that grows with every publication: one more
 //   than the last, or the server's time in ms if that is larger, so that it
 //   never repeats after Redis loses its state;
@@ -49,6 +52,8 @@ export interface Publication {
   readonly wasm: Buffer;
   readonly config: Buffer;
   readonly signature: Buffer | undefined;
+  /** The vectors shipped with the publication (`{prefix}:vectors`), if any. */
+  readonly vectors: Buffer | undefined;
   /** 0 when the revision key is absent. */
   readonly revision: number;
 }
@@ -58,6 +63,11 @@ export interface PublishOptions {
    *  (as text or bytes). Without it the signature key is deleted, so an older
    *  signature never stays beside a new `.wasm`. */
   signature?: Uint8Array | string;
+  /** Vectors the publication ships with (a vector file's JSON text, the format
+   *  of tests/vectors/*.json): every worker's gate runs each case against the
+   *  candidate and refuses the publication if one fails. Without it the vectors
+   *  key is deleted, so older vectors never stay beside a new publication. */
+  vectors?: Uint8Array | string;
   /** The keys' prefix (`DEFAULT_PREFIX`). */
   prefix?: string;
 }
@@ -120,7 +130,7 @@ export class Fleet {
     Object.freeze(this);
   }
 
-  key(name: 'wasm' | 'config' | 'wasm.sig' | 'revision' | 'updates'): string {
+  key(name: 'wasm' | 'config' | 'wasm.sig' | 'vectors' | 'revision' | 'updates'): string {
     return `${this.prefix}:${name}`;
   }
 
@@ -174,21 +184,24 @@ export class Fleet {
   async read(): Promise<Publication> {
     const { RESP_TYPES } = await loadRedis();
     const parts = (await this.#with('MGET', (client) =>
-      client.sendCommand(['MGET', this.key('wasm'), this.key('config'), this.key('wasm.sig'), this.key('revision')], {
+      client.sendCommand(['MGET', this.key('wasm'), this.key('config'), this.key('wasm.sig'), this.key('revision'), this.key('vectors')], {
         typeMapping: { [RESP_TYPES.BLOB_STRING]: Buffer },
         timeout: REDIS_TIMEOUT_MS,
       }))) as unknown;
-    if (!Array.isArray(parts) || parts.length !== 4) throw new FleetError(`${this.url}: MGET answered ${String(parts)}`);
-    const [wasm, config, signature, revision] = parts as Array<Buffer | null>;
+    if (!Array.isArray(parts) || parts.length !== 5) throw new FleetError(`${this.url}: MGET answered ${String(parts)}`);
+    const [wasm, config, signature, revision, vectors] = parts as Array<Buffer | null>;
     const missing = (what: 'wasm' | 'config') =>
       new FleetError(`nothing published at ${this.key(what)} (\`agent-retry publish\` or publishPolicy() writes it)`);
     if (!Buffer.isBuffer(wasm)) throw missing('wasm');
     if (!Buffer.isBuffer(config)) throw missing('config');
-    return { wasm, config, signature: Buffer.isBuffer(signature) ? signature : undefined, revision: parseRevision(revision?.toString('latin1') ?? null) };
+    return {
+      wasm, config, signature: Buffer.isBuffer(signature) ? signature : undefined, vectors: Buffer.isBuffer(vectors) ? vectors : undefined,
+      revision: parseRevision(revision?.toString('latin1') ?? null),
+    };
   }
 
   /** `publishPolicy` on this fleet (`signature`: already checked). */
-  async publish(wasm: Uint8Array, configJson: string, signature: Buffer | undefined): Promise<number> {
+  async publish(wasm: Uint8Array, configJson: string, signature: Buffer | undefined, vectors?: Buffer): Promise<number> {
     const url = this.url;
     const client = await this.#connect();
     try {
@@ -196,11 +209,12 @@ export class Fleet {
         .addCommand(['SET', this.key('wasm'), Buffer.from(wasm)])
         .addCommand(['SET', this.key('config'), configJson])
         .addCommand(signature === undefined ? ['DEL', this.key('wasm.sig')] : ['SET', this.key('wasm.sig'), signature])
+        .addCommand(vectors === undefined ? ['DEL', this.key('vectors')] : ['SET', this.key('vectors'), vectors])
         .addCommand(['EVAL', NEXT_REVISION_LUA, '1', this.key('revision')])
         .addCommand(['PUBLISH', this.channel, 'published']);
       const replies = (await within(transaction.exec(), REDIS_TIMEOUT_MS, `${url}: MULTI … EXEC`, () => destroy(client))) as unknown[];
-      const revision = Number(replies[3]);
-      if (!Number.isSafeInteger(revision)) throw new FleetError(`${url}: the next ${this.key('revision')} answered ${String(replies[3])}`);
+      const revision = Number(replies[4]);
+      if (!Number.isSafeInteger(revision)) throw new FleetError(`${url}: the next ${this.key('revision')} answered ${String(replies[4])}`);
       return revision;
     } catch (e) {
       throw e instanceof FleetError ? e : new FleetError(`${url}: publish: ${describe(e)}`, { cause: e });
@@ -258,7 +272,7 @@ function signatureBytes(signature: Uint8Array | string): Buffer {
 }
 
 /** Publishes a policy for every worker of the fleet in one transaction (MULTI:
- *  SET wasm, SET config, SET or DEL wasm.sig, INCR revision, PUBLISH updates;
+ *  SET wasm, SET config, SET or DEL wasm.sig, SET or DEL vectors, INCR revision, PUBLISH updates;
  *  EXEC) and returns the new revision. Workers gate it as any update: a worker
  *  refuses what does not pass and keeps its last good policy. Rejects with a
  *  `FleetError` when Redis cannot be reached or does not answer in time. */
@@ -267,5 +281,9 @@ export async function publishPolicy(url: string, wasm: Uint8Array, configJson: s
   if (!(wasm instanceof Uint8Array)) throw new TypeError('publishPolicy: wasm must be a Uint8Array (a Buffer)');
   if (typeof configJson !== 'string') throw new TypeError('publishPolicy: configJson must be a string (JSON text)');
   const signature = options.signature === undefined ? undefined : signatureBytes(options.signature);
-  return fleet.publish(wasm, configJson, signature);
+  const { vectors } = options;
+  if (vectors !== undefined && typeof vectors !== 'string' && !(vectors instanceof Uint8Array)) {
+    throw new TypeError('publishPolicy: vectors must be a string (JSON text) or a Uint8Array');
+  }
+  return fleet.publish(wasm, configJson, signature, vectors === undefined ? undefined : Buffer.from(vectors));
 }

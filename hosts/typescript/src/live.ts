@@ -31,7 +31,13 @@
 //    write that timed out is never resent without a status check, a 403
 //    escalates, a failure that persists ends in an escalation within
 //    max-steps-per-run), and every other export answers well-formed. A trap, a
-//    sandbox limit or a value outside the contract anywhere refuses the update.
+//    sandbox limit or a value outside the contract anywhere refuses the update;
+// 5. the vectors the update ships with, if any (`PolicySource.vectors`, or the
+//    fleet's `{prefix}:vectors`: a file in the format of tests/vectors/*.json):
+//    every case must pass against the candidate, each on a fresh instance, run
+//    by this host's conformance runner (src/conformance.ts); a case without
+//    `config` runs with the update's configuration. Malformed vectors or a
+//    failing case refuse the update (`UpdateSelfTestError`, naming the case).
 //
 // The swap: JavaScript runs on one thread, so replacing the serving `Loaded` is
 // atomic. A reload reads, checks, transpiles (on a worker) and compiles
@@ -47,6 +53,7 @@ import { basename, dirname, resolve } from 'node:path';
 
 import type * as Wit from '../generated/interfaces/agent-retry-policy-types.js';
 import { EmbeddedAccounts } from './accounts.js';
+import { HarnessError, parseVectorFile, runCase, type VectorFile } from './conformance.js';
 import { PolicyComponent, type Policy, type Run } from './component.js';
 import { SplitMix64 } from './entropy.js';
 import {
@@ -166,6 +173,11 @@ export interface PolicySource {
   /** The configuration (JSON text, UTF-8). */
   readonly config: string;
   readonly integrity: Integrity;
+  /** Optional: vectors the update ships with (a JSON file in the format of
+   *  tests/vectors/*.json), read with the other files on every reload; every
+   *  case must pass against the candidate. A configured path that cannot be
+   *  read refuses the update (`UpdateReadError`). */
+  readonly vectors?: string;
 }
 
 /** A fleet's publication in Redis (src/fleet.ts), and how it is trusted. */
@@ -234,7 +246,8 @@ function stamp(path: string): string {
 }
 
 function seenOf(source: PolicySource): string {
-  return `${stamp(source.wasm)}|${stamp(source.config)}|${source.integrity.kind === 'ed25519' ? stamp(signaturePath(source.wasm)) : ''}`;
+  const vectors = source.vectors === undefined ? '' : stamp(source.vectors);
+  return `${stamp(source.wasm)}|${stamp(source.config)}|${source.integrity.kind === 'ed25519' ? stamp(signaturePath(source.wasm)) : ''}|${vectors}`;
 }
 
 /** An update as read, before the gate. */
@@ -247,6 +260,9 @@ interface Read {
   readonly signatureAt: string;
   /** Where the .wasm came from, for messages. */
   readonly wasmAt: string;
+  /** The vectors shipped with the update, if any, and where they came from. */
+  readonly vectors: Uint8Array | undefined;
+  readonly vectorsAt: string;
   /** What was read, to notice the next change. */
   readonly seen: string;
 }
@@ -277,7 +293,9 @@ class FileOrigin implements Origin {
     const config = await read(this.source.config);
     const signatureAt = signaturePath(this.source.wasm);
     const signature = this.source.integrity.kind === 'ed25519' ? await readFile(signatureAt).catch(() => undefined) : undefined;
-    return { wasm, config, signature, signatureAt, wasmAt: this.source.wasm, seen };
+    const vectorsAt = this.source.vectors ?? '';
+    const vectors = this.source.vectors === undefined ? undefined : await read(this.source.vectors);
+    return { wasm, config, signature, signatureAt, wasmAt: this.source.wasm, vectors, vectorsAt, seen };
   }
 }
 
@@ -302,8 +320,11 @@ class FleetOrigin implements Origin {
     } catch (e) {
       throw fleetError(e);
     }
-    const { wasm, config, signature, revision } = publication;
-    return { wasm, config, signature, signatureAt: this.fleet.key('wasm.sig'), wasmAt: `${this.fleet.key('wasm')} (revision ${revision})`, seen: `revision ${revision}` };
+    const { wasm, config, signature, vectors, revision } = publication;
+    return {
+      wasm, config, signature, signatureAt: this.fleet.key('wasm.sig'), wasmAt: `${this.fleet.key('wasm')} (revision ${revision})`,
+      vectors, vectorsAt: `${this.fleet.key('vectors')} (revision ${revision})`, seen: `revision ${revision}`,
+    };
   }
 }
 
@@ -350,12 +371,16 @@ export class LivePolicy {
     if (!(source.integrity instanceof Integrity)) {
       throw new TypeError('PolicySource.integrity: use Integrity.unchecked(), Integrity.pinnedSha256(hex) or Integrity.ed25519(publicKey)');
     }
-    const resolved: PolicySource = Object.freeze({ wasm: resolve(source.wasm), config: resolve(source.config), integrity: source.integrity });
+    if (source.vectors !== undefined && typeof source.vectors !== 'string') throw new TypeError('PolicySource.vectors: a path, or undefined');
+    const resolved: PolicySource = Object.freeze({
+      wasm: resolve(source.wasm), config: resolve(source.config), integrity: source.integrity,
+      ...(source.vectors === undefined ? {} : { vectors: resolve(source.vectors) }),
+    });
     return LivePolicy.#openOrigin(new FileOrigin(resolved), options);
   }
 
   /** Loads the first policy from the fleet's Redis (src/fleet.ts: one MGET of
-   *  `{prefix}:wasm`, `:config`, `:wasm.sig`, `:revision`), through the same
+   *  `{prefix}:wasm`, `:config`, `:wasm.sig`, `:revision`, `:vectors`), through the same
    *  gate, the signature taken from `{prefix}:wasm.sig`; a worker started after
    *  a publication takes it here. Rejects with an `UpdateError`
    *  (`UpdateFleetError` when Redis cannot be read or nothing is published). */
@@ -410,7 +435,7 @@ export class LivePolicy {
   }
 
   /** Reloads if a file changed since it was last read (mtime, size or inode; the
-   *  signature too when a key is configured), or the fleet's revision is one
+   *  signature too when a key is configured, the vectors when configured), or the fleet's revision is one
    *  not tried yet (accepted or refused): the new identity, or `undefined` if
    *  nothing changed. Rejects with an `UpdateError` on refusal. A fleet whose
    *  Redis cannot be reached resolves `undefined` (the serving policy stays;
@@ -512,7 +537,7 @@ export class LivePolicy {
     // The directories, not the files: an operator replacing a file by a rename
     // (the safe way to publish) would leave a watch on the old file blind.
     const names = new Map<string, Set<string>>();
-    for (const path of [source.wasm, source.config, signaturePath(source.wasm)]) {
+    for (const path of [source.wasm, source.config, signaturePath(source.wasm), ...(source.vectors === undefined ? [] : [source.vectors])]) {
       const dir = dirname(path);
       names.set(dir, (names.get(dir) ?? new Set()).add(basename(path)));
     }
@@ -635,7 +660,7 @@ async function read(path: string): Promise<Uint8Array> {
 const sha256Hex = (bytes: Uint8Array): string => createHash('sha256').update(bytes).digest('hex');
 
 /** Checks and compiles a candidate (a `.wasm` byte-identical to the serving one
- *  is not compiled again); runs the self-test. */
+ *  is not compiled again); runs the self-test, then the vectors it ships with. */
 async function candidate(read: Read, integrity: Integrity, generation: number, serving: Loaded | undefined, options: LiveOptions): Promise<Loaded> {
   const { wasm, config: configBytes } = read;
   let configJson: string;
@@ -658,7 +683,44 @@ async function candidate(read: Read, integrity: Integrity, generation: number, s
     }
   }
   await selfTest(component, configJson);
+  // Then the vectors the update ships with (a malformed file refuses it too).
+  if (read.vectors !== undefined) await runShippedVectors(component, configJson, parseShippedVectors(read.vectors, read.vectorsAt), read.vectorsAt);
   return { component, configJson, identity: new PolicyIdentity(wasmSha256, sha256Hex(configBytes), generation) };
+}
+
+/** The shipped vectors' text, parsed; a malformed file refuses the update. */
+function parseShippedVectors(bytes: Uint8Array, at: string): VectorFile {
+  let text: string;
+  try {
+    text = new TextDecoder('utf-8', { fatal: true }).decode(bytes);
+  } catch (e) {
+    throw new UpdateSelfTestError(`the update's vectors (${at}) are not UTF-8`, { cause: e });
+  }
+  try {
+    return parseVectorFile(text);
+  } catch (e) {
+    throw new UpdateSelfTestError(`the update's vectors (${at}) are not in the vector format: ${(e as Error)?.message ?? e}`, { cause: e });
+  }
+}
+
+/** Runs every case of the shipped vectors against the candidate, each on a
+ *  fresh instance (src/conformance.ts `runCase`); a case without `config`
+ *  loads the update's configuration. The first failing case refuses the update. */
+async function runShippedVectors(component: PolicyComponent, configJson: string, vectors: VectorFile, at: string): Promise<void> {
+  for (const testCase of vectors.cases) {
+    let failure: string | undefined;
+    let cause: unknown;
+    try {
+      failure = (await runCase(component, at, testCase, { defaultConfigText: configJson })).failure;
+    } catch (e) {
+      // The candidate is untrusted: a trap while instantiating it refuses it too.
+      cause = e;
+      failure = `${e instanceof HarnessError ? '' : `${(e as Error)?.name ?? 'Error'}: `}${(e as Error)?.message ?? e}`;
+    }
+    if (failure !== undefined) {
+      throw new UpdateSelfTestError(`the update's vectors (${at}) fail: ${JSON.stringify(testCase.description)} ${failure}`, cause === undefined ? undefined : { cause });
+    }
+  }
 }
 
 /** What the self-test's persistent-503 run did: the attempt each of its

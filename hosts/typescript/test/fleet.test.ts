@@ -17,7 +17,7 @@ import { promisify } from 'node:util';
 import { createClient, RESP_TYPES } from 'redis';
 
 import { locateComponent } from '../src/component.js';
-import { UpdateFleetError } from '../src/errors.js';
+import { UpdateFleetError, UpdateSelfTestError } from '../src/errors.js';
 import { DEFAULT_PREFIX, Fleet, FleetError, REDIS_TIMEOUT_MS, publishPolicy } from '../src/fleet.js';
 import { Integrity, LivePolicy, type LiveOptions, type PolicyUpdateEvent } from '../src/live.js';
 
@@ -394,6 +394,75 @@ test('in process: a watcher takes a publication, logs an outage once, and does n
   assert.match(stdout, /^watching generation 1 .*\nsubscribed\n$/s);
   console.log(`# a fleet-watching process exited by itself ${(performance.now() - start).toFixed(0)} ms after its start (its own timer: 1000 ms)`);
   await other2.kill();
+});
+
+/** Vectors a publication ships with: a case without `config` runs with the published configuration. */
+const FOUR_ATTEMPTS = 'a persistent 503 on a read gets 4 attempts, then escalates';
+const http503 = { failure: { kind: { 'http-status': 503 } } };
+const VECTORS = JSON.stringify({
+  description: 'what the publication promises',
+  cases: [{
+    description: FOUR_ATTEMPTS,
+    steps: [
+      { op: 'begin-call', call: { tool: 'lookup_order' } },
+      { op: 'record-outcome', 'call-id': 1, outcome: http503, expect: { ok: { action: { retry: { attempt: 2 } } } } },
+      { op: 'record-outcome', 'call-id': 1, outcome: http503, expect: { ok: { action: { retry: { attempt: 3 } } } } },
+      { op: 'record-outcome', 'call-id': 1, outcome: http503, expect: { ok: { action: { retry: { attempt: 4 } } } } },
+      { op: 'record-outcome', 'call-id': 1, outcome: http503, expect: { ok: { action: { escalate: { reason: 'call-attempts-spent' } } } } },
+    ],
+  }],
+});
+
+test('a publication may ship vectors ({prefix}:vectors): a worker runs them against the candidate and refuses one that fails', async () => {
+  const redis = await RedisServer.start();
+  const client = await raw(redis.url);
+  try {
+    const prefix = 'team-v:policy';
+    const first = await publishPolicy(redis.url, WASM, config(4), { prefix, vectors: VECTORS });
+    assert.equal(await client.get(`${prefix}:vectors`), VECTORS, 'SET in the same transaction');
+    assert.equal(await client.get(`${prefix}:revision`), String(first));
+    const read = await new Fleet({ url: redis.url, prefix }).read();
+    assert.ok(read.vectors?.equals(Buffer.from(VECTORS)), 'read in the same MGET');
+    assert.equal(read.revision, first);
+
+    const events: PolicyUpdateEvent[] = [];
+    const live = await LivePolicy.openFleet({ url: redis.url, prefix }, Integrity.unchecked(), { cacheDir, log: (e) => events.push(e) });
+    assert.equal(live.current().identity.generation, 1, 'published with 4 attempts: the vectors pass');
+
+    // The same vectors published with a configuration of 2 attempts: refused, naming the case.
+    const failing = await publishPolicy(redis.url, WASM, config(2), { prefix, vectors: VECTORS });
+    await assert.rejects(live.poll(), (e: unknown) => {
+      assert.ok(e instanceof UpdateSelfTestError, String(e));
+      assert.equal(e.kind, 'self-test');
+      assert.ok(e.message.includes(`${prefix}:vectors (revision ${failing})`), e.message);
+      assert.ok(e.message.includes(`"${FOUR_ATTEMPTS}" step 3 (record-outcome)`), e.message);
+      return true;
+    });
+    assert.equal(live.current().identity.generation, 1, 'the last good policy keeps serving');
+    assert.equal(live.current().identity.configSha256, sha256Hex(config(4)));
+    const refused = events.filter((e) => e.message === 'policy update refused');
+    assert.equal(refused.length, 1);
+    assert.equal(refused[0].kind, 'self-test');
+
+    // Malformed vectors: refused.
+    await publishPolicy(redis.url, WASM, config(4), { prefix, vectors: '{"description": "x", "cases": "none"}' });
+    await assert.rejects(live.poll(), (e: unknown) => e instanceof UpdateSelfTestError && /vectors/.test(e.message) && /"cases"/.test(e.message));
+
+    // Without vectors the key is deleted (no older vectors beside a new publication), and the update is gated as before.
+    await publishPolicy(redis.url, WASM, config(2), { prefix });
+    assert.equal(await client.exists(`${prefix}:vectors`), 0);
+    assert.equal((await new Fleet({ url: redis.url, prefix }).read()).vectors, undefined);
+    assert.equal((await live.poll())?.generation, 2);
+    // Vectors as bytes, passing: accepted.
+    await publishPolicy(redis.url, WASM, config(4), { prefix, vectors: Buffer.from(VECTORS) });
+    assert.equal((await live.poll())?.generation, 3);
+    assert.deepEqual(live.metrics, { accepted: 2, refused: 2, rolledBack: 0 });
+    await assert.rejects(publishPolicy(redis.url, WASM, config(4), { prefix, vectors: 42 as unknown as string }), TypeError);
+    live.close();
+  } finally {
+    client.destroy();
+    await redis.kill();
+  }
 });
 
 test('the Rust host and this one share a fleet: each takes what the other publishes', { skip: !existsSync(RUST_CLI) && `no ${RUST_CLI}` }, async () => {

@@ -159,6 +159,112 @@ test('the self-test reports each attempt of a persistent 503 and follows it to i
     { persistentAttempts: [1, 2, 3, 4, 5, 6], persistentEnd: 'escalate' });
 });
 
+/** Vectors an update ships with (the format of tests/vectors/*.json). The first
+ *  case names no `config`: it runs with the update's configuration. */
+const FOUR_ATTEMPTS = 'a persistent 503 on a read is retried up to the 4th attempt, then escalates';
+const http503 = { failure: { kind: { 'http-status': 503 } } };
+const shippedVectors = (description = 'what this update promises') => JSON.stringify({
+  description,
+  cases: [
+    {
+      description: FOUR_ATTEMPTS,
+      steps: [
+        { op: 'begin-call', call: { tool: 'lookup_order' }, expect: { ok: { send: { 'call-id': 1 } } } },
+        { op: 'record-outcome', 'call-id': 1, outcome: http503, expect: { ok: { action: { retry: { attempt: 2 } } } } },
+        { op: 'record-outcome', 'call-id': 1, outcome: http503, expect: { ok: { action: { retry: { attempt: 3 } } } } },
+        { op: 'record-outcome', 'call-id': 1, outcome: http503, expect: { ok: { action: { retry: { attempt: 4 } } } } },
+        { op: 'record-outcome', 'call-id': 1, outcome: http503, expect: { ok: { action: { escalate: { reason: 'call-attempts-spent' } } } } },
+      ],
+    },
+    {
+      description: 'a 403 escalates at once (its own configuration)',
+      config: { 'max-attempts-per-call': 2 },
+      steps: [
+        { op: 'begin-call', call: { tool: 'lookup_order', hints: { 'read-only': true } } },
+        { op: 'record-outcome', 'call-id': 1, outcome: { failure: { kind: { 'http-status': 403 } } }, expect: { ok: { action: { escalate: {} } } } },
+      ],
+    },
+  ],
+}, null, 2);
+
+test('an update may ship vectors: they run against the candidate, and one that fails refuses it', async () => {
+  const source = { ...deployed(), vectors: '' };
+  source.vectors = join(source.dir, 'policy.vectors.json');
+  writeFileSync(source.vectors, shippedVectors());
+  const options = recorded();
+  const live = await LivePolicy.open(source, options);
+  assert.equal(live.current().identity.generation, 1, 'shipped with a configuration of 4 attempts: the vectors pass');
+  assert.equal((live.source as PolicySource).vectors, source.vectors);
+
+  // The same vectors, shipped with a configuration of 2 attempts: the first case fails at its 3rd step.
+  writeFileSync(source.config, reads(2));
+  await assert.rejects(live.reload(), (e: unknown) => {
+    assert.ok(e instanceof UpdateSelfTestError, String(e));
+    assert.equal(e.kind, 'self-test');
+    assert.match(e.message, /vectors/);
+    assert.ok(e.message.includes(source.vectors), e.message);
+    assert.ok(e.message.includes(`"${FOUR_ATTEMPTS}" step 3 (record-outcome): $.ok.action.retry: missing`), e.message);
+    return true;
+  });
+  assert.equal(live.current().identity.generation, 1, 'the last good policy keeps serving');
+  assert.equal(await attemptsAgainstAPersistent503(live.current()), 4);
+  assert.match(live.lastRefusal() ?? '', /the update's vectors \(.*\) fail: "/);
+  const refused = options.events.filter((e) => e.message === 'policy update refused');
+  assert.equal(refused.length, 1);
+  assert.equal(refused[0].kind, 'self-test');
+  assert.ok(refused[0].reason?.includes(FOUR_ATTEMPTS));
+  // The same gate at open.
+  await assert.rejects(LivePolicy.open(source, recorded()), (e: unknown) => e instanceof UpdateSelfTestError && e.message.includes(FOUR_ATTEMPTS));
+
+  // Back to 4 attempts: accepted. Then a change of the vectors alone is a change for poll().
+  writeFileSync(source.config, reads(4));
+  assert.equal((await live.reload()).generation, 2);
+  assert.equal(await live.poll(), undefined, 'nothing changed');
+  await sleep(20);
+  writeFileSync(source.vectors, shippedVectors('the same promise, reworded'));
+  assert.equal((await live.poll())?.generation, 3, 'the vectors changed');
+  assert.deepEqual(live.metrics, { accepted: 2, refused: 1, rolledBack: 0 });
+});
+
+test('malformed shipped vectors, or a vectors file that cannot be read, refuse the update', async () => {
+  const source = { ...deployed(), vectors: '' };
+  source.vectors = join(source.dir, 'policy.vectors.json');
+  writeFileSync(source.vectors, shippedVectors());
+  const live = await LivePolicy.open(source, recorded());
+  const malformed: Array<[string | Buffer, RegExp]> = [
+    ['not json', /not JSON/],
+    [Buffer.from([0xff, 0x7b, 0x7d]), /not UTF-8/],
+    ['[]', /an object/],
+    ['{"description": "x"}', /"cases"/],
+    ['{"description": "x", "cases": [{"description": "no steps"}]}', /"steps"/],
+    ['{"description": "x", "cases": [{"steps": []}]}', /"description"/],
+    ['{"description": "x", "cases": [{"description": "y", "steps": [], "expect": 1}]}', /unknown field "expect"/],
+    ['{"description": "x", "cases": [], "extra": true}', /unknown field "extra"/],
+    ['{"description": "x", "cases": [{"description": "bad op", "steps": [{"op": "launch"}]}]}', /"bad op" step 1: unknown op "launch"/],
+  ];
+  for (const [text, why] of malformed) {
+    writeFileSync(source.vectors, text);
+    await assert.rejects(live.reload(), (e: unknown) => {
+      assert.ok(e instanceof UpdateSelfTestError, `${text}: ${String(e)}`);
+      assert.match(e.message, /vectors/);
+      assert.match(e.message, why, `${text}: ${e.message}`);
+      return true;
+    });
+  }
+  // The vectors run after the self-test: a configuration it refuses is reported as such, malformed vectors or not.
+  writeFileSync(source.vectors, 'not json');
+  writeFileSync(source.config, '{"max-attempts-per-call": 0}');
+  await assert.rejects(live.reload(), (e: unknown) => e instanceof UpdateConfigError && /max-attempts-per-call/.test(e.message));
+  writeFileSync(source.config, READS);
+  rmSync(source.vectors);
+  await assert.rejects(live.reload(), (e: unknown) => e instanceof UpdateReadError && e.kind === 'read' && e.path === source.vectors);
+  assert.equal(live.current().identity.generation, 1);
+  // Without vectors configured, the same update passes as before.
+  const plain = await LivePolicy.open({ wasm: source.wasm, config: source.config, integrity: source.integrity }, recorded());
+  assert.equal(plain.current().identity.generation, 1);
+  assert.equal((plain.source as PolicySource).vectors, undefined);
+});
+
 test('a broken or foreign component is refused and rollback returns to the previous policy', async () => {
   const source = deployed();
   const options = recorded();

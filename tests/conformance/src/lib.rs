@@ -2,10 +2,6 @@
 //! [`Subject`] (the native core, the component in wasmtime), and every step's
 //! output is compared with the vector's expectation and across subjects.
 
-pub mod matcher;
 pub mod native;
-pub mod runner;
-pub mod vector;
 
-pub use runner::{CaseResult, Subject, run_case};
-pub use vector::{Case, VectorFile, load_dir};
+pub use agent_retry_host::vectors::{Case, CaseResult, Subject, VectorFile, load_dir, matcher, run_case};

@@ -12,7 +12,7 @@ use agent_retry_policy::{backoff, classify, key};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::runner::{Subject, result_json};
+use agent_retry_host::vectors::runner::{Subject, result_json};
 
 /// The host's embedded account budget, seen through the core's trait: the same
 /// bucket implementation serves both subjects.

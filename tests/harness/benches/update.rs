@@ -53,7 +53,7 @@ fn main() {
     let dir = std::env::temp_dir().join(format!("agent-retry-update-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let wasm = std::fs::read(default_wasm_path()).expect("run `make wasm` first");
-    let source = PolicySource { wasm: dir.join("policy.wasm"), config: dir.join("policy.json"), integrity: Integrity::Unchecked };
+    let source = PolicySource { wasm: dir.join("policy.wasm"), config: dir.join("policy.json"), integrity: Integrity::Unchecked, vectors: None };
     std::fs::write(&source.wasm, &wasm).unwrap();
     let config = |n: u32| format!(r#"{{"max-steps-per-run": 1000000, "max-retries-per-run": 100000, "max-attempts-per-call": {}}}"#, 10 + n % 50);
     std::fs::write(&source.config, config(0)).unwrap();

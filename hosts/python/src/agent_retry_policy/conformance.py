@@ -70,6 +70,40 @@ def load_vector_files(directory: Path) -> list[tuple[Path, dict[str, Any]]]:
     return [(p, json.loads(p.read_text(encoding="utf-8"))) for p in paths]
 
 
+_FILE_KEYS = frozenset(["description", "cases"])
+_CASE_KEYS = frozenset(["description", "comment", "config", "steps"])
+
+
+def check_vector_file(document: Any) -> list[dict[str, Any]]:
+    """The cases of a parsed vector file, if it is in the format
+    (`{"description", "cases": [{"description", "comment"?, "config"?, "steps"}]}`,
+    no other keys, as the Rust host's `vectors::format`); else raises
+    HarnessError saying what is wrong. Steps are checked when they run."""
+    if not isinstance(document, dict):
+        raise HarnessError("not a vector file: expected an object")
+    unknown = sorted(set(document) - _FILE_KEYS)
+    if unknown:
+        raise HarnessError(f'unknown field "{unknown[0]}" in the file')
+    if not isinstance(document.get("description"), str):
+        raise HarnessError('the file needs a "description" (a string)')
+    cases = document.get("cases")
+    if not isinstance(cases, list):
+        raise HarnessError('the file needs "cases" (an array)')
+    for i, case in enumerate(cases, start=1):
+        if not isinstance(case, dict):
+            raise HarnessError(f"case {i} is not an object")
+        unknown = sorted(set(case) - _CASE_KEYS)
+        if unknown:
+            raise HarnessError(f'unknown field "{unknown[0]}" in case {i}')
+        if not isinstance(case.get("description"), str):
+            raise HarnessError(f'case {i} needs a "description" (a string)')
+        if case.get("comment") is not None and not isinstance(case["comment"], str):
+            raise HarnessError(f'case {i}: "comment" must be a string')
+        if not isinstance(case.get("steps"), list):
+            raise HarnessError(f'case {i} ({json.dumps(case["description"], ensure_ascii=False)}) needs "steps" (an array)')
+    return cases
+
+
 def parse_u64(value: Any) -> int:
     """A u64 written as a JSON number or a `0x` hex string."""
     if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= U64_MAX:
@@ -284,12 +318,17 @@ class CaseResult:
     failure: str | None = None
 
 
-def run_case(component: PolicyComponent, file: str, case: dict[str, Any]) -> CaseResult:
+def run_case(component: PolicyComponent, file: str, case: dict[str, Any], *, config_text: str | None = None) -> CaseResult:
+    """Runs one case on a fresh instance. A case without `config` loads
+    `config_text` if given (a live update's own configuration, for the vectors
+    it ships with), else `{}`."""
     result = CaseResult(file, case.get("description", "?"))
     subject = Subject(component)
     state: dict[str, Any] = {"now": DEFAULT_START_MS, "started": False, "attempts": {}}
+    if "config" in case or config_text is None:
+        config_text = canonical_json_text(case.get("config", {}))
     try:
-        loaded = subject.load_policy(canonical_json_text(case.get("config", {})))
+        loaded = subject.load_policy(config_text)
     except Exception as e:  # a trap or a conversion error is the harness's failure
         result.failure = f"loading the case's config: {e}"
         return result

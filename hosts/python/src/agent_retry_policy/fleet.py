@@ -5,13 +5,16 @@ same layout as the Rust host's `agent_retry_host::fleet`.
 - `{prefix}:config`: the configuration (JSON text);
 - `{prefix}:wasm.sig`: optional detached Ed25519 signature of the `.wasm` (64 raw
   bytes or 128 hex digits);
+- `{prefix}:vectors`: optional conformance vectors (JSON text, the format of
+  tests/vectors) that every worker runs against the publication before taking
+  it (`live.py`'s gate; a case without `config` runs in the published one);
 - `{prefix}:revision`: an integer that grows with every publication: one more
   than the last, or the server's time in ms if that is larger, so that it never
   repeats after Redis loses its state;
 - channel `{prefix}:updates`: a message per publication (it only wakes workers).
 
 `publish_policy` writes all of it in one transaction (MULTI, SET wasm, SET
-config, SET or DEL wasm.sig, INCR revision, PUBLISH, EXEC), so a worker reading
+config, SET or DEL wasm.sig, SET or DEL vectors, INCR revision, PUBLISH, EXEC), so a worker reading
 with one `MGET` never sees a `.wasm` of one publication with the configuration
 of another. A worker (`LivePolicy.open_redis`) learns of an update from the
 channel at once, and from polling `{prefix}:revision` otherwise (a missed
@@ -47,6 +50,7 @@ class Publication:
     config: bytes
     signature: bytes | None
     revision: int
+    vectors: bytes | None = None
 
 
 class FleetUnavailable(Exception):
@@ -85,8 +89,8 @@ class FleetSource:
         """The published policy, read in one MGET (one publication's parts).
         Raises `FleetUnavailable`."""
         try:
-            wasm, config, signature, revision = client.mget(
-                self.key("wasm"), self.key("config"), self.key("wasm.sig"), self.key("revision")
+            wasm, config, signature, revision, vectors = client.mget(
+                self.key("wasm"), self.key("config"), self.key("wasm.sig"), self.key("revision"), self.key("vectors")
             )
         except _redis().RedisError as e:
             raise FleetUnavailable(f"{self.url}: {e}") from e
@@ -94,7 +98,11 @@ class FleetSource:
             if value is None:
                 raise FleetUnavailable(f"nothing published at {self.key(name)} (publish_policy writes it)")
         return Publication(
-            bytes(wasm), bytes(config), bytes(signature) if signature is not None else None, _revision(revision, self.key("revision"))
+            bytes(wasm),
+            bytes(config),
+            bytes(signature) if signature is not None else None,
+            _revision(revision, self.key("revision")),
+            bytes(vectors) if vectors is not None else None,
         )
 
 
@@ -119,11 +127,14 @@ def publish_policy(
     signature: bytes | str | None = None,
     *,
     prefix: str = DEFAULT_PREFIX,
+    vectors: str | bytes | None = None,
 ) -> int:
     """Publishes a policy for every worker of the fleet in one transaction and
     announces it; returns the new revision. `signature`: the detached Ed25519
     signature of `wasm_bytes` (64 bytes, or 128 hex digits), or None (the old one
-    is deleted). Workers gate it as any update: a worker refuses what does not
+    is deleted). `vectors`: conformance vectors (JSON text in the format of
+    tests/vectors) every worker runs against this publication before taking it,
+    or None (the old ones are deleted). Workers gate it as any update: a worker refuses what does not
     pass and keeps its last good policy."""
     source = FleetSource(url, prefix)
     client = source.client()
@@ -135,12 +146,16 @@ def publish_policy(
             pipe.delete(source.key("wasm.sig"))
         else:
             pipe.set(source.key("wasm.sig"), signature.encode("ascii") if isinstance(signature, str) else bytes(signature))
+        if vectors is None:
+            pipe.delete(source.key("vectors"))
+        else:
+            pipe.set(source.key("vectors"), vectors.encode("utf-8") if isinstance(vectors, str) else bytes(vectors))
         pipe.eval(NEXT_REVISION_LUA, 1, source.key("revision"))
         pipe.publish(source.channel, b"published")
         results = pipe.execute()
     finally:
         client.close()
-    return int(results[3])
+    return int(results[-2])  # the revision script's answer (PUBLISH's is last)
 
 
 __all__ = ["DEFAULT_PREFIX", "FleetSource", "FleetUnavailable", "Publication", "publish_policy"]

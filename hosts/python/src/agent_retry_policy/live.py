@@ -25,7 +25,14 @@ The gate, before anything serves:
    (a transient failure of a keyed write is retried with the same key within the
    configured delay, an unkeyed write that timed out is never resent without a
    status check, a 403 escalates, and a failure that persists ends in an
-   escalation within the step budget). A trap anywhere in it refuses the update.
+   escalation within the step budget). A trap anywhere in it refuses the update;
+5. the vectors the update ships with, if any (`PolicySource(..., vectors=path)`,
+   or `{prefix}:vectors` for a fleet: a file in the format of tests/vectors):
+   every case must pass against the candidate, each on a fresh instance, run by
+   this host's conformance runner (`conformance.run_case`); a case without
+   `config` runs in the update's configuration. A file that is not JSON or not
+   in the format, or a case that fails, refuses the update (`UpdateSelfTestError`,
+   naming the case and its first mismatch).
 
 Runs in flight finish on the policy they started with: a host takes
 `LivePolicy.current()` when it starts a run (or a worker) and keeps that `Loaded`
@@ -48,6 +55,7 @@ from typing import Any, Literal
 
 from .accounts import EmbeddedAccounts
 from .component import Policy, PolicyComponent
+from .conformance import CaseResult, HarnessError, check_vector_file, run_case
 from .entropy import SplitMix64
 from .errors import (
     ComponentLoadError,
@@ -143,15 +151,20 @@ class Integrity:
 
 @dataclass(frozen=True)
 class PolicySource:
-    """Where the policy comes from, and how it is trusted."""
+    """Where the policy comes from, and how it is trusted. `vectors`: optionally,
+    conformance vectors (a JSON file in the format of tests/vectors) that every
+    update must pass; read with the other files on every reload, and watched."""
 
     wasm: Path
     config: Path
     integrity: Integrity = field(default_factory=Integrity.unchecked)
+    vectors: Path | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "wasm", Path(self.wasm))
         object.__setattr__(self, "config", Path(self.config))
+        if self.vectors is not None:
+            object.__setattr__(self, "vectors", Path(self.vectors))
 
 
 # What was last read, to notice a change when polling: the files' state (mtime
@@ -168,8 +181,9 @@ def _stamp(path: Path) -> _Stamp:
     return (stat.st_mtime_ns, stat.st_size)
 
 
-def _seen(source: PolicySource) -> tuple[_Stamp, _Stamp]:
-    return (_stamp(source.wasm), _stamp(source.config))
+def _seen(source: PolicySource) -> tuple[_Stamp, ...]:
+    vectors = () if source.vectors is None else (_stamp(source.vectors),)
+    return (_stamp(source.wasm), _stamp(source.config), *vectors)
 
 
 @dataclass(frozen=True)
@@ -183,6 +197,8 @@ class _Read:
     wasm_name: str  # where the .wasm came from, for messages
     integrity: Integrity
     seen: _Seen
+    vectors: bytes | None = None  # the vectors shipped with it, if any
+    vectors_name: str = ""  # where they came from, for messages
 
 
 class _Files:
@@ -200,13 +216,14 @@ class _Files:
         wasm = _read(source.wasm)
         config = _read(source.config)
         sig_path = signature_path(source.wasm)
+        vectors = None if source.vectors is None else _read(source.vectors)
         signature = None
         if source.integrity.kind == "ed25519":
             try:
                 signature = sig_path.read_bytes()
             except OSError:
                 signature = None
-        return _Read(wasm, config, signature, str(sig_path), str(source.wasm), source.integrity, seen)
+        return _Read(wasm, config, signature, str(sig_path), str(source.wasm), source.integrity, seen, vectors, str(source.vectors or ""))
 
 
 class _Fleet:
@@ -237,6 +254,8 @@ class _Fleet:
             name,
             self.integrity,
             ("revision", publication.revision),
+            publication.vectors,
+            f"{self.source.key('vectors')} (revision {publication.revision})",
         )
 
 
@@ -484,6 +503,8 @@ def _candidate(read: _Read, generation: int, serving: Loaded | None) -> Loaded:
         except Exception as e:  # anything else wasmtime says about a bad component
             raise UpdateLoadError(ComponentLoadError(f"{read.wasm_name} cannot be loaded: {e}")) from e
     _self_test(component, config_json)
+    if read.vectors is not None:
+        _shipped_vectors(component, config_json, read.vectors, read.vectors_name)
     config_sha256 = hashlib.sha256(config_bytes).hexdigest()
     return Loaded(component, config_json, PolicyIdentity(wasm_sha256, config_sha256, generation))
 
@@ -537,6 +558,26 @@ def _self_test(component: PolicyComponent, config_json: str) -> None:
         raise UpdateSelfTestError(str(e)) from e
     except Exception as e:  # the candidate is untrusted: whatever goes wrong refuses it
         raise UpdateSelfTestError(f"{type(e).__name__}: {e}") from e
+
+
+def _shipped_vectors(component: PolicyComponent, config_json: str, data: bytes, name: str) -> None:
+    """Every case of the vectors shipped with an update passes against the
+    candidate (the host's conformance runner, a fresh instance per case; a case
+    without `config` in the update's configuration), else the update is refused."""
+    try:
+        cases = check_vector_file(json.loads(data.decode("utf-8")))
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise UpdateSelfTestError(f"the update's vectors ({name}) are not JSON: {e}") from e
+    except HarnessError as e:
+        raise UpdateSelfTestError(f"the update's vectors ({name}) are not in the vector format: {e}") from e
+    for case in cases:
+        try:
+            result = run_case(component, name, case, config_text=config_json)
+        except Exception as e:  # the runner reports a case's failures; anything else refuses too
+            result = CaseResult(name, case["description"], failure=f"{type(e).__name__}: {e}")
+        if result.failure is not None:
+            description = json.dumps(result.description, ensure_ascii=False)
+            raise UpdateSelfTestError(f"the update's vectors fail: {description} {result.failure}")
 
 
 def _limit(limits: dict[str, Any], name: str) -> int:

@@ -2,11 +2,11 @@
 
 use serde_json::Value;
 
-use agent_retry_host::steps::{StepState, run_step};
-pub use agent_retry_host::steps::{Subject, result_json};
+use crate::steps::{StepState, run_step};
+pub use crate::steps::{Subject, result_json};
 
-use crate::matcher::matches;
-use crate::vector::Case;
+use super::format::Case;
+use super::matcher::matches;
 
 /// What a case did: each step's output, and the first failure if any.
 #[derive(Debug)]
@@ -15,11 +15,18 @@ pub struct CaseResult {
     pub failure: Option<String>,
 }
 
-/// Runs `case` against `subject`: loads the case's configuration, then each step.
+/// Runs `case` against `subject`: loads the case's configuration (`{}` if it
+/// has none), then each step.
 pub fn run_case(case: &Case, subject: &mut dyn Subject) -> CaseResult {
+    run_case_in(case, "{}", subject)
+}
+
+/// [`run_case`], with `default_config` for a case that names no configuration.
+pub fn run_case_in(case: &Case, default_config: &str, subject: &mut dyn Subject) -> CaseResult {
     let mut outputs = Vec::new();
     let mut state = StepState::default();
-    match subject.load_policy(&case.config.to_string()) {
+    let config = case.config.as_ref().map_or_else(|| default_config.to_string(), Value::to_string);
+    match subject.load_policy(&config) {
         Ok(loaded) if loaded.get("ok").is_some() => {}
         Ok(loaded) => return CaseResult { outputs, failure: Some(format!("the case's config was rejected: {loaded}")) },
         Err(e) => return CaseResult { outputs, failure: Some(format!("loading the case's config: {e}")) },
