@@ -51,7 +51,7 @@ test: wasm hostile redis
 	python3 tests/vectors/make_vectors.py --check
 	python3 tests/contract/make_mirrors.py --check
 	cargo test --release --workspace
-	$(MAKE) --no-print-directory test-python test-ts judge-rust judge-python judge-ts test-hosts-agree lab-check dist-test
+	$(MAKE) --no-print-directory test-python test-ts judge-rust judge-python judge-ts test-hosts-agree lab-check dist-test fuzz-replay
 
 # The judge binary (also the Rust host's exam client).
 judge-setup:
@@ -65,3 +65,5 @@ judge-rust: wasm judge-setup
 # the packages (tests/dist/dist.mk).
 -include tests/lab/lab.mk
 -include tests/dist/dist.mk
+# Fuzzing: fuzz-replay (in `test`), fuzz-component, fuzz-long, fuzz-regressions (fuzz/README.md).
+-include fuzz/fuzz.mk

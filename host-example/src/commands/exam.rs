@@ -60,7 +60,8 @@ pub async fn exam(wasm: &Path, url: &str, exam_path: &Path, no_policy: bool) -> 
             continue;
         }
         let instance = component.instantiate(HostServices::new(Arc::new(EmbeddedAccounts::new()), EntropySource::Os))?;
-        let options = CallerOptions { attempt_timeout_ms: exam.attempt_timeout_ms, key_argument: exam.key_argument.clone(), clock: Clock::real() };
+        let options =
+            CallerOptions { attempt_timeout_ms: exam.attempt_timeout_ms, key_argument: exam.key_argument.clone(), clock: Clock::real(), policy_identity: None };
         let mut caller = RetryingCaller::start(client.peer().clone(), instance, &config, &run.run_id, options, Arc::new(Metrics::new())).await?;
         for (tool, spec) in &exam.status_checks {
             caller = caller.with_status_check(tool, spec.clone().into_check());

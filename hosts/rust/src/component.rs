@@ -223,6 +223,8 @@ pub struct PolicyComponent {
     component: Component,
     pre: AgentRetryPre<HostState>,
     limits: SandboxLimits,
+    /// `agent-retry:policy@<version> wasm <12 hex of the .wasm's SHA-256>`.
+    identity: Arc<str>,
 }
 
 impl PolicyComponent {
@@ -264,7 +266,10 @@ impl PolicyComponent {
         add_random(&mut linker, &component, &engine).map_err(incompatible)?;
         let instance_pre = linker.instantiate_pre(&component).map_err(incompatible)?;
         let pre = AgentRetryPre::new(instance_pre).map_err(incompatible)?;
-        Ok(PolicyComponent { engine, component, pre, limits: SandboxLimits::default() })
+        let version = exports.iter().find_map(|name| name.strip_prefix("agent-retry:policy/policy@")).unwrap_or(CONTRACT_VERSION);
+        let digest: String = <sha2::Sha256 as sha2::Digest>::digest(bytes).iter().take(6).map(|b| format!("{b:02x}")).collect();
+        let identity = Arc::from(format!("agent-retry:policy@{version} wasm {digest}"));
+        Ok(PolicyComponent { engine, component, pre, limits: SandboxLimits::default(), identity })
     }
 
     /// Sets the fuel each call may burn (default [`FUEL_PER_CALL`]).
@@ -290,6 +295,12 @@ impl PolicyComponent {
         self.limits
     }
 
+    /// Which policy this is, for logs: `agent-retry:policy@0.3.0 wasm 1a2b3c4d5e6f`
+    /// (the contract version it speaks and its `.wasm`'s SHA-256, 12 hex digits).
+    pub fn identity(&self) -> &str {
+        &self.identity
+    }
+
     /// The interfaces the component imports, as `name` strings.
     pub fn imports(&self) -> Vec<String> {
         self.component.component_type().imports(&self.engine).map(|(name, _)| name.to_string()).collect()
@@ -311,7 +322,7 @@ impl PolicyComponent {
         store.set_fuel(self.limits.fuel_per_call)?;
         let instance = self.pre.instance_pre().instantiate(&mut store)?;
         let bindings = AgentRetry::new(&mut store, &instance)?;
-        Ok(PolicyInstance { store, instance, bindings, limits: self.limits, broken: None })
+        Ok(PolicyInstance { store, instance, bindings, limits: self.limits, broken: None, identity: Arc::clone(&self.identity) })
     }
 }
 
@@ -348,6 +359,7 @@ pub struct PolicyInstance {
     limits: SandboxLimits,
     /// The first fault, once a call failed.
     broken: Option<String>,
+    identity: Arc<str>,
 }
 
 /// `too-large`, as the component answers it, for an id over 256 bytes.
@@ -382,6 +394,11 @@ impl PolicyInstance {
             self.broken = Some(fault.to_string());
             fault
         })
+    }
+
+    /// The component's identity ([`PolicyComponent::identity`]).
+    pub fn policy_identity(&self) -> &str {
+        &self.identity
     }
 
     /// Whether an earlier call failed (the instance is then not entered again).

@@ -300,6 +300,14 @@ async function transpiled(bytes: Uint8Array, sha256: string, where: string, root
   return [dir, 'transpiled'];
 }
 
+/** `agent-retry:policy@<version> wasm <first 12 hex digits of the SHA-256>`. */
+export function policyIdentityOf(contractVersion: string, wasmSha256: string): string {
+  return `agent-retry:policy@${contractVersion} wasm ${wasmSha256.slice(0, 12)}`;
+}
+
+/** The identity of an instance made without its component (not by `instantiate`). */
+export const UNKNOWN_POLICY_IDENTITY = 'agent-retry:policy (unknown component)';
+
 type Instantiate = (getCoreModule: (path: string) => WebAssembly.Module, imports: unknown,
   instantiateCore: (module: WebAssembly.Module, imports?: WebAssembly.Imports) => Promise<WebAssembly.Instance>) => Promise<Root>;
 
@@ -316,7 +324,23 @@ export class PolicyComponent {
     /** Which transpilation runs: the package's own (`bundled`), a `generatedDir`
      *  (`generated`), one found in the cache (`cache`) or made by this load (`transpiled`). */
     readonly origin: ComponentOrigin,
+    /** The contract version the component speaks (from its export names), e.g. `0.3.0`. */
+    readonly contractVersion: string,
   ) {}
+
+  /** SHA-256 (hex) of the .wasm this component's transpilation was made from
+   *  (for the bundled one, the .wasm `npm run transpile` was given: `generated/source.json`). */
+  get wasmSha256(): string {
+    return this.source.sha256;
+  }
+
+  /** Which policy this is, for logs: `agent-retry:policy@<contract version> wasm
+   *  <first 12 hex digits of the .wasm's SHA-256>`, e.g. `agent-retry:policy@0.3.0
+   *  wasm 0c1b894cf1b1`. Every instance says it too (`policyIdentity`), and the MCP
+   *  wrapper logs it on every attempt line. */
+  get identity(): string {
+    return policyIdentityOf(this.contractVersion, this.source.sha256);
+  }
 
   /** Loads the component once per process (per content and memory cap).
    *  Throws `ComponentNotFound` if it is missing; `ContractVersionMismatch` (a
@@ -410,7 +434,11 @@ export class PolicyComponent {
       throw new ComponentLoadError(`${sourceFile} does not say what the transpiled component exports (an older transpilation): ` +
         (INSTALLED ? `reinstall agent-retry-policy, or ${TRANSPILE_ADVICE}` : 'run `npm run transpile && npm run build` in hosts/typescript'));
     }
-    checkContractVersion(source.exports, `the component transpiled in ${dir} (from ${source.wasm})`);
+    const contractVersion = checkContractVersion(source.exports, `the component transpiled in ${dir} (from ${source.wasm})`);
+    if (typeof source.sha256 !== 'string' || !/^[0-9a-f]{64}$/.test(source.sha256)) {
+      throw new ComponentLoadError(`${sourceFile} does not give the SHA-256 of the .wasm it was transpiled from: ` +
+        (INSTALLED ? `reinstall agent-retry-policy, or ${TRANSPILE_ADVICE}` : 'run `npm run transpile && npm run build` in hosts/typescript'));
+    }
     if (Array.isArray(source.imports)) checkImports(source.imports, `the component transpiled in ${dir} (from ${source.wasm})`);
     const glue = join(dir, 'agent_retry_policy.js');
     if (!readFileSync(glue, 'utf8').includes((await jcoTranspile()).STRICT_DECODER)) {
@@ -428,7 +456,7 @@ export class PolicyComponent {
       }
     }
     const generated = (await import(pathToFileURL(glue).href)) as { instantiate: Instantiate };
-    return new PolicyComponent(source, modules, generated.instantiate, maxMemoryBytes, origin);
+    return new PolicyComponent(source, modules, generated.instantiate, maxMemoryBytes, origin, contractVersion);
   }
 
   /** A fresh instance with its own memory. */
@@ -487,7 +515,7 @@ export class PolicyComponent {
     try {
       meter.refuel(); // start functions run on the first call's tank
       const root = await this.instantiateRoot(getCoreModule, imports, instantiateCore);
-      return new PolicyInstance(root.policy, meter);
+      return new PolicyInstance(root.policy, meter, this.identity);
     } catch (e) {
       if (e instanceof ComponentLoadError) throw e;
       throw new ComponentLoadError(`the component cannot be instantiated by this host: ${(e as Error).message}`, { cause: e });
@@ -514,7 +542,13 @@ function checkArgs(fn: keyof typeof FUNCTIONS, args: unknown[]): void {
 export class PolicyInstance {
   private broken?: string;
 
-  constructor(readonly exports: PolicyExports, private readonly meter?: Meter) {}
+  constructor(
+    readonly exports: PolicyExports,
+    private readonly meter?: Meter,
+    /** The identity of the component this is an instance of (`PolicyComponent.identity`):
+     *  `agent-retry:policy@<version> wasm <12 hex digits>`. */
+    readonly policyIdentity: string = UNKNOWN_POLICY_IDENTITY,
+  ) {}
 
   /** Why this instance refuses calls (a trap, a limit, a bad value), if it does. */
   get brokenBy(): string | undefined {

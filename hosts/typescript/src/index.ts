@@ -7,7 +7,8 @@ export {
   type Reservation,
 } from './accounts.js';
 export {
-  CACHE_ENV_VAR, INSTALLED, MAX_EFFECTS_PAGE, Policy, PolicyComponent, PolicyInstance, Run, defaultCacheDir, locateComponent, nowMs, type ComponentOrigin, type FromBytesOptions,
+  CACHE_ENV_VAR, INSTALLED, MAX_EFFECTS_PAGE, Policy, PolicyComponent, PolicyInstance, Run, UNKNOWN_POLICY_IDENTITY, defaultCacheDir, locateComponent, nowMs,
+  policyIdentityOf, type ComponentOrigin, type FromBytesOptions,
   type InstantiateOptions, type LoadOptions,
 } from './component.js';
 export {

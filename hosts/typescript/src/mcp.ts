@@ -30,6 +30,11 @@
 // takes the safe fallback: no retry, and `Escalated` (reason
 // `unclassified-failure`, `policyFailure` set) with a note saying that the policy
 // failed and what the last attempt saw. Serve the next run from a fresh instance.
+//
+// Every attempt line says which policy decided (`policy`): the instance's
+// identity (`agent-retry:policy@0.3.0 wasm 0c1b894cf1b1`, the contract version
+// and the .wasm's SHA-256 prefix), or the `policyIdentity` option (a LivePolicy
+// host passes `loaded.identity.toString()`: generation, wasm and config digests).
 import { AsyncLocalStorage } from 'node:async_hooks';
 
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
@@ -151,6 +156,11 @@ export interface RetryingToolCallerOptions {
   sleep?: (ms: number) => Promise<void>;
   /** One JSON line per attempt (default: stderr). */
   log?: (line: string) => void;
+  /** Which policy makes the decisions, logged as `policy` on every attempt line.
+   *  Default: the run's instance's `policyIdentity` (`agent-retry:policy@0.3.0 wasm
+   *  0c1b894cf1b1`). A host serving a `LivePolicy` passes the run's `Loaded`
+   *  identity: `loaded.identity.toString()` (`generation 3 (wasm …, config …)`). */
+  policyIdentity?: string;
 }
 
 interface Observed {
@@ -192,6 +202,8 @@ export class RetryingToolCaller {
   private readonly clock: () => bigint;
   private readonly sleep: (ms: number) => Promise<void>;
   private readonly log: (line: string) => void;
+  /** What every attempt line logs as `policy`: which policy made the decision. */
+  readonly policyIdentity: string;
 
   constructor(readonly client: Client, readonly run: Run, private readonly options: RetryingToolCallerOptions = {}) {
     this.keyArgument = options.keyArgument ?? 'idempotency_key';
@@ -200,6 +212,12 @@ export class RetryingToolCaller {
     this.clock = options.clock ?? nowMs;
     this.sleep = options.sleep ?? defaultSleep;
     this.log = options.log ?? ((line) => process.stderr.write(`${line}\n`));
+    const identity: unknown = options.policyIdentity ?? run.instance.policyIdentity;
+    if (typeof identity !== 'string' || identity === '') {
+      throw new TypeError(`policyIdentity must be a non-empty string (e.g. loaded.identity.toString()), not ${
+        identity === '' ? 'an empty string' : typeof identity}`);
+    }
+    this.policyIdentity = identity;
     if (options.tools) this.tools = new Map(options.tools.map((t) => [t.name, t]));
   }
 
@@ -359,7 +377,7 @@ export class RetryingToolCaller {
       const found = await check(request);
       return found === 'found' || found === 'absent' || found === 'unknown' ? found : 'unknown';
     } catch (e) {
-      this.log(JSON.stringify({ event: 'agent_retry.status_check_failed', tool: request.tool, error: String(e) }));
+      this.log(JSON.stringify({ event: 'agent_retry.status_check_failed', run: this.run.runId, policy: this.policyIdentity, tool: request.tool, error: String(e) }));
       return 'unknown';
     }
   }
@@ -377,14 +395,16 @@ export class RetryingToolCaller {
     });
   }
 
-  /** One JSON line: `class` and `rule` say how the policy read the outcome,
+  /** One JSON line: `policy` says which policy decided (`policyIdentity`),
+   *  `class` and `rule` say how the policy read the outcome,
    *  `escalation` is the contract's escalation reason (e.g. `run-steps-spent`,
    *  `server-wait-too-long`, `retry-forbidden`) when the action is `escalate`. */
   private logLine(tool: string, callId: number | undefined, attempt: number, outcome: string, what: {
     class?: string; action: string; delayMs?: number; hintMs?: number; rule?: string; escalation?: Wit.EscalationReason; reason: string;
   }): void {
     this.log(JSON.stringify({
-      event: 'agent_retry.attempt', ts: Date.now() / 1000, run: this.run.runId, call: callId ?? null, tool, attempt,
+      event: 'agent_retry.attempt', ts: Date.now() / 1000, run: this.run.runId, policy: this.policyIdentity, call: callId ?? null,
+      tool, attempt,
       outcome, class: what.class ?? null, rule: what.rule ?? null, action: what.action, delay_ms: what.delayMs ?? null,
       hint_ms: what.hintMs ?? null, escalation: what.escalation ?? null, reason: what.reason,
     }));

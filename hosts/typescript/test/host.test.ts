@@ -64,7 +64,25 @@ test('a transpilation from another build is refused', async () => {
   // Without generatedDir the other build is transpiled at run time (test/runtime-load.test.ts).
   const component = await PolicyComponent.load({ wasmPath: copy, cacheDir: mkdtempSync(join(tmpdir(), 'other-build-cache-')) });
   assert.equal(component.origin, 'transpiled');
-  assert.equal(component.source.sha256, createHash('sha256').update(readFileSync(copy)).digest('hex'));
+  const digest = createHash('sha256').update(readFileSync(copy)).digest('hex');
+  assert.equal(component.source.sha256, digest);
+  // Its identity names its own bytes, not the bundled component's.
+  assert.equal(component.identity, `agent-retry:policy@0.3.0 wasm ${digest.slice(0, 12)}`);
+  assert.equal((await component.instantiate()).policyIdentity, component.identity);
+  assert.notEqual(component.identity, (await PolicyComponent.load()).identity);
+});
+
+test("the bundled component's identity is its contract version and the SHA-256 of the .wasm it was transpiled from", async () => {
+  const wasm = locateComponent();
+  assert.ok(wasm, 'the repository build is needed (make wasm)');
+  const bytes = readFileSync(wasm);
+  const digest = createHash('sha256').update(bytes).digest('hex');
+  const component = await PolicyComponent.fromBytes(bytes);
+  assert.equal(component.origin, 'bundled');
+  assert.equal(component.identity, `agent-retry:policy@0.3.0 wasm ${digest.slice(0, 12)}`);
+  assert.match(component.identity, /^agent-retry:policy@\d+\.\d+\.\d+ wasm [0-9a-f]{12}$/);
+  const instance = await component.instantiate();
+  assert.equal(instance.policyIdentity, component.identity);
 });
 
 test('instances share the process account budget', async () => {

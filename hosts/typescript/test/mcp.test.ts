@@ -2,6 +2,10 @@
 // TypeScript SDK client, and a real MCP server over streamable HTTP on
 // 127.0.0.1 that injects scripted faults (fault-server.ts).
 import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
+import { copyFileSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterEach, beforeEach, test } from 'node:test';
 
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
@@ -11,9 +15,11 @@ import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import type { Outcome } from '../src/index.js';
 
 import { EmbeddedAccounts } from '../src/accounts.js';
-import { PolicyComponent } from '../src/component.js';
+import { PolicyComponent, locateComponent } from '../src/component.js';
+import { CONTRACT_VERSION } from '../src/contract.js';
 import { SplitMix64 } from '../src/entropy.js';
 import { Escalated, RunMisuse } from '../src/errors.js';
+import { Integrity, LivePolicy } from '../src/live.js';
 import { RetryingToolCaller, createCapturingFetch, type RetryingToolCallerOptions, type StatusCheckRequest } from '../src/mcp.js';
 import { RunningServer, STOCK } from './fault-server.js';
 
@@ -350,4 +356,96 @@ test('each outcome reports its attempt: 1, then each retry plan\'s; a status che
   assert.ok(!result.isError, JSON.stringify(lines));
   assert.deepEqual(writeAttempts, [[1, 'failure'], [1, 'status-check absent'], [2, 'failure'], [2, 'status-check absent'], [3, 'success']]);
   assert.equal(writer.run.report().statusChecks, 2);
+});
+
+/** The .wasm in force (the repository's build) and its SHA-256, computed here from its bytes. */
+function componentInForce(): { wasm: string; sha256: string } {
+  const wasm = locateComponent();
+  assert.ok(wasm, 'the repository build is needed (make wasm)');
+  return { wasm, sha256: createHash('sha256').update(readFileSync(wasm)).digest('hex') };
+}
+
+test("every attempt line names the policy: by default the component's identity (contract version, .wasm digest)", async () => {
+  const { sha256 } = componentInForce();
+  const expected = `agent-retry:policy@${CONTRACT_VERSION} wasm ${sha256.slice(0, 12)}`;
+  const component = await PolicyComponent.load();
+  assert.equal(component.identity, expected);
+  assert.equal(component.wasmSha256, sha256);
+  assert.equal(component.contractVersion, CONTRACT_VERSION);
+  server.state.script('lookup_order', { kind: 'http', status: 503, body: 'upstream unavailable' });
+  server.state.script('issue_refund', { kind: 'http', status: 403, body: 'refunds above 5000 rupees need a person' });
+  const caller = await newCaller();
+  assert.equal(caller.run.instance.policyIdentity, expected);
+  assert.equal(caller.policyIdentity, expected);
+  assert.ok(!(await caller.callTool('lookup_order', { order_id: 'A1' })).isError);
+  await assert.rejects(caller.callTool('issue_refund', { order_id: 'A1', amount: 600000 }), Escalated);
+  assert.deepEqual(lines.map((l) => [l.action, l.policy]), [['retry', expected], ['succeed', expected], ['escalate', expected]]);
+});
+
+test('a wrapper given policyIdentity logs it on every attempt line, the admission escalation and a failed status check too', async () => {
+  const identity = 'generation 7 (wasm 0123456789ab, config ba9876543210)';
+  server.state.script('lookup_order', { kind: 'http', status: 503, body: 'upstream unavailable' }, { kind: 'http', status: 503, body: 'again' });
+  server.state.script('issue_refund_unkeyed', { kind: 'slow', ms: 1000 });
+  const caller = await newCaller({ policyIdentity: identity, attemptTimeoutMs: 300, statusCheck: async () => { throw new Error('the ledger is down'); } });
+  assert.ok(!(await caller.callTool('lookup_order', { order_id: 'A1' })).isError);
+  await assert.rejects(caller.callTool('issue_refund_unkeyed', { order_id: 'A1', amount: 700 }),
+    (e: unknown) => e instanceof Escalated && e.reason === 'status-unknown');
+  assert.deepEqual(lines.map((l) => [l.event, l.action ?? null]), [
+    ['agent_retry.attempt', 'retry'], ['agent_retry.attempt', 'retry'], ['agent_retry.attempt', 'succeed'],
+    ['agent_retry.attempt', 'check-status'], ['agent_retry.status_check_failed', null], ['agent_retry.attempt', 'escalate'],
+  ]);
+  assert.ok(lines.every((l) => l.policy === identity), JSON.stringify(lines.map((l) => l.policy)));
+
+  // An escalation at admission (the run's steps spent) is an attempt line too.
+  const instance = await (await PolicyComponent.load()).instantiate({ accounts: new EmbeddedAccounts(), entropy: new SplitMix64(7n) });
+  const run = instance.loadPolicy({ ...CONFIG, 'max-steps-per-run': 1 }).startRun('CASE-5018');
+  lines = [];
+  const short = new RetryingToolCaller(client, run, { policyIdentity: identity, log: (line) => lines.push(JSON.parse(line)) });
+  assert.ok(!(await short.callTool('lookup_order', { order_id: 'A1' })).isError);
+  await assert.rejects(short.callTool('lookup_order', { order_id: 'A2' }), Escalated);
+  assert.deepEqual(lines.map((l) => [l.outcome, l.action, l.escalation, l.policy]),
+    [['success', 'succeed', null, identity], ['not sent', 'escalate', 'run-steps-spent', identity]]);
+});
+
+test('policyIdentity must be a non-empty string', async () => {
+  const run = (await (await PolicyComponent.load()).instantiate({ accounts: new EmbeddedAccounts() })).loadPolicy(CONFIG).startRun('CASE-5019');
+  assert.throws(() => new RetryingToolCaller(client, run, { policyIdentity: '' }), TypeError);
+  const notAString = { toString: () => 'generation 1' } as unknown as string;
+  assert.throws(() => new RetryingToolCaller(client, run, { policyIdentity: notAString }), /non-empty string/);
+});
+
+test("a wrapper built with a LivePolicy's current identity logs it, and the next generation's after an update", async () => {
+  const { wasm, sha256 } = componentInForce();
+  const dir = mkdtempSync(join(tmpdir(), 'agent-retry-mcp-live-'));
+  copyFileSync(wasm, join(dir, 'policy.wasm'));
+  const config = (attempts: number) => JSON.stringify({ ...CONFIG, 'default-effect': 'read', 'max-attempts-per-call': attempts });
+  writeFileSync(join(dir, 'policy.json'), config(4));
+  const live = await LivePolicy.open({ wasm: join(dir, 'policy.wasm'), config: join(dir, 'policy.json'), integrity: Integrity.unchecked() },
+    { log: () => {} });
+  try {
+    const callerFor = async (runId: string) => {
+      const loaded = live.current();
+      const run = (await loaded.component.instantiate({ accounts: new EmbeddedAccounts(), entropy: new SplitMix64(7n) }))
+        .loadPolicy(loaded.configJson).startRun(runId);
+      return new RetryingToolCaller(client, run, { entropy: new SplitMix64(3n), log: (line) => lines.push(JSON.parse(line)), policyIdentity: loaded.identity.toString() });
+    };
+    const configDigest = (attempts: number) => createHash('sha256').update(config(attempts)).digest('hex').slice(0, 12);
+    const first = `generation 1 (wasm ${sha256.slice(0, 12)}, config ${configDigest(4)})`;
+    assert.equal(live.current().identity.toString(), first);
+    server.state.script('lookup_order', { kind: 'http', status: 503, body: 'upstream unavailable' });
+    assert.ok(!(await (await callerFor('CASE-5020')).callTool('lookup_order', { order_id: 'A1' })).isError);
+    assert.deepEqual(lines.map((l) => [l.action, l.policy]), [['retry', first], ['succeed', first]]);
+
+    writeFileSync(join(dir, 'policy.json'), config(2));
+    await live.reload();
+    const second = `generation 2 (wasm ${sha256.slice(0, 12)}, config ${configDigest(2)})`;
+    assert.equal(live.current().identity.toString(), second);
+    lines = [];
+    server.state.script('lookup_order', { kind: 'http', status: 503, body: 'a' }, { kind: 'http', status: 503, body: 'b' });
+    await assert.rejects((await callerFor('CASE-5021')).callTool('lookup_order', { order_id: 'A1' }),
+      (e: unknown) => e instanceof Escalated && e.reason === 'call-attempts-spent');
+    assert.deepEqual(lines.map((l) => [l.action, l.policy]), [['retry', second], ['escalate', second]]);
+  } finally {
+    live.close();
+  }
 });

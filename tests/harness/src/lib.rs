@@ -50,7 +50,7 @@ pub fn run_workers(
         for w in 0..workers {
             let client = connect_http(&server.url).await.unwrap();
             let instance = component.instantiate(HostServices::new(backend(w), entropy(w))).unwrap();
-            let options = CallerOptions { attempt_timeout_ms: 5000, key_argument: "idempotency_key".into(), clock: Clock::real() };
+            let options = CallerOptions { attempt_timeout_ms: 5000, key_argument: "idempotency_key".into(), clock: Clock::real(), policy_identity: None };
             let mut caller =
                 RetryingCaller::start(client.peer().clone(), instance, config, &format!("worker-{w}"), options, Arc::clone(&metrics)).await.unwrap();
             let start = Arc::clone(&start);

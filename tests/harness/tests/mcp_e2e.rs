@@ -41,7 +41,7 @@ async fn setup(faults: Vec<agent_retry_demo_server::FaultRule>, config: &str, op
 }
 
 fn options() -> CallerOptions {
-    CallerOptions { attempt_timeout_ms: 4000, key_argument: "idempotency_key".into(), clock: Clock::scaled(SCALE) }
+    CallerOptions { attempt_timeout_ms: 4000, key_argument: "idempotency_key".into(), clock: Clock::scaled(SCALE), policy_identity: None }
 }
 
 fn http(status: u16, headers: &[(&str, &str)]) -> Fault {

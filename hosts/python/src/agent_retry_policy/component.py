@@ -28,6 +28,7 @@ are refused with the answer the component would give, without a call.
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import importlib.resources
 import itertools
 import json
@@ -126,6 +127,11 @@ def contract_compatibility(version: str) -> tuple[int, ...]:
     if major:
         return (major,)
     return (0, minor) if minor else (0, 0, patch)
+
+
+def component_identity(contract_version: str, wasm_sha256: str) -> str:
+    """`agent-retry:policy@<version> wasm <first 12 hex digits of the SHA-256>`."""
+    return f"{CONTRACT_PACKAGE}@{contract_version} wasm {wasm_sha256[:12]}"
 
 
 def policy_interface_versions(export_names: Iterable[str]) -> list[str]:
@@ -249,6 +255,9 @@ class PolicyComponent:
         _sandbox.configure(config)  # the memory cap, with its refusals seen (_sandbox.py)
         self.engine = Engine(config)
         self.source = source
+        # The SHA-256 of the bytes compiled (hex): with the contract version, the
+        # component's identity (`identity`), which every decision log line names.
+        self.wasm_sha256 = hashlib.sha256(wasm).hexdigest()
         try:
             self.component = Component(self.engine, wasm)
         except WasmtimeError as e:
@@ -299,6 +308,13 @@ class PolicyComponent:
                 result=_codec.build(result) if result is not None else None,
             )
         self._specs = specs
+
+    @property
+    def identity(self) -> str:
+        """Which policy this is: the contract version it speaks and the first 12
+        hex digits of its .wasm's SHA-256, e.g. `agent-retry:policy@0.3.0 wasm
+        1a2b3c4d5e6f` (the same string in the Rust and Node hosts)."""
+        return component_identity(self.contract_version, self.wasm_sha256)
 
     def instantiate(
         self,
@@ -410,6 +426,11 @@ class PolicyInstance:
             if func is None:
                 raise ComponentLoadError(f"{component.source}: {name} is not a function")
             self._exports[name] = _BoundExport(spec, func._func)
+
+    @property
+    def policy_identity(self) -> str:
+        """The identity of the component this instance runs (`PolicyComponent.identity`)."""
+        return self.component.identity
 
     def memory_bytes(self) -> int:
         """The size of the instance's largest linear memory, in bytes."""
@@ -749,6 +770,7 @@ __all__ = [
     "CONTRACT_VERSION",
     "EFFECTS_PAGE",
     "check_contract_version",
+    "component_identity",
     "contract_compatibility",
     "FUEL_PER_CALL",
     "MAX_MEMORY_BYTES",

@@ -9,7 +9,8 @@ design as the Rust host's (hosts/rust/src/live.rs).
     live.watch(2.0)                       # polls both files; or live.reload() / live.rollback()
     loaded = live.current()               # per run (or worker): keep it for the run
     instance = loaded.component.instantiate()
-    policy = instance.load_policy(loaded.config_json)   # log loaded.identity with its decisions
+    policy = instance.load_policy(loaded.config_json)   # log loaded.identity with its decisions:
+    caller = RetryingToolCaller(session, policy.start_run(run_id), policy_identity=str(loaded.identity))
 
 The gate, before anything serves:
 

@@ -25,6 +25,14 @@ into its POST task), the status, headers and body of a failed POST, and turns a
 network error into a marked HTTP 599 answer so that the session survives and the
 attempt fails with the real transport error.
 
+Every attempt's log line (logger `agent_retry_policy.mcp`, one JSON object:
+`event`, `ts`, `run`, `call`, `tool`, `attempt`, `outcome`, `class`, `action`,
+`delay_ms`, `rule`, `escalation`, `reason`, `policy`) names the policy that
+decided in `policy`: the component's identity (`agent-retry:policy@0.3.0 wasm
+1a2b3c4d5e6f`) unless the caller was given `policy_identity` (a host serving a
+`LivePolicy` passes `str(loaded.identity)`, e.g. `generation 3 (wasm
+1a2b3c4d5e6f, config 0f0e0d0c0b0a)`).
+
 When the policy itself fails (a `PolicyTrap`: a trap, fuel or memory exhausted,
 a value outside the contract; or `InstanceUnusable` after one), the wrapper
 takes the safe fallback: no retry, and `Escalated` (reason
@@ -259,9 +267,16 @@ class RetryingToolCaller:
         clock: Callable[[], int] = now_ms,
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
         log: logging.Logger = logger,
+        policy_identity: str | None = None,
     ) -> None:
         self.session = session
         self.run = run
+        # Which policy made the decisions, on every log line (`policy`): the
+        # component's identity by default; a host serving a LivePolicy passes
+        # `str(loaded.identity)` of the Loaded the run was started from.
+        if policy_identity is not None and not isinstance(policy_identity, str):
+            raise TypeError(f"policy_identity must be a string (e.g. str(loaded.identity)), got {type(policy_identity).__name__}")
+        self.policy_identity: str = policy_identity if policy_identity is not None else run.instance.policy_identity
         self.status_check = status_check
         self.key_argument = key_argument
         self.entropy = entropy or OsEntropy()
@@ -441,7 +456,14 @@ class RetryingToolCaller:
         try:
             found = await check(StatusCheckRequest(self.session, name, dict(arguments), key, call_id))
         except Exception as e:  # a failed check knows nothing
-            self.log.warning(json.dumps({"event": "agent_retry.status_check_failed", "tool": name, "error": repr(e)}))
+            failed = {
+                "event": "agent_retry.status_check_failed",
+                "run": self.run.run_id,
+                "tool": name,
+                "policy": self.policy_identity,
+                "error": repr(e),
+            }
+            self.log.warning(json.dumps(failed, ensure_ascii=False))
             return "unknown"
         return found if found in ("found", "absent", "unknown") else "unknown"
 
@@ -477,7 +499,8 @@ class RetryingToolCaller:
         escalation: str | None = None,
     ) -> None:
         # `rule` is the classification rule that applied; `escalation` the
-        # escalation reason (the contract's name, e.g. "run-steps-spent").
+        # escalation reason (the contract's name, e.g. "run-steps-spent");
+        # `policy` which policy decided (`policy_identity`).
         self.log.info(
             json.dumps(
                 {
@@ -494,6 +517,7 @@ class RetryingToolCaller:
                     "rule": rule,
                     "escalation": escalation,
                     "reason": reason,
+                    "policy": self.policy_identity,
                 },
                 ensure_ascii=False,
             )

@@ -71,11 +71,15 @@ pub struct CallerOptions {
     /// The argument an idempotency key goes in, for tools whose input schema has it.
     pub key_argument: String,
     pub clock: Clock,
+    /// Which policy decides, for the `policy` field of every log line: by
+    /// default the component's identity; a host on a [`crate::LivePolicy`]
+    /// passes the serving policy's (`loaded.identity.to_string()`).
+    pub policy_identity: Option<String>,
 }
 
 impl Default for CallerOptions {
     fn default() -> Self {
-        CallerOptions { attempt_timeout_ms: 10_000, key_argument: "idempotency_key".into(), clock: Clock::real() }
+        CallerOptions { attempt_timeout_ms: 10_000, key_argument: "idempotency_key".into(), clock: Clock::real(), policy_identity: None }
     }
 }
 
@@ -208,9 +212,11 @@ impl RetryingCaller {
             Action::Escalate(e) => Some(labels::reason(e.reason)),
             _ => None,
         };
+        let policy = self.options.policy_identity.as_deref().unwrap_or(self.instance.policy_identity());
         tracing::info!(
             target: "agent_retry",
             run = %self.run_id,
+            policy,
             step,
             tool,
             attempt = decision.attempt,

@@ -1,0 +1,5 @@
+//! `cargo +nightly fuzz run config --features libfuzzer`: the body is
+//! [`agent_retry_fuzz::config`], which the stable replay test runs too.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| agent_retry_fuzz::config(data));
