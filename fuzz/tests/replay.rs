@@ -90,31 +90,31 @@ fn regression(file: &str) {
 }
 
 #[test]
-#[ignore = "known bug F1: a configuration error's field echoes an unknown key whole (3 KB key, 3 KB error), see fuzz/README.md"]
+// Fixed (F1): the reproducer stays as a regression test.
 fn f1_config_error_field_is_bounded() {
     regression("config--F1-unknown-field-echoed-whole");
 }
 
 #[test]
-#[ignore = "known bug F1: a configuration error's field echoes a key's newline (the error spans lines), see fuzz/README.md"]
+// Fixed (F1): the reproducer stays as a regression test.
 fn f1_config_error_field_is_one_line() {
     regression("config--F1-field-path-spans-lines");
 }
 
 #[test]
-#[ignore = "known bug F2: the JSON reader accepts \"\\u+041\" (u32::from_str_radix takes a sign), see fuzz/README.md"]
+// Fixed (F2): the reproducer stays as a regression test.
 fn f2_json_unicode_escape_takes_four_hex_digits() {
     regression("json--F2-unicode-escape-plus-sign");
 }
 
 #[test]
-#[ignore = "known bug F3: a provider identifier's whole JSON string goes into the reason (unbounded), see fuzz/README.md"]
+// Fixed (F3): the reproducer stays as a regression test.
 fn f3_classification_reason_is_bounded() {
     regression("tool_error--F3-identifier-with-long-prefix");
 }
 
 #[test]
-#[ignore = "known bug F4: a too-long header value's problem names the header as sent (a 2 KB name), see fuzz/README.md"]
+// Fixed (F4): the reproducer stays as a regression test.
 fn f4_header_problem_name_is_bounded() {
     regression("headers--F4-long-header-name-in-problem");
 }

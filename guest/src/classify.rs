@@ -108,7 +108,7 @@ fn aws_error_code(headers: &Headers<'_>, body: &str) -> Option<(OutcomeClass, St
     };
     let code = headers.get("x-amzn-errortype").map(String::from).or_else(from_body)?;
     let class = relayed::identifier_class(&code)?;
-    matches!(class, OutcomeClass::Throttled | OutcomeClass::Transient).then_some((class, code))
+    matches!(class, OutcomeClass::Throttled | OutcomeClass::Transient).then_some((class, crate::text::excerpt(&code, 60)))
 }
 
 /// Classifies `failure`, for `tool` when the run knows it (its `tool-error-rules`).

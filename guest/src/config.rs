@@ -139,7 +139,10 @@ impl Default for Config {
 
 #[inline(never)] // called from many places: one copy keeps the component small
 fn error(kind: ConfigErrorKind, field: &str, message: impl Into<String>) -> ConfigError {
-    ConfigError { kind, field: field.to_string(), message: message.into() }
+    // The field repeats keys as written: bounded and on one line, whatever the input.
+    let field =
+        if field.len() <= 200 && !field.contains(['\n', '\r']) { field.to_string() } else { crate::text::excerpt(&field.replace(['\n', '\r'], " "), 200) };
+    ConfigError { kind, field, message: message.into() }
 }
 
 /// A whole-number field of a record `T`: its name, range, default and place in

@@ -97,12 +97,28 @@ pub fn within_limits(headers: &[(String, String)]) -> (alloc::borrow::Cow<'_, [(
     for (name, value) in first {
         if value.len() > MAX_HEADER_VALUE_BYTES {
             let text = alloc::format!("is {} bytes, longer than the {MAX_HEADER_VALUE_BYTES} the policy reads", value.len());
-            problems.push(problem(&name.trim().to_ascii_lowercase(), value, &text));
+            problems.push(problem(&short_name(name), value, &text));
         } else {
             kept.push((name.clone(), value.clone()));
         }
     }
     (alloc::borrow::Cow::Owned(kept), problems)
+}
+
+/// A header name as a problem names it: lower-cased, at most 60 bytes (and `…`),
+/// whatever was sent.
+#[inline(never)]
+fn short_name(name: &str) -> String {
+    let mut name = name.trim().to_ascii_lowercase();
+    if name.len() > 60 {
+        let mut end = 60;
+        while !name.is_char_boundary(end) {
+            end -= 1;
+        }
+        name.truncate(end);
+        name.push('…');
+    }
+    name
 }
 
 fn problem(name: &str, value: &str, text: &str) -> HeaderProblem {

@@ -212,6 +212,10 @@ impl Parser<'_> {
 
     fn hex4(&mut self) -> Result<u32, String> {
         let digits = self.bytes.get(self.pos..self.pos + 4).ok_or_else(|| self.error("4 hex digits"))?;
+        // from_str_radix alone would take a sign ("\u+041").
+        if !digits.iter().all(u8::is_ascii_hexdigit) {
+            return Err(self.error("4 hex digits"));
+        }
         let text = core::str::from_utf8(digits).map_err(|_| self.error("4 hex digits"))?;
         let value = u32::from_str_radix(text, 16).map_err(|_| self.error("4 hex digits"))?;
         self.pos += 4;

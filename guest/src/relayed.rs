@@ -419,7 +419,7 @@ fn read_json(root: &Json) -> (Option<(OutcomeClass, String)>, Option<u16>) {
             if let Some(Json::String(value)) = member(object, field) {
                 // Anthropic's envelope says `"type": "error"`: not an identifier.
                 if let Some(class) = identifier_class(value) {
-                    identified = Some((class, value.clone()));
+                    identified = Some((class, crate::text::excerpt(value, 60)));
                     break 'outer;
                 }
             }
