@@ -5,6 +5,7 @@
 // counts as the major (0.2.0 and 0.2.5 are compatible, 0.2.0 and 0.3.0 are not,
 // and every 0.0.z stands alone), as Cargo reads versions.
 import { ComponentImportRefused, ComponentLoadError, ContractVersionMismatch } from './errors.js';
+import { BinaryReader } from './binary-reader.js';
 
 /** The contract this host is written for (wit/, `package agent-retry:policy@...`). */
 export const CONTRACT_VERSION = '0.3.0';
@@ -61,34 +62,19 @@ export function checkContractVersion(exportNames: readonly string[], where = 'th
   return version;
 }
 
-class Reader {
-  offset = 0;
-  constructor(private readonly bytes: Uint8Array, private readonly end = bytes.length) {}
-  get done(): boolean {
-    return this.offset >= this.end;
-  }
-  byte(): number {
-    if (this.offset >= this.end) throw new ComponentLoadError('the component binary ends early');
-    return this.bytes[this.offset++];
-  }
-  u32(): number {
-    let result = 0;
-    for (let shift = 0; shift < 35; shift += 7) {
-      const b = this.byte();
-      result += (b & 0x7f) * 2 ** shift;
-      if (!(b & 0x80)) return result;
-    }
-    throw new ComponentLoadError('the component binary has a malformed LEB128 number');
+/** A component binary's bytes. */
+class Reader extends BinaryReader {
+  constructor(bytes: Uint8Array, end = bytes.length) {
+    super(bytes, end, 'the component binary');
   }
   /** An s33 (a value type): only its length matters here. */
   s33(): void {
-    for (let i = 0; i < 5; i++) if (!(this.byte() & 0x80)) return;
-    throw new ComponentLoadError('the component binary has a malformed LEB128 number');
+    this.skipLeb(5);
   }
   string(): string {
     const length = this.u32();
-    if (this.offset + length > this.end) throw new ComponentLoadError('the component binary ends early');
-    const text = new TextDecoder('utf-8', { fatal: true }).decode(this.bytes.subarray(this.offset, this.offset + length));
+    if (this.offset + length > this.end) this.fail('ends early');
+    const text = new TextDecoder('utf-8', { fatal: true }).decode(this.b.subarray(this.offset, this.offset + length));
     this.offset += length;
     return text;
   }

@@ -19,6 +19,7 @@
 // An instruction this rewriter does not know (GC, exception handling) refuses the
 // component at load (`ComponentLoadError`) rather than running it unmetered.
 import { ComponentLoadError } from './errors.js';
+import { BinaryReader } from './binary-reader.js';
 
 /** Fuel for one call into the component: the Rust and Python hosts' default. */
 export const FUEL_PER_CALL = 20_000_000;
@@ -30,30 +31,14 @@ export const PAGE_BYTES = 65536;
 export const FUEL_EXPORT = 'agent-retry:sandbox/fuel';
 export const GROW_FAILED_EXPORT = 'agent-retry:sandbox/grow-failed';
 
-class Bytes {
-  offset = 0;
-  constructor(readonly b: Uint8Array, readonly end = b.length) {}
-  byte(): number {
-    if (this.offset >= this.end) throw new ComponentLoadError('a core module ends early');
-    return this.b[this.offset++];
-  }
-  u32(): number {
-    let result = 0;
-    for (let shift = 0; shift < 35; shift += 7) {
-      const b = this.byte();
-      result += (b & 0x7f) * 2 ** shift;
-      if (!(b & 0x80)) return result;
-    }
-    throw new ComponentLoadError('a core module has a malformed LEB128 number');
+/** A core module's bytes. */
+class Bytes extends BinaryReader {
+  constructor(b: Uint8Array, end = b.length) {
+    super(b, end, 'a core module');
   }
   /** Any signed or unsigned LEB128 up to 64 bits, skipped. */
   leb(): void {
-    for (let i = 0; i < 10; i++) if (!(this.byte() & 0x80)) return;
-    throw new ComponentLoadError('a core module has a malformed LEB128 number');
-  }
-  skip(n: number): void {
-    if (this.offset + n > this.end) throw new ComponentLoadError('a core module ends early');
-    this.offset += n;
+    this.skipLeb(10);
   }
   name(): string {
     const n = this.u32();
