@@ -62,7 +62,9 @@ async function workerRoundTripUs(n: number, rounds: number): Promise<number> {
       Atomics.store(s, 0, 2);
       Atomics.notify(s, 0);
     }`, { eval: true, workerData: shared.buffer });
-  await new Promise((resolve) => setTimeout(resolve, 100));
+  // Online, not a fixed pause: under load a worker took longer than 100 ms to
+  // start, and the first round trip timed out ('the worker did not answer').
+  await new Promise((resolve) => worker.once('online', resolve));
   const batch = (count: number) => {
     for (let i = 0; i < count; i++) {
       shared[1] = i;
