@@ -5,7 +5,7 @@
 //! running server for the tests that do not kill it.
 
 use std::net::TcpListener;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use agent_retry_demo_server::faults::{Fault, rule_first};
@@ -292,32 +292,42 @@ fn busiest_second_under(fault: &'static str) -> (usize, usize) {
     let url = redis.url();
     let config = r#"{"base-delay-ms": 20, "max-delay-ms": 100, "max-steps-per-run": 1000,
         "account-budget": {"account-id": "state-loss", "capacity": 8, "refill-interval-ms": 25, "max-wait-ms": 20000}}"#;
-    let faulter = std::thread::spawn(move || {
+    let inject = move || {
         std::thread::sleep(Duration::from_millis(1_500));
         match fault {
             "restart" => {
                 redis.kill();
                 std::thread::sleep(Duration::from_millis(300));
-                Some(RedisServer::start_on(port))
+                RedisServer::start_on(port)
             }
             "flushall" => {
                 redis_cli(port, &["FLUSHALL"]);
-                Some(redis)
+                redis
             }
             _ => {
                 let pid = redis_cli(port, &["INFO", "server"]).lines().find_map(|l| l.strip_prefix("process_id:")).map(|p| p.trim().to_string()).unwrap();
                 std::process::Command::new("kill").args(["-STOP", &pid]).status().unwrap();
                 std::thread::sleep(Duration::from_millis(1_500));
                 std::process::Command::new("kill").args(["-CONT", &pid]).status().unwrap();
-                Some(redis)
+                redis
             }
         }
-    });
-    let backend = move |_w: u32| -> Arc<dyn AccountBudgetBackend> {
-        Arc::new(SharedAccounts::new(RedisAccounts::connect(&url).unwrap(), 8).with_retry_interval(Duration::from_millis(200)))
+    };
+    // The fault's clock starts when the last worker is built, not before the
+    // component is compiled: on a loaded machine the fault once came before
+    // any worker had connected.
+    let inject = Mutex::new(Some(inject));
+    let faulter = Mutex::new(None);
+    let backend = |w: u32| -> Arc<dyn AccountBudgetBackend> {
+        let accounts = Arc::new(SharedAccounts::new(RedisAccounts::connect(&url).unwrap(), 8).with_retry_interval(Duration::from_millis(200)));
+        if w == 7 {
+            let inject = inject.lock().unwrap().take().unwrap();
+            *faulter.lock().unwrap() = Some(std::thread::spawn(inject));
+        }
+        accounts
     };
     let outcome = run_workers(8, None, vec![], config, 60, backend, |w| EntropySource::seeded(u64::from(w)));
-    let _redis = faulter.join().unwrap();
+    let _redis = faulter.lock().unwrap().take().expect("the fault was injected").join().unwrap();
     assert_eq!(outcome.server_calls, 8 * 60, "{fault}: every call made once");
     (peak(&outcome.times, 1_000), outcome.server_calls)
 }

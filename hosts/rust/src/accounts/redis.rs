@@ -11,7 +11,7 @@ use super::{Bucket, Reservation};
 
 /// GCRA on the server. KEYS[1]: the account's key. ARGV: tokens, capacity,
 /// refill-interval-ms, max-wait-ms, floor-tat-ms. Returns {granted (1|0),
-/// wait-ms, repaired (1|0), tat-ms}; 0 tokens are granted at once and change
+/// wait-ms, repaired (1|0), tat-ms, server-now-ms}; 0 tokens are granted at once and change
 /// nothing, as in `gcra`. Time is the server's (`TIME`), so workers' clocks need
 /// not agree.
 ///
@@ -29,7 +29,7 @@ local capacity = tonumber(ARGV[2])
 local interval = tonumber(ARGV[3])
 local max_wait = tonumber(ARGV[4])
 local floor = tonumber(ARGV[5])
-if tokens == 0 then return {1, 0, 0, 0} end
+if tokens == 0 then return {1, 0, 0, 0, 0} end
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local kind = redis.call('TYPE', KEYS[1])['ok']
@@ -49,10 +49,10 @@ local wait = new_tat - capacity * interval - now
 if wait < 0 then wait = 0 end
 if wait > max_wait then
   if repaired == 1 then redis.call('SET', KEYS[1], tat, 'PX', math.max(1, tat - now) + 1000) end
-  return {0, wait, repaired, tat}
+  return {0, wait, repaired, tat, now}
 end
 redis.call('SET', KEYS[1], new_tat, 'PX', math.max(1, new_tat - now) + 1000)
-return {1, wait, repaired, new_tat}
+return {1, wait, repaired, new_tat, now}
 "#;
 
 /// The refund: move the TAT back by `tokens` intervals, not before now.
@@ -106,6 +106,10 @@ pub struct RedisAccounts {
     /// Per account, the latest TAT this process saw on the server: the floor a
     /// lost key is re-created from.
     seen_tats: Mutex<HashMap<String, u64>>,
+    /// Per account, how far the bucket's schedule (its TAT) was ahead of the
+    /// server's clock at this process's latest exchange: the calls already
+    /// granted to some worker that are still to come.
+    seen_backlogs: Mutex<HashMap<String, u64>>,
     repairs: AtomicU64,
 }
 
@@ -134,6 +138,7 @@ impl RedisAccounts {
             refund_script: redis::Script::new(REFUND_LUA),
             prefix: "agent-retry:account:".to_string(),
             seen_tats: Mutex::new(HashMap::new()),
+            seen_backlogs: Mutex::new(HashMap::new()),
             repairs: AtomicU64::new(0),
         };
         let mut connection = accounts.open().map_err(|reason| AccountsError::Unreachable { url: url.to_string(), reason })?;
@@ -190,7 +195,7 @@ impl RedisAccounts {
         let floor = self.seen_tats.lock().unwrap_or_else(|p| p.into_inner()).get(account_id).copied().unwrap_or(0);
         let mut guard = self.connection.lock().unwrap_or_else(|p| p.into_inner());
         let key = format!("{}{account_id}", self.prefix);
-        let result: Result<(i64, i64, i64, i64), String> = self.connection_until(&mut guard, deadline).and_then(|connection| {
+        let result: Result<(i64, i64, i64, i64, i64), String> = self.connection_until(&mut guard, deadline).and_then(|connection| {
             self.script
                 .key(&key)
                 .arg(tokens)
@@ -201,7 +206,7 @@ impl RedisAccounts {
                 .invoke(connection)
                 .map_err(|e| e.to_string())
         });
-        let (granted, wait, repaired, tat) = result.inspect_err(|_| {
+        let (granted, wait, repaired, tat, server_now) = result.inspect_err(|_| {
             // The connection may be broken mid-reply: start afresh next time.
             *guard = None;
         })?;
@@ -215,8 +220,17 @@ impl RedisAccounts {
             let mut seen = self.seen_tats.lock().unwrap_or_else(|p| p.into_inner());
             let entry = seen.entry(account_id.to_string()).or_insert(0);
             *entry = (*entry).max(tat as u64);
+            let backlog = u64::try_from(tat.saturating_sub(server_now)).unwrap_or(0);
+            self.seen_backlogs.lock().unwrap_or_else(|p| p.into_inner()).insert(account_id.to_string(), backlog);
         }
         Ok(if granted == 1 { Reservation::Granted(wait.max(0) as u64) } else { Reservation::Refused(wait.max(0) as u64) })
+    }
+
+    /// How far ahead of the server's clock the account's schedule was at this
+    /// process's latest exchange, in ms (0 if never seen): when Redis fails, the
+    /// calls granted until then are still to come.
+    pub fn last_seen_backlog_ms(&self, account_id: &str) -> u64 {
+        self.seen_backlogs.lock().unwrap_or_else(|p| p.into_inner()).get(account_id).copied().unwrap_or(0)
     }
 
     /// Gives tokens back, on the server. `Err` when Redis failed.

@@ -2,10 +2,11 @@
 //! local share of the allowance while it does not.
 //!
 //! When Redis fails, each worker falls back to its share of the allowance,
-//! capacity ÷ workers and refill ÷ workers (the rule of "Retry and Backoff for Agent-Driven MCP Calls" for for workers that
+//! capacity ÷ workers and refill ÷ workers (the rule of "Retry and Backoff for Agent-Driven MCP Calls" for workers that
 //! cannot share state), logs the switch once, and tries Redis again every
 //! `retry_interval`; when Redis answers, it goes back, and first charges the
-//! shared bucket with what it took locally meanwhile, so that the calls made on
+//! shared bucket with what it took locally meanwhile (before its own next
+//! reservation there), so that the calls made on
 //! local shares and the calls made on Redis after it returns (possibly empty,
 //! after a restart) do not add up past the allowance. Every reservation is
 //! answered by exactly one backend, so no call is lost or sent twice; a Redis
@@ -79,35 +80,40 @@ impl SharedAccounts {
 
 impl SharedAccounts {
     /// Takes from the shared bucket, whatever the wait, the tokens this worker
-    /// took on its local share while Redis was away. Returns how many.
-    fn charge_local_takes(&self) -> u64 {
-        let taken = std::mem::take(&mut *self.taken_locally.lock().unwrap_or_else(|p| p.into_inner()));
+    /// took on its local share while Redis was away. `Err` when Redis failed;
+    /// what was not charged stays owed for the next try.
+    fn charge_local_takes(&self) -> Result<u64, String> {
+        let mut taken = self.taken_locally.lock().unwrap_or_else(|p| p.into_inner());
         let mut charged = 0;
-        for (account_id, (tokens, bucket)) in taken {
-            let tokens = u32::try_from(tokens).unwrap_or(u32::MAX);
-            if self.redis.try_reserve(&account_id, tokens, bucket, u64::MAX).is_ok() {
-                charged += u64::from(tokens);
+        let accounts: Vec<String> = taken.keys().cloned().collect();
+        for account_id in accounts {
+            let (tokens, bucket) = taken[&account_id];
+            let owed = u32::try_from(tokens).unwrap_or(u32::MAX);
+            if owed > 0 {
+                self.redis.try_reserve(&account_id, owed, bucket, u64::MAX)?;
             }
+            taken.remove(&account_id);
+            charged += u64::from(owed);
         }
-        charged
+        Ok(charged)
     }
 }
 
 impl AccountBudgetBackend for SharedAccounts {
     fn reserve(&self, account_id: &str, tokens: u32, bucket: Bucket, max_wait_ms: u64, now_ms: u64) -> Reservation {
-        let try_redis = match *self.mode.lock().unwrap_or_else(|p| p.into_inner()) {
-            Mode::Redis => true,
-            Mode::Local { retry_at } => Instant::now() >= retry_at,
+        let (try_redis, recovering) = match *self.mode.lock().unwrap_or_else(|p| p.into_inner()) {
+            Mode::Redis => (true, false),
+            Mode::Local { retry_at } => (Instant::now() >= retry_at, true),
         };
+        // Back on Redis, the local takes are charged first, so that this
+        // reservation (and the other workers') sees a bucket that holds them.
+        let charged = if try_redis && recovering { self.charge_local_takes() } else { Ok(0) };
         if try_redis {
-            match self.redis.try_reserve(account_id, tokens, bucket, max_wait_ms) {
-                Ok(reservation) => {
-                    let mut mode = self.mode.lock().unwrap_or_else(|p| p.into_inner());
-                    if let Mode::Local { .. } = *mode {
-                        *mode = Mode::Redis;
-                        drop(mode);
+            match charged.and_then(|charged| self.redis.try_reserve(account_id, tokens, bucket, max_wait_ms).map(|r| (charged, r))) {
+                Ok((charged, reservation)) => {
+                    if recovering {
+                        *self.mode.lock().unwrap_or_else(|p| p.into_inner()) = Mode::Redis;
                         self.recoveries.fetch_add(1, Ordering::Relaxed);
-                        let charged = self.charge_local_takes();
                         tracing::warn!(target: "agent_retry", redis = self.redis.url(), charged,
                                        "account budget: Redis answers again; back to the shared bucket, charged with the tokens taken locally meanwhile");
                     }
@@ -127,10 +133,15 @@ impl AccountBudgetBackend for SharedAccounts {
         let share = self.local_share(bucket);
         let mut taken = self.taken_locally.lock().unwrap_or_else(|p| p.into_inner());
         if !taken.contains_key(account_id) {
-            // The first local reservation of this account since the fallback: the
-            // share starts empty, not full, since the shared bucket was being drawn
-            // on until now (a full share on every worker added a burst of capacity).
-            self.local.reserve(account_id, share.capacity, share, u64::MAX, now_ms);
+            // The first local reservation of this account since the fallback. The
+            // share starts empty, not full: the shared bucket was being drawn on
+            // until now (a full share on every worker added a burst of capacity).
+            // And it starts behind the shared schedule as last seen: the calls
+            // Redis granted before it failed, to any worker, are still to come
+            // (without this, a restart let 55 calls into a second that allows 48).
+            let behind = self.redis.last_seen_backlog_ms(account_id).div_ceil(share.refill_interval_ms.max(1));
+            let owed = u32::try_from(behind).unwrap_or(u32::MAX).max(share.capacity);
+            self.local.reserve(account_id, owed, share, u64::MAX, now_ms);
         }
         let reservation = self.local.reserve(account_id, tokens, share, max_wait_ms, now_ms);
         let entry = taken.entry(account_id.to_string()).or_insert((0, bucket));
