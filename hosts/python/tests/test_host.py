@@ -236,7 +236,7 @@ def test_bad_values_are_rejected_before_the_call_and_the_instance_goes_on() -> N
 
 
 def test_a_trap_is_typed_and_the_instance_is_not_reused() -> None:
-    instance = PolicyComponent.load().instantiate(fuel_per_call=50)
+    instance = PolicyComponent.load().instantiate(fuel_per_call=50, fuel_per_config_byte=0)
     with pytest.raises(PolicyTrap):
         instance.load_policy({})
     with pytest.raises(InstanceUnusable):

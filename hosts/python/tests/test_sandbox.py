@@ -102,7 +102,7 @@ def test_an_endless_loop_runs_out_of_fuel_and_the_host_goes_on() -> None:
 
 def test_fuel_per_call_is_configurable() -> None:
     component = PolicyComponent.load()
-    starved = component.instantiate(fuel_per_call=500)
+    starved = component.instantiate(fuel_per_call=500, fuel_per_config_byte=0)
     with pytest.raises(PolicyOutOfFuel):
         starved.load_policy({})
     with pytest.raises(InstanceUnusable):

@@ -28,6 +28,15 @@ pub use agent_retry::policy::types;
 /// fitted in 20,000 when measured; a policy stuck in a loop runs out and traps.
 pub const FUEL_PER_CALL: u64 = 20_000_000;
 
+/// Fuel for loading a configuration (`from-json`), on top of [`FUEL_PER_CALL`],
+/// per byte of its text. Its cost is linear in the text, and it is loaded off
+/// the decision path (once per update, in the gate): 10,000 namespaced tools
+/// take about 83 million fuel (120 a byte). The costliest shape measured, an
+/// array of zeros, takes 435 a byte in wasmtime (`cargo test --release -p
+/// agent-retry-host --test sandbox -- --nocapture costliest`) and 904 in the
+/// Node host, whose count is an upper bound: 2,000 leaves every host twice that.
+pub const FUEL_PER_CONFIG_BYTE: u64 = 2_000;
+
 /// The most resources (policies and runs) alive at once in one instance.
 pub const MAX_RESOURCE_HANDLES: usize = 1_000_000;
 
@@ -142,13 +151,15 @@ impl HostServices {
 pub struct SandboxLimits {
     /// Fuel for one call (about one unit per wasm instruction).
     pub fuel_per_call: u64,
+    /// More fuel for `from-json`, per byte of the configuration ([`FUEL_PER_CONFIG_BYTE`]).
+    pub fuel_per_config_byte: u64,
     /// The most linear memory one instance may grow to, in bytes.
     pub max_memory_bytes: usize,
 }
 
 impl Default for SandboxLimits {
     fn default() -> Self {
-        SandboxLimits { fuel_per_call: FUEL_PER_CALL, max_memory_bytes: MAX_MEMORY_BYTES }
+        SandboxLimits { fuel_per_call: FUEL_PER_CALL, fuel_per_config_byte: FUEL_PER_CONFIG_BYTE, max_memory_bytes: MAX_MEMORY_BYTES }
     }
 }
 
@@ -278,13 +289,20 @@ impl PolicyComponent {
         self
     }
 
+    /// Sets the fuel `from-json` gets per byte of configuration, on top of a
+    /// call's (default [`FUEL_PER_CONFIG_BYTE`]).
+    pub fn with_fuel_per_config_byte(mut self, fuel: u64) -> Self {
+        self.limits.fuel_per_config_byte = fuel;
+        self
+    }
+
     /// Sets the most linear memory an instance may grow to (default [`MAX_MEMORY_BYTES`]).
     pub fn with_max_memory_bytes(mut self, bytes: usize) -> Self {
         self.limits.max_memory_bytes = bytes;
         self
     }
 
-    /// Sets both limits.
+    /// Sets every limit.
     pub fn with_limits(mut self, limits: SandboxLimits) -> Self {
         self.limits = limits;
         self
@@ -322,7 +340,15 @@ impl PolicyComponent {
         store.set_fuel(self.limits.fuel_per_call)?;
         let instance = self.pre.instance_pre().instantiate(&mut store)?;
         let bindings = AgentRetry::new(&mut store, &instance)?;
-        Ok(PolicyInstance { store, instance, bindings, limits: self.limits, broken: None, identity: Arc::clone(&self.identity) })
+        Ok(PolicyInstance {
+            store,
+            instance,
+            bindings,
+            limits: self.limits,
+            tank: self.limits.fuel_per_call,
+            broken: None,
+            identity: Arc::clone(&self.identity),
+        })
     }
 }
 
@@ -357,6 +383,8 @@ pub struct PolicyInstance {
     instance: Instance,
     bindings: AgentRetry,
     limits: SandboxLimits,
+    /// The fuel the last call was given.
+    tank: u64,
     /// The first fault, once a call failed.
     broken: Option<String>,
     identity: Arc<str>,
@@ -384,13 +412,19 @@ impl PolicyInstance {
     /// Runs one call into the guest: on a full tank, with the fault typed and the
     /// instance marked broken if it fails.
     fn guarded<T>(&mut self, call: impl FnOnce(&AgentRetry, &mut Store<HostState>) -> wasmtime::Result<T>) -> Result<T, PolicyFault> {
+        self.guarded_on(self.limits.fuel_per_call, call)
+    }
+
+    /// [`Self::guarded`] on a tank of `fuel`.
+    fn guarded_on<T>(&mut self, fuel: u64, call: impl FnOnce(&AgentRetry, &mut Store<HostState>) -> wasmtime::Result<T>) -> Result<T, PolicyFault> {
         if let Some(first_fault) = &self.broken {
             return Err(PolicyFault::InstanceUnusable { first_fault: first_fault.clone() });
         }
         self.store.data_mut().limits.refused = false;
-        let result = self.store.set_fuel(self.limits.fuel_per_call).and_then(|()| call(&self.bindings, &mut self.store));
+        self.tank = fuel;
+        let result = self.store.set_fuel(fuel).and_then(|()| call(&self.bindings, &mut self.store));
         result.map_err(|error| {
-            let fault = PolicyFault::of(&error, self.store.data().limits.refused, self.limits.fuel_per_call, self.limits.max_memory_bytes);
+            let fault = PolicyFault::of(&error, self.store.data().limits.refused, fuel, self.limits.max_memory_bytes);
             self.broken = Some(fault.to_string());
             fault
         })
@@ -413,12 +447,13 @@ impl PolicyInstance {
 
     /// The fuel the last call burned (about one unit per wasm instruction).
     pub fn fuel_used_by_last_call(&self) -> u64 {
-        self.limits.fuel_per_call.saturating_sub(self.store.get_fuel().unwrap_or(0))
+        self.tank.saturating_sub(self.store.get_fuel().unwrap_or(0))
     }
 
     /// The store and the raw instance, for dynamic calls (the conformance runner).
     pub fn raw(&mut self) -> (&mut Store<HostState>, &Instance) {
-        let _ = self.store.set_fuel(self.limits.fuel_per_call);
+        self.tank = self.limits.fuel_per_call;
+        let _ = self.store.set_fuel(self.tank);
         (&mut self.store, &self.instance)
     }
 
@@ -437,7 +472,9 @@ impl PolicyInstance {
             let message = format!("the configuration is {} bytes, more than the {}-byte limit", config_json.len(), limits::MAX_CONFIG_BYTES);
             return Ok(Err(types::ConfigError { kind: types::ConfigErrorKind::TooLarge, field: String::new(), message }));
         }
-        self.guarded(|b, store| Ok(b.agent_retry_policy_policy().policy().call_from_json(store, config_json)?.map(PolicyHandle)))
+        // Linear in the text and off the decision path: its own tank (FUEL_PER_CONFIG_BYTE).
+        let fuel = self.limits.fuel_per_call.saturating_add(self.limits.fuel_per_config_byte.saturating_mul(config_json.len() as u64));
+        self.guarded_on(fuel, |b, store| Ok(b.agent_retry_policy_policy().policy().call_from_json(store, config_json)?.map(PolicyHandle)))
     }
 
     pub fn effective_config(&mut self, policy: &PolicyHandle) -> Result<String, PolicyFault> {

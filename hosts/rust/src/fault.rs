@@ -12,8 +12,9 @@ use std::fmt;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PolicyFault {
     /// The call burned its whole fuel (about one unit per wasm instruction): a
-    /// runaway or hostile guest, cut off.
-    OutOfFuel { fuel_per_call: u64 },
+    /// runaway or hostile guest, cut off. `fuel`: what the call was given (a
+    /// call's, or more for a configuration's load).
+    OutOfFuel { fuel: u64 },
     /// The guest asked for more linear memory than the instance's cap.
     MemoryExceeded { max_memory_bytes: usize },
     /// The guest trapped (`unreachable`, a bounds check, a stack overflow...).
@@ -32,12 +33,12 @@ pub enum PolicyFault {
 impl PolicyFault {
     /// Reads a failed call: `memory_refused` says whether the limiter refused a
     /// `memory.grow` during it (the guest's allocator then traps on its own).
-    pub(crate) fn of(error: &wasmtime::Error, memory_refused: bool, fuel_per_call: u64, max_memory_bytes: usize) -> PolicyFault {
+    pub(crate) fn of(error: &wasmtime::Error, memory_refused: bool, fuel: u64, max_memory_bytes: usize) -> PolicyFault {
         if memory_refused {
             return PolicyFault::MemoryExceeded { max_memory_bytes };
         }
         match error.downcast_ref::<wasmtime::Trap>() {
-            Some(wasmtime::Trap::OutOfFuel) => PolicyFault::OutOfFuel { fuel_per_call },
+            Some(wasmtime::Trap::OutOfFuel) => PolicyFault::OutOfFuel { fuel },
             Some(_) => PolicyFault::Trap { cause: format!("{error:#}") },
             // Not a trap of the guest's code: wasmtime refused to lift or lower a value.
             None => PolicyFault::BoundaryViolation { cause: format!("{error:#}") },
@@ -61,8 +62,8 @@ impl PolicyFault {
 impl fmt::Display for PolicyFault {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            PolicyFault::OutOfFuel { fuel_per_call } => {
-                write!(f, "the policy ran out of fuel: the call burned all of its {fuel_per_call} units (a runaway guest, cut off)")
+            PolicyFault::OutOfFuel { fuel } => {
+                write!(f, "the policy ran out of fuel: the call burned all of its {fuel} units (a runaway guest, cut off)")
             }
             PolicyFault::MemoryExceeded { max_memory_bytes } => {
                 write!(f, "the policy asked for more than its memory cap of {max_memory_bytes} bytes")

@@ -81,10 +81,10 @@ fn the_component_imports_only_the_account_budget_and_random() {
 #[test]
 fn a_runaway_guest_is_stopped_and_the_host_goes_on() {
     // So little fuel that parsing a configuration cannot finish: the call traps.
-    let starved = component().with_fuel_per_call(500);
+    let starved = component().with_fuel_per_call(500).with_fuel_per_config_byte(0);
     let mut instance = starved.instantiate(services()).unwrap();
     let err = instance.load_policy("{}").err().expect("out of fuel must trap");
-    assert_eq!(err, PolicyFault::OutOfFuel { fuel_per_call: 500 });
+    assert_eq!(err, PolicyFault::OutOfFuel { fuel: 500 });
     // A trapped instance is not re-entered...
     assert!(instance.load_policy("{}").is_err());
     // ...and a fresh one from a normal component works.
@@ -312,35 +312,88 @@ fn a_long_runs_escalation_and_report_stay_bounded_and_every_effect_is_paged() {
     assert!(report_fuel < 1_000_000 && escalation_fuel < 1_000_000, "{report_fuel} {escalation_fuel}");
 }
 
-/// A host aggregating MCP servers has hundreds of namespaced tools: 1,000 load
-/// inside the fuel budget (duplicate names are found by hashing, not by
-/// comparing every pair, which ran out of fuel at about 355 tools), and a call
-/// finds its tool by hash. 10,000 still do not fit: about 9,500 fuel a tool of
-/// 69 bytes, since every byte of a name is scanned, copied and hashed several
-/// times at about 25 wasm operators a pass (reading a 100,000-byte string alone
-/// costs 2.7 million fuel).
+/// A host aggregating MCP servers has hundreds of namespaced tools, some
+/// thousands: 10,000 load inside the configuration's fuel budget (a call's,
+/// plus FUEL_PER_CONFIG_BYTE a byte: its cost is linear in the text and it is
+/// loaded off the decision path; the per-call tank alone held about 2,000), and
+/// a call finds its tool by hash. Duplicate names are found by hashing, not by
+/// comparing every pair (that ran out of fuel at about 355 tools).
 #[test]
-fn a_configuration_with_a_thousand_namespaced_tools_loads_inside_the_fuel_budget() {
-    const TOOLS: usize = 1_000;
-    use agent_retry_host::component::FUEL_PER_CALL;
-    let tools: Vec<String> = (0..TOOLS).map(|i| format!(r#""mcp__github__create_pull_request_review_{i:04}": {{"effect": "write"}}"#)).collect();
+fn a_configuration_with_ten_thousand_namespaced_tools_loads_inside_its_fuel_budget() {
+    const TOOLS: usize = 10_000;
+    use agent_retry_host::component::{FUEL_PER_CALL, FUEL_PER_CONFIG_BYTE};
+    let tools: Vec<String> = (0..TOOLS).map(|i| format!(r#""mcp__github__create_pull_request_review_{i:05}": {{"effect": "write"}}"#)).collect();
     let config = format!(r#"{{"tools": {{{}}}}}"#, tools.join(","));
+    let tank = FUEL_PER_CALL + FUEL_PER_CONFIG_BYTE * config.len() as u64;
     let mut instance = component().instantiate(services()).unwrap();
     let policy = instance.load_policy(&config).expect("no trap").unwrap();
     let load_fuel = instance.fuel_used_by_last_call();
     let run = instance.start_run(&policy, "many-tools").unwrap().unwrap();
-    let request = CallRequest { tool: format!("mcp__github__create_pull_request_review_{:04}", TOOLS - 1), idempotency_key: None, hints: None };
+    let request = CallRequest { tool: format!("mcp__github__create_pull_request_review_{:05}", TOOLS - 1), idempotency_key: None, hints: None };
     let Admission::Send(ticket) = instance.begin_call(&run, &request, 1).unwrap().unwrap() else { panic!("admitted") };
     let begin_fuel = instance.fuel_used_by_last_call();
     assert!(!ticket.safe_to_repeat, "the tool's entry (a write) applies");
-    println!("{TOOLS} tools ({} bytes): from-json {load_fuel} fuel, begin-call of the last tool {begin_fuel}", config.len());
-    assert!(load_fuel < FUEL_PER_CALL, "{load_fuel}");
-    // The tool is found by its hash: a scan of the 1,000 names took 1,089,991.
+    println!(
+        "{TOOLS} tools ({} bytes): from-json {load_fuel} fuel ({:.0} a byte, {:.0}% of its {tank}), begin-call of the last tool {begin_fuel}",
+        config.len(),
+        load_fuel as f64 / config.len() as f64,
+        100.0 * load_fuel as f64 / tank as f64
+    );
+    assert!(load_fuel < tank / 2, "{load_fuel} of {tank}");
+    // The tool is found by its hash: a scan of 1,000 names took 1,089,991.
     assert!(begin_fuel < 20_000, "{begin_fuel}");
     // A duplicate among them is still found, by name.
-    let duplicated = config.replacen("_0001\"", "_0000\"", 1);
+    let duplicated = config.replacen("_00001\"", "_00000\"", 1);
     let Err(err) = instance.load_policy(&duplicated).expect("no trap") else { panic!("a duplicate tool must be refused") };
     assert!(err.message.contains("appears twice"), "{err:?}");
+    // On the per-call tank alone it runs out, as it did: the budget is what lets it load.
+    let mut starved = component().with_fuel_per_config_byte(0).instantiate(services()).unwrap();
+    assert_eq!(starved.load_policy(&config).err(), Some(PolicyFault::OutOfFuel { fuel: FUEL_PER_CALL }));
+}
+
+/// The costliest shapes of text per byte, each just under the 1 MiB limit,
+/// answer a configuration error (they have no known field), never run out of
+/// fuel: at most about 435 fuel a byte here (an array of zeros) against the 2,000 the budget gives (the Node host counts up to 904).
+/// A tool name of 100 KB is refused as too long without its error costing more
+/// than a call (making its field path once burned all of a call's fuel).
+#[test]
+fn the_costliest_configurations_within_the_size_limit_do_not_run_out_of_fuel() {
+    const LIMIT: usize = 1 << 20;
+    let fill = |open: &str, item: &dyn Fn(usize) -> String, close: &str| {
+        let mut text = String::from(open);
+        for i in 0.. {
+            let next = item(i);
+            if text.len() + next.len() + 1 + close.len() > LIMIT {
+                break;
+            }
+            if i > 0 {
+                text.push(',');
+            }
+            text.push_str(&next);
+        }
+        text + close
+    };
+    let shapes = [
+        ("members", fill("{", &|i| format!(r#""k{i}":{i}"#), "}")),
+        ("zeros", fill(r#"{"x":["#, &|_| "0".into(), "]}")),
+        ("empty strings", fill(r#"{"x":["#, &|_| r#""""#.into(), "]}")),
+        ("empty objects", fill(r#"{"x":["#, &|_| "{}".into(), "]}")),
+    ];
+    for (name, text) in shapes {
+        assert!(text.len() <= LIMIT && text.len() > LIMIT - 16, "{name}: {}", text.len());
+        let mut instance = component().instantiate(services()).unwrap();
+        let started = std::time::Instant::now();
+        let answer = instance.load_policy(&text).unwrap_or_else(|fault| panic!("{name}: {fault}"));
+        let took = started.elapsed();
+        let fuel = instance.fuel_used_by_last_call();
+        println!("{name}: {} bytes, {fuel} fuel ({:.0} a byte), {took:?}", text.len(), fuel as f64 / text.len() as f64);
+        assert!(answer.is_err(), "{name}: no known field, refused");
+    }
+    let long_name = format!(r#"{{"tools": {{"{}": {{"effect": "write"}}}}}}"#, "a".repeat(100_000));
+    let mut instance = component().instantiate(services()).unwrap();
+    let err = instance.load_policy(&long_name).expect("no trap").err().expect("too long");
+    assert!(err.message.contains("1 to 256 bytes") && err.field.len() < 260, "{err:?}");
+    assert!(instance.fuel_used_by_last_call() < 5_000_000, "{}", instance.fuel_used_by_last_call());
 }
 
 /// A hostile component built by tests/hostile/build.mjs (`make hostile`).
@@ -384,7 +437,7 @@ fn classify_503(instance: &mut agent_retry_host::PolicyInstance) -> Result<(), P
 fn an_endless_loop_runs_out_of_fuel_with_a_typed_fault() {
     let limits = agent_retry_host::SandboxLimits::default();
     let (fault, took) = contained("endless-loop", limits, classify_503);
-    assert_eq!(fault, PolicyFault::OutOfFuel { fuel_per_call: limits.fuel_per_call }, "{fault}");
+    assert_eq!(fault, PolicyFault::OutOfFuel { fuel: limits.fuel_per_call }, "{fault}");
     eprintln!("endless loop cut off after {took:?} at {} fuel", limits.fuel_per_call);
     // The limit is the host's to set.
     let small = agent_retry_host::SandboxLimits { fuel_per_call: 2_000_000, ..limits };
@@ -392,7 +445,7 @@ fn an_endless_loop_runs_out_of_fuel_with_a_typed_fault() {
         let policy = i.load_policy("{}")?.expect("the config loads");
         i.classify(&policy, &FAILURE_503(), 0).map(drop)
     });
-    assert_eq!(fault, PolicyFault::OutOfFuel { fuel_per_call: 2_000_000 });
+    assert_eq!(fault, PolicyFault::OutOfFuel { fuel: 2_000_000 });
 }
 
 #[test]

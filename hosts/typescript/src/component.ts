@@ -21,7 +21,8 @@
 //
 // The sandbox (src/sandbox.ts): each core module is rewritten at load so that every
 // call runs on a fuel budget (`fuelPerCall`, default 20 M, as in the Rust and
-// Python hosts) and the instance's memory is capped (`maxMemoryBytes`, default
+// Python hosts; `policy.from-json` gets `fuelPerConfigByte`, default 2,000, more per
+// byte of its text) and the instance's memory is capped (`maxMemoryBytes`, default
 // 64 MiB). Values are checked in both directions: arguments against their WIT
 // types before the call (`ValueConversionError`, nothing reaches the guest),
 // results by jco's lifting with a fatal UTF-8 decoder. A trap, an exhausted
@@ -45,7 +46,7 @@ import {
   PolicyInputTooLarge, PolicyMemoryExceeded, PolicyOutOfFuel, PolicyTrap, RunMisuse,
 } from './errors.js';
 import { MAX_CONFIG_BYTES, boundedFailure, boundedOutcome, overLimit, utf8Length } from './limits.js';
-import { FUEL_EXPORT, FUEL_PER_CALL, GROW_FAILED_EXPORT, MAX_MEMORY_BYTES, instrumentCoreModule } from './sandbox.js';
+import { FUEL_EXPORT, FUEL_PER_CALL, FUEL_PER_CONFIG_BYTE, GROW_FAILED_EXPORT, MAX_MEMORY_BYTES, instrumentCoreModule } from './sandbox.js';
 import { FUNCTIONS, ValueConversionError, checkJco, jcoProblem } from './wit.js';
 
 export type PolicyExports = Root['policy'];
@@ -152,10 +153,19 @@ export interface InstantiateOptions {
   /** Fuel each call may burn, about one unit per wasm instruction (default
    *  `FUEL_PER_CALL`, 20 M, as in the Rust and Python hosts); `null`: no limit. */
   fuelPerCall?: number | null;
+  /** Fuel `policy.from-json` (`loadPolicy`) gets on top of `fuelPerCall`, per
+   *  UTF-8 byte of the configuration (default `FUEL_PER_CONFIG_BYTE`, 2,000, as in
+   *  the Rust and Python hosts): its cost is linear in the text and it runs off
+   *  the decision path, so a large valid configuration is not cut off by a
+   *  call's tank. Ignored when `fuelPerCall` is `null`. */
+  fuelPerConfigByte?: number;
 }
 
 /** Raised by a host import, to tell it apart from the guest's own failures. */
 class ImportFailure extends Error {}
+
+/** The most an i64 fuel global holds: an unmetered instance's tank. */
+const UNMETERED = (1n << 63n) - 1n;
 
 /** The sandbox's handles on one instance: the fuel and failed-grow globals and
  *  the memories of its core instances. */
@@ -163,9 +173,33 @@ class Meter {
   readonly fuel: WebAssembly.Global[] = [];
   readonly growFailed: WebAssembly.Global[] = [];
   readonly memories: WebAssembly.Memory[] = [];
-  private readonly tank: bigint;
-  constructor(readonly fuelPerCall: number | null, readonly maxMemoryBytes: number) {
-    this.tank = fuelPerCall === null ? (1n << 63n) - 1n : BigInt(fuelPerCall);
+  /** The tank of the call running (or last run): a call's, or a configuration load's. */
+  private tank: bigint;
+  /** What that tank is, for `PolicyOutOfFuel`'s message. */
+  private tankSays = '';
+  constructor(readonly fuelPerCall: number | null, readonly fuelPerConfigByte: number, readonly maxMemoryBytes: number) {
+    this.tank = this.fill();
+  }
+  /** Sets the tank for the next call: `fuelPerCall`, or for a configuration of
+   *  `configBytes` UTF-8 bytes `fuelPerCall + fuelPerConfigByte * configBytes`
+   *  (its load is linear in the text; every other call gets a call's tank). */
+  private fill(configBytes?: number): bigint {
+    if (this.fuelPerCall === null) {
+      this.tankSays = 'unmetered';
+      return UNMETERED;
+    }
+    if (configBytes === undefined) {
+      this.tankSays = `${this.fuelPerCall} units a call`;
+      return BigInt(this.fuelPerCall);
+    }
+    const wanted = BigInt(this.fuelPerCall) + BigInt(this.fuelPerConfigByte) * BigInt(configBytes);
+    const tank = wanted < UNMETERED ? wanted : UNMETERED; // the fuel globals are i64
+    this.tankSays = `${tank} units: ${this.fuelPerCall} a call + ${this.fuelPerConfigByte} a configuration byte x ${configBytes} bytes`;
+    return tank;
+  }
+  /** The tank the last call was given, as `PolicyOutOfFuel` names it. */
+  get tankDescription(): string {
+    return this.tankSays;
   }
   record(instance: WebAssembly.Instance): void {
     for (const [name, value] of Object.entries(instance.exports)) {
@@ -174,7 +208,9 @@ class Meter {
       else if (value instanceof WebAssembly.Memory) this.memories.push(value);
     }
   }
-  refuel(): void {
+  /** Fills the tank for one call (a configuration's load: `configBytes`, its UTF-8 size). */
+  refuel(configBytes?: number): void {
+    this.tank = this.fill(configBytes);
     for (const global of this.fuel) global.value = this.tank;
   }
   outOfFuel(): boolean {
@@ -467,7 +503,11 @@ export class PolicyComponent {
     if (fuelPerCall !== null && (!Number.isSafeInteger(fuelPerCall) || fuelPerCall < 1)) {
       throw new RangeError(`fuelPerCall must be a positive integer or null (no limit), not ${fuelPerCall}`);
     }
-    const meter = new Meter(fuelPerCall, this.maxMemoryBytes);
+    const fuelPerConfigByte = options.fuelPerConfigByte === undefined ? FUEL_PER_CONFIG_BYTE : options.fuelPerConfigByte;
+    if (!Number.isSafeInteger(fuelPerConfigByte) || fuelPerConfigByte < 0) {
+      throw new RangeError(`fuelPerConfigByte must be a whole number of units (0: none more than a call's), not ${fuelPerConfigByte}`);
+    }
+    const meter = new Meter(fuelPerCall, fuelPerConfigByte, this.maxMemoryBytes);
     const imported = <A extends unknown[], R>(f: (...args: A) => R) => (...args: A): R => {
       try {
         return f(...args);
@@ -556,7 +596,8 @@ export class PolicyInstance {
   }
 
   /** The fuel the last call burned (about one unit per wasm instruction, over
-   *  all of the component's core instances). */
+   *  all of the component's core instances), out of the tank it was given (a
+   *  configuration's load gets a larger one). */
   fuelUsedByLastCall(): number {
     return this.meter?.used() ?? 0;
   }
@@ -568,13 +609,16 @@ export class PolicyInstance {
 
   /** Runs `call` on a full tank of fuel, turning a trap, an exhausted limit or a
    *  value the contract does not allow into a `PolicyTrap` (and the instance
-   *  unusable), and leaving results' err cases (jco's ComponentError) to the caller. */
-  guard<T>(name: string, call: () => T): T {
+   *  unusable), and leaving results' err cases (jco's ComponentError) to the caller.
+   *  `configBytes`: the call is `policy.from-json` of a text of that many UTF-8
+   *  bytes, and runs on `fuelPerCall + fuelPerConfigByte * configBytes` (its cost
+   *  is linear in the text); any other call runs on `fuelPerCall`. */
+  guard<T>(name: string, call: () => T, configBytes?: number): T {
     if (this.broken !== undefined) {
       throw new InstanceUnusable(`this policy instance failed earlier (${this.broken}); instantiate a new one`);
     }
     const meter = this.meter;
-    meter?.refuel();
+    meter?.refuel(configBytes);
     let result: T;
     try {
       result = call();
@@ -593,7 +637,7 @@ export class PolicyInstance {
     const meter = this.meter;
     let error: PolicyTrap;
     if (meter?.outOfFuel()) {
-      error = new PolicyOutOfFuel(`${name} ran out of fuel (${meter.fuelPerCall} units a call) and was stopped`, { cause: e, call: name });
+      error = new PolicyOutOfFuel(`${name} ran out of fuel (${meter.tankDescription}) and was stopped`, { cause: e, call: name });
     } else if (meter?.overMemory()) {
       error = new PolicyMemoryExceeded(`${name} asked for more memory than the cap of ${meter.maxMemoryBytes} bytes` +
         `${message ? ` (${message})` : ''}`, { cause: e, call: name });
@@ -623,16 +667,18 @@ export class PolicyInstance {
 
   /** `policy.from-json`: JSON text or an object. Throws `ConfigError` (kind
    *  `too-large` for a text over 1 MiB, answered without crossing the boundary,
-   *  as the component would answer it). */
+   *  as the component would answer it). Runs on `fuelPerCall + fuelPerConfigByte
+   *  * <the text's UTF-8 bytes>` of fuel. */
   loadPolicy(config: string | object = '{}'): Policy {
     const text = typeof config === 'string' ? config : JSON.stringify(config);
     checkArgs('[static]policy.from-json', [text]);
-    const size = text.length > MAX_CONFIG_BYTES / 3 ? utf8Length(text) : 0;
+    const size = utf8Length(text); // sets the load's fuel as well as the limit
     if (size > MAX_CONFIG_BYTES) {
       throw new ConfigError({ kind: 'too-large', field: '', message: `the configuration is ${size} bytes, more than the ${MAX_CONFIG_BYTES}-byte limit` });
     }
     try {
-      return new Policy(this, this.guard('from-json', () => this.exports.Policy.fromJson(text)));
+      // Off the decision path and linear in the text: a tank sized by the text.
+      return new Policy(this, this.guard('from-json', () => this.exports.Policy.fromJson(text), size));
     } catch (e) {
       const error = resultError(e);
       if (error) throw new ConfigError(error.payload as Wit.ConfigError);

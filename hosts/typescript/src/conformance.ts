@@ -15,6 +15,7 @@ import { fileURLToPath } from 'node:url';
 import { EmbeddedAccounts } from './accounts.js';
 import { PolicyComponent, type PolicyInstance } from './component.js';
 import { SplitMix64 } from './entropy.js';
+import { utf8Length } from './limits.js';
 import { FUNCTIONS, camel, fromJco, parseU64, toJco, type WitType } from './wit.js';
 
 /** The clock at the start of every case: 2025-11-30T00:00:00Z. */
@@ -158,10 +159,12 @@ export class Subject {
     const method = name.includes(']') ? camel(name.slice(name.indexOf('.') + 1)) : camel(name);
     const target: Resource = name.startsWith('[static]') ? exports.Policy : self ?? (exports as unknown as Resource);
     const invoke = () => target[method].apply(target, lowered);
+    // A configuration's load runs on its own tank, sized by the text (as loadPolicy's).
+    const configBytes = name === '[static]policy.from-json' ? utf8Length(lowered[0] as string) : undefined;
     const resultType = spec.result as WitType | null;
     if (resultType?.kind === 'result') {
       try {
-        const value = this.instance.guard(name, invoke);
+        const value = this.instance.guard(name, invoke, configBytes);
         return { ok: resultType.ok ? (fromJco(value, resultType.ok) as Json) : (value as Json) };
       } catch (e) {
         if (e instanceof Error && 'payload' in e && e.constructor.name === 'ComponentError') {

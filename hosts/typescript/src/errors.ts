@@ -41,8 +41,9 @@ export class PolicyTrap extends AgentRetryError {
   }
 }
 
-/** A call burned its fuel (`fuelPerCall`, about one unit per wasm instruction):
- *  the guest was stopped there, the host goes on. */
+/** A call burned its fuel (`fuelPerCall`, about one unit per wasm instruction;
+ *  for `from-json`, plus `fuelPerConfigByte` a byte of the configuration): the
+ *  guest was stopped there, the host goes on. The message names the tank. */
 export class PolicyOutOfFuel extends PolicyTrap {}
 
 /** The guest asked for more linear memory than the cap (`maxMemoryBytes`). */

@@ -17,7 +17,7 @@ export {
 } from './live.js';
 export { DEFAULT_PREFIX, Fleet, FleetError, REDIS_TIMEOUT_MS, publishPolicy, type FleetSource, type Publication, type PublishOptions } from './fleet.js';
 export { CONTRACT_VERSION, checkContractVersion, checkImports, componentExportNames, componentImportNames, contractVersionOf } from './contract.js';
-export { FUEL_PER_CALL, MAX_MEMORY_BYTES } from './sandbox.js';
+export { FUEL_PER_CALL, FUEL_PER_CONFIG_BYTE, MAX_MEMORY_BYTES } from './sandbox.js';
 export {
   MAX_BODY_BYTES, MAX_CONFIG_BYTES, MAX_HEADERS, MAX_HEADER_VALUE_BYTES, MAX_ID_BYTES, MAX_STRUCTURED_BYTES, boundedFailure, boundedOutcome,
 } from './limits.js';

@@ -5,7 +5,8 @@
 //   instructions outside its loops) and at the head of every loop (the loop's own
 //   instructions, each time round). When it goes below zero the guest executes
 //   `unreachable` and traps. The host refills it before each call
-//   (`fuelPerCall`, as in the Rust and Python hosts, about one unit per wasm
+//   (`fuelPerCall`, plus `fuelPerConfigByte` a byte for a configuration's load,
+//   as in the Rust and Python hosts, about one unit per wasm
 //   instruction, counted as an upper bound: branches not taken are charged too).
 //   Every endless computation passes a loop head or a function entry without
 //   end, so none outlasts its fuel.
@@ -23,6 +24,11 @@ import { BinaryReader } from './binary-reader.js';
 
 /** Fuel for one call into the component: the Rust and Python hosts' default. */
 export const FUEL_PER_CALL = 20_000_000;
+/** Fuel `policy.from-json` gets on top of `FUEL_PER_CALL`, per UTF-8 byte of the
+ *  configuration (as in the Rust and Python hosts): loading one costs time linear
+ *  in its text and happens off the decision path (once per update), so a large
+ *  but valid configuration (10,000 tools) must not run out of a call's fuel. */
+export const FUEL_PER_CONFIG_BYTE = 2_000;
 /** The most linear memory one instance may grow to: the Rust and Python hosts' cap. */
 export const MAX_MEMORY_BYTES = 64 * 1024 * 1024;
 export const PAGE_BYTES = 65536;

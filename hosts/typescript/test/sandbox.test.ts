@@ -62,7 +62,7 @@ test('an endless loop runs out of fuel, the call fails with PolicyOutOfFuel and 
 
 test('fuel per call is configurable (fuelPerCall), as in the Rust and Python hosts', async () => {
   const component = await PolicyComponent.load();
-  const starved = await component.instantiate({ fuelPerCall: 500 });
+  const starved = await component.instantiate({ fuelPerCall: 500, fuelPerConfigByte: 0 });
   assert.throws(() => starved.loadPolicy({}), PolicyOutOfFuel);
   assert.throws(() => starved.loadPolicy({}), InstanceUnusable);
   const instance = await (await hostile('endless-loop')).instantiate({ fuelPerCall: 100_000 });

@@ -14,6 +14,7 @@ from .accounts import PROCESS_ACCOUNTS, AccountBudgetBackend, Bucket, EmbeddedAc
 from .component import (
     CONTRACT_VERSION,
     FUEL_PER_CALL,
+    FUEL_PER_CONFIG_BYTE,
     MAX_MEMORY_BYTES,
     Policy,
     PolicyComponent,
@@ -67,6 +68,7 @@ __all__ = [
     "FleetSource",
     "Escalated",
     "FUEL_PER_CALL",
+    "FUEL_PER_CONFIG_BYTE",
     "InstanceUnusable",
     "Integrity",
     "LivePolicy",

@@ -11,7 +11,8 @@
 The sandbox matches the Rust and Node hosts': the component gets only the
 account budget and `wasi:random/random` (no WASI, so no file, socket, clock or
 environment; another import is refused at load with `ComponentImportRefused`),
-each call runs on a fuel budget (`fuel_per_call`), and the instance's memory is
+each call runs on a fuel budget (`fuel_per_call`; `policy.from-json` also gets
+`fuel_per_config_byte` for each byte of its text), and the instance's memory is
 capped (`max_memory_bytes`). A call that fails raises `PolicyTrap`, or the
 subclass naming its cause (`PolicyOutOfFuel`, `PolicyMemoryExceeded`,
 `PolicyBoundaryViolation`), and leaves that instance unusable
@@ -84,6 +85,12 @@ _SEMVER = re.compile(r"(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(?:[-+][
 # Fuel for one call (about one unit per wasm instruction): ~1000x what a decision
 # needs, so a policy stuck in a loop traps instead of hanging the host.
 FUEL_PER_CALL = 20_000_000
+# Fuel `policy.from-json` gets on top of FUEL_PER_CALL for each byte of the
+# configuration text: a configuration's cost is linear in its bytes (435 units a
+# byte for the costliest shape measured, 904 in the Node host's upper-bound
+# count; 10,000 MCP tools take about 83 million) and it is loaded off the
+# decision path, once per update. The same in every host.
+FUEL_PER_CONFIG_BYTE = 2_000
 # The most linear memory one instance may grow to.
 MAX_MEMORY_BYTES = 64 << 20
 
@@ -105,6 +112,9 @@ EXPORTED_FUNCTIONS = (
     "[method]run.report",
     "[method]run.effects",
 )
+
+# The export that loads a configuration (on its own fuel budget, `fuel_per_config_byte`).
+_FROM_JSON = "[static]policy.from-json"
 
 # The most effects one `run.effects` call returns (the contract's page).
 EFFECTS_PAGE = 1_000
@@ -322,18 +332,35 @@ class PolicyComponent:
         accounts: AccountBudgetBackend = PROCESS_ACCOUNTS,
         entropy: EntropySource | None = None,
         fuel_per_call: int | None = FUEL_PER_CALL,
+        fuel_per_config_byte: int = FUEL_PER_CONFIG_BYTE,
         max_memory_bytes: int = MAX_MEMORY_BYTES,
     ) -> PolicyInstance:
         """A fresh instance with its own memory. `accounts` defaults to the buckets
         shared by the whole process; `entropy` (for `wasi:random`, used only when
-        a call passes no entropy) to the OS. `fuel_per_call` (None: unmetered)
-        and `max_memory_bytes` are the sandbox's limits. One instance serves one
-        thread: the one that calls this."""
+        a call passes no entropy) to the OS. `fuel_per_call` (None: unmetered),
+        `fuel_per_config_byte` and `max_memory_bytes` are the sandbox's limits:
+        every call runs on `fuel_per_call`, except `policy.from-json`, which runs
+        on `fuel_per_call + fuel_per_config_byte * <the text's UTF-8 bytes>` (a
+        configuration's cost is linear in its bytes, and it is loaded off the
+        decision path). One instance serves one thread: the one that calls this."""
         if fuel_per_call is not None and (isinstance(fuel_per_call, bool) or not isinstance(fuel_per_call, int) or fuel_per_call <= 0):
             raise ValueError(f"fuel_per_call must be a positive integer or None, got {fuel_per_call!r}")
+        _check_fuel_per_config_byte(fuel_per_config_byte)
         if isinstance(max_memory_bytes, bool) or not isinstance(max_memory_bytes, int) or max_memory_bytes <= 0:
             raise ValueError(f"max_memory_bytes must be a positive integer, got {max_memory_bytes!r}")
-        return PolicyInstance(self, accounts, entropy if entropy is not None else OsEntropy(), fuel_per_call, max_memory_bytes)
+        return PolicyInstance(
+            self,
+            accounts,
+            entropy if entropy is not None else OsEntropy(),
+            fuel_per_call,
+            max_memory_bytes,
+            fuel_per_config_byte=fuel_per_config_byte,
+        )
+
+
+def _check_fuel_per_config_byte(fuel_per_config_byte: int) -> None:
+    if isinstance(fuel_per_config_byte, bool) or not isinstance(fuel_per_config_byte, int) or fuel_per_config_byte < 0:
+        raise ValueError(f"fuel_per_config_byte must be a whole number of units (0: none more than a call's), got {fuel_per_config_byte!r}")
 
 
 class _BoundExport:
@@ -378,11 +405,22 @@ class PolicyInstance:
         entropy: EntropySource,
         fuel_per_call: int | None,
         max_memory_bytes: int = MAX_MEMORY_BYTES,
+        *,
+        fuel_per_config_byte: int = FUEL_PER_CONFIG_BYTE,
     ) -> None:
+        _check_fuel_per_config_byte(fuel_per_config_byte)
         self.component = component
         self.accounts = accounts
         self.entropy = entropy
         self._fuel = fuel_per_call
+        # `policy.from-json` runs on fuel_per_call plus this per byte of its text:
+        # a configuration's cost is linear in its bytes, and it is loaded off the
+        # decision path.
+        self.fuel_per_config_byte = fuel_per_config_byte
+        # The tank the last call was given (fuel_per_call, or from-json's), and the
+        # configuration bytes it was sized for (None: not from-json).
+        self._tank = fuel_per_call
+        self._config_bytes: int | None = None
         self.max_memory_bytes = max_memory_bytes
         self._broken: str | None = None
         self._owner = threading.get_ident()
@@ -437,10 +475,11 @@ class PolicyInstance:
         return self._memory.largest
 
     def fuel_used_by_last_call(self) -> int:
-        """The fuel the last call burned (0 when unmetered)."""
-        if self._fuel is None:
+        """The fuel the last call burned (0 when unmetered): the tank it was given
+        (from-json's larger one for a configuration) minus what was left."""
+        if self._tank is None:
             return 0
-        return self._fuel - self._store.get_fuel()
+        return self._tank - self._store.get_fuel()
 
     def _check_thread(self, what: str) -> None:
         if threading.get_ident() != self._owner:
@@ -456,9 +495,15 @@ class PolicyInstance:
         bound = self._exports.get(name)
         if bound is None:
             raise KeyError(f"{self.component.policy_interface} has no function {name!r}")
+        if name == _FROM_JSON and len(args) == 1 and isinstance(args[0], str):
+            # Its load budget, counting bytes up to the 1 MiB limit (over it the
+            # policy refuses the text before parsing it).
+            return self._invoke(bound, args, min(limits.utf8_size(args[0]), limits.MAX_CONFIG_BYTES))
         return self._invoke(bound, args)
 
-    def _invoke(self, bound: _BoundExport, args: tuple[Any, ...]) -> Any:
+    def _invoke(self, bound: _BoundExport, args: tuple[Any, ...], config_bytes: int | None = None) -> Any:
+        """Calls an export on a full tank: `fuel_per_call`, plus
+        `fuel_per_config_byte` for each of `config_bytes` (from-json's text)."""
         spec = bound.spec
         if threading.get_ident() != self._owner:  # before anything touches the store
             self._check_thread(spec.name)
@@ -469,7 +514,9 @@ class PolicyInstance:
             raise TypeError(f"{spec.name} takes {len(codecs)} arguments, got {len(args)}")
         context = self._store._context()
         if self._fuel is not None:
-            error = _set_fuel(context, self._fuel)
+            tank = self._fuel if config_bytes is None else self._fuel + self.fuel_per_config_byte * config_bytes
+            self._tank, self._config_bytes = tank, config_bytes
+            error = _set_fuel(context, tank)
             if error:
                 raise WasmtimeError._from_ptr(error)
         self._memory.refused = None
@@ -509,7 +556,14 @@ class PolicyInstance:
             )
             cause = error
         elif self._fuel is not None and self._store.get_fuel() == 0:
-            trap = PolicyOutOfFuel(f"{name} ran out of fuel ({self._fuel} units a call) and was stopped", call=name)
+            if self._config_bytes is None:
+                tank = f"{self._tank} units a call"
+            else:
+                tank = (
+                    f"{self._tank} units: {self._fuel} a call + {self.fuel_per_config_byte} a configuration byte"
+                    f" x {self._config_bytes} bytes"
+                )
+            trap = PolicyOutOfFuel(f"{name} ran out of fuel ({tank}) and was stopped", call=name)
             cause = error
         elif "wasm trap:" not in message and "wasm backtrace" not in message:
             # Not a trap of the guest's code: wasmtime refused to lift the guest's
@@ -542,12 +596,15 @@ class PolicyInstance:
 
     def load_policy(self, config: str | Mapping[str, Any] = "{}") -> Policy:
         """`policy.from-json`: a JSON text or a mapping. Raises `ConfigError`
-        (kind `too-large`, without a call, for a text over 1 MiB)."""
+        (kind `too-large`, without a call, for a text over 1 MiB). Runs on
+        `fuel_per_call + fuel_per_config_byte * <the text's UTF-8 bytes>`: a
+        configuration's cost is linear in its bytes, and it is loaded off the
+        decision path."""
         text = config if isinstance(config, str) else json.dumps(config)
-        if not limits.within(text, limits.MAX_CONFIG_BYTES):
-            size = limits.utf8_size(text)
+        size = limits.utf8_size(text) if isinstance(text, str) else 0  # the value conversion refuses what is not a string
+        if size > limits.MAX_CONFIG_BYTES:
             raise ConfigError("too-large", "", f"the configuration is {size} bytes, more than the {limits.MAX_CONFIG_BYTES}-byte limit")
-        result = self._invoke(self._exports["[static]policy.from-json"], (text,))
+        result = self._invoke(self._exports[_FROM_JSON], (text,), size)
         if "err" in result:
             error = result["err"]
             raise ConfigError(error["kind"], error["field"], error["message"])
@@ -773,6 +830,7 @@ __all__ = [
     "component_identity",
     "contract_compatibility",
     "FUEL_PER_CALL",
+    "FUEL_PER_CONFIG_BYTE",
     "MAX_MEMORY_BYTES",
     "Policy",
     "PolicyComponent",
