@@ -404,7 +404,9 @@ fn too_large(check: Result<(), (&'static str, usize, usize)>) -> Result<(), Poli
 }
 
 /// A policy resource in an instance.
-pub struct PolicyHandle(ResourceAny);
+/// A policy resource in an instance, with the size of the configuration it was
+/// loaded from (its `effective-config` is as long: that call gets the load's tank).
+pub struct PolicyHandle(ResourceAny, usize);
 /// A run resource in an instance.
 pub struct RunHandle(ResourceAny);
 
@@ -452,9 +454,22 @@ impl PolicyInstance {
 
     /// The store and the raw instance, for dynamic calls (the conformance runner).
     pub fn raw(&mut self) -> (&mut Store<HostState>, &Instance) {
-        self.tank = self.limits.fuel_per_call;
-        let _ = self.store.set_fuel(self.tank);
+        self.raw_on(self.limits.fuel_per_call)
+    }
+
+    /// [`Self::raw`] on a tank of `fuel` (`from-json`'s: [`Self::config_load_fuel`]).
+    pub fn raw_on(&mut self, fuel: u64) -> (&mut Store<HostState>, &Instance) {
+        self.tank = fuel;
+        let _ = self.store.set_fuel(fuel);
         (&mut self.store, &self.instance)
+    }
+
+    /// The fuel `from-json` gets for a text of `config_bytes`: a call's, plus
+    /// [`SandboxLimits::fuel_per_config_byte`] for each byte up to the 1 MiB
+    /// limit (over it the policy refuses the text before reading it).
+    pub fn config_load_fuel(&self, config_bytes: usize) -> u64 {
+        let bytes = config_bytes.min(limits::MAX_CONFIG_BYTES) as u64;
+        self.limits.fuel_per_call.saturating_add(self.limits.fuel_per_config_byte.saturating_mul(bytes))
     }
 
     /// The contract's key for an intended call; ids over 256 bytes are refused
@@ -473,12 +488,15 @@ impl PolicyInstance {
             return Ok(Err(types::ConfigError { kind: types::ConfigErrorKind::TooLarge, field: String::new(), message }));
         }
         // Linear in the text and off the decision path: its own tank (FUEL_PER_CONFIG_BYTE).
-        let fuel = self.limits.fuel_per_call.saturating_add(self.limits.fuel_per_config_byte.saturating_mul(config_json.len() as u64));
-        self.guarded_on(fuel, |b, store| Ok(b.agent_retry_policy_policy().policy().call_from_json(store, config_json)?.map(PolicyHandle)))
+        let fuel = self.config_load_fuel(config_json.len());
+        let config_bytes = config_json.len();
+        self.guarded_on(fuel, |b, store| Ok(b.agent_retry_policy_policy().policy().call_from_json(store, config_json)?.map(|p| PolicyHandle(p, config_bytes))))
     }
 
     pub fn effective_config(&mut self, policy: &PolicyHandle) -> Result<String, PolicyFault> {
-        self.guarded(|b, store| b.agent_retry_policy_policy().policy().call_effective_config(store, policy.0))
+        // Its cost is linear in the configuration, as the load's: the same tank.
+        let fuel = self.config_load_fuel(policy.1);
+        self.guarded_on(fuel, |b, store| b.agent_retry_policy_policy().policy().call_effective_config(store, policy.0))
     }
 
     pub fn classify(&mut self, policy: &PolicyHandle, failure: &types::Failure, now_ms: u64) -> Result<types::Classification, PolicyFault> {

@@ -16,6 +16,8 @@ pub struct DynamicPolicy {
     instance: PolicyInstance,
     policy: Option<ResourceAny>,
     run: Option<ResourceAny>,
+    /// The size of the last configuration loaded (its effective-config gets the load's tank).
+    config_bytes: usize,
 }
 
 impl DynamicPolicy {
@@ -25,13 +27,27 @@ impl DynamicPolicy {
         // a fixed seed keeps even that path reproducible.
         let services = HostServices::new(Arc::new(EmbeddedAccounts::on_host_clock()), EntropySource::seeded(0));
         let instance = component.instantiate(services).map_err(|e| format!("instantiate: {e:#}"))?;
-        Ok(DynamicPolicy { instance, policy: None, run: None })
+        Ok(DynamicPolicy { instance, policy: None, run: None, config_bytes: 0 })
     }
 
     /// Calls `name` in the policy interface. `leading` are resource arguments;
     /// `args` are JSON converted by the function's parameter types.
     fn call(&mut self, name: &str, leading: Vec<Val>, args: &[&Value]) -> Result<Val, String> {
-        let (store, instance) = self.instance.raw();
+        // A configuration's load runs on its own tank, as through the typed API.
+        // A configuration's load and its effective-config (as long) run on the
+        // load's own tank, as through the typed API.
+        let config_bytes = match (name, args) {
+            ("[static]policy.from-json", [Value::String(text)]) => Some(text.len()),
+            ("[method]policy.effective-config", _) => Some(self.config_bytes),
+            _ => None,
+        };
+        let (store, instance) = match config_bytes {
+            Some(bytes) => {
+                let fuel = self.instance.config_load_fuel(bytes);
+                self.instance.raw_on(fuel)
+            }
+            None => self.instance.raw(),
+        };
         let interface = instance.get_export_index(&mut *store, None, INTERFACE).ok_or("no policy interface")?;
         let index = instance.get_export_index(&mut *store, Some(&interface), name).ok_or_else(|| format!("no export {name}"))?;
         let func = instance.get_func(&mut *store, index).ok_or_else(|| format!("{name} is not a function"))?;
@@ -57,6 +73,7 @@ impl DynamicPolicy {
 
 impl Subject for DynamicPolicy {
     fn load_policy(&mut self, config_text: &str) -> Result<Value, String> {
+        self.config_bytes = config_text.len();
         let text = Value::from(config_text);
         match self.call("[static]policy.from-json", vec![], &[&text])? {
             Val::Result(Ok(Some(policy))) => {

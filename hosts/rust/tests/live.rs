@@ -62,6 +62,20 @@ fn a_configuration_update_changes_a_budget_for_new_runs_without_a_restart() {
     assert!(before.config_json.contains("\"max-attempts-per-call\": 4"), "the run in flight keeps its policy");
 }
 
+/// The gate loads a candidate and reads its effective-config, both linear in the
+/// configuration: a host aggregating MCP servers can ship 10,000 tools (the
+/// effective-config ran out of a call's fuel, so the gate refused it).
+#[test]
+fn a_configuration_of_ten_thousand_tools_passes_the_gate() {
+    let (_dir, source) = deployed("many-tools", READS);
+    let live = LivePolicy::open(source.clone()).unwrap();
+    let tools: Vec<String> = (0..10_000).map(|i| format!(r#""mcp__github__create_pull_request_review_{i:05}": {{"effect": "write"}}"#)).collect();
+    std::fs::write(&source.config, format!(r#"{{"default-effect": "read", "max-attempts-per-call": 4, "tools": {{{}}}}}"#, tools.join(","))).unwrap();
+    let identity = live.reload().unwrap_or_else(|e| panic!("refused: {e}"));
+    assert_eq!(identity.generation, 2);
+    assert_eq!(attempts_against_a_persistent_503(&live), 4, "the new policy decides");
+}
+
 #[test]
 fn a_bad_configuration_is_refused_and_the_last_good_one_keeps_serving() {
     let (_dir, source) = deployed("bad-config", READS);

@@ -333,6 +333,11 @@ fn a_configuration_with_ten_thousand_namespaced_tools_loads_inside_its_fuel_budg
     let Admission::Send(ticket) = instance.begin_call(&run, &request, 1).unwrap().unwrap() else { panic!("admitted") };
     let begin_fuel = instance.fuel_used_by_last_call();
     assert!(!ticket.safe_to_repeat, "the tool's entry (a write) applies");
+    // Its effective-config is as long, and gets the load's tank (on a call's it ran out).
+    let effective: serde_json::Value = serde_json::from_str(&instance.effective_config(&policy).expect("no trap")).unwrap();
+    let effective_fuel = instance.fuel_used_by_last_call();
+    assert_eq!(effective["tools"].as_object().map(|t| t.len()), Some(TOOLS), "{:.200}", effective.to_string());
+    println!("effective-config of {TOOLS} tools: {effective_fuel} fuel");
     println!(
         "{TOOLS} tools ({} bytes): from-json {load_fuel} fuel ({:.0} a byte, {:.0}% of its {tank}), begin-call of the last tool {begin_fuel}",
         config.len(),
@@ -346,6 +351,10 @@ fn a_configuration_with_ten_thousand_namespaced_tools_loads_inside_its_fuel_budg
     let duplicated = config.replacen("_00001\"", "_00000\"", 1);
     let Err(err) = instance.load_policy(&duplicated).expect("no trap") else { panic!("a duplicate tool must be refused") };
     assert!(err.message.contains("appears twice"), "{err:?}");
+    // The dynamic API (the vector runner, `agent-retry decide`) gives it the same tank.
+    let mut dynamic = agent_retry_host::dynamic::DynamicPolicy::new(&component()).unwrap();
+    let loaded = agent_retry_host::steps::Subject::load_policy(&mut dynamic, &config).expect("no trap");
+    assert!(loaded.get("ok").is_some(), "loads through the dynamic API too");
     // On the per-call tank alone it runs out, as it did: the budget is what lets it load.
     let mut starved = component().with_fuel_per_config_byte(0).instantiate(services()).unwrap();
     assert_eq!(starved.load_policy(&config).err(), Some(PolicyFault::OutOfFuel { fuel: FUEL_PER_CALL }));
