@@ -9,6 +9,7 @@ the fuel of 10,000 MCP tools and the fuel a byte of the worst shapes."""
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,9 +20,13 @@ from agent_retry_policy import (
     FUEL_PER_CONFIG_BYTE,
     ConfigError,
     InstanceUnusable,
+    Integrity,
+    LivePolicy,
     PolicyComponent,
     PolicyOutOfFuel,
+    PolicySource,
     limits,
+    locate_component,
 )
 from agent_retry_policy.types import Failure, http_failure
 
@@ -83,6 +88,41 @@ def test_ten_thousand_namespaced_tools_load_within_the_default_budget() -> None:
     assert "send" in admission, admission
     assert admission["send"]["safe-to-repeat"] is False, "the tool's entry (a write) applies"
     assert admission["send"]["effect"] == "write"
+
+
+def test_effective_config_of_ten_thousand_tools_runs_on_the_loads_tank() -> None:
+    # It serialises the whole configuration: its cost is linear in it too.
+    config = many_tools()
+    instance = PolicyComponent.load().instantiate()
+    policy = instance.load_policy(config)
+    assert policy.config_bytes == len(config.encode("utf-8"))
+    effective = json.loads(policy.effective_config())
+    fuel = instance.fuel_used_by_last_call()
+    print(f"\n{TOOLS} tools: effective-config {fuel} fuel (tank {load_tank(config)})")
+    assert FUEL_PER_CALL < fuel < load_tank(config), "more than a call's tank, within the load's"
+    assert len(effective["tools"]) == TOOLS
+    assert effective["tools"][TOOL.format(0)] == {"effect": "write", "idempotent": False}
+    assert policy.classify(FAILURE, 0)["class"] == "transient", "the next call is back on the call's tank"
+    # The raw path (the conformance runner's) finds the handle's size too.
+    raw = instance.call("[static]policy.from-json", config)["ok"]
+    assert len(json.loads(instance.call("[method]policy.effective-config", raw))["tools"]) == TOOLS
+    # It costs less than the load (71M against 83M for 10,000 tools), so a tank the
+    # load fits in fits it too: a budget that admits a configuration admits its export.
+
+
+def test_the_live_gate_accepts_ten_thousand_tools(tmp_path: Path) -> None:
+    shutil.copy(locate_component(), tmp_path / "policy.wasm")
+    (tmp_path / "policy.json").write_text(many_tools())
+    source = PolicySource(tmp_path / "policy.wasm", tmp_path / "policy.json", Integrity.unchecked())
+    with LivePolicy.open(source) as live:
+        assert live.current().identity.generation == 1
+        assert live.last_refusal is None
+    # And as an update of a small configuration.
+    (tmp_path / "policy.json").write_text('{"default-effect": "read"}')
+    with LivePolicy.open(source) as live:
+        (tmp_path / "policy.json").write_text(many_tools())
+        assert live.reload().generation == 2
+        assert live.current().config_json == many_tools()
 
 
 def test_the_raw_from_json_call_gets_the_same_budget() -> None:

@@ -611,8 +611,9 @@ export class PolicyInstance {
    *  value the contract does not allow into a `PolicyTrap` (and the instance
    *  unusable), and leaving results' err cases (jco's ComponentError) to the caller.
    *  `configBytes`: the call is `policy.from-json` of a text of that many UTF-8
-   *  bytes, and runs on `fuelPerCall + fuelPerConfigByte * configBytes` (its cost
-   *  is linear in the text); any other call runs on `fuelPerCall`. */
+   *  bytes, or `policy.effective-config` of a configuration loaded from one, and
+   *  runs on `fuelPerCall + fuelPerConfigByte * configBytes` (its cost is linear
+   *  in the configuration); any other call runs on `fuelPerCall`. */
   guard<T>(name: string, call: () => T, configBytes?: number): T {
     if (this.broken !== undefined) {
       throw new InstanceUnusable(`this policy instance failed earlier (${this.broken}); instantiate a new one`);
@@ -678,7 +679,7 @@ export class PolicyInstance {
     }
     try {
       // Off the decision path and linear in the text: a tank sized by the text.
-      return new Policy(this, this.guard('from-json', () => this.exports.Policy.fromJson(text), size));
+      return new Policy(this, this.guard('from-json', () => this.exports.Policy.fromJson(text), size), size);
     } catch (e) {
       const error = resultError(e);
       if (error) throw new ConfigError(error.payload as Wit.ConfigError);
@@ -718,9 +719,15 @@ const big = (n: bigint | number): bigint => {
 
 /** A validated configuration; start many runs from it. */
 export class Policy extends Handle<JcoPolicy> {
-  /** The configuration in force, every default filled in, as JSON text. */
+  /** `configBytes`: the UTF-8 size of the text this configuration was loaded from. */
+  constructor(instance: PolicyInstance, handle: JcoPolicy, readonly configBytes: number) {
+    super(instance, handle);
+  }
+  /** The configuration in force, every default filled in, as JSON text. Its cost
+   *  is linear in the configuration, as its load's: it runs on the load's tank,
+   *  `fuelPerCall + fuelPerConfigByte * configBytes` (the live gate calls it). */
   effectiveConfig(): string {
-    return this.instance.guard('effective-config', () => this.resource.effectiveConfig());
+    return this.instance.guard('effective-config', () => this.resource.effectiveConfig(), this.configBytes);
   }
   /** Classifies a failure (cut to the host's limits first, src/limits.ts). */
   classify(failure: Wit.Failure, now: bigint | number): Wit.Classification {

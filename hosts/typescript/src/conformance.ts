@@ -144,8 +144,9 @@ export class Subject {
     return new Subject(await component.instantiate({ accounts: EmbeddedAccounts.onHostClock(), entropy: new SplitMix64(0n) }));
   }
 
-  /** Calls export `name` with canonical arguments converted by its WIT types. */
-  call(name: keyof typeof FUNCTIONS, self: Resource | undefined, args: unknown[]): Json {
+  /** Calls export `name` with canonical arguments converted by its WIT types.
+   *  `configBytes`: the call runs on a configuration's tank (from-json's is set here). */
+  call(name: keyof typeof FUNCTIONS, self: Resource | undefined, args: unknown[], configBytes?: number): Json {
     const spec = FUNCTIONS[name];
     const params: readonly WitType[] = spec.params;
     const lowered = args.map((arg, i) => {
@@ -160,7 +161,7 @@ export class Subject {
     const target: Resource = name.startsWith('[static]') ? exports.Policy : self ?? (exports as unknown as Resource);
     const invoke = () => target[method].apply(target, lowered);
     // A configuration's load runs on its own tank, sized by the text (as loadPolicy's).
-    const configBytes = name === '[static]policy.from-json' ? utf8Length(lowered[0] as string) : undefined;
+    if (name === '[static]policy.from-json') configBytes = utf8Length(lowered[0] as string);
     const resultType = spec.result as WitType | null;
     if (resultType?.kind === 'result') {
       try {
@@ -173,7 +174,7 @@ export class Subject {
         throw e;
       }
     }
-    const value = this.instance.guard(name, invoke);
+    const value = this.instance.guard(name, invoke, configBytes);
     return resultType ? (fromJco(value, resultType) as Json) : (value as Json);
   }
 
@@ -181,7 +182,8 @@ export class Subject {
     const loaded = this.call('[static]policy.from-json', undefined, [configText]) as { ok?: unknown; err?: Json };
     if (!('ok' in loaded)) return loaded as Json;
     const policy = loaded.ok as Resource;
-    const effective = this.call('[method]policy.effective-config', policy, []) as string;
+    // Serialising the configuration is linear in it: the load's tank.
+    const effective = this.call('[method]policy.effective-config', policy, [], utf8Length(configText)) as string;
     this.policy = policy;
     return { ok: JSON.parse(effective) as Json };
   }

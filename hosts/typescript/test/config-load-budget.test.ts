@@ -5,11 +5,15 @@
 // configuration. Every other call keeps a call's tank. The fuel here is this
 // host's own count (src/sandbox.ts), an upper bound of wasmtime's.
 import assert from 'node:assert/strict';
+import { copyFileSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { test } from 'node:test';
 
-import { PolicyComponent, type PolicyInstance } from '../src/component.js';
+import { PolicyComponent, locateComponent, type PolicyInstance } from '../src/component.js';
 import { ConfigError, InstanceUnusable, PolicyOutOfFuel } from '../src/errors.js';
 import { MAX_CONFIG_BYTES, utf8Length } from '../src/limits.js';
+import { Integrity, LivePolicy } from '../src/live.js';
 import { FUEL_PER_CALL, FUEL_PER_CONFIG_BYTE } from '../src/sandbox.js';
 import type { Failure } from '../src/index.js';
 
@@ -44,6 +48,48 @@ test('10,000 namespaced tools load within the default budget, and a call finds t
   assert.equal(admission.tag, 'send');
   assert.ok(admission.tag === 'send' && !admission.val.safeToRepeat, 'the tool\'s entry (a write) applies: not safe to repeat');
   assert.ok(beginFuel < 20_000 * 2.5, `${beginFuel}`);
+
+  // effective-config serialises the whole configuration: linear in it, on the load's tank.
+  const effective = JSON.parse(policy.effectiveConfig()) as { tools: Record<string, { effect: string; idempotent: boolean }> };
+  const effectiveFuel = policyInstance.fuelUsedByLastCall();
+  console.log(`effective-config of ${TOOLS} tools: ${effectiveFuel} fuel (${(100 * effectiveFuel / tank).toFixed(0)}% of the load's tank of ${tank}; ` +
+    `over ${(effectiveFuel / FUEL_PER_CALL).toFixed(1)}x a call's)`);
+  assert.ok(effectiveFuel < tank, `${effectiveFuel} of ${tank}`);
+  assert.equal(Object.keys(effective.tools).length, TOOLS);
+  assert.deepEqual(effective.tools[toolName(TOOLS - 1)], { effect: 'write', idempotent: false });
+  assert.deepEqual(effective.tools[toolName(0)], { effect: 'write', idempotent: false });
+  policy.close();
+});
+
+test('effective-config that outgrows the load\'s tank runs out of fuel, naming that tank', async () => {
+  const bytes = utf8Length(TEN_THOUSAND_TOOLS);
+  const measured = await instance({ fuelPerCall: null });
+  const loaded = measured.loadPolicy(TEN_THOUSAND_TOOLS);
+  const loadFuel = measured.fuelUsedByLastCall();
+  loaded.effectiveConfig();
+  const effectiveFuel = measured.fuelUsedByLastCall();
+  // A tank between the two (serialising costs more than parsing here): the load fits, the serialisation does not.
+  assert.ok(effectiveFuel > loadFuel + 2 * bytes, `${loadFuel} ${effectiveFuel}`);
+  const perByte = Math.ceil((loadFuel + effectiveFuel) / 2 / bytes) - Math.ceil(FUEL_PER_CALL / bytes);
+  const tank = tankFor(bytes, perByte);
+  assert.ok(loadFuel < tank && tank < effectiveFuel, `${loadFuel} < ${tank} < ${effectiveFuel}`);
+  const tight = await instance({ fuelPerConfigByte: perByte });
+  const policy = tight.loadPolicy(TEN_THOUSAND_TOOLS);
+  assert.throws(() => policy.effectiveConfig(), (e: unknown) => e instanceof PolicyOutOfFuel && e.call === 'effective-config' &&
+    e.message === `effective-config ran out of fuel (${tank} units: ${FUEL_PER_CALL} a call + ${perByte} a configuration byte x ${bytes} bytes) and was stopped`);
+});
+
+test('a live configuration of 10,000 tools is accepted (the gate calls effective-config)', async () => {
+  const wasm = locateComponent();
+  assert.ok(wasm, 'the repository build is needed (make wasm)');
+  const dir = mkdtempSync(join(tmpdir(), 'agent-retry-many-tools-'));
+  copyFileSync(wasm, join(dir, 'policy.wasm'));
+  writeFileSync(join(dir, 'policy.json'), TEN_THOUSAND_TOOLS);
+  const cacheDir = mkdtempSync(join(tmpdir(), 'agent-retry-many-tools-cache-'));
+  const live = await LivePolicy.open({ wasm: join(dir, 'policy.wasm'), config: join(dir, 'policy.json'), integrity: Integrity.unchecked() }, { cacheDir });
+  const current = live.current();
+  assert.equal(current.identity.generation, 1);
+  assert.equal(current.configJson, TEN_THOUSAND_TOOLS);
 });
 
 /** `open` + items + `close`, items joined by commas, as many as fit in `limit` bytes (ASCII). */

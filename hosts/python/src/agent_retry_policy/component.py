@@ -37,6 +37,7 @@ import os
 import re
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from ctypes import byref
 from dataclasses import dataclass
@@ -115,6 +116,7 @@ EXPORTED_FUNCTIONS = (
 
 # The export that loads a configuration (on its own fuel budget, `fuel_per_config_byte`).
 _FROM_JSON = "[static]policy.from-json"
+_EFFECTIVE_CONFIG = "[method]policy.effective-config"
 
 # The most effects one `run.effects` call returns (the contract's page).
 EFFECTS_PAGE = 1_000
@@ -421,6 +423,10 @@ class PolicyInstance:
         # configuration bytes it was sized for (None: not from-json).
         self._tank = fuel_per_call
         self._config_bytes: int | None = None
+        # The configuration bytes each policy handle was loaded from:
+        # effective-config serialises the whole configuration, so it runs on the
+        # same tank as the load (the raw `call` path finds it here).
+        self._policy_config_bytes: weakref.WeakKeyDictionary[ResourceAny, int] = weakref.WeakKeyDictionary()
         self.max_memory_bytes = max_memory_bytes
         self._broken: str | None = None
         self._owner = threading.get_ident()
@@ -498,12 +504,20 @@ class PolicyInstance:
         if name == _FROM_JSON and len(args) == 1 and isinstance(args[0], str):
             # Its load budget, counting bytes up to the 1 MiB limit (over it the
             # policy refuses the text before parsing it).
-            return self._invoke(bound, args, min(limits.utf8_size(args[0]), limits.MAX_CONFIG_BYTES))
+            size = min(limits.utf8_size(args[0]), limits.MAX_CONFIG_BYTES)
+            result = self._invoke(bound, args, size)
+            if isinstance(result, dict) and isinstance(result.get("ok"), ResourceAny):
+                self._policy_config_bytes[result["ok"]] = size
+            return result
+        if name == _EFFECTIVE_CONFIG and len(args) == 1 and isinstance(args[0], ResourceAny):
+            # The load's tank, for a handle this instance's from-json returned.
+            return self._invoke(bound, args, self._policy_config_bytes.get(args[0]))
         return self._invoke(bound, args)
 
     def _invoke(self, bound: _BoundExport, args: tuple[Any, ...], config_bytes: int | None = None) -> Any:
         """Calls an export on a full tank: `fuel_per_call`, plus
-        `fuel_per_config_byte` for each of `config_bytes` (from-json's text)."""
+        `fuel_per_config_byte` for each of `config_bytes` (from-json's text, or
+        for effective-config the text its policy was loaded from)."""
         spec = bound.spec
         if threading.get_ident() != self._owner:  # before anything touches the store
             self._check_thread(spec.name)
@@ -608,7 +622,8 @@ class PolicyInstance:
         if "err" in result:
             error = result["err"]
             raise ConfigError(error["kind"], error["field"], error["message"])
-        return Policy(self, result["ok"])
+        self._policy_config_bytes[result["ok"]] = size
+        return Policy(self, result["ok"], size)
 
 
 class _Handle:
@@ -640,9 +655,19 @@ class _Handle:
 class Policy(_Handle):
     """A validated configuration; start many runs from it."""
 
+    def __init__(self, instance: PolicyInstance, resource: ResourceAny, config_bytes: int) -> None:
+        super().__init__(instance, resource)
+        # The UTF-8 bytes of the configuration text it was loaded from.
+        self.config_bytes = config_bytes
+
     def effective_config(self) -> str:
-        """The configuration in force, every default filled in, as JSON text."""
-        return cast(str, self.instance._invoke(self.instance._exports["[method]policy.effective-config"], (self.resource,)))
+        """The configuration in force, every default filled in, as JSON text.
+        It serialises the whole configuration, so it runs on the tank of the
+        load: `fuel_per_call + fuel_per_config_byte * config_bytes`."""
+        return cast(
+            str,
+            self.instance._invoke(self.instance._exports[_EFFECTIVE_CONFIG], (self.resource,), self.config_bytes),
+        )
 
     def classify(self, failure: Failure, now_ms: int) -> Classification:
         """The class of one failure (bounded first: `limits.bounded_failure`)."""
