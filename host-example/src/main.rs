@@ -70,7 +70,14 @@ enum Command {
     },
     /// Read steps as JSON lines on stdin (the vectors' format, tests/vectors/README.md)
     /// and print the component's answers as JSON lines.
-    Decide,
+    Decide {
+        /// Fuel for one call into the component (the sandbox's limit).
+        #[arg(long, default_value_t = agent_retry_host::component::FUEL_PER_CALL)]
+        fuel_per_call: u64,
+        /// More fuel for loading a configuration, per byte of its text.
+        #[arg(long, default_value_t = agent_retry_host::component::FUEL_PER_CONFIG_BYTE)]
+        fuel_per_config_byte: u64,
+    },
     /// Run a scripted sequence of failures through the policy and print every
     /// decision (simulated clock, seeded jitter: reproducible).
     Explain {
@@ -212,7 +219,7 @@ fn main() -> ExitCode {
                     call::CallOptions { wasm: &wasm, url: url.as_deref(), stdio: stdio.as_deref(), tool: &tool, arguments: &arguments, config: &config, seed };
                 call::call(options).await
             }
-            Command::Decide => decide::decide(&wasm),
+            Command::Decide { fuel_per_call, fuel_per_config_byte } => decide::decide(&wasm, fuel_per_call, fuel_per_config_byte),
             Command::Explain { seed } => explain::explain(&wasm, seed),
             Command::Inspect => inspect(&wasm),
             Command::Lab { faults, seed } => lab::lab(&wasm, faults.as_deref(), seed),

@@ -62,7 +62,9 @@ fn decide_answers_json_lines() {
 /// configuration in force, instead of every later step failing.
 #[test]
 fn decide_goes_on_after_a_trap_with_a_fresh_instance() {
-    let mut child = Command::new(BIN).arg("decide").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    // A configuration's load has fuel for 20,000 tools by default: on a call's
+    // tank alone (no more a byte), they run out, and that call traps.
+    let mut child = Command::new(BIN).args(["decide", "--fuel-per-config-byte", "0"]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
     let tools: Vec<String> = (0..20_000).map(|i| format!(r#""tool_{i:05}": {{"effect": "read"}}"#)).collect();
     let steps = [
         r#"{"op": "load-policy", "config": {"max-attempts-per-call": 2}}"#.to_string(),

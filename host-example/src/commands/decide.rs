@@ -12,8 +12,8 @@ use agent_retry_host::PolicyComponent;
 use agent_retry_host::dynamic::DynamicPolicy;
 use agent_retry_host::steps::{StepState, Subject, run_step};
 
-pub fn decide(wasm: &std::path::Path) -> anyhow::Result<()> {
-    let component = PolicyComponent::from_file(wasm)?;
+pub fn decide(wasm: &std::path::Path, fuel_per_call: u64, fuel_per_config_byte: u64) -> anyhow::Result<()> {
+    let component = PolicyComponent::from_file(wasm)?.with_fuel_per_call(fuel_per_call).with_fuel_per_config_byte(fuel_per_config_byte);
     let fresh = |config: &str| -> anyhow::Result<DynamicPolicy> {
         let mut policy = DynamicPolicy::new(&component).map_err(anyhow::Error::msg)?;
         policy.load_policy(config).map_err(anyhow::Error::msg)?;
