@@ -24,6 +24,7 @@ wasm: setup $(HOSTS_TS_MODULES)
 	cargo build -p agent-retry-policy --target wasm32-wasip2 --profile wasm-release
 	@mkdir -p $(dir $(WASM))
 	node $(JCO) opt $(WASM_BUILD) -o $(WASM) --quiet
+	python3 guest/strip_custom_sections.py $(WASM)
 	@size=$$(stat -c %s $(WASM)); echo "$(WASM): $$size bytes (limit $(WASM_LIMIT_BYTES))"; \
 	  test $$size -le $(WASM_LIMIT_BYTES) || { echo "the component is over its size budget"; exit 1; }
 
