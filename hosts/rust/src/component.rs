@@ -24,8 +24,9 @@ wasmtime::component::bindgen!({ world: "agent-retry", path: "wit" });
 pub use agent_retry::policy::types;
 
 /// Fuel for one call into the component (about one unit per wasm instruction).
-/// Every call of a decision (begin-call, record-outcome of a 503 with a header)
-/// fitted in 20,000 when measured; a policy stuck in a loop runs out and traps.
+/// A decision's calls take tens of thousands (`record-outcome` of a 503 with
+/// `Retry-After`: 26,998), the costliest hostile tool error 6.9 M (the sandbox
+/// tests print both); a policy stuck in a loop runs out and traps.
 pub const FUEL_PER_CALL: u64 = 20_000_000;
 
 /// Fuel for loading a configuration (`from-json`), on top of [`FUEL_PER_CALL`],
