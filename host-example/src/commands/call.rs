@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use agent_retry_host::mcp::{CallError, CallerOptions, Metrics, RetryingCaller, ToolAnswer, connect_http, connect_stdio};
+use agent_retry_host::mcp::{CallError, Metrics, RetryingToolCaller, RetryingToolCallerOptions, ToolAnswer, connect_http, connect_stdio};
 use agent_retry_host::{EmbeddedAccounts, EntropySource, HostServices, PolicyComponent};
 
 pub struct CallOptions<'a> {
@@ -32,7 +32,7 @@ pub async fn call(options: CallOptions<'_>) -> anyhow::Result<()> {
     let entropy = options.seed.map_or(EntropySource::Os, EntropySource::seeded);
     let instance = PolicyComponent::from_file(options.wasm)?.instantiate(HostServices::new(Arc::new(EmbeddedAccounts::new()), entropy))?;
     let metrics = Arc::new(Metrics::new());
-    let mut caller = RetryingCaller::start(client.peer().clone(), instance, options.config, "cli", CallerOptions::default(), metrics).await?;
+    let mut caller = RetryingToolCaller::start(client.peer().clone(), instance, options.config, "cli", RetryingToolCallerOptions::default(), metrics).await?;
     let answer = caller.call(options.tool, arguments).await;
     let report = caller.report()?;
     let _ = client.cancel().await;

@@ -12,7 +12,7 @@ use agent_retry_demo_server::tools::lock;
 use agent_retry_demo_server::{Allowance, DemoState, FaultRule, FaultScript, serve_http};
 use serde_json::{Map, Value, json};
 
-use agent_retry_host::mcp::{CallError, CallerOptions, Clock, ListedCheck, Metrics, RetryingCaller, ToolAnswer, connect_http};
+use agent_retry_host::mcp::{CallError, Clock, ListedCheck, Metrics, RetryingToolCaller, RetryingToolCallerOptions, ToolAnswer, connect_http};
 use agent_retry_host::{EmbeddedAccounts, EntropySource, HostServices, PolicyComponent};
 
 pub struct DemoOptions {
@@ -69,7 +69,13 @@ fn args(value: Value) -> Map<String, Value> {
 }
 
 /// A tool call the scripted agent makes; on a replan it tries `fix` once.
-async fn step(caller: &mut RetryingCaller, tool: &str, arguments: Value, fix: impl Fn(&str) -> Option<Value>, replans: &mut u32) -> Result<bool, CallError> {
+async fn step(
+    caller: &mut RetryingToolCaller,
+    tool: &str,
+    arguments: Value,
+    fix: impl Fn(&str) -> Option<Value>,
+    replans: &mut u32,
+) -> Result<bool, CallError> {
     match caller.call(tool, args(arguments)).await? {
         ToolAnswer::Done { .. } => Ok(true),
         ToolAnswer::Replan(message) => {
@@ -88,7 +94,7 @@ async fn step(caller: &mut RetryingCaller, tool: &str, arguments: Value, fix: im
 }
 
 /// One agent run of the refund desk: look up, check the policy, refund.
-async fn agent_run(caller: &mut RetryingCaller, n: u32) -> Result<RunEnd, CallError> {
+async fn agent_run(caller: &mut RetryingToolCaller, n: u32) -> Result<RunEnd, CallError> {
     let order_id = order(n);
     let amount: Value = match n {
         6 => json!(900_000),   // above 5,000 rupees: needs a person
@@ -152,8 +158,8 @@ pub async fn demo(options: DemoOptions) -> anyhow::Result<()> {
                 let entropy = entropy_seed.map_or(EntropySource::Os, EntropySource::seeded);
                 let instance = component.instantiate(HostServices::new(accounts.clone(), entropy))?;
                 let case = format!("CASE-{}", 5000 + n);
-                let options = CallerOptions { attempt_timeout_ms: 1000, key_argument: "idempotency_key".into(), clock: Clock::real(), policy_identity: None };
-                let mut caller = RetryingCaller::start(client.peer().clone(), instance, DEMO_CONFIG, &case, options, Arc::clone(&metrics))
+                let options = RetryingToolCallerOptions { attempt_timeout_ms: 1000, key_argument: "idempotency_key".into(), clock: Clock::real(), policy_identity: None };
+                let mut caller = RetryingToolCaller::start(client.peer().clone(), instance, DEMO_CONFIG, &case, options, Arc::clone(&metrics))
                     .await?
                     .with_status_check("issue_refund", ListedCheck::new("list_refunds", &["order_id"], "refunds", &["order_id", "amount_paise"]).into_check());
                 let end = match agent_run(&mut caller, n).await {

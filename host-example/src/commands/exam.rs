@@ -16,7 +16,7 @@ use rmcp::model::CallToolRequestParams;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use agent_retry_host::mcp::{CallError, CallerOptions, Clock, ListedCheck, Metrics, RetryingCaller, ToolAnswer, connect_http};
+use agent_retry_host::mcp::{CallError, Clock, ListedCheck, Metrics, RetryingToolCaller, RetryingToolCallerOptions, ToolAnswer, connect_http};
 use agent_retry_host::{EmbeddedAccounts, EntropySource, HostServices, PolicyComponent};
 
 #[derive(Deserialize)]
@@ -60,9 +60,13 @@ pub async fn exam(wasm: &Path, url: &str, exam_path: &Path, no_policy: bool) -> 
             continue;
         }
         let instance = component.instantiate(HostServices::new(Arc::new(EmbeddedAccounts::new()), EntropySource::Os))?;
-        let options =
-            CallerOptions { attempt_timeout_ms: exam.attempt_timeout_ms, key_argument: exam.key_argument.clone(), clock: Clock::real(), policy_identity: None };
-        let mut caller = RetryingCaller::start(client.peer().clone(), instance, &config, &run.run_id, options, Arc::new(Metrics::new())).await?;
+        let options = RetryingToolCallerOptions {
+            attempt_timeout_ms: exam.attempt_timeout_ms,
+            key_argument: exam.key_argument.clone(),
+            clock: Clock::real(),
+            policy_identity: None,
+        };
+        let mut caller = RetryingToolCaller::start(client.peer().clone(), instance, &config, &run.run_id, options, Arc::new(Metrics::new())).await?;
         for (tool, spec) in &exam.status_checks {
             caller = caller.with_status_check(tool, spec.clone().into_check());
         }

@@ -296,11 +296,14 @@ def test_a_bad_clock_cannot_poison_the_account_for_every_worker(bad: str) -> Non
     bucket = Bucket(capacity=2, refill_interval_ms=1000)
     accounts = EmbeddedAccounts()
     assert accounts.reserve("acct", 1, bucket, 0, bad_now) == Reservation(True, 0)
-    assert accounts.reserve("acct", 1, bucket, 0, now) == Reservation(True, 0)
-    refused = accounts.reserve("acct", 1, bucket, 0, now)
+    # The bad call used the process's clock at that moment, later than `now`:
+    # each good call reads the clock afresh (one read before it failed when the
+    # millisecond turned in between).
+    assert accounts.reserve("acct", 1, bucket, 0, _process_now_ms()) == Reservation(True, 0)
+    refused = accounts.reserve("acct", 1, bucket, 0, _process_now_ms())
     assert not refused.granted and refused.wait_ms <= 1000, "room within one interval"
     accounts.refund("acct", 1, bucket, bad_now)
-    assert accounts.reserve("acct", 1, bucket, 0, now) == Reservation(True, 0)
+    assert accounts.reserve("acct", 1, bucket, 0, _process_now_ms()) == Reservation(True, 0)
 
 
 def test_a_backend_on_the_host_clock_is_poisoned_by_a_microsecond_clock() -> None:

@@ -418,3 +418,67 @@ def test_a_run_out_of_steps_is_logged_with_the_0_2_reason_name(server: RunningSe
     assert len(server.state.posts_of("lookup_order")) == 1
     last = attempt_lines(caplog)[-1]
     assert (last["outcome"], last["action"], last["escalation"]) == ("not sent", "escalate", "run-steps-spent")
+
+
+# The attempt line: the same fields in the same order in the Rust, Python and Node hosts.
+ATTEMPT_LINE_FIELDS = [
+    "event",
+    "ts",
+    "run",
+    "policy",
+    "step",
+    "call",
+    "tool",
+    "attempt",
+    "key",
+    "outcome",
+    "class",
+    "rule",
+    "action",
+    "delay_ms",
+    "hint_ms",
+    "escalation",
+    "reason",
+]
+
+
+def test_the_attempt_line_has_the_shared_fields_in_order_with_step_key_and_hint(
+    server: RunningServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="agent_retry_policy.mcp")
+    server.state.script("issue_refund", HttpFault(503, (("Retry-After", "2"),), "upstream unavailable"))
+    waits: list[float] = []
+
+    async def no_wait(seconds: float) -> None:
+        waits.append(seconds)
+
+    async def body(session: ClientSession) -> None:
+        instance = PolicyComponent.load().instantiate(accounts=EmbeddedAccounts(), entropy=SplitMix64(7))
+        run = instance.load_policy({**CONFIG, "max-delay-ms": 5_000, "max-steps-per-run": 2}).start_run("CASE-5030")
+        caller = RetryingToolCaller(session, run, entropy=SplitMix64(3), sleep=no_wait)
+        assert not (await caller.call_tool("issue_refund", {"order_id": "A1", "amount": 500})).is_error
+        await caller.call_tool("issue_refund", {"order_id": "A2", "amount": 700})  # two attempts spent the steps: not sent
+
+    with pytest.raises(Escalated) as raised:
+        run_with_session(server.url, body)
+    assert raised.value.reason == "run-steps-spent"
+    sent_keys = [key for _tool, _at, key in server.state.posts_of("issue_refund")]
+    assert len(sent_keys) == 2 and sent_keys[0] == sent_keys[1] and sent_keys[0]
+    lines = [json.loads(r.getMessage(), object_pairs_hook=list) for r in caplog.records if r.name == "agent_retry_policy.mcp"]
+    assert [[name for name, _ in line] for line in lines] == [ATTEMPT_LINE_FIELDS] * 3
+    first, second, not_sent = (dict(line) for line in lines)
+
+    assert (first["event"], first["run"], first["tool"]) == ("agent_retry.attempt", "CASE-5030", "issue_refund")
+    assert (first["step"], first["attempt"], first["key"], first["outcome"]) == (1, 1, sent_keys[0], "HTTP 503")
+    assert (first["action"], first["hint_ms"], first["escalation"]) == ("retry", 2_000, None)
+    assert first["delay_ms"] >= 2_000 and waits[-1] * 1000 >= 2_000 and isinstance(first["call"], int)
+    assert isinstance(first["ts"], float) and first["policy"] == not_sent["policy"]
+    assert (second["step"], second["call"], second["attempt"], second["key"]) == (1, first["call"], 2, sent_keys[0])
+    assert (second["action"], second["delay_ms"], second["hint_ms"]) == ("succeed", None, None)
+
+    # Not sent: step 2 and the key it would have carried (the same derivation, "step-2").
+    expected_key = PolicyComponent.load().instantiate().derive_idempotency_key("CASE-5030", "step-2")
+    assert (not_sent["step"], not_sent["call"], not_sent["attempt"], not_sent["key"]) == (2, None, 0, expected_key)
+    assert not_sent["key"] != sent_keys[0]
+    assert (not_sent["outcome"], not_sent["action"], not_sent["escalation"]) == ("not sent", "escalate", "run-steps-spent")
+    assert (not_sent["class"], not_sent["rule"], not_sent["delay_ms"], not_sent["hint_ms"]) == (None, None, None, None)

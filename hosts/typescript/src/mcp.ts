@@ -31,6 +31,16 @@
 // `unclassified-failure`, `policyFailure` set) with a note saying that the policy
 // failed and what the last attempt saw. Serve the next run from a fresh instance.
 //
+// Every attempt (and every call escalated before it is sent) logs one JSON
+// line with these fields in this order, the same in the Rust and Python hosts:
+// `event` ("agent_retry.attempt"), `ts` (seconds since the epoch), `run`,
+// `policy`, `step` (the N of the `step-N` the call's key is derived from: this
+// caller's count of the model's calls, the same for every attempt of a call),
+// `call` (null when the call was not admitted), `tool`, `attempt` (0 when not
+// sent), `key` (the idempotency key sent, null when the tool takes none),
+// `outcome`, `class`, `rule`, `action`, `delay_ms` (null unless retry),
+// `hint_ms`, `escalation` (null unless escalate) and `reason`.
+//
 // Every attempt line says which policy decided (`policy`): the instance's
 // identity (`agent-retry:policy@0.3.0 wasm 0c1b894cf1b1`, the contract version
 // and the .wasm's SHA-256 prefix), or the `policyIdentity` option (a LivePolicy
@@ -169,6 +179,12 @@ interface Observed {
   result?: CallToolResult;
 }
 
+/** What every log line of one call carries: its step (the N of `step-N`) and the key sent. */
+interface CallTag {
+  step: number;
+  key?: string;
+}
+
 const defaultSleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 /** A result's text content blocks, joined with "\n" (the tool error's body). */
@@ -243,15 +259,17 @@ export class RetryingToolCaller {
    *  does, so all hosts derive the same key for the same run and call). */
   async callTool(name: string, args: Record<string, unknown> = {}, actionId?: string): Promise<CallToolResult> {
     this.calls += 1;
-    const action = actionId ?? `step-${this.calls}`;
+    const step = this.calls;
+    const action = actionId ?? `step-${step}`;
     const tool = await this.tool(name);
     const sendArgs: Record<string, unknown> = { ...args };
     let key: string | undefined;
     const properties = tool?.inputSchema?.properties;
     if (properties && typeof properties === 'object' && this.keyArgument in properties) {
-      key = this.policy(name, 'not sent', () => this.run.instance.deriveIdempotencyKey(this.run.runId, action));
+      key = this.policy({ step }, name, 'not sent', () => this.run.instance.deriveIdempotencyKey(this.run.runId, action));
       sendArgs[this.keyArgument] = key;
     }
+    const tag: CallTag = { step, key };
     const annotations = tool?.annotations;
     const request: Wit.CallRequest = {
       tool: name,
@@ -260,9 +278,9 @@ export class RetryingToolCaller {
         ? { readOnly: annotations.readOnlyHint, destructive: annotations.destructiveHint, idempotent: annotations.idempotentHint }
         : undefined,
     };
-    const admission = this.policy(name, 'not sent', () => this.run.beginCall(request, this.clock()));
+    const admission = this.policy(tag, name, 'not sent', () => this.run.beginCall(request, this.clock()));
     if (admission.tag === 'escalate') {
-      this.logLine(name, undefined, 0, 'not sent', { action: 'escalate', escalation: admission.val.reason, reason: admission.val.note });
+      this.logLine(tag, name, undefined, 0, 'not sent', { action: 'escalate', escalation: admission.val.reason, reason: admission.val.note });
       throw new Escalated(admission.val, name);
     }
     const { callId, delayMs } = admission.val;
@@ -272,15 +290,15 @@ export class RetryingToolCaller {
     let attempt = 1;
     for (;;) {
       const observed = await this.attempt(name, sendArgs);
-      let decision = this.policy(name, observed.summary, () =>
+      let decision = this.policy(tag, name, observed.summary, () =>
         this.run.recordOutcome(callId, attempt, observed.outcome, this.clock(), this.entropy.nextU64()));
-      this.logDecision(name, callId, attempt, observed.summary, decision);
+      this.logDecision(tag, name, callId, attempt, observed.summary, decision);
       while (decision.action.tag === 'check-status') {
         const found = await this.checkStatus({ client: this.client, tool: name, arguments: sendArgs, idempotencyKey: key, callId });
         // A status check reports the attempt whose effect it checked: the current one.
-        decision = this.policy(name, `status check: ${found}`, () =>
+        decision = this.policy(tag, name, `status check: ${found}`, () =>
           this.run.recordOutcome(callId, attempt, { tag: 'status-check', val: found }, this.clock(), this.entropy.nextU64()));
-        this.logDecision(name, callId, attempt, `status check: ${found}`, decision);
+        this.logDecision(tag, name, callId, attempt, `status check: ${found}`, decision);
       }
       const next = decision.action;
       switch (next.tag) {
@@ -301,14 +319,14 @@ export class RetryingToolCaller {
 
   /** Asks the policy; if the policy itself fails, the safe fallback: no retry,
    *  escalate with a note saying so (and what the last attempt saw). */
-  private policy<T>(tool: string, lastOutcome: string, ask: () => T): T {
+  private policy<T>(tag: CallTag, tool: string, lastOutcome: string, ask: () => T): T {
     try {
       return ask();
     } catch (e) {
       if (!(e instanceof PolicyTrap || e instanceof InstanceUnusable)) throw e;
       const note = `the retry policy failed (${e.name}: ${e.message}); not retried. Last outcome of ${tool}: ${lastOutcome}. ` +
         'Effects of this run are not known to the host: check before sending again.';
-      this.logLine(tool, undefined, 0, lastOutcome, { action: 'escalate', escalation: 'unclassified-failure', reason: note });
+      this.logLine(tag, tool, undefined, 0, lastOutcome, { action: 'escalate', escalation: 'unclassified-failure', reason: note });
       throw new Escalated({ reason: 'unclassified-failure', lastError: lastOutcome, resetsInMs: undefined, effects: [], effectsTotal: 0, note }, tool, e);
     }
   }
@@ -382,9 +400,9 @@ export class RetryingToolCaller {
     }
   }
 
-  private logDecision(tool: string, callId: number, attempt: number, outcome: string, decision: Wit.Decision): void {
+  private logDecision(tag: CallTag, tool: string, callId: number, attempt: number, outcome: string, decision: Wit.Decision): void {
     const next = decision.action;
-    this.logLine(tool, callId, attempt, outcome, {
+    this.logLine(tag, tool, callId, attempt, outcome, {
       class: decision.class,
       action: next.tag,
       delayMs: next.tag === 'retry' ? Number(next.val.delayMs) : undefined,
@@ -395,16 +413,17 @@ export class RetryingToolCaller {
     });
   }
 
-  /** One JSON line: `policy` says which policy decided (`policyIdentity`),
-   *  `class` and `rule` say how the policy read the outcome,
+  /** One JSON line, its fields in the order all three hosts use (module
+   *  comment): `policy` says which policy decided (`policyIdentity`), `step` and
+   *  `key` name the call (`tag`), `class` and `rule` say how the policy read the outcome,
    *  `escalation` is the contract's escalation reason (e.g. `run-steps-spent`,
    *  `server-wait-too-long`, `retry-forbidden`) when the action is `escalate`. */
-  private logLine(tool: string, callId: number | undefined, attempt: number, outcome: string, what: {
+  private logLine(tag: CallTag, tool: string, callId: number | undefined, attempt: number, outcome: string, what: {
     class?: string; action: string; delayMs?: number; hintMs?: number; rule?: string; escalation?: Wit.EscalationReason; reason: string;
   }): void {
     this.log(JSON.stringify({
-      event: 'agent_retry.attempt', ts: Date.now() / 1000, run: this.run.runId, policy: this.policyIdentity, call: callId ?? null,
-      tool, attempt,
+      event: 'agent_retry.attempt', ts: Date.now() / 1000, run: this.run.runId, policy: this.policyIdentity,
+      step: tag.step, call: callId ?? null, tool, attempt, key: tag.key ?? null,
       outcome, class: what.class ?? null, rule: what.rule ?? null, action: what.action, delay_ms: what.delayMs ?? null,
       hint_ms: what.hintMs ?? null, escalation: what.escalation ?? null, reason: what.reason,
     }));

@@ -449,3 +449,41 @@ test("a wrapper built with a LivePolicy's current identity logs it, and the next
     live.close();
   }
 });
+
+/** The attempt line's fields, in order: the same in the Rust, Python and Node hosts. */
+const ATTEMPT_FIELDS = ['event', 'ts', 'run', 'policy', 'step', 'call', 'tool', 'attempt', 'key', 'outcome', 'class', 'rule', 'action',
+  'delay_ms', 'hint_ms', 'escalation', 'reason'];
+
+test('an attempt line and a not-sent line have the same fields, in order, with the step and the key sent', async () => {
+  server.state.script('issue_refund', { kind: 'http', status: 503, headers: { 'retry-after': '1' }, body: 'upstream unavailable' });
+  const instance = await (await PolicyComponent.load()).instantiate({ accounts: new EmbeddedAccounts(), entropy: new SplitMix64(7n) });
+  const run = instance.loadPolicy({ ...CONFIG, 'max-steps-per-run': 3 }).startRun('CASE-5022');
+  const raw: string[] = [];
+  const caller = new RetryingToolCaller(client, run, { entropy: new SplitMix64(3n), log: (line) => raw.push(line), sleep: async () => undefined });
+  assert.ok(!(await caller.callTool('lookup_order', { order_id: 'A1' })).isError); // step 1: no key
+  assert.ok(!(await caller.callTool('issue_refund', { order_id: 'A1', amount: 500 })).isError); // step 2: a 503, then sent again
+  await assert.rejects(caller.callTool('issue_refund', { order_id: 'A2', amount: 700 }), // step 3: the run's steps are spent
+    (e: unknown) => e instanceof Escalated && e.reason === 'run-steps-spent');
+  const parsed = raw.map((line) => JSON.parse(line) as Record<string, unknown>);
+  for (const line of parsed) assert.deepEqual(Object.keys(line), ATTEMPT_FIELDS, JSON.stringify(line));
+
+  const sent = server.state.postsOf('issue_refund').map((p) => p.key);
+  const key = run.instance.deriveIdempotencyKey('CASE-5022', 'step-2');
+  assert.deepEqual(sent, [key, key]);
+  assert.deepEqual(parsed.map((l) => [l.step, l.call, l.attempt, l.key, l.outcome, l.action]), [
+    [1, 1, 1, null, 'success', 'succeed'],
+    [2, 2, 1, key, 'HTTP 503', 'retry'],
+    [2, 2, 2, key, 'success', 'succeed'],
+    [3, null, 0, run.instance.deriveIdempotencyKey('CASE-5022', 'step-3'), 'not sent', 'escalate'],
+  ]);
+  const [read, retried, , notSent] = parsed;
+  assert.equal(read.hint_ms, null);
+  assert.equal(retried.hint_ms, 1000);
+  assert.ok((retried.delay_ms as number) >= 1000);
+  assert.equal(retried.escalation, null);
+  assert.deepEqual([notSent.class, notSent.rule, notSent.delay_ms, notSent.hint_ms, notSent.escalation],
+    [null, null, null, null, 'run-steps-spent']);
+  assert.equal(notSent.run, 'CASE-5022');
+  assert.equal(notSent.tool, 'issue_refund');
+  assert.equal(typeof notSent.ts, 'number');
+});

@@ -12,7 +12,7 @@ use agent_retry_demo_server::{Allowance, DemoState, FaultRule, FaultScript, serv
 use serde_json::json;
 
 use agent_retry_host::accounts::AccountBudgetBackend;
-use agent_retry_host::mcp::{CallerOptions, Clock, Metrics, RetryingCaller, connect_http};
+use agent_retry_host::mcp::{Clock, Metrics, RetryingToolCaller, RetryingToolCallerOptions, connect_http};
 use agent_retry_host::{EntropySource, HostServices, PolicyComponent, default_wasm_path};
 
 /// What the server saw and what the hosts did.
@@ -50,9 +50,10 @@ pub fn run_workers(
         for w in 0..workers {
             let client = connect_http(&server.url).await.unwrap();
             let instance = component.instantiate(HostServices::new(backend(w), entropy(w))).unwrap();
-            let options = CallerOptions { attempt_timeout_ms: 5000, key_argument: "idempotency_key".into(), clock: Clock::real(), policy_identity: None };
+            let options =
+                RetryingToolCallerOptions { attempt_timeout_ms: 5000, key_argument: "idempotency_key".into(), clock: Clock::real(), policy_identity: None };
             let mut caller =
-                RetryingCaller::start(client.peer().clone(), instance, config, &format!("worker-{w}"), options, Arc::clone(&metrics)).await.unwrap();
+                RetryingToolCaller::start(client.peer().clone(), instance, config, &format!("worker-{w}"), options, Arc::clone(&metrics)).await.unwrap();
             let start = Arc::clone(&start);
             tasks.push(tokio::spawn(async move {
                 start.wait().await;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use agent_retry_demo_server::faults::{Fault, rule, rule_when};
 use agent_retry_demo_server::{DemoState, FaultScript, HttpServer, serve_http};
 use agent_retry_host::component::types::EscalationReason;
-use agent_retry_host::mcp::{CallError, CallerOptions, Clock, ListedCheck, Metrics, RetryingCaller, ToolAnswer, connect_http, connect_stdio};
+use agent_retry_host::mcp::{CallError, Clock, ListedCheck, Metrics, RetryingToolCaller, RetryingToolCallerOptions, ToolAnswer, connect_http, connect_stdio};
 use agent_retry_host::{EmbeddedAccounts, EntropySource, HostServices, PolicyComponent, default_wasm_path};
 use serde_json::{Map, Value, json};
 
@@ -27,21 +27,21 @@ fn component() -> PolicyComponent {
 
 struct Setup {
     server: HttpServer,
-    caller: RetryingCaller,
+    caller: RetryingToolCaller,
     _client: agent_retry_host::mcp::connect::McpClient,
 }
 
-async fn setup(faults: Vec<agent_retry_demo_server::FaultRule>, config: &str, options: CallerOptions) -> Setup {
+async fn setup(faults: Vec<agent_retry_demo_server::FaultRule>, config: &str, options: RetryingToolCallerOptions) -> Setup {
     let state = DemoState::new(FaultScript::new(faults), None);
     let server = serve_http("127.0.0.1:0".parse().unwrap(), state).await.unwrap();
     let client = connect_http(&server.url).await.unwrap();
     let instance = component().instantiate(HostServices::new(Arc::new(EmbeddedAccounts::new()), EntropySource::seeded(1))).unwrap();
-    let caller = RetryingCaller::start(client.peer().clone(), instance, config, "run-e2e", options, Arc::new(Metrics::new())).await.unwrap();
+    let caller = RetryingToolCaller::start(client.peer().clone(), instance, config, "run-e2e", options, Arc::new(Metrics::new())).await.unwrap();
     Setup { server, caller, _client: client }
 }
 
-fn options() -> CallerOptions {
-    CallerOptions { attempt_timeout_ms: 4000, key_argument: "idempotency_key".into(), clock: Clock::scaled(SCALE), policy_identity: None }
+fn options() -> RetryingToolCallerOptions {
+    RetryingToolCallerOptions { attempt_timeout_ms: 4000, key_argument: "idempotency_key".into(), clock: Clock::scaled(SCALE), policy_identity: None }
 }
 
 fn http(status: u16, headers: &[(&str, &str)]) -> Fault {
@@ -227,7 +227,7 @@ async fn over_stdio_a_transient_tool_error_is_retried_and_a_bad_argument_replann
     let program = env!("CARGO_BIN_EXE_demo-stdio");
     let client = connect_stdio(program, &[script.display().to_string()]).await.unwrap();
     let instance = component().instantiate(HostServices::new(Arc::new(EmbeddedAccounts::new()), EntropySource::seeded(2))).unwrap();
-    let mut caller = RetryingCaller::start(client.peer().clone(), instance, CONFIG, "run-stdio", options(), Arc::new(Metrics::new())).await.unwrap();
+    let mut caller = RetryingToolCaller::start(client.peer().clone(), instance, CONFIG, "run-stdio", options(), Arc::new(Metrics::new())).await.unwrap();
     let order = caller.call("lookup_order", args(json!({"order_id": "ORD-7"}))).await.unwrap();
     assert!(matches!(order, ToolAnswer::Done { result: Some(_), .. }), "{order:?}");
     let refund = caller.call("issue_refund", args(json!({"order_id": "ORD-7", "amount_paise": 10}))).await.unwrap();

@@ -25,13 +25,20 @@ into its POST task), the status, headers and body of a failed POST, and turns a
 network error into a marked HTTP 599 answer so that the session survives and the
 attempt fails with the real transport error.
 
-Every attempt's log line (logger `agent_retry_policy.mcp`, one JSON object:
-`event`, `ts`, `run`, `call`, `tool`, `attempt`, `outcome`, `class`, `action`,
-`delay_ms`, `rule`, `escalation`, `reason`, `policy`) names the policy that
-decided in `policy`: the component's identity (`agent-retry:policy@0.3.0 wasm
-1a2b3c4d5e6f`) unless the caller was given `policy_identity` (a host serving a
-`LivePolicy` passes `str(loaded.identity)`, e.g. `generation 3 (wasm
-1a2b3c4d5e6f, config 0f0e0d0c0b0a)`).
+Every attempt (and every call escalated before it is sent) gets one log line
+(logger `agent_retry_policy.mcp`), one JSON object with these fields in this
+order, the same in the Rust and Node hosts: `event` ("agent_retry.attempt"),
+`ts`, `run`, `policy`, `step` (the wrapper's count of the model's calls, the N of
+the `step-N` the key is derived from; the same for every attempt of a call),
+`call` (null when the call was not admitted), `tool`, `attempt` (0 when not
+sent), `key` (the idempotency key sent, null when the tool takes none),
+`outcome`, `class`, `rule`, `action`, `delay_ms` (null unless retry), `hint_ms`
+(the decision's hint), `escalation` (the escalation reason, null unless
+escalate) and `reason`. `policy` names the policy that decided: the component's
+identity (`agent-retry:policy@0.3.0 wasm 1a2b3c4d5e6f`) unless the caller was
+given `policy_identity` (a host serving a `LivePolicy` passes
+`str(loaded.identity)`, e.g. `generation 3 (wasm 1a2b3c4d5e6f, config
+0f0e0d0c0b0a)`).
 
 When the policy itself fails (a `PolicyTrap`: a trap, fuel or memory exhausted,
 a value outside the contract; or `InstanceUnusable` after one), the wrapper
@@ -242,6 +249,14 @@ def protocol_error_outcome(error: MCPError) -> FailureOutcome:
     return protocol_failure(error.code, error.message, data=_json_text(error.data))
 
 
+@dataclass(frozen=True)
+class _CallTag:
+    """What every log line of one call carries: its step and its key."""
+
+    step: int
+    key: str | None = None
+
+
 @dataclass
 class _Observed:
     outcome: Outcome
@@ -326,18 +341,20 @@ class RetryingToolCaller:
         host does, so all hosts derive the same key for the same run and call);
         pass a stable one to keep the key across a host restart."""
         self._steps += 1
-        action = action_id if action_id is not None else f"step-{self._steps}"
+        step = self._steps
+        action = action_id if action_id is not None else f"step-{step}"
         tool = await self._tool(name)
         send_arguments = dict(arguments or {})
         key: str | None = None
         if self._takes_key(tool):
-            key = self._policy(name, "not sent", self.run.instance.derive_idempotency_key, self.run.run_id, action)
+            key = self._policy(_CallTag(step), name, "not sent", self.run.instance.derive_idempotency_key, self.run.run_id, action)
             send_arguments[self.key_argument] = key
+        tag = _CallTag(step, key)
         request: CallRequest = {"tool": name, "idempotency-key": key, "hints": self._hints(tool)}
-        admission = self._policy(name, "not sent", self.run.begin_call, request, self.clock())
+        admission = self._policy(tag, name, "not sent", self.run.begin_call, request, self.clock())
         if "escalate" in admission:
             refusal = cast(EscalateAdmission, admission)["escalate"]
-            self._log_line(name, None, 0, "not sent", None, "escalate", None, refusal["note"], escalation=refusal["reason"])
+            self._log_line(tag, name, None, 0, "not sent", None, "escalate", None, refusal["note"], escalation=refusal["reason"])
             raise Escalated(refusal, tool=name)
         ticket = admission["send"]  # narrowed: not an escalation
         call_id = ticket["call-id"]
@@ -348,6 +365,7 @@ class RetryingToolCaller:
         while True:
             observed = await self._attempt(name, send_arguments)
             decision = self._policy(
+                tag,
                 name,
                 observed.summary,
                 self.run.record_outcome,
@@ -357,12 +375,13 @@ class RetryingToolCaller:
                 self.clock(),
                 self.entropy.next_u64(),
             )
-            self._log_decision(name, call_id, attempt, observed.summary, decision)
+            self._log_decision(tag, name, call_id, attempt, observed.summary, decision)
             while decision["action"] == "check-status":
                 found = await self._check_status(name, send_arguments, key, call_id)
                 outcome: Outcome = {"status-check": found}
                 # Reported under the attempt whose effect was checked.
                 decision = self._policy(
+                    tag,
                     name,
                     f"status check: {found}",
                     self.run.record_outcome,
@@ -372,7 +391,7 @@ class RetryingToolCaller:
                     self.clock(),
                     self.entropy.next_u64(),
                 )
-                self._log_decision(name, call_id, attempt, f"status check: {found}", decision)
+                self._log_decision(tag, name, call_id, attempt, f"status check: {found}", decision)
             action_taken = decision["action"]
             kind = action_name(action_taken)
             if kind == "retry":
@@ -392,7 +411,7 @@ class RetryingToolCaller:
                 raise Escalated(cast(EscalateAction, action_taken)["escalate"], tool=name)
             raise AssertionError(f"unknown action {action_taken!r}")  # the contract has no other
 
-    def _policy(self, tool: str, last_outcome: str, ask: Callable[..., _T], *args: Any) -> _T:
+    def _policy(self, tag: _CallTag, tool: str, last_outcome: str, ask: Callable[..., _T], *args: Any) -> _T:
         """Asks the policy; if the policy itself fails, the safe fallback: no
         retry, escalate with a note saying so (and what the last attempt saw)."""
         try:
@@ -402,7 +421,7 @@ class RetryingToolCaller:
                 f"the retry policy failed ({type(e).__name__}: {e}); not retried. Last outcome of {tool}: {last_outcome}. "
                 "Effects of this run are not known to the host: check before sending again."
             )
-            self._log_line(tool, None, 0, last_outcome, None, "escalate", None, note, escalation="unclassified-failure")
+            self._log_line(tag, tool, None, 0, last_outcome, None, "escalate", None, note, escalation="unclassified-failure")
             escalation = {
                 "reason": "unclassified-failure",
                 "last-error": last_outcome,
@@ -467,11 +486,12 @@ class RetryingToolCaller:
             return "unknown"
         return found if found in ("found", "absent", "unknown") else "unknown"
 
-    def _log_decision(self, tool: str, call_id: int, attempt: int, outcome: str, decision: Decision) -> None:
+    def _log_decision(self, tag: _CallTag, tool: str, call_id: int, attempt: int, outcome: str, decision: Decision) -> None:
         action = decision["action"]
         delay = cast(RetryAction, action)["retry"]["delay-ms"] if action_name(action) == "retry" else None
         escalation = cast(EscalateAction, action)["escalate"]["reason"] if action_name(action) == "escalate" else None
         self._log_line(
+            tag,
             tool,
             call_id,
             attempt,
@@ -481,11 +501,13 @@ class RetryingToolCaller:
             delay,
             decision["reason"],
             rule=decision["rule"],
+            hint_ms=decision["hint-ms"],
             escalation=escalation,
         )
 
     def _log_line(
         self,
+        tag: _CallTag,
         tool: str,
         call_id: int | None,
         attempt: int,
@@ -496,28 +518,34 @@ class RetryingToolCaller:
         reason: str,
         *,
         rule: str | None = None,
+        hint_ms: int | None = None,
         escalation: str | None = None,
     ) -> None:
-        # `rule` is the classification rule that applied; `escalation` the
-        # escalation reason (the contract's name, e.g. "run-steps-spent");
-        # `policy` which policy decided (`policy_identity`).
+        # The fields and their order are the same in all three hosts (module
+        # docstring). `step` and `key` name the call (`tag`); `rule` is the
+        # classification rule that applied; `hint_ms` the decision's hint;
+        # `escalation` the escalation reason (the contract's name, e.g.
+        # "run-steps-spent"); `policy` which policy decided (`policy_identity`).
         self.log.info(
             json.dumps(
                 {
                     "event": "agent_retry.attempt",
                     "ts": round(time.time(), 3),
                     "run": self.run.run_id,
+                    "policy": self.policy_identity,
+                    "step": tag.step,
                     "call": call_id,
                     "tool": tool,
                     "attempt": attempt,
+                    "key": tag.key,
                     "outcome": outcome,
                     "class": klass,
+                    "rule": rule,
                     "action": action,
                     "delay_ms": delay_ms,
-                    "rule": rule,
+                    "hint_ms": hint_ms,
                     "escalation": escalation,
                     "reason": reason,
-                    "policy": self.policy_identity,
                 },
                 ensure_ascii=False,
             )

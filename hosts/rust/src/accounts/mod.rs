@@ -112,14 +112,15 @@ mod tests {
         let bucket = Bucket { capacity: 2, refill_interval_ms: 1_000 };
         for bad in [process_now_ms() * 1_000, process_now_ms() - 400 * 24 * 3_600_000, 0] {
             let accounts = EmbeddedAccounts::new();
-            let now = process_now_ms();
             assert_eq!(accounts.reserve("acct", 1, bucket, 0, bad), Reservation::Granted(0), "a bad clock is served in the process's time");
             // The good workers see one token taken, as they should, and nothing else.
-            assert_eq!(accounts.reserve("acct", 1, bucket, 0, now), Reservation::Granted(0));
-            assert!(matches!(accounts.reserve("acct", 1, bucket, 0, now), Reservation::Refused(w) if w <= 1_000), "room within one interval");
+            // (Each reads the clock afresh: the bad call was served at the time
+            // it ran, and an earlier reading is 1 ms short when the ms turns.)
+            assert_eq!(accounts.reserve("acct", 1, bucket, 0, process_now_ms()), Reservation::Granted(0));
+            assert!(matches!(accounts.reserve("acct", 1, bucket, 0, process_now_ms()), Reservation::Refused(w) if w <= 1_000), "room within one interval");
             // A refund with a bad clock cannot overfill or empty it either.
             accounts.refund("acct", 1, bucket, bad);
-            assert_eq!(accounts.reserve("acct", 1, bucket, 0, now), Reservation::Granted(0));
+            assert_eq!(accounts.reserve("acct", 1, bucket, 0, process_now_ms()), Reservation::Granted(0));
         }
         // The same µs clock poisons a backend that trusts its callers' clock: why the default does not.
         let trusting = EmbeddedAccounts::on_host_clock();

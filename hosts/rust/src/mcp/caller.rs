@@ -63,10 +63,12 @@ impl std::fmt::Display for CallError {
 
 impl std::error::Error for CallError {}
 
-/// How the wrapper behaves.
+/// How the wrapper behaves: the same options and defaults as the Python
+/// (`attempt_timeout_s`, `key_argument`) and Node (`attemptTimeoutMs`,
+/// `keyArgument`) wrappers.
 #[derive(Clone, Debug)]
-pub struct CallerOptions {
-    /// Give up waiting for one attempt after this long (policy time, ms).
+pub struct RetryingToolCallerOptions {
+    /// Give up waiting for one attempt after this long (policy time, ms; default 30,000).
     pub attempt_timeout_ms: u64,
     /// The argument an idempotency key goes in, for tools whose input schema has it.
     pub key_argument: String,
@@ -77,9 +79,9 @@ pub struct CallerOptions {
     pub policy_identity: Option<String>,
 }
 
-impl Default for CallerOptions {
+impl Default for RetryingToolCallerOptions {
     fn default() -> Self {
-        CallerOptions { attempt_timeout_ms: 10_000, key_argument: "idempotency_key".into(), clock: Clock::real(), policy_identity: None }
+        RetryingToolCallerOptions { attempt_timeout_ms: 30_000, key_argument: "idempotency_key".into(), clock: Clock::real(), policy_identity: None }
     }
 }
 
@@ -97,7 +99,7 @@ fn tool_info(tool: &Tool, key_argument: &str) -> ToolInfo {
 }
 
 /// One agent run's tool calls, through the policy.
-pub struct RetryingCaller {
+pub struct RetryingToolCaller {
     peer: Peer<RoleClient>,
     instance: PolicyInstance,
     policy: PolicyHandle,
@@ -105,7 +107,7 @@ pub struct RetryingCaller {
     run_id: String,
     tools: HashMap<String, ToolInfo>,
     status_checks: HashMap<String, StatusCheck>,
-    options: CallerOptions,
+    options: RetryingToolCallerOptions,
     metrics: Arc<Metrics>,
     steps: u32,
     previous_call: Option<(String, Map<String, Value>)>,
@@ -141,7 +143,7 @@ fn action_label(action: &Action) -> &'static str {
     }
 }
 
-impl RetryingCaller {
+impl RetryingToolCaller {
     /// Starts a run: loads the configuration into a fresh policy and lists the
     /// server's tools (their annotations and whether they take a key).
     pub async fn start(
@@ -149,13 +151,13 @@ impl RetryingCaller {
         mut instance: PolicyInstance,
         config_json: &str,
         run_id: &str,
-        options: CallerOptions,
+        options: RetryingToolCallerOptions,
         metrics: Arc<Metrics>,
     ) -> anyhow::Result<Self> {
         let policy = instance.load_policy(config_json)?.map_err(|e| anyhow::anyhow!("policy configuration: {}: {}", e.field, e.message))?;
         let run = instance.start_run(&policy, run_id)?.map_err(|e| anyhow::anyhow!("run id: {e:?}"))?;
         let tools = peer.list_all_tools().await?.iter().map(|tool| (tool.name.to_string(), tool_info(tool, &options.key_argument))).collect();
-        Ok(RetryingCaller {
+        Ok(RetryingToolCaller {
             peer,
             instance,
             policy,
@@ -203,7 +205,10 @@ impl RetryingCaller {
         }
     }
 
-    fn log(&self, step: u32, tool: &str, key: Option<&str>, outcome: &Outcome, decision: &Decision) {
+    /// One line per attempt, with the fields (and order) of the Python and Node
+    /// wrappers' lines: event, run, policy, step, call, tool, attempt, key,
+    /// outcome, class, rule, action, delay_ms, hint_ms, escalation, reason.
+    fn log(&self, step: u32, call_id: u32, tool: &str, key: Option<&str>, outcome: &Outcome, decision: &Decision) {
         let delay_ms = match &decision.action {
             Action::Retry(plan) => Some(plan.delay_ms),
             _ => None,
@@ -215,18 +220,20 @@ impl RetryingCaller {
         let policy = self.options.policy_identity.as_deref().unwrap_or(self.instance.policy_identity());
         tracing::info!(
             target: "agent_retry",
+            event = "agent_retry.attempt",
             run = %self.run_id,
             policy,
             step,
+            call = call_id,
             tool,
             attempt = decision.attempt,
-            key = key.unwrap_or(""),
-            status = %outcome_label(outcome),
+            key,
+            outcome = %outcome_label(outcome),
             class = labels::class(decision.class),
+            rule = %decision.rule,
             action = action_label(&decision.action),
             delay_ms,
             hint_ms = decision.hint_ms,
-            rule = %decision.rule,
             escalation = escalation,
             reason = %decision.reason,
             "attempt"
@@ -252,8 +259,25 @@ impl RetryingCaller {
         });
     }
 
-    fn escalated_before_send(&self, step: u32, tool: &str, escalation: Escalation) -> CallError {
-        tracing::info!(target: "agent_retry", run = %self.run_id, step, tool, action = "escalate", reason = labels::reason(escalation.reason), "begin-call");
+    /// The line of a call the policy escalated before it was sent: attempt 0,
+    /// outcome "not sent" (as the Python and Node wrappers log it).
+    fn escalated_before_send(&self, step: u32, tool: &str, key: Option<&str>, escalation: Escalation) -> CallError {
+        let policy = self.options.policy_identity.as_deref().unwrap_or(self.instance.policy_identity());
+        tracing::info!(
+            target: "agent_retry",
+            event = "agent_retry.attempt",
+            run = %self.run_id,
+            policy,
+            step,
+            tool,
+            attempt = 0,
+            key,
+            outcome = "not sent",
+            action = "escalate",
+            escalation = labels::reason(escalation.reason),
+            reason = %escalation.note,
+            "attempt"
+        );
         self.metrics.update(|c| {
             *c.escalations_by_reason.entry(labels::reason(escalation.reason).to_string()).or_default() += 1;
             if escalation.reason == EscalationReason::RunStepsSpent {
@@ -285,7 +309,7 @@ impl RetryingCaller {
         let now = self.options.clock.now_ms();
         let ticket = match self.instance.begin_call(&self.run, &request, now).map_err(policy_error)?.map_err(CallError::Run)? {
             Admission::Send(ticket) => ticket,
-            Admission::Escalate(escalation) => return Err(self.escalated_before_send(step, tool, escalation)),
+            Admission::Escalate(escalation) => return Err(self.escalated_before_send(step, tool, key.as_deref(), escalation)),
         };
         self.options.clock.sleep(ticket.delay_ms).await;
         let (mut outcome, mut result) = self.attempt(tool, &arguments).await;
@@ -295,7 +319,7 @@ impl RetryingCaller {
             let now = self.options.clock.now_ms();
             let decision =
                 self.instance.record_outcome(&self.run, ticket.call_id, attempt, &outcome, now, None).map_err(policy_error)?.map_err(CallError::Run)?;
-            self.log(step, tool, key.as_deref(), &outcome, &decision);
+            self.log(step, ticket.call_id, tool, key.as_deref(), &outcome, &decision);
             match decision.action {
                 Action::Retry(plan) => {
                     attempt = plan.attempt;

@@ -9,7 +9,7 @@ pub mod metrics;
 pub mod observe;
 pub mod status_check;
 
-pub use caller::{CallError, CallerOptions, RetryingCaller, StatusCheck, ToolAnswer};
+pub use caller::{CallError, RetryingToolCaller, RetryingToolCallerOptions, StatusCheck, ToolAnswer};
 pub use clock::Clock;
 pub use connect::{connect_http, connect_stdio};
 pub use metrics::Metrics;

@@ -5,7 +5,7 @@
 //! limit is answered 403 and escalates. Prints one JSON line.
 use std::sync::Arc;
 
-use agent_retry_host::mcp::{CallError, CallerOptions, Metrics, RetryingCaller, ToolAnswer, connect_http};
+use agent_retry_host::mcp::{CallError, RetryingToolCallerOptions, Metrics, RetryingToolCaller, ToolAnswer, connect_http};
 use agent_retry_host::{BUNDLED_WASM, EmbeddedAccounts, EntropySource, HostServices, PolicyComponent, labels};
 use serde_json::{Map, Value, json};
 
@@ -19,7 +19,7 @@ async fn main() -> anyhow::Result<()> {
     assert!(BUNDLED_WASM.is_some(), "the packaged crate embeds the component");
     let client = connect_http(&url).await?;
     let instance = PolicyComponent::load(None)?.instantiate(HostServices::new(Arc::new(EmbeddedAccounts::new()), EntropySource::Os))?;
-    let mut caller = RetryingCaller::start(client.peer().clone(), instance, "{}", "CASE-7001", CallerOptions::default(), Arc::new(Metrics::new())).await?;
+    let mut caller = RetryingToolCaller::start(client.peer().clone(), instance, "{}", "CASE-7001", RetryingToolCallerOptions::default(), Arc::new(Metrics::new())).await?;
     let order = match caller.call("lookup_order", args(json!({"order_id": "ORD-1"}))).await? {
         ToolAnswer::Done { result, .. } => result.and_then(|r| r.structured_content).map(|s| s["status"].clone()).unwrap_or(Value::Null),
         ToolAnswer::Replan(message) => anyhow::bail!("lookup replanned: {message}"),
