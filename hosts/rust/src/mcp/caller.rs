@@ -85,6 +85,24 @@ impl Default for RetryingToolCallerOptions {
     }
 }
 
+/// One log line: event, run, policy, step, call, tool, attempt, key, outcome,
+/// class, rule, action, delay_ms, hint_ms, escalation, reason (hosts/README.md).
+struct AttemptLine<'a> {
+    step: u32,
+    call: Option<u32>,
+    tool: &'a str,
+    attempt: u32,
+    key: Option<&'a str>,
+    outcome: &'a str,
+    class: Option<&'a str>,
+    rule: Option<&'a str>,
+    action: &'a str,
+    delay_ms: Option<u64>,
+    hint_ms: Option<u64>,
+    escalation: Option<&'a str>,
+    reason: &'a str,
+}
+
 /// What the wrapper knows of a tool from `tools/list`.
 #[derive(Clone, Debug, Default)]
 struct ToolInfo {
@@ -205,9 +223,33 @@ impl RetryingToolCaller {
         }
     }
 
-    /// One line per attempt, with the fields (and order) of the Python and Node
-    /// wrappers' lines: event, run, policy, step, call, tool, attempt, key,
-    /// outcome, class, rule, action, delay_ms, hint_ms, escalation, reason.
+    /// Writes one attempt line, with the fields (and order) of the Python and
+    /// Node wrappers' lines; a value that does not apply is left out.
+    fn log_line(&self, line: AttemptLine) {
+        let policy = self.options.policy_identity.as_deref().unwrap_or(self.instance.policy_identity());
+        tracing::info!(
+            target: "agent_retry",
+            event = "agent_retry.attempt",
+            run = %self.run_id,
+            policy,
+            step = line.step,
+            call = line.call,
+            tool = line.tool,
+            attempt = line.attempt,
+            key = line.key,
+            outcome = line.outcome,
+            class = line.class,
+            rule = line.rule,
+            action = line.action,
+            delay_ms = line.delay_ms,
+            hint_ms = line.hint_ms,
+            escalation = line.escalation,
+            reason = line.reason,
+            "attempt"
+        );
+    }
+
+    /// The attempt line of a decision (see [`AttemptLine`]).
     fn log(&self, step: u32, call_id: u32, tool: &str, key: Option<&str>, outcome: &Outcome, decision: &Decision) {
         let delay_ms = match &decision.action {
             Action::Retry(plan) => Some(plan.delay_ms),
@@ -217,27 +259,21 @@ impl RetryingToolCaller {
             Action::Escalate(e) => Some(labels::reason(e.reason)),
             _ => None,
         };
-        let policy = self.options.policy_identity.as_deref().unwrap_or(self.instance.policy_identity());
-        tracing::info!(
-            target: "agent_retry",
-            event = "agent_retry.attempt",
-            run = %self.run_id,
-            policy,
+        self.log_line(AttemptLine {
             step,
-            call = call_id,
+            call: Some(call_id),
             tool,
-            attempt = decision.attempt,
+            attempt: decision.attempt,
             key,
-            outcome = %outcome_label(outcome),
-            class = labels::class(decision.class),
-            rule = %decision.rule,
-            action = action_label(&decision.action),
+            outcome: &outcome_label(outcome),
+            class: Some(labels::class(decision.class)),
+            rule: Some(&decision.rule),
+            action: action_label(&decision.action),
             delay_ms,
-            hint_ms = decision.hint_ms,
-            escalation = escalation,
-            reason = %decision.reason,
-            "attempt"
-        );
+            hint_ms: decision.hint_ms,
+            escalation,
+            reason: &decision.reason,
+        });
         let status = outcome_label(outcome);
         let attempted = !matches!(outcome, Outcome::StatusCheck(_));
         self.metrics.update(|c| {
@@ -262,22 +298,21 @@ impl RetryingToolCaller {
     /// The line of a call the policy escalated before it was sent: attempt 0,
     /// outcome "not sent" (as the Python and Node wrappers log it).
     fn escalated_before_send(&self, step: u32, tool: &str, key: Option<&str>, escalation: Escalation) -> CallError {
-        let policy = self.options.policy_identity.as_deref().unwrap_or(self.instance.policy_identity());
-        tracing::info!(
-            target: "agent_retry",
-            event = "agent_retry.attempt",
-            run = %self.run_id,
-            policy,
+        self.log_line(AttemptLine {
             step,
+            call: None,
             tool,
-            attempt = 0,
+            attempt: 0,
             key,
-            outcome = "not sent",
-            action = "escalate",
-            escalation = labels::reason(escalation.reason),
-            reason = %escalation.note,
-            "attempt"
-        );
+            outcome: "not sent",
+            class: None,
+            rule: None,
+            action: "escalate",
+            delay_ms: None,
+            hint_ms: None,
+            escalation: Some(labels::reason(escalation.reason)),
+            reason: &escalation.note,
+        });
         self.metrics.update(|c| {
             *c.escalations_by_reason.entry(labels::reason(escalation.reason).to_string()).or_default() += 1;
             if escalation.reason == EscalationReason::RunStepsSpent {
