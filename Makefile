@@ -40,9 +40,10 @@ demo: wasm
 vectors:
 	python3 tests/vectors/make_vectors.py
 
-# redis-server for the account-budget tests, from Debian's packages if missing.
+# redis-server for the account-budget tests and redis-cli for their fault
+# injection (pause, FLUSHALL, wrong-typed keys), from Debian's packages if missing.
 redis:
-	@command -v redis-server >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server; }
+	@command -v redis-server >/dev/null && command -v redis-cli >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools; }
 
 # Everything: Rust (unit, sandbox, MCP end to end, account budgets with Redis,
 # the vectors natively and in wasmtime), then the Python and TypeScript hosts,
