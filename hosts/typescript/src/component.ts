@@ -173,33 +173,30 @@ class Meter {
   readonly fuel: WebAssembly.Global[] = [];
   readonly growFailed: WebAssembly.Global[] = [];
   readonly memories: WebAssembly.Memory[] = [];
+  /** A call's tank, computed once (refuelling is on every decision's path). */
+  private readonly callTank: bigint;
   /** The tank of the call running (or last run): a call's, or a configuration load's. */
   private tank: bigint;
-  /** What that tank is, for `PolicyOutOfFuel`'s message. */
-  private tankSays = '';
+  /** The configuration bytes that tank was sized for (undefined: a call's tank). */
+  private configBytes: number | undefined;
   constructor(readonly fuelPerCall: number | null, readonly fuelPerConfigByte: number, readonly maxMemoryBytes: number) {
-    this.tank = this.fill();
+    this.callTank = fuelPerCall === null ? UNMETERED : BigInt(fuelPerCall);
+    this.tank = this.callTank;
   }
-  /** Sets the tank for the next call: `fuelPerCall`, or for a configuration of
-   *  `configBytes` UTF-8 bytes `fuelPerCall + fuelPerConfigByte * configBytes`
-   *  (its load is linear in the text; every other call gets a call's tank). */
+  /** The tank for a call: `fuelPerCall`, or for a configuration of `configBytes`
+   *  UTF-8 bytes `fuelPerCall + fuelPerConfigByte * configBytes` (its load is
+   *  linear in the text; every other call gets a call's tank). */
   private fill(configBytes?: number): bigint {
-    if (this.fuelPerCall === null) {
-      this.tankSays = 'unmetered';
-      return UNMETERED;
-    }
-    if (configBytes === undefined) {
-      this.tankSays = `${this.fuelPerCall} units a call`;
-      return BigInt(this.fuelPerCall);
-    }
-    const wanted = BigInt(this.fuelPerCall) + BigInt(this.fuelPerConfigByte) * BigInt(configBytes);
-    const tank = wanted < UNMETERED ? wanted : UNMETERED; // the fuel globals are i64
-    this.tankSays = `${tank} units: ${this.fuelPerCall} a call + ${this.fuelPerConfigByte} a configuration byte x ${configBytes} bytes`;
-    return tank;
+    if (this.fuelPerCall === null || configBytes === undefined) return this.callTank;
+    const wanted = this.callTank + BigInt(this.fuelPerConfigByte) * BigInt(configBytes);
+    return wanted < UNMETERED ? wanted : UNMETERED; // the fuel globals are i64
   }
-  /** The tank the last call was given, as `PolicyOutOfFuel` names it. */
+  /** The tank the last call was given, as `PolicyOutOfFuel` names it (built
+   *  only when a call ran out). */
   get tankDescription(): string {
-    return this.tankSays;
+    if (this.fuelPerCall === null) return 'unmetered';
+    if (this.configBytes === undefined) return `${this.fuelPerCall} units a call`;
+    return `${this.tank} units: ${this.fuelPerCall} a call + ${this.fuelPerConfigByte} a configuration byte x ${this.configBytes} bytes`;
   }
   record(instance: WebAssembly.Instance): void {
     for (const [name, value] of Object.entries(instance.exports)) {
@@ -211,6 +208,7 @@ class Meter {
   /** Fills the tank for one call (a configuration's load: `configBytes`, its UTF-8 size). */
   refuel(configBytes?: number): void {
     this.tank = this.fill(configBytes);
+    this.configBytes = this.fuelPerCall === null ? undefined : configBytes;
     for (const global of this.fuel) global.value = this.tank;
   }
   outOfFuel(): boolean {
