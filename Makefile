@@ -49,7 +49,7 @@ redis:
 # the vectors natively and in wasmtime), then the Python and TypeScript hosts,
 # the judge for all three, and the check that all three give the same outputs
 # for every vector.
-test: wasm hostile redis
+test: wasm hostile redis fault-proxy-setup
 	python3 tests/vectors/make_vectors.py --check
 	python3 tests/contract/make_mirrors.py --check
 	cargo test --release --workspace

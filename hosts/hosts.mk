@@ -10,6 +10,7 @@ HOSTS_TS          := hosts/typescript
 HOSTS_TS_MODULES  := $(HOSTS_TS)/node_modules/.package-lock.json
 HOSTS_WASM        := $(WASM)
 
+.PHONY: fault-proxy-setup
 .PHONY: test-python test-ts test-hosts bench-hosts test-hosts-agree hosts-python-setup hosts-ts-setup judge-python judge-ts
 
 $(HOSTS_PY):
@@ -23,7 +24,7 @@ $(HOSTS_PY_STAMP): hosts/python/pyproject.toml | $(HOSTS_PY)
 
 hosts-python-setup: $(HOSTS_PY_STAMP)
 
-test-python: wasm hostile hosts-python-setup
+test-python: wasm hostile hosts-python-setup fault-proxy-setup judge-setup
 	cd hosts/python && ../../$(HOSTS_VENV)/bin/ruff check . && ../../$(HOSTS_VENV)/bin/ruff format --check .
 	cd hosts/python && ../../$(HOSTS_PY) -m pytest -q
 
@@ -34,7 +35,7 @@ $(HOSTS_TS_MODULES): $(HOSTS_TS)/package.json $(HOSTS_TS)/package-lock.json
 hosts-ts-setup: $(HOSTS_TS_MODULES)
 	cd $(HOSTS_TS) && npm run --silent transpile && npm run --silent build
 
-test-ts: wasm hostile hosts-ts-setup
+test-ts: wasm hostile hosts-ts-setup fault-proxy-setup judge-setup
 	cd $(HOSTS_TS) && npm test
 
 test-hosts: test-python test-ts
@@ -68,3 +69,10 @@ judge-python: wasm hosts-python-setup judge-setup
 
 judge-ts: wasm hosts-ts-setup judge-setup
 	$(HOSTS_JUDGE) node $(CURDIR)/$(HOSTS_TS)/dist/src/exam.js
+
+# The fault proxy's third-party server (@modelcontextprotocol/server-everything,
+# tests/fault-proxy/README.md), for the wrapper tests of every host.
+FAULT_PROXY_MODULES := tests/fault-proxy/node_modules/.package-lock.json
+$(FAULT_PROXY_MODULES): tests/fault-proxy/package.json tests/fault-proxy/package-lock.json
+	cd tests/fault-proxy && npm ci --no-audit --no-fund
+fault-proxy-setup: $(FAULT_PROXY_MODULES)

@@ -34,12 +34,20 @@ impl HttpServer {
     }
 }
 
-/// Serves `state` on `addr` (port 0: a free port) at `/mcp`.
+/// Serves `state` on `addr` (port 0: a free port) at `/mcp`, statelessly.
 pub async fn serve_http(addr: SocketAddr, state: Arc<DemoState>) -> anyhow::Result<HttpServer> {
+    serve_http_with(addr, state, false).await
+}
+
+/// As [`serve_http`]; with `sessions`, clients that negotiate a protocol
+/// version before 2026-07-28 get an `Mcp-Session-Id` (streamable HTTP's
+/// sessions), kept in this process only: a restarted server answers a request
+/// carrying an old one with 404, as the transport's rules say.
+pub async fn serve_http_with(addr: SocketAddr, state: Arc<DemoState>, sessions: bool) -> anyhow::Result<HttpServer> {
     let cancel = CancellationToken::new();
     let config = StreamableHttpServerConfig::default()
         .with_sse_keep_alive(None)
-        .with_legacy_session_mode(false)
+        .with_legacy_session_mode(sessions)
         .with_json_response(true)
         .with_cancellation_token(cancel.child_token());
     let handler_state = Arc::clone(&state);

@@ -1,9 +1,10 @@
 //! Every effect the server applied, so a test can prove none was applied twice.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::path::Path;
 
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Refund {
     pub refund_id: String,
     pub order_id: String,
@@ -11,7 +12,9 @@ pub struct Refund {
     pub idempotency_key: Option<String>,
 }
 
-#[derive(Default, Debug)]
+/// Serialised whole to the ledger file of `agent-retry serve --ledger`.
+#[derive(Default, Debug, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Ledger {
     pub refunds: Vec<Refund>,
     /// Asset id → content. Uploads use a caller-chosen id: a repeat overwrites.
@@ -22,7 +25,7 @@ pub struct Ledger {
     pub notes: Vec<Note>,
 }
 
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Note {
     pub order_id: String,
     pub text: String,
@@ -63,5 +66,24 @@ impl Ledger {
             *per_order.entry(&refund.order_id).or_default() += 1;
         }
         per_order.values().map(|n| n.saturating_sub(1)).sum()
+    }
+}
+
+impl Ledger {
+    /// Reads a ledger file; a missing file is an empty ledger.
+    pub fn load(path: &Path) -> anyhow::Result<Ledger> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("ledger file {}: {e}", path.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Ledger::default()),
+            Err(e) => Err(anyhow::anyhow!("ledger file {}: {e}", path.display())),
+        }
+    }
+
+    /// Writes the ledger to `path` through a rename, so a reader (or a server
+    /// killed mid-write) never sees half of it.
+    pub fn save(&self, path: &Path) -> std::io::Result<()> {
+        let temporary = path.with_extension(format!("tmp{}", std::process::id()));
+        std::fs::write(&temporary, serde_json::to_vec(self)?)?;
+        std::fs::rename(&temporary, path)
     }
 }

@@ -17,6 +17,6 @@ pub mod tools;
 
 pub use allowance::Allowance;
 pub use faults::{Fault, FaultRule, FaultScript};
-pub use http::{HttpServer, serve_http};
+pub use http::{HttpServer, serve_http, serve_http_with};
 pub use ledger::Ledger;
 pub use tools::{CallRecord, DemoServer, DemoState};

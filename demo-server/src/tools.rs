@@ -1,6 +1,7 @@
 //! The tools, and the one place every call goes through: faults, the call log,
 //! then the tool itself.
 
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -35,6 +36,8 @@ pub struct DemoState {
     pub allowance: Mutex<Option<Allowance>>,
     pub calls: Mutex<Vec<CallRecord>>,
     started: Instant,
+    /// Where the ledger is kept across restarts (`agent-retry serve --ledger`).
+    ledger_file: Option<PathBuf>,
 }
 
 /// Locks a mutex; a poisoned one still holds usable data for a demo server.
@@ -50,7 +53,22 @@ impl DemoState {
             allowance: Mutex::new(allowance),
             calls: Mutex::new(Vec::new()),
             started: Instant::now(),
+            ledger_file: None,
         })
+    }
+
+    /// A state whose ledger is read from `path` and written back after every
+    /// call, so a restarted or respawned server still knows what was applied
+    /// (and which idempotency keys it has seen).
+    pub fn with_ledger_file(faults: FaultScript, allowance: Option<Allowance>, path: PathBuf) -> anyhow::Result<Arc<Self>> {
+        Ok(Arc::new(DemoState {
+            ledger: Mutex::new(Ledger::load(&path)?),
+            faults: Mutex::new(faults),
+            allowance: Mutex::new(allowance),
+            calls: Mutex::new(Vec::new()),
+            started: Instant::now(),
+            ledger_file: Some(path),
+        }))
     }
 
     pub fn record(&self, tool: &str, arguments: &Map<String, Value>, fault: Option<String>) {
@@ -187,6 +205,9 @@ impl DemoServer {
             }
             other => return Err(ErrorData::invalid_params(format!("unknown tool {other}"), None)),
         };
+        if let Some(path) = &self.state.ledger_file {
+            ledger.save(path).map_err(|e| ErrorData::internal_error(format!("ledger file {}: {e}", path.display()), None))?;
+        }
         Ok(CallToolResult::structured(result))
     }
 

@@ -198,6 +198,14 @@ enum Command {
         /// The allowance window.
         #[arg(long, default_value_t = 60_000)]
         window_ms: u64,
+        /// Keep the ledger in this JSON file: read at start, written after every
+        /// call, so a restarted server still knows what it applied.
+        #[arg(long)]
+        ledger: Option<PathBuf>,
+        /// Over HTTP, give clients of protocol versions before 2026-07-28 a
+        /// session (`Mcp-Session-Id`), lost when the server restarts.
+        #[arg(long, requires = "http")]
+        sessions: bool,
     },
 }
 
@@ -232,8 +240,8 @@ fn main() -> ExitCode {
             Command::Publish { redis, prefix, config, signature, vectors } => {
                 watch::publish(&redis, &prefix, &wasm, &config, signature.as_deref(), vectors.as_deref())
             }
-            Command::Serve { http, stdio: _, faults, allowance, window_ms } => {
-                serve::serve(serve::ServeOptions { http: http.as_deref(), faults: faults.as_deref(), allowance, window_ms }).await
+            Command::Serve { http, stdio: _, faults, allowance, window_ms, ledger, sessions } => {
+                serve::serve(serve::ServeOptions { http: http.as_deref(), faults: faults.as_deref(), allowance, window_ms, ledger, sessions }).await
             }
         }
     });

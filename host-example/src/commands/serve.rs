@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use agent_retry_demo_server::{Allowance, DemoServer, DemoState, FaultScript, serve_http};
+use agent_retry_demo_server::{Allowance, DemoServer, DemoState, FaultScript, serve_http_with};
 use rmcp::ServiceExt;
 
 pub struct ServeOptions<'a> {
@@ -11,6 +11,9 @@ pub struct ServeOptions<'a> {
     pub faults: Option<&'a Path>,
     pub allowance: Option<u32>,
     pub window_ms: u64,
+    pub ledger: Option<std::path::PathBuf>,
+    /// Streamable HTTP's sessions, for clients of protocol versions before 2026-07-28.
+    pub sessions: bool,
 }
 
 pub async fn serve(options: ServeOptions<'_>) -> anyhow::Result<()> {
@@ -19,10 +22,13 @@ pub async fn serve(options: ServeOptions<'_>) -> anyhow::Result<()> {
         None => FaultScript::default(),
     };
     let allowance = options.allowance.map(|n| Allowance::new(n, Duration::from_millis(options.window_ms)));
-    let state = DemoState::new(faults, allowance);
+    let state = match options.ledger {
+        Some(path) => DemoState::with_ledger_file(faults, allowance, path)?,
+        None => DemoState::new(faults, allowance),
+    };
     match options.http {
         Some(addr) => {
-            let server = serve_http(addr.parse()?, state).await?;
+            let server = serve_http_with(addr.parse()?, state, options.sessions).await?;
             eprintln!("demo MCP server at {} (Ctrl-C stops it)", server.url);
             tokio::signal::ctrl_c().await?;
             server.stop().await;
