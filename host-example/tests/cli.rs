@@ -26,8 +26,12 @@ fn the_demo_leaves_no_duplicate_effect_and_logs_one_line_per_attempt() {
     assert_eq!(attempts, received, "the host's count of attempts is the server's");
     let lines = std::fs::read_to_string(&log).unwrap();
     let events: Vec<serde_json::Value> = lines.lines().map(|l| serde_json::from_str(l).expect("every log line is JSON")).collect();
-    // A call escalated before it is sent has a line too, with attempt 0.
-    let sent: Vec<&serde_json::Value> = events.iter().filter(|e| e["event"] == "agent_retry.attempt" && e["attempt"].as_u64() > Some(0)).collect();
+    // A call escalated before it is sent has a line too, with attempt 0; the
+    // wrapper's `tools/list` (a call of the run, no step) has lines of its own.
+    let listing = events.iter().filter(|e| e["event"] == "agent_retry.attempt" && e["tool"] == "tools/list").count();
+    assert!(listing >= 12, "each of the 12 runs lists the tools through the policy: {listing}");
+    let sent: Vec<&serde_json::Value> =
+        events.iter().filter(|e| e["event"] == "agent_retry.attempt" && e["attempt"].as_u64() > Some(0) && e.get("step").is_some()).collect();
     assert_eq!(sent.len() as u64, attempts, "one log line per attempt");
     // The fields of the Python and Node wrappers' lines (hosts/README.md); a
     // value that does not apply is absent here, null there.
@@ -99,5 +103,8 @@ fn call_reports_an_escalation_from_a_stdio_server() {
     assert_eq!(answer["outcome"], "escalated");
     assert_eq!(answer["reason"], "permission-denied");
     let log = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(log.lines().filter(|l| l.contains("\"message\":\"attempt\"")).count(), 1, "{log}");
+    // Connecting and listing the tools are the run's first two calls; the tool's is one attempt.
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains("\"message\":\"attempt\"")).collect();
+    assert_eq!(lines.iter().filter(|l| l.contains("\"tool\":\"issue_refund\"")).count(), 1, "{log}");
+    assert!(lines.iter().any(|l| l.contains("\"tool\":\"initialize\"")) && lines.iter().any(|l| l.contains("\"tool\":\"tools/list\"")), "{log}");
 }

@@ -95,8 +95,9 @@ function readBody(stream) {
 }
 
 function reply(res, status, value) {
-  res.writeHead(status, { 'content-type': 'application/json' });
-  res.end(JSON.stringify(value));
+  const body = Buffer.from(JSON.stringify(value));
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': body.length });
+  res.end(body);
 }
 
 async function control(req, res, body) {
@@ -184,7 +185,8 @@ async function shutdown() {
   process.exit(0);
 }
 // Ends with its test: when its stdin (a pipe) closes, or its parent is gone.
-if (fstatSync(0).isFIFO()) {
+const stdin = fstatSync(0);
+if (stdin.isFIFO() || stdin.isSocket()) {
   process.stdin.resume();
   process.stdin.once('end', shutdown);
 }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use agent_retry_host::mcp::{CallError, Metrics, RetryingToolCaller, RetryingToolCallerOptions, ToolAnswer, connect_http, connect_stdio};
+use agent_retry_host::mcp::{CallError, McpConnection, Metrics, RetryingToolCaller, RetryingToolCallerOptions, ToolAnswer};
 use agent_retry_host::{EmbeddedAccounts, EntropySource, HostServices, PolicyComponent};
 
 pub struct CallOptions<'a> {
@@ -20,22 +20,23 @@ pub struct CallOptions<'a> {
 pub async fn call(options: CallOptions<'_>) -> anyhow::Result<()> {
     super::init_json_log(std::io::stderr);
     let arguments: Map<String, Value> = serde_json::from_str(options.arguments).map_err(|e| anyhow::anyhow!("arguments must be a JSON object: {e}"))?;
-    let client = match (options.url, options.stdio) {
-        (Some(url), None) => connect_http(url).await?,
+    // The wrapper's own connection: it captures HTTP statuses and headers, and
+    // sets a lost session up again (re-initialises; restarts a stdio server).
+    let connection = match (options.url, options.stdio) {
+        (Some(url), None) => McpConnection::http(url),
         (None, Some(command)) => {
             let words: Vec<String> = command.split_whitespace().map(str::to_string).collect();
             let (program, args) = words.split_first().ok_or_else(|| anyhow::anyhow!("--stdio needs a command"))?;
-            connect_stdio(program, args).await?
+            McpConnection::stdio(program, args)
         }
         _ => anyhow::bail!("give exactly one of --url and --stdio"),
     };
     let entropy = options.seed.map_or(EntropySource::Os, EntropySource::seeded);
     let instance = PolicyComponent::from_file(options.wasm)?.instantiate(HostServices::new(Arc::new(EmbeddedAccounts::new()), entropy))?;
     let metrics = Arc::new(Metrics::new());
-    let mut caller = RetryingToolCaller::start(client.peer().clone(), instance, options.config, "cli", RetryingToolCallerOptions::default(), metrics).await?;
+    let mut caller = RetryingToolCaller::connect(connection, instance, options.config, "cli", RetryingToolCallerOptions::default(), metrics).await?;
     let answer = caller.call(options.tool, arguments).await;
-    let report = caller.report()?;
-    let _ = client.cancel().await;
+    let report = caller.finish().await?;
     match answer {
         Ok(ToolAnswer::Done { result, note }) => {
             let result = result.map(|r| serde_json::to_value(r).unwrap_or(Value::Null));

@@ -158,7 +158,7 @@ pub async fn demo(options: DemoOptions) -> anyhow::Result<()> {
                 let entropy = entropy_seed.map_or(EntropySource::Os, EntropySource::seeded);
                 let instance = component.instantiate(HostServices::new(accounts.clone(), entropy))?;
                 let case = format!("CASE-{}", 5000 + n);
-                let options = RetryingToolCallerOptions { attempt_timeout_ms: 1000, key_argument: "idempotency_key".into(), clock: Clock::real(), policy_identity: None };
+                let options = RetryingToolCallerOptions { attempt_timeout_ms: 1000, key_argument: "idempotency_key".into(), clock: Clock::real(), ..Default::default() };
                 let mut caller = RetryingToolCaller::start(client.peer().clone(), instance, DEMO_CONFIG, &case, options, Arc::clone(&metrics))
                     .await?
                     .with_status_check("issue_refund", ListedCheck::new("list_refunds", &["order_id"], "refunds", &["order_id", "amount_paise"]).into_check());
@@ -167,7 +167,7 @@ pub async fn demo(options: DemoOptions) -> anyhow::Result<()> {
                     Err(CallError::Escalated(e)) => RunEnd::Escalated(e.note),
                     Err(other) => RunEnd::Escalated(other.to_string()),
                 };
-                let report = caller.finish()?;
+                let report = caller.finish().await?;
                 tracing::info!(target: "agent_retry", run = %case, calls = report.calls, attempts = report.attempts, retries = report.retries, replans = report.replans,
                                waited_ms = report.waited_ms, escalation = ?report.escalation, "run summary");
                 results.lock().unwrap_or_else(|p| p.into_inner()).push(RunResult { case, end, replans: report.replans });

@@ -64,7 +64,7 @@ pub async fn exam(wasm: &Path, url: &str, exam_path: &Path, no_policy: bool) -> 
             attempt_timeout_ms: exam.attempt_timeout_ms,
             key_argument: exam.key_argument.clone(),
             clock: Clock::real(),
-            policy_identity: None,
+            ..Default::default()
         };
         let mut caller = RetryingToolCaller::start(client.peer().clone(), instance, &config, &run.run_id, options, Arc::new(Metrics::new())).await?;
         for (tool, spec) in &exam.status_checks {

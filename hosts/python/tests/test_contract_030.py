@@ -273,7 +273,8 @@ def test_the_mcp_wrapper_reports_attempt_1_then_each_retry_plans_attempt() -> No
     reports = _spy_on_reports(run)
     lookup = Tool(name="lookup", input_schema={"type": "object"}, annotations=ToolAnnotations(read_only_hint=True))
     session = ScriptedSession(lookup, ["503", "503", "ok"])
-    result = asyncio.run(RetryingToolCaller(session, run, sleep=_no_sleep).call_tool("lookup", {}))  # type: ignore[arg-type]
+    # tools= : no tools/list pseudo-call, whose outcome the spy would see too.
+    result = asyncio.run(RetryingToolCaller(session, run, sleep=_no_sleep, tools=[lookup]).call_tool("lookup", {}))  # type: ignore[arg-type]
     assert not result.is_error and session.sent == 3
     assert reports == [(1, "failure"), (2, "failure"), (3, "success")]
     assert run.report()["attempts"] == 3
@@ -292,7 +293,7 @@ def test_the_mcp_wrapper_reports_a_status_check_under_the_attempt_it_checked() -
     async def absent(_request: Any) -> str:
         return "absent"
 
-    caller = RetryingToolCaller(session, run, sleep=_no_sleep, attempt_timeout_s=0.05, status_check=absent)  # type: ignore[arg-type]
+    caller = RetryingToolCaller(session, run, sleep=_no_sleep, attempt_timeout_s=0.05, status_check=absent, tools=[write])  # type: ignore[arg-type]
     result = asyncio.run(caller.call_tool("issue_refund_unkeyed", {}))
     assert not result.is_error and session.sent == 2
     assert reports == [(1, "failure"), (1, "status-check"), (2, "success")]

@@ -81,7 +81,8 @@ def test_a_wrapper_given_a_policy_identity_logs_it_on_every_attempt_line(server:
 
     async def body(session: ClientSession) -> None:
         instance = PolicyComponent.load().instantiate(accounts=EmbeddedAccounts(), entropy=SplitMix64(7))
-        run = instance.load_policy({**CONFIG, "max-steps-per-run": 2}).start_run("CASE-8")
+        # Three steps: the tools/list pseudo-call and the two attempts of the first lookup.
+        run = instance.load_policy({**CONFIG, "max-steps-per-run": 3}).start_run("CASE-8")
         caller = RetryingToolCaller(session, run, entropy=SplitMix64(3), policy_identity=given)
         assert caller.policy_identity == given
         assert not (await caller.call_tool("lookup_order", {"order_id": "A1"})).is_error
@@ -96,7 +97,7 @@ def test_a_wrapper_given_a_policy_identity_logs_it_on_every_attempt_line(server:
         ("succeed", "success"),
         ("escalate", "not sent"),
     ]
-    assert all(line["policy"] == given for line in lines), lines
+    assert all(line["policy"] == given for line in attempt_lines(caplog, pseudo=True)), lines
 
 
 def test_a_wrapper_logs_the_policy_identity_when_the_policy_itself_fails(server: RunningServer, caplog: pytest.LogCaptureFixture) -> None:
@@ -110,8 +111,8 @@ def test_a_wrapper_logs_the_policy_identity_when_the_policy_itself_fails(server:
     with pytest.raises(Escalated) as raised:
         run_with_session(server.url, body)
     assert raised.value.policy_failure is not None
-    (line,) = attempt_lines(caplog)
-    assert (line["action"], line["escalation"]) == ("escalate", "unclassified-failure")
+    (line,) = attempt_lines(caplog, pseudo=True)  # the first call of the policy: listing the tools
+    assert (line["tool"], line["action"], line["escalation"]) == ("tools/list", "escalate", "unclassified-failure")
     assert line["policy"] == "generation 2 (wasm aaaaaaaaaaaa, config bbbbbbbbbbbb)"
 
 

@@ -64,8 +64,15 @@ def text_of(result: CallToolResult) -> str:
     return " ".join(block.text for block in result.content if isinstance(block, TextContent))
 
 
-def attempt_lines(caplog: pytest.LogCaptureFixture) -> list[dict[str, Any]]:
-    return [json.loads(r.getMessage()) for r in caplog.records if r.name == "agent_retry_policy.mcp"]
+# The pseudo-calls connecting and listing the tools (`initialize`, `tools/list`):
+# calls of the run too (step null on their lines).
+PSEUDO_TOOLS = ("initialize", "tools/list")
+
+
+def attempt_lines(caplog: pytest.LogCaptureFixture, *, pseudo: bool = False) -> list[dict[str, Any]]:
+    """The attempt lines of the model's calls (and, with `pseudo`, of the pseudo-calls)."""
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "agent_retry_policy.mcp"]
+    return [line for line in lines if line.get("event") == "agent_retry.attempt" and (pseudo or line["tool"] not in PSEUDO_TOOLS)]
 
 
 def test_a_503_then_success_is_retried_and_the_caller_sees_only_the_success(
@@ -82,12 +89,14 @@ def test_a_503_then_success_is_retried_and_the_caller_sees_only_the_success(
     assert not result.is_error
     assert '"order_id": "A1"' in text_of(result)
     assert len(server.state.posts_of("lookup_order")) == 2
-    assert report["retries"] == 1 and report["succeeded-calls"] == 1
+    # Two calls succeeded: the tools/list pseudo-call (the tool's annotations) and lookup_order.
+    assert report["retries"] == 1 and report["succeeded-calls"] == 2
     assert report["statuses"] == [{"status": 503, "count": 1}]
-    lines = attempt_lines(caplog)
-    assert [(line["attempt"], line["outcome"], line["class"], line["action"]) for line in lines] == [
-        (1, "HTTP 503", "transient", "retry"),
-        (2, "success", "success", "succeed"),
+    lines = attempt_lines(caplog, pseudo=True)
+    assert [(line["step"], line["tool"], line["attempt"], line["outcome"], line["class"], line["action"]) for line in lines] == [
+        (None, "tools/list", 1, "success", "success", "succeed"),
+        (1, "lookup_order", 1, "HTTP 503", "transient", "retry"),
+        (1, "lookup_order", 2, "success", "success", "succeed"),
     ]
 
 
@@ -267,7 +276,7 @@ def test_a_relayed_503_in_a_tool_error_is_retried_and_the_model_sees_the_success
     assert not result.is_error
     assert text_of(result) == "report R-7: 12 refunds"
     assert len(server.state.posts_of("fetch_report")) == 2
-    assert report["retries"] == 1 and report["replans"] == 0 and report["succeeded-calls"] == 1
+    assert report["retries"] == 1 and report["replans"] == 0 and report["succeeded-calls"] == 2  # with tools/list
     lines = attempt_lines(caplog)
     assert [(line["outcome"], line["class"], line["action"], line["rule"]) for line in lines] == [
         ("isError", "transient", "retry", "tool-error:status"),
@@ -407,7 +416,8 @@ def test_a_run_out_of_steps_is_logged_with_the_0_2_reason_name(server: RunningSe
 
     async def body(session: ClientSession) -> None:
         instance = PolicyComponent.load().instantiate(accounts=EmbeddedAccounts(), entropy=SplitMix64(7))
-        run = instance.load_policy({**CONFIG, "max-steps-per-run": 1}).start_run("CASE-5018")
+        # Two steps: the tools/list pseudo-call and the first lookup_order.
+        run = instance.load_policy({**CONFIG, "max-steps-per-run": 2}).start_run("CASE-5018")
         caller = RetryingToolCaller(session, run, entropy=SplitMix64(3))
         assert not (await caller.call_tool("lookup_order", {"order_id": "A1"})).is_error
         await caller.call_tool("lookup_order", {"order_id": "A2"})
@@ -454,7 +464,8 @@ def test_the_attempt_line_has_the_shared_fields_in_order_with_step_key_and_hint(
 
     async def body(session: ClientSession) -> None:
         instance = PolicyComponent.load().instantiate(accounts=EmbeddedAccounts(), entropy=SplitMix64(7))
-        run = instance.load_policy({**CONFIG, "max-delay-ms": 5_000, "max-steps-per-run": 2}).start_run("CASE-5030")
+        # Three steps: tools/list, then the two attempts of the first issue_refund.
+        run = instance.load_policy({**CONFIG, "max-delay-ms": 5_000, "max-steps-per-run": 3}).start_run("CASE-5030")
         caller = RetryingToolCaller(session, run, entropy=SplitMix64(3), sleep=no_wait)
         assert not (await caller.call_tool("issue_refund", {"order_id": "A1", "amount": 500})).is_error
         await caller.call_tool("issue_refund", {"order_id": "A2", "amount": 700})  # two attempts spent the steps: not sent
@@ -465,8 +476,12 @@ def test_the_attempt_line_has_the_shared_fields_in_order_with_step_key_and_hint(
     sent_keys = [key for _tool, _at, key in server.state.posts_of("issue_refund")]
     assert len(sent_keys) == 2 and sent_keys[0] == sent_keys[1] and sent_keys[0]
     lines = [json.loads(r.getMessage(), object_pairs_hook=list) for r in caplog.records if r.name == "agent_retry_policy.mcp"]
-    assert [[name for name, _ in line] for line in lines] == [ATTEMPT_LINE_FIELDS] * 3
-    first, second, not_sent = (dict(line) for line in lines)
+    assert [[name for name, _ in line] for line in lines] == [ATTEMPT_LINE_FIELDS] * 4
+    listed, first, second, not_sent = (dict(line) for line in lines)
+
+    # The tools/list pseudo-call: no step, no key.
+    assert (listed["step"], listed["tool"], listed["attempt"], listed["key"]) == (None, "tools/list", 1, None)
+    assert (listed["outcome"], listed["action"]) == ("success", "succeed")
 
     assert (first["event"], first["run"], first["tool"]) == ("agent_retry.attempt", "CASE-5030", "issue_refund")
     assert (first["step"], first["attempt"], first["key"], first["outcome"]) == (1, 1, sent_keys[0], "HTTP 503")

@@ -73,3 +73,94 @@ def test_repeated_header_fields_are_captured_as_separate_pairs_as_received() -> 
         ("RateLimit", '"day";r=10;t=3600'),
         ("Retry-After", "5"),
     ]
+
+
+# Answers cut or ended before their JSON-RPC response: seen by the capturing
+# transport when the body ends, not at the attempt timeout.
+
+REQUEST = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "echo"}}
+
+
+class _Body(httpx2.AsyncByteStream):
+    """An answer body: these chunks, then (optionally) a cut connection."""
+
+    def __init__(self, chunks: list[bytes], cut: bool = False) -> None:
+        self.chunks = chunks
+        self.cut = cut
+
+    async def __aiter__(self):  # type: ignore[no-untyped-def]
+        for chunk in self.chunks:
+            yield chunk
+        if self.cut:
+            raise httpx2.RemoteProtocolError("peer closed connection without sending complete message body")
+
+
+def _read_answer(content_type: str, body: _Body, message: dict[str, object] = REQUEST) -> tuple[AttemptCapture, bytes]:
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(200, headers={"content-type": content_type}, stream=body)
+
+    async def post() -> tuple[AttemptCapture, bytes]:
+        capture = AttemptCapture()
+        token = _current_attempt.set(capture)
+        try:
+            transport = CapturingTransport(httpx2.MockTransport(answer))
+            response = await transport.handle_async_request(httpx2.Request("POST", "http://127.0.0.1/mcp", json=message))
+            received = b"".join([chunk async for chunk in response.aiter_raw()])  # never raises: a cut body just ends
+        finally:
+            _current_attempt.reset(token)
+        return capture, received
+
+    return asyncio.run(post())
+
+
+def test_an_sse_answer_that_ends_before_its_response_is_stream_closed() -> None:
+    progress = b'event: message\ndata: {"jsonrpc":"2.0","method":"notifications/progress","params":{}}\n\n'
+    capture, received = _read_answer("text/event-stream", _Body([progress]))
+    assert received == progress
+    assert (capture.transport_error, capture.cut.is_set()) == ("stream-closed", True)
+    assert "ended before the JSON-RPC response" in capture.transport_detail
+
+
+def test_an_sse_answer_cut_before_its_response_is_stream_closed_and_one_with_it_is_not() -> None:
+    capture, _ = _read_answer("text/event-stream", _Body([b'event: message\ndata: {"jsonrpc":'], cut=True))
+    assert capture.transport_error == "stream-closed" and "RemoteProtocolError" in capture.transport_detail
+    # The response went by (split over two chunks, its data over two lines): a cut after it changes nothing.
+    answered = [b'event: message\ndata: {"jsonrpc":"2.0",\ndata: "id":7,"res', b'ult":{"content":[]}}\r\n\r\n']
+    capture, _ = _read_answer("text/event-stream", _Body(answered, cut=True))
+    assert capture.transport_error is None and not capture.cut.is_set()
+
+
+def test_an_sse_answer_ended_after_an_event_id_is_left_to_the_sdk_to_resume() -> None:
+    capture, _ = _read_answer("text/event-stream", _Body([b"id: 42\ndata: \n\n"]))
+    assert capture.transport_error is None
+    # Cut by the network, it is stream-closed all the same.
+    capture, _ = _read_answer("text/event-stream", _Body([b"id: 42\ndata: \n\n"], cut=True))
+    assert capture.transport_error == "stream-closed"
+
+
+def test_a_json_answer_cut_mid_body_is_stream_closed_and_a_whole_one_is_not() -> None:
+    capture, received = _read_answer("application/json", _Body([b'{"jsonrpc":"2.0","id":7,"res'], cut=True))
+    assert received == b'{"jsonrpc":"2.0","id":7,"res'
+    assert capture.transport_error == "stream-closed" and "(JSON)" in capture.transport_detail
+    capture, _ = _read_answer("application/json", _Body([b'{"jsonrpc":"2.0","id":7,"result":{}}']))
+    assert capture.transport_error is None
+
+
+def test_a_notifications_failure_is_not_the_attempts_and_does_not_end_the_session() -> None:
+    def refuse(request: httpx2.Request) -> httpx2.Response:
+        raise httpx2.ConnectError("connection refused")
+
+    async def post(message: dict[str, object]) -> tuple[AttemptCapture, int]:
+        capture = AttemptCapture()
+        token = _current_attempt.set(capture)
+        try:
+            transport = CapturingTransport(httpx2.MockTransport(refuse))
+            response = await transport.handle_async_request(httpx2.Request("POST", "http://127.0.0.1/mcp", json=message))
+        finally:
+            _current_attempt.reset(token)
+        return capture, response.status_code
+
+    capture, status = asyncio.run(post({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+    assert status == 599 and capture.transport_error is None and not capture.seen
+    capture, status = asyncio.run(post(REQUEST))
+    assert status == 599 and capture.transport_error == "connection-refused" and capture.seen

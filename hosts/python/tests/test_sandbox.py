@@ -308,7 +308,8 @@ def test_when_the_policy_fails_the_mcp_wrapper_does_not_retry_and_escalates_sayi
     run = instance.load_policy(config).start_run("mcp")
     lookup = Tool(name="lookup", input_schema={"type": "object"}, annotations=ToolAnnotations(read_only_hint=True))
     session = FakeSession(lookup)
-    caller = RetryingToolCaller(session, run, sleep=_no_sleep)  # type: ignore[arg-type]
+    # tools= : no tools/list pseudo-call, which would take the first reservation.
+    caller = RetryingToolCaller(session, run, sleep=_no_sleep, tools=[lookup])  # type: ignore[arg-type]
     with caplog.at_level("INFO", logger="agent_retry_policy.mcp"), pytest.raises(Escalated) as escalated:
         asyncio.run(caller.call_tool("lookup", {}))
     error = escalated.value

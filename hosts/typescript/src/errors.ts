@@ -109,6 +109,59 @@ export class Escalated extends AgentRetryError {
   }
 }
 
+/** The MCP session was lost and could not be re-established, and the policy
+ *  did not escalate: a caller built on a bare `Client` (it cannot reconnect;
+ *  build it on an `McpConnection`), or the policy answered `replan` to the
+ *  `initialize` or `tools/list` pseudo-call. `tool` is the call it happened in. */
+export class SessionLost extends AgentRetryError {
+  constructor(message: string, readonly tool?: string) {
+    super(message);
+  }
+}
+
+/** Why the wrapper stopped waiting for a call: its own limit (`callTimeoutMs`),
+ *  the run's (`runTimeoutMs`), or the caller's `AbortSignal`. */
+export type StopCause = 'call-timeout' | 'run-timeout' | 'cancelled';
+
+/** What the wrapper knows of a call it stopped waiting for. */
+export interface StoppedCall {
+  cause: StopCause;
+  tool: string;
+  /** The policy's id of the call; undefined if it had not been admitted. */
+  callId?: number;
+  /** Attempts of the call sent, the one in flight included. */
+  attemptsSent: number;
+  /** The call is a write or a delete (the ticket's effect) and either an
+   *  attempt was in flight when it stopped or the run lists its effect as
+   *  `unknown`: check before sending it again. */
+  mayHaveApplied: boolean;
+}
+
+/** A call the wrapper stopped waiting for (`CallTimedOut`, `CallCancelled`).
+ *  `cause` here is the stop's cause (not `Error.cause`). */
+export class CallStopped extends AgentRetryError implements StoppedCall {
+  override readonly cause: StopCause;
+  readonly tool: string;
+  readonly callId?: number;
+  readonly attemptsSent: number;
+  readonly mayHaveApplied: boolean;
+  constructor(message: string, stopped: StoppedCall) {
+    super(message);
+    this.cause = stopped.cause;
+    this.tool = stopped.tool;
+    this.callId = stopped.callId;
+    this.attemptsSent = stopped.attemptsSent;
+    this.mayHaveApplied = stopped.mayHaveApplied;
+  }
+}
+
+/** The call's limit (`callTimeoutMs`, cause `call-timeout`) or the run's
+ *  (`runTimeoutMs`, cause `run-timeout`) passed. */
+export class CallTimedOut extends CallStopped {}
+
+/** The caller's `AbortSignal` aborted the call (cause `cancelled`). */
+export class CallCancelled extends CallStopped {}
+
 /** A policy update was refused (`LivePolicy`, src/live.ts); the last good
  *  policy keeps serving. `kind` says which check refused it: "read",
  *  "integrity", "load", "config", "self-test", "fleet" or "nothing-to-roll-back-to";

@@ -25,8 +25,8 @@ export { ValueConversionError } from './wit.js';
 export { OsEntropy, SplitMix64, type EntropySource } from './entropy.js';
 export { jsonSafeBigInt, toJsonSafe, type JsonSafe } from './json.js';
 export {
-  AgentRetryError, ComponentImportRefused, ComponentLoadError, ComponentNotFound, ConfigError, ContractVersionMismatch, Escalated, InstanceUnusable,
-  NothingToRollBackTo, PolicyBoundaryViolation, PolicyInputTooLarge, PolicyMemoryExceeded, PolicyOutOfFuel, PolicyTrap, RunMisuse, UpdateConfigError, UpdateError,
-  UpdateFleetError, UpdateIntegrityError, UpdateLoadError, UpdateReadError, UpdateSelfTestError,
+  AgentRetryError, CallCancelled, CallStopped, CallTimedOut, ComponentImportRefused, ComponentLoadError, ComponentNotFound, ConfigError, ContractVersionMismatch, Escalated, InstanceUnusable,
+  NothingToRollBackTo, PolicyBoundaryViolation, PolicyInputTooLarge, PolicyMemoryExceeded, PolicyOutOfFuel, PolicyTrap, RunMisuse, SessionLost, UpdateConfigError, UpdateError,
+  UpdateFleetError, UpdateIntegrityError, UpdateLoadError, UpdateReadError, UpdateSelfTestError, type StopCause, type StoppedCall,
 } from './errors.js';
 export type * from '../generated/interfaces/agent-retry-policy-types.js';

@@ -1,10 +1,9 @@
 // A retrying wrapper around the MCP TypeScript SDK's `Client.callTool`.
 //
-//   const transport = new StreamableHTTPClientTransport(new URL(url), { fetch: createCapturingFetch() });
-//   const client = new Client({ name: 'agent', version: '1.0.0' });
-//   await client.connect(transport);
-//   const caller = new RetryingToolCaller(client, run, { statusCheck: checkRefunds });
+//   const connection = McpConnection.http(url);            // or McpConnection.stdio({ command, args })
+//   const caller = new RetryingToolCaller(connection, run, { statusCheck: checkRefunds });
 //   const result = await caller.callTool('issue_refund', { order_id: 'A1', amount: 500 });
+//   await connection.close();
 //
 // For each call the wrapper derives the idempotency key once (sent only if the
 // tool's input schema has the key argument), asks the policy to begin the call,
@@ -12,12 +11,34 @@
 // `outcome`, records it and does what the decision says. All policy is in the
 // component; this module only observes and obeys.
 //
+// The connection is the wrapper's (`McpConnection`): it connects over streamable
+// HTTP with the capturing fetch below, or over stdio by starting the server, and
+// connects again when the session is lost. Connecting (`initialize`, the process
+// start included) and `tools/list` go through the policy as calls of the
+// pseudo-tools `initialize` and `tools/list` (read-only, idempotent, no key):
+// retried, escalated or (replan) `SessionLost` as the policy decides, each
+// (re-)connection a step of the run. A caller built on a bare `Client` works the
+// same but cannot re-establish a lost session (`SessionLost`).
+//
+// A lost session is a transport fault, not the model's error: an HTTP 404 to a
+// request that carried `Mcp-Session-Id`, or a 400 whose body says the session id
+// is not valid, is `transport(connection-refused)` (the server did not run it);
+// a stdio pipe that closed while the request was out is `stream-closed`; a
+// request not sent because the process was gone ("Not connected") is
+// `connection-refused`. The connection is re-established before the next
+// attempt or status check.
+//
 // What the SDK hides: a POST answered with a non-2xx status becomes a
 // `StreamableHTTPError` with the status and body text but no headers (so no
-// Retry-After). `createCapturingFetch` wraps `fetch` for the transport's `fetch`
-// option and records, for the attempt in progress (AsyncLocalStorage, which
-// follows the SDK's request into its fetch), the status, headers and body of a
-// failed POST, or the network error of one that got no response.
+// Retry-After), and an answer stream cut before the response is not an error at
+// all (the request waits for its timeout). `createCapturingFetch` wraps `fetch`
+// for the transport's `fetch` option and records, for the attempt in progress
+// (AsyncLocalStorage, which follows the SDK's request into its fetch), the
+// status, headers and body of a failed POST, the network error of one that got
+// no response, and an answer (JSON or SSE) that ended before the JSON-RPC
+// response: `stream-closed`, at once (the attempt is aborted). A failure from an
+// HTTP transport without it is logged once (`agent_retry.capture_missing`) and
+// every decision on such a failure says so at the end of its `reason`.
 //
 // A tool result with `isError: true` is passed as `tool-error(none)` with its text
 // content blocks (joined with "\n") as the body and its `structuredContent` as
@@ -31,11 +52,20 @@
 // `unclassified-failure`, `policyFailure` set) with a note saying that the policy
 // failed and what the last attempt saw. Serve the next run from a fresh instance.
 //
+// Deadlines and cancellation: `callTimeoutMs` (from the start of `callTool`),
+// `runTimeoutMs` (from the caller's construction) and `callTool`'s `signal`.
+// When one passes, the wrapper stops waiting at once (the request in flight or
+// the sleep is aborted; a backoff that would end past the limit is not slept),
+// logs one line (outcome `call-timeout`, `run-timeout` or `cancelled`, action
+// `stop`) and throws `CallTimedOut` or `CallCancelled`, which say whether an
+// attempt may have been applied.
+//
 // Every attempt (and every call escalated before it is sent) logs one JSON
 // line with these fields in this order, the same in the Rust and Python hosts:
 // `event` ("agent_retry.attempt"), `ts` (seconds since the epoch), `run`,
 // `policy`, `step` (the N of the `step-N` the call's key is derived from: this
-// caller's count of the model's calls, the same for every attempt of a call),
+// caller's count of the model's calls, the same for every attempt of a call;
+// null for the pseudo-calls `initialize` and `tools/list`),
 // `call` (null when the call was not admitted), `tool`, `attempt` (0 when not
 // sent), `key` (the idempotency key sent, null when the tool takes none),
 // `outcome`, `class`, `rule`, `action`, `delay_ms` (null unless retry),
@@ -46,18 +76,29 @@
 // and the .wasm's SHA-256 prefix), or the `policyIdentity` option (a LivePolicy
 // host passes `loaded.identity.toString()`: generation, wasm and config digests).
 import { AsyncLocalStorage } from 'node:async_hooks';
+import { performance } from 'node:perf_hooks';
 
-import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { StreamableHTTPError } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { ErrorCode, McpError, type CallToolResult, type Tool } from '@modelcontextprotocol/sdk/types.js';
+import { Client, type ClientOptions } from '@modelcontextprotocol/sdk/client/index.js';
+import { StdioClientTransport, type StdioServerParameters } from '@modelcontextprotocol/sdk/client/stdio.js';
+import {
+  StreamableHTTPClientTransport, StreamableHTTPError, type StreamableHTTPReconnectionOptions,
+} from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { ErrorCode, McpError, type CallToolResult, type Implementation, type Tool } from '@modelcontextprotocol/sdk/types.js';
 
 import type * as Wit from '../generated/interfaces/agent-retry-policy-types.js';
 import { nowMs, type Run } from './component.js';
 import { OsEntropy, type EntropySource } from './entropy.js';
-import { Escalated, InstanceUnusable, PolicyTrap } from './errors.js';
+import {
+  AgentRetryError, CallCancelled, CallTimedOut, Escalated, InstanceUnusable, PolicyTrap, SessionLost, type StopCause,
+} from './errors.js';
+
+export { CallCancelled, CallStopped, CallTimedOut, SessionLost, type StopCause, type StoppedCall } from './errors.js';
 
 /** How much of a failed response's body is kept (the policy keeps at most `max-message-chars`). */
 const MAX_CAPTURED_BODY = 64 * 1024;
+
+/** What the logged `reason` of a decision on a failure from a non-capturing HTTP transport ends with. */
+export const CAPTURE_MISSING_SUFFIX = ' [no HTTP status or headers: the transport is not the wrapper\'s capturing one]';
 
 /** What the HTTP layer saw for one attempt. */
 export interface AttemptCapture {
@@ -66,6 +107,18 @@ export interface AttemptCapture {
   body: string;
   transportError?: Wit.TransportError;
   transportDetail?: string;
+  /** A request of the attempt went through a capturing fetch (the transport captures). */
+  fetched?: boolean;
+  /** The failed request carried `Mcp-Session-Id` and the answer says the server does not know it. */
+  sessionLost?: boolean;
+  /** JSON-RPC ids of the attempt's requests whose response has not been read yet (JSON-stringified). */
+  pendingIds?: Set<string>;
+  /** The answer stream carried an SSE event id: the SDK resumes it (GET with Last-Event-ID) when it ends cleanly. */
+  resumable?: boolean;
+  /** Set by the wrapper: ends the attempt at once (its answer stream was cut). */
+  abort?: () => void;
+  /** The attempt is over: later requests (a cancellation notice, a stream resumed late) do not write here. */
+  closed?: boolean;
 }
 
 const currentAttempt = new AsyncLocalStorage<AttemptCapture>();
@@ -101,28 +154,342 @@ export function classifyNetworkError(error: unknown): Wit.TransportError {
   }
 }
 
+const describeError = (e: unknown): string => {
+  const message = e instanceof Error ? e.message : String(e);
+  const code = errorCode(e);
+  return code && !message.includes(code) ? `${message} (${code})` : message;
+};
+
+const isAbortError = (e: unknown): boolean => (e as { name?: unknown } | undefined)?.name === 'AbortError';
+
+/** Whether an HTTP answer to a request that carried `Mcp-Session-Id` means the
+ *  server does not know the session: a 404 (streamable HTTP's rule), unless its
+ *  body is a JSON-RPC "method not found" (-32601, which rmcp answers with 404:
+ *  the server ran the request), or a 400 whose body says the session id is not
+ *  valid (the TypeScript SDK's servers: "Bad Request: No valid session ID provided"). */
+export function isUnknownSession(status: number, body: string): boolean {
+  if (status === 404) return !/"code"\s*:\s*-32601\b/.test(body);
+  if (status === 400) return /no valid session|invalid session|session (id )?(is )?(not valid|invalid|not found|unknown|expired)|unknown session/i.test(body);
+  return false;
+}
+
+function headerOf(headers: HeadersInit | undefined, name: string): string | undefined {
+  if (!headers) return undefined;
+  if (headers instanceof Headers) return headers.get(name) ?? undefined;
+  const entries = Array.isArray(headers) ? headers : Object.entries(headers);
+  const found = entries.find(([key]) => key.toLowerCase() === name);
+  return found ? String(found[1]) : undefined;
+}
+
+interface RpcMessage { id?: unknown; method?: unknown; result?: unknown; error?: unknown }
+
+/** The JSON-RPC messages of a POST's body (none if it is not JSON text). */
+function rpcMessages(body: unknown): RpcMessage[] {
+  if (typeof body !== 'string') return [];
+  try {
+    const value: unknown = JSON.parse(body);
+    const all = Array.isArray(value) ? value : [value];
+    return all.filter((m): m is RpcMessage => typeof m === 'object' && m !== null);
+  } catch {
+    return [];
+  }
+}
+
+const hasFailure = (capture: AttemptCapture) => capture.status !== undefined || capture.transportError !== undefined;
+
+/** The attempt's answer stream was cut before its response: `stream-closed`, and the attempt ends now. */
+function cutAnswer(capture: AttemptCapture, detail: string): void {
+  if (capture.closed || hasFailure(capture)) return;
+  capture.transportError = 'stream-closed';
+  capture.transportDetail = detail;
+  capture.abort?.();
+}
+
+/** The response with its body passed through a watcher that sees the JSON-RPC
+ *  responses go by (SSE) and the body's end: an answer that ends, or errors,
+ *  before the response of every request the POST carried is `stream-closed`. A
+ *  JSON body that ends without an error is whole (HTTP's framing); an SSE
+ *  stream that ends cleanly after an event id is resumed by the SDK (a GET with
+ *  Last-Event-ID, watched the same way). */
+function watchAnswer(response: Response, capture: AttemptCapture, what: string): Response {
+  const source = response.body;
+  if (!source) return response;
+  const sse = (response.headers.get('content-type') ?? '').toLowerCase().includes('text/event-stream');
+  const pending = capture.pendingIds ?? new Set<string>();
+  const reader = source.getReader();
+  const decoder = new TextDecoder();
+  let buffer = '';
+  const onEvent = (event: string) => {
+    const data: string[] = [];
+    for (const line of event.split(/\r\n|\n|\r/)) {
+      if (line.startsWith('id:')) {
+        if (line.slice(3).trim() !== '') capture.resumable = true;
+      } else if (line.startsWith('data:')) {
+        data.push(line.slice(5).replace(/^ /, ''));
+      } else if (line === 'data') {
+        data.push('');
+      }
+    }
+    if (!data.length) return;
+    for (const message of rpcMessages(data.join('\n'))) {
+      if ('id' in message && !('method' in message) && ('result' in message || 'error' in message)) pending.delete(JSON.stringify(message.id));
+    }
+  };
+  const scan = (chunk: Uint8Array) => {
+    buffer += decoder.decode(chunk, { stream: true });
+    for (let boundary = /\r\n\r\n|\n\n|\r\r/.exec(buffer); boundary; boundary = /\r\n\r\n|\n\n|\r\r/.exec(buffer)) {
+      onEvent(buffer.slice(0, boundary.index));
+      buffer = buffer.slice(boundary.index + boundary[0].length);
+    }
+  };
+  const ended = (error?: unknown) => {
+    if (capture.closed || (error !== undefined && isAbortError(error))) return; // over, or the transport closed it
+    if (!sse) {
+      if (error === undefined) return;
+    } else {
+      if (pending.size === 0) return; // every response came
+      if (error === undefined && capture.resumable) return; // the SDK resumes it
+    }
+    const kind = sse ? 'SSE' : 'JSON';
+    cutAnswer(capture, `the ${kind} answer to ${what} ended before its JSON-RPC response${error === undefined ? '' : `: ${describeError(error)}`}`);
+  };
+  const body = new ReadableStream<Uint8Array>({
+    async pull(controller) {
+      let chunk: ReadableStreamReadResult<Uint8Array>;
+      try {
+        chunk = await reader.read();
+      } catch (e) {
+        ended(e);
+        controller.error(e);
+        return;
+      }
+      if (chunk.done) {
+        ended();
+        controller.close();
+        return;
+      }
+      if (sse) scan(chunk.value);
+      controller.enqueue(chunk.value);
+    },
+    cancel(reason) {
+      return reader.cancel(reason);
+    },
+  });
+  return new Response(body, { status: response.status, statusText: response.statusText, headers: response.headers });
+}
+
+/** What a capturing fetch tells its owner (an `McpConnection`). */
+export interface CapturingFetchHooks {
+  /** A request that carried this `Mcp-Session-Id` (a POST or the GET stream)
+   *  was answered "unknown session" (`isUnknownSession`). */
+  onSessionLost?: (sessionId: string, detail: string) => void;
+}
+
 /** A `fetch` for `StreamableHTTPClientTransport`'s `fetch` option that lets the
- *  wrapper see failed POSTs. Requests outside a wrapped call pass through untouched. */
-export function createCapturingFetch(inner: FetchLike = fetch): FetchLike {
+ *  wrapper see failed POSTs, cut answer streams and lost sessions. Requests
+ *  outside a wrapped call pass through untouched (but a lost session is still
+ *  reported to `hooks`). `McpConnection.http` installs one itself. */
+export function createCapturingFetch(inner: FetchLike = fetch, hooks: CapturingFetchHooks = {}): FetchLike {
   return async (url, init) => {
-    const capture = currentAttempt.getStore();
-    if (!capture || (init?.method ?? 'GET').toUpperCase() !== 'POST') return inner(url, init);
+    const method = (init?.method ?? 'GET').toUpperCase();
+    const sessionId = headerOf(init?.headers, 'mcp-session-id');
+    const live = currentAttempt.getStore();
+    const capture = live && !live.closed ? live : undefined;
+    const messages = method === 'POST' ? rpcMessages(init?.body) : [];
+    const requestIds = messages.filter((m) => m.id !== undefined && typeof m.method === 'string').map((m) => JSON.stringify(m.id));
+    const cancelling = messages.length > 0 && messages.every((m) => m.method === 'notifications/cancelled');
+    // What writes to the attempt's capture: its POSTs (not the notice that
+    // cancels one), and the SDK's resumption of its answer stream.
+    const resuming = method === 'GET' && !!capture?.pendingIds?.size && headerOf(init?.headers, 'last-event-id') !== undefined;
+    const records = capture !== undefined && ((method === 'POST' && !cancelling) || resuming);
+    if (capture) capture.fetched = true;
+    const what = resuming ? 'the resumed answer stream' : messages.length ? String(messages[0].method ?? 'a response') : method;
     let response: Response;
     try {
       response = await inner(url, init);
     } catch (e) {
-      capture.transportError = classifyNetworkError(e);
-      capture.transportDetail = `${(e as Error).message}${errorCode(e) ? ` (${errorCode(e)})` : ''}`;
+      if (records && !hasFailure(capture) && !isAbortError(e)) {
+        if (resuming) {
+          cutAnswer(capture, `the answer stream could not be resumed: ${describeError(e)}`);
+        } else {
+          capture.transportError = classifyNetworkError(e);
+          capture.transportDetail = describeError(e);
+        }
+      }
       throw e;
     }
     if (!response.ok) {
-      const body = await response.clone().text().catch(() => '');
-      capture.status = response.status;
-      response.headers.forEach((value, name) => capture.headers.push([name, value]));
-      capture.body = body.slice(0, MAX_CAPTURED_BODY);
+      const body = (await response.clone().text().catch(() => '')).slice(0, MAX_CAPTURED_BODY);
+      const lost = sessionId !== undefined && isUnknownSession(response.status, body);
+      if (lost) hooks.onSessionLost?.(sessionId, `HTTP ${response.status} to ${what}: ${body.slice(0, 200)}`);
+      if (records && !hasFailure(capture)) {
+        if (resuming) {
+          cutAnswer(capture, `the answer stream could not be resumed: HTTP ${response.status} ${body.slice(0, 200)}`);
+        } else {
+          capture.status = response.status;
+          response.headers.forEach((value, name) => capture.headers.push([name, value]));
+          capture.body = body;
+          capture.sessionLost = lost;
+        }
+      }
+      return response;
+    }
+    if (records && response.status !== 202 && (requestIds.length || resuming)) {
+      if (!resuming) capture.pendingIds = new Set(requestIds);
+      return watchAnswer(response, capture, what);
     }
     return response;
   };
+}
+
+/** Options of `McpConnection.http`. */
+export interface McpHttpOptions {
+  /** The `fetch` the wrapper's capturing fetch wraps (default: the global one). */
+  fetch?: FetchLike;
+  /** Passed to the transport (headers, e.g. an Authorization). */
+  requestInit?: RequestInit;
+  /** The SDK's reconnection of the GET stream (default: the SDK's). */
+  reconnectionOptions?: StreamableHTTPReconnectionOptions;
+  clientInfo?: Implementation;
+  clientOptions?: ClientOptions;
+}
+
+/** Options of `McpConnection.stdio`: the SDK's `StdioServerParameters`
+ *  (`command`, `args`, `env`, `cwd`, `stderr`). */
+export interface McpStdioOptions extends StdioServerParameters {
+  clientInfo?: Implementation;
+  clientOptions?: ClientOptions;
+}
+
+const DEFAULT_CLIENT_INFO: Implementation = { name: 'agent-retry-policy', version: '0.3.0' };
+
+/** An MCP connection the wrapper can establish and establish again: over
+ *  streamable HTTP (a fresh `Client` and transport with the capturing fetch,
+ *  re-`initialize`d) or over stdio (the server started again). A
+ *  `RetryingToolCaller` built on one connects it through the policy (the
+ *  `initialize` pseudo-call) on its first call, and again after a lost session;
+ *  `connect()` can also be called directly. One caller per connection. */
+export class McpConnection {
+  private current?: Client;
+  private connecting?: Promise<Client>;
+  private lostBecause?: string;
+  private closed = false;
+  private readonly closing = new Set<Promise<void>>();
+  private established = 0;
+  private readonly capturingFetch?: FetchLike;
+
+  private constructor(
+    readonly kind: 'http' | 'stdio',
+    private readonly http?: { url: URL; options: McpHttpOptions },
+    private readonly stdioOptions?: McpStdioOptions,
+  ) {
+    if (http) {
+      this.capturingFetch = createCapturingFetch(http.options.fetch ?? fetch, {
+        onSessionLost: (sessionId, detail) => {
+          // Only the session in use: an old client's late request does not count.
+          if ((this.current?.transport as StreamableHTTPClientTransport | undefined)?.sessionId === sessionId) {
+            this.markLost(`the server no longer knows the session (${detail})`);
+          }
+        },
+      });
+    }
+  }
+
+  /** A streamable-HTTP connection to `url` (e.g. `http://127.0.0.1:8080/mcp`), always with the capturing fetch. */
+  static http(url: string | URL, options: McpHttpOptions = {}): McpConnection {
+    return new McpConnection('http', { url: new URL(url), options });
+  }
+
+  /** A stdio connection: `command` with `args` is started on connect, and started again after it exits. */
+  static stdio(options: McpStdioOptions): McpConnection {
+    if (typeof options?.command !== 'string' || options.command === '') throw new TypeError('McpConnection.stdio needs a command');
+    return new McpConnection('stdio', undefined, { ...options, args: [...(options.args ?? [])] });
+  }
+
+  /** The connected client (undefined before the first connect, after close). */
+  get client(): Client | undefined {
+    return this.current;
+  }
+
+  /** Why the connection is lost, if it is (the next attempt connects again first). */
+  get lost(): string | undefined {
+    return this.current ? this.lostBecause : (this.lostBecause ?? 'not connected');
+  }
+
+  /** How many times it connected. */
+  get connections(): number {
+    return this.established;
+  }
+
+  /** Marks the connection lost: the wrapper connects again before its next request. */
+  markLost(reason: string): void {
+    if (this.lostBecause === undefined) this.lostBecause = reason;
+  }
+
+  /** Connects (again): a fresh `Client` and transport, the process started
+   *  over stdio, `initialize` sent. Throws what the SDK throws; the previous
+   *  client, if any, is closed. */
+  connect(options: { signal?: AbortSignal; timeoutMs?: number } = {}): Promise<Client> {
+    if (this.closed) return Promise.reject(new AgentRetryError('this McpConnection is closed'));
+    this.connecting ??= this.open(options).finally(() => {
+      this.connecting = undefined;
+    });
+    return this.connecting;
+  }
+
+  private async open(options: { signal?: AbortSignal; timeoutMs?: number }): Promise<Client> {
+    const previous = this.current;
+    this.current = undefined;
+    if (previous) this.retire(previous);
+    const clientInfo = this.http?.options.clientInfo ?? this.stdioOptions?.clientInfo ?? DEFAULT_CLIENT_INFO;
+    const client = new Client(clientInfo, this.http?.options.clientOptions ?? this.stdioOptions?.clientOptions);
+    let transport: StreamableHTTPClientTransport | StdioClientTransport;
+    if (this.http) {
+      transport = new StreamableHTTPClientTransport(this.http.url, {
+        fetch: this.capturingFetch, requestInit: this.http.options.requestInit, reconnectionOptions: this.http.options.reconnectionOptions,
+      });
+    } else {
+      const { clientInfo: _info, clientOptions: _options, ...server } = this.stdioOptions as McpStdioOptions;
+      transport = new StdioClientTransport(server);
+    }
+    let ready = false;
+    client.onclose = () => {
+      if (ready && this.current === client) {
+        this.markLost(this.kind === 'stdio' ? 'the server process exited (its stdio pipe closed)' : 'the transport closed');
+      }
+    };
+    try {
+      await client.connect(transport, { signal: options.signal, timeout: options.timeoutMs });
+    } catch (e) {
+      this.retire(client);
+      throw e;
+    }
+    if (this.closed) {
+      this.retire(client);
+      throw new AgentRetryError('this McpConnection was closed while it connected');
+    }
+    ready = true;
+    this.current = client;
+    this.lostBecause = undefined;
+    this.established += 1;
+    return client;
+  }
+
+  /** Closes a client in the background (a stdio server is given 2 s to exit on EOF, then killed). */
+  private retire(client: Client): void {
+    const done: Promise<void> = client.close().catch(() => undefined).finally(() => this.closing.delete(done));
+    this.closing.add(done);
+  }
+
+  /** Closes the client (ends the server process over stdio). */
+  async close(): Promise<void> {
+    this.closed = true;
+    await this.connecting?.catch(() => undefined);
+    const client = this.current;
+    this.current = undefined;
+    if (client) this.retire(client);
+    await Promise.all([...this.closing]);
+  }
 }
 
 /** What a status check is asked about: a write that may have been applied. */
@@ -132,6 +499,8 @@ export interface StatusCheckRequest {
   arguments: Record<string, unknown>;
   idempotencyKey?: string;
   callId: number;
+  /** Aborted when the call is stopped (its limit passed, or it was cancelled). */
+  signal?: AbortSignal;
 }
 
 export type StatusCheck = (request: StatusCheckRequest) => Promise<Wit.StatusCheckResult>;
@@ -159,7 +528,11 @@ export interface RetryingToolCallerOptions {
   entropy?: EntropySource;
   /** How long one attempt may take before it counts as a timeout (default 30 s). */
   attemptTimeoutMs?: number;
-  /** The server's tools, if already listed (default: `listTools` on first use). */
+  /** The most one `callTool` may take, from its start, retries and reconnections included (default: none). */
+  callTimeoutMs?: number;
+  /** The most all calls of this caller may take, from its construction (default: none). */
+  runTimeoutMs?: number;
+  /** The server's tools, if already listed (default: `tools/list` on first use). */
   tools?: Tool[];
   emptyCheck?: (result: CallToolResult) => string | undefined;
   clock?: () => bigint;
@@ -173,19 +546,130 @@ export interface RetryingToolCallerOptions {
   policyIdentity?: string;
 }
 
+/** `callTool`'s third argument (a string is the `actionId`, as before). */
+export interface CallToolOptions {
+  /** Names the call's place in the run for its idempotency key (default `step-N`). */
+  actionId?: string;
+  /** Stops the call at once when aborted (`CallCancelled`). */
+  signal?: AbortSignal;
+}
+
 interface Observed {
   outcome: Wit.Outcome;
   summary: string;
   result?: CallToolResult;
+  /** The connection is lost: why. */
+  lost?: string;
+  /** The failure came from an HTTP transport without the capturing fetch. */
+  captureMissing?: boolean;
 }
 
-/** What every log line of one call carries: its step (the N of `step-N`) and the key sent. */
+/** What every log line of one call carries: its step (the N of `step-N`; null
+ *  for a pseudo-call) and the key sent. */
 interface CallTag {
-  step: number;
+  step: number | null;
   key?: string;
 }
 
-const defaultSleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+/** Where a call of the model is, for the stop line and the errors. */
+interface CallState {
+  tool: string;
+  tag: CallTag;
+  callId?: number;
+  effect?: Wit.Effect;
+  attemptsSent: number;
+  /** The attempt last sent (0: none). */
+  attempt: number;
+  /** An attempt of the call is out (not a reconnection, not a status check). */
+  inFlight: boolean;
+}
+
+/** Thrown inside a call when it must stop; turned into `CallTimedOut` or `CallCancelled`. */
+class StopNow extends Error {}
+
+/** A call's stop: its signal, what stopped it, and its deadline (performance.now() ms). */
+class CallScope {
+  private readonly controller = new AbortController();
+  private timer?: ReturnType<typeof setTimeout>;
+  private readonly unlisten?: () => void;
+  cause?: StopCause;
+  readonly deadline: number;
+  readonly deadlineCause?: 'call-timeout' | 'run-timeout';
+  readonly limitMs?: number;
+
+  constructor(callLimit: number | undefined, runLimit: number | undefined, callTimeoutMs: number | undefined, runTimeoutMs: number | undefined,
+    signal: AbortSignal | undefined, private readonly sleeper: (ms: number) => Promise<void> | undefined) {
+    const now = performance.now();
+    const call = callLimit ?? Infinity;
+    const run = runLimit ?? Infinity;
+    this.deadline = Math.min(call, run);
+    if (Number.isFinite(this.deadline)) {
+      this.deadlineCause = call <= run ? 'call-timeout' : 'run-timeout';
+      this.limitMs = call <= run ? callTimeoutMs : runTimeoutMs;
+      if (this.deadline <= now) this.stop(this.deadlineCause);
+      else this.timer = setTimeout(() => this.stop(this.deadlineCause as StopCause), this.deadline - now);
+    }
+    if (signal?.aborted) {
+      this.stop('cancelled');
+    } else if (signal) {
+      const onAbort = () => this.stop('cancelled');
+      signal.addEventListener('abort', onAbort, { once: true });
+      this.unlisten = () => signal.removeEventListener('abort', onAbort);
+    }
+  }
+
+  get signal(): AbortSignal {
+    return this.controller.signal;
+  }
+
+  stop(cause: StopCause): void {
+    if (this.cause) return;
+    this.cause = cause;
+    this.controller.abort(new StopNow(cause));
+  }
+
+  check(): void {
+    if (this.cause) throw new StopNow(this.cause);
+  }
+
+  /** Resolves as `promise` does, or rejects with `StopNow` the moment the call stops. */
+  race<T>(promise: Promise<T>): Promise<T> {
+    promise.catch(() => undefined); // what loses the race is not an unhandled rejection
+    if (this.cause) return Promise.reject(new StopNow(this.cause));
+    const signal = this.signal;
+    return new Promise<T>((resolve, reject) => {
+      const onAbort = () => reject(new StopNow(this.cause));
+      signal.addEventListener('abort', onAbort, { once: true });
+      promise.then(
+        (value) => { signal.removeEventListener('abort', onAbort); resolve(value); },
+        (error) => { signal.removeEventListener('abort', onAbort); reject(error); },
+      );
+    });
+  }
+
+  /** Waits `ms`, unless that would end past the deadline (then the call stops now) or the call stops first. */
+  async pause(ms: number): Promise<void> {
+    this.check();
+    if (ms <= 0) return;
+    if (this.deadlineCause && performance.now() + ms > this.deadline) {
+      this.stop(this.deadlineCause);
+      this.check();
+    }
+    const custom = this.sleeper(ms);
+    if (custom) return this.race(custom);
+    const signal = this.signal;
+    await new Promise<void>((resolve, reject) => {
+      const onAbort = () => { clearTimeout(timer); reject(new StopNow(this.cause)); };
+      const timer = setTimeout(() => { signal.removeEventListener('abort', onAbort); resolve(); }, ms);
+      signal.addEventListener('abort', onAbort, { once: true });
+    });
+  }
+
+  dispose(): void {
+    if (this.timer) clearTimeout(this.timer);
+    this.unlisten?.();
+  }
+}
 
 /** A result's text content blocks, joined with "\n" (the tool error's body). */
 export const textOf = (result: CallToolResult): string =>
@@ -208,6 +692,15 @@ export function structuredText(value: unknown): string | undefined {
   }
 }
 
+/** The hints of the pseudo-tools `initialize` and `tools/list`. */
+const PSEUDO_HINTS: Wit.ToolHints = { readOnly: true, destructive: false, idempotent: true };
+
+/** Whether a client talks streamable HTTP (or the older SSE transport). */
+function isHttpClient(client: Client | undefined): boolean {
+  const transport = client?.transport;
+  return transport instanceof StreamableHTTPClientTransport || transport?.constructor?.name === 'SSEClientTransport';
+}
+
 /** Calls MCP tools through one run of the policy. One caller per run, one call at a time. */
 export class RetryingToolCaller {
   private tools?: Map<string, Tool>;
@@ -215,18 +708,34 @@ export class RetryingToolCaller {
   private readonly keyArgument: string;
   private readonly entropy: EntropySource;
   private readonly attemptTimeoutMs: number;
+  private readonly callTimeoutMs?: number;
+  private readonly runTimeoutMs?: number;
+  private readonly startedAt = performance.now();
   private readonly clock: () => bigint;
-  private readonly sleep: (ms: number) => Promise<void>;
   private readonly log: (line: string) => void;
+  /** The connection, when the caller was built on one (it can be re-established). */
+  readonly connection?: McpConnection;
+  private readonly bare?: Client;
+  /** Why a bare client's session is lost (it cannot be re-established). */
+  private bareLost?: string;
+  private captureWarned = false;
   /** What every attempt line logs as `policy`: which policy made the decision. */
   readonly policyIdentity: string;
 
-  constructor(readonly client: Client, readonly run: Run, private readonly options: RetryingToolCallerOptions = {}) {
+  constructor(source: McpConnection | Client, readonly run: Run, private readonly options: RetryingToolCallerOptions = {}) {
+    if (source instanceof McpConnection) this.connection = source;
+    else this.bare = source;
     this.keyArgument = options.keyArgument ?? 'idempotency_key';
     this.entropy = options.entropy ?? new OsEntropy();
     this.attemptTimeoutMs = options.attemptTimeoutMs ?? 30_000;
+    for (const [name, value] of [['callTimeoutMs', options.callTimeoutMs], ['runTimeoutMs', options.runTimeoutMs]] as const) {
+      if (value !== undefined && !(typeof value === 'number' && value >= 0 && Number.isFinite(value))) {
+        throw new TypeError(`${name} must be a finite number of ms, not ${String(value)}`);
+      }
+    }
+    this.callTimeoutMs = options.callTimeoutMs;
+    this.runTimeoutMs = options.runTimeoutMs;
     this.clock = options.clock ?? nowMs;
-    this.sleep = options.sleep ?? defaultSleep;
     this.log = options.log ?? ((line) => process.stderr.write(`${line}\n`));
     const identity: unknown = options.policyIdentity ?? run.instance.policyIdentity;
     if (typeof identity !== 'string' || identity === '') {
@@ -237,43 +746,55 @@ export class RetryingToolCaller {
     if (options.tools) this.tools = new Map(options.tools.map((t) => [t.name, t]));
   }
 
-  private async tool(name: string): Promise<Tool | undefined> {
-    if (!this.tools) {
-      const tools = new Map<string, Tool>();
-      let cursor: string | undefined;
-      do {
-        const page = await this.client.listTools(cursor ? { cursor } : undefined);
-        for (const t of page.tools) tools.set(t.name, t);
-        cursor = page.nextCursor;
-      } while (cursor);
-      this.tools = tools;
-    }
-    return this.tools.get(name);
+  /** The client requests go through now (the connection's current one). */
+  get client(): Client {
+    const client = this.connection ? this.connection.client : this.bare;
+    if (!client) throw new AgentRetryError('the McpConnection is not connected yet: the caller connects it on its first call (or call connection.connect())');
+    return client;
   }
 
   /** Makes one intended call, retrying as the policy says. Resolves to what the
    *  model should see: the result, or (replan) an `isError` result carrying the
-   *  policy's message. Rejects with `Escalated` when the run must stop.
-   *  `actionId` names the call's place in the run for its idempotency key
-   *  (default: `step-N`, N counting this caller's calls from 1, as the Rust host
-   *  does, so all hosts derive the same key for the same run and call). */
-  async callTool(name: string, args: Record<string, unknown> = {}, actionId?: string): Promise<CallToolResult> {
+   *  policy's message. Rejects with `Escalated` when the run must stop,
+   *  `SessionLost` when the session is lost for good, `CallTimedOut` or
+   *  `CallCancelled` when it was stopped. `actionId` (or `options.actionId`)
+   *  names the call's place in the run for its idempotency key (default:
+   *  `step-N`, N counting this caller's calls from 1, as the Rust host does, so
+   *  all hosts derive the same key for the same run and call). */
+  async callTool(name: string, args: Record<string, unknown> = {}, options?: string | CallToolOptions): Promise<CallToolResult> {
+    const { actionId, signal } = typeof options === 'string' ? { actionId: options, signal: undefined } : (options ?? {});
     this.calls += 1;
     const step = this.calls;
-    const action = actionId ?? `step-${step}`;
-    const tool = await this.tool(name);
+    const state: CallState = { tool: name, tag: { step }, attemptsSent: 0, attempt: 0, inFlight: false };
+    const now = performance.now();
+    const scope = new CallScope(
+      this.callTimeoutMs === undefined ? undefined : now + this.callTimeoutMs,
+      this.runTimeoutMs === undefined ? undefined : this.startedAt + this.runTimeoutMs,
+      this.callTimeoutMs, this.runTimeoutMs, signal, (ms) => this.options.sleep?.(ms));
+    try {
+      return await this.call(name, args, actionId ?? `step-${step}`, state, scope);
+    } catch (e) {
+      if (e instanceof StopNow || (scope.cause && !(e instanceof AgentRetryError))) throw this.stopped(state, scope);
+      throw e;
+    } finally {
+      scope.dispose();
+    }
+  }
+
+  private async call(name: string, args: Record<string, unknown>, action: string, state: CallState, scope: CallScope): Promise<CallToolResult> {
+    scope.check();
+    const tool = await this.tool(name, scope);
     const sendArgs: Record<string, unknown> = { ...args };
-    let key: string | undefined;
+    const tag = state.tag;
     const properties = tool?.inputSchema?.properties;
     if (properties && typeof properties === 'object' && this.keyArgument in properties) {
-      key = this.policy({ step }, name, 'not sent', () => this.run.instance.deriveIdempotencyKey(this.run.runId, action));
-      sendArgs[this.keyArgument] = key;
+      tag.key = this.policy(tag, name, 'not sent', () => this.run.instance.deriveIdempotencyKey(this.run.runId, action));
+      sendArgs[this.keyArgument] = tag.key;
     }
-    const tag: CallTag = { step, key };
     const annotations = tool?.annotations;
     const request: Wit.CallRequest = {
       tool: name,
-      idempotencyKey: key,
+      idempotencyKey: tag.key,
       hints: annotations
         ? { readOnly: annotations.readOnlyHint, destructive: annotations.destructiveHint, idempotent: annotations.idempotentHint }
         : undefined,
@@ -284,26 +805,36 @@ export class RetryingToolCaller {
       throw new Escalated(admission.val, name);
     }
     const { callId, delayMs } = admission.val;
-    if (delayMs > 0n) await this.sleep(Number(delayMs));
+    state.callId = callId;
+    state.effect = admission.val.effect;
+    await scope.pause(Number(delayMs));
 
     // The attempt each outcome reports: 1, then each retry plan's (contract 0.3.0).
     let attempt = 1;
     for (;;) {
-      const observed = await this.attempt(name, sendArgs);
+      await this.ensureConnected(scope, name);
+      state.attempt = attempt;
+      state.attemptsSent += 1;
+      state.inFlight = true;
+      const observed = await this.attemptTool(name, sendArgs, scope);
+      state.inFlight = false;
       let decision = this.policy(tag, name, observed.summary, () =>
         this.run.recordOutcome(callId, attempt, observed.outcome, this.clock(), this.entropy.nextU64()));
-      this.logDecision(tag, name, callId, attempt, observed.summary, decision);
+      this.logDecision(tag, name, callId, attempt, observed, decision);
       while (decision.action.tag === 'check-status') {
-        const found = await this.checkStatus({ client: this.client, tool: name, arguments: sendArgs, idempotencyKey: key, callId });
+        await this.ensureConnected(scope, name);
+        const found = await this.checkStatus({
+          client: this.client, tool: name, arguments: sendArgs, idempotencyKey: tag.key, callId, signal: scope.signal,
+        }, scope);
         // A status check reports the attempt whose effect it checked: the current one.
         decision = this.policy(tag, name, `status check: ${found}`, () =>
           this.run.recordOutcome(callId, attempt, { tag: 'status-check', val: found }, this.clock(), this.entropy.nextU64()));
-        this.logDecision(tag, name, callId, attempt, `status check: ${found}`, decision);
+        this.logDecision(tag, name, callId, attempt, { outcome: { tag: 'status-check', val: found }, summary: `status check: ${found}` }, decision);
       }
       const next = decision.action;
       switch (next.tag) {
         case 'retry':
-          await this.sleep(Number(next.val.delayMs));
+          await scope.pause(Number(next.val.delayMs));
           attempt = next.val.attempt;
           continue;
         case 'replan':
@@ -315,6 +846,239 @@ export class RetryingToolCaller {
           throw new Escalated(next.val, name);
       }
     }
+  }
+
+  /** The tool's description, listing the server's tools (the `tools/list` pseudo-call, a page a call) on first use. */
+  private async tool(name: string, scope: CallScope): Promise<Tool | undefined> {
+    if (!this.tools) {
+      await this.ensureConnected(scope, name);
+      const tools = new Map<string, Tool>();
+      let cursor: string | undefined;
+      do {
+        const params = cursor ? { cursor } : undefined;
+        const page = await this.pseudoCall('tools/list', scope, name, true,
+          (signal) => this.client.listTools(params, { signal, timeout: this.attemptTimeoutMs }));
+        for (const t of page.tools) tools.set(t.name, t);
+        cursor = page.nextCursor;
+      } while (cursor);
+      this.tools = tools;
+    }
+    return this.tools.get(name);
+  }
+
+  /** Before a request: (re-)establishes a lost connection through the policy
+   *  (the `initialize` pseudo-call). A bare client's lost session cannot be. */
+  private async ensureConnected(scope: CallScope, tool: string): Promise<void> {
+    const connection = this.connection;
+    if (!connection) {
+      if (this.bareLost !== undefined) {
+        throw new SessionLost(`the MCP session is lost (${this.bareLost}) and a caller built on a bare Client cannot re-establish it: `
+          + 'build the caller on an McpConnection (McpConnection.http(url) or McpConnection.stdio({ command, args }))', tool);
+      }
+      return;
+    }
+    const lost = connection.lost;
+    if (lost === undefined) return;
+    const again = connection.connections > 0;
+    await this.pseudoCall('initialize', scope, tool, false, async (signal) => {
+      try {
+        await connection.connect({ signal, timeoutMs: this.attemptTimeoutMs });
+      } catch (e) {
+        // Say in the failure's text (and so in an escalation's note) that this was a re-connection.
+        if (again) throw new ReconnectFailed(lost, e);
+        throw e;
+      }
+    });
+  }
+
+  /** A request outside the model's call (`initialize`, `tools/list`) as a call
+   *  of the policy: begun (a step), observed, retried or escalated as decided. */
+  private async pseudoCall<T>(tool: 'initialize' | 'tools/list', scope: CallScope, forTool: string, needsConnection: boolean,
+    send: (signal: AbortSignal) => Promise<T>): Promise<T> {
+    const tag: CallTag = { step: null };
+    const admission = this.policy(tag, tool, 'not sent', () =>
+      this.run.beginCall({ tool, idempotencyKey: undefined, hints: PSEUDO_HINTS }, this.clock()));
+    if (admission.tag === 'escalate') {
+      this.logLine(tag, tool, undefined, 0, 'not sent', { action: 'escalate', escalation: admission.val.reason, reason: admission.val.note });
+      throw new Escalated(admission.val, tool);
+    }
+    const { callId, delayMs } = admission.val;
+    await scope.pause(Number(delayMs));
+    let attempt = 1;
+    for (;;) {
+      if (needsConnection) await this.ensureConnected(scope, forTool);
+      const { value, error, capture, client } = await this.exchange(scope, send);
+      const observed: Observed = error === undefined && !hasFailure(capture)
+        ? { outcome: { tag: 'success' }, summary: 'success' }
+        : this.observeFailure(error, capture, client, tool);
+      let decision = this.policy(tag, tool, observed.summary, () =>
+        this.run.recordOutcome(callId, attempt, observed.outcome, this.clock(), this.entropy.nextU64()));
+      this.logDecision(tag, tool, callId, attempt, observed, decision);
+      while (decision.action.tag === 'check-status') {
+        // Nobody can read whether a connection "applied": unknown (the policy escalates).
+        decision = this.policy(tag, tool, 'status check: unknown', () =>
+          this.run.recordOutcome(callId, attempt, { tag: 'status-check', val: 'unknown' }, this.clock(), this.entropy.nextU64()));
+        this.logDecision(tag, tool, callId, attempt, { outcome: { tag: 'status-check', val: 'unknown' }, summary: 'status check: unknown' }, decision);
+      }
+      const next = decision.action;
+      switch (next.tag) {
+        case 'retry':
+          await scope.pause(Number(next.val.delayMs));
+          attempt = next.val.attempt;
+          continue;
+        case 'succeed':
+          if (observed.outcome.tag === 'success') return value as T;
+          throw new SessionLost(`the policy answered succeed to a failed ${tool} (${observed.summary}): no session to go on with`, forTool);
+        case 'replan':
+          throw new SessionLost(`${tool} failed (${observed.summary}) and the policy answered replan: ${next.val}`, forTool);
+        case 'escalate':
+          throw new Escalated(next.val, tool);
+      }
+    }
+  }
+
+  /** Sends one request of an attempt with its capture, ended at once when its
+   *  answer stream is cut or the call stops. */
+  private async exchange<T>(scope: CallScope, send: (signal: AbortSignal) => Promise<T>):
+    Promise<{ value?: T; error?: unknown; capture: AttemptCapture; client?: Client }> {
+    scope.check();
+    const controller = new AbortController();
+    const capture: AttemptCapture = { headers: [], body: '', abort: () => controller.abort(new Error('the answer stream was cut')) };
+    const onStop = () => controller.abort(scope.signal.reason);
+    scope.signal.addEventListener('abort', onStop, { once: true });
+    let value: T | undefined;
+    let error: unknown;
+    try {
+      value = await scope.race(currentAttempt.run(capture, () => send(controller.signal)));
+    } catch (e) {
+      if (e instanceof StopNow) throw e;
+      error = e;
+    } finally {
+      capture.closed = true;
+      scope.signal.removeEventListener('abort', onStop);
+    }
+    if (error !== undefined) scope.check(); // a failure that came as the call stopped is the stop (an answer that came is kept)
+    const client = this.connection ? this.connection.client : this.bare;
+    return { value, error, capture, client };
+  }
+
+  private async attemptTool(name: string, args: Record<string, unknown>, scope: CallScope): Promise<Observed> {
+    const { value, error, capture, client } = await this.exchange(scope,
+      (signal) => this.client.callTool({ name, arguments: args }, undefined, { timeout: this.attemptTimeoutMs, signal }) as Promise<CallToolResult>);
+    if (error !== undefined || hasFailure(capture)) return this.observeFailure(error, capture, client, name);
+    const result = value as CallToolResult;
+    if (result.isError) {
+      // No upstream status from the wrapper: the policy reads the text and the
+      // structured content (a status, a provider's error type, a wait in prose).
+      const failure: Wit.Failure = {
+        kind: { tag: 'tool-error', val: undefined }, headers: [], body: textOf(result), structuredContent: structuredText(result.structuredContent),
+      };
+      return { outcome: { tag: 'failure', val: failure }, summary: 'isError', result };
+    }
+    const what = (this.options.emptyCheck ?? defaultEmptyCheck)(result);
+    if (what !== undefined) return { outcome: { tag: 'empty-result', val: what }, summary: 'empty result', result };
+    return { outcome: { tag: 'success' }, summary: 'success', result };
+  }
+
+  /** A failed request as the contract's outcome: the first case that fits, in
+   *  the contract's order (HTTP status, transport, JSON-RPC error); a lost
+   *  session marks the connection lost. */
+  private observeFailure(error: unknown, capture: AttemptCapture, client: Client | undefined, tool: string): Observed {
+    let observed: Observed;
+    const reconnect = error instanceof ReconnectFailed ? error : undefined;
+    const cause = reconnect ? reconnect.cause : error;
+    const again = (detail: string) => (reconnect ? `${reconnect.message}: ${detail}` : detail);
+    if (capture.status !== undefined && capture.sessionLost) {
+      const lost = `HTTP ${capture.status}: the server does not know the session`;
+      observed = {
+        outcome: transport('connection-refused', again(`${lost} (${capture.body.slice(0, 200)}); not run, the session is established again`)),
+        summary: 'session lost', lost,
+      };
+    } else if (capture.status !== undefined) {
+      observed = {
+        outcome: { tag: 'failure', val: { kind: { tag: 'http-status', val: capture.status }, headers: capture.headers, body: capture.body } },
+        summary: `HTTP ${capture.status}`,
+      };
+    } else if (capture.transportError !== undefined) {
+      observed = { outcome: transport(capture.transportError, again(capture.transportDetail ?? '')), summary: capture.transportError };
+    } else if (cause instanceof McpError && cause.code === ErrorCode.RequestTimeout) {
+      observed = { outcome: transport('timeout', again(cause.message)), summary: 'timeout' };
+    } else if (cause instanceof McpError && cause.code === ErrorCode.ConnectionClosed) {
+      const lost = client?.transport === undefined || this.connection?.kind === 'stdio' || client.transport instanceof StdioClientTransport
+        ? 'the connection closed while the request was out (a stdio server that exited or closed its pipe)' : 'the connection closed';
+      observed = { outcome: transport('stream-closed', again(`${lost}: ${cause.message}`)), summary: 'stream closed', lost };
+    } else if (cause instanceof McpError) {
+      observed = {
+        outcome: {
+          tag: 'failure',
+          val: { kind: { tag: 'protocol-error', val: cause.code }, headers: [], body: jsonRpcMessage(cause), structuredContent: structuredText(cause.data) },
+        },
+        summary: `JSON-RPC ${cause.code}`,
+      };
+    } else if (cause instanceof StreamableHTTPError && cause.code !== undefined && cause.code >= 100) {
+      // Only if the capturing fetch was not installed: the status without headers.
+      const sessionSent = (client?.transport as StreamableHTTPClientTransport | undefined)?.sessionId !== undefined;
+      if (sessionSent && isUnknownSession(cause.code, cause.message)) {
+        const lost = `HTTP ${cause.code}: the server does not know the session`;
+        observed = { outcome: transport('connection-refused', again(`${lost} (${cause.message})`)), summary: 'session lost', lost };
+      } else {
+        observed = {
+          outcome: { tag: 'failure', val: { kind: { tag: 'http-status', val: cause.code }, headers: [], body: cause.message } },
+          summary: `HTTP ${cause.code}`,
+        };
+      }
+    } else if (cause instanceof Error && cause.message === 'Not connected') {
+      const lost = 'the request could not be sent: not connected (the server process is gone)';
+      observed = { outcome: transport('connection-refused', again(lost)), summary: 'not connected', lost };
+    } else if (cause !== undefined) {
+      observed = { outcome: transport(classifyNetworkError(cause), again(describeError(cause))), summary: 'transport error' };
+    } else {
+      observed = { outcome: transport('other', again('the request failed without an error')), summary: 'transport error' };
+    }
+    if (observed.lost !== undefined) this.markLost(observed.lost);
+    const kind = observed.outcome.tag === 'failure' ? observed.outcome.val.kind.tag : undefined;
+    if ((kind === 'http-status' || kind === 'transport') && !capture.fetched && !reconnect && isHttpClient(client)) {
+      observed.captureMissing = true;
+      if (!this.captureWarned) {
+        this.captureWarned = true;
+        this.log(JSON.stringify({
+          event: 'agent_retry.capture_missing', ts: Date.now() / 1000, run: this.run.runId, policy: this.policyIdentity, tool,
+          reason: 'a failure came from an HTTP transport that is not the wrapper\'s capturing one: no HTTP status headers '
+            + '(Retry-After) are seen, and a cut answer stream waits for the attempt timeout; build the caller on McpConnection.http(url) '
+            + 'or give the transport createCapturingFetch()',
+        }));
+      }
+    }
+    return observed;
+  }
+
+  private markLost(reason: string): void {
+    if (this.connection) this.connection.markLost(reason);
+    else this.bareLost ??= reason;
+  }
+
+  /** The call stopped: one `stop` line, and the error that says what may have happened. */
+  private stopped(state: CallState, scope: CallScope): CallTimedOut | CallCancelled {
+    const cause = scope.cause ?? 'cancelled';
+    let unknown = false;
+    if (state.callId !== undefined) {
+      try {
+        unknown = this.run.allEffects().some((effect) => effect.callId === state.callId && effect.status === 'unknown');
+      } catch {
+        unknown = true; // the policy cannot say: assume the worst
+      }
+    }
+    const writes = state.effect === 'write' || state.effect === 'delete';
+    const mayHaveApplied = writes && (state.inFlight || unknown);
+    const stoppedBy = cause === 'cancelled' ? 'the call was cancelled'
+      : `the ${cause === 'call-timeout' ? 'call' : 'run'}'s limit of ${scope.limitMs} ms passed`;
+    const where = state.inFlight ? `while attempt ${state.attempt} was in flight` : state.callId === undefined ? 'before the call was sent' : 'between attempts';
+    const applied = !writes ? 'it is not a write' : mayHaveApplied ? 'the write may have been applied: check before sending it again'
+      : 'the write was not applied';
+    const reason = `${stoppedBy} ${where} (${state.attemptsSent} sent); ${applied}`;
+    this.logLine(state.tag, state.tool, state.callId, state.attempt, cause, { action: 'stop', reason });
+    const stopped = { cause, tool: state.tool, callId: state.callId, attemptsSent: state.attemptsSent, mayHaveApplied };
+    return cause === 'cancelled' ? new CallCancelled(`${state.tool}: ${reason}`, stopped) : new CallTimedOut(`${state.tool}: ${reason}`, stopped);
   }
 
   /** Asks the policy; if the policy itself fails, the safe fallback: no retry,
@@ -331,85 +1095,30 @@ export class RetryingToolCaller {
     }
   }
 
-  private async attempt(name: string, args: Record<string, unknown>): Promise<Observed> {
-    const capture: AttemptCapture = { headers: [], body: '' };
-    let result: CallToolResult | undefined;
-    let error: unknown;
-    try {
-      result = (await currentAttempt.run(capture, () =>
-        this.client.callTool({ name, arguments: args }, undefined, { timeout: this.attemptTimeoutMs }))) as CallToolResult;
-    } catch (e) {
-      error = e;
-    }
-    // The first case that fits, in the contract's order: HTTP status, transport,
-    // JSON-RPC error, isError.
-    if (capture.status !== undefined) {
-      return {
-        outcome: { tag: 'failure', val: { kind: { tag: 'http-status', val: capture.status }, headers: capture.headers, body: capture.body } },
-        summary: `HTTP ${capture.status}`,
-      };
-    }
-    if (capture.transportError !== undefined) {
-      return { outcome: transport(capture.transportError, capture.transportDetail ?? ''), summary: capture.transportError };
-    }
-    if (error instanceof McpError) {
-      if (error.code === ErrorCode.RequestTimeout) return { outcome: transport('timeout', error.message), summary: 'timeout' };
-      if (error.code === ErrorCode.ConnectionClosed) return { outcome: transport('stream-closed', error.message), summary: 'stream closed' };
-      return {
-        outcome: {
-          tag: 'failure',
-          val: { kind: { tag: 'protocol-error', val: error.code }, headers: [], body: jsonRpcMessage(error), structuredContent: structuredText(error.data) },
-        },
-        summary: `JSON-RPC ${error.code}`,
-      };
-    }
-    if (error instanceof StreamableHTTPError && error.code !== undefined && error.code >= 100) {
-      // Only if the capturing fetch was not installed: the status without headers.
-      return {
-        outcome: { tag: 'failure', val: { kind: { tag: 'http-status', val: error.code }, headers: [], body: error.message } },
-        summary: `HTTP ${error.code}`,
-      };
-    }
-    if (error !== undefined) {
-      return { outcome: transport(classifyNetworkError(error), String((error as Error).message ?? error)), summary: 'transport error' };
-    }
-    const value = result as CallToolResult;
-    if (value.isError) {
-      // No upstream status from the wrapper: the policy reads the text and the
-      // structured content (a status, a provider's error type, a wait in prose).
-      const failure: Wit.Failure = {
-        kind: { tag: 'tool-error', val: undefined }, headers: [], body: textOf(value), structuredContent: structuredText(value.structuredContent),
-      };
-      return { outcome: { tag: 'failure', val: failure }, summary: 'isError', result: value };
-    }
-    const what = (this.options.emptyCheck ?? defaultEmptyCheck)(value);
-    if (what !== undefined) return { outcome: { tag: 'empty-result', val: what }, summary: 'empty result', result: value };
-    return { outcome: { tag: 'success' }, summary: 'success', result: value };
-  }
-
-  private async checkStatus(request: StatusCheckRequest): Promise<Wit.StatusCheckResult> {
+  private async checkStatus(request: StatusCheckRequest, scope: CallScope): Promise<Wit.StatusCheckResult> {
     const configured = this.options.statusCheck;
     const check = typeof configured === 'function' ? configured : configured?.[request.tool];
     if (!check) return 'unknown'; // nobody can tell: the policy escalates rather than risk a second write
     try {
-      const found = await check(request);
+      const found = await scope.race(check(request));
       return found === 'found' || found === 'absent' || found === 'unknown' ? found : 'unknown';
     } catch (e) {
+      if (e instanceof StopNow) throw e;
       this.log(JSON.stringify({ event: 'agent_retry.status_check_failed', run: this.run.runId, policy: this.policyIdentity, tool: request.tool, error: String(e) }));
       return 'unknown';
     }
   }
 
-  private logDecision(tag: CallTag, tool: string, callId: number, attempt: number, outcome: string, decision: Wit.Decision): void {
+  private logDecision(tag: CallTag, tool: string, callId: number, attempt: number, observed: Observed, decision: Wit.Decision): void {
     const next = decision.action;
-    this.logLine(tag, tool, callId, attempt, outcome, {
+    this.logLine(tag, tool, callId, attempt, observed.summary, {
       class: decision.class,
       action: next.tag,
       delayMs: next.tag === 'retry' ? Number(next.val.delayMs) : undefined,
       hintMs: decision.hintMs === undefined ? undefined : Number(decision.hintMs),
       rule: decision.rule,
       escalation: next.tag === 'escalate' ? next.val.reason : undefined,
-      reason: decision.reason,
+      reason: observed.captureMissing ? `${decision.reason}${CAPTURE_MISSING_SUFFIX}` : decision.reason,
     });
   }
 
@@ -427,6 +1136,13 @@ export class RetryingToolCaller {
       outcome, class: what.class ?? null, rule: what.rule ?? null, action: what.action, delay_ms: what.delayMs ?? null,
       hint_ms: what.hintMs ?? null, escalation: what.escalation ?? null, reason: what.reason,
     }));
+  }
+}
+
+/** A re-connection that failed: its message says so (and why the session was lost). */
+class ReconnectFailed extends Error {
+  constructor(lost: string, override readonly cause: unknown) {
+    super(`could not reach the server again (the session was lost: ${lost})`);
   }
 }
 

@@ -30,12 +30,22 @@ const CONFIG = { 'base-delay-ms': 20, 'max-delay-ms': 200 };
 let server: RunningServer;
 let client: Client;
 let lines: Array<Record<string, unknown>>;
+/** Every line logged, the pseudo-calls' (`tools/list`, `initialize`: step null) too. */
+let allLines: Array<Record<string, unknown>>;
+
+/** Logs into `allLines`, and the model's calls' lines (and other events) into `lines`. */
+const collect = (line: string) => {
+  const parsed = JSON.parse(line) as Record<string, unknown>;
+  allLines.push(parsed);
+  if (parsed.step !== null) lines.push(parsed);
+};
 
 beforeEach(async () => {
   server = await new RunningServer().start();
   client = new Client({ name: 'agent-retry-test', version: '1.0.0' });
   await client.connect(new StreamableHTTPClientTransport(new URL(server.url), { fetch: createCapturingFetch() }));
   lines = [];
+  allLines = [];
 });
 
 afterEach(async () => {
@@ -46,7 +56,7 @@ afterEach(async () => {
 async function newCaller(options: RetryingToolCallerOptions = {}, runId = 'CASE-5016'): Promise<RetryingToolCaller> {
   const instance = await (await PolicyComponent.load()).instantiate({ accounts: new EmbeddedAccounts(), entropy: new SplitMix64(7n) });
   const run = instance.loadPolicy(CONFIG).startRun(runId);
-  return new RetryingToolCaller(client, run, { entropy: new SplitMix64(3n), log: (line) => lines.push(JSON.parse(line)), ...options });
+  return new RetryingToolCaller(client, run, { entropy: new SplitMix64(3n), log: collect, ...options });
 }
 
 const textOf = (result: CallToolResult) => result.content.flatMap((b) => (b.type === 'text' ? [b.text] : [])).join(' ');
@@ -187,13 +197,27 @@ test('retries wait the policy delay', async () => {
 /** The outcomes the wrapper recorded, as the component received them. */
 function recordedOutcomes(caller: RetryingToolCaller): Outcome[] {
   const seen: Outcome[] = [];
+  const pseudo = pseudoCallIds(caller);
   const run = caller.run;
   const record = run.recordOutcome.bind(run);
   run.recordOutcome = (callId, attempt, outcome, now, entropy) => {
-    seen.push(structuredClone(outcome));
+    if (!pseudo.has(callId)) seen.push(structuredClone(outcome));
     return record(callId, attempt, outcome, now, entropy);
   };
   return seen;
+}
+
+/** The ids of the pseudo-calls (`initialize`, `tools/list`) the caller begins from now on. */
+function pseudoCallIds(caller: RetryingToolCaller): Set<number> {
+  const ids = new Set<number>();
+  const run = caller.run;
+  const begin = run.beginCall.bind(run);
+  run.beginCall = (request, now) => {
+    const admission = begin(request, now);
+    if ((request.tool === 'initialize' || request.tool === 'tools/list') && admission.tag === 'send') ids.add(admission.val.callId);
+    return admission;
+  };
+  return ids;
 }
 
 test('a relayed "HTTP 503" in a tool error is retried and the model sees only the success', async () => {
@@ -316,8 +340,9 @@ test('a tool error\'s text blocks are joined with newlines for the policy', asyn
 test('the log names escalation reasons as the contract does (run-steps-spent)', async () => {
   server.state.script('lookup_order', { kind: 'http', status: 503, body: 'upstream unavailable' });
   const instance = await (await PolicyComponent.load()).instantiate({ accounts: new EmbeddedAccounts(), entropy: new SplitMix64(7n) });
-  const run = instance.loadPolicy({ ...CONFIG, 'max-steps-per-run': 1 }).startRun('CASE-5017');
-  const caller = new RetryingToolCaller(client, run, { log: (line) => lines.push(JSON.parse(line)) });
+  // Two steps: the `tools/list` pseudo-call, then the one attempt.
+  const run = instance.loadPolicy({ ...CONFIG, 'max-steps-per-run': 2 }).startRun('CASE-5017');
+  const caller = new RetryingToolCaller(client, run, { log: collect });
   await assert.rejects(caller.callTool('lookup_order', { order_id: 'A1' }), (e: unknown) => e instanceof Escalated && e.reason === 'run-steps-spent');
   assert.deepEqual(lines.map((l) => [l.outcome, l.class, l.rule, l.action, l.escalation]),
     [['HTTP 503', 'transient', 'http-status', 'escalate', 'run-steps-spent']]);
@@ -330,10 +355,11 @@ test('the log names escalation reasons as the contract does (run-steps-spent)', 
 /** The attempt each `record-outcome` reported, with what it reported. */
 function recordedAttempts(caller: RetryingToolCaller): Array<[number, string]> {
   const seen: Array<[number, string]> = [];
+  const pseudo = pseudoCallIds(caller);
   const run = caller.run;
   const record = run.recordOutcome.bind(run);
   run.recordOutcome = (callId, attempt, outcome, now, entropy) => {
-    seen.push([attempt, outcome.tag === 'status-check' ? `status-check ${outcome.val}` : outcome.tag]);
+    if (!pseudo.has(callId)) seen.push([attempt, outcome.tag === 'status-check' ? `status-check ${outcome.val}` : outcome.tag]);
     return record(callId, attempt, outcome, now, entropy);
   };
   return seen;
@@ -398,9 +424,9 @@ test('a wrapper given policyIdentity logs it on every attempt line, the admissio
 
   // An escalation at admission (the run's steps spent) is an attempt line too.
   const instance = await (await PolicyComponent.load()).instantiate({ accounts: new EmbeddedAccounts(), entropy: new SplitMix64(7n) });
-  const run = instance.loadPolicy({ ...CONFIG, 'max-steps-per-run': 1 }).startRun('CASE-5018');
+  const run = instance.loadPolicy({ ...CONFIG, 'max-steps-per-run': 2 }).startRun('CASE-5018'); // tools/list, then one call
   lines = [];
-  const short = new RetryingToolCaller(client, run, { policyIdentity: identity, log: (line) => lines.push(JSON.parse(line)) });
+  const short = new RetryingToolCaller(client, run, { policyIdentity: identity, log: collect });
   assert.ok(!(await short.callTool('lookup_order', { order_id: 'A1' })).isError);
   await assert.rejects(short.callTool('lookup_order', { order_id: 'A2' }), Escalated);
   assert.deepEqual(lines.map((l) => [l.outcome, l.action, l.escalation, l.policy]),
@@ -427,7 +453,7 @@ test("a wrapper built with a LivePolicy's current identity logs it, and the next
       const loaded = live.current();
       const run = (await loaded.component.instantiate({ accounts: new EmbeddedAccounts(), entropy: new SplitMix64(7n) }))
         .loadPolicy(loaded.configJson).startRun(runId);
-      return new RetryingToolCaller(client, run, { entropy: new SplitMix64(3n), log: (line) => lines.push(JSON.parse(line)), policyIdentity: loaded.identity.toString() });
+      return new RetryingToolCaller(client, run, { entropy: new SplitMix64(3n), log: collect, policyIdentity: loaded.identity.toString() });
     };
     const configDigest = (attempts: number) => createHash('sha256').update(config(attempts)).digest('hex').slice(0, 12);
     const first = `generation 1 (wasm ${sha256.slice(0, 12)}, config ${configDigest(4)})`;
@@ -457,7 +483,7 @@ const ATTEMPT_FIELDS = ['event', 'ts', 'run', 'policy', 'step', 'call', 'tool', 
 test('an attempt line and a not-sent line have the same fields, in order, with the step and the key sent', async () => {
   server.state.script('issue_refund', { kind: 'http', status: 503, headers: { 'retry-after': '1' }, body: 'upstream unavailable' });
   const instance = await (await PolicyComponent.load()).instantiate({ accounts: new EmbeddedAccounts(), entropy: new SplitMix64(7n) });
-  const run = instance.loadPolicy({ ...CONFIG, 'max-steps-per-run': 3 }).startRun('CASE-5022');
+  const run = instance.loadPolicy({ ...CONFIG, 'max-steps-per-run': 4 }).startRun('CASE-5022'); // tools/list is a step too
   const raw: string[] = [];
   const caller = new RetryingToolCaller(client, run, { entropy: new SplitMix64(3n), log: (line) => raw.push(line), sleep: async () => undefined });
   assert.ok(!(await caller.callTool('lookup_order', { order_id: 'A1' })).isError); // step 1: no key
@@ -470,13 +496,14 @@ test('an attempt line and a not-sent line have the same fields, in order, with t
   const sent = server.state.postsOf('issue_refund').map((p) => p.key);
   const key = run.instance.deriveIdempotencyKey('CASE-5022', 'step-2');
   assert.deepEqual(sent, [key, key]);
-  assert.deepEqual(parsed.map((l) => [l.step, l.call, l.attempt, l.key, l.outcome, l.action]), [
-    [1, 1, 1, null, 'success', 'succeed'],
-    [2, 2, 1, key, 'HTTP 503', 'retry'],
-    [2, 2, 2, key, 'success', 'succeed'],
-    [3, null, 0, run.instance.deriveIdempotencyKey('CASE-5022', 'step-3'), 'not sent', 'escalate'],
+  assert.deepEqual(parsed.map((l) => [l.step, l.call, l.tool, l.attempt, l.key, l.outcome, l.action]), [
+    [null, 1, 'tools/list', 1, null, 'success', 'succeed'], // the pseudo-call: no step of the model's
+    [1, 2, 'lookup_order', 1, null, 'success', 'succeed'],
+    [2, 3, 'issue_refund', 1, key, 'HTTP 503', 'retry'],
+    [2, 3, 'issue_refund', 2, key, 'success', 'succeed'],
+    [3, null, 'issue_refund', 0, run.instance.deriveIdempotencyKey('CASE-5022', 'step-3'), 'not sent', 'escalate'],
   ]);
-  const [read, retried, , notSent] = parsed;
+  const [, read, retried, , notSent] = parsed;
   assert.equal(read.hint_ms, null);
   assert.equal(retried.hint_ms, 1000);
   assert.ok((retried.delay_ms as number) >= 1000);

@@ -187,15 +187,17 @@ test('when the policy fails, the MCP wrapper does not retry and escalates saying
   const instance = await (await PolicyComponent.load()).instantiate({ accounts });
   const run = instance.loadPolicy({ 'account-budget': { 'account-id': 'acme', capacity: 10, 'refill-interval-ms': 10 } }).startRun('mcp');
   let sent = 0;
+  const tools = [{ name: 'lookup', inputSchema: { type: 'object' as const }, annotations: { readOnlyHint: true } }];
   const client = {
-    listTools: async () => ({ tools: [{ name: 'lookup', inputSchema: { type: 'object' }, annotations: { readOnlyHint: true } }] }),
+    listTools: async () => ({ tools }),
     callTool: async () => {
       sent += 1;
       return { isError: true, content: [{ type: 'text', text: 'upstream returned 503, try again' }] };
     },
   } as unknown as Client;
   const lines: string[] = [];
-  const caller = new RetryingToolCaller(client, run, { sleep: async () => {}, log: (line) => lines.push(line) });
+  // The tools are given: no `tools/list` pseudo-call takes the first reservation.
+  const caller = new RetryingToolCaller(client, run, { tools, sleep: async () => {}, log: (line) => lines.push(line) });
   await assert.rejects(caller.callTool('lookup', {}), (e: unknown) => e instanceof Escalated && e.policyFailure instanceof PolicyTrap &&
     e.reason === 'unclassified-failure' && /the retry policy failed \(PolicyTrap: record-outcome trapped: budget store down\); not retried/.test(e.note));
   assert.equal(sent, 1, 'not retried');

@@ -41,7 +41,7 @@ async fn setup(faults: Vec<agent_retry_demo_server::FaultRule>, config: &str, op
 }
 
 fn options() -> RetryingToolCallerOptions {
-    RetryingToolCallerOptions { attempt_timeout_ms: 4000, key_argument: "idempotency_key".into(), clock: Clock::scaled(SCALE), policy_identity: None }
+    RetryingToolCallerOptions { attempt_timeout_ms: 4000, key_argument: "idempotency_key".into(), clock: Clock::scaled(SCALE), ..Default::default() }
 }
 
 fn http(status: u16, headers: &[(&str, &str)]) -> Fault {
@@ -175,7 +175,8 @@ async fn a_persistent_503_ends_in_an_escalation_naming_the_run_budget_and_the_re
     let CallError::Escalated(e) = error else { panic!("{error:?}") };
     assert_eq!(e.reason, EscalationReason::RunRetriesSpent);
     assert!(e.note.contains("retry budget"), "{}", e.note);
-    assert!(e.note.contains(&format!("issue_refund (call 1, key {key}): applied")), "{}", e.note);
+    // Call 1 is the wrapper's tools/list.
+    assert!(e.note.contains(&format!("issue_refund (call 2, key {key}): applied")), "{}", e.note);
     assert_eq!(s.server.state.calls_to("lookup_order").len(), 4, "1 attempt + 3 retries, then stop");
     s.server.stop().await;
 }
@@ -233,7 +234,8 @@ async fn over_stdio_a_transient_tool_error_is_retried_and_a_bad_argument_replann
     let refund = caller.call("issue_refund", args(json!({"order_id": "ORD-7", "amount_paise": 10}))).await.unwrap();
     assert!(matches!(&refund, ToolAnswer::Replan(m) if m.contains("amount_paise must be an integer")), "{refund:?}");
     let report = caller.report().unwrap();
-    assert_eq!((report.attempts, report.retries, report.replans), (3, 1, 1));
+    // tools/list is the run's first call (the wrapper lists the tools through the policy).
+    assert_eq!((report.attempts, report.retries, report.replans), (4, 1, 1));
     let _ = client.cancel().await;
     tokio::time::sleep(Duration::from_millis(10)).await;
 }

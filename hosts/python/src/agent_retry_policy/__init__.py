@@ -1,5 +1,6 @@
 """agent-retry for Python: the policy component in wasmtime, its imports, typed
-wrappers, and a retrying wrapper around the MCP SDK's `ClientSession.call_tool`.
+wrappers, and a retrying wrapper around the MCP SDK's `ClientSession.call_tool`
+(`McpConnection`, `RetryingToolCaller`; the `mcp` extra).
 
     from agent_retry_policy import PolicyComponent, now_ms
     instance = PolicyComponent.load().instantiate()
@@ -27,6 +28,8 @@ from .component import (
 from .entropy import EntropySource, OsEntropy, SplitMix64
 from .errors import (
     AgentRetryError,
+    CallCancelled,
+    CallTimedOut,
     ComponentImportRefused,
     ComponentLoadError,
     ComponentNotFound,
@@ -41,6 +44,8 @@ from .errors import (
     PolicyOutOfFuel,
     PolicyTrap,
     RunMisuse,
+    SessionLost,
+    Stopped,
     UpdateConfigError,
     UpdateError,
     UpdateFleetError,
@@ -53,10 +58,25 @@ from .errors import (
 from .fleet import FleetSource, publish_policy
 from .live import Integrity, LivePolicy, Loaded, PolicyIdentity, PolicySource
 
+# The MCP wrapper needs the `mcp` extra: imported when first asked for (and so
+# left out of `__all__`, which a star import without the extra would fail on).
+_MCP_NAMES = ("McpConnection", "RetryingToolCaller")
+
+
+def __getattr__(name: str) -> object:
+    if name in _MCP_NAMES:
+        from . import mcp_client
+
+        return getattr(mcp_client, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "AccountBudgetBackend",
     "AgentRetryError",
     "Bucket",
+    "CallCancelled",
+    "CallTimedOut",
     "ComponentImportRefused",
     "ComponentLoadError",
     "ComponentNotFound",
@@ -90,7 +110,9 @@ __all__ = [
     "Reservation",
     "Run",
     "RunMisuse",
+    "SessionLost",
     "SplitMix64",
+    "Stopped",
     "UpdateConfigError",
     "UpdateError",
     "UpdateFleetError",

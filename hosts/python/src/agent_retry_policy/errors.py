@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 
 class AgentRetryError(Exception):
@@ -172,6 +174,70 @@ class Escalated(AgentRetryError):
         # unusable): the MCP wrapper's safe fallback, no retry and this escalation.
         self.policy_failure = policy_failure
         super().__init__(self.note)
+
+
+class SessionLost(AgentRetryError):
+    """The MCP session is lost and could not be re-established, and the policy
+    did not escalate: the caller was built on a bare `ClientSession` (which it
+    cannot reconnect), or the policy answered the `initialize` / `tools/list`
+    pseudo-call with a replan (e.g. an HTTP 404 on `initialize`). `tool` is the
+    model's call it happened in, `reason` what was lost or failed."""
+
+    def __init__(self, reason: str, *, tool: str | None = None) -> None:
+        self.reason = reason
+        self.tool = tool
+        super().__init__(reason)
+
+
+StopCause = Literal["call-timeout", "run-timeout", "cancelled"]
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """What a call stopped by a limit or a cancellation says (`CallTimedOut`,
+    `CallCancelled`): `cause` ("call-timeout", "run-timeout" or "cancelled"),
+    `tool`, `call_id` (None if the policy had not admitted the call),
+    `attempts_sent`, and `may_have_applied`: true when the call is a write or a
+    delete (its ticket's `effect`) and either an attempt was in flight when it
+    stopped or the run's effects list the call as `unknown`."""
+
+    cause: StopCause
+    tool: str
+    call_id: int | None
+    attempts_sent: int
+    may_have_applied: bool
+    message: str
+
+
+class CallTimedOut(AgentRetryError, TimeoutError):
+    """The call's or the run's wall-clock limit (`call_timeout_s`,
+    `run_timeout_s`) passed: the wrapper stopped waiting. The fields of
+    `Stopped` are attributes (`cause`, `tool`, `call_id`, `attempts_sent`,
+    `may_have_applied`), and `stopped` is the whole record."""
+
+    def __init__(self, stopped: Stopped) -> None:
+        self.stopped = stopped
+        self.cause: StopCause = stopped.cause
+        self.tool = stopped.tool
+        self.call_id = stopped.call_id
+        self.attempts_sent = stopped.attempts_sent
+        self.may_have_applied = stopped.may_have_applied
+        super().__init__(stopped.message)
+
+
+class CallCancelled(asyncio.CancelledError):
+    """The task making the call was cancelled: the wrapper stopped waiting at
+    once. It is an `asyncio.CancelledError`, so the cancellation propagates as
+    one; the attributes are those of `CallTimedOut` (`cause` is "cancelled")."""
+
+    def __init__(self, stopped: Stopped) -> None:
+        self.stopped = stopped
+        self.cause: StopCause = stopped.cause
+        self.tool = stopped.tool
+        self.call_id = stopped.call_id
+        self.attempts_sent = stopped.attempts_sent
+        self.may_have_applied = stopped.may_have_applied
+        super().__init__(stopped.message)
 
 
 class UpdateError(AgentRetryError):

@@ -1,11 +1,8 @@
 """A retrying wrapper around the MCP SDK's `ClientSession.call_tool` (mcp 2.x).
 
-    http_client = create_capturing_http_client()
-    async with http_client, streamable_http_client(url, http_client=http_client) as (read, write):
-        async with ClientSession(read, write) as session:
-            await session.initialize()
-            caller = RetryingToolCaller(session, run, status_check=check_refunds)
-            result = await caller.call_tool("issue_refund", {"order_id": "A1", "amount": 500})
+    async with McpConnection.http(url) as connection:          # or McpConnection.stdio("agent-retry", ["serve", "--stdio"])
+        caller = RetryingToolCaller(connection, run, status_check=check_refunds)
+        result = await caller.call_tool("issue_refund", {"order_id": "A1", "amount": 500})
 
 For each call the wrapper derives the idempotency key once (and sends it only
 if the tool's input schema has the key argument), asks the policy to begin the
@@ -16,28 +13,51 @@ found), replan (return the message as the tool error the model sees), succeed
 (return the result) or escalate (raise `Escalated` with the note). All policy
 is in the component; this module only observes and obeys.
 
+The connection is the wrapper's (`McpConnection`): it connects over streamable
+HTTP with the wrapper's capturing client, or over stdio by starting the server,
+and connects again when the session is lost. Connecting (`initialize`, with the
+process start) and `tools/list` are calls of the policy too, of the pseudo-tools
+`initialize` and `tools/list` (read-only, idempotent, no key; `step` null on
+their log lines): retried, escalated (`Escalated`) or, on a replan,
+`SessionLost`, as the policy decides. A session the server no longer knows (HTTP
+404 to a request that carried `Mcp-Session-Id`, a 400 saying the session id is
+not valid) is `transport(connection-refused)`; a stdio pipe that closes while a
+request is out is `transport(stream-closed)`; either marks the connection lost,
+and it is re-established before the next attempt or status check. A caller
+built on a bare `ClientSession` works the same but cannot reconnect
+(`SessionLost`). `call_timeout_s` / `run_timeout_s` bound a call and the run
+(`CallTimedOut`); cancelling the task raises `CallCancelled`, a
+`CancelledError`.
+
 What the SDK hides: for a POST answered with a non-2xx status, mcp 2.x raises
 `MCPError(-32603, "Server returned an error response")` and drops the status,
-headers and body; and a network error on a POST tears the whole session down.
-`create_capturing_http_client` gives the SDK an httpx2 client whose transport
-records, for the attempt in progress (a context variable, which the SDK carries
-into its POST task), the status, headers and body of a failed POST, and turns a
-network error into a marked HTTP 599 answer so that the session survives and the
-attempt fails with the real transport error.
+headers and body; a network error on a POST tears the whole session down; and
+an answer stream cut mid-body either ends the session (JSON) or is reported as
+the SDK's own `-32000` (SSE). `create_capturing_http_client` gives the SDK an
+httpx2 client whose transport records, for the attempt in progress (a context
+variable, which the SDK carries into its POST task), the status, headers and
+body of a failed POST, turns a network error into a marked HTTP 599 answer (so
+that the session survives and the attempt fails with the real transport error),
+and watches each answer's body: one that ends before the JSON-RPC response is
+`stream-closed` at once. A failure from an HTTP transport that is not this one
+is logged once (`agent_retry.capture_missing`) and its decisions' logged reason
+says so.
 
 Every attempt (and every call escalated before it is sent) gets one log line
 (logger `agent_retry_policy.mcp`), one JSON object with these fields in this
 order, the same in the Rust and Node hosts: `event` ("agent_retry.attempt"),
 `ts`, `run`, `policy`, `step` (the wrapper's count of the model's calls, the N of
-the `step-N` the key is derived from; the same for every attempt of a call),
-`call` (null when the call was not admitted), `tool`, `attempt` (0 when not
-sent), `key` (the idempotency key sent, null when the tool takes none),
-`outcome`, `class`, `rule`, `action`, `delay_ms` (null unless retry), `hint_ms`
-(the decision's hint), `escalation` (the escalation reason, null unless
-escalate) and `reason`. `policy` names the policy that decided: the component's
-identity (`agent-retry:policy@0.3.0 wasm 1a2b3c4d5e6f`) unless the caller was
-given `policy_identity` (a host serving a `LivePolicy` passes
-`str(loaded.identity)`, e.g. `generation 3 (wasm 1a2b3c4d5e6f, config
+the `step-N` the key is derived from; the same for every attempt of a call;
+null for `initialize` and `tools/list`), `call` (null when the call was not
+admitted), `tool`, `attempt` (0 when not sent), `key` (the idempotency key sent,
+null when the tool takes none), `outcome`, `class`, `rule`, `action`, `delay_ms`
+(null unless retry), `hint_ms` (the decision's hint), `escalation` (the
+escalation reason, null unless escalate) and `reason`. A call stopped by a
+limit or a cancellation logs one more line: outcome `call-timeout`,
+`run-timeout` or `cancelled`, action `stop`. `policy` names the policy that
+decided: the component's identity (`agent-retry:policy@0.3.0 wasm 1a2b3c4d5e6f`)
+unless the caller was given `policy_identity` (a host serving a `LivePolicy`
+passes `str(loaded.identity)`, e.g. `generation 3 (wasm 1a2b3c4d5e6f, config
 0f0e0d0c0b0a)`).
 
 When the policy itself fails (a `PolicyTrap`: a trap, fuel or memory exhausted,
@@ -54,21 +74,39 @@ import asyncio
 import contextvars
 import json
 import logging
+import re
 import socket
 import ssl
+import subprocess
+import sys
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar, cast
 
+import anyio
 import httpx2
 from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
-from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT, CallToolResult, PaginatedRequestParams, TextContent, Tool
+from mcp.types import (
+    CONNECTION_CLOSED,
+    INTERNAL_ERROR,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+    REQUEST_TIMEOUT,
+    CallToolResult,
+    PaginatedRequestParams,
+    TextContent,
+    Tool,
+)
 
 from .component import Run, now_ms
 from .entropy import EntropySource, OsEntropy
-from .errors import Escalated, InstanceUnusable, PolicyTrap
+from .errors import CallCancelled, CallTimedOut, Escalated, InstanceUnusable, PolicyTrap, SessionLost, StopCause, Stopped
 from .types import (
     CallRequest,
     Decision,
@@ -99,17 +137,59 @@ TRANSPORT_ERROR_STATUS = 599
 # How much of a failed response's body is kept (the policy keeps at most
 # `max-message-chars` of it anyway).
 MAX_CAPTURED_BODY = 64 * 1024
+# What the decisions on a failure seen through a transport that cannot capture say.
+CAPTURE_MISSING_SUFFIX = " [no HTTP status or headers: the transport is not the wrapper's capturing one]"
+# The pseudo-tools connecting and listing the tools are called as.
+INITIALIZE = "initialize"
+TOOLS_LIST = "tools/list"
+PSEUDO_TOOL_HINTS: ToolHints = {"read-only": True, "destructive": False, "idempotent": True}
+# How long `McpConnection.close` waits for a connection to wind down (a stdio
+# server gets the SDK's close-stdin, SIGTERM, SIGKILL sequence) before it
+# cancels what is left.
+CLOSE_TIMEOUT_S = 10.0
+
+# A 400 body that says the session id is not valid ("Bad Request: No valid
+# session ID provided", the TypeScript SDK's servers).
+_INVALID_SESSION = re.compile(
+    r"no valid session|invalid session|unknown session|session (?:id )?(?:is )?(?:not valid|invalid|unknown|not found|expired|terminated)"
+    r"|session not found",
+    re.IGNORECASE,
+)
+# Errors mcp's streamable HTTP client makes up itself when its transport is not
+# the wrapper's (the real status, headers and body are gone by then).
+_SDK_HTTP_ERRORS = (
+    (INTERNAL_ERROR, "Server returned an error response"),
+    (INVALID_REQUEST, "Session terminated"),
+    (METHOD_NOT_FOUND, "Not Found"),
+    (INVALID_REQUEST, "server answered a request with 202 Accepted"),
+)
+_SDK_HTTP_PREFIXES = ("SSE stream", "Failed to parse JSON response", "Unexpected content type")
+# The dispatcher's own message when the session's read stream ended: the session is over.
+_SESSION_CLOSED_MESSAGE = "Connection closed"
 
 
 @dataclass
 class AttemptCapture:
-    """What the HTTP layer saw for one attempt."""
+    """What the HTTP layer saw for one attempt: the first failure of a request
+    it made (a non-2xx answer, a network error, an answer cut before the
+    JSON-RPC response), and whether any of its requests went through a
+    capturing transport at all (`seen`)."""
 
     status: int | None = None
     headers: list[tuple[str, str]] = field(default_factory=list)
     body: str = ""
     transport_error: TransportError | None = None
     transport_detail: str = ""
+    # The failed request carried Mcp-Session-Id (a 404 then means the session is gone).
+    session_header: bool = False
+    seen: bool = False
+    # Set when an answer stream ended or was cut before its response: the
+    # attempt ends then, not at its timeout.
+    cut: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def failed(self) -> bool:
+        return self.status is not None or self.transport_error is not None
 
 
 _current_attempt: contextvars.ContextVar[AttemptCapture | None] = contextvars.ContextVar("agent_retry_current_attempt", default=None)
@@ -133,40 +213,161 @@ def classify_network_error(error: BaseException) -> TransportError:
     return "other"
 
 
+def _json_rpc_request(request: httpx2.Request) -> tuple[bool, str | None]:
+    """Whether a POST may carry a request (everything but a JSON-RPC
+    notification or response), and the request's id (as text) if it does."""
+    try:
+        message = json.loads(request.content)
+    except (httpx2.RequestNotRead, ValueError, TypeError):
+        return True, None
+    if not isinstance(message, dict):
+        return True, None
+    if message.get("id") is None or "method" not in message:
+        return "method" not in message and "result" not in message and "error" not in message, None
+    return True, str(message["id"])
+
+
+class _AnswerWatch:
+    """Watches the body of a 2xx answer to one JSON-RPC request, so that the
+    attempt's capture says `stream-closed` at once when the answer is lost: a
+    JSON body cut by the network (h11 checks its length), or an SSE stream cut
+    before the response to that request went by, or ending cleanly before it
+    without any event id to resume from. (An SSE stream the server closes on
+    purpose after an event id, to be polled, is left to the SDK to resume.)"""
+
+    def __init__(self, capture: AttemptCapture | None, request_id: str, content_type: str) -> None:
+        self.capture = capture
+        self.request_id = request_id
+        kind = content_type.lower()
+        self.sse = kind.startswith("text/event-stream")
+        self.watched = self.sse or kind.startswith("application/json")
+        self.answered = False
+        self.resumable = False
+        self.pending = b""
+        self.data: list[bytes] = []
+
+    def feed(self, chunk: bytes) -> None:
+        if not self.sse or self.answered:
+            return
+        lines = (self.pending + chunk).split(b"\n")
+        self.pending = lines.pop()
+        for raw in lines:
+            line = raw.rstrip(b"\r")
+            if not line:
+                self._event()
+            elif line.startswith(b"data:"):
+                value = line[5:]
+                self.data.append(value[1:] if value.startswith(b" ") else value)
+            elif line.startswith(b"id:") and line[3:].strip():
+                self.resumable = True
+
+    def _event(self) -> None:
+        data, self.data = b"\n".join(self.data), []
+        if not data:
+            return
+        try:
+            message = json.loads(data)
+        except ValueError:
+            return
+        if isinstance(message, dict) and str(message.get("id")) == self.request_id and ("result" in message or "error" in message):
+            self.answered = True
+
+    def ended(self) -> None:
+        if self.sse and not self.answered and not self.resumable:
+            self._fail("the answer stream (SSE) ended before the JSON-RPC response")
+
+    def cut(self, error: BaseException) -> None:
+        if self.watched and not self.answered:
+            what = "SSE" if self.sse else "JSON"
+            self._fail(f"the answer ({what}) was cut before the JSON-RPC response ({type(error).__name__}: {error})")
+
+    def _fail(self, detail: str) -> None:
+        capture = self.capture
+        if capture is None or capture.failed:
+            return
+        capture.transport_error = "stream-closed"
+        capture.transport_detail = detail
+        capture.cut.set()
+
+
+class _WatchedStream(httpx2.AsyncByteStream):
+    """An answer body passed through to the SDK, watched (`_AnswerWatch`). A
+    network error mid-body ends the body cleanly instead of reaching the SDK,
+    whose POST task would otherwise end the session (a JSON answer) or wait to
+    resume it (an SSE answer with event ids)."""
+
+    def __init__(self, inner: httpx2.AsyncByteStream, watch: _AnswerWatch) -> None:
+        self.inner = inner
+        self.watch = watch
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self.inner:
+                self.watch.feed(chunk)
+                yield chunk
+        except httpx2.TransportError as e:
+            self.watch.cut(e)
+            return
+        self.watch.ended()
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
 class CapturingTransport(httpx2.AsyncBaseTransport):
-    """Wraps a transport; records failed POSTs for the attempt in progress."""
+    """Wraps a transport. For every POST: a network error becomes a marked
+    HTTP 599 answer (the SDK resolves the request with an error instead of
+    ending the session), and an answer body cut mid-way ends cleanly. For the
+    requests of the attempt in progress (`_current_attempt`) it also records
+    the first failure: the status, headers and body of a non-2xx answer, the
+    network error, or an answer that ended before its JSON-RPC response."""
 
     def __init__(self, inner: httpx2.AsyncBaseTransport | None = None) -> None:
         self.inner = inner or httpx2.AsyncHTTPTransport()
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        capture = _current_attempt.get()
-        if capture is None or request.method != "POST":
+        if request.method != "POST":
             return await self.inner.handle_async_request(request)
+        may_be_request, request_id = _json_rpc_request(request)
+        capture = _current_attempt.get() if may_be_request else None
+        if capture is not None:
+            capture.seen = True
         try:
             response = await self.inner.handle_async_request(request)
         except httpx2.TransportError as e:
-            capture.transport_error = classify_network_error(e)
-            capture.transport_detail = f"{type(e).__name__}: {e}"
+            kind = classify_network_error(e)
+            detail = f"{type(e).__name__}: {e}"
+            if capture is not None and not capture.failed:
+                capture.transport_error = kind
+                capture.transport_detail = detail
             # mcp 2.3's POST task would let the exception end the session; an error
             # status instead resolves just this request with an MCPError.
             return httpx2.Response(
                 TRANSPORT_ERROR_STATUS,
-                headers={"content-type": "text/plain", TRANSPORT_ERROR_HEADER: capture.transport_error},
-                content=capture.transport_detail.encode(),
+                headers={"content-type": "text/plain", TRANSPORT_ERROR_HEADER: kind},
+                content=detail.encode(),
                 request=request,
             )
         if response.status_code < 400:
+            if request_id is not None:
+                watch = _AnswerWatch(capture, request_id, response.headers.get("content-type", ""))
+                response.stream = _WatchedStream(cast(httpx2.AsyncByteStream, response.stream), watch)
             return response
         # Read the body here and hand the SDK a fresh response with the same bytes.
-        body = await response.aread()
-        await response.aclose()
-        capture.status = response.status_code
-        # Every field as received, repeated ones as separate pairs (the policy joins
-        # list-valued ones such as RateLimit itself).
-        encoding = response.headers.encoding
-        capture.headers = [(k.decode(encoding), v.decode(encoding)) for k, v in response.headers.raw]
-        capture.body = body[:MAX_CAPTURED_BODY].decode("utf-8", errors="replace")
+        try:
+            body = await response.aread()
+        except httpx2.TransportError:
+            body = b""
+        finally:
+            await response.aclose()
+        if capture is not None and not capture.failed:
+            capture.status = response.status_code
+            capture.session_header = "mcp-session-id" in request.headers
+            # Every field as received, repeated ones as separate pairs (the policy joins
+            # list-valued ones such as RateLimit itself).
+            encoding = response.headers.encoding
+            capture.headers = [(k.decode(encoding), v.decode(encoding)) for k, v in response.headers.raw]
+            capture.body = body[:MAX_CAPTURED_BODY].decode("utf-8", errors="replace")
         return httpx2.Response(
             response.status_code,
             headers=response.headers,
@@ -183,7 +384,8 @@ def create_capturing_http_client(
     *, timeout: httpx2.Timeout | None = None, headers: Mapping[str, str] | None = None, **kwargs: Any
 ) -> httpx2.AsyncClient:
     """An httpx2 client for `streamable_http_client(url, http_client=...)` that lets
-    the wrapper see failed POSTs. Defaults match the SDK's (30 s, 300 s reads)."""
+    the wrapper see failed POSTs. Defaults match the SDK's (30 s, 300 s reads).
+    `McpConnection.http` always uses one."""
     return httpx2.AsyncClient(
         transport=CapturingTransport(),
         timeout=timeout or httpx2.Timeout(30.0, read=300.0),
@@ -192,9 +394,267 @@ def create_capturing_http_client(
     )
 
 
+# --- The connection ---------------------------------------------------------
+
+
+class _ConnectFailure(Exception):
+    """A connection that could not be started (the process did not spawn)."""
+
+    def __init__(self, kind: TransportError, detail: str) -> None:
+        self.kind: TransportError = kind
+        self.detail = detail
+        super().__init__(detail)
+
+
+class _Generation:
+    """One session of a connection: its supervisor task owns the SDK's context
+    managers (they must be left in the task that entered them)."""
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+        self.session: ClientSession | None = None
+        self.ready = asyncio.Event()
+        self.stop = asyncio.Event()
+        self.lost: str | None = None
+        # Set when the session itself ended (its transport or process is gone):
+        # an attempt in flight on it ends then. A session only marked lost (a 404)
+        # may still answer the requests already out.
+        self.ended = asyncio.Event()
+        self.initialized = False
+        self.failure: BaseException | None = None
+        self.task: asyncio.Task[None] | None = None
+
+    def mark_lost(self, reason: str) -> None:
+        if self.lost is None:
+            self.lost = reason
+
+    def mark_ended(self, reason: str) -> None:
+        self.mark_lost(reason)
+        self.ended.set()
+
+
+def _errlog() -> Any:
+    """Where a stdio server's stderr goes: ours, if it is a real file."""
+    try:
+        sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):
+        return subprocess.DEVNULL
+    return sys.stderr
+
+
+def _spawn(coro: Awaitable[_T]) -> asyncio.Task[_T]:
+    """A task outside any attempt: it does not inherit the attempt's capture."""
+    context = contextvars.copy_context()
+    context.run(_current_attempt.set, None)
+    return cast("asyncio.Task[_T]", context.run(asyncio.ensure_future, coro))
+
+
+def _describe(error: BaseException) -> str:
+    inner = getattr(error, "exceptions", None)  # an exception group (anyio's task groups)
+    if isinstance(inner, (list, tuple)) and inner:
+        return "; ".join(_describe(e) for e in inner)
+    return f"{type(error).__name__}: {error}"
+
+
+class McpConnection:
+    """An MCP connection the wrapper can establish and re-establish: over
+    streamable HTTP (`McpConnection.http(url)`, always with the wrapper's
+    status- and header-capturing client; a lost session is re-initialised), or
+    over stdio (`McpConnection.stdio(command, args)`, the server started by the
+    wrapper; a server that exits is started again). `RetryingToolCaller`
+    connects it (the `initialize` pseudo-call) on its first call and whenever
+    it is lost. Close it (`await connection.close()`, or `async with`): that
+    ends its session and its server process, if any. One event loop."""
+
+    def __init__(
+        self,
+        *,
+        url: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        command: str | None = None,
+        args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        cwd: str | Path | None = None,
+    ) -> None:
+        if (url is None) == (command is None):
+            raise ValueError("an McpConnection needs a url (McpConnection.http) or a command (McpConnection.stdio)")
+        self.url = url
+        self.headers = dict(headers or {})
+        self.command = command
+        self.args = list(args)
+        self.env = dict(env) if env is not None else None
+        self.cwd = cwd
+        self.kind = "http" if url is not None else "stdio"
+        self._current: _Generation | None = None
+        self._generations = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._lock: asyncio.Lock | None = None
+        self._closed = False
+
+    @classmethod
+    def http(cls, url: str, *, headers: Mapping[str, str] | None = None) -> McpConnection:
+        """Streamable HTTP at `url` (e.g. `http://127.0.0.1:8080/mcp`); `headers`
+        go on every request (e.g. an Authorization header)."""
+        return cls(url=url, headers=headers)
+
+    @classmethod
+    def stdio(
+        cls, command: str, args: Sequence[str] = (), *, env: Mapping[str, str] | None = None, cwd: str | Path | None = None
+    ) -> McpConnection:
+        """A server the wrapper starts: `command args...`, speaking MCP on its
+        stdin and stdout (its stderr goes to ours). `env` is added to the SDK's
+        safe default environment."""
+        return cls(command=command, args=args, env=env, cwd=cwd)
+
+    def __repr__(self) -> str:
+        target = self.url if self.kind == "http" else " ".join([str(self.command), *self.args])
+        return f"McpConnection.{self.kind}({target!r})"
+
+    @property
+    def session(self) -> ClientSession | None:
+        """The current session, if connected (a status check may use it)."""
+        current = self._current
+        return current.session if current is not None and current.initialized else None
+
+    @property
+    def connected(self) -> bool:
+        """Connected, and not known to be lost."""
+        current = self._current
+        return not self._closed and current is not None and current.initialized and current.lost is None
+
+    @property
+    def lost(self) -> str | None:
+        """Why the current session is lost, if it is."""
+        current = self._current
+        return current.lost if current is not None else None
+
+    @property
+    def generation(self) -> int:
+        """How many sessions were started (the first is 1)."""
+        return self._generations
+
+    async def __aenter__(self) -> McpConnection:
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Ends the session (and the server process, over stdio) and every task
+        the connection started; waits at most `CLOSE_TIMEOUT_S`, then cancels."""
+        self._closed = True
+        if self._current is not None:
+            self._current.stop.set()
+        tasks = list(self._tasks)
+        if not tasks:
+            return
+        _, pending = await asyncio.wait(tasks, timeout=CLOSE_TIMEOUT_S)
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.wait(pending, timeout=CLOSE_TIMEOUT_S)
+
+    def _mark_lost(self, generation: _Generation | None, reason: str) -> None:
+        if generation is not None:
+            generation.mark_lost(reason)
+
+    def _retire(self, generation: _Generation) -> None:
+        generation.mark_lost(generation.lost or "replaced by a new session")
+        generation.stop.set()  # its supervisor winds it down in the background
+
+    async def _connect(self, seen: _Generation | None) -> _Generation:
+        """Starts a new session and initialises it (the `initialize` pseudo-call's
+        attempt). `seen` is the session the caller saw lost: if another caller
+        has connected since, that session is used."""
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            current = self._current
+            if current is not None and current is not seen and current.initialized and current.lost is None:
+                return current
+            if self._closed:
+                raise _ConnectFailure("connection-refused", "the connection was closed (McpConnection.close)")
+            if current is not None:
+                self._retire(current)
+            self._generations += 1
+            generation = _Generation(self._generations)
+            self._current = generation
+            supervise = self._supervise_http if self.kind == "http" else self._supervise_stdio
+            generation.task = _spawn(supervise(generation))
+            self._tasks.add(generation.task)
+            generation.task.add_done_callback(self._tasks.discard)
+            try:
+                await generation.ready.wait()
+                if generation.session is None:
+                    failure = generation.failure
+                    if isinstance(failure, OSError) and self.kind == "stdio":
+                        raise _ConnectFailure("connection-refused", f"could not start the server ({self.command}): {failure}")
+                    raise _ConnectFailure("other", f"could not open the connection: {_describe(failure) if failure else 'no session'}")
+                lost_at_start = generation.lost
+                if lost_at_start is not None:
+                    raise _ConnectFailure("connection-refused", lost_at_start)
+                await generation.session.initialize()
+            except BaseException:
+                self._retire(generation)
+                raise
+            generation.initialized = True
+            return generation
+
+    async def _supervise_http(self, generation: _Generation) -> None:
+        try:
+            client = create_capturing_http_client(headers=self.headers)
+            async with client, streamable_http_client(cast(str, self.url), http_client=client) as (read, write):
+                async with ClientSession(read, write) as session:
+                    generation.session = session
+                    generation.ready.set()
+                    await generation.stop.wait()
+        except BaseException as e:  # noqa: BLE001 - the supervisor's end is reported, never raised
+            generation.failure = e
+        finally:
+            detail = f": {_describe(generation.failure)}" if generation.failure is not None else ""
+            generation.mark_ended(f"the HTTP session ended{detail}")
+            generation.ready.set()
+
+    async def _supervise_stdio(self, generation: _Generation) -> None:
+        params = StdioServerParameters(command=cast(str, self.command), args=self.args, env=self.env, cwd=self.cwd)
+        try:
+            async with stdio_client(params, errlog=_errlog()) as (read, write):
+                # The session reads through a relay, so that the connection is
+                # marked lost (the pipe closed) before the SDK fails the requests out.
+                relay_send, relay_receive = anyio.create_memory_object_stream[Any](0)
+
+                async def relay() -> None:
+                    async with relay_send:
+                        try:
+                            async for item in read:
+                                await relay_send.send(item)
+                        except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream):
+                            pass
+                        if not generation.stop.is_set():
+                            generation.mark_ended(f"the server's stdout closed: its process ({self.command}) exited")
+
+                async with anyio.create_task_group() as relays:
+                    relays.start_soon(relay)
+                    async with ClientSession(relay_receive, write) as session:
+                        generation.session = session
+                        generation.ready.set()
+                        await generation.stop.wait()
+                    relays.cancel_scope.cancel()
+        except BaseException as e:  # noqa: BLE001 - the supervisor's end is reported, never raised
+            generation.failure = e
+        finally:
+            detail = f": {_describe(generation.failure)}" if generation.failure is not None else ""
+            generation.mark_ended(f"the stdio session ended{detail}")
+            generation.ready.set()
+
+
+# --- The caller ---------------------------------------------------------------
+
+
 @dataclass(frozen=True)
 class StatusCheckRequest:
-    """What a status check is asked about: a write that may have been applied."""
+    """What a status check is asked about: a write that may have been applied.
+    `session` is the current session (re-established if it was lost)."""
 
     session: ClientSession
     tool: str
@@ -235,7 +695,7 @@ def _json_text(value: Any) -> str | None:
 
 def tool_error_outcome(result: CallToolResult) -> FailureOutcome:
     """The outcome of an `isError: true` result: `tool-error(none)` with the text
-    content blocks joined with "\n" as the body and `structuredContent` as JSON
+    content blocks joined with "\\n" as the body and `structuredContent` as JSON
     text. The wrapper does not read an upstream status itself: the policy reads
     the text and the structured content (a status, a provider's error type, a
     wait in prose such as "try again in 20s")."""
@@ -249,11 +709,20 @@ def protocol_error_outcome(error: MCPError) -> FailureOutcome:
     return protocol_failure(error.code, error.message, data=_json_text(error.data))
 
 
+def _sdk_http_error(error: MCPError) -> bool:
+    """Whether mcp's streamable HTTP client made this error up itself (from a
+    status or a stream it saw), rather than the server answering it."""
+    if (error.code, error.message) in _SDK_HTTP_ERRORS:
+        return True
+    return error.code in (CONNECTION_CLOSED, PARSE_ERROR, INVALID_REQUEST) and error.message.startswith(_SDK_HTTP_PREFIXES)
+
+
 @dataclass(frozen=True)
 class _CallTag:
-    """What every log line of one call carries: its step and its key."""
+    """What every log line of one call carries: its step (None for the
+    pseudo-calls) and its key."""
 
-    step: int
+    step: int | None
     key: str | None = None
 
 
@@ -261,22 +730,65 @@ class _CallTag:
 class _Observed:
     outcome: Outcome
     summary: str
-    result: CallToolResult | None = None
+    result: Any = None
+    capture_missing: bool = False
+
+
+@dataclass
+class _CallState:
+    """The model's call in progress, for a stop (`CallTimedOut`, `CallCancelled`)."""
+
+    tool: str
+    tag: _CallTag
+    deadline: float | None
+    cause: StopCause
+    limit_s: float | None
+    call_id: int | None = None
+    effect: str | None = None
+    attempt: int = 0
+    attempts_sent: int = 0
+    in_flight: bool = False
+    doing: str = "before anything was sent"
+    # Stopped before a wait that would have ended past the limit (not slept).
+    not_slept: bool = False
+
+    def remaining(self) -> float | None:
+        return None if self.deadline is None else self.deadline - time.monotonic()
+
+
+class _DeadlinePassed(Exception):
+    """Internal: the call's or the run's limit passed (raised up to `call_tool`)."""
+
+
+def _positive_or_none(name: str, value: float | None) -> float | None:
+    if value is None:
+        return None
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+        raise ValueError(f"{name} must be a positive number of seconds or None, got {value!r}")
+    return float(value)
 
 
 class RetryingToolCaller:
     """Calls MCP tools through one run of the policy. One caller per run; it
-    is used from one asyncio task at a time, as the run's instance is."""
+    is used from one asyncio task at a time, as the run's instance is.
+
+    `connection` is an `McpConnection` (preferred: the wrapper can connect it
+    and re-establish a lost session) or an initialised `ClientSession` (works,
+    but a lost session ends the call with `SessionLost`). `call_timeout_s` and
+    `run_timeout_s` (default None: no limit) bound each call from the start of
+    `call_tool`, and the run from the caller's construction."""
 
     def __init__(
         self,
-        session: ClientSession,
+        connection: McpConnection | ClientSession,
         run: Run,
         *,
         status_check: StatusCheck | Mapping[str, StatusCheck] | None = None,
         key_argument: str = "idempotency_key",
         entropy: EntropySource | None = None,
         attempt_timeout_s: float = 30.0,
+        call_timeout_s: float | None = None,
+        run_timeout_s: float | None = None,
         tools: list[Tool] | None = None,
         empty_check: EmptyCheck = default_empty_check,
         clock: Callable[[], int] = now_ms,
@@ -284,7 +796,12 @@ class RetryingToolCaller:
         log: logging.Logger = logger,
         policy_identity: str | None = None,
     ) -> None:
-        self.session = session
+        if isinstance(connection, McpConnection):
+            self.connection: McpConnection | None = connection
+            self._bare: ClientSession | None = None
+        else:  # a ClientSession (or anything with its call_tool and list_tools)
+            self.connection = None
+            self._bare = connection
         self.run = run
         # Which policy made the decisions, on every log line (`policy`): the
         # component's identity by default; a host serving a LivePolicy passes
@@ -296,25 +813,458 @@ class RetryingToolCaller:
         self.key_argument = key_argument
         self.entropy = entropy or OsEntropy()
         self.attempt_timeout_s = attempt_timeout_s
+        self.call_timeout_s = _positive_or_none("call_timeout_s", call_timeout_s)
+        self.run_timeout_s = _positive_or_none("run_timeout_s", run_timeout_s)
+        self._run_deadline = time.monotonic() + self.run_timeout_s if self.run_timeout_s is not None else None
         self.empty_check = empty_check
         self.clock = clock
         self.sleep = sleep
         self.log = log
         self._tools: dict[str, Tool] | None = {t.name: t for t in tools} if tools is not None else None
         self._steps = 0
+        self._bare_lost: str | None = None
+        self._capture_warned = False
 
-    async def _tool(self, name: str) -> Tool | None:
+    @property
+    def session(self) -> ClientSession | None:
+        """The session calls go to now (None while an `McpConnection` is not connected)."""
+        return self.connection.session if self.connection is not None else self._bare
+
+    # -- the model's call
+
+    async def call_tool(self, name: str, arguments: Mapping[str, Any] | None = None, *, action_id: str | None = None) -> CallToolResult:
+        """Makes one intended call, retrying as the policy says. Returns what the
+        model should see: the result, or (replan) an `isError` result carrying
+        the policy's message. Raises `Escalated` when the run must stop,
+        `SessionLost` when the session is lost and cannot be re-established,
+        `CallTimedOut` when `call_timeout_s` or `run_timeout_s` passes, and
+        `CallCancelled` (a `CancelledError`) when the task is cancelled.
+
+        `action_id` names the call's place in the run for its idempotency key
+        (default: `step-N`, N counting this caller's calls from 1, as the Rust
+        host does, so all hosts derive the same key for the same run and call);
+        pass a stable one to keep the key across a host restart."""
+        self._steps += 1
+        step = self._steps
+        started = time.monotonic()
+        call_deadline = started + self.call_timeout_s if self.call_timeout_s is not None else None
+        run_deadline = self._run_deadline
+        if call_deadline is not None and (run_deadline is None or call_deadline <= run_deadline):
+            deadline, cause, limit = call_deadline, cast(StopCause, "call-timeout"), self.call_timeout_s
+        else:
+            deadline, cause, limit = run_deadline, cast(StopCause, "run-timeout"), self.run_timeout_s
+        state = _CallState(name, _CallTag(step), deadline, cause, limit)
+        try:
+            return await self._call_tool(state, name, arguments, action_id)
+        except _DeadlinePassed:
+            raise CallTimedOut(self._stop(state, state.cause)) from None
+        except asyncio.CancelledError as e:
+            if isinstance(e, CallCancelled):
+                raise
+            raise CallCancelled(self._stop(state, "cancelled")) from e
+
+    async def _call_tool(self, state: _CallState, name: str, arguments: Mapping[str, Any] | None, action_id: str | None) -> CallToolResult:
+        action = action_id if action_id is not None else f"step-{state.tag.step}"
+        await self._ensure_session(state)
+        tool = await self._tool(state, name)
+        send_arguments = dict(arguments or {})
+        key: str | None = None
+        if self._takes_key(tool):
+            key = self._policy(state.tag, name, "not sent", self.run.instance.derive_idempotency_key, self.run.run_id, action)
+            send_arguments[self.key_argument] = key
+        tag = _CallTag(state.tag.step, key)
+        state.tag = tag
+        request: CallRequest = {"tool": name, "idempotency-key": key, "hints": self._hints(tool)}
+        admission = self._policy(tag, name, "not sent", self.run.begin_call, request, self.clock())
+        if "escalate" in admission:
+            refusal = cast(EscalateAdmission, admission)["escalate"]
+            self._log_line(tag, name, None, 0, "not sent", None, "escalate", None, refusal["note"], escalation=refusal["reason"])
+            raise Escalated(refusal, tool=name)
+        ticket = admission["send"]  # narrowed: not an escalation
+        call_id = ticket["call-id"]
+        state.call_id, state.effect = call_id, ticket["effect"]
+        if ticket["delay-ms"]:
+            await self._sleep(state, ticket["delay-ms"] / 1000, f"while waiting {ticket['delay-ms']} ms to be admitted")
+
+        attempt = 1  # the attempt each outcome reports: 1, then each retry plan's
+        while True:
+            await self._ensure_session(state)
+            state.attempt = attempt
+            observed = await self._attempt(
+                state, name, attempt, lambda session: session.call_tool(name, dict(send_arguments)), tool_call=True
+            )
+            decision = self._record(tag, name, call_id, attempt, observed)
+            while decision["action"] == "check-status":
+                await self._ensure_session(state)
+                found = await self._check_status(state, name, send_arguments, key, call_id)
+                outcome: Outcome = {"status-check": found}
+                # Reported under the attempt whose effect was checked.
+                decision = self._record(tag, name, call_id, attempt, _Observed(outcome, f"status check: {found}"))
+            action_taken = decision["action"]
+            kind = action_name(action_taken)
+            if kind == "retry":
+                plan = cast(RetryAction, action_taken)["retry"]
+                await self._sleep(state, plan["delay-ms"] / 1000, f"while waiting {plan['delay-ms']} ms before attempt {plan['attempt']}")
+                attempt = plan["attempt"]
+                continue
+            if kind == "replan":
+                message = cast(ReplanAction, action_taken)["replan"]
+                return CallToolResult(content=[TextContent(type="text", text=message)], is_error=True)
+            if kind == "succeed":
+                if observed.result is not None and observed.outcome == "success":
+                    return cast(CallToolResult, observed.result)
+                note = cast(SucceedAction, action_taken)["succeed"] or "done"
+                return CallToolResult(content=[TextContent(type="text", text=note)], is_error=False)
+            if kind == "escalate":
+                raise Escalated(cast(EscalateAction, action_taken)["escalate"], tool=name)
+            raise AssertionError(f"unknown action {action_taken!r}")  # the contract has no other
+
+    # -- connecting and listing: the pseudo-calls
+
+    async def _ensure_session(self, state: _CallState) -> None:
+        """Before an attempt or a status check: a session that is there, or
+        (an `McpConnection`) the `initialize` pseudo-call to establish it."""
+        if self.connection is None:
+            if self._bare_lost is not None:
+                raise SessionLost(
+                    f"the MCP session is lost ({self._bare_lost}) and this caller was built on a bare ClientSession, which it "
+                    "cannot re-establish: build it on an McpConnection",
+                    tool=state.tool,
+                )
+            return
+        if self.connection.connected:
+            return
+        if self.connection._closed:
+            raise SessionLost(f"the connection ({self.connection!r}) was closed", tool=state.tool)
+        seen = self.connection._current
+        lost = self.connection.lost if seen is not None and seen.initialized else None
+        what = (
+            f"could not reach the MCP server again after the session was lost ({lost})" if lost else "could not connect to the MCP server"
+        )
+        connection = self.connection
+
+        async def connect(_none: ClientSession) -> Any:
+            return await connection._connect(seen)
+
+        await self._pseudo_call(state, INITIALIZE, connect, what)
+
+    async def _tool(self, state: _CallState, name: str) -> Tool | None:
         if self._tools is None:
-            tools: dict[str, Tool] = {}
-            cursor: str | None = None
-            while True:
-                page = await self.session.list_tools(params=PaginatedRequestParams(cursor=cursor) if cursor else None)
-                tools.update({t.name: t for t in page.tools})
-                cursor = page.next_cursor
-                if not cursor:
-                    break
-            self._tools = tools
+
+            async def list_all(session: ClientSession) -> dict[str, Tool]:
+                tools: dict[str, Tool] = {}
+                cursor: str | None = None
+                while True:
+                    page = await session.list_tools(params=PaginatedRequestParams(cursor=cursor) if cursor else None)
+                    tools.update({t.name: t for t in page.tools})
+                    cursor = page.next_cursor
+                    if not cursor:
+                        return tools
+
+            self._tools = cast("dict[str, Tool]", await self._pseudo_call(state, TOOLS_LIST, list_all, "could not list the tools"))
         return self._tools.get(name)
+
+    async def _pseudo_call(self, state: _CallState, name: str, send: Callable[[ClientSession], Awaitable[Any]], what: str) -> Any:
+        """`initialize` or `tools/list` as a call of the policy: begun (a step),
+        sent, observed and decided like a tool's; retried as the policy says."""
+        tag = _CallTag(None)
+        request: CallRequest = {"tool": name, "idempotency-key": None, "hints": PSEUDO_TOOL_HINTS}
+        admission = self._policy(tag, name, "not sent", self.run.begin_call, request, self.clock())
+        if "escalate" in admission:
+            refusal = cast(EscalateAdmission, admission)["escalate"]
+            self._log_line(tag, name, None, 0, "not sent", None, "escalate", None, refusal["note"], escalation=refusal["reason"])
+            raise Escalated(refusal, tool=name)
+        ticket = admission["send"]
+        call_id = ticket["call-id"]
+        if ticket["delay-ms"]:
+            await self._sleep(state, ticket["delay-ms"] / 1000, f"while waiting {ticket['delay-ms']} ms for {name} to be admitted")
+        attempt = 1
+        while True:
+            if name != INITIALIZE:
+                await self._ensure_session(state)
+            observed = await self._attempt(state, name, attempt, send, tool_call=False)
+            failure = observed.outcome.get("failure") if isinstance(observed.outcome, dict) else None
+            if failure is not None and "transport" in failure["kind"]:
+                failure["body"] = f"{what}: {failure.get('body', '')}"
+            decision = self._record(tag, name, call_id, attempt, observed)
+            while decision["action"] == "check-status":  # nobody can check a connection: the policy decides on "unknown"
+                decision = self._record(tag, name, call_id, attempt, _Observed({"status-check": "unknown"}, "status check: unknown"))
+            action_taken = decision["action"]
+            kind = action_name(action_taken)
+            if kind == "retry":
+                plan = cast(RetryAction, action_taken)["retry"]
+                await self._sleep(
+                    state, plan["delay-ms"] / 1000, f"while waiting {plan['delay-ms']} ms before {name} attempt {plan['attempt']}"
+                )
+                attempt = plan["attempt"]
+                continue
+            if kind == "succeed":
+                return observed.result
+            if kind == "replan":
+                message = cast(ReplanAction, action_taken)["replan"]
+                raise SessionLost(f"{what} ({name}): {message}", tool=state.tool)
+            if kind == "escalate":
+                raise Escalated(cast(EscalateAction, action_taken)["escalate"], tool=name)
+            raise AssertionError(f"unknown action {action_taken!r}")
+
+    # -- one attempt
+
+    async def _attempt(
+        self, state: _CallState, name: str, attempt: int, send: Callable[[ClientSession], Awaitable[Any]], *, tool_call: bool
+    ) -> _Observed:
+        """Sends one attempt (in a task of its own, which carries the attempt's
+        capture) and waits for the first of: its answer, its answer stream cut,
+        its session ended, the attempt timeout, the call's or the run's limit."""
+        remaining = state.remaining()
+        if remaining is not None and remaining <= 0:
+            raise _DeadlinePassed
+        limit = self.attempt_timeout_s if remaining is None else min(self.attempt_timeout_s, remaining)
+        by_deadline = remaining is not None and remaining < self.attempt_timeout_s
+        # The session the request goes to (none yet for `initialize`, which makes one).
+        generation = self.connection._current if self.connection is not None and name != INITIALIZE else None
+        capture = AttemptCapture()
+        lost_at_send: list[bool] = []
+
+        async def run() -> Any:
+            lost_at_send.append(generation is not None and generation.lost is not None)
+            session = self.session if name != INITIALIZE else None
+            if session is None and name != INITIALIZE:
+                raise _ConnectFailure(
+                    "connection-refused", self.connection.lost if self.connection and self.connection.lost else "not connected"
+                )
+            return await send(cast(ClientSession, session))
+
+        token = _current_attempt.set(capture)
+        try:
+            task = asyncio.ensure_future(run())
+        finally:
+            _current_attempt.reset(token)
+        if tool_call:
+            state.in_flight = True
+            state.attempts_sent += 1
+        state.doing = f"while {name} attempt {attempt} was out"
+        watchers = [asyncio.ensure_future(capture.cut.wait())]
+        if generation is not None and not generation.ended.is_set():
+            watchers.append(asyncio.ensure_future(generation.ended.wait()))
+        try:
+            done, _ = await asyncio.wait({task, *watchers}, timeout=limit, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for watcher in watchers:
+                watcher.cancel()
+            if not task.done():
+                task.cancel()
+                task.add_done_callback(_consume)
+        if not done:
+            if by_deadline:
+                raise _DeadlinePassed  # the attempt stays in flight: it may have applied
+            state.in_flight = False
+            observed = self._observe(capture, None, None, timed_out=True, generation=generation, lost_at_send=False, tool_call=tool_call)
+            return observed
+        state.in_flight = False
+        if name == INITIALIZE and self.connection is not None:
+            generation = self.connection._current  # the session it tried to make (what ended it, if it did)
+        result: Any = None
+        error: BaseException | None = None
+        if task.done():
+            if task.cancelled():
+                error = asyncio.CancelledError()
+            else:
+                error = task.exception()
+                if error is None:
+                    result = task.result()
+        else:
+            error = None  # ended early: the stream was cut or the connection lost
+        return self._observe(
+            capture,
+            result,
+            error,
+            timed_out=False,
+            generation=generation,
+            lost_at_send=bool(lost_at_send and lost_at_send[0]),
+            tool_call=tool_call,
+            finished=task.done(),
+        )
+
+    def _observe(
+        self,
+        capture: AttemptCapture,
+        result: Any,
+        error: BaseException | None,
+        *,
+        timed_out: bool,
+        generation: _Generation | None,
+        lost_at_send: bool,
+        tool_call: bool,
+        finished: bool = True,
+    ) -> _Observed:
+        """What an attempt saw, as the contract's outcome: the first case that
+        fits, in the contract's order (HTTP status, transport, JSON-RPC error,
+        isError)."""
+        if capture.status is not None:
+            if capture.session_header and (capture.status == 404 or (capture.status == 400 and _INVALID_SESSION.search(capture.body))):
+                why = f"HTTP {capture.status}: the server no longer knows this session ({capture.body.strip()[:200] or 'no body'})"
+                self._session_lost(generation, why)
+                return _Observed(
+                    transport_failure("connection-refused", f"{why}; the request was not run"), f"session lost (HTTP {capture.status})"
+                )
+            return _Observed(http_failure(capture.status, capture.headers, capture.body), f"HTTP {capture.status}")
+        if capture.transport_error is not None:
+            return _Observed(transport_failure(capture.transport_error, capture.transport_detail), capture.transport_error)
+        if timed_out:
+            return _Observed(transport_failure("timeout", f"no response within {self.attempt_timeout_s} s"), "timeout")
+        if not finished:  # the connection was lost while the request was out
+            lost = generation.lost if generation is not None else None
+            return _Observed(
+                transport_failure("stream-closed", f"the connection was lost while the request was out: {lost}"), "stream-closed"
+            )
+        if isinstance(error, _ConnectFailure):
+            return _Observed(transport_failure(error.kind, error.detail), error.kind)
+        if isinstance(error, MCPError):
+            missing = not capture.seen and _sdk_http_error(error)
+            if missing:
+                self._warn_capture_missing(error)
+            if error.code == REQUEST_TIMEOUT:  # the session's own read timeout
+                return _Observed(transport_failure("timeout", error.message), "timeout", capture_missing=missing)
+            if error.code in (CONNECTION_CLOSED, INVALID_REQUEST) and _INVALID_SESSION.search(error.message):
+                why = f"the server no longer knows this session ({error.message})"
+                self._session_lost(generation, why)
+                return _Observed(
+                    transport_failure("connection-refused", f"{why}; the request was not run"), "session lost", capture_missing=missing
+                )
+            if error.code == CONNECTION_CLOSED:
+                if error.message == _SESSION_CLOSED_MESSAGE:  # the session itself is over
+                    lost = generation.lost if generation is not None and generation.lost else "the session's connection closed"
+                    self._session_lost(generation, lost)
+                    if lost_at_send:
+                        return _Observed(transport_failure("connection-refused", f"not sent: {lost}"), "connection-refused")
+                    return _Observed(transport_failure("stream-closed", f"{error.message}: {lost}"), "stream-closed")
+                return _Observed(transport_failure("stream-closed", error.message), "stream-closed", capture_missing=missing)
+            return _Observed(protocol_error_outcome(error), f"JSON-RPC {error.code}", capture_missing=missing)
+        if isinstance(error, asyncio.CancelledError):
+            return _Observed(transport_failure("other", "the request was cancelled inside the MCP SDK"), "other")
+        if error is not None:  # anything else the SDK raised (a malformed result, ...): a probable bug, not a blip
+            return _Observed(transport_failure("other", _describe(error)), "other")
+        if not tool_call:
+            return _Observed("success", "success", result)
+        call_result = cast(CallToolResult, result)
+        if call_result.is_error:
+            return _Observed(tool_error_outcome(call_result), "isError", call_result)
+        what = self.empty_check(call_result)
+        if what is not None:
+            return _Observed(empty_result(what), "empty result", call_result)
+        return _Observed("success", "success", call_result)
+
+    def _session_lost(self, generation: _Generation | None, why: str) -> None:
+        if self.connection is not None:
+            self.connection._mark_lost(generation, why)
+        elif self._bare_lost is None:
+            self._bare_lost = why
+
+    def _warn_capture_missing(self, error: MCPError) -> None:
+        if self._capture_warned:
+            return
+        self._capture_warned = True
+        warning = {
+            "event": "agent_retry.capture_missing",
+            "ts": round(time.time(), 3),
+            "run": self.run.run_id,
+            "policy": self.policy_identity,
+            "error": f"JSON-RPC {error.code}: {error.message}",
+            "reason": "a failure came from an HTTP transport that is not the wrapper's capturing one: its status, headers "
+            "and body (a Retry-After, a 403's reason) do not reach the policy. Build the caller on McpConnection.http(url), "
+            "or give streamable_http_client the client of create_capturing_http_client()",
+        }
+        self.log.warning(json.dumps(warning, ensure_ascii=False))
+
+    # -- waits, checks, the policy, the log
+
+    async def _sleep(self, state: _CallState, seconds: float, doing: str) -> None:
+        """A wait the policy asked for; one that would end past the call's or the
+        run's limit is not slept."""
+        remaining = state.remaining()
+        if remaining is not None and seconds >= remaining:
+            state.doing, state.not_slept = doing, True
+            raise _DeadlinePassed
+        if seconds > 0:
+            state.doing = doing
+            await self.sleep(seconds)
+
+    async def _check_status(
+        self, state: _CallState, name: str, arguments: Mapping[str, Any], key: str | None, call_id: int
+    ) -> StatusCheckResult:
+        check = self.status_check.get(name) if isinstance(self.status_check, Mapping) else self.status_check
+        if check is None:
+            return "unknown"  # nobody can tell: the policy escalates rather than risk a second write
+        session = self.session
+        if session is None:
+            return "unknown"
+        state.doing = f"while the status check of {name} ran"
+        remaining = state.remaining()
+        if remaining is not None and remaining <= 0:
+            raise _DeadlinePassed
+        task = _spawn(check(StatusCheckRequest(session, name, dict(arguments), key, call_id)))
+        try:
+            done, _ = await asyncio.wait({task}, timeout=remaining)
+        finally:
+            if not task.done():
+                task.cancel()
+                task.add_done_callback(_consume)
+        if not done:
+            raise _DeadlinePassed
+        error = None if task.cancelled() else task.exception()
+        if task.cancelled() or error is not None:  # a failed check knows nothing
+            failed = {
+                "event": "agent_retry.status_check_failed",
+                "run": self.run.run_id,
+                "tool": name,
+                "policy": self.policy_identity,
+                "error": repr(error) if error is not None else "cancelled",
+            }
+            self.log.warning(json.dumps(failed, ensure_ascii=False))
+            return "unknown"
+        found = task.result()
+        return found if found in ("found", "absent", "unknown") else "unknown"
+
+    def _stop(self, state: _CallState, cause: StopCause) -> Stopped:
+        """The stop's record, and its log line."""
+        unknown = False
+        if state.call_id is not None:
+            try:
+                unknown = any(e["call-id"] == state.call_id and e["status"] == "unknown" for e in self.run.all_effects())
+            except Exception:  # noqa: BLE001 - a failed policy cannot say; the in-flight attempt still counts
+                unknown = False
+        writes = state.effect in ("write", "delete")
+        may_have_applied = writes and (state.in_flight or unknown)
+        if cause == "cancelled":
+            what = "the call was cancelled"
+        else:
+            whose = "call's" if cause == "call-timeout" else "run's"
+            when = "would pass" if state.not_slept else "passed"
+            what = f"the {whose} time limit ({state.limit_s:g} s) {when}"
+        if may_have_applied:
+            effect = f"{state.tool} ({state.effect}) may have been applied: check before sending it again"
+        elif writes:
+            effect = f"{state.tool} ({state.effect}): no attempt was out, and the run lists none as possibly applied"
+        else:
+            effect = f"{state.tool} is not a write"
+        message = f"{what} {state.doing}, after {state.attempts_sent} attempt(s) sent; stopped waiting. {effect}."
+        self._log_line(state.tag, state.tool, state.call_id, state.attempt, cause, None, "stop", None, message)
+        return Stopped(cause, state.tool, state.call_id, state.attempts_sent, may_have_applied, message)
+
+    def _record(self, tag: _CallTag, tool: str, call_id: int, attempt: int, observed: _Observed) -> Decision:
+        decision = self._policy(
+            tag,
+            tool,
+            observed.summary,
+            self.run.record_outcome,
+            call_id,
+            attempt,
+            observed.outcome,
+            self.clock(),
+            self.entropy.next_u64(),
+        )
+        self._log_decision(tag, tool, call_id, attempt, observed.summary, decision, capture_missing=observed.capture_missing)
+        return decision
 
     def _takes_key(self, tool: Tool | None) -> bool:
         properties = (tool.input_schema or {}).get("properties") if tool is not None else None
@@ -330,86 +1280,6 @@ class RetryingToolCaller:
             "destructive": annotations.destructive_hint,
             "idempotent": annotations.idempotent_hint,
         }
-
-    async def call_tool(self, name: str, arguments: Mapping[str, Any] | None = None, *, action_id: str | None = None) -> CallToolResult:
-        """Makes one intended call, retrying as the policy says. Returns what the
-        model should see: the result, or (replan) an `isError` result carrying
-        the policy's message. Raises `Escalated` when the run must stop.
-
-        `action_id` names the call's place in the run for its idempotency key
-        (default: `step-N`, N counting this caller's calls from 1, as the Rust
-        host does, so all hosts derive the same key for the same run and call);
-        pass a stable one to keep the key across a host restart."""
-        self._steps += 1
-        step = self._steps
-        action = action_id if action_id is not None else f"step-{step}"
-        tool = await self._tool(name)
-        send_arguments = dict(arguments or {})
-        key: str | None = None
-        if self._takes_key(tool):
-            key = self._policy(_CallTag(step), name, "not sent", self.run.instance.derive_idempotency_key, self.run.run_id, action)
-            send_arguments[self.key_argument] = key
-        tag = _CallTag(step, key)
-        request: CallRequest = {"tool": name, "idempotency-key": key, "hints": self._hints(tool)}
-        admission = self._policy(tag, name, "not sent", self.run.begin_call, request, self.clock())
-        if "escalate" in admission:
-            refusal = cast(EscalateAdmission, admission)["escalate"]
-            self._log_line(tag, name, None, 0, "not sent", None, "escalate", None, refusal["note"], escalation=refusal["reason"])
-            raise Escalated(refusal, tool=name)
-        ticket = admission["send"]  # narrowed: not an escalation
-        call_id = ticket["call-id"]
-        if ticket["delay-ms"]:
-            await self.sleep(ticket["delay-ms"] / 1000)
-
-        attempt = 1  # the attempt each outcome reports: 1, then each retry plan's
-        while True:
-            observed = await self._attempt(name, send_arguments)
-            decision = self._policy(
-                tag,
-                name,
-                observed.summary,
-                self.run.record_outcome,
-                call_id,
-                attempt,
-                observed.outcome,
-                self.clock(),
-                self.entropy.next_u64(),
-            )
-            self._log_decision(tag, name, call_id, attempt, observed.summary, decision)
-            while decision["action"] == "check-status":
-                found = await self._check_status(name, send_arguments, key, call_id)
-                outcome: Outcome = {"status-check": found}
-                # Reported under the attempt whose effect was checked.
-                decision = self._policy(
-                    tag,
-                    name,
-                    f"status check: {found}",
-                    self.run.record_outcome,
-                    call_id,
-                    attempt,
-                    outcome,
-                    self.clock(),
-                    self.entropy.next_u64(),
-                )
-                self._log_decision(tag, name, call_id, attempt, f"status check: {found}", decision)
-            action_taken = decision["action"]
-            kind = action_name(action_taken)
-            if kind == "retry":
-                plan = cast(RetryAction, action_taken)["retry"]
-                await self.sleep(plan["delay-ms"] / 1000)
-                attempt = plan["attempt"]
-                continue
-            if kind == "replan":
-                message = cast(ReplanAction, action_taken)["replan"]
-                return CallToolResult(content=[TextContent(type="text", text=message)], is_error=True)
-            if kind == "succeed":
-                if observed.result is not None and observed.outcome == "success":
-                    return observed.result
-                note = cast(SucceedAction, action_taken)["succeed"] or "done"
-                return CallToolResult(content=[TextContent(type="text", text=note)], is_error=False)
-            if kind == "escalate":
-                raise Escalated(cast(EscalateAction, action_taken)["escalate"], tool=name)
-            raise AssertionError(f"unknown action {action_taken!r}")  # the contract has no other
 
     def _policy(self, tag: _CallTag, tool: str, last_outcome: str, ask: Callable[..., _T], *args: Any) -> _T:
         """Asks the policy; if the policy itself fails, the safe fallback: no
@@ -432,61 +1302,9 @@ class RetryingToolCaller:
             }
             raise Escalated(escalation, tool=tool, policy_failure=e) from e
 
-    async def _attempt(self, name: str, arguments: Mapping[str, Any]) -> _Observed:
-        capture = AttemptCapture()
-        token = _current_attempt.set(capture)
-        result: CallToolResult | None = None
-        error: BaseException | None = None
-        try:
-            result = await asyncio.wait_for(self.session.call_tool(name, dict(arguments)), self.attempt_timeout_s)
-        except asyncio.TimeoutError as e:
-            error = e
-        except MCPError as e:
-            error = e
-        finally:
-            _current_attempt.reset(token)
-        # The first case that fits, in the contract's order: HTTP status,
-        # transport, JSON-RPC error, isError.
-        if capture.status is not None:
-            summary = f"HTTP {capture.status}"
-            return _Observed(http_failure(capture.status, capture.headers, capture.body), summary)
-        if capture.transport_error is not None:
-            return _Observed(transport_failure(capture.transport_error, capture.transport_detail), capture.transport_error)
-        if isinstance(error, asyncio.TimeoutError):
-            return _Observed(transport_failure("timeout", f"no response within {self.attempt_timeout_s} s"), "timeout")
-        if isinstance(error, MCPError):
-            if error.code == REQUEST_TIMEOUT:  # the session's own read timeout
-                return _Observed(transport_failure("timeout", error.message), "timeout")
-            if error.code == CONNECTION_CLOSED:
-                return _Observed(transport_failure("stream-closed", error.message), "stream closed")
-            return _Observed(protocol_error_outcome(error), f"JSON-RPC {error.code}")
-        assert result is not None
-        if result.is_error:
-            return _Observed(tool_error_outcome(result), "isError", result)
-        what = self.empty_check(result)
-        if what is not None:
-            return _Observed(empty_result(what), "empty result", result)
-        return _Observed("success", "success", result)
-
-    async def _check_status(self, name: str, arguments: Mapping[str, Any], key: str | None, call_id: int) -> StatusCheckResult:
-        check = self.status_check.get(name) if isinstance(self.status_check, Mapping) else self.status_check
-        if check is None:
-            return "unknown"  # nobody can tell: the policy escalates rather than risk a second write
-        try:
-            found = await check(StatusCheckRequest(self.session, name, dict(arguments), key, call_id))
-        except Exception as e:  # a failed check knows nothing
-            failed = {
-                "event": "agent_retry.status_check_failed",
-                "run": self.run.run_id,
-                "tool": name,
-                "policy": self.policy_identity,
-                "error": repr(e),
-            }
-            self.log.warning(json.dumps(failed, ensure_ascii=False))
-            return "unknown"
-        return found if found in ("found", "absent", "unknown") else "unknown"
-
-    def _log_decision(self, tag: _CallTag, tool: str, call_id: int, attempt: int, outcome: str, decision: Decision) -> None:
+    def _log_decision(
+        self, tag: _CallTag, tool: str, call_id: int, attempt: int, outcome: str, decision: Decision, *, capture_missing: bool = False
+    ) -> None:
         action = decision["action"]
         delay = cast(RetryAction, action)["retry"]["delay-ms"] if action_name(action) == "retry" else None
         escalation = cast(EscalateAction, action)["escalate"]["reason"] if action_name(action) == "escalate" else None
@@ -499,7 +1317,7 @@ class RetryingToolCaller:
             decision["class"],
             action_name(action),
             delay,
-            decision["reason"],
+            decision["reason"] + (CAPTURE_MISSING_SUFFIX if capture_missing else ""),
             rule=decision["rule"],
             hint_ms=decision["hint-ms"],
             escalation=escalation,
@@ -550,3 +1368,9 @@ class RetryingToolCaller:
                 ensure_ascii=False,
             )
         )
+
+
+def _consume(task: asyncio.Future[Any]) -> None:
+    """Retrieves an abandoned task's exception, so that it is not reported."""
+    if not task.cancelled():
+        task.exception()

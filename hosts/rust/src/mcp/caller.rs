@@ -7,20 +7,24 @@
 //! note. The model sees only the final answer. Every attempt is one JSON log line.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Arc;
 
 use crate::fault::PolicyFault;
 use futures::future::BoxFuture;
 use rmcp::RoleClient;
 use rmcp::model::{CallToolRequestParams, CallToolResult, Tool};
-use rmcp::service::Peer;
+use rmcp::service::{Peer, ServiceError};
 use serde_json::{Map, Value};
+use tokio_util::sync::CancellationToken;
 
 use super::clock::Clock;
+use super::connect::McpConnection;
 use super::metrics::Metrics;
 use super::observe;
 use crate::component::types::{
-    Action, Admission, CallRequest, Decision, Escalation, EscalationReason, FailureKind, Outcome, RunError, RunReport, StatusCheckResult, ToolHints,
+    Action, Admission, CallRequest, CallTicket, Decision, Effect, EffectStatus, Escalation, EscalationReason, FailureKind, Outcome, RunError, RunReport,
+    StatusCheckResult, ToolHints, TransportError,
 };
 use crate::component::{PolicyHandle, PolicyInstance, RunHandle};
 use crate::labels;
@@ -49,6 +53,50 @@ pub enum CallError {
     Policy(PolicyFault),
     /// The host used the run wrongly (a bug in the host).
     Run(RunError),
+    /// The call or run time limit passed first (`call_timeout_ms`, `run_timeout_ms`).
+    TimedOut(Stopped),
+    /// The caller cancelled the call ([`RetryingToolCaller::call_until`]).
+    Cancelled(Stopped),
+    /// The session could not be set up again and the policy did not escalate
+    /// (it answered a replan: the server refused the `initialize` itself), or the
+    /// caller was built on a bare peer, which cannot be connected again.
+    SessionLost(String),
+}
+
+/// Why a call stopped before the policy's answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopCause {
+    /// `call_timeout_ms` passed.
+    CallTimeout,
+    /// `run_timeout_ms` passed.
+    RunTimeout,
+    /// The caller's cancellation token fired.
+    Cancelled,
+}
+
+impl StopCause {
+    /// `call-timeout`, `run-timeout`, `cancelled`: the log's outcome.
+    pub fn label(self) -> &'static str {
+        match self {
+            StopCause::CallTimeout => "call-timeout",
+            StopCause::RunTimeout => "run-timeout",
+            StopCause::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// A call that stopped waiting: what is known of its effect.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stopped {
+    pub cause: StopCause,
+    pub tool: String,
+    /// The policy's call id; `None` if the policy had not admitted the call.
+    pub call_id: Option<u32>,
+    /// Attempts sent to the server before it stopped.
+    pub attempts_sent: u32,
+    /// The call is a write or delete, and an attempt was in flight when it
+    /// stopped or the run's effects list it as `unknown`.
+    pub may_have_applied: bool,
 }
 
 impl std::fmt::Display for CallError {
@@ -57,6 +105,15 @@ impl std::fmt::Display for CallError {
             CallError::Escalated(e) => write!(f, "escalated: {}", e.note),
             CallError::Policy(e) => write!(f, "the policy component failed: {e}"),
             CallError::Run(e) => write!(f, "run error: {e:?}"),
+            CallError::TimedOut(s) | CallError::Cancelled(s) => write!(
+                f,
+                "{} stopped by {} after {} attempt(s); {}",
+                s.tool,
+                s.cause.label(),
+                s.attempts_sent,
+                if s.may_have_applied { "it may have been applied" } else { "it was not applied" }
+            ),
+            CallError::SessionLost(note) => write!(f, "the MCP session was lost: {note}"),
         }
     }
 }
@@ -77,18 +134,60 @@ pub struct RetryingToolCallerOptions {
     /// default the component's identity; a host on a [`crate::LivePolicy`]
     /// passes the serving policy's (`loaded.identity.to_string()`).
     pub policy_identity: Option<String>,
+    /// A call stops after this long, its retries and waits included (policy
+    /// time, ms; default none): [`CallError::TimedOut`].
+    pub call_timeout_ms: Option<u64>,
+    /// Every call stops once the caller is this old (policy time, ms; default
+    /// none): the run's wall-clock budget.
+    pub run_timeout_ms: Option<u64>,
 }
 
 impl Default for RetryingToolCallerOptions {
     fn default() -> Self {
-        RetryingToolCallerOptions { attempt_timeout_ms: 30_000, key_argument: "idempotency_key".into(), clock: Clock::real(), policy_identity: None }
+        RetryingToolCallerOptions {
+            attempt_timeout_ms: 30_000,
+            key_argument: "idempotency_key".into(),
+            clock: Clock::real(),
+            policy_identity: None,
+            call_timeout_ms: None,
+            run_timeout_ms: None,
+        }
     }
+}
+
+/// Appended to the logged reason of a decision on a failure whose HTTP status
+/// and headers were not captured (the same text in every host).
+const CAPTURE_MISSING: &str = " [no HTTP status or headers: the transport is not the wrapper's capturing one]";
+
+/// The pseudo-tools connecting goes through, as calls of the policy.
+const INITIALIZE: &str = "initialize";
+const TOOLS_LIST: &str = "tools/list";
+
+/// Where the session comes from: a connection the wrapper owns (and can set
+/// up again), or a bare peer the caller built (which it cannot).
+enum Session {
+    Owned(Box<McpConnection>),
+    Bare(Peer<RoleClient>),
+}
+
+/// What one attempt came to.
+struct Attempted {
+    outcome: Outcome,
+    result: Option<CallToolResult>,
+    /// The failure came from an HTTP transport that is not the capturing one.
+    uncaptured: bool,
+}
+
+/// The nearer of the call's and the run's time limits, and the cancellation.
+struct Limit<'a> {
+    deadline_ms: Option<(u64, StopCause)>,
+    cancel: &'a CancellationToken,
 }
 
 /// One log line: event, run, policy, step, call, tool, attempt, key, outcome,
 /// class, rule, action, delay_ms, hint_ms, escalation, reason (hosts/README.md).
 struct AttemptLine<'a> {
-    step: u32,
+    step: Option<u32>,
     call: Option<u32>,
     tool: &'a str,
     attempt: u32,
@@ -118,7 +217,7 @@ fn tool_info(tool: &Tool, key_argument: &str) -> ToolInfo {
 
 /// One agent run's tool calls, through the policy.
 pub struct RetryingToolCaller {
-    peer: Peer<RoleClient>,
+    session: Session,
     instance: PolicyInstance,
     policy: PolicyHandle,
     run: RunHandle,
@@ -129,6 +228,9 @@ pub struct RetryingToolCaller {
     metrics: Arc<Metrics>,
     steps: u32,
     previous_call: Option<(String, Map<String, Value>)>,
+    /// Policy time the caller was built: `run_timeout_ms` counts from here.
+    started_ms: u64,
+    capture_warned: bool,
 }
 
 fn policy_error(e: PolicyFault) -> CallError {
@@ -162,10 +264,38 @@ fn action_label(action: &Action) -> &'static str {
 }
 
 impl RetryingToolCaller {
-    /// Starts a run: loads the configuration into a fresh policy and lists the
-    /// server's tools (their annotations and whether they take a key).
+    /// Starts a run on a bare peer the caller connected: loads the configuration
+    /// into a fresh policy and lists the server's tools (through the policy, as
+    /// the `tools/list` call). A lost session cannot be set up again on a bare
+    /// peer ([`CallError::SessionLost`]); [`RetryingToolCaller::connect`] can.
     pub async fn start(
         peer: Peer<RoleClient>,
+        instance: PolicyInstance,
+        config_json: &str,
+        run_id: &str,
+        options: RetryingToolCallerOptions,
+        metrics: Arc<Metrics>,
+    ) -> anyhow::Result<Self> {
+        Self::begin(Session::Bare(peer), instance, config_json, run_id, options, metrics).await
+    }
+
+    /// Starts a run on a connection the wrapper owns: connects (the
+    /// `initialize` call of the policy) and lists the tools (`tools/list`), each
+    /// retried under the policy's rules; later, a lost session is set up again
+    /// the same way. A failure is a [`CallError`] inside the `anyhow::Error`.
+    pub async fn connect(
+        connection: McpConnection,
+        instance: PolicyInstance,
+        config_json: &str,
+        run_id: &str,
+        options: RetryingToolCallerOptions,
+        metrics: Arc<Metrics>,
+    ) -> anyhow::Result<Self> {
+        Self::begin(Session::Owned(Box::new(connection)), instance, config_json, run_id, options, metrics).await
+    }
+
+    async fn begin(
+        session: Session,
         mut instance: PolicyInstance,
         config_json: &str,
         run_id: &str,
@@ -174,20 +304,27 @@ impl RetryingToolCaller {
     ) -> anyhow::Result<Self> {
         let policy = instance.load_policy(config_json)?.map_err(|e| anyhow::anyhow!("policy configuration: {}: {}", e.field, e.message))?;
         let run = instance.start_run(&policy, run_id)?.map_err(|e| anyhow::anyhow!("run id: {e:?}"))?;
-        let tools = peer.list_all_tools().await?.iter().map(|tool| (tool.name.to_string(), tool_info(tool, &options.key_argument))).collect();
-        Ok(RetryingToolCaller {
-            peer,
+        let started_ms = options.clock.now_ms();
+        let mut caller = RetryingToolCaller {
+            session,
             instance,
             policy,
             run,
             run_id: run_id.to_string(),
-            tools,
+            tools: HashMap::new(),
             status_checks: HashMap::new(),
             options,
             metrics,
             steps: 0,
             previous_call: None,
-        })
+            started_ms,
+            capture_warned: false,
+        };
+        let cancel = CancellationToken::new();
+        let limit = caller.limit(None, &cancel);
+        caller.ensure_session(&limit).await?;
+        caller.list_tools(&limit).await?;
+        Ok(caller)
     }
 
     /// Registers how to check whether a write to `tool` was applied.
@@ -205,22 +342,225 @@ impl RetryingToolCaller {
         self.instance.report(&self.run).map_err(policy_error)
     }
 
-    /// Ends the run and frees it in the component.
-    pub fn finish(mut self) -> Result<RunReport, CallError> {
+    /// Ends the run and frees it in the component (and closes a connection
+    /// the wrapper owns, stopping a server process it started).
+    pub async fn finish(mut self) -> Result<RunReport, CallError> {
         let report = self.report()?;
         self.instance.drop_run(self.run).map_err(policy_error)?;
         self.instance.drop_policy(self.policy).map_err(policy_error)?;
+        if let Session::Owned(connection) = self.session {
+            connection.close().await;
+        }
         Ok(report)
     }
 
-    async fn attempt(&self, tool: &str, arguments: &Map<String, Value>) -> (Outcome, Option<CallToolResult>) {
+    /// The nearer of the run's limit and (from `call_started_ms`) the call's.
+    fn limit<'a>(&self, call_started_ms: Option<u64>, cancel: &'a CancellationToken) -> Limit<'a> {
+        let run = self.options.run_timeout_ms.map(|t| (self.started_ms.saturating_add(t), StopCause::RunTimeout));
+        let call = call_started_ms.zip(self.options.call_timeout_ms).map(|(start, t)| (start.saturating_add(t), StopCause::CallTimeout));
+        let deadline_ms = match (run, call) {
+            (Some(r), Some(c)) => Some(if c.0 <= r.0 { c } else { r }),
+            (r, c) => r.or(c),
+        };
+        Limit { deadline_ms, cancel }
+    }
+
+    /// Waits for `work` unless the limit passes or the call is cancelled first.
+    async fn within<T>(&self, limit: &Limit<'_>, work: impl Future<Output = T>) -> Result<T, StopCause> {
+        let until_deadline = async {
+            match limit.deadline_ms {
+                Some((deadline, _)) => self.options.clock.sleep(deadline.saturating_sub(self.options.clock.now_ms())).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            done = work => Ok(done),
+            () = until_deadline => Err(limit.deadline_ms.map_or(StopCause::Cancelled, |(_, cause)| cause)),
+            () = limit.cancel.cancelled() => Err(StopCause::Cancelled),
+        }
+    }
+
+    /// Sleeps a backoff, unless it would end past the limit (then it is not
+    /// slept at all) or the call is cancelled.
+    async fn pause(&self, limit: &Limit<'_>, delay_ms: u64) -> Result<(), StopCause> {
+        if let Some((deadline, cause)) = limit.deadline_ms
+            && self.options.clock.now_ms().saturating_add(delay_ms) > deadline
+        {
+            return Err(cause);
+        }
+        self.within(limit, self.options.clock.sleep(delay_ms)).await
+    }
+
+    /// The session's peer, connecting first if it is lost (owned connections).
+    fn peer(&self) -> Option<Peer<RoleClient>> {
+        match &self.session {
+            Session::Owned(connection) => connection.peer(),
+            Session::Bare(peer) => Some(peer.clone()),
+        }
+    }
+
+    /// Sets the session up (again) when it is lost, as the policy's
+    /// `initialize` call. A bare peer's lost session is [`CallError::SessionLost`].
+    fn ensure_session<'a>(&'a mut self, limit: &'a Limit<'a>) -> BoxFuture<'a, Result<(), CallError>> {
+        Box::pin(async move {
+            match &self.session {
+                Session::Owned(connection) if connection.needs_connect() => self.pseudo_call(INITIALIZE, limit).await,
+                Session::Owned(_) => Ok(()),
+                Session::Bare(peer) if peer.is_transport_closed() => {
+                    Err(CallError::SessionLost("the session's transport closed, and a bare peer cannot be connected again (use McpConnection)".into()))
+                }
+                Session::Bare(_) => Ok(()),
+            }
+        })
+    }
+
+    /// Lists the server's tools (their annotations and whether they take a
+    /// key), as the policy's `tools/list` call.
+    async fn list_tools(&mut self, limit: &Limit<'_>) -> Result<(), CallError> {
+        self.pseudo_call(TOOLS_LIST, limit).await
+    }
+
+    /// One attempt of a pseudo-call: connecting, or listing the tools.
+    async fn pseudo_attempt(&mut self, what: &str, limit: &Limit<'_>) -> Result<Attempted, StopCause> {
+        let timeout = self.options.clock.real_duration(self.options.attempt_timeout_ms);
+        if what == INITIALIZE {
+            let Session::Owned(connection) = &mut self.session else {
+                return Ok(Attempted { outcome: Outcome::Success, result: None, uncaptured: false });
+            };
+            // The note of an escalation quotes the last failure: say what it was for.
+            let what_failed = if connection.was_connected() {
+                "could not reach the MCP server again after the session was lost"
+            } else {
+                "could not connect to the MCP server"
+            };
+            let connecting = tokio::time::timeout(timeout, connection.connect());
+            // `within` needs `&self` while the connection is borrowed: select by hand.
+            let until_deadline = async {
+                match limit.deadline_ms {
+                    Some((deadline, _)) => tokio::time::sleep(self.options.clock.real_duration(deadline.saturating_sub(self.options.clock.now_ms()))).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let outcome = tokio::select! {
+                done = connecting => match done {
+                    Err(_elapsed) => with_context(observe::timeout(), what_failed),
+                    Ok(Ok(())) => Outcome::Success,
+                    Ok(Err(outcome)) => with_context(outcome, what_failed),
+                },
+                () = until_deadline => return Err(limit.deadline_ms.map_or(StopCause::Cancelled, |(_, cause)| cause)),
+                () = limit.cancel.cancelled() => return Err(StopCause::Cancelled),
+            };
+            return Ok(Attempted { outcome, result: None, uncaptured: false });
+        }
+        let Some(peer) = self.peer() else {
+            return Ok(Attempted { outcome: lost_before_send(), result: None, uncaptured: false });
+        };
+        let listed = self.within(limit, tokio::time::timeout(timeout, peer.list_all_tools())).await?;
+        let key_argument = self.options.key_argument.clone();
+        let (outcome, uncaptured) = match listed {
+            Err(_elapsed) => (observe::timeout(), false),
+            Ok(Ok(tools)) => {
+                self.tools = tools.iter().map(|tool| (tool.name.to_string(), tool_info(tool, &key_argument))).collect();
+                (Outcome::Success, false)
+            }
+            Ok(Err(error)) => (self.observe_failure(&error), observe::is_uncaptured(&error) && matches!(self.session, Session::Bare(_))),
+        };
+        Ok(Attempted { outcome, result: None, uncaptured })
+    }
+
+    /// Connecting or listing the tools as a call of the policy: the pseudo-tool
+    /// `initialize` or `tools/list` (read-only, idempotent, no key), its
+    /// failures retried as the policy decides; each is a step of the run.
+    async fn pseudo_call(&mut self, what: &str, limit: &Limit<'_>) -> Result<(), CallError> {
+        let hints = ToolHints { read_only: Some(true), destructive: Some(false), idempotent: Some(true) };
+        let request = CallRequest { tool: what.to_string(), idempotency_key: None, hints: Some(hints) };
+        let now = self.options.clock.now_ms();
+        let ticket = match self.instance.begin_call(&self.run, &request, now).map_err(policy_error)?.map_err(CallError::Run)? {
+            Admission::Send(ticket) => ticket,
+            Admission::Escalate(escalation) => return Err(self.escalated_before_send(None, what, None, escalation)),
+        };
+        let mut sent = 0;
+        let stopped = |caller: &mut Self, cause, sent, in_flight| Err(caller.stopped(cause, what, Some(&ticket), sent, in_flight, None));
+        if let Err(cause) = self.pause(limit, ticket.delay_ms).await {
+            return stopped(self, cause, sent, false);
+        }
+        let mut attempt = 1;
+        loop {
+            if what == TOOLS_LIST {
+                self.ensure_session(limit).await?;
+            }
+            sent += 1;
+            let attempted = match self.pseudo_attempt(what, limit).await {
+                Ok(attempted) => attempted,
+                Err(cause) => return stopped(self, cause, sent, true),
+            };
+            let now = self.options.clock.now_ms();
+            let decision = self
+                .instance
+                .record_outcome(&self.run, ticket.call_id, attempt, &attempted.outcome, now, None)
+                .map_err(policy_error)?
+                .map_err(CallError::Run)?;
+            self.log(None, ticket.call_id, what, None, &attempted.outcome, &decision, attempted.uncaptured);
+            match decision.action {
+                Action::Succeed(_) => return Ok(()),
+                Action::Retry(plan) => {
+                    attempt = plan.attempt;
+                    if let Err(cause) = self.pause(limit, plan.delay_ms).await {
+                        return stopped(self, cause, sent, false);
+                    }
+                }
+                Action::Escalate(escalation) => return Err(CallError::Escalated(escalation)),
+                Action::Replan(message) => return Err(CallError::SessionLost(format!("{what}: {message}"))),
+                // A read is not status-checked; were it asked, nothing is known.
+                Action::CheckStatus => {
+                    let now = self.options.clock.now_ms();
+                    let outcome = Outcome::StatusCheck(StatusCheckResult::Unknown);
+                    let decision =
+                        self.instance.record_outcome(&self.run, ticket.call_id, attempt, &outcome, now, None).map_err(policy_error)?.map_err(CallError::Run)?;
+                    self.log(None, ticket.call_id, what, None, &outcome, &decision, false);
+                    if let Action::Escalate(escalation) = decision.action {
+                        return Err(CallError::Escalated(escalation));
+                    }
+                    return Err(CallError::SessionLost(format!("{what}: {}", decision.reason)));
+                }
+            }
+        }
+    }
+
+    /// Observes a failed request, and marks an owned session lost when the
+    /// failure says it is.
+    fn observe_failure(&mut self, error: &ServiceError) -> Outcome {
+        if observe::loses_session(error)
+            && let Session::Owned(connection) = &mut self.session
+        {
+            connection.mark_lost();
+        }
+        observe::from_error(error)
+    }
+
+    /// One attempt of a tool call, within the limit.
+    async fn attempt(&mut self, tool: &str, arguments: &Map<String, Value>, limit: &Limit<'_>) -> Result<Attempted, StopCause> {
+        let Some(peer) = self.peer() else {
+            return Ok(Attempted { outcome: lost_before_send(), result: None, uncaptured: false });
+        };
+        if peer.is_transport_closed() {
+            // Nothing can be written to a closed pipe: the request never left.
+            if let Session::Owned(connection) = &mut self.session {
+                connection.mark_lost();
+            }
+            return Ok(Attempted { outcome: lost_before_send(), result: None, uncaptured: false });
+        }
         let params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments.clone());
         let timeout = self.options.clock.real_duration(self.options.attempt_timeout_ms);
-        match tokio::time::timeout(timeout, self.peer.call_tool(params)).await {
-            Err(_elapsed) => (observe::timeout(), None),
-            Ok(Ok(result)) => (observe::from_result(&result), Some(result)),
-            Ok(Err(error)) => (observe::from_error(&error), None),
-        }
+        let answered = self.within(limit, tokio::time::timeout(timeout, peer.call_tool(params))).await?;
+        Ok(match answered {
+            Err(_elapsed) => Attempted { outcome: observe::timeout(), result: None, uncaptured: false },
+            Ok(Ok(result)) => Attempted { outcome: observe::from_result(&result), result: Some(result), uncaptured: false },
+            Ok(Err(error)) => {
+                let uncaptured = observe::is_uncaptured(&error) && matches!(self.session, Session::Bare(_));
+                Attempted { outcome: self.observe_failure(&error), result: None, uncaptured }
+            }
+        })
     }
 
     /// Writes one attempt line, with the fields (and order) of the Python and
@@ -249,8 +589,10 @@ impl RetryingToolCaller {
         );
     }
 
-    /// The attempt line of a decision (see [`AttemptLine`]).
-    fn log(&self, step: u32, call_id: u32, tool: &str, key: Option<&str>, outcome: &Outcome, decision: &Decision) {
+    /// The attempt line of a decision (see [`AttemptLine`]); `step` is `None`
+    /// for the pseudo-calls `initialize` and `tools/list`.
+    #[allow(clippy::too_many_arguments)]
+    fn log(&mut self, step: Option<u32>, call_id: u32, tool: &str, key: Option<&str>, outcome: &Outcome, decision: &Decision, uncaptured: bool) {
         let delay_ms = match &decision.action {
             Action::Retry(plan) => Some(plan.delay_ms),
             _ => None,
@@ -259,6 +601,16 @@ impl RetryingToolCaller {
             Action::Escalate(e) => Some(labels::reason(e.reason)),
             _ => None,
         };
+        if uncaptured && !self.capture_warned {
+            self.capture_warned = true;
+            tracing::warn!(
+                target: "agent_retry",
+                event = "agent_retry.capture_missing",
+                run = %self.run_id,
+                "a failure came from an HTTP transport that is not the wrapper's capturing one: statuses and headers (Retry-After) are not seen; connect with McpConnection::http"
+            );
+        }
+        let reason = if uncaptured { format!("{}{CAPTURE_MISSING}", decision.reason) } else { decision.reason.clone() };
         self.log_line(AttemptLine {
             step,
             call: Some(call_id),
@@ -272,17 +624,21 @@ impl RetryingToolCaller {
             delay_ms,
             hint_ms: decision.hint_ms,
             escalation,
-            reason: &decision.reason,
+            reason: &reason,
         });
         let status = outcome_label(outcome);
-        let attempted = !matches!(outcome, Outcome::StatusCheck(_));
+        // The metrics count tool calls: connecting and listing count only when they escalate.
+        let attempted = step.is_some() && !matches!(outcome, Outcome::StatusCheck(_));
+        let tool_call = step.is_some();
         self.metrics.update(|c| {
             if attempted {
                 c.attempts += 1;
                 *c.by_status.entry(status).or_default() += 1;
             }
-            *c.by_action.entry(action_label(&decision.action).to_string()).or_default() += 1;
-            if let Some(delay) = delay_ms {
+            if tool_call {
+                *c.by_action.entry(action_label(&decision.action).to_string()).or_default() += 1;
+            }
+            if let Some(delay) = delay_ms.filter(|_| tool_call) {
                 c.retries += 1;
                 c.waited_ms += delay;
             }
@@ -297,7 +653,7 @@ impl RetryingToolCaller {
 
     /// The line of a call the policy escalated before it was sent: attempt 0,
     /// outcome "not sent" (as the Python and Node wrappers log it).
-    fn escalated_before_send(&self, step: u32, tool: &str, key: Option<&str>, escalation: Escalation) -> CallError {
+    fn escalated_before_send(&self, step: Option<u32>, tool: &str, key: Option<&str>, escalation: Escalation) -> CallError {
         self.log_line(AttemptLine {
             step,
             call: None,
@@ -322,8 +678,57 @@ impl RetryingToolCaller {
         CallError::Escalated(escalation)
     }
 
+    /// A call that stopped waiting: one line (outcome the cause, action `stop`),
+    /// and the error saying whether it may have been applied.
+    fn stopped(&mut self, cause: StopCause, tool: &str, ticket: Option<&CallTicket>, attempts_sent: u32, in_flight: bool, key: Option<&str>) -> CallError {
+        let may_have_applied = ticket.is_some_and(|ticket| {
+            ticket.effect != Effect::Read
+                && (in_flight
+                    || self
+                        .instance
+                        .all_effects(&self.run)
+                        .is_ok_and(|effects| effects.iter().any(|e| e.call_id == ticket.call_id && e.status == EffectStatus::Unknown)))
+        });
+        let reason = format!(
+            "{} after {attempts_sent} attempt(s){}; {}",
+            cause.label(),
+            if in_flight { ", one in flight" } else { "" },
+            if may_have_applied { "it may have been applied" } else { "it was not applied" }
+        );
+        let step = if tool == INITIALIZE || tool == TOOLS_LIST { None } else { Some(self.steps) };
+        self.log_line(AttemptLine {
+            step,
+            call: ticket.map(|t| t.call_id),
+            tool,
+            attempt: attempts_sent,
+            key,
+            outcome: cause.label(),
+            class: None,
+            rule: None,
+            action: "stop",
+            delay_ms: None,
+            hint_ms: None,
+            escalation: None,
+            reason: &reason,
+        });
+        let stopped = Stopped { cause, tool: tool.to_string(), call_id: ticket.map(|t| t.call_id), attempts_sent, may_have_applied };
+        match cause {
+            StopCause::Cancelled => CallError::Cancelled(stopped),
+            StopCause::CallTimeout | StopCause::RunTimeout => CallError::TimedOut(stopped),
+        }
+    }
+
     /// Makes one tool call the model asked for, through the policy.
-    pub async fn call(&mut self, tool: &str, mut arguments: Map<String, Value>) -> Result<ToolAnswer, CallError> {
+    pub async fn call(&mut self, tool: &str, arguments: Map<String, Value>) -> Result<ToolAnswer, CallError> {
+        self.call_until(tool, arguments, &CancellationToken::new()).await
+    }
+
+    /// [`RetryingToolCaller::call`], stopped at once when `cancel` fires
+    /// ([`CallError::Cancelled`], saying whether an attempt may have been
+    /// applied). Dropping the future also stops it, without that report.
+    pub async fn call_until(&mut self, tool: &str, mut arguments: Map<String, Value>, cancel: &CancellationToken) -> Result<ToolAnswer, CallError> {
+        let call_started = self.options.clock.now_ms();
+        let limit = self.limit(Some(call_started), cancel);
         self.steps += 1;
         let step = self.steps;
         if self.previous_call.as_ref().is_some_and(|(t, a)| t == tool && *a == arguments) {
@@ -344,35 +749,81 @@ impl RetryingToolCaller {
         let now = self.options.clock.now_ms();
         let ticket = match self.instance.begin_call(&self.run, &request, now).map_err(policy_error)?.map_err(CallError::Run)? {
             Admission::Send(ticket) => ticket,
-            Admission::Escalate(escalation) => return Err(self.escalated_before_send(step, tool, key.as_deref(), escalation)),
+            Admission::Escalate(escalation) => return Err(self.escalated_before_send(Some(step), tool, key.as_deref(), escalation)),
         };
-        self.options.clock.sleep(ticket.delay_ms).await;
-        let (mut outcome, mut result) = self.attempt(tool, &arguments).await;
+        let mut sent = 0;
+        if let Err(cause) = self.pause(&limit, ticket.delay_ms).await {
+            return Err(self.stopped(cause, tool, Some(&ticket), sent, false, key.as_deref()));
+        }
         // The attempt each outcome reports: 1, then each retry plan's.
         let mut attempt = 1;
+        let mut next = Next::Send;
         loop {
+            // A lost session is set up again (the policy's `initialize` call)
+            // before the next attempt or status check.
+            self.ensure_session(&limit).await?;
+            let attempted = match next {
+                Next::Send => {
+                    sent += 1;
+                    match self.attempt(tool, &arguments, &limit).await {
+                        Ok(attempted) => attempted,
+                        Err(cause) => return Err(self.stopped(cause, tool, Some(&ticket), sent, true, key.as_deref())),
+                    }
+                }
+                Next::CheckStatus => {
+                    let found = match (self.status_checks.get(tool), self.peer()) {
+                        (Some(check), Some(peer)) => match self.within(&limit, check(peer, arguments.clone())).await {
+                            Ok(found) => found,
+                            Err(cause) => return Err(self.stopped(cause, tool, Some(&ticket), sent, false, key.as_deref())),
+                        },
+                        _ => StatusCheckResult::Unknown,
+                    };
+                    Attempted { outcome: Outcome::StatusCheck(found), result: None, uncaptured: false }
+                }
+            };
             let now = self.options.clock.now_ms();
-            let decision =
-                self.instance.record_outcome(&self.run, ticket.call_id, attempt, &outcome, now, None).map_err(policy_error)?.map_err(CallError::Run)?;
-            self.log(step, ticket.call_id, tool, key.as_deref(), &outcome, &decision);
+            let decision = self
+                .instance
+                .record_outcome(&self.run, ticket.call_id, attempt, &attempted.outcome, now, None)
+                .map_err(policy_error)?
+                .map_err(CallError::Run)?;
+            self.log(Some(step), ticket.call_id, tool, key.as_deref(), &attempted.outcome, &decision, attempted.uncaptured);
             match decision.action {
                 Action::Retry(plan) => {
                     attempt = plan.attempt;
-                    self.options.clock.sleep(plan.delay_ms).await;
-                    (outcome, result) = self.attempt(tool, &arguments).await;
+                    next = Next::Send;
+                    if let Err(cause) = self.pause(&limit, plan.delay_ms).await {
+                        return Err(self.stopped(cause, tool, Some(&ticket), sent, false, key.as_deref()));
+                    }
                 }
-                Action::CheckStatus => {
-                    let found = match self.status_checks.get(tool) {
-                        Some(check) => check(self.peer.clone(), arguments.clone()).await,
-                        None => StatusCheckResult::Unknown,
-                    };
-                    outcome = Outcome::StatusCheck(found);
-                    result = None;
-                }
+                Action::CheckStatus => next = Next::CheckStatus,
                 Action::Replan(message) => return Ok(ToolAnswer::Replan(message)),
-                Action::Succeed(note) => return Ok(ToolAnswer::Done { result, note }),
+                Action::Succeed(note) => return Ok(ToolAnswer::Done { result: attempted.result, note }),
                 Action::Escalate(escalation) => return Err(CallError::Escalated(escalation)),
             }
         }
     }
+}
+
+/// What the wrapper does next in a call.
+#[derive(Clone, Copy)]
+enum Next {
+    Send,
+    CheckStatus,
+}
+
+/// A failure's body prefixed with what the wrapper was doing.
+fn with_context(outcome: Outcome, context: &str) -> Outcome {
+    match outcome {
+        Outcome::Failure(mut failure) => {
+            failure.body = if failure.body.is_empty() { context.to_string() } else { format!("{context}: {}", failure.body) };
+            Outcome::Failure(failure)
+        }
+        other => other,
+    }
+}
+
+/// A request that could not be sent: the session was already gone.
+fn lost_before_send() -> Outcome {
+    observe::transport_failure(TransportError::ConnectionRefused, "not sent: the session's transport is closed".into())
 }

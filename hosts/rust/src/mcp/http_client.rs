@@ -32,6 +32,11 @@ pub enum HttpFailure {
     Status { status: u16, headers: Vec<(String, String)>, body: String },
     /// No usable answer was read.
     Transport { error: TransportError, detail: String },
+    /// The server does not know the session the request carried: a 404 (the
+    /// streamable-HTTP rule for a session it ended or never had), or a 400 whose
+    /// body says the session id is not valid (what the TypeScript SDK's servers
+    /// answer). The request was not run; the session must be set up again.
+    SessionUnknown { status: u16, body: String },
 }
 
 impl fmt::Display for HttpFailure {
@@ -39,6 +44,7 @@ impl fmt::Display for HttpFailure {
         match self {
             HttpFailure::Status { status, body, .. } => write!(f, "HTTP {status}: {body}"),
             HttpFailure::Transport { error, detail } => write!(f, "{error:?}: {detail}"),
+            HttpFailure::SessionUnknown { status, body } => write!(f, "session unknown to the server (HTTP {status}): {body}"),
         }
     }
 }
@@ -74,6 +80,19 @@ impl RecordingHttpClient {
 
 fn client_error(e: reqwest::Error) -> StreamableHttpError<HttpFailure> {
     StreamableHttpError::Client(HttpFailure::from_reqwest(&e))
+}
+
+/// A body that broke off after the status line: the answer stream was cut
+/// before the JSON-RPC response came (`stream-closed`).
+fn cut_body(e: reqwest::Error) -> StreamableHttpError<HttpFailure> {
+    StreamableHttpError::Client(HttpFailure::Transport { error: TransportError::StreamClosed, detail: format!("the answer was cut: {e}") })
+}
+
+/// Whether a 400 body is a server's "no valid session id" (the TypeScript SDK's
+/// `Bad Request: No valid session ID provided`, other servers' wordings).
+fn says_session_invalid(body: &str) -> bool {
+    let lower = body.to_ascii_lowercase();
+    lower.contains("session") && (lower.contains("invalid") || lower.contains("no valid") || lower.contains("not found") || lower.contains("unknown"))
 }
 
 fn headers_of(response: &reqwest::Response) -> Vec<(String, String)> {
@@ -127,13 +146,14 @@ impl StreamableHttpClient for RecordingHttpClient {
         if status == reqwest::StatusCode::ACCEPTED || status == reqwest::StatusCode::NO_CONTENT {
             return Ok(StreamableHttpPostResponse::Accepted);
         }
-        if status == reqwest::StatusCode::NOT_FOUND && session_attached {
-            return Err(StreamableHttpError::SessionExpired);
-        }
         if !status.is_success() {
             let headers = headers_of(&response);
-            let body = read_limited(response, MAX_ERROR_BODY_BYTES).await.map_err(client_error)?;
+            let body = read_limited(response, MAX_ERROR_BODY_BYTES).await.map_err(cut_body)?;
             let body = String::from_utf8_lossy(&body).into_owned();
+            let session_lost = status == reqwest::StatusCode::NOT_FOUND || (status == reqwest::StatusCode::BAD_REQUEST && says_session_invalid(&body));
+            if session_attached && session_lost {
+                return Err(StreamableHttpError::Client(HttpFailure::SessionUnknown { status: status.as_u16(), body }));
+            }
             return Err(StreamableHttpError::Client(HttpFailure::Status { status: status.as_u16(), headers, body }));
         }
         let session_id = response.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_string);
@@ -143,7 +163,7 @@ impl StreamableHttpClient for RecordingHttpClient {
             return Ok(StreamableHttpPostResponse::Sse(stream, session_id));
         }
         if content_type.starts_with("application/json") {
-            let bytes = response.bytes().await.map_err(client_error)?;
+            let bytes = response.bytes().await.map_err(cut_body)?;
             if bytes.is_empty() {
                 return Ok(StreamableHttpPostResponse::Accepted);
             }

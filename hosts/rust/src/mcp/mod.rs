@@ -9,8 +9,8 @@ pub mod metrics;
 pub mod observe;
 pub mod status_check;
 
-pub use caller::{CallError, RetryingToolCaller, RetryingToolCallerOptions, StatusCheck, ToolAnswer};
+pub use caller::{CallError, RetryingToolCaller, RetryingToolCallerOptions, StatusCheck, StopCause, Stopped, ToolAnswer};
 pub use clock::Clock;
-pub use connect::{connect_http, connect_stdio};
+pub use connect::{McpConnection, connect_http, connect_stdio};
 pub use metrics::Metrics;
 pub use status_check::ListedCheck;

@@ -7,27 +7,22 @@ limit is answered 403 and escalates. Prints one JSON line.
 """
 import asyncio, json, sys
 
-from mcp import ClientSession
-from mcp.client.streamable_http import streamable_http_client
-
 from agent_retry_policy import Escalated, PolicyComponent
-from agent_retry_policy.mcp_client import RetryingToolCaller, create_capturing_http_client
+from agent_retry_policy.mcp_client import McpConnection, RetryingToolCaller
 
 
 async def main(url: str) -> None:
     run = PolicyComponent.load().instantiate().load_policy({}).start_run("CASE-7001")  # the bundled .wasm
-    http_client = create_capturing_http_client()
-    async with http_client, streamable_http_client(url, http_client=http_client) as (read, write):
-        async with ClientSession(read, write) as session:
-            await session.initialize()
-            caller = RetryingToolCaller(session, run)
-            order = await caller.call_tool("lookup_order", {"order_id": "ORD-1"})
-            refund = await caller.call_tool("issue_refund", {"order_id": "ORD-1", "amount_paise": 50_000})
-            try:
-                await caller.call_tool("issue_refund", {"order_id": "ORD-2", "amount_paise": 900_000})
-                escalated = None
-            except Escalated as e:
-                escalated = e.reason
+    # The wrapper's connection: statuses and headers captured, a lost session set up again.
+    async with McpConnection.http(url) as connection:
+        caller = RetryingToolCaller(connection, run)
+        order = await caller.call_tool("lookup_order", {"order_id": "ORD-1"})
+        refund = await caller.call_tool("issue_refund", {"order_id": "ORD-1", "amount_paise": 50_000})
+        try:
+            await caller.call_tool("issue_refund", {"order_id": "ORD-2", "amount_paise": 900_000})
+            escalated = None
+        except Escalated as e:
+            escalated = e.reason
     report = run.report()
     print(json.dumps({"host": "python", "order": order.structured_content["status"], "refunded": not refund.is_error,
                       "escalated": escalated, "retries": report["retries"], "attempts": report["attempts"]}))

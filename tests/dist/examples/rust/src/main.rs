@@ -5,7 +5,7 @@
 //! limit is answered 403 and escalates. Prints one JSON line.
 use std::sync::Arc;
 
-use agent_retry_host::mcp::{CallError, RetryingToolCallerOptions, Metrics, RetryingToolCaller, ToolAnswer, connect_http};
+use agent_retry_host::mcp::{CallError, McpConnection, Metrics, RetryingToolCaller, RetryingToolCallerOptions, ToolAnswer};
 use agent_retry_host::{BUNDLED_WASM, EmbeddedAccounts, EntropySource, HostServices, PolicyComponent, labels};
 use serde_json::{Map, Value, json};
 
@@ -17,9 +17,10 @@ fn args(value: Value) -> Map<String, Value> {
 async fn main() -> anyhow::Result<()> {
     let url = std::env::args().nth(1).expect("usage: agent-retry-fresh-example URL");
     assert!(BUNDLED_WASM.is_some(), "the packaged crate embeds the component");
-    let client = connect_http(&url).await?;
     let instance = PolicyComponent::load(None)?.instantiate(HostServices::new(Arc::new(EmbeddedAccounts::new()), EntropySource::Os))?;
-    let mut caller = RetryingToolCaller::start(client.peer().clone(), instance, "{}", "CASE-7001", RetryingToolCallerOptions::default(), Arc::new(Metrics::new())).await?;
+    // The wrapper's connection: statuses and headers captured, a lost session set up again.
+    let connection = McpConnection::http(&url);
+    let mut caller = RetryingToolCaller::connect(connection, instance, "{}", "CASE-7001", RetryingToolCallerOptions::default(), Arc::new(Metrics::new())).await?;
     let order = match caller.call("lookup_order", args(json!({"order_id": "ORD-1"}))).await? {
         ToolAnswer::Done { result, .. } => result.and_then(|r| r.structured_content).map(|s| s["status"].clone()).unwrap_or(Value::Null),
         ToolAnswer::Replan(message) => anyhow::bail!("lookup replanned: {message}"),
@@ -29,8 +30,7 @@ async fn main() -> anyhow::Result<()> {
         Err(CallError::Escalated(e)) => Some(labels::reason(e.reason)),
         _ => None,
     };
-    let report = caller.report()?;
-    let _ = client.cancel().await;
+    let report = caller.finish().await?;
     println!("{}", json!({"host": "rust", "order": order, "refunded": refunded, "escalated": escalated,
                          "retries": report.retries, "attempts": report.attempts}));
     Ok(())
