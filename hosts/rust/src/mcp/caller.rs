@@ -7,7 +7,6 @@
 //! note. The model sees only the final answer. Every attempt is one JSON log line.
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::sync::Arc;
 
 use crate::fault::PolicyFault;
@@ -18,12 +17,14 @@ use rmcp::service::{Peer, ServiceError};
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
+use super::answer::{CallError, StopCause, Stopped, ToolAnswer};
 use super::clock::Clock;
 use super::connect::McpConnection;
+use super::limit::Limit;
 use super::metrics::Metrics;
 use super::observe;
 use crate::component::types::{
-    Action, Admission, CallRequest, CallTicket, Decision, Effect, EffectStatus, Escalation, EscalationReason, FailureKind, Outcome, RunError, RunReport,
+    Action, Admission, CallRequest, CallTicket, Decision, Effect, EffectStatus, Escalation, EscalationReason, FailureKind, Outcome, RunReport,
     StatusCheckResult, ToolHints, TransportError,
 };
 use crate::component::{PolicyHandle, PolicyInstance, RunHandle};
@@ -32,93 +33,6 @@ use crate::labels;
 /// Reads state to learn whether an ambiguous write was applied: given the
 /// client and the call's arguments, answers found / absent / unknown.
 pub type StatusCheck = Box<dyn Fn(Peer<RoleClient>, Map<String, Value>) -> BoxFuture<'static, StatusCheckResult> + Send + Sync>;
-
-/// What the model gets back from a call.
-#[derive(Debug)]
-pub enum ToolAnswer {
-    /// The call succeeded. `result` is `None` when a status check, not the call,
-    /// showed it done; `note` says so ("already applied", "already deleted").
-    Done { result: Option<CallToolResult>, note: Option<String> },
-    /// The model can fix the call: show it this message as the tool's error.
-    Replan(String),
-}
-
-/// Why a call did not give the model an answer: the run stops.
-#[derive(Debug)]
-pub enum CallError {
-    /// The policy escalated: hand `note` to a person.
-    Escalated(Escalation),
-    /// The policy component failed (a trap, fuel or memory, a broken contract);
-    /// nothing is retried and the run is escalated.
-    Policy(PolicyFault),
-    /// The host used the run wrongly (a bug in the host).
-    Run(RunError),
-    /// The call or run time limit passed first (`call_timeout_ms`, `run_timeout_ms`).
-    TimedOut(Stopped),
-    /// The caller cancelled the call ([`RetryingToolCaller::call_until`]).
-    Cancelled(Stopped),
-    /// The session could not be set up again and the policy did not escalate
-    /// (it answered a replan: the server refused the `initialize` itself), or the
-    /// caller was built on a bare peer, which cannot be connected again.
-    SessionLost(String),
-}
-
-/// Why a call stopped before the policy's answer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StopCause {
-    /// `call_timeout_ms` passed.
-    CallTimeout,
-    /// `run_timeout_ms` passed.
-    RunTimeout,
-    /// The caller's cancellation token fired.
-    Cancelled,
-}
-
-impl StopCause {
-    /// `call-timeout`, `run-timeout`, `cancelled`: the log's outcome.
-    pub fn label(self) -> &'static str {
-        match self {
-            StopCause::CallTimeout => "call-timeout",
-            StopCause::RunTimeout => "run-timeout",
-            StopCause::Cancelled => "cancelled",
-        }
-    }
-}
-
-/// A call that stopped waiting: what is known of its effect.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Stopped {
-    pub cause: StopCause,
-    pub tool: String,
-    /// The policy's call id; `None` if the policy had not admitted the call.
-    pub call_id: Option<u32>,
-    /// Attempts sent to the server before it stopped.
-    pub attempts_sent: u32,
-    /// The call is a write or delete, and an attempt was in flight when it
-    /// stopped or the run's effects list it as `unknown`.
-    pub may_have_applied: bool,
-}
-
-impl std::fmt::Display for CallError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            CallError::Escalated(e) => write!(f, "escalated: {}", e.note),
-            CallError::Policy(e) => write!(f, "the policy component failed: {e}"),
-            CallError::Run(e) => write!(f, "run error: {e:?}"),
-            CallError::TimedOut(s) | CallError::Cancelled(s) => write!(
-                f,
-                "{} stopped by {} after {} attempt(s); {}",
-                s.tool,
-                s.cause.label(),
-                s.attempts_sent,
-                if s.may_have_applied { "it may have been applied" } else { "it was not applied" }
-            ),
-            CallError::SessionLost(note) => write!(f, "the MCP session was lost: {note}"),
-        }
-    }
-}
-
-impl std::error::Error for CallError {}
 
 /// How the wrapper behaves: the same options and defaults as the Python
 /// (`attempt_timeout_s`, `key_argument`) and Node (`attemptTimeoutMs`,
@@ -176,12 +90,6 @@ struct Attempted {
     result: Option<CallToolResult>,
     /// The failure came from an HTTP transport that is not the capturing one.
     uncaptured: bool,
-}
-
-/// The nearer of the call's and the run's time limits, and the cancellation.
-struct Limit<'a> {
-    deadline_ms: Option<(u64, StopCause)>,
-    cancel: &'a CancellationToken,
 }
 
 /// One log line: event, run, policy, step, call, tool, attempt, key, outcome,
@@ -362,36 +270,10 @@ impl RetryingToolCaller {
             (Some(r), Some(c)) => Some(if c.0 <= r.0 { c } else { r }),
             (r, c) => r.or(c),
         };
-        Limit { deadline_ms, cancel }
+        Limit { deadline_ms, cancel, clock: self.options.clock }
     }
 
-    /// Waits for `work` unless the limit passes or the call is cancelled first.
-    async fn within<T>(&self, limit: &Limit<'_>, work: impl Future<Output = T>) -> Result<T, StopCause> {
-        let until_deadline = async {
-            match limit.deadline_ms {
-                Some((deadline, _)) => self.options.clock.sleep(deadline.saturating_sub(self.options.clock.now_ms())).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            done = work => Ok(done),
-            () = until_deadline => Err(limit.deadline_ms.map_or(StopCause::Cancelled, |(_, cause)| cause)),
-            () = limit.cancel.cancelled() => Err(StopCause::Cancelled),
-        }
-    }
-
-    /// Sleeps a backoff, unless it would end past the limit (then it is not
-    /// slept at all) or the call is cancelled.
-    async fn pause(&self, limit: &Limit<'_>, delay_ms: u64) -> Result<(), StopCause> {
-        if let Some((deadline, cause)) = limit.deadline_ms
-            && self.options.clock.now_ms().saturating_add(delay_ms) > deadline
-        {
-            return Err(cause);
-        }
-        self.within(limit, self.options.clock.sleep(delay_ms)).await
-    }
-
-    /// The session's peer, connecting first if it is lost (owned connections).
+    /// The session's peer: `None` when an owned connection has none (or lost it).
     fn peer(&self) -> Option<Peer<RoleClient>> {
         match &self.session {
             Session::Owned(connection) => connection.peer(),
@@ -434,28 +316,17 @@ impl RetryingToolCaller {
                 "could not connect to the MCP server"
             };
             let connecting = tokio::time::timeout(timeout, connection.connect());
-            // `within` needs `&self` while the connection is borrowed: select by hand.
-            let until_deadline = async {
-                match limit.deadline_ms {
-                    Some((deadline, _)) => tokio::time::sleep(self.options.clock.real_duration(deadline.saturating_sub(self.options.clock.now_ms()))).await,
-                    None => std::future::pending().await,
-                }
-            };
-            let outcome = tokio::select! {
-                done = connecting => match done {
-                    Err(_elapsed) => with_context(observe::timeout(), what_failed),
-                    Ok(Ok(())) => Outcome::Success,
-                    Ok(Err(outcome)) => with_context(outcome, what_failed),
-                },
-                () = until_deadline => return Err(limit.deadline_ms.map_or(StopCause::Cancelled, |(_, cause)| cause)),
-                () = limit.cancel.cancelled() => return Err(StopCause::Cancelled),
+            let outcome = match limit.within(connecting).await? {
+                Err(_elapsed) => with_context(observe::timeout(), what_failed),
+                Ok(Ok(())) => Outcome::Success,
+                Ok(Err(outcome)) => with_context(outcome, what_failed),
             };
             return Ok(Attempted { outcome, result: None, uncaptured: false });
         }
         let Some(peer) = self.peer() else {
             return Ok(Attempted { outcome: lost_before_send(), result: None, uncaptured: false });
         };
-        let listed = self.within(limit, tokio::time::timeout(timeout, peer.list_all_tools())).await?;
+        let listed = limit.within(tokio::time::timeout(timeout, peer.list_all_tools())).await?;
         let key_argument = self.options.key_argument.clone();
         let (outcome, uncaptured) = match listed {
             Err(_elapsed) => (observe::timeout(), false),
@@ -481,7 +352,7 @@ impl RetryingToolCaller {
         };
         let mut sent = 0;
         let stopped = |caller: &mut Self, cause, sent, in_flight| Err(caller.stopped(cause, what, Some(&ticket), sent, in_flight, None));
-        if let Err(cause) = self.pause(limit, ticket.delay_ms).await {
+        if let Err(cause) = limit.pause(ticket.delay_ms).await {
             return stopped(self, cause, sent, false);
         }
         let mut attempt = 1;
@@ -505,7 +376,7 @@ impl RetryingToolCaller {
                 Action::Succeed(_) => return Ok(()),
                 Action::Retry(plan) => {
                     attempt = plan.attempt;
-                    if let Err(cause) = self.pause(limit, plan.delay_ms).await {
+                    if let Err(cause) = limit.pause(plan.delay_ms).await {
                         return stopped(self, cause, sent, false);
                     }
                 }
@@ -552,7 +423,7 @@ impl RetryingToolCaller {
         }
         let params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments.clone());
         let timeout = self.options.clock.real_duration(self.options.attempt_timeout_ms);
-        let answered = self.within(limit, tokio::time::timeout(timeout, peer.call_tool(params))).await?;
+        let answered = limit.within(tokio::time::timeout(timeout, peer.call_tool(params))).await?;
         Ok(match answered {
             Err(_elapsed) => Attempted { outcome: observe::timeout(), result: None, uncaptured: false },
             Ok(Ok(result)) => Attempted { outcome: observe::from_result(&result), result: Some(result), uncaptured: false },
@@ -752,7 +623,7 @@ impl RetryingToolCaller {
             Admission::Escalate(escalation) => return Err(self.escalated_before_send(Some(step), tool, key.as_deref(), escalation)),
         };
         let mut sent = 0;
-        if let Err(cause) = self.pause(&limit, ticket.delay_ms).await {
+        if let Err(cause) = limit.pause(ticket.delay_ms).await {
             return Err(self.stopped(cause, tool, Some(&ticket), sent, false, key.as_deref()));
         }
         // The attempt each outcome reports: 1, then each retry plan's.
@@ -772,7 +643,7 @@ impl RetryingToolCaller {
                 }
                 Next::CheckStatus => {
                     let found = match (self.status_checks.get(tool), self.peer()) {
-                        (Some(check), Some(peer)) => match self.within(&limit, check(peer, arguments.clone())).await {
+                        (Some(check), Some(peer)) => match limit.within(check(peer, arguments.clone())).await {
                             Ok(found) => found,
                             Err(cause) => return Err(self.stopped(cause, tool, Some(&ticket), sent, false, key.as_deref())),
                         },
@@ -792,7 +663,7 @@ impl RetryingToolCaller {
                 Action::Retry(plan) => {
                     attempt = plan.attempt;
                     next = Next::Send;
-                    if let Err(cause) = self.pause(&limit, plan.delay_ms).await {
+                    if let Err(cause) = limit.pause(plan.delay_ms).await {
                         return Err(self.stopped(cause, tool, Some(&ticket), sent, false, key.as_deref()));
                     }
                 }

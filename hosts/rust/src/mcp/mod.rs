@@ -1,15 +1,18 @@
 //! Wrapping real MCP tool calls with the policy: the retry lives in the code
 //! that makes the call ("Retry and Backoff for Agent-Driven MCP Calls"), and the model sees only the final outcome.
 
+pub mod answer;
 pub mod caller;
 pub mod clock;
 pub mod connect;
 pub mod http_client;
+mod limit;
 pub mod metrics;
 pub mod observe;
 pub mod status_check;
 
-pub use caller::{CallError, RetryingToolCaller, RetryingToolCallerOptions, StatusCheck, StopCause, Stopped, ToolAnswer};
+pub use answer::{CallError, StopCause, Stopped, ToolAnswer};
+pub use caller::{RetryingToolCaller, RetryingToolCallerOptions, StatusCheck};
 pub use clock::Clock;
 pub use connect::{McpConnection, connect_http, connect_stdio};
 pub use metrics::Metrics;

@@ -1,0 +1,809 @@
+"""The retrying wrapper (`RetryingToolCaller`): one call of the model through the
+policy, its attempts, the `initialize` and `tools/list` pseudo-calls, status
+checks, limits and log lines (the module docstring of
+`agent_retry_policy.mcp_client` says how it observes and obeys)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar, cast
+
+from mcp import ClientSession
+from mcp.shared.exceptions import MCPError
+from mcp.types import (
+    CONNECTION_CLOSED,
+    INTERNAL_ERROR,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+    REQUEST_TIMEOUT,
+    CallToolResult,
+    PaginatedRequestParams,
+    TextContent,
+    Tool,
+)
+
+from ..component import Run, now_ms
+from ..entropy import EntropySource, OsEntropy
+from ..errors import CallCancelled, CallTimedOut, Escalated, InstanceUnusable, PolicyTrap, SessionLost, StopCause, Stopped
+from ..types import (
+    CallRequest,
+    Decision,
+    EscalateAction,
+    EscalateAdmission,
+    FailureOutcome,
+    Outcome,
+    ReplanAction,
+    RetryAction,
+    StatusCheckResult,
+    SucceedAction,
+    ToolHints,
+    action_name,
+    empty_result,
+    http_failure,
+    protocol_failure,
+    tool_error,
+    transport_failure,
+)
+from .capture import AttemptCapture, _current_attempt
+from .connection import McpConnection, _ConnectFailure, _describe, _Generation, _spawn
+
+logger = logging.getLogger("agent_retry_policy.mcp")
+_T = TypeVar("_T")
+
+# What the decisions on a failure seen through a transport that cannot capture say.
+CAPTURE_MISSING_SUFFIX = " [no HTTP status or headers: the transport is not the wrapper's capturing one]"
+# The pseudo-tools connecting and listing the tools are called as.
+INITIALIZE = "initialize"
+TOOLS_LIST = "tools/list"
+PSEUDO_TOOL_HINTS: ToolHints = {"read-only": True, "destructive": False, "idempotent": True}
+
+# A 400 body that says the session id is not valid ("Bad Request: No valid
+# session ID provided", the TypeScript SDK's servers).
+_INVALID_SESSION = re.compile(
+    r"no valid session|invalid session|unknown session|session (?:id )?(?:is )?(?:not valid|invalid|unknown|not found|expired|terminated)"
+    r"|session not found",
+    re.IGNORECASE,
+)
+# Errors mcp's streamable HTTP client makes up itself when its transport is not
+# the wrapper's (the real status, headers and body are gone by then).
+_SDK_HTTP_ERRORS = (
+    (INTERNAL_ERROR, "Server returned an error response"),
+    (INVALID_REQUEST, "Session terminated"),
+    (METHOD_NOT_FOUND, "Not Found"),
+    (INVALID_REQUEST, "server answered a request with 202 Accepted"),
+)
+_SDK_HTTP_PREFIXES = ("SSE stream", "Failed to parse JSON response", "Unexpected content type")
+# The dispatcher's own message when the session's read stream ended: the session is over.
+_SESSION_CLOSED_MESSAGE = "Connection closed"
+
+
+@dataclass(frozen=True)
+class StatusCheckRequest:
+    """What a status check is asked about: a write that may have been applied.
+    `session` is the current session (re-established if it was lost)."""
+
+    session: ClientSession
+    tool: str
+    arguments: Mapping[str, Any]
+    idempotency_key: str | None
+    call_id: int
+
+
+StatusCheck = Callable[[StatusCheckRequest], Awaitable[StatusCheckResult]]
+EmptyCheck = Callable[[CallToolResult], str | None]
+
+
+def _is_empty_value(value: Any) -> bool:
+    if value is None or value == "" or value == [] or value == {}:
+        return True
+    if isinstance(value, dict):
+        return all(_is_empty_value(v) for v in value.values())
+    return False
+
+
+def default_empty_check(result: CallToolResult) -> str | None:
+    """What is wrong with a successful result, or None if it is usable: no
+    content blocks (or only blank text) and no structured content is empty."""
+    blank_text = all(isinstance(block, TextContent) and not block.text.strip() for block in result.content)
+    if blank_text and _is_empty_value(result.structured_content):
+        return "the tool returned an empty result"
+    return None
+
+
+def _json_text(value: Any) -> str | None:
+    if value is None:
+        return None
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    except (TypeError, ValueError):  # not JSON: nothing the policy could read
+        return None
+
+
+def tool_error_outcome(result: CallToolResult) -> FailureOutcome:
+    """The outcome of an `isError: true` result: `tool-error(none)` with the text
+    content blocks joined with "\\n" as the body and `structuredContent` as JSON
+    text. The wrapper does not read an upstream status itself: the policy reads
+    the text and the structured content (a status, a provider's error type, a
+    wait in prose such as "try again in 20s")."""
+    text = "\n".join(block.text for block in result.content if isinstance(block, TextContent))
+    return tool_error(text, _json_text(result.structured_content))
+
+
+def protocol_error_outcome(error: MCPError) -> FailureOutcome:
+    """The outcome of a JSON-RPC error: its code, its message as the body, and
+    its `data` (if any) as JSON text in `structured-content`."""
+    return protocol_failure(error.code, error.message, data=_json_text(error.data))
+
+
+def _sdk_http_error(error: MCPError) -> bool:
+    """Whether mcp's streamable HTTP client made this error up itself (from a
+    status or a stream it saw), rather than the server answering it."""
+    if (error.code, error.message) in _SDK_HTTP_ERRORS:
+        return True
+    return error.code in (CONNECTION_CLOSED, PARSE_ERROR, INVALID_REQUEST) and error.message.startswith(_SDK_HTTP_PREFIXES)
+
+
+@dataclass(frozen=True)
+class _CallTag:
+    """What every log line of one call carries: its step (None for the
+    pseudo-calls) and its key."""
+
+    step: int | None
+    key: str | None = None
+
+
+@dataclass
+class _Observed:
+    outcome: Outcome
+    summary: str
+    result: Any = None
+    capture_missing: bool = False
+
+
+@dataclass
+class _CallState:
+    """The model's call in progress, for a stop (`CallTimedOut`, `CallCancelled`)."""
+
+    tool: str
+    tag: _CallTag
+    deadline: float | None
+    cause: StopCause
+    limit_s: float | None
+    call_id: int | None = None
+    effect: str | None = None
+    attempt: int = 0
+    attempts_sent: int = 0
+    in_flight: bool = False
+    doing: str = "before anything was sent"
+    # Stopped before a wait that would have ended past the limit (not slept).
+    not_slept: bool = False
+
+    def remaining(self) -> float | None:
+        return None if self.deadline is None else self.deadline - time.monotonic()
+
+
+class _DeadlinePassed(Exception):
+    """Internal: the call's or the run's limit passed (raised up to `call_tool`)."""
+
+
+def _positive_or_none(name: str, value: float | None) -> float | None:
+    if value is None:
+        return None
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+        raise ValueError(f"{name} must be a positive number of seconds or None, got {value!r}")
+    return float(value)
+
+
+class RetryingToolCaller:
+    """Calls MCP tools through one run of the policy. One caller per run; it
+    is used from one asyncio task at a time, as the run's instance is.
+
+    `connection` is an `McpConnection` (preferred: the wrapper can connect it
+    and re-establish a lost session) or an initialised `ClientSession` (works,
+    but a lost session ends the call with `SessionLost`). `call_timeout_s` and
+    `run_timeout_s` (default None: no limit) bound each call from the start of
+    `call_tool`, and the run from the caller's construction."""
+
+    def __init__(
+        self,
+        connection: McpConnection | ClientSession,
+        run: Run,
+        *,
+        status_check: StatusCheck | Mapping[str, StatusCheck] | None = None,
+        key_argument: str = "idempotency_key",
+        entropy: EntropySource | None = None,
+        attempt_timeout_s: float = 30.0,
+        call_timeout_s: float | None = None,
+        run_timeout_s: float | None = None,
+        tools: list[Tool] | None = None,
+        empty_check: EmptyCheck = default_empty_check,
+        clock: Callable[[], int] = now_ms,
+        sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+        log: logging.Logger = logger,
+        policy_identity: str | None = None,
+    ) -> None:
+        if isinstance(connection, McpConnection):
+            self.connection: McpConnection | None = connection
+            self._bare: ClientSession | None = None
+        else:  # a ClientSession (or anything with its call_tool and list_tools)
+            self.connection = None
+            self._bare = connection
+        self.run = run
+        # Which policy made the decisions, on every log line (`policy`): the
+        # component's identity by default; a host serving a LivePolicy passes
+        # `str(loaded.identity)` of the Loaded the run was started from.
+        if policy_identity is not None and not isinstance(policy_identity, str):
+            raise TypeError(f"policy_identity must be a string (e.g. str(loaded.identity)), got {type(policy_identity).__name__}")
+        self.policy_identity: str = policy_identity if policy_identity is not None else run.instance.policy_identity
+        self.status_check = status_check
+        self.key_argument = key_argument
+        self.entropy = entropy or OsEntropy()
+        self.attempt_timeout_s = attempt_timeout_s
+        self.call_timeout_s = _positive_or_none("call_timeout_s", call_timeout_s)
+        self.run_timeout_s = _positive_or_none("run_timeout_s", run_timeout_s)
+        self._run_deadline = time.monotonic() + self.run_timeout_s if self.run_timeout_s is not None else None
+        self.empty_check = empty_check
+        self.clock = clock
+        self.sleep = sleep
+        self.log = log
+        self._tools: dict[str, Tool] | None = {t.name: t for t in tools} if tools is not None else None
+        self._steps = 0
+        self._bare_lost: str | None = None
+        self._capture_warned = False
+
+    @property
+    def session(self) -> ClientSession | None:
+        """The session calls go to now (None while an `McpConnection` is not connected)."""
+        return self.connection.session if self.connection is not None else self._bare
+
+    # -- the model's call
+
+    async def call_tool(self, name: str, arguments: Mapping[str, Any] | None = None, *, action_id: str | None = None) -> CallToolResult:
+        """Makes one intended call, retrying as the policy says. Returns what the
+        model should see: the result, or (replan) an `isError` result carrying
+        the policy's message. Raises `Escalated` when the run must stop,
+        `SessionLost` when the session is lost and cannot be re-established,
+        `CallTimedOut` when `call_timeout_s` or `run_timeout_s` passes, and
+        `CallCancelled` (a `CancelledError`) when the task is cancelled.
+
+        `action_id` names the call's place in the run for its idempotency key
+        (default: `step-N`, N counting this caller's calls from 1, as the Rust
+        host does, so all hosts derive the same key for the same run and call);
+        pass a stable one to keep the key across a host restart."""
+        self._steps += 1
+        step = self._steps
+        started = time.monotonic()
+        call_deadline = started + self.call_timeout_s if self.call_timeout_s is not None else None
+        run_deadline = self._run_deadline
+        if call_deadline is not None and (run_deadline is None or call_deadline <= run_deadline):
+            deadline, cause, limit = call_deadline, cast(StopCause, "call-timeout"), self.call_timeout_s
+        else:
+            deadline, cause, limit = run_deadline, cast(StopCause, "run-timeout"), self.run_timeout_s
+        state = _CallState(name, _CallTag(step), deadline, cause, limit)
+        try:
+            return await self._call_tool(state, name, arguments, action_id)
+        except _DeadlinePassed:
+            raise CallTimedOut(self._stop(state, state.cause)) from None
+        except asyncio.CancelledError as e:
+            if isinstance(e, CallCancelled):
+                raise
+            raise CallCancelled(self._stop(state, "cancelled")) from e
+
+    async def _call_tool(self, state: _CallState, name: str, arguments: Mapping[str, Any] | None, action_id: str | None) -> CallToolResult:
+        action = action_id if action_id is not None else f"step-{state.tag.step}"
+        await self._ensure_session(state)
+        tool = await self._tool(state, name)
+        send_arguments = dict(arguments or {})
+        key: str | None = None
+        if self._takes_key(tool):
+            key = self._policy(state.tag, name, "not sent", self.run.instance.derive_idempotency_key, self.run.run_id, action)
+            send_arguments[self.key_argument] = key
+        tag = _CallTag(state.tag.step, key)
+        state.tag = tag
+        request: CallRequest = {"tool": name, "idempotency-key": key, "hints": self._hints(tool)}
+        admission = self._policy(tag, name, "not sent", self.run.begin_call, request, self.clock())
+        if "escalate" in admission:
+            refusal = cast(EscalateAdmission, admission)["escalate"]
+            self._log_line(tag, name, None, 0, "not sent", None, "escalate", None, refusal["note"], escalation=refusal["reason"])
+            raise Escalated(refusal, tool=name)
+        ticket = admission["send"]  # narrowed: not an escalation
+        call_id = ticket["call-id"]
+        state.call_id, state.effect = call_id, ticket["effect"]
+        if ticket["delay-ms"]:
+            await self._sleep(state, ticket["delay-ms"] / 1000, f"while waiting {ticket['delay-ms']} ms to be admitted")
+
+        attempt = 1  # the attempt each outcome reports: 1, then each retry plan's
+        while True:
+            await self._ensure_session(state)
+            state.attempt = attempt
+            observed = await self._attempt(
+                state, name, attempt, lambda session: session.call_tool(name, dict(send_arguments)), tool_call=True
+            )
+            decision = self._record(tag, name, call_id, attempt, observed)
+            while decision["action"] == "check-status":
+                await self._ensure_session(state)
+                found = await self._check_status(state, name, send_arguments, key, call_id)
+                outcome: Outcome = {"status-check": found}
+                # Reported under the attempt whose effect was checked.
+                decision = self._record(tag, name, call_id, attempt, _Observed(outcome, f"status check: {found}"))
+            action_taken = decision["action"]
+            kind = action_name(action_taken)
+            if kind == "retry":
+                plan = cast(RetryAction, action_taken)["retry"]
+                await self._sleep(state, plan["delay-ms"] / 1000, f"while waiting {plan['delay-ms']} ms before attempt {plan['attempt']}")
+                attempt = plan["attempt"]
+                continue
+            if kind == "replan":
+                message = cast(ReplanAction, action_taken)["replan"]
+                return CallToolResult(content=[TextContent(type="text", text=message)], is_error=True)
+            if kind == "succeed":
+                if observed.result is not None and observed.outcome == "success":
+                    return cast(CallToolResult, observed.result)
+                note = cast(SucceedAction, action_taken)["succeed"] or "done"
+                return CallToolResult(content=[TextContent(type="text", text=note)], is_error=False)
+            if kind == "escalate":
+                raise Escalated(cast(EscalateAction, action_taken)["escalate"], tool=name)
+            raise AssertionError(f"unknown action {action_taken!r}")  # the contract has no other
+
+    # -- connecting and listing: the pseudo-calls
+
+    async def _ensure_session(self, state: _CallState) -> None:
+        """Before an attempt or a status check: a session that is there, or
+        (an `McpConnection`) the `initialize` pseudo-call to establish it."""
+        if self.connection is None:
+            if self._bare_lost is not None:
+                raise SessionLost(
+                    f"the MCP session is lost ({self._bare_lost}) and this caller was built on a bare ClientSession, which it "
+                    "cannot re-establish: build it on an McpConnection",
+                    tool=state.tool,
+                )
+            return
+        if self.connection.connected:
+            return
+        if self.connection._closed:
+            raise SessionLost(f"the connection ({self.connection!r}) was closed", tool=state.tool)
+        seen = self.connection._current
+        lost = self.connection.lost if seen is not None and seen.initialized else None
+        what = (
+            f"could not reach the MCP server again after the session was lost ({lost})" if lost else "could not connect to the MCP server"
+        )
+        connection = self.connection
+
+        async def connect(_none: ClientSession) -> Any:
+            return await connection._connect(seen)
+
+        await self._pseudo_call(state, INITIALIZE, connect, what)
+
+    async def _tool(self, state: _CallState, name: str) -> Tool | None:
+        if self._tools is None:
+
+            async def list_all(session: ClientSession) -> dict[str, Tool]:
+                tools: dict[str, Tool] = {}
+                cursor: str | None = None
+                while True:
+                    page = await session.list_tools(params=PaginatedRequestParams(cursor=cursor) if cursor else None)
+                    tools.update({t.name: t for t in page.tools})
+                    cursor = page.next_cursor
+                    if not cursor:
+                        return tools
+
+            self._tools = cast("dict[str, Tool]", await self._pseudo_call(state, TOOLS_LIST, list_all, "could not list the tools"))
+        return self._tools.get(name)
+
+    async def _pseudo_call(self, state: _CallState, name: str, send: Callable[[ClientSession], Awaitable[Any]], what: str) -> Any:
+        """`initialize` or `tools/list` as a call of the policy: begun (a step),
+        sent, observed and decided like a tool's; retried as the policy says."""
+        tag = _CallTag(None)
+        request: CallRequest = {"tool": name, "idempotency-key": None, "hints": PSEUDO_TOOL_HINTS}
+        admission = self._policy(tag, name, "not sent", self.run.begin_call, request, self.clock())
+        if "escalate" in admission:
+            refusal = cast(EscalateAdmission, admission)["escalate"]
+            self._log_line(tag, name, None, 0, "not sent", None, "escalate", None, refusal["note"], escalation=refusal["reason"])
+            raise Escalated(refusal, tool=name)
+        ticket = admission["send"]
+        call_id = ticket["call-id"]
+        if ticket["delay-ms"]:
+            await self._sleep(state, ticket["delay-ms"] / 1000, f"while waiting {ticket['delay-ms']} ms for {name} to be admitted")
+        attempt = 1
+        while True:
+            if name != INITIALIZE:
+                await self._ensure_session(state)
+            observed = await self._attempt(state, name, attempt, send, tool_call=False)
+            failure = observed.outcome.get("failure") if isinstance(observed.outcome, dict) else None
+            if failure is not None and "transport" in failure["kind"]:
+                failure["body"] = f"{what}: {failure.get('body', '')}"
+            decision = self._record(tag, name, call_id, attempt, observed)
+            while decision["action"] == "check-status":  # nobody can check a connection: the policy decides on "unknown"
+                decision = self._record(tag, name, call_id, attempt, _Observed({"status-check": "unknown"}, "status check: unknown"))
+            action_taken = decision["action"]
+            kind = action_name(action_taken)
+            if kind == "retry":
+                plan = cast(RetryAction, action_taken)["retry"]
+                await self._sleep(
+                    state, plan["delay-ms"] / 1000, f"while waiting {plan['delay-ms']} ms before {name} attempt {plan['attempt']}"
+                )
+                attempt = plan["attempt"]
+                continue
+            if kind == "succeed":
+                return observed.result
+            if kind == "replan":
+                message = cast(ReplanAction, action_taken)["replan"]
+                raise SessionLost(f"{what} ({name}): {message}", tool=state.tool)
+            if kind == "escalate":
+                raise Escalated(cast(EscalateAction, action_taken)["escalate"], tool=name)
+            raise AssertionError(f"unknown action {action_taken!r}")
+
+    # -- one attempt
+
+    async def _attempt(
+        self, state: _CallState, name: str, attempt: int, send: Callable[[ClientSession], Awaitable[Any]], *, tool_call: bool
+    ) -> _Observed:
+        """Sends one attempt (in a task of its own, which carries the attempt's
+        capture) and waits for the first of: its answer, its answer stream cut,
+        its session ended, the attempt timeout, the call's or the run's limit."""
+        remaining = state.remaining()
+        if remaining is not None and remaining <= 0:
+            raise _DeadlinePassed
+        limit = self.attempt_timeout_s if remaining is None else min(self.attempt_timeout_s, remaining)
+        by_deadline = remaining is not None and remaining < self.attempt_timeout_s
+        # The session the request goes to (none yet for `initialize`, which makes one).
+        generation = self.connection._current if self.connection is not None and name != INITIALIZE else None
+        capture = AttemptCapture()
+        lost_at_send: list[bool] = []
+
+        async def run() -> Any:
+            lost_at_send.append(generation is not None and generation.lost is not None)
+            session = self.session if name != INITIALIZE else None
+            if session is None and name != INITIALIZE:
+                raise _ConnectFailure(
+                    "connection-refused", self.connection.lost if self.connection and self.connection.lost else "not connected"
+                )
+            return await send(cast(ClientSession, session))
+
+        token = _current_attempt.set(capture)
+        try:
+            task = asyncio.ensure_future(run())
+        finally:
+            _current_attempt.reset(token)
+        if tool_call:
+            state.in_flight = True
+            state.attempts_sent += 1
+        state.doing = f"while {name} attempt {attempt} was out"
+        watchers = [asyncio.ensure_future(capture.cut.wait())]
+        if generation is not None and not generation.ended.is_set():
+            watchers.append(asyncio.ensure_future(generation.ended.wait()))
+        try:
+            done, _ = await asyncio.wait({task, *watchers}, timeout=limit, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for watcher in watchers:
+                watcher.cancel()
+            if not task.done():
+                task.cancel()
+                task.add_done_callback(_consume)
+        if not done:
+            if by_deadline:
+                raise _DeadlinePassed  # the attempt stays in flight: it may have applied
+            state.in_flight = False
+            observed = self._observe(capture, None, None, timed_out=True, generation=generation, lost_at_send=False, tool_call=tool_call)
+            return observed
+        state.in_flight = False
+        if name == INITIALIZE and self.connection is not None:
+            generation = self.connection._current  # the session it tried to make (what ended it, if it did)
+        result: Any = None
+        error: BaseException | None = None
+        if task.done():
+            if task.cancelled():
+                error = asyncio.CancelledError()
+            else:
+                error = task.exception()
+                if error is None:
+                    result = task.result()
+        else:
+            error = None  # ended early: the stream was cut or the connection lost
+        return self._observe(
+            capture,
+            result,
+            error,
+            timed_out=False,
+            generation=generation,
+            lost_at_send=bool(lost_at_send and lost_at_send[0]),
+            tool_call=tool_call,
+            finished=task.done(),
+        )
+
+    def _observe(
+        self,
+        capture: AttemptCapture,
+        result: Any,
+        error: BaseException | None,
+        *,
+        timed_out: bool,
+        generation: _Generation | None,
+        lost_at_send: bool,
+        tool_call: bool,
+        finished: bool = True,
+    ) -> _Observed:
+        """What an attempt saw, as the contract's outcome: the first case that
+        fits, in the contract's order (HTTP status, transport, JSON-RPC error,
+        isError)."""
+        if capture.status is not None:
+            if capture.session_header and (capture.status == 404 or (capture.status == 400 and _INVALID_SESSION.search(capture.body))):
+                why = f"HTTP {capture.status}: the server no longer knows this session ({capture.body.strip()[:200] or 'no body'})"
+                self._session_lost(generation, why)
+                return _Observed(
+                    transport_failure("connection-refused", f"{why}; the request was not run"), f"session lost (HTTP {capture.status})"
+                )
+            return _Observed(http_failure(capture.status, capture.headers, capture.body), f"HTTP {capture.status}")
+        if capture.transport_error is not None:
+            return _Observed(transport_failure(capture.transport_error, capture.transport_detail), capture.transport_error)
+        if timed_out:
+            return _Observed(transport_failure("timeout", f"no response within {self.attempt_timeout_s} s"), "timeout")
+        if not finished:  # the connection was lost while the request was out
+            lost = generation.lost if generation is not None else None
+            return _Observed(
+                transport_failure("stream-closed", f"the connection was lost while the request was out: {lost}"), "stream-closed"
+            )
+        if isinstance(error, _ConnectFailure):
+            return _Observed(transport_failure(error.kind, error.detail), error.kind)
+        if isinstance(error, MCPError):
+            missing = not capture.seen and _sdk_http_error(error)
+            if missing:
+                self._warn_capture_missing(error)
+            if error.code == REQUEST_TIMEOUT:  # the session's own read timeout
+                return _Observed(transport_failure("timeout", error.message), "timeout", capture_missing=missing)
+            if error.code in (CONNECTION_CLOSED, INVALID_REQUEST) and _INVALID_SESSION.search(error.message):
+                why = f"the server no longer knows this session ({error.message})"
+                self._session_lost(generation, why)
+                return _Observed(
+                    transport_failure("connection-refused", f"{why}; the request was not run"), "session lost", capture_missing=missing
+                )
+            if error.code == CONNECTION_CLOSED:
+                if error.message == _SESSION_CLOSED_MESSAGE:  # the session itself is over
+                    lost = generation.lost if generation is not None and generation.lost else "the session's connection closed"
+                    self._session_lost(generation, lost)
+                    if lost_at_send:
+                        return _Observed(transport_failure("connection-refused", f"not sent: {lost}"), "connection-refused")
+                    return _Observed(transport_failure("stream-closed", f"{error.message}: {lost}"), "stream-closed")
+                return _Observed(transport_failure("stream-closed", error.message), "stream-closed", capture_missing=missing)
+            return _Observed(protocol_error_outcome(error), f"JSON-RPC {error.code}", capture_missing=missing)
+        if isinstance(error, asyncio.CancelledError):
+            return _Observed(transport_failure("other", "the request was cancelled inside the MCP SDK"), "other")
+        if error is not None:  # anything else the SDK raised (a malformed result, ...): a probable bug, not a blip
+            return _Observed(transport_failure("other", _describe(error)), "other")
+        if not tool_call:
+            return _Observed("success", "success", result)
+        call_result = cast(CallToolResult, result)
+        if call_result.is_error:
+            return _Observed(tool_error_outcome(call_result), "isError", call_result)
+        what = self.empty_check(call_result)
+        if what is not None:
+            return _Observed(empty_result(what), "empty result", call_result)
+        return _Observed("success", "success", call_result)
+
+    def _session_lost(self, generation: _Generation | None, why: str) -> None:
+        if self.connection is not None:
+            self.connection._mark_lost(generation, why)
+        elif self._bare_lost is None:
+            self._bare_lost = why
+
+    def _warn_capture_missing(self, error: MCPError) -> None:
+        if self._capture_warned:
+            return
+        self._capture_warned = True
+        warning = {
+            "event": "agent_retry.capture_missing",
+            "ts": round(time.time(), 3),
+            "run": self.run.run_id,
+            "policy": self.policy_identity,
+            "error": f"JSON-RPC {error.code}: {error.message}",
+            "reason": "a failure came from an HTTP transport that is not the wrapper's capturing one: its status, headers "
+            "and body (a Retry-After, a 403's reason) do not reach the policy. Build the caller on McpConnection.http(url), "
+            "or give streamable_http_client the client of create_capturing_http_client()",
+        }
+        self.log.warning(json.dumps(warning, ensure_ascii=False))
+
+    # -- waits, checks, the policy, the log
+
+    async def _sleep(self, state: _CallState, seconds: float, doing: str) -> None:
+        """A wait the policy asked for; one that would end past the call's or the
+        run's limit is not slept."""
+        remaining = state.remaining()
+        if remaining is not None and seconds >= remaining:
+            state.doing, state.not_slept = doing, True
+            raise _DeadlinePassed
+        if seconds > 0:
+            state.doing = doing
+            await self.sleep(seconds)
+
+    async def _check_status(
+        self, state: _CallState, name: str, arguments: Mapping[str, Any], key: str | None, call_id: int
+    ) -> StatusCheckResult:
+        check = self.status_check.get(name) if isinstance(self.status_check, Mapping) else self.status_check
+        if check is None:
+            return "unknown"  # nobody can tell: the policy escalates rather than risk a second write
+        session = self.session
+        if session is None:
+            return "unknown"
+        state.doing = f"while the status check of {name} ran"
+        remaining = state.remaining()
+        if remaining is not None and remaining <= 0:
+            raise _DeadlinePassed
+        task = _spawn(check(StatusCheckRequest(session, name, dict(arguments), key, call_id)))
+        try:
+            done, _ = await asyncio.wait({task}, timeout=remaining)
+        finally:
+            if not task.done():
+                task.cancel()
+                task.add_done_callback(_consume)
+        if not done:
+            raise _DeadlinePassed
+        error = None if task.cancelled() else task.exception()
+        if task.cancelled() or error is not None:  # a failed check knows nothing
+            failed = {
+                "event": "agent_retry.status_check_failed",
+                "run": self.run.run_id,
+                "tool": name,
+                "policy": self.policy_identity,
+                "error": repr(error) if error is not None else "cancelled",
+            }
+            self.log.warning(json.dumps(failed, ensure_ascii=False))
+            return "unknown"
+        found = task.result()
+        return found if found in ("found", "absent", "unknown") else "unknown"
+
+    def _stop(self, state: _CallState, cause: StopCause) -> Stopped:
+        """The stop's record, and its log line."""
+        unknown = False
+        if state.call_id is not None:
+            try:
+                unknown = any(e["call-id"] == state.call_id and e["status"] == "unknown" for e in self.run.all_effects())
+            except Exception:  # noqa: BLE001 - a failed policy cannot say; the in-flight attempt still counts
+                unknown = False
+        writes = state.effect in ("write", "delete")
+        may_have_applied = writes and (state.in_flight or unknown)
+        if cause == "cancelled":
+            what = "the call was cancelled"
+        else:
+            whose = "call's" if cause == "call-timeout" else "run's"
+            when = "would pass" if state.not_slept else "passed"
+            what = f"the {whose} time limit ({state.limit_s:g} s) {when}"
+        if may_have_applied:
+            effect = f"{state.tool} ({state.effect}) may have been applied: check before sending it again"
+        elif writes:
+            effect = f"{state.tool} ({state.effect}): no attempt was out, and the run lists none as possibly applied"
+        else:
+            effect = f"{state.tool} is not a write"
+        message = f"{what} {state.doing}, after {state.attempts_sent} attempt(s) sent; stopped waiting. {effect}."
+        self._log_line(state.tag, state.tool, state.call_id, state.attempt, cause, None, "stop", None, message)
+        return Stopped(cause, state.tool, state.call_id, state.attempts_sent, may_have_applied, message)
+
+    def _record(self, tag: _CallTag, tool: str, call_id: int, attempt: int, observed: _Observed) -> Decision:
+        decision = self._policy(
+            tag,
+            tool,
+            observed.summary,
+            self.run.record_outcome,
+            call_id,
+            attempt,
+            observed.outcome,
+            self.clock(),
+            self.entropy.next_u64(),
+        )
+        self._log_decision(tag, tool, call_id, attempt, observed.summary, decision, capture_missing=observed.capture_missing)
+        return decision
+
+    def _takes_key(self, tool: Tool | None) -> bool:
+        properties = (tool.input_schema or {}).get("properties") if tool is not None else None
+        return isinstance(properties, dict) and self.key_argument in properties
+
+    @staticmethod
+    def _hints(tool: Tool | None) -> ToolHints | None:
+        annotations = tool.annotations if tool is not None else None
+        if annotations is None:
+            return None
+        return {
+            "read-only": annotations.read_only_hint,
+            "destructive": annotations.destructive_hint,
+            "idempotent": annotations.idempotent_hint,
+        }
+
+    def _policy(self, tag: _CallTag, tool: str, last_outcome: str, ask: Callable[..., _T], *args: Any) -> _T:
+        """Asks the policy; if the policy itself fails, the safe fallback: no
+        retry, escalate with a note saying so (and what the last attempt saw)."""
+        try:
+            return ask(*args)
+        except (PolicyTrap, InstanceUnusable) as e:
+            note = (
+                f"the retry policy failed ({type(e).__name__}: {e}); not retried. Last outcome of {tool}: {last_outcome}. "
+                "Effects of this run are not known to the host: check before sending again."
+            )
+            self._log_line(tag, tool, None, 0, last_outcome, None, "escalate", None, note, escalation="unclassified-failure")
+            escalation = {
+                "reason": "unclassified-failure",
+                "last-error": last_outcome,
+                "resets-in-ms": None,
+                "effects": [],
+                "effects-total": 0,
+                "note": note,
+            }
+            raise Escalated(escalation, tool=tool, policy_failure=e) from e
+
+    def _log_decision(
+        self, tag: _CallTag, tool: str, call_id: int, attempt: int, outcome: str, decision: Decision, *, capture_missing: bool = False
+    ) -> None:
+        action = decision["action"]
+        delay = cast(RetryAction, action)["retry"]["delay-ms"] if action_name(action) == "retry" else None
+        escalation = cast(EscalateAction, action)["escalate"]["reason"] if action_name(action) == "escalate" else None
+        self._log_line(
+            tag,
+            tool,
+            call_id,
+            attempt,
+            outcome,
+            decision["class"],
+            action_name(action),
+            delay,
+            decision["reason"] + (CAPTURE_MISSING_SUFFIX if capture_missing else ""),
+            rule=decision["rule"],
+            hint_ms=decision["hint-ms"],
+            escalation=escalation,
+        )
+
+    def _log_line(
+        self,
+        tag: _CallTag,
+        tool: str,
+        call_id: int | None,
+        attempt: int,
+        outcome: str,
+        klass: str | None,
+        action: str,
+        delay_ms: int | None,
+        reason: str,
+        *,
+        rule: str | None = None,
+        hint_ms: int | None = None,
+        escalation: str | None = None,
+    ) -> None:
+        # The fields and their order are the same in all three hosts (the module
+        # docstring of `mcp_client`). `step` and `key` name the call (`tag`);
+        # `rule` is the classification rule that applied; `hint_ms` the decision's hint;
+        # `escalation` the escalation reason (the contract's name, e.g.
+        # "run-steps-spent"); `policy` which policy decided (`policy_identity`).
+        self.log.info(
+            json.dumps(
+                {
+                    "event": "agent_retry.attempt",
+                    "ts": round(time.time(), 3),
+                    "run": self.run.run_id,
+                    "policy": self.policy_identity,
+                    "step": tag.step,
+                    "call": call_id,
+                    "tool": tool,
+                    "attempt": attempt,
+                    "key": tag.key,
+                    "outcome": outcome,
+                    "class": klass,
+                    "rule": rule,
+                    "action": action,
+                    "delay_ms": delay_ms,
+                    "hint_ms": hint_ms,
+                    "escalation": escalation,
+                    "reason": reason,
+                },
+                ensure_ascii=False,
+            )
+        )
+
+
+def _consume(task: asyncio.Future[Any]) -> None:
+    """Retrieves an abandoned task's exception, so that it is not reported."""
+    if not task.cancelled():
+        task.exception()

@@ -1,0 +1,252 @@
+"""The capturing transport and the watching of answer bodies: what the HTTP layer
+saw for one attempt (`AttemptCapture`) of the MCP wrapper. The module docstring of
+`agent_retry_policy.mcp_client` says what the SDK hides and why the wrapper
+captures it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import json
+import socket
+import ssl
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import httpx2
+
+from ..types import TransportError
+
+# The header that marks the stand-in answer for a network error.
+TRANSPORT_ERROR_HEADER = "x-agent-retry-transport-error"
+TRANSPORT_ERROR_STATUS = 599
+# How much of a failed response's body is kept (the policy keeps at most
+# `max-message-chars` of it anyway).
+MAX_CAPTURED_BODY = 64 * 1024
+
+
+@dataclass
+class AttemptCapture:
+    """What the HTTP layer saw for one attempt: the first failure of a request
+    it made (a non-2xx answer, a network error, an answer cut before the
+    JSON-RPC response), and whether any of its requests went through a
+    capturing transport at all (`seen`)."""
+
+    status: int | None = None
+    headers: list[tuple[str, str]] = field(default_factory=list)
+    body: str = ""
+    transport_error: TransportError | None = None
+    transport_detail: str = ""
+    # The failed request carried Mcp-Session-Id (a 404 then means the session is gone).
+    session_header: bool = False
+    seen: bool = False
+    # Set when an answer stream ended or was cut before its response: the
+    # attempt ends then, not at its timeout.
+    cut: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def failed(self) -> bool:
+        return self.status is not None or self.transport_error is not None
+
+
+_current_attempt: contextvars.ContextVar[AttemptCapture | None] = contextvars.ContextVar("agent_retry_current_attempt", default=None)
+
+
+def classify_network_error(error: BaseException) -> TransportError:
+    """An httpx2 exception as the contract's transport error."""
+    cause: BaseException | None = error
+    while cause is not None:  # TLS and DNS failures are not blips: "other" escalates
+        if isinstance(cause, (ssl.SSLError, socket.gaierror)):
+            return "other"
+        cause = cause.__cause__ or cause.__context__
+    if isinstance(error, (httpx2.ConnectError, httpx2.ConnectTimeout, httpx2.PoolTimeout)):
+        return "connection-refused"  # the request never reached the server
+    if isinstance(error, (httpx2.ReadTimeout, httpx2.WriteTimeout, httpx2.TimeoutException)):
+        return "timeout"
+    if isinstance(error, (httpx2.RemoteProtocolError, httpx2.ReadError, httpx2.WriteError)):
+        return "connection-reset"
+    if isinstance(error, httpx2.StreamError):
+        return "stream-closed"
+    return "other"
+
+
+def _json_rpc_request(request: httpx2.Request) -> tuple[bool, str | None]:
+    """Whether a POST may carry a request (everything but a JSON-RPC
+    notification or response), and the request's id (as text) if it does."""
+    try:
+        message = json.loads(request.content)
+    except (httpx2.RequestNotRead, ValueError, TypeError):
+        return True, None
+    if not isinstance(message, dict):
+        return True, None
+    if message.get("id") is None or "method" not in message:
+        return "method" not in message and "result" not in message and "error" not in message, None
+    return True, str(message["id"])
+
+
+class _AnswerWatch:
+    """Watches the body of a 2xx answer to one JSON-RPC request, so that the
+    attempt's capture says `stream-closed` at once when the answer is lost: a
+    JSON body cut by the network (h11 checks its length), or an SSE stream cut
+    before the response to that request went by, or ending cleanly before it
+    without any event id to resume from. (An SSE stream the server closes on
+    purpose after an event id, to be polled, is left to the SDK to resume.)"""
+
+    def __init__(self, capture: AttemptCapture | None, request_id: str, content_type: str) -> None:
+        self.capture = capture
+        self.request_id = request_id
+        kind = content_type.lower()
+        self.sse = kind.startswith("text/event-stream")
+        self.watched = self.sse or kind.startswith("application/json")
+        self.answered = False
+        self.resumable = False
+        self.pending = b""
+        self.data: list[bytes] = []
+
+    def feed(self, chunk: bytes) -> None:
+        if not self.sse or self.answered:
+            return
+        lines = (self.pending + chunk).split(b"\n")
+        self.pending = lines.pop()
+        for raw in lines:
+            line = raw.rstrip(b"\r")
+            if not line:
+                self._event()
+            elif line.startswith(b"data:"):
+                value = line[5:]
+                self.data.append(value[1:] if value.startswith(b" ") else value)
+            elif line.startswith(b"id:") and line[3:].strip():
+                self.resumable = True
+
+    def _event(self) -> None:
+        data, self.data = b"\n".join(self.data), []
+        if not data:
+            return
+        try:
+            message = json.loads(data)
+        except ValueError:
+            return
+        if isinstance(message, dict) and str(message.get("id")) == self.request_id and ("result" in message or "error" in message):
+            self.answered = True
+
+    def ended(self) -> None:
+        if self.sse and not self.answered and not self.resumable:
+            self._fail("the answer stream (SSE) ended before the JSON-RPC response")
+
+    def cut(self, error: BaseException) -> None:
+        if self.watched and not self.answered:
+            what = "SSE" if self.sse else "JSON"
+            self._fail(f"the answer ({what}) was cut before the JSON-RPC response ({type(error).__name__}: {error})")
+
+    def _fail(self, detail: str) -> None:
+        capture = self.capture
+        if capture is None or capture.failed:
+            return
+        capture.transport_error = "stream-closed"
+        capture.transport_detail = detail
+        capture.cut.set()
+
+
+class _WatchedStream(httpx2.AsyncByteStream):
+    """An answer body passed through to the SDK, watched (`_AnswerWatch`). A
+    network error mid-body ends the body cleanly instead of reaching the SDK,
+    whose POST task would otherwise end the session (a JSON answer) or wait to
+    resume it (an SSE answer with event ids)."""
+
+    def __init__(self, inner: httpx2.AsyncByteStream, watch: _AnswerWatch) -> None:
+        self.inner = inner
+        self.watch = watch
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self.inner:
+                self.watch.feed(chunk)
+                yield chunk
+        except httpx2.TransportError as e:
+            self.watch.cut(e)
+            return
+        self.watch.ended()
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class CapturingTransport(httpx2.AsyncBaseTransport):
+    """Wraps a transport. For every POST: a network error becomes a marked
+    HTTP 599 answer (the SDK resolves the request with an error instead of
+    ending the session), and an answer body cut mid-way ends cleanly. For the
+    requests of the attempt in progress (`_current_attempt`) it also records
+    the first failure: the status, headers and body of a non-2xx answer, the
+    network error, or an answer that ended before its JSON-RPC response."""
+
+    def __init__(self, inner: httpx2.AsyncBaseTransport | None = None) -> None:
+        self.inner = inner or httpx2.AsyncHTTPTransport()
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        if request.method != "POST":
+            return await self.inner.handle_async_request(request)
+        may_be_request, request_id = _json_rpc_request(request)
+        capture = _current_attempt.get() if may_be_request else None
+        if capture is not None:
+            capture.seen = True
+        try:
+            response = await self.inner.handle_async_request(request)
+        except httpx2.TransportError as e:
+            kind = classify_network_error(e)
+            detail = f"{type(e).__name__}: {e}"
+            if capture is not None and not capture.failed:
+                capture.transport_error = kind
+                capture.transport_detail = detail
+            # mcp 2.3's POST task would let the exception end the session; an error
+            # status instead resolves just this request with an MCPError.
+            return httpx2.Response(
+                TRANSPORT_ERROR_STATUS,
+                headers={"content-type": "text/plain", TRANSPORT_ERROR_HEADER: kind},
+                content=detail.encode(),
+                request=request,
+            )
+        if response.status_code < 400:
+            if request_id is not None:
+                watch = _AnswerWatch(capture, request_id, response.headers.get("content-type", ""))
+                response.stream = _WatchedStream(cast(httpx2.AsyncByteStream, response.stream), watch)
+            return response
+        # Read the body here and hand the SDK a fresh response with the same bytes.
+        try:
+            body = await response.aread()
+        except httpx2.TransportError:
+            body = b""
+        finally:
+            await response.aclose()
+        if capture is not None and not capture.failed:
+            capture.status = response.status_code
+            capture.session_header = "mcp-session-id" in request.headers
+            # Every field as received, repeated ones as separate pairs (the policy joins
+            # list-valued ones such as RateLimit itself).
+            encoding = response.headers.encoding
+            capture.headers = [(k.decode(encoding), v.decode(encoding)) for k, v in response.headers.raw]
+            capture.body = body[:MAX_CAPTURED_BODY].decode("utf-8", errors="replace")
+        return httpx2.Response(
+            response.status_code,
+            headers=response.headers,
+            content=body,
+            request=request,
+            extensions={k: v for k, v in response.extensions.items() if k == "http_version"},
+        )
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def create_capturing_http_client(
+    *, timeout: httpx2.Timeout | None = None, headers: Mapping[str, str] | None = None, **kwargs: Any
+) -> httpx2.AsyncClient:
+    """An httpx2 client for `streamable_http_client(url, http_client=...)` that lets
+    the wrapper see failed POSTs. Defaults match the SDK's (30 s, 300 s reads).
+    `McpConnection.http` always uses one."""
+    return httpx2.AsyncClient(
+        transport=CapturingTransport(),
+        timeout=timeout or httpx2.Timeout(30.0, read=300.0),
+        headers=dict(headers or {}),
+        **kwargs,
+    )

@@ -1,0 +1,681 @@
+// The retrying wrapper (`RetryingToolCaller`): one call of the model through the
+// policy, its attempts, status checks, deadlines and log lines (`../mcp.ts`'s
+// module comment says how it observes and obeys).
+import { performance } from 'node:perf_hooks';
+
+import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { StreamableHTTPClientTransport, StreamableHTTPError } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { ErrorCode, McpError, type CallToolResult, type Tool } from '@modelcontextprotocol/sdk/types.js';
+
+import type * as Wit from '../../generated/interfaces/agent-retry-policy-types.js';
+import { nowMs, type Run } from '../component.js';
+import { OsEntropy, type EntropySource } from '../entropy.js';
+import {
+  AgentRetryError, CallCancelled, CallTimedOut, Escalated, InstanceUnusable, PolicyTrap, SessionLost, type StopCause,
+} from '../errors.js';
+import {
+  classifyNetworkError, currentAttempt, describeError, hasFailure, isUnknownSession, type AttemptCapture,
+} from './capture.js';
+import { McpConnection } from './connection.js';
+
+/** What the logged `reason` of a decision on a failure from a non-capturing HTTP transport ends with. */
+export const CAPTURE_MISSING_SUFFIX = ' [no HTTP status or headers: the transport is not the wrapper\'s capturing one]';
+
+/** What a status check is asked about: a write that may have been applied. */
+export interface StatusCheckRequest {
+  client: Client;
+  tool: string;
+  arguments: Record<string, unknown>;
+  idempotencyKey?: string;
+  callId: number;
+  /** Aborted when the call is stopped (its limit passed, or it was cancelled). */
+  signal?: AbortSignal;
+}
+
+export type StatusCheck = (request: StatusCheckRequest) => Promise<Wit.StatusCheckResult>;
+
+function isEmptyValue(value: unknown): boolean {
+  if (value === undefined || value === null || value === '') return true;
+  if (Array.isArray(value)) return value.length === 0;
+  if (typeof value === 'object') return Object.values(value as object).every(isEmptyValue);
+  return false;
+}
+
+/** What is wrong with a successful result, or undefined if it is usable: no
+ *  content (or only blank text) and no structured content is empty. */
+export function defaultEmptyCheck(result: CallToolResult): string | undefined {
+  const blank = (result.content ?? []).every((block) => block.type === 'text' && !block.text.trim());
+  return blank && isEmptyValue(result.structuredContent) ? 'the tool returned an empty result' : undefined;
+}
+
+export interface RetryingToolCallerOptions {
+  /** Reads state after an ambiguous write; per tool or one for all. None: `unknown` (the policy escalates). */
+  statusCheck?: StatusCheck | Record<string, StatusCheck>;
+  /** The tool argument that carries the idempotency key (default `idempotency_key`). */
+  keyArgument?: string;
+  /** Jitter entropy passed to `record-outcome` (default: the OS). */
+  entropy?: EntropySource;
+  /** How long one attempt may take before it counts as a timeout (default 30 s). */
+  attemptTimeoutMs?: number;
+  /** The most one `callTool` may take, from its start, retries and reconnections included (default: none). */
+  callTimeoutMs?: number;
+  /** The most all calls of this caller may take, from its construction (default: none). */
+  runTimeoutMs?: number;
+  /** The server's tools, if already listed (default: `tools/list` on first use). */
+  tools?: Tool[];
+  emptyCheck?: (result: CallToolResult) => string | undefined;
+  clock?: () => bigint;
+  sleep?: (ms: number) => Promise<void>;
+  /** One JSON line per attempt (default: stderr). */
+  log?: (line: string) => void;
+  /** Which policy makes the decisions, logged as `policy` on every attempt line.
+   *  Default: the run's instance's `policyIdentity` (`agent-retry:policy@0.3.0 wasm
+   *  0c1b894cf1b1`). A host serving a `LivePolicy` passes the run's `Loaded`
+   *  identity: `loaded.identity.toString()` (`generation 3 (wasm …, config …)`). */
+  policyIdentity?: string;
+}
+
+/** `callTool`'s third argument (a string is the `actionId`, as before). */
+export interface CallToolOptions {
+  /** Names the call's place in the run for its idempotency key (default `step-N`). */
+  actionId?: string;
+  /** Stops the call at once when aborted (`CallCancelled`). */
+  signal?: AbortSignal;
+}
+
+interface Observed {
+  outcome: Wit.Outcome;
+  summary: string;
+  result?: CallToolResult;
+  /** The connection is lost: why. */
+  lost?: string;
+  /** The failure came from an HTTP transport without the capturing fetch. */
+  captureMissing?: boolean;
+}
+
+/** What every log line of one call carries: its step (the N of `step-N`; null
+ *  for a pseudo-call) and the key sent. */
+interface CallTag {
+  step: number | null;
+  key?: string;
+}
+
+/** Where a call of the model is, for the stop line and the errors. */
+interface CallState {
+  tool: string;
+  tag: CallTag;
+  callId?: number;
+  effect?: Wit.Effect;
+  attemptsSent: number;
+  /** The attempt last sent (0: none). */
+  attempt: number;
+  /** An attempt of the call is out (not a reconnection, not a status check). */
+  inFlight: boolean;
+}
+
+/** Thrown inside a call when it must stop; turned into `CallTimedOut` or `CallCancelled`. */
+class StopNow extends Error {}
+
+/** A call's stop: its signal, what stopped it, and its deadline (performance.now() ms). */
+class CallScope {
+  private readonly controller = new AbortController();
+  private timer?: ReturnType<typeof setTimeout>;
+  private readonly unlisten?: () => void;
+  cause?: StopCause;
+  readonly deadline: number;
+  readonly deadlineCause?: 'call-timeout' | 'run-timeout';
+  readonly limitMs?: number;
+
+  constructor(callLimit: number | undefined, runLimit: number | undefined, callTimeoutMs: number | undefined, runTimeoutMs: number | undefined,
+    signal: AbortSignal | undefined, private readonly sleeper: (ms: number) => Promise<void> | undefined) {
+    const now = performance.now();
+    const call = callLimit ?? Infinity;
+    const run = runLimit ?? Infinity;
+    this.deadline = Math.min(call, run);
+    if (Number.isFinite(this.deadline)) {
+      this.deadlineCause = call <= run ? 'call-timeout' : 'run-timeout';
+      this.limitMs = call <= run ? callTimeoutMs : runTimeoutMs;
+      if (this.deadline <= now) this.stop(this.deadlineCause);
+      else this.timer = setTimeout(() => this.stop(this.deadlineCause as StopCause), this.deadline - now);
+    }
+    if (signal?.aborted) {
+      this.stop('cancelled');
+    } else if (signal) {
+      const onAbort = () => this.stop('cancelled');
+      signal.addEventListener('abort', onAbort, { once: true });
+      this.unlisten = () => signal.removeEventListener('abort', onAbort);
+    }
+  }
+
+  get signal(): AbortSignal {
+    return this.controller.signal;
+  }
+
+  stop(cause: StopCause): void {
+    if (this.cause) return;
+    this.cause = cause;
+    this.controller.abort(new StopNow(cause));
+  }
+
+  check(): void {
+    if (this.cause) throw new StopNow(this.cause);
+  }
+
+  /** Resolves as `promise` does, or rejects with `StopNow` the moment the call stops. */
+  race<T>(promise: Promise<T>): Promise<T> {
+    promise.catch(() => undefined); // what loses the race is not an unhandled rejection
+    if (this.cause) return Promise.reject(new StopNow(this.cause));
+    const signal = this.signal;
+    return new Promise<T>((resolve, reject) => {
+      const onAbort = () => reject(new StopNow(this.cause));
+      signal.addEventListener('abort', onAbort, { once: true });
+      promise.then(
+        (value) => { signal.removeEventListener('abort', onAbort); resolve(value); },
+        (error) => { signal.removeEventListener('abort', onAbort); reject(error); },
+      );
+    });
+  }
+
+  /** Waits `ms`, unless that would end past the deadline (then the call stops now) or the call stops first. */
+  async pause(ms: number): Promise<void> {
+    this.check();
+    if (ms <= 0) return;
+    if (this.deadlineCause && performance.now() + ms > this.deadline) {
+      this.stop(this.deadlineCause);
+      this.check();
+    }
+    const custom = this.sleeper(ms);
+    if (custom) return this.race(custom);
+    const signal = this.signal;
+    await new Promise<void>((resolve, reject) => {
+      const onAbort = () => { clearTimeout(timer); reject(new StopNow(this.cause)); };
+      const timer = setTimeout(() => { signal.removeEventListener('abort', onAbort); resolve(); }, ms);
+      signal.addEventListener('abort', onAbort, { once: true });
+    });
+  }
+
+  dispose(): void {
+    if (this.timer) clearTimeout(this.timer);
+    this.unlisten?.();
+  }
+}
+
+/** A result's text content blocks, joined with "\n" (the tool error's body). */
+export const textOf = (result: CallToolResult): string =>
+  (result.content ?? []).flatMap((block) => (block.type === 'text' ? [block.text] : [])).join('\n');
+
+/** The server's JSON-RPC error message, without the prefix the SDK adds (`MCP error -32603: `). */
+export function jsonRpcMessage(error: McpError): string {
+  const prefix = `MCP error ${error.code}: `;
+  return error.message.startsWith(prefix) ? error.message.slice(prefix.length) : error.message;
+}
+
+/** A JSON value as the contract's `structured-content`: JSON text, or none when
+ *  there is nothing (undefined, null) or it cannot be written as JSON. */
+export function structuredText(value: unknown): string | undefined {
+  if (value === undefined || value === null) return undefined;
+  try {
+    return JSON.stringify(value);
+  } catch {
+    return undefined; // a cycle or a BigInt: not JSON
+  }
+}
+
+/** The hints of the pseudo-tools `initialize` and `tools/list`. */
+const PSEUDO_HINTS: Wit.ToolHints = { readOnly: true, destructive: false, idempotent: true };
+
+/** Whether a client talks streamable HTTP (or the older SSE transport). */
+function isHttpClient(client: Client | undefined): boolean {
+  const transport = client?.transport;
+  return transport instanceof StreamableHTTPClientTransport || transport?.constructor?.name === 'SSEClientTransport';
+}
+
+/** Calls MCP tools through one run of the policy. One caller per run, one call at a time. */
+export class RetryingToolCaller {
+  private tools?: Map<string, Tool>;
+  private calls = 0;
+  private readonly keyArgument: string;
+  private readonly entropy: EntropySource;
+  private readonly attemptTimeoutMs: number;
+  private readonly callTimeoutMs?: number;
+  private readonly runTimeoutMs?: number;
+  private readonly startedAt = performance.now();
+  private readonly clock: () => bigint;
+  private readonly log: (line: string) => void;
+  /** The connection, when the caller was built on one (it can be re-established). */
+  readonly connection?: McpConnection;
+  private readonly bare?: Client;
+  /** Why a bare client's session is lost (it cannot be re-established). */
+  private bareLost?: string;
+  private captureWarned = false;
+  /** What every attempt line logs as `policy`: which policy made the decision. */
+  readonly policyIdentity: string;
+
+  constructor(source: McpConnection | Client, readonly run: Run, private readonly options: RetryingToolCallerOptions = {}) {
+    if (source instanceof McpConnection) this.connection = source;
+    else this.bare = source;
+    this.keyArgument = options.keyArgument ?? 'idempotency_key';
+    this.entropy = options.entropy ?? new OsEntropy();
+    this.attemptTimeoutMs = options.attemptTimeoutMs ?? 30_000;
+    for (const [name, value] of [['callTimeoutMs', options.callTimeoutMs], ['runTimeoutMs', options.runTimeoutMs]] as const) {
+      if (value !== undefined && !(typeof value === 'number' && value >= 0 && Number.isFinite(value))) {
+        throw new TypeError(`${name} must be a finite number of ms, not ${String(value)}`);
+      }
+    }
+    this.callTimeoutMs = options.callTimeoutMs;
+    this.runTimeoutMs = options.runTimeoutMs;
+    this.clock = options.clock ?? nowMs;
+    this.log = options.log ?? ((line) => process.stderr.write(`${line}\n`));
+    const identity: unknown = options.policyIdentity ?? run.instance.policyIdentity;
+    if (typeof identity !== 'string' || identity === '') {
+      throw new TypeError(`policyIdentity must be a non-empty string (e.g. loaded.identity.toString()), not ${
+        identity === '' ? 'an empty string' : typeof identity}`);
+    }
+    this.policyIdentity = identity;
+    if (options.tools) this.tools = new Map(options.tools.map((t) => [t.name, t]));
+  }
+
+  /** The client requests go through now (the connection's current one). */
+  get client(): Client {
+    const client = this.connection ? this.connection.client : this.bare;
+    if (!client) throw new AgentRetryError('the McpConnection is not connected yet: the caller connects it on its first call (or call connection.connect())');
+    return client;
+  }
+
+  /** Makes one intended call, retrying as the policy says. Resolves to what the
+   *  model should see: the result, or (replan) an `isError` result carrying the
+   *  policy's message. Rejects with `Escalated` when the run must stop,
+   *  `SessionLost` when the session is lost for good, `CallTimedOut` or
+   *  `CallCancelled` when it was stopped. `actionId` (or `options.actionId`)
+   *  names the call's place in the run for its idempotency key (default:
+   *  `step-N`, N counting this caller's calls from 1, as the Rust host does, so
+   *  all hosts derive the same key for the same run and call). */
+  async callTool(name: string, args: Record<string, unknown> = {}, options?: string | CallToolOptions): Promise<CallToolResult> {
+    const { actionId, signal } = typeof options === 'string' ? { actionId: options, signal: undefined } : (options ?? {});
+    this.calls += 1;
+    const step = this.calls;
+    const state: CallState = { tool: name, tag: { step }, attemptsSent: 0, attempt: 0, inFlight: false };
+    const now = performance.now();
+    const scope = new CallScope(
+      this.callTimeoutMs === undefined ? undefined : now + this.callTimeoutMs,
+      this.runTimeoutMs === undefined ? undefined : this.startedAt + this.runTimeoutMs,
+      this.callTimeoutMs, this.runTimeoutMs, signal, (ms) => this.options.sleep?.(ms));
+    try {
+      return await this.call(name, args, actionId ?? `step-${step}`, state, scope);
+    } catch (e) {
+      if (e instanceof StopNow || (scope.cause && !(e instanceof AgentRetryError))) throw this.stopped(state, scope);
+      throw e;
+    } finally {
+      scope.dispose();
+    }
+  }
+
+  private async call(name: string, args: Record<string, unknown>, action: string, state: CallState, scope: CallScope): Promise<CallToolResult> {
+    scope.check();
+    const tool = await this.tool(name, scope);
+    const sendArgs: Record<string, unknown> = { ...args };
+    const tag = state.tag;
+    const properties = tool?.inputSchema?.properties;
+    if (properties && typeof properties === 'object' && this.keyArgument in properties) {
+      tag.key = this.policy(tag, name, 'not sent', () => this.run.instance.deriveIdempotencyKey(this.run.runId, action));
+      sendArgs[this.keyArgument] = tag.key;
+    }
+    const annotations = tool?.annotations;
+    const request: Wit.CallRequest = {
+      tool: name,
+      idempotencyKey: tag.key,
+      hints: annotations
+        ? { readOnly: annotations.readOnlyHint, destructive: annotations.destructiveHint, idempotent: annotations.idempotentHint }
+        : undefined,
+    };
+    const admission = this.policy(tag, name, 'not sent', () => this.run.beginCall(request, this.clock()));
+    if (admission.tag === 'escalate') {
+      this.logLine(tag, name, undefined, 0, 'not sent', { action: 'escalate', escalation: admission.val.reason, reason: admission.val.note });
+      throw new Escalated(admission.val, name);
+    }
+    const { callId, delayMs } = admission.val;
+    state.callId = callId;
+    state.effect = admission.val.effect;
+    await scope.pause(Number(delayMs));
+
+    // The attempt each outcome reports: 1, then each retry plan's (contract 0.3.0).
+    let attempt = 1;
+    for (;;) {
+      await this.ensureConnected(scope, name);
+      state.attempt = attempt;
+      state.attemptsSent += 1;
+      state.inFlight = true;
+      const observed = await this.attemptTool(name, sendArgs, scope);
+      state.inFlight = false;
+      let decision = this.policy(tag, name, observed.summary, () =>
+        this.run.recordOutcome(callId, attempt, observed.outcome, this.clock(), this.entropy.nextU64()));
+      this.logDecision(tag, name, callId, attempt, observed, decision);
+      while (decision.action.tag === 'check-status') {
+        await this.ensureConnected(scope, name);
+        const found = await this.checkStatus({
+          client: this.client, tool: name, arguments: sendArgs, idempotencyKey: tag.key, callId, signal: scope.signal,
+        }, scope);
+        // A status check reports the attempt whose effect it checked: the current one.
+        decision = this.policy(tag, name, `status check: ${found}`, () =>
+          this.run.recordOutcome(callId, attempt, { tag: 'status-check', val: found }, this.clock(), this.entropy.nextU64()));
+        this.logDecision(tag, name, callId, attempt, { outcome: { tag: 'status-check', val: found }, summary: `status check: ${found}` }, decision);
+      }
+      const next = decision.action;
+      switch (next.tag) {
+        case 'retry':
+          await scope.pause(Number(next.val.delayMs));
+          attempt = next.val.attempt;
+          continue;
+        case 'replan':
+          return { content: [{ type: 'text', text: next.val }], isError: true };
+        case 'succeed':
+          if (observed.result && observed.outcome.tag === 'success') return observed.result;
+          return { content: [{ type: 'text', text: next.val ?? 'done' }], isError: false };
+        case 'escalate':
+          throw new Escalated(next.val, name);
+      }
+    }
+  }
+
+  /** The tool's description, listing the server's tools (the `tools/list` pseudo-call, a page a call) on first use. */
+  private async tool(name: string, scope: CallScope): Promise<Tool | undefined> {
+    if (!this.tools) {
+      await this.ensureConnected(scope, name);
+      const tools = new Map<string, Tool>();
+      let cursor: string | undefined;
+      do {
+        const params = cursor ? { cursor } : undefined;
+        const page = await this.pseudoCall('tools/list', scope, name, true,
+          (signal) => this.client.listTools(params, { signal, timeout: this.attemptTimeoutMs }));
+        for (const t of page.tools) tools.set(t.name, t);
+        cursor = page.nextCursor;
+      } while (cursor);
+      this.tools = tools;
+    }
+    return this.tools.get(name);
+  }
+
+  /** Before a request: (re-)establishes a lost connection through the policy
+   *  (the `initialize` pseudo-call). A bare client's lost session cannot be. */
+  private async ensureConnected(scope: CallScope, tool: string): Promise<void> {
+    const connection = this.connection;
+    if (!connection) {
+      if (this.bareLost !== undefined) {
+        throw new SessionLost(`the MCP session is lost (${this.bareLost}) and a caller built on a bare Client cannot re-establish it: `
+          + 'build the caller on an McpConnection (McpConnection.http(url) or McpConnection.stdio({ command, args }))', tool);
+      }
+      return;
+    }
+    const lost = connection.lost;
+    if (lost === undefined) return;
+    const again = connection.connections > 0;
+    await this.pseudoCall('initialize', scope, tool, false, async (signal) => {
+      try {
+        await connection.connect({ signal, timeoutMs: this.attemptTimeoutMs });
+      } catch (e) {
+        // Say in the failure's text (and so in an escalation's note) that this was a re-connection.
+        if (again) throw new ReconnectFailed(lost, e);
+        throw e;
+      }
+    });
+  }
+
+  /** A request outside the model's call (`initialize`, `tools/list`) as a call
+   *  of the policy: begun (a step), observed, retried or escalated as decided. */
+  private async pseudoCall<T>(tool: 'initialize' | 'tools/list', scope: CallScope, forTool: string, needsConnection: boolean,
+    send: (signal: AbortSignal) => Promise<T>): Promise<T> {
+    const tag: CallTag = { step: null };
+    const admission = this.policy(tag, tool, 'not sent', () =>
+      this.run.beginCall({ tool, idempotencyKey: undefined, hints: PSEUDO_HINTS }, this.clock()));
+    if (admission.tag === 'escalate') {
+      this.logLine(tag, tool, undefined, 0, 'not sent', { action: 'escalate', escalation: admission.val.reason, reason: admission.val.note });
+      throw new Escalated(admission.val, tool);
+    }
+    const { callId, delayMs } = admission.val;
+    await scope.pause(Number(delayMs));
+    let attempt = 1;
+    for (;;) {
+      if (needsConnection) await this.ensureConnected(scope, forTool);
+      const { value, error, capture, client } = await this.exchange(scope, send);
+      const observed: Observed = error === undefined && !hasFailure(capture)
+        ? { outcome: { tag: 'success' }, summary: 'success' }
+        : this.observeFailure(error, capture, client, tool);
+      let decision = this.policy(tag, tool, observed.summary, () =>
+        this.run.recordOutcome(callId, attempt, observed.outcome, this.clock(), this.entropy.nextU64()));
+      this.logDecision(tag, tool, callId, attempt, observed, decision);
+      while (decision.action.tag === 'check-status') {
+        // Nobody can read whether a connection "applied": unknown (the policy escalates).
+        decision = this.policy(tag, tool, 'status check: unknown', () =>
+          this.run.recordOutcome(callId, attempt, { tag: 'status-check', val: 'unknown' }, this.clock(), this.entropy.nextU64()));
+        this.logDecision(tag, tool, callId, attempt, { outcome: { tag: 'status-check', val: 'unknown' }, summary: 'status check: unknown' }, decision);
+      }
+      const next = decision.action;
+      switch (next.tag) {
+        case 'retry':
+          await scope.pause(Number(next.val.delayMs));
+          attempt = next.val.attempt;
+          continue;
+        case 'succeed':
+          if (observed.outcome.tag === 'success') return value as T;
+          throw new SessionLost(`the policy answered succeed to a failed ${tool} (${observed.summary}): no session to go on with`, forTool);
+        case 'replan':
+          throw new SessionLost(`${tool} failed (${observed.summary}) and the policy answered replan: ${next.val}`, forTool);
+        case 'escalate':
+          throw new Escalated(next.val, tool);
+      }
+    }
+  }
+
+  /** Sends one request of an attempt with its capture, ended at once when its
+   *  answer stream is cut or the call stops. */
+  private async exchange<T>(scope: CallScope, send: (signal: AbortSignal) => Promise<T>):
+    Promise<{ value?: T; error?: unknown; capture: AttemptCapture; client?: Client }> {
+    scope.check();
+    const controller = new AbortController();
+    const capture: AttemptCapture = { headers: [], body: '', abort: () => controller.abort(new Error('the answer stream was cut')) };
+    const onStop = () => controller.abort(scope.signal.reason);
+    scope.signal.addEventListener('abort', onStop, { once: true });
+    let value: T | undefined;
+    let error: unknown;
+    try {
+      value = await scope.race(currentAttempt.run(capture, () => send(controller.signal)));
+    } catch (e) {
+      if (e instanceof StopNow) throw e;
+      error = e;
+    } finally {
+      capture.closed = true;
+      scope.signal.removeEventListener('abort', onStop);
+    }
+    if (error !== undefined) scope.check(); // a failure that came as the call stopped is the stop (an answer that came is kept)
+    const client = this.connection ? this.connection.client : this.bare;
+    return { value, error, capture, client };
+  }
+
+  private async attemptTool(name: string, args: Record<string, unknown>, scope: CallScope): Promise<Observed> {
+    const { value, error, capture, client } = await this.exchange(scope,
+      (signal) => this.client.callTool({ name, arguments: args }, undefined, { timeout: this.attemptTimeoutMs, signal }) as Promise<CallToolResult>);
+    if (error !== undefined || hasFailure(capture)) return this.observeFailure(error, capture, client, name);
+    const result = value as CallToolResult;
+    if (result.isError) {
+      // No upstream status from the wrapper: the policy reads the text and the
+      // structured content (a status, a provider's error type, a wait in prose).
+      const failure: Wit.Failure = {
+        kind: { tag: 'tool-error', val: undefined }, headers: [], body: textOf(result), structuredContent: structuredText(result.structuredContent),
+      };
+      return { outcome: { tag: 'failure', val: failure }, summary: 'isError', result };
+    }
+    const what = (this.options.emptyCheck ?? defaultEmptyCheck)(result);
+    if (what !== undefined) return { outcome: { tag: 'empty-result', val: what }, summary: 'empty result', result };
+    return { outcome: { tag: 'success' }, summary: 'success', result };
+  }
+
+  /** A failed request as the contract's outcome: the first case that fits, in
+   *  the contract's order (HTTP status, transport, JSON-RPC error); a lost
+   *  session marks the connection lost. */
+  private observeFailure(error: unknown, capture: AttemptCapture, client: Client | undefined, tool: string): Observed {
+    let observed: Observed;
+    const reconnect = error instanceof ReconnectFailed ? error : undefined;
+    const cause = reconnect ? reconnect.cause : error;
+    const again = (detail: string) => (reconnect ? `${reconnect.message}: ${detail}` : detail);
+    if (capture.status !== undefined && capture.sessionLost) {
+      const lost = `HTTP ${capture.status}: the server does not know the session`;
+      observed = {
+        outcome: transport('connection-refused', again(`${lost} (${capture.body.slice(0, 200)}); not run, the session is established again`)),
+        summary: 'session lost', lost,
+      };
+    } else if (capture.status !== undefined) {
+      observed = {
+        outcome: { tag: 'failure', val: { kind: { tag: 'http-status', val: capture.status }, headers: capture.headers, body: capture.body } },
+        summary: `HTTP ${capture.status}`,
+      };
+    } else if (capture.transportError !== undefined) {
+      observed = { outcome: transport(capture.transportError, again(capture.transportDetail ?? '')), summary: capture.transportError };
+    } else if (cause instanceof McpError && cause.code === ErrorCode.RequestTimeout) {
+      observed = { outcome: transport('timeout', again(cause.message)), summary: 'timeout' };
+    } else if (cause instanceof McpError && cause.code === ErrorCode.ConnectionClosed) {
+      const lost = client?.transport === undefined || this.connection?.kind === 'stdio' || client.transport instanceof StdioClientTransport
+        ? 'the connection closed while the request was out (a stdio server that exited or closed its pipe)' : 'the connection closed';
+      observed = { outcome: transport('stream-closed', again(`${lost}: ${cause.message}`)), summary: 'stream closed', lost };
+    } else if (cause instanceof McpError) {
+      observed = {
+        outcome: {
+          tag: 'failure',
+          val: { kind: { tag: 'protocol-error', val: cause.code }, headers: [], body: jsonRpcMessage(cause), structuredContent: structuredText(cause.data) },
+        },
+        summary: `JSON-RPC ${cause.code}`,
+      };
+    } else if (cause instanceof StreamableHTTPError && cause.code !== undefined && cause.code >= 100) {
+      // Only if the capturing fetch was not installed: the status without headers.
+      const sessionSent = (client?.transport as StreamableHTTPClientTransport | undefined)?.sessionId !== undefined;
+      if (sessionSent && isUnknownSession(cause.code, cause.message)) {
+        const lost = `HTTP ${cause.code}: the server does not know the session`;
+        observed = { outcome: transport('connection-refused', again(`${lost} (${cause.message})`)), summary: 'session lost', lost };
+      } else {
+        observed = {
+          outcome: { tag: 'failure', val: { kind: { tag: 'http-status', val: cause.code }, headers: [], body: cause.message } },
+          summary: `HTTP ${cause.code}`,
+        };
+      }
+    } else if (cause instanceof Error && cause.message === 'Not connected') {
+      const lost = 'the request could not be sent: not connected (the server process is gone)';
+      observed = { outcome: transport('connection-refused', again(lost)), summary: 'not connected', lost };
+    } else if (cause !== undefined) {
+      observed = { outcome: transport(classifyNetworkError(cause), again(describeError(cause))), summary: 'transport error' };
+    } else {
+      observed = { outcome: transport('other', again('the request failed without an error')), summary: 'transport error' };
+    }
+    if (observed.lost !== undefined) this.markLost(observed.lost);
+    const kind = observed.outcome.tag === 'failure' ? observed.outcome.val.kind.tag : undefined;
+    if ((kind === 'http-status' || kind === 'transport') && !capture.fetched && !reconnect && isHttpClient(client)) {
+      observed.captureMissing = true;
+      if (!this.captureWarned) {
+        this.captureWarned = true;
+        this.log(JSON.stringify({
+          event: 'agent_retry.capture_missing', ts: Date.now() / 1000, run: this.run.runId, policy: this.policyIdentity, tool,
+          reason: 'a failure came from an HTTP transport that is not the wrapper\'s capturing one: no HTTP status headers '
+            + '(Retry-After) are seen, and a cut answer stream waits for the attempt timeout; build the caller on McpConnection.http(url) '
+            + 'or give the transport createCapturingFetch()',
+        }));
+      }
+    }
+    return observed;
+  }
+
+  private markLost(reason: string): void {
+    if (this.connection) this.connection.markLost(reason);
+    else this.bareLost ??= reason;
+  }
+
+  /** The call stopped: one `stop` line, and the error that says what may have happened. */
+  private stopped(state: CallState, scope: CallScope): CallTimedOut | CallCancelled {
+    const cause = scope.cause ?? 'cancelled';
+    let unknown = false;
+    if (state.callId !== undefined) {
+      try {
+        unknown = this.run.allEffects().some((effect) => effect.callId === state.callId && effect.status === 'unknown');
+      } catch {
+        unknown = true; // the policy cannot say: assume the worst
+      }
+    }
+    const writes = state.effect === 'write' || state.effect === 'delete';
+    const mayHaveApplied = writes && (state.inFlight || unknown);
+    const stoppedBy = cause === 'cancelled' ? 'the call was cancelled'
+      : `the ${cause === 'call-timeout' ? 'call' : 'run'}'s limit of ${scope.limitMs} ms passed`;
+    const where = state.inFlight ? `while attempt ${state.attempt} was in flight` : state.callId === undefined ? 'before the call was sent' : 'between attempts';
+    const applied = !writes ? 'it is not a write' : mayHaveApplied ? 'the write may have been applied: check before sending it again'
+      : 'the write was not applied';
+    const reason = `${stoppedBy} ${where} (${state.attemptsSent} sent); ${applied}`;
+    this.logLine(state.tag, state.tool, state.callId, state.attempt, cause, { action: 'stop', reason });
+    const stopped = { cause, tool: state.tool, callId: state.callId, attemptsSent: state.attemptsSent, mayHaveApplied };
+    return cause === 'cancelled' ? new CallCancelled(`${state.tool}: ${reason}`, stopped) : new CallTimedOut(`${state.tool}: ${reason}`, stopped);
+  }
+
+  /** Asks the policy; if the policy itself fails, the safe fallback: no retry,
+   *  escalate with a note saying so (and what the last attempt saw). */
+  private policy<T>(tag: CallTag, tool: string, lastOutcome: string, ask: () => T): T {
+    try {
+      return ask();
+    } catch (e) {
+      if (!(e instanceof PolicyTrap || e instanceof InstanceUnusable)) throw e;
+      const note = `the retry policy failed (${e.name}: ${e.message}); not retried. Last outcome of ${tool}: ${lastOutcome}. ` +
+        'Effects of this run are not known to the host: check before sending again.';
+      this.logLine(tag, tool, undefined, 0, lastOutcome, { action: 'escalate', escalation: 'unclassified-failure', reason: note });
+      throw new Escalated({ reason: 'unclassified-failure', lastError: lastOutcome, resetsInMs: undefined, effects: [], effectsTotal: 0, note }, tool, e);
+    }
+  }
+
+  private async checkStatus(request: StatusCheckRequest, scope: CallScope): Promise<Wit.StatusCheckResult> {
+    const configured = this.options.statusCheck;
+    const check = typeof configured === 'function' ? configured : configured?.[request.tool];
+    if (!check) return 'unknown'; // nobody can tell: the policy escalates rather than risk a second write
+    try {
+      const found = await scope.race(check(request));
+      return found === 'found' || found === 'absent' || found === 'unknown' ? found : 'unknown';
+    } catch (e) {
+      if (e instanceof StopNow) throw e;
+      this.log(JSON.stringify({ event: 'agent_retry.status_check_failed', run: this.run.runId, policy: this.policyIdentity, tool: request.tool, error: String(e) }));
+      return 'unknown';
+    }
+  }
+
+  private logDecision(tag: CallTag, tool: string, callId: number, attempt: number, observed: Observed, decision: Wit.Decision): void {
+    const next = decision.action;
+    this.logLine(tag, tool, callId, attempt, observed.summary, {
+      class: decision.class,
+      action: next.tag,
+      delayMs: next.tag === 'retry' ? Number(next.val.delayMs) : undefined,
+      hintMs: decision.hintMs === undefined ? undefined : Number(decision.hintMs),
+      rule: decision.rule,
+      escalation: next.tag === 'escalate' ? next.val.reason : undefined,
+      reason: observed.captureMissing ? `${decision.reason}${CAPTURE_MISSING_SUFFIX}` : decision.reason,
+    });
+  }
+
+  /** One JSON line, its fields in the order all three hosts use (`../mcp.ts`'s
+   *  module comment): `policy` says which policy decided (`policyIdentity`), `step` and
+   *  `key` name the call (`tag`), `class` and `rule` say how the policy read the outcome,
+   *  `escalation` is the contract's escalation reason (e.g. `run-steps-spent`,
+   *  `server-wait-too-long`, `retry-forbidden`) when the action is `escalate`. */
+  private logLine(tag: CallTag, tool: string, callId: number | undefined, attempt: number, outcome: string, what: {
+    class?: string; action: string; delayMs?: number; hintMs?: number; rule?: string; escalation?: Wit.EscalationReason; reason: string;
+  }): void {
+    this.log(JSON.stringify({
+      event: 'agent_retry.attempt', ts: Date.now() / 1000, run: this.run.runId, policy: this.policyIdentity,
+      step: tag.step, call: callId ?? null, tool, attempt, key: tag.key ?? null,
+      outcome, class: what.class ?? null, rule: what.rule ?? null, action: what.action, delay_ms: what.delayMs ?? null,
+      hint_ms: what.hintMs ?? null, escalation: what.escalation ?? null, reason: what.reason,
+    }));
+  }
+}
+
+/** A re-connection that failed: its message says so (and why the session was lost). */
+class ReconnectFailed extends Error {
+  constructor(lost: string, override readonly cause: unknown) {
+    super(`could not reach the server again (the session was lost: ${lost})`);
+  }
+}
+
+function transport(error: Wit.TransportError, body: string): Wit.Outcome {
+  return { tag: 'failure', val: { kind: { tag: 'transport', val: error }, headers: [], body } };
+}
