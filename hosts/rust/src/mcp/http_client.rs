@@ -88,6 +88,16 @@ fn cut_body(e: reqwest::Error) -> StreamableHttpError<HttpFailure> {
     StreamableHttpError::Client(HttpFailure::Transport { error: TransportError::StreamClosed, detail: format!("the answer was cut: {e}") })
 }
 
+/// Whether an answer to a request that carried `Mcp-Session-Id` means the
+/// server does not know the session: a 404 (streamable HTTP's rule), unless its
+/// body is a JSON-RPC "method not found" (rmcp answers -32601 with 404: the
+/// server ran the request), or a 400 whose body says the session id is not
+/// valid. The same rule as the Python and Node wrappers'.
+fn is_unknown_session(status: u16, body: &str) -> bool {
+    let method_not_found = body.contains("\"code\":-32601") || body.contains("\"code\": -32601");
+    (status == 404 && !method_not_found) || (status == 400 && says_session_invalid(body))
+}
+
 /// Whether a 400 body is a server's "no valid session id" (the TypeScript SDK's
 /// `Bad Request: No valid session ID provided`, other servers' wordings).
 fn says_session_invalid(body: &str) -> bool {
@@ -150,7 +160,7 @@ impl StreamableHttpClient for RecordingHttpClient {
             let headers = headers_of(&response);
             let body = read_limited(response, MAX_ERROR_BODY_BYTES).await.map_err(cut_body)?;
             let body = String::from_utf8_lossy(&body).into_owned();
-            let session_lost = status == reqwest::StatusCode::NOT_FOUND || (status == reqwest::StatusCode::BAD_REQUEST && says_session_invalid(&body));
+            let session_lost = is_unknown_session(status.as_u16(), &body);
             if session_attached && session_lost {
                 return Err(StreamableHttpError::Client(HttpFailure::SessionUnknown { status: status.as_u16(), body }));
             }
@@ -223,5 +233,19 @@ impl StreamableHttpClient for RecordingHttpClient {
             return Err(StreamableHttpError::ServerDoesNotSupportSse);
         }
         Ok(SseStream::from_bytes_stream(response.bytes_stream()).boxed())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_unknown_session;
+
+    #[test]
+    fn an_unknown_session_is_a_404_or_a_400_that_says_so_but_not_a_method_not_found() {
+        assert!(is_unknown_session(404, ""));
+        assert!(is_unknown_session(400, r#"{"jsonrpc":"2.0","error":{"code":-32000,"message":"Bad Request: No valid session ID provided"}}"#));
+        assert!(!is_unknown_session(404, r#"{"jsonrpc":"2.0","id":3,"error":{"code":-32601,"message":"Method not found"}}"#));
+        assert!(!is_unknown_session(400, "amount_paise must be an integer"));
+        assert!(!is_unknown_session(403, "session invalid"));
     }
 }

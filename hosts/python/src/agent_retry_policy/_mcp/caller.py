@@ -66,6 +66,9 @@ PSEUDO_TOOL_HINTS: ToolHints = {"read-only": True, "destructive": False, "idempo
 
 # A 400 body that says the session id is not valid ("Bad Request: No valid
 # session ID provided", the TypeScript SDK's servers).
+# A 404 whose body is a JSON-RPC "method not found" is an answer, not a lost
+# session (rmcp answers -32601 with 404), as in the Rust and Node wrappers.
+_METHOD_NOT_FOUND = re.compile(r'"code"\s*:\s*-32601\b')
 _INVALID_SESSION = re.compile(
     r"no valid session|invalid session|unknown session|session (?:id )?(?:is )?(?:not valid|invalid|unknown|not found|expired|terminated)"
     r"|session not found",
@@ -534,7 +537,10 @@ class RetryingToolCaller:
         fits, in the contract's order (HTTP status, transport, JSON-RPC error,
         isError)."""
         if capture.status is not None:
-            if capture.session_header and (capture.status == 404 or (capture.status == 400 and _INVALID_SESSION.search(capture.body))):
+            unknown_session = (capture.status == 404 and not _METHOD_NOT_FOUND.search(capture.body)) or (
+                capture.status == 400 and _INVALID_SESSION.search(capture.body)
+            )
+            if capture.session_header and unknown_session:
                 why = f"HTTP {capture.status}: the server no longer knows this session ({capture.body.strip()[:200] or 'no body'})"
                 self._session_lost(generation, why)
                 return _Observed(
