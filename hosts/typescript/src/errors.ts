@@ -124,7 +124,7 @@ export class SessionLost extends AgentRetryError {
 export type StopCause = 'call-timeout' | 'run-timeout' | 'cancelled';
 
 /** What the wrapper knows of a call it stopped waiting for. */
-export interface StoppedCall {
+export interface Stopped {
   cause: StopCause;
   tool: string;
   /** The policy's id of the call; undefined if it had not been admitted. */
@@ -139,13 +139,13 @@ export interface StoppedCall {
 
 /** A call the wrapper stopped waiting for (`CallTimedOut`, `CallCancelled`).
  *  `cause` here is the stop's cause (not `Error.cause`). */
-export class CallStopped extends AgentRetryError implements StoppedCall {
+export class CallStopped extends AgentRetryError implements Stopped {
   override readonly cause: StopCause;
   readonly tool: string;
   readonly callId?: number;
   readonly attemptsSent: number;
   readonly mayHaveApplied: boolean;
-  constructor(message: string, stopped: StoppedCall) {
+  constructor(message: string, stopped: Stopped) {
     super(message);
     this.cause = stopped.cause;
     this.tool = stopped.tool;

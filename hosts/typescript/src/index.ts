@@ -27,6 +27,6 @@ export { jsonSafeBigInt, toJsonSafe, type JsonSafe } from './json.js';
 export {
   AgentRetryError, CallCancelled, CallStopped, CallTimedOut, ComponentImportRefused, ComponentLoadError, ComponentNotFound, ConfigError, ContractVersionMismatch, Escalated, InstanceUnusable,
   NothingToRollBackTo, PolicyBoundaryViolation, PolicyInputTooLarge, PolicyMemoryExceeded, PolicyOutOfFuel, PolicyTrap, RunMisuse, SessionLost, UpdateConfigError, UpdateError,
-  UpdateFleetError, UpdateIntegrityError, UpdateLoadError, UpdateReadError, UpdateSelfTestError, type StopCause, type StoppedCall,
+  UpdateFleetError, UpdateIntegrityError, UpdateLoadError, UpdateReadError, UpdateSelfTestError, type StopCause, type Stopped,
 } from './errors.js';
 export type * from '../generated/interfaces/agent-retry-policy-types.js';

@@ -80,7 +80,7 @@
 // The module re-exports the wrapper's public names from its parts:
 // `mcp/capture.ts` (the capturing fetch and the watching of answer bodies),
 // `mcp/connection.ts` (`McpConnection`) and `mcp/caller.ts` (`RetryingToolCaller`).
-export { CallCancelled, CallStopped, CallTimedOut, SessionLost, type StopCause, type StoppedCall } from './errors.js';
+export { CallCancelled, CallStopped, CallTimedOut, SessionLost, type StopCause, type Stopped } from './errors.js';
 export {
   classifyNetworkError, createCapturingFetch, isUnknownSession, type AttemptCapture, type CapturingFetchHooks,
 } from './mcp/capture.js';

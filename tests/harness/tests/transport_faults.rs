@@ -132,6 +132,17 @@ async fn demo_behind_proxy(dir: &Path) -> (Proxy, PathBuf) {
     (Proxy::start(&command).await, ledger)
 }
 
+/// The demo server over stdio with a ledger file: its command and the file.
+fn demo_over_stdio(dir: &Path) -> (Vec<String>, PathBuf) {
+    let ledger = dir.join("ledger.json");
+    (vec![demo_serve(), "--stdio".into(), "--ledger".into(), ledger.display().to_string()], ledger)
+}
+
+/// Checks a note the way an operator would: list the order's notes.
+fn note_check() -> agent_retry_host::mcp::StatusCheck {
+    ListedCheck::new("list_notes", &["order_id"], "notes", &["order_id", "text"]).into_check()
+}
+
 /// The stdio shim in front of a server command, as the command the wrapper starts.
 fn shim(dir: &Path, faults: Value, server: &[String]) -> (McpConnection, PathBuf) {
     let script = dir.join("faults.json");
@@ -205,9 +216,7 @@ async fn t2_an_answer_cut_mid_stream_is_seen_at_once_and_the_keyed_write_resent(
 async fn t3_an_unkeyed_write_cut_mid_answer_is_status_checked_not_resent() {
     let dir = scratch("t3");
     let (proxy, ledger) = demo_behind_proxy(&dir).await;
-    let mut caller = connected(McpConnection::http(&proxy.mcp("/mcp")), options())
-        .await
-        .with_status_check("record_note", ListedCheck::new("list_notes", &["order_id"], "notes", &["order_id", "text"]).into_check());
+    let mut caller = connected(McpConnection::http(&proxy.mcp("/mcp")), options()).await.with_status_check("record_note", note_check());
     proxy.faults(json!([{"on": "tools/call", "tool": "record_note", "fault": "cut-during"}])).await;
     let note = caller.call("record_note", args(json!({"order_id": "T3", "text": "called the customer"}))).await.unwrap();
     assert!(matches!(&note, ToolAnswer::Done { result: None, note: Some(_) }), "the status check found it: {note:?}");
@@ -240,8 +249,7 @@ async fn t4_cut_answers_to_initialize_tools_list_and_the_get_stream_do_not_kill_
 #[tokio::test]
 async fn t5_a_stdio_server_killed_after_applying_a_keyed_write_is_respawned_and_the_write_resent_once() {
     let dir = scratch("t5");
-    let ledger = dir.join("ledger.json");
-    let server = [demo_serve(), "--stdio".into(), "--ledger".into(), ledger.display().to_string()];
+    let (server, ledger) = demo_over_stdio(&dir);
     let (connection, log) = shim(&dir, json!([{"on": "tools/call", "tool": "issue_refund", "fault": "kill-after"}]), &server);
     let mut caller = connected(connection, options()).await;
     let refund = caller.call("issue_refund", args(json!({"order_id": "T5", "amount_paise": 100}))).await.unwrap();
@@ -254,12 +262,9 @@ async fn t5_a_stdio_server_killed_after_applying_a_keyed_write_is_respawned_and_
 #[tokio::test]
 async fn t6_an_unkeyed_write_whose_stdio_server_died_is_status_checked_after_the_respawn() {
     let dir = scratch("t6");
-    let ledger = dir.join("ledger.json");
-    let server = [demo_serve(), "--stdio".into(), "--ledger".into(), ledger.display().to_string()];
+    let (server, ledger) = demo_over_stdio(&dir);
     let (connection, log) = shim(&dir, json!([{"on": "tools/call", "tool": "record_note", "fault": "kill-after"}]), &server);
-    let mut caller = connected(connection, options())
-        .await
-        .with_status_check("record_note", ListedCheck::new("list_notes", &["order_id"], "notes", &["order_id", "text"]).into_check());
+    let mut caller = connected(connection, options()).await.with_status_check("record_note", note_check());
     let note = caller.call("record_note", args(json!({"order_id": "T6", "text": "refund approved"}))).await.unwrap();
     assert!(matches!(&note, ToolAnswer::Done { result: None, note: Some(_) }), "{note:?}");
     assert_eq!(ledger_of(&ledger)["notes"].as_array().unwrap().len(), 1);

@@ -209,35 +209,31 @@ class Stopped:
     message: str
 
 
-class CallTimedOut(AgentRetryError, TimeoutError):
+class _CarriesStopped:
+    """The fields of a `Stopped` record as attributes of the error that carries
+    it (`CallTimedOut`, `CallCancelled`), and `stopped` as the whole record."""
+
+    def __init__(self, stopped: Stopped) -> None:
+        self.stopped = stopped
+        self.cause: StopCause = stopped.cause
+        self.tool = stopped.tool
+        self.call_id = stopped.call_id
+        self.attempts_sent = stopped.attempts_sent
+        self.may_have_applied = stopped.may_have_applied
+        super().__init__(stopped.message)
+
+
+class CallTimedOut(_CarriesStopped, AgentRetryError, TimeoutError):
     """The call's or the run's wall-clock limit (`call_timeout_s`,
     `run_timeout_s`) passed: the wrapper stopped waiting. The fields of
     `Stopped` are attributes (`cause`, `tool`, `call_id`, `attempts_sent`,
     `may_have_applied`), and `stopped` is the whole record."""
 
-    def __init__(self, stopped: Stopped) -> None:
-        self.stopped = stopped
-        self.cause: StopCause = stopped.cause
-        self.tool = stopped.tool
-        self.call_id = stopped.call_id
-        self.attempts_sent = stopped.attempts_sent
-        self.may_have_applied = stopped.may_have_applied
-        super().__init__(stopped.message)
 
-
-class CallCancelled(asyncio.CancelledError):
+class CallCancelled(_CarriesStopped, asyncio.CancelledError):
     """The task making the call was cancelled: the wrapper stopped waiting at
     once. It is an `asyncio.CancelledError`, so the cancellation propagates as
     one; the attributes are those of `CallTimedOut` (`cause` is "cancelled")."""
-
-    def __init__(self, stopped: Stopped) -> None:
-        self.stopped = stopped
-        self.cause: StopCause = stopped.cause
-        self.tool = stopped.tool
-        self.call_id = stopped.call_id
-        self.attempts_sent = stopped.attempts_sent
-        self.may_have_applied = stopped.may_have_applied
-        super().__init__(stopped.message)
 
 
 class UpdateError(AgentRetryError):

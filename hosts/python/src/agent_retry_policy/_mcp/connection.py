@@ -63,6 +63,13 @@ class _Generation:
         self.mark_lost(reason)
         self.ended.set()
 
+    def supervisor_done(self, what: str) -> None:
+        """The supervisor's end: the session is over (with the failure that
+        ended it, if any), and whoever waits for it to be ready stops waiting."""
+        detail = f": {_describe(self.failure)}" if self.failure is not None else ""
+        self.mark_ended(f"{what} ended{detail}")
+        self.ready.set()
+
 
 def _errlog() -> Any:
     """Where a stdio server's stderr goes: ours, if it is a real file."""
@@ -242,9 +249,7 @@ class McpConnection:
         except BaseException as e:  # noqa: BLE001 - the supervisor's end is reported, never raised
             generation.failure = e
         finally:
-            detail = f": {_describe(generation.failure)}" if generation.failure is not None else ""
-            generation.mark_ended(f"the HTTP session ended{detail}")
-            generation.ready.set()
+            generation.supervisor_done("the HTTP session")
 
     async def _supervise_stdio(self, generation: _Generation) -> None:
         params = StdioServerParameters(command=cast(str, self.command), args=self.args, env=self.env, cwd=self.cwd)
@@ -274,6 +279,4 @@ class McpConnection:
         except BaseException as e:  # noqa: BLE001 - the supervisor's end is reported, never raised
             generation.failure = e
         finally:
-            detail = f": {_describe(generation.failure)}" if generation.failure is not None else ""
-            generation.mark_ended(f"the stdio session ended{detail}")
-            generation.ready.set()
+            generation.supervisor_done("the stdio session")
