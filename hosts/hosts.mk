@@ -24,7 +24,7 @@ $(HOSTS_PY_STAMP): hosts/python/pyproject.toml | $(HOSTS_PY)
 
 hosts-python-setup: $(HOSTS_PY_STAMP)
 
-test-python: wasm hostile hosts-python-setup fault-proxy-setup judge-setup
+test-python: wasm hostile noop hosts-python-setup fault-proxy-setup judge-setup
 	cd hosts/python && ../../$(HOSTS_VENV)/bin/ruff check . && ../../$(HOSTS_VENV)/bin/ruff format --check .
 	cd hosts/python && ../../$(HOSTS_PY) -m pytest -q
 

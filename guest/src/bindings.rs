@@ -7,7 +7,7 @@ use alloc::string::String;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 
-use crate::{account, backoff, classify, config, key, run, types as model};
+use crate::{account, backoff, classify, config, hints, key, rules, run, types as model};
 
 wit_bindgen::generate!({ world: "agent-retry", path: "../wit", generate_all });
 
@@ -98,6 +98,10 @@ impl Guest for Component {
     fn derive_idempotency_key(run_id: String, action_id: String) -> String {
         key::derive_idempotency_key(&run_id, &action_id)
     }
+
+    fn rule_names() -> Vec<String> {
+        rules::RULE_NAMES.iter().map(|name| String::from(*name)).collect()
+    }
 }
 
 impl GuestPolicy for Policy {
@@ -136,6 +140,48 @@ impl GuestRun for Run {
         let outcome: model::Outcome = outcome.into();
         let result = self.run.borrow_mut().record_outcome(call_id, attempt, &outcome, now_ms, entropy(entropy_), &mut HostAccountBudget);
         result.map(Into::into).map_err(Into::into)
+    }
+
+    fn begin_call_flat(&self, tool: String, key: Option<String>, hints: Option<wit::ToolHints>, now_ms: u64) -> Result<wit::CallStart, wit::RunError> {
+        let hints = hints.map(Into::into);
+        let start = self.run.borrow_mut().begin(tool, key, hints.as_ref(), now_ms, &mut HostAccountBudget)?;
+        Ok(match start {
+            run::Start::Send(t) => {
+                wit::CallStart { admitted: true, call_id: t.call_id, delay_ms: t.delay_ms, effect: t.effect.into(), safe_to_repeat: t.safe_to_repeat }
+            }
+            run::Start::Escalated => wit::CallStart { admitted: false, call_id: 0, delay_ms: 0, effect: wit::Effect::Read, safe_to_repeat: false },
+        })
+    }
+
+    fn record_success(&self, call_id: u32, attempt: u32, now_ms: u64) -> Result<wit::Verdict, wit::RunError> {
+        let verdict = self.run.borrow_mut().record_success(call_id, attempt, now_ms, &mut HostAccountBudget)?;
+        Ok(verdict.into())
+    }
+
+    fn record_failure(
+        &self,
+        call_id: u32,
+        attempt: u32,
+        kind: wit::FailureKind,
+        headers: String,
+        body: String,
+        structured_content: Option<String>,
+        now_ms: u64,
+        entropy: u64,
+    ) -> Result<wit::Verdict, wit::RunError> {
+        let kind = kind.into();
+        let pairs = hints::split_lines(&headers);
+        let view = classify::FailureView { kind: &kind, headers: &pairs, body: &body, structured_content: structured_content.as_deref() };
+        let verdict = self.run.borrow_mut().record_failure(call_id, attempt, &view, now_ms, entropy, &mut HostAccountBudget)?;
+        Ok(verdict.into())
+    }
+
+    fn last_decision(&self, call_id: u32) -> Option<wit::Decision> {
+        self.run.borrow().last_decision(call_id).map(Into::into)
+    }
+
+    fn escalation(&self) -> Option<wit::Escalation> {
+        self.run.borrow().escalation().map(Into::into)
     }
 
     fn report(&self) -> wit::RunReport {
@@ -177,15 +223,40 @@ fn map_vec<A, B: From<A>>(items: Vec<A>) -> Vec<B> {
     items.into_iter().map(Into::into).collect()
 }
 
-impl From<wit::Failure> for model::Failure {
-    fn from(f: wit::Failure) -> Self {
-        let kind = match f.kind {
+impl From<wit::FailureKind> for model::FailureKind {
+    fn from(kind: wit::FailureKind) -> Self {
+        match kind {
             wit::FailureKind::HttpStatus(s) => model::FailureKind::HttpStatus(s),
             wit::FailureKind::Transport(e) => model::FailureKind::Transport(e.into()),
             wit::FailureKind::ProtocolError(c) => model::FailureKind::ProtocolError(c),
             wit::FailureKind::ToolError(s) => model::FailureKind::ToolError(s),
+        }
+    }
+}
+
+impl From<wit::Failure> for model::Failure {
+    fn from(f: wit::Failure) -> Self {
+        model::Failure { kind: f.kind.into(), headers: f.headers, body: f.body, structured_content: f.structured_content }
+    }
+}
+
+impl From<wit::ToolHints> for model::ToolHints {
+    fn from(h: wit::ToolHints) -> Self {
+        model::ToolHints { read_only: h.read_only, destructive: h.destructive, idempotent: h.idempotent }
+    }
+}
+
+impl From<run::Verdict> for wit::Verdict {
+    fn from(v: run::Verdict) -> Self {
+        let (action, delay_ms) = match v.act {
+            run::Act::Retry { delay_ms, .. } => (wit::ActionKind::Retry, delay_ms),
+            run::Act::Replan => (wit::ActionKind::Replan, 0),
+            run::Act::CheckStatus => (wit::ActionKind::CheckStatus, 0),
+            run::Act::Succeed => (wit::ActionKind::Succeed, 0),
+            run::Act::Escalate => (wit::ActionKind::Escalate, 0),
         };
-        model::Failure { kind, headers: f.headers, body: f.body, structured_content: f.structured_content }
+        let rule_index = rules::rule_index(v.rule);
+        wit::Verdict { action, class: v.class.into(), attempt: v.attempt, delay_ms, hint_ms: v.hint_ms, rule_index, has_note: v.has_note }
     }
 }
 
@@ -202,8 +273,7 @@ impl From<wit::Outcome> for model::Outcome {
 
 impl From<wit::CallRequest> for model::CallRequest {
     fn from(c: wit::CallRequest) -> Self {
-        let hints = c.hints.map(|h| model::ToolHints { read_only: h.read_only, destructive: h.destructive, idempotent: h.idempotent });
-        model::CallRequest { tool: c.tool, idempotency_key: c.idempotency_key, hints }
+        model::CallRequest { tool: c.tool, idempotency_key: c.idempotency_key, hints: c.hints.map(Into::into) }
     }
 }
 

@@ -10,9 +10,11 @@ use alloc::format;
 use alloc::string::{String, ToString};
 
 use crate::config::Config;
-use crate::hints::{self, Headers};
+use alloc::vec::Vec;
+
+use crate::hints::{self, Headers, Pair};
 use crate::relayed;
-use crate::types::{Classification, Failure, FailureKind, OutcomeClass, TransportError};
+use crate::types::{Classification, Failure, FailureKind, HeaderProblem, OutcomeClass, TransportError};
 
 /// The class of an HTTP status, before overrides and `x-should-retry`.
 pub fn status_class(status: u16) -> OutcomeClass {
@@ -98,8 +100,12 @@ pub fn grpc_class(code: u32) -> Option<OutcomeClass> {
 /// codes change a class (botocore's standard retry mode does the same).
 fn aws_error_code(headers: &Headers<'_>, body: &str) -> Option<(OutcomeClass, String)> {
     let from_body = || {
-        let body = relayed::bounded(body, relayed::MAX_STRUCTURED_BYTES);
-        let json = crate::json::parse(body.trim()).ok()?;
+        let body = relayed::bounded(body, relayed::MAX_STRUCTURED_BYTES).trim();
+        // Only an object can carry a code: do not pay for a parse error's words.
+        if !body.starts_with('{') {
+            return None;
+        }
+        let json = crate::json::parse(body).ok()?;
         let crate::json::Json::Object(members) = json else { return None };
         members.into_iter().find_map(|(k, v)| match v {
             crate::json::Json::String(code) if matches!(k.as_str(), "__type" | "code" | "Code") => Some(code),
@@ -111,34 +117,112 @@ fn aws_error_code(headers: &Headers<'_>, body: &str) -> Option<(OutcomeClass, St
     matches!(class, OutcomeClass::Throttled | OutcomeClass::Transient).then_some((class, crate::text::excerpt(&code, 60)))
 }
 
+/// A classification without its prose: what the run needs to decide, kept
+/// small so that a decision costs no `format!`. [`Classified::reason`] words it
+/// when a host asks (`classify`, `last-decision`, the logs).
+#[derive(Clone, Debug)]
+pub struct Classified {
+    pub kind: FailureKind,
+    pub class: OutcomeClass,
+    pub hint_ms: Option<u64>,
+    /// Where the hint came from: a header's name, `text` or `structured-content`.
+    pub hint_source: Option<&'static str>,
+    pub server_says_retry: Option<bool>,
+    pub rule: &'static str,
+    /// The HTTP status the failure carried or relayed (a delete's "already gone").
+    pub status: Option<u16>,
+    /// What a rule read (a provider's code, a phrase), for the reason.
+    pub evidence: String,
+    /// `x-should-retry: true` turned the class, or the server forbids a retry.
+    pub verdict: ServerVerdict,
+    pub header_problems: Vec<HeaderProblem>,
+}
+
+/// What the server's own verdict on retrying did to a classification.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ServerVerdict {
+    None,
+    Allowed,
+    Forbidden,
+}
+
+impl Classified {
+    /// One line a person can read: which rule applied and what it read.
+    pub fn reason(&self) -> String {
+        let label = failure_label(&self.kind);
+        let read = if self.evidence.is_empty() { String::new() } else { format!(": {}", self.evidence) };
+        let verdict = match self.verdict {
+            ServerVerdict::None => "",
+            ServerVerdict::Allowed => ", x-should-retry: true",
+            ServerVerdict::Forbidden => ", but the server forbids a retry",
+        };
+        let (class, rule) = (self.class.name(), self.rule);
+        match self.class {
+            OutcomeClass::Unclassified => format!("{label} is not a failure the policy knows: {class} ({rule}{read}){verdict} (probable bug)"),
+            _ => format!("{label} is {class} ({rule}{read}){verdict}"),
+        }
+    }
+
+    /// The contract's `classification`, prose included.
+    pub fn into_classification(self) -> Classification {
+        let reason = self.reason();
+        Classification {
+            class: self.class,
+            hint_ms: self.hint_ms,
+            hint_source: self.hint_source.map(String::from),
+            server_says_retry: self.server_says_retry,
+            rule: String::from(self.rule),
+            status: self.status,
+            reason,
+            header_problems: self.header_problems,
+        }
+    }
+}
+
 /// Classifies `failure`, for `tool` when the run knows it (its `tool-error-rules`).
 pub fn classify(failure: &Failure, config: &Config, tool: Option<&str>, now_ms: u64) -> Classification {
+    let pairs: Vec<Pair<'_>> = failure.headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+    let view = FailureView { kind: &failure.kind, headers: &pairs, body: &failure.body, structured_content: failure.structured_content.as_deref() };
+    classify_view(&view, config, tool, now_ms).into_classification()
+}
+
+/// A failure as the policy reads it, borrowed from the host's `failure` or from
+/// the flat arguments of `record-failure`.
+pub struct FailureView<'a> {
+    pub kind: &'a FailureKind,
+    pub headers: &'a [Pair<'a>],
+    pub body: &'a str,
+    pub structured_content: Option<&'a str>,
+}
+
+/// Classifies a failure without wording it (see [`Classified::reason`]).
+pub fn classify_view(failure: &FailureView<'_>, config: &Config, tool: Option<&str>, now_ms: u64) -> Classified {
     let overrides = &config.status_overrides;
     let status_with_override = |status: u16| match overrides.iter().find(|(s, _)| *s == status) {
         Some((_, class)) => (*class, "config:status-overrides"),
         None => (status_class(status), "http-status"),
     };
-    let (pairs, limit_problems) = hints::within_limits(&failure.headers);
+    let (pairs, limit_problems) = hints::within_limits(failure.headers);
     let headers = Headers { pairs: &pairs };
     let mut server = hints::read(&pairs, now_ms, config.max_plausible_hint_ms);
     server.problems.extend(limit_problems);
-    let mut hint = server.wait.as_ref().map(|h| (h.wait_ms, String::from(h.source)));
+    let mut hint: Option<(u64, &'static str)> = server.wait.as_ref().map(|h| (h.wait_ms, h.source));
     let mut evidence = String::new();
     let mut status = None;
-    let relayed_text = |hint: &mut Option<(u64, String)>| {
+    let relayed_text = |hint: &mut Option<(u64, &'static str)>| {
         let rules = config.text_rules_for(tool);
-        let read = relayed::read(&failure.body, failure.structured_content.as_deref(), &rules, overrides, now_ms);
+        let read = relayed::read(failure.body, failure.structured_content, &rules, overrides, now_ms);
         if hint.is_none() {
-            *hint = read.hint_ms.filter(|ms| *ms <= config.max_plausible_hint_ms).map(|ms| (ms, String::from("text")));
+            *hint = read.hint_ms.filter(|ms| *ms <= config.max_plausible_hint_ms).map(|ms| (ms, "text"));
         }
         read
     };
-    let (mut class, mut rule) = match &failure.kind {
+    let (mut class, mut rule) = match failure.kind {
         FailureKind::HttpStatus(http) => {
             status = Some(*http);
             let status = http;
             let (mut class, mut rule) = status_with_override(*status);
-            if let Some((code_class, code)) = aws_error_code(&headers, &failure.body) {
+            if let Some((code_class, code)) = aws_error_code(&headers, failure.body) {
                 (class, rule, evidence) = (code_class, "aws-error-code", code);
             }
             if let Some(grpc) = headers.get("grpc-status").and_then(|v| v.parse::<u32>().ok()).and_then(grpc_class) {
@@ -185,32 +269,24 @@ pub fn classify(failure: &Failure, config: &Config, tool: Option<&str>, now_ms: 
             (read.class, read.rule)
         }
     };
-    let mut verdict = "";
+    let mut verdict = ServerVerdict::None;
     if server.should_retry == Some(true) && matches!(class, OutcomeClass::Deterministic | OutcomeClass::Unclassified) {
         (class, rule) = (OutcomeClass::Transient, "x-should-retry");
-        verdict = ", x-should-retry: true";
+        verdict = ServerVerdict::Allowed;
     }
     if server.should_retry == Some(false) && matches!(class, OutcomeClass::Transient | OutcomeClass::Throttled) {
-        verdict = ", but the server forbids a retry";
+        verdict = ServerVerdict::Forbidden;
     }
-    let label = failure_label(&failure.kind);
-    let read = if evidence.is_empty() { String::new() } else { format!(": {evidence}") };
-    let reason = match class {
-        OutcomeClass::Unclassified => format!("{label} is not a failure the policy knows: {} ({rule}{read}){verdict} (probable bug)", class.name()),
-        _ => format!("{label} is {} ({rule}{read}){verdict}", class.name()),
-    };
-    let (hint_ms, hint_source) = match hint {
-        Some((ms, source)) => (Some(ms), Some(source)),
-        None => (None, None),
-    };
-    Classification {
+    Classified {
+        kind: *failure.kind,
         class,
-        hint_ms,
-        hint_source,
+        hint_ms: hint.map(|(ms, _)| ms),
+        hint_source: hint.map(|(_, source)| source),
         server_says_retry: server.should_retry,
-        rule: String::from(rule),
+        rule,
         status,
-        reason,
+        evidence,
+        verdict,
         header_problems: server.problems,
     }
 }
@@ -219,7 +295,6 @@ pub fn classify(failure: &Failure, config: &Config, tool: Option<&str>, now_ms: 
 mod tests {
     use super::*;
     use alloc::vec;
-    use alloc::vec::Vec;
 
     fn class_of(kind: FailureKind) -> OutcomeClass {
         classify(&Failure { kind, headers: Vec::new(), body: String::new(), structured_content: None }, &Config::default(), None, 0).class

@@ -36,7 +36,7 @@ pub const NOTE_EFFECTS_EACH_END: usize = 10;
 /// twice [`NOTE_EFFECTS_EACH_END`], else the first and the last that many (the
 /// host pages through the rest with `run.effects`), so that what crosses the
 /// boundary stays bounded however long the run.
-pub fn bounded(effects: &[EffectRecord]) -> alloc::vec::Vec<EffectRecord> {
+pub fn bounded<T: Clone>(effects: &[T]) -> alloc::vec::Vec<T> {
     let each_end = NOTE_EFFECTS_EACH_END;
     if effects.len() <= 2 * each_end {
         return effects.to_vec();
@@ -51,7 +51,8 @@ pub struct StopPoint<'a> {
     pub call: Option<(&'a str, u32, u32)>,
 }
 
-/// The whole note, in prose.
+/// The whole note, in prose. `effects` are the run's effects as [`bounded`]
+/// lists them, of `total`.
 pub fn note(
     stop: &StopPoint<'_>,
     reason: EscalationReason,
@@ -59,6 +60,7 @@ pub fn note(
     resets_in_ms: Option<u64>,
     now_ms: u64,
     effects: &[EffectRecord],
+    total: usize,
 ) -> String {
     let mut note = format!("Run {} stopped: {}.", stop.run_id, reason_text(reason));
     if let Some((tool, call_id, attempt)) = stop.call {
@@ -75,20 +77,19 @@ pub fn note(
         note.push_str(" No effects were made in this run.");
     } else {
         note.push_str(" Effects already made in this run:");
-        let skipped = effects.len().saturating_sub(2 * NOTE_EFFECTS_EACH_END);
+        let skipped = total.saturating_sub(effects.len());
         for (i, effect) in effects.iter().enumerate() {
             if skipped > 0 && i == NOTE_EFFECTS_EACH_END {
                 let _ = write!(note, " ... {skipped} more (the run's effects call lists every one) ...");
             }
-            if skipped > 0 && (NOTE_EFFECTS_EACH_END..NOTE_EFFECTS_EACH_END + skipped).contains(&i) {
-                continue;
-            }
+            // The place in the run: past the skipped middle, the last ones.
+            let place = if skipped > 0 && i >= NOTE_EFFECTS_EACH_END { i + skipped } else { i };
             let key = effect.idempotency_key.as_deref().unwrap_or("no key");
             let status = match effect.status {
                 EffectStatus::Applied => "applied",
                 EffectStatus::Unknown => "may have been applied; check before redoing it",
             };
-            let _ = write!(note, " {}. {} (call {}, key {}): {}.", i + 1, effect.tool, effect.call_id, key, status);
+            let _ = write!(note, " {}. {} (call {}, key {}): {}.", place + 1, effect.tool, effect.call_id, key, status);
         }
     }
     note
@@ -106,17 +107,17 @@ mod tests {
             EffectRecord { call_id: 5, tool: "upload_asset".to_string(), idempotency_key: None, status: EffectStatus::Unknown },
         ];
         let stop = StopPoint { run_id: "r1", call: Some(("issue_refund", 6, 1)) };
-        let text = note(&stop, EscalationReason::ServerWaitTooLong, Some("HTTP 429: spend cap"), Some(3_600_000), 0, &effects);
+        let text = note(&stop, EscalationReason::ServerWaitTooLong, Some("HTTP 429: spend cap"), Some(3_600_000), 0, &effects, effects.len());
         assert!(text.contains("Run r1 stopped"), "{text}");
         assert!(text.contains("Room returns in 3600 s, at 1970-01-01T01:00:00Z"), "{text}");
         assert!(text.contains("1. issue_refund (call 3, key ar1-ab): applied."), "{text}");
         assert!(text.contains("2. upload_asset (call 5, key no key): may have been applied"), "{text}");
         let many: alloc::vec::Vec<EffectRecord> =
             (1..=1000).map(|i| EffectRecord { call_id: i, tool: "issue_refund".to_string(), idempotency_key: None, status: EffectStatus::Applied }).collect();
-        let long = note(&stop, EscalationReason::PermissionDenied, None, None, 0, &many);
+        let long = note(&stop, EscalationReason::PermissionDenied, None, None, 0, &bounded(&many), many.len());
         assert!(long.contains(" 10. issue_refund (call 10,") && long.contains("... 980 more") && long.contains(" 1000. issue_refund (call 1000,"), "{long}");
         assert!(!long.contains("(call 11,") && long.len() < 2000, "{}", long.len());
-        let none = note(&StopPoint { run_id: "r", call: None }, EscalationReason::RunStepsSpent, None, None, 0, &[]);
+        let none = note(&StopPoint { run_id: "r", call: None }, EscalationReason::RunStepsSpent, None, None, 0, &[], 0);
         assert!(none.ends_with("No effects were made in this run."), "{none}");
     }
 }

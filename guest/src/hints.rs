@@ -51,28 +51,52 @@ pub struct ServerHints {
     pub problems: Vec<HeaderProblem>,
 }
 
+/// One header as the policy reads it: name and value, borrowed from the
+/// host's list or from the flat path's `name: value` lines.
+pub type Pair<'a> = (&'a str, &'a str);
+
+/// The `name: value` lines of `record-failure`'s `headers`, joined with `\n`:
+/// a name ends at the first `:`; a line without one is a name with no value.
+pub fn split_lines(text: &str) -> Vec<Pair<'_>> {
+    if text.is_empty() {
+        return Vec::new();
+    }
+    text.split('\n')
+        .filter(|line| !line.trim().is_empty())
+        .map(|line| match line.split_once(':') {
+            Some((name, value)) => (name.trim(), value.trim()),
+            None => (line.trim(), ""),
+        })
+        .collect()
+}
+
 /// Header lookup by name, in any case; the first occurrence wins.
 pub struct Headers<'a> {
-    pub pairs: &'a [(String, String)],
+    pub pairs: &'a [Pair<'a>],
 }
 
 impl<'a> Headers<'a> {
+    /// `pairs` must be trimmed ([`within_limits`] trims them).
     pub fn get(&self, name: &str) -> Option<&'a str> {
-        self.pairs.iter().find(|(n, _)| n.trim().eq_ignore_ascii_case(name)).map(|(_, v)| v.trim())
+        self.pairs.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| *v)
     }
 
     /// Every field named `name`, joined with `, ` (a list-valued header).
     pub fn get_list(&self, name: &str) -> Option<String> {
         let mut joined: Option<String> = None;
-        for (_, value) in self.pairs.iter().filter(|(n, _)| n.trim().eq_ignore_ascii_case(name)) {
+        for (_, value) in self.pairs.iter().filter(|(n, _)| n.eq_ignore_ascii_case(name)) {
             let out = joined.get_or_insert_with(String::new);
             if !out.is_empty() {
                 out.push_str(", ");
             }
-            out.push_str(value.trim());
+            out.push_str(value);
         }
         joined
     }
+}
+
+fn is_trimmed(text: &str) -> bool {
+    !text.starts_with(char::is_whitespace) && !text.ends_with(char::is_whitespace)
 }
 
 /// The most headers the policy reads (the rest are named in one problem).
@@ -81,16 +105,16 @@ pub const MAX_HEADERS: usize = 64;
 pub const MAX_HEADER_VALUE_BYTES: usize = 1024;
 
 /// The headers the policy reads: the first [`MAX_HEADERS`], without values
-/// longer than [`MAX_HEADER_VALUE_BYTES`]; what was left out is named in the
-/// problems. The cost of every later lookup is then bounded, whatever was sent.
-pub fn within_limits(headers: &[(String, String)]) -> (alloc::borrow::Cow<'_, [(String, String)]>, Vec<HeaderProblem>) {
+/// longer than [`MAX_HEADER_VALUE_BYTES`], names and values trimmed; what was
+/// left out is named in the problems. The cost of every later lookup is then bounded, whatever was sent.
+pub fn within_limits<'a>(headers: &'a [Pair<'a>]) -> (alloc::borrow::Cow<'a, [Pair<'a>]>, Vec<HeaderProblem>) {
     let first = &headers[..headers.len().min(MAX_HEADERS)];
     let mut problems = Vec::new();
     if headers.len() > MAX_HEADERS {
         let text = alloc::format!("only the first {MAX_HEADERS} of {} headers were read", headers.len());
         problems.push(HeaderProblem { name: String::from("(headers)"), value: String::new(), problem: text });
     }
-    if first.iter().all(|(_, v)| v.len() <= MAX_HEADER_VALUE_BYTES) {
+    if first.iter().all(|(n, v)| v.len() <= MAX_HEADER_VALUE_BYTES && is_trimmed(n) && is_trimmed(v)) {
         return (alloc::borrow::Cow::Borrowed(first), problems);
     }
     let mut kept = Vec::with_capacity(first.len());
@@ -99,7 +123,7 @@ pub fn within_limits(headers: &[(String, String)]) -> (alloc::borrow::Cow<'_, [(
             let text = alloc::format!("is {} bytes, longer than the {MAX_HEADER_VALUE_BYTES} the policy reads", value.len());
             problems.push(problem(&short_name(name), value, &text));
         } else {
-            kept.push((name.clone(), value.clone()));
+            kept.push((name.trim(), value.trim()));
         }
     }
     (alloc::borrow::Cow::Owned(kept), problems)
@@ -237,9 +261,12 @@ type WaitParser = fn(&str, u64) -> Result<Option<u64>, &'static str>;
 type ResetParser = fn(&str, u64) -> Option<u64>;
 
 /// Reads every hint the headers carry. Waits above `max_plausible_ms` are problems.
-pub fn read(headers: &[(String, String)], now_ms: u64, max_plausible_ms: u64) -> ServerHints {
-    let headers = Headers { pairs: headers };
+pub fn read(headers: &[Pair<'_>], now_ms: u64, max_plausible_ms: u64) -> ServerHints {
     let mut hints = ServerHints::default();
+    if headers.is_empty() {
+        return hints;
+    }
+    let headers = Headers { pairs: headers };
     let plausible = |hints: &mut ServerHints, name: &str, value: &str, wait_ms: u64| {
         if wait_ms > max_plausible_ms {
             hints.problems.push(problem(name, value, "is a wait longer than max-plausible-hint-ms"));
@@ -351,13 +378,12 @@ pub fn read(headers: &[(String, String)], now_ms: u64, max_plausible_ms: u64) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use alloc::vec;
 
     const NOW: u64 = 1_764_460_800_000; // 2025-11-30T00:00:00Z
     const YEAR_MS: u64 = 31_536_000_000;
 
     fn wait(pairs: &[(&str, &str)]) -> Option<(u64, &'static str)> {
-        let headers: Vec<(String, String)> = pairs.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect();
+        let headers: Vec<Pair<'_>> = pairs.to_vec();
         read(&headers, NOW, YEAR_MS).wait.map(|h| (h.wait_ms, h.source))
     }
 
@@ -385,7 +411,7 @@ mod tests {
 
     #[test]
     fn garbage_is_a_problem_not_a_hint() {
-        let headers = vec![("retry-after".to_string(), "soon\n".to_string()), ("x-should-retry".into(), "maybe".into())];
+        let headers = [("retry-after", "soon\n"), ("x-should-retry", "maybe")];
         let hints = read(&headers, NOW, YEAR_MS);
         assert_eq!(hints.wait, None);
         assert_eq!(hints.should_retry, None);
@@ -407,6 +433,14 @@ mod tests {
     }
 
     #[test]
+    fn flat_header_lines_split_at_the_first_colon() {
+        let lines = "Retry-After: 2\r\nx-trace: a:b\n\nbare";
+        assert_eq!(split_lines(lines), [("Retry-After", "2"), ("x-trace", "a:b"), ("bare", "")]);
+        assert_eq!(wait(&split_lines(lines)), Some((2000, "retry-after")));
+        assert!(split_lines("").is_empty());
+    }
+
+    #[test]
     fn list_headers_span_fields() {
         let split = [("RateLimit", "\"a\";r=5;t=1"), ("RateLimit", "\"b\";r=0;t=20")];
         assert_eq!(wait(&split), Some((20_000, "ratelimit")));
@@ -417,7 +451,7 @@ mod tests {
     fn aws_and_grpc_hints() {
         assert_eq!(wait(&[("x-amz-retry-after", "1500")]), Some((1500, "x-amz-retry-after")));
         assert_eq!(wait(&[("grpc-retry-pushback-ms", "250")]), Some((250, "grpc-retry-pushback-ms")));
-        let headers = vec![("grpc-retry-pushback-ms".to_string(), "-1".to_string())];
+        let headers = [("grpc-retry-pushback-ms", "-1")];
         assert_eq!(read(&headers, NOW, YEAR_MS).should_retry, Some(false));
     }
 }

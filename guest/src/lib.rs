@@ -19,6 +19,7 @@ pub mod hints;
 pub mod json;
 pub mod key;
 pub mod relayed;
+pub mod rules;
 pub mod run;
 pub mod text;
 pub mod time;

@@ -10,16 +10,22 @@
 //! - `max-replans-per-run`: errors shown to the model.
 //!
 //! Any escalation ends the run: later calls get `RunError::RunEnded`.
+//!
+//! A decision is made lean ([`Verdict`]): no prose, no copy of what the host
+//! passed beyond the failure's body. Its words (the reason, a replan's message,
+//! a note) are built only when asked for ([`Run::last_decision`]), since most
+//! retry loops never read them.
 
+use alloc::boxed::Box;
 use alloc::format;
-use alloc::string::{String, ToString};
+use alloc::string::String;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 
 use crate::account::AccountBudget;
 use crate::backoff::next_delay_ms;
 use crate::budget::{self, Spend};
-use crate::classify::{classify, failure_label, is_ambiguous};
+use crate::classify::{Classified, FailureView, classify_view, failure_label, is_ambiguous};
 use crate::config::{Config, ToolPolicy};
 use crate::escalation::{self, StopPoint};
 use crate::text::excerpt;
@@ -27,8 +33,8 @@ use crate::text::excerpt;
 /// The most effects `Run::effects_page` returns in one call.
 pub const MAX_EFFECTS_PAGE: usize = 1000;
 use crate::types::{
-    Action, Admission, AttemptMismatch, CallRequest, CallTicket, Decision, Effect, EffectRecord, EffectStatus, Escalation, EscalationReason, Failure,
-    FailureKind, Outcome, OutcomeClass, RetryPlan, RunError, RunReport, SizeLimit, StatusCheckResult, StatusCount,
+    Action, Admission, AttemptMismatch, CallRequest, CallTicket, Decision, Effect, EffectRecord, EffectStatus, Escalation, EscalationReason, FailureKind,
+    Outcome, OutcomeClass, RetryPlan, RunError, RunReport, SizeLimit, StatusCheckResult, StatusCount, ToolHints,
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,6 +47,13 @@ enum Phase {
     Finished,
 }
 
+/// What the call's last failed attempt returned; its text is in `Call::last_text`.
+#[derive(Clone, Debug)]
+enum LastError {
+    Failure(FailureKind),
+    EmptyResult,
+}
+
 #[derive(Clone, Debug)]
 struct Call {
     tool: String,
@@ -49,7 +62,10 @@ struct Call {
     /// The attempt now out (or last out), 1-based.
     attempt: u32,
     phase: Phase,
-    last_error: Option<String>,
+    last_error: Option<LastError>,
+    /// The last failure's body (or an empty result's detail), kept as given
+    /// and excerpted only for a message or a note. The buffer is reused.
+    last_text: String,
     /// Retry-quota tokens the call's last retry took (refunded if it then succeeds).
     quota_taken: u32,
     /// The call's place in `Run::effects`, if it has an effect there: finding it
@@ -75,6 +91,80 @@ struct Counters {
     waited_ms: u64,
 }
 
+/// What the host must do, without the text it may carry (the contract's
+/// `action-kind`, with a retry's plan).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Act {
+    Retry { delay_ms: u64, attempt: u32 },
+    Replan,
+    CheckStatus,
+    Succeed,
+    Escalate,
+}
+
+/// A decision without its prose: the contract's `verdict`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Verdict {
+    pub act: Act,
+    pub class: OutcomeClass,
+    /// The attempt this decision answers.
+    pub attempt: u32,
+    pub hint_ms: Option<u64>,
+    pub rule: &'static str,
+    /// Whether the action carries text: a replan's message, a note, an escalation.
+    pub has_note: bool,
+}
+
+/// How a call's first attempt was admitted, lean (the escalation stays in the run).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Start {
+    Send(CallTicket),
+    Escalated,
+}
+
+/// The first part of a decision's reason: what the outcome was.
+#[derive(Clone, Debug)]
+enum Basis {
+    Fixed(&'static str),
+    Failure(Classified),
+}
+
+/// The second part of a decision's reason: what the run made of it.
+#[derive(Clone, Copy, Debug)]
+enum Step {
+    Done,
+    Retry { retry: u32, of: u32, delay_ms: u64, account_wait_ms: Option<u64> },
+    Replan { replan: u32, of: u32 },
+    CheckStatus,
+    DeleteGone,
+    Escalate(EscalationReason),
+}
+
+/// The run's last decision, kept so that its words can be built on demand.
+#[derive(Clone, Debug)]
+struct Last {
+    index: usize,
+    verdict: Verdict,
+    basis: Basis,
+    step: Step,
+}
+
+/// An outcome as the run reads it, borrowed from the rich or the flat path.
+enum Reported<'a> {
+    Success,
+    EmptyResult(&'a str),
+    Failure(&'a FailureView<'a>),
+    StatusCheck(StatusCheckResult),
+}
+
+/// What failed, for the decision about it.
+struct Failed {
+    class: OutcomeClass,
+    hint_ms: Option<u64>,
+    rule: &'static str,
+    basis: Basis,
+}
+
 /// One agent run.
 #[derive(Clone, Debug)]
 pub struct Run {
@@ -84,16 +174,17 @@ pub struct Run {
     counters: Counters,
     /// Attempts per HTTP status, ascending by status.
     statuses: Vec<StatusCount>,
-    effects: Vec<EffectRecord>,
+    /// The effects made, in order: the call's index and status (the record
+    /// names the call's tool and key, built only when a host asks).
+    effects: Vec<(u32, EffectStatus)>,
     escalation: Option<EscalationReason>,
-}
-
-/// What a retry is for, to word the decision's reason.
-struct Failed {
-    class: OutcomeClass,
-    hint_ms: Option<u64>,
-    rule: String,
-    reason: String,
+    /// The hand-off, once the run has escalated. Boxed, as `last`: a run in
+    /// flight that has decided nothing holds a pointer, not the record (100,000
+    /// runs must fit in one instance's 64 MiB).
+    escalated: Option<Box<Escalation>>,
+    /// The last decision; its box, allocated at the run's first decision, is
+    /// reused by every later one.
+    last: Option<Box<Last>>,
 }
 
 impl Run {
@@ -106,12 +197,14 @@ impl Run {
     pub fn new(config: Arc<Config>, run_id: &str) -> Run {
         Run {
             config,
-            run_id: run_id.to_string(),
+            run_id: String::from(run_id),
             calls: Vec::new(),
             counters: Counters::default(),
             statuses: Vec::new(),
             effects: Vec::new(),
             escalation: None,
+            escalated: None,
+            last: None,
         }
     }
 
@@ -123,7 +216,17 @@ impl Run {
     pub fn effects_page(&self, start: u32, max_count: u32) -> Vec<EffectRecord> {
         let start = (start as usize).min(self.effects.len());
         let count = (max_count as usize).min(MAX_EFFECTS_PAGE);
-        self.effects[start..].iter().take(count).cloned().collect()
+        self.effects[start..].iter().take(count).map(|e| self.effect_record(*e)).collect()
+    }
+
+    fn effect_record(&self, (index, status): (u32, EffectStatus)) -> EffectRecord {
+        let call = &self.calls[index as usize];
+        EffectRecord { call_id: index + 1, tool: call.tool.clone(), idempotency_key: call.key.clone(), status }
+    }
+
+    /// The effects as a report or an escalation lists them ([`escalation::bounded`]).
+    fn bounded_effects(&self) -> Vec<EffectRecord> {
+        escalation::bounded(&self.effects).into_iter().map(|e| self.effect_record(e)).collect()
     }
 
     /// Steps taken: attempts sent plus status checks asked for.
@@ -155,10 +258,9 @@ impl Run {
     }
 
     fn set_effect(&mut self, index: usize, status: Option<EffectStatus>) {
-        let call_id = index as u32 + 1;
         let position = self.calls[index].effect_index.map(|i| i as usize);
         match (position, status) {
-            (Some(i), Some(status)) => self.effects[i].status = status,
+            (Some(i), Some(status)) => self.effects[i].1 = status,
             (Some(i), None) => {
                 // Withdrawn (a status check found the write absent): rare, so
                 // shifting the later effects' places by one is fine.
@@ -171,66 +273,100 @@ impl Run {
                 }
             }
             (None, Some(status)) => {
-                let call = &mut self.calls[index];
-                call.effect_index = Some(self.effects.len() as u32);
-                self.effects.push(EffectRecord { call_id, tool: call.tool.clone(), idempotency_key: call.key.clone(), status });
+                self.calls[index].effect_index = Some(self.effects.len() as u32);
+                self.effects.push((index as u32, status));
             }
             (None, None) => {}
         }
     }
 
-    /// Ends the run with an escalation. `index` is the call that stopped it, if any.
-    fn escalate(&mut self, index: Option<usize>, reason: EscalationReason, resets_in_ms: Option<u64>, now_ms: u64) -> Escalation {
-        self.escalation = Some(reason);
-        let (stop_call, last_error) = match index {
-            Some(i) => {
-                let call = &mut self.calls[i];
-                call.phase = Phase::Finished;
-                (Some((call.tool.as_str(), i as u32 + 1, call.attempt)), call.last_error.clone())
+    /// The call's last error in words: `HTTP 503: upstream unavailable`, or an
+    /// empty result's message.
+    fn last_error_text(&self, index: usize) -> Option<String> {
+        let call = &self.calls[index];
+        let limit = self.config.max_message_chars as usize;
+        match call.last_error.as_ref()? {
+            LastError::Failure(kind) => {
+                let label = failure_label(kind);
+                let body = excerpt(&call.last_text, limit);
+                Some(if body.is_empty() { label } else { format!("{label}: {body}") })
             }
-            None => (None, None),
-        };
-        let stop = StopPoint { run_id: &self.run_id, call: stop_call };
-        let note = escalation::note(&stop, reason, last_error.as_deref(), resets_in_ms, now_ms, &self.effects);
-        Escalation { reason, last_error, resets_in_ms, effects: escalation::bounded(&self.effects), effects_total: self.effects_total(), note }
+            LastError::EmptyResult => Some(excerpt(&format!("{} returned an empty or unusable result: {}", call.tool, call.last_text), limit)),
+        }
     }
 
-    fn decision(&self, index: usize, action: Action, failed: &Failed, reason: String) -> Decision {
-        let rule = failed.rule.clone();
-        Decision { action, class: failed.class, attempt: self.calls[index].attempt, hint_ms: failed.hint_ms, rule, reason }
+    /// Ends the run with an escalation. `index` is the call that stopped it, if any.
+    fn escalate(&mut self, index: Option<usize>, reason: EscalationReason, resets_in_ms: Option<u64>, now_ms: u64) {
+        self.escalation = Some(reason);
+        let last_error = index.and_then(|i| self.last_error_text(i));
+        let stop_call = index.map(|i| {
+            let call = &mut self.calls[i];
+            call.phase = Phase::Finished;
+            (i, call.attempt)
+        });
+        let effects = self.bounded_effects();
+        let stop = StopPoint { run_id: &self.run_id, call: stop_call.map(|(i, attempt)| (self.calls[i].tool.as_str(), i as u32 + 1, attempt)) };
+        let note = escalation::note(&stop, reason, last_error.as_deref(), resets_in_ms, now_ms, &effects, self.effects.len());
+        self.escalated = Some(Box::new(Escalation { reason, last_error, resets_in_ms, effects, effects_total: self.effects_total(), note }));
     }
 
-    fn escalate_call(&mut self, index: usize, failed: Failed, reason: EscalationReason, resets_in_ms: Option<u64>, now_ms: u64) -> Decision {
-        let escalation = self.escalate(Some(index), reason, resets_in_ms, now_ms);
-        let text = format!("{}; escalate: {}", failed.reason, escalation::reason_text(reason));
-        self.decision(index, Action::Escalate(escalation), &failed, text)
+    /// Keeps `failed` and `step` as the run's last decision and answers it.
+    fn decide(&mut self, index: usize, act: Act, failed: Failed, step: Step, has_note: bool) -> Verdict {
+        let verdict = Verdict { act, class: failed.class, attempt: self.calls[index].attempt, hint_ms: failed.hint_ms, rule: failed.rule, has_note };
+        self.keep_last(Last { index, verdict, basis: failed.basis, step });
+        verdict
     }
 
-    /// Asks to begin a call.
+    fn keep_last(&mut self, last: Last) {
+        match &mut self.last {
+            Some(kept) => **kept = last,
+            None => self.last = Some(Box::new(last)),
+        }
+    }
+
+    fn escalate_call(&mut self, index: usize, failed: Failed, reason: EscalationReason, resets_in_ms: Option<u64>, now_ms: u64) -> Verdict {
+        self.escalate(Some(index), reason, resets_in_ms, now_ms);
+        self.decide(index, Act::Escalate, failed, Step::Escalate(reason), true)
+    }
+
+    /// Asks to begin a call (the rich form).
     pub fn begin_call(&mut self, request: &CallRequest, now_ms: u64, budget: &mut dyn AccountBudget) -> Result<Admission, RunError> {
+        let start = self.begin(request.tool.clone(), request.idempotency_key.clone(), request.hints.as_ref(), now_ms, budget)?;
+        Ok(match start {
+            Start::Send(ticket) => Admission::Send(ticket),
+            Start::Escalated => Admission::Escalate(self.escalation().expect("an escalated run keeps its hand-off")),
+        })
+    }
+
+    /// Asks to begin a call: checks the step budget and takes the first
+    /// attempt's share of the account budget.
+    pub fn begin(
+        &mut self,
+        tool: String,
+        key: Option<String>,
+        hints: Option<&ToolHints>,
+        now_ms: u64,
+        budget: &mut dyn AccountBudget,
+    ) -> Result<Start, RunError> {
         self.ensure_open()?;
-        SizeLimit::check("tool", &request.tool)?;
-        if let Some(key) = &request.idempotency_key {
+        SizeLimit::check("tool", &tool)?;
+        if let Some(key) = &key {
             SizeLimit::check("idempotency-key", key)?;
         }
         if self.steps() >= self.config.max_steps_per_run {
-            return Ok(Admission::Escalate(self.escalate(None, EscalationReason::RunStepsSpent, None, now_ms)));
+            self.escalate(None, EscalationReason::RunStepsSpent, None, now_ms);
+            return Ok(Start::Escalated);
         }
         let delay_ms = match budget::withdraw(&self.config, Spend::FirstAttempt, now_ms, budget) {
             Ok(taken) => taken.wait_ms,
-            Err(refused) => return Ok(Admission::Escalate(self.escalate(None, refused.reason, Some(refused.resets_in_ms), now_ms))),
+            Err(refused) => {
+                self.escalate(None, refused.reason, Some(refused.resets_in_ms), now_ms);
+                return Ok(Start::Escalated);
+            }
         };
-        let policy = self.config.tool_policy(&request.tool, request.hints.as_ref());
-        let call = Call {
-            tool: request.tool.clone(),
-            key: request.idempotency_key.clone(),
-            policy,
-            attempt: 1,
-            phase: Phase::Sending,
-            last_error: None,
-            quota_taken: 0,
-            effect_index: None,
-        };
+        let policy = self.config.tool_policy(&tool, hints);
+        let call =
+            Call { tool, key, policy, attempt: 1, phase: Phase::Sending, last_error: None, last_text: String::new(), quota_taken: 0, effect_index: None };
         let safe_to_repeat = call.safe_to_repeat();
         // The first call gets room for one, not the four a Vec reserves by
         // default: most runs in flight have one call out, and 100,000 runs must
@@ -240,12 +376,13 @@ impl Run {
         self.counters.attempts += 1;
         self.note_wait(delay_ms);
         let call_id = self.calls.len() as u32; // fewer than max-steps-per-run (≤ 10^6)
-        Ok(Admission::Send(CallTicket { call_id, delay_ms, effect: policy.effect, safe_to_repeat }))
+        Ok(Start::Send(CallTicket { call_id, delay_ms, effect: policy.effect, safe_to_repeat }))
     }
 
-    /// Records what attempt `attempt` returned and decides what happens next. A
-    /// report of another attempt than the call's current one (a second report of
-    /// one attempt) is refused and changes nothing.
+    /// Records what attempt `attempt` returned and decides what happens next,
+    /// in words (the rich form of [`Run::record_success`] and
+    /// [`Run::record_failure`]). A report of another attempt than the call's
+    /// current one (a second report of one attempt) is refused and changes nothing.
     pub fn record_outcome(
         &mut self,
         call_id: u32,
@@ -255,6 +392,49 @@ impl Run {
         entropy: u64,
         budget: &mut dyn AccountBudget,
     ) -> Result<Decision, RunError> {
+        let pairs;
+        let view;
+        let reported = match outcome {
+            Outcome::Success => Reported::Success,
+            Outcome::EmptyResult(detail) => Reported::EmptyResult(detail),
+            Outcome::StatusCheck(result) => Reported::StatusCheck(*result),
+            Outcome::Failure(failure) => {
+                pairs = failure.headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect::<Vec<_>>();
+                view = FailureView { kind: &failure.kind, headers: &pairs, body: &failure.body, structured_content: failure.structured_content.as_deref() };
+                Reported::Failure(&view)
+            }
+        };
+        self.record(call_id, attempt, reported, now_ms, entropy, budget)?;
+        Ok(self.last_decision(call_id).expect("a decision was just made"))
+    }
+
+    /// Records a successful attempt, lean.
+    pub fn record_success(&mut self, call_id: u32, attempt: u32, now_ms: u64, budget: &mut dyn AccountBudget) -> Result<Verdict, RunError> {
+        self.record(call_id, attempt, Reported::Success, now_ms, 0, budget)
+    }
+
+    /// Records a failed attempt, lean.
+    pub fn record_failure(
+        &mut self,
+        call_id: u32,
+        attempt: u32,
+        failure: &FailureView<'_>,
+        now_ms: u64,
+        entropy: u64,
+        budget: &mut dyn AccountBudget,
+    ) -> Result<Verdict, RunError> {
+        self.record(call_id, attempt, Reported::Failure(failure), now_ms, entropy, budget)
+    }
+
+    fn record(
+        &mut self,
+        call_id: u32,
+        attempt: u32,
+        outcome: Reported<'_>,
+        now_ms: u64,
+        entropy: u64,
+        budget: &mut dyn AccountBudget,
+    ) -> Result<Verdict, RunError> {
         self.ensure_open()?;
         let index = self.call_index(call_id)?;
         let expected = self.calls[index].attempt;
@@ -262,111 +442,94 @@ impl Run {
             return Err(RunError::AttemptMismatch(AttemptMismatch { call_id, expected, reported: attempt }));
         }
         let pending = match self.calls[index].phase {
-            Phase::CheckingStatus { class, hint_ms } => Some(Failed { class, hint_ms, rule: String::from("status-check"), reason: String::new() }),
+            Phase::CheckingStatus { class, hint_ms } => Some(Failed { class, hint_ms, rule: "status-check", basis: Basis::Fixed("") }),
             _ => None,
         };
         match (outcome, pending) {
-            (Outcome::StatusCheck(result), Some(failed)) => Ok(self.on_status_check(index, *result, failed, now_ms, entropy, budget)),
-            (Outcome::StatusCheck(_), None) => Err(RunError::NoStatusCheckPending(call_id)),
+            (Reported::StatusCheck(result), Some(failed)) => Ok(self.on_status_check(index, result, failed, now_ms, entropy, budget)),
+            (Reported::StatusCheck(_), None) => Err(RunError::NoStatusCheckPending(call_id)),
             (_, Some(_)) => Err(RunError::StatusCheckPending(call_id)),
-            (Outcome::Success, None) => {
+            (Reported::Success, None) => {
                 let call = &self.calls[index];
                 budget::deposit(&self.config, call.attempt > 1, call.quota_taken, now_ms, budget);
                 let effect = self.calls[index].policy.effect;
                 let status = if effect == Effect::Read { None } else { Some(EffectStatus::Applied) };
-                let done = Failed { class: OutcomeClass::Success, hint_ms: None, rule: String::from("success"), reason: String::new() };
-                Ok(self.succeed(index, status, None, &done, "the call succeeded".to_string()))
+                let done = Failed { class: OutcomeClass::Success, hint_ms: None, rule: "success", basis: Basis::Fixed("the call succeeded") };
+                Ok(self.succeed(index, status, false, done, Step::Done))
             }
-            (Outcome::EmptyResult(detail), None) => {
-                let limit = self.config.max_message_chars as usize;
-                let message = excerpt(&format!("{} returned an empty or unusable result: {detail}", self.calls[index].tool), limit);
-                self.calls[index].last_error = Some(message.clone());
+            (Reported::EmptyResult(detail), None) => {
+                let call = &mut self.calls[index];
+                call.last_error = Some(LastError::EmptyResult);
+                call.last_text.clear();
+                call.last_text.push_str(detail);
                 // The server answered 2xx: a write it answered has been applied.
                 if self.calls[index].policy.effect != Effect::Read {
                     self.set_effect(index, Some(EffectStatus::Applied));
                 }
-                let failed = Failed {
-                    class: OutcomeClass::Semantic,
-                    hint_ms: None,
-                    rule: String::from("empty-result"),
-                    reason: "empty or unusable result is semantic".to_string(),
-                };
-                Ok(self.replan_or_escalate(index, failed, message, now_ms))
+                let failed =
+                    Failed { class: OutcomeClass::Semantic, hint_ms: None, rule: "empty-result", basis: Basis::Fixed("empty or unusable result is semantic") };
+                Ok(self.replan_or_escalate(index, failed, now_ms))
             }
-            (Outcome::Failure(failure), None) => Ok(self.on_failure(index, failure, now_ms, entropy, budget)),
+            (Reported::Failure(failure), None) => Ok(self.on_failure(index, failure, now_ms, entropy, budget)),
         }
     }
 
-    fn succeed(&mut self, index: usize, effect: Option<EffectStatus>, note: Option<String>, outcome: &Failed, reason: String) -> Decision {
+    fn succeed(&mut self, index: usize, effect: Option<EffectStatus>, has_note: bool, outcome: Failed, step: Step) -> Verdict {
         self.calls[index].phase = Phase::Finished;
         self.counters.succeeded_calls += 1;
         if effect.is_some() {
             self.set_effect(index, effect);
         }
-        self.decision(index, Action::Succeed(note), outcome, reason)
+        self.decide(index, Act::Succeed, outcome, step, has_note)
     }
 
-    fn replan_or_escalate(&mut self, index: usize, failed: Failed, message: String, now_ms: u64) -> Decision {
+    fn replan_or_escalate(&mut self, index: usize, failed: Failed, now_ms: u64) -> Verdict {
         if self.counters.replans >= self.config.max_replans_per_run {
             return self.escalate_call(index, failed, EscalationReason::ReplansSpent, None, now_ms);
         }
         self.counters.replans += 1;
         self.calls[index].phase = Phase::Finished;
-        let reason = format!("{}; replan {} of {}", failed.reason, self.counters.replans, self.config.max_replans_per_run);
-        self.decision(index, Action::Replan(message), &failed, reason)
+        let step = Step::Replan { replan: self.counters.replans, of: self.config.max_replans_per_run };
+        self.decide(index, Act::Replan, failed, step, true)
     }
 
-    fn on_failure(&mut self, index: usize, failure: &Failure, now_ms: u64, entropy: u64, budget: &mut dyn AccountBudget) -> Decision {
-        if let FailureKind::HttpStatus(status) = failure.kind {
+    fn on_failure(&mut self, index: usize, failure: &FailureView<'_>, now_ms: u64, entropy: u64, budget: &mut dyn AccountBudget) -> Verdict {
+        if let FailureKind::HttpStatus(status) = *failure.kind {
             match self.statuses.binary_search_by_key(&status, |s| s.status) {
                 Ok(i) => self.statuses[i].count = self.statuses[i].count.saturating_add(1),
                 Err(i) => self.statuses.insert(i, StatusCount { status, count: 1 }),
             }
         }
-        let classification = classify(failure, &self.config, Some(&self.calls[index].tool), now_ms);
-        let label = failure_label(&failure.kind);
-        let body = excerpt(&failure.body, self.config.max_message_chars as usize);
-        let error_text = if body.is_empty() { label.clone() } else { format!("{label}: {body}") };
-        self.calls[index].last_error = Some(error_text.clone());
-        let mut reason = classification.reason.clone();
-        for problem in &classification.header_problems {
-            reason.push_str(&format!("; ignored {} ({})", problem.name, problem.problem));
-        }
-        let class = classification.class;
-        let hint_ms = classification.hint_ms;
-        if let (Some(hint), Some(source)) = (hint_ms, &classification.hint_source) {
-            reason.push_str(&format!("; {source} hints {hint} ms"));
-        }
-        let failed = Failed { class, hint_ms, rule: classification.rule, reason };
-        let gone = matches!(classification.status, Some(404 | 410));
+        let classified = classify_view(failure, &self.config, Some(&self.calls[index].tool), now_ms);
+        let call = &mut self.calls[index];
+        call.last_error = Some(LastError::Failure(*failure.kind));
+        call.last_text.clear();
+        call.last_text.push_str(failure.body);
+        let (class, hint_ms, rule) = (classified.class, classified.hint_ms, classified.rule);
+        let gone = matches!(classified.status, Some(404 | 410));
+        let server_forbids = classified.server_says_retry == Some(false);
+        let failed = Failed { class, hint_ms, rule, basis: Basis::Failure(classified) };
         if self.calls[index].policy.effect == Effect::Delete && gone {
             // Deleting what is already gone is the delete's goal reached, whatever
             // `x-should-retry` says. If an earlier attempt of this call failed
             // ambiguously, that attempt did it.
             let earlier = self.calls[index].effect_index.is_some();
             let effect = earlier.then_some(EffectStatus::Applied);
-            let note = Some(format!("already deleted ({label})"));
-            let reason = format!("{}; a delete whose target is gone succeeded", failed.reason);
-            return self.succeed(index, effect, note, &failed, reason);
+            return self.succeed(index, effect, true, failed, Step::DeleteGone);
         }
         match class {
             OutcomeClass::Permission => self.escalate_call(index, failed, EscalationReason::PermissionDenied, None, now_ms),
-            OutcomeClass::Deterministic => {
-                let call = &self.calls[index];
-                let message = format!("{} failed: {error_text}", call.tool);
-                self.replan_or_escalate(index, failed, message, now_ms)
-            }
+            OutcomeClass::Deterministic => self.replan_or_escalate(index, failed, now_ms),
             OutcomeClass::Transient | OutcomeClass::Throttled => {
-                let call = &self.calls[index];
-                let ambiguous = is_ambiguous(&failure.kind, class);
-                if ambiguous && call.policy.effect != Effect::Read {
+                let ambiguous = is_ambiguous(failure.kind, class);
+                if ambiguous && self.calls[index].policy.effect != Effect::Read {
                     self.set_effect(index, Some(EffectStatus::Unknown));
                 }
                 if let Some(hint) = hint_ms.filter(|h| *h > self.config.max_hint_ms) {
                     return self.escalate_call(index, failed, EscalationReason::ServerWaitTooLong, Some(hint), now_ms);
                 }
                 // The model cannot fix it, and the server says a retry will not either.
-                if classification.server_says_retry == Some(false) {
+                if server_forbids {
                     return self.escalate_call(index, failed, EscalationReason::RetryForbidden, hint_ms, now_ms);
                 }
                 if ambiguous && !self.calls[index].safe_to_repeat() {
@@ -375,8 +538,7 @@ impl Run {
                     }
                     self.counters.status_checks += 1;
                     self.calls[index].phase = Phase::CheckingStatus { class, hint_ms };
-                    let reason = format!("{}; a write without a key may have applied: check status before resending", failed.reason);
-                    return self.decision(index, Action::CheckStatus, &failed, reason);
+                    return self.decide(index, Act::CheckStatus, failed, Step::CheckStatus, false);
                 }
                 self.retry_or_escalate(index, failed, now_ms, entropy, budget)
             }
@@ -387,7 +549,7 @@ impl Run {
         }
     }
 
-    fn retry_or_escalate(&mut self, index: usize, failed: Failed, now_ms: u64, entropy: u64, budget: &mut dyn AccountBudget) -> Decision {
+    fn retry_or_escalate(&mut self, index: usize, failed: Failed, now_ms: u64, entropy: u64, budget: &mut dyn AccountBudget) -> Verdict {
         let config = Arc::clone(&self.config);
         let attempt = self.calls[index].attempt;
         let spent = if attempt >= config.max_attempts_per_call {
@@ -409,9 +571,9 @@ impl Run {
             Ok(taken) => taken,
             Err(refused) => return self.escalate_call(index, failed, refused.reason, Some(refused.resets_in_ms), now_ms),
         };
-        let mut account_note = String::new();
+        let mut account_wait_ms = None;
         if taken.wait_ms > delay_ms {
-            account_note = format!("; the account budget has room in {} ms", taken.wait_ms);
+            account_wait_ms = Some(taken.wait_ms);
             delay_ms = taken.wait_ms;
         }
         self.counters.retries += 1;
@@ -421,12 +583,15 @@ impl Run {
         call.attempt += 1;
         call.phase = Phase::Sending;
         call.quota_taken = taken.quota_taken;
-        let plan = RetryPlan { delay_ms, attempt: call.attempt, idempotency_key: call.key.clone() };
-        let reason = format!("{}; retry {} of {} after {delay_ms} ms{account_note}", failed.reason, attempt, config.max_attempts_per_call - 1);
-        Decision { action: Action::Retry(plan), class: failed.class, attempt, hint_ms: failed.hint_ms, rule: failed.rule, reason }
+        let next = call.attempt;
+        let step = Step::Retry { retry: attempt, of: config.max_attempts_per_call - 1, delay_ms, account_wait_ms };
+        // The verdict answers the failed attempt, not the retry it plans.
+        let verdict =
+            Verdict { act: Act::Retry { delay_ms, attempt: next }, class: failed.class, attempt, hint_ms: failed.hint_ms, rule: failed.rule, has_note: false };
+        self.keep_last(Last { index, verdict, basis: failed.basis, step });
+        verdict
     }
 
-    /// What the status check found.
     /// What the status check found. `failed` is the failure that asked for it.
     fn on_status_check(
         &mut self,
@@ -436,24 +601,57 @@ impl Run {
         now_ms: u64,
         entropy: u64,
         budget: &mut dyn AccountBudget,
-    ) -> Decision {
+    ) -> Verdict {
         match result {
             StatusCheckResult::Found => {
-                let note = Some("already applied: a status check found it".to_string());
-                let reason = "status check found the write applied".to_string();
-                self.succeed(index, Some(EffectStatus::Applied), note, &failed, reason)
+                failed.basis = Basis::Fixed("status check found the write applied");
+                self.succeed(index, Some(EffectStatus::Applied), true, failed, Step::Done)
             }
             StatusCheckResult::Absent => {
                 self.set_effect(index, None);
                 self.calls[index].phase = Phase::Sending;
-                failed.reason = "status check found the write absent".to_string();
+                failed.basis = Basis::Fixed("status check found the write absent");
                 self.retry_or_escalate(index, failed, now_ms, entropy, budget)
             }
             StatusCheckResult::Unknown => {
-                failed.reason = "status check could not tell".to_string();
+                failed.basis = Basis::Fixed("status check could not tell");
                 self.escalate_call(index, failed, EscalationReason::StatusUnknown, None, now_ms)
             }
         }
+    }
+
+    /// The run's hand-off, once it has escalated.
+    pub fn escalation(&self) -> Option<Escalation> {
+        self.escalated.as_deref().cloned()
+    }
+
+    /// The run's last decision in words, if it was about call `call_id`.
+    pub fn last_decision(&self, call_id: u32) -> Option<Decision> {
+        let last = self.last.as_ref().filter(|last| last.index == (call_id as usize).wrapping_sub(1))?;
+        let call = &self.calls[last.index];
+        let verdict = &last.verdict;
+        let action = match verdict.act {
+            Act::Retry { delay_ms, attempt } => Action::Retry(RetryPlan { delay_ms, attempt, idempotency_key: call.key.clone() }),
+            Act::Replan => Action::Replan(match call.last_error {
+                Some(LastError::EmptyResult) => self.last_error_text(last.index).unwrap_or_default(),
+                _ => format!("{} failed: {}", call.tool, self.last_error_text(last.index).unwrap_or_default()),
+            }),
+            Act::CheckStatus => Action::CheckStatus,
+            Act::Succeed => Action::Succeed(match (&last.step, &last.basis) {
+                (Step::DeleteGone, Basis::Failure(c)) => Some(format!("already deleted ({})", failure_label(&c.kind))),
+                _ if verdict.has_note => Some(String::from("already applied: a status check found it")),
+                _ => None,
+            }),
+            Act::Escalate => Action::Escalate(self.escalation().expect("an escalated run keeps its hand-off")),
+        };
+        Some(Decision {
+            action,
+            class: verdict.class,
+            attempt: verdict.attempt,
+            hint_ms: verdict.hint_ms,
+            rule: String::from(verdict.rule),
+            reason: reason_text(&last.basis, &last.step),
+        })
     }
 
     /// What happened in the run so far.
@@ -471,8 +669,38 @@ impl Run {
             waited_ms: c.waited_ms,
             escalation: self.escalation,
             statuses: self.statuses.clone(),
-            effects: escalation::bounded(&self.effects),
+            effects: self.bounded_effects(),
             effects_total: self.effects_total(),
         }
     }
+}
+
+/// A decision's reason, in the words the log and `explain` show.
+fn reason_text(basis: &Basis, step: &Step) -> String {
+    let mut text = match basis {
+        Basis::Fixed(text) => String::from(*text),
+        Basis::Failure(c) => {
+            let mut text = c.reason();
+            for problem in &c.header_problems {
+                text.push_str(&format!("; ignored {} ({})", problem.name, problem.problem));
+            }
+            if let (Some(hint), Some(source)) = (c.hint_ms, c.hint_source) {
+                text.push_str(&format!("; {source} hints {hint} ms"));
+            }
+            text
+        }
+    };
+    let step = match *step {
+        Step::Done => return text,
+        Step::Retry { retry, of, delay_ms, account_wait_ms } => {
+            let account = account_wait_ms.map(|ms| format!("; the account budget has room in {ms} ms")).unwrap_or_default();
+            format!("; retry {retry} of {of} after {delay_ms} ms{account}")
+        }
+        Step::Replan { replan, of } => format!("; replan {replan} of {of}"),
+        Step::CheckStatus => String::from("; a write without a key may have applied: check status before resending"),
+        Step::DeleteGone => String::from("; a delete whose target is gone succeeded"),
+        Step::Escalate(reason) => format!("; escalate: {}", escalation::reason_text(reason)),
+    };
+    text.push_str(&step);
+    text
 }

@@ -217,6 +217,76 @@ fn a_file_watcher_reloads_on_sighup_and_says_why_it_refuses_an_update() {
 }
 
 #[test]
+fn a_file_watcher_reloads_and_rolls_back_on_stdin_commands() {
+    let dir = std::env::temp_dir().join(format!("agent-retry-watch-stdin-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config_file = dir.join("policy.json");
+    std::fs::write(&config_file, config(4)).unwrap();
+    let mut child = Command::new(BIN)
+        .arg("--wasm")
+        .arg(default_wasm_path())
+        .args(["watch", "--interval-ms", "3600000", "--config"])
+        .arg(&config_file)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let (send, lines) = channel();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = send.send(serde_json::from_str::<Value>(&line).unwrap());
+        }
+    });
+    // The next line whose event is `event` (the watcher may say more, e.g. a refusal twice).
+    let next = |event: &str| loop {
+        let line = lines.recv_timeout(Duration::from_secs(15)).unwrap_or_else(|_| panic!("no {event} line within 15 s"));
+        if line["event"] == event {
+            return line;
+        }
+    };
+    let mut command = |line: &str| writeln!(stdin, "{line}").unwrap();
+    let serving = next("serving");
+    assert_eq!(serving["policy"]["generation"], 1, "{serving}");
+    // The watcher's first poll (at its start) is done: only the command reloads.
+    std::thread::sleep(Duration::from_millis(300));
+
+    // `reload`: the changed configuration serves (the polling interval is an hour: the command did it).
+    std::fs::write(&config_file, config(2)).unwrap();
+    command("reload");
+    let serving = next("serving");
+    assert_eq!((serving["policy"]["generation"].as_u64(), serving["policy"]["config-sha256"].as_str()), (Some(2), Some(sha256_hex(&config(2)).as_str())));
+    command("decide");
+    assert_eq!(next("decided")["attempts-against-a-persistent-503"], 2, "new runs get the reloaded budget");
+
+    // `rollback`: back to generation 1 and its budget.
+    command("rollback");
+    let rolled = next("rolled-back");
+    assert_eq!((rolled["policy"]["generation"].as_u64(), rolled["policy"]["config-sha256"].as_str()), (Some(1), Some(sha256_hex(&config(4)).as_str())));
+    command("decide");
+    let decided = next("decided");
+    assert_eq!((decided["policy"]["generation"].as_u64(), decided["attempts-against-a-persistent-503"].as_u64()), (Some(1), Some(4)), "{decided}");
+
+    // A bad configuration on `reload`: refused, generation 1 serves on; `status` counts it all.
+    std::fs::write(&config_file, r#"{"max-attempts-per-call": 0}"#).unwrap();
+    command("reload");
+    let refused = next("refused");
+    assert!(refused["reason"].as_str().unwrap().contains("max-attempts-per-call"), "{refused}");
+    assert_eq!(refused["serving"]["generation"], 1, "{refused}");
+    command("status");
+    let status = next("status");
+    assert_eq!((status["accepted"].as_u64(), status["refused"].as_u64(), status["rolled-back"].as_u64()), (Some(1), Some(1), Some(1)), "{status}");
+    assert_eq!(status["policy"]["generation"], 1, "{status}");
+    // A second `rollback` returns to the policy rolled back from.
+    command("rollback");
+    assert_eq!(next("rolled-back")["policy"]["generation"], 2);
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
 fn a_publication_whose_vectors_fail_is_refused_by_every_worker() {
     let redis = RedisServer::start();
     let fleet = FleetSource::new(redis.url());

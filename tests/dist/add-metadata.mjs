@@ -10,7 +10,7 @@
 // gives the same bytes. No dependencies (jco's `metadata-add` writes only the
 // producers section).
 //
-//   node tests/dist/add-metadata.mjs IN.wasm OUT.wasm --name agent-retry:policy --version 0.3.0 \
+//   node tests/dist/add-metadata.mjs IN.wasm OUT.wasm --name agent-retry:policy --version 0.4.0 \
 //        --licenses Apache-2.0 --source URL [--homepage URL] [--revision SHA] [--description TEXT]
 import { readFileSync, writeFileSync } from 'node:fs';
 

@@ -27,7 +27,7 @@ lab-expected: lab-build
 # Every benchmark, each against a baseline measured in the same run; the outputs
 # go to target/bench/*.txt and are gathered with the lab's own figures into
 # target/bench/report.json. Needs redis-server (`make redis`) for the accounts bench.
-bench: lab-build redis
+bench: lab-build redis noop
 	@mkdir -p target/bench
 	cargo bench -p agent-retry-harness --bench decision > target/bench/decision.txt; s=$$?; cat target/bench/decision.txt; exit $$s
 	cargo bench -p agent-retry-harness --bench accounts > target/bench/accounts.txt; s=$$?; cat target/bench/accounts.txt; exit $$s

@@ -9,6 +9,7 @@ the fuel of 10,000 MCP tools and the fuel a byte of the worst shapes."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -43,7 +44,8 @@ FAILURE: Failure = http_failure(503)["failure"]  # type: ignore[typeddict-item]
 
 def hostile(name: str) -> PolicyComponent:
     """A hostile component of tests/hostile/build.mjs (`make hostile`), as in test_sandbox.py."""
-    path = Path(__file__).resolve().parents[3] / "target" / "hostile" / f"{name}.wasm"
+    folder = os.environ.get("AGENT_RETRY_HOSTILE_DIR") or Path(__file__).resolve().parents[3] / "target" / "hostile"
+    path = Path(folder) / f"{name}.wasm"
     if not path.is_file():
         pytest.fail(f"{path} is missing: run `make hostile` in the repository root")
     return PolicyComponent(path.read_bytes(), source=f"{name}.wasm")

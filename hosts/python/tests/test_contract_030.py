@@ -1,7 +1,8 @@
-"""Contract 0.3.0 in this host: the attempt a report names, `start-run`'s run
-error, paging through a run's effects, and the limits the host applies before
-a value crosses the boundary (a 40 MB tool error, 5,800 headers, ids over 256
-bytes, a configuration over 1 MiB)."""
+"""Contract 0.3.0's additions in this host (contract 0.4.0 keeps them all): the
+attempt a report names, `start-run`'s run error, paging through a run's
+effects, and the limits the host applies before a value crosses the boundary (a
+40 MB tool error, 5,800 headers, ids over 256 bytes, a configuration over 1
+MiB). The package's version is the contract's."""
 
 from __future__ import annotations
 
@@ -40,10 +41,10 @@ def fresh_run(config: Any = None, run_id: str = "r") -> Any:
 # The package and the contract.
 
 
-def test_the_package_is_version_0_3_0_like_the_contract_it_speaks() -> None:
+def test_the_package_is_version_0_4_0_like_the_contract_it_speaks() -> None:
     pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text(encoding="utf-8")
     (version,) = re.findall(r'(?m)^version = "([^"]+)"$', pyproject)
-    assert CONTRACT_VERSION == "0.3.0"
+    assert CONTRACT_VERSION == "0.4.0"
     assert version == CONTRACT_VERSION
 
 
@@ -253,14 +254,25 @@ class ScriptedSession:
 
 
 def _spy_on_reports(run: Any) -> list[tuple[int, Any]]:
+    """Every attempt the wrapper reports, as (attempt, outcome case): through
+    `record_outcome` (an empty result, a status check) or the flat hot path
+    (`record_success`, `record_failure`)."""
     reports: list[tuple[int, Any]] = []
-    record = run.record_outcome
+    record, success, failure = run.record_outcome, run.record_success, run.record_failure
 
     def spy(call_id: int, attempt: int, outcome: Any, now_ms: int, entropy: int | None = None) -> Any:
         reports.append((attempt, outcome if isinstance(outcome, str) else next(iter(outcome))))
         return record(call_id, attempt, outcome, now_ms, entropy)
 
-    run.record_outcome = spy
+    def spy_success(call_id: int, attempt: int, now_ms: int) -> Any:
+        reports.append((attempt, "success"))
+        return success(call_id, attempt, now_ms)
+
+    def spy_failure(call_id: int, attempt: int, *rest: Any) -> Any:
+        reports.append((attempt, "failure"))
+        return failure(call_id, attempt, *rest)
+
+    run.record_outcome, run.record_success, run.record_failure = spy, spy_success, spy_failure
     return reports
 
 
@@ -327,8 +339,8 @@ def test_the_runner_defaults_a_reports_attempt_pages_effects_and_keeps_the_run_a
 
 
 class _RetriesForever:
-    """A policy whose run retries a failure forever and, like the 0.3.0
-    component, refuses a report of any other attempt than the call's current one."""
+    """A policy whose run retries a failure forever and, like the component
+    (since contract 0.3.0), refuses a report of any other attempt than the call's current one."""
 
     def __init__(self, real: Any) -> None:
         self.real = real

@@ -199,6 +199,22 @@ def test_one_publication_reaches_every_worker_process(server: RedisServer, wasm:
             update = worker.next_identity(15)
             assert (update["generation"], update["config_sha256"], update["wasm_sha256"]) == (2, sha(config(2)), sha(wasm))
         print(f"one publication reached {len(workers)} worker processes in {time.monotonic() - start:.2f} s")
+
+        # A worker down at update time: killed, a publication (a new .wasm and a
+        # new configuration) made while it is down, then a new process in its place.
+        down = workers.pop(0)
+        down.stop()
+        assert down.process.poll() is not None, "the worker is down"
+        rebuilt = wasm + bytes([0, 18, 16]) + b"agent-retry-test" + b"\x01"  # a custom section: another digest, the same policy
+        assert publish_policy(server.url, rebuilt, config(3), prefix=prefix) > 0
+        for worker in workers:
+            update = worker.next_identity(15)
+            assert (update["generation"], update["config_sha256"], update["wasm_sha256"]) == (3, sha(config(3)), sha(rebuilt))
+        workers.append(Worker(server.url, prefix, 60.0))
+        back = workers[-1].next_identity(60)
+        assert (back["generation"], back["config_sha256"], back["wasm_sha256"]) == (1, sha(config(3)), sha(rebuilt)), (
+            "the worker that was down takes the publication it missed when it comes back"
+        )
     finally:
         for worker in workers:
             worker.stop()

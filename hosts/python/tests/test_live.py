@@ -5,6 +5,7 @@ watcher; a swap under load."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
@@ -12,13 +13,16 @@ import shutil
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from mcp.types import CallToolResult, TextContent, Tool, ToolAnnotations
 
 from agent_retry_policy import (
     ContractVersionMismatch,
     EmbeddedAccounts,
+    Escalated,
     Integrity,
     LivePolicy,
     NothingToRollBackTo,
@@ -33,7 +37,8 @@ from agent_retry_policy import (
     UpdateSelfTestError,
     locate_component,
 )
-from agent_retry_policy.live import Loaded, signature_path
+from agent_retry_policy.live import Loaded, UpdateMetrics, signature_path
+from agent_retry_policy.mcp_client import RetryingToolCaller
 from agent_retry_policy.types import action_name, http_failure
 
 READS = '{"default-effect": "read", "max-attempts-per-call": 4}'
@@ -97,6 +102,7 @@ def test_a_bad_configuration_is_refused_and_the_last_good_one_keeps_serving(tmp_
     assert attempts_against_a_persistent_503(live.current()) == 4, "the old policy still decides"
     (line,) = [r for r in caplog.records if "policy update refused" in r.getMessage()]
     assert line.levelno == logging.WARNING and "generation 1" in line.getMessage() and "max-attempts-per-call" in line.getMessage()
+    assert live.metrics == UpdateMetrics(accepted=0, refused=1, rolled_back=0), "the refusal is counted"
 
     # Not UTF-8, and a file that is gone: refused the same way.
     source.config.write_bytes(b"\xff{}")
@@ -107,6 +113,11 @@ def test_a_bad_configuration_is_refused_and_the_last_good_one_keeps_serving(tmp_
         live.reload()
     assert gone.value.kind == "read" and gone.value.path == source.config
     assert live.current().identity.generation == 1
+    assert live.metrics == UpdateMetrics(accepted=0, refused=3, rolled_back=0)
+    # A good one is counted as accepted.
+    source.config.write_text(reads(2))
+    assert live.reload().generation == 2
+    assert live.metrics == UpdateMetrics(accepted=1, refused=3, rolled_back=0)
 
 
 def test_a_configuration_that_breaks_an_invariant_fails_the_self_test(tmp_path: Path) -> None:
@@ -128,6 +139,7 @@ def test_a_broken_or_foreign_component_is_refused_and_rollback_returns_to_the_pr
     live = LivePolicy.open(source)
     with pytest.raises(NothingToRollBackTo):
         live.rollback()
+    assert live.metrics == UpdateMetrics(), "nothing to roll back to is not a rollback"
     good = source.wasm.read_bytes()
 
     source.wasm.write_bytes(b"\0asm not really")
@@ -136,16 +148,17 @@ def test_a_broken_or_foreign_component_is_refused_and_rollback_returns_to_the_pr
     assert broken.value.kind == "load"
 
     # The same component, speaking another major contract version.
-    ours, theirs = b"agent-retry:policy/policy@0.3.0", b"agent-retry:policy/policy@1.0.0"
+    ours, theirs = b"agent-retry:policy/policy@0.4.0", b"agent-retry:policy/policy@1.0.0"
     assert good.count(ours) > 0
     source.wasm.write_bytes(good.replace(ours, theirs))
     with pytest.raises(UpdateLoadError) as foreign:
         live.reload()
     mismatch = foreign.value.error
     assert isinstance(mismatch, ContractVersionMismatch), foreign.value
-    assert (mismatch.component_version, mismatch.host_version) == ("1.0.0", "0.3.0")
-    assert "agent-retry:policy@1.0.0" in str(foreign.value) and "@0.3.0" in str(foreign.value)
+    assert (mismatch.component_version, mismatch.host_version) == ("1.0.0", "0.4.0")
+    assert "agent-retry:policy@1.0.0" in str(foreign.value) and "@0.4.0" in str(foreign.value)
     assert live.current().identity.generation == 1, "nothing was swapped in"
+    assert live.metrics == UpdateMetrics(accepted=0, refused=2, rolled_back=0)
 
     source.wasm.write_bytes(good)
     source.config.write_text(reads(3))
@@ -156,7 +169,9 @@ def test_a_broken_or_foreign_component_is_refused_and_rollback_returns_to_the_pr
     assert attempts_against_a_persistent_503(live.current()) == 4
     assert live.rollback().generation == 2, "a second rollback returns to the one rolled back from"
     assert live.rollback().generation == 1
+    assert live.metrics == UpdateMetrics(accepted=1, refused=2, rolled_back=3)
     assert live.reload().generation == 3, "the next update after a rollback gets a number no policy had before"
+    assert live.metrics == UpdateMetrics(accepted=2, refused=2, rolled_back=3)
 
 
 def with_custom_section(wasm: bytes, payload: bytes) -> bytes:
@@ -225,8 +240,17 @@ def test_with_a_key_configured_only_a_signed_component_is_accepted(tmp_path: Pat
     with pytest.raises(UpdateIntegrityError, match="neither 64 bytes nor 128 hex digits"):
         live.reload()
 
-    # Signed by the key (raw bytes): accepted.
+    # Tampered after signing: a valid signature of the .wasm, then one byte of the .wasm changed.
     sig.write_bytes(key.sign(data))
+    source.wasm.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+    with pytest.raises(UpdateIntegrityError, match="does not verify") as tampered:
+        live.reload()
+    assert tampered.value.kind == "integrity"
+    assert live.current().identity.generation == 1, "the signed one keeps serving"
+    assert live.metrics == UpdateMetrics(accepted=0, refused=3, rolled_back=0)
+
+    # The untampered .wasm under the same signature (raw bytes): accepted.
+    source.wasm.write_bytes(data)
     assert live.reload().generation == 2
     with pytest.raises(ValueError):
         Integrity.ed25519(b"short")
@@ -255,49 +279,166 @@ def test_the_watcher_picks_up_a_changed_configuration(tmp_path: Path) -> None:
     assert not watcher.is_alive(), "close() stops the watcher"
 
 
+class _Lines(logging.Handler):
+    """Keeps every log line's message (thread-safe: `logging` locks each handler)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+class _Always503:
+    """Enough of `ClientSession` for the wrapper: every call an isError 503."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> CallToolResult:
+        return CallToolResult(content=[TextContent(type="text", text="upstream returned 503, try again")], is_error=True)
+
+
+async def _no_sleep(_seconds: float) -> None:
+    await asyncio.sleep(0)
+
+
 def test_decisions_never_fail_while_the_policy_is_swapped_under_load(tmp_path: Path) -> None:
-    """Four workers decide without pause while the policy is swapped back and forth
-    twenty times: no decision fails, and each is made wholly by one generation."""
+    """Four workers run agent runs through the MCP wrapper without pause while the
+    `.wasm` (two byte-different builds, in turn) and the configuration are swapped
+    twenty times. From the wrapper's log lines alone: no run failed, every run's
+    lines name exactly one generation, the identity (so the build's digest) that
+    reload() swapped in, and the run's decisions are that generation's budget."""
     source = deployed(tmp_path)
+    build_a = source.wasm.read_bytes()
+    build_b = with_custom_section(build_a, b"build-b")
+    digest_a, digest_b = hashlib.sha256(build_a).hexdigest(), hashlib.sha256(build_b).hexdigest()
     live = LivePolicy.open(source)
+    log = logging.getLogger("agent_retry_policy.mcp.swap-under-load")
+    log.setLevel(logging.INFO)
+    log.propagate = False
+    captured = _Lines()
+    log.addHandler(captured)
+    lookup = Tool(name="lookup", input_schema={"type": "object"}, annotations=ToolAnnotations(read_only_hint=True))
     stop = threading.Event()
-    made: list[list[tuple[int, int]]] = [[] for _ in range(4)]  # (generation, attempts allowed)
+    runs: list[list[str]] = [[] for _ in range(4)]
     failures: list[BaseException] = []
 
     def worker(w: int) -> None:
         try:
+            n = 0
             while not stop.is_set():
-                loaded = live.current()
+                loaded = live.current()  # a run keeps the policy it started with
                 instance = loaded.component.instantiate(accounts=EmbeddedAccounts(), entropy=SplitMix64(w))
                 policy = instance.load_policy(loaded.config_json)
-                for run_number in range(20):
-                    made[w].append((loaded.identity.generation, _attempts(policy, f"w{w}-{run_number}")))
+                for _ in range(10):
+                    run_id = f"w{w}-{n}"
+                    n += 1
+                    caller = RetryingToolCaller(
+                        _Always503(),  # type: ignore[arg-type]
+                        policy.start_run(run_id),
+                        tools=[lookup],
+                        sleep=_no_sleep,
+                        log=log,
+                        policy_identity=str(loaded.identity),
+                    )
+                    with pytest.raises(Escalated):
+                        asyncio.run(caller.call_tool("lookup", {}))
+                    runs[w].append(run_id)
         except BaseException as e:  # reported below
             failures.append(e)
 
+    first = live.current().identity
+    swapped_in = {first.generation: (str(first), digest_a, 4)}  # generation -> (identity as logged, build, attempts)
     workers = [threading.Thread(target=worker, args=(w,)) for w in range(4)]
     for thread in workers:
         thread.start()
     try:
         for swap in range(20):
-            source.config.write_text(reads(2 if swap % 2 == 0 else 4))
-            live.reload()
+            wasm, attempts = (build_b, 2) if swap % 2 == 0 else (build_a, 4)
+            source.wasm.write_bytes(wasm)
+            source.config.write_text(reads(attempts))
+            identity = live.reload()
+            swapped_in[identity.generation] = (str(identity), identity.wasm_sha256, attempts)
             time.sleep(0.015)
     finally:
         stop.set()
         for thread in workers:
             thread.join()
+        log.removeHandler(captured)
     assert not failures, failures
-    decisions = [d for per_worker in made for d in per_worker]
-    assert len(decisions) >= 80, f"{len(decisions)} decisions"
-    # Generation 1 allows 4 attempts; generation g >= 2 was written by swap g - 2:
-    # 2 attempts when g is even, 4 when odd.
-    for generation, attempts in decisions:
-        expected = 4 if generation == 1 or generation % 2 == 1 else 2
-        assert attempts == expected, f"a decision of generation {generation} mixed policies"
-    generations = {g for g, _ in decisions}
-    print(f"{len(decisions)} decisions across {len(generations)} generations during 20 swaps")
+    assert {build for _, build, _ in swapped_in.values()} == {digest_a, digest_b}
+
+    # From the log alone.
+    by_run: dict[str, list[dict[str, Any]]] = {}
+    for text in captured.lines:
+        line = json.loads(text)
+        if line.get("event") == "agent_retry.attempt":
+            by_run.setdefault(line["run"], []).append(line)
+    all_runs = [run for per_worker in runs for run in per_worker]
+    assert len(all_runs) >= 80, f"{len(all_runs)} runs"
+    generations: set[int] = set()
+    builds: set[str] = set()
+    for run in all_runs:
+        lines = by_run[run]
+        policies = {line["policy"] for line in lines}
+        assert len(policies) == 1, f"{run}'s lines name exactly one policy: {policies}"
+        (policy,) = policies
+        generation = int(policy.removeprefix("generation ").split(" ")[0])
+        identity, build, attempts = swapped_in[generation]
+        assert policy == identity, f"{run}: the identity reload() swapped in for generation {generation}"
+        assert f"wasm {build[:12]}" in policy, f"{run}: {policy} names its build's digest"
+        actions = [line["action"] for line in lines]
+        assert actions == ["retry"] * (attempts - 1) + ["escalate"], (
+            f"{run} (generation {generation}) decided with its own policy: {actions}"
+        )
+        assert lines[-1]["escalation"] == "call-attempts-spent"
+        generations.add(generation)
+        builds.add(build)
+    print(f"{len(all_runs)} runs attributed from the log across {len(generations)} generations and {len(builds)} builds during 20 swaps")
     assert len(generations) > 2, f"the swaps were seen by the workers: {sorted(generations)}"
+    assert builds == {digest_a, digest_b}, "both builds decided"
+
+
+HOSTILE = Path(__file__).resolve().parents[3] / "target" / "hostile"
+HOSTILE_NAMES = (
+    "endless-loop",
+    "memory-bomb",
+    "trap",
+    "enum-out-of-range",
+    "invalid-utf8",
+    "pointer-out-of-bounds",
+    "extra-import",
+    "extra-import-sockets",
+    "wrong-world",
+    "other-major",
+)
+
+
+def test_every_hostile_component_offered_to_one_live_policy_is_refused_and_counted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As the Node host's live test: each hostile component of tests/hostile/build.mjs
+    (`make hostile`) in turn, to the same LivePolicy; each refused (typed, logged,
+    counted), the last good policy serving throughout; then a good update is accepted."""
+    source = deployed(tmp_path)
+    live = LivePolicy.open(source)
+    good = live.current()
+    good_bytes = source.wasm.read_bytes()
+    with caplog.at_level(logging.INFO, logger="agent_retry_policy.live"):
+        for refused, name in enumerate(HOSTILE_NAMES, start=1):
+            path = HOSTILE / f"{name}.wasm"
+            if not path.is_file():
+                pytest.fail(f"{path} is missing: run `make hostile` (node tests/hostile/build.mjs) in the repository root")
+            shutil.copy(path, source.wasm)
+            with pytest.raises((UpdateLoadError, UpdateSelfTestError)) as error:
+                live.reload()
+            assert live.metrics == UpdateMetrics(accepted=0, refused=refused, rolled_back=0), name
+            assert live.current() is good and live.last_refusal == str(error.value), name
+            assert attempts_against_a_persistent_503(live.current()) == 4, f"the last good policy serves after {name}"
+        refusals = [r for r in caplog.records if "policy update refused" in r.getMessage()]
+        assert len(refusals) == len(HOSTILE_NAMES), "one warning per refusal"
+        source.wasm.write_bytes(good_bytes)
+        assert live.reload().generation == 2
+    assert live.metrics == UpdateMetrics(accepted=1, refused=len(HOSTILE_NAMES), rolled_back=0)
 
 
 def test_every_refusal_is_an_update_error_with_its_kind() -> None:

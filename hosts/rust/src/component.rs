@@ -45,10 +45,10 @@ pub const MAX_RESOURCE_HANDLES: usize = 1_000_000;
 pub const MAX_MEMORY_BYTES: usize = 64 << 20;
 
 /// The contract version this host speaks (the WIT package `agent-retry:policy`).
-pub const CONTRACT_VERSION: &str = "0.3.0";
+pub const CONTRACT_VERSION: &str = "0.4.0";
 
 /// The policy interface of that version, as the component exports it.
-pub const POLICY_INTERFACE: &str = "agent-retry:policy/policy@0.3.0";
+pub const POLICY_INTERFACE: &str = "agent-retry:policy/policy@0.4.0";
 
 /// The component this crate was built with, if it carries one: the published
 /// crate embeds the `.wasm` of its release (`make dist` copies it into
@@ -314,7 +314,7 @@ impl PolicyComponent {
         self.limits
     }
 
-    /// Which policy this is, for logs: `agent-retry:policy@0.3.0 wasm 1a2b3c4d5e6f`
+    /// Which policy this is, for logs: `agent-retry:policy@0.4.0 wasm 1a2b3c4d5e6f`
     /// (the contract version it speaks and its `.wasm`'s SHA-256, 12 hex digits).
     pub fn identity(&self) -> &str {
         &self.identity
@@ -349,6 +349,7 @@ impl PolicyComponent {
             tank: self.limits.fuel_per_call,
             broken: None,
             identity: Arc::clone(&self.identity),
+            rule_names: None,
         })
     }
 }
@@ -389,6 +390,8 @@ pub struct PolicyInstance {
     /// The first fault, once a call failed.
     broken: Option<String>,
     identity: Arc<str>,
+    /// `rule-names()`, once read.
+    rule_names: Option<Arc<[String]>>,
 }
 
 /// `too-large`, as the component answers it, for an id over 256 bytes.
@@ -541,6 +544,86 @@ impl PolicyInstance {
         let entropy = Some(entropy.unwrap_or_else(|| self.store.data().services.entropy.next_u64()));
         let outcome = limits::bounded_outcome(outcome);
         self.guarded(|b, store| b.agent_retry_policy_policy().run().call_record_outcome(store, run.0, call_id, attempt, &outcome, now_ms, entropy))
+    }
+
+    /// The names `verdict.rule-index` indexes, read once per instance.
+    pub fn rule_names(&mut self) -> Result<Arc<[String]>, PolicyFault> {
+        if let Some(names) = &self.rule_names {
+            return Ok(Arc::clone(names));
+        }
+        let names: Arc<[String]> = self.guarded(|b, store| b.agent_retry_policy_policy().call_rule_names(store))?.into();
+        self.rule_names = Some(Arc::clone(&names));
+        Ok(names)
+    }
+
+    /// The name of the rule a verdict names (`rule-index`), or `?` for an index
+    /// the component does not list.
+    pub fn rule_name(&mut self, verdict: &types::Verdict) -> Result<String, PolicyFault> {
+        let names = self.rule_names()?;
+        Ok(names.get(usize::from(verdict.rule_index)).cloned().unwrap_or_else(|| String::from("?")))
+    }
+
+    /// `begin-call` on the flat hot path: a `call-start`; when it is not
+    /// admitted, [`Self::escalation`] has the hand-off.
+    pub fn begin_call_flat(
+        &mut self,
+        run: &RunHandle,
+        call: &types::CallRequest,
+        now_ms: u64,
+    ) -> Result<Result<types::CallStart, types::RunError>, PolicyFault> {
+        let ids = id_within_limit("tool", &call.tool).and_then(|()| call.idempotency_key.as_deref().map_or(Ok(()), |k| id_within_limit("idempotency-key", k)));
+        if let Err(limit) = ids {
+            return Ok(Err(limit));
+        }
+        let key = call.idempotency_key.as_deref();
+        self.guarded(|b, store| b.agent_retry_policy_policy().run().call_begin_call_flat(store, run.0, &call.tool, key, call.hints, now_ms))
+    }
+
+    /// Records a successful attempt on the flat hot path.
+    pub fn record_success(&mut self, run: &RunHandle, call_id: u32, attempt: u32, now_ms: u64) -> Result<Result<types::Verdict, types::RunError>, PolicyFault> {
+        self.guarded(|b, store| b.agent_retry_policy_policy().run().call_record_success(store, run.0, call_id, attempt, now_ms))
+    }
+
+    /// Records a failed attempt on the flat hot path: the failure within the
+    /// host's limits, its headers as `name: value` lines. With `entropy` `None`,
+    /// the host's entropy source is used.
+    pub fn record_failure(
+        &mut self,
+        run: &RunHandle,
+        call_id: u32,
+        attempt: u32,
+        failure: &types::Failure,
+        now_ms: u64,
+        entropy: Option<u64>,
+    ) -> Result<Result<types::Verdict, types::RunError>, PolicyFault> {
+        let entropy = entropy.unwrap_or_else(|| self.store.data().services.entropy.next_u64());
+        let failure = limits::bounded_failure(failure);
+        let lines = limits::header_lines(&failure.headers);
+        let structured = failure.structured_content.as_deref();
+        self.guarded(|b, store| {
+            b.agent_retry_policy_policy().run().call_record_failure(
+                store,
+                run.0,
+                call_id,
+                attempt,
+                failure.kind,
+                &lines,
+                &failure.body,
+                structured,
+                now_ms,
+                entropy,
+            )
+        })
+    }
+
+    /// The run's last decision in words, if it was about `call_id`.
+    pub fn last_decision(&mut self, run: &RunHandle, call_id: u32) -> Result<Option<types::Decision>, PolicyFault> {
+        self.guarded(|b, store| b.agent_retry_policy_policy().run().call_last_decision(store, run.0, call_id))
+    }
+
+    /// The run's hand-off, once it has escalated.
+    pub fn escalation(&mut self, run: &RunHandle) -> Result<Option<types::Escalation>, PolicyFault> {
+        self.guarded(|b, store| b.agent_retry_policy_policy().run().call_escalation(store, run.0))
     }
 
     /// What happened in the run so far (its effects bounded: see [`Self::effects`]).

@@ -138,4 +138,40 @@ impl Subject for DynamicPolicy {
         let run = self.run()?;
         Ok(to_json(&self.call("[method]run.effects", vec![run], &[&Value::from(start), &Value::from(max_count)])?))
     }
+
+    fn rule_names(&mut self) -> Result<Value, String> {
+        Ok(to_json(&self.call("rule-names", vec![], &[])?))
+    }
+
+    fn begin_call_flat(&mut self, call: &Value, now_ms: u64) -> Result<Value, String> {
+        let run = self.run()?;
+        let field = |name: &str| call.get(name).cloned().unwrap_or(Value::Null);
+        let args = [&field("tool"), &field("idempotency-key"), &field("hints"), &Value::from(now_ms)];
+        Ok(to_json(&self.call("[method]run.begin-call-flat", vec![run], &args)?))
+    }
+
+    fn record_success(&mut self, call_id: u32, attempt: u32, now_ms: u64) -> Result<Value, String> {
+        let run = self.run()?;
+        let args = [&Value::from(call_id), &Value::from(attempt), &Value::from(now_ms)];
+        Ok(to_json(&self.call("[method]run.record-success", vec![run], &args)?))
+    }
+
+    fn record_failure(&mut self, call_id: u32, attempt: u32, failure: &Value, now_ms: u64, entropy: u64) -> Result<Value, String> {
+        let run = self.run()?;
+        let lines = Value::from(crate::flat::header_lines_json(failure.get("headers"))?);
+        let field = |name: &str, default: Value| failure.get(name).cloned().unwrap_or(default);
+        let (kind, body, structured) = (field("kind", Value::Null), field("body", Value::from("")), field("structured-content", Value::Null));
+        let args = [&Value::from(call_id), &Value::from(attempt), &kind, &lines, &body, &structured, &Value::from(now_ms), &Value::from(entropy)];
+        Ok(to_json(&self.call("[method]run.record-failure", vec![run], &args)?))
+    }
+
+    fn last_decision(&mut self, call_id: u32) -> Result<Value, String> {
+        let run = self.run()?;
+        Ok(to_json(&self.call("[method]run.last-decision", vec![run], &[&Value::from(call_id)])?))
+    }
+
+    fn escalation(&mut self) -> Result<Value, String> {
+        let run = self.run()?;
+        Ok(to_json(&self.call("[method]run.escalation", vec![run], &[])?))
+    }
 }

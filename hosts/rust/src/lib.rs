@@ -10,6 +10,7 @@ pub mod component;
 pub mod dynamic;
 pub mod entropy;
 pub mod fault;
+pub mod flat;
 pub mod fleet;
 pub mod labels;
 pub mod limits;

@@ -1,7 +1,7 @@
 //! What a host passes to the policy, bounded before it crosses the boundary:
 //! lowering a value into the guest costs its size in memory and copying, so a
 //! 40 MB tool error or 5,800 headers must be cut here, not in the guest
-//! (contract 0.3.0; the Python and Node hosts apply the same limits).
+//! (contract 0.3.0 and later; the Python and Node hosts apply the same limits).
 
 use std::borrow::Cow;
 
@@ -69,6 +69,30 @@ pub fn bounded_outcome(outcome: &Outcome) -> Cow<'_, Outcome> {
 /// `Err((input, size))` if `value` is longer than `max` bytes.
 pub fn check(input: &'static str, value: &str, max: usize) -> Result<(), (&'static str, usize, usize)> {
     if value.len() > max { Err((input, value.len(), max)) } else { Ok(()) }
+}
+
+/// A failure's headers as `record-failure` takes them: `name: value` lines
+/// joined with `\n`. A line break inside a name or value (which HTTP forbids,
+/// RFC 9110 §5.5) becomes a space, so that it cannot start another header.
+pub fn header_lines(headers: &[(String, String)]) -> String {
+    let mut lines = String::with_capacity(headers.iter().map(|(n, v)| n.len() + v.len() + 3).sum());
+    for (i, (name, value)) in headers.iter().enumerate() {
+        if i > 0 {
+            lines.push('\n');
+        }
+        push_one_line(&mut lines, name);
+        lines.push_str(": ");
+        push_one_line(&mut lines, value);
+    }
+    lines
+}
+
+fn push_one_line(out: &mut String, text: &str) {
+    if text.contains(['\r', '\n']) {
+        out.extend(text.chars().map(|c| if c == '\r' || c == '\n' { ' ' } else { c }));
+    } else {
+        out.push_str(text);
+    }
 }
 
 #[cfg(test)]

@@ -32,7 +32,7 @@ use std::time::{Duration, SystemTime};
 use ed25519_dalek::{Signature, Verifier, VerifyingKey};
 use sha2::{Digest, Sha256};
 
-use crate::component::types::{Action, Admission, CallRequest, Failure, FailureKind, Outcome, TransportError};
+use crate::component::types::{Action, ActionKind, Admission, CallRequest, Failure, FailureKind, Outcome, TransportError};
 use crate::fleet::{FleetSource, Publication};
 use crate::{EmbeddedAccounts, EntropySource, HostServices, LoadError, PolicyComponent, PolicyFault};
 
@@ -532,6 +532,47 @@ fn self_test(component: &PolicyComponent, config_json: &str) -> Result<(), Updat
     let run =
         instance.start_run(&policy, "self-test-report").map_err(|e| trap("start-run", e))?.map_err(|e| UpdateError::SelfTest(format!("start-run: {e:?}")))?;
     instance.report(&run).map_err(|e| trap("report", e))?;
+
+    // The flat hot path, which the wrappers use, keeps the same invariants, and
+    // its verdicts say what its decisions say.
+    let rules = instance.rule_names().map_err(|e| trap("rule-names", e))?;
+    for (request, failure) in [(&keyed, FailureKind::HttpStatus(503)), (&unkeyed, FailureKind::Transport(TransportError::Timeout))] {
+        let run =
+            instance.start_run(&policy, "self-test-flat").map_err(|e| trap("start-run", e))?.map_err(|e| UpdateError::SelfTest(format!("start-run: {e:?}")))?;
+        let start =
+            instance.begin_call_flat(&run, request, now).map_err(|e| trap("begin-call-flat", e))?.map_err(|e| UpdateError::SelfTest(format!("{e:?}")))?;
+        if !start.admitted {
+            instance
+                .escalation(&run)
+                .map_err(|e| trap("escalation", e))?
+                .ok_or_else(|| UpdateError::SelfTest("a call was not admitted, with no escalation".into()))?;
+            continue;
+        }
+        let failure = Failure { kind: failure, headers: vec![], body: "self-test".into(), structured_content: None };
+        let verdict = instance
+            .record_failure(&run, start.call_id, 1, &failure, now, Some(u64::MAX))
+            .map_err(|e| trap("record-failure", e))?
+            .map_err(|e| UpdateError::SelfTest(format!("{e:?}")))?;
+        let decision = instance.last_decision(&run, start.call_id).map_err(|e| trap("last-decision", e))?;
+        let Some(decision) = decision else { return broken("last-decision has no decision right after a verdict".into()) };
+        let retry_key = match &decision.action {
+            Action::Retry(plan) if plan.delay_ms == verdict.delay_ms && verdict.action == ActionKind::Retry => Some(plan.idempotency_key.clone()),
+            Action::Retry(_) => return broken(format!("a flat verdict {verdict:?} does not say what its decision says: {:?}", decision.action)),
+            _ => None,
+        };
+        if rules.get(usize::from(verdict.rule_index)) != Some(&decision.rule) {
+            return broken(format!("the flat verdict names rule {} where its decision names {:?}", verdict.rule_index, decision.rule));
+        }
+        match (request.idempotency_key.as_ref(), retry_key) {
+            (Some(key), Some(sent)) if sent.as_ref() != Some(key) => return broken("a flat retry changed the call's idempotency key".into()),
+            (None, Some(_)) => return broken("an unkeyed write that timed out would be resent without a status check (flat path)".into()),
+            _ if verdict.delay_ms > max_delay => return broken(format!("a flat retry waits {} ms, above max-delay-ms {max_delay}", verdict.delay_ms)),
+            _ => {}
+        }
+        if verdict.action == ActionKind::Retry {
+            instance.record_success(&run, start.call_id, verdict.attempt + 1, now).map_err(|e| trap("record-success", e))?.ok();
+        }
+    }
 
     // A failure that persists ends in an escalation within the step budget.
     let run = instance.start_run(&policy, "self-test-4").map_err(|e| trap("start-run", e))?.map_err(|e| UpdateError::SelfTest(format!("start-run: {e:?}")))?;

@@ -41,6 +41,20 @@ pub trait Subject {
     fn record_outcome(&mut self, call_id: u32, attempt: u32, outcome: &Value, now_ms: u64, entropy: u64) -> Result<Value, String>;
     fn report(&mut self) -> Result<Value, String>;
     fn effects(&mut self, start: u32, max_count: u32) -> Result<Value, String>;
+
+    // The flat hot path (contract 0.4.0), for [`crate::flat`].
+    /// `rule-names()`: a list of strings.
+    fn rule_names(&mut self) -> Result<Value, String>;
+    /// `run.begin-call-flat` of a `call-request`: `result<call-start, run-error>`.
+    fn begin_call_flat(&mut self, call: &Value, now_ms: u64) -> Result<Value, String>;
+    /// `run.record-success`: `result<verdict, run-error>`.
+    fn record_success(&mut self, call_id: u32, attempt: u32, now_ms: u64) -> Result<Value, String>;
+    /// `run.record-failure` of a `failure` (its headers passed as lines): `result<verdict, run-error>`.
+    fn record_failure(&mut self, call_id: u32, attempt: u32, failure: &Value, now_ms: u64, entropy: u64) -> Result<Value, String>;
+    /// `run.last-decision(call-id)`: a decision or null.
+    fn last_decision(&mut self, call_id: u32) -> Result<Value, String>;
+    /// `run.escalation()`: an escalation or null.
+    fn escalation(&mut self) -> Result<Value, String>;
 }
 
 /// The clock and run state a sequence of steps carries from one to the next.
@@ -50,11 +64,14 @@ pub struct StepState {
     /// Per call id, the attempt the host sent last: 1 after `begin-call`, then
     /// each retry plan's `attempt` (what a `record-outcome` reports by default).
     pub attempts: std::collections::HashMap<u32, u32>,
+    /// Whether `begin-call` and `record-outcome` go through the flat hot path
+    /// ([`crate::flat`]); their answers are in the rich form either way.
+    pub flat: bool,
 }
 
 impl Default for StepState {
     fn default() -> Self {
-        StepState { now_ms: DEFAULT_START_MS, run_started: false, attempts: std::collections::HashMap::new() }
+        StepState { now_ms: DEFAULT_START_MS, run_started: false, attempts: std::collections::HashMap::new(), flat: false }
     }
 }
 
@@ -116,6 +133,7 @@ pub fn run_step(subject: &mut dyn Subject, step: &Value, state: &mut StepState) 
         subject.start_run("run-1")?;
         *started = true;
     }
+    let flat = state.flat;
     let attempts = &mut state.attempts;
     match op {
         "load-policy" => {
@@ -141,7 +159,8 @@ pub fn run_step(subject: &mut dyn Subject, step: &Value, state: &mut StepState) 
             Ok(answer)
         }
         "begin-call" => {
-            let answer = subject.begin_call(field(step, "call")?, *now_ms)?;
+            let call = field(step, "call")?;
+            let answer = if flat { crate::flat::begin_call(subject, call, *now_ms)? } else { subject.begin_call(call, *now_ms)? };
             if let Some(call_id) = answer["ok"]["send"]["call-id"].as_u64().and_then(|id| u32::try_from(id).ok()) {
                 attempts.insert(call_id, 1);
             }
@@ -153,7 +172,12 @@ pub fn run_step(subject: &mut dyn Subject, step: &Value, state: &mut StepState) 
                 Some(_) => u32_field(step, "attempt")?,
                 None => attempts.get(&call_id).copied().unwrap_or(1),
             };
-            let answer = subject.record_outcome(call_id, attempt, field(step, "outcome")?, *now_ms, entropy)?;
+            let outcome = field(step, "outcome")?;
+            let answer = if flat {
+                crate::flat::record_outcome(subject, call_id, attempt, outcome, *now_ms, entropy)?
+            } else {
+                subject.record_outcome(call_id, attempt, outcome, *now_ms, entropy)?
+            };
             if let Some(next) = answer["ok"]["action"]["retry"]["attempt"].as_u64().and_then(|a| u32::try_from(a).ok()) {
                 attempts.insert(call_id, next);
             }

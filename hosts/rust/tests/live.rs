@@ -54,12 +54,31 @@ fn a_configuration_update_changes_a_budget_for_new_runs_without_a_restart() {
     let live = LivePolicy::open(source.clone()).unwrap();
     let before = live.current(); // a run in flight keeps this
     assert_eq!(attempts_against_a_persistent_503(&live), 4);
+    // A run started before the update, one attempt made and a retry decided.
+    let mut in_flight = before.component.instantiate(HostServices::new(Arc::new(EmbeddedAccounts::new()), EntropySource::seeded(5))).unwrap();
+    let policy = in_flight.load_policy(&before.config_json).unwrap().unwrap();
+    let run = in_flight.start_run(&policy, "in-flight").unwrap().unwrap();
+    let request = CallRequest { tool: "lookup_order".into(), idempotency_key: None, hints: None };
+    let Admission::Send(ticket) = in_flight.begin_call(&run, &request, 1).unwrap().unwrap() else { panic!("admitted") };
+    let failure = Outcome::Failure(Failure { kind: FailureKind::HttpStatus(503), headers: vec![], body: String::new(), structured_content: None });
+    let Action::Retry(plan) = in_flight.record_outcome(&run, ticket.call_id, 1, &failure, 1, Some(1)).unwrap().unwrap().action else { panic!("a retry") };
+    let mut attempts = plan.attempt;
+
     std::fs::write(&source.config, r#"{"default-effect": "read", "max-attempts-per-call": 2}"#).unwrap();
     let identity = live.reload().unwrap();
     assert_eq!(identity.generation, 2);
     assert_ne!(identity.config_sha256, before.identity.config_sha256);
     assert_eq!(attempts_against_a_persistent_503(&live), 2, "new runs get the new budget");
     assert!(before.config_json.contains("\"max-attempts-per-call\": 4"), "the run in flight keeps its policy");
+    // After the swap, the run in flight decides on: still the old budget of 4 attempts, not the new 2.
+    loop {
+        match in_flight.record_outcome(&run, ticket.call_id, attempts, &failure, 1, Some(1)).unwrap().unwrap().action {
+            Action::Retry(plan) => attempts = plan.attempt,
+            Action::Escalate(_) => break,
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(attempts, 4, "the run in flight finished on the policy it started with");
 }
 
 /// The gate loads a candidate and reads its effective-config, both linear in the
@@ -98,10 +117,10 @@ fn a_broken_or_foreign_component_is_refused_and_rollback_returns_to_the_previous
     assert!(matches!(live.reload().unwrap_err(), UpdateError::Load(_)));
 
     // The same component, speaking another major contract version.
-    let foreign = rename_all(&good, b"agent-retry:policy/policy@0.3.0", b"agent-retry:policy/policy@1.0.0");
+    let foreign = rename_all(&good, b"agent-retry:policy/policy@0.4.0", b"agent-retry:policy/policy@1.0.0");
     std::fs::write(&source.wasm, &foreign).unwrap();
     let err = live.reload().unwrap_err().to_string();
-    assert!(err.contains("agent-retry:policy@1.0.0") && err.contains("agent-retry:policy@0.3.0"), "{err}");
+    assert!(err.contains("agent-retry:policy@1.0.0") && err.contains("agent-retry:policy@0.4.0"), "{err}");
     assert_eq!(live.current().identity.generation, 1, "nothing was swapped in");
 
     std::fs::write(&source.wasm, &good).unwrap();
@@ -155,6 +174,22 @@ fn with_a_key_configured_only_a_signed_component_is_accepted() {
     let err = live.reload().unwrap_err();
     assert!(matches!(&err, UpdateError::Integrity(why) if why.contains("does not verify")), "{err}");
     assert_eq!(live.current().identity.generation, 1);
+
+    // Tampered after signing: a valid signature of the .wasm, then one byte of the
+    // .wasm changed (a byte of its last section, so that it would still load).
+    std::fs::write(&sig, key.sign(&bytes).to_bytes()).unwrap();
+    let mut tampered = bytes.clone();
+    let last = tampered.len() - 1;
+    tampered[last] ^= 1;
+    std::fs::write(&source.wasm, &tampered).unwrap();
+    let err = live.reload().unwrap_err();
+    assert!(matches!(&err, UpdateError::Integrity(why) if why.contains("does not verify")), "{err}");
+    assert_eq!(live.current().identity.generation, 1, "the signed one keeps serving");
+    assert_eq!(live.metrics().refused.load(Ordering::Relaxed), 2);
+
+    // The untampered .wasm under the same signature: accepted.
+    std::fs::write(&source.wasm, &bytes).unwrap();
+    assert_eq!(live.reload().unwrap().generation, 2);
 }
 
 #[test]
@@ -174,16 +209,37 @@ fn the_watcher_picks_up_a_changed_configuration() {
 
 /// Four workers decide without pause while the policy is swapped back and forth
 /// twenty times: no decision fails, and each is made wholly by one generation.
+/// The same component with a custom section appended: another digest, the same policy.
+fn with_custom_section(wasm: &[u8], payload: &[u8]) -> Vec<u8> {
+    let name = b"agent-retry-test";
+    let mut body = vec![name.len() as u8];
+    body.extend_from_slice(name);
+    body.extend_from_slice(payload);
+    assert!(body.len() < 128, "a one-byte LEB128 size");
+    let mut out = wasm.to_vec();
+    out.extend_from_slice(&[0, body.len() as u8]);
+    out.extend_from_slice(&body);
+    out
+}
+
+fn hex_sha256(bytes: &[u8]) -> String {
+    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
 #[test]
 fn decisions_never_fail_while_the_policy_is_swapped_under_load() {
     let (_dir, source) = deployed("load", READS);
+    // Two byte-different builds of the component, swapped in turn with the configuration.
+    let build_a = std::fs::read(&source.wasm).unwrap();
+    let build_b = with_custom_section(&build_a, b"build-b");
+    let (digest_a, digest_b) = (hex_sha256(&build_a), hex_sha256(&build_b));
     let live = Arc::new(LivePolicy::open(source.clone()).unwrap());
     let stop = Arc::new(AtomicBool::new(false));
     let workers: Vec<_> = (0..4)
         .map(|w| {
             let (live, stop) = (Arc::clone(&live), Arc::clone(&stop));
             std::thread::spawn(move || {
-                let mut made: Vec<(u64, u32)> = Vec::new(); // (generation, attempts allowed)
+                let mut made: Vec<(u64, String, u32)> = Vec::new(); // (generation, .wasm digest, attempts allowed)
                 while !stop.load(Ordering::Relaxed) {
                     let loaded = live.current();
                     let mut instance = loaded.component.instantiate(HostServices::new(Arc::new(EmbeddedAccounts::new()), EntropySource::seeded(w))).unwrap();
@@ -198,7 +254,7 @@ fn decisions_never_fail_while_the_policy_is_swapped_under_load() {
                         while let Action::Retry(plan) = instance.record_outcome(&run, ticket.call_id, attempts, &failure, 1, Some(1)).unwrap().unwrap().action {
                             attempts = plan.attempt;
                         }
-                        made.push((loaded.identity.generation, attempts));
+                        made.push((loaded.identity.generation, loaded.identity.wasm_sha256.clone(), attempts));
                         instance.drop_run(run).unwrap();
                     }
                 }
@@ -206,24 +262,33 @@ fn decisions_never_fail_while_the_policy_is_swapped_under_load() {
             })
         })
         .collect();
+    let mut swapped_in = std::collections::BTreeMap::new();
     for swap in 0..20 {
-        let attempts = if swap % 2 == 0 { 2 } else { 4 };
+        let (wasm, attempts) = if swap % 2 == 0 { (&build_b, 2) } else { (&build_a, 4) };
+        std::fs::write(&source.wasm, wasm).unwrap();
         std::fs::write(&source.config, format!(r#"{{"default-effect": "read", "max-attempts-per-call": {attempts}}}"#)).unwrap();
-        live.reload().unwrap();
+        let identity = live.reload().unwrap();
+        swapped_in.insert(identity.generation, identity.wasm_sha256);
         std::thread::sleep(Duration::from_millis(15));
     }
     stop.store(true, Ordering::Relaxed);
-    let made: Vec<(u64, u32)> = workers.into_iter().flat_map(|w| w.join().expect("no worker failed")).collect();
+    let made: Vec<(u64, String, u32)> = workers.into_iter().flat_map(|w| w.join().expect("no worker failed")).collect();
     assert!(made.len() >= 80, "{} decisions", made.len());
-    // Generation 1 and every even generation allow 4 attempts... generation g ≥ 2
-    // was written by swap g - 2: 2 attempts when g is even, 4 when odd.
-    for (generation, attempts) in &made {
-        let expected = if *generation == 1 || generation % 2 == 1 { 4 } else { 2 };
-        assert_eq!(*attempts, expected, "a decision of generation {generation} mixed policies");
+    // Generation 1 is build A allowing 4 attempts; generation g >= 2 was written by
+    // swap g - 2: build B and 2 attempts when g is even, build A and 4 when odd.
+    for (generation, wasm_sha256, attempts) in &made {
+        let (expected_digest, expected_attempts) = if *generation == 1 || generation % 2 == 1 { (&digest_a, 4) } else { (&digest_b, 2) };
+        assert_eq!(*attempts, expected_attempts, "a decision of generation {generation} mixed policies");
+        assert_eq!(wasm_sha256, expected_digest, "generation {generation} runs the build it was swapped in with");
+        if *generation > 1 {
+            assert_eq!(swapped_in.get(generation), Some(expected_digest), "reload() said which build generation {generation} is");
+        }
     }
-    let generations: std::collections::BTreeSet<u64> = made.iter().map(|(g, _)| *g).collect();
-    println!("{} decisions across {} generations during 20 swaps", made.len(), generations.len());
+    let generations: std::collections::BTreeSet<u64> = made.iter().map(|(g, ..)| *g).collect();
+    let builds: std::collections::BTreeSet<&str> = made.iter().map(|(_, d, _)| d.as_str()).collect();
+    println!("{} decisions across {} generations during 20 swaps of the .wasm and the configuration", made.len(), generations.len());
     assert!(generations.len() > 2, "the swaps were seen by the workers: {generations:?}");
+    assert_eq!(builds.len(), 2, "both builds decided");
 }
 
 fn sig_path(wasm: &Path) -> PathBuf {

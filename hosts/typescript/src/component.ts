@@ -45,9 +45,11 @@ import {
   AgentRetryError, ComponentImportRefused, ComponentLoadError, ComponentNotFound, ConfigError, InstanceUnusable, PolicyBoundaryViolation,
   PolicyInputTooLarge, PolicyMemoryExceeded, PolicyOutOfFuel, PolicyTrap, RunMisuse,
 } from './errors.js';
-import { MAX_CONFIG_BYTES, boundedFailure, boundedOutcome, overLimit, utf8Length } from './limits.js';
+import {
+  MAX_BODY_BYTES, MAX_CONFIG_BYTES, MAX_STRUCTURED_BYTES, boundedFailure, boundedOutcome, cutUtf8, exceedsUtf8, joinedHeaders, overLimit, utf8Length,
+} from './limits.js';
 import { FUEL_EXPORT, FUEL_PER_CALL, FUEL_PER_CONFIG_BYTE, GROW_FAILED_EXPORT, MAX_MEMORY_BYTES, instrumentCoreModule } from './sandbox.js';
-import { FUNCTIONS, ValueConversionError, checkJco, jcoProblem } from './wit.js';
+import { FUNCTIONS, TYPES, ValueConversionError, checkJco, jcoProblem } from './wit.js';
 
 export type PolicyExports = Root['policy'];
 type JcoPolicy = ReturnType<PolicyExports['Policy']['fromJson']>;
@@ -358,7 +360,7 @@ export class PolicyComponent {
     /** Which transpilation runs: the package's own (`bundled`), a `generatedDir`
      *  (`generated`), one found in the cache (`cache`) or made by this load (`transpiled`). */
     readonly origin: ComponentOrigin,
-    /** The contract version the component speaks (from its export names), e.g. `0.3.0`. */
+    /** The contract version the component speaks (from its export names), e.g. `0.4.0`. */
     readonly contractVersion: string,
   ) {}
 
@@ -369,7 +371,7 @@ export class PolicyComponent {
   }
 
   /** Which policy this is, for logs: `agent-retry:policy@<contract version> wasm
-   *  <first 12 hex digits of the .wasm's SHA-256>`, e.g. `agent-retry:policy@0.3.0
+   *  <first 12 hex digits of the .wasm's SHA-256>`, e.g. `agent-retry:policy@0.4.0
    *  wasm 0c1b894cf1b1`. Every instance says it too (`policyIdentity`), and the MCP
    *  wrapper logs it on every attempt line. */
   get identity(): string {
@@ -553,7 +555,7 @@ export class PolicyComponent {
     try {
       meter.refuel(); // start functions run on the first call's tank
       const root = await this.instantiateRoot(getCoreModule, imports, instantiateCore);
-      return new PolicyInstance(root.policy, meter, this.identity);
+      return new PolicyInstance(root.policy, meter, this.identity, entropy);
     } catch (e) {
       if (e instanceof ComponentLoadError) throw e;
       throw new ComponentLoadError(`the component cannot be instantiated by this host: ${(e as Error).message}`, { cause: e });
@@ -576,9 +578,16 @@ function checkArgs(fn: keyof typeof FUNCTIONS, args: unknown[]): void {
   }
 }
 
+const U32_MAX = 0xffffffff;
+const U64_MAX = (1n << 64n) - 1n;
+/** A u32 as jco takes it (the fast check; `checkArgs` says what is wrong). */
+const isU32 = (n: unknown): boolean => typeof n === 'number' && n >= 0 && n <= U32_MAX && Number.isInteger(n);
+const isU64 = (n: unknown): boolean => typeof n === 'bigint' && n >= 0n && n <= U64_MAX;
+
 /** One instance of the component. Calls are synchronous; use it from one place at a time. */
 export class PolicyInstance {
   private broken?: string;
+  private rules?: readonly string[];
 
   constructor(
     readonly exports: PolicyExports,
@@ -586,7 +595,15 @@ export class PolicyInstance {
     /** The identity of the component this is an instance of (`PolicyComponent.identity`):
      *  `agent-retry:policy@<version> wasm <12 hex digits>`. */
     readonly policyIdentity: string = UNKNOWN_POLICY_IDENTITY,
+    /** Where `Run.recordFailure` draws entropy when given none (the instance's
+     *  `wasi:random` source, as `recordOutcome` without entropy draws it). */
+    private entropySource?: EntropySource,
   ) {}
+
+  /** The next u64 of the instance's entropy source (the OS when it was made without one). */
+  nextEntropy(): bigint {
+    return (this.entropySource ??= new OsEntropy()).nextU64();
+  }
 
   /** Why this instance refuses calls (a trap, a limit, a bad value), if it does. */
   get brokenBy(): string | undefined {
@@ -630,6 +647,14 @@ export class PolicyInstance {
     return result;
   }
 
+  /** A value the guest returned that jco accepted but the contract does not
+   *  allow (a rule index outside `rule-names`): the instance is marked broken. */
+  violation(name: string, message: string): PolicyBoundaryViolation {
+    const error = new PolicyBoundaryViolation(`${name} returned a value the contract does not allow: ${message}`, { call: name });
+    this.broken = `${name}: ${error.message}`;
+    return error;
+  }
+
   /** Marks the instance broken and says why, as the most specific `PolicyTrap`. */
   private fail(name: string, e: unknown): PolicyTrap {
     const message = e === undefined ? '' : String((e as Error)?.message ?? e);
@@ -662,6 +687,17 @@ export class PolicyInstance {
     const over = overLimit('run-id', runId) ?? overLimit('action-id', actionId);
     if (over) throw new PolicyInputTooLarge(...over);
     return this.guard('derive-idempotency-key', () => this.exports.deriveIdempotencyKey(runId, actionId));
+  }
+
+  /** `rule-names` (contract 0.4.0): the names of the rules a decision can name,
+   *  in the order `Verdict.ruleIndex` indexes; `ruleNames()[v.ruleIndex]` is the
+   *  `rule` of the same decision. Asked of the component once per instance (the
+   *  list is fixed per component), then kept. */
+  ruleNames(): readonly string[] {
+    if (this.rules !== undefined) return this.rules;
+    const names = this.guard('rule-names', () => this.exports.ruleNames());
+    this.rules = Object.freeze(names.slice());
+    return this.rules;
   }
 
   /** `policy.from-json`: JSON text or an object. Throws `ConfigError` (kind
@@ -778,6 +814,86 @@ export class Run extends Handle<JcoRun> {
     const bounded = boundedOutcome(outcome);
     return misuse(() => this.instance.guard('record-outcome', () => this.resource.recordOutcome(callId, attempt, bounded, at, entropy)));
   }
+  // The flat hot path (contract 0.4.0): few values across the boundary each way,
+  // the prose left in the guest until `lastDecision` asks for it.
+
+  /** `beginCall` in flat values: the same checks, limits, budgets and effect. A
+   *  call not admitted (`admitted` false) escalated the run: `escalation()` gives
+   *  the hand-off. Throws `RunMisuse` for the component's run-error (`too-large`
+   *  for a tool name or key over 256 bytes, answered without crossing). */
+  beginCallFlat(tool: string, idempotencyKey: string | undefined, hints: Wit.ToolHints | undefined, now: bigint | number): Wit.CallStart {
+    const at = typeof now === 'bigint' ? now : big(now);
+    if (typeof tool !== 'string' || !(idempotencyKey === undefined || typeof idempotencyKey === 'string') || !isU64(at) ||
+      (hints !== undefined && jcoProblem(hints, TYPES.toolHints) !== undefined)) {
+      checkArgs('[method]run.begin-call-flat', [tool, idempotencyKey, hints, at]);
+    }
+    const over = overLimit('tool', tool) ?? (idempotencyKey === undefined ? undefined : overLimit('idempotency-key', idempotencyKey));
+    if (over) throw tooLarge(over);
+    const resource = this.resource;
+    return misuse(() => this.instance.guard('begin-call-flat', () => resource.beginCallFlat(tool, idempotencyKey, hints, at)));
+  }
+
+  /** `recordOutcome` of a success, answered flat (`Verdict`: the action's case,
+   *  the class, the attempt, a retry's delay, the hint, the rule's index into
+   *  `ruleNames()`, whether `lastDecision` has words for the model or a person). */
+  recordSuccess(callId: number, attempt: number, now: bigint | number): Wit.Verdict {
+    const at = typeof now === 'bigint' ? now : big(now);
+    if (!isU32(callId) || !isU32(attempt) || !isU64(at)) checkArgs('[method]run.record-success', [callId, attempt, at]);
+    const rules = this.instance.ruleNames().length; // asked once, before the call (the fuel of the last call stays its own)
+    const resource = this.resource;
+    return this.checked('record-success', rules,
+      misuse(() => this.instance.guard('record-success', () => resource.recordSuccess(callId, attempt, at))));
+  }
+
+  /** `recordOutcome` of a failure, passed flat and answered flat: it decides
+   *  exactly what `recordOutcome` decides of the same failure. The failure is cut
+   *  to the host's limits first (src/limits.ts, as for `recordOutcome`), then its
+   *  headers are joined into `name: value` lines (`joinedHeaders`: a `\r` or
+   *  `\n` in a name or value becomes a space). `entropy`: the jitter's; none
+   *  draws it from the instance's entropy source (as `wasi:random` would). */
+  recordFailure(callId: number, attempt: number, failure: Wit.Failure, now: bigint | number, entropy?: bigint): Wit.Verdict {
+    const at = typeof now === 'bigint' ? now : big(now);
+    if (jcoProblem(failure, TYPES.failure) !== undefined) checkJco(failure, TYPES.failure, 'record-failure failure');
+    if (!isU32(callId) || !isU32(attempt) || !isU64(at) || !(entropy === undefined || isU64(entropy))) {
+      checkArgs('[method]run.record-failure', [callId, attempt, failure.kind, '', '', undefined, at, entropy ?? 0n]);
+    }
+    let body = failure.body;
+    if (exceedsUtf8(body, MAX_BODY_BYTES)) body = cutUtf8(body, MAX_BODY_BYTES);
+    let structured = failure.structuredContent;
+    if (structured !== undefined && exceedsUtf8(structured, MAX_STRUCTURED_BYTES)) structured = undefined; // cut JSON is not JSON
+    const headers = joinedHeaders(failure.headers);
+    const kind = failure.kind;
+    const jitter = entropy ?? this.instance.nextEntropy();
+    const rules = this.instance.ruleNames().length;
+    const resource = this.resource;
+    return this.checked('record-failure', rules, misuse(() => this.instance.guard('record-failure', () =>
+      resource.recordFailure(callId, attempt, kind, headers, body, structured, at, jitter))));
+  }
+
+  /** A verdict whose rule is one of `rule-names` (jco checked the rest as it lifted it). */
+  private checked(name: string, rules: number, verdict: Wit.Verdict): Wit.Verdict {
+    if (verdict.ruleIndex >= rules) {
+      throw this.instance.violation(name, `rule-index ${verdict.ruleIndex} is outside rule-names (${rules} names)`);
+    }
+    return verdict;
+  }
+
+  /** The run's last decision in full (of `recordOutcome`, `recordSuccess` or
+   *  `recordFailure`) if it was about call `callId`: the reason, a replan's
+   *  message, a note, an escalation; `undefined` if the last decision was about
+   *  another call, or there was none. The guest builds its prose only now. */
+  lastDecision(callId: number): Wit.Decision | undefined {
+    if (!isU32(callId)) checkArgs('[method]run.last-decision', [callId]);
+    const resource = this.resource;
+    return this.instance.guard('last-decision', () => resource.lastDecision(callId));
+  }
+
+  /** The hand-off, if the run has escalated (by any call); `undefined` if not. */
+  escalation(): Wit.Escalation | undefined {
+    const resource = this.resource;
+    return this.instance.guard('escalation', () => resource.escalation());
+  }
+
   /** The run's tally. Its u64 fields (`waitedMs`) are `bigint`s; `JSON.stringify`
    *  works on it all the same (a non-enumerable `toJSON()`: a u64 becomes a number
    *  when it is at most `Number.MAX_SAFE_INTEGER`, else a string of its digits). */

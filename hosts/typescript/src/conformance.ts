@@ -5,6 +5,16 @@
 // inputs are converted from canonical JSON by each function's WIT parameter
 // types (wit.ts), outputs converted back and matched against the expectations.
 //
+// Flat mode (`{ flat: true }`, contract 0.4.0) runs a case through the hot path
+// instead: a `begin-call` step as `begin-call-flat` (+ `escalation()` when the
+// call is not admitted), a `record-outcome` of a success or a failure as
+// `record-success` / `record-failure` (headers joined as `Run.recordFailure`
+// joins them) + `last-decision(call-id)`, each turned back into the rich
+// answer; every other step as in rich mode. Each verdict must agree with the
+// decision `last-decision` gives (action, class, attempt, delay, hint, rule,
+// whether it has a note), and the outputs must equal rich mode's exactly.
+// `runAll` runs every case both ways; `--dump` writes rich mode's outputs.
+//
 //   node dist/src/conformance.js [VECTOR_DIR] [--dump OUTPUTS.jsonl]
 //
 // prints a line per failed case and `N passed, N failed`.
@@ -15,7 +25,8 @@ import { fileURLToPath } from 'node:url';
 import { EmbeddedAccounts } from './accounts.js';
 import { PolicyComponent, type PolicyInstance } from './component.js';
 import { SplitMix64 } from './entropy.js';
-import { utf8Length } from './limits.js';
+import type * as Wit from '../generated/interfaces/agent-retry-policy-types.js';
+import { joinedHeaders, utf8Length } from './limits.js';
 import { FUNCTIONS, camel, fromJco, parseU64, toJco, type WitType } from './wit.js';
 
 /** The clock at the start of every case: 2025-11-30T00:00:00Z. */
@@ -147,15 +158,12 @@ export class Subject {
   /** Calls export `name` with canonical arguments converted by its WIT types.
    *  `configBytes`: the call runs on a configuration's tank (from-json's is set here). */
   call(name: keyof typeof FUNCTIONS, self: Resource | undefined, args: unknown[], configBytes?: number): Json {
+    return this.callLowered(name, self, args.map((arg, i) => lowerArg(name, i, arg)), configBytes);
+  }
+
+  /** Calls export `name` with arguments already in jco's form. */
+  callLowered(name: keyof typeof FUNCTIONS, self: Resource | undefined, lowered: unknown[], configBytes?: number): Json {
     const spec = FUNCTIONS[name];
-    const params: readonly WitType[] = spec.params;
-    const lowered = args.map((arg, i) => {
-      try {
-        return toJco(arg, params[i]);
-      } catch (e) {
-        throw new HarnessError(`${name}: argument ${i + 1}: ${(e as Error).message}`);
-      }
-    });
     const exports = this.instance.exports as unknown as Record<string, unknown> & { Policy: Resource };
     const method = name.includes(']') ? camel(name.slice(name.indexOf('.') + 1)) : camel(name);
     const target: Resource = name.startsWith('[static]') ? exports.Policy : self ?? (exports as unknown as Resource);
@@ -208,8 +216,19 @@ export class Subject {
   }
 }
 
+/** Argument `i` of export `name`, canonical JSON -> jco's form (a `HarnessError` if it does not fit). */
+function lowerArg(name: keyof typeof FUNCTIONS, i: number, arg: unknown): unknown {
+  try {
+    return toJco(arg, FUNCTIONS[name].params[i]);
+  } catch (e) {
+    throw new HarnessError(`${name}: argument ${i + 1}: ${(e as Error).message}`);
+  }
+}
+
 interface State {
   now: bigint;
+  /** Flat mode: the component's `rule-names()` (else undefined: rich mode). */
+  ruleNames?: string[];
   started: boolean;
   /** Per call id, the attempt sent last: 1 after `begin-call` answered `send`,
    *  then each retry plan's `attempt` (what a `record-outcome` reports by default). */
@@ -264,6 +283,7 @@ function runStep(subject: Subject, step: Record<string, unknown>, state: State):
       return answer;
     }
     case 'begin-call': {
+      if (state.ruleNames) return beginCallFlat(subject, step, state);
       const answer = subject.call('[method]run.begin-call', subject.needRun(), [field(step, 'call'), state.now]);
       const callId = asU32(at(answer, 'ok', 'send', 'call-id'));
       if (callId !== undefined) state.attempts.set(callId, 1);
@@ -272,7 +292,17 @@ function runStep(subject: Subject, step: Record<string, unknown>, state: State):
     case 'record-outcome': {
       const callId = u32(step, 'call-id');
       const attempt = 'attempt' in step ? u32(step, 'attempt') : state.attempts.get(callId) ?? 1;
-      const answer = subject.call('[method]run.record-outcome', subject.needRun(), [callId, attempt, field(step, 'outcome'), state.now, entropy]);
+      const outcome = field(step, 'outcome');
+      if (state.ruleNames) {
+        const lowered = lowerArg('[method]run.record-outcome', 2, outcome) as Wit.Outcome;
+        if (lowered.tag === 'success' || lowered.tag === 'failure') {
+          const answer = recordFlat(subject, callId, attempt, lowered, entropy, state);
+          const next = asU32(at(answer, 'ok', 'action', 'retry', 'attempt'));
+          if (next !== undefined) state.attempts.set(callId, next);
+          return answer;
+        }
+      }
+      const answer = subject.call('[method]run.record-outcome', subject.needRun(), [callId, attempt, outcome, state.now, entropy]);
       const next = asU32(at(answer, 'ok', 'action', 'retry', 'attempt'));
       if (next !== undefined) state.attempts.set(callId, next);
       return answer;
@@ -284,6 +314,73 @@ function runStep(subject: Subject, step: Record<string, unknown>, state: State):
     default:
       throw new HarnessError(`unknown op "${op}"`);
   }
+}
+
+// Flat mode's steps.
+
+/** A `begin-call` step through `begin-call-flat` (and `escalation()` when the
+ *  call is not admitted), answered as `begin-call` answers: `{"ok": admission}`. */
+function beginCallFlat(subject: Subject, step: Record<string, unknown>, state: State): Json {
+  const request = lowerArg('[method]run.begin-call', 0, field(step, 'call')) as Wit.CallRequest;
+  const run = subject.needRun();
+  const answer = subject.callLowered('[method]run.begin-call-flat', run, [request.tool, request.idempotencyKey, request.hints, state.now]);
+  const start = at(answer, 'ok') as Record<string, Json> | undefined;
+  if (start === undefined) return answer; // {"err": run-error}
+  if (start.admitted === true) {
+    const callId = asU32(start['call-id']);
+    if (callId !== undefined) state.attempts.set(callId, 1);
+    return { ok: { send: { 'call-id': start['call-id'], 'delay-ms': start['delay-ms'], effect: start.effect, 'safe-to-repeat': start['safe-to-repeat'] } } };
+  }
+  const escalation = subject.callLowered('[method]run.escalation', run, []);
+  if (escalation === null) throw new HarnessError('begin-call-flat did not admit the call, but escalation() is none');
+  return { ok: { escalate: escalation } };
+}
+
+/** A `record-outcome` step of a success or a failure through `record-success` /
+ *  `record-failure` + `last-decision(call-id)`, answered as `record-outcome`
+ *  answers: `{"ok": decision}` (after checking the verdict against it) or `{"err": run-error}`. */
+function recordFlat(subject: Subject, callId: number, attempt: number, outcome: Wit.Outcome, entropy: bigint, state: State): Json {
+  const run = subject.needRun();
+  let answer: Json;
+  if (outcome.tag === 'success') {
+    answer = subject.callLowered('[method]run.record-success', run, [callId, attempt, state.now]);
+  } else if (outcome.tag === 'failure') {
+    const f = outcome.val;
+    answer = subject.callLowered('[method]run.record-failure', run,
+      [callId, attempt, f.kind, joinedHeaders(f.headers), f.body, f.structuredContent, state.now, entropy]);
+  } else {
+    throw new HarnessError(`flat mode records a success or a failure, not ${outcome.tag}`);
+  }
+  const verdict = at(answer, 'ok') as Record<string, Json> | undefined;
+  if (verdict === undefined) return answer; // {"err": run-error}
+  const decision = subject.callLowered('[method]run.last-decision', run, [callId]);
+  if (decision === null) throw new HarnessError(`last-decision(${callId}) is none after a verdict ${canonicalText(verdict)}`);
+  const disagreement = verdictDisagrees(verdict, decision as Record<string, Json>, state.ruleNames ?? []);
+  if (disagreement !== undefined) {
+    throw new HarnessError(`the verdict ${canonicalText(verdict)} disagrees with last-decision ${canonicalText(decision)}: ${disagreement}`);
+  }
+  return { ok: decision };
+}
+
+/** Where a verdict (canonical JSON) says otherwise than the decision it stands for, or undefined. */
+export function verdictDisagrees(verdict: Record<string, Json>, decision: Record<string, Json>, ruleNames: readonly string[]): string | undefined {
+  const action = decision.action;
+  const kind = typeof action === 'string' ? action : Object.keys(action as object)[0];
+  const payload = typeof action === 'string' ? null : (action as Record<string, Json>)[kind];
+  const same = (a: Json | undefined, b: Json | undefined) => canonicalText(a) === canonicalText(b);
+  if (verdict.action !== kind) return `action ${canonicalText(verdict.action)}, the decision's is ${kind}`;
+  if (verdict.class !== decision.class) return `class ${canonicalText(verdict.class)}, the decision's is ${canonicalText(decision.class)}`;
+  if (!same(verdict.attempt, decision.attempt)) return `attempt ${canonicalText(verdict.attempt)}, the decision's is ${canonicalText(decision.attempt)}`;
+  const delay = kind === 'retry' ? (payload as Record<string, Json>)['delay-ms'] : 0n;
+  if (!same(verdict['delay-ms'], delay)) return `delay-ms ${canonicalText(verdict['delay-ms'])}, the decision's is ${canonicalText(delay)}`;
+  if (!same(verdict['hint-ms'], decision['hint-ms'])) return `hint-ms ${canonicalText(verdict['hint-ms'])}, the decision's is ${canonicalText(decision['hint-ms'])}`;
+  const index = verdict['rule-index'] as number;
+  if (ruleNames[index] !== decision.rule) {
+    return `rule-index ${index} names ${canonicalText(ruleNames[index] ?? null)}, the decision's rule is ${canonicalText(decision.rule)}`;
+  }
+  const hasNote = kind === 'replan' || kind === 'escalate' || (kind === 'succeed' && payload !== null);
+  if (verdict['has-note'] !== hasNote) return `has-note ${canonicalText(verdict['has-note'])}, the decision's action ${canonicalText(action)} ${hasNote ? 'has' : 'has no'} note`;
+  return undefined;
 }
 
 // Matching `expect` (tests/vectors/README.md, "Expectations").
@@ -345,12 +442,24 @@ export interface RunCaseOptions {
   /** The configuration (JSON text) a case without `config` loads; default `{}`.
    *  The live-update gate passes the update's own configuration. */
   defaultConfigText?: string;
+  /** Flat mode (contract 0.4.0's hot path; the module comment says how). Default: rich. */
+  flat?: boolean;
 }
 
 export async function runCase(component: PolicyComponent, file: string, testCase: VectorCase, options: RunCaseOptions = {}): Promise<CaseResult> {
   const result: CaseResult = { file, description: testCase.description, outputs: [] };
   const subject = await Subject.create(component);
   const state: State = { now: DEFAULT_START_MS, started: false, attempts: new Map() };
+  if (options.flat) {
+    try {
+      const names = subject.call('rule-names', undefined, []);
+      if (!Array.isArray(names) || !names.every((n) => typeof n === 'string')) throw new HarnessError('rule-names is not a list of strings');
+      state.ruleNames = names as string[];
+    } catch (e) {
+      result.failure = `rule-names: ${(e as Error).message}`;
+      return result;
+    }
+  }
   let loaded: Json;
   try {
     const hasConfig = testCase.config !== undefined && testCase.config !== null;
@@ -383,13 +492,30 @@ export async function runCase(component: PolicyComponent, file: string, testCase
   return result;
 }
 
-/** Every case of every file. With `twice`, each case runs again on a fresh
- *  instance and must give the same outputs, byte for byte. */
+/** A case in rich mode, then in flat mode on a fresh instance: the rich run's
+ *  result (its outputs, as `--dump` writes them), failed if the flat run fails
+ *  or gives other outputs. */
+export async function runCaseBothWays(component: PolicyComponent, file: string, testCase: VectorCase, options: RunCaseOptions = {}): Promise<CaseResult> {
+  const rich = await runCase(component, file, testCase, { ...options, flat: false });
+  if (rich.failure !== undefined) return rich;
+  const flat = await runCase(component, file, testCase, { ...options, flat: true });
+  if (flat.failure !== undefined) {
+    rich.failure = `flat mode: ${flat.failure}`;
+  } else if (canonicalText(flat.outputs) !== canonicalText(rich.outputs)) {
+    const i = flat.outputs.findIndex((o, n) => canonicalText(o) !== canonicalText(rich.outputs[n]));
+    rich.failure = `flat mode: step ${i + 1} (${String(testCase.steps[i]?.op)}) gave ${canonicalText(flat.outputs[i])}, rich mode ${canonicalText(rich.outputs[i])}`;
+  }
+  return rich;
+}
+
+/** Every case of every file, in rich mode and in flat mode (`runCaseBothWays`).
+ *  With `twice`, each case runs again (rich) on a fresh instance and must give
+ *  the same outputs, byte for byte. */
 export async function runAll(component: PolicyComponent, dir: string, twice = true): Promise<CaseResult[]> {
   const results: CaseResult[] = [];
   for (const { file, cases } of loadVectorFiles(dir)) {
     for (const testCase of cases) {
-      const first = await runCase(component, file, testCase);
+      const first = await runCaseBothWays(component, file, testCase);
       if (twice && first.failure === undefined) {
         const second = await runCase(component, file, testCase);
         if (second.failure !== undefined || canonicalText(second.outputs) !== canonicalText(first.outputs)) {

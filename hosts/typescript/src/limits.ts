@@ -1,5 +1,5 @@
 // What the host passes to the policy, bounded before it crosses the boundary
-// (contract 0.3.0; the numbers of the Rust host's hosts/rust/src/limits.rs).
+// (contracts 0.3.0 and 0.4.0; the numbers of the Rust host's hosts/rust/src/limits.rs).
 // Lowering a value into the guest costs its size in the guest's memory and in
 // copying, so a 40 MB tool error or 5,800 headers are cut here, not in the guest.
 // Sizes are UTF-8 bytes, as the guest sees them.
@@ -73,6 +73,30 @@ export function boundedOutcome(outcome: Wit.Outcome): Wit.Outcome {
     return { tag: 'empty-result', val: cutUtf8(outcome.val, MAX_BODY_BYTES) };
   }
   return outcome;
+}
+
+const LINE_BREAK = /[\r\n]/g;
+
+/** One header name or value for a `name: value` line: `\r` and `\n` become spaces
+ *  (they would end the line; the guest splits lines at `\n`). */
+function oneLine(text: string): string {
+  return text.indexOf('\n') < 0 && text.indexOf('\r') < 0 ? text : text.replace(LINE_BREAK, ' ');
+}
+
+/** The headers as `record-failure` takes them (contract 0.4.0): each header a
+ *  `name: value` line, the lines joined with `\n`, after the limits of a
+ *  failure's headers (at most `MAX_HEADERS`, each name and value cut to
+ *  `MAX_HEADER_VALUE_BYTES`); a `\r` or `\n` in a name or value becomes a space. */
+export function joinedHeaders(headers: ReadonlyArray<readonly [string, string]>): string {
+  const count = headers.length < MAX_HEADERS ? headers.length : MAX_HEADERS;
+  if (count === 0) return '';
+  let text = '';
+  for (let i = 0; i < count; i++) {
+    const header = headers[i];
+    const line = `${oneLine(cutUtf8(header[0], MAX_HEADER_VALUE_BYTES))}: ${oneLine(cutUtf8(header[1], MAX_HEADER_VALUE_BYTES))}`;
+    text = i === 0 ? line : `${text}\n${line}`;
+  }
+  return text;
 }
 
 /** `[input, sizeBytes, limitBytes]` if `value` is longer than `max` UTF-8 bytes. */

@@ -834,6 +834,54 @@ function invariants(instance: Awaited<ReturnType<PolicyComponent['instantiate']>
   if (delay > maxDelay) throw broken(`next-delay waits ${delay} ms, above max-delay-ms ${maxDelay}`);
   start('self-test-report').report();
 
+  // The flat hot path (contract 0.4.0) decides as the rich calls do: rule-names
+  // is a list of distinct names; a verdict agrees with the decision last-decision
+  // gives; a keyed write failing 503 is retried with the same key within the
+  // cap (or escalated, escalation() then giving the hand-off); a success
+  // succeeds; a fresh run has no escalation, and a 403 gives one.
+  const rules = instance.ruleNames();
+  if (rules.length === 0 || new Set(rules).size !== rules.length || rules.some((r) => typeof r !== 'string' || r === '')) {
+    throw broken(`rule-names is not a list of distinct names: ${JSON.stringify(rules)}`);
+  }
+  const agreed = (flatRun: Run, callId: number, verdict: Wit.Verdict): Wit.Decision => {
+    const decision = flatRun.lastDecision(callId);
+    if (decision === undefined) throw broken(`last-decision(${callId}) is none right after its verdict`);
+    const action = decision.action;
+    const delay = action.tag === 'retry' ? action.val.delayMs : 0n;
+    const hasNote = action.tag === 'replan' || action.tag === 'escalate' || (action.tag === 'succeed' && action.val !== undefined);
+    if (verdict.action !== action.tag || verdict.class !== decision.class || verdict.attempt !== decision.attempt || verdict.delayMs !== delay ||
+      verdict.hintMs !== decision.hintMs || rules[verdict.ruleIndex] !== decision.rule || verdict.hasNote !== hasNote) {
+      throw broken(`a verdict ${show(verdict as never)} disagrees with its decision ${show(action)} (${decision.class}, attempt ${decision.attempt}, rule ${decision.rule})`);
+    }
+    return decision;
+  };
+  run = start('self-test-flat');
+  if (run.escalation() !== undefined) throw broken('a fresh run reports an escalation');
+  let flat = run.beginCallFlat('self_test_write', key, write, now);
+  if (flat.admitted) {
+    const verdict = run.recordFailure(flat.callId, 1, { kind: { tag: 'http-status', val: 503 }, headers: [], body: 'self-test' }, now, U64_MAX);
+    const action = agreed(run, flat.callId, verdict).action;
+    if (action.tag === 'retry') {
+      if (action.val.idempotencyKey !== key) throw broken("a flat retry changed the call's idempotency key");
+      if (verdict.delayMs > maxDelay) throw broken(`a flat retry waits ${verdict.delayMs} ms, above max-delay-ms ${maxDelay}`);
+      const success = run.recordSuccess(flat.callId, verdict.attempt + 1, now);
+      if (agreed(run, flat.callId, success).action.tag === 'retry') throw broken('a success answered retry');
+    } else if (action.tag !== 'escalate') {
+      throw broken(`a 503 on a keyed write answered ${show(action)} on the flat path`);
+    } else if (run.escalation() === undefined) {
+      throw broken('the flat path escalated, but escalation() is none');
+    }
+  } else if (run.escalation() === undefined) {
+    throw broken('begin-call-flat did not admit a call, but escalation() is none');
+  }
+  run = start('self-test-flat-403');
+  flat = run.beginCallFlat('self_test_write', key, write, now);
+  if (flat.admitted) {
+    const verdict = run.recordFailure(flat.callId, 1, { kind: { tag: 'http-status', val: 403 }, headers: [['x-self-test', '1']], body: 'self-test' }, now, 1n);
+    if (agreed(run, flat.callId, verdict).action.tag !== 'escalate') throw broken(`a 403 answered ${verdict.action} on the flat path`);
+    if (run.escalation() === undefined) throw broken('a 403 escalated, but escalation() is none');
+  }
+
   // A failure that persists ends in an escalation within the step budget.
   run = start('self-test-4');
   const read: Wit.CallRequest = { tool: 'self_test_read', hints: { readOnly: true } };

@@ -32,10 +32,14 @@ export const sizeLimit: WitType = record('size-limit', [['input', string], ['siz
 export const runError: WitType = variant('run-error', [['unknown-call', u32], ['call-finished', u32], ['status-check-pending', u32], ['no-status-check-pending', u32], ['run-ended', escalationReason], ['attempt-mismatch', attemptMismatch], ['too-large', sizeLimit]]);
 export const configErrorKind: WitType = enumOf('config-error-kind', 'syntax', 'unknown-field', 'wrong-type', 'out-of-range', 'too-large');
 export const configError: WitType = record('config-error', [['kind', configErrorKind], ['field', string], ['message', string]]);
+export const actionKind: WitType = enumOf('action-kind', 'retry', 'replan', 'check-status', 'succeed', 'escalate');
+export const verdict: WitType = record('verdict', [['action', actionKind], ['class', outcomeClass], ['attempt', u32], ['delay-ms', u64], ['hint-ms', option(u64)], ['rule-index', u16], ['has-note', bool]]);
+export const callStart: WitType = record('call-start', [['admitted', bool], ['call-id', u32], ['delay-ms', u64], ['effect', effect], ['safe-to-repeat', bool]]);
 
 /** Parameter and result types of the policy interface's functions (resources excluded). */
 export const FUNCTIONS = {
   'derive-idempotency-key': { params: [string, string], result: string },
+  'rule-names': { params: [], result: list(string) },
   '[static]policy.from-json': { params: [string], result: result(null, configError) },
   '[method]policy.effective-config': { params: [], result: string },
   '[method]policy.classify': { params: [failure, u64], result: classification },
@@ -43,6 +47,11 @@ export const FUNCTIONS = {
   '[method]policy.start-run': { params: [string], result: result(null, runError) },
   '[method]run.begin-call': { params: [callRequest, u64], result: result(admission, runError) },
   '[method]run.record-outcome': { params: [u32, u32, outcome, u64, option(u64)], result: result(decision, runError) },
+  '[method]run.begin-call-flat': { params: [string, option(string), option(toolHints), u64], result: result(callStart, runError) },
+  '[method]run.record-success': { params: [u32, u32, u64], result: result(verdict, runError) },
+  '[method]run.record-failure': { params: [u32, u32, failureKind, string, string, option(string), u64, u64], result: result(verdict, runError) },
+  '[method]run.last-decision': { params: [u32], result: option(decision) },
+  '[method]run.escalation': { params: [], result: option(escalation) },
   '[method]run.report': { params: [], result: runReport },
   '[method]run.effects': { params: [u32, u32], result: list(effectRecord) },
 } as const satisfies Record<string, { params: readonly WitType[]; result: WitType | null }>;

@@ -20,6 +20,8 @@ export { FUNCTIONS };
 export const TYPES = {
   failure: T.failure, classification: T.classification, callRequest: T.callRequest, outcome: T.outcome, decision: T.decision,
   admission: T.admission, runReport: T.runReport, runError: T.runError, configError: T.configError,
+  // contract 0.4.0: the flat hot path
+  toolHints: T.toolHints, failureKind: T.failureKind, escalation: T.escalation, actionKind: T.actionKind, verdict: T.verdict, callStart: T.callStart,
 } as const;
 
 /** A JSON value that does not fit the WIT type it is passed as. */

@@ -9,10 +9,13 @@ import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 
 import { EmbeddedAccounts, U64_MAX, gcra } from '../src/accounts.js';
-import { INSTALLED, MAX_EFFECTS_PAGE, PolicyComponent, locateComponent } from '../src/component.js';
+import { INSTALLED, MAX_EFFECTS_PAGE, PolicyComponent, PolicyInstance, Run, locateComponent } from '../src/component.js';
 import { toJsonSafe } from '../src/json.js';
 import { SplitMix64, OsEntropy, randomBytes } from '../src/entropy.js';
-import { ComponentLoadError, ComponentNotFound, ConfigError, InstanceUnusable, PolicyInputTooLarge, PolicyTrap, RunMisuse } from '../src/errors.js';
+import {
+  ComponentLoadError, ComponentNotFound, ConfigError, InstanceUnusable, PolicyBoundaryViolation, PolicyInputTooLarge, PolicyTrap, RunMisuse,
+} from '../src/errors.js';
+import type { Failure } from '../src/index.js';
 import { FUNCTIONS, TYPES, ValueConversionError, camel, toJco, type WitType } from '../src/wit.js';
 
 test('GCRA admits a burst, then one per interval', () => {
@@ -67,7 +70,7 @@ test('a transpilation from another build is refused', async () => {
   const digest = createHash('sha256').update(readFileSync(copy)).digest('hex');
   assert.equal(component.source.sha256, digest);
   // Its identity names its own bytes, not the bundled component's.
-  assert.equal(component.identity, `agent-retry:policy@0.3.0 wasm ${digest.slice(0, 12)}`);
+  assert.equal(component.identity, `agent-retry:policy@0.4.0 wasm ${digest.slice(0, 12)}`);
   assert.equal((await component.instantiate()).policyIdentity, component.identity);
   assert.notEqual(component.identity, (await PolicyComponent.load()).identity);
 });
@@ -79,7 +82,7 @@ test("the bundled component's identity is its contract version and the SHA-256 o
   const digest = createHash('sha256').update(bytes).digest('hex');
   const component = await PolicyComponent.fromBytes(bytes);
   assert.equal(component.origin, 'bundled');
-  assert.equal(component.identity, `agent-retry:policy@0.3.0 wasm ${digest.slice(0, 12)}`);
+  assert.equal(component.identity, `agent-retry:policy@0.4.0 wasm ${digest.slice(0, 12)}`);
   assert.match(component.identity, /^agent-retry:policy@\d+\.\d+\.\d+ wasm [0-9a-f]{12}$/);
   const instance = await component.instantiate();
   assert.equal(instance.policyIdentity, component.identity);
@@ -327,4 +330,103 @@ test('a report lists at most 20 effects and counts all; effects() pages through 
   assert.ok(decision.action.tag === 'escalate');
   assert.equal(decision.action.val.effectsTotal, total);
   assert.equal(decision.action.val.effects.length, 20);
+});
+
+// Contract 0.4.0: the flat hot path.
+
+test('the flat path decides what the rich path decides, and its words come from lastDecision', async () => {
+  const component = await PolicyComponent.load();
+  const config = { 'max-steps-per-run': 1000, tools: { issue_refund: { effect: 'write' }, lookup_order: { effect: 'read' } } };
+  const rich = (await component.instantiate({ accounts: EmbeddedAccounts.onHostClock() })).loadPolicy(config).startRun('same');
+  const flatInstance = await component.instantiate({ accounts: EmbeddedAccounts.onHostClock() });
+  const flat = flatInstance.loadPolicy(config).startRun('same');
+  const rules = flatInstance.ruleNames();
+  assert.ok(rules.length > 5 && rules.includes('http-status'), JSON.stringify(rules));
+  assert.equal(flatInstance.ruleNames(), rules, 'asked once per instance');
+  assert.equal(flat.escalation(), undefined);
+  const key = `ar1-${'0'.repeat(31)}1`;
+  const scenario: Array<[string, string | undefined, Array<Failure | undefined>]> = [
+    ['issue_refund', key, [{ kind: { tag: 'http-status', val: 503 }, headers: [], body: 'upstream unavailable' }, undefined]],
+    ['lookup_order', undefined, [{ kind: { tag: 'http-status', val: 429 }, headers: [['retry-after', '1']], body: 'slow down' }, undefined]],
+    ['lookup_order', undefined, [undefined]],
+    ['lookup_order', undefined, [{ kind: { tag: 'tool-error', val: undefined }, headers: [], body: 'invalid argument: order_id' }]],
+    ['issue_refund', undefined, [{ kind: { tag: 'http-status', val: 403 }, headers: [['x-reason', 'needs\r\napproval']], body: 'needs approval' }]],
+  ];
+  const now = 1_764_460_800_000n;
+  for (const [tool, idempotencyKey, outcomes] of scenario) {
+    const admission = rich.beginCall({ tool, idempotencyKey }, now);
+    const start = flat.beginCallFlat(tool, idempotencyKey, undefined, now);
+    assert.equal(admission.tag, 'send');
+    assert.ok(admission.tag === 'send' && start.admitted && start.callId === admission.val.callId && start.delayMs === admission.val.delayMs &&
+      start.effect === admission.val.effect && start.safeToRepeat === admission.val.safeToRepeat, JSON.stringify(toJsonSafe(start)));
+    let attempt = 1;
+    for (const failure of outcomes) {
+      const decision = rich.recordOutcome(start.callId, attempt, failure ? { tag: 'failure', val: failure } : { tag: 'success' }, now, 7n);
+      const verdict = failure ? flat.recordFailure(start.callId, attempt, failure, now, 7n) : flat.recordSuccess(start.callId, attempt, now);
+      assert.deepEqual(flat.lastDecision(start.callId), decision);
+      assert.equal(flat.lastDecision(start.callId + 1), undefined, 'the last decision was about another call');
+      const action = decision.action;
+      assert.deepEqual(verdict, {
+        action: action.tag, class: decision.class, attempt: decision.attempt, delayMs: action.tag === 'retry' ? action.val.delayMs : 0n,
+        hintMs: decision.hintMs, ruleIndex: rules.indexOf(decision.rule),
+        hasNote: action.tag === 'replan' || action.tag === 'escalate' || (action.tag === 'succeed' && action.val !== undefined),
+      });
+      attempt = verdict.attempt + 1;
+    }
+  }
+  assert.equal(flat.escalation()?.reason, 'permission-denied');
+  const last = flat.lastDecision(5);
+  assert.ok(last?.action.tag === 'escalate');
+  assert.deepEqual(flat.escalation(), last.action.val);
+  // The run has ended: both paths refuse a further call alike.
+  assert.throws(() => rich.beginCall({ tool: 'lookup_order' }, now), (e: unknown) => e instanceof RunMisuse && e.error.tag === 'run-ended');
+  assert.throws(() => flat.beginCallFlat('lookup_order', undefined, undefined, now), (e: unknown) => e instanceof RunMisuse && e.error.tag === 'run-ended');
+});
+
+test('a call not admitted leaves its hand-off in the run: escalation() gives what begin-call gives', async () => {
+  const component = await PolicyComponent.load();
+  const config = { 'account-budget': { 'account-id': 'acme', capacity: 1, 'refill-interval-ms': 60_000, 'max-wait-ms': 0 } };
+  const rich = (await component.instantiate({ accounts: EmbeddedAccounts.onHostClock() })).loadPolicy(config).startRun('budget');
+  const flat = (await component.instantiate({ accounts: EmbeddedAccounts.onHostClock() })).loadPolicy(config).startRun('budget');
+  assert.ok(flat.beginCallFlat('lookup', undefined, undefined, 1n).admitted);
+  assert.equal(rich.beginCall({ tool: 'lookup' }, 1n).tag, 'send');
+  const refused = rich.beginCall({ tool: 'lookup' }, 1n);
+  const start = flat.beginCallFlat('lookup', undefined, undefined, 1n);
+  assert.equal(refused.tag, 'escalate');
+  assert.deepEqual([start.admitted, start.callId, start.delayMs], [false, 0, 0n]);
+  assert.deepEqual(flat.escalation(), refused.val);
+});
+
+test('the flat calls check their arguments, apply the limits and refuse ids over 256 bytes, as the rich ones', async () => {
+  const instance = await (await PolicyComponent.load()).instantiate();
+  const run = instance.loadPolicy({}).startRun('flat-args');
+  assert.throws(() => run.beginCallFlat('t'.repeat(257), undefined, undefined, 1n), (e: unknown) => e instanceof RunMisuse && e.error.tag === 'too-large');
+  assert.throws(() => run.beginCallFlat('t', 'k'.repeat(257), undefined, 1n), (e: unknown) => e instanceof RunMisuse && e.error.tag === 'too-large');
+  assert.throws(() => run.beginCallFlat('t', undefined, { readOnly: 1 as never }, 1n), /begin-call-flat argument 3\.readOnly: 1 is not a boolean/);
+  assert.throws(() => run.beginCallFlat('t', undefined, undefined, -1n), /begin-call-flat argument 4: -1 is out of range for u64/);
+  const start = run.beginCallFlat('lookup', undefined, { readOnly: true }, 1n);
+  assert.ok(start.admitted);
+  const status = (val: number): Failure => ({ kind: { tag: 'http-status', val }, headers: [], body: '' });
+  assert.throws(() => run.recordFailure(start.callId, 1, status(66039), 1n, 0n),
+    (e: unknown) => e instanceof ValueConversionError && /record-failure failure\.kind\(http-status\): 66039 is out of range for u16/.test(e.message));
+  assert.throws(() => run.recordFailure(start.callId, 1, { ...status(503), headers: [['a', 5 as never]] }, 1n), /\.headers\[0\]\[1\]: 5 is not a string/);
+  assert.throws(() => run.recordFailure(-1, 1, status(503), 1n), /record-failure argument 1: -1 is out of range for u32/);
+  assert.throws(() => run.recordFailure(start.callId, 1, status(503), 1n, 2n ** 64n), /record-failure argument 8: .* out of range for u64/);
+  assert.throws(() => run.recordSuccess(start.callId, 2 ** 32, 1n), /record-success argument 2: 4294967296 is out of range for u32/);
+  assert.throws(() => run.lastDecision(1.5), /last-decision argument 1: 1.5 is not an integer/);
+  // Nothing reached the component; a 40 MB body and 5,000 headers are cut to the limits and decided.
+  const huge: Failure = { kind: { tag: 'http-status', val: 503 }, headers: Array.from({ length: 5000 }, (_, i) => [`x-h${i}`, 'v'.repeat(10_000)]), body: 'x'.repeat(40_000_000) };
+  const verdict = run.recordFailure(start.callId, 1, huge, 1n, 0n);
+  assert.deepEqual([verdict.action, verdict.class], ['retry', 'transient']);
+  assert.deepEqual([run.report().attempts, run.report().retries], [2, 1]);
+});
+
+test('a rule index outside rule-names is a PolicyBoundaryViolation and the instance is refused afterwards', () => {
+  const verdict = { action: 'succeed', class: 'success', attempt: 1, delayMs: 0n, hintMs: undefined, ruleIndex: 9, hasNote: false };
+  const exports = { ruleNames: () => ['success', 'http-status'] } as unknown as ConstructorParameters<typeof PolicyInstance>[0];
+  const instance = new PolicyInstance(exports);
+  const run = new Run(instance, { recordSuccess: () => verdict } as never, 'fake');
+  assert.throws(() => run.recordSuccess(1, 1, 1n), (e: unknown) => e instanceof PolicyBoundaryViolation &&
+    /record-success returned a value the contract does not allow: rule-index 9 is outside rule-names \(2 names\)/.test(e.message));
+  assert.throws(() => run.recordSuccess(1, 1, 1n), InstanceUnusable);
 });

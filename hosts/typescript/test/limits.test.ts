@@ -1,4 +1,4 @@
-// Contract 0.3.0's host-side limits (src/limits.ts): what crosses into the
+// Contract 0.3.0's host-side limits (and 0.4.0's flat `record-failure`) (src/limits.ts): what crosses into the
 // guest is bounded before it crosses, so a 40 MB tool error or 5,800 headers
 // cost the policy no more than 64 KB does, and never trap the instance.
 import assert from 'node:assert/strict';
@@ -12,7 +12,7 @@ import { EmbeddedAccounts } from '../src/accounts.js';
 import { PolicyComponent } from '../src/component.js';
 import { SplitMix64 } from '../src/entropy.js';
 import {
-  MAX_BODY_BYTES, MAX_HEADERS, MAX_HEADER_VALUE_BYTES, MAX_STRUCTURED_BYTES, boundedFailure, boundedOutcome, cutUtf8, exceedsUtf8,
+  MAX_BODY_BYTES, MAX_HEADERS, MAX_HEADER_VALUE_BYTES, MAX_STRUCTURED_BYTES, boundedFailure, boundedOutcome, cutUtf8, exceedsUtf8, joinedHeaders,
 } from '../src/limits.js';
 import { RetryingToolCaller } from '../src/mcp.js';
 
@@ -119,4 +119,35 @@ test('the MCP wrapper passes a 40 MB tool error cut, and retries it', async () =
   assert.ok(!result.isError);
   assert.equal(sent, 2);
   assert.equal(caller.run.report().retries, 1);
+});
+
+test('record-failure\'s headers: limited as a failure\'s, then joined as name: value lines; a CR or LF becomes a space', () => {
+  assert.equal(joinedHeaders([]), '');
+  assert.equal(joinedHeaders([['Retry-After', '2'], ['x-a', 'b']]), 'Retry-After: 2\nx-a: b');
+  assert.equal(joinedHeaders([['x-in\r\njected', 'one\ntwo\rthree']]), 'x-in  jected: one two three');
+  const many = Array.from({ length: 5_000 }, (_, i): [string, string] => [`x-${i}`, 'é'.repeat(3_000)]);
+  const lines = joinedHeaders(many).split('\n');
+  assert.equal(lines.length, MAX_HEADERS);
+  assert.equal(lines[0], `x-0: ${'é'.repeat(MAX_HEADER_VALUE_BYTES / 2)}`);
+  assert.deepEqual(joinedHeaders(many), joinedHeaders(boundedFailure({ kind: { tag: 'http-status', val: 503 }, headers: many, body: '' }).headers));
+});
+
+test('the flat record-failure cuts a 40 MB body, 5,800 headers and oversized structured content as recordOutcome does', async () => {
+  const instance = await (await PolicyComponent.load()).instantiate({ accounts: EmbeddedAccounts.onHostClock(), entropy: new SplitMix64(1n) });
+  const policy = instance.loadPolicy({});
+  const failure: Failure = {
+    kind: { tag: 'http-status', val: 429 },
+    headers: [['Retry-After', '7'], ...Array.from({ length: 5_800 }, (_, i): [string, string] => [`x-${i}`, 'v'.repeat(5_000)])],
+    body: 'e'.repeat(40 * MB), structuredContent: `"${'s'.repeat(70_000)}"`,
+  };
+  const rich = policy.startRun('rich');
+  const flat = policy.startRun('flat');
+  const richId = (rich.beginCall({ tool: 'lookup' }, 1n).val as { callId: number }).callId;
+  const flatId = flat.beginCallFlat('lookup', undefined, undefined, 1n).callId;
+  const decision = rich.recordOutcome(richId, 1, { tag: 'failure', val: failure }, 1n, 5n);
+  const verdict = flat.recordFailure(flatId, 1, failure, 1n, 5n);
+  assert.deepEqual([verdict.action, verdict.class, verdict.hintMs], ['retry', 'throttled', 7_000n]);
+  // The same decision, words included (its reason names each header value over
+  // the 1,024 bytes the policy reads, with its size).
+  assert.deepEqual(flat.lastDecision(flatId), decision);
 });

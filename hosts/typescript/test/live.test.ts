@@ -13,14 +13,17 @@ import { test } from 'node:test';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { promisify } from 'node:util';
 
+import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
+
 import { EmbeddedAccounts } from '../src/accounts.js';
 import { PolicyComponent, locateComponent, type Policy } from '../src/component.js';
 import { SplitMix64 } from '../src/entropy.js';
 import {
-  ComponentImportRefused, ComponentLoadError, ContractVersionMismatch, NothingToRollBackTo, PolicyBoundaryViolation, PolicyMemoryExceeded,
+  ComponentImportRefused, ComponentLoadError, ContractVersionMismatch, Escalated, NothingToRollBackTo, PolicyBoundaryViolation, PolicyMemoryExceeded,
   PolicyOutOfFuel, PolicyTrap, UpdateConfigError, UpdateError, UpdateFleetError, UpdateIntegrityError, UpdateLoadError, UpdateReadError, UpdateSelfTestError,
 } from '../src/errors.js';
 import * as api from '../src/index.js';
+import { RetryingToolCaller } from '../src/mcp.js';
 import { Integrity, LivePolicy, selfTest, signaturePath, type Loaded, type LiveOptions, type PolicySource, type PolicyUpdateEvent } from '../src/live.js';
 
 const here = fileURLToPath(import.meta.url);
@@ -276,7 +279,7 @@ test('a broken or foreign component is refused and rollback returns to the previ
   await assert.rejects(live.reload(), (e: unknown) => e instanceof UpdateLoadError && e.kind === 'load' && e.error instanceof ComponentLoadError);
 
   // The same component, speaking another major contract version.
-  const ours = Buffer.from('agent-retry:policy/policy@0.3.0');
+  const ours = Buffer.from('agent-retry:policy/policy@0.4.0');
   const theirs = Buffer.from('agent-retry:policy/policy@1.0.0');
   assert.ok(good.indexOf(ours) >= 0);
   const foreign = Buffer.from(good);
@@ -286,9 +289,9 @@ test('a broken or foreign component is refused and rollback returns to the previ
     assert.ok(e instanceof UpdateLoadError, String(e));
     assert.ok(e.error instanceof ContractVersionMismatch, String(e.error));
     assert.equal(e.error.componentVersion, '1.0.0');
-    assert.equal(e.error.hostVersion, '0.3.0');
+    assert.equal(e.error.hostVersion, '0.4.0');
     assert.match(e.message, /agent-retry:policy@1\.0\.0/);
-    assert.match(e.message, /@0\.3\.0/);
+    assert.match(e.message, /@0\.4\.0/);
     return true;
   });
   assert.equal(live.current().identity.generation, 1, 'nothing was swapped in');
@@ -337,7 +340,7 @@ const HOSTILE: Array<[string, (e: UpdateError) => boolean]> = [
   ['extra-import', (e) => e instanceof UpdateLoadError && e.error instanceof ComponentImportRefused && e.error.importName === 'wasi:filesystem/preopens@0.2.6'],
   ['extra-import-sockets', (e) => e instanceof UpdateLoadError && e.error instanceof ComponentImportRefused && /wasi:sockets/.test(e.message)],
   ['wrong-world', (e) => e instanceof UpdateLoadError && /exports no agent-retry:policy\/policy/.test(e.message) && /acme:scheduler/.test(e.message)],
-  ['other-major', (e) => e instanceof UpdateLoadError && e.error instanceof ContractVersionMismatch && /agent-retry:policy@0\.4\.0/.test(e.message)],
+  ['other-major', (e) => e instanceof UpdateLoadError && e.error instanceof ContractVersionMismatch && /agent-retry:policy@0\.5\.0/.test(e.message)],
 ];
 
 test('every hostile component offered as an update is refused by the gate (or contained by the sandbox in its self-test); the last good policy serves', async () => {
@@ -467,25 +470,41 @@ test('a watcher does not keep the process alive', async () => {
   assert.ok(performance.now() - start < 15_000);
 });
 
-test('decisions never fail while the policy is swapped back and forth under load, and each is made by one policy', async () => {
-  // JavaScript runs on one thread: "under load" is four workers that decide
-  // without pause, yielding between runs, while the main loop swaps the
-  // configuration (and the .wasm, between two builds) twenty times.
+test('decisions never fail while the policy is swapped back and forth under load, and each is attributed to one policy from the log', async () => {
+  // JavaScript runs on one thread: "under load" is four workers that run agent
+  // runs through the MCP wrapper without pause, yielding between runs, while the
+  // main loop swaps the configuration (and the .wasm, between two builds) twenty
+  // times. Every decision is one of the wrapper's log lines, naming the policy
+  // that made it; the check reads those lines only.
   const source = deployed();
   const live = await LivePolicy.open(source, recorded());
   const builds = [readFileSync(source.wasm), withCustomSection(readFileSync(source.wasm), `load-${process.pid}-${Date.now()}`)];
   const digests = builds.map((b) => createHash('sha256').update(b).digest('hex'));
+  const tools = [{ name: 'lookup', inputSchema: { type: 'object' as const }, annotations: { readOnlyHint: true } }];
+  const client = {
+    listTools: async () => ({ tools }),
+    callTool: async () => ({ isError: true, content: [{ type: 'text', text: 'upstream returned 503, try again' }] }),
+  } as unknown as Client;
+  const lines: string[] = [];
   let stop = false;
-  const made: Array<{ generation: number; wasm: string; attempts: number }> = [];
+  const runs: string[] = [];
   const failures: unknown[] = [];
   const worker = async (w: number) => {
     try {
+      let n = 0;
       while (!stop) {
-        const loaded = live.current();
+        const loaded = live.current(); // a run keeps the policy it started with
         const instance = await loaded.component.instantiate({ accounts: EmbeddedAccounts.onHostClock(), entropy: new SplitMix64(BigInt(w)) });
         const policy = instance.loadPolicy(loaded.configJson);
-        for (let n = 0; n < 20 && !stop; n++) {
-          made.push({ generation: loaded.identity.generation, wasm: loaded.identity.wasmSha256, attempts: attempts(policy, `w${w}-${n}`) });
+        for (let i = 0; i < 20 && !stop; i++) {
+          const runId = `w${w}-${n++}`;
+          const run = policy.startRun(runId);
+          const caller = new RetryingToolCaller(client, run, {
+            tools, sleep: async () => {}, log: (line) => lines.push(line), policyIdentity: loaded.identity.toString(),
+          });
+          await assert.rejects(caller.callTool('lookup', {}), (e: unknown) => e instanceof Escalated);
+          run.close();
+          runs.push(runId);
           await new Promise((r) => setImmediate(r));
         }
         policy.close();
@@ -494,12 +513,17 @@ test('decisions never fail while the policy is swapped back and forth under load
       failures.push(e);
     }
   };
+  const first = live.current().identity;
+  // generation -> the identity as logged, its build's digest, the attempts its configuration allows
+  const swappedIn = new Map<number, { identity: string; wasm: string; attempts: number }>([[first.generation, { identity: first.toString(), wasm: digests[0], attempts: 4 }]]);
   const workers = [0, 1, 2, 3].map(worker);
   try {
     for (let swap = 0; swap < 20; swap++) {
-      writeFileSync(source.config, reads(swap % 2 === 0 ? 2 : 4));
+      const attemptsAllowed = swap % 2 === 0 ? 2 : 4;
+      writeFileSync(source.config, reads(attemptsAllowed));
       writeFileSync(source.wasm, builds[(swap + 1) % 2]);
-      await live.reload();
+      const identity = await live.reload();
+      swappedIn.set(identity.generation, { identity: identity.toString(), wasm: identity.wasmSha256, attempts: attemptsAllowed });
       await sleep(15);
     }
   } finally {
@@ -507,17 +531,38 @@ test('decisions never fail while the policy is swapped back and forth under load
     await Promise.all(workers);
   }
   assert.deepEqual(failures, []);
-  assert.ok(made.length >= 80, `${made.length} decisions`);
-  // Generation 1: 4 attempts, the first build. Generation g >= 2 was written by
-  // swap g - 2: 2 attempts when g is even, 4 when odd; build (g - 1) % 2.
-  for (const { generation, wasm, attempts: n } of made) {
-    const expected = generation === 1 || generation % 2 === 1 ? 4 : 2;
-    assert.equal(n, expected, `a decision of generation ${generation} mixed policies`);
-    assert.equal(wasm, digests[generation === 1 ? 0 : (generation - 1) % 2], `generation ${generation} ran another component`);
+  assert.ok(runs.length >= 80, `${runs.length} runs`);
+  // From the log alone.
+  const byRun = new Map<string, Array<Record<string, unknown>>>();
+  for (const text of lines) {
+    const line = JSON.parse(text) as Record<string, unknown>;
+    if (line.event !== 'agent_retry.attempt') continue;
+    const list = byRun.get(line.run as string) ?? [];
+    list.push(line);
+    byRun.set(line.run as string, list);
   }
-  const generations = new Set(made.map((d) => d.generation));
-  console.log(`${made.length} decisions across ${generations.size} generations during 20 swaps`);
+  const generations = new Set<number>();
+  const seenBuilds = new Set<string>();
+  for (const run of runs) {
+    const logged = byRun.get(run) ?? [];
+    const policies = new Set(logged.map((l) => l.policy as string));
+    assert.equal(policies.size, 1, `${run}'s lines name exactly one policy: ${[...policies]}`);
+    const [policy] = policies;
+    const generation = Number(/^generation (\d+) /.exec(policy)?.[1]);
+    const expected = swappedIn.get(generation);
+    assert.ok(expected, `${run}: generation ${generation} was swapped in`);
+    assert.equal(policy, expected.identity, `${run}: the identity reload() swapped in for generation ${generation}`);
+    assert.ok(policy.includes(`wasm ${expected.wasm.slice(0, 12)}`), `${run}: ${policy} names its build's digest`);
+    assert.equal(expected.wasm, digests[generation === 1 ? 0 : (generation - 1) % 2], `generation ${generation} is the build written for it`);
+    const actions = logged.map((l) => l.action);
+    assert.deepEqual(actions, [...Array(expected.attempts - 1).fill('retry'), 'escalate'], `${run} (generation ${generation}) decided with its own policy`);
+    assert.equal(logged.at(-1)?.escalation, 'call-attempts-spent');
+    generations.add(generation);
+    seenBuilds.add(expected.wasm);
+  }
+  console.log(`${runs.length} runs attributed from the log across ${generations.size} generations and ${seenBuilds.size} builds during 20 swaps`);
   assert.ok(generations.size > 2, `the swaps were seen by the workers: ${[...generations].sort((a, b) => a - b)}`);
+  assert.equal(seenBuilds.size, 2, 'both builds decided');
 });
 
 test('every refusal is an UpdateError with its kind, exported from the package', () => {

@@ -194,28 +194,45 @@ test('retries wait the policy delay', async () => {
 // answers HTTP 200 and no upstream status or header reaches the client; the
 // policy reads the text and the structured content the wrapper passes on.
 
-/** The outcomes the wrapper recorded, as the component received them. */
-function recordedOutcomes(caller: RetryingToolCaller): Outcome[] {
-  const seen: Outcome[] = [];
+/** The outcomes the wrapper recorded (a success or a failure through the flat
+ *  path, others through `recordOutcome`), as `recordOutcome` would take them;
+ *  with the attempt each reported. */
+function recordedWith<T>(caller: RetryingToolCaller, as: (attempt: number, outcome: Outcome) => T): T[] {
+  const seen: T[] = [];
   const pseudo = pseudoCallIds(caller);
   const run = caller.run;
   const record = run.recordOutcome.bind(run);
   run.recordOutcome = (callId, attempt, outcome, now, entropy) => {
-    if (!pseudo.has(callId)) seen.push(structuredClone(outcome));
+    if (!pseudo.has(callId)) seen.push(as(attempt, structuredClone(outcome)));
     return record(callId, attempt, outcome, now, entropy);
   };
+  const success = run.recordSuccess.bind(run);
+  run.recordSuccess = (callId, attempt, now) => {
+    if (!pseudo.has(callId)) seen.push(as(attempt, { tag: 'success' }));
+    return success(callId, attempt, now);
+  };
+  const failure = run.recordFailure.bind(run);
+  run.recordFailure = (callId, attempt, failed, now, entropy) => {
+    if (!pseudo.has(callId)) seen.push(as(attempt, { tag: 'failure', val: structuredClone(failed) }));
+    return failure(callId, attempt, failed, now, entropy);
+  };
   return seen;
+}
+
+/** The outcomes the wrapper recorded, as the component received them. */
+function recordedOutcomes(caller: RetryingToolCaller): Outcome[] {
+  return recordedWith(caller, (_attempt, outcome) => outcome);
 }
 
 /** The ids of the pseudo-calls (`initialize`, `tools/list`) the caller begins from now on. */
 function pseudoCallIds(caller: RetryingToolCaller): Set<number> {
   const ids = new Set<number>();
   const run = caller.run;
-  const begin = run.beginCall.bind(run);
-  run.beginCall = (request, now) => {
-    const admission = begin(request, now);
-    if ((request.tool === 'initialize' || request.tool === 'tools/list') && admission.tag === 'send') ids.add(admission.val.callId);
-    return admission;
+  const begin = run.beginCallFlat.bind(run);
+  run.beginCallFlat = (tool, key, hints, now) => {
+    const start = begin(tool, key, hints, now);
+    if ((tool === 'initialize' || tool === 'tools/list') && start.admitted) ids.add(start.callId);
+    return start;
   };
   return ids;
 }
@@ -352,17 +369,10 @@ test('the log names escalation reasons as the contract does (run-steps-spent)', 
   assert.equal(server.state.postsOf('lookup_order').length, 1);
 });
 
-/** The attempt each `record-outcome` reported, with what it reported. */
+/** The attempt each report (`record-outcome`, `record-success`, `record-failure`) gave, with what it reported. */
 function recordedAttempts(caller: RetryingToolCaller): Array<[number, string]> {
-  const seen: Array<[number, string]> = [];
-  const pseudo = pseudoCallIds(caller);
-  const run = caller.run;
-  const record = run.recordOutcome.bind(run);
-  run.recordOutcome = (callId, attempt, outcome, now, entropy) => {
-    if (!pseudo.has(callId)) seen.push([attempt, outcome.tag === 'status-check' ? `status-check ${outcome.val}` : outcome.tag]);
-    return record(callId, attempt, outcome, now, entropy);
-  };
-  return seen;
+  return recordedWith(caller, (attempt, outcome): [number, string] =>
+    [attempt, outcome.tag === 'status-check' ? `status-check ${outcome.val}` : outcome.tag]);
 }
 
 test('each outcome reports its attempt: 1, then each retry plan\'s; a status check the attempt it checked', async () => {
@@ -513,4 +523,44 @@ test('an attempt line and a not-sent line have the same fields, in order, with t
   assert.equal(notSent.run, 'CASE-5022');
   assert.equal(notSent.tool, 'issue_refund');
   assert.equal(typeof notSent.ts, 'number');
+});
+
+test('the wrapper uses the flat path, and asks for a decision\'s words only when it needs them (always for a line, with log: null only for the model or a person)', async () => {
+  const asked = (caller: RetryingToolCaller) => {
+    const calls = { flat: 0, rich: 0, lastDecision: 0, escalation: 0 };
+    const run = caller.run;
+    for (const name of ['recordSuccess', 'recordFailure'] as const) {
+      const original = run[name].bind(run) as (...a: unknown[]) => unknown;
+      (run as unknown as Record<string, unknown>)[name] = (...a: unknown[]) => { calls.flat += 1; return original(...a); };
+    }
+    const record = run.recordOutcome.bind(run);
+    run.recordOutcome = (...a) => { calls.rich += 1; return record(...a); };
+    const last = run.lastDecision.bind(run);
+    run.lastDecision = (callId) => { calls.lastDecision += 1; return last(callId); };
+    return calls;
+  };
+  // With lines: every decision's line carries its reason (asked for with lastDecision), as before.
+  server.state.script('lookup_order', { kind: 'http', status: 503, body: 'upstream unavailable' });
+  const logged = await newCaller();
+  const loggedCalls = asked(logged);
+  assert.ok(!(await logged.callTool('lookup_order', { order_id: 'A1' })).isError);
+  assert.deepEqual(loggedCalls, { flat: 3, rich: 0, lastDecision: 3, escalation: 0 }); // tools/list's success, the 503, the success
+  assert.deepEqual(lines.map((l) => [l.outcome, l.class, l.rule, l.action, typeof l.reason]), [['HTTP 503', 'transient', 'http-status', 'retry', 'string'], ['success', 'success', 'success', 'succeed', 'string']]);
+  assert.ok((lines[0].reason as string).length > 0);
+
+  // Without lines: a retry and a success need no words; a replan's message and an escalation do.
+  lines = [];
+  server.state.script('lookup_order', { kind: 'http', status: 503, body: 'upstream unavailable' });
+  const quiet = await newCaller({ log: null });
+  const quietCalls = asked(quiet);
+  assert.ok(!(await quiet.callTool('lookup_order', { order_id: 'A2' })).isError);
+  assert.deepEqual(quietCalls, { flat: 3, rich: 0, lastDecision: 0, escalation: 0 });
+  server.state.script('lookup_order', { kind: 'http', status: 400, body: 'order_id must be a string' });
+  const replanned = await quiet.callTool('lookup_order', { order_id: 7 });
+  assert.ok(replanned.isError && textOf(replanned).length > 0);
+  assert.equal(quietCalls.lastDecision, 1);
+  server.state.script('lookup_order', { kind: 'http', status: 403, body: 'needs approval' });
+  await assert.rejects(quiet.callTool('lookup_order', { order_id: 'A3' }), (e: unknown) => e instanceof Escalated && e.reason === 'permission-denied' && /needs approval/.test(e.message + e.note));
+  assert.equal(quietCalls.lastDecision, 2);
+  assert.deepEqual(lines, [], 'log: null writes no line');
 });

@@ -129,9 +129,9 @@ test('an import outside the contract (wasi:filesystem) is refused at load, namin
     e.importName === 'wasi:filesystem/preopens@0.2.6' && /imports wasi:filesystem\/preopens@0.2.6, which is outside the agent-retry contract/.test(e.message));
   const real = readFileSync(join(fileURLToPath(import.meta.url), '../../../../../target/component/agent_retry_policy.wasm'));
   assert.deepEqual(componentImportNames(real).sort(),
-    ['agent-retry:policy/account-budget@0.3.0', 'agent-retry:policy/types@0.3.0', 'wasi:random/random@0.2.6']);
+    ['agent-retry:policy/account-budget@0.4.0', 'agent-retry:policy/types@0.4.0', 'wasi:random/random@0.2.6']);
   checkImports(componentImportNames(real));
-  for (const name of ['wasi:sockets/tcp@0.2.0', 'wasi:random/random@0.3.0', 'agent-retry:policy/account-budget@0.4.0', 'agent-retry:policy/types@0.2.0', 'wasi:cli/environment@0.2.0']) {
+  for (const name of ['wasi:sockets/tcp@0.2.0', 'wasi:random/random@0.3.0', 'agent-retry:policy/account-budget@0.3.0', 'agent-retry:policy/types@0.5.0', 'wasi:cli/environment@0.2.0']) {
     assert.throws(() => checkImports([name]), (e: unknown) => e instanceof ComponentImportRefused && e.importName === name);
   }
   await hostKeepsServing();
@@ -174,7 +174,7 @@ test('the sandbox rewrites the core modules and refuses instructions it cannot m
 });
 
 test('when the policy fails, the MCP wrapper does not retry and escalates saying so', async () => {
-  // The account backend fails on the second reservation (the retry's): record-outcome traps.
+  // The account backend fails on the second reservation (the retry's): record-failure (the wrapper's flat path) traps.
   let reservations = 0;
   const flaky = new EmbeddedAccounts();
   const accounts = {
@@ -199,7 +199,7 @@ test('when the policy fails, the MCP wrapper does not retry and escalates saying
   // The tools are given: no `tools/list` pseudo-call takes the first reservation.
   const caller = new RetryingToolCaller(client, run, { tools, sleep: async () => {}, log: (line) => lines.push(line) });
   await assert.rejects(caller.callTool('lookup', {}), (e: unknown) => e instanceof Escalated && e.policyFailure instanceof PolicyTrap &&
-    e.reason === 'unclassified-failure' && /the retry policy failed \(PolicyTrap: record-outcome trapped: budget store down\); not retried/.test(e.note));
+    e.reason === 'unclassified-failure' && /the retry policy failed \(PolicyTrap: record-failure trapped: budget store down\); not retried/.test(e.note));
   assert.equal(sent, 1, 'not retried');
   assert.match(lines.at(-1) ?? '', /"action":"escalate".*the retry policy failed/);
   // The broken instance refuses the next call the same way; a fresh one serves.
@@ -222,6 +222,17 @@ test('the real policy\'s worst cases fit in the default fuel (counted per instru
   const [hostile, decision] = fuelOf({ kind: { tag: 'tool-error', val: undefined }, headers: [], body: 'e_a '.repeat(1024), structuredContent: `"${'e_b '.repeat(1023)}"` });
   assert.equal(decision.rule, 'tool-error:scan-limit');
   const [http] = fuelOf({ kind: { tag: 'http-status', val: 503 }, headers: [['retry-after', '1']], body: 'upstream unavailable' });
+  // The same failures through the flat path (contract 0.4.0): record-failure, and last-decision's prose.
+  const flatFuelOf = (failure: Failure) => {
+    const start = run.beginCallFlat('t', undefined, undefined, 1n);
+    assert.ok(start.admitted);
+    run.recordFailure(start.callId, 1, failure, 1n, 1n);
+    const fuel = instance.fuelUsedByLastCall();
+    run.lastDecision(start.callId);
+    return [fuel, instance.fuelUsedByLastCall()] as const;
+  };
+  const [flatHostile, flatHostileWords] = flatFuelOf({ kind: { tag: 'tool-error', val: undefined }, headers: [], body: 'e_a '.repeat(1024), structuredContent: `"${'e_b '.repeat(1023)}"` });
+  const [flatHttp, flatHttpWords] = flatFuelOf({ kind: { tag: 'http-status', val: 503 }, headers: [['retry-after', '1']], body: 'upstream unavailable' });
 
   const long = instance.loadPolicy({ 'max-steps-per-run': 1_000_000 }).startRun('long');
   for (let i = 0; i < 10_000; i++) {
@@ -236,5 +247,7 @@ test('the real policy\'s worst cases fit in the default fuel (counted per instru
   assert.ok(escalation.action.tag === 'escalate' && escalation.action.val.effectsTotal === 10_000 && escalation.action.val.effects.length === 20);
   console.log(`fuel of one record-outcome (Node's count): HTTP 503 with Retry-After ${http}, hostile 8 KB tool error ${hostile}, ` +
     `the escalation of a run of 10,000 effects (listing 20 of them) ${escalationFuel}; budget ${FUEL_PER_CALL}`);
-  assert.ok(hostile < FUEL_PER_CALL && escalationFuel < FUEL_PER_CALL);
+  console.log(`fuel of one record-failure (the flat path), then its last-decision: HTTP 503 with Retry-After ${flatHttp} + ${flatHttpWords}, ` +
+    `hostile 8 KB tool error ${flatHostile} + ${flatHostileWords}`);
+  assert.ok(hostile < FUEL_PER_CALL && escalationFuel < FUEL_PER_CALL && flatHostile < FUEL_PER_CALL && flatHostileWords < FUEL_PER_CALL);
 });

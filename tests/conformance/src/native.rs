@@ -5,12 +5,13 @@ use std::sync::Arc;
 use agent_retry_host::accounts as host;
 use agent_retry_host::{AccountBudgetBackend, EmbeddedAccounts};
 use agent_retry_policy::account::{AccountBudget, Bucket, Reservation};
+use agent_retry_policy::classify::FailureView;
 use agent_retry_policy::config::Config;
-use agent_retry_policy::run::Run;
+use agent_retry_policy::run::{Act, Run, Start, Verdict};
 use agent_retry_policy::types::{CallRequest, Failure, Outcome};
-use agent_retry_policy::{backoff, classify, key};
+use agent_retry_policy::{backoff, classify, hints, key, rules};
 use serde::de::DeserializeOwned;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use agent_retry_host::vectors::runner::{Subject, result_json};
 
@@ -121,4 +122,64 @@ impl Subject for Native {
     fn effects(&mut self, start: u32, max_count: u32) -> Result<Value, String> {
         Ok(output(&self.run.as_ref().ok_or("no run")?.effects_page(start, max_count)))
     }
+
+    fn rule_names(&mut self) -> Result<Value, String> {
+        Ok(output(&rules::RULE_NAMES))
+    }
+
+    fn begin_call_flat(&mut self, call: &Value, now_ms: u64) -> Result<Value, String> {
+        let call: CallRequest = input(call, "call")?;
+        let run = self.run.as_mut().ok_or("no run")?;
+        let start = run.begin(call.tool, call.idempotency_key, call.hints.as_ref(), now_ms, &mut Accounts(&self.accounts));
+        Ok(result_json(start.map(|s| call_start(&s)).map_err(|e| output(&e))))
+    }
+
+    fn record_success(&mut self, call_id: u32, attempt: u32, now_ms: u64) -> Result<Value, String> {
+        let run = self.run.as_mut().ok_or("no run")?;
+        let verdict = run.record_success(call_id, attempt, now_ms, &mut Accounts(&self.accounts));
+        Ok(result_json(verdict.map(|v| verdict_json(&v)).map_err(|e| output(&e))))
+    }
+
+    fn record_failure(&mut self, call_id: u32, attempt: u32, failure: &Value, now_ms: u64, entropy: u64) -> Result<Value, String> {
+        let failure: Failure = input(failure, "failure")?;
+        let lines = agent_retry_host::limits::header_lines(&failure.headers);
+        let pairs = hints::split_lines(&lines);
+        let view = FailureView { kind: &failure.kind, headers: &pairs, body: &failure.body, structured_content: failure.structured_content.as_deref() };
+        let run = self.run.as_mut().ok_or("no run")?;
+        let verdict = run.record_failure(call_id, attempt, &view, now_ms, entropy, &mut Accounts(&self.accounts));
+        Ok(result_json(verdict.map(|v| verdict_json(&v)).map_err(|e| output(&e))))
+    }
+
+    fn last_decision(&mut self, call_id: u32) -> Result<Value, String> {
+        Ok(output(&self.run.as_ref().ok_or("no run")?.last_decision(call_id)))
+    }
+
+    fn escalation(&mut self) -> Result<Value, String> {
+        Ok(output(&self.run.as_ref().ok_or("no run")?.escalation()))
+    }
+}
+
+/// The canonical JSON of a `call-start`, as the component answers it.
+fn call_start(start: &Start) -> Value {
+    match start {
+        Start::Send(t) => {
+            json!({"admitted": true, "call-id": t.call_id, "delay-ms": t.delay_ms, "effect": output(&t.effect), "safe-to-repeat": t.safe_to_repeat})
+        }
+        Start::Escalated => json!({"admitted": false, "call-id": 0, "delay-ms": 0, "effect": "read", "safe-to-repeat": false}),
+    }
+}
+
+/// The canonical JSON of a `verdict`, as the component answers it.
+fn verdict_json(v: &Verdict) -> Value {
+    let (action, delay_ms) = match v.act {
+        Act::Retry { delay_ms, .. } => ("retry", delay_ms),
+        Act::Replan => ("replan", 0),
+        Act::CheckStatus => ("check-status", 0),
+        Act::Succeed => ("succeed", 0),
+        Act::Escalate => ("escalate", 0),
+    };
+    json!({
+        "action": action, "class": output(&v.class), "attempt": v.attempt, "delay-ms": delay_ms,
+        "hint-ms": v.hint_ms, "rule-index": rules::rule_index(v.rule), "has-note": v.has_note,
+    })
 }

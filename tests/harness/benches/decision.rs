@@ -1,87 +1,300 @@
-//! What one decision costs in the Rust host (a benchmark, not a test): begin-call,
-//! record-outcome of an HTTP 503 with a Retry-After header, and next-delay, through
-//! the component in wasmtime, against the same calls on the native core (the
-//! baseline, measured in the same run).
+//! What a decision costs in the Rust host: the scenario of `docs/benchmark.md`
+//! (a keyed write failing 503 then succeeding, a read throttled with
+//! `Retry-After` then succeeding, a read succeeding at once), reported per
+//! successful call and per failed attempt, beside its baselines measured in the
+//! same run: the no-op boundary floor (the same loop against a component that
+//! does nothing, `make noop`) and the native core. A benchmark, not a test.
 //!
-//!     cargo bench -p agent-retry-host --bench decision
+//!     cargo bench -p agent-retry-harness --bench decision
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use agent_retry_host::component::types::{CallRequest, Failure, FailureKind, Outcome};
-use agent_retry_host::{EmbeddedAccounts, EntropySource, HostServices, PolicyComponent, default_wasm_path};
+use agent_retry_host::component::types::{ActionKind, Admission, CallRequest, Failure, FailureKind, Outcome};
+use agent_retry_host::{EmbeddedAccounts, EntropySource, HostServices, PolicyComponent, PolicyInstance, default_wasm_path};
 use agent_retry_policy::account::NoAccountBudget;
+use agent_retry_policy::classify::FailureView;
 use agent_retry_policy::config::Config;
-use agent_retry_policy::run::Run;
-use agent_retry_policy::{backoff, types as core};
+use agent_retry_policy::run::{Act, Run};
+use agent_retry_policy::types as core;
 
-const DECISIONS: u32 = 20_000;
-/// Every run is replaced before its step budget runs out.
+/// Iterations of the scenario per round; a run is replaced every `PER_RUN`.
+const ITERATIONS: u32 = 20_000;
 const PER_RUN: u32 = 1_000;
-const CONFIG: &str = r#"{"max-steps-per-run": 1000000, "max-retries-per-run": 100000}"#;
+const ROUNDS: usize = 5;
+const CONFIG: &str = r#"{"max-steps-per-run": 1000000, "max-retries-per-run": 100000,
+    "tools": {"issue_refund": {"effect": "write"}, "lookup_order": {"effect": "read"}}}"#;
+const NOW_MS: u64 = 1_764_460_800_000;
+const KEY: &str = "ar1-0123456789abcdef0123456789abcdef";
 
-fn component_ns() -> f64 {
-    let component = PolicyComponent::from_file(&default_wasm_path()).expect("run `make wasm` first");
-    let mut instance = component.instantiate(HostServices::new(Arc::new(EmbeddedAccounts::new()), EntropySource::seeded(1))).unwrap();
-    let policy = instance.load_policy(CONFIG).unwrap().unwrap();
-    let request = CallRequest { tool: "lookup_order".into(), idempotency_key: None, hints: None };
-    let failure = Outcome::Failure(Failure {
-        kind: FailureKind::HttpStatus(503),
-        headers: vec![("retry-after".into(), "1".into())],
-        body: "upstream unavailable".into(),
-        structured_content: None,
-    });
-    let started = Instant::now();
-    for batch in 0..DECISIONS / PER_RUN {
-        let run = instance.start_run(&policy, &format!("bench-{batch}")).unwrap().unwrap();
-        for i in 0..PER_RUN {
-            let ticket = match instance.begin_call(&run, &request, 1_000).unwrap().unwrap() {
-                agent_retry_host::component::types::Admission::Send(t) => t,
-                other => panic!("{other:?}"),
-            };
-            std::hint::black_box(instance.record_outcome(&run, ticket.call_id, 1, &failure, 1_000, Some(u64::from(i))).unwrap().unwrap());
-            std::hint::black_box(instance.next_delay(&policy, 2, Some(1000), Some(u64::from(i))).unwrap());
-        }
-        instance.drop_run(run).unwrap();
-    }
-    started.elapsed().as_nanos() as f64 / f64::from(DECISIONS)
+fn unavailable() -> Failure {
+    Failure { kind: FailureKind::HttpStatus(503), headers: vec![], body: "upstream unavailable".into(), structured_content: None }
 }
 
-fn native_ns() -> f64 {
-    let config = Arc::new(Config::from_json(CONFIG).unwrap());
-    let request = core::CallRequest { tool: "lookup_order".into(), idempotency_key: None, hints: None };
-    let failure = core::Outcome::Failure(core::Failure {
-        kind: core::FailureKind::HttpStatus(503),
-        headers: vec![("retry-after".into(), "1".into())],
-        body: "upstream unavailable".into(),
-        structured_content: None,
-    });
-    let started = Instant::now();
-    for batch in 0..DECISIONS / PER_RUN {
-        let mut run = Run::new(Arc::clone(&config), &format!("bench-{batch}"));
-        for i in 0..PER_RUN {
-            let call_id = match run.begin_call(&request, 1_000, &mut NoAccountBudget).unwrap() {
-                core::Admission::Send(t) => t.call_id,
-                other => panic!("{other:?}"),
-            };
-            std::hint::black_box(run.record_outcome(call_id, 1, &failure, 1_000, u64::from(i), &mut NoAccountBudget).unwrap());
-            std::hint::black_box(backoff::next_delay_ms(config.base_delay_ms, config.max_delay_ms, 2, Some(1000), u64::from(i)));
-        }
+fn throttled() -> Failure {
+    Failure { kind: FailureKind::HttpStatus(429), headers: vec![("retry-after".into(), "1".into())], body: "slow down".into(), structured_content: None }
+}
+
+fn request(tool: &str, key: Option<&str>) -> CallRequest {
+    CallRequest { tool: tool.into(), idempotency_key: key.map(String::from), hints: None }
+}
+
+/// One way of making the scenario's calls: `scenario` runs all three calls,
+/// `success` only the third, each `n` times; both return ns per iteration.
+trait Subject {
+    fn scenario(&mut self, n: u32) -> f64;
+    fn success(&mut self, n: u32) -> f64;
+}
+
+/// The component's flat hot path (`begin-call-flat`, `record-failure`, `record-success`).
+struct Flat {
+    instance: PolicyInstance,
+    /// Whether answers are checked: the no-op component answers fixed values.
+    check: bool,
+}
+
+impl Flat {
+    fn new(component: &PolicyComponent, check: bool) -> Self {
+        let instance = component.instantiate(HostServices::new(Arc::new(EmbeddedAccounts::new()), EntropySource::seeded(1))).unwrap();
+        Flat { instance, check }
     }
-    started.elapsed().as_nanos() as f64 / f64::from(DECISIONS)
+
+    fn iterations(&mut self, n: u32, with_failures: bool) -> f64 {
+        let policy = self.instance.load_policy(CONFIG).unwrap().unwrap();
+        let (refund, lookup, keyed) = (request("issue_refund", Some(KEY)), request("lookup_order", None), with_failures);
+        let (unavailable, throttled) = (unavailable(), throttled());
+        let started = Instant::now();
+        let mut run = self.instance.start_run(&policy, "bench").unwrap().unwrap();
+        for i in 0..n {
+            if i % PER_RUN == PER_RUN - 1 {
+                self.instance.drop_run(run).unwrap();
+                run = self.instance.start_run(&policy, "bench").unwrap().unwrap();
+            }
+            let now = NOW_MS + u64::from(i);
+            if keyed {
+                for (call, failure) in [(&refund, &unavailable), (&lookup, &throttled)] {
+                    let start = self.instance.begin_call_flat(&run, call, now).unwrap().unwrap();
+                    let verdict = self.instance.record_failure(&run, start.call_id, 1, failure, now, Some(u64::from(i))).unwrap().unwrap();
+                    if self.check {
+                        assert_eq!(verdict.action, ActionKind::Retry);
+                    }
+                    let done = self.instance.record_success(&run, start.call_id, 2, now).unwrap().unwrap();
+                    if self.check {
+                        assert_eq!(done.action, ActionKind::Succeed);
+                    }
+                }
+            }
+            let start = self.instance.begin_call_flat(&run, &lookup, now).unwrap().unwrap();
+            let done = self.instance.record_success(&run, start.call_id, 1, now).unwrap().unwrap();
+            if self.check {
+                assert_eq!(done.action, ActionKind::Succeed);
+            }
+        }
+        self.instance.drop_run(run).unwrap();
+        self.instance.drop_policy(policy).unwrap();
+        started.elapsed().as_nanos() as f64 / f64::from(n)
+    }
+}
+
+impl Subject for Flat {
+    fn scenario(&mut self, n: u32) -> f64 {
+        self.iterations(n, true)
+    }
+
+    fn success(&mut self, n: u32) -> f64 {
+        self.iterations(n, false)
+    }
+}
+
+/// The component's rich calls (`begin-call`, `record-outcome`), with their words.
+struct Rich(PolicyInstance);
+
+impl Rich {
+    fn iterations(&mut self, n: u32, with_failures: bool) -> f64 {
+        let instance = &mut self.0;
+        let policy = instance.load_policy(CONFIG).unwrap().unwrap();
+        let (refund, lookup) = (request("issue_refund", Some(KEY)), request("lookup_order", None));
+        let (unavailable, throttled) = (Outcome::Failure(unavailable()), Outcome::Failure(throttled()));
+        let started = Instant::now();
+        let mut run = instance.start_run(&policy, "bench").unwrap().unwrap();
+        let call_id = |admission: Admission| match admission {
+            Admission::Send(ticket) => ticket.call_id,
+            other => panic!("{other:?}"),
+        };
+        for i in 0..n {
+            if i % PER_RUN == PER_RUN - 1 {
+                instance.drop_run(run).unwrap();
+                run = instance.start_run(&policy, "bench").unwrap().unwrap();
+            }
+            let now = NOW_MS + u64::from(i);
+            if with_failures {
+                for (call, failure) in [(&refund, &unavailable), (&lookup, &throttled)] {
+                    let id = call_id(instance.begin_call(&run, call, now).unwrap().unwrap());
+                    std::hint::black_box(instance.record_outcome(&run, id, 1, failure, now, Some(u64::from(i))).unwrap().unwrap());
+                    std::hint::black_box(instance.record_outcome(&run, id, 2, &Outcome::Success, now, None).unwrap().unwrap());
+                }
+            }
+            let id = call_id(instance.begin_call(&run, &lookup, now).unwrap().unwrap());
+            std::hint::black_box(instance.record_outcome(&run, id, 1, &Outcome::Success, now, None).unwrap().unwrap());
+        }
+        instance.drop_run(run).unwrap();
+        instance.drop_policy(policy).unwrap();
+        started.elapsed().as_nanos() as f64 / f64::from(n)
+    }
+}
+
+impl Subject for Rich {
+    fn scenario(&mut self, n: u32) -> f64 {
+        self.iterations(n, true)
+    }
+
+    fn success(&mut self, n: u32) -> f64 {
+        self.iterations(n, false)
+    }
+}
+
+/// The native core, lean (`Run::begin`, `record_failure`, `record_success`),
+/// or rich (`begin_call`, `record_outcome` with its words: what every call
+/// paid before contract 0.4.0).
+struct Native {
+    rich: bool,
+}
+
+impl Native {
+    fn iterations(&self, n: u32, with_failures: bool) -> f64 {
+        let config = Arc::new(Config::from_json(CONFIG).unwrap());
+        let unavailable = core::FailureKind::HttpStatus(503);
+        let throttled = core::FailureKind::HttpStatus(429);
+        let hint = [("retry-after", "1")];
+        let failures = [
+            ("issue_refund", Some(KEY), FailureView { kind: &unavailable, headers: &[], body: "upstream unavailable", structured_content: None }),
+            ("lookup_order", None, FailureView { kind: &throttled, headers: &hint, body: "slow down", structured_content: None }),
+        ];
+        let rich_failures = [
+            core::Outcome::Failure(core::Failure { kind: unavailable, headers: vec![], body: "upstream unavailable".into(), structured_content: None }),
+            core::Outcome::Failure(core::Failure {
+                kind: throttled,
+                headers: vec![("retry-after".into(), "1".into())],
+                body: "slow down".into(),
+                structured_content: None,
+            }),
+        ];
+        let budget = &mut NoAccountBudget;
+        let begin = |run: &mut Run, tool: &str, key: Option<&str>, now| {
+            let start = if self.rich {
+                let request = core::CallRequest { tool: tool.into(), idempotency_key: key.map(String::from), hints: None };
+                match run.begin_call(&request, now, &mut NoAccountBudget).unwrap() {
+                    core::Admission::Send(t) => t.call_id,
+                    other => panic!("{other:?}"),
+                }
+            } else {
+                match run.begin(tool.into(), key.map(String::from), None, now, &mut NoAccountBudget).unwrap() {
+                    agent_retry_policy::run::Start::Send(t) => t.call_id,
+                    other => panic!("{other:?}"),
+                }
+            };
+            std::hint::black_box(start)
+        };
+        let started = Instant::now();
+        let mut run = Run::new(Arc::clone(&config), "bench");
+        for i in 0..n {
+            if i % PER_RUN == PER_RUN - 1 {
+                run = Run::new(Arc::clone(&config), "bench");
+            }
+            let now = NOW_MS + u64::from(i);
+            if with_failures {
+                for ((tool, key, failure), rich_failure) in failures.iter().zip(&rich_failures) {
+                    let id = begin(&mut run, tool, *key, now);
+                    if self.rich {
+                        std::hint::black_box(run.record_outcome(id, 1, rich_failure, now, u64::from(i), budget).unwrap());
+                        std::hint::black_box(run.record_outcome(id, 2, &core::Outcome::Success, now, 0, budget).unwrap());
+                    } else {
+                        let verdict = run.record_failure(id, 1, failure, now, u64::from(i), budget).unwrap();
+                        assert!(matches!(verdict.act, Act::Retry { .. }));
+                        std::hint::black_box(run.record_success(id, 2, now, budget).unwrap());
+                    }
+                }
+            }
+            let id = begin(&mut run, "lookup_order", None, now);
+            if self.rich {
+                std::hint::black_box(run.record_outcome(id, 1, &core::Outcome::Success, now, 0, budget).unwrap());
+            } else {
+                std::hint::black_box(run.record_success(id, 1, now, budget).unwrap());
+            }
+        }
+        started.elapsed().as_nanos() as f64 / f64::from(n)
+    }
+}
+
+impl Subject for Native {
+    fn scenario(&mut self, n: u32) -> f64 {
+        self.iterations(n, true)
+    }
+
+    fn success(&mut self, n: u32) -> f64 {
+        self.iterations(n, false)
+    }
+}
+
+/// Per successful call and per failed attempt, in ns (docs/benchmark.md).
+#[derive(Clone, Copy)]
+struct Figures {
+    success_ns: f64,
+    failed_attempt_ns: f64,
+}
+
+fn median(mut samples: Vec<f64>) -> f64 {
+    samples.sort_by(f64::total_cmp);
+    samples[samples.len() / 2]
 }
 
 fn main() {
-    // Warm up both once, then measure three rounds and report the median.
-    let _ = (component_ns(), native_ns());
-    let median = |f: fn() -> f64| {
-        let mut v: Vec<f64> = (0..3).map(|_| f()).collect();
-        v.sort_by(|a, b| a.total_cmp(b));
-        v[1]
-    };
-    let (wasm, native) = (median(component_ns), median(native_ns));
-    println!("one decision (begin-call + record-outcome of a 503 with Retry-After + next-delay), median of 3 rounds of {DECISIONS}:");
-    println!("  through the component in wasmtime 48   {:>8.2} µs", wasm / 1000.0);
-    println!("  native core (baseline)                 {:>8.2} µs", native / 1000.0);
-    println!("  ratio                                  {:>8.1}x", wasm / native);
+    let wasm = PolicyComponent::from_file(&default_wasm_path()).expect("run `make wasm` first");
+    let noop_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/noop/agent_retry_noop.wasm");
+    let noop = PolicyComponent::from_file(&noop_path).expect("run `make noop` first");
+    let mut subjects: Vec<(&str, Box<dyn Subject>)> = vec![
+        ("component, flat path (wasmtime 48, fuel on)", Box::new(Flat::new(&wasm, true))),
+        (
+            "component, rich calls with words",
+            Box::new(Rich(wasm.instantiate(HostServices::new(Arc::new(EmbeddedAccounts::new()), EntropySource::seeded(1))).unwrap())),
+        ),
+        ("no-op floor: the same flat calls, no work", Box::new(Flat::new(&noop, false))),
+        ("native core, lean", Box::new(Native { rich: false })),
+        ("native core, rich calls with words", Box::new(Native { rich: true })),
+    ];
+    // Rounds interleave the subjects, so that a slower moment of the machine
+    // falls on all of them; the first round warms up and is dropped.
+    let mut samples: Vec<(Vec<f64>, Vec<f64>)> = vec![(Vec::new(), Vec::new()); subjects.len()];
+    for round in 0..=ROUNDS {
+        for (i, (_, subject)) in subjects.iter_mut().enumerate() {
+            let scenario = subject.scenario(ITERATIONS);
+            let success = subject.success(ITERATIONS);
+            if round > 0 {
+                samples[i].0.push(scenario);
+                samples[i].1.push(success);
+            }
+        }
+    }
+    let figures: Vec<Figures> = samples
+        .into_iter()
+        .map(|(scenario, success)| {
+            let (scenario, success) = (median(scenario), median(success));
+            // Three successful calls and two failed attempts make the scenario.
+            Figures { success_ns: success, failed_attempt_ns: ((scenario - 3.0 * success) / 2.0).max(0.0) }
+        })
+        .collect();
+    println!("docs/benchmark.md's scenario, median of {ROUNDS} rounds of {ITERATIONS} iterations:");
+    println!("  {:<46} {:>16} {:>18}", "", "successful call", "failed attempt");
+    for ((name, _), f) in subjects.iter().zip(&figures) {
+        println!("  {name:<46} {:>13.0} ns {:>15.0} ns", f.success_ns, f.failed_attempt_ns);
+    }
+    let (flat, rich, floor, native, native_rich) = (figures[0], figures[1], figures[2], figures[3], figures[4]);
+    println!("ratios:");
+    println!("  failed attempt, flat path / no-op floor       {:>6.2}x  (target: at most 1.5x)", flat.failed_attempt_ns / floor.failed_attempt_ns);
+    println!("  successful call, flat path / no-op floor      {:>6.2}x", flat.success_ns / floor.success_ns);
+    println!("  failed attempt, rich calls / flat path        {:>6.2}x", rich.failed_attempt_ns / flat.failed_attempt_ns);
+    println!("  failed attempt, flat path / native core       {:>6.2}x", flat.failed_attempt_ns / native.failed_attempt_ns);
+    println!("  failed attempt, native rich / native lean     {:>6.2}x", native_rich.failed_attempt_ns / native.failed_attempt_ns);
+    println!("  successful call, native rich / native lean    {:>6.2}x", native_rich.success_ns / native.success_ns);
 }

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ctypes
 import re
+import struct
 from collections.abc import Callable
 from ctypes import byref
 from typing import Any
@@ -456,3 +457,114 @@ def build(ty: ValType) -> Codec:
     if isinstance(ty, OwnType):
         return _ResourceCodec(borrow=False)
     raise WasmtimeError(f"agent_retry_policy does not convert values of WIT type {type(ty).__name__}")
+
+
+# The flat hot path (contract 0.4.0: `begin-call-flat`, `record-success`,
+# `record-failure`). Its answers are records of integers, booleans and enum
+# cases, so instead of walking a codec tree (a ctypes object per field and per
+# level) they are read straight from the C value's memory with one `struct`
+# unpack, the enum cases looked up by their bytes, and the whole value freed with
+# one `wasmtime_component_val_delete`. The offsets come from wasmtime-py's
+# ctypes mirror of the C structs (`_bindings.py`), not from constants here; the
+# shape of each record is checked against the component's own types when it is
+# loaded (`FlatRecord`), so a contract change fails the load, not a call.
+
+_VAL_SIZE = ctypes.sizeof(_Val)
+_UNION = _Val.of.offset
+_ENTRY = ffi.wasmtime_component_valrecord_entry_t
+_ENTRY_SIZE = ctypes.sizeof(_ENTRY)
+_ENTRY_UNION = _ENTRY.val.offset + _UNION
+# A `result`'s (is-ok, the address of its boxed payload); where a record value
+# keeps the address of its entries; an option<u64>'s box holds the u64 at _UNION.
+_RESULT_HEAD = struct.Struct(
+    f"={_UNION + ffi.wasmtime_component_valresult_t.is_ok.offset}x?"
+    f"{ffi.wasmtime_component_valresult_t.val.offset - ffi.wasmtime_component_valresult_t.is_ok.offset - 1}xQ"
+)
+_RECORD_DATA = _UNION + ffi.wasmtime_component_valrecord_t.data.offset
+_U64_AT = ctypes.c_uint64.from_address
+_PTR_AT = ctypes.c_size_t.from_address
+
+# The struct format of each scalar kind's union, and the codec classes it fits.
+_SCALARS: dict[str, tuple[str, tuple[type, ...], int | None]] = {
+    "bool": ("?", (_BoolCodec,), None),
+    "u16": ("H", (_IntCodec,), _U16),
+    "u32": ("I", (_IntCodec,), _U32),
+    "u64": ("Q", (_IntCodec,), _U64),
+    # An enum case's name: wasm_name_t (size, data).
+    "enum": ("QQ", (_EnumCodec,), None),
+    # An option's box (a pointer, 0 for none) of a u64.
+    "option<u64>": ("Q", (_OptionCodec,), None),
+}
+
+
+class FlatRecord:
+    """Reads one record of scalars (`fields`: (WIT name, kind) in WIT order) out
+    of a C value with a single unpack. `check` compares the shape with the codec
+    the component's type built; `read(address)` returns the raw tuple (an enum
+    as its (size, data), an option<u64> as its box address)."""
+
+    def __init__(self, fields: list[tuple[str, str]]) -> None:
+        self.fields = fields
+        parts, at = ["="], 0
+        for i, (_, kind) in enumerate(fields):
+            offset = i * _ENTRY_SIZE + _ENTRY_UNION
+            parts.append(f"{offset - at}x" if offset > at else "")
+            fmt = _SCALARS[kind][0]
+            parts.append(fmt)
+            at = offset + struct.calcsize("=" + fmt)
+        self.struct = struct.Struct("".join(parts))
+        # The bytes read, in place: up to the last field's end (the entries go on past it).
+        self.block = ctypes.c_char * self.struct.size
+
+    def check(self, codec: Codec | None) -> str | None:
+        """None if `codec` is `result<this record, _>`, else what differs."""
+        if not isinstance(codec, _ResultCodec) or not isinstance(codec.ok, _RecordCodec):
+            return "the result is not result<record, _>"
+        have = codec.ok.fields
+        if [name for name, _ in have] != [name for name, _ in self.fields]:
+            return f"the record's fields are {[name for name, _ in have]}, not {[name for name, _ in self.fields]}"
+        for (name, field_codec), (_, kind) in zip(have, self.fields, strict=True):
+            _, classes, int_kind = _SCALARS[kind]
+            fits = isinstance(field_codec, classes)
+            if fits and int_kind is not None:
+                fits = isinstance(field_codec, _IntCodec) and field_codec.kind == int_kind
+            if fits and kind == "option<u64>":
+                payload = field_codec.payload  # type: ignore[attr-defined]
+                fits = isinstance(payload, _IntCodec) and payload.kind == _U64
+            if not fits:
+                return f"field {name} is not a {kind}"
+        return None
+
+
+def enum_names(codec: Codec) -> dict[bytes, str]:
+    """An enum's cases by their UTF-8 bytes (for `FlatRecord` reads)."""
+    assert isinstance(codec, _EnumCodec)
+    return {encoded: name for name, encoded in codec.names.items()}
+
+
+def record_field(codec: Codec | None, name: str) -> Codec:
+    """The codec of field `name` of a `result<record, _>` codec."""
+    assert isinstance(codec, _ResultCodec) and isinstance(codec.ok, _RecordCodec)
+    return dict(codec.ok.fields)[name]
+
+
+def shape(codec: Codec | None) -> str:
+    """A short name of a codec's WIT type, for checking a flat export's
+    parameters at load: `u32`, `string`, `option<string>`, `borrow`, ..."""
+    if isinstance(codec, _IntCodec):
+        return codec.field
+    if isinstance(codec, _BoolCodec):
+        return "bool"
+    if isinstance(codec, _StringCodec):
+        return "string"
+    if isinstance(codec, _EnumCodec):
+        return "enum"
+    if isinstance(codec, _VariantCodec):
+        return "variant"
+    if isinstance(codec, _RecordCodec):
+        return "record"
+    if isinstance(codec, _OptionCodec):
+        return f"option<{shape(codec.payload)}>"
+    if isinstance(codec, _ResourceCodec):
+        return "borrow" if codec.borrow else "own"
+    return type(codec).__name__

@@ -8,6 +8,15 @@
     call_id = admission["send"]["call-id"]
     decision = run.record_outcome(call_id, 1, outcome, now_ms())  # attempt 1, then each retry plan's
 
+A retry loop's hot path (contract 0.4.0) crosses with flat values and gets a
+small tuple back; the prose is built only when asked for:
+
+    start = run.begin_call_flat("lookup_order", None, None, now_ms())   # CallStart
+    verdict = run.record_failure(start.call_id, 1, {"http-status": 503}, [("retry-after", "1")], "", None, now_ms(), entropy)
+    verdict.action, verdict.delay_ms                                     # "retry", 1000...
+    run.record_success(start.call_id, verdict.attempt + 1, now_ms())
+    run.last_decision(start.call_id)                                     # the full decision, when words are needed
+
 The sandbox matches the Rust and Node hosts': the component gets only the
 account budget and `wasi:random/random` (no WASI, so no file, socket, clock or
 environment; another import is refused at load with `ComponentImportRefused`),
@@ -21,7 +30,7 @@ the thread that created it: a call from another thread raises `WrongThread`
 before it reaches wasmtime.
 
 What the host passes is bounded before it crosses (`limits.py`, contract
-0.3.0): a failure's body cut to 64 KiB, at most 128 headers of 4 KiB, structured
+0.4.0): a failure's body cut to 64 KiB, at most 128 headers of 4 KiB, structured
 content over 64 KiB dropped; ids over 256 bytes and a configuration over 1 MiB
 are refused with the answer the component would give, without a call.
 """
@@ -38,7 +47,7 @@ import re
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from ctypes import byref
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,13 +79,27 @@ from .errors import (
     RunMisuse,
     WrongThread,
 )
-from .types import Admission, CallRequest, Classification, Decision, EffectRecord, Failure, Outcome, RunReport
+from .types import (
+    Admission,
+    CallRequest,
+    CallStart,
+    Classification,
+    Decision,
+    EffectRecord,
+    Escalation,
+    Failure,
+    FailureKind,
+    Outcome,
+    RunReport,
+    ToolHints,
+    Verdict,
+)
 
 # The contract this host speaks (wit/). A component of another major version
 # (for 0.x, another 0.minor: semver's caret rule) is refused at load time; one of
 # a compatible version is run under its own interface names.
 CONTRACT_PACKAGE = "agent-retry:policy"
-CONTRACT_VERSION = "0.3.0"
+CONTRACT_VERSION = "0.4.0"
 POLICY_INTERFACE = f"{CONTRACT_PACKAGE}/policy@{CONTRACT_VERSION}"
 ACCOUNT_BUDGET_INTERFACE = f"{CONTRACT_PACKAGE}/account-budget@{CONTRACT_VERSION}"
 TYPES_INTERFACE = f"{CONTRACT_PACKAGE}/types@{CONTRACT_VERSION}"
@@ -103,6 +126,7 @@ BUNDLED_WASM = "agent_retry_policy.wasm"
 
 EXPORTED_FUNCTIONS = (
     "derive-idempotency-key",
+    "rule-names",
     "[static]policy.from-json",
     "[method]policy.effective-config",
     "[method]policy.classify",
@@ -110,8 +134,38 @@ EXPORTED_FUNCTIONS = (
     "[method]policy.start-run",
     "[method]run.begin-call",
     "[method]run.record-outcome",
+    "[method]run.begin-call-flat",
+    "[method]run.record-success",
+    "[method]run.record-failure",
+    "[method]run.last-decision",
+    "[method]run.escalation",
     "[method]run.report",
     "[method]run.effects",
+)
+
+# The flat hot path: the parameters each export must take (checked at load, as
+# the fast path writes them by kind) and the records of its answers.
+_BEGIN_FLAT = "[method]run.begin-call-flat"
+_RECORD_SUCCESS = "[method]run.record-success"
+_RECORD_FAILURE = "[method]run.record-failure"
+_FLAT_PARAMS = {
+    _BEGIN_FLAT: ("borrow", "string", "option<string>", "option<record>", "u64"),
+    _RECORD_SUCCESS: ("borrow", "u32", "u32", "u64"),
+    _RECORD_FAILURE: ("borrow", "u32", "u32", "variant", "string", "string", "option<string>", "u64", "u64"),
+}
+_VERDICT = _codec.FlatRecord(
+    [
+        ("action", "enum"),
+        ("class", "enum"),
+        ("attempt", "u32"),
+        ("delay-ms", "u64"),
+        ("hint-ms", "option<u64>"),
+        ("rule-index", "u16"),
+        ("has-note", "bool"),
+    ]
+)
+_CALL_START = _codec.FlatRecord(
+    [("admitted", "bool"), ("call-id", "u32"), ("delay-ms", "u64"), ("effect", "enum"), ("safe-to-repeat", "bool")]
 )
 
 # The export that loads a configuration (on its own fuel budget, `fuel_per_config_byte`).
@@ -228,6 +282,39 @@ _func_call = ffi.wasmtime_component_func_call
 _set_fuel = ffi.wasmtime_context_set_fuel
 _val_delete = ffi.wasmtime_component_val_delete
 _Val = ffi.wasmtime_component_val_t
+# The ctypes functions themselves, for the flat hot path (same prototypes, no wrapper frame).
+_raw_func_call = ffi.dll.wasmtime_component_func_call
+_raw_set_fuel = ffi.dll.wasmtime_context_set_fuel
+_raw_val_delete = ffi.dll.wasmtime_component_val_delete
+_VAL_SIZE = ctypes.sizeof(_Val)
+_BOOL_KIND = ffi.WASMTIME_COMPONENT_BOOL.value
+# char arrays by length, for reading an enum case's name in place (`_chars`).
+_CHAR_ARRAYS = [ctypes.c_char * size for size in range(64)]
+
+
+def _chars(address: int, size: int) -> bytes:
+    """The `size` bytes at `address` (an enum case's name), read in place."""
+    if size < len(_CHAR_ARRAYS):
+        return _CHAR_ARRAYS[size].from_address(address).raw
+    return ctypes.string_at(address, size)
+
+
+_result_head = _codec._RESULT_HEAD.unpack_from
+_RECORD_DATA = _codec._RECORD_DATA
+_PTR_AT = _codec._PTR_AT
+_U64_AT = _codec._U64_AT
+_UNION = _codec._UNION
+_new_tuple = tuple.__new__
+_U32_MAX = 0xFFFF_FFFF
+_U64_MAX = 0xFFFF_FFFF_FFFF_FFFF
+_RESOURCE_KIND = ffi.WASMTIME_COMPONENT_RESOURCE.value
+_STRING_KIND = ffi.WASMTIME_COMPONENT_STRING.value
+_OPTION_KIND = ffi.WASMTIME_COMPONENT_OPTION.value
+_U32_KIND = ffi.WASMTIME_COMPONENT_U32.value
+_U64_KIND = ffi.WASMTIME_COMPONENT_U64.value
+# The most lowered failure kinds and tool hints a component keeps (`_lowered_value`).
+_LOWERED_MAX = 4_096
+_HINT_NAMES = frozenset(("read-only", "destructive", "idempotent"))
 
 
 @dataclass(frozen=True)
@@ -287,16 +374,20 @@ class PolicyComponent:
         if unknown:
             raise ComponentImportRefused(source, unknown[0], unknown)
         budgets = [name for name in contract_imports if _contract_interface(name) == "account-budget"]
-        if len(budgets) != 1:
-            raise ComponentLoadError(f"{source} must import {ACCOUNT_BUDGET_INTERFACE} once, imports {budgets}")
-        self.account_budget_interface = budgets[0]
+        if len(budgets) > 1:
+            raise ComponentLoadError(f"{source} must import {ACCOUNT_BUDGET_INTERFACE} at most once, imports {budgets}")
+        # None: the component never consults the account budget (its toolchain
+        # left the unused import out, as for the benchmark's no-op component);
+        # the Rust host links the import whether or not it is used, too.
+        self.account_budget_interface: str | None = budgets[0] if budgets else None
         self.random_imports = [name for name in self.imports if name.startswith(RANDOM_INTERFACE_PREFIX)]
         import_types = component_type.imports(self.engine)
-        budget = _import_codecs(self.engine, import_types[self.account_budget_interface].ty)
-        if "reserve" not in budget or "refund" not in budget:
-            raise ComponentLoadError(f"{source}: {self.account_budget_interface} lacks reserve or refund")
-        self._reserve_codecs = budget["reserve"]
-        self._refund_codecs = budget["refund"]
+        if self.account_budget_interface is not None:
+            budget = _import_codecs(self.engine, import_types[self.account_budget_interface].ty)
+            if "reserve" not in budget or "refund" not in budget:
+                raise ComponentLoadError(f"{source}: {self.account_budget_interface} lacks reserve or refund")
+            self._reserve_codecs = budget["reserve"]
+            self._refund_codecs = budget["refund"]
         # Per wasi:random interface, the functions it imports (get-random-u64, get-random-bytes).
         self._random_codecs = {name: _import_codecs(self.engine, import_types[name].ty) for name in self.random_imports}
         interface_index = self.component.get_export_index(self.policy_interface)
@@ -320,11 +411,43 @@ class PolicyComponent:
                 result=_codec.build(result) if result is not None else None,
             )
         self._specs = specs
+        # The flat hot path reads and writes its values by kind: their types must be the contract's.
+        for name, expected in _FLAT_PARAMS.items():
+            have = tuple(_codec.shape(codec) for codec in specs[name].params)
+            if have != expected:
+                raise ComponentLoadError(f"{source}: {name} takes ({', '.join(have)}), not the contract's ({', '.join(expected)})")
+        for name, record in ((_RECORD_SUCCESS, _VERDICT), (_RECORD_FAILURE, _VERDICT), (_BEGIN_FLAT, _CALL_START)):
+            problem = record.check(specs[name].result)
+            if problem is not None:
+                raise ComponentLoadError(f"{source}: {name} does not answer the contract's record: {problem}")
+        verdict_type = specs[_RECORD_SUCCESS].result
+        self._actions = _codec.enum_names(_codec.record_field(verdict_type, "action"))
+        self._classes = _codec.enum_names(_codec.record_field(verdict_type, "class"))
+        self._effect_names = _codec.enum_names(_codec.record_field(specs[_BEGIN_FLAT].result, "effect"))
+        # Lowered `failure-kind` and `option<tool-hints>` values, by value: the
+        # flat calls copy them into their arguments instead of lowering each
+        # time (a few hundred at most; they live as long as the component).
+        self._lowered: dict[Any, Any] = {}
+
+    def _lowered_value(self, key: Any, codec: _codec.Codec, value: Any) -> Any:
+        """`value` lowered by `codec` into a C value kept for the component's
+        life (a flat call copies it into its arguments and never frees it), or
+        None once `_LOWERED_MAX` values are kept. Raises ValueConversionError."""
+        cached = self._lowered.get(key)
+        if cached is None:
+            if len(self._lowered) >= _LOWERED_MAX:
+                return None
+            value_c = _Val()
+            codec.lower(value, value_c)
+            cached = self._lowered.setdefault(key, value_c)
+            if cached is not value_c:  # another thread kept the same value first
+                _val_delete(byref(value_c))
+        return cached
 
     @property
     def identity(self) -> str:
         """Which policy this is: the contract version it speaks and the first 12
-        hex digits of its .wasm's SHA-256, e.g. `agent-retry:policy@0.3.0 wasm
+        hex digits of its .wasm's SHA-256, e.g. `agent-retry:policy@0.4.0 wasm
         1a2b3c4d5e6f` (the same string in the Rust and Node hosts)."""
         return component_identity(self.contract_version, self.wasm_sha256)
 
@@ -366,11 +489,12 @@ def _check_fuel_per_config_byte(fuel_per_config_byte: int) -> None:
 
 
 class _BoundExport:
-    __slots__ = ("spec", "func")
+    __slots__ = ("spec", "func", "func_ref")
 
     def __init__(self, spec: _ExportSpec, func: Any) -> None:
         self.spec = spec
         self.func = func
+        self.func_ref = ctypes.pointer(func)  # made once: the flat hot path passes it as is
 
 
 def _one_line(message: str) -> str:
@@ -435,6 +559,7 @@ class PolicyInstance:
         self._memory = _sandbox.MemoryLimits(max_memory_bytes)
         engine = component.engine
         self._store = Store(engine)
+        self._context = self._store._context()
         if not _sandbox.AVAILABLE:  # pragma: no cover - not POSIX: wasmtime's limiter, refusals unseen
             self._store.set_limits(memory_size=max_memory_bytes)
         # The engine always meters fuel; "no limit" is a tank that never runs dry.
@@ -445,9 +570,10 @@ class PolicyInstance:
         linker = Linker(engine)
         calls = self._calls
         with linker.root() as root:
-            with root.add_instance(component.account_budget_interface) as budget:
-                _add_import(budget, "reserve", component._reserve_codecs, _reserve_import(accounts), calls)
-                _add_import(budget, "refund", component._refund_codecs, _refund_import(accounts), calls)
+            if component.account_budget_interface is not None:
+                with root.add_instance(component.account_budget_interface) as budget:
+                    _add_import(budget, "reserve", component._reserve_codecs, _reserve_import(accounts), calls)
+                    _add_import(budget, "refund", component._refund_codecs, _refund_import(accounts), calls)
             for name in component.random_imports:
                 functions = component._random_codecs[name]
                 with root.add_instance(name) as random:
@@ -470,6 +596,7 @@ class PolicyInstance:
             if func is None:
                 raise ComponentLoadError(f"{component.source}: {name} is not a function")
             self._exports[name] = _BoundExport(spec, func._func)
+        self._rule_names: tuple[str, ...] | None = None
 
     @property
     def policy_identity(self) -> str:
@@ -597,7 +724,39 @@ class PolicyInstance:
         if self._broken is None:
             resource.drop(self._store)
 
+    def _flat_call(self, bound: _BoundExport, params: Any, count: int, flat: _FlatArgs) -> Any:
+        """`_invoke` for the flat hot path: the same checks, tank and trap
+        handling, with arguments already lowered into `params`. Returns the
+        result's C value (`flat.result`), which the caller reads, frees and
+        resets."""
+        if threading.get_ident() != self._owner:  # before anything touches the store
+            self._check_thread(bound.spec.name)
+        if self._broken is not None:
+            raise InstanceUnusable(f"this policy instance failed earlier ({self._broken}); instantiate a new one")
+        context = self._context
+        fuel = self._fuel
+        if fuel is not None:
+            self._tank, self._config_bytes = fuel, None
+            error = _raw_set_fuel(context, fuel)
+            if error:
+                raise WasmtimeError._from_ptr(error)
+        self._memory.refused = None
+        self._calls.exception = None
+        error = _raw_func_call(bound.func_ref, context, params, count, flat.result_ref, 1)
+        if error:
+            self._fail(bound.spec.name, WasmtimeError._from_ptr(error))
+        return flat.result
+
     # Typed wrappers.
+
+    def rule_names(self) -> tuple[str, ...]:
+        """The names of the rules a decision can name, in the contract's fixed
+        order: `Verdict.rule_index` indexes it (`rule_names()[v.rule_index]` is
+        the `rule` of `Run.last_decision`). Read once per instance."""
+        names = self._rule_names
+        if names is None:
+            names = self._rule_names = tuple(cast(list[str], self._invoke(self._exports["rule-names"], ())))
+        return names
 
     def derive_idempotency_key(self, run_id: str, action_id: str) -> str:
         """`ar1-` + 32 hex digits of FNV-1a-128 over run-id, 0x00, action-id.
@@ -694,6 +853,93 @@ class Policy(_Handle):
         return Run(self.instance, result["ok"], run_id)
 
 
+class _Text(ctypes.Structure):
+    """A string value's payload (`wasm_name_t`: size, data) seen with `data` as
+    `c_char_p`: assigning a `bytes` stores the address of its own buffer (and
+    keeps it alive), so a string argument is passed without a C copy. The C side
+    only reads arguments (`wasmtime_component_func_call` takes them `const`);
+    these slots are never freed with `wasm_byte_vec_delete`."""
+
+    _fields_ = (("size", ctypes.c_size_t), ("data", ctypes.c_char_p))
+
+
+class _FlatArgs:
+    """The argument arrays of one run's flat calls, made on its first flat call
+    and reused: the run's handle (a clone, made once), the integers written in
+    place, strings pointed at their `bytes` (`_Text`), an option's payload in a
+    box of its own here, failure kinds and tool hints copied from the
+    component's lowered values; and the result value, reused (reset after it is
+    freed). `release` frees the handle clones (at `Run.close`, or when the run
+    is collected): nothing else here is owned by the C side between calls."""
+
+    __slots__ = (
+        "success",
+        "failure",
+        "begin",
+        "s_call",
+        "s_attempt",
+        "s_now",
+        "f_call",
+        "f_attempt",
+        "f_headers",
+        "f_body",
+        "f_structured",
+        "f_structured_text",
+        "f_structured_box",
+        "f_now",
+        "f_entropy",
+        "b_tool",
+        "b_key",
+        "b_key_text",
+        "b_key_box",
+        "b_now",
+        "result",
+        "result_ref",
+        "boxes",
+        "release",
+        "__weakref__",
+    )
+
+    def __init__(self, resource: ResourceAny) -> None:
+        self.success = (_Val * 4)()
+        self.failure = (_Val * 9)()
+        self.begin = (_Val * 5)()
+        kinds = (
+            (self.success, {1: _U32_KIND, 2: _U32_KIND, 3: _U64_KIND}),
+            (self.failure, {1: _U32_KIND, 2: _U32_KIND, 4: _STRING_KIND, 5: _STRING_KIND, 6: _OPTION_KIND, 7: _U64_KIND, 8: _U64_KIND}),
+            (self.begin, {1: _STRING_KIND, 2: _OPTION_KIND, 4: _U64_KIND}),
+        )
+        for params, slots in kinds:
+            for index, kind in slots.items():
+                params[index].kind = kind
+            params[0].of.resource = ffi.wasmtime_component_resource_any_clone(resource.ptr())
+            params[0].kind = _RESOURCE_KIND
+        success, failure, begin = self.success, self.failure, self.begin
+        self.s_call, self.s_attempt, self.s_now = success[1].of, success[2].of, success[3].of
+        self.f_call, self.f_attempt, self.f_now, self.f_entropy = failure[1].of, failure[2].of, failure[7].of, failure[8].of
+        self.f_headers, self.f_body = _text_at(failure, 4), _text_at(failure, 5)
+        self.b_tool, self.b_now = _text_at(begin, 1), begin[4].of
+        # option<string>: the option slot points at a string value kept here.
+        boxes = self.boxes = (_Val * 2)()
+        for box in boxes:
+            box.kind = _STRING_KIND
+        self.f_structured, self.f_structured_text, self.f_structured_box = failure[6].of, _text_at(boxes, 0), ctypes.pointer(boxes[0])
+        self.b_key, self.b_key_text, self.b_key_box = begin[2].of, _text_at(boxes, 1), ctypes.pointer(boxes[1])
+        self.result = _Val()
+        self.result_ref = byref(self.result)
+        self.release = weakref.finalize(self, _release_flat_args, (success, failure, begin))
+
+
+def _text_at(array: Any, index: int) -> _Text:
+    """The `_Text` view of the string value at `array[index]`."""
+    return _Text.from_buffer(array, index * _VAL_SIZE + _UNION)
+
+
+def _release_flat_args(arrays: tuple[Any, ...]) -> None:
+    for params in arrays:
+        _raw_val_delete(byref(params[0]))  # the run's handle clone: the only slot the C side owns
+
+
 class Run(_Handle):
     """One agent run: its calls, budgets and effects."""
 
@@ -704,6 +950,226 @@ class Run(_Handle):
         self._record = instance._exports["[method]run.record-outcome"]
         self._report = instance._exports["[method]run.report"]
         self._effects = instance._exports["[method]run.effects"]
+        self._begin_flat = instance._exports[_BEGIN_FLAT]
+        self._success = instance._exports[_RECORD_SUCCESS]
+        self._failure = instance._exports[_RECORD_FAILURE]
+        self._last = instance._exports["[method]run.last-decision"]
+        self._escalation = instance._exports["[method]run.escalation"]
+        component = instance.component
+        self._actions, self._classes, self._effect_names = component._actions, component._classes, component._effect_names
+        self._flat: _FlatArgs | None = None
+
+    def close(self) -> None:
+        flat = self._flat
+        if flat is not None and self._resource is not None:
+            self.instance._check_thread("close run")
+            self._flat = None
+            flat.release()
+        super().close()
+
+    def _flat_args(self) -> _FlatArgs:
+        flat = self._flat = _FlatArgs(self.resource)  # `resource` raises for a closed run
+        return flat
+
+    # The flat hot path (contract 0.4.0).
+
+    def begin_call_flat(self, tool: str, idempotency_key: str | None, hints: ToolHints | None, now_ms: int) -> CallStart:
+        """`begin_call` in flat values, for a retry loop's hot path: the same
+        checks, budgets and effect. Not admitted (`admitted` False) when the
+        run escalated instead: `escalation()` gives the hand-off. Raises
+        `RunMisuse` for the component's run-error (and, without a call,
+        `too-large` for a tool name or key over 256 bytes)."""
+        refused = limits.too_large("tool", tool)
+        if refused is None and idempotency_key is not None:
+            refused = limits.too_large("idempotency-key", idempotency_key)
+        if refused is not None:
+            raise RunMisuse(refused)
+        fast = (
+            type(tool) is str
+            and (idempotency_key is None or type(idempotency_key) is str)
+            and type(now_ms) is int
+            and 0 <= now_ms <= _U64_MAX
+        )
+        hints_c = None
+        if fast and hints is not None:
+            if type(hints) is dict and hints.keys() <= _HINT_NAMES:
+                key = ("hints", *((type(v), v) for v in (hints.get("read-only"), hints.get("destructive"), hints.get("idempotent"))))
+                try:
+                    hints_c = self.instance.component._lowered_value(key, self._begin_flat.spec.params[3], hints)
+                except _codec.ValueConversionError:
+                    hints_c = None  # the generic path raises it, with the argument's place
+            fast = hints_c is not None
+        if not fast:
+            lifted = self.instance._invoke(self._begin_flat, (self.resource, tool, idempotency_key, hints, now_ms))
+            if "err" in lifted:
+                raise RunMisuse(lifted["err"])
+            ok = lifted["ok"]
+            return _new_tuple(CallStart, (ok["admitted"], ok["call-id"], ok["delay-ms"], ok["effect"], ok["safe-to-repeat"]))  # type: ignore[no-any-return]
+        flat = self._flat or self._flat_args()
+        params = flat.begin
+        if hints_c is None:
+            params[3].kind, params[3].of.option = _OPTION_KIND, None
+        else:
+            params[3] = hints_c  # a copy of the component's value: never freed here
+        flat.b_now.u64 = now_ms
+        text = flat.b_tool
+        text.data = data = tool.encode("utf-8")
+        text.size = len(data)
+        if idempotency_key is None:
+            flat.b_key.option = None
+        else:
+            text = flat.b_key_text
+            text.data = data = idempotency_key.encode("utf-8")
+            text.size = len(data)
+            flat.b_key.option = flat.b_key_box
+        result = self.instance._flat_call(self._begin_flat, params, 5, flat)
+        try:
+            is_ok, box = _result_head(result)
+            if not is_ok:
+                raise RunMisuse(self._begin_flat.spec.result.lift(result)["err"])  # type: ignore[union-attr]  # lifting frees it
+            admitted, call_id, delay, effect_size, effect_data, safe = _CALL_START.struct.unpack_from(
+                _CALL_START.block.from_address(_PTR_AT(box + _RECORD_DATA).value)
+            )
+            values = (admitted, call_id, delay, self._effect_names[_chars(effect_data, effect_size)], safe)
+            _raw_val_delete(flat.result_ref)
+        finally:
+            result.kind = _BOOL_KIND  # freed (or lifted): empty again for the next call
+        return _new_tuple(CallStart, values)  # type: ignore[no-any-return]
+
+    def record_success(self, call_id: int, attempt: int, now_ms: int) -> Verdict:
+        """`record_outcome` of a success, answered flat (`Verdict`): what
+        `record_outcome(call_id, attempt, "success", now_ms)` decides. Raises
+        `RunMisuse` for the component's run-error."""
+        if (
+            type(call_id) is int
+            and type(attempt) is int
+            and type(now_ms) is int
+            and 0 <= call_id <= _U32_MAX
+            and 0 <= attempt <= _U32_MAX
+            and 0 <= now_ms <= _U64_MAX
+        ):
+            flat = self._flat or self._flat_args()
+            flat.s_call.u32, flat.s_attempt.u32, flat.s_now.u64 = call_id, attempt, now_ms
+            return self._verdict(self._success, self.instance._flat_call(self._success, flat.success, 4, flat), flat)
+        return self._verdict_of(self.instance._invoke(self._success, (self.resource, call_id, attempt, now_ms)))
+
+    def record_failure(
+        self,
+        call_id: int,
+        attempt: int,
+        kind: FailureKind,
+        headers: Sequence[Sequence[str]],
+        body: str,
+        structured_content: str | None,
+        now_ms: int,
+        entropy: int,
+    ) -> Verdict:
+        """`record_outcome` of a failure, in flat values and answered flat
+        (`Verdict`): what `record_outcome` decides of the same failure.
+        `headers` are (name, value) pairs, bounded as `record_outcome`'s (at
+        most 128, each name and value cut to 4 KiB), a CR or LF in one replaced
+        by a space, and joined as `name: value` lines; the body is cut to 64
+        KiB and structured content over 64 KiB dropped. `Run.last_decision`
+        has the prose. Raises `RunMisuse` for the component's run-error."""
+        return self._record_failure_text(
+            call_id,
+            attempt,
+            kind,
+            limits.bounded_headers_text(headers),
+            limits.cut(body, limits.MAX_BODY_BYTES),
+            limits.bounded_structured(structured_content),
+            now_ms,
+            entropy,
+        )
+
+    def _record_failure_text(
+        self, call_id: int, attempt: int, kind: Any, headers: str, body: str, structured: str | None, now_ms: int, entropy: int
+    ) -> Verdict:
+        """`record-failure` with the headers already joined, and no limits applied."""
+        kind_c = None
+        if type(kind) is dict and len(kind) == 1:
+            ((case, payload),) = kind.items()
+            if payload is None or type(payload) in (int, str):
+                try:
+                    kind_c = self.instance.component._lowered_value((case, type(payload), payload), self._failure.spec.params[3], kind)
+                except _codec.ValueConversionError:
+                    kind_c = None
+        if (
+            kind_c is None
+            or type(call_id) is not int
+            or type(attempt) is not int
+            or type(now_ms) is not int
+            or type(entropy) is not int
+            or not (0 <= call_id <= _U32_MAX and 0 <= attempt <= _U32_MAX and 0 <= now_ms <= _U64_MAX and 0 <= entropy <= _U64_MAX)
+            or type(headers) is not str
+            or type(body) is not str
+            or not (structured is None or type(structured) is str)
+        ):
+            args = (self.resource, call_id, attempt, kind, headers, body, structured, now_ms, entropy)
+            return self._verdict_of(self.instance._invoke(self._failure, args))
+        flat = self._flat or self._flat_args()
+        params = flat.failure
+        params[3] = kind_c  # a copy of the component's value: never freed here
+        flat.f_call.u32, flat.f_attempt.u32, flat.f_now.u64, flat.f_entropy.u64 = call_id, attempt, now_ms, entropy
+        text = flat.f_headers
+        text.data = data = headers.encode("utf-8")
+        text.size = len(data)
+        text = flat.f_body
+        text.data = data = body.encode("utf-8")
+        text.size = len(data)
+        if structured is None:
+            flat.f_structured.option = None
+        else:
+            text = flat.f_structured_text
+            text.data = data = structured.encode("utf-8")
+            text.size = len(data)
+            flat.f_structured.option = flat.f_structured_box
+        return self._verdict(self._failure, self.instance._flat_call(self._failure, params, 9, flat), flat)
+
+    def _verdict(self, bound: _BoundExport, result: Any, flat: _FlatArgs) -> Verdict:
+        """The `Verdict` in a `result<verdict, run-error>` C value, which it
+        frees (and resets for the next call)."""
+        try:
+            is_ok, box = _result_head(result)
+            if not is_ok:
+                raise RunMisuse(bound.spec.result.lift(result)["err"])  # type: ignore[union-attr]  # lifting frees it
+            action_size, action_data, class_size, class_data, attempt, delay, hint_box, rule, note = _VERDICT.struct.unpack_from(
+                _VERDICT.block.from_address(_PTR_AT(box + _RECORD_DATA).value)
+            )
+            values = (
+                self._actions[_chars(action_data, action_size)],
+                self._classes[_chars(class_data, class_size)],
+                attempt,
+                delay,
+                _U64_AT(hint_box + _UNION).value if hint_box else None,
+                rule,
+                note,
+            )
+            _raw_val_delete(flat.result_ref)
+        finally:
+            result.kind = _BOOL_KIND  # freed (or lifted): empty again for the next call
+        return _new_tuple(Verdict, values)  # type: ignore[no-any-return]
+
+    @staticmethod
+    def _verdict_of(lifted: Any) -> Verdict:
+        """The `Verdict` of the generic path's canonical value."""
+        if "err" in lifted:
+            raise RunMisuse(lifted["err"])
+        ok = lifted["ok"]
+        values = (ok["action"], ok["class"], ok["attempt"], ok["delay-ms"], ok["hint-ms"], ok["rule-index"], ok["has-note"])
+        return _new_tuple(Verdict, values)  # type: ignore[no-any-return]
+
+    def last_decision(self, call_id: int) -> Decision | None:
+        """The run's last decision (of `record_outcome`, `record_success` or
+        `record_failure`) in full, if it was about call `call_id`: the reason,
+        a replan's message, a note, an escalation. None if the run's last
+        decision was about another call, or there was none yet. The guest
+        builds the prose only now."""
+        return cast("Decision | None", self.instance._invoke(self._last, (self.resource, call_id)))
+
+    def escalation(self) -> Escalation | None:
+        """The hand-off, if the run has escalated (by any call)."""
+        return cast("Escalation | None", self.instance._invoke(self._escalation, (self.resource,)))
 
     def begin_call(self, call: CallRequest, now_ms: int) -> Admission:
         """Asks to begin a call. Raises `RunMisuse` for the component's run-error

@@ -5,6 +5,15 @@ inputs are converted from canonical JSON by each function's WIT parameter types
 (the same codec every call uses) and outputs converted back, then matched
 against the case's expectations.
 
+Every case also runs in flat mode (contract 0.4.0's hot path, through the
+host's typed `Run` methods): a `begin-call` step through `begin-call-flat` (and
+`escalation()` when not admitted), a `record-outcome` of a success or a failure
+through `record-success` / `record-failure` (the headers joined as `name: value`
+lines) and then `last-decision(call-id)`, each turned back into the rich
+answer; every other step as in rich mode. Each verdict must agree with the
+decision `last-decision` gives, and the flat outputs must equal the rich ones
+exactly. `--dump` writes the rich outputs.
+
     python -m agent_retry_policy.conformance [VECTOR_DIR] [--dump OUTPUTS.json]
 
 prints a line per failed case and `N passed, N failed`.
@@ -20,9 +29,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import limits
 from .accounts import EmbeddedAccounts
-from .component import PolicyComponent, PolicyInstance, _repo_root
+from .component import PolicyComponent, PolicyInstance, Run, _repo_root
 from .entropy import SplitMix64
+from .errors import RunMisuse
+from .types import CallStart, Decision, Verdict, action_name
 
 # The clock at the start of every case: 2025-11-30T00:00:00Z.
 DEFAULT_START_MS = 1_764_460_800_000
@@ -153,6 +165,8 @@ class Subject:
         self.instance: PolicyInstance = component.instantiate(accounts=EmbeddedAccounts.on_host_clock(), entropy=SplitMix64(0))
         self.policy: Any = None
         self.run: Any = None
+        # The current run as the host's typed `Run` (flat mode), made when first needed.
+        self._typed_run: Run | None = None
 
     def load_policy(self, config_text: str) -> Any:
         result = self.instance.call("[static]policy.from-json", config_text)
@@ -180,7 +194,15 @@ class Subject:
         if "ok" not in result:
             return result
         self.run = result["ok"]
+        self._typed_run = None
         return {"ok": None}
+
+    def typed_run(self) -> Run:
+        """The current run, as the typed `Run` whose flat methods flat mode calls
+        (never closed here: the run stays the subject's)."""
+        if self._typed_run is None or self._typed_run._resource is not self.need_run():
+            self._typed_run = Run(self.instance, self.need_run(), "run-1")
+        return self._typed_run
 
 
 def _sent_attempt(answer: Any, *path: str) -> int | None:
@@ -234,6 +256,13 @@ def run_step(subject: Subject, step: Any, state: dict[str, Any]) -> Any:
             state["started"] = True
             attempts.clear()
         return answer
+    flat = state.get("flat", False)
+    if op == "begin-call" and flat and isinstance(step.get("call"), dict) and step["call"].keys() <= _CALL_FIELDS:
+        answer = _begin_call_flat(subject, step["call"], state["now"])
+        call_id = _sent_attempt(answer, "ok", "send", "call-id")
+        if call_id is not None:
+            attempts[call_id] = 1
+        return answer
     if op == "begin-call":
         answer = call("[method]run.begin-call", subject.need_run(), _field(step, "call"), state["now"])
         call_id = _sent_attempt(answer, "ok", "send", "call-id")
@@ -243,7 +272,11 @@ def run_step(subject: Subject, step: Any, state: dict[str, Any]) -> Any:
     if op == "record-outcome":
         call_id = _u32(step, "call-id")
         attempt = _u32(step, "attempt") if "attempt" in step else attempts.get(call_id, 1)
-        answer = call("[method]run.record-outcome", subject.need_run(), call_id, attempt, _field(step, "outcome"), state["now"], entropy)
+        outcome = _field(step, "outcome")
+        if flat and _flat_outcome(outcome):
+            answer = _record_flat(subject, call_id, attempt, outcome, state["now"], entropy)
+        else:
+            answer = call("[method]run.record-outcome", subject.need_run(), call_id, attempt, outcome, state["now"], entropy)
         retry = _sent_attempt(answer, "ok", "action", "retry", "attempt")
         if retry is not None:
             attempts[call_id] = retry
@@ -253,6 +286,93 @@ def run_step(subject: Subject, step: Any, state: dict[str, Any]) -> Any:
     if op == "effects":
         return call("[method]run.effects", subject.need_run(), _u32(step, "start"), _u32(step, "max-count"))
     raise HarnessError(f'unknown op "{op}"')
+
+
+# Flat mode: the hot path's calls, turned back into the rich answers.
+
+_CALL_FIELDS = frozenset(["tool", "idempotency-key", "hints"])
+_FAILURE_FIELDS = frozenset(["kind", "headers", "body", "structured-content"])
+
+
+def _flat_outcome(outcome: Any) -> bool:
+    """Whether a record-outcome step's outcome goes through the flat path: a
+    success, or a failure (of the record's own fields; anything else is left to
+    the rich call, whose conversion refuses it)."""
+    if outcome == "success":
+        return True
+    if isinstance(outcome, dict) and len(outcome) == 1 and isinstance(outcome.get("failure"), dict):
+        failure = outcome["failure"]
+        return "kind" in failure and failure.keys() <= _FAILURE_FIELDS and isinstance(failure.get("headers", []), list)
+    return False
+
+
+def _begin_call_flat(subject: Subject, request: dict[str, Any], now: int) -> Any:
+    """`begin-call-flat` (+ `escalation()` when not admitted) as `begin-call`'s answer."""
+    run = subject.typed_run()
+    try:
+        start = run.begin_call_flat(request.get("tool", ""), request.get("idempotency-key"), request.get("hints"), now)
+    except RunMisuse as e:
+        return {"err": e.error}
+    if not isinstance(start, CallStart):
+        raise HarnessError(f"begin-call-flat answered {start!r}, not a call-start")
+    if start.admitted:
+        ticket = {"call-id": start.call_id, "delay-ms": start.delay_ms, "effect": start.effect, "safe-to-repeat": start.safe_to_repeat}
+        return {"ok": {"send": ticket}}
+    if start.call_id != 0:
+        raise HarnessError(f"begin-call-flat was not admitted but gave call-id {start.call_id} (0 when not admitted)")
+    escalation = run.escalation()
+    if escalation is None:
+        raise HarnessError("begin-call-flat was not admitted, and escalation() is none")
+    return {"ok": {"escalate": escalation}}
+
+
+def _record_flat(subject: Subject, call_id: int, attempt: int, outcome: Any, now: int, entropy: int) -> Any:
+    """`record-success` / `record-failure` + `last-decision(call-id)` as
+    `record-outcome`'s answer, the verdict checked against the decision."""
+    run = subject.typed_run()
+    try:
+        if outcome == "success":
+            verdict = run.record_success(call_id, attempt, now)
+        else:
+            failure = outcome["failure"]
+            headers = limits.join_headers(failure.get("headers", []))
+            body, structured = failure.get("body", ""), failure.get("structured-content")
+            verdict = run._record_failure_text(call_id, attempt, failure["kind"], headers, body, structured, now, entropy)
+    except RunMisuse as e:
+        return {"err": e.error}
+    which = "record-success" if outcome == "success" else "record-failure"
+    decision = run.last_decision(call_id)
+    if decision is None:
+        raise HarnessError(f"{which} answered {verdict!r}, but last-decision({call_id}) is none")
+    disagreement = verdict_disagreement(verdict, decision, subject.instance.rule_names())
+    if disagreement is not None:
+        raise HarnessError(f"{which}'s verdict disagrees with last-decision: {disagreement} (verdict {verdict!r}, decision {decision!r})")
+    return {"ok": decision}
+
+
+def verdict_disagreement(verdict: Verdict, decision: Decision, rule_names: tuple[str, ...]) -> str | None:
+    """None if the flat verdict says what the full decision says, else what differs."""
+    action = decision["action"]
+    kind = action_name(action)
+    plan_delay = action["retry"]["delay-ms"] if kind == "retry" else 0  # type: ignore[index]
+    if kind == "succeed":
+        has_note = action["succeed"] is not None  # type: ignore[index]
+    else:
+        has_note = kind in ("replan", "escalate")
+    rule = rule_names[verdict.rule_index] if verdict.rule_index < len(rule_names) else None
+    checks = (
+        ("action", verdict.action, kind),
+        ("class", verdict.class_, decision["class"]),
+        ("attempt", verdict.attempt, decision["attempt"]),
+        ("delay-ms", verdict.delay_ms, plan_delay),
+        ("hint-ms", verdict.hint_ms, decision["hint-ms"]),
+        ("rule", rule, decision["rule"]),
+        ("has-note", verdict.has_note, has_note),
+    )
+    for name, flat, rich in checks:
+        if flat != rich or type(flat) is not type(rich):
+            return f"{name}: the verdict says {flat!r}, the decision {rich!r}"
+    return None
 
 
 # Matching `expect` (tests/vectors/README.md, "Expectations").
@@ -318,13 +438,15 @@ class CaseResult:
     failure: str | None = None
 
 
-def run_case(component: PolicyComponent, file: str, case: dict[str, Any], *, config_text: str | None = None) -> CaseResult:
+def run_case(
+    component: PolicyComponent, file: str, case: dict[str, Any], *, config_text: str | None = None, flat: bool = False
+) -> CaseResult:
     """Runs one case on a fresh instance. A case without `config` loads
     `config_text` if given (a live update's own configuration, for the vectors
-    it ships with), else `{}`."""
+    it ships with), else `{}`. `flat`: in flat mode (the module docstring)."""
     result = CaseResult(file, case.get("description", "?"))
     subject = Subject(component)
-    state: dict[str, Any] = {"now": DEFAULT_START_MS, "started": False, "attempts": {}}
+    state: dict[str, Any] = {"now": DEFAULT_START_MS, "started": False, "attempts": {}, "flat": flat}
     if "config" in case or config_text is None:
         config_text = canonical_json_text(case.get("config", {}))
     try:
@@ -355,9 +477,27 @@ def canonical_outputs(result: CaseResult) -> str:
     return json.dumps(result.outputs, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
 
 
-def run_all(component: PolicyComponent, directory: Path, *, twice: bool = True) -> list[CaseResult]:
+def flat_mismatch(rich: CaseResult, flat: CaseResult) -> str | None:
+    """None if a case's flat-mode run passed and gave the rich run's outputs
+    exactly, else what went wrong (naming the first step that differs)."""
+    if flat.failure is not None:
+        return f"in flat mode: {flat.failure}"
+    if canonical_outputs(flat) == canonical_outputs(rich):
+        return None
+    for i, (a, b) in enumerate(zip(rich.outputs, flat.outputs, strict=False), start=1):
+        if _canonical(a) != _canonical(b):
+            return f"in flat mode, step {i} gave {_canonical(b)}, the rich call {_canonical(a)}"
+    return f"in flat mode, {len(flat.outputs)} outputs, in rich mode {len(rich.outputs)}"
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+
+
+def run_all(component: PolicyComponent, directory: Path, *, twice: bool = True, flat: bool = True) -> list[CaseResult]:
     """Every case of every file. With `twice`, each case runs again on a fresh
-    instance and must give the same outputs, byte for byte."""
+    instance and must give the same outputs, byte for byte; with `flat`, again
+    in flat mode, which must give them too. The results are the rich runs'."""
     results = []
     for path, data in load_vector_files(directory):
         for case in data["cases"]:
@@ -366,6 +506,8 @@ def run_all(component: PolicyComponent, directory: Path, *, twice: bool = True) 
                 second = run_case(component, path.name, case)
                 if second.failure is not None or canonical_outputs(second) != canonical_outputs(first):
                     first.failure = f"not deterministic: a second run gave {second.failure or canonical_outputs(second)}"
+            if flat and first.failure is None:
+                first.failure = flat_mismatch(first, run_case(component, path.name, case, flat=True))
             results.append(first)
     return results
 

@@ -1,5 +1,5 @@
 """What the host passes to the policy, bounded before it crosses the boundary
-(contract 0.3.0; the numbers of the Rust host's `limits.rs`, which the Node host
+(contract 0.4.0; the numbers of the Rust host's `limits.rs`, which the Node host
 applies too). Lowering a value into the guest costs its size in memory and
 copying, so a 40 MB tool error or 5,800 headers are cut here, not in the guest.
 
@@ -108,6 +108,38 @@ def bounded_outcome(outcome: Outcome) -> Outcome:
     return outcome
 
 
+def _one_line(text: str) -> str:
+    """`text` with every CR and LF replaced by a space (a line break would split
+    a `name: value` line in two)."""
+    if "\n" in text or "\r" in text:
+        return text.replace("\r", " ").replace("\n", " ")
+    return text
+
+
+def join_headers(headers: Any) -> str:
+    """The headers as `record-failure` takes them: one `name: value` line per
+    header, joined with "\n"; a CR or LF inside a name or value becomes a space.
+    Nothing is cut (`bounded_headers_text` applies the limits too)."""
+    if not headers:
+        return ""
+    return "\n".join(f"{_one_line(name)}: {_one_line(value)}" for name, value in headers)
+
+
+def bounded_headers_text(headers: Any) -> str:
+    """`join_headers` of the headers as `bounded_failure` passes them: at most
+    128, each name and value cut to 4,096 bytes (before joining)."""
+    if not headers:
+        return ""
+    if not _headers_within(headers):
+        headers = [(cut(name, MAX_HEADER_VALUE_BYTES), cut(value, MAX_HEADER_VALUE_BYTES)) for name, value in list(headers[:MAX_HEADERS])]
+    return join_headers(headers)
+
+
+def bounded_structured(structured: str | None) -> str | None:
+    """Structured content as passed: None over 65,536 bytes (cut JSON is not JSON)."""
+    return structured if structured is None or within(structured, MAX_STRUCTURED_BYTES) else None
+
+
 def too_large(input_name: str, value: str, max_bytes: int = MAX_ID_BYTES) -> dict[str, Any] | None:
     """The run error `too-large` the component would answer for an id over its
     limit (`{"too-large": {"input", "size-bytes", "limit-bytes"}}`), or None."""
@@ -124,8 +156,11 @@ __all__ = [
     "MAX_ID_BYTES",
     "MAX_STRUCTURED_BYTES",
     "bounded_failure",
+    "bounded_headers_text",
     "bounded_outcome",
+    "bounded_structured",
     "cut",
+    "join_headers",
     "too_large",
     "utf8_size",
 ]

@@ -2,8 +2,10 @@
 configuration, read from files the host watches (or on `reload()`), or published
 once for a whole fleet in Redis (`LivePolicy.open_redis`, `fleet.py`), checked
 by a gate, and swapped in atomically; `rollback()` returns to the previous good one.
-A refused update leaves the last good policy serving and says why. The same
-design as the Rust host's (hosts/rust/src/live.rs).
+A refused update leaves the last good policy serving and says why (the raised
+`UpdateError`, a warning log line, and `LivePolicy.metrics`, an `UpdateMetrics` of
+updates accepted, refused and rolled back). The same design as the Rust host's
+(hosts/rust/src/live.rs).
 
     live = LivePolicy.open(PolicySource(wasm, config, Integrity.ed25519(public_key)))
     live.watch(2.0)                       # polls both files; or live.reload() / live.rollback()
@@ -50,7 +52,7 @@ import os
 import string
 import threading
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -92,6 +94,18 @@ class PolicyIdentity:
 
     def __str__(self) -> str:
         return f"generation {self.generation} (wasm {self.wasm_sha256[:12]}, config {self.config_sha256[:12]})"
+
+
+@dataclass(frozen=True)
+class UpdateMetrics:
+    """Counters of what happened to updates since the host started (for a metrics
+    endpoint), as the Rust host's `UpdateMetrics` and the Node host's `metrics`:
+    updates accepted, refused (a `reload()`, or a poll that found a change, whose
+    candidate the gate refused) and rollbacks made. A snapshot: `LivePolicy.metrics`."""
+
+    accepted: int = 0
+    refused: int = 0
+    rolled_back: int = 0
 
 
 @dataclass(frozen=True)
@@ -275,6 +289,7 @@ class LivePolicy:
         self._previous: Loaded | None = None
         self._seen = seen
         self._last_refusal: str | None = None
+        self._metrics = UpdateMetrics()
         # Accepted updates are numbered from 2, never reusing a number after a rollback (as the Rust and Node hosts).
         self._next_generation = 2
         self._closed = threading.Event()
@@ -316,10 +331,16 @@ class LivePolicy:
         with self._lock:
             return self._last_refusal
 
+    @property
+    def metrics(self) -> UpdateMetrics:
+        """Updates accepted, refused and rolled back since the host started (a snapshot)."""
+        with self._lock:
+            return self._metrics
+
     def reload(self) -> PolicyIdentity:
         """Reads the files (or the fleet's publication) again, gates the candidate
         off the hot path, and swaps it in. On refusal raises `UpdateError`, logs
-        the reason, and the serving policy is unchanged."""
+        the reason and counts it (`metrics`), and the serving policy is unchanged."""
         with self._update_lock:
             with self._lock:
                 serving = self._current
@@ -339,12 +360,14 @@ class LivePolicy:
             except UpdateError as e:
                 with self._lock:
                     self._last_refusal = str(e)
+                    self._metrics = replace(self._metrics, refused=self._metrics.refused + 1)
                 self._log(logging.WARNING, "policy update refused", serving=str(serving.identity), kind=e.kind, reason=str(e))
                 raise
             with self._lock:
                 self._previous, self._current = self._current, loaded
                 self._last_refusal = None
                 self._next_generation += 1
+                self._metrics = replace(self._metrics, accepted=self._metrics.accepted + 1)
             identity = loaded.identity
             self._log(logging.INFO, "policy update accepted", **_identity_fields(identity))
             return identity
@@ -359,6 +382,7 @@ class LivePolicy:
                     raise NothingToRollBackTo()
                 self._previous, self._current = self._current, self._previous
                 identity = self._current.identity
+                self._metrics = replace(self._metrics, rolled_back=self._metrics.rolled_back + 1)
             self._log(logging.INFO, "policy rolled back", **_identity_fields(identity))
             return identity
 
@@ -690,6 +714,56 @@ def _invariants(policy: Policy) -> None:
                 break  # escalated, or another call (a status check, a replan, a success)
         run.report()
 
+    # The flat hot path (contract 0.4.0) keeps the same invariants, and each
+    # verdict says what the full decision (`last-decision`) says: a keyed write
+    # failing 503 is retried with the same key within the delay cap (or
+    # escalated), then succeeds; an unkeyed write that timed out is never
+    # resent without a status check; a 403 escalates, with its hand-off.
+    from .conformance import verdict_disagreement
+
+    rules = policy.instance.rule_names()
+    if not rules or not all(isinstance(rule, str) for rule in rules):
+        raise UpdateSelfTestError(f"rule-names gave {rules!r}")
+
+    def agreed(run: Any, call_id: int, verdict: Any, what: str) -> Any:
+        decision = run.last_decision(call_id)
+        if decision is None:
+            raise UpdateSelfTestError(f"{what}: last-decision({call_id}) is none after a verdict")
+        disagreement = verdict_disagreement(verdict, decision, rules)
+        if disagreement is not None:
+            raise UpdateSelfTestError(f"{what}: the verdict disagrees with last-decision: {disagreement}")
+        return decision
+
+    with policy.start_run("self-test-5") as run:
+        start = run.begin_call_flat("self_test_write", key, write, now)
+        if start.admitted:
+            verdict = run.record_failure(start.call_id, 1, {"http-status": 503}, (), "self-test", None, now, _U64_MAX)
+            decision = agreed(run, start.call_id, verdict, "a 503 on a keyed write (flat)")
+            if verdict.action == "retry":
+                if decision["action"]["retry"]["idempotency-key"] != key:
+                    raise UpdateSelfTestError("a retry (flat) changed the call's idempotency key")
+                if verdict.delay_ms > max_delay:
+                    raise UpdateSelfTestError(f"a retry (flat) waits {verdict.delay_ms} ms, above max-delay-ms {max_delay}")
+                agreed(run, start.call_id, run.record_success(start.call_id, verdict.attempt + 1, now), "a success (flat)")
+            elif verdict.action != "escalate":
+                raise UpdateSelfTestError(f"a 503 on a keyed write (flat) answered {verdict.action!r}")
+    with policy.start_run("self-test-6") as run:
+        start = run.begin_call_flat("self_test_write", None, write, now)
+        if start.admitted:
+            verdict = run.record_failure(start.call_id, 1, {"transport": "timeout"}, (), "", None, now, 1)
+            agreed(run, start.call_id, verdict, "an unkeyed write that timed out (flat)")
+            if verdict.action == "retry":
+                raise UpdateSelfTestError("an unkeyed write that timed out would be resent without a status check (flat)")
+    with policy.start_run("self-test-7") as run:
+        start = run.begin_call_flat("self_test_write", key, write, now)
+        if start.admitted:
+            verdict = run.record_failure(start.call_id, 1, {"http-status": 403}, (), "self-test", None, now, 1)
+            agreed(run, start.call_id, verdict, "a 403 (flat)")
+            if verdict.action != "escalate":
+                raise UpdateSelfTestError(f"a 403 (flat) answered {verdict.action!r}")
+        if run.escalation() is None:
+            raise UpdateSelfTestError("the run escalated (a 403, or not admitted), but escalation() is none")
+
 
 def _contract_key(run_id: str, action_id: str) -> str:
     """`ar1-` + FNV-1a-128 over run-id, 0x00, action-id (wit/types.wit)."""
@@ -705,5 +779,6 @@ __all__ = [
     "Loaded",
     "PolicyIdentity",
     "PolicySource",
+    "UpdateMetrics",
     "signature_path",
 ]

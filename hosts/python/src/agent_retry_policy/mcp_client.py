@@ -55,7 +55,7 @@ null when the tool takes none), `outcome`, `class`, `rule`, `action`, `delay_ms`
 escalation reason, null unless escalate) and `reason`. A call stopped by a
 limit or a cancellation logs one more line: outcome `call-timeout`,
 `run-timeout` or `cancelled`, action `stop`. `policy` names the policy that
-decided: the component's identity (`agent-retry:policy@0.3.0 wasm 1a2b3c4d5e6f`)
+decided: the component's identity (`agent-retry:policy@0.4.0 wasm 1a2b3c4d5e6f`)
 unless the caller was given `policy_identity` (a host serving a `LivePolicy`
 passes `str(loaded.identity)`, e.g. `generation 3 (wasm 1a2b3c4d5e6f, config
 0f0e0d0c0b0a)`).

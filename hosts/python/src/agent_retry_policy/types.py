@@ -14,12 +14,17 @@ already the typed value, with no conversion layer. Keys are the WIT
 
 Input records may leave out optional fields (options, lists, strings); output
 records always carry every field.
+
+The flat hot path's answers (`verdict`, `call-start`: integers, booleans and
+enum cases only) are `NamedTuple`s instead, with the WIT names in snake_case
+(`class` is `class_`): `Run.record_failure` and friends build them with no
+dict at all.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal, Union
+from typing import Literal, NamedTuple, Union
 
 from typing_extensions import NotRequired, TypedDict
 
@@ -42,6 +47,8 @@ EscalationReason = Literal[
 EffectStatus = Literal["applied", "unknown"]
 StatusCheckResult = Literal["found", "absent", "unknown"]
 ConfigErrorKind = Literal["syntax", "unknown-field", "wrong-type", "out-of-range", "too-large"]
+# What `record-success` and `record-failure` tell the host to do: the case of `action`, without its payload.
+ActionKind = Literal["retry", "replan", "check-status", "succeed", "escalate"]
 
 HttpStatusKind = TypedDict("HttpStatusKind", {"http-status": int})
 
@@ -153,6 +160,45 @@ class EscalateAdmission(TypedDict):
 
 
 Admission = Union[SendAdmission, EscalateAdmission]
+
+
+class Verdict(NamedTuple):
+    """The flat answer of `Run.record_success` and `Run.record_failure`: what
+    `record_outcome` would decide of the same outcome, without its prose
+    (`Run.last_decision(call_id)` has the reason, a replan's message, a note,
+    an escalation)."""
+
+    # What to do.
+    action: ActionKind
+    # How the outcome was classified (the WIT's `class`).
+    class_: OutcomeClass
+    # The attempt this verdict answers; a retry sends `attempt + 1`.
+    attempt: int
+    # A retry's wait before sending, in ms; 0 for any other action.
+    delay_ms: int
+    # The server's wait hint, in ms, if any.
+    hint_ms: int | None
+    # The rule that decided, as an index into `PolicyInstance.rule_names()`.
+    rule_index: int
+    # Whether the action carries text for the model or a person (a replan's
+    # message, a success's note, an escalation): `Run.last_decision` has it.
+    has_note: bool
+
+
+class CallStart(NamedTuple):
+    """The flat answer of `Run.begin_call_flat`."""
+
+    # Whether the first attempt may be sent; False when the run escalated
+    # instead (`Run.escalation()` gives the hand-off).
+    admitted: bool
+    # The call's id in this run (0 when not admitted).
+    call_id: int
+    # How long to wait before sending, in ms (the account budget's wait).
+    delay_ms: int
+    # The effect the policy resolved for the tool.
+    effect: Effect
+    # Whether a failed attempt may be repeated without a status check.
+    safe_to_repeat: bool
 
 
 class StatusCount(TypedDict):

@@ -13,6 +13,7 @@ ENUMS: dict[str, tuple[str, ...]] = {
     'escalation-reason': ('permission-denied', 'replans-spent', 'call-attempts-spent', 'run-retries-spent', 'run-steps-spent', 'server-wait-too-long', 'retry-forbidden', 'account-budget-exhausted', 'retry-quota-exhausted', 'unclassified-failure', 'status-unknown',),
     'effect-status': ('applied', 'unknown',),
     'config-error-kind': ('syntax', 'unknown-field', 'wrong-type', 'out-of-range', 'too-large',),
+    'action-kind': ('retry', 'replan', 'check-status', 'succeed', 'escalate',),
 }
 
 RECORDS: dict[str, tuple[str, ...]] = {
@@ -32,6 +33,8 @@ RECORDS: dict[str, tuple[str, ...]] = {
     'attempt-mismatch': ('call-id', 'expected', 'reported',),
     'size-limit': ('input', 'size-bytes', 'limit-bytes',),
     'config-error': ('kind', 'field', 'message',),
+    'verdict': ('action', 'class', 'attempt', 'delay-ms', 'hint-ms', 'rule-index', 'has-note',),
+    'call-start': ('admitted', 'call-id', 'delay-ms', 'effect', 'safe-to-repeat',),
 }
 
 VARIANTS: dict[str, tuple[str, ...]] = {
@@ -45,6 +48,7 @@ VARIANTS: dict[str, tuple[str, ...]] = {
 
 FUNCTIONS: tuple[str, ...] = (
     'derive-idempotency-key',
+    'rule-names',
     '[static]policy.from-json',
     '[method]policy.effective-config',
     '[method]policy.classify',
@@ -52,6 +56,11 @@ FUNCTIONS: tuple[str, ...] = (
     '[method]policy.start-run',
     '[method]run.begin-call',
     '[method]run.record-outcome',
+    '[method]run.begin-call-flat',
+    '[method]run.record-success',
+    '[method]run.record-failure',
+    '[method]run.last-decision',
+    '[method]run.escalation',
     '[method]run.report',
     '[method]run.effects',
 )

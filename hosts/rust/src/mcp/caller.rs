@@ -24,8 +24,8 @@ use super::limit::Limit;
 use super::metrics::Metrics;
 use super::observe;
 use crate::component::types::{
-    Action, Admission, CallRequest, CallTicket, Decision, Effect, EffectStatus, Escalation, EscalationReason, FailureKind, Outcome, RunReport,
-    StatusCheckResult, ToolHints, TransportError,
+    Action, ActionKind, Admission, CallRequest, CallTicket, Decision, Effect, EffectStatus, Escalation, EscalationReason, FailureKind, Outcome, RetryPlan,
+    RunError, RunReport, StatusCheckResult, ToolHints, TransportError,
 };
 use crate::component::{PolicyHandle, PolicyInstance, RunHandle};
 use crate::labels;
@@ -346,7 +346,8 @@ impl RetryingToolCaller {
         let hints = ToolHints { read_only: Some(true), destructive: Some(false), idempotent: Some(true) };
         let request = CallRequest { tool: what.to_string(), idempotency_key: None, hints: Some(hints) };
         let now = self.options.clock.now_ms();
-        let ticket = match self.instance.begin_call(&self.run, &request, now).map_err(policy_error)?.map_err(CallError::Run)? {
+        let begun = self.begin_call(&request, now).map_err(|fault| self.policy_failed(None, what, None, "not sent", fault))?;
+        let ticket = match begun.map_err(CallError::Run)? {
             Admission::Send(ticket) => ticket,
             Admission::Escalate(escalation) => return Err(self.escalated_before_send(None, what, None, escalation)),
         };
@@ -367,9 +368,8 @@ impl RetryingToolCaller {
             };
             let now = self.options.clock.now_ms();
             let decision = self
-                .instance
-                .record_outcome(&self.run, ticket.call_id, attempt, &attempted.outcome, now, None)
-                .map_err(policy_error)?
+                .record(ticket.call_id, attempt, request.idempotency_key.as_deref(), &attempted.outcome, now)
+                .map_err(|fault| self.policy_failed(None, what, None, &outcome_label(&attempted.outcome), fault))?
                 .map_err(CallError::Run)?;
             self.log(None, ticket.call_id, what, None, &attempted.outcome, &decision, attempted.uncaptured);
             match decision.action {
@@ -386,8 +386,10 @@ impl RetryingToolCaller {
                 Action::CheckStatus => {
                     let now = self.options.clock.now_ms();
                     let outcome = Outcome::StatusCheck(StatusCheckResult::Unknown);
-                    let decision =
-                        self.instance.record_outcome(&self.run, ticket.call_id, attempt, &outcome, now, None).map_err(policy_error)?.map_err(CallError::Run)?;
+                    let decision = self
+                        .record(ticket.call_id, attempt, request.idempotency_key.as_deref(), &outcome, now)
+                        .map_err(|fault| self.policy_failed(None, what, None, &outcome_label(&outcome), fault))?
+                        .map_err(CallError::Run)?;
                     self.log(None, ticket.call_id, what, None, &outcome, &decision, false);
                     if let Action::Escalate(escalation) = decision.action {
                         return Err(CallError::Escalated(escalation));
@@ -549,6 +551,88 @@ impl RetryingToolCaller {
         CallError::Escalated(escalation)
     }
 
+    /// Asks to begin a call on the flat hot path (contract 0.4.0); the hand-off
+    /// of a call that is not admitted is read from the run.
+    fn begin_call(&mut self, request: &CallRequest, now: u64) -> Result<Result<Admission, RunError>, PolicyFault> {
+        let start = match self.instance.begin_call_flat(&self.run, request, now)? {
+            Ok(start) => start,
+            Err(error) => return Ok(Err(error)),
+        };
+        if start.admitted {
+            let ticket = CallTicket { call_id: start.call_id, delay_ms: start.delay_ms, effect: start.effect, safe_to_repeat: start.safe_to_repeat };
+            return Ok(Ok(Admission::Send(ticket)));
+        }
+        let escalation = self.instance.escalation(&self.run)?;
+        Ok(Ok(Admission::Escalate(escalation.expect("a call the policy did not admit escalated the run"))))
+    }
+
+    /// Records an attempt's outcome: a success or a failure on the flat hot
+    /// path, any other outcome in full. The decision's words (its reason, a
+    /// message, a note) cross the boundary only when they are needed: when the
+    /// action carries text, or when the attempt line will be written.
+    fn record(&mut self, call_id: u32, attempt: u32, key: Option<&str>, outcome: &Outcome, now: u64) -> Result<Result<Decision, RunError>, PolicyFault> {
+        let verdict = match outcome {
+            Outcome::Success => self.instance.record_success(&self.run, call_id, attempt, now)?,
+            Outcome::Failure(failure) => self.instance.record_failure(&self.run, call_id, attempt, failure, now, None)?,
+            other => return self.instance.record_outcome(&self.run, call_id, attempt, other, now, None),
+        };
+        let verdict = match verdict {
+            Ok(verdict) => verdict,
+            Err(error) => return Ok(Err(error)),
+        };
+        if verdict.has_note || tracing::enabled!(target: "agent_retry", tracing::Level::INFO) {
+            let decision = self.instance.last_decision(&self.run, call_id)?;
+            return Ok(Ok(decision.expect("the run's last decision is this call's")));
+        }
+        let action = match verdict.action {
+            ActionKind::Retry => Action::Retry(RetryPlan { delay_ms: verdict.delay_ms, attempt: verdict.attempt + 1, idempotency_key: key.map(String::from) }),
+            ActionKind::CheckStatus => Action::CheckStatus,
+            ActionKind::Succeed => Action::Succeed(None),
+            // These carry text (`has_note`), and were answered above.
+            ActionKind::Replan | ActionKind::Escalate => unreachable!("an action with text has has-note set"),
+        };
+        let rule = self.instance.rule_name(&verdict)?;
+        Ok(Ok(Decision { action, class: verdict.class, attempt: verdict.attempt, hint_ms: verdict.hint_ms, rule, reason: String::new() }))
+    }
+
+    /// The safe fallback when the policy itself fails (a trap, out of fuel or
+    /// memory, a broken contract, an unusable instance): nothing is retried; one
+    /// `escalate` line and an escalation whose note says the policy failed, with
+    /// what the last attempt saw (the same note as the Python and Node wrappers').
+    /// The instance is broken: serve the next run from a fresh one.
+    fn policy_failed(&self, step: Option<u32>, tool: &str, key: Option<&str>, last_outcome: &str, fault: PolicyFault) -> CallError {
+        let note = format!(
+            "the retry policy failed ({}: {fault}); not retried. Last outcome of {tool}: {last_outcome}. \
+             Effects of this run are not known to the host: check before sending again.",
+            fault.kind()
+        );
+        let escalation = Escalation {
+            reason: EscalationReason::UnclassifiedFailure,
+            last_error: Some(last_outcome.to_string()),
+            resets_in_ms: None,
+            effects: vec![],
+            effects_total: 0,
+            note,
+        };
+        self.log_line(AttemptLine {
+            step,
+            call: None,
+            tool,
+            attempt: 0,
+            key,
+            outcome: last_outcome,
+            class: None,
+            rule: None,
+            action: "escalate",
+            delay_ms: None,
+            hint_ms: None,
+            escalation: Some(labels::reason(escalation.reason)),
+            reason: &escalation.note,
+        });
+        self.metrics.update(|c| *c.escalations_by_reason.entry(labels::reason(escalation.reason).to_string()).or_default() += 1);
+        CallError::Escalated(escalation)
+    }
+
     /// A call that stopped waiting: one line (outcome the cause, action `stop`),
     /// and the error saying whether it may have been applied.
     fn stopped(&mut self, cause: StopCause, tool: &str, ticket: Option<&CallTicket>, attempts_sent: u32, in_flight: bool, key: Option<&str>) -> CallError {
@@ -610,7 +694,10 @@ impl RetryingToolCaller {
         // The key identifies the intended effect: derived once per call, from the
         // run and the step, and sent unchanged with every attempt.
         let key = if info.takes_key {
-            let key = self.instance.derive_idempotency_key(&self.run_id, &format!("step-{step}")).map_err(policy_error)?;
+            let key = self
+                .instance
+                .derive_idempotency_key(&self.run_id, &format!("step-{step}"))
+                .map_err(|fault| self.policy_failed(Some(step), tool, None, "not sent", fault))?;
             arguments.insert(self.options.key_argument.clone(), Value::String(key.clone()));
             Some(key)
         } else {
@@ -618,7 +705,8 @@ impl RetryingToolCaller {
         };
         let request = CallRequest { tool: tool.to_string(), idempotency_key: key.clone(), hints: info.hints };
         let now = self.options.clock.now_ms();
-        let ticket = match self.instance.begin_call(&self.run, &request, now).map_err(policy_error)?.map_err(CallError::Run)? {
+        let begun = self.begin_call(&request, now).map_err(|fault| self.policy_failed(Some(step), tool, key.as_deref(), "not sent", fault))?;
+        let ticket = match begun.map_err(CallError::Run)? {
             Admission::Send(ticket) => ticket,
             Admission::Escalate(escalation) => return Err(self.escalated_before_send(Some(step), tool, key.as_deref(), escalation)),
         };
@@ -654,9 +742,8 @@ impl RetryingToolCaller {
             };
             let now = self.options.clock.now_ms();
             let decision = self
-                .instance
-                .record_outcome(&self.run, ticket.call_id, attempt, &attempted.outcome, now, None)
-                .map_err(policy_error)?
+                .record(ticket.call_id, attempt, request.idempotency_key.as_deref(), &attempted.outcome, now)
+                .map_err(|fault| self.policy_failed(Some(step), tool, key.as_deref(), &outcome_label(&attempted.outcome), fault))?
                 .map_err(CallError::Run)?;
             self.log(Some(step), ticket.call_id, tool, key.as_deref(), &attempted.outcome, &decision, attempted.uncaptured);
             match decision.action {

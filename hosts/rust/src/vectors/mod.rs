@@ -9,4 +9,4 @@ pub mod matcher;
 pub mod runner;
 
 pub use format::{Case, VectorFile, load_dir, parse_file};
-pub use runner::{CaseResult, Subject, run_case, run_case_in};
+pub use runner::{CaseResult, Subject, run_case, run_case_flat, run_case_in};

@@ -21,10 +21,20 @@ pub fn run_case(case: &Case, subject: &mut dyn Subject) -> CaseResult {
     run_case_in(case, "{}", subject)
 }
 
+/// [`run_case`] through the flat hot path ([`crate::flat`]): its outputs must
+/// be the rich path's.
+pub fn run_case_flat(case: &Case, subject: &mut dyn Subject) -> CaseResult {
+    run_case_with(case, "{}", subject, true)
+}
+
 /// [`run_case`], with `default_config` for a case that names no configuration.
 pub fn run_case_in(case: &Case, default_config: &str, subject: &mut dyn Subject) -> CaseResult {
+    run_case_with(case, default_config, subject, false)
+}
+
+fn run_case_with(case: &Case, default_config: &str, subject: &mut dyn Subject, flat: bool) -> CaseResult {
     let mut outputs = Vec::new();
-    let mut state = StepState::default();
+    let mut state = StepState { flat, ..StepState::default() };
     let config = case.config.as_ref().map_or_else(|| default_config.to_string(), Value::to_string);
     match subject.load_policy(&config) {
         Ok(loaded) if loaded.get("ok").is_some() => {}

@@ -67,10 +67,12 @@ export interface RetryingToolCallerOptions {
   emptyCheck?: (result: CallToolResult) => string | undefined;
   clock?: () => bigint;
   sleep?: (ms: number) => Promise<void>;
-  /** One JSON line per attempt (default: stderr). */
-  log?: (line: string) => void;
+  /** One JSON line per attempt (default: stderr); `null`: no lines at all (then
+   *  a decision's prose is asked of the policy only when the model or a person
+   *  needs it: a replan's message, an escalation, a success's note). */
+  log?: ((line: string) => void) | null;
   /** Which policy makes the decisions, logged as `policy` on every attempt line.
-   *  Default: the run's instance's `policyIdentity` (`agent-retry:policy@0.3.0 wasm
+   *  Default: the run's instance's `policyIdentity` (`agent-retry:policy@0.4.0 wasm
    *  0c1b894cf1b1`). A host serving a `LivePolicy` passes the run's `Loaded`
    *  identity: `loaded.identity.toString()` (`generation 3 (wasm …, config …)`). */
   policyIdentity?: string;
@@ -82,6 +84,26 @@ export interface CallToolOptions {
   actionId?: string;
   /** Stops the call at once when aborted (`CallCancelled`). */
   signal?: AbortSignal;
+}
+
+/** The policy's answer to one outcome: flat (a success or a failure: the
+ *  verdict, its decision asked for with `lastDecision` only when its words are
+ *  needed) or rich (an empty result or a status check: the decision). */
+interface Answer {
+  callId: number;
+  verdict?: Wit.Verdict;
+  decision?: Wit.Decision;
+}
+
+/** What an answer says to do. */
+const kindOf = (answer: Answer): Wit.ActionKind => (answer.verdict ? answer.verdict.action : (answer.decision as Wit.Decision).action.tag);
+
+/** A retry's wait and the attempt it sends. */
+function retryOf(answer: Answer): { delayMs: bigint; attempt: number } {
+  if (answer.verdict) return { delayMs: answer.verdict.delayMs, attempt: answer.verdict.attempt + 1 };
+  const action = (answer.decision as Wit.Decision).action;
+  if (action.tag !== 'retry') throw new AgentRetryError(`not a retry: ${action.tag}`);
+  return { delayMs: action.val.delayMs, attempt: action.val.attempt };
 }
 
 interface Observed {
@@ -243,6 +265,8 @@ export class RetryingToolCaller {
   private readonly startedAt = performance.now();
   private readonly clock: () => bigint;
   private readonly log: (line: string) => void;
+  /** Whether lines are written (the `log` option is not `null`). */
+  private readonly logging: boolean;
   /** The connection, when the caller was built on one (it can be re-established). */
   readonly connection?: McpConnection;
   private readonly bare?: Client;
@@ -266,7 +290,8 @@ export class RetryingToolCaller {
     this.callTimeoutMs = options.callTimeoutMs;
     this.runTimeoutMs = options.runTimeoutMs;
     this.clock = options.clock ?? nowMs;
-    this.log = options.log ?? ((line) => process.stderr.write(`${line}\n`));
+    this.logging = options.log !== null;
+    this.log = options.log ?? (options.log === null ? () => {} : (line) => process.stderr.write(`${line}\n`));
     const identity: unknown = options.policyIdentity ?? run.instance.policyIdentity;
     if (typeof identity !== 'string' || identity === '') {
       throw new TypeError(`policyIdentity must be a non-empty string (e.g. loaded.identity.toString()), not ${
@@ -322,24 +347,18 @@ export class RetryingToolCaller {
       sendArgs[this.keyArgument] = tag.key;
     }
     const annotations = tool?.annotations;
-    const request: Wit.CallRequest = {
-      tool: name,
-      idempotencyKey: tag.key,
-      hints: annotations
-        ? { readOnly: annotations.readOnlyHint, destructive: annotations.destructiveHint, idempotent: annotations.idempotentHint }
-        : undefined,
-    };
-    const admission = this.policy(tag, name, 'not sent', () => this.run.beginCall(request, this.clock()));
-    if (admission.tag === 'escalate') {
-      this.logLine(tag, name, undefined, 0, 'not sent', { action: 'escalate', escalation: admission.val.reason, reason: admission.val.note });
-      throw new Escalated(admission.val, name);
-    }
-    const { callId, delayMs } = admission.val;
+    const hints: Wit.ToolHints | undefined = annotations
+      ? { readOnly: annotations.readOnlyHint, destructive: annotations.destructiveHint, idempotent: annotations.idempotentHint }
+      : undefined;
+    const key = tag.key;
+    const start = this.policy(tag, name, 'not sent', () => this.run.beginCallFlat(name, key, hints, this.clock()));
+    if (!start.admitted) throw this.notAdmitted(tag, name);
+    const { callId, delayMs } = start;
     state.callId = callId;
-    state.effect = admission.val.effect;
+    state.effect = start.effect;
     await scope.pause(Number(delayMs));
 
-    // The attempt each outcome reports: 1, then each retry plan's (contract 0.3.0).
+    // The attempt each outcome reports: 1, then each retry plan's (since contract 0.3.0).
     let attempt = 1;
     for (;;) {
       await this.ensureConnected(scope, name);
@@ -348,34 +367,91 @@ export class RetryingToolCaller {
       state.inFlight = true;
       const observed = await this.attemptTool(name, sendArgs, scope);
       state.inFlight = false;
-      let decision = this.policy(tag, name, observed.summary, () =>
-        this.run.recordOutcome(callId, attempt, observed.outcome, this.clock(), this.entropy.nextU64()));
-      this.logDecision(tag, name, callId, attempt, observed, decision);
-      while (decision.action.tag === 'check-status') {
+      let answer = this.record(tag, name, callId, attempt, observed);
+      let last = observed.summary;
+      while (kindOf(answer) === 'check-status') {
         await this.ensureConnected(scope, name);
         const found = await this.checkStatus({
           client: this.client, tool: name, arguments: sendArgs, idempotencyKey: tag.key, callId, signal: scope.signal,
         }, scope);
         // A status check reports the attempt whose effect it checked: the current one.
-        decision = this.policy(tag, name, `status check: ${found}`, () =>
-          this.run.recordOutcome(callId, attempt, { tag: 'status-check', val: found }, this.clock(), this.entropy.nextU64()));
-        this.logDecision(tag, name, callId, attempt, { outcome: { tag: 'status-check', val: found }, summary: `status check: ${found}` }, decision);
+        last = `status check: ${found}`;
+        answer = this.record(tag, name, callId, attempt, { outcome: { tag: 'status-check', val: found }, summary: last });
       }
-      const next = decision.action;
-      switch (next.tag) {
-        case 'retry':
-          await scope.pause(Number(next.val.delayMs));
-          attempt = next.val.attempt;
+      switch (kindOf(answer)) {
+        case 'retry': {
+          const retry = retryOf(answer);
+          await scope.pause(Number(retry.delayMs));
+          attempt = retry.attempt;
           continue;
-        case 'replan':
-          return { content: [{ type: 'text', text: next.val }], isError: true };
-        case 'succeed':
+        }
+        case 'replan': {
+          const action = this.words(tag, name, last, answer).action;
+          return { content: [{ type: 'text', text: action.tag === 'replan' ? action.val : '' }], isError: true };
+        }
+        case 'succeed': {
           if (observed.result && observed.outcome.tag === 'success') return observed.result;
-          return { content: [{ type: 'text', text: next.val ?? 'done' }], isError: false };
+          const action = answer.verdict?.hasNote === false ? undefined : this.words(tag, name, last, answer).action;
+          return { content: [{ type: 'text', text: (action?.tag === 'succeed' ? action.val : undefined) ?? 'done' }], isError: false };
+        }
         case 'escalate':
-          throw new Escalated(next.val, name);
+          throw new Escalated(this.escalationOf(tag, name, last, answer), name);
       }
     }
+  }
+
+  /** Reports one outcome of attempt `attempt` and logs the decision: a success
+   *  or a failure through the flat path (`recordSuccess`, `recordFailure`), an
+   *  empty result or a status check through `recordOutcome`. */
+  private record(tag: CallTag, tool: string, callId: number, attempt: number, observed: Observed): Answer {
+    const outcome = observed.outcome;
+    const answer: Answer = { callId };
+    if (outcome.tag === 'success') {
+      answer.verdict = this.policy(tag, tool, observed.summary, () => this.run.recordSuccess(callId, attempt, this.clock()));
+    } else if (outcome.tag === 'failure') {
+      const failure = outcome.val;
+      answer.verdict = this.policy(tag, tool, observed.summary, () =>
+        this.run.recordFailure(callId, attempt, failure, this.clock(), this.entropy.nextU64()));
+    } else {
+      answer.decision = this.policy(tag, tool, observed.summary, () =>
+        this.run.recordOutcome(callId, attempt, outcome, this.clock(), this.entropy.nextU64()));
+    }
+    // The line's reason (and escalation) is the decision's prose: asked for whenever a line is written.
+    if (this.logging) this.logDecision(tag, tool, callId, attempt, observed, this.words(tag, tool, observed.summary, answer));
+    return answer;
+  }
+
+  /** The answer's decision in full: a flat answer's from `lastDecision`, asked once. */
+  private words(tag: CallTag, tool: string, lastOutcome: string, answer: Answer): Wit.Decision {
+    if (answer.decision) return answer.decision;
+    const callId = answer.callId;
+    answer.decision = this.policy(tag, tool, lastOutcome, () => {
+      const decision = this.run.lastDecision(callId);
+      if (decision === undefined) throw this.run.instance.violation('last-decision', `no decision about call ${callId} right after its verdict`);
+      return decision;
+    });
+    return answer.decision;
+  }
+
+  /** The escalation an `escalate` answer carries. */
+  private escalationOf(tag: CallTag, tool: string, lastOutcome: string, answer: Answer): Wit.Escalation {
+    const action = this.words(tag, tool, lastOutcome, answer).action;
+    if (action.tag === 'escalate') return action.val;
+    return this.policy(tag, tool, lastOutcome, () => {
+      throw this.run.instance.violation('last-decision', `the verdict said escalate, the decision ${action.tag}`);
+    });
+  }
+
+  /** A call `beginCallFlat` did not admit: the run escalated. One `escalate`
+   *  line (attempt 0, `not sent`) and the escalation (`run.escalation()`). */
+  private notAdmitted(tag: CallTag, tool: string): Escalated {
+    const escalation = this.policy(tag, tool, 'not sent', () => {
+      const handOff = this.run.escalation();
+      if (handOff === undefined) throw this.run.instance.violation('escalation', 'a call was not admitted, and the run has no escalation');
+      return handOff;
+    });
+    this.logLine(tag, tool, undefined, 0, 'not sent', { action: 'escalate', escalation: escalation.reason, reason: escalation.note });
+    return new Escalated(escalation, tool);
   }
 
   /** The tool's description, listing the server's tools (the `tools/list` pseudo-call, a page a call) on first use. */
@@ -426,13 +502,9 @@ export class RetryingToolCaller {
   private async pseudoCall<T>(tool: 'initialize' | 'tools/list', scope: CallScope, forTool: string, needsConnection: boolean,
     send: (signal: AbortSignal) => Promise<T>): Promise<T> {
     const tag: CallTag = { step: null };
-    const admission = this.policy(tag, tool, 'not sent', () =>
-      this.run.beginCall({ tool, idempotencyKey: undefined, hints: PSEUDO_HINTS }, this.clock()));
-    if (admission.tag === 'escalate') {
-      this.logLine(tag, tool, undefined, 0, 'not sent', { action: 'escalate', escalation: admission.val.reason, reason: admission.val.note });
-      throw new Escalated(admission.val, tool);
-    }
-    const { callId, delayMs } = admission.val;
+    const start = this.policy(tag, tool, 'not sent', () => this.run.beginCallFlat(tool, undefined, PSEUDO_HINTS, this.clock()));
+    if (!start.admitted) throw this.notAdmitted(tag, tool);
+    const { callId, delayMs } = start;
     await scope.pause(Number(delayMs));
     let attempt = 1;
     for (;;) {
@@ -441,28 +513,29 @@ export class RetryingToolCaller {
       const observed: Observed = error === undefined && !hasFailure(capture)
         ? { outcome: { tag: 'success' }, summary: 'success' }
         : this.observeFailure(error, capture, client, tool);
-      let decision = this.policy(tag, tool, observed.summary, () =>
-        this.run.recordOutcome(callId, attempt, observed.outcome, this.clock(), this.entropy.nextU64()));
-      this.logDecision(tag, tool, callId, attempt, observed, decision);
-      while (decision.action.tag === 'check-status') {
+      let answer = this.record(tag, tool, callId, attempt, observed);
+      let last = observed.summary;
+      while (kindOf(answer) === 'check-status') {
         // Nobody can read whether a connection "applied": unknown (the policy escalates).
-        decision = this.policy(tag, tool, 'status check: unknown', () =>
-          this.run.recordOutcome(callId, attempt, { tag: 'status-check', val: 'unknown' }, this.clock(), this.entropy.nextU64()));
-        this.logDecision(tag, tool, callId, attempt, { outcome: { tag: 'status-check', val: 'unknown' }, summary: 'status check: unknown' }, decision);
+        last = 'status check: unknown';
+        answer = this.record(tag, tool, callId, attempt, { outcome: { tag: 'status-check', val: 'unknown' }, summary: last });
       }
-      const next = decision.action;
-      switch (next.tag) {
-        case 'retry':
-          await scope.pause(Number(next.val.delayMs));
-          attempt = next.val.attempt;
+      switch (kindOf(answer)) {
+        case 'retry': {
+          const retry = retryOf(answer);
+          await scope.pause(Number(retry.delayMs));
+          attempt = retry.attempt;
           continue;
+        }
         case 'succeed':
           if (observed.outcome.tag === 'success') return value as T;
           throw new SessionLost(`the policy answered succeed to a failed ${tool} (${observed.summary}): no session to go on with`, forTool);
-        case 'replan':
-          throw new SessionLost(`${tool} failed (${observed.summary}) and the policy answered replan: ${next.val}`, forTool);
+        case 'replan': {
+          const action = this.words(tag, tool, last, answer).action;
+          throw new SessionLost(`${tool} failed (${observed.summary}) and the policy answered replan: ${action.tag === 'replan' ? action.val : ''}`, forTool);
+        }
         case 'escalate':
-          throw new Escalated(next.val, tool);
+          throw new Escalated(this.escalationOf(tag, tool, last, answer), tool);
       }
     }
   }

@@ -30,7 +30,7 @@ export interface McpStdioOptions extends StdioServerParameters {
   clientOptions?: ClientOptions;
 }
 
-const DEFAULT_CLIENT_INFO: Implementation = { name: 'agent-retry-policy', version: '0.3.0' };
+const DEFAULT_CLIENT_INFO: Implementation = { name: 'agent-retry-policy', version: '0.4.0' };
 
 /** An MCP connection the wrapper can establish and establish again: over
  *  streamable HTTP (a fresh `Client` and transport with the capturing fetch,

@@ -1,7 +1,19 @@
 """The retrying wrapper (`RetryingToolCaller`): one call of the model through the
 policy, its attempts, the `initialize` and `tools/list` pseudo-calls, status
 checks, limits and log lines (the module docstring of
-`agent_retry_policy.mcp_client` says how it observes and obeys)."""
+`agent_retry_policy.mcp_client` says how it observes and obeys).
+
+Each call goes through the policy's flat hot path (contract 0.4.0):
+`begin_call_flat`, then per attempt `record_success` or `record_failure`,
+which answer with a `Verdict` of integers and enum cases. The words are read
+(`last_decision(call_id)`) only when something needs them: a replan's message
+for the model, an escalation's hand-off, a success's note when there is no
+result to return, and the log line's `reason`: the line is written only when
+the logger is enabled for INFO, and then always carries the reason, so the
+decision is read for every logged attempt and for none when INFO is off. A
+call not admitted reads the hand-off with `escalation()`. An empty result and a
+status check are reported with `record_outcome`, as before.
+"""
 
 from __future__ import annotations
 
@@ -31,12 +43,20 @@ from mcp.types import (
 
 from ..component import Run, now_ms
 from ..entropy import EntropySource, OsEntropy
-from ..errors import CallCancelled, CallTimedOut, Escalated, InstanceUnusable, PolicyTrap, SessionLost, StopCause, Stopped
+from ..errors import (
+    CallCancelled,
+    CallTimedOut,
+    Escalated,
+    InstanceUnusable,
+    PolicyBoundaryViolation,
+    PolicyTrap,
+    SessionLost,
+    StopCause,
+    Stopped,
+)
 from ..types import (
-    CallRequest,
     Decision,
     EscalateAction,
-    EscalateAdmission,
     FailureOutcome,
     Outcome,
     ReplanAction,
@@ -44,6 +64,7 @@ from ..types import (
     StatusCheckResult,
     SucceedAction,
     ToolHints,
+    Verdict,
     action_name,
     empty_result,
     http_failure,
@@ -160,6 +181,39 @@ class _CallTag:
 
     step: int | None
     key: str | None = None
+
+
+class _Answer:
+    """What the policy decided of one outcome: the flat verdict's action, delay
+    and next attempt, and the full decision, read (`last_decision`) when first
+    asked for. For a `record_outcome` (an empty result, a status check) the
+    decision is there from the start."""
+
+    __slots__ = ("kind", "delay_ms", "next_attempt", "verdict", "_decision", "_read")
+
+    def __init__(self, verdict: Verdict | None, decision: Decision | None, read: Callable[[], Decision] | None = None) -> None:
+        self.verdict = verdict
+        self._decision = decision
+        self._read = read
+        if verdict is not None:
+            self.kind: str = verdict.action
+            self.delay_ms: int = verdict.delay_ms
+            self.next_attempt: int = verdict.attempt + 1
+        else:
+            assert decision is not None
+            action = decision["action"]
+            self.kind = action_name(action)
+            plan = cast(RetryAction, action)["retry"] if self.kind == "retry" else None
+            self.delay_ms = plan["delay-ms"] if plan is not None else 0
+            self.next_attempt = plan["attempt"] if plan is not None else decision["attempt"] + 1
+
+    @property
+    def decision(self) -> Decision:
+        """The full decision (its reason, message, note, escalation)."""
+        if self._decision is None:
+            assert self._read is not None
+            self._decision = self._read()
+        return self._decision
 
 
 @dataclass
@@ -310,50 +364,59 @@ class RetryingToolCaller:
             send_arguments[self.key_argument] = key
         tag = _CallTag(state.tag.step, key)
         state.tag = tag
-        request: CallRequest = {"tool": name, "idempotency-key": key, "hints": self._hints(tool)}
-        admission = self._policy(tag, name, "not sent", self.run.begin_call, request, self.clock())
-        if "escalate" in admission:
-            refusal = cast(EscalateAdmission, admission)["escalate"]
-            self._log_line(tag, name, None, 0, "not sent", None, "escalate", None, refusal["note"], escalation=refusal["reason"])
-            raise Escalated(refusal, tool=name)
-        ticket = admission["send"]  # narrowed: not an escalation
-        call_id = ticket["call-id"]
-        state.call_id, state.effect = call_id, ticket["effect"]
-        if ticket["delay-ms"]:
-            await self._sleep(state, ticket["delay-ms"] / 1000, f"while waiting {ticket['delay-ms']} ms to be admitted")
+        start = self._policy(tag, name, "not sent", self.run.begin_call_flat, name, key, self._hints(tool), self.clock())
+        if not start.admitted:
+            raise self._not_admitted(tag, name)
+        call_id = start.call_id
+        state.call_id, state.effect = call_id, start.effect
+        if start.delay_ms:
+            await self._sleep(state, start.delay_ms / 1000, f"while waiting {start.delay_ms} ms to be admitted")
 
-        attempt = 1  # the attempt each outcome reports: 1, then each retry plan's
+        attempt = 1  # the attempt each outcome reports: 1, then each retry's (the verdict's + 1)
         while True:
             await self._ensure_session(state)
             state.attempt = attempt
             observed = await self._attempt(
                 state, name, attempt, lambda session: session.call_tool(name, dict(send_arguments)), tool_call=True
             )
-            decision = self._record(tag, name, call_id, attempt, observed)
-            while decision["action"] == "check-status":
+            answer = self._record(tag, name, call_id, attempt, observed)
+            while answer.kind == "check-status":
                 await self._ensure_session(state)
                 found = await self._check_status(state, name, send_arguments, key, call_id)
                 outcome: Outcome = {"status-check": found}
                 # Reported under the attempt whose effect was checked.
-                decision = self._record(tag, name, call_id, attempt, _Observed(outcome, f"status check: {found}"))
-            action_taken = decision["action"]
-            kind = action_name(action_taken)
+                answer = self._record(tag, name, call_id, attempt, _Observed(outcome, f"status check: {found}"))
+            kind = answer.kind
             if kind == "retry":
-                plan = cast(RetryAction, action_taken)["retry"]
-                await self._sleep(state, plan["delay-ms"] / 1000, f"while waiting {plan['delay-ms']} ms before attempt {plan['attempt']}")
-                attempt = plan["attempt"]
+                delay, attempt = answer.delay_ms, answer.next_attempt
+                await self._sleep(state, delay / 1000, f"while waiting {delay} ms before attempt {attempt}")
                 continue
             if kind == "replan":
-                message = cast(ReplanAction, action_taken)["replan"]
+                message = cast(ReplanAction, answer.decision["action"])["replan"]
                 return CallToolResult(content=[TextContent(type="text", text=message)], is_error=True)
             if kind == "succeed":
                 if observed.result is not None and observed.outcome == "success":
                     return cast(CallToolResult, observed.result)
-                note = cast(SucceedAction, action_taken)["succeed"] or "done"
+                note = cast(SucceedAction, answer.decision["action"])["succeed"] or "done"
                 return CallToolResult(content=[TextContent(type="text", text=note)], is_error=False)
             if kind == "escalate":
-                raise Escalated(cast(EscalateAction, action_taken)["escalate"], tool=name)
-            raise AssertionError(f"unknown action {action_taken!r}")  # the contract has no other
+                raise Escalated(cast(EscalateAction, answer.decision["action"])["escalate"], tool=name)
+            raise AssertionError(f"unknown action {kind!r}")  # the contract has no other
+
+    def _not_admitted(self, tag: _CallTag, name: str) -> Escalated:
+        """A call the policy did not admit: its hand-off (`escalation()`), logged."""
+        refusal = self._policy(tag, name, "not sent", self.run.escalation)
+        if refusal is None:  # the contract says there is one: fail safe all the same
+            refusal = {
+                "reason": "unclassified-failure",
+                "last-error": None,
+                "resets-in-ms": None,
+                "effects": [],
+                "effects-total": 0,
+                "note": f"the retry policy did not admit {name} and gave no hand-off; not sent.",
+            }
+        self._log_line(tag, name, None, 0, "not sent", None, "escalate", None, refusal["note"], escalation=refusal["reason"])
+        return Escalated(refusal, tool=name)
 
     # -- connecting and listing: the pseudo-calls
 
@@ -404,16 +467,12 @@ class RetryingToolCaller:
         """`initialize` or `tools/list` as a call of the policy: begun (a step),
         sent, observed and decided like a tool's; retried as the policy says."""
         tag = _CallTag(None)
-        request: CallRequest = {"tool": name, "idempotency-key": None, "hints": PSEUDO_TOOL_HINTS}
-        admission = self._policy(tag, name, "not sent", self.run.begin_call, request, self.clock())
-        if "escalate" in admission:
-            refusal = cast(EscalateAdmission, admission)["escalate"]
-            self._log_line(tag, name, None, 0, "not sent", None, "escalate", None, refusal["note"], escalation=refusal["reason"])
-            raise Escalated(refusal, tool=name)
-        ticket = admission["send"]
-        call_id = ticket["call-id"]
-        if ticket["delay-ms"]:
-            await self._sleep(state, ticket["delay-ms"] / 1000, f"while waiting {ticket['delay-ms']} ms for {name} to be admitted")
+        start = self._policy(tag, name, "not sent", self.run.begin_call_flat, name, None, PSEUDO_TOOL_HINTS, self.clock())
+        if not start.admitted:
+            raise self._not_admitted(tag, name)
+        call_id = start.call_id
+        if start.delay_ms:
+            await self._sleep(state, start.delay_ms / 1000, f"while waiting {start.delay_ms} ms for {name} to be admitted")
         attempt = 1
         while True:
             if name != INITIALIZE:
@@ -422,26 +481,22 @@ class RetryingToolCaller:
             failure = observed.outcome.get("failure") if isinstance(observed.outcome, dict) else None
             if failure is not None and "transport" in failure["kind"]:
                 failure["body"] = f"{what}: {failure.get('body', '')}"
-            decision = self._record(tag, name, call_id, attempt, observed)
-            while decision["action"] == "check-status":  # nobody can check a connection: the policy decides on "unknown"
-                decision = self._record(tag, name, call_id, attempt, _Observed({"status-check": "unknown"}, "status check: unknown"))
-            action_taken = decision["action"]
-            kind = action_name(action_taken)
+            answer = self._record(tag, name, call_id, attempt, observed)
+            while answer.kind == "check-status":  # nobody can check a connection: the policy decides on "unknown"
+                answer = self._record(tag, name, call_id, attempt, _Observed({"status-check": "unknown"}, "status check: unknown"))
+            kind = answer.kind
             if kind == "retry":
-                plan = cast(RetryAction, action_taken)["retry"]
-                await self._sleep(
-                    state, plan["delay-ms"] / 1000, f"while waiting {plan['delay-ms']} ms before {name} attempt {plan['attempt']}"
-                )
-                attempt = plan["attempt"]
+                delay, attempt = answer.delay_ms, answer.next_attempt
+                await self._sleep(state, delay / 1000, f"while waiting {delay} ms before {name} attempt {attempt}")
                 continue
             if kind == "succeed":
                 return observed.result
             if kind == "replan":
-                message = cast(ReplanAction, action_taken)["replan"]
+                message = cast(ReplanAction, answer.decision["action"])["replan"]
                 raise SessionLost(f"{what} ({name}): {message}", tool=state.tool)
             if kind == "escalate":
-                raise Escalated(cast(EscalateAction, action_taken)["escalate"], tool=name)
-            raise AssertionError(f"unknown action {action_taken!r}")
+                raise Escalated(cast(EscalateAction, answer.decision["action"])["escalate"], tool=name)
+            raise AssertionError(f"unknown action {kind!r}")
 
     # -- one attempt
 
@@ -690,19 +745,44 @@ class RetryingToolCaller:
         self._log_line(state.tag, state.tool, state.call_id, state.attempt, cause, None, "stop", None, message)
         return Stopped(cause, state.tool, state.call_id, state.attempts_sent, may_have_applied, message)
 
-    def _record(self, tag: _CallTag, tool: str, call_id: int, attempt: int, observed: _Observed) -> Decision:
-        decision = self._policy(
-            tag,
-            tool,
-            observed.summary,
-            self.run.record_outcome,
-            call_id,
-            attempt,
-            observed.outcome,
-            self.clock(),
-            self.entropy.next_u64(),
-        )
-        self._log_decision(tag, tool, call_id, attempt, observed.summary, decision, capture_missing=observed.capture_missing)
+    def _record(self, tag: _CallTag, tool: str, call_id: int, attempt: int, observed: _Observed) -> _Answer:
+        """Reports an attempt's outcome: a success or a failure through the flat
+        hot path, an empty result or a status check with `record_outcome`."""
+        outcome, summary, run = observed.outcome, observed.summary, self.run
+        if outcome == "success":
+            verdict = self._policy(tag, tool, summary, run.record_success, call_id, attempt, self.clock())
+        elif isinstance(outcome, dict) and "failure" in outcome:
+            failure = cast(FailureOutcome, outcome)["failure"]
+            verdict = self._policy(
+                tag,
+                tool,
+                summary,
+                run.record_failure,
+                call_id,
+                attempt,
+                failure["kind"],
+                failure.get("headers", ()),
+                failure.get("body", ""),
+                failure.get("structured-content"),
+                self.clock(),
+                self.entropy.next_u64(),
+            )
+        else:
+            decision = self._policy(
+                tag, tool, summary, run.record_outcome, call_id, attempt, outcome, self.clock(), self.entropy.next_u64()
+            )
+            answer = _Answer(None, decision)
+            self._log_decision(tag, tool, call_id, attempt, summary, answer, capture_missing=observed.capture_missing)
+            return answer
+        answer = _Answer(verdict, None, lambda: self._policy(tag, tool, summary, self._last_decision, call_id))
+        self._log_decision(tag, tool, call_id, attempt, summary, answer, capture_missing=observed.capture_missing)
+        return answer
+
+    def _last_decision(self, call_id: int) -> Decision:
+        """The full decision of the verdict just given about `call_id`."""
+        decision = self.run.last_decision(call_id)
+        if decision is None:  # the contract keeps it until the run's next decision: a broken policy
+            raise PolicyBoundaryViolation(f"last-decision({call_id}) is none right after its verdict", call="[method]run.last-decision")
         return decision
 
     def _takes_key(self, tool: Tool | None) -> bool:
@@ -742,8 +822,11 @@ class RetryingToolCaller:
             raise Escalated(escalation, tool=tool, policy_failure=e) from e
 
     def _log_decision(
-        self, tag: _CallTag, tool: str, call_id: int, attempt: int, outcome: str, decision: Decision, *, capture_missing: bool = False
+        self, tag: _CallTag, tool: str, call_id: int, attempt: int, outcome: str, answer: _Answer, *, capture_missing: bool = False
     ) -> None:
+        if not self.log.isEnabledFor(logging.INFO):  # no line: its reason is not read either
+            return
+        decision = answer.decision
         action = decision["action"]
         delay = cast(RetryAction, action)["retry"]["delay-ms"] if action_name(action) == "retry" else None
         escalation = cast(EscalateAction, action)["escalate"]["reason"] if action_name(action) == "escalate" else None
@@ -783,6 +866,8 @@ class RetryingToolCaller:
         # `rule` is the classification rule that applied; `hint_ms` the decision's hint;
         # `escalation` the escalation reason (the contract's name, e.g.
         # "run-steps-spent"); `policy` which policy decided (`policy_identity`).
+        if not self.log.isEnabledFor(logging.INFO):
+            return
         self.log.info(
             json.dumps(
                 {
