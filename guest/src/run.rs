@@ -318,6 +318,15 @@ impl Run {
     }
 
     fn keep_last(&mut self, last: Last) {
+        // A finished call's text served only the words of its last decision:
+        // free it once another call's decision takes that place, so that a
+        // run keeps the bodies of its calls in flight only.
+        if let Some(previous) = self.last.as_ref().map(|kept| kept.index).filter(|i| *i != last.index) {
+            let call = &mut self.calls[previous];
+            if call.phase == Phase::Finished {
+                call.last_text = String::new();
+            }
+        }
         match &mut self.last {
             Some(kept) => **kept = last,
             None => self.last = Some(Box::new(last)),

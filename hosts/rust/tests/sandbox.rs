@@ -511,6 +511,37 @@ fn one_instance_takes_shrinking_bodies_that_a_fresh_one_takes() {
     }
 }
 
+/// A run keeps the bodies of its calls in flight only: 2,000 calls, each
+/// failing once with a 60 KB body and then succeeding (120 MB of bodies), fit
+/// in one instance's 64 MiB, on the flat path and the rich one.
+#[test]
+fn a_run_does_not_keep_the_bodies_of_finished_calls() {
+    let mut instance = component().instantiate(services()).unwrap();
+    let config = r#"{"max-steps-per-run": 100000, "max-retries-per-run": 100000, "tools": {"lookup_order": {"effect": "read"}}}"#;
+    let policy = instance.load_policy(config).unwrap().unwrap();
+    let run = instance.start_run(&policy, "bodies").unwrap().unwrap();
+    let request = CallRequest { tool: "lookup_order".into(), idempotency_key: None, hints: None };
+    let failure = Failure { kind: FailureKind::HttpStatus(503), headers: vec![], body: "b".repeat(60_000), structured_content: None };
+    for i in 0..2_000u32 {
+        let start = instance.begin_call_flat(&run, &request, 1).unwrap().unwrap();
+        let flat = i % 2 == 0;
+        let retried = if flat {
+            let verdict = instance.record_failure(&run, start.call_id, 1, &failure, 1, Some(1)).unwrap_or_else(|e| panic!("call {i}: {e}")).unwrap();
+            assert_eq!(verdict.action, agent_retry_host::component::types::ActionKind::Retry, "call {i}");
+            verdict.attempt + 1
+        } else {
+            let outcome = Outcome::Failure(failure.clone());
+            match instance.record_outcome(&run, start.call_id, 1, &outcome, 1, Some(1)).unwrap_or_else(|e| panic!("call {i}: {e}")).unwrap().action {
+                Action::Retry(plan) => plan.attempt,
+                other => panic!("call {i}: {other:?}"),
+            }
+        };
+        instance.record_success(&run, start.call_id, retried, 1).unwrap().unwrap();
+    }
+    println!("2,000 calls with a 60 KB body each: {} bytes of linear memory", instance.memory_bytes());
+    assert!(instance.memory_bytes() < 16 << 20, "{} bytes", instance.memory_bytes());
+}
+
 /// Memory per run in flight is bounded: 100,000 runs, each with a call begun,
 /// live in one instance within its 64 MiB cap.
 #[test]
