@@ -53,7 +53,7 @@ test-hosts-agree: wasm hosts-python-setup hosts-ts-setup
 	  echo "agreement: $$passed passed, $$failed failed"; test $$failed -eq 0
 
 # Per-decision cost against tenacity (Python) and p-retry (Node); figures in hosts/README.md.
-bench-hosts: wasm hosts-python-setup hosts-ts-setup
+bench-hosts: wasm noop hosts-python-setup hosts-ts-setup
 	$(HOSTS_PY) hosts/python/bench/bench.py
 	$(HOSTS_PY) hosts/python/bench/live.py
 	cd $(HOSTS_TS) && npm run --silent bench && npm run --silent bench:live

@@ -172,7 +172,6 @@ impl Classified {
             hint_source: self.hint_source.map(String::from),
             server_says_retry: self.server_says_retry,
             rule: String::from(self.rule),
-            status: self.status,
             reason,
             header_problems: self.header_problems,
         }

@@ -91,10 +91,6 @@ pub struct Classification {
     pub hint_source: Option<String>,
     pub server_says_retry: Option<bool>,
     pub rule: String,
-    /// The HTTP status the failure carried or relayed (not in the contract: the
-    /// run uses it to tell a delete's "already gone").
-    #[serde(skip)]
-    pub status: Option<u16>,
     pub reason: String,
     pub header_problems: Vec<HeaderProblem>,
 }

@@ -207,8 +207,6 @@ fn the_watcher_picks_up_a_changed_configuration() {
     assert_eq!(attempts_against_a_persistent_503(&live), 2);
 }
 
-/// Four workers decide without pause while the policy is swapped back and forth
-/// twenty times: no decision fails, and each is made wholly by one generation.
 /// The same component with a custom section appended: another digest, the same policy.
 fn with_custom_section(wasm: &[u8], payload: &[u8]) -> Vec<u8> {
     let name = b"agent-retry-test";
@@ -226,6 +224,8 @@ fn hex_sha256(bytes: &[u8]) -> String {
     Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Four workers decide without pause while the policy is swapped back and forth
+/// twenty times: no decision fails, and each is made wholly by one generation.
 #[test]
 fn decisions_never_fail_while_the_policy_is_swapped_under_load() {
     let (_dir, source) = deployed("load", READS);

@@ -4,7 +4,10 @@
 //! thread's tracing subscriber misses events whose callsites another test's
 //! thread registered first.
 
-use std::sync::{Arc, Mutex};
+mod common;
+use common::Captured;
+
+use std::sync::Arc;
 
 use agent_retry_demo_server::faults::{Fault, rule_first};
 use agent_retry_demo_server::{DemoState, FaultScript, serve_http};
@@ -19,26 +22,10 @@ fn instance() -> agent_retry_host::PolicyInstance {
     component.instantiate(HostServices::new(Arc::new(EmbeddedAccounts::new()), EntropySource::seeded(10))).unwrap()
 }
 
-/// The tracing lines of one test, as text.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 #[tokio::test]
 async fn t8_a_bare_peer_without_the_capturing_client_warns_once_and_says_so_in_the_reason() {
     let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt().json().with_writer(move || writer.clone()).finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let _guard = tracing::subscriber::set_default(captured.subscriber());
     let fault = Fault::Http { status: 429, headers: vec![("Retry-After".into(), "1".into())], body: "slow down".into() };
     let server = serve_http("127.0.0.1:0".parse().unwrap(), DemoState::new(FaultScript::new(vec![rule_first("lookup_order", 2, fault)]), None)).await.unwrap();
     // rmcp's own reqwest client: it keeps no headers of a failed POST.
@@ -52,7 +39,7 @@ async fn t8_a_bare_peer_without_the_capturing_client_warns_once_and_says_so_in_t
     // the policy cannot classify it, and the line says why.
     let error = caller.call("lookup_order", json!({"order_id": "T8"}).as_object().cloned().unwrap()).await.unwrap_err();
     assert!(matches!(error, CallError::Escalated(_)), "{error:?}");
-    let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let text = captured.text();
     assert_eq!(text.matches("agent_retry.capture_missing").count(), 1, "{text}");
     let limited = text.lines().filter(|l| l.contains("agent_retry.attempt") && l.contains("the transport is not the wrapper's capturing one")).count();
     assert_eq!(limited, 1, "the decision on the uncaptured failure says so: {text}");

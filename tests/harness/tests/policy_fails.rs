@@ -10,45 +10,22 @@
 //! error. A test binary of its own, for its tracing subscriber (see
 //! capture_missing.rs).
 
-use std::sync::{Arc, Mutex};
+mod common;
+use common::Captured;
+
+use std::sync::Arc;
 
 use agent_retry_demo_server::faults::{Fault, rule};
 use agent_retry_demo_server::{DemoState, FaultScript, serve_http};
 use agent_retry_host::component::types::{Admission, CallRequest, EscalationReason, Failure, FailureKind, Outcome, ToolHints};
 use agent_retry_host::mcp::{CallError, Metrics, RetryingToolCaller, RetryingToolCallerOptions, connect_http};
 use agent_retry_host::{EmbeddedAccounts, EntropySource, HostServices, PolicyComponent, default_wasm_path};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 const CONFIG: &str = r#"{"base-delay-ms": 50, "max-delay-ms": 200}"#;
 
 fn services() -> HostServices {
     HostServices::new(Arc::new(EmbeddedAccounts::new()), EntropySource::seeded(3))
-}
-
-/// The tracing lines of one test, as text.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Captured {
-    /// The `agent_retry.attempt` lines so far, each its JSON `fields`.
-    fn attempts(&self) -> Vec<Map<String, Value>> {
-        let text = String::from_utf8(self.0.lock().unwrap().clone()).unwrap();
-        text.lines()
-            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-            .filter_map(|line| line.get("fields").and_then(Value::as_object).cloned())
-            .filter(|fields| fields.get("event").and_then(Value::as_str) == Some("agent_retry.attempt"))
-            .collect()
-    }
 }
 
 /// A tool error no rule reads quickly: 8 KB of words the policy scans.
@@ -90,9 +67,7 @@ fn fuel_that_runs_out_on_the_long_error(component: &PolicyComponent) -> u64 {
 #[tokio::test]
 async fn when_the_policy_fails_the_mcp_wrapper_does_not_retry_and_escalates_saying_so() {
     let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt().json().with_writer(move || writer.clone()).finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let _guard = tracing::subscriber::set_default(captured.subscriber());
 
     let component = PolicyComponent::from_file(&default_wasm_path()).expect("run `make wasm` first");
     let fuel = fuel_that_runs_out_on_the_long_error(&component);

@@ -8,9 +8,12 @@
 //! are that generation's configuration's (2 or 4 attempts, then an escalation).
 //! A test binary of its own: the tracing subscriber is the process's.
 
+mod common;
+use common::Captured;
+
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agent_retry_demo_server::faults::{Fault, rule};
@@ -18,20 +21,6 @@ use agent_retry_demo_server::{DemoState, FaultScript, serve_http};
 use agent_retry_host::mcp::{CallError, Metrics, RetryingToolCaller, RetryingToolCallerOptions, connect_http};
 use agent_retry_host::{EmbeddedAccounts, EntropySource, HostServices, Integrity, LivePolicy, PolicySource, default_wasm_path};
 use serde_json::{Map, Value, json};
-
-/// The tracing lines of the process, as text.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 fn reads(attempts: u32) -> String {
     format!(r#"{{"default-effect": "read", "max-attempts-per-call": {attempts}, "base-delay-ms": 1, "max-delay-ms": 2}}"#)
@@ -53,8 +42,7 @@ fn with_custom_section(wasm: &[u8], payload: &[u8]) -> Vec<u8> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_decision_under_swaps_of_the_wasm_and_the_configuration_is_attributed_to_one_generation_from_the_log() {
     let captured = Captured::default();
-    let writer = captured.clone();
-    tracing::subscriber::set_global_default(tracing_subscriber::fmt().json().with_writer(move || writer.clone()).finish()).unwrap();
+    tracing::subscriber::set_global_default(captured.subscriber()).unwrap();
 
     let dir = std::env::temp_dir().join(format!("agent-retry-swap-attributed-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -124,7 +112,7 @@ async fn every_decision_under_swaps_of_the_wasm_and_the_configuration_is_attribu
     assert_ne!(digest_a, digest_b, "two byte-different builds");
 
     // From the log alone: the attempt lines of each run.
-    let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let text = captured.text();
     let mut by_run: BTreeMap<String, Vec<Map<String, Value>>> = BTreeMap::new();
     for line in text.lines() {
         let Ok(line) = serde_json::from_str::<Value>(line) else { continue };

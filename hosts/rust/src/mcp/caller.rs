@@ -527,13 +527,19 @@ impl RetryingToolCaller {
     /// The line of a call the policy escalated before it was sent: attempt 0,
     /// outcome "not sent" (as the Python and Node wrappers log it).
     fn escalated_before_send(&self, step: Option<u32>, tool: &str, key: Option<&str>, escalation: Escalation) -> CallError {
+        self.escalated_without_decision(step, tool, key, "not sent", escalation)
+    }
+
+    /// The `escalate` line (attempt 0) and the count of an escalation no
+    /// decision answered: a call not admitted, or the policy failing.
+    fn escalated_without_decision(&self, step: Option<u32>, tool: &str, key: Option<&str>, outcome: &str, escalation: Escalation) -> CallError {
         self.log_line(AttemptLine {
             step,
             call: None,
             tool,
             attempt: 0,
             key,
-            outcome: "not sent",
+            outcome,
             class: None,
             rule: None,
             action: "escalate",
@@ -562,8 +568,10 @@ impl RetryingToolCaller {
             let ticket = CallTicket { call_id: start.call_id, delay_ms: start.delay_ms, effect: start.effect, safe_to_repeat: start.safe_to_repeat };
             return Ok(Ok(Admission::Send(ticket)));
         }
-        let escalation = self.instance.escalation(&self.run)?;
-        Ok(Ok(Admission::Escalate(escalation.expect("a call the policy did not admit escalated the run"))))
+        match self.instance.escalation(&self.run)? {
+            Some(escalation) => Ok(Ok(Admission::Escalate(escalation))),
+            None => Err(PolicyFault::BoundaryViolation { cause: "begin-call-flat did not admit the call, and the run has no escalation".into() }),
+        }
     }
 
     /// Records an attempt's outcome: a success or a failure on the flat hot
@@ -580,16 +588,22 @@ impl RetryingToolCaller {
             Ok(verdict) => verdict,
             Err(error) => return Ok(Err(error)),
         };
-        if verdict.has_note || tracing::enabled!(target: "agent_retry", tracing::Level::INFO) {
-            let decision = self.instance.last_decision(&self.run, call_id)?;
-            return Ok(Ok(decision.expect("the run's last decision is this call's")));
+        // A replan or an escalation always carries text: its words are read
+        // whatever `has-note` says, so a component that says otherwise cannot
+        // leave the wrapper without them.
+        let carries_text = verdict.has_note || matches!(verdict.action, ActionKind::Replan | ActionKind::Escalate);
+        if carries_text || tracing::enabled!(target: "agent_retry", tracing::Level::INFO) {
+            return match self.instance.last_decision(&self.run, call_id)? {
+                Some(decision) => Ok(Ok(decision)),
+                None => Err(PolicyFault::BoundaryViolation { cause: format!("last-decision has no decision for call {call_id} right after its verdict") }),
+            };
         }
         let action = match verdict.action {
             ActionKind::Retry => Action::Retry(RetryPlan { delay_ms: verdict.delay_ms, attempt: verdict.attempt + 1, idempotency_key: key.map(String::from) }),
             ActionKind::CheckStatus => Action::CheckStatus,
             ActionKind::Succeed => Action::Succeed(None),
-            // These carry text (`has_note`), and were answered above.
-            ActionKind::Replan | ActionKind::Escalate => unreachable!("an action with text has has-note set"),
+            // Answered above, with their words.
+            ActionKind::Replan | ActionKind::Escalate => return Err(PolicyFault::BoundaryViolation { cause: "an action with text had no words".into() }),
         };
         let rule = self.instance.rule_name(&verdict)?;
         Ok(Ok(Decision { action, class: verdict.class, attempt: verdict.attempt, hint_ms: verdict.hint_ms, rule, reason: String::new() }))
@@ -614,23 +628,7 @@ impl RetryingToolCaller {
             effects_total: 0,
             note,
         };
-        self.log_line(AttemptLine {
-            step,
-            call: None,
-            tool,
-            attempt: 0,
-            key,
-            outcome: last_outcome,
-            class: None,
-            rule: None,
-            action: "escalate",
-            delay_ms: None,
-            hint_ms: None,
-            escalation: Some(labels::reason(escalation.reason)),
-            reason: &escalation.note,
-        });
-        self.metrics.update(|c| *c.escalations_by_reason.entry(labels::reason(escalation.reason).to_string()).or_default() += 1);
-        CallError::Escalated(escalation)
+        self.escalated_without_decision(step, tool, key, last_outcome, escalation)
     }
 
     /// A call that stopped waiting: one line (outcome the cause, action `stop`),
