@@ -14,7 +14,7 @@ pub fn ceiling_ms(base_delay_ms: u64, max_delay_ms: u64, retry: u32) -> u64 {
     let doublings = retry.saturating_sub(1);
     let factor = 1u64.checked_shl(doublings).unwrap_or(u64::MAX);
     let factor = if doublings >= 64 { u64::MAX } else { factor };
-    base_delay_ms.saturating_mul(factor).min(max_delay_ms)
+    crate::arith::mul_saturating(base_delay_ms, factor).min(max_delay_ms)
 }
 
 /// A uniform integer in `0..=ceiling` from 64 bits of entropy.

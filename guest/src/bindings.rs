@@ -255,7 +255,7 @@ impl From<run::Verdict> for wit::Verdict {
             run::Act::Succeed => (wit::ActionKind::Succeed, 0),
             run::Act::Escalate => (wit::ActionKind::Escalate, 0),
         };
-        let rule_index = rules::rule_index(v.rule);
+        let rule_index = v.rule.index();
         wit::Verdict { action, class: v.class.into(), attempt: v.attempt, delay_ms, hint_ms: v.hint_ms, rule_index, has_note: v.has_note }
     }
 }

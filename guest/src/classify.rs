@@ -14,6 +14,7 @@ use alloc::vec::Vec;
 
 use crate::hints::{self, Headers, Pair};
 use crate::relayed;
+use crate::rules::Rule;
 use crate::types::{Classification, Failure, FailureKind, HeaderProblem, OutcomeClass, TransportError};
 
 /// The class of an HTTP status, before overrides and `x-should-retry`.
@@ -100,6 +101,12 @@ pub fn grpc_class(code: u32) -> Option<OutcomeClass> {
 /// codes change a class (botocore's standard retry mode does the same).
 fn aws_error_code(headers: &Headers<'_>, body: &str) -> Option<(OutcomeClass, String)> {
     let from_body = || {
+        // Most bodies start with a letter: tell that from the first byte,
+        // without decoding characters (an ASCII byte that is not whitespace is
+        // where `trim` would start too).
+        if body.as_bytes().first().is_some_and(|b| b.is_ascii() && !char::from(*b).is_whitespace() && *b != b'{') {
+            return None;
+        }
         let body = relayed::bounded(body, relayed::MAX_STRUCTURED_BYTES).trim();
         // Only an object can carry a code: do not pay for a parse error's words.
         if !body.starts_with('{') {
@@ -128,7 +135,7 @@ pub struct Classified {
     /// Where the hint came from: a header's name, `text` or `structured-content`.
     pub hint_source: Option<&'static str>,
     pub server_says_retry: Option<bool>,
-    pub rule: &'static str,
+    pub rule: Rule,
     /// The HTTP status the failure carried or relayed (a delete's "already gone").
     pub status: Option<u16>,
     /// What a rule read (a provider's code, a phrase), for the reason.
@@ -156,7 +163,7 @@ impl Classified {
             ServerVerdict::Allowed => ", x-should-retry: true",
             ServerVerdict::Forbidden => ", but the server forbids a retry",
         };
-        let (class, rule) = (self.class.name(), self.rule);
+        let (class, rule) = (self.class.name(), self.rule.name());
         match self.class {
             OutcomeClass::Unclassified => format!("{label} is not a failure the policy knows: {class} ({rule}{read}){verdict} (probable bug)"),
             _ => format!("{label} is {class} ({rule}{read}){verdict}"),
@@ -171,7 +178,7 @@ impl Classified {
             hint_ms: self.hint_ms,
             hint_source: self.hint_source.map(String::from),
             server_says_retry: self.server_says_retry,
-            rule: String::from(self.rule),
+            rule: String::from(self.rule.name()),
             reason,
             header_problems: self.header_problems,
         }
@@ -198,13 +205,15 @@ pub struct FailureView<'a> {
 pub fn classify_view(failure: &FailureView<'_>, config: &Config, tool: Option<&str>, now_ms: u64) -> Classified {
     let overrides = &config.status_overrides;
     let status_with_override = |status: u16| match overrides.iter().find(|(s, _)| *s == status) {
-        Some((_, class)) => (*class, "config:status-overrides"),
-        None => (status_class(status), "http-status"),
+        Some((_, class)) => (*class, Rule::ConfigStatusOverrides),
+        None => (status_class(status), Rule::HttpStatus),
     };
     let (pairs, limit_problems) = hints::within_limits(failure.headers);
     let headers = Headers { pairs: &pairs };
     let mut server = hints::read(&pairs, now_ms, config.max_plausible_hint_ms);
-    server.problems.extend(limit_problems);
+    if !limit_problems.is_empty() {
+        server.problems.extend(limit_problems);
+    }
     let mut hint: Option<(u64, &'static str)> = server.wait.as_ref().map(|h| (h.wait_ms, h.source));
     let mut evidence = String::new();
     let mut status = None;
@@ -222,21 +231,21 @@ pub fn classify_view(failure: &FailureView<'_>, config: &Config, tool: Option<&s
             let status = http;
             let (mut class, mut rule) = status_with_override(*status);
             if let Some((code_class, code)) = aws_error_code(&headers, failure.body) {
-                (class, rule, evidence) = (code_class, "aws-error-code", code);
+                (class, rule, evidence) = (code_class, Rule::AwsErrorCode, code);
             }
             if let Some(grpc) = headers.get("grpc-status").and_then(|v| v.parse::<u32>().ok()).and_then(grpc_class) {
-                (class, rule) = (grpc, "grpc-status");
+                (class, rule) = (grpc, Rule::GrpcStatus);
             }
             if headers.get("x-envoy-overloaded").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
-                (class, rule) = (OutcomeClass::Throttled, "x-envoy-overloaded");
+                (class, rule) = (OutcomeClass::Throttled, Rule::EnvoyOverloaded);
             }
             // RFC 9110 §15.5.14: a 413 with Retry-After says the condition is temporary.
             if *status == 413 && server.wait.as_ref().is_some_and(|h| h.source == "retry-after") {
-                (class, rule) = (OutcomeClass::Throttled, "413-retry-after");
+                (class, rule) = (OutcomeClass::Throttled, Rule::PayloadTooLargeRetryAfter);
             }
             (class, rule)
         }
-        FailureKind::Transport(error) => (transport_class(*error), "transport"),
+        FailureKind::Transport(error) => (transport_class(*error), Rule::Transport),
         FailureKind::ProtocolError(code) => {
             let class = protocol_error_class(*code);
             // An internal or implementation-defined server error often carries the
@@ -244,20 +253,20 @@ pub fn classify_view(failure: &FailureView<'_>, config: &Config, tool: Option<&s
             // -32603: ..."): read it and its data, if they say anything.
             let server_error = *code == -32603 || (-32099..=-32000).contains(code);
             let read = if server_error { Some(relayed_text(&mut hint)) } else { None };
-            match read.filter(|r| !matches!(r.rule, "tool-error" | "tool-error:scan-limit")) {
+            match read.filter(|r| !matches!(r.rule, Rule::ToolError | Rule::ToolErrorScanLimit)) {
                 Some(r) => {
                     evidence = r.evidence;
                     status = r.status;
                     (r.class, r.rule)
                 }
-                None => (class, "json-rpc-code"),
+                None => (class, Rule::JsonRpcCode),
             }
         }
         FailureKind::ToolError(Some(upstream)) if (400..=599).contains(upstream) => {
             relayed_text(&mut hint);
             status = Some(*upstream);
             let (class, rule) = status_with_override(*upstream);
-            (class, if rule == "http-status" { "tool-error:host-status" } else { rule })
+            (class, if rule == Rule::HttpStatus { Rule::ToolErrorHostStatus } else { rule })
         }
         // An isError result is the tool's own verdict (MCP "tool execution
         // errors"): read what it relays; if nothing, it is for the model.
@@ -270,7 +279,7 @@ pub fn classify_view(failure: &FailureView<'_>, config: &Config, tool: Option<&s
     };
     let mut verdict = ServerVerdict::None;
     if server.should_retry == Some(true) && matches!(class, OutcomeClass::Deterministic | OutcomeClass::Unclassified) {
-        (class, rule) = (OutcomeClass::Transient, "x-should-retry");
+        (class, rule) = (OutcomeClass::Transient, Rule::ShouldRetry);
         verdict = ServerVerdict::Allowed;
     }
     if server.should_retry == Some(false) && matches!(class, OutcomeClass::Transient | OutcomeClass::Throttled) {

@@ -31,6 +31,7 @@
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 
+use crate::arith::{decimal_saturating, mul_saturating};
 use crate::text::excerpt;
 use crate::time::{parse_http_date, parse_rfc3339};
 use crate::types::HeaderProblem;
@@ -57,17 +58,35 @@ pub type Pair<'a> = (&'a str, &'a str);
 
 /// The `name: value` lines of `record-failure`'s `headers`, joined with `\n`:
 /// a name ends at the first `:`; a line without one is a name with no value.
+/// Names and values are trimmed of ASCII whitespace only (HTTP's optional
+/// whitespace is spaces and tabs, RFC 9110 §5.6.3), byte by byte: no character
+/// decoding on the decision path.
 pub fn split_lines(text: &str) -> Vec<Pair<'_>> {
-    if text.is_empty() {
-        return Vec::new();
+    let mut pairs = Vec::new();
+    let mut rest = text;
+    while !rest.is_empty() {
+        let (line, after) = cut(rest, rest.bytes().position(|b| b == b'\n').unwrap_or(rest.len()));
+        rest = after;
+        let line = line.trim_ascii();
+        if line.is_empty() {
+            continue;
+        }
+        pairs.push(match line.bytes().position(|b| b == b':') {
+            Some(colon) => {
+                let (name, value) = cut(line, colon);
+                (name.trim_ascii(), value.trim_ascii())
+            }
+            None => (line, ""),
+        });
     }
-    text.split('\n')
-        .filter(|line| !line.trim().is_empty())
-        .map(|line| match line.split_once(':') {
-            Some((name, value)) => (name.trim(), value.trim()),
-            None => (line.trim(), ""),
-        })
-        .collect()
+    pairs
+}
+
+/// `text` before and after the byte at `at`. `get` rather than `[..]`: the
+/// callers cut at ASCII bytes, always char boundaries, and a panicking slice
+/// would add 7 KB of messages to the component.
+fn cut(text: &str, at: usize) -> (&str, &str) {
+    (text.get(..at).unwrap_or(""), text.get(at + 1..).unwrap_or(""))
 }
 
 /// Header lookup by name, in any case; the first occurrence wins.
@@ -78,7 +97,8 @@ pub struct Headers<'a> {
 impl<'a> Headers<'a> {
     /// `pairs` must be trimmed ([`within_limits`] trims them).
     pub fn get(&self, name: &str) -> Option<&'a str> {
-        self.pairs.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| *v)
+        // The length first: most names looked up are absent, and this test is inlined.
+        self.pairs.iter().find(|(n, _)| n.len() == name.len() && n.eq_ignore_ascii_case(name)).map(|(_, v)| *v)
     }
 
     /// Every field named `name`, joined with `, ` (a list-valued header).
@@ -96,7 +116,8 @@ impl<'a> Headers<'a> {
 }
 
 fn is_trimmed(text: &str) -> bool {
-    !text.starts_with(char::is_whitespace) && !text.ends_with(char::is_whitespace)
+    let bytes = text.as_bytes();
+    !bytes.first().is_some_and(u8::is_ascii_whitespace) && !bytes.last().is_some_and(u8::is_ascii_whitespace)
 }
 
 /// The most headers the policy reads (the rest are named in one problem).
@@ -105,8 +126,9 @@ pub const MAX_HEADERS: usize = 64;
 pub const MAX_HEADER_VALUE_BYTES: usize = 1024;
 
 /// The headers the policy reads: the first [`MAX_HEADERS`], without values
-/// longer than [`MAX_HEADER_VALUE_BYTES`], names and values trimmed; what was
-/// left out is named in the problems. The cost of every later lookup is then bounded, whatever was sent.
+/// longer than [`MAX_HEADER_VALUE_BYTES`], names and values trimmed of ASCII
+/// whitespace (as [`split_lines`] trims); what was left out is named in the
+/// problems. The cost of every later lookup is then bounded, whatever was sent.
 pub fn within_limits<'a>(headers: &'a [Pair<'a>]) -> (alloc::borrow::Cow<'a, [Pair<'a>]>, Vec<HeaderProblem>) {
     let first = &headers[..headers.len().min(MAX_HEADERS)];
     let mut problems = Vec::new();
@@ -123,7 +145,7 @@ pub fn within_limits<'a>(headers: &'a [Pair<'a>]) -> (alloc::borrow::Cow<'a, [Pa
             let text = alloc::format!("is {} bytes, longer than the {MAX_HEADER_VALUE_BYTES} the policy reads", value.len());
             problems.push(problem(&short_name(name), value, &text));
         } else {
-            kept.push((name.trim(), value.trim()));
+            kept.push((name.trim_ascii(), value.trim_ascii()));
         }
     }
     (alloc::borrow::Cow::Owned(kept), problems)
@@ -133,7 +155,7 @@ pub fn within_limits<'a>(headers: &'a [Pair<'a>]) -> (alloc::borrow::Cow<'a, [Pa
 /// whatever was sent.
 #[inline(never)]
 fn short_name(name: &str) -> String {
-    let mut name = name.trim().to_ascii_lowercase();
+    let mut name = name.trim_ascii().to_ascii_lowercase();
     if name.len() > 60 {
         let mut end = 60;
         while !name.is_char_boundary(end) {
@@ -156,27 +178,25 @@ fn until(now_ms: u64, at_ms: u64) -> u64 {
 /// A non-negative decimal number of `unit_ms` units, rounded up to whole ms and
 /// saturating at `u64::MAX` (a hint that large is escalated, never waited out).
 pub fn decimal_ms(text: &str, unit_ms: u64) -> Option<u64> {
-    let (int_part, frac_part) = match text.split_once('.') {
-        Some((i, f)) => (i, f),
-        None => (text, ""),
+    // Bytes, not chars: the digits and the point are ASCII, and this runs on
+    // every wait hint.
+    let bytes = text.as_bytes();
+    let (int_part, frac_part) = match bytes.iter().position(|b| *b == b'.') {
+        Some(dot) => (bytes.get(..dot)?, bytes.get(dot + 1..).filter(|f| !f.is_empty())?),
+        None => (bytes, &[][..]),
     };
-    let all_digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
-    if int_part.is_empty() || !all_digits(int_part) || !all_digits(frac_part) || (text.contains('.') && frac_part.is_empty()) {
+    if int_part.is_empty() || !int_part.iter().all(u8::is_ascii_digit) || !frac_part.iter().all(u8::is_ascii_digit) {
         return None;
     }
-    let mut whole: u64 = 0;
-    for b in int_part.bytes() {
-        whole = whole.saturating_mul(10).saturating_add(u64::from(b - b'0'));
-    }
-    let mut ms = whole.saturating_mul(unit_ms);
+    let mut ms = mul_saturating(decimal_saturating(int_part), unit_ms);
     // The fraction, to 9 digits, times the unit, rounded up, in u64 only:
     // frac × unit / 10^len = frac × q + frac × r / 10^len where unit = q × 10^len + r.
-    let frac = frac_part.get(..frac_part.len().min(9)).unwrap_or("");
+    let frac = frac_part.get(..frac_part.len().min(9)).unwrap_or(&[]);
     if !frac.is_empty() {
-        let value: u64 = frac.parse().ok()?;
+        let value = decimal_saturating(frac); // at most 9 digits: exact
         let scale = 10u64.pow(frac.len() as u32);
         let (q, r) = (unit_ms / scale, unit_ms % scale);
-        let extra = value.saturating_mul(q).saturating_add((value * r).div_ceil(scale));
+        let extra = mul_saturating(value, q).saturating_add((value * r).div_ceil(scale));
         ms = ms.saturating_add(extra);
     }
     Some(ms)
@@ -223,22 +243,22 @@ fn ratelimit_t_ms(value: &str) -> Result<Option<u64>, &'static str> {
     let mut items = 0;
     for item in value.split(',') {
         let mut params = item.split(';');
-        let name = params.next().unwrap_or("").trim();
+        let name = params.next().unwrap_or("").trim_ascii();
         if name.is_empty() {
             return Err("an item has no policy name");
         }
         items += 1;
         let (mut remaining, mut reset) = (None, None);
         for param in params {
-            let (key, val) = param.trim().split_once('=').ok_or("a parameter has no value")?;
+            let (key, val) = param.trim_ascii().split_once('=').ok_or("a parameter has no value")?;
             let number = || -> Result<u64, &'static str> {
-                let val = val.trim();
+                let val = val.trim_ascii();
                 if val.is_empty() || !val.bytes().all(|b| b.is_ascii_digit()) {
                     return Err("r and t must be whole numbers");
                 }
                 decimal_ms(val, 1).ok_or("r and t must be whole numbers")
             };
-            match key.trim() {
+            match key.trim_ascii() {
                 "r" => remaining = Some(number()?),
                 "t" => reset = Some(number()?),
                 _ => {}
@@ -247,7 +267,7 @@ fn ratelimit_t_ms(value: &str) -> Result<Option<u64>, &'static str> {
         if remaining.unwrap_or(0) == 0
             && let Some(t) = reset
         {
-            let ms = t.saturating_mul(1000);
+            let ms = mul_saturating(t, 1000);
             longest = Some(longest.map_or(ms, |l| l.max(ms)));
         }
     }

@@ -10,6 +10,7 @@
 extern crate alloc;
 
 pub mod account;
+pub mod arith;
 pub mod backoff;
 pub mod budget;
 pub mod classify;

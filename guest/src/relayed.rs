@@ -31,6 +31,7 @@ use alloc::vec::Vec;
 
 use crate::classify::status_class;
 use crate::json::{self, Json};
+use crate::rules::Rule;
 use crate::types::OutcomeClass;
 
 /// How much of a tool's text the rules read.
@@ -57,7 +58,7 @@ pub struct TextRule {
 pub struct Relayed {
     pub class: OutcomeClass,
     /// The rule that decided, e.g. `tool-error:vocabulary`.
-    pub rule: &'static str,
+    pub rule: Rule,
     /// What it read, for the decision's reason, e.g. `"rate limit"`.
     pub evidence: String,
     /// A wait written in the text or structured content, in ms.
@@ -617,27 +618,27 @@ pub fn read(text: &str, structured: Option<&str>, rules: &[&TextRule], overrides
             positions(lower.as_bytes(), rule.contains.as_bytes()).next().is_some()
         };
         if found_rule {
-            return found(rule.class, "config:tool-error-rules", quoted(&rule.contains));
+            return found(rule.class, Rule::ConfigToolErrorRules, quoted(&rule.contains));
         }
     }
     if let Some((class, phrase)) = first_phrase(&words, VETOES) {
-        return found(class, "tool-error:vocabulary", quoted(phrase));
+        return found(class, Rule::ToolErrorVocabulary, quoted(phrase));
     }
     let (json_identifier, json_status) = parsed.as_ref().map(read_json).unwrap_or((None, None));
     if let Some((class, id)) = json_identifier.or_else(|| prose_identifier(text, &words.budget)) {
-        return found(class, "tool-error:provider-code", quoted(&id));
+        return found(class, Rule::ToolErrorProviderCode, quoted(&id));
     }
     if let Some((class, phrase)) = first_phrase(&words, THROTTLE_WORDS) {
-        return found(class, "tool-error:vocabulary", quoted(phrase));
+        return found(class, Rule::ToolErrorVocabulary, quoted(phrase));
     }
     if let Some(status) = json_status.or_else(|| prose_status(lower)) {
         let class = overrides.iter().find(|(s, _)| *s == status).map_or_else(|| status_class(status), |(_, c)| *c);
-        return Relayed { status: Some(status), ..found(class, "tool-error:status", format!("upstream HTTP {status}")) };
+        return Relayed { status: Some(status), ..found(class, Rule::ToolErrorStatus, format!("upstream HTTP {status}")) };
     }
     if let Some((class, phrase)) = first_phrase(&words, PERMISSION_WORDS).or_else(|| first_phrase(&words, TRANSIENT_WORDS)) {
-        return found(class, "tool-error:vocabulary", quoted(phrase));
+        return found(class, Rule::ToolErrorVocabulary, quoted(phrase));
     }
-    let rule = if words.budget.get() == 0 { "tool-error:scan-limit" } else { "tool-error" };
+    let rule = if words.budget.get() == 0 { Rule::ToolErrorScanLimit } else { Rule::ToolError };
     found(D, rule, String::new())
 }
 
@@ -700,7 +701,7 @@ mod tests {
     fn configured_rules_come_first() {
         let rule = text_rule("E_BUSY", R);
         let r = read("device e_busy, permission denied", None, &[&rule], &[], NOW);
-        assert_eq!((r.class, r.rule), (R, "config:tool-error-rules"));
+        assert_eq!((r.class, r.rule), (R, Rule::ConfigToolErrorRules));
     }
 }
 
@@ -714,7 +715,7 @@ mod cost {
         let refs: Vec<&TextRule> = rules.iter().collect();
         let text = "e_a ".repeat(1024);
         let r = read(&text, None, &refs, &[], 0);
-        assert_eq!((r.class, r.rule), (D, "tool-error:scan-limit"));
+        assert_eq!((r.class, r.rule), (D, Rule::ToolErrorScanLimit));
     }
 
     /// Run under callgrind to see where a worst-case read goes (`--ignored`).

@@ -1,9 +1,36 @@
-//! The names of the rules a decision can name (`decision.rule`), in the fixed
-//! order of the contract's `rule-names()`: the flat path (`verdict.rule-index`)
-//! answers with an index into this list instead of a string.
+//! The rules a decision can name (`decision.rule`), in the fixed order of the
+//! contract's `rule-names()`: the flat path (`verdict.rule-index`) answers with
+//! an index into that list instead of a string, and the core carries a
+//! [`Rule`], so that naming one costs nothing until a host asks for words.
 
-/// Every rule, in contract order. Add new rules at the end: an index, once
-/// published, keeps its meaning within a contract version.
+/// Every rule, in contract order. Add new rules at the end (here and in
+/// [`RULE_NAMES`]): an index, once published, keeps its meaning within a
+/// contract version.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u16)]
+pub enum Rule {
+    Success,
+    EmptyResult,
+    StatusCheck,
+    HttpStatus,
+    ConfigStatusOverrides,
+    AwsErrorCode,
+    GrpcStatus,
+    EnvoyOverloaded,
+    PayloadTooLargeRetryAfter,
+    Transport,
+    JsonRpcCode,
+    ShouldRetry,
+    ConfigToolErrorRules,
+    ToolErrorVocabulary,
+    ToolErrorProviderCode,
+    ToolErrorStatus,
+    ToolErrorHostStatus,
+    ToolErrorScanLimit,
+    ToolError,
+}
+
+/// The rules' names, indexed by [`Rule::index`].
 pub const RULE_NAMES: &[&str] = &[
     "success",
     "empty-result",
@@ -26,46 +53,36 @@ pub const RULE_NAMES: &[&str] = &[
     "tool-error",
 ];
 
-/// The index of `rule` in [`RULE_NAMES`]. Every rule the policy names is listed
-/// (a test checks the ones the vectors reach, and `index_of_every_rule` the
-/// literals); an unlisted one would answer `u16::MAX`.
-pub fn rule_index(rule: &str) -> u16 {
-    RULE_NAMES.iter().position(|name| *name == rule).map_or(u16::MAX, |i| i as u16)
+impl Rule {
+    /// The rule's place in `rule-names()`.
+    pub fn index(self) -> u16 {
+        self as u16
+    }
+
+    /// The rule's name, as `decision.rule` says it.
+    pub fn name(self) -> &'static str {
+        RULE_NAMES.get(usize::from(self.index())).copied().unwrap_or("?")
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// Every rule literal in the policy's sources is in the table.
+    /// Each rule has its own name, in contract order (the last one listed
+    /// checks that no name is missing at the end).
     #[test]
-    fn index_of_every_rule() {
-        let sources = [include_str!("classify.rs"), include_str!("relayed.rs"), include_str!("run.rs")];
-        let mut found = 0;
-        for source in sources {
-            for name in source.split('"').skip(1).step_by(2) {
-                let looks_like_rule = name.starts_with("tool-error")
-                    || name.starts_with("config:")
-                    || [
-                        "http-status",
-                        "aws-error-code",
-                        "grpc-status",
-                        "x-envoy-overloaded",
-                        "413-retry-after",
-                        "transport",
-                        "json-rpc-code",
-                        "x-should-retry",
-                    ]
-                    .contains(&name);
-                if looks_like_rule && !name.contains(' ') && name != "tool-error-rules" {
-                    assert_ne!(rule_index(name), u16::MAX, "rule {name} is not in RULE_NAMES");
-                    found += 1;
-                }
-            }
-        }
-        assert!(found >= 15, "{found}");
-        for (i, name) in RULE_NAMES.iter().enumerate() {
-            assert_eq!(rule_index(name), i as u16);
-        }
+    fn every_rule_is_named() {
+        let last = Rule::ToolError;
+        assert_eq!(usize::from(last.index()) + 1, RULE_NAMES.len());
+        assert_eq!(Rule::Success.name(), "success");
+        assert_eq!(Rule::HttpStatus.name(), "http-status");
+        assert_eq!(Rule::PayloadTooLargeRetryAfter.name(), "413-retry-after");
+        assert_eq!(Rule::ConfigToolErrorRules.name(), "config:tool-error-rules");
+        assert_eq!(last.name(), "tool-error");
+        let mut names = RULE_NAMES.to_vec();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), RULE_NAMES.len(), "a name is listed twice");
     }
 }

@@ -28,6 +28,7 @@ use crate::budget::{self, Spend};
 use crate::classify::{Classified, FailureView, classify_view, failure_label, is_ambiguous};
 use crate::config::{Config, ToolPolicy};
 use crate::escalation::{self, StopPoint};
+use crate::rules::Rule;
 use crate::text::excerpt;
 
 /// The most effects `Run::effects_page` returns in one call.
@@ -110,7 +111,7 @@ pub struct Verdict {
     /// The attempt this decision answers.
     pub attempt: u32,
     pub hint_ms: Option<u64>,
-    pub rule: &'static str,
+    pub rule: Rule,
     /// Whether the action carries text: a replan's message, a note, an escalation.
     pub has_note: bool,
 }
@@ -161,7 +162,7 @@ enum Reported<'a> {
 struct Failed {
     class: OutcomeClass,
     hint_ms: Option<u64>,
-    rule: &'static str,
+    rule: Rule,
     basis: Basis,
 }
 
@@ -451,7 +452,7 @@ impl Run {
             return Err(RunError::AttemptMismatch(AttemptMismatch { call_id, expected, reported: attempt }));
         }
         let pending = match self.calls[index].phase {
-            Phase::CheckingStatus { class, hint_ms } => Some(Failed { class, hint_ms, rule: "status-check", basis: Basis::Fixed("") }),
+            Phase::CheckingStatus { class, hint_ms } => Some(Failed { class, hint_ms, rule: Rule::StatusCheck, basis: Basis::Fixed("") }),
             _ => None,
         };
         match (outcome, pending) {
@@ -463,7 +464,7 @@ impl Run {
                 budget::deposit(&self.config, call.attempt > 1, call.quota_taken, now_ms, budget);
                 let effect = self.calls[index].policy.effect;
                 let status = if effect == Effect::Read { None } else { Some(EffectStatus::Applied) };
-                let done = Failed { class: OutcomeClass::Success, hint_ms: None, rule: "success", basis: Basis::Fixed("the call succeeded") };
+                let done = Failed { class: OutcomeClass::Success, hint_ms: None, rule: Rule::Success, basis: Basis::Fixed("the call succeeded") };
                 Ok(self.succeed(index, status, false, done, Step::Done))
             }
             (Reported::EmptyResult(detail), None) => {
@@ -475,8 +476,12 @@ impl Run {
                 if self.calls[index].policy.effect != Effect::Read {
                     self.set_effect(index, Some(EffectStatus::Applied));
                 }
-                let failed =
-                    Failed { class: OutcomeClass::Semantic, hint_ms: None, rule: "empty-result", basis: Basis::Fixed("empty or unusable result is semantic") };
+                let failed = Failed {
+                    class: OutcomeClass::Semantic,
+                    hint_ms: None,
+                    rule: Rule::EmptyResult,
+                    basis: Basis::Fixed("empty or unusable result is semantic"),
+                };
                 Ok(self.replan_or_escalate(index, failed, now_ms))
             }
             (Reported::Failure(failure), None) => Ok(self.on_failure(index, failure, now_ms, entropy, budget)),
@@ -658,7 +663,7 @@ impl Run {
             class: verdict.class,
             attempt: verdict.attempt,
             hint_ms: verdict.hint_ms,
-            rule: String::from(verdict.rule),
+            rule: String::from(verdict.rule.name()),
             reason: reason_text(&last.basis, &last.step),
         })
     }

@@ -180,6 +180,6 @@ fn verdict_json(v: &Verdict) -> Value {
     };
     json!({
         "action": action, "class": output(&v.class), "attempt": v.attempt, "delay-ms": delay_ms,
-        "hint-ms": v.hint_ms, "rule-index": rules::rule_index(v.rule), "has-note": v.has_note,
+        "hint-ms": v.hint_ms, "rule-index": v.rule.index(), "has-note": v.has_note,
     })
 }
