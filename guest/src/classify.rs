@@ -6,6 +6,7 @@
 //! retrying an unknown error is how a bad request is repeated forty times against
 //! a shared allowance ("Retry and Backoff for Agent-Driven MCP Calls", step 1).
 
+use alloc::boxed::Box;
 use alloc::format;
 use alloc::string::{String, ToString};
 
@@ -138,10 +139,19 @@ pub struct Classified {
     pub rule: Rule,
     /// The HTTP status the failure carried or relayed (a delete's "already gone").
     pub status: Option<u16>,
-    /// What a rule read (a provider's code, a phrase), for the reason.
-    pub evidence: String,
     /// `x-should-retry: true` turned the class, or the server forbids a retry.
     pub verdict: ServerVerdict,
+    /// What a rule read and what the headers got wrong, if anything: boxed,
+    /// since most failures have neither, and a decision that keeps `None`
+    /// moves and drops a pointer, not two buffers.
+    pub findings: Option<Box<Findings>>,
+}
+
+/// The rarer parts of a classification (see [`Classified::findings`]).
+#[derive(Clone, Debug, Default)]
+pub struct Findings {
+    /// What a rule read (a provider's code, a phrase), for the reason.
+    pub evidence: String,
     pub header_problems: Vec<HeaderProblem>,
 }
 
@@ -154,10 +164,21 @@ pub enum ServerVerdict {
 }
 
 impl Classified {
+    /// What a rule read, or nothing.
+    pub fn evidence(&self) -> &str {
+        self.findings.as_ref().map_or("", |f| f.evidence.as_str())
+    }
+
+    /// The headers that were ignored, and why.
+    pub fn header_problems(&self) -> &[HeaderProblem] {
+        self.findings.as_ref().map_or(&[], |f| f.header_problems.as_slice())
+    }
+
     /// One line a person can read: which rule applied and what it read.
     pub fn reason(&self) -> String {
         let label = failure_label(&self.kind);
-        let read = if self.evidence.is_empty() { String::new() } else { format!(": {}", self.evidence) };
+        let evidence = self.evidence();
+        let read = if evidence.is_empty() { String::new() } else { format!(": {evidence}") };
         let verdict = match self.verdict {
             ServerVerdict::None => "",
             ServerVerdict::Allowed => ", x-should-retry: true",
@@ -180,7 +201,7 @@ impl Classified {
             server_says_retry: self.server_says_retry,
             rule: String::from(self.rule.name()),
             reason,
-            header_problems: self.header_problems,
+            header_problems: self.findings.map(|f| f.header_problems).unwrap_or_default(),
         }
     }
 }
@@ -293,9 +314,8 @@ pub fn classify_view(failure: &FailureView<'_>, config: &Config, tool: Option<&s
         server_says_retry: server.should_retry,
         rule,
         status,
-        evidence,
         verdict,
-        header_problems: server.problems,
+        findings: (!evidence.is_empty() || !server.problems.is_empty()).then(|| Box::new(Findings { evidence, header_problems: server.problems })),
     }
 }
 

@@ -63,30 +63,32 @@ pub type Pair<'a> = (&'a str, &'a str);
 /// decoding on the decision path.
 pub fn split_lines(text: &str) -> Vec<Pair<'_>> {
     let mut pairs = Vec::new();
-    let mut rest = text;
-    while !rest.is_empty() {
-        let (line, after) = cut(rest, rest.bytes().position(|b| b == b'\n').unwrap_or(rest.len()));
-        rest = after;
-        let line = line.trim_ascii();
-        if line.is_empty() {
-            continue;
-        }
-        pairs.push(match line.bytes().position(|b| b == b':') {
-            Some(colon) => {
-                let (name, value) = cut(line, colon);
-                (name.trim_ascii(), value.trim_ascii())
+    if text.is_empty() {
+        return pairs;
+    }
+    // One pass over the bytes, no iterator adapters: at the component's size
+    // optimisation each adapter is a call per byte. '\n' and ':' are ASCII,
+    // so every index found is a char boundary (`get` rather than `[..]`: a
+    // panicking slice would add 7 KB of messages to the component).
+    let bytes = text.as_bytes();
+    let (mut start, mut colon) = (0, None);
+    for i in 0..=bytes.len() {
+        match bytes.get(i) {
+            Some(b':') if colon.is_none() => colon = Some(i),
+            Some(b'\n') | None => {
+                let line = text.get(start..i).unwrap_or("");
+                if !line.trim_ascii().is_empty() {
+                    pairs.push(match colon {
+                        Some(c) => (text.get(start..c).unwrap_or("").trim_ascii(), text.get(c + 1..i).unwrap_or("").trim_ascii()),
+                        None => (line.trim_ascii(), ""),
+                    });
+                }
+                (start, colon) = (i + 1, None);
             }
-            None => (line, ""),
-        });
+            Some(_) => {}
+        }
     }
     pairs
-}
-
-/// `text` before and after the byte at `at`. `get` rather than `[..]`: the
-/// callers cut at ASCII bytes, always char boundaries, and a panicking slice
-/// would add 7 KB of messages to the component.
-fn cut(text: &str, at: usize) -> (&str, &str) {
-    (text.get(..at).unwrap_or(""), text.get(at + 1..).unwrap_or(""))
 }
 
 /// Header lookup by name, in any case; the first occurrence wins.

@@ -186,7 +186,14 @@ pub struct Run {
     /// The last decision; its box, allocated at the run's first decision, is
     /// reused by every later one.
     last: Option<Box<Last>>,
+    /// A finished call's text buffer, if small, for the next call that fails:
+    /// a run of calls that each fail once allocates one buffer, not one a call.
+    spare_text: String,
 }
+
+/// The largest buffer a run keeps as its spare (bytes of capacity): a run
+/// keeps at most one, so a small one costs little and a large one is freed.
+const MAX_SPARE_TEXT_BYTES: usize = 1024;
 
 impl Run {
     /// A run, or `too-large` for a run id longer than [`crate::types::MAX_ID_BYTES`].
@@ -206,6 +213,7 @@ impl Run {
             escalation: None,
             escalated: None,
             last: None,
+            spare_text: String::new(),
         }
     }
 
@@ -318,6 +326,18 @@ impl Run {
         verdict
     }
 
+    /// Keeps what the call's last attempt returned, in its buffer (or the
+    /// run's spare one).
+    fn keep_text(&mut self, index: usize, error: LastError, text: &str) {
+        let call = &mut self.calls[index];
+        call.last_error = Some(error);
+        if call.last_text.capacity() == 0 {
+            call.last_text = core::mem::take(&mut self.spare_text);
+        }
+        call.last_text.clear();
+        call.last_text.push_str(text);
+    }
+
     fn keep_last(&mut self, last: Last) {
         // A finished call's text served only the words of its last decision:
         // free it once another call's decision takes that place, so that a
@@ -325,7 +345,10 @@ impl Run {
         if let Some(previous) = self.last.as_ref().map(|kept| kept.index).filter(|i| *i != last.index) {
             let call = &mut self.calls[previous];
             if call.phase == Phase::Finished {
-                call.last_text = String::new();
+                let text = core::mem::take(&mut call.last_text);
+                if text.capacity() <= MAX_SPARE_TEXT_BYTES && text.capacity() > self.spare_text.capacity() {
+                    self.spare_text = text;
+                }
             }
         }
         match &mut self.last {
@@ -468,10 +491,7 @@ impl Run {
                 Ok(self.succeed(index, status, false, done, Step::Done))
             }
             (Reported::EmptyResult(detail), None) => {
-                let call = &mut self.calls[index];
-                call.last_error = Some(LastError::EmptyResult);
-                call.last_text.clear();
-                call.last_text.push_str(detail);
+                self.keep_text(index, LastError::EmptyResult, detail);
                 // The server answered 2xx: a write it answered has been applied.
                 if self.calls[index].policy.effect != Effect::Read {
                     self.set_effect(index, Some(EffectStatus::Applied));
@@ -515,10 +535,7 @@ impl Run {
             }
         }
         let classified = classify_view(failure, &self.config, Some(&self.calls[index].tool), now_ms);
-        let call = &mut self.calls[index];
-        call.last_error = Some(LastError::Failure(*failure.kind));
-        call.last_text.clear();
-        call.last_text.push_str(failure.body);
+        self.keep_text(index, LastError::Failure(*failure.kind), failure.body);
         let (class, hint_ms, rule) = (classified.class, classified.hint_ms, classified.rule);
         let gone = matches!(classified.status, Some(404 | 410));
         let server_forbids = classified.server_says_retry == Some(false);
@@ -695,7 +712,7 @@ fn reason_text(basis: &Basis, step: &Step) -> String {
         Basis::Fixed(text) => String::from(*text),
         Basis::Failure(c) => {
             let mut text = c.reason();
-            for problem in &c.header_problems {
+            for problem in c.header_problems() {
                 text.push_str(&format!("; ignored {} ({})", problem.name, problem.problem));
             }
             if let (Some(hint), Some(source)) = (c.hint_ms, c.hint_source) {
