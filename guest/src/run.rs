@@ -25,6 +25,7 @@ use alloc::vec::Vec;
 use crate::account::AccountBudget;
 use crate::backoff::next_delay_ms;
 use crate::budget::{self, Spend};
+use crate::chunked::Chunked;
 use crate::classify::{Classified, FailureView, classify_view, failure_label, is_ambiguous};
 use crate::config::{Config, ToolPolicy};
 use crate::escalation::{self, StopPoint};
@@ -171,7 +172,8 @@ struct Failed {
 pub struct Run {
     config: Arc<Config>,
     run_id: String,
-    calls: Vec<Call>,
+    /// In chunks (`chunked.rs`): a long run never copies its calls.
+    calls: Chunked<Call>,
     counters: Counters,
     /// Attempts per HTTP status, ascending by status.
     statuses: Vec<StatusCount>,
@@ -206,7 +208,7 @@ impl Run {
         Run {
             config,
             run_id: String::from(run_id),
-            calls: Vec::new(),
+            calls: Chunked::default(),
             counters: Counters::default(),
             statuses: Vec::new(),
             effects: Vec::new(),
@@ -275,7 +277,7 @@ impl Run {
                 // shifting the later effects' places by one is fine.
                 self.effects.remove(i);
                 self.calls[index].effect_index = None;
-                for call in &mut self.calls {
+                for call in self.calls.iter_mut() {
                     if let Some(j) = call.effect_index.filter(|j| *j as usize > i) {
                         call.effect_index = Some(j - 1);
                     }
@@ -401,10 +403,9 @@ impl Run {
         let call =
             Call { tool, key, policy, attempt: 1, phase: Phase::Sending, last_error: None, last_text: String::new(), quota_taken: 0, effect_index: None };
         let safe_to_repeat = call.safe_to_repeat();
-        // The first call gets room for one, not the four a Vec reserves by
-        // default: most runs in flight have one call out, and 100,000 runs must
-        // fit in one instance's 64 MiB.
-        self.calls.reserve_exact(usize::from(self.calls.is_empty()));
+        // The first call gets room for one (`Chunked::push`): most runs in
+        // flight have one call out, and 100,000 runs must fit in one
+        // instance's 64 MiB.
         self.calls.push(call);
         self.counters.attempts += 1;
         self.note_wait(delay_ms);

@@ -312,6 +312,35 @@ fn a_long_runs_escalation_and_report_stay_bounded_and_every_effect_is_paged() {
     assert!(report_fuel < 1_000_000 && escalation_fuel < 1_000_000, "{report_fuel} {escalation_fuel}");
 }
 
+/// A run's calls never move (the core's `chunked.rs`): 250,000 calls of one
+/// run fit in the 64 MiB cap, where a list that doubled ran out at 131,072
+/// calls, and no `begin-call` pays for copying the calls before it (one cost
+/// 5.8 M fuel at the 65,537th).
+#[test]
+fn a_run_of_250_000_calls_fits_and_no_call_pays_for_the_earlier_ones() {
+    const CALLS: u32 = 250_000;
+    let mut instance = component().instantiate(services()).unwrap();
+    let policy = instance.load_policy(r#"{"max-steps-per-run": 1000000, "tools": {"issue_refund": {"effect": "write"}}}"#).unwrap().unwrap();
+    let run = instance.start_run(&policy, "long").unwrap().unwrap();
+    let read = CallRequest { tool: "lookup_order".into(), idempotency_key: None, hints: None };
+    let write = CallRequest { tool: "issue_refund".into(), idempotency_key: Some(format!("ar1-{:032x}", 7)), hints: None };
+    let (mut costliest, mut at) = (0, 0);
+    for i in 0..CALLS {
+        let request = if i % 2 == 0 { &read } else { &write };
+        let start = instance.begin_call_flat(&run, request, 1).expect("no trap").unwrap();
+        assert!(start.admitted && start.call_id == i + 1, "call {i}: {start:?}");
+        let fuel = instance.fuel_used_by_last_call();
+        if fuel > costliest {
+            (costliest, at) = (fuel, i + 1);
+        }
+        instance.record_success(&run, start.call_id, 1, 1).expect("no trap").unwrap();
+    }
+    let memory = instance.memory_bytes();
+    println!("{CALLS} calls in one run: {memory} bytes of memory; the costliest begin-call {costliest} fuel (call {at})");
+    assert_eq!(instance.report(&run).unwrap().calls, CALLS);
+    assert!(costliest < 100_000, "call {at} cost {costliest} fuel");
+}
+
 /// A host aggregating MCP servers has hundreds of namespaced tools, some
 /// thousands: 10,000 load inside the configuration's fuel budget (a call's,
 /// plus FUEL_PER_CONFIG_BYTE a byte: its cost is linear in the text and it is
