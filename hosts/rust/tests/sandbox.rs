@@ -267,6 +267,29 @@ fn a_worst_case_tool_error_stays_inside_the_fuel_budget() {
     assert!(hostile < FUEL_PER_CALL / 2, "{hostile} fuel leaves less than 2x headroom");
 }
 
+/// The most headers a host passes on the flat path: 5,800 of 5 KB, cut by the
+/// host to its limits and joined as `name: value` lines (hundreds of KB), then
+/// split by the policy. A split that looked at every byte in its own loop
+/// burned 17.8 M of the 20 M fuel a call has (and ran out in the Node host,
+/// which counts more); finding line ends and colons with `memchr` costs about 3.5 M.
+#[test]
+fn the_most_headers_a_host_passes_split_inside_a_quarter_of_the_fuel_budget() {
+    use agent_retry_host::component::FUEL_PER_CALL;
+    let mut instance = component().instantiate(services()).unwrap();
+    let policy = instance.load_policy("{}").unwrap().unwrap();
+    let run = instance.start_run(&policy, "headers").unwrap().unwrap();
+    let request = CallRequest { tool: "lookup".into(), idempotency_key: None, hints: None };
+    let start = instance.begin_call_flat(&run, &request, 1).unwrap().unwrap();
+    let mut headers: Vec<(String, String)> = vec![("Retry-After".into(), "7".into())];
+    headers.extend((0..5_800).map(|i| (format!("x-{i}"), "v".repeat(5_000))));
+    let failure = Failure { kind: FailureKind::HttpStatus(429), headers, body: "e".repeat(1_000), structured_content: None };
+    let verdict = instance.record_failure(&run, start.call_id, 1, &failure, 1, Some(5)).expect("no trap").unwrap();
+    let fuel = instance.fuel_used_by_last_call();
+    println!("flat record-failure with 5,800 headers of 5 KB: {fuel} fuel of {FUEL_PER_CALL}");
+    assert_eq!(verdict.hint_ms, Some(7_000), "{verdict:?}");
+    assert!(fuel < FUEL_PER_CALL / 4, "{fuel} fuel leaves less than 4x headroom");
+}
+
 /// A long run's escalation and report stay bounded, and every effect stays
 /// available by page: 30,000 keyed writes, then a 403. The escalation once ran
 /// out of fuel from 8,359 writes (no note, the list of writes lost) and
