@@ -62,9 +62,15 @@ test: wasm hostile noop redis fault-proxy-setup
 	cargo test --release --workspace
 	$(MAKE) --no-print-directory test-python test-ts judge-rust judge-python judge-ts test-hosts-agree lab-check dist-test fuzz-replay
 
-# The judge binary (also the Rust host's exam client).
+# The workspace's release binaries: agent-retry (the judge, also the Rust host's
+# exam client), agent-retry-lab and agent-retry-bench. `--examples` has Cargo
+# resolve features with the dev-dependencies, as `cargo test --workspace` does,
+# so after the tests this compiles nothing; a `-p` build unifies fewer features
+# and compiled rmcp, tokio, serde and wasmtime again.
+RUST_BINS := cargo build --release --workspace --bins --examples
+
 judge-setup:
-	cargo build --release -p agent-retry-cli --bin agent-retry
+	$(RUST_BINS)
 
 # The host-conformance judge against the Rust host (tests/judge/exam.json).
 judge-rust: wasm judge-setup

@@ -8,8 +8,9 @@ LAB_BENCH := target/release/agent-retry-bench
 
 .PHONY: lab lab-build lab-check lab-expected bench
 
+# RUST_BINS (top-level Makefile): the test build's feature set, nothing rebuilt.
 lab-build: wasm
-	cargo build --release -p agent-retry-lab --bins
+	$(RUST_BINS)
 
 lab: lab-build
 	$(LAB_BIN) --svg docs
