@@ -271,7 +271,7 @@ fn a_worst_case_tool_error_stays_inside_the_fuel_budget() {
 /// host to its limits and joined as `name: value` lines (hundreds of KB), then
 /// split by the policy. A split that looked at every byte in its own loop
 /// burned 17.8 M of the 20 M fuel a call has (and ran out in the Node host,
-/// which counts more); finding line ends and colons with `memchr` costs about 3.5 M.
+/// which counts more); finding line ends and colons with `memchr` costs about 3.3 M.
 #[test]
 fn the_most_headers_a_host_passes_split_inside_a_quarter_of_the_fuel_budget() {
     use agent_retry_host::component::FUEL_PER_CALL;

@@ -22,7 +22,7 @@ use agent_retry_policy::types as core;
 /// Iterations of the scenario per round; a run is replaced every `PER_RUN`.
 const ITERATIONS: u32 = 20_000;
 const PER_RUN: u32 = 1_000;
-const ROUNDS: usize = 5;
+const ROUNDS: usize = 15;
 const CONFIG: &str = r#"{"max-steps-per-run": 1000000, "max-retries-per-run": 100000,
     "tools": {"issue_refund": {"effect": "write"}, "lookup_order": {"effect": "read"}}}"#;
 const NOW_MS: u64 = 1_764_460_800_000;
