@@ -112,6 +112,10 @@ H = {
  "everything": "retry-after-ms: x\nx-amz-retry-after: y\nretry-after: z\ngrpc-retry-pushback-ms: w\nratelimit: v\nx-ratelimit-reset-requests: u\nanthropic-ratelimit-tokens-reset: t\nratelimit-reset: s\nx-ratelimit-reset: r\nx-should-retry: q",
  "many-headers": "\n".join(f"x-h{i}: {i}" for i in range(100)) + "\nretry-after: 3",
  "long-value": "retry-after: " + "9" * 5000,
+ # Whitespace HTTP does not allow around a value (RFC 9110 §5.6.3 allows spaces
+ # and tabs): a vertical tab and a no-break space are part of the value.
+ "vertical-tab-around-value": "Retry-After: \x0b1\ngrpc-retry-pus",
+ "no-break-space-around-value": "retry-after: \u00a02\u00a0",
 }
 for name, text in H.items():
     write("headers", name, text)

@@ -171,9 +171,10 @@ fn through_a_run(config: &Arc<Config>, tool: &str, failure: &Failure, classifica
     }
 }
 
-/// The first field named `name` (any case, trimmed) among the first 64.
+/// The first field named `name` (any case), trimmed as the policy trims: of
+/// ASCII whitespace only (HTTP's optional whitespace is spaces and tabs).
 fn first_header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
-    headers.iter().find(|(n, _)| n.trim().eq_ignore_ascii_case(name)).map(|(_, v)| v.trim())
+    headers.iter().find(|(n, _)| n.trim_ascii().eq_ignore_ascii_case(name)).map(|(_, v)| v.trim_ascii())
 }
 
 /// Whole ms or s written as plain digits, as every wait header accepts them.
