@@ -1,6 +1,7 @@
-//! A growable list that never moves what it holds: elements live in chunks of
-//! at most 64 KiB (a power of two of elements), and a full chunk is followed by a new one instead of being
-//! copied into one twice its size.
+//! A growable list whose growth never copies more than one chunk: elements
+//! live in chunks of at most 64 KiB (a power of two of elements), and a full
+//! chunk is followed by a new one instead of being copied into one twice its
+//! size. Only the first chunk grows by copying, from one element to full size.
 //!
 //! A run's calls used to be one `Vec`. Doubling it copied every call (one
 //! `begin-call` cost 5.8 M fuel at the 65,537th call), and under the

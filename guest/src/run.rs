@@ -172,7 +172,7 @@ struct Failed {
 pub struct Run {
     config: Arc<Config>,
     run_id: String,
-    /// In chunks (`chunked.rs`): a long run never copies its calls.
+    /// In chunks (`chunked.rs`): a long run never copies all its calls.
     calls: Chunked<Call>,
     counters: Counters,
     /// Attempts per HTTP status, ascending by status.
