@@ -335,7 +335,7 @@ fn a_long_runs_escalation_and_report_stay_bounded_and_every_effect_is_paged() {
     assert!(report_fuel < 1_000_000 && escalation_fuel < 1_000_000, "{report_fuel} {escalation_fuel}");
 }
 
-/// A run's calls never move (the core's `chunked.rs`): 250,000 calls of one
+/// A run's calls are kept in chunks (the core's `chunked.rs`): 250,000 calls of one
 /// run fit in the 64 MiB cap, where a list that doubled ran out at 131,072
 /// calls, and no `begin-call` pays for copying the calls before it (one cost
 /// 5.8 M fuel at the 65,537th).
