@@ -9,8 +9,9 @@
 //! it with what its last retry took, or 1. When it is empty a retry fails fast.
 //! The allowance is never refunded, so the quota cannot push calls past it.
 
-use alloc::format;
 use alloc::string::String;
+
+use crate::cat::cat;
 
 use crate::account::{AccountBudget, Bucket, Reservation};
 use crate::config::{AccountBudgetConfig, Config, RetryQuotaConfig};
@@ -48,7 +49,7 @@ fn quota(config: &Config) -> Option<(String, Bucket, &RetryQuotaConfig)> {
     let account = config.account_budget.as_ref()?;
     let quota = account.retry_quota.as_ref()?;
     let bucket = Bucket { capacity: quota.capacity, refill_interval_ms: quota.refill_interval_ms };
-    Some((format!("{}/retry-quota", account.account_id), bucket, quota))
+    Some((cat!(account.account_id, "/retry-quota"), bucket, quota))
 }
 
 /// Takes what `spend` costs. A free spend (cost 0, or no account budget) is not
@@ -104,6 +105,7 @@ pub fn deposit(config: &Config, retried: bool, quota_taken: u32, now_ms: u64, ho
 mod tests {
     use super::*;
     use alloc::collections::BTreeMap;
+    use alloc::format;
     use alloc::string::ToString;
 
     /// Plain token counts per account, no refill: enough to see what is taken.

@@ -7,8 +7,9 @@
 //! a shared allowance ("Retry and Backoff for Agent-Driven MCP Calls", step 1).
 
 use alloc::boxed::Box;
-use alloc::format;
 use alloc::string::{String, ToString};
+
+use crate::cat::cat;
 
 use crate::config::Config;
 use alloc::vec::Vec;
@@ -68,10 +69,10 @@ fn transport_name(error: TransportError) -> &'static str {
 /// A short label of what failed, e.g. `HTTP 503`, `JSON-RPC -32602`, `timeout`.
 pub fn failure_label(kind: &FailureKind) -> String {
     match kind {
-        FailureKind::HttpStatus(status) => format!("HTTP {status}"),
+        FailureKind::HttpStatus(status) => cat!("HTTP ", status),
         FailureKind::Transport(error) => transport_name(*error).to_string(),
-        FailureKind::ProtocolError(code) => format!("JSON-RPC error {code}"),
-        FailureKind::ToolError(Some(status)) => format!("tool error (upstream HTTP {status})"),
+        FailureKind::ProtocolError(code) => cat!("JSON-RPC error ", code),
+        FailureKind::ToolError(Some(status)) => cat!("tool error (upstream HTTP ", status, ")"),
         FailureKind::ToolError(None) => "tool error".to_string(),
     }
 }
@@ -178,7 +179,7 @@ impl Classified {
     pub fn reason(&self) -> String {
         let label = failure_label(&self.kind);
         let evidence = self.evidence();
-        let read = if evidence.is_empty() { String::new() } else { format!(": {evidence}") };
+        let read = if evidence.is_empty() { "" } else { ": " };
         let verdict = match self.verdict {
             ServerVerdict::None => "",
             ServerVerdict::Allowed => ", x-should-retry: true",
@@ -186,8 +187,10 @@ impl Classified {
         };
         let (class, rule) = (self.class.name(), self.rule.name());
         match self.class {
-            OutcomeClass::Unclassified => format!("{label} is not a failure the policy knows: {class} ({rule}{read}){verdict} (probable bug)"),
-            _ => format!("{label} is {class} ({rule}{read}){verdict}"),
+            OutcomeClass::Unclassified => {
+                cat!(label, " is not a failure the policy knows: ", class, " (", rule, read, evidence, ")", verdict, " (probable bug)")
+            }
+            _ => cat!(label, " is ", class, " (", rule, read, evidence, ")", verdict),
         }
     }
 

@@ -4,10 +4,10 @@
 //! the field's full path and the rule it broke (a derived parser says "invalid
 //! type ... at line 1 column 40" and leaves the user to find the field).
 
-use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 
+use crate::cat::{cat, cat_to};
 use crate::json::{self, Json};
 use crate::relayed::{TextRule, text_rule};
 use crate::types::{ConfigError, ConfigErrorKind, Effect, OutcomeClass};
@@ -237,7 +237,7 @@ fn write_ints<T>(out: &mut String, record: &T, table: &[IntField<T>]) {
         }
         json::write_string(out, field.name);
         out.push(':');
-        out.push_str(&(field.get)(record).to_string());
+        cat_to!(*out; (field.get)(record));
     }
 }
 
@@ -263,7 +263,7 @@ impl<'a> Fields<'a> {
     fn new(path: &'a str, value: Json) -> Result<Self, ConfigError> {
         match value {
             Json::Object(members) => Ok(Fields { path, members }),
-            other => Err(error(ConfigErrorKind::WrongType, path, format!("must be a JSON object, not {}", other.type_name()))),
+            other => Err(error(ConfigErrorKind::WrongType, path, cat!("must be a JSON object, not ", other.type_name()))),
         }
     }
 
@@ -288,11 +288,11 @@ impl<'a> Fields<'a> {
 
 #[inline(never)]
 fn whole_number(path: &str, value: &Json, min: u64, max: u64) -> Result<u64, ConfigError> {
-    let rule = || format!("must be a whole number from {min} to {max}");
+    let rule = || cat!("must be a whole number from ", min, " to ", max, ", not ");
     match (value, value.as_u64()) {
         (Json::Number(_), Some(v)) if (min..=max).contains(&v) => Ok(v),
-        (Json::Number(n), _) => Err(error(ConfigErrorKind::OutOfRange, path, format!("{}, not {}", rule(), crate::text::excerpt(n, 40)))),
-        (other, _) => Err(error(ConfigErrorKind::WrongType, path, format!("{}, not {}", rule(), other.type_name()))),
+        (Json::Number(n), _) => Err(error(ConfigErrorKind::OutOfRange, path, cat!(rule(), crate::text::excerpt(n, 40)))),
+        (other, _) => Err(error(ConfigErrorKind::WrongType, path, cat!(rule(), other.type_name()))),
     }
 }
 
@@ -300,7 +300,7 @@ fn whole_number(path: &str, value: &Json, min: u64, max: u64) -> Result<u64, Con
 fn boolean(path: &str, value: Json) -> Result<bool, ConfigError> {
     match value {
         Json::Bool(b) => Ok(b),
-        other => Err(error(ConfigErrorKind::WrongType, path, format!("must be true or false, not {}", other.type_name()))),
+        other => Err(error(ConfigErrorKind::WrongType, path, cat!("must be true or false, not ", other.type_name()))),
     }
 }
 
@@ -309,7 +309,7 @@ fn string(path: &str, value: Json) -> Result<String, ConfigError> {
     match value {
         Json::String(s) if !s.is_empty() && s.len() <= 256 => Ok(s),
         Json::String(_) => Err(error(ConfigErrorKind::OutOfRange, path, "must be a string of 1 to 256 bytes")),
-        other => Err(error(ConfigErrorKind::WrongType, path, format!("must be a string, not {}", other.type_name()))),
+        other => Err(error(ConfigErrorKind::WrongType, path, cat!("must be a string, not ", other.type_name()))),
     }
 }
 
@@ -328,9 +328,9 @@ fn one_of<T: Copy>(path: &str, value: Json, choices: &[(&str, T)]) -> Result<T, 
     match value {
         Json::String(s) => match choices.iter().find(|(name, _)| *name == s) {
             Some((_, choice)) => Ok(*choice),
-            None => Err(error(ConfigErrorKind::OutOfRange, path, format!("{}, not \"{}\"", rule(), crate::text::excerpt(&s, 40)))),
+            None => Err(error(ConfigErrorKind::OutOfRange, path, cat!(rule(), ", not \"", crate::text::excerpt(&s, 40), "\""))),
         },
-        other => Err(error(ConfigErrorKind::WrongType, path, format!("{}, not {}", rule(), other.type_name()))),
+        other => Err(error(ConfigErrorKind::WrongType, path, cat!(rule(), ", not ", other.type_name()))),
     }
 }
 
@@ -354,12 +354,12 @@ fn rule_class(path: &str, value: Json) -> Result<OutcomeClass, ConfigError> {
 fn text_rules(path: &str, value: Json) -> Result<Vec<TextRule>, ConfigError> {
     let items = match value {
         Json::Array(items) if items.len() <= MAX_TEXT_RULES => items,
-        Json::Array(_) => return Err(error(ConfigErrorKind::OutOfRange, path, format!("may hold at most {MAX_TEXT_RULES} rules"))),
-        other => return Err(error(ConfigErrorKind::WrongType, path, format!("must be an array of rules, not {}", other.type_name()))),
+        Json::Array(_) => return Err(error(ConfigErrorKind::OutOfRange, path, cat!("may hold at most ", MAX_TEXT_RULES, " rules"))),
+        other => return Err(error(ConfigErrorKind::WrongType, path, cat!("must be an array of rules, not ", other.type_name()))),
     };
     let mut rules = Vec::new();
     for (i, item) in items.into_iter().enumerate() {
-        let item_path = format!("{path}[{i}]");
+        let item_path = cat!(path, "[", i, "]");
         let mut fields = Fields::new(&item_path, item)?;
         let contains = match fields.take("contains") {
             Some((p, v)) => string(&p, v)?,
@@ -481,10 +481,10 @@ impl Config {
     /// Parses and validates a JSON configuration.
     pub fn from_json(text: &str) -> Result<Config, ConfigError> {
         if text.len() > MAX_CONFIG_BYTES {
-            let message = format!("the configuration is {} bytes, more than the {MAX_CONFIG_BYTES}-byte limit", text.len());
+            let message = cat!("the configuration is ", text.len(), " bytes, more than the ", MAX_CONFIG_BYTES, "-byte limit");
             return Err(error(ConfigErrorKind::TooLarge, "", message));
         }
-        let value = json::parse(text).map_err(|e| error(ConfigErrorKind::Syntax, "", format!("not valid JSON: {e}")))?;
+        let value = json::parse(text).map_err(|e| error(ConfigErrorKind::Syntax, "", cat!("not valid JSON: ", e)))?;
         Self::from_value(value)
     }
 
@@ -496,11 +496,11 @@ impl Config {
         let mut config = Config::default();
         read_ints(&mut f, &mut config, &INT_FIELDS)?;
         if config.max_delay_ms < config.base_delay_ms {
-            let message = format!("must be at least base-delay-ms ({}), not {}", config.base_delay_ms, config.max_delay_ms);
+            let message = cat!("must be at least base-delay-ms (", config.base_delay_ms, "), not ", config.max_delay_ms);
             return Err(error(ConfigErrorKind::OutOfRange, "max-delay-ms", message));
         }
         if config.max_plausible_hint_ms < config.max_hint_ms {
-            let message = format!("must be at least max-hint-ms ({}), not {}", config.max_hint_ms, config.max_plausible_hint_ms);
+            let message = cat!("must be at least max-hint-ms (", config.max_hint_ms, "), not ", config.max_plausible_hint_ms);
             return Err(error(ConfigErrorKind::OutOfRange, "max-plausible-hint-ms", message));
         }
         let default_effect = match f.take("default-effect") {
@@ -556,7 +556,7 @@ impl Config {
             out.push_str(value);
         };
         write_ints(&mut out, self, &INT_FIELDS);
-        field(&mut out, "default-effect", &format!("\"{}\"", self.default_effect.name()));
+        field(&mut out, "default-effect", &cat!("\"", self.default_effect.name(), "\""));
         let mut tools = String::from("{");
         for (i, entry) in self.tools.iter().enumerate() {
             if i > 0 {
@@ -565,7 +565,7 @@ impl Config {
             json::write_string(&mut tools, &entry.name);
             tools.push_str(":{");
             if let Some(tool) = entry.policy {
-                tools.push_str(&format!("\"effect\":\"{}\",\"idempotent\":{}", tool.effect.name(), tool.idempotent));
+                cat_to!(tools; "\"effect\":\"", tool.effect.name(), "\",\"idempotent\":", if tool.idempotent { "true" } else { "false" });
             }
             if !entry.rules.is_empty() {
                 if entry.policy.is_some() {
@@ -583,7 +583,7 @@ impl Config {
             if i > 0 {
                 overrides.push(',');
             }
-            overrides.push_str(&format!("\"{status}\":\"{}\"", class.name()));
+            cat_to!(overrides; "\"", status, "\":\"", class.name(), "\"");
         }
         overrides.push('}');
         field(&mut out, "status-overrides", &overrides);
@@ -684,7 +684,7 @@ fn rules_json(rules: &[TextRule]) -> String {
         }
         out.push_str("{\"contains\":");
         json::write_string(&mut out, &rule.contains);
-        out.push_str(&format!(",\"class\":\"{}\"}}", rule.class.name()));
+        cat_to!(out; ",\"class\":\"", rule.class.name(), "\"}");
     }
     out.push(']');
     out

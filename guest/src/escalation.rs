@@ -3,9 +3,9 @@
 //! the trace ("Agent Retry Policies: When to Retry a Tool, Replan the Task or
 //! Give Up": escalating without context is a failure mode).
 
-use alloc::format;
 use alloc::string::String;
-use core::fmt::Write;
+
+use crate::cat::{cat, cat_to};
 
 use crate::time::format_rfc3339;
 use crate::types::{EffectRecord, EffectStatus, EscalationReason};
@@ -62,16 +62,16 @@ pub fn note(
     effects: &[EffectRecord],
     total: usize,
 ) -> String {
-    let mut note = format!("Run {} stopped: {}.", stop.run_id, reason_text(reason));
+    let mut note = cat!("Run ", stop.run_id, " stopped: ", reason_text(reason), ".");
     if let Some((tool, call_id, attempt)) = stop.call {
-        let _ = write!(note, " Call {call_id} ({tool}), attempt {attempt}.");
+        cat_to!(note; " Call ", call_id, " (", tool, "), attempt ", attempt, ".");
     }
     if let Some(error) = last_error {
-        let _ = write!(note, " Last error: {error}.");
+        cat_to!(note; " Last error: ", error, ".");
     }
     if let Some(wait) = resets_in_ms {
         let at = now_ms.saturating_add(wait);
-        let _ = write!(note, " Room returns in {} s, at {}.", wait.div_ceil(1000), format_rfc3339(at));
+        cat_to!(note; " Room returns in ", wait.div_ceil(1000), " s, at ", format_rfc3339(at), ".");
     }
     if effects.is_empty() {
         note.push_str(" No effects were made in this run.");
@@ -80,7 +80,7 @@ pub fn note(
         let skipped = total.saturating_sub(effects.len());
         for (i, effect) in effects.iter().enumerate() {
             if skipped > 0 && i == NOTE_EFFECTS_EACH_END {
-                let _ = write!(note, " ... {skipped} more (the run's effects call lists every one) ...");
+                cat_to!(note; " ... ", skipped, " more (the run's effects call lists every one) ...");
             }
             // The place in the run: past the skipped middle, the last ones.
             let place = if skipped > 0 && i >= NOTE_EFFECTS_EACH_END { i + skipped } else { i };
@@ -89,7 +89,7 @@ pub fn note(
                 EffectStatus::Applied => "applied",
                 EffectStatus::Unknown => "may have been applied; check before redoing it",
             };
-            let _ = write!(note, " {}. {} (call {}, key {}): {}.", place + 1, effect.tool, effect.call_id, key, status);
+            cat_to!(note; " ", place + 1, ". ", effect.tool, " (call ", effect.call_id, ", key ", key, "): ", status, ".");
         }
     }
     note

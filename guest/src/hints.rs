@@ -32,6 +32,7 @@ use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 
 use crate::arith::{decimal_saturating, mul_saturating};
+use crate::cat::cat;
 use crate::text::excerpt;
 use crate::time::{parse_http_date, parse_rfc3339};
 use crate::types::HeaderProblem;
@@ -143,7 +144,7 @@ pub fn within_limits<'a>(headers: &'a [Pair<'a>]) -> (alloc::borrow::Cow<'a, [Pa
     let first = &headers[..headers.len().min(MAX_HEADERS)];
     let mut problems = Vec::new();
     if headers.len() > MAX_HEADERS {
-        let text = alloc::format!("only the first {MAX_HEADERS} of {} headers were read", headers.len());
+        let text = cat!("only the first ", MAX_HEADERS, " of ", headers.len(), " headers were read");
         problems.push(HeaderProblem { name: String::from("(headers)"), value: String::new(), problem: text });
     }
     if first.iter().all(|(n, v)| v.len() <= MAX_HEADER_VALUE_BYTES && is_trimmed(n) && is_trimmed(v)) {
@@ -152,7 +153,7 @@ pub fn within_limits<'a>(headers: &'a [Pair<'a>]) -> (alloc::borrow::Cow<'a, [Pa
     let mut kept = Vec::with_capacity(first.len());
     for (name, value) in first {
         if value.len() > MAX_HEADER_VALUE_BYTES {
-            let text = alloc::format!("is {} bytes, longer than the {MAX_HEADER_VALUE_BYTES} the policy reads", value.len());
+            let text = cat!("is ", value.len(), " bytes, longer than the ", MAX_HEADER_VALUE_BYTES, " the policy reads");
             problems.push(problem(&short_name(name), value, &text));
         } else {
             kept.push((name.trim_ascii(), value.trim_ascii()));

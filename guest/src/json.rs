@@ -4,8 +4,9 @@
 //! component; the configuration needs far less: objects in order, whole numbers,
 //! strings, booleans, and errors that say where the text went wrong.
 
-use alloc::format;
 use alloc::string::String;
+
+use crate::cat::{Hex, cat, cat_to};
 use alloc::vec::Vec;
 
 /// A parsed JSON value. Numbers keep their text, so that the reader of a field
@@ -155,9 +156,9 @@ struct Parser<'a> {
 impl Parser<'_> {
     fn error(&self, expected: &str) -> String {
         match self.bytes.get(self.pos) {
-            Some(b) if b.is_ascii_graphic() => format!("expected {expected} at byte {}, found '{}'", self.pos, *b as char),
-            Some(_) => format!("expected {expected} at byte {}", self.pos),
-            None => format!("expected {expected} at byte {}, found the end", self.pos),
+            Some(b) if b.is_ascii_graphic() => cat!("expected ", expected, " at byte ", self.pos, ", found '", *b as char, "'"),
+            Some(_) => cat!("expected ", expected, " at byte ", self.pos),
+            None => cat!("expected ", expected, " at byte ", self.pos, ", found the end"),
         }
     }
 
@@ -188,7 +189,7 @@ impl Parser<'_> {
 
     fn value(&mut self, depth: usize) -> Result<Json, String> {
         if depth > MAX_DEPTH {
-            return Err(format!("nesting deeper than {MAX_DEPTH} levels at byte {}", self.pos));
+            return Err(cat!("nesting deeper than ", MAX_DEPTH, " levels at byte ", self.pos));
         }
         self.skip_space();
         match self.bytes.get(self.pos) {
@@ -218,7 +219,7 @@ impl Parser<'_> {
             let start = self.pos;
             let name = self.string()?;
             if !names.insert(&name, &members) {
-                return Err(format!("member \"{}\" appears twice (at byte {start})", crate::text::excerpt(&name, 40)));
+                return Err(cat!("member \"", crate::text::excerpt(&name, 40), "\" appears twice (at byte ", start, ")"));
             }
             if !self.eat(b':') {
                 return Err(self.error("':'"));
@@ -389,7 +390,7 @@ pub fn write_string(out: &mut String, text: &str) {
             '\n' => out.push_str("\\n"),
             '\r' => out.push_str("\\r"),
             '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c if (c as u32) < 0x20 => cat_to!(*out; "\\u", Hex(c as u64, 4)),
             c => out.push(c),
         }
     }

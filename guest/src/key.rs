@@ -3,6 +3,8 @@
 
 use alloc::string::String;
 
+use crate::cat::{Hex, cat};
+
 const FNV128_OFFSET: u128 = 0x6c62_272e_07bb_0142_62b8_2175_6295_c58d;
 const FNV128_PRIME: u128 = 0x0000_0000_0100_0000_0000_0000_0000_013B;
 
@@ -25,7 +27,7 @@ fn fnv1a_128(parts: &[&[u8]]) -> u128 {
 /// and `action_id`. The separator keeps ("ab","c") and ("a","bc") apart.
 pub fn derive_idempotency_key(run_id: &str, action_id: &str) -> String {
     let hash = fnv1a_128(&[run_id.as_bytes(), action_id.as_bytes()]);
-    alloc::format!("ar1-{hash:032x}")
+    cat!("ar1-", Hex((hash >> 64) as u64, 16), Hex(hash as u64, 16))
 }
 
 #[cfg(test)]

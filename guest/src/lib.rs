@@ -13,6 +13,7 @@ pub mod account;
 pub mod arith;
 pub mod backoff;
 pub mod budget;
+pub mod cat;
 pub mod chunked;
 pub mod classify;
 pub mod config;

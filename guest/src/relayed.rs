@@ -25,7 +25,6 @@
 //! Costs are linear: the text is read up to `MAX_TEXT_BYTES`, structured content
 //! is parsed up to `MAX_STRUCTURED_BYTES`, and each table is a fixed list.
 
-use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
 
@@ -633,7 +632,7 @@ pub fn read(text: &str, structured: Option<&str>, rules: &[&TextRule], overrides
     }
     if let Some(status) = json_status.or_else(|| prose_status(lower)) {
         let class = overrides.iter().find(|(s, _)| *s == status).map_or_else(|| status_class(status), |(_, c)| *c);
-        return Relayed { status: Some(status), ..found(class, Rule::ToolErrorStatus, format!("upstream HTTP {status}")) };
+        return Relayed { status: Some(status), ..found(class, Rule::ToolErrorStatus, crate::cat::cat!("upstream HTTP ", status)) };
     }
     if let Some((class, phrase)) = first_phrase(&words, PERMISSION_WORDS).or_else(|| first_phrase(&words, TRANSIENT_WORDS)) {
         return found(class, Rule::ToolErrorVocabulary, quoted(phrase));

@@ -17,7 +17,6 @@
 //! retry loops never read them.
 
 use alloc::boxed::Box;
-use alloc::format;
 use alloc::string::String;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
@@ -25,6 +24,7 @@ use alloc::vec::Vec;
 use crate::account::AccountBudget;
 use crate::backoff::next_delay_ms;
 use crate::budget::{self, Spend};
+use crate::cat::{cat, cat_to};
 use crate::chunked::Chunked;
 use crate::classify::{Classified, FailureView, classify_view, failure_label, is_ambiguous};
 use crate::config::{Config, ToolPolicy};
@@ -300,9 +300,9 @@ impl Run {
             LastError::Failure(kind) => {
                 let label = failure_label(kind);
                 let body = excerpt(&call.last_text, limit);
-                Some(if body.is_empty() { label } else { format!("{label}: {body}") })
+                Some(if body.is_empty() { label } else { cat!(label, ": ", body) })
             }
-            LastError::EmptyResult => Some(excerpt(&format!("{} returned an empty or unusable result: {}", call.tool, call.last_text), limit)),
+            LastError::EmptyResult => Some(excerpt(&cat!(call.tool, " returned an empty or unusable result: ", call.last_text), limit)),
         }
     }
 
@@ -666,11 +666,11 @@ impl Run {
             Act::Retry { delay_ms, attempt } => Action::Retry(RetryPlan { delay_ms, attempt, idempotency_key: call.key.clone() }),
             Act::Replan => Action::Replan(match call.last_error {
                 Some(LastError::EmptyResult) => self.last_error_text(last.index).unwrap_or_default(),
-                _ => format!("{} failed: {}", call.tool, self.last_error_text(last.index).unwrap_or_default()),
+                _ => cat!(call.tool, " failed: ", self.last_error_text(last.index).unwrap_or_default()),
             }),
             Act::CheckStatus => Action::CheckStatus,
             Act::Succeed => Action::Succeed(match (&last.step, &last.basis) {
-                (Step::DeleteGone, Basis::Failure(c)) => Some(format!("already deleted ({})", failure_label(&c.kind))),
+                (Step::DeleteGone, Basis::Failure(c)) => Some(cat!("already deleted (", failure_label(&c.kind), ")")),
                 _ if verdict.has_note => Some(String::from("already applied: a status check found it")),
                 _ => None,
             }),
@@ -714,10 +714,10 @@ fn reason_text(basis: &Basis, step: &Step) -> String {
         Basis::Failure(c) => {
             let mut text = c.reason();
             for problem in c.header_problems() {
-                text.push_str(&format!("; ignored {} ({})", problem.name, problem.problem));
+                cat_to!(text; "; ignored ", problem.name, " (", problem.problem, ")");
             }
             if let (Some(hint), Some(source)) = (c.hint_ms, c.hint_source) {
-                text.push_str(&format!("; {source} hints {hint} ms"));
+                cat_to!(text; "; ", source, " hints ", hint, " ms");
             }
             text
         }
@@ -725,13 +725,16 @@ fn reason_text(basis: &Basis, step: &Step) -> String {
     let step = match *step {
         Step::Done => return text,
         Step::Retry { retry, of, delay_ms, account_wait_ms } => {
-            let account = account_wait_ms.map(|ms| format!("; the account budget has room in {ms} ms")).unwrap_or_default();
-            format!("; retry {retry} of {of} after {delay_ms} ms{account}")
+            let mut step = cat!("; retry ", retry, " of ", of, " after ", delay_ms, " ms");
+            if let Some(ms) = account_wait_ms {
+                cat_to!(step; "; the account budget has room in ", ms, " ms");
+            }
+            step
         }
-        Step::Replan { replan, of } => format!("; replan {replan} of {of}"),
+        Step::Replan { replan, of } => cat!("; replan ", replan, " of ", of),
         Step::CheckStatus => String::from("; a write without a key may have applied: check status before resending"),
         Step::DeleteGone => String::from("; a delete whose target is gone succeeded"),
-        Step::Escalate(reason) => format!("; escalate: {}", escalation::reason_text(reason)),
+        Step::Escalate(reason) => cat!("; escalate: ", escalation::reason_text(reason)),
     };
     text.push_str(&step);
     text

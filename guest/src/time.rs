@@ -1,8 +1,9 @@
 //! Calendar arithmetic for absolute-time hints (HTTP-date, RFC 3339) and for
 //! saying when a quota resets. Times are ms since the Unix epoch, UTC.
 
-use alloc::format;
 use alloc::string::String;
+
+use crate::cat::{ZeroPadded, cat};
 
 /// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
 pub fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
@@ -62,7 +63,8 @@ pub fn format_rfc3339(ms: u64) -> String {
     let seconds = ms / 1000;
     let (year, month, day) = civil_from_days((seconds / 86_400) as i64);
     let rest = seconds % 86_400;
-    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", rest / 3600, rest / 60 % 60, rest % 60)
+    let two = |n: u64| ZeroPadded(n, 2);
+    cat!(ZeroPadded(year as u64, 4), "-", two(month.into()), "-", two(day.into()), "T", two(rest / 3600), ":", two(rest / 60 % 60), ":", two(rest % 60), "Z")
 }
 
 const MONTHS: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
