@@ -24,8 +24,11 @@ mod text_targets;
 pub use run_target::{RunCase, RunOutput, run, run_case};
 pub use text_targets::{HeadersCase, TEXT_CONFIGS, ToolErrorCase, config, headers, json, text_configs, tool_error};
 
+/// A target's body: one input, checked; a broken invariant panics.
+pub type Target = fn(&[u8]);
+
 /// Every target, by the name of its corpus directory and libFuzzer binary.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[("headers", headers), ("config", config), ("json", json), ("tool_error", tool_error), ("run", run)];
+pub const TARGETS: &[(&str, Target)] = &[("headers", headers), ("config", config), ("json", json), ("tool_error", tool_error), ("run", run)];
 
 /// The clock the text targets use unless `@now` says otherwise: 2025-11-30T00:00:00Z.
 pub const DEFAULT_NOW_MS: u64 = 1_764_460_800_000;

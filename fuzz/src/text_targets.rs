@@ -204,11 +204,12 @@ pub fn headers(data: &[u8]) {
             if let Some(ms) = first_header(headers, "retry-after-ms").and_then(plain_number).filter(|ms| *ms <= plausible) {
                 let got = read.wait.as_ref().map(|w| (w.wait_ms, w.source));
                 invariant!(got == Some((ms, "retry-after-ms")), "retry-after-ms: {ms} read as {got:?}");
-            } else if first_header(headers, "retry-after-ms").is_none() && first_header(headers, "x-amz-retry-after").is_none() {
-                if let Some(s) = first_header(headers, "retry-after").and_then(plain_number).filter(|s| s * 1000 <= plausible) {
-                    let got = read.wait.as_ref().map(|w| (w.wait_ms, w.source));
-                    invariant!(got == Some((s * 1000, "retry-after")), "retry-after: {s} read as {got:?}");
-                }
+            } else if first_header(headers, "retry-after-ms").is_none()
+                && first_header(headers, "x-amz-retry-after").is_none()
+                && let Some(s) = first_header(headers, "retry-after").and_then(plain_number).filter(|s| s * 1000 <= plausible)
+            {
+                let got = read.wait.as_ref().map(|w| (w.wait_ms, w.source));
+                invariant!(got == Some((s * 1000, "retry-after")), "retry-after: {s} read as {got:?}");
             }
         }
     }

@@ -245,7 +245,11 @@ async function workerRoundTripUs(n: number, rounds: number): Promise<number> {
     const { workerData } = require('node:worker_threads');
     const s = new Int32Array(workerData);
     for (;;) {
-      while (Atomics.load(s, 0) !== 1) Atomics.wait(s, 0, Atomics.load(s, 0));
+      // Wait on the value just checked: re-reading it for the wait raced with the
+      // main thread (it stored 1 and notified in between, and the worker then
+      // slept on 1 with no notify to come: "the worker did not answer").
+      let seen;
+      while ((seen = Atomics.load(s, 0)) !== 1) Atomics.wait(s, 0, seen);
       s[2] = s[1] + 1;
       Atomics.store(s, 0, 2);
       Atomics.notify(s, 0);
