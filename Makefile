@@ -4,7 +4,7 @@
 
 WASM_BUILD := target/wasm32-wasip2/wasm-release/agent_retry_policy.wasm
 WASM := target/component/agent_retry_policy.wasm
-WASM_LIMIT_BYTES := 132000
+WASM_LIMIT_BYTES := 130000
 JCO := hosts/typescript/node_modules/@bytecodealliance/jco/src/jco.js
 
 .PHONY: setup wasm demo test vectors judge-setup judge-rust redis hostile noop

@@ -11,9 +11,8 @@
 
 use alloc::string::String;
 
-use crate::cat::cat;
-
 use crate::account::{AccountBudget, Bucket, Reservation};
+use crate::cat::cat;
 use crate::config::{AccountBudgetConfig, Config, RetryQuotaConfig};
 use crate::types::EscalationReason;
 

@@ -8,12 +8,10 @@
 
 use alloc::boxed::Box;
 use alloc::string::{String, ToString};
-
-use crate::cat::cat;
-
-use crate::config::Config;
 use alloc::vec::Vec;
 
+use crate::cat::cat;
+use crate::config::Config;
 use crate::hints::{self, Headers, Pair};
 use crate::relayed;
 use crate::rules::Rule;

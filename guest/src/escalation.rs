@@ -6,7 +6,6 @@
 use alloc::string::String;
 
 use crate::cat::{cat, cat_to};
-
 use crate::time::format_rfc3339;
 use crate::types::{EffectRecord, EffectStatus, EscalationReason};
 

@@ -5,9 +5,9 @@
 //! strings, booleans, and errors that say where the text went wrong.
 
 use alloc::string::String;
+use alloc::vec::Vec;
 
 use crate::cat::{Hex, cat, cat_to};
-use alloc::vec::Vec;
 
 /// A parsed JSON value. Numbers keep their text, so that the reader of a field
 /// decides what a number may be.

@@ -18,6 +18,8 @@ pub struct DynamicPolicy {
     run: Option<ResourceAny>,
     /// The size of the last configuration loaded (its effective-config gets the load's tank).
     config_bytes: usize,
+    /// The most fuel one call on a call's tank burned (a load's tank is larger).
+    most_call_fuel: u64,
 }
 
 impl DynamicPolicy {
@@ -27,7 +29,7 @@ impl DynamicPolicy {
         // a fixed seed keeps even that path reproducible.
         let services = HostServices::new(Arc::new(EmbeddedAccounts::on_host_clock()), EntropySource::seeded(0));
         let instance = component.instantiate(services).map_err(|e| format!("instantiate: {e:#}"))?;
-        Ok(DynamicPolicy { instance, policy: None, run: None, config_bytes: 0 })
+        Ok(DynamicPolicy { instance, policy: None, run: None, config_bytes: 0, most_call_fuel: 0 })
     }
 
     /// Calls `name` in the policy interface. `leading` are resource arguments;
@@ -59,7 +61,16 @@ impl DynamicPolicy {
         }
         let mut results = vec![Val::Bool(false); ty.results().len()];
         func.call(&mut *store, &params, &mut results).map_err(|e| format!("{name} trapped: {e:#}"))?;
+        if config_bytes.is_none() {
+            self.most_call_fuel = self.most_call_fuel.max(self.instance.fuel_used_by_last_call());
+        }
         results.pop().ok_or_else(|| format!("{name} returned nothing"))
+    }
+
+    /// The most fuel any one call burned so far, of those on a call's tank
+    /// (every call but `from-json` and `effective-config`).
+    pub fn most_fuel_in_one_call(&self) -> u64 {
+        self.most_call_fuel
     }
 
     fn policy(&self) -> Result<Val, String> {
