@@ -12,7 +12,7 @@ use alloc::vec::Vec;
 
 use crate::cat::cat;
 use crate::config::Config;
-use crate::hints::{self, Headers, Pair};
+use crate::hints::{self, Headers, Name, Pair};
 use crate::relayed;
 use crate::rules::Rule;
 use crate::types::{Classification, Failure, FailureKind, HeaderProblem, OutcomeClass, TransportError};
@@ -119,7 +119,7 @@ fn aws_error_code(headers: &Headers<'_>, body: &str) -> Option<(OutcomeClass, St
             _ => None,
         })
     };
-    let code = headers.get("x-amzn-errortype").map(String::from).or_else(from_body)?;
+    let code = headers.get(Name::XAmznErrorType).map(String::from).or_else(from_body)?;
     let class = relayed::identifier_class(&code)?;
     matches!(class, OutcomeClass::Throttled | OutcomeClass::Transient).then_some((class, crate::text::excerpt(&code, 60)))
 }
@@ -231,8 +231,8 @@ pub fn classify_view(failure: &FailureView<'_>, config: &Config, tool: Option<&s
         None => (status_class(status), Rule::HttpStatus),
     };
     let (pairs, limit_problems) = hints::within_limits(failure.headers);
-    let headers = Headers { pairs: &pairs };
-    let mut server = hints::read(&pairs, now_ms, config.max_plausible_hint_ms);
+    let headers = Headers::new(&pairs);
+    let mut server = hints::read_indexed(&headers, now_ms, config.max_plausible_hint_ms);
     if !limit_problems.is_empty() {
         server.problems.extend(limit_problems);
     }
@@ -255,10 +255,10 @@ pub fn classify_view(failure: &FailureView<'_>, config: &Config, tool: Option<&s
             if let Some((code_class, code)) = aws_error_code(&headers, failure.body) {
                 (class, rule, evidence) = (code_class, Rule::AwsErrorCode, code);
             }
-            if let Some(grpc) = headers.get("grpc-status").and_then(|v| v.parse::<u32>().ok()).and_then(grpc_class) {
+            if let Some(grpc) = headers.get(Name::GrpcStatus).and_then(|v| v.parse::<u32>().ok()).and_then(grpc_class) {
                 (class, rule) = (grpc, Rule::GrpcStatus);
             }
-            if headers.get("x-envoy-overloaded").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
+            if headers.get(Name::XEnvoyOverloaded).is_some_and(|v| v.eq_ignore_ascii_case("true")) {
                 (class, rule) = (OutcomeClass::Throttled, Rule::EnvoyOverloaded);
             }
             // RFC 9110 §15.5.14: a 413 with Retry-After says the condition is temporary.

@@ -63,48 +63,198 @@ pub type Pair<'a> = (&'a str, &'a str);
 /// whitespace is spaces and tabs, RFC 9110 §5.6.3), byte by byte: no character
 /// decoding on the decision path.
 pub fn split_lines(text: &str) -> Vec<Pair<'_>> {
-    let mut pairs = Vec::new();
     if text.is_empty() {
-        return pairs;
+        return Vec::new();
     }
-    // `split` and `split_once` on one char find it with `memchr`, a few
-    // instructions a byte: a host may send hundreds of KB of header lines.
-    for line in text.split('\n') {
+    // Room for a typical response's headers at once: growing by doubling cost
+    // a quarter of the split.
+    let mut pairs = Vec::with_capacity(16);
+    let mut rest = text;
+    while !rest.is_empty() {
+        // `split_at_checked` and `get`, not indexing: a `str` index that can
+        // panic brings in the panic's message machinery (7 KB of Unicode
+        // tables), though these never do (the byte found is ASCII).
+        let (line, after) = match find_ascii(rest, b'\n').and_then(|at| rest.split_at_checked(at)) {
+            Some((line, after)) => (line, after.get(1..).unwrap_or("")),
+            None => (rest, ""),
+        };
+        rest = after;
         let line = line.trim_ascii();
         if line.is_empty() {
             continue;
         }
-        pairs.push(match line.split_once(':') {
-            Some((name, value)) => (name.trim_ascii(), value.trim_ascii()),
+        pairs.push(match find_ascii(line, b':').and_then(|at| line.split_at_checked(at)) {
+            Some((name, value)) => (name.trim_ascii(), value.get(1..).unwrap_or("").trim_ascii()),
             None => (line, ""),
         });
     }
     pairs
 }
 
-/// Header lookup by name, in any case; the first occurrence wins.
+/// Where the ASCII `byte` first is in `text`. A plain loop over the first
+/// [`SCAN_BEFORE_MEMCHR`] bytes, where most header lines and names end, then
+/// `memchr` (through `str::find`) for the rest: `memchr`'s setup made a short
+/// line cost more than its search (about 550 instructions a header line, three
+/// quarters of what a header cost), and a plain loop alone made long values
+/// cost about five times what `memchr` does.
+fn find_ascii(text: &str, byte: u8) -> Option<usize> {
+    let bytes = text.as_bytes();
+    let head = bytes.len().min(SCAN_BEFORE_MEMCHR);
+    let mut i = 0;
+    while i < head {
+        if bytes[i] == byte {
+            return Some(i);
+        }
+        i += 1;
+    }
+    if head == bytes.len() {
+        return None;
+    }
+    // An ASCII byte never sits inside a character: any boundary at or before
+    // `head` is a correct place to go on from.
+    let mut start = head;
+    while !text.is_char_boundary(start) {
+        start -= 1;
+    }
+    text.get(start..)?.find(char::from(byte)).map(|at| start + at)
+}
+
+/// How many bytes [`find_ascii`] reads one by one before it calls `memchr`.
+const SCAN_BEFORE_MEMCHR: usize = 64;
+
+/// Every header the policy reads. A lookup names one of these, so the
+/// headers are indexed once ([`Headers::new`]) and no lookup scans them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Name {
+    XShouldRetry,
+    RetryAfterMs,
+    XAmzRetryAfter,
+    RetryAfter,
+    GrpcRetryPushbackMs,
+    RateLimit,
+    XRateLimitResetRequests,
+    XRateLimitRemainingRequests,
+    XRateLimitResetTokens,
+    XRateLimitRemainingTokens,
+    AnthropicRequestsReset,
+    AnthropicRequestsRemaining,
+    AnthropicTokensReset,
+    AnthropicTokensRemaining,
+    AnthropicInputTokensReset,
+    AnthropicInputTokensRemaining,
+    AnthropicOutputTokensReset,
+    AnthropicOutputTokensRemaining,
+    RateLimitReset,
+    XRateLimitReset,
+    XAmznErrorType,
+    GrpcStatus,
+    XEnvoyOverloaded,
+}
+
+/// The names of [`Name`]'s headers, lower-case, in its order.
+const NAME_TEXT: [&str; 23] = [
+    "x-should-retry",
+    "retry-after-ms",
+    "x-amz-retry-after",
+    "retry-after",
+    "grpc-retry-pushback-ms",
+    "ratelimit",
+    "x-ratelimit-reset-requests",
+    "x-ratelimit-remaining-requests",
+    "x-ratelimit-reset-tokens",
+    "x-ratelimit-remaining-tokens",
+    "anthropic-ratelimit-requests-reset",
+    "anthropic-ratelimit-requests-remaining",
+    "anthropic-ratelimit-tokens-reset",
+    "anthropic-ratelimit-tokens-remaining",
+    "anthropic-ratelimit-input-tokens-reset",
+    "anthropic-ratelimit-input-tokens-remaining",
+    "anthropic-ratelimit-output-tokens-reset",
+    "anthropic-ratelimit-output-tokens-remaining",
+    "ratelimit-reset",
+    "x-ratelimit-reset",
+    "x-amzn-errortype",
+    "grpc-status",
+    "x-envoy-overloaded",
+];
+
+/// Bit `n` is set if some name in [`NAME_TEXT`] is `n` bytes long (all are
+/// under 64): most of a response's headers (`content-type`, `date`) are
+/// turned away by their length alone.
+const NAME_LENGTHS: u64 = {
+    let mut mask = 0u64;
+    let mut i = 0;
+    while i < NAME_TEXT.len() {
+        mask |= 1 << NAME_TEXT[i].len();
+        i += 1;
+    }
+    mask
+};
+
+impl Name {
+    /// The header's name, lower-case.
+    pub fn text(self) -> &'static str {
+        NAME_TEXT[self as usize]
+    }
+
+    fn of(name: &str) -> Option<usize> {
+        if name.len() >= 64 || NAME_LENGTHS & (1 << name.len()) == 0 {
+            return None;
+        }
+        NAME_TEXT.iter().position(|known| is_named(name, known))
+    }
+}
+
+/// Header lookup by [`Name`], in any case; the first occurrence wins. Built in
+/// one pass: a lookup over every header per name made each header of a
+/// response cost about 1,900 fuel units, whatever its name.
 pub struct Headers<'a> {
-    pub pairs: &'a [Pair<'a>],
+    pairs: &'a [Pair<'a>],
+    /// For each [`Name`], its first header's place in `pairs` + 1; 0: absent.
+    /// Bytes: [`within_limits`] keeps at most [`MAX_HEADERS`] headers, and a
+    /// header past the 255th is not indexed.
+    first: [u8; NAME_TEXT.len()],
+    /// How many headers are ones the policy reads.
+    known: u32,
 }
 
 impl<'a> Headers<'a> {
-    /// `pairs` must be trimmed ([`within_limits`] trims them); `name` is
-    /// lower-case, as every name the policy looks up is.
-    pub fn get(&self, name: &str) -> Option<&'a str> {
-        self.pairs.iter().find(|(n, _)| is_named(n, name)).map(|(_, v)| *v)
+    /// `pairs` must be trimmed ([`within_limits`] trims them).
+    pub fn new(pairs: &'a [Pair<'a>]) -> Self {
+        let mut first = [0u8; NAME_TEXT.len()];
+        let mut known = 0;
+        for (i, (name, _)) in pairs.iter().take(u8::MAX as usize).enumerate() {
+            if let Some(k) = Name::of(name) {
+                known += 1;
+                if first[k] == 0 {
+                    first[k] = (i + 1) as u8; // at most 255: `take` above
+                }
+            }
+        }
+        Headers { pairs, first, known }
     }
 
-    /// Every field named `name` (lower-case), joined with `, ` (a list-valued header).
-    pub fn get_list(&self, name: &str) -> Option<String> {
-        let mut joined: Option<String> = None;
-        for (_, value) in self.pairs.iter().filter(|(n, _)| is_named(n, name)) {
-            let out = joined.get_or_insert_with(String::new);
-            if !out.is_empty() {
-                out.push_str(", ");
+    /// Whether any header is one the policy reads: most failures carry none.
+    pub fn any_known(&self) -> bool {
+        self.known > 0
+    }
+
+    pub fn get(&self, name: Name) -> Option<&'a str> {
+        let at = self.first[name as usize] as usize;
+        self.pairs.get(at.checked_sub(1)?).map(|(_, v)| *v)
+    }
+
+    /// Every field named `name`, joined with `, ` (a list-valued header).
+    pub fn get_list(&self, name: Name) -> Option<String> {
+        let from = (self.first[name as usize] as usize).checked_sub(1)?;
+        let mut joined = String::new();
+        for (_, value) in self.pairs[from..].iter().filter(|(n, _)| is_named(n, name.text())) {
+            if !joined.is_empty() {
+                joined.push_str(", ");
             }
-            out.push_str(value);
+            joined.push_str(value);
         }
-        joined
+        Some(joined)
     }
 }
 
@@ -293,11 +443,15 @@ type ResetParser = fn(&str, u64) -> Option<u64>;
 
 /// Reads every hint the headers carry. Waits above `max_plausible_ms` are problems.
 pub fn read(headers: &[Pair<'_>], now_ms: u64, max_plausible_ms: u64) -> ServerHints {
+    read_indexed(&Headers::new(headers), now_ms, max_plausible_ms)
+}
+
+/// [`read`] of headers already indexed.
+pub fn read_indexed(headers: &Headers<'_>, now_ms: u64, max_plausible_ms: u64) -> ServerHints {
     let mut hints = ServerHints::default();
-    if headers.is_empty() {
+    if !headers.any_known() {
         return hints;
     }
-    let headers = Headers { pairs: headers };
     let plausible = |hints: &mut ServerHints, name: &str, value: &str, wait_ms: u64| {
         if wait_ms > max_plausible_ms {
             hints.problems.push(problem(name, value, "is a wait longer than max-plausible-hint-ms"));
@@ -307,7 +461,7 @@ pub fn read(headers: &[Pair<'_>], now_ms: u64, max_plausible_ms: u64) -> ServerH
         }
     };
 
-    if let Some(value) = headers.get("x-should-retry") {
+    if let Some(value) = headers.get(Name::XShouldRetry) {
         match value {
             v if v.eq_ignore_ascii_case("true") => hints.should_retry = Some(true),
             v if v.eq_ignore_ascii_case("false") => hints.should_retry = Some(false),
@@ -315,26 +469,27 @@ pub fn read(headers: &[Pair<'_>], now_ms: u64, max_plausible_ms: u64) -> ServerH
         }
     }
 
-    let sources: [(&'static str, WaitParser); 5] = [
-        ("retry-after-ms", |v, _| decimal_ms(v, 1).map(Some).ok_or("must be a non-negative number of ms")),
-        ("x-amz-retry-after", |v, _| decimal_ms(v, 1).map(Some).ok_or("must be a non-negative number of ms")),
-        ("retry-after", |v, now| {
+    static SOURCES: [(Name, WaitParser); 5] = [
+        (Name::RetryAfterMs, |v, _| decimal_ms(v, 1).map(Some).ok_or("must be a non-negative number of ms")),
+        (Name::XAmzRetryAfter, |v, _| decimal_ms(v, 1).map(Some).ok_or("must be a non-negative number of ms")),
+        (Name::RetryAfter, |v, now| {
             decimal_ms(v, 1000).or_else(|| parse_http_date(v).map(|at| until(now, at))).map(Some).ok_or("is neither delay-seconds nor an HTTP-date")
         }),
-        ("grpc-retry-pushback-ms", |v, _| {
+        (Name::GrpcRetryPushbackMs, |v, _| {
             decimal_ms(v, 1).filter(|_| !v.contains('.')).map(Some).ok_or("is negative or malformed: the server forbids a retry")
         }),
-        ("ratelimit", |v, _| ratelimit_t_ms(v)),
+        (Name::RateLimit, |v, _| ratelimit_t_ms(v)),
     ];
-    for (name, parse) in sources {
+    for &(header, parse) in &SOURCES {
         let joined;
-        let value = if name == "ratelimit" {
-            joined = headers.get_list(name);
+        let value = if header == Name::RateLimit {
+            joined = headers.get_list(header);
             joined.as_deref()
         } else {
-            headers.get(name)
+            headers.get(header)
         };
         let Some(value) = value else { continue };
+        let name = header.text();
         match parse(value, now_ms) {
             Ok(Some(wait_ms)) if plausible(&mut hints, name, value, wait_ms) => {
                 hints.wait = Some(Hint { wait_ms, source: name });
@@ -342,7 +497,7 @@ pub fn read(headers: &[Pair<'_>], now_ms: u64, max_plausible_ms: u64) -> ServerH
             }
             Ok(_) => {}
             Err(text) => {
-                if name == "grpc-retry-pushback-ms" {
+                if header == Name::GrpcRetryPushbackMs {
                     hints.should_retry = Some(false);
                 }
                 hints.problems.push(problem(name, value, text));
@@ -352,17 +507,18 @@ pub fn read(headers: &[Pair<'_>], now_ms: u64, max_plausible_ms: u64) -> ServerH
 
     // Vendor resets: each limit resets on its own; wait for the latest exhausted one.
     let mut latest: Option<Hint> = None;
-    let vendor: [(&'static str, &'static str, ResetParser); 6] = [
-        ("x-ratelimit-reset-requests", "x-ratelimit-remaining-requests", |v, _| go_duration_ms(v)),
-        ("x-ratelimit-reset-tokens", "x-ratelimit-remaining-tokens", |v, _| go_duration_ms(v)),
-        ("anthropic-ratelimit-requests-reset", "anthropic-ratelimit-requests-remaining", |v, now| parse_rfc3339(v).map(|at| until(now, at))),
-        ("anthropic-ratelimit-tokens-reset", "anthropic-ratelimit-tokens-remaining", |v, now| parse_rfc3339(v).map(|at| until(now, at))),
-        ("anthropic-ratelimit-input-tokens-reset", "anthropic-ratelimit-input-tokens-remaining", |v, now| parse_rfc3339(v).map(|at| until(now, at))),
-        ("anthropic-ratelimit-output-tokens-reset", "anthropic-ratelimit-output-tokens-remaining", |v, now| parse_rfc3339(v).map(|at| until(now, at))),
+    static VENDOR: [(Name, Name, ResetParser); 6] = [
+        (Name::XRateLimitResetRequests, Name::XRateLimitRemainingRequests, |v, _| go_duration_ms(v)),
+        (Name::XRateLimitResetTokens, Name::XRateLimitRemainingTokens, |v, _| go_duration_ms(v)),
+        (Name::AnthropicRequestsReset, Name::AnthropicRequestsRemaining, |v, now| parse_rfc3339(v).map(|at| until(now, at))),
+        (Name::AnthropicTokensReset, Name::AnthropicTokensRemaining, |v, now| parse_rfc3339(v).map(|at| until(now, at))),
+        (Name::AnthropicInputTokensReset, Name::AnthropicInputTokensRemaining, |v, now| parse_rfc3339(v).map(|at| until(now, at))),
+        (Name::AnthropicOutputTokensReset, Name::AnthropicOutputTokensRemaining, |v, now| parse_rfc3339(v).map(|at| until(now, at))),
     ];
-    for (reset_name, remaining_name, parse) in vendor {
-        let Some(value) = headers.get(reset_name) else { continue };
-        let exhausted = headers.get(remaining_name).is_none_or(|r| r == "0");
+    for &(reset, remaining, parse) in &VENDOR {
+        let Some(value) = headers.get(reset) else { continue };
+        let reset_name = reset.text();
+        let exhausted = headers.get(remaining).is_none_or(|r| r == "0");
         if !exhausted {
             continue;
         }
@@ -383,8 +539,9 @@ pub fn read(headers: &[Pair<'_>], now_ms: u64, max_plausible_ms: u64) -> ServerH
         return hints;
     }
 
-    for name in ["ratelimit-reset", "x-ratelimit-reset"] {
-        let Some(value) = headers.get(name) else { continue };
+    for header in [Name::RateLimitReset, Name::XRateLimitReset] {
+        let Some(value) = headers.get(header) else { continue };
+        let name = header.text();
         match decimal_ms(value, 1000) {
             Some(ms) => {
                 let seconds = ms / 1000;
@@ -469,6 +626,92 @@ mod tests {
         assert_eq!(split_lines(lines), [("Retry-After", "2"), ("x-trace", "a:b"), ("bare", "")]);
         assert_eq!(wait(&split_lines(lines)), Some((2000, "retry-after")));
         assert!(split_lines("").is_empty());
+    }
+
+    /// The split before `find_ascii`: `split` and `split_once` on chars.
+    fn split_lines_by_chars(text: &str) -> Vec<Pair<'_>> {
+        let lines = text.split('\n').map(str::trim_ascii).filter(|l| !l.is_empty());
+        lines.map(|l| l.split_once(':').map_or((l, ""), |(n, v)| (n.trim_ascii(), v.trim_ascii()))).collect()
+    }
+
+    #[test]
+    fn the_split_is_the_char_splits_on_short_long_and_multibyte_lines() {
+        let long = "v".repeat(100);
+        let straddle = format!("{}é:{}", "n".repeat(63), "ü".repeat(40)); // 'é' spans bytes 63 and 64
+        let texts = [
+            String::from("a: 1\nb: 2"),
+            format!("x-long: {long}\nnext: 1"),
+            format!("{long}:{long}\n{long}"),
+            format!("{straddle}\n{straddle}:x\n"),
+            format!("{}\n: only a value\nname only\n\n\r\n  \t", "é".repeat(70)),
+            format!("{}:{}", "ü".repeat(33), long),
+            String::from("\n\n:\n::\n"),
+        ];
+        for text in &texts {
+            assert_eq!(split_lines(text), split_lines_by_chars(text), "{text:?}");
+        }
+    }
+
+    #[test]
+    fn find_ascii_looks_past_the_plain_loop_and_never_into_a_character() {
+        let text = format!("{}é:", "a".repeat(63));
+        assert_eq!(find_ascii(&text, b':'), Some(65));
+        assert_eq!(find_ascii(&"a".repeat(200), b':'), None);
+        assert_eq!(find_ascii(&format!("{}:", "b".repeat(500)), b':'), Some(500));
+        assert_eq!(find_ascii("ab:c", b':'), Some(2));
+        assert_eq!(find_ascii("", b':'), None);
+    }
+
+    #[test]
+    fn the_index_finds_the_first_of_each_name_in_any_case() {
+        let pairs = [("Content-Type", "text/plain"), ("RETRY-AFTER", "7"), ("retry-after", "9"), ("RateLimit", "a"), ("x", "y"), ("ratelimit", "b")];
+        let headers = Headers::new(&pairs);
+        assert!(headers.any_known());
+        assert_eq!(headers.get(Name::RetryAfter), Some("7"));
+        assert_eq!(headers.get(Name::RetryAfterMs), None);
+        assert_eq!(headers.get_list(Name::RateLimit).as_deref(), Some("a, b"));
+        assert_eq!(headers.get_list(Name::XShouldRetry), None);
+        assert!(!Headers::new(&[("content-type", "x"), ("date", "y")]).any_known());
+        // Each variant names its own header (the enum and the texts are kept in step by position).
+        let names = [
+            (Name::XShouldRetry, "x-should-retry"),
+            (Name::RetryAfterMs, "retry-after-ms"),
+            (Name::XAmzRetryAfter, "x-amz-retry-after"),
+            (Name::RetryAfter, "retry-after"),
+            (Name::GrpcRetryPushbackMs, "grpc-retry-pushback-ms"),
+            (Name::RateLimit, "ratelimit"),
+            (Name::XRateLimitResetRequests, "x-ratelimit-reset-requests"),
+            (Name::XRateLimitRemainingRequests, "x-ratelimit-remaining-requests"),
+            (Name::XRateLimitResetTokens, "x-ratelimit-reset-tokens"),
+            (Name::XRateLimitRemainingTokens, "x-ratelimit-remaining-tokens"),
+            (Name::AnthropicRequestsReset, "anthropic-ratelimit-requests-reset"),
+            (Name::AnthropicRequestsRemaining, "anthropic-ratelimit-requests-remaining"),
+            (Name::AnthropicTokensReset, "anthropic-ratelimit-tokens-reset"),
+            (Name::AnthropicTokensRemaining, "anthropic-ratelimit-tokens-remaining"),
+            (Name::AnthropicInputTokensReset, "anthropic-ratelimit-input-tokens-reset"),
+            (Name::AnthropicInputTokensRemaining, "anthropic-ratelimit-input-tokens-remaining"),
+            (Name::AnthropicOutputTokensReset, "anthropic-ratelimit-output-tokens-reset"),
+            (Name::AnthropicOutputTokensRemaining, "anthropic-ratelimit-output-tokens-remaining"),
+            (Name::RateLimitReset, "ratelimit-reset"),
+            (Name::XRateLimitReset, "x-ratelimit-reset"),
+            (Name::XAmznErrorType, "x-amzn-errortype"),
+            (Name::GrpcStatus, "grpc-status"),
+            (Name::XEnvoyOverloaded, "x-envoy-overloaded"),
+        ];
+        assert_eq!(names.len(), NAME_TEXT.len());
+        for (name, text) in names {
+            assert_eq!(name.text(), text);
+        }
+        // Every name is indexed under itself, and a name of another length is not looked at.
+        for (i, text) in NAME_TEXT.iter().enumerate() {
+            assert_eq!(Name::of(text), Some(i));
+            assert_eq!(Name::of(&text.to_ascii_uppercase()), Some(i));
+        }
+        assert_eq!(Name::of(&"x".repeat(64)), None);
+        assert_eq!(Name::of("retry-afte"), None);
+        // Past the 255th header, nothing is indexed (the policy reads at most 64).
+        let many: Vec<Pair<'_>> = (0..300).map(|i| if i == 280 { ("retry-after", "1") } else { ("x-pad", "") }).collect();
+        assert_eq!(Headers::new(&many).get(Name::RetryAfter), None);
     }
 
     #[test]
