@@ -239,6 +239,7 @@ impl<'a> Headers<'a> {
         self.known > 0
     }
 
+    /// The value of the first header named `name`, if any.
     pub fn get(&self, name: Name) -> Option<&'a str> {
         let at = self.first[name as usize] as usize;
         self.pairs.get(at.checked_sub(1)?).map(|(_, v)| *v)
