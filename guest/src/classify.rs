@@ -262,7 +262,7 @@ pub fn classify_view(failure: &FailureView<'_>, config: &Config, tool: Option<&s
                 (class, rule) = (OutcomeClass::Throttled, Rule::EnvoyOverloaded);
             }
             // RFC 9110 §15.5.14: a 413 with Retry-After says the condition is temporary.
-            if *status == 413 && server.wait.as_ref().is_some_and(|h| h.source == "retry-after") {
+            if *status == 413 && server.wait.as_ref().is_some_and(|h| h.source == Name::RetryAfter.text()) {
                 (class, rule) = (OutcomeClass::Throttled, Rule::PayloadTooLargeRetryAfter);
             }
             (class, rule)

@@ -260,8 +260,9 @@ impl<'a> Headers<'a> {
 }
 
 /// Whether header name `name` is `lower` (lower-case) in any case. A plain
-/// loop: it runs for every name looked up, and at the component's size
-/// optimisation `eq_ignore_ascii_case` is a call with a call per byte.
+/// loop: it runs for every header whose length is a known name's
+/// ([`Headers::new`]), and at the component's size optimisation
+/// `eq_ignore_ascii_case` is a call with a call per byte.
 fn is_named(name: &str, lower: &str) -> bool {
     let (name, lower) = (name.as_bytes(), lower.as_bytes());
     if name.len() != lower.len() {
@@ -466,7 +467,7 @@ pub fn read_indexed(headers: &Headers<'_>, now_ms: u64, max_plausible_ms: u64) -
         match value {
             v if v.eq_ignore_ascii_case("true") => hints.should_retry = Some(true),
             v if v.eq_ignore_ascii_case("false") => hints.should_retry = Some(false),
-            v => hints.problems.push(problem("x-should-retry", v, "must be true or false")),
+            v => hints.problems.push(problem(Name::XShouldRetry.text(), v, "must be true or false")),
         }
     }
 
