@@ -16,7 +16,9 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
+use crate::era::Era;
 use crate::faults::Fault;
+use crate::tls::{TestAuthority, TlsListener};
 use crate::tools::{AssignedFault, DemoServer, DemoState, lock};
 
 /// A running server: its URL, its state, and a handle to stop it.
@@ -44,23 +46,75 @@ pub async fn serve_http(addr: SocketAddr, state: Arc<DemoState>) -> anyhow::Resu
 /// sessions), kept in this process only: a restarted server answers a request
 /// carrying an old one with 404, as the transport's rules say.
 pub async fn serve_http_with(addr: SocketAddr, state: Arc<DemoState>, sessions: bool) -> anyhow::Result<HttpServer> {
+    serve_http_options(addr, state, HttpOptions { sessions, ..HttpOptions::default() }).await
+}
+
+/// How the demo server is served over HTTP.
+#[derive(Default)]
+pub struct HttpOptions {
+    /// Sessions for clients of revisions before 2026-07-28 (see [`serve_http_with`]).
+    pub sessions: bool,
+    /// The revisions it speaks.
+    pub era: Era,
+    /// Serve https with this identity (the URL says `https://`).
+    pub tls: Option<TestAuthority>,
+}
+
+/// Serves `state` on `addr` at `/mcp` as `options` say.
+pub async fn serve_http_options(addr: SocketAddr, state: Arc<DemoState>, options: HttpOptions) -> anyhow::Result<HttpServer> {
     let cancel = CancellationToken::new();
     let config = StreamableHttpServerConfig::default()
         .with_sse_keep_alive(None)
-        .with_legacy_session_mode(sessions)
+        .with_legacy_session_mode(options.sessions)
         .with_json_response(true)
         .with_cancellation_token(cancel.child_token());
     let handler_state = Arc::clone(&state);
     let service: StreamableHttpService<DemoServer, LocalSessionManager> =
         StreamableHttpService::new(move || Ok(DemoServer::new(Arc::clone(&handler_state))), Default::default(), config);
-    let router = axum::Router::new().nest_service("/mcp", service).layer(middleware::from_fn_with_state(Arc::clone(&state), fault_layer));
+    let router = axum::Router::new()
+        .nest_service("/mcp", service)
+        .layer(middleware::from_fn_with_state(Arc::clone(&state), fault_layer))
+        .layer(middleware::from_fn_with_state(options.era, era_gate));
     let listener = tokio::net::TcpListener::bind(addr).await?;
-    let url = format!("http://{}/mcp", listener.local_addr()?);
+    let local = listener.local_addr()?;
     let stop = cancel.clone();
-    let task = tokio::spawn(async move {
-        let _ = axum::serve(listener, router).with_graceful_shutdown(async move { stop.cancelled_owned().await }).await;
-    });
+    let shutdown = async move { stop.cancelled_owned().await };
+    let (url, task) = match &options.tls {
+        None => (
+            format!("http://{local}/mcp"),
+            tokio::spawn(async move {
+                let _ = axum::serve(listener, router).with_graceful_shutdown(shutdown).await;
+            }),
+        ),
+        Some(authority) => {
+            let listener = TlsListener::new(listener, authority);
+            (
+                format!("https://{local}/mcp"),
+                tokio::spawn(async move {
+                    let _ = axum::serve(listener, router).with_graceful_shutdown(shutdown).await;
+                }),
+            )
+        }
+    };
     Ok(HttpServer { url, state, cancel, task })
+}
+
+/// Answers what the served era refuses before the MCP service sees it.
+async fn era_gate(State(era): State<Era>, request: Request, next: Next) -> Response {
+    if era == Era::Dual {
+        return next.run(request).await;
+    }
+    let (parts, body) = request.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, 4 << 20).await else {
+        return respond(413, &[], "request body too large".into());
+    };
+    let message: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    let method = message.get("method").and_then(Value::as_str).unwrap_or("");
+    let header_version = parts.headers.get("mcp-protocol-version").and_then(|v| v.to_str().ok());
+    if let Some(body) = era.refusal(method, message.get("id").unwrap_or(&Value::Null), header_version) {
+        return respond(400, &[("content-type".into(), "application/json".into())], body);
+    }
+    next.run(Request::from_parts(parts, Body::from(bytes))).await
 }
 
 /// The tool name and arguments of a `tools/call` request body, if it is one.

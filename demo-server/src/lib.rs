@@ -9,14 +9,18 @@
 //! streamable HTTP ([`http`]) and stdio.
 
 pub mod allowance;
+pub mod era;
 pub mod faults;
 pub mod http;
 pub mod judge;
 pub mod ledger;
+pub mod tls;
 pub mod tools;
 
 pub use allowance::Allowance;
+pub use era::Era;
 pub use faults::{Fault, FaultRule, FaultScript};
-pub use http::{HttpServer, serve_http, serve_http_with};
+pub use http::{HttpOptions, HttpServer, serve_http, serve_http_options, serve_http_with};
 pub use ledger::Ledger;
+pub use tls::TestAuthority;
 pub use tools::{CallRecord, DemoServer, DemoState};

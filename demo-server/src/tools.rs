@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorCode, ErrorData, ListToolsResult, PaginatedRequestParams, ServerCapabilities,
-    ServerConfig,
+    ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{RoleServer, ServerHandler};
@@ -294,7 +294,10 @@ impl ServerHandler for DemoServer {
     }
 
     async fn list_tools(&self, _request: Option<PaginatedRequestParams>, _context: RequestContext<RoleServer>) -> Result<ListToolsResult, ErrorData> {
-        serde_json::from_value(json!({ "tools": tool_list() })).map_err(|e| ErrorData::internal_error(e.to_string(), None))
+        // Built by rmcp so that it carries `resultType: complete`, which a
+        // 2026-07-28 client requires (rmcp leaves it out for older clients).
+        let tools: Vec<Tool> = serde_json::from_value(tool_list()).map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        Ok(ListToolsResult::with_all_items(tools))
     }
 
     async fn call_tool(&self, request: CallToolRequestParams, context: RequestContext<RoleServer>) -> Result<CallToolResponse, ErrorData> {

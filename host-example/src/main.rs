@@ -67,6 +67,10 @@ enum Command {
         /// Seed the jitter entropy (default: OS randomness).
         #[arg(long)]
         seed: Option<u64>,
+        /// Also trust the CA certificates in this PEM file (an https server whose
+        /// certificate a private CA signed).
+        #[arg(long, requires = "url")]
+        ca_file: Option<PathBuf>,
     },
     /// Read steps as JSON lines on stdin (the vectors' format, tests/vectors/README.md)
     /// and print the component's answers as JSON lines.
@@ -206,6 +210,15 @@ enum Command {
         /// session (`Mcp-Session-Id`), lost when the server restarts.
         #[arg(long, requires = "http")]
         sessions: bool,
+        /// Over HTTP, the MCP revisions served: `dual` (2026-07-28 and those with
+        /// an `initialize` handshake) or `modern` (2026-07-28 only: `initialize`
+        /// is answered HTTP 400, JSON-RPC -32022).
+        #[arg(long, requires = "http", default_value = "dual", value_parser = agent_retry_demo_server::Era::parse)]
+        era: agent_retry_demo_server::Era,
+        /// Serve https, with a certificate signed by a CA made at start; that CA's
+        /// certificate (PEM) is written to this file before the URL is printed.
+        #[arg(long, requires = "http")]
+        tls_ca_out: Option<PathBuf>,
     },
 }
 
@@ -222,9 +235,17 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async move {
         match cli.command {
             Command::Demo { runs, workers, seed, log, prometheus } => demo::demo(demo::DemoOptions { wasm, runs, workers, seed, log, prometheus }).await,
-            Command::Call { url, stdio, tool, arguments, config, seed } => {
-                let options =
-                    call::CallOptions { wasm: &wasm, url: url.as_deref(), stdio: stdio.as_deref(), tool: &tool, arguments: &arguments, config: &config, seed };
+            Command::Call { url, stdio, tool, arguments, config, seed, ca_file } => {
+                let options = call::CallOptions {
+                    wasm: &wasm,
+                    url: url.as_deref(),
+                    stdio: stdio.as_deref(),
+                    tool: &tool,
+                    arguments: &arguments,
+                    config: &config,
+                    seed,
+                    ca_file: ca_file.as_deref(),
+                };
                 call::call(options).await
             }
             Command::Decide { fuel_per_call, fuel_per_config_byte } => decide::decide(&wasm, fuel_per_call, fuel_per_config_byte),
@@ -240,8 +261,9 @@ fn main() -> ExitCode {
             Command::Publish { redis, prefix, config, signature, vectors } => {
                 watch::publish(&redis, &prefix, &wasm, &config, signature.as_deref(), vectors.as_deref())
             }
-            Command::Serve { http, stdio: _, faults, allowance, window_ms, ledger, sessions } => {
-                serve::serve(serve::ServeOptions { http: http.as_deref(), faults: faults.as_deref(), allowance, window_ms, ledger, sessions }).await
+            Command::Serve { http, stdio: _, faults, allowance, window_ms, ledger, sessions, era, tls_ca_out } => {
+                let options = serve::ServeOptions { http: http.as_deref(), faults: faults.as_deref(), allowance, window_ms, ledger, sessions, era, tls_ca_out };
+                serve::serve(options).await
             }
         }
     });

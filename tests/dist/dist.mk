@@ -6,14 +6,17 @@
 
 DIST            := target/dist
 DIST_STAGE      := target/dist-stage
-# One version everywhere: the Rust workspace's, checked against the WIT package,
-# pyproject.toml and package.json by dist-check-versions.
+# One version for the packages: the Rust workspace's, checked against
+# pyproject.toml and package.json by dist-check-versions. The contract (the WIT
+# package) has its own: a patch of the packages (0.4.1) implements the same
+# contract (0.4.0), so only their major.minor must agree.
 DIST_VERSION    := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' Cargo.toml | head -n 1)
+DIST_CONTRACT   := $(shell sed -n 's/^package agent-retry:policy@\(.*\);$$/\1/p' wit/world.wit)
 DIST_WASM       := $(DIST)/component/agent_retry_policy.wasm
 # The component's registry metadata (tests/dist/add-metadata.mjs). The source URL
 # is where the repository is published; override it with `make dist DIST_SOURCE_URL=...`.
 DIST_SOURCE_URL ?= https://github.com/agent-retry/agent-retry
-DIST_METADATA   := --name agent-retry:policy --version $(DIST_VERSION) --licenses Apache-2.0 \
+DIST_METADATA   := --name agent-retry:policy --version $(DIST_CONTRACT) --licenses Apache-2.0 \
                    --source $(DIST_SOURCE_URL) --description "Retry, failure classification and budgets for AI agents calling MCP tools"
 
 .PHONY: dist dist-check-versions wasm-metadata dist-component dist-python dist-npm dist-crate dist-test
@@ -25,12 +28,13 @@ dist: dist-check-versions dist-component dist-python dist-npm dist-crate
 	@echo "  SHA256SUMS: $$(wc -l < $(DIST)/SHA256SUMS) files"
 
 dist-check-versions:
-	@wit=$$(sed -n 's/^package agent-retry:policy@\(.*\);$$/\1/p' wit/world.wit); \
-	 py=$$(sed -n 's/^version = "\(.*\)"$$/\1/p' hosts/python/pyproject.toml); \
+	@py=$$(sed -n 's/^version = "\(.*\)"$$/\1/p' hosts/python/pyproject.toml); \
 	 npm=$$(node -p "require('./hosts/typescript/package.json').version"); \
-	 echo "versions: Cargo $(DIST_VERSION), WIT $$wit, Python $$py, npm $$npm"; \
-	 test "$(DIST_VERSION)" = "$$wit" && test "$$wit" = "$$py" && test "$$py" = "$$npm" \
-	   || { echo "the versions differ: one version for the crates, the WIT package, the wheel and the npm package"; exit 1; }
+	 echo "versions: Cargo $(DIST_VERSION), Python $$py, npm $$npm; contract (WIT) $(DIST_CONTRACT)"; \
+	 test "$(DIST_VERSION)" = "$$py" && test "$$py" = "$$npm" \
+	   || { echo "the versions differ: one version for the crates, the wheel and the npm package"; exit 1; }; \
+	 test "$${py%.*}" = "$(basename $(DIST_CONTRACT))" \
+	   || { echo "the packages $$py do not implement contract $(DIST_CONTRACT): their major.minor must agree"; exit 1; }
 
 # The registry metadata written into $(WASM) itself (idempotent), for the `wasm`
 # target if every build is to carry it.
@@ -46,8 +50,8 @@ dist-component: wasm
 	@rm -rf $(DIST)/component/wit && mkdir -p $(DIST)/component/wit
 	@cd wit && find . -name '*.wit' | while read -r f; do mkdir -p ../$(DIST)/component/wit/$$(dirname $$f); cp $$f ../$(DIST)/component/wit/$$f; done
 	@# The transpiled component's exports must name the same version (what the hosts check).
-	@node $(JCO) wit $(DIST_WASM) | grep -q "export agent-retry:policy/policy@$(DIST_VERSION);" \
-	  || { echo "$(DIST_WASM) does not export agent-retry:policy/policy@$(DIST_VERSION)"; exit 1; }
+	@node $(JCO) wit $(DIST_WASM) | grep -q "export agent-retry:policy/policy@$(DIST_CONTRACT);" \
+	  || { echo "$(DIST_WASM) does not export agent-retry:policy/policy@$(DIST_CONTRACT)"; exit 1; }
 
 # The wheel, from a staging copy of hosts/python with the component and LICENSE
 # in it (the source tree never holds a .wasm: an editable install keeps loading target/).

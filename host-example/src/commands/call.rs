@@ -15,6 +15,8 @@ pub struct CallOptions<'a> {
     pub arguments: &'a str,
     pub config: &'a str,
     pub seed: Option<u64>,
+    /// PEM CA certificates to trust beside the platform's (an https server with a private CA).
+    pub ca_file: Option<&'a std::path::Path>,
 }
 
 pub async fn call(options: CallOptions<'_>) -> anyhow::Result<()> {
@@ -23,7 +25,10 @@ pub async fn call(options: CallOptions<'_>) -> anyhow::Result<()> {
     // The wrapper's own connection: it captures HTTP statuses and headers, and
     // sets a lost session up again (re-initialises; restarts a stdio server).
     let connection = match (options.url, options.stdio) {
-        (Some(url), None) => McpConnection::http(url),
+        (Some(url), None) => match options.ca_file {
+            Some(path) => McpConnection::try_http(url)?.with_root_certificates_pem(&std::fs::read(path)?)?,
+            None => McpConnection::try_http(url)?,
+        },
         (None, Some(command)) => {
             let words: Vec<String> = command.split_whitespace().map(str::to_string).collect();
             let (program, args) = words.split_first().ok_or_else(|| anyhow::anyhow!("--stdio needs a command"))?;

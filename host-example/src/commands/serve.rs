@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use agent_retry_demo_server::{Allowance, DemoServer, DemoState, FaultScript, serve_http_with};
+use agent_retry_demo_server::{Allowance, DemoServer, DemoState, Era, FaultScript, HttpOptions, TestAuthority, serve_http_options};
 use rmcp::ServiceExt;
 
 pub struct ServeOptions<'a> {
@@ -14,6 +14,10 @@ pub struct ServeOptions<'a> {
     pub ledger: Option<std::path::PathBuf>,
     /// Streamable HTTP's sessions, for clients of protocol versions before 2026-07-28.
     pub sessions: bool,
+    /// The revisions served over HTTP.
+    pub era: Era,
+    /// Serve https; the test CA's certificate goes to this file.
+    pub tls_ca_out: Option<std::path::PathBuf>,
 }
 
 pub async fn serve(options: ServeOptions<'_>) -> anyhow::Result<()> {
@@ -28,7 +32,16 @@ pub async fn serve(options: ServeOptions<'_>) -> anyhow::Result<()> {
     };
     match options.http {
         Some(addr) => {
-            let server = serve_http_with(addr.parse()?, state, options.sessions).await?;
+            let tls = match &options.tls_ca_out {
+                Some(path) => {
+                    let authority = TestAuthority::generate()?;
+                    std::fs::write(path, &authority.ca_pem)?;
+                    Some(authority)
+                }
+                None => None,
+            };
+            let http = HttpOptions { sessions: options.sessions, era: options.era, tls };
+            let server = serve_http_options(addr.parse()?, state, http).await?;
             eprintln!("demo MCP server at {} (Ctrl-C stops it)", server.url);
             tokio::signal::ctrl_c().await?;
             server.stop().await;

@@ -79,6 +79,16 @@ export class ConfigError extends AgentRetryError {
   }
 }
 
+/** An `McpConnection` that cannot work as configured: a URL scheme other than
+ *  http or https, an SDK major that is not installed. Thrown to the caller (at
+ *  construction where it can be told then), never a failure for the policy to
+ *  retry. `option` names the argument at fault (`url`, `sdk`). */
+export class ConnectionConfigError extends AgentRetryError {
+  constructor(readonly option: string, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+  }
+}
+
 /** The component's `run-error`: the host used a run wrongly. Nothing in the run changed. */
 export class RunMisuse extends AgentRetryError {
   readonly error: RunError;

@@ -25,7 +25,7 @@ export { ValueConversionError } from './wit.js';
 export { OsEntropy, SplitMix64, type EntropySource } from './entropy.js';
 export { jsonSafeBigInt, toJsonSafe, type JsonSafe } from './json.js';
 export {
-  AgentRetryError, CallCancelled, CallStopped, CallTimedOut, ComponentImportRefused, ComponentLoadError, ComponentNotFound, ConfigError, ContractVersionMismatch, Escalated, InstanceUnusable,
+  AgentRetryError, CallCancelled, CallStopped, CallTimedOut, ComponentImportRefused, ComponentLoadError, ComponentNotFound, ConfigError, ConnectionConfigError, ContractVersionMismatch, Escalated, InstanceUnusable,
   NothingToRollBackTo, PolicyBoundaryViolation, PolicyInputTooLarge, PolicyMemoryExceeded, PolicyOutOfFuel, PolicyTrap, RunMisuse, SessionLost, UpdateConfigError, UpdateError,
   UpdateFleetError, UpdateIntegrityError, UpdateLoadError, UpdateReadError, UpdateSelfTestError, type StopCause, type Stopped,
 } from './errors.js';

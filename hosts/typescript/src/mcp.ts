@@ -1,4 +1,8 @@
-// A retrying wrapper around the MCP TypeScript SDK's `Client.callTool`.
+// A retrying wrapper around the MCP TypeScript SDK's `Client.callTool`, through
+// either SDK major (`mcp/sdk.ts`): v2 (`@modelcontextprotocol/client` ^2.4,
+// negotiating: 2026-07-28, else the 2025-11-25 handshake) or v1
+// (`@modelcontextprotocol/sdk` ^1.32, up to 2025-11-25); the `sdk` option of
+// `McpConnection` picks one, else v2 if installed, else v1.
 //
 //   const connection = McpConnection.http(url);            // or McpConnection.stdio({ command, args })
 //   const caller = new RetryingToolCaller(connection, run, { statusCheck: checkRefunds });
@@ -14,7 +18,8 @@
 // The connection is the wrapper's (`McpConnection`): it connects over streamable
 // HTTP with the capturing fetch (`mcp/capture.ts`), or over stdio by starting
 // the server, and connects again when the session is lost. Connecting
-// (`initialize`, the process start included) and `tools/list` go through the
+// (`initialize`, the process start included; with v2 the `server/discover`
+// probe and, for a 2025 server, the handshake after it) and `tools/list` go through the
 // policy as calls of the pseudo-tools `initialize` and `tools/list`
 // (read-only, idempotent, no key): retried, escalated or (replan)
 // `SessionLost` as the policy decides, each (re-)connection a step of the run.
@@ -28,6 +33,11 @@
 // request not sent because the process was gone ("Not connected") is
 // `connection-refused`. The connection is re-established before the next
 // attempt or status check.
+//
+// A 2026-07-28 server refusing the handshake (HTTP 400 with JSON-RPC -32022) is
+// `protocol-error(-32022)`, its text naming both sides' revisions: the policy
+// escalates it. A 4xx to v2's `server/discover` probe is how a 2025 server says
+// "use initialize": it is the attempt's failure only if the connect then fails.
 //
 // What the SDK hides: a POST answered with a non-2xx status becomes a
 // `StreamableHTTPError` with the status and body text but no headers (so no
@@ -80,11 +90,14 @@
 // The module re-exports the wrapper's public names from its parts:
 // `mcp/capture.ts` (the capturing fetch and the watching of answer bodies),
 // `mcp/connection.ts` (`McpConnection`) and `mcp/caller.ts` (`RetryingToolCaller`).
-export { CallCancelled, CallStopped, CallTimedOut, SessionLost, type StopCause, type Stopped } from './errors.js';
+export { CallCancelled, CallStopped, CallTimedOut, ConnectionConfigError, SessionLost, type StopCause, type Stopped } from './errors.js';
 export {
   classifyNetworkError, createCapturingFetch, isUnknownSession, type AttemptCapture, type CapturingFetchHooks,
 } from './mcp/capture.js';
-export { McpConnection, type McpHttpOptions, type McpStdioOptions } from './mcp/connection.js';
+export {
+  McpConnection, type McpClientInfo, type McpHttpOptions, type McpReconnectionOptions, type McpStdioOptions,
+} from './mcp/connection.js';
+export { SDK_PACKAGES, type McpClient, type McpClientOptions, type McpSdkName } from './mcp/sdk.js';
 export {
   CAPTURE_MISSING_SUFFIX, RetryingToolCaller, defaultEmptyCheck, jsonRpcMessage, structuredText, textOf,
   type CallToolOptions, type RetryingToolCallerOptions, type StatusCheck, type StatusCheckRequest,

@@ -24,7 +24,7 @@ import { PolicyComponent } from '../src/component.js';
 import { SplitMix64 } from '../src/entropy.js';
 import { AgentRetryError, CallCancelled, CallTimedOut, Escalated, SessionLost } from '../src/errors.js';
 import {
-  CAPTURE_MISSING_SUFFIX, McpConnection, RetryingToolCaller, type RetryingToolCallerOptions, type StatusCheckRequest,
+  CAPTURE_MISSING_SUFFIX, McpConnection, RetryingToolCaller, type McpHttpOptions, type RetryingToolCallerOptions, type StatusCheckRequest,
 } from '../src/mcp.js';
 
 /** The repository's root: this file runs from hosts/typescript/dist/test. */
@@ -33,6 +33,13 @@ const CLI = join(ROOT, 'target/release/agent-retry');
 const PROXY = join(ROOT, 'tests/fault-proxy/proxy.mjs');
 const SHIM = join(ROOT, 'tests/fault-proxy/stdio.mjs');
 const EVERYTHING = join(ROOT, 'tests/fault-proxy/node_modules/@modelcontextprotocol/server-everything/dist/index.js');
+
+// The SDK major the wrapper's connections use: v1, as these scenarios were
+// written for; AGENT_RETRY_TEST_SDK=v2 runs them through the v2 client in its
+// 2025 mode (the same requests on the wire). test/mcp-versions.test.ts covers
+// v2's negotiation.
+const SDK: McpHttpOptions = process.env.AGENT_RETRY_TEST_SDK === 'v2'
+  ? { sdk: 'v2', clientOptions: { versionNegotiation: { mode: 'legacy' } } } : { sdk: 'v1' };
 
 // Small delays so the tests are quick; an attempt timeout far above what any
 // test waits, so "at once" is told from "at the attempt timeout".
@@ -139,7 +146,7 @@ function demoOverStdio(faults: unknown[]): { connection: McpConnection; script: 
   const ledger = join(dir, 'ledger.json');
   writeFileSync(script, JSON.stringify(faults));
   const connection = McpConnection.stdio({
-    command: process.execPath, args: [SHIM, '--script', script, '--log', shimLog, '--', CLI, 'serve', '--stdio', '--ledger', ledger], stderr: 'ignore',
+    command: process.execPath, args: [SHIM, '--script', script, '--log', shimLog, '--', CLI, 'serve', '--stdio', '--ledger', ledger], stderr: 'ignore', ...SDK,
   });
   connections.push(connection);
   return { connection, script, shimLog, ledger };
@@ -180,7 +187,7 @@ const noteListed = async (request: StatusCheckRequest) => {
 
 test('T1: a restarted HTTP server (the session gone) is re-initialised and the keyed refund is applied once', async () => {
   const { proxy, ledger } = await demoOverHttp({ sessions: true });
-  const connection = McpConnection.http(proxy.mcp);
+  const connection = McpConnection.http(proxy.mcp, SDK);
   connections.push(connection);
   const { caller, lines } = await newCaller(connection);
   assertActionable(await caller.callTool('lookup_order', { order_id: 'A1' }));
@@ -205,7 +212,7 @@ test('T1: a restarted HTTP server (the session gone) is re-initialised and the k
 test('T2: an HTTP answer cut mid-way is stream-closed at once; the retry carries the same key; one refund', async () => {
   const { proxy, ledger } = await demoOverHttp();
   await proxy.faults({ on: 'tools/call', tool: 'issue_refund', fault: 'cut-during' });
-  const connection = McpConnection.http(proxy.mcp);
+  const connection = McpConnection.http(proxy.mcp, SDK);
   connections.push(connection);
   const { caller, lines } = await newCaller(connection);
   const began = performance.now();
@@ -224,7 +231,7 @@ test('T2: an HTTP answer cut mid-way is stream-closed at once; the retry carries
 test('T3: an unkeyed write whose answer was cut is checked, not resent: one note, the model gets success', async () => {
   const { proxy, ledger } = await demoOverHttp();
   await proxy.faults({ on: 'tools/call', tool: 'record_note', fault: 'cut-during' });
-  const connection = McpConnection.http(proxy.mcp);
+  const connection = McpConnection.http(proxy.mcp, SDK);
   connections.push(connection);
   const { caller, lines } = await newCaller(connection, { statusCheck: { record_note: noteListed } });
   const result = await caller.callTool('record_note', { order_id: 'A3', text: 'customer called' });
@@ -239,7 +246,7 @@ test('T4: cut initialize, tools/list and GET stream: retried under the policy, n
   const { proxy, ledger } = await demoOverHttp({ sessions: true });
   await proxy.faults(
     { on: 'initialize', fault: 'cut-before' }, { on: 'tools/list', fault: 'cut-before' }, { on: 'GET', fault: 'cut-before' });
-  const connection = McpConnection.http(proxy.mcp);
+  const connection = McpConnection.http(proxy.mcp, SDK);
   connections.push(connection);
   const { caller, lines } = await newCaller(connection);
   assertActionable(await caller.callTool('lookup_order', { order_id: 'A4' }));
@@ -341,7 +348,7 @@ test('T8: a bare Client without the capturing fetch: a warning once, and the lim
   assert.ok(lines.filter((l) => l.outcome === 'success').every((l) => !(l.reason as string).includes('no HTTP status or headers')));
 
   // The same server through McpConnection.http: the header is seen, no warning.
-  const connection = McpConnection.http(proxy.mcp);
+  const connection = McpConnection.http(proxy.mcp, SDK);
   connections.push(connection);
   const captured = await newCaller(connection, {}, CONFIG, 'CASE-T8b');
   await proxy.faults({ on: 'tools/call', tool: 'lookup_order', fault: 'cut-before' });
@@ -352,7 +359,7 @@ test('T8: a bare Client without the capturing fetch: a warning once, and the lim
 
 test('T8: with McpConnection.http the same 429 carries its Retry-After hint', async () => {
   const { proxy } = await demoOverHttp({ faults: [{ tool: 'lookup_order', call: 1, fault: { kind: 'http', status: 429, headers: [['retry-after', '1']], body: 'slow down' } }] });
-  const connection = McpConnection.http(proxy.mcp);
+  const connection = McpConnection.http(proxy.mcp, SDK);
   connections.push(connection);
   const { caller, lines } = await newCaller(connection, { sleep: async () => undefined });
   assertActionable(await caller.callTool('lookup_order', { order_id: 'A8' }));
@@ -366,7 +373,7 @@ test('T9: a call limit stops a slow write at once and says it may have been appl
   const throttle = { kind: 'http', status: 429, headers: [['retry-after', '5']], body: 'slow down' };
   const { proxy, ledger } = await demoOverHttp({ faults: [{ tool: 'issue_refund', when: { order_id: 'B2' }, call: 1, fault: throttle }] });
   await proxy.faults({ on: 'tools/call', tool: 'issue_refund', fault: 'delay', delay_ms: 1500 });
-  const connection = McpConnection.http(proxy.mcp);
+  const connection = McpConnection.http(proxy.mcp, SDK);
   connections.push(connection);
   const { caller, lines } = await newCaller(connection, { callTimeoutMs: 300 });
   assertActionable(await caller.callTool('lookup_order', { order_id: 'B1' })); // connected and listed: the limit is for the write
@@ -412,7 +419,7 @@ test('T9: a call limit stops a slow write at once and says it may have been appl
 test('T9: a backoff that would end past the limit is not slept; a run limit stops the call as run-timeout', async () => {
   const throttle = { kind: 'http', status: 429, headers: [['retry-after', '5']], body: 'slow down' };
   const { proxy } = await demoOverHttp({ faults: [{ tool: 'lookup_order', first: 1, fault: throttle }] });
-  const connection = McpConnection.http(proxy.mcp);
+  const connection = McpConnection.http(proxy.mcp, SDK);
   connections.push(connection);
   const { caller, lines } = await newCaller(connection, { callTimeoutMs: 3000 });
   const began = performance.now();
@@ -435,7 +442,7 @@ const everythingOverHttp = () => FaultProxy.start([process.execPath, EVERYTHING,
 
 test('T10: server-everything restarted between two echoes: re-initialised, the second echo succeeds', async () => {
   const proxy = await everythingOverHttp();
-  const connection = McpConnection.http(proxy.mcp);
+  const connection = McpConnection.http(proxy.mcp, SDK);
   connections.push(connection);
   const { caller, lines } = await newCaller(connection);
   assert.equal(textOf(await caller.callTool('echo', { message: 'one' })), 'Echo: one');
@@ -458,7 +465,9 @@ test('T11: server-everything over stdio killed after an echo: respawned, the ech
   const script = join(dir, 'faults.json');
   const shimLog = join(dir, 'shim.jsonl');
   writeFileSync(script, JSON.stringify([{ on: 'tools/call', tool: 'echo', fault: 'kill-after' }]));
-  const connection = McpConnection.stdio({ command: process.execPath, args: [SHIM, '--script', script, '--log', shimLog, '--', process.execPath, EVERYTHING, 'stdio'], stderr: 'ignore' });
+  const connection = McpConnection.stdio({
+    command: process.execPath, args: [SHIM, '--script', script, '--log', shimLog, '--', process.execPath, EVERYTHING, 'stdio'], stderr: 'ignore', ...SDK,
+  });
   connections.push(connection);
   const { caller, lines } = await newCaller(connection);
   const result = await caller.callTool('echo', { message: 'three' });
@@ -472,7 +481,7 @@ test('T11: server-everything over stdio killed after an echo: respawned, the ech
 test('T12: server-everything\'s SSE answer cut mid-way: stream-closed at once, the echo succeeds on the retry', async () => {
   const proxy = await everythingOverHttp();
   await proxy.faults({ on: 'tools/call', tool: 'echo', fault: 'cut-during' });
-  const connection = McpConnection.http(proxy.mcp);
+  const connection = McpConnection.http(proxy.mcp, SDK);
   connections.push(connection);
   const { caller, lines } = await newCaller(connection);
   const began = performance.now();
@@ -510,7 +519,7 @@ test('McpConnection connects, connects again, and close() ends the server proces
   const shimLog = join(dir, 'shim.jsonl');
   writeFileSync(join(dir, 'faults.json'), '[]');
   const connection = McpConnection.stdio({
-    command: process.execPath, args: [SHIM, '--script', join(dir, 'faults.json'), '--log', shimLog, '--', CLI, 'serve', '--stdio'], stderr: 'ignore',
+    command: process.execPath, args: [SHIM, '--script', join(dir, 'faults.json'), '--log', shimLog, '--', CLI, 'serve', '--stdio'], stderr: 'ignore', ...SDK,
   });
   const first = await connection.connect();
   assert.ok((await first.listTools()).tools.some((t) => t.name === 'issue_refund'));
@@ -571,7 +580,7 @@ function scriptedServer(answer: (call: number, id: unknown) => 'priming-then-end
 
 test('an SSE answer that ends cleanly after an event id is resumed by the SDK; a resumption that fails is stream-closed at once', async () => {
   const server = scriptedServer((call) => (call <= 2 ? 'priming-then-end' : 'whole'));
-  const connection = McpConnection.http('http://scripted.invalid/mcp', { fetch: server.fetchImpl });
+  const connection = McpConnection.http('http://scripted.invalid/mcp', { ...SDK, fetch: server.fetchImpl });
   connections.push(connection);
   const { caller, lines } = await newCaller(connection);
   // The stream ends after its priming event: the SDK resumes it (GET, Last-Event-ID) and the answer comes that way.
@@ -589,7 +598,7 @@ test('an SSE answer that ends cleanly after an event id is resumed by the SDK; a
 
 test('an SSE answer cut after its event id is stream-closed at once, not left to the SDK\'s resumption', async () => {
   const server = scriptedServer((call) => (call === 1 ? 'priming-then-cut' : 'whole'));
-  const connection = McpConnection.http('http://scripted.invalid/mcp', { fetch: server.fetchImpl });
+  const connection = McpConnection.http('http://scripted.invalid/mcp', { ...SDK, fetch: server.fetchImpl });
   connections.push(connection);
   const { caller, lines } = await newCaller(connection);
   const began = performance.now();

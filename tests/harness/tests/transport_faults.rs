@@ -170,12 +170,12 @@ fn done(answer: &ToolAnswer) -> bool {
     matches!(answer, ToolAnswer::Done { .. })
 }
 
-/// rmcp asks for protocol 2026-07-28 by default, which has no sessions; a
-/// client of 2025-11-25 gets one (as the Python and TypeScript SDKs' clients do).
+/// The wrapper negotiates 2026-07-28, which has no sessions; a client that
+/// does the 2025-11-25 handshake gets one (as older clients do).
 fn with_sessions(connection: McpConnection) -> McpConnection {
     let mut config = rmcp::model::ClientConfig::default();
     config.protocol_version = rmcp::model::ProtocolVersion::V_2025_11_25;
-    connection.with_client_config(config)
+    connection.with_client_config(config).with_lifecycle(rmcp::ClientLifecycleMode::Initialize)
 }
 
 #[tokio::test]

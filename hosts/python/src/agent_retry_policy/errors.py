@@ -146,6 +146,17 @@ class ConfigError(AgentRetryError, ValueError):
         super().__init__(f"invalid agent-retry configuration ({kind}){where}: {message}")
 
 
+class ConnectionConfigError(AgentRetryError, ValueError):
+    """An `McpConnection` that cannot work as configured: a URL scheme other
+    than http or https, `root_certificates_pem` that holds no PEM certificate,
+    an unknown `mode`. Raised at construction (never a failure to retry).
+    `option` names the argument at fault."""
+
+    def __init__(self, option: str, message: str) -> None:
+        self.option = option
+        super().__init__(message)
+
+
 class RunMisuse(AgentRetryError):
     """The component's `run-error`: the host used a run wrongly (an unknown call id,
     a call already over, an outcome while a status check is due, a run already

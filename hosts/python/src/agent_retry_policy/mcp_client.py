@@ -15,7 +15,10 @@ is in the component; this module only observes and obeys.
 
 The connection is the wrapper's (`McpConnection`): it connects over streamable
 HTTP with the wrapper's capturing client, or over stdio by starting the server,
-and connects again when the session is lost. Connecting (`initialize`, with the
+and connects again when the session is lost. It connects through the SDK's
+negotiating mode (`mcp.Client(mode="auto")`: MCP 2026-07-28 through
+`server/discover`, else the `initialize` handshake of 2025-11-25 and older).
+Connecting (`initialize`: the probe and the handshake, with the
 process start) and `tools/list` are calls of the policy too, of the pseudo-tools
 `initialize` and `tools/list` (read-only, idempotent, no key; `step` null on
 their log lines): retried, escalated (`Escalated`) or, on a replan,
@@ -99,11 +102,12 @@ from ._mcp.capture import (
 
 # The capture of the attempt in progress (a context variable): the tests set it.
 from ._mcp.capture import _current_attempt as _current_attempt
-from ._mcp.connection import CLOSE_TIMEOUT_S, McpConnection
+from ._mcp.connection import CLOSE_TIMEOUT_S, CONNECT_MODES, ConnectMode, McpConnection
 
 __all__ = [
     "CAPTURE_MISSING_SUFFIX",
     "CLOSE_TIMEOUT_S",
+    "CONNECT_MODES",
     "INITIALIZE",
     "MAX_CAPTURED_BODY",
     "PSEUDO_TOOL_HINTS",
@@ -112,6 +116,7 @@ __all__ = [
     "TRANSPORT_ERROR_STATUS",
     "AttemptCapture",
     "CapturingTransport",
+    "ConnectMode",
     "EmptyCheck",
     "McpConnection",
     "RetryingToolCaller",

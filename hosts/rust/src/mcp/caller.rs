@@ -190,7 +190,9 @@ impl RetryingToolCaller {
     /// Starts a run on a connection the wrapper owns: connects (the
     /// `initialize` call of the policy) and lists the tools (`tools/list`), each
     /// retried under the policy's rules; later, a lost session is set up again
-    /// the same way. A failure is a [`CallError`] inside the `anyhow::Error`.
+    /// the same way. A failure is a [`CallError`] inside the `anyhow::Error`,
+    /// or a [`super::ConnectionConfigError`] (a URL this build cannot serve), found
+    /// before the policy or the server is asked anything.
     pub async fn connect(
         connection: McpConnection,
         instance: PolicyInstance,
@@ -199,6 +201,9 @@ impl RetryingToolCaller {
         options: RetryingToolCallerOptions,
         metrics: Arc<Metrics>,
     ) -> anyhow::Result<Self> {
+        if let Some(refused) = connection.configuration_error() {
+            return Err(refused.clone().into());
+        }
         Self::begin(Session::Owned(Box::new(connection)), instance, config_json, run_id, options, metrics).await
     }
 

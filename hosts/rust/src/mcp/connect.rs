@@ -1,11 +1,16 @@
 //! Connecting an rmcp client, over streamable HTTP or a child process's stdio,
-//! and connecting again when the session is lost.
+//! and connecting again when the session is lost. Every connection negotiates
+//! its MCP revision (rmcp's `ClientLifecycleMode::Auto`): `server/discover`
+//! first (2026-07-28, no handshake), `initialize` with 2025-11-25 when the
+//! server answers as an older one.
 
-use rmcp::model::ClientConfig;
+use std::fmt;
+
+use rmcp::model::{ClientConfig, ProtocolVersion};
 use rmcp::service::{ClientInitializeError, Peer, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
-use rmcp::{RoleClient, ServiceExt};
+use rmcp::{ClientLifecycleMode, ClientServiceExt, RoleClient};
 
 use super::http_client::RecordingHttpClient;
 use super::observe;
@@ -14,9 +19,54 @@ use crate::component::types::{Outcome, TransportError};
 /// A connected MCP client.
 pub type McpClient = RunningService<RoleClient, ClientConfig>;
 
+/// The revisions the wrapper speaks, newest first: what it asks for in
+/// `server/discover`, and the handshake's revision when a server is older.
+pub const PREFERRED_VERSIONS: [ProtocolVersion; 2] = [ProtocolVersion::V_2026_07_28, ProtocolVersion::V_2025_11_25];
+
+/// How every connection of the wrapper starts: negotiated (see the module's doc).
+pub fn negotiating_lifecycle() -> ClientLifecycleMode {
+    ClientLifecycleMode::Auto { preferred_versions: PREFERRED_VERSIONS.to_vec(), legacy_version: Some(ProtocolVersion::V_2025_11_25) }
+}
+
+/// A connection that cannot work as configured: no retry would help, so it is
+/// never shown to the policy as a failed attempt. Returned by
+/// [`McpConnection::try_http`] and, inside the `anyhow::Error`, by
+/// `RetryingToolCaller::connect`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConnectionConfigError {
+    /// The URL as given.
+    pub url: String,
+    /// What is wrong with it, in words.
+    pub reason: String,
+}
+
+impl fmt::Display for ConnectionConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "cannot connect to {:?}: {}", self.url, self.reason)
+    }
+}
+
+impl std::error::Error for ConnectionConfigError {}
+
+/// Whether this build can serve `url`: http://, and https:// with the `tls` feature.
+fn check_url(url: &str) -> Result<(), ConnectionConfigError> {
+    let refuse = |reason: String| Err(ConnectionConfigError { url: url.to_string(), reason });
+    let parsed = match reqwest::Url::parse(url) {
+        Ok(parsed) => parsed,
+        Err(e) => return refuse(format!("not a URL ({e})")),
+    };
+    match parsed.scheme() {
+        "http" => Ok(()),
+        "https" if cfg!(feature = "tls") => Ok(()),
+        "https" => refuse("https:// needs agent-retry-host's `tls` feature (on by default), which this build leaves out".into()),
+        other => refuse(format!("the scheme '{other}' is not served: the wrapper speaks streamable HTTP, at http:// or https:// URLs")),
+    }
+}
+
 /// Connects to a streamable-HTTP MCP server at `url`, with the capturing client.
 pub async fn connect_http(url: &str) -> anyhow::Result<McpClient> {
-    Ok(ClientConfig::default().serve(http_transport(url)).await?)
+    check_url(url)?;
+    Ok(ClientConfig::default().serve_with_lifecycle(http_transport(url, RecordingHttpClient::new()), negotiating_lifecycle()).await?)
 }
 
 /// Starts `program args...` and speaks MCP over its stdin/stdout.
@@ -24,22 +74,31 @@ pub async fn connect_stdio(program: &str, args: &[String]) -> anyhow::Result<Mcp
     let mut command = tokio::process::Command::new(program);
     command.args(args);
     let transport = TokioChildProcess::new(command)?;
-    Ok(ClientConfig::default().serve(transport).await?)
+    Ok(ClientConfig::default().serve_with_lifecycle(transport, negotiating_lifecycle()).await?)
 }
 
 /// rmcp's streamable-HTTP transport over the capturing client. rmcp's own
 /// re-initialisation after a 404 is off: it would resend the request outside
 /// the policy; the wrapper sets the session up again as a call of the policy.
-fn http_transport(url: &str) -> StreamableHttpClientTransport<RecordingHttpClient> {
+fn http_transport(url: &str, client: RecordingHttpClient) -> StreamableHttpClientTransport<RecordingHttpClient> {
     let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_string());
     config.reinit_on_expired_session = false;
-    StreamableHttpClientTransport::with_client(RecordingHttpClient::new(), config)
+    StreamableHttpClientTransport::with_client(client, config)
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 enum Endpoint {
-    Http { url: String },
-    Stdio { program: String, args: Vec<String> },
+    /// `client` is built once, so a reconnection keeps its roots and pool;
+    /// `refused` is why the URL cannot be served, found when it was given.
+    Http {
+        url: String,
+        client: RecordingHttpClient,
+        refused: Option<ConnectionConfigError>,
+    },
+    Stdio {
+        program: String,
+        args: Vec<String>,
+    },
 }
 
 /// A connection the wrapper owns: it knows how to connect, over HTTP with the
@@ -49,6 +108,7 @@ enum Endpoint {
 pub struct McpConnection {
     endpoint: Endpoint,
     config: ClientConfig,
+    lifecycle: ClientLifecycleMode,
     client: Option<McpClient>,
     lost: bool,
     /// Sessions set up so far: after the first, a connect is a reconnection.
@@ -56,25 +116,69 @@ pub struct McpConnection {
 }
 
 impl McpConnection {
-    /// A streamable-HTTP server at `url` (e.g. `http://127.0.0.1:8080/mcp`).
+    /// A streamable-HTTP server at `url` (e.g. `http://127.0.0.1:8080/mcp`, or
+    /// `https://`, trusted through the platform's roots). A URL this build
+    /// cannot serve is kept as a [`ConnectionConfigError`]: `RetryingToolCaller::connect`
+    /// returns it before anything is sent ([`McpConnection::try_http`] returns it at once).
     pub fn http(url: &str) -> Self {
-        McpConnection { endpoint: Endpoint::Http { url: url.to_string() }, config: ClientConfig::default(), client: None, lost: false, sessions: 0 }
+        let refused = check_url(url).err();
+        Self::with_endpoint(Endpoint::Http { url: url.to_string(), client: RecordingHttpClient::new(), refused })
+    }
+
+    /// As [`McpConnection::http`], refusing a URL this build cannot serve.
+    pub fn try_http(url: &str) -> Result<Self, ConnectionConfigError> {
+        check_url(url)?;
+        Ok(Self::http(url))
     }
 
     /// A server the wrapper starts as `program args...` and speaks to on stdio;
     /// started again when it exits.
     pub fn stdio(program: &str, args: &[String]) -> Self {
-        McpConnection {
-            endpoint: Endpoint::Stdio { program: program.to_string(), args: args.to_vec() },
-            config: ClientConfig::default(),
-            client: None,
-            lost: false,
-            sessions: 0,
+        Self::with_endpoint(Endpoint::Stdio { program: program.to_string(), args: args.to_vec() })
+    }
+
+    fn with_endpoint(endpoint: Endpoint) -> Self {
+        McpConnection { endpoint, config: ClientConfig::default(), lifecycle: negotiating_lifecycle(), client: None, lost: false, sessions: 0 }
+    }
+
+    /// Also trusts the CA certificates in `pem` (one or more PEM blocks), beside
+    /// the platform's roots: for a server whose certificate a private CA signed.
+    /// Bad PEM is a [`ConnectionConfigError`].
+    #[cfg(feature = "tls")]
+    pub fn with_root_certificates_pem(mut self, pem: &[u8]) -> Result<Self, ConnectionConfigError> {
+        let Endpoint::Http { url, client, .. } = &mut self.endpoint else {
+            return Ok(self);
+        };
+        let refuse = |reason: String| ConnectionConfigError { url: url.clone(), reason };
+        let certificates = reqwest::Certificate::from_pem_bundle(pem).map_err(|e| refuse(format!("the root certificates are not PEM: {e}")))?;
+        if certificates.is_empty() {
+            return Err(refuse("the root certificates' PEM holds no certificate".into()));
+        }
+        let built = reqwest::Client::builder()
+            .tls_certs_merge(certificates)
+            .build()
+            .map_err(|e| refuse(format!("the HTTP client cannot be built with those roots: {e}")))?;
+        *client = RecordingHttpClient::with_client(built);
+        Ok(self)
+    }
+
+    /// How it starts a connection: [`negotiating_lifecycle`] unless set here
+    /// (e.g. `ClientLifecycleMode::Initialize` for the handshake alone).
+    pub fn with_lifecycle(mut self, lifecycle: ClientLifecycleMode) -> Self {
+        self.lifecycle = lifecycle;
+        self
+    }
+
+    /// Why this connection cannot work as configured, if it cannot.
+    pub fn configuration_error(&self) -> Option<&ConnectionConfigError> {
+        match &self.endpoint {
+            Endpoint::Http { refused, .. } => refused.as_ref(),
+            Endpoint::Stdio { .. } => None,
         }
     }
 
-    /// What the client says of itself in `initialize` (its name and version,
-    /// capabilities, the protocol version it asks for; rmcp's defaults if not set).
+    /// What the client says of itself (its name and version, capabilities; in
+    /// `initialize` also the revision it asks for; rmcp's defaults if not set).
     pub fn with_client_config(mut self, config: ClientConfig) -> Self {
         self.config = config;
         self
@@ -103,15 +207,22 @@ impl McpConnection {
             // Closing a dead session can hang on its transport; it gets a second.
             let _ = tokio::time::timeout(std::time::Duration::from_secs(1), old.cancel()).await;
         }
+        let lifecycle = self.lifecycle.clone();
         let client = match &self.endpoint {
-            Endpoint::Http { url } => self.config.clone().serve(http_transport(url)).await.map_err(|e| from_initialize_error(&e))?,
+            // `RetryingToolCaller::connect` refuses it first; a direct call gets
+            // `other`, which the policy escalates and never retries.
+            Endpoint::Http { refused: Some(refused), .. } => return Err(observe::transport_failure(TransportError::Other, refused.to_string())),
+            Endpoint::Http { url, client, refused: None } => {
+                let transport = http_transport(url, client.clone());
+                self.config.clone().serve_with_lifecycle(transport, lifecycle).await.map_err(|e| from_initialize_error(&e))?
+            }
             Endpoint::Stdio { program, args } => {
                 let mut command = tokio::process::Command::new(program);
                 command.args(args);
                 // A server that cannot be started never saw a request.
                 let transport =
                     TokioChildProcess::new(command).map_err(|e| observe::transport_failure(TransportError::ConnectionRefused, format!("{program}: {e}")))?;
-                self.config.clone().serve(transport).await.map_err(|e| from_initialize_error(&e))?
+                self.config.clone().serve_with_lifecycle(transport, lifecycle).await.map_err(|e| from_initialize_error(&e))?
             }
         };
         self.client = Some(client);
@@ -139,6 +250,10 @@ fn from_initialize_error(error: &ClientInitializeError) -> Outcome {
         ClientInitializeError::TransportError { error, .. } => observe::from_transport_error(error.error.as_ref()),
         ClientInitializeError::JsonRpcError(e) => observe::from_error_data(e),
         ClientInitializeError::ConnectionClosed(detail) => observe::transport_failure(TransportError::StreamClosed, detail.clone()),
+        // The server answered the probe as an older one, then refused the
+        // handshake too: the handshake's failure is what the server said last.
+        ClientInitializeError::LegacyFallbackFailed { fallback, .. } => from_initialize_error(fallback),
+        // `other` is escalated, never retried; the text names both lists.
         other => observe::transport_failure(TransportError::Other, other.to_string()),
     }
 }

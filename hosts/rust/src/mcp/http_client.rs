@@ -16,7 +16,8 @@ use std::sync::Arc;
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use http::{HeaderName, HeaderValue};
-use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
+use rmcp::ErrorData;
+use rmcp::model::{ClientJsonRpcMessage, ClientRequest, ServerJsonRpcMessage};
 use rmcp::transport::streamable_http_client::{StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse};
 use sse_stream::{Error as SseError, Sse, SseStream};
 
@@ -53,6 +54,11 @@ impl std::error::Error for HttpFailure {}
 
 impl HttpFailure {
     fn from_reqwest(e: &reqwest::Error) -> Self {
+        // A certificate the client does not trust will not be trusted on a
+        // second try: `other` is escalated, where `connection-refused` is retried.
+        if let Some(tls) = tls_failure(e) {
+            return HttpFailure::Transport { error: TransportError::Other, detail: format!("TLS: {tls} ({e})") };
+        }
         let error = if e.is_timeout() {
             TransportError::Timeout
         } else if e.is_connect() {
@@ -66,6 +72,29 @@ impl HttpFailure {
     }
 }
 
+/// The rustls error somewhere in `e`'s sources, if the failure was TLS's.
+#[cfg(feature = "tls")]
+fn tls_failure(e: &reqwest::Error) -> Option<String> {
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(error) = next {
+        if let Some(tls) = error.downcast_ref::<rustls::Error>() {
+            return Some(tls.to_string());
+        }
+        // An io::Error's `source()` skips the error it wraps (hyper wraps
+        // rustls's in two): step into it instead.
+        next = match error.downcast_ref::<std::io::Error>() {
+            Some(io) => io.get_ref().map(|inner| inner as &(dyn std::error::Error + 'static)),
+            None => error.source(),
+        };
+    }
+    None
+}
+
+#[cfg(not(feature = "tls"))]
+fn tls_failure(_: &reqwest::Error) -> Option<String> {
+    None
+}
+
 /// reqwest, recording failures in full.
 #[derive(Clone, Default)]
 pub struct RecordingHttpClient {
@@ -75,6 +104,11 @@ pub struct RecordingHttpClient {
 impl RecordingHttpClient {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Over a reqwest client built by the caller (proxies, timeouts, roots).
+    pub fn with_client(inner: reqwest::Client) -> Self {
+        RecordingHttpClient { inner }
     }
 }
 
@@ -103,6 +137,29 @@ fn is_unknown_session(status: u16, body: &str) -> bool {
 fn says_session_invalid(body: &str) -> bool {
     let lower = body.to_ascii_lowercase();
     lower.contains("session") && (lower.contains("invalid") || lower.contains("no valid") || lower.contains("not found") || lower.contains("unknown"))
+}
+
+/// A server of a revision before 2026-07-28 refuses the negotiating client's
+/// `server/discover` probe at the HTTP level (a 400 or 404, often with no
+/// JSON-RPC id it could echo). rmcp's lifecycle falls back to `initialize` only
+/// on a JSON-RPC error that answers the probe, so the refusal is handed back
+/// as one, with the probe's id; as rmcp's own HTTP client does
+/// (`legacy_discover_response`, rmcp 3.11). A 401 or 403 keeps its status.
+fn legacy_discover_answer(message: &ClientJsonRpcMessage, session_attached: bool, status: u16, body: &str) -> Option<StreamableHttpPostResponse> {
+    if session_attached || !(400..500).contains(&status) || status == 401 || status == 403 {
+        return None;
+    }
+    let ClientJsonRpcMessage::Request(request) = message else {
+        return None;
+    };
+    if !matches!(request.request, ClientRequest::DiscoverRequest(_)) {
+        return None;
+    }
+    let error = match serde_json::from_str::<ServerJsonRpcMessage>(body) {
+        Ok(ServerJsonRpcMessage::Error(error)) => error.error,
+        _ => ErrorData::invalid_request(format!("server/discover refused with HTTP {status}: {body}"), None),
+    };
+    Some(StreamableHttpPostResponse::Json(ServerJsonRpcMessage::error(error, Some(request.id.clone())), None))
 }
 
 fn headers_of(response: &reqwest::Response) -> Vec<(String, String)> {
@@ -160,6 +217,9 @@ impl StreamableHttpClient for RecordingHttpClient {
             let headers = headers_of(&response);
             let body = read_limited(response, MAX_ERROR_BODY_BYTES).await.map_err(cut_body)?;
             let body = String::from_utf8_lossy(&body).into_owned();
+            if let Some(answer) = legacy_discover_answer(&message, session_attached, status.as_u16(), &body) {
+                return Ok(answer);
+            }
             let session_lost = is_unknown_session(status.as_u16(), &body);
             if session_attached && session_lost {
                 return Err(StreamableHttpError::Client(HttpFailure::SessionUnknown { status: status.as_u16(), body }));

@@ -3,28 +3,28 @@
 // module comment says how it observes and obeys).
 import { performance } from 'node:perf_hooks';
 
-import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
-import { StreamableHTTPClientTransport, StreamableHTTPError } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { ErrorCode, McpError, type CallToolResult, type Tool } from '@modelcontextprotocol/sdk/types.js';
+// Types only: the SDKs are optional, loaded at run time (`./sdk.ts`).
+import type { CallToolResult, Tool } from '@modelcontextprotocol/sdk/types.js';
 
 import type * as Wit from '../../generated/interfaces/agent-retry-policy-types.js';
 import { nowMs, type Run } from '../component.js';
 import { OsEntropy, type EntropySource } from '../entropy.js';
 import {
-  AgentRetryError, CallCancelled, CallTimedOut, Escalated, InstanceUnusable, PolicyTrap, SessionLost, type StopCause,
+  AgentRetryError, CallCancelled, CallTimedOut, ConnectionConfigError, Escalated, InstanceUnusable, PolicyTrap, SessionLost, type StopCause,
 } from '../errors.js';
 import {
-  classifyNetworkError, currentAttempt, describeError, hasFailure, isUnknownSession, type AttemptCapture,
+  adoptProbeFailure, classifyNetworkError, currentAttempt, describeError, hasFailure, isUnknownSession, type AttemptCapture,
 } from './capture.js';
 import { McpConnection } from './connection.js';
+import { loadSdk, MODERN_REVISION, sdkOfClient, type McpClient, type McpSdk } from './sdk.js';
 
 /** What the logged `reason` of a decision on a failure from a non-capturing HTTP transport ends with. */
 export const CAPTURE_MISSING_SUFFIX = ' [no HTTP status or headers: the transport is not the wrapper\'s capturing one]';
 
 /** What a status check is asked about: a write that may have been applied. */
 export interface StatusCheckRequest {
-  client: Client;
+  /** The connected client (of the connection's SDK major: `connection.sdk`). */
+  client: McpClient;
   tool: string;
   arguments: Record<string, unknown>;
   idempotencyKey?: string;
@@ -227,8 +227,8 @@ class CallScope {
 export const textOf = (result: CallToolResult): string =>
   (result.content ?? []).flatMap((block) => (block.type === 'text' ? [block.text] : [])).join('\n');
 
-/** The server's JSON-RPC error message, without the prefix the SDK adds (`MCP error -32603: `). */
-export function jsonRpcMessage(error: McpError): string {
+/** The server's JSON-RPC error message, without the prefix SDK v1 adds (`MCP error -32603: `). */
+export function jsonRpcMessage(error: { code: number; message: string }): string {
   const prefix = `MCP error ${error.code}: `;
   return error.message.startsWith(prefix) ? error.message.slice(prefix.length) : error.message;
 }
@@ -247,10 +247,30 @@ export function structuredText(value: unknown): string | undefined {
 /** The hints of the pseudo-tools `initialize` and `tools/list`. */
 const PSEUDO_HINTS: Wit.ToolHints = { readOnly: true, destructive: false, idempotent: true };
 
-/** Whether a client talks streamable HTTP (or the older SSE transport). */
-function isHttpClient(client: Client | undefined): boolean {
-  const transport = client?.transport;
-  return transport instanceof StreamableHTTPClientTransport || transport?.constructor?.name === 'SSEClientTransport';
+/** The JSON-RPC error a failed POST's body carries, if it is -32022
+ *  (unsupported protocol version: a 2026-07-28 server answers it with HTTP 400).
+ *  That is the server's answer, not the transport's: it is passed as
+ *  `protocol-error(-32022)`, which the policy escalates (no retry or replan
+ *  makes the client speak another revision). */
+function versionRefusal(capture: AttemptCapture): { code: number; message: string; data?: unknown } | undefined {
+  if (capture.status !== 400 || !capture.body.includes('-32022')) return undefined;
+  try {
+    const value = JSON.parse(capture.body) as { error?: { code?: unknown; message?: unknown; data?: unknown } };
+    const error = value?.error;
+    if (error?.code !== -32022) return undefined;
+    return { code: -32022, message: typeof error.message === 'string' ? error.message : 'Unsupported protocol version', data: error.data };
+  } catch {
+    return undefined;
+  }
+}
+
+/** A -32022's text for the policy (and an escalation's note): the server's
+ *  message, the revisions it supports and those this client speaks. */
+function versionMismatchText(message: string, data: unknown, sdk: McpSdk): string {
+  const supported = (data as { supported?: unknown } | undefined)?.supported;
+  const theirs = Array.isArray(supported) ? supported.map(String).join(', ') : 'not given';
+  const advice = sdk.name === 'v1' ? `; @modelcontextprotocol/client ^2.4 (sdk 'v2') speaks ${MODERN_REVISION}` : '';
+  return `${message} (the server supports ${theirs}; this client, ${sdk.packageName}, speaks ${sdk.revisions.join(', ')}${advice})`;
 }
 
 /** Calls MCP tools through one run of the policy. One caller per run, one call at a time. */
@@ -269,14 +289,16 @@ export class RetryingToolCaller {
   private readonly logging: boolean;
   /** The connection, when the caller was built on one (it can be re-established). */
   readonly connection?: McpConnection;
-  private readonly bare?: Client;
+  private readonly bare?: McpClient;
+  /** The SDK major's adapter, loaded on the first call. */
+  private sdk?: McpSdk;
   /** Why a bare client's session is lost (it cannot be re-established). */
   private bareLost?: string;
   private captureWarned = false;
   /** What every attempt line logs as `policy`: which policy made the decision. */
   readonly policyIdentity: string;
 
-  constructor(source: McpConnection | Client, readonly run: Run, private readonly options: RetryingToolCallerOptions = {}) {
+  constructor(source: McpConnection | McpClient, readonly run: Run, private readonly options: RetryingToolCallerOptions = {}) {
     if (source instanceof McpConnection) this.connection = source;
     else this.bare = source;
     this.keyArgument = options.keyArgument ?? 'idempotency_key';
@@ -302,7 +324,7 @@ export class RetryingToolCaller {
   }
 
   /** The client requests go through now (the connection's current one). */
-  get client(): Client {
+  get client(): McpClient {
     const client = this.connection ? this.connection.client : this.bare;
     if (!client) throw new AgentRetryError('the McpConnection is not connected yet: the caller connects it on its first call (or call connection.connect())');
     return client;
@@ -338,6 +360,8 @@ export class RetryingToolCaller {
 
   private async call(name: string, args: Record<string, unknown>, action: string, state: CallState, scope: CallScope): Promise<CallToolResult> {
     scope.check();
+    // A missing SDK is the caller's to fix: thrown as it is, not a failure for the policy.
+    this.sdk ??= await scope.race(this.connection ? this.connection.loadSdk() : loadSdk(sdkOfClient(this.bare as McpClient)));
     const tool = await this.tool(name, scope);
     const sendArgs: Record<string, unknown> = { ...args };
     const tag = state.tag;
@@ -461,9 +485,8 @@ export class RetryingToolCaller {
       const tools = new Map<string, Tool>();
       let cursor: string | undefined;
       do {
-        const params = cursor ? { cursor } : undefined;
         const page = await this.pseudoCall('tools/list', scope, name, true,
-          (signal) => this.client.listTools(params, { signal, timeout: this.attemptTimeoutMs }));
+          (signal) => (this.sdk as McpSdk).listTools(this.client, cursor, { signal, timeout: this.attemptTimeoutMs }));
         for (const t of page.tools) tools.set(t.name, t);
         cursor = page.nextCursor;
       } while (cursor);
@@ -543,7 +566,7 @@ export class RetryingToolCaller {
   /** Sends one request of an attempt with its capture, ended at once when its
    *  answer stream is cut or the call stops. */
   private async exchange<T>(scope: CallScope, send: (signal: AbortSignal) => Promise<T>):
-    Promise<{ value?: T; error?: unknown; capture: AttemptCapture; client?: Client }> {
+    Promise<{ value?: T; error?: unknown; capture: AttemptCapture; client?: McpClient }> {
     scope.check();
     const controller = new AbortController();
     const capture: AttemptCapture = { headers: [], body: '', abort: () => controller.abort(new Error('the answer stream was cut')) };
@@ -554,12 +577,13 @@ export class RetryingToolCaller {
     try {
       value = await scope.race(currentAttempt.run(capture, () => send(controller.signal)));
     } catch (e) {
-      if (e instanceof StopNow) throw e;
+      if (e instanceof StopNow || e instanceof ConnectionConfigError) throw e;
       error = e;
     } finally {
       capture.closed = true;
       scope.signal.removeEventListener('abort', onStop);
     }
+    if (error !== undefined) adoptProbeFailure(capture);
     if (error !== undefined) scope.check(); // a failure that came as the call stopped is the stop (an answer that came is kept)
     const client = this.connection ? this.connection.client : this.bare;
     return { value, error, capture, client };
@@ -567,7 +591,7 @@ export class RetryingToolCaller {
 
   private async attemptTool(name: string, args: Record<string, unknown>, scope: CallScope): Promise<Observed> {
     const { value, error, capture, client } = await this.exchange(scope,
-      (signal) => this.client.callTool({ name, arguments: args }, undefined, { timeout: this.attemptTimeoutMs, signal }) as Promise<CallToolResult>);
+      (signal) => (this.sdk as McpSdk).callTool(this.client, name, args, { timeout: this.attemptTimeoutMs, signal }));
     if (error !== undefined || hasFailure(capture)) return this.observeFailure(error, capture, client, name);
     const result = value as CallToolResult;
     if (result.isError) {
@@ -586,16 +610,30 @@ export class RetryingToolCaller {
   /** A failed request as the contract's outcome: the first case that fits, in
    *  the contract's order (HTTP status, transport, JSON-RPC error); a lost
    *  session marks the connection lost. */
-  private observeFailure(error: unknown, capture: AttemptCapture, client: Client | undefined, tool: string): Observed {
+  private observeFailure(error: unknown, capture: AttemptCapture, client: McpClient | undefined, tool: string): Observed {
     let observed: Observed;
+    const sdk = this.sdk as McpSdk;
     const reconnect = error instanceof ReconnectFailed ? error : undefined;
     const cause = reconnect ? reconnect.cause : error;
     const again = (detail: string) => (reconnect ? `${reconnect.message}: ${detail}` : detail);
+    const said = sdk.readError(cause);
+    const refusal = versionRefusal(capture);
     if (capture.status !== undefined && capture.sessionLost) {
       const lost = `HTTP ${capture.status}: the server does not know the session`;
       observed = {
         outcome: transport('connection-refused', again(`${lost} (${capture.body.slice(0, 200)}); not run, the session is established again`)),
         summary: 'session lost', lost,
+      };
+    } else if (refusal) {
+      observed = {
+        outcome: {
+          tag: 'failure',
+          val: {
+            kind: { tag: 'protocol-error', val: refusal.code }, headers: [], body: again(versionMismatchText(refusal.message, refusal.data, sdk)),
+            structuredContent: structuredText(refusal.data),
+          },
+        },
+        summary: `HTTP 400: JSON-RPC ${refusal.code}`,
       };
     } else if (capture.status !== undefined) {
       observed = {
@@ -604,33 +642,34 @@ export class RetryingToolCaller {
       };
     } else if (capture.transportError !== undefined) {
       observed = { outcome: transport(capture.transportError, again(capture.transportDetail ?? '')), summary: capture.transportError };
-    } else if (cause instanceof McpError && cause.code === ErrorCode.RequestTimeout) {
-      observed = { outcome: transport('timeout', again(cause.message)), summary: 'timeout' };
-    } else if (cause instanceof McpError && cause.code === ErrorCode.ConnectionClosed) {
-      const lost = client?.transport === undefined || this.connection?.kind === 'stdio' || client.transport instanceof StdioClientTransport
+    } else if (said?.kind === 'timeout') {
+      observed = { outcome: transport('timeout', again(said.message)), summary: 'timeout' };
+    } else if (said?.kind === 'closed') {
+      const lost = client?.transport === undefined || this.connection?.kind === 'stdio' || sdk.isStdioTransport(client.transport)
         ? 'the connection closed while the request was out (a stdio server that exited or closed its pipe)' : 'the connection closed';
-      observed = { outcome: transport('stream-closed', again(`${lost}: ${cause.message}`)), summary: 'stream closed', lost };
-    } else if (cause instanceof McpError) {
+      observed = { outcome: transport('stream-closed', again(`${lost}: ${said.message}`)), summary: 'stream closed', lost };
+    } else if (said?.kind === 'json-rpc') {
+      const body = said.code === -32022 ? versionMismatchText(said.message, said.data, sdk) : said.message;
       observed = {
         outcome: {
           tag: 'failure',
-          val: { kind: { tag: 'protocol-error', val: cause.code }, headers: [], body: jsonRpcMessage(cause), structuredContent: structuredText(cause.data) },
+          val: { kind: { tag: 'protocol-error', val: said.code }, headers: [], body: again(body), structuredContent: structuredText(said.data) },
         },
-        summary: `JSON-RPC ${cause.code}`,
+        summary: `JSON-RPC ${said.code}`,
       };
-    } else if (cause instanceof StreamableHTTPError && cause.code !== undefined && cause.code >= 100) {
+    } else if (said?.kind === 'http') {
       // Only if the capturing fetch was not installed: the status without headers.
-      const sessionSent = (client?.transport as StreamableHTTPClientTransport | undefined)?.sessionId !== undefined;
-      if (sessionSent && isUnknownSession(cause.code, cause.message)) {
-        const lost = `HTTP ${cause.code}: the server does not know the session`;
-        observed = { outcome: transport('connection-refused', again(`${lost} (${cause.message})`)), summary: 'session lost', lost };
+      const sessionSent = (client?.transport as { sessionId?: string } | undefined)?.sessionId !== undefined;
+      if (sessionSent && isUnknownSession(said.status, said.message)) {
+        const lost = `HTTP ${said.status}: the server does not know the session`;
+        observed = { outcome: transport('connection-refused', again(`${lost} (${said.message})`)), summary: 'session lost', lost };
       } else {
         observed = {
-          outcome: { tag: 'failure', val: { kind: { tag: 'http-status', val: cause.code }, headers: [], body: cause.message } },
-          summary: `HTTP ${cause.code}`,
+          outcome: { tag: 'failure', val: { kind: { tag: 'http-status', val: said.status }, headers: [], body: said.message } },
+          summary: `HTTP ${said.status}`,
         };
       }
-    } else if (cause instanceof Error && cause.message === 'Not connected') {
+    } else if (said?.kind === 'not-connected') {
       const lost = 'the request could not be sent: not connected (the server process is gone)';
       observed = { outcome: transport('connection-refused', again(lost)), summary: 'not connected', lost };
     } else if (cause !== undefined) {
@@ -640,7 +679,7 @@ export class RetryingToolCaller {
     }
     if (observed.lost !== undefined) this.markLost(observed.lost);
     const kind = observed.outcome.tag === 'failure' ? observed.outcome.val.kind.tag : undefined;
-    if ((kind === 'http-status' || kind === 'transport') && !capture.fetched && !reconnect && isHttpClient(client)) {
+    if ((kind === 'http-status' || kind === 'transport') && !capture.fetched && !reconnect && client !== undefined && sdk.isHttpTransport(client.transport)) {
       observed.captureMissing = true;
       if (!this.captureWarned) {
         this.captureWarned = true;

@@ -27,6 +27,21 @@ export interface AttemptCapture {
   abort?: () => void;
   /** The attempt is over: later requests (a cancellation notice, a stream resumed late) do not write here. */
   closed?: boolean;
+  /** How the v2 SDK's `server/discover` probe failed, kept apart: a 4xx there is
+   *  how a 2025 server says "use initialize", and the SDK goes on with it. It is
+   *  the attempt's failure only if the connect then fails with nothing sent after
+   *  it (`adoptProbeFailure`). */
+  probe?: ProbeFailure;
+}
+
+/** What the HTTP layer saw of a failed `server/discover` probe. */
+export type ProbeFailure = Pick<AttemptCapture, 'status' | 'headers' | 'body' | 'transportError' | 'transportDetail'>;
+
+/** The probe's failure as the attempt's, when the connect failed with nothing sent after the probe. */
+export function adoptProbeFailure(capture: AttemptCapture): void {
+  if (!capture.probe || !hasFailure(capture.probe) || hasFailure(capture)) return;
+  Object.assign(capture, capture.probe);
+  capture.probe = undefined;
 }
 
 /** The capture of the attempt in progress (it follows the SDK's request into its fetch). */
@@ -39,7 +54,9 @@ function errorCode(error: unknown): string | undefined {
   let cause: unknown = error;
   for (let depth = 0; depth < 5 && cause; depth++) {
     const code = (cause as { code?: unknown }).code;
-    if (typeof code === 'string') return code;
+    // SDK v2's SdkError has a code of its own (ERA_NEGOTIATION_FAILED): the socket's is on its cause.
+    const sdkError = /^Sdk/.test(String((cause as { name?: unknown }).name));
+    if (typeof code === 'string' && !sdkError) return code;
     const nested = (cause as { errors?: unknown[] }).errors;
     if (Array.isArray(nested) && nested.length) cause = nested[0];
     else cause = (cause as { cause?: unknown }).cause;
@@ -64,7 +81,10 @@ export function classifyNetworkError(error: unknown): Wit.TransportError {
 }
 
 export const describeError = (e: unknown): string => {
-  const message = e instanceof Error ? e.message : String(e);
+  let message = e instanceof Error ? e.message : String(e);
+  // undici's "fetch failed" says nothing: its cause does (e.g. "unable to verify the first certificate").
+  const cause = (e as { cause?: unknown } | undefined)?.cause;
+  if (message === 'fetch failed' && cause instanceof Error && cause.message) message = `fetch failed: ${cause.message}`;
   const code = errorCode(e);
   return code && !message.includes(code) ? `${message} (${code})` : message;
 };
@@ -104,7 +124,7 @@ function rpcMessages(body: unknown): RpcMessage[] {
   }
 }
 
-export const hasFailure = (capture: AttemptCapture) => capture.status !== undefined || capture.transportError !== undefined;
+export const hasFailure = (capture: ProbeFailure) => capture.status !== undefined || capture.transportError !== undefined;
 
 /** The attempt's answer stream was cut before its response: `stream-closed`, and the attempt ends now. */
 function cutAnswer(capture: AttemptCapture, detail: string): void {
@@ -207,22 +227,27 @@ export function createCapturingFetch(inner: FetchLike = fetch, hooks: CapturingF
     const messages = method === 'POST' ? rpcMessages(init?.body) : [];
     const requestIds = messages.filter((m) => m.id !== undefined && typeof m.method === 'string').map((m) => JSON.stringify(m.id));
     const cancelling = messages.length > 0 && messages.every((m) => m.method === 'notifications/cancelled');
+    const probing = messages.some((m) => m.method === 'server/discover');
     // What writes to the attempt's capture: its POSTs (not the notice that
     // cancels one), and the SDK's resumption of its answer stream.
     const resuming = method === 'GET' && !!capture?.pendingIds?.size && headerOf(init?.headers, 'last-event-id') !== undefined;
     const records = capture !== undefined && ((method === 'POST' && !cancelling) || resuming);
     if (capture) capture.fetched = true;
+    // A request after the probe (the SDK's fallback, or the era's first call): the probe's answer was not a failure.
+    if (records && !probing) capture.probe = undefined;
+    // The probe's failure is written apart (`AttemptCapture.probe`).
+    const into: ProbeFailure | undefined = !records ? undefined : probing ? (capture.probe = { headers: [], body: '' }) : capture;
     const what = resuming ? 'the resumed answer stream' : messages.length ? String(messages[0].method ?? 'a response') : method;
     let response: Response;
     try {
       response = await inner(url, init);
     } catch (e) {
-      if (records && !hasFailure(capture) && !isAbortError(e)) {
+      if (into && !hasFailure(into) && !isAbortError(e)) {
         if (resuming) {
           cutAnswer(capture, `the answer stream could not be resumed: ${describeError(e)}`);
         } else {
-          capture.transportError = classifyNetworkError(e);
-          capture.transportDetail = describeError(e);
+          into.transportError = classifyNetworkError(e);
+          into.transportDetail = describeError(e);
         }
       }
       throw e;
@@ -231,14 +256,14 @@ export function createCapturingFetch(inner: FetchLike = fetch, hooks: CapturingF
       const body = (await response.clone().text().catch(() => '')).slice(0, MAX_CAPTURED_BODY);
       const lost = sessionId !== undefined && isUnknownSession(response.status, body);
       if (lost) hooks.onSessionLost?.(sessionId, `HTTP ${response.status} to ${what}: ${body.slice(0, 200)}`);
-      if (records && !hasFailure(capture)) {
+      if (into && !hasFailure(into)) {
         if (resuming) {
           cutAnswer(capture, `the answer stream could not be resumed: HTTP ${response.status} ${body.slice(0, 200)}`);
         } else {
-          capture.status = response.status;
-          response.headers.forEach((value, name) => capture.headers.push([name, value]));
-          capture.body = body;
-          capture.sessionLost = lost;
+          into.status = response.status;
+          response.headers.forEach((value, name) => into.headers.push([name, value]));
+          into.body = body;
+          if (into === capture) capture.sessionLost = lost;
         }
       }
       return response;

@@ -1,62 +1,92 @@
 // The MCP connection the wrapper establishes and establishes again (`McpConnection`):
 // streamable HTTP with the capturing fetch (`./capture.ts`), or stdio with the server
-// started (again) by the wrapper.
-import { Client, type ClientOptions } from '@modelcontextprotocol/sdk/client/index.js';
-import { StdioClientTransport, type StdioServerParameters } from '@modelcontextprotocol/sdk/client/stdio.js';
-import {
-  StreamableHTTPClientTransport, type StreamableHTTPReconnectionOptions,
-} from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import type { Implementation } from '@modelcontextprotocol/sdk/types.js';
+// started (again) by the wrapper; through either SDK major (`./sdk.ts`).
+import type { Stream } from 'node:stream';
 
-import { AgentRetryError } from '../errors.js';
+import { AgentRetryError, ConnectionConfigError } from '../errors.js';
 import { createCapturingFetch, type FetchLike } from './capture.js';
+import {
+  chooseSdk, loadSdk, type McpClient, type McpClientOptions, type McpSdk, type McpSdkName,
+} from './sdk.js';
+
+/** The client's name and version as sent to the server (`Implementation`). */
+export interface McpClientInfo {
+  name: string;
+  version: string;
+  [field: string]: unknown;
+}
+
+/** The SDK's reconnection of the GET stream (the same in both majors). */
+export interface McpReconnectionOptions {
+  initialReconnectionDelay: number;
+  maxReconnectionDelay: number;
+  reconnectionDelayGrowFactor: number;
+  maxRetries: number;
+}
+
+interface McpCommonOptions {
+  /** Which SDK major drives the connection: `'v2'` (`@modelcontextprotocol/client`
+   *  ^2.4: 2026-07-28, else the 2025 handshake) or `'v1'` (`@modelcontextprotocol/sdk`
+   *  ^1.32: up to 2025-11-25). Default: v2 if it is installed, else v1. */
+  sdk?: McpSdkName;
+  clientInfo?: McpClientInfo;
+  /** The SDK `Client`'s options. With v2, `versionNegotiation` defaults to
+   *  `{ mode: 'auto' }`; pass `{ mode: 'legacy' }` or `{ mode: { pin: '2026-07-28' } }` to choose. */
+  clientOptions?: McpClientOptions;
+}
 
 /** Options of `McpConnection.http`. */
-export interface McpHttpOptions {
-  /** The `fetch` the wrapper's capturing fetch wraps (default: the global one). */
+export interface McpHttpOptions extends McpCommonOptions {
+  /** The `fetch` the wrapper's capturing fetch wraps (default: the global one);
+   *  e.g. one with an undici `Agent` that trusts a private CA (README). */
   fetch?: FetchLike;
   /** Passed to the transport (headers, e.g. an Authorization). */
   requestInit?: RequestInit;
   /** The SDK's reconnection of the GET stream (default: the SDK's). */
-  reconnectionOptions?: StreamableHTTPReconnectionOptions;
-  clientInfo?: Implementation;
-  clientOptions?: ClientOptions;
+  reconnectionOptions?: McpReconnectionOptions;
 }
 
 /** Options of `McpConnection.stdio`: the SDK's `StdioServerParameters`
  *  (`command`, `args`, `env`, `cwd`, `stderr`). */
-export interface McpStdioOptions extends StdioServerParameters {
-  clientInfo?: Implementation;
-  clientOptions?: ClientOptions;
+export interface McpStdioOptions extends McpCommonOptions {
+  command: string;
+  args?: string[];
+  env?: Record<string, string>;
+  cwd?: string;
+  stderr?: 'pipe' | 'ignore' | 'inherit' | 'overlapped' | Stream | number;
 }
 
-const DEFAULT_CLIENT_INFO: Implementation = { name: 'agent-retry-policy', version: '0.4.0' };
+const DEFAULT_CLIENT_INFO: McpClientInfo = { name: 'agent-retry-policy', version: '0.4.0' };
 
 /** An MCP connection the wrapper can establish and establish again: over
  *  streamable HTTP (a fresh `Client` and transport with the capturing fetch,
- *  re-`initialize`d) or over stdio (the server started again). A
+ *  connected again) or over stdio (the server started again). A
  *  `RetryingToolCaller` built on one connects it through the policy (the
  *  `initialize` pseudo-call) on its first call, and again after a lost session;
  *  `connect()` can also be called directly. One caller per connection. */
 export class McpConnection {
-  private current?: Client;
-  private connecting?: Promise<Client>;
+  private current?: McpClient;
+  private connecting?: Promise<McpClient>;
   private lostBecause?: string;
   private closed = false;
   private readonly closing = new Set<Promise<void>>();
   private established = 0;
   private readonly capturingFetch?: FetchLike;
+  private adapter?: McpSdk;
+  /** The SDK major that drives this connection (the `sdk` option, else what is installed). */
+  readonly sdk: McpSdkName;
 
   private constructor(
     readonly kind: 'http' | 'stdio',
     private readonly http?: { url: URL; options: McpHttpOptions },
     private readonly stdioOptions?: McpStdioOptions,
   ) {
+    this.sdk = chooseSdk((http?.options ?? stdioOptions)?.sdk);
     if (http) {
       this.capturingFetch = createCapturingFetch(http.options.fetch ?? fetch, {
         onSessionLost: (sessionId, detail) => {
           // Only the session in use: an old client's late request does not count.
-          if ((this.current?.transport as StreamableHTTPClientTransport | undefined)?.sessionId === sessionId) {
+          if ((this.current?.transport as { sessionId?: string } | undefined)?.sessionId === sessionId) {
             this.markLost(`the server no longer knows the session (${detail})`);
           }
         },
@@ -64,9 +94,22 @@ export class McpConnection {
     }
   }
 
-  /** A streamable-HTTP connection to `url` (e.g. `http://127.0.0.1:8080/mcp`), always with the capturing fetch. */
+  /** A streamable-HTTP connection to `url` (e.g. `http://127.0.0.1:8080/mcp`),
+   *  always with the capturing fetch. Another scheme than http: or https: is
+   *  a `ConnectionConfigError` (option `url`), thrown here. */
   static http(url: string | URL, options: McpHttpOptions = {}): McpConnection {
-    return new McpConnection('http', { url: new URL(url), options });
+    let parsed: URL;
+    try {
+      parsed = new URL(url);
+    } catch (e) {
+      throw new ConnectionConfigError('url', `McpConnection.http needs an absolute http:// or https:// URL, not ${JSON.stringify(String(url))}`, { cause: e });
+    }
+    if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') {
+      // Streamable HTTP runs over HTTP only: no retry makes another scheme work.
+      throw new ConnectionConfigError('url', `McpConnection.http serves http:// and https:// URLs only, not the scheme '${
+        parsed.protocol.slice(0, -1)}' (${parsed.href}): streamable HTTP runs over HTTP`);
+    }
+    return new McpConnection('http', { url: parsed, options });
   }
 
   /** A stdio connection: `command` with `args` is started on connect, and started again after it exits. */
@@ -76,8 +119,14 @@ export class McpConnection {
   }
 
   /** The connected client (undefined before the first connect, after close). */
-  get client(): Client | undefined {
+  get client(): McpClient | undefined {
     return this.current;
+  }
+
+  /** The revision the connected client speaks (e.g. `2026-07-28`, `2025-11-25`;
+   *  undefined before a connect, and with v1 over stdio). */
+  get protocolVersion(): string | undefined {
+    return this.current && this.adapter ? this.adapter.protocolVersion(this.current) : undefined;
   }
 
   /** Why the connection is lost, if it is (the next attempt connects again first). */
@@ -90,15 +139,22 @@ export class McpConnection {
     return this.established;
   }
 
+  /** The SDK's adapter (loaded on first use; a missing package is a `ConnectionConfigError`). */
+  async loadSdk(): Promise<McpSdk> {
+    this.adapter ??= await loadSdk(this.sdk);
+    return this.adapter;
+  }
+
   /** Marks the connection lost: the wrapper connects again before its next request. */
   markLost(reason: string): void {
     if (this.lostBecause === undefined) this.lostBecause = reason;
   }
 
   /** Connects (again): a fresh `Client` and transport, the process started
-   *  over stdio, `initialize` sent. Throws what the SDK throws; the previous
-   *  client, if any, is closed. */
-  connect(options: { signal?: AbortSignal; timeoutMs?: number } = {}): Promise<Client> {
+   *  over stdio, the handshake done (v2: `server/discover`, else `initialize`;
+   *  v1: `initialize`). Throws what the SDK throws; the previous client, if any,
+   *  is closed. */
+  connect(options: { signal?: AbortSignal; timeoutMs?: number } = {}): Promise<McpClient> {
     if (this.closed) return Promise.reject(new AgentRetryError('this McpConnection is closed'));
     this.connecting ??= this.open(options).finally(() => {
       this.connecting = undefined;
@@ -106,20 +162,21 @@ export class McpConnection {
     return this.connecting;
   }
 
-  private async open(options: { signal?: AbortSignal; timeoutMs?: number }): Promise<Client> {
+  private async open(options: { signal?: AbortSignal; timeoutMs?: number }): Promise<McpClient> {
+    const sdk = await this.loadSdk();
     const previous = this.current;
     this.current = undefined;
     if (previous) this.retire(previous);
     const clientInfo = this.http?.options.clientInfo ?? this.stdioOptions?.clientInfo ?? DEFAULT_CLIENT_INFO;
-    const client = new Client(clientInfo, this.http?.options.clientOptions ?? this.stdioOptions?.clientOptions);
-    let transport: StreamableHTTPClientTransport | StdioClientTransport;
+    const client = sdk.newClient(clientInfo, this.http?.options.clientOptions ?? this.stdioOptions?.clientOptions);
+    let transport: unknown;
     if (this.http) {
-      transport = new StreamableHTTPClientTransport(this.http.url, {
+      transport = sdk.httpTransport(this.http.url, {
         fetch: this.capturingFetch, requestInit: this.http.options.requestInit, reconnectionOptions: this.http.options.reconnectionOptions,
       });
     } else {
-      const { clientInfo: _info, clientOptions: _options, ...server } = this.stdioOptions as McpStdioOptions;
-      transport = new StdioClientTransport(server);
+      const { clientInfo: _info, clientOptions: _options, sdk: _sdk, ...server } = this.stdioOptions as McpStdioOptions;
+      transport = sdk.stdioTransport(server);
     }
     let ready = false;
     client.onclose = () => {
@@ -128,7 +185,7 @@ export class McpConnection {
       }
     };
     try {
-      await client.connect(transport, { signal: options.signal, timeout: options.timeoutMs });
+      await sdk.connect(client, transport, { signal: options.signal, timeout: options.timeoutMs });
     } catch (e) {
       this.retire(client);
       throw e;
@@ -145,7 +202,7 @@ export class McpConnection {
   }
 
   /** Closes a client in the background (a stdio server is given 2 s to exit on EOF, then killed). */
-  private retire(client: Client): void {
+  private retire(client: McpClient): void {
     const done: Promise<void> = client.close().catch(() => undefined).finally(() => this.closing.delete(done));
     this.closing.add(done);
   }

@@ -513,7 +513,9 @@ class RetryingToolCaller:
         by_deadline = remaining is not None and remaining < self.attempt_timeout_s
         # The session the request goes to (none yet for `initialize`, which makes one).
         generation = self.connection._current if self.connection is not None and name != INITIALIZE else None
-        capture = AttemptCapture()
+        # Connecting may send a probe whose failure is expected (a legacy server's
+        # answer to `server/discover`): the attempt is what its last request saw.
+        capture = AttemptCapture(latest_request_only=name == INITIALIZE)
         lost_at_send: list[bool] = []
 
         async def run() -> Any:

@@ -41,13 +41,27 @@ class AttemptCapture:
     # The failed request carried Mcp-Session-Id (a 404 then means the session is gone).
     session_header: bool = False
     seen: bool = False
-    # Set when an answer stream ended or was cut before its response: the
-    # attempt ends then, not at its timeout.
+    # Set when an answer stream ended or was cut before its response, or the
+    # `server/discover` probe met a network error: the attempt ends then, not at
+    # its timeout.
     cut: asyncio.Event = field(default_factory=asyncio.Event)
+    # Keep only the failure of the attempt's latest request: connecting sends a
+    # `server/discover` probe whose failure (a legacy server's 400 or 404) is
+    # expected, then `initialize`; the attempt's outcome is the last one's.
+    latest_request_only: bool = False
 
     @property
     def failed(self) -> bool:
         return self.status is not None or self.transport_error is not None
+
+    def forget_failure(self) -> None:
+        """Drops what a previous request of the attempt saw (`latest_request_only`)."""
+        self.status = None
+        self.headers = []
+        self.body = ""
+        self.transport_error = None
+        self.transport_detail = ""
+        self.session_header = False
 
 
 _current_attempt: contextvars.ContextVar[AttemptCapture | None] = contextvars.ContextVar("agent_retry_current_attempt", default=None)
@@ -83,6 +97,15 @@ def _json_rpc_request(request: httpx2.Request) -> tuple[bool, str | None]:
     if message.get("id") is None or "method" not in message:
         return "method" not in message and "result" not in message and "error" not in message, None
     return True, str(message["id"])
+
+
+def _json_rpc_method(request: httpx2.Request) -> str | None:
+    try:
+        message = json.loads(request.content)
+    except (httpx2.RequestNotRead, ValueError, TypeError):
+        return None
+    method = message.get("method") if isinstance(message, dict) else None
+    return method if isinstance(method, str) else None
 
 
 class _AnswerWatch:
@@ -190,6 +213,8 @@ class CapturingTransport(httpx2.AsyncBaseTransport):
         capture = _current_attempt.get() if may_be_request else None
         if capture is not None:
             capture.seen = True
+            if capture.latest_request_only and request_id is not None and not capture.cut.is_set():
+                capture.forget_failure()
         try:
             response = await self.inner.handle_async_request(request)
         except httpx2.TransportError as e:
@@ -198,6 +223,11 @@ class CapturingTransport(httpx2.AsyncBaseTransport):
             if capture is not None and not capture.failed:
                 capture.transport_error = kind
                 capture.transport_detail = detail
+                # The SDK takes any error answering its `server/discover` probe as a
+                # legacy server's and falls back to `initialize`: a network error is
+                # no such answer, so the attempt ends on it here.
+                if _json_rpc_method(request) == "server/discover":
+                    capture.cut.set()
             # mcp 2.3's POST task would let the exception end the session; an error
             # status instead resolves just this request with an MCPError.
             return httpx2.Response(
@@ -239,13 +269,19 @@ class CapturingTransport(httpx2.AsyncBaseTransport):
 
 
 def create_capturing_http_client(
-    *, timeout: httpx2.Timeout | None = None, headers: Mapping[str, str] | None = None, **kwargs: Any
+    *,
+    timeout: httpx2.Timeout | None = None,
+    headers: Mapping[str, str] | None = None,
+    verify: ssl.SSLContext | bool = True,
+    **kwargs: Any,
 ) -> httpx2.AsyncClient:
     """An httpx2 client for `streamable_http_client(url, http_client=...)` that lets
     the wrapper see failed POSTs. Defaults match the SDK's (30 s, 300 s reads).
-    `McpConnection.http` always uses one."""
+    `verify` (an `ssl.SSLContext`, e.g. with a private CA's roots) goes to the
+    transport that makes the connections. `McpConnection.http` always uses one."""
+    # httpx2 ignores a client's `verify` when it is given a transport: pass it to ours.
     return httpx2.AsyncClient(
-        transport=CapturingTransport(),
+        transport=CapturingTransport(httpx2.AsyncHTTPTransport(verify=verify)),
         timeout=timeout or httpx2.Timeout(30.0, read=300.0),
         headers=dict(headers or {}),
         **kwargs,

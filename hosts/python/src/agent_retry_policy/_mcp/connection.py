@@ -1,22 +1,30 @@
 """The MCP connection the wrapper establishes and re-establishes (`McpConnection`):
 streamable HTTP with the capturing client (`capture.py`), or stdio with the server
-started (again) by the wrapper; each session a `_Generation` with its supervisor task."""
+started (again) by the wrapper; each session a `_Generation` with its supervisor task.
+Connecting goes through the SDK's `mcp.Client` in its negotiating mode (`mode="auto"`:
+a `server/discover` probe, `initialize` if the server is a legacy one)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
+import ssl
 import subprocess
 import sys
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, Literal, TypeVar, cast
+from urllib.parse import urlsplit
 
 import anyio
-from mcp import ClientSession
+import httpx2
+from mcp import Client, ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 
+from ..errors import ConnectionConfigError
 from ..types import TransportError
 from .capture import _current_attempt, create_capturing_http_client
 
@@ -26,6 +34,12 @@ _T = TypeVar("_T")
 # server gets the SDK's close-stdin, SIGTERM, SIGKILL sequence) before it
 # cancels what is left.
 CLOSE_TIMEOUT_S = 10.0
+
+# How a connection negotiates the protocol revision: the SDK's `Client(mode=...)`.
+# "auto" probes `server/discover` (2026-07-28 and later) and falls back to the
+# `initialize` handshake (2025-11-25 and older); "legacy" only does the handshake.
+ConnectMode = Literal["auto", "legacy"]
+CONNECT_MODES: tuple[ConnectMode, ...] = ("auto", "legacy")
 
 
 class _ConnectFailure(Exception):
@@ -54,6 +68,9 @@ class _Generation:
         self.initialized = False
         self.failure: BaseException | None = None
         self.task: asyncio.Task[None] | None = None
+        # Cancels the connecting (`Client.__aenter__`), when it is given up before
+        # it is ready; a ready session ends by `stop` instead.
+        self.connecting: anyio.CancelScope | None = None
 
     def mark_lost(self, reason: str) -> None:
         if self.lost is None:
@@ -94,6 +111,62 @@ def _describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
 
+def _find(error: BaseException | None, kind: type[BaseException]) -> BaseException | None:
+    """`error` if it is a `kind`, or the first `kind` in it (an exception group)."""
+    if error is None or isinstance(error, kind):
+        return error
+    for inner in getattr(error, "exceptions", None) or ():
+        found = _find(inner, kind)
+        if found is not None:
+            return found
+    return None
+
+
+def _check_mode(mode: str) -> ConnectMode:
+    if mode not in CONNECT_MODES:
+        raise ConnectionConfigError("mode", f"unknown mode {mode!r}: expected 'auto' (negotiate the revision) or 'legacy'")
+    return cast(ConnectMode, mode)
+
+
+def _check_url(url: str) -> str:
+    if not isinstance(url, str):
+        raise ConnectionConfigError("url", f"the url must be a string, got {type(url).__name__}")
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme not in ("http", "https"):
+        what = f"the URL scheme {parts.scheme!r}" if parts.scheme else "a URL without a scheme"
+        raise ConnectionConfigError(
+            "url", f"McpConnection.http cannot serve {what} ({url!r}): it speaks streamable HTTP, http:// or https:// only"
+        )
+    if not parts.hostname:
+        raise ConnectionConfigError("url", f"the URL {url!r} names no host")
+    return url
+
+
+def _tls_context(root_certificates_pem: bytes | None) -> ssl.SSLContext | bool:
+    """httpx2's default verification (the platform's roots), plus the given PEM
+    roots if any; checked here so that a bad PEM fails at construction."""
+    if root_certificates_pem is None:
+        return True
+    if not isinstance(root_certificates_pem, (bytes, bytearray)):
+        raise ConnectionConfigError(
+            "root_certificates_pem",
+            f"root_certificates_pem must be bytes (PEM text, e.g. Path('ca.pem').read_bytes()), got {type(root_certificates_pem).__name__}",
+        )
+    try:
+        text = bytes(root_certificates_pem).decode("ascii")
+    except UnicodeDecodeError:
+        text = ""
+    if "-----BEGIN CERTIFICATE-----" not in text:
+        raise ConnectionConfigError("root_certificates_pem", "root_certificates_pem holds no PEM certificate (-----BEGIN CERTIFICATE-----)")
+    context = httpx2.create_ssl_context(verify=True)
+    try:
+        context.load_verify_locations(cadata=text)  # a str: PEM (bytes would be read as DER)
+    except (ssl.SSLError, ValueError) as e:
+        raise ConnectionConfigError("root_certificates_pem", f"root_certificates_pem could not be loaded: {e}") from e
+    return context
+
+
 class McpConnection:
     """An MCP connection the wrapper can establish and re-establish: over
     streamable HTTP (`McpConnection.http(url)`, always with the wrapper's
@@ -101,22 +174,31 @@ class McpConnection:
     over stdio (`McpConnection.stdio(command, args)`, the server started by the
     wrapper; a server that exits is started again). `RetryingToolCaller`
     connects it (the `initialize` pseudo-call) on its first call and whenever
-    it is lost. Close it (`await connection.close()`, or `async with`): that
-    ends its session and its server process, if any. One event loop."""
+    it is lost. Connecting negotiates the revision (`mode="auto"`, the SDK's:
+    2026-07-28 through `server/discover`, else the `initialize` handshake of
+    2025-11-25 and older). Close it (`await connection.close()`, or `async
+    with`): that ends its session and its server process, if any. One event loop.
+    A configuration that cannot work raises `ConnectionConfigError` here."""
 
     def __init__(
         self,
         *,
         url: str | None = None,
         headers: Mapping[str, str] | None = None,
+        root_certificates_pem: bytes | None = None,
         command: str | None = None,
         args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
         cwd: str | Path | None = None,
+        mode: ConnectMode = "auto",
     ) -> None:
         if (url is None) == (command is None):
             raise ValueError("an McpConnection needs a url (McpConnection.http) or a command (McpConnection.stdio)")
-        self.url = url
+        self.mode: ConnectMode = _check_mode(mode)
+        self.url = _check_url(url) if url is not None else None
+        if root_certificates_pem is not None and url is None:
+            raise ConnectionConfigError("root_certificates_pem", "root_certificates_pem is for https:// connections, not stdio")
+        self._verify = _tls_context(root_certificates_pem)
         self.headers = dict(headers or {})
         self.command = command
         self.args = list(args)
@@ -130,19 +212,37 @@ class McpConnection:
         self._closed = False
 
     @classmethod
-    def http(cls, url: str, *, headers: Mapping[str, str] | None = None) -> McpConnection:
-        """Streamable HTTP at `url` (e.g. `http://127.0.0.1:8080/mcp`); `headers`
-        go on every request (e.g. an Authorization header)."""
-        return cls(url=url, headers=headers)
+    def http(
+        cls,
+        url: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        root_certificates_pem: bytes | None = None,
+        mode: ConnectMode = "auto",
+    ) -> McpConnection:
+        """Streamable HTTP at `url` (`http://` or `https://`, e.g.
+        `http://127.0.0.1:8080/mcp`); `headers` go on every request (e.g. an
+        Authorization header). `root_certificates_pem`: PEM certificates of CAs
+        trusted besides the platform's (a private CA), e.g.
+        `Path("ca.pem").read_bytes()`. `mode`: "auto" (default) or "legacy" (the
+        `initialize` handshake only). Another URL scheme, or roots that are not
+        PEM certificates, raise `ConnectionConfigError` (a `ValueError`)."""
+        return cls(url=url, headers=headers, root_certificates_pem=root_certificates_pem, mode=mode)
 
     @classmethod
     def stdio(
-        cls, command: str, args: Sequence[str] = (), *, env: Mapping[str, str] | None = None, cwd: str | Path | None = None
+        cls,
+        command: str,
+        args: Sequence[str] = (),
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str | Path | None = None,
+        mode: ConnectMode = "auto",
     ) -> McpConnection:
         """A server the wrapper starts: `command args...`, speaking MCP on its
         stdin and stdout (its stderr goes to ours). `env` is added to the SDK's
-        safe default environment."""
-        return cls(command=command, args=args, env=env, cwd=cwd)
+        safe default environment. `mode` as for `http`."""
+        return cls(command=command, args=args, env=env, cwd=cwd, mode=mode)
 
     def __repr__(self) -> str:
         target = self.url if self.kind == "http" else " ".join([str(self.command), *self.args])
@@ -182,7 +282,7 @@ class McpConnection:
         the connection started; waits at most `CLOSE_TIMEOUT_S`, then cancels."""
         self._closed = True
         if self._current is not None:
-            self._current.stop.set()
+            self._end(self._current)
         tasks = list(self._tasks)
         if not tasks:
             return
@@ -198,7 +298,13 @@ class McpConnection:
 
     def _retire(self, generation: _Generation) -> None:
         generation.mark_lost(generation.lost or "replaced by a new session")
+        self._end(generation)
+
+    @staticmethod
+    def _end(generation: _Generation) -> None:
         generation.stop.set()  # its supervisor winds it down in the background
+        if generation.session is None and generation.connecting is not None:
+            generation.connecting.cancel()  # still connecting: nobody waits for it now
 
     async def _connect(self, seen: _Generation | None) -> _Generation:
         """Starts a new session and initialises it (the `initialize` pseudo-call's
@@ -218,34 +324,49 @@ class McpConnection:
             generation = _Generation(self._generations)
             self._current = generation
             supervise = self._supervise_http if self.kind == "http" else self._supervise_stdio
-            generation.task = _spawn(supervise(generation))
+            # The supervisor connects (the SDK's `Client` negotiates as it is
+            # entered), so it runs in the `initialize` attempt's context: the
+            # negotiation's POSTs are that attempt's capture. Later requests are
+            # sent from the attempts' own tasks, with their own captures.
+            generation.task = asyncio.ensure_future(supervise(generation))
             self._tasks.add(generation.task)
             generation.task.add_done_callback(self._tasks.discard)
             try:
                 await generation.ready.wait()
                 if generation.session is None:
                     failure = generation.failure
-                    if isinstance(failure, OSError) and self.kind == "stdio":
-                        raise _ConnectFailure("connection-refused", f"could not start the server ({self.command}): {failure}")
+                    answered = _find(failure, MCPError)
+                    if answered is not None:  # the negotiation's answer (or the SDK's error for it): observed as before
+                        raise answered
+                    spawn_error = _find(failure, OSError)
+                    if spawn_error is not None and self.kind == "stdio":
+                        raise _ConnectFailure("connection-refused", f"could not start the server ({self.command}): {spawn_error}")
                     raise _ConnectFailure("other", f"could not open the connection: {_describe(failure) if failure else 'no session'}")
                 lost_at_start = generation.lost
                 if lost_at_start is not None:
                     raise _ConnectFailure("connection-refused", lost_at_start)
-                await generation.session.initialize()
             except BaseException:
                 self._retire(generation)
                 raise
             generation.initialized = True
             return generation
 
+    async def _run_client(self, generation: _Generation, transport: Any) -> None:
+        """Connects through the SDK's `Client` (its negotiation, `self.mode`) and
+        holds the session until `stop`. `cache=None`: `tools/list` must reach
+        the server (it is a call of the policy), not the SDK's response cache."""
+        with anyio.CancelScope() as connecting:
+            generation.connecting = connecting
+            async with Client(transport, mode=self.mode, cache=None) as client:
+                generation.session = client.session
+                generation.ready.set()
+                await generation.stop.wait()
+
     async def _supervise_http(self, generation: _Generation) -> None:
         try:
-            client = create_capturing_http_client(headers=self.headers)
-            async with client, streamable_http_client(cast(str, self.url), http_client=client) as (read, write):
-                async with ClientSession(read, write) as session:
-                    generation.session = session
-                    generation.ready.set()
-                    await generation.stop.wait()
+            client = create_capturing_http_client(headers=self.headers, verify=self._verify)
+            async with client:
+                await self._run_client(generation, streamable_http_client(cast(str, self.url), http_client=client))
         except BaseException as e:  # noqa: BLE001 - the supervisor's end is reported, never raised
             generation.failure = e
         finally:
@@ -253,7 +374,9 @@ class McpConnection:
 
     async def _supervise_stdio(self, generation: _Generation) -> None:
         params = StdioServerParameters(command=cast(str, self.command), args=self.args, env=self.env, cwd=self.cwd)
-        try:
+
+        @asynccontextmanager
+        async def relayed() -> AsyncIterator[tuple[Any, Any]]:
             async with stdio_client(params, errlog=_errlog()) as (read, write):
                 # The session reads through a relay, so that the connection is
                 # marked lost (the pipe closed) before the SDK fails the requests out.
@@ -271,11 +394,13 @@ class McpConnection:
 
                 async with anyio.create_task_group() as relays:
                     relays.start_soon(relay)
-                    async with ClientSession(relay_receive, write) as session:
-                        generation.session = session
-                        generation.ready.set()
-                        await generation.stop.wait()
-                    relays.cancel_scope.cancel()
+                    try:
+                        yield relay_receive, write
+                    finally:
+                        relays.cancel_scope.cancel()
+
+        try:
+            await self._run_client(generation, relayed())
         except BaseException as e:  # noqa: BLE001 - the supervisor's end is reported, never raised
             generation.failure = e
         finally:

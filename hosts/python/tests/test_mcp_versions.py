@@ -1,0 +1,471 @@
+"""The MCP revisions and transports the wrapper reaches (issue 22, the 0.4.x
+patch): `RetryingToolCaller` over `McpConnection`, which connects through the
+SDK's negotiating mode (`server/discover`, else `initialize`), against
+
+- the demo server modern-only (`--era modern`: `initialize` is refused with
+  HTTP 400 and JSON-RPC -32022) and dual-era (stateless and `--sessions`; its
+  probe cut by the fault proxy), over http:// and, with a CA it makes at start
+  (`--tls-ca-out`), https://;
+- `@modelcontextprotocol/server-everything`, a 2025-11-25 server, over stdio
+  and streamable HTTP;
+
+and the configuration errors raised at construction. Needs node, the demo
+server binary with `--era` (`target/release/agent-retry`, `make judge-setup`)
+and server-everything (`make fault-proxy-setup`): without them these tests
+fail, they do not skip.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import re
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx2
+import pytest
+from mcp import ClientSession
+from mcp.shared.exceptions import MCPError
+from mcp.types import CallToolResult, TextContent
+
+# The fault proxy of the shared transport scenarios (tests/fault-proxy/proxy.mjs).
+from test_transport_faults import Proxy, demo_command
+
+from agent_retry_policy import (
+    ConnectionConfigError,
+    EmbeddedAccounts,
+    Escalated,
+    McpConnection,
+    PolicyComponent,
+    RetryingToolCaller,
+    SessionLost,
+    SplitMix64,
+)
+from agent_retry_policy.mcp_client import INITIALIZE, CapturingTransport
+
+T = TypeVar("T")
+
+REPO = Path(__file__).resolve().parents[3]
+AGENT_RETRY = REPO / "target" / "release" / "agent-retry"
+EVERYTHING = REPO / "tests" / "fault-proxy" / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
+
+MODERN = "2026-07-28"
+LEGACY = "2025-11-25"
+CONFIG = {"base-delay-ms": 20, "max-delay-ms": 200}
+# Bounds every call: a connection retried without end fails the test (CallTimedOut).
+CALL_TIMEOUT_S = 60.0
+_READY = re.compile(r"demo MCP server at (\S+)")
+
+
+# --- servers ----------------------------------------------------------------
+
+
+def require_demo_server() -> str:
+    """The demo server binary, with the flags these tests use."""
+    if not AGENT_RETRY.exists():
+        pytest.fail(f"{AGENT_RETRY} is missing: build it (`make judge-setup`)")
+    usage = subprocess.run([str(AGENT_RETRY), "serve", "--help"], capture_output=True, text=True, timeout=30)
+    missing = [flag for flag in ("--era", "--tls-ca-out") if flag not in usage.stdout + usage.stderr]
+    if missing:
+        pytest.fail(f"{AGENT_RETRY} serve has no {', '.join(missing)}: rebuild it from a tree that has them")
+    return str(AGENT_RETRY)
+
+
+class DemoServer:
+    """`agent-retry serve --http 127.0.0.1:0 ...`: the URL from its ready line on stderr."""
+
+    def __init__(self, *args: str) -> None:
+        command = [require_demo_server(), "serve", "--http", "127.0.0.1:0", *args]
+        self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.stderr: list[str] = []
+        found: list[str] = []
+        ready = threading.Event()
+
+        def drain() -> None:  # keeps reading, so that the pipe never fills
+            assert self.process.stderr is not None
+            for line in self.process.stderr:
+                self.stderr.append(line)
+                matched = _READY.search(line)
+                if matched and not found:
+                    found.append(matched.group(1))
+                    ready.set()
+            ready.set()
+
+        threading.Thread(target=drain, daemon=True).start()
+        if not ready.wait(30) or not found:
+            self.close()
+            pytest.fail(f"the demo server did not start ({' '.join(command)}): {''.join(self.stderr)[-2000:]}")
+        self.url = found[0]
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+@pytest.fixture
+def demo() -> Iterator[Callable[..., DemoServer]]:
+    started: list[DemoServer] = []
+
+    def start(*args: str) -> DemoServer:
+        server = DemoServer(*args)
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.close()
+
+
+def everything_script() -> str:
+    if shutil.which("node") is None:
+        pytest.fail("node is not installed (server-everything is a Node program)")
+    if not EVERYTHING.exists():
+        pytest.fail(f"{EVERYTHING} is missing: install it with `make fault-proxy-setup`")
+    return str(EVERYTHING)
+
+
+@pytest.fixture
+def everything_http() -> Iterator[str]:
+    """server-everything over streamable HTTP on a free port of 127.0.0.1."""
+    script = everything_script()
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen(
+        ["node", script, "streamableHttp"], env={**os.environ, "PORT": str(port)}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"server-everything (streamableHttp) did not listen on port {port}")
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@pytest.fixture
+def proxies() -> Iterator[Callable[[list[str]], Proxy]]:
+    started: list[Proxy] = []
+
+    def start(server: list[str]) -> Proxy:
+        proxy = Proxy(server)
+        started.append(proxy)
+        return proxy
+
+    yield start
+    for proxy in started:
+        proxy.close()
+
+
+@pytest.fixture
+def probes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    """Each `server/discover` probe the SDK sent (any transport): its version and
+    how it ended ("answered", or the error's code)."""
+    seen: list[tuple[str, str]] = []
+    send_discover = ClientSession.send_discover
+
+    async def spy(self: ClientSession, version: str) -> dict[str, Any]:
+        try:
+            answer = await send_discover(self, version)
+        except MCPError as e:
+            seen.append((version, str(e.code)))
+            raise
+        seen.append((version, "answered"))
+        return answer
+
+    monkeypatch.setattr(ClientSession, "send_discover", spy)
+    return seen
+
+
+@pytest.fixture
+def posted(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The JSON-RPC methods the wrapper's HTTP client POSTs, in order."""
+    methods: list[str] = []
+    handle = CapturingTransport.handle_async_request
+
+    async def spy(self: CapturingTransport, request: httpx2.Request) -> httpx2.Response:
+        if request.method == "POST":
+            try:
+                message = json.loads(request.content)
+            except ValueError:
+                message = None
+            if isinstance(message, dict) and "method" in message:
+                methods.append(message["method"])
+        return await handle(self, request)
+
+    monkeypatch.setattr(CapturingTransport, "handle_async_request", spy)
+    return methods
+
+
+# --- the wrapper ------------------------------------------------------------
+
+
+def new_caller(connection: McpConnection, run_id: str) -> RetryingToolCaller:
+    instance = PolicyComponent.load().instantiate(accounts=EmbeddedAccounts(), entropy=SplitMix64(7))
+    run = instance.load_policy(CONFIG).start_run(run_id)
+    return RetryingToolCaller(connection, run, entropy=SplitMix64(3), attempt_timeout_s=20.0, call_timeout_s=CALL_TIMEOUT_S)
+
+
+def run(body: Callable[[], Awaitable[T]]) -> T:
+    return asyncio.run(body())  # type: ignore[arg-type]
+
+
+def text_of(result: CallToolResult) -> str:
+    return " ".join(block.text for block in result.content if isinstance(block, TextContent))
+
+
+def log_lines(caplog: pytest.LogCaptureFixture) -> list[dict[str, Any]]:
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "agent_retry_policy.mcp"]
+    return [line for line in lines if line.get("event") == "agent_retry.attempt"]
+
+
+def outcomes(caplog: pytest.LogCaptureFixture) -> list[tuple[str, str, str]]:
+    return [(line["tool"], line["outcome"], line["action"]) for line in log_lines(caplog)]
+
+
+async def look_up(connection: McpConnection, run_id: str) -> tuple[CallToolResult, str | None, bool]:
+    """lookup_order A1 through the wrapper: the result, the negotiated revision,
+    and whether the session came from the `initialize` handshake."""
+    async with connection:
+        result = await new_caller(connection, run_id).call_tool("lookup_order", {"order_id": "A1"})
+        session = connection.session
+        assert session is not None
+        return result, session.protocol_version, session.initialize_result is not None
+
+
+CONNECTED = [
+    ("initialize", "success", "succeed"),
+    ("tools/list", "success", "succeed"),
+]
+
+
+# --- 1. a modern-only server ------------------------------------------------
+
+
+def test_a_modern_only_server_over_http_is_reached_without_initialize(
+    demo: Callable[..., DemoServer], posted: list[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="agent_retry_policy.mcp")
+    server = demo("--era", "modern")
+    assert server.url.startswith("http://")
+
+    async def body() -> tuple[CallToolResult, CallToolResult, str | None, bool]:
+        async with McpConnection.http(server.url) as connection:
+            caller = new_caller(connection, "versions-modern")
+            looked_up = await caller.call_tool("lookup_order", {"order_id": "A1"})
+            refunded = await caller.call_tool("issue_refund", {"order_id": "A1", "amount_paise": 500})
+            session = connection.session
+            assert session is not None
+            return looked_up, refunded, session.protocol_version, session.initialize_result is not None
+
+    looked_up, refunded, version, handshake = run(body)
+    assert not looked_up.is_error and "A1" in text_of(looked_up), text_of(looked_up)
+    assert not refunded.is_error, text_of(refunded)
+    assert (version, handshake) == (MODERN, False)
+    assert "initialize" not in posted and posted[0] == "server/discover", posted
+    assert outcomes(caplog) == [
+        *CONNECTED,
+        ("lookup_order", "success", "succeed"),
+        ("issue_refund", "success", "succeed"),
+    ]
+
+
+def test_a_modern_only_server_refuses_the_legacy_handshake(demo: Callable[..., DemoServer], caplog: pytest.LogCaptureFixture) -> None:
+    """The control for the test above: the server really refuses `initialize`
+    (what the wrapper did before it negotiated; `mode="legacy"` still does)."""
+    caplog.set_level(logging.INFO, logger="agent_retry_policy.mcp")
+    server = demo("--era", "modern")
+
+    with pytest.raises(SessionLost) as raised:
+        run(lambda: look_up(McpConnection.http(server.url, mode="legacy"), "versions-modern-legacy"))
+    assert "-32022" in str(raised.value) and '"supported":["2026-07-28"]' in str(raised.value), str(raised.value)
+    # The policy reads the refusal as a deterministic HTTP 400 and replans (issue 22:
+    # the version mismatch is to be handled by the wrappers, later).
+    assert outcomes(caplog) == [("initialize", "HTTP 400", "replan")]
+
+
+# --- 2. a dual-era server ---------------------------------------------------
+
+
+@pytest.mark.parametrize("sessions", [False, True], ids=["stateless", "sessions"])
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_a_dual_era_server_over_http_is_reached(
+    sessions: bool, mode: str, demo: Callable[..., DemoServer], posted: list[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="agent_retry_policy.mcp")
+    server = demo("--era", "dual", *(["--sessions"] if sessions else []))
+
+    result, version, handshake = run(lambda: look_up(McpConnection.http(server.url, mode=mode), f"versions-dual-{mode}"))  # type: ignore[arg-type]
+    assert not result.is_error and "A1" in text_of(result), text_of(result)
+    if mode == "auto":  # the newest revision both speak, without a handshake
+        assert (version, handshake) == (MODERN, False)
+        assert "initialize" not in posted and posted[0] == "server/discover", posted
+    else:
+        assert (version, handshake) == (LEGACY, True)
+        assert "server/discover" not in posted and posted[0] == "initialize", posted
+    assert outcomes(caplog) == [*CONNECTED, ("lookup_order", "success", "succeed")]
+
+
+@pytest.mark.parametrize(("cut", "seen"), [("cut-before", "connection-reset"), ("cut-during", "stream-closed")])
+def test_a_probe_cut_by_the_network_is_retried_not_taken_for_a_legacy_server(
+    cut: str, seen: str, proxies: Callable[[list[str]], Proxy], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The SDK falls back to `initialize` on any error answering the probe; a
+    network error is not an answer: the attempt fails on it and is retried, and
+    the dual-era server is still reached at 2026-07-28."""
+    caplog.set_level(logging.INFO, logger="agent_retry_policy.mcp")
+    require_demo_server()
+    proxy = proxies(demo_command("--http", "127.0.0.1:{port}", "--era", "dual"))
+    proxy.faults({"on": "server/discover", "fault": cut})
+
+    result, version, handshake = run(lambda: look_up(McpConnection.http(proxy.url), "versions-cut-probe"))
+    assert not result.is_error, text_of(result)
+    assert (version, handshake) == (MODERN, False)
+    rpcs = [(entry["rpc"], entry["fault"]) for entry in proxy.log() if entry["rpc"] in ("server/discover", "initialize")]
+    assert rpcs == [("server/discover", cut), ("server/discover", None)], rpcs
+    assert outcomes(caplog) == [("initialize", seen, "retry"), *CONNECTED, ("lookup_order", "success", "succeed")]
+
+
+# --- 3. a legacy (2025-11-25) server ------------------------------------------
+
+
+def test_server_everything_over_stdio_is_reached_through_the_initialize_fallback(
+    probes: list[tuple[str, str]], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="agent_retry_policy.mcp")
+    script = everything_script()
+
+    async def body() -> tuple[CallToolResult, str | None, bool]:
+        async with McpConnection.stdio("node", [script, "stdio"]) as connection:
+            result = await new_caller(connection, "versions-everything-stdio").call_tool("echo", {"message": "legacy"})
+            session = connection.session
+            assert session is not None
+            return result, session.protocol_version, session.initialize_result is not None
+
+    result, version, handshake = run(body)
+    assert text_of(result) == "Echo: legacy"
+    assert (version, handshake) == (LEGACY, True)
+    # It was probed first (and answered "method not found"), then fell back.
+    assert probes == [(MODERN, "-32601")], probes
+    # The refused probe is part of connecting, not a failed attempt.
+    assert outcomes(caplog) == [*CONNECTED, ("echo", "success", "succeed")]
+
+
+def test_server_everything_over_http_is_reached_and_its_refused_probe_is_not_a_failure(
+    everything_http: str, posted: list[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="agent_retry_policy.mcp")
+
+    async def body() -> tuple[CallToolResult, str | None, bool]:
+        async with McpConnection.http(everything_http) as connection:
+            result = await new_caller(connection, "versions-everything-http").call_tool("echo", {"message": "legacy"})
+            session = connection.session
+            assert session is not None
+            return result, session.protocol_version, session.initialize_result is not None
+
+    result, version, handshake = run(body)
+    assert text_of(result) == "Echo: legacy"
+    assert (version, handshake) == (LEGACY, True)
+    assert posted[:2] == ["server/discover", "initialize"], posted
+    # The probe was answered HTTP 400 ("Server not initialized"); the attempt is
+    # what its last request (initialize) saw: a success, at the first attempt.
+    assert outcomes(caplog) == [*CONNECTED, ("echo", "success", "succeed")]
+    assert [line["attempt"] for line in log_lines(caplog) if line["tool"] == "initialize"] == [1]
+
+
+# --- 4. https with a private CA -----------------------------------------------
+
+
+def test_an_https_modern_server_with_a_private_ca_is_reached_with_its_roots(
+    demo: Callable[..., DemoServer], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="agent_retry_policy.mcp")
+    ca = tmp_path / "ca.pem"
+    server = demo("--era", "modern", "--tls-ca-out", str(ca))
+    assert server.url.startswith("https://"), server.url
+    roots = ca.read_bytes()
+    assert b"-----BEGIN CERTIFICATE-----" in roots
+
+    result, version, handshake = run(lambda: look_up(McpConnection.http(server.url, root_certificates_pem=roots), "versions-tls"))
+    assert not result.is_error and "A1" in text_of(result), text_of(result)
+    assert (version, handshake) == (MODERN, False)
+    assert outcomes(caplog) == [*CONNECTED, ("lookup_order", "success", "succeed")]
+
+
+def test_an_https_server_whose_ca_is_not_trusted_escalates_with_the_certificate_error(
+    demo: Callable[..., DemoServer], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="agent_retry_policy.mcp")
+    server = demo("--era", "modern", "--tls-ca-out", str(tmp_path / "ca.pem"))
+    started = time.monotonic()
+
+    with pytest.raises(Escalated) as raised:  # not CallTimedOut: it is not retried until the limit
+        run(lambda: look_up(McpConnection.http(server.url), "versions-tls-untrusted"))
+    elapsed = time.monotonic() - started
+    assert raised.value.tool == "initialize"
+    assert "CERTIFICATE_VERIFY_FAILED" in raised.value.note, raised.value.note
+    # A certificate failure is not a blip: the wrapper reports transport(other)
+    # (capture.classify_network_error) and the policy escalates it at the first
+    # attempt, as unclassified, without a retry.
+    assert raised.value.reason == "unclassified-failure"
+    lines = log_lines(caplog)
+    assert [(line["tool"], line["attempt"], line["outcome"], line["action"]) for line in lines] == [(INITIALIZE, 1, "other", "escalate")]
+    assert elapsed < CALL_TIMEOUT_S / 2, elapsed
+
+
+# --- 5. configuration errors ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "named"),
+    [
+        ("ftp://127.0.0.1/mcp", "'ftp'"),
+        ("ws://127.0.0.1:8080/mcp", "'ws'"),
+        ("file:///tmp/mcp.sock", "'file'"),
+        ("localhost:8080/mcp", "'localhost'"),
+        ("127.0.0.1:8080/mcp", "without a scheme"),
+    ],
+)
+def test_a_url_scheme_other_than_http_or_https_is_a_configuration_error(url: str, named: str) -> None:
+    with pytest.raises(ConnectionConfigError) as raised:
+        McpConnection.http(url)
+    assert isinstance(raised.value, ValueError)
+    assert raised.value.option == "url"
+    assert named in str(raised.value) and "http:// or https://" in str(raised.value), str(raised.value)
+
+
+def test_roots_that_are_not_pem_certificates_and_an_unknown_mode_are_configuration_errors(tmp_path: Path) -> None:
+    for roots in (b"", b"not a certificate", b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"):
+        with pytest.raises(ConnectionConfigError) as raised:
+            McpConnection.http("https://127.0.0.1:8443/mcp", root_certificates_pem=roots)
+        assert raised.value.option == "root_certificates_pem"
+    with pytest.raises(ConnectionConfigError, match="must be bytes"):
+        McpConnection.http("https://127.0.0.1:8443/mcp", root_certificates_pem=str(tmp_path / "ca.pem"))  # type: ignore[arg-type]
+    with pytest.raises(ConnectionConfigError) as raised:
+        McpConnection.http("https://127.0.0.1:8443/mcp", mode="modern")  # type: ignore[arg-type]
+    assert raised.value.option == "mode"

@@ -1,0 +1,195 @@
+// The two majors of the MCP TypeScript SDK the wrapper drives, behind one
+// interface: v1 (`@modelcontextprotocol/sdk` ^1.32, revisions up to 2025-11-25)
+// and v2 (`@modelcontextprotocol/client` ^2.4, which negotiates: `server/discover`
+// for 2026-07-28, else the `initialize` handshake). Both are optional peer
+// dependencies, so neither is imported statically: each is loaded on first use.
+import { createRequire } from 'node:module';
+
+import type { Client as ClientV1, ClientOptions as ClientOptionsV1 } from '@modelcontextprotocol/sdk/client/index.js';
+import type { CallToolResult, Tool } from '@modelcontextprotocol/sdk/types.js';
+import type { Client as ClientV2, ClientOptions as ClientOptionsV2 } from '@modelcontextprotocol/client';
+
+import { ConnectionConfigError } from '../errors.js';
+import type { FetchLike } from './capture.js';
+
+/** Which SDK major: `v1` is `@modelcontextprotocol/sdk`, `v2` is `@modelcontextprotocol/client`. */
+export type McpSdkName = 'v1' | 'v2';
+
+/** A client of either SDK major. */
+export type McpClient = ClientV1 | ClientV2;
+
+/** A `Client`'s options in either SDK major (for v2, `versionNegotiation`
+ *  defaults to `{ mode: 'auto' }` here, not to the SDK's `'legacy'`). */
+export type McpClientOptions = ClientOptionsV1 | ClientOptionsV2;
+
+/** The SDK packages, by major. */
+export const SDK_PACKAGES: Readonly<Record<McpSdkName, string>> = { v1: '@modelcontextprotocol/sdk', v2: '@modelcontextprotocol/client' };
+
+/** The first revision without the `initialize` handshake. */
+export const MODERN_REVISION = '2026-07-28';
+
+/** What an SDK's error says happened, where it says anything the wrapper reads. */
+export type SdkFailure =
+  | { kind: 'timeout'; message: string }
+  | { kind: 'closed'; message: string }
+  | { kind: 'not-connected'; message: string }
+  | { kind: 'json-rpc'; code: number; message: string; data?: unknown }
+  | { kind: 'http'; status: number; message: string };
+
+export interface SendOptions {
+  timeout?: number;
+  signal?: AbortSignal;
+}
+
+export interface HttpTransportOptions {
+  fetch?: FetchLike;
+  requestInit?: RequestInit;
+  reconnectionOptions?: unknown;
+}
+
+/** What the wrapper needs of one SDK major. */
+export interface McpSdk {
+  readonly name: McpSdkName;
+  readonly packageName: string;
+  /** The revisions its client can speak, newest first. */
+  readonly revisions: readonly string[];
+  newClient(clientInfo: { name: string; version: string }, options: McpClientOptions | undefined): McpClient;
+  httpTransport(url: URL, options: HttpTransportOptions): unknown;
+  stdioTransport(parameters: object): unknown;
+  connect(client: McpClient, transport: unknown, options: SendOptions): Promise<void>;
+  callTool(client: McpClient, name: string, args: Record<string, unknown>, options: SendOptions): Promise<CallToolResult>;
+  /** One page of `tools/list` (v2: the first call walks every page, the SDK's aggregate, and gives no cursor). */
+  listTools(client: McpClient, cursor: string | undefined, options: SendOptions): Promise<{ tools: Tool[]; nextCursor?: string }>;
+  readError(error: unknown): SdkFailure | undefined;
+  isHttpTransport(transport: unknown): boolean;
+  isStdioTransport(transport: unknown): boolean;
+  /** The revision the connection speaks (v1 over stdio: not known). */
+  protocolVersion(client: McpClient): string | undefined;
+}
+
+const require = createRequire(import.meta.url);
+
+/** Whether the SDK major can be loaded from here (resolution only, nothing is run). */
+export function sdkInstalled(name: McpSdkName): boolean {
+  try {
+    require.resolve(name === 'v1' ? '@modelcontextprotocol/sdk/client/index.js' : '@modelcontextprotocol/client');
+    return true;
+  } catch (e) {
+    return (e as { code?: unknown }).code !== 'MODULE_NOT_FOUND'; // found but not resolvable this way: the import will tell
+  }
+}
+
+/** The SDK major to use: the one named, else v2 if installed (it reaches 2026-07-28 servers), else v1. */
+export function chooseSdk(requested: unknown): McpSdkName {
+  if (requested !== undefined && requested !== 'v1' && requested !== 'v2') {
+    throw new ConnectionConfigError('sdk', `the sdk option must be 'v1' (${SDK_PACKAGES.v1}) or 'v2' (${SDK_PACKAGES.v2}), not ${JSON.stringify(requested)}`);
+  }
+  if (requested !== undefined) {
+    if (!sdkInstalled(requested)) {
+      throw new ConnectionConfigError('sdk', `sdk '${requested}' was asked for, but ${SDK_PACKAGES[requested]} is not installed: npm install ${SDK_PACKAGES[requested]}@${requested === 'v1' ? '^1.32.2' : '^2.4.0'}`);
+    }
+    return requested;
+  }
+  if (sdkInstalled('v2')) return 'v2';
+  if (sdkInstalled('v1')) return 'v1';
+  throw new ConnectionConfigError('sdk', `the MCP wrapper needs an MCP SDK, and neither is installed: npm install ${SDK_PACKAGES.v2}@^2.4.0 `
+    + `(2026-07-28 and 2025-11-25) or ${SDK_PACKAGES.v1}@^1.32.2 (up to 2025-11-25)`);
+}
+
+/** The SDK major a client was made by (v2's has `getProtocolEra`). */
+export const sdkOfClient = (client: McpClient): McpSdkName =>
+  typeof (client as { getProtocolEra?: unknown }).getProtocolEra === 'function' ? 'v2' : 'v1';
+
+async function loadV1(): Promise<McpSdk> {
+  const [client, stdio, http, types] = await Promise.all([
+    import('@modelcontextprotocol/sdk/client/index.js'), import('@modelcontextprotocol/sdk/client/stdio.js'),
+    import('@modelcontextprotocol/sdk/client/streamableHttp.js'), import('@modelcontextprotocol/sdk/types.js'),
+  ]);
+  const v1 = (c: McpClient) => c as ClientV1;
+  return {
+    name: 'v1',
+    packageName: SDK_PACKAGES.v1,
+    revisions: types.SUPPORTED_PROTOCOL_VERSIONS,
+    newClient: (info, options) => new client.Client(info, options as ClientOptionsV1 | undefined),
+    httpTransport: (url, options) => new http.StreamableHTTPClientTransport(url, options as never),
+    stdioTransport: (parameters) => new stdio.StdioClientTransport(parameters as never),
+    connect: (c, transport, { signal, timeout }) => v1(c).connect(transport as never, { signal, timeout }),
+    callTool: (c, name, args, options) => v1(c).callTool({ name, arguments: args }, undefined, options) as Promise<CallToolResult>,
+    listTools: (c, cursor, options) => v1(c).listTools(cursor ? { cursor } : undefined, options),
+    readError(error) {
+      if (error instanceof types.McpError) {
+        // The SDK's own codes for a request it gave up on (a server's -32000 reads the same, as before).
+        if (error.code === types.ErrorCode.RequestTimeout) return { kind: 'timeout', message: error.message };
+        if (error.code === types.ErrorCode.ConnectionClosed) return { kind: 'closed', message: error.message };
+        const prefix = `MCP error ${error.code}: `; // the SDK's, not the server's
+        const message = error.message.startsWith(prefix) ? error.message.slice(prefix.length) : error.message;
+        return { kind: 'json-rpc', code: error.code, message, data: error.data };
+      }
+      if (error instanceof http.StreamableHTTPError && error.code !== undefined && error.code >= 100) {
+        return { kind: 'http', status: error.code, message: error.message };
+      }
+      if (error instanceof Error && error.message === 'Not connected') return { kind: 'not-connected', message: error.message };
+      return undefined;
+    },
+    isHttpTransport: (t) => t instanceof http.StreamableHTTPClientTransport || (t as object | undefined)?.constructor?.name === 'SSEClientTransport',
+    isStdioTransport: (t) => t instanceof stdio.StdioClientTransport,
+    protocolVersion: (c) => {
+      const transport = v1(c).transport as { protocolVersion?: unknown } | undefined;
+      return typeof transport?.protocolVersion === 'string' ? transport.protocolVersion : undefined;
+    },
+  };
+}
+
+async function loadV2(): Promise<McpSdk> {
+  const [client, stdio] = await Promise.all([import('@modelcontextprotocol/client'), import('@modelcontextprotocol/client/stdio')]);
+  if (typeof client.Client.prototype.getProtocolEra !== 'function') {
+    throw new ConnectionConfigError('sdk', `${SDK_PACKAGES.v2} is older than 2.4, which the wrapper needs (version negotiation): npm install ${SDK_PACKAGES.v2}@^2.4.0`);
+  }
+  const v2 = (c: McpClient) => c as ClientV2;
+  const { SdkError, SdkErrorCode, SdkHttpError, ProtocolError } = client;
+  return {
+    name: 'v2',
+    packageName: SDK_PACKAGES.v2,
+    revisions: [MODERN_REVISION, ...client.SUPPORTED_PROTOCOL_VERSIONS],
+    // The SDK's default is the 2025 handshake only; 'auto' probes with
+    // server/discover and falls back to initialize. The caller's choice wins.
+    newClient: (info, options) => new client.Client(info, { versionNegotiation: { mode: 'auto' }, ...(options as ClientOptionsV2 | undefined) }),
+    httpTransport: (url, options) => new client.StreamableHTTPClientTransport(url, options as never),
+    stdioTransport: (parameters) => new stdio.StdioClientTransport(parameters as never),
+    connect: (c, transport, { signal, timeout }) => v2(c).connect(transport as never, { signal, timeout }),
+    callTool: (c, name, args, options) => v2(c).callTool({ name, arguments: args }, options) as Promise<CallToolResult>,
+    listTools: async (c, cursor, options) => (await v2(c).listTools(cursor ? { cursor } : undefined, options)) as { tools: Tool[]; nextCursor?: string },
+    readError(error) {
+      if (error instanceof ProtocolError) return { kind: 'json-rpc', code: error.code, message: error.message, data: error.data };
+      if (error instanceof SdkHttpError) return { kind: 'http', status: error.status, message: error.message };
+      if (error instanceof SdkError) {
+        if (error.code === SdkErrorCode.RequestTimeout) return { kind: 'timeout', message: error.message };
+        if (error.code === SdkErrorCode.ConnectionClosed) return { kind: 'closed', message: error.message };
+        if (error.code === SdkErrorCode.NotConnected) return { kind: 'not-connected', message: error.message };
+      }
+      return undefined;
+    },
+    isHttpTransport: (t) => t instanceof client.StreamableHTTPClientTransport || t instanceof client.SSEClientTransport,
+    isStdioTransport: (t) => t instanceof stdio.StdioClientTransport,
+    protocolVersion: (c) => v2(c).getNegotiatedProtocolVersion(),
+  };
+}
+
+const loading = new Map<McpSdkName, Promise<McpSdk>>();
+
+/** The SDK major's adapter, loaded once per process. A missing package is a `ConnectionConfigError`. */
+export function loadSdk(name: McpSdkName): Promise<McpSdk> {
+  let sdk = loading.get(name);
+  if (!sdk) {
+    sdk = (name === 'v1' ? loadV1() : loadV2()).catch((e: unknown) => {
+      loading.delete(name);
+      if (e instanceof ConnectionConfigError) throw e;
+      const missing = (e as { code?: unknown }).code === 'ERR_MODULE_NOT_FOUND';
+      throw new ConnectionConfigError('sdk', missing
+        ? `${SDK_PACKAGES[name]} is not installed: npm install ${SDK_PACKAGES[name]}@${name === 'v1' ? '^1.32.2' : '^2.4.0'}`
+        : `${SDK_PACKAGES[name]} could not be loaded: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
+    });
+    loading.set(name, sdk);
+  }
+  return sdk;
+}

@@ -1,0 +1,342 @@
+// The MCP wrapper across protocol revisions and SDK majors: the v2 client
+// (`@modelcontextprotocol/client`, negotiating: `server/discover`, else
+// `initialize`) and v1 (`@modelcontextprotocol/sdk`, the 2025 handshake) against
+// the demo server as a modern-only (2026-07-28) and a dual-era server, over
+// http and https, and against `@modelcontextprotocol/server-everything` (a
+// 2025-11-25 server) over stdio and HTTP. The demo server is
+// `target/release/agent-retry serve` (`make judge-setup`); server-everything is
+// installed by `make fault-proxy-setup`. A test whose server is missing fails.
+import assert from 'node:assert/strict';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import { after, test } from 'node:test';
+
+import type { Client as ClientV2 } from '@modelcontextprotocol/client';
+import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+import { Agent, fetch as undiciFetch } from 'undici';
+
+import { EmbeddedAccounts } from '../src/accounts.js';
+import { PolicyComponent } from '../src/component.js';
+import { SplitMix64 } from '../src/entropy.js';
+import { AgentRetryError, ConnectionConfigError, Escalated } from '../src/errors.js';
+import { McpConnection, RetryingToolCaller, type McpSdkName, type RetryingToolCallerOptions } from '../src/mcp.js';
+
+/** The repository's root: this file runs from hosts/typescript/dist/test. */
+const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../../../..');
+const CLI = join(ROOT, 'target/release/agent-retry');
+const PROXY = join(ROOT, 'tests/fault-proxy/proxy.mjs');
+const SHIM = join(ROOT, 'tests/fault-proxy/stdio.mjs');
+const EVERYTHING = join(ROOT, 'tests/fault-proxy/node_modules/@modelcontextprotocol/server-everything/dist/index.js');
+
+const CONFIG = { 'base-delay-ms': 20, 'max-delay-ms': 200 };
+const ATTEMPT_TIMEOUT_MS = 10_000;
+const MODERN = '2026-07-28';
+const LEGACY = '2025-11-25';
+
+/** Fails the test (never skips it) when the demo server cannot serve eras and https. */
+function requireDemo(): void {
+  assert.ok(existsSync(CLI), `missing ${CLI}: cargo build --release -p agent-retry-cli --bin agent-retry (make judge-setup)`);
+  const help = spawnSync(CLI, ['serve', '--help'], { encoding: 'utf8' });
+  const text = `${help.stdout}${help.stderr}`;
+  for (const flag of ['--era', '--tls-ca-out', '--sessions']) assert.match(text, new RegExp(flag), `agent-retry serve has no ${flag}: rebuild it`);
+}
+
+function requireEverything(): void {
+  assert.ok(existsSync(EVERYTHING), `missing ${EVERYTHING}: make fault-proxy-setup`);
+}
+
+const children: ChildProcess[] = [];
+const closers: Array<() => Promise<void>> = [];
+after(async () => {
+  await Promise.all(closers.map((close) => close().catch(() => undefined)));
+  await Promise.all(children.map(stopChild));
+});
+
+async function stopChild(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const gone = new Promise((r) => child.once('exit', r));
+  child.kill('SIGTERM');
+  const timer = setTimeout(() => child.kill('SIGKILL'), 3000);
+  await gone;
+  clearTimeout(timer);
+}
+
+const tempDir = () => mkdtempSync(join(tmpdir(), 'agent-retry-versions-'));
+
+/** `agent-retry serve --http 127.0.0.1:0 ARGS`: its URL, from the line it prints on stderr. */
+async function startDemo(args: string[]): Promise<{ url: string; child: ChildProcess }> {
+  requireDemo();
+  const child = spawn(CLI, ['serve', '--http', '127.0.0.1:0', ...args], { stdio: ['ignore', 'ignore', 'pipe'] });
+  children.push(child);
+  const said: string[] = [];
+  const url = await new Promise<string>((resolveUrl, reject) => {
+    const timer = setTimeout(() => reject(new Error(`the demo server printed no URL in 20 s: ${said.join('\n')}`)), 20_000);
+    createInterface({ input: child.stderr! }).on('line', (line) => {
+      said.push(line);
+      const found = /demo MCP server at (\S+)/.exec(line);
+      if (found) {
+        clearTimeout(timer);
+        resolveUrl(found[1]);
+      }
+    });
+    child.once('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`the demo server exited (${code}): ${said.join('\n')}`));
+    });
+  });
+  return { url, child };
+}
+
+/** `proxy.mjs` in front of a server command (tests/fault-proxy/README.md). */
+async function startProxy(command: string[]) {
+  assert.ok(existsSync(PROXY), `missing ${PROXY}`);
+  const child = spawn(process.execPath, [PROXY, '--', ...command], { stdio: ['pipe', 'pipe', 'pipe'] });
+  children.push(child);
+  const line = await new Promise<string>((resolveLine, reject) => {
+    createInterface({ input: child.stdout! }).once('line', resolveLine);
+    child.once('exit', (code) => reject(new Error(`proxy.mjs exited (${code})`)));
+  });
+  const base = (JSON.parse(line) as { url: string }).url;
+  const control = async (path: string, body?: unknown): Promise<unknown> => {
+    const response = await fetch(`${base}/__proxy/${path}`, body === undefined
+      ? {} : { method: 'POST', body: JSON.stringify(body), headers: { 'content-type': 'application/json' } });
+    assert.ok(response.ok, `proxy ${path}: HTTP ${response.status}`);
+    return response.json();
+  };
+  return {
+    mcp: `${base}/mcp`,
+    faults: (...faults: Array<{ on: string; tool?: string; fault: string }>) => control('faults', faults),
+    restart: () => control('restart', null),
+    log: async () => (await control('log')) as Array<{ http: string; rpc: string | null; tool: string | null; session: boolean; status: number | null }>,
+  };
+}
+
+function track(connection: McpConnection): McpConnection {
+  closers.push(() => connection.close());
+  return connection;
+}
+
+type Line = Record<string, unknown>;
+
+async function newCaller(connection: McpConnection, options: RetryingToolCallerOptions = {}, runId = 'CASE-V') {
+  const instance = await (await PolicyComponent.load()).instantiate({ accounts: new EmbeddedAccounts(), entropy: new SplitMix64(7n) });
+  const run = instance.loadPolicy(CONFIG).startRun(runId);
+  const lines: Line[] = [];
+  const caller = new RetryingToolCaller(connection, run, {
+    entropy: new SplitMix64(3n), attemptTimeoutMs: ATTEMPT_TIMEOUT_MS, log: (line) => lines.push(JSON.parse(line)), ...options,
+  });
+  return { caller, lines };
+}
+
+const textOf = (result: CallToolResult) => result.content.flatMap((b) => (b.type === 'text' ? [b.text] : [])).join(' ');
+/** The attempt lines, as [tool, attempt, outcome, action]. */
+const steps = (lines: Line[]) => lines.filter((l) => l.event === 'agent_retry.attempt').map((l) => [l.tool, l.attempt, l.outcome, l.action]);
+const CLEAN = [['initialize', 1, 'success', 'succeed'], ['tools/list', 1, 'success', 'succeed']];
+
+/** A call that must succeed: the result, and nothing escalated. */
+async function lookup(caller: RetryingToolCaller): Promise<string> {
+  const result = await caller.callTool('lookup_order', { order_id: 'A1' });
+  assert.ok(!result.isError, `the model was shown an error: ${textOf(result)}`);
+  assert.match(textOf(result), /A1/);
+  assert.equal(caller.run.report().escalation, undefined);
+  return textOf(result);
+}
+
+const eraOf = (connection: McpConnection) => (connection.client as ClientV2).getProtocolEra();
+const sessionOf = (connection: McpConnection) => (connection.client?.transport as { sessionId?: string } | undefined)?.sessionId;
+
+// 1. A modern-only server over HTTP, with the v2 client.
+
+test('1. a modern-only server over HTTP: the v2 client speaks 2026-07-28 (server/discover, no initialize) and the call succeeds', async () => {
+  const { url } = await startDemo(['--era', 'modern']);
+  const connection = track(McpConnection.http(url, { sdk: 'v2' }));
+  const { caller, lines } = await newCaller(connection);
+  await lookup(caller);
+  assert.equal(connection.sdk, 'v2');
+  assert.equal(connection.protocolVersion, MODERN);
+  assert.equal(eraOf(connection), 'modern');
+  assert.equal(sessionOf(connection), undefined); // 2026-07-28 has no sessions
+  assert.deepEqual(steps(lines), [...CLEAN, ['lookup_order', 1, 'success', 'succeed']]);
+});
+
+test('1. a modern-only server, v2: a 429\'s Retry-After reaches the policy (the capturing fetch on the modern era)', async () => {
+  const dir = tempDir();
+  const throttle = { kind: 'http', status: 429, headers: [['retry-after', '1']], body: 'slow down' };
+  writeFileSync(join(dir, 'faults.json'), JSON.stringify([{ tool: 'lookup_order', call: 1, fault: throttle }]));
+  const { url } = await startDemo(['--era', 'modern', '--faults', join(dir, 'faults.json')]);
+  const connection = track(McpConnection.http(url, { sdk: 'v2' }));
+  const { caller, lines } = await newCaller(connection, { sleep: async () => undefined });
+  await lookup(caller);
+  assert.deepEqual(steps(lines).slice(2), [['lookup_order', 1, 'HTTP 429', 'retry'], ['lookup_order', 2, 'success', 'succeed']]);
+  const throttled = lines.find((l) => l.outcome === 'HTTP 429') as Line;
+  assert.deepEqual([throttled.class, throttled.hint_ms], ['throttled', 1000]);
+  assert.ok((throttled.delay_ms as number) >= 1000);
+});
+
+test('1. a modern-only server behind the proxy, v2: an answer cut mid-way is stream-closed at once, the retry succeeds', async () => {
+  requireDemo();
+  const proxy = await startProxy([CLI, 'serve', '--http', '127.0.0.1:{port}', '--era', 'modern']);
+  await proxy.faults({ on: 'tools/call', tool: 'lookup_order', fault: 'cut-during' });
+  const connection = track(McpConnection.http(proxy.mcp, { sdk: 'v2' }));
+  const { caller, lines } = await newCaller(connection);
+  const began = performance.now();
+  await lookup(caller);
+  assert.ok(performance.now() - began < 3000, 'the cut was not seen at once');
+  assert.deepEqual(steps(lines).slice(2), [['lookup_order', 1, 'stream-closed', 'retry'], ['lookup_order', 2, 'success', 'succeed']]);
+  const log = await proxy.log();
+  assert.equal(log.filter((e) => e.rpc === 'initialize').length, 0, JSON.stringify(log));
+  assert.equal(log.filter((e) => e.rpc === 'server/discover').length, 1, JSON.stringify(log));
+});
+
+// 2. A dual-era server over HTTP, stateless and with sessions, with each SDK.
+
+for (const sessions of [false, true]) {
+  for (const sdk of ['v2', 'v1'] as McpSdkName[]) {
+    const speaks = sdk === 'v2' ? MODERN : LEGACY;
+    test(`2. a dual-era server (${sessions ? 'with sessions' : 'stateless'}), sdk ${sdk}: the call succeeds over ${speaks}`, async () => {
+      const { url } = await startDemo(['--era', 'dual', ...(sessions ? ['--sessions'] : [])]);
+      const connection = track(McpConnection.http(url, { sdk }));
+      const { caller, lines } = await newCaller(connection);
+      await lookup(caller);
+      assert.equal(connection.sdk, sdk);
+      assert.equal(connection.protocolVersion, speaks);
+      if (sdk === 'v2') assert.equal(eraOf(connection), 'modern');
+      // Sessions are for clients of revisions before 2026-07-28 only.
+      assert.equal(sessionOf(connection) !== undefined, sessions && sdk === 'v1');
+      assert.deepEqual(steps(lines), [...CLEAN, ['lookup_order', 1, 'success', 'succeed']]);
+    });
+  }
+}
+
+// 3. A 2025-11-25 server (server-everything) over stdio: v2 falls back to initialize; v1 as before.
+
+for (const sdk of ['v2', 'v1'] as McpSdkName[]) {
+  test(`3. server-everything over stdio, sdk ${sdk}: the echo succeeds${sdk === 'v2' ? ' (server/discover refused, then initialize: 2025-11-25)' : ''}`, async () => {
+    requireEverything();
+    const connection = track(McpConnection.stdio({ command: process.execPath, args: [EVERYTHING, 'stdio'], stderr: 'ignore', sdk }));
+    const { caller, lines } = await newCaller(connection);
+    const result = await caller.callTool('echo', { message: 'hi' });
+    assert.equal(textOf(result), 'Echo: hi');
+    assert.ok(!result.isError);
+    assert.deepEqual(steps(lines), [...CLEAN, ['echo', 1, 'success', 'succeed']]);
+    if (sdk === 'v2') {
+      assert.equal(eraOf(connection), 'legacy');
+      assert.equal(connection.protocolVersion, LEGACY);
+    }
+    assert.equal(connection.connections, 1);
+  });
+}
+
+test('3. server-everything over stdio, v2: killed after an echo, started again (probe, then initialize), the echo succeeds', async () => {
+  requireEverything();
+  const dir = tempDir();
+  const script = join(dir, 'faults.json');
+  const shimLog = join(dir, 'shim.jsonl');
+  writeFileSync(script, JSON.stringify([{ on: 'tools/call', tool: 'echo', fault: 'kill-after' }]));
+  const connection = track(McpConnection.stdio({
+    command: process.execPath, args: [SHIM, '--script', script, '--log', shimLog, '--', process.execPath, EVERYTHING, 'stdio'], stderr: 'ignore', sdk: 'v2',
+  }));
+  const { caller, lines } = await newCaller(connection);
+  assert.equal(textOf(await caller.callTool('echo', { message: 'three' })), 'Echo: three');
+  assert.deepEqual(steps(lines).slice(2), [
+    ['echo', 1, 'stream closed', 'retry'], ['initialize', 1, 'success', 'succeed'], ['echo', 2, 'success', 'succeed'],
+  ]);
+  assert.equal(connection.connections, 2);
+  assert.equal(connection.protocolVersion, LEGACY);
+  const echoes = readFileSync(shimLog, 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { tool: string | null; pid: number })
+    .filter((e) => e.tool === 'echo');
+  assert.equal(echoes.length, 2);
+  assert.notEqual(echoes[0].pid, echoes[1].pid);
+});
+
+test('3. server-everything over HTTP, v2: the probe\'s 400 is not a failure; a restart loses the session, which is established again', async () => {
+  requireEverything();
+  const proxy = await startProxy([process.execPath, EVERYTHING, 'streamableHttp']);
+  const connection = track(McpConnection.http(proxy.mcp, { sdk: 'v2' }));
+  const { caller, lines } = await newCaller(connection);
+  assert.equal(textOf(await caller.callTool('echo', { message: 'one' })), 'Echo: one');
+  assert.equal(connection.protocolVersion, LEGACY);
+  assert.ok(sessionOf(connection) !== undefined);
+  await proxy.restart();
+  assert.equal(textOf(await caller.callTool('echo', { message: 'two' })), 'Echo: two');
+  assert.deepEqual(steps(lines), [
+    ...CLEAN, ['echo', 1, 'success', 'succeed'],
+    ['echo', 1, 'session lost', 'retry'], // 400 "Bad Request: No valid session ID provided"
+    ['initialize', 1, 'success', 'succeed'],
+    ['echo', 2, 'success', 'succeed'],
+  ]);
+  const log = await proxy.log();
+  assert.deepEqual(log.filter((e) => e.rpc === 'server/discover').map((e) => e.status), [400, 400], JSON.stringify(log));
+  assert.equal(log.filter((e) => e.rpc === 'initialize').length, 2);
+});
+
+// 4. https with a CA made at test time.
+
+test('4. an https modern-only server: trusted through an undici Agent with the CA, the call succeeds; without it, a certificate failure escalates', async () => {
+  const ca = join(tempDir(), 'ca.pem');
+  const { url } = await startDemo(['--era', 'modern', '--tls-ca-out', ca]);
+  assert.match(url, /^https:\/\//);
+  assert.match(readFileSync(ca, 'utf8'), /BEGIN CERTIFICATE/);
+
+  // The README's route: undici's Agent trusting the CA, through a fetch wrapper.
+  const agent = new Agent({ connect: { ca: readFileSync(ca) } });
+  closers.push(() => agent.close());
+  const trusting = (input: string | URL, init?: RequestInit) => undiciFetch(input, { ...init, dispatcher: agent } as never) as unknown as Promise<Response>;
+  const trusted = track(McpConnection.http(url, { sdk: 'v2', fetch: trusting }));
+  const ok = await newCaller(trusted);
+  await lookup(ok.caller);
+  assert.equal(trusted.protocolVersion, MODERN);
+
+  const plain = track(McpConnection.http(url, { sdk: 'v2' }));
+  const { caller, lines } = await newCaller(plain, {}, 'CASE-V-TLS');
+  const error = await caller.callTool('lookup_order', { order_id: 'A1' }).catch((e: unknown) => e);
+  assert.ok(error instanceof Escalated, `not an escalation: ${String(error)}`);
+  assert.equal(error.tool, 'initialize');
+  assert.equal(error.reason, 'unclassified-failure'); // transport `other`: not retried
+  assert.match(error.note, /certificate/i);
+  assert.deepEqual(steps(lines), [['initialize', 1, 'other', 'escalate']]);
+  assert.equal(lines[0].class, 'unclassified');
+  assert.equal(plain.connections, 0);
+});
+
+// 5. A URL scheme the wrapper cannot serve, and other configuration errors: typed, at construction.
+
+test('5. McpConnection.http(\'ftp://...\') throws a ConnectionConfigError naming the scheme, at construction', () => {
+  const refused = (e: unknown, option: string, pattern: RegExp) => {
+    assert.ok(e instanceof ConnectionConfigError, String(e));
+    assert.ok(e instanceof AgentRetryError);
+    assert.equal(e.option, option);
+    assert.match(e.message, pattern);
+    return true;
+  };
+  assert.throws(() => McpConnection.http('ftp://files.example.com/mcp'), (e) => refused(e, 'url', /'ftp'/));
+  assert.throws(() => McpConnection.http('ws://127.0.0.1:1/mcp', { sdk: 'v1' }), (e) => refused(e, 'url', /'ws'/));
+  assert.throws(() => McpConnection.http('not a url'), (e) => refused(e, 'url', /not a url/));
+  assert.throws(() => McpConnection.http('http://127.0.0.1:1/mcp', { sdk: 'v3' as McpSdkName }), (e) => refused(e, 'sdk', /'v1'.*'v2'/));
+  // Both are installed here: the default is v2 (it reaches 2026-07-28 servers).
+  assert.equal(McpConnection.http('https://127.0.0.1:1/mcp').sdk, 'v2');
+  assert.equal(McpConnection.stdio({ command: 'true', sdk: 'v1' }).sdk, 'v1');
+});
+
+// 6. v1 against the modern-only server.
+
+test('6. v1 against a modern-only server: initialize is refused (HTTP 400, -32022) and the run escalates, the note naming both revisions', async () => {
+  const { url } = await startDemo(['--era', 'modern']);
+  const connection = track(McpConnection.http(url, { sdk: 'v1' }));
+  const { caller, lines } = await newCaller(connection);
+  const error = await caller.callTool('lookup_order', { order_id: 'A1' }).catch((e: unknown) => e);
+  assert.ok(error instanceof Escalated, `not an escalation: ${String(error)}`);
+  assert.equal(error.tool, 'initialize');
+  assert.equal(error.reason, 'unclassified-failure');
+  assert.match(error.note, /JSON-RPC error -32022/);
+  assert.match(error.note, /Unsupported protocol version/);
+  assert.match(error.note, /the server supports 2026-07-28/);
+  assert.match(error.note, /speaks 2025-11-25/);
+  assert.deepEqual(steps(lines), [['initialize', 1, 'HTTP 400: JSON-RPC -32022', 'escalate']]);
+  assert.deepEqual([lines[0].class, lines[0].rule], ['unclassified', 'json-rpc-code']);
+  assert.equal(connection.connections, 0);
+});
