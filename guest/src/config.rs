@@ -698,11 +698,11 @@ mod tests {
         Config::from_json(text).unwrap_err()
     }
 
-    /// The README's configuration reference names every field with the default
-    /// the tables give (run from `guest/`, the README is one level up).
+    /// The configuration reference (docs/configuration.md) names every field
+    /// with the default the tables give (run from `guest/`, docs/ is one level up).
     #[test]
     fn the_readme_reference_matches_the_tables() {
-        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/configuration.md")).unwrap();
         fn check<T>(readme: &str, table: &[IntField<T>]) {
             for field in table {
                 let row = readme.lines().find(|l| l.starts_with(&alloc::format!("| `{}` |", field.name)));

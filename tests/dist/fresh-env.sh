@@ -77,7 +77,7 @@ run_python() {
 run_node() {
   local dir=$work/node; mkdir -p "$dir" && cd "$dir" || return 1
   npm init -y >/dev/null && npm pkg set type=module >/dev/null || return 1
-  npm install --silent --no-audit --no-fund "$dist/npm/agent-retry-policy-$version.tgz" '@modelcontextprotocol/sdk@^1.32.2' || return 1
+  npm install --silent --no-audit --no-fund "$dist/npm/agent-retry-policy-$version.tgz" '@modelcontextprotocol/client@^2.4.0' || return 1
   [ ! -e node_modules/agent-retry-policy/dist/generated/agent_retry_policy.core.wasm ] && { echo "no transpiled component in the tarball"; return 1; }
   cp "$examples/node/agent.mjs" . && start_server node || return 1
   local out; out=$(timeout 60 node agent.mjs "$url" 2>"$dir/stderr.log"); local rc=$?

@@ -15,6 +15,10 @@ export {
   Integrity, LivePolicy, PolicyIdentity, SIGNATURE_SUFFIX, signaturePath, type FleetPolicySource, type LiveOptions, type Loaded, type PolicySource,
   type PolicyUpdateEvent, type PolicyWatcher, type UpdateMetrics,
 } from './live.js';
+export {
+  ACCOUNTS_REDIS_TIMEOUT_MS, ACCOUNTS_RETRY_INTERVAL_MS, ACCOUNT_PREFIX, AccountsError, RedisAccounts, SharedAccounts, type AccountBudgetEvent, type RedisAccountsOptions,
+  type SharedAccountsOptions,
+} from './redis-accounts.js';
 export { DEFAULT_PREFIX, Fleet, FleetError, REDIS_TIMEOUT_MS, publishPolicy, type FleetSource, type Publication, type PublishOptions } from './fleet.js';
 export { CONTRACT_VERSION, checkContractVersion, checkImports, componentExportNames, componentImportNames, contractVersionOf } from './contract.js';
 export { FUEL_PER_CALL, FUEL_PER_CONFIG_BYTE, MAX_MEMORY_BYTES } from './sandbox.js';

@@ -123,7 +123,7 @@ async fn an_untrusted_certificate_escalates_at_once_and_is_not_retried() {
 async fn a_url_the_wrapper_cannot_serve_is_a_configuration_error_before_anything_is_sent() {
     for url in ["ftp://127.0.0.1:21/mcp", "ws://127.0.0.1:1/mcp", "127.0.0.1:8080/mcp", "not a url"] {
         let error = McpConnection::try_http(url).err().unwrap_or_else(|| panic!("{url} was accepted"));
-        assert_eq!(error.url, url);
+        assert_eq!((error.option, error.url.as_str()), ("url", url));
         // Through the caller too: a ConnectionConfigError, not an escalation.
         let through_caller = connect(McpConnection::http(url)).await.err().expect("refused");
         let config_error = through_caller.downcast_ref::<ConnectionConfigError>().unwrap_or_else(|| panic!("{url}: {through_caller:#}"));
@@ -132,5 +132,6 @@ async fn a_url_the_wrapper_cannot_serve_is_a_configuration_error_before_anything
     let ftp = McpConnection::try_http("ftp://127.0.0.1:21/mcp").err().unwrap();
     assert!(ftp.reason.contains("'ftp'"), "the reason names the scheme: {ftp}");
     let pem = McpConnection::http("https://127.0.0.1:1/mcp").with_root_certificates_pem(b"not pem").err().expect("bad PEM is refused");
+    assert_eq!(pem.option, "root_certificates_pem");
     assert!(pem.reason.contains("no certificate") || pem.reason.contains("PEM"), "{pem}");
 }

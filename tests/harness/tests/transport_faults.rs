@@ -235,7 +235,8 @@ async fn t4_cut_answers_to_initialize_tools_list_and_the_get_stream_do_not_kill_
             {"on": "GET", "fault": "cut-before"},
         ]))
         .await;
-    let mut caller = connected(McpConnection::http(&proxy.mcp("/mcp")), options()).await;
+    // The handshake and the GET stream belong to 2025-11-25: a client of it.
+    let mut caller = connected(with_sessions(McpConnection::http(&proxy.mcp("/mcp"))), options()).await;
     let order = caller.call("lookup_order", args(json!({"order_id": "T4"}))).await.unwrap();
     assert!(done(&order), "{order:?}");
     let log = proxy.log().await;
@@ -244,6 +245,22 @@ async fn t4_cut_answers_to_initialize_tools_list_and_the_get_stream_do_not_kill_
     // The wrapper knew the tool from the retried tools/list: lookup_order is a read.
     let report = caller.finish().await.unwrap();
     assert!(report.replans == 0 && report.escalation.is_none(), "{report:?}");
+}
+
+#[tokio::test]
+async fn t4_a_cut_server_discover_probe_is_a_failed_connect_retried_not_a_legacy_server() {
+    // A probe that got no answer says nothing of the server's revision: the
+    // connect is retried as the policy says, and the retry negotiates 2026-07-28.
+    let dir = scratch("t4-discover");
+    let (proxy, _ledger) = demo_behind_proxy(&dir).await;
+    proxy.faults(json!([{"on": "server/discover", "fault": "cut-before"}])).await;
+    let mut caller = connected(McpConnection::http(&proxy.mcp("/mcp")), options()).await;
+    let order = caller.call("lookup_order", args(json!({"order_id": "T4D"}))).await.unwrap();
+    assert!(done(&order), "{order:?}");
+    let log = proxy.log().await;
+    assert_eq!(log.iter().filter(|e| e["rpc"] == "server/discover").count(), 2, "{log:?}");
+    assert_eq!(log.iter().filter(|e| e["rpc"] == "initialize").count(), 0, "no fall-back to the handshake: {log:?}");
+    caller.finish().await.unwrap();
 }
 
 #[tokio::test]

@@ -58,6 +58,7 @@ from .errors import (
 )
 from .fleet import FleetSource, publish_policy
 from .live import Integrity, LivePolicy, Loaded, PolicyIdentity, PolicySource
+from .redis_accounts import AccountsError, RedisAccounts, SharedAccounts
 
 # The MCP wrapper needs the `mcp` extra: imported when first asked for (and so
 # left out of `__all__`, which a star import without the extra would fail on).
@@ -74,6 +75,7 @@ def __getattr__(name: str) -> object:
 
 __all__ = [
     "AccountBudgetBackend",
+    "AccountsError",
     "AgentRetryError",
     "Bucket",
     "CallCancelled",
@@ -109,10 +111,12 @@ __all__ = [
     "PolicyOutOfFuel",
     "PolicySource",
     "PolicyTrap",
+    "RedisAccounts",
     "Reservation",
     "Run",
     "RunMisuse",
     "SessionLost",
+    "SharedAccounts",
     "SplitMix64",
     "Stopped",
     "UpdateConfigError",

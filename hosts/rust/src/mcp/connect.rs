@@ -34,15 +34,18 @@ pub fn negotiating_lifecycle() -> ClientLifecycleMode {
 /// `RetryingToolCaller::connect`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConnectionConfigError {
+    /// The setting at fault: `url` or `root_certificates_pem` (the Python and
+    /// Node hosts' `option`, spelled as there).
+    pub option: &'static str,
     /// The URL as given.
     pub url: String,
-    /// What is wrong with it, in words.
+    /// What is wrong, in words.
     pub reason: String,
 }
 
 impl fmt::Display for ConnectionConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "cannot connect to {:?}: {}", self.url, self.reason)
+        write!(f, "cannot connect to {:?}: {}: {}", self.url, self.option, self.reason)
     }
 }
 
@@ -50,7 +53,7 @@ impl std::error::Error for ConnectionConfigError {}
 
 /// Whether this build can serve `url`: http://, and https:// with the `tls` feature.
 fn check_url(url: &str) -> Result<(), ConnectionConfigError> {
-    let refuse = |reason: String| Err(ConnectionConfigError { url: url.to_string(), reason });
+    let refuse = |reason: String| Err(ConnectionConfigError { option: "url", url: url.to_string(), reason });
     let parsed = match reqwest::Url::parse(url) {
         Ok(parsed) => parsed,
         Err(e) => return refuse(format!("not a URL ({e})")),
@@ -149,7 +152,7 @@ impl McpConnection {
         let Endpoint::Http { url, client, .. } = &mut self.endpoint else {
             return Ok(self);
         };
-        let refuse = |reason: String| ConnectionConfigError { url: url.clone(), reason };
+        let refuse = |reason: String| ConnectionConfigError { option: "root_certificates_pem", url: url.clone(), reason };
         let certificates = reqwest::Certificate::from_pem_bundle(pem).map_err(|e| refuse(format!("the root certificates are not PEM: {e}")))?;
         if certificates.is_empty() {
             return Err(refuse("the root certificates' PEM holds no certificate".into()));

@@ -56,7 +56,7 @@ export interface McpStdioOptions extends McpCommonOptions {
   stderr?: 'pipe' | 'ignore' | 'inherit' | 'overlapped' | Stream | number;
 }
 
-const DEFAULT_CLIENT_INFO: McpClientInfo = { name: 'agent-retry-policy', version: '0.4.0' };
+const DEFAULT_CLIENT_INFO: McpClientInfo = { name: 'agent-retry-policy', version: '0.4.1' };
 
 /** An MCP connection the wrapper can establish and establish again: over
  *  streamable HTTP (a fresh `Client` and transport with the capturing fetch,

@@ -1,0 +1,39 @@
+// One worker of the cross-host account test (test/redis-accounts.test.ts and
+// hosts/python/tests/test_redis_accounts.py; its Python twin is
+// hosts/python/tests/accounts_draw.py): connects a `SharedAccounts` to Redis,
+// waits for the common start, then asks for one token at a time (max wait 0)
+// until the end, and prints one JSON line: {"host", "grants": [epoch ms of each
+// token granted], "asked", "fallbacks", "late"}.
+//
+//   ACCOUNTS_DRAW=1 node accounts-draw.js URL ACCOUNT CAPACITY INTERVAL_MS WORKERS START_AT_MS DURATION_MS
+//
+// (ACCOUNTS_DRAW=1 or it does nothing: `node --test dist/test/` loads every file here.)
+import { SharedAccounts } from '../src/redis-accounts.js';
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+async function main(): Promise<void> {
+  const [url, account, capacity, intervalMs, workers, startAtMs, durationMs] = process.argv.slice(2);
+  const accounts = await SharedAccounts.open(url, { workers: Number(workers) });
+  const bucket = { capacity: Number(capacity), refillIntervalMs: BigInt(intervalMs) };
+  const start = Number(startAtMs);
+  const end = start + Number(durationMs);
+  const late = Date.now() > start;
+  while (Date.now() < start) await sleep(1);
+  const grants: number[] = [];
+  let asked = 0;
+  for (let now = Date.now(); now < end; now = Date.now()) {
+    asked += 1;
+    if (accounts.reserve(account, 1, bucket, 0n, BigInt(now)).granted) grants.push(Date.now());
+    await sleep(3);
+  }
+  process.stdout.write(`${JSON.stringify({ host: 'node', grants, asked, fallbacks: accounts.fallbacks, late })}\n`);
+  accounts.close();
+}
+
+if (process.env.ACCOUNTS_DRAW === '1') {
+  main().catch((e) => {
+    process.stderr.write(`${String((e as Error)?.stack ?? e)}\n`);
+    process.exit(2);
+  });
+}
