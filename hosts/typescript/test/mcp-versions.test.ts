@@ -22,7 +22,7 @@ import { Agent, fetch as undiciFetch } from 'undici';
 import { EmbeddedAccounts } from '../src/accounts.js';
 import { PolicyComponent } from '../src/component.js';
 import { SplitMix64 } from '../src/entropy.js';
-import { AgentRetryError, ConnectionConfigError, Escalated } from '../src/errors.js';
+import { AgentRetryError, ConnectionConfigError, Escalated, SessionLost } from '../src/errors.js';
 import { McpConnection, RetryingToolCaller, type McpSdkName, type RetryingToolCallerOptions } from '../src/mcp.js';
 
 /** The repository's root: this file runs from hosts/typescript/dist/test. */
@@ -324,19 +324,17 @@ test('5. McpConnection.http(\'ftp://...\') throws a ConnectionConfigError naming
 
 // 6. v1 against the modern-only server.
 
-test('6. v1 against a modern-only server: initialize is refused (HTTP 400, -32022) and the run escalates, the note naming both revisions', async () => {
+test('6. v1 against a modern-only server: initialize is refused (HTTP 400, -32022), the policy replans it, and the caller stops with SessionLost naming the supported revision', async () => {
+  // The same outcome as the Rust and Python wrappers' handshake-only clients:
+  // the host reports the HTTP status and body; what -32022 means is the
+  // policy's to decide (contract 0.5), not a host's reading of the body.
   const { url } = await startDemo(['--era', 'modern']);
   const connection = track(McpConnection.http(url, { sdk: 'v1' }));
   const { caller, lines } = await newCaller(connection);
   const error = await caller.callTool('lookup_order', { order_id: 'A1' }).catch((e: unknown) => e);
-  assert.ok(error instanceof Escalated, `not an escalation: ${String(error)}`);
-  assert.equal(error.tool, 'initialize');
-  assert.equal(error.reason, 'unclassified-failure');
-  assert.match(error.note, /JSON-RPC error -32022/);
-  assert.match(error.note, /Unsupported protocol version/);
-  assert.match(error.note, /the server supports 2026-07-28/);
-  assert.match(error.note, /speaks 2025-11-25/);
-  assert.deepEqual(steps(lines), [['initialize', 1, 'HTTP 400: JSON-RPC -32022', 'escalate']]);
-  assert.deepEqual([lines[0].class, lines[0].rule], ['unclassified', 'json-rpc-code']);
+  assert.ok(error instanceof SessionLost, `not SessionLost: ${String(error)}`);
+  assert.match(error.message, /-32022/);
+  assert.match(error.message, /"supported":\["2026-07-28"\]/);
+  assert.deepEqual(steps(lines), [['initialize', 1, 'HTTP 400', 'replan']]);
   assert.equal(connection.connections, 0);
 });

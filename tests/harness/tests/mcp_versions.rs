@@ -69,8 +69,10 @@ async fn the_handshake_alone_cannot_reach_a_modern_only_server() {
     let server = demo(Era::Modern, false, None).await;
     let refused = connect(McpConnection::http(&server.url).with_lifecycle(rmcp::ClientLifecycleMode::Initialize)).await;
     let error = refused.err().expect("the handshake is refused");
-    let text = format!("{error:#}");
-    assert!(text.contains("-32022") || text.contains("400"), "the refusal names the server's answer: {text}");
+    // As in the Python and Node wrappers: the host reports HTTP 400 and its
+    // body, the policy replans the `initialize` pseudo-call, and the run stops.
+    let Some(CallError::SessionLost(text)) = error.downcast_ref::<CallError>() else { panic!("not SessionLost: {error:#}") };
+    assert!(text.contains("-32022") && text.contains(r#""supported":["2026-07-28"]"#), "the refusal names the server's answer: {text}");
     server.stop().await;
 }
 

@@ -16,7 +16,7 @@ import {
   adoptProbeFailure, classifyNetworkError, currentAttempt, describeError, hasFailure, isUnknownSession, type AttemptCapture,
 } from './capture.js';
 import { McpConnection } from './connection.js';
-import { loadSdk, MODERN_REVISION, sdkOfClient, type McpClient, type McpSdk } from './sdk.js';
+import { loadSdk, sdkOfClient, type McpClient, type McpSdk } from './sdk.js';
 
 /** What the logged `reason` of a decision on a failure from a non-capturing HTTP transport ends with. */
 export const CAPTURE_MISSING_SUFFIX = ' [no HTTP status or headers: the transport is not the wrapper\'s capturing one]';
@@ -246,32 +246,6 @@ export function structuredText(value: unknown): string | undefined {
 
 /** The hints of the pseudo-tools `initialize` and `tools/list`. */
 const PSEUDO_HINTS: Wit.ToolHints = { readOnly: true, destructive: false, idempotent: true };
-
-/** The JSON-RPC error a failed POST's body carries, if it is -32022
- *  (unsupported protocol version: a 2026-07-28 server answers it with HTTP 400).
- *  That is the server's answer, not the transport's: it is passed as
- *  `protocol-error(-32022)`, which the policy escalates (no retry or replan
- *  makes the client speak another revision). */
-function versionRefusal(capture: AttemptCapture): { code: number; message: string; data?: unknown } | undefined {
-  if (capture.status !== 400 || !capture.body.includes('-32022')) return undefined;
-  try {
-    const value = JSON.parse(capture.body) as { error?: { code?: unknown; message?: unknown; data?: unknown } };
-    const error = value?.error;
-    if (error?.code !== -32022) return undefined;
-    return { code: -32022, message: typeof error.message === 'string' ? error.message : 'Unsupported protocol version', data: error.data };
-  } catch {
-    return undefined;
-  }
-}
-
-/** A -32022's text for the policy (and an escalation's note): the server's
- *  message, the revisions it supports and those this client speaks. */
-function versionMismatchText(message: string, data: unknown, sdk: McpSdk): string {
-  const supported = (data as { supported?: unknown } | undefined)?.supported;
-  const theirs = Array.isArray(supported) ? supported.map(String).join(', ') : 'not given';
-  const advice = sdk.name === 'v1' ? `; @modelcontextprotocol/client ^2.4 (sdk 'v2') speaks ${MODERN_REVISION}` : '';
-  return `${message} (the server supports ${theirs}; this client, ${sdk.packageName}, speaks ${sdk.revisions.join(', ')}${advice})`;
-}
 
 /** Calls MCP tools through one run of the policy. One caller per run, one call at a time. */
 export class RetryingToolCaller {
@@ -617,23 +591,11 @@ export class RetryingToolCaller {
     const cause = reconnect ? reconnect.cause : error;
     const again = (detail: string) => (reconnect ? `${reconnect.message}: ${detail}` : detail);
     const said = sdk.readError(cause);
-    const refusal = versionRefusal(capture);
     if (capture.status !== undefined && capture.sessionLost) {
       const lost = `HTTP ${capture.status}: the server does not know the session`;
       observed = {
         outcome: transport('connection-refused', again(`${lost} (${capture.body.slice(0, 200)}); not run, the session is established again`)),
         summary: 'session lost', lost,
-      };
-    } else if (refusal) {
-      observed = {
-        outcome: {
-          tag: 'failure',
-          val: {
-            kind: { tag: 'protocol-error', val: refusal.code }, headers: [], body: again(versionMismatchText(refusal.message, refusal.data, sdk)),
-            structuredContent: structuredText(refusal.data),
-          },
-        },
-        summary: `HTTP 400: JSON-RPC ${refusal.code}`,
       };
     } else if (capture.status !== undefined) {
       observed = {
@@ -649,11 +611,10 @@ export class RetryingToolCaller {
         ? 'the connection closed while the request was out (a stdio server that exited or closed its pipe)' : 'the connection closed';
       observed = { outcome: transport('stream-closed', again(`${lost}: ${said.message}`)), summary: 'stream closed', lost };
     } else if (said?.kind === 'json-rpc') {
-      const body = said.code === -32022 ? versionMismatchText(said.message, said.data, sdk) : said.message;
       observed = {
         outcome: {
           tag: 'failure',
-          val: { kind: { tag: 'protocol-error', val: said.code }, headers: [], body: again(body), structuredContent: structuredText(said.data) },
+          val: { kind: { tag: 'protocol-error', val: said.code }, headers: [], body: again(said.message), structuredContent: structuredText(said.data) },
         },
         summary: `JSON-RPC ${said.code}`,
       };
