@@ -1,24 +1,29 @@
 // One worker of the cross-host account test (test/redis-accounts.test.ts and
 // hosts/python/tests/test_redis_accounts.py; its Python twin is
 // hosts/python/tests/accounts_draw.py): connects a `SharedAccounts` to Redis,
-// waits for the common start, then asks for one token at a time (max wait 0)
-// until the end, and prints one JSON line: {"host", "grants": [epoch ms of each
-// token granted], "asked", "fallbacks", "late"}.
+// prints `ready`, reads the common start (epoch ms) from stdin, then asks for
+// one token at a time (max wait 0) until the end, and prints one JSON line:
+// {"host", "grants": [epoch ms of each token granted], "asked", "fallbacks"}.
 //
-//   ACCOUNTS_DRAW=1 node accounts-draw.js URL ACCOUNT CAPACITY INTERVAL_MS WORKERS START_AT_MS DURATION_MS
+//   ACCOUNTS_DRAW=1 node accounts-draw.js URL ACCOUNT CAPACITY INTERVAL_MS WORKERS DURATION_MS
 //
 // (ACCOUNTS_DRAW=1 or it does nothing: `node --test dist/test/` loads every file here.)
+import { createInterface } from 'node:readline';
+
 import { SharedAccounts } from '../src/redis-accounts.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 async function main(): Promise<void> {
-  const [url, account, capacity, intervalMs, workers, startAtMs, durationMs] = process.argv.slice(2);
+  const [url, account, capacity, intervalMs, workers, durationMs] = process.argv.slice(2);
   const accounts = await SharedAccounts.open(url, { workers: Number(workers) });
   const bucket = { capacity: Number(capacity), refillIntervalMs: BigInt(intervalMs) };
-  const start = Number(startAtMs);
+  process.stdout.write('ready\n');
+  const lines = createInterface({ input: process.stdin });
+  const start = Number((await lines[Symbol.asyncIterator]().next()).value);
+  lines.close();
+  process.stdin.destroy();
   const end = start + Number(durationMs);
-  const late = Date.now() > start;
   while (Date.now() < start) await sleep(1);
   const grants: number[] = [];
   let asked = 0;
@@ -27,7 +32,7 @@ async function main(): Promise<void> {
     if (accounts.reserve(account, 1, bucket, 0n, BigInt(now)).granted) grants.push(Date.now());
     await sleep(3);
   }
-  process.stdout.write(`${JSON.stringify({ host: 'node', grants, asked, fallbacks: accounts.fallbacks, late })}\n`);
+  process.stdout.write(`${JSON.stringify({ host: 'node', grants, asked, fallbacks: accounts.fallbacks })}\n`);
   accounts.close();
 }
 
