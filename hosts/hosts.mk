@@ -24,7 +24,9 @@ $(HOSTS_PY_STAMP): hosts/python/pyproject.toml | $(HOSTS_PY)
 
 hosts-python-setup: $(HOSTS_PY_STAMP)
 
-test-python: wasm hostile noop hosts-python-setup fault-proxy-setup judge-setup
+# The cross-host account test runs Node and Rust workers beside Python's (and
+# Node's test runs Python's): each host's tests set the other two up.
+test-python: wasm hostile noop hosts-python-setup hosts-ts-setup fault-proxy-setup judge-setup
 	cd hosts/python && ../../$(HOSTS_VENV)/bin/ruff check . && ../../$(HOSTS_VENV)/bin/ruff format --check .
 	cd hosts/python && ../../$(HOSTS_PY) -m pytest -q
 
@@ -35,7 +37,7 @@ $(HOSTS_TS_MODULES): $(HOSTS_TS)/package.json $(HOSTS_TS)/package-lock.json
 hosts-ts-setup: $(HOSTS_TS_MODULES)
 	cd $(HOSTS_TS) && npm run --silent transpile && npm run --silent build
 
-test-ts: wasm hostile hosts-ts-setup fault-proxy-setup judge-setup
+test-ts: wasm hostile hosts-ts-setup hosts-python-setup fault-proxy-setup judge-setup
 	cd $(HOSTS_TS) && npm test
 
 test-hosts: test-python test-ts

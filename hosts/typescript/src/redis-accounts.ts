@@ -126,6 +126,7 @@ export class RedisAccounts {
     const started = await new Promise<Started>((resolve) => {
       worker.once('message', resolve);
       worker.once('error', (e) => resolve({ ok: false, missing: false, reason: `the Redis worker thread failed: ${e.message}` }));
+      worker.once('exit', (code) => resolve({ ok: false, missing: false, reason: `the Redis worker thread exited (${code})` }));
     });
     if (!started.ok) {
       await worker.terminate();

@@ -5,11 +5,12 @@
 // logged once, and the return with the local takes charged; a wrong-typed key
 // repaired and logged; a lost key re-created from the last TAT seen; every
 // exchange with a paused Redis ended within the timeout; bad configurations as
-// clear errors; and the cross-host test: Node and Python worker processes on
-// one account, never past its allowance.
+// clear errors; and the cross-host test: Node, Python and Rust worker processes
+// (test/accounts-draw.ts, its twins hosts/python/tests/accounts_draw.py and
+// tests/harness/src/bin/accounts-draw.rs) on one account, never past its allowance.
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { dirname, join } from 'node:path';
@@ -28,10 +29,8 @@ const ROOT = join(here, '../../../..');
 const PYTHON = process.env.AGENT_RETRY_PYTHON ?? join(ROOT, '.venv/bin/python');
 const PYTHON_DRAW = join(ROOT, 'hosts/python/tests/accounts_draw.py');
 const NODE_DRAW = join(here, 'accounts-draw.js');
-const RUST_CLI = '/tmp/fake-agent-retry';
-/** Whether the Rust CLI has the draw worker (`agent-retry accounts-draw`, the
- *  protocol of test/accounts-draw.ts); when it does, Rust workers join the cross-host test. */
-const rustDraws = () => existsSync(RUST_CLI) && spawnSync(RUST_CLI, ['accounts-draw', '--help'], { stdio: 'ignore' }).status === 0;
+// The Rust worker (tests/harness/src/bin/accounts-draw.rs), built by `make judge-setup`.
+const RUST_DRAW = join(ROOT, 'target/release/accounts-draw');
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const nowMs = () => BigInt(Date.now());
 const quiet = () => undefined;
@@ -319,8 +318,9 @@ async function drawProcesses(url: string, account: string, hosts: string[], capa
   assert.ok(existsSync(PYTHON), `${PYTHON} is missing: set up the Python host (make hosts-python-setup) or set AGENT_RETRY_PYTHON`);
   const args = [url, account, String(capacity), String(interval), String(hosts.length), String(duration)];
   const children = hosts.map((host) => {
-    const [command, script] = host === 'node' ? [process.execPath, NODE_DRAW] : host === 'rust' ? [RUST_CLI, 'accounts-draw'] : [PYTHON, PYTHON_DRAW];
-    const child = spawn(command, [script, ...args], { env: { ...process.env, ACCOUNTS_DRAW: '1' }, stdio: ['pipe', 'pipe', 'pipe'] });
+    const [command, ...script] = host === 'node' ? [process.execPath, NODE_DRAW] : host === 'rust' ? [RUST_DRAW] : [PYTHON, PYTHON_DRAW];
+    assert.ok(existsSync(command), `${command} is missing: build it (make judge-setup builds the Rust worker)`);
+    const child = spawn(command, [...script, ...args], { env: { ...process.env, ACCOUNTS_DRAW: '1' }, stdio: ['pipe', 'pipe', 'pipe'] });
     let out = '';
     let err = '';
     child.stderr.on('data', (d: Buffer) => (err += d.toString()));
@@ -353,10 +353,10 @@ async function drawProcesses(url: string, account: string, hosts: string[], capa
   return Promise.all(children.map((c) => c.done));
 }
 
-test('workers of every host (Node, Python; Rust when its CLI has accounts-draw) share one account and never exceed it', async () => {
+test('workers of every host (Node, Python, Rust) share one account and never exceed it', async () => {
   const server = await RedisServer.start();
   const [capacity, interval, duration] = [10, 50, 2_000];
-  const hosts = ['node', 'python', 'node', 'python', ...(rustDraws() ? ['rust', 'rust'] : [])];
+  const hosts = ['node', 'python', 'node', 'python', 'rust', 'rust'];
   const results = await drawProcesses(server.url, 'cross-host', hosts, capacity, interval, duration);
   const every = results.flatMap((r) => r.grants);
   const allowed = capacity + duration / interval;
@@ -365,6 +365,6 @@ test('workers of every host (Node, Python; Rust when its CLI has accounts-draw) 
   assert.ok(every.length <= allowed + 2, `${every.length} grants, the bucket allows ${allowed}`);
   assert.ok(busiest(every, 1_000) <= capacity + 1_000 / interval + 3);
   assert.ok(every.length >= (allowed * 3) / 4, `the workers asked ${results.reduce((n, r) => n + r.asked, 0)} times, yet got only ${every.length}`);
-  assert.ok(Object.values(byHost).every((n) => n > 0), `both hosts drew on the account: ${JSON.stringify(byHost)}`);
+  assert.ok(Object.values(byHost).every((n) => n > 0), `every host drew on the account: ${JSON.stringify(byHost)}`);
   assert.ok(results.every((r) => r.fallbacks === 0));
 });

@@ -346,3 +346,28 @@ fn the_limit_holds_when_redis_loses_its_state_or_pauses() {
         assert!(busiest <= 48 + 4, "{fault}: {busiest} calls in the busiest second");
     }
 }
+
+#[test]
+fn a_worker_on_its_local_share_is_not_drained_again_at_each_retry_of_redis() {
+    // Found by the Python and Node ports: a failed return to Redis dropped the
+    // account's entry, so the next local reservation counted as the first since
+    // the fallback and emptied the share again, every retry interval: a worker
+    // that took nothing was refused for as long as Redis was down.
+    let mut redis = RedisServer::start();
+    let shared = SharedAccounts::new(RedisAccounts::connect(&redis.url()).unwrap(), 2).with_retry_interval(Duration::from_millis(50));
+    redis.kill();
+    let bucket = Bucket { capacity: 4, refill_interval_ms: 100 }; // the share: 2 tokens, one per 200 ms
+    let first = shared.reserve("drained", 1, bucket, 0, now_ms());
+    assert!(matches!(first, Reservation::Refused(_)), "the share starts empty after a fallback: {first:?}");
+    assert_eq!(shared.fallbacks(), 1);
+    let mut granted = 0;
+    for _ in 0..12 {
+        std::thread::sleep(Duration::from_millis(100)); // past the retry interval each time
+        if let Reservation::Granted(_) = shared.reserve("drained", 1, bucket, 0, now_ms()) {
+            granted += 1;
+        }
+    }
+    // 1.2 s of a share refilling one token per 200 ms: about 6, not 0.
+    assert!(granted >= 4, "the local share refills while Redis is away: {granted} granted");
+    assert_eq!(shared.fallbacks(), 1, "the fallback is logged once");
+}

@@ -184,7 +184,8 @@ class RedisAccounts:
         except (_redis().RedisError, OSError, TypeError, ValueError) as e:
             raise AccountsError("unreachable", self.url, str(e) or type(e).__name__) from None
         if repaired == 1:
-            self._repairs += 1
+            with self._seen_lock:
+                self._repairs += 1
             logger.error(
                 "account budget: the account's key held something other than a number "
                 "(another program's key, an operator's mistake); replaced with an empty bucket, so the allowance holds",

@@ -81,18 +81,19 @@ impl SharedAccounts {
 impl SharedAccounts {
     /// Takes from the shared bucket, whatever the wait, the tokens this worker
     /// took on its local share while Redis was away. `Err` when Redis failed;
-    /// what was not charged stays owed for the next try.
+    /// what was not charged stays owed for the next try. A charged account keeps
+    /// its entry, at 0, until the return to Redis is whole: without it, the next
+    /// local reservation would count as the first since the fallback and empty
+    /// the share again at every retry.
     fn charge_local_takes(&self) -> Result<u64, String> {
         let mut taken = self.taken_locally.lock().unwrap_or_else(|p| p.into_inner());
         let mut charged = 0;
-        let accounts: Vec<String> = taken.keys().cloned().collect();
-        for account_id in accounts {
-            let (tokens, bucket) = taken[&account_id];
-            let owed = u32::try_from(tokens).unwrap_or(u32::MAX);
+        for (account_id, entry) in taken.iter_mut() {
+            let owed = u32::try_from(entry.0).unwrap_or(u32::MAX);
             if owed > 0 {
-                self.redis.try_reserve(&account_id, owed, bucket, u64::MAX)?;
+                self.redis.try_reserve(account_id, owed, entry.1, u64::MAX)?;
             }
-            taken.remove(&account_id);
+            entry.0 = 0;
             charged += u64::from(owed);
         }
         Ok(charged)
@@ -112,6 +113,9 @@ impl AccountBudgetBackend for SharedAccounts {
             match charged.and_then(|charged| self.redis.try_reserve(account_id, tokens, bucket, max_wait_ms).map(|r| (charged, r))) {
                 Ok((charged, reservation)) => {
                     if recovering {
+                        // Back on Redis: everything taken locally is charged; a
+                        // later fallback starts its shares afresh.
+                        self.taken_locally.lock().unwrap_or_else(|p| p.into_inner()).clear();
                         *self.mode.lock().unwrap_or_else(|p| p.into_inner()) = Mode::Redis;
                         self.recoveries.fetch_add(1, Ordering::Relaxed);
                         tracing::warn!(target: "agent_retry", redis = self.redis.url(), charged,
