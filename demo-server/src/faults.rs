@@ -25,9 +25,15 @@ pub enum Fault {
         #[serde(default)]
         body: String,
     },
-    /// A JSON-RPC error object.
+    /// A JSON-RPC error object, with `data` if given (servers relay an
+    /// upstream's error there).
     #[serde(rename = "json-rpc-error")]
-    JsonRpcError { code: i32, message: String },
+    JsonRpcError {
+        code: i32,
+        message: String,
+        #[serde(default)]
+        data: Option<serde_json::Value>,
+    },
     /// A result with `isError: true`; `status` is the upstream status the result reports.
     ToolError {
         #[serde(default)]

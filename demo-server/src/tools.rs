@@ -215,7 +215,7 @@ impl DemoServer {
     async fn call_with_fault(&self, name: &str, arguments: &Map<String, Value>, fault: Option<Fault>) -> Result<CallToolResult, ErrorData> {
         match fault {
             None => self.run_tool(name, arguments),
-            Some(Fault::JsonRpcError { code, message }) => Err(ErrorData::new(ErrorCode(code), message, None)),
+            Some(Fault::JsonRpcError { code, message, data }) => Err(ErrorData::new(ErrorCode(code), message, data)),
             Some(Fault::ToolError { status, message }) => Ok(tool_error(status, &message)),
             Some(Fault::ToolText { text, structured }) => {
                 let mut result = CallToolResult::error(vec![ContentBlock::text(text)]);

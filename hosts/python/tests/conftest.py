@@ -1,8 +1,42 @@
-"""Prints the conformance vectors' own tally at the end of a run."""
+"""Prints the conformance vectors' own tally at the end of a run. The fixtures
+of the demo MCP server (demo_server.py): `demo` and `serve`."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from typing import Any
+
+import pytest
+from demo_server import DemoServer, Desk
+
+
+@pytest.fixture
+def demo() -> Iterator[Callable[..., DemoServer]]:
+    """Starts demo servers for a test (`demo(*flags, faults=..., ledger=...)`, as
+    `DemoServer` takes them) and stops them after it."""
+    started: list[DemoServer] = []
+
+    def start(*args: str, **options: Any) -> DemoServer:
+        server = DemoServer(*args, **options)
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.close()
+
+
+@pytest.fixture
+def serve(demo: Callable[..., DemoServer]) -> Callable[..., Desk]:
+    """`serve(*rules)`: the demo server failing on this fault script (rules as
+    demo-server/src/faults.rs reads them), its ledger in a file; a `Desk` that
+    records what the client sends it. Stopped after the test."""
+
+    def start(*rules: dict[str, Any]) -> Desk:
+        running = demo(faults=list(rules), ledger=True)
+        return Desk(running.url, running)
+
+    return start
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

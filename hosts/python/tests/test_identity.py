@@ -9,11 +9,11 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
-from fault_server import HttpFault, RunningServer
+from demo_server import Desk, http
 from mcp import ClientSession
 from test_host import _with_version
 from test_live import deployed, reads, with_custom_section
@@ -23,12 +23,6 @@ from agent_retry_policy import CONTRACT_VERSION, EmbeddedAccounts, Escalated, Li
 from agent_retry_policy.mcp_client import RetryingToolCaller
 
 IDENTITY = re.compile(r"agent-retry:policy@(\d+\.\d+\.\d+) wasm ([0-9a-f]{12})")
-
-
-@pytest.fixture
-def server() -> Any:
-    with RunningServer() as running:
-        yield running
 
 
 def expected_identity(wasm: bytes, version: str = CONTRACT_VERSION) -> str:
@@ -58,25 +52,27 @@ def test_the_identity_follows_the_bytes_and_the_version_the_component_speaks() -
     assert compatible.instantiate().policy_identity.startswith("agent-retry:policy@0.4.9 wasm ")
 
 
-def test_the_wrapper_logs_the_components_identity_by_default(server: RunningServer, caplog: pytest.LogCaptureFixture) -> None:
+def test_the_wrapper_logs_the_components_identity_by_default(serve: Callable[..., Desk], caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="agent_retry_policy.mcp")
-    server.state.script("lookup_order", HttpFault(503, body="upstream unavailable"))
+    desk = serve({"tool": "lookup_order", "call": 1, "fault": http(503, "upstream unavailable")})
 
     async def body(session: ClientSession) -> str:
         caller = new_caller(session)
         await caller.call_tool("lookup_order", {"order_id": "A1"})
         return caller.policy_identity
 
-    identity = run_with_session(server.url, body)
+    identity = run_with_session(desk, body)
     assert identity == expected_identity(locate_component().read_bytes())
     lines = attempt_lines(caplog)
     assert [line["action"] for line in lines] == ["retry", "succeed"]
     assert [line["policy"] for line in lines] == [identity, identity]
 
 
-def test_a_wrapper_given_a_policy_identity_logs_it_on_every_attempt_line(server: RunningServer, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_wrapper_given_a_policy_identity_logs_it_on_every_attempt_line(
+    serve: Callable[..., Desk], caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.INFO, logger="agent_retry_policy.mcp")
-    server.state.script("lookup_order", HttpFault(503, body="upstream unavailable"))
+    desk = serve({"tool": "lookup_order", "call": 1, "fault": http(503, "upstream unavailable")})
     given = "generation 7 (wasm 1a2b3c4d5e6f, config 0f0e0d0c0b0a)"
 
     async def body(session: ClientSession) -> None:
@@ -89,7 +85,7 @@ def test_a_wrapper_given_a_policy_identity_logs_it_on_every_attempt_line(server:
         await caller.call_tool("lookup_order", {"order_id": "A2"})  # refused: the run's steps are spent
 
     with pytest.raises(Escalated):
-        run_with_session(server.url, body)
+        run_with_session(desk, body)
     lines = attempt_lines(caplog)
     # A retry, a success and a refusal before sending: every kind of line.
     assert [(line["action"], line["outcome"]) for line in lines] == [
@@ -100,8 +96,11 @@ def test_a_wrapper_given_a_policy_identity_logs_it_on_every_attempt_line(server:
     assert all(line["policy"] == given for line in attempt_lines(caplog, pseudo=True)), lines
 
 
-def test_a_wrapper_logs_the_policy_identity_when_the_policy_itself_fails(server: RunningServer, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_wrapper_logs_the_policy_identity_when_the_policy_itself_fails(
+    serve: Callable[..., Desk], caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.INFO, logger="agent_retry_policy.mcp")
+    desk = serve()
 
     async def body(session: ClientSession) -> None:
         caller = new_caller(session, policy_identity="generation 2 (wasm aaaaaaaaaaaa, config bbbbbbbbbbbb)")
@@ -109,7 +108,7 @@ def test_a_wrapper_logs_the_policy_identity_when_the_policy_itself_fails(server:
         await caller.call_tool("lookup_order", {"order_id": "A1"})
 
     with pytest.raises(Escalated) as raised:
-        run_with_session(server.url, body)
+        run_with_session(desk, body)
     assert raised.value.policy_failure is not None
     (line,) = attempt_lines(caplog, pseudo=True)  # the first call of the policy: listing the tools
     assert (line["tool"], line["action"], line["escalation"]) == ("tools/list", "escalate", "unclassified-failure")
@@ -117,7 +116,7 @@ def test_a_wrapper_logs_the_policy_identity_when_the_policy_itself_fails(server:
 
 
 def test_a_wrapper_built_with_a_live_policys_identity_logs_it(
-    server: RunningServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    serve: Callable[..., Desk], tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     source = deployed(tmp_path)
     live = LivePolicy.open(source)
@@ -131,7 +130,7 @@ def test_a_wrapper_built_with_a_live_policys_identity_logs_it(
     # The Loaded's component knows the same bytes.
     assert loaded.component.identity == expected_identity(wasm)
     caplog.set_level(logging.INFO, logger="agent_retry_policy.mcp")
-    server.state.script("lookup_order", HttpFault(503, body="upstream unavailable"))
+    desk = serve({"tool": "lookup_order", "call": 1, "fault": http(503, "upstream unavailable")})
 
     async def body(session: ClientSession) -> None:
         instance = loaded.component.instantiate(accounts=EmbeddedAccounts(), entropy=SplitMix64(7))
@@ -139,7 +138,7 @@ def test_a_wrapper_built_with_a_live_policys_identity_logs_it(
         caller = RetryingToolCaller(session, run, entropy=SplitMix64(3), policy_identity=str(loaded.identity))
         assert not (await caller.call_tool("lookup_order", {"order_id": "A1"})).is_error
 
-    run_with_session(server.url, body)
+    run_with_session(desk, body)
     lines = attempt_lines(caplog)
     assert [line["action"] for line in lines] == ["retry", "succeed"]
     assert [line["policy"] for line in lines] == [served, served]

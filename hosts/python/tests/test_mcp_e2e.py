@@ -1,6 +1,8 @@
 """The MCP wrapper end to end: the policy component in wasmtime, the official
-MCP SDK client, and a real MCP server over streamable HTTP on 127.0.0.1 that
-injects scripted faults (tests/fault_server.py)."""
+MCP SDK client, and the demo MCP server (`target/release/agent-retry serve`,
+demo_server.py) over streamable HTTP on 127.0.0.1, failing on each test's fault
+script (demo-server/src/faults.rs). What the server applied is read from its
+ledger; what was sent, and when, from the client's HTTP layer (`Desk.posts`)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import pytest
-from fault_server import ErrorResult, HttpFault, RaiseMcpError, RaiseToolError, RunningServer, SlowResponse
+from demo_server import Desk, http, timeout_after_apply, tool_text
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult, TextContent
@@ -27,20 +29,14 @@ T = TypeVar("T")
 CONFIG = {"base-delay-ms": 20, "max-delay-ms": 200}
 
 
-@pytest.fixture
-def server() -> Any:
-    with RunningServer() as running:
-        yield running
-
-
-def run_with_session(url: str, body: Callable[[ClientSession], Awaitable[T]]) -> T:
+def run_with_session(desk: Desk, body: Callable[[ClientSession], Awaitable[T]]) -> T:
     async def main() -> T:
         # An exception raised inside the SDK's task groups would come out wrapped
         # in an ExceptionGroup; keep it and raise it after the session closed.
         failure: BaseException | None = None
-        http_client = create_capturing_http_client()
+        http_client = create_capturing_http_client(event_hooks={"request": [desk.record]})
         async with http_client:
-            async with streamable_http_client(url, http_client=http_client) as (read, write):
+            async with streamable_http_client(desk.url, http_client=http_client) as (read, write):
                 async with ClientSession(read, write) as session:
                     await session.initialize()
                     try:
@@ -64,6 +60,11 @@ def text_of(result: CallToolResult) -> str:
     return " ".join(block.text for block in result.content if isinstance(block, TextContent))
 
 
+def order_of(result: CallToolResult) -> str:
+    """The order a successful `lookup_order` answered about (its text is the order as JSON)."""
+    return json.loads(text_of(result))["order_id"]
+
+
 # The pseudo-calls connecting and listing the tools (`initialize`, `tools/list`):
 # calls of the run too (step null on their lines).
 PSEUDO_TOOLS = ("initialize", "tools/list")
@@ -76,19 +77,19 @@ def attempt_lines(caplog: pytest.LogCaptureFixture, *, pseudo: bool = False) -> 
 
 
 def test_a_503_then_success_is_retried_and_the_caller_sees_only_the_success(
-    server: RunningServer, caplog: pytest.LogCaptureFixture
+    serve: Callable[..., Desk], caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="agent_retry_policy.mcp")
-    server.state.script("lookup_order", HttpFault(503, body="upstream unavailable"))
+    desk = serve({"tool": "lookup_order", "call": 1, "fault": http(503, "upstream unavailable")})
 
     async def body(session: ClientSession) -> tuple[CallToolResult, Any]:
         caller = new_caller(session)
         return await caller.call_tool("lookup_order", {"order_id": "A1"}), caller.run.report()
 
-    result, report = run_with_session(server.url, body)
+    result, report = run_with_session(desk, body)
     assert not result.is_error
-    assert '"order_id": "A1"' in text_of(result)
-    assert len(server.state.posts_of("lookup_order")) == 2
+    assert order_of(result) == "A1"
+    assert len(desk.posts_of("lookup_order")) == 2
     # Two calls succeeded: the tools/list pseudo-call (the tool's annotations) and lookup_order.
     assert report["retries"] == 1 and report["succeeded-calls"] == 2
     assert report["statuses"] == [{"status": 503, "count": 1}]
@@ -100,160 +101,173 @@ def test_a_503_then_success_is_retried_and_the_caller_sees_only_the_success(
     ]
 
 
-def test_a_429_with_retry_after_waits_at_least_the_hint(server: RunningServer, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_429_with_retry_after_waits_at_least_the_hint(serve: Callable[..., Desk], caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="agent_retry_policy.mcp")
-    server.state.script("lookup_order", HttpFault(429, (("Retry-After", "1"),), "slow down"))
+    desk = serve({"tool": "lookup_order", "call": 1, "fault": http(429, "slow down", (("Retry-After", "1"),))})
 
     async def body(session: ClientSession) -> CallToolResult:
         return await new_caller(session).call_tool("lookup_order", {"order_id": "A1"})
 
-    result = run_with_session(server.url, body)
+    result = run_with_session(desk, body)
     assert not result.is_error
-    posts = server.state.posts_of("lookup_order")
+    posts = desk.posts_of("lookup_order")
     assert len(posts) == 2
-    assert posts[1][1] - posts[0][1] >= 1.0, "the retry came before Retry-After allowed it"
+    assert posts[1].at - posts[0].at >= 1.0, "the retry came before Retry-After allowed it"
     first = attempt_lines(caplog)[0]
     assert (first["class"], first["action"]) == ("throttled", "retry")
     assert first["delay_ms"] >= 1000
 
 
-def test_a_400_is_not_retried_and_the_model_sees_the_error(server: RunningServer) -> None:
-    server.state.script("issue_refund", HttpFault(400, body="amount must be an integer number of paise"))
+def test_a_400_is_not_retried_and_the_model_sees_the_error(serve: Callable[..., Desk]) -> None:
+    desk = serve({"tool": "issue_refund", "call": 1, "fault": http(400, "amount must be an integer number of paise")})
 
     async def body(session: ClientSession) -> CallToolResult:
-        return await new_caller(session).call_tool("issue_refund", {"order_id": "A1", "amount": 12})
+        return await new_caller(session).call_tool("issue_refund", {"order_id": "A1", "amount_paise": 12})
 
-    result = run_with_session(server.url, body)
+    result = run_with_session(desk, body)
     assert result.is_error
     assert "HTTP 400" in text_of(result) and "integer number of paise" in text_of(result)
-    assert len(server.state.posts_of("issue_refund")) == 1
-    assert server.state.refunds() == []
+    assert len(desk.posts_of("issue_refund")) == 1
+    assert desk.refunds() == []
 
 
-def test_an_is_error_result_is_not_retried_and_replans(server: RunningServer) -> None:
+def test_an_is_error_result_is_not_retried_and_replans(serve: Callable[..., Desk]) -> None:
+    # A read whose tool refuses the arguments with an `isError` result.
+    desk = serve({"tool": "check_refund_policy", "fault": tool_text("amount must be at most 5000 paise, got 9000")})
+
     async def body(session: ClientSession) -> tuple[CallToolResult, Any]:
         caller = new_caller(session)
-        return await caller.call_tool("validate_amount", {"amount": 9000}), caller.run.report()
+        return await caller.call_tool("check_refund_policy", {"order_id": "A1", "amount_paise": 9000}), caller.run.report()
 
-    result, report = run_with_session(server.url, body)
+    result, report = run_with_session(desk, body)
     assert result.is_error
     assert "at most 5000 paise" in text_of(result)
-    assert len(server.state.posts_of("validate_amount")) == 1
+    assert len(desk.posts_of("check_refund_policy")) == 1
     assert report["replans"] == 1 and report["retries"] == 0
 
 
-def test_an_empty_result_is_shown_to_the_model_as_an_error(server: RunningServer) -> None:
-    async def body(session: ClientSession) -> CallToolResult:
-        return await new_caller(session).call_tool("search_orders", {"query": "refunds for A9"})
+def test_an_empty_result_is_shown_to_the_model_as_an_error(serve: Callable[..., Desk]) -> None:
+    desk = serve({"tool": "lookup_order", "when": {"order_id": "A9"}, "fault": {"kind": "empty"}})
 
-    result = run_with_session(server.url, body)
+    async def body(session: ClientSession) -> CallToolResult:
+        return await new_caller(session).call_tool("lookup_order", {"order_id": "A9"})
+
+    result = run_with_session(desk, body)
     assert result.is_error
     assert "empty" in text_of(result)
-    assert len(server.state.posts_of("search_orders")) == 1
+    assert len(desk.posts_of("lookup_order")) == 1
 
 
-def test_a_403_escalates_at_once_with_the_body_in_the_note(server: RunningServer) -> None:
-    server.state.script("issue_refund", HttpFault(403, body="refunds above 5000 rupees need a person"))
+def test_a_403_escalates_at_once_with_the_body_in_the_note(serve: Callable[..., Desk], caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="agent_retry_policy.mcp")
+    desk = serve({"tool": "issue_refund", "call": 1, "fault": http(403, "refunds above 5000 rupees need a person")})
 
     async def body(session: ClientSession) -> None:
-        await new_caller(session).call_tool("issue_refund", {"order_id": "A1", "amount": 600000})
+        await new_caller(session).call_tool("issue_refund", {"order_id": "A1", "amount_paise": 600000})
 
     with pytest.raises(Escalated) as raised:
-        run_with_session(server.url, body)
+        run_with_session(desk, body)
     assert raised.value.reason == "permission-denied"
     assert "refunds above 5000 rupees need a person" in raised.value.note
     assert raised.value.tool == "issue_refund"
-    assert len(server.state.posts_of("issue_refund")) == 1
-    assert server.state.refunds() == []
+    # The scripted HTTP 403, not the tool's own refusal of the amount.
+    assert [line["outcome"] for line in attempt_lines(caplog)] == ["HTTP 403"]
+    assert len(desk.posts_of("issue_refund")) == 1
+    assert desk.refunds() == []
 
 
-def test_a_keyed_write_that_timed_out_is_resent_with_the_same_key_and_applied_once(server: RunningServer) -> None:
+def test_a_keyed_write_that_timed_out_is_resent_with_the_same_key_and_applied_once(serve: Callable[..., Desk]) -> None:
     # The server applies the refund but answers after the client gave up.
-    server.state.script("issue_refund", SlowResponse(1.0))
+    desk = serve({"tool": "issue_refund", "call": 1, "fault": timeout_after_apply(1000)})
 
     async def body(session: ClientSession) -> tuple[CallToolResult, str]:
         caller = new_caller(session, attempt_timeout_s=0.3)
-        result = await caller.call_tool("issue_refund", {"order_id": "A1", "amount": 500})
+        result = await caller.call_tool("issue_refund", {"order_id": "A1", "amount_paise": 500})
         return result, caller.run.instance.derive_idempotency_key("CASE-5016", "step-1")
 
-    result, expected_key = run_with_session(server.url, body)
+    result, expected_key = run_with_session(desk, body)
     assert not result.is_error
-    keys = [key for _, _, key in server.state.posts_of("issue_refund")]
+    keys = [post.arguments.get("idempotency_key") for post in desk.posts_of("issue_refund")]
     assert keys == [expected_key, expected_key]
-    assert [(r.order_id, r.amount) for r in server.state.refunds()] == [("A1", 500)]
+    assert desk.refunds() == [("A1", 500, expected_key)]
 
 
-def test_an_unkeyed_write_that_timed_out_is_checked_not_resent(server: RunningServer) -> None:
-    server.state.script("issue_refund_unkeyed", SlowResponse(1.0))
+NOTE = "refund of 700 paise approved"
+
+
+def test_an_unkeyed_write_that_timed_out_is_checked_not_resent(serve: Callable[..., Desk]) -> None:
+    # record_note takes no idempotency key.
+    desk = serve({"tool": "record_note", "call": 1, "fault": timeout_after_apply(1000)})
     checks: list[StatusCheckRequest] = []
 
-    async def refund_listed(request: StatusCheckRequest) -> Any:
+    async def note_listed(request: StatusCheckRequest) -> Any:
         checks.append(request)
         await asyncio.sleep(0.8)  # let the slow first attempt finish on the server
-        listed = await request.session.call_tool("list_refunds", {"order_id": request.arguments["order_id"]})
-        return "found" if request.arguments["amount"] in json.loads(text_of(listed)) else "absent"
+        listed = await request.session.call_tool("list_notes", {"order_id": request.arguments["order_id"]})
+        notes = json.loads(text_of(listed))["notes"]
+        return "found" if any(note["text"] == request.arguments["text"] for note in notes) else "absent"
 
     async def body(session: ClientSession) -> tuple[CallToolResult, Any]:
-        caller = new_caller(session, attempt_timeout_s=0.3, status_check=refund_listed)
-        result = await caller.call_tool("issue_refund_unkeyed", {"order_id": "A1", "amount": 700})
+        caller = new_caller(session, attempt_timeout_s=0.3, status_check=note_listed)
+        result = await caller.call_tool("record_note", {"order_id": "A1", "text": NOTE})
         return result, caller.run.report()
 
-    result, report = run_with_session(server.url, body)
+    result, report = run_with_session(desk, body)
     assert not result.is_error
     assert "already applied" in text_of(result)
     assert len(checks) == 1 and checks[0].idempotency_key is None
-    assert len(server.state.posts_of("issue_refund_unkeyed")) == 1
-    assert [(r.order_id, r.amount) for r in server.state.refunds()] == [("A1", 700)]
+    assert len(desk.posts_of("record_note")) == 1
+    assert desk.notes() == [("A1", NOTE)]
     assert report["status-checks"] == 1
 
 
-def test_an_unkeyed_write_with_no_status_check_escalates_instead_of_resending(server: RunningServer) -> None:
-    server.state.script("issue_refund_unkeyed", SlowResponse(1.0))
+def test_an_unkeyed_write_with_no_status_check_escalates_instead_of_resending(serve: Callable[..., Desk]) -> None:
+    desk = serve({"tool": "record_note", "call": 1, "fault": timeout_after_apply(1000)})
 
     async def body(session: ClientSession) -> None:
-        await new_caller(session, attempt_timeout_s=0.3).call_tool("issue_refund_unkeyed", {"order_id": "A1", "amount": 700})
+        await new_caller(session, attempt_timeout_s=0.3).call_tool("record_note", {"order_id": "A1", "text": NOTE})
 
     with pytest.raises(Escalated) as raised:
-        run_with_session(server.url, body)
+        run_with_session(desk, body)
     assert raised.value.reason == "status-unknown"
-    assert len(server.state.posts_of("issue_refund_unkeyed")) == 1
+    assert len(desk.posts_of("record_note")) == 1
 
 
-def test_a_server_that_goes_away_is_retried_then_escalated_and_the_session_survives(caplog: pytest.LogCaptureFixture) -> None:
+def test_a_server_that_goes_away_is_retried_then_escalated_and_the_session_survives(
+    serve: Callable[..., Desk], caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.INFO, logger="agent_retry_policy.mcp")
-    running = RunningServer().__enter__()
+    desk = serve()
+    assert desk.server is not None
 
     async def body(session: ClientSession) -> None:
         caller = new_caller(session)
         assert not (await caller.call_tool("lookup_order", {"order_id": "A1"})).is_error
-        running.__exit__(None, None, None)
+        desk.server.close()  # the process is gone: nothing listens on its port
         await caller.call_tool("lookup_order", {"order_id": "A2"})
 
-    try:
-        with pytest.raises(Escalated) as raised:
-            run_with_session(running.url, body)
-    finally:
-        running.__exit__(None, None, None)
+    with pytest.raises(Escalated) as raised:
+        run_with_session(desk, body)
     assert raised.value.reason == "call-attempts-spent"
     outcomes = [line["outcome"] for line in attempt_lines(caplog)][1:]
     assert outcomes == ["connection-refused"] * 4  # max-attempts-per-call defaults to 4
 
 
-def test_retries_wait_the_policy_delay(server: RunningServer, caplog: pytest.LogCaptureFixture) -> None:
+def test_retries_wait_the_policy_delay(serve: Callable[..., Desk], caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="agent_retry_policy.mcp")
-    server.state.script("lookup_order", HttpFault(502), HttpFault(504))
+    desk = serve({"tool": "lookup_order", "call": 1, "fault": http(502)}, {"tool": "lookup_order", "call": 2, "fault": http(504)})
 
     async def body(session: ClientSession) -> CallToolResult:
         return await new_caller(session).call_tool("lookup_order", {"order_id": "A1"})
 
     started = time.monotonic()
-    assert not run_with_session(server.url, body).is_error
+    assert not run_with_session(desk, body).is_error
     assert time.monotonic() - started < 5
-    posts = server.state.posts_of("lookup_order")
+    posts = desk.posts_of("lookup_order")
     delays = [line["delay_ms"] for line in attempt_lines(caplog) if line["action"] == "retry"]
     assert len(posts) == 3 and len(delays) == 2
-    for (_, before, _), (_, after, _), delay in zip(posts, posts[1:], delays, strict=False):
-        assert after - before >= delay / 1000 - 0.005
+    for before, after, delay in zip(posts, posts[1:], delays, strict=False):
+        assert after.at - before.at >= delay / 1000 - 0.005
 
 
 # Upstream failures relayed by the tool itself, the way real MCP servers relay
@@ -263,19 +277,19 @@ def test_retries_wait_the_policy_delay(server: RunningServer, caplog: pytest.Log
 
 
 def test_a_relayed_503_in_a_tool_error_is_retried_and_the_model_sees_the_success(
-    server: RunningServer, caplog: pytest.LogCaptureFixture
+    serve: Callable[..., Desk], caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="agent_retry_policy.mcp")
-    server.state.relay("fetch_report", RaiseToolError("upstream returned HTTP 503 Service Unavailable"))
+    desk = serve({"tool": "lookup_order", "call": 1, "fault": tool_text("upstream returned HTTP 503 Service Unavailable")})
 
     async def body(session: ClientSession) -> tuple[CallToolResult, Any]:
         caller = new_caller(session)
-        return await caller.call_tool("fetch_report", {"report_id": "R-7"}), caller.run.report()
+        return await caller.call_tool("lookup_order", {"order_id": "R-7"}), caller.run.report()
 
-    result, report = run_with_session(server.url, body)
+    result, report = run_with_session(desk, body)
     assert not result.is_error
-    assert text_of(result) == "report R-7: 12 refunds"
-    assert len(server.state.posts_of("fetch_report")) == 2
+    assert order_of(result) == "R-7"
+    assert len(desk.posts_of("lookup_order")) == 2
     assert report["retries"] == 1 and report["replans"] == 0 and report["succeeded-calls"] == 2  # with tools/list
     lines = attempt_lines(caplog)
     assert [(line["outcome"], line["class"], line["action"], line["rule"]) for line in lines] == [
@@ -284,9 +298,11 @@ def test_a_relayed_503_in_a_tool_error_is_retried_and_the_model_sees_the_success
     ]
 
 
-def test_a_relayed_rate_limit_waits_at_least_the_wait_named_in_its_text(server: RunningServer, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_relayed_rate_limit_waits_at_least_the_wait_named_in_its_text(
+    serve: Callable[..., Desk], caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.INFO, logger="agent_retry_policy.mcp")
-    server.state.relay("ask_model", RaiseToolError("Rate limit reached for gpt-4o. Please try again in 1s."))
+    desk = serve({"tool": "lookup_order", "call": 1, "fault": tool_text("Rate limit reached for gpt-4o. Please try again in 1s.")})
     slept: list[float] = []
 
     async def sleep(seconds: float) -> None:
@@ -294,125 +310,128 @@ def test_a_relayed_rate_limit_waits_at_least_the_wait_named_in_its_text(server: 
         await asyncio.sleep(seconds)
 
     async def body(session: ClientSession) -> CallToolResult:
-        return await new_caller(session, sleep=sleep).call_tool("ask_model", {"prompt": "refund policy?"})
+        return await new_caller(session, sleep=sleep).call_tool("lookup_order", {"order_id": "A1"})
 
-    result = run_with_session(server.url, body)
-    assert not result.is_error and "42" in text_of(result)
-    posts = server.state.posts_of("ask_model")
+    result = run_with_session(desk, body)
+    assert not result.is_error and order_of(result) == "A1"
+    posts = desk.posts_of("lookup_order")
     assert len(posts) == 2
     assert slept and slept[-1] >= 1.0, slept
-    assert posts[1][1] - posts[0][1] >= 1.0, "the retry came before the text's 'try again in 1s' allowed it"
+    assert posts[1].at - posts[0].at >= 1.0, "the retry came before the text's 'try again in 1s' allowed it"
     first = attempt_lines(caplog)[0]
     assert (first["class"], first["action"]) == ("throttled", "retry")
     assert first["delay_ms"] >= 1000
 
 
-def test_a_relayed_403_escalates_and_is_not_shown_to_the_model(server: RunningServer, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_relayed_403_escalates_and_is_not_shown_to_the_model(serve: Callable[..., Desk], caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="agent_retry_policy.mcp")
-    server.state.relay("fetch_report", RaiseToolError("403 Forbidden: Resource not accessible by integration"))
+    desk = serve({"tool": "lookup_order", "call": 1, "fault": tool_text("403 Forbidden: Resource not accessible by integration")})
 
     async def body(session: ClientSession) -> None:
-        await new_caller(session).call_tool("fetch_report", {"report_id": "R-7"})
+        await new_caller(session).call_tool("lookup_order", {"order_id": "R-7"})
 
     with pytest.raises(Escalated) as raised:
-        run_with_session(server.url, body)
+        run_with_session(desk, body)
     assert raised.value.reason == "permission-denied"
     assert "Resource not accessible by integration" in raised.value.note
-    assert len(server.state.posts_of("fetch_report")) == 1
+    assert len(desk.posts_of("lookup_order")) == 1
     (line,) = attempt_lines(caplog)
     assert (line["class"], line["action"], line["escalation"]) == ("permission", "escalate", "permission-denied")
 
 
 def test_an_overloaded_error_in_structured_content_is_throttled_and_retried(
-    server: RunningServer, caplog: pytest.LogCaptureFixture
+    serve: Callable[..., Desk], caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="agent_retry_policy.mcp")
     # The text alone says nothing the policy knows; the provider's error type is
     # only in structuredContent.
-    server.state.relay(
-        "ask_model", ErrorResult("the model provider failed", {"error": {"type": "overloaded_error", "message": "Overloaded"}})
-    )
+    overloaded = tool_text("the model provider failed", {"error": {"type": "overloaded_error", "message": "Overloaded"}})
+    desk = serve({"tool": "lookup_order", "call": 1, "fault": overloaded})
 
     async def body(session: ClientSession) -> tuple[CallToolResult, Any]:
         caller = new_caller(session)
-        return await caller.call_tool("ask_model", {"prompt": "refund policy?"}), caller.run.report()
+        return await caller.call_tool("lookup_order", {"order_id": "A1"}), caller.run.report()
 
-    result, report = run_with_session(server.url, body)
-    assert not result.is_error and "42" in text_of(result)
-    assert len(server.state.posts_of("ask_model")) == 2
+    result, report = run_with_session(desk, body)
+    assert not result.is_error and order_of(result) == "A1"
+    assert len(desk.posts_of("lookup_order")) == 2
     assert report["retries"] == 1 and report["replans"] == 0
     first = attempt_lines(caplog)[0]
     assert (first["class"], first["action"], first["rule"]) == ("throttled", "retry", "tool-error:provider-code")
 
 
-def test_a_number_that_only_looks_like_a_status_is_replanned_for_the_model(server: RunningServer, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_number_that_only_looks_like_a_status_is_replanned_for_the_model(
+    serve: Callable[..., Desk], caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.INFO, logger="agent_retry_policy.mcp")
-    server.state.relay("reserve_stock", RaiseToolError("Cannot reserve 429 items: only 200 left in stock"))
+    # A keyed write whose tool refuses these arguments.
+    refused = tool_text("Cannot reserve 429 items: only 200 left in stock")
+    desk = serve({"tool": "issue_refund", "when": {"amount_paise": 429}, "fault": refused})
 
     async def body(session: ClientSession) -> tuple[CallToolResult, Any]:
         caller = new_caller(session)
-        return await caller.call_tool("reserve_stock", {"sku": "SKU-1", "quantity": 429}), caller.run.report()
+        return await caller.call_tool("issue_refund", {"order_id": "A1", "amount_paise": 429}), caller.run.report()
 
-    result, report = run_with_session(server.url, body)
+    result, report = run_with_session(desk, body)
     assert result.is_error
     assert "only 200 left in stock" in text_of(result)
-    assert len(server.state.posts_of("reserve_stock")) == 1
+    assert len(desk.posts_of("issue_refund")) == 1
     assert report["replans"] == 1 and report["retries"] == 0 and report["escalation"] is None
     (line,) = attempt_lines(caplog)
     assert (line["class"], line["action"]) == ("deterministic", "replan")
 
 
-def test_a_json_rpc_errors_data_reaches_the_policy(server: RunningServer) -> None:
+def test_a_json_rpc_errors_data_reaches_the_policy(serve: Callable[..., Desk]) -> None:
     # -32603 alone is transient (retried); the data says the upstream refused with a 403.
     data = {"error": {"status": 403, "message": "Resource not accessible by integration"}}
-    server.state.relay("fetch_report", RaiseMcpError(-32603, "upstream refused the request", data))
+    fault = {"kind": "json-rpc-error", "code": -32603, "message": "upstream refused the request", "data": data}
+    desk = serve({"tool": "lookup_order", "call": 1, "fault": fault})
 
     async def body(session: ClientSession) -> None:
-        await new_caller(session).call_tool("fetch_report", {"report_id": "R-7"})
+        await new_caller(session).call_tool("lookup_order", {"order_id": "A1"})
 
     with pytest.raises(Escalated) as raised:
-        run_with_session(server.url, body)
+        run_with_session(desk, body)
     assert raised.value.reason == "permission-denied"
-    assert len(server.state.posts_of("fetch_report")) == 1
+    assert len(desk.posts_of("lookup_order")) == 1
 
 
-def test_a_json_rpc_error_without_data_is_retried(server: RunningServer) -> None:
-    server.state.relay("fetch_report", RaiseMcpError(-32603, "upstream hiccup"))
+def test_a_json_rpc_error_without_data_is_retried(serve: Callable[..., Desk]) -> None:
+    desk = serve({"tool": "lookup_order", "call": 1, "fault": {"kind": "json-rpc-error", "code": -32603, "message": "upstream hiccup"}})
 
     async def body(session: ClientSession) -> tuple[CallToolResult, Any]:
         caller = new_caller(session)
-        return await caller.call_tool("fetch_report", {"report_id": "R-7"}), caller.run.report()
+        return await caller.call_tool("lookup_order", {"order_id": "R-7"}), caller.run.report()
 
-    result, report = run_with_session(server.url, body)
+    result, report = run_with_session(desk, body)
     assert not result.is_error
-    assert len(server.state.posts_of("fetch_report")) == 2
+    assert len(desk.posts_of("lookup_order")) == 2
     assert report["retries"] == 1
 
 
-def test_a_tool_error_rule_in_the_config_classifies_a_servers_own_wording(server: RunningServer) -> None:
+def test_a_tool_error_rule_in_the_config_classifies_a_servers_own_wording(serve: Callable[..., Desk]) -> None:
     # "E_BUSY" means nothing to the policy by itself (replanned); the tool's rule says transient.
-    server.state.relay(
-        "fetch_report", RaiseToolError("E_BUSY: the report queue is full"), RaiseToolError("E_BUSY: the report queue is full")
-    )
+    desk = serve({"tool": "lookup_order", "first": 2, "fault": tool_text("E_BUSY: the report queue is full")})
 
     async def body(session: ClientSession) -> tuple[CallToolResult, Any]:
         instance = PolicyComponent.load().instantiate(accounts=EmbeddedAccounts(), entropy=SplitMix64(7))
         config = {
             **CONFIG,
-            "tools": {"fetch_report": {"effect": "read", "tool-error-rules": [{"contains": "E_BUSY", "class": "transient"}]}},
+            "tools": {"lookup_order": {"effect": "read", "tool-error-rules": [{"contains": "E_BUSY", "class": "transient"}]}},
         }
         run = instance.load_policy(config).start_run("CASE-5017")
         caller = RetryingToolCaller(session, run, entropy=SplitMix64(3))
-        return await caller.call_tool("fetch_report", {"report_id": "R-7"}), run.report()
+        return await caller.call_tool("lookup_order", {"order_id": "R-7"}), run.report()
 
-    result, report = run_with_session(server.url, body)
+    result, report = run_with_session(desk, body)
     assert not result.is_error
-    assert len(server.state.posts_of("fetch_report")) == 3
+    assert len(desk.posts_of("lookup_order")) == 3
     assert report["retries"] == 2
 
 
-def test_a_run_out_of_steps_is_logged_with_the_0_2_reason_name(server: RunningServer, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_run_out_of_steps_is_logged_with_the_0_2_reason_name(serve: Callable[..., Desk], caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="agent_retry_policy.mcp")
+    desk = serve()
 
     async def body(session: ClientSession) -> None:
         instance = PolicyComponent.load().instantiate(accounts=EmbeddedAccounts(), entropy=SplitMix64(7))
@@ -423,9 +442,9 @@ def test_a_run_out_of_steps_is_logged_with_the_0_2_reason_name(server: RunningSe
         await caller.call_tool("lookup_order", {"order_id": "A2"})
 
     with pytest.raises(Escalated) as raised:
-        run_with_session(server.url, body)
+        run_with_session(desk, body)
     assert raised.value.reason == "run-steps-spent"
-    assert len(server.state.posts_of("lookup_order")) == 1
+    assert len(desk.posts_of("lookup_order")) == 1
     last = attempt_lines(caplog)[-1]
     assert (last["outcome"], last["action"], last["escalation"]) == ("not sent", "escalate", "run-steps-spent")
 
@@ -453,10 +472,10 @@ ATTEMPT_LINE_FIELDS = [
 
 
 def test_the_attempt_line_has_the_shared_fields_in_order_with_step_key_and_hint(
-    server: RunningServer, caplog: pytest.LogCaptureFixture
+    serve: Callable[..., Desk], caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="agent_retry_policy.mcp")
-    server.state.script("issue_refund", HttpFault(503, (("Retry-After", "2"),), "upstream unavailable"))
+    desk = serve({"tool": "issue_refund", "call": 1, "fault": http(503, "upstream unavailable", (("Retry-After", "2"),))})
     waits: list[float] = []
 
     async def no_wait(seconds: float) -> None:
@@ -467,13 +486,13 @@ def test_the_attempt_line_has_the_shared_fields_in_order_with_step_key_and_hint(
         # Three steps: tools/list, then the two attempts of the first issue_refund.
         run = instance.load_policy({**CONFIG, "max-delay-ms": 5_000, "max-steps-per-run": 3}).start_run("CASE-5030")
         caller = RetryingToolCaller(session, run, entropy=SplitMix64(3), sleep=no_wait)
-        assert not (await caller.call_tool("issue_refund", {"order_id": "A1", "amount": 500})).is_error
-        await caller.call_tool("issue_refund", {"order_id": "A2", "amount": 700})  # two attempts spent the steps: not sent
+        assert not (await caller.call_tool("issue_refund", {"order_id": "A1", "amount_paise": 500})).is_error
+        await caller.call_tool("issue_refund", {"order_id": "A2", "amount_paise": 700})  # two attempts spent the steps: not sent
 
     with pytest.raises(Escalated) as raised:
-        run_with_session(server.url, body)
+        run_with_session(desk, body)
     assert raised.value.reason == "run-steps-spent"
-    sent_keys = [key for _tool, _at, key in server.state.posts_of("issue_refund")]
+    sent_keys = [post.arguments.get("idempotency_key") for post in desk.posts_of("issue_refund")]
     assert len(sent_keys) == 2 and sent_keys[0] == sent_keys[1] and sent_keys[0]
     lines = [json.loads(r.getMessage(), object_pairs_hook=list) for r in caplog.records if r.name == "agent_retry_policy.mcp"]
     assert [[name for name, _ in line] for line in lines] == [ATTEMPT_LINE_FIELDS] * 4

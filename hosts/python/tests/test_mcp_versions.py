@@ -18,21 +18,22 @@ fail, they do not skip.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
-import re
 import shutil
 import socket
 import subprocess
-import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+import demo_server
 import httpx2
 import pytest
+from demo_server import DemoServer
 from mcp import ClientSession
 from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult, TextContent
@@ -55,7 +56,6 @@ from agent_retry_policy.mcp_client import INITIALIZE, CapturingTransport
 T = TypeVar("T")
 
 REPO = Path(__file__).resolve().parents[3]
-AGENT_RETRY = REPO / "target" / "release" / "agent-retry"
 EVERYTHING = REPO / "tests" / "fault-proxy" / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
 
 MODERN = "2026-07-28"
@@ -63,71 +63,23 @@ LEGACY = "2025-11-25"
 CONFIG = {"base-delay-ms": 20, "max-delay-ms": 200}
 # Bounds every call: a connection retried without end fails the test (CallTimedOut).
 CALL_TIMEOUT_S = 60.0
-_READY = re.compile(r"demo MCP server at (\S+)")
 
 
 # --- servers ----------------------------------------------------------------
 
 
+# The flags these tests use, required of the demo server binary.
+DEMO_FLAGS = ("--era", "--tls-ca-out")
+
+
 def require_demo_server() -> str:
-    """The demo server binary, with the flags these tests use."""
-    if not AGENT_RETRY.exists():
-        pytest.fail(f"{AGENT_RETRY} is missing: build it (`make judge-setup`)")
-    usage = subprocess.run([str(AGENT_RETRY), "serve", "--help"], capture_output=True, text=True, timeout=30)
-    missing = [flag for flag in ("--era", "--tls-ca-out") if flag not in usage.stdout + usage.stderr]
-    if missing:
-        pytest.fail(f"{AGENT_RETRY} serve has no {', '.join(missing)}: rebuild it from a tree that has them")
-    return str(AGENT_RETRY)
-
-
-class DemoServer:
-    """`agent-retry serve --http 127.0.0.1:0 ...`: the URL from its ready line on stderr."""
-
-    def __init__(self, *args: str) -> None:
-        command = [require_demo_server(), "serve", "--http", "127.0.0.1:0", *args]
-        self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        self.stderr: list[str] = []
-        found: list[str] = []
-        ready = threading.Event()
-
-        def drain() -> None:  # keeps reading, so that the pipe never fills
-            assert self.process.stderr is not None
-            for line in self.process.stderr:
-                self.stderr.append(line)
-                matched = _READY.search(line)
-                if matched and not found:
-                    found.append(matched.group(1))
-                    ready.set()
-            ready.set()
-
-        threading.Thread(target=drain, daemon=True).start()
-        if not ready.wait(30) or not found:
-            self.close()
-            pytest.fail(f"the demo server did not start ({' '.join(command)}): {''.join(self.stderr)[-2000:]}")
-        self.url = found[0]
-
-    def close(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+    return demo_server.require_demo_server(*DEMO_FLAGS)
 
 
 @pytest.fixture
-def demo() -> Iterator[Callable[..., DemoServer]]:
-    started: list[DemoServer] = []
-
-    def start(*args: str) -> DemoServer:
-        server = DemoServer(*args)
-        started.append(server)
-        return server
-
-    yield start
-    for server in started:
-        server.close()
+def demo(demo: Callable[..., DemoServer]) -> Callable[..., DemoServer]:
+    """conftest.py's `demo`, with the flags these tests use required of the binary."""
+    return functools.partial(demo, require=DEMO_FLAGS)
 
 
 def everything_script() -> str:

@@ -7,12 +7,11 @@
 // `target/release/agent-retry serve` (`make judge-setup`); server-everything is
 // installed by `make fault-proxy-setup`. A test whose server is missing fails.
 import assert from 'node:assert/strict';
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
+import { join } from 'node:path';
 import { createInterface } from 'node:readline';
-import { fileURLToPath } from 'node:url';
 import { after, test } from 'node:test';
 
 import type { Client as ClientV2 } from '@modelcontextprotocol/client';
@@ -24,10 +23,8 @@ import { PolicyComponent } from '../src/component.js';
 import { SplitMix64 } from '../src/entropy.js';
 import { AgentRetryError, ConnectionConfigError, Escalated, SessionLost } from '../src/errors.js';
 import { McpConnection, RetryingToolCaller, type McpSdkName, type RetryingToolCallerOptions } from '../src/mcp.js';
+import { CLI, DemoServer, ROOT, requireDemo as requireDemoWith } from './demo-server.js';
 
-/** The repository's root: this file runs from hosts/typescript/dist/test. */
-const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../../../..');
-const CLI = join(ROOT, 'target/release/agent-retry');
 const PROXY = join(ROOT, 'tests/fault-proxy/proxy.mjs');
 const SHIM = join(ROOT, 'tests/fault-proxy/stdio.mjs');
 const EVERYTHING = join(ROOT, 'tests/fault-proxy/node_modules/@modelcontextprotocol/server-everything/dist/index.js');
@@ -37,23 +34,20 @@ const ATTEMPT_TIMEOUT_MS = 10_000;
 const MODERN = '2026-07-28';
 const LEGACY = '2025-11-25';
 
-/** Fails the test (never skips it) when the demo server cannot serve eras and https. */
-function requireDemo(): void {
-  assert.ok(existsSync(CLI), `missing ${CLI}: cargo build --release -p agent-retry-cli --bin agent-retry (make judge-setup)`);
-  const help = spawnSync(CLI, ['serve', '--help'], { encoding: 'utf8' });
-  const text = `${help.stdout}${help.stderr}`;
-  for (const flag of ['--era', '--tls-ca-out', '--sessions']) assert.match(text, new RegExp(flag), `agent-retry serve has no ${flag}: rebuild it`);
-}
+/** The flags these tests use, required of the demo server binary. */
+const DEMO_FLAGS = ['--era', '--tls-ca-out', '--sessions'];
+const requireDemo = () => requireDemoWith(...DEMO_FLAGS);
 
 function requireEverything(): void {
   assert.ok(existsSync(EVERYTHING), `missing ${EVERYTHING}: make fault-proxy-setup`);
 }
 
 const children: ChildProcess[] = [];
+const demos: DemoServer[] = [];
 const closers: Array<() => Promise<void>> = [];
 after(async () => {
   await Promise.all(closers.map((close) => close().catch(() => undefined)));
-  await Promise.all(children.map(stopChild));
+  await Promise.all([...children.map(stopChild), ...demos.map((demo) => demo.stop())]);
 });
 
 async function stopChild(child: ChildProcess): Promise<void> {
@@ -67,28 +61,11 @@ async function stopChild(child: ChildProcess): Promise<void> {
 
 const tempDir = () => mkdtempSync(join(tmpdir(), 'agent-retry-versions-'));
 
-/** `agent-retry serve --http 127.0.0.1:0 ARGS`: its URL, from the line it prints on stderr. */
-async function startDemo(args: string[]): Promise<{ url: string; child: ChildProcess }> {
-  requireDemo();
-  const child = spawn(CLI, ['serve', '--http', '127.0.0.1:0', ...args], { stdio: ['ignore', 'ignore', 'pipe'] });
-  children.push(child);
-  const said: string[] = [];
-  const url = await new Promise<string>((resolveUrl, reject) => {
-    const timer = setTimeout(() => reject(new Error(`the demo server printed no URL in 20 s: ${said.join('\n')}`)), 20_000);
-    createInterface({ input: child.stderr! }).on('line', (line) => {
-      said.push(line);
-      const found = /demo MCP server at (\S+)/.exec(line);
-      if (found) {
-        clearTimeout(timer);
-        resolveUrl(found[1]);
-      }
-    });
-    child.once('exit', (code) => {
-      clearTimeout(timer);
-      reject(new Error(`the demo server exited (${code}): ${said.join('\n')}`));
-    });
-  });
-  return { url, child };
+/** `agent-retry serve --http 127.0.0.1:0 ARGS` (demo-server.ts), stopped when the file is done. */
+async function startDemo(args: string[]): Promise<{ url: string }> {
+  const server = await DemoServer.start({ args, require: DEMO_FLAGS });
+  demos.push(server);
+  return { url: server.url };
 }
 
 /** `proxy.mjs` in front of a server command (tests/fault-proxy/README.md). */

@@ -1,6 +1,9 @@
 // The MCP wrapper end to end: the policy component (jco), the official MCP
-// TypeScript SDK client, and a real MCP server over streamable HTTP on
-// 127.0.0.1 that injects scripted faults (fault-server.ts).
+// TypeScript SDK client, and the demo MCP server (`target/release/agent-retry
+// serve`, demo-server.ts) over streamable HTTP on 127.0.0.1, failing on each
+// test's fault script (demo-server/src/faults.rs). What the server applied is
+// read from its ledger; what the client sent, and when, is recorded by the
+// fetch under the capturing one (`posts`).
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { copyFileSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
@@ -21,14 +24,20 @@ import { SplitMix64 } from '../src/entropy.js';
 import { Escalated, RunMisuse } from '../src/errors.js';
 import { Integrity, LivePolicy } from '../src/live.js';
 import { RetryingToolCaller, createCapturingFetch, type RetryingToolCallerOptions, type StatusCheckRequest } from '../src/mcp.js';
-import { RunningServer, STOCK } from './fault-server.js';
+import type { FetchLike } from '../src/mcp/capture.js';
+import { DemoServer, type Fault, type FaultRule } from './demo-server.js';
 
 // Small delays so the tests are quick; tools are resolved from the server's MCP
 // annotations (no `tools` entries), as a host that knows nothing else would.
 const CONFIG = { 'base-delay-ms': 20, 'max-delay-ms': 200 };
 
-let server: RunningServer;
+let server: DemoServer;
 let client: Client;
+/** Every tools/call the client sent, in order: the tool, when (performance.now()), its arguments. */
+let posts: Array<{ tool: string; at: number; arguments: Record<string, unknown> }>;
+/** What a test started, ended after it: its clients first, then its servers. */
+const clients: Client[] = [];
+const servers: Array<{ stop(): Promise<void> }> = [];
 let lines: Array<Record<string, unknown>>;
 /** Every line logged, the pseudo-calls' (`tools/list`, `initialize`: step null) too. */
 let allLines: Array<Record<string, unknown>>;
@@ -40,18 +49,51 @@ const collect = (line: string) => {
   if (parsed.step !== null) lines.push(parsed);
 };
 
-beforeEach(async () => {
-  server = await new RunningServer().start();
-  client = new Client({ name: 'agent-retry-test', version: '1.0.0' });
-  await client.connect(new StreamableHTTPClientTransport(new URL(server.url), { fetch: createCapturingFetch() }));
+beforeEach(() => {
+  posts = [];
   lines = [];
   allLines = [];
 });
 
 afterEach(async () => {
-  await client.close();
-  await server.stop();
+  for (const open of clients.splice(0)) await open.close();
+  for (const running of servers.splice(0)) await running.stop();
 });
+
+/** Records a tools/call the client sends (under the capturing fetch: what goes out, when), then sends it. */
+const recordingFetch: FetchLike = async (url, init) => {
+  if ((init?.method ?? 'GET').toUpperCase() === 'POST' && typeof init?.body === 'string') {
+    let message: { method?: string; params?: { name?: string; arguments?: Record<string, unknown> } } | undefined;
+    try {
+      message = JSON.parse(init.body) as typeof message;
+    } catch {
+      message = undefined;
+    }
+    if (message?.method === 'tools/call') posts.push({ tool: message.params?.name ?? '', at: performance.now(), arguments: message.params?.arguments ?? {} });
+  }
+  return fetch(url, init);
+};
+
+/** Connects `client` to the MCP server at `url`. */
+async function connect(url: string): Promise<void> {
+  client = new Client({ name: 'agent-retry-test', version: '1.0.0' });
+  await client.connect(new StreamableHTTPClientTransport(new URL(url), { fetch: createCapturingFetch(recordingFetch) }));
+  clients.push(client);
+}
+
+/** Starts the demo server failing on these rules (its ledger in a file) and connects `client` to it. */
+async function serve(...faults: FaultRule[]): Promise<void> {
+  server = await DemoServer.start({ faults, ledger: true });
+  servers.push(server);
+  await connect(server.url);
+}
+
+const postsOf = (tool: string) => posts.filter((p) => p.tool === tool);
+/** The refunds the server applied, as [order, paise]. */
+const refunds = () => server.ledger().refunds.map((r) => [r.order_id, r.amount_paise]);
+const http = (status: number, body = '', headers: Array<[string, string]> = []): Fault => ({ kind: 'http', status, headers, body });
+const toolText = (text: string, structured?: unknown): Fault => ({ kind: 'tool-text', text, ...(structured === undefined ? {} : { structured }) });
+const timeoutAfterApply = (ms: number): Fault => ({ kind: 'timeout-after-apply', 'delay-ms': ms });
 
 async function newCaller(options: RetryingToolCallerOptions = {}, runId = 'CASE-5016'): Promise<RetryingToolCaller> {
   const instance = await (await PolicyComponent.load()).instantiate({ accounts: new EmbeddedAccounts(), entropy: new SplitMix64(7n) });
@@ -62,12 +104,12 @@ async function newCaller(options: RetryingToolCallerOptions = {}, runId = 'CASE-
 const textOf = (result: CallToolResult) => result.content.flatMap((b) => (b.type === 'text' ? [b.text] : [])).join(' ');
 
 test('a 503 then success is retried and the caller sees only the success', async () => {
-  server.state.script('lookup_order', { kind: 'http', status: 503, body: 'upstream unavailable' });
+  await serve({ tool: 'lookup_order', call: 1, fault: http(503, 'upstream unavailable') });
   const caller = await newCaller();
   const result = await caller.callTool('lookup_order', { order_id: 'A1' });
   assert.ok(!result.isError);
   assert.match(textOf(result), /"order_id":"A1"/);
-  assert.equal(server.state.postsOf('lookup_order').length, 2);
+  assert.equal(postsOf('lookup_order').length, 2);
   const report = caller.run.report();
   assert.equal(report.retries, 1);
   assert.deepEqual(report.statuses, [{ status: 503, count: 1 }]);
@@ -78,98 +120,109 @@ test('a 503 then success is retried and the caller sees only the success', async
 });
 
 test('a 429 with Retry-After waits at least the hint', async () => {
-  server.state.script('lookup_order', { kind: 'http', status: 429, headers: { 'retry-after': '1' }, body: 'slow down' });
+  await serve({ tool: 'lookup_order', call: 1, fault: http(429, 'slow down', [['retry-after', '1']]) });
   const result = await (await newCaller()).callTool('lookup_order', { order_id: 'A1' });
   assert.ok(!result.isError);
-  const posts = server.state.postsOf('lookup_order');
-  assert.equal(posts.length, 2);
-  assert.ok(posts[1].at - posts[0].at >= 1000, `the retry came ${posts[1].at - posts[0].at} ms later, before Retry-After allowed it`);
+  const sent = postsOf('lookup_order');
+  assert.equal(sent.length, 2);
+  assert.ok(sent[1].at - sent[0].at >= 1000, `the retry came ${sent[1].at - sent[0].at} ms later, before Retry-After allowed it`);
   assert.equal(lines[0].class, 'throttled');
   assert.ok((lines[0].delay_ms as number) >= 1000);
 });
 
 test('a 400 is not retried and the model sees the error', async () => {
-  server.state.script('issue_refund', { kind: 'http', status: 400, body: 'amount must be an integer number of paise' });
-  const result = await (await newCaller()).callTool('issue_refund', { order_id: 'A1', amount: 12 });
+  await serve({ tool: 'issue_refund', call: 1, fault: http(400, 'amount must be an integer number of paise') });
+  const result = await (await newCaller()).callTool('issue_refund', { order_id: 'A1', amount_paise: 12 });
   assert.ok(result.isError);
   assert.match(textOf(result), /HTTP 400/);
   assert.match(textOf(result), /integer number of paise/);
-  assert.equal(server.state.postsOf('issue_refund').length, 1);
-  assert.deepEqual(server.state.ledger, []);
+  assert.equal(postsOf('issue_refund').length, 1);
+  assert.deepEqual(refunds(), []);
 });
 
 test('an isError result is not retried and replans', async () => {
+  // A read whose tool refuses the arguments with an `isError` result.
+  await serve({ tool: 'check_refund_policy', fault: toolText('amount must be at most 5000 paise, got 9000') });
   const caller = await newCaller();
-  const result = await caller.callTool('validate_amount', { amount: 9000 });
+  const result = await caller.callTool('check_refund_policy', { order_id: 'A1', amount_paise: 9000 });
   assert.ok(result.isError);
   assert.match(textOf(result), /at most 5000 paise/);
-  assert.equal(server.state.postsOf('validate_amount').length, 1);
+  assert.equal(postsOf('check_refund_policy').length, 1);
   assert.equal(caller.run.report().replans, 1);
 });
 
 test('an empty result is shown to the model as an error', async () => {
-  const result = await (await newCaller()).callTool('search_orders', { query: 'refunds for A9' });
+  await serve({ tool: 'lookup_order', when: { order_id: 'A9' }, fault: { kind: 'empty' } });
+  const result = await (await newCaller()).callTool('lookup_order', { order_id: 'A9' });
   assert.ok(result.isError);
   assert.match(textOf(result), /empty/);
-  assert.equal(server.state.postsOf('search_orders').length, 1);
+  assert.equal(postsOf('lookup_order').length, 1);
 });
 
 test('a 403 escalates at once with the body in the note', async () => {
-  server.state.script('issue_refund', { kind: 'http', status: 403, body: 'refunds above 5000 rupees need a person' });
+  await serve({ tool: 'issue_refund', call: 1, fault: http(403, 'refunds above 5000 rupees need a person') });
   const caller = await newCaller();
-  await assert.rejects(caller.callTool('issue_refund', { order_id: 'A1', amount: 600000 }), (e: unknown) => {
+  await assert.rejects(caller.callTool('issue_refund', { order_id: 'A1', amount_paise: 600000 }), (e: unknown) => {
     assert.ok(e instanceof Escalated);
     assert.equal(e.reason, 'permission-denied');
     assert.match(e.note, /refunds above 5000 rupees need a person/);
     assert.equal(e.tool, 'issue_refund');
     return true;
   });
-  assert.equal(server.state.postsOf('issue_refund').length, 1);
-  assert.deepEqual(server.state.ledger, []);
+  // The scripted HTTP 403, not the tool's own refusal of the amount.
+  assert.deepEqual(lines.filter((l) => l.event === 'agent_retry.attempt').map((l) => l.outcome), ['HTTP 403']);
+  assert.equal(postsOf('issue_refund').length, 1);
+  assert.deepEqual(refunds(), []);
 });
 
 test('a keyed write that timed out is resent with the same key and applied once', async () => {
-  server.state.script('issue_refund', { kind: 'slow', ms: 1000 });
+  // The server applies the refund but answers after the client gave up.
+  await serve({ tool: 'issue_refund', call: 1, fault: timeoutAfterApply(1000) });
   const caller = await newCaller({ attemptTimeoutMs: 300 });
-  const result = await caller.callTool('issue_refund', { order_id: 'A1', amount: 500 });
+  const result = await caller.callTool('issue_refund', { order_id: 'A1', amount_paise: 500 });
   assert.ok(!result.isError);
   const key = caller.run.instance.deriveIdempotencyKey('CASE-5016', 'step-1');
-  assert.deepEqual(server.state.postsOf('issue_refund').map((p) => p.key), [key, key]);
-  assert.deepEqual(server.state.ledger.map((r) => [r.orderId, r.amount]), [['A1', 500]]);
+  assert.deepEqual(postsOf('issue_refund').map((p) => p.arguments.idempotency_key), [key, key]);
+  assert.deepEqual(server.ledger().refunds.map((r) => [r.order_id, r.amount_paise, r.idempotency_key]), [['A1', 500, key]]);
 });
 
+const NOTE = 'refund of 700 paise approved';
+
 test('an unkeyed write that timed out is checked, not resent', async () => {
-  server.state.script('issue_refund_unkeyed', { kind: 'slow', ms: 1000 });
+  // record_note takes no idempotency key.
+  await serve({ tool: 'record_note', call: 1, fault: timeoutAfterApply(1000) });
   const checks: StatusCheckRequest[] = [];
-  const refundListed = async (request: StatusCheckRequest) => {
+  const noteListed = async (request: StatusCheckRequest) => {
     checks.push(request);
     await new Promise((resolve) => setTimeout(resolve, 800)); // let the slow first attempt finish on the server
-    const listed = (await request.client.callTool({ name: 'list_refunds', arguments: { order_id: request.arguments.order_id } })) as CallToolResult;
-    return (JSON.parse(textOf(listed)) as number[]).includes(request.arguments.amount as number) ? 'found' as const : 'absent' as const;
+    const listed = (await request.client.callTool({ name: 'list_notes', arguments: { order_id: request.arguments.order_id } })) as CallToolResult;
+    const { notes } = JSON.parse(textOf(listed)) as { notes: Array<{ text: string }> };
+    return notes.some((note) => note.text === request.arguments.text) ? 'found' as const : 'absent' as const;
   };
-  const caller = await newCaller({ attemptTimeoutMs: 300, statusCheck: refundListed });
-  const result = await caller.callTool('issue_refund_unkeyed', { order_id: 'A1', amount: 700 });
+  const caller = await newCaller({ attemptTimeoutMs: 300, statusCheck: noteListed });
+  const result = await caller.callTool('record_note', { order_id: 'A1', text: NOTE });
   assert.ok(!result.isError);
   assert.match(textOf(result), /already applied/);
   assert.equal(checks.length, 1);
   assert.equal(checks[0].idempotencyKey, undefined);
-  assert.equal(server.state.postsOf('issue_refund_unkeyed').length, 1);
-  assert.deepEqual(server.state.ledger.map((r) => [r.orderId, r.amount]), [['A1', 700]]);
+  assert.equal(postsOf('record_note').length, 1);
+  assert.deepEqual(server.ledger().notes.map((n) => [n.order_id, n.text]), [['A1', NOTE]]);
   assert.equal(caller.run.report().statusChecks, 1);
 });
 
 test('an unkeyed write with no status check escalates instead of resending', async () => {
-  server.state.script('issue_refund_unkeyed', { kind: 'slow', ms: 1000 });
+  await serve({ tool: 'record_note', call: 1, fault: timeoutAfterApply(1000) });
   const caller = await newCaller({ attemptTimeoutMs: 300 });
-  await assert.rejects(caller.callTool('issue_refund_unkeyed', { order_id: 'A1', amount: 700 }),
+  await assert.rejects(caller.callTool('record_note', { order_id: 'A1', text: NOTE }),
     (e: unknown) => e instanceof Escalated && e.reason === 'status-unknown');
-  assert.equal(server.state.postsOf('issue_refund_unkeyed').length, 1);
+  assert.equal(postsOf('record_note').length, 1);
 });
 
 test('a server that goes away is retried then escalated', async () => {
+  await serve();
   const caller = await newCaller();
   assert.ok(!(await caller.callTool('lookup_order', { order_id: 'A1' })).isError);
-  await server.stop();
+  await server.stop(); // the process is gone: nothing listens on its port
   await assert.rejects(caller.callTool('lookup_order', { order_id: 'A2' }),
     (e: unknown) => e instanceof Escalated && e.reason === 'call-attempts-spent');
   // 4 attempts per call by default. The first may reuse a kept-alive socket the
@@ -181,13 +234,13 @@ test('a server that goes away is retried then escalated', async () => {
 });
 
 test('retries wait the policy delay', async () => {
-  server.state.script('lookup_order', { kind: 'http', status: 502 }, { kind: 'http', status: 504 });
+  await serve({ tool: 'lookup_order', call: 1, fault: http(502) }, { tool: 'lookup_order', call: 2, fault: http(504) });
   assert.ok(!(await (await newCaller()).callTool('lookup_order', { order_id: 'A1' })).isError);
-  const posts = server.state.postsOf('lookup_order');
+  const sent = postsOf('lookup_order');
   const delays = lines.filter((l) => l.action === 'retry').map((l) => l.delay_ms as number);
-  assert.equal(posts.length, 3);
+  assert.equal(sent.length, 3);
   assert.equal(delays.length, 2);
-  for (let i = 0; i < 2; i++) assert.ok(posts[i + 1].at - posts[i].at >= delays[i] - 5);
+  for (let i = 0; i < 2; i++) assert.ok(sent[i + 1].at - sent[i].at >= delays[i] - 5);
 });
 
 // Upstream failures that a tool relays as an `isError` result: the MCP server
@@ -238,13 +291,13 @@ function pseudoCallIds(caller: RetryingToolCaller): Set<number> {
 }
 
 test('a relayed "HTTP 503" in a tool error is retried and the model sees only the success', async () => {
-  server.state.script('summarize_ticket', { kind: 'tool-error', text: 'upstream returned HTTP 503 Service Unavailable' });
+  await serve({ tool: 'lookup_order', call: 1, fault: toolText('upstream returned HTTP 503 Service Unavailable') });
   const caller = await newCaller();
   const outcomes = recordedOutcomes(caller);
-  const result = await caller.callTool('summarize_ticket', { ticket_id: 'T-7' });
+  const result = await caller.callTool('lookup_order', { order_id: 'T-7' });
   assert.ok(!result.isError);
-  assert.match(textOf(result), /T-7: the customer asks for a refund/);
-  assert.equal(server.state.postsOf('summarize_ticket').length, 2);
+  assert.match(textOf(result), /"order_id":"T-7"/);
+  assert.equal(postsOf('lookup_order').length, 2);
   assert.deepEqual(lines.map((l) => [l.attempt, l.outcome, l.class, l.action]), [
     [1, 'isError', 'transient', 'retry'],
     [2, 'success', 'success', 'succeed'],
@@ -258,78 +311,82 @@ test('a relayed "HTTP 503" in a tool error is retried and the model sees only th
 });
 
 test('a relayed rate limit with "try again in 1s" waits at least 1 s', async () => {
-  server.state.script('summarize_ticket', { kind: 'tool-error', text: 'Rate limit reached for gpt-4o. Please try again in 1s.' });
-  const result = await (await newCaller()).callTool('summarize_ticket', { ticket_id: 'T-7' });
+  await serve({ tool: 'lookup_order', call: 1, fault: toolText('Rate limit reached for gpt-4o. Please try again in 1s.') });
+  const result = await (await newCaller()).callTool('lookup_order', { order_id: 'T-7' });
   assert.ok(!result.isError);
-  const posts = server.state.postsOf('summarize_ticket');
-  assert.equal(posts.length, 2);
-  assert.ok(posts[1].at - posts[0].at >= 1000, `the retry came ${posts[1].at - posts[0].at} ms later, before the hint allowed it`);
+  const sent = postsOf('lookup_order');
+  assert.equal(sent.length, 2);
+  assert.ok(sent[1].at - sent[0].at >= 1000, `the retry came ${sent[1].at - sent[0].at} ms later, before the hint allowed it`);
   assert.equal(lines[0].class, 'throttled');
   assert.equal(lines[0].hint_ms, 1000);
   assert.ok((lines[0].delay_ms as number) >= 1000);
 });
 
 test('a relayed "403 Forbidden" escalates as permission-denied and is not shown to the model', async () => {
-  server.state.script('post_comment', { kind: 'tool-error', text: '403 Forbidden: Resource not accessible by integration' });
+  // A keyed write relaying its upstream's refusal.
+  await serve({ tool: 'issue_refund', call: 1, fault: toolText('403 Forbidden: Resource not accessible by integration') });
   const caller = await newCaller();
   let shown: CallToolResult | undefined;
-  await assert.rejects((async () => { shown = await caller.callTool('post_comment', { issue: 12, body: 'refund issued' }); })(), (e: unknown) => {
+  await assert.rejects((async () => { shown = await caller.callTool('issue_refund', { order_id: 'A1', amount_paise: 500 }); })(), (e: unknown) => {
     assert.ok(e instanceof Escalated, String(e));
     assert.equal(e.reason, 'permission-denied');
     assert.match(e.note, /Resource not accessible by integration/);
     return true;
   });
   assert.equal(shown, undefined);
-  assert.equal(server.state.postsOf('post_comment').length, 1);
-  assert.deepEqual(server.state.comments, []);
+  assert.equal(postsOf('issue_refund').length, 1);
+  assert.deepEqual(refunds(), []);
   assert.deepEqual([lines[0].class, lines[0].action, lines[0].escalation], ['permission', 'escalate', 'permission-denied']);
   assert.equal(caller.run.report().escalation, 'permission-denied');
 });
 
 test("a provider's overloaded_error in structuredContent is throttled and retried", async () => {
-  server.state.script('summarize_ticket', {
-    kind: 'tool-error', text: 'the model call failed', structured: { error: { type: 'overloaded_error', message: 'Overloaded' } },
-  });
+  // Keys in the order the demo server sends them (serde_json sorts them).
+  const overloaded = toolText('the model call failed', { error: { message: 'Overloaded', type: 'overloaded_error' } });
+  await serve({ tool: 'lookup_order', call: 1, fault: overloaded });
   const caller = await newCaller();
   const outcomes = recordedOutcomes(caller);
-  const result = await caller.callTool('summarize_ticket', { ticket_id: 'T-8' });
+  const result = await caller.callTool('lookup_order', { order_id: 'T-8' });
   assert.ok(!result.isError);
   assert.match(textOf(result), /T-8/);
-  assert.equal(server.state.postsOf('summarize_ticket').length, 2);
+  assert.equal(postsOf('lookup_order').length, 2);
   assert.deepEqual([lines[0].class, lines[0].action], ['throttled', 'retry']);
   const failure = outcomes[0].tag === 'failure' ? outcomes[0].val : undefined;
-  assert.equal(failure?.structuredContent, '{"error":{"type":"overloaded_error","message":"Overloaded"}}');
+  assert.equal(failure?.structuredContent, '{"error":{"message":"Overloaded","type":"overloaded_error"}}');
   assert.equal(failure?.body, 'the model call failed');
 });
 
 test('"Cannot reserve 429 items" is the tool refusing the arguments: replanned, not throttled', async () => {
+  // A keyed write whose tool refuses these arguments, every time they are sent.
+  await serve({ tool: 'issue_refund', when: { amount_paise: 429 }, fault: toolText('Cannot reserve 429 items: only 200 left in stock') });
   const caller = await newCaller();
-  const result = await caller.callTool('reserve_stock', { sku: 'SKU-1', quantity: 429 });
+  const result = await caller.callTool('issue_refund', { order_id: 'A1', amount_paise: 429 });
   assert.ok(result.isError);
-  assert.match(textOf(result), new RegExp(`Cannot reserve 429 items: only ${STOCK} left in stock`));
-  assert.equal(server.state.postsOf('reserve_stock').length, 1);
+  assert.match(textOf(result), /Cannot reserve 429 items: only 200 left in stock/);
+  assert.equal(postsOf('issue_refund').length, 1);
   assert.deepEqual(lines.map((l) => [l.class, l.action, l.delay_ms]), [['deterministic', 'replan', null]]);
   assert.equal(caller.run.report().replans, 1);
   // The model changes its arguments; the next call goes through.
-  assert.ok(!(await caller.callTool('reserve_stock', { sku: 'SKU-1', quantity: STOCK })).isError);
-  assert.deepEqual(server.state.reservations, [{ sku: 'SKU-1', quantity: STOCK }]);
+  assert.ok(!(await caller.callTool('issue_refund', { order_id: 'A1', amount_paise: 200 })).isError);
+  assert.deepEqual(refunds(), [['A1', 200]]);
 });
 
 test("a JSON-RPC error's data reaches the policy as structured content", async () => {
   // -32603 alone is transient; its data says the upstream refused with a 403.
-  server.state.script('post_comment', {
-    kind: 'json-rpc-error', code: -32603, message: 'Internal error', data: { error: { status: 403, message: 'Resource not accessible by integration' } },
-  });
+  const data = { error: { status: 403, message: 'Resource not accessible by integration' } };
+  await serve({ tool: 'issue_refund', call: 1, fault: { kind: 'json-rpc-error', code: -32603, message: 'Internal error', data } });
   const caller = await newCaller();
   const outcomes = recordedOutcomes(caller);
-  await assert.rejects(caller.callTool('post_comment', { issue: 12, body: 'refund issued' }),
+  await assert.rejects(caller.callTool('issue_refund', { order_id: 'A1', amount_paise: 100 }),
     (e: unknown) => e instanceof Escalated && e.reason === 'permission-denied');
-  assert.equal(server.state.postsOf('post_comment').length, 1);
+  assert.equal(postsOf('issue_refund').length, 1);
+  assert.deepEqual(refunds(), []);
   assert.deepEqual(outcomes[0], {
     tag: 'failure',
     val: {
       kind: { tag: 'protocol-error', val: -32603 }, headers: [], body: 'Internal error',
-      structuredContent: '{"error":{"status":403,"message":"Resource not accessible by integration"}}',
+      // serde_json writes the server's object with its keys sorted.
+      structuredContent: '{"error":{"message":"Resource not accessible by integration","status":403}}',
     },
   });
 });
@@ -355,7 +412,7 @@ test('a tool error\'s text blocks are joined with newlines for the policy', asyn
 });
 
 test('the log names escalation reasons as the contract does (run-steps-spent)', async () => {
-  server.state.script('lookup_order', { kind: 'http', status: 503, body: 'upstream unavailable' });
+  await serve({ tool: 'lookup_order', call: 1, fault: http(503, 'upstream unavailable') });
   const instance = await (await PolicyComponent.load()).instantiate({ accounts: new EmbeddedAccounts(), entropy: new SplitMix64(7n) });
   // Two steps: the `tools/list` pseudo-call, then the one attempt.
   const run = instance.loadPolicy({ ...CONFIG, 'max-steps-per-run': 2 }).startRun('CASE-5017');
@@ -366,7 +423,7 @@ test('the log names escalation reasons as the contract does (run-steps-spent)', 
   // The run has ended: a further call is a misuse, not sent.
   await assert.rejects(caller.callTool('lookup_order', { order_id: 'A2' }),
     (e: unknown) => e instanceof RunMisuse && e.error.tag === 'run-ended' && e.error.val === 'run-steps-spent');
-  assert.equal(server.state.postsOf('lookup_order').length, 1);
+  assert.equal(postsOf('lookup_order').length, 1);
 });
 
 /** The attempt each report (`record-outcome`, `record-success`, `record-failure`) gave, with what it reported. */
@@ -376,7 +433,13 @@ function recordedAttempts(caller: RetryingToolCaller): Array<[number, string]> {
 }
 
 test('each outcome reports its attempt: 1, then each retry plan\'s; a status check the attempt it checked', async () => {
-  server.state.script('lookup_order', { kind: 'http', status: 503, body: 'upstream unavailable' }, { kind: 'http', status: 503, body: 'again' });
+  await serve(
+    { tool: 'lookup_order', call: 1, fault: http(503, 'upstream unavailable') },
+    { tool: 'lookup_order', call: 2, fault: http(503, 'again') },
+    // An unkeyed write: a 503, then a timeout.
+    { tool: 'record_note', call: 1, fault: http(503, 'upstream unavailable') },
+    { tool: 'record_note', call: 2, fault: timeoutAfterApply(1000) },
+  );
   const reader = await newCaller();
   const readAttempts = recordedAttempts(reader);
   assert.ok(!(await reader.callTool('lookup_order', { order_id: 'A1' })).isError);
@@ -384,11 +447,10 @@ test('each outcome reports its attempt: 1, then each retry plan\'s; a status che
   assert.deepEqual(lines.map((l) => l.attempt), [1, 2, 3]);
 
   // An unkeyed write: a 503 and a timeout, each checked by a read (absent) before it is sent again.
-  server.state.script('issue_refund_unkeyed', { kind: 'http', status: 503, body: 'upstream unavailable' }, { kind: 'slow', ms: 1000 });
   const writer = await newCaller({ attemptTimeoutMs: 300, statusCheck: async () => 'absent' });
   const writeAttempts = recordedAttempts(writer);
   lines = [];
-  const result = await writer.callTool('issue_refund_unkeyed', { order_id: 'A2', amount: 300 });
+  const result = await writer.callTool('record_note', { order_id: 'A2', text: 'refund of 300 paise approved' });
   assert.ok(!result.isError, JSON.stringify(lines));
   assert.deepEqual(writeAttempts, [[1, 'failure'], [1, 'status-check absent'], [2, 'failure'], [2, 'status-check absent'], [3, 'success']]);
   assert.equal(writer.run.report().statusChecks, 2);
@@ -408,23 +470,28 @@ test("every attempt line names the policy: by default the component's identity (
   assert.equal(component.identity, expected);
   assert.equal(component.wasmSha256, sha256);
   assert.equal(component.contractVersion, CONTRACT_VERSION);
-  server.state.script('lookup_order', { kind: 'http', status: 503, body: 'upstream unavailable' });
-  server.state.script('issue_refund', { kind: 'http', status: 403, body: 'refunds above 5000 rupees need a person' });
+  await serve(
+    { tool: 'lookup_order', call: 1, fault: http(503, 'upstream unavailable') },
+    { tool: 'issue_refund', call: 1, fault: http(403, 'refunds above 5000 rupees need a person') },
+  );
   const caller = await newCaller();
   assert.equal(caller.run.instance.policyIdentity, expected);
   assert.equal(caller.policyIdentity, expected);
   assert.ok(!(await caller.callTool('lookup_order', { order_id: 'A1' })).isError);
-  await assert.rejects(caller.callTool('issue_refund', { order_id: 'A1', amount: 600000 }), Escalated);
+  await assert.rejects(caller.callTool('issue_refund', { order_id: 'A1', amount_paise: 600000 }), Escalated);
   assert.deepEqual(lines.map((l) => [l.action, l.policy]), [['retry', expected], ['succeed', expected], ['escalate', expected]]);
 });
 
 test('a wrapper given policyIdentity logs it on every attempt line, the admission escalation and a failed status check too', async () => {
   const identity = 'generation 7 (wasm 0123456789ab, config ba9876543210)';
-  server.state.script('lookup_order', { kind: 'http', status: 503, body: 'upstream unavailable' }, { kind: 'http', status: 503, body: 'again' });
-  server.state.script('issue_refund_unkeyed', { kind: 'slow', ms: 1000 });
+  await serve(
+    { tool: 'lookup_order', call: 1, fault: http(503, 'upstream unavailable') },
+    { tool: 'lookup_order', call: 2, fault: http(503, 'again') },
+    { tool: 'record_note', call: 1, fault: timeoutAfterApply(1000) },
+  );
   const caller = await newCaller({ policyIdentity: identity, attemptTimeoutMs: 300, statusCheck: async () => { throw new Error('the ledger is down'); } });
   assert.ok(!(await caller.callTool('lookup_order', { order_id: 'A1' })).isError);
-  await assert.rejects(caller.callTool('issue_refund_unkeyed', { order_id: 'A1', amount: 700 }),
+  await assert.rejects(caller.callTool('record_note', { order_id: 'A1', text: NOTE }),
     (e: unknown) => e instanceof Escalated && e.reason === 'status-unknown');
   assert.deepEqual(lines.map((l) => [l.event, l.action ?? null]), [
     ['agent_retry.attempt', 'retry'], ['agent_retry.attempt', 'retry'], ['agent_retry.attempt', 'succeed'],
@@ -444,6 +511,7 @@ test('a wrapper given policyIdentity logs it on every attempt line, the admissio
 });
 
 test('policyIdentity must be a non-empty string', async () => {
+  await serve();
   const run = (await (await PolicyComponent.load()).instantiate({ accounts: new EmbeddedAccounts() })).loadPolicy(CONFIG).startRun('CASE-5019');
   assert.throws(() => new RetryingToolCaller(client, run, { policyIdentity: '' }), TypeError);
   const notAString = { toString: () => 'generation 1' } as unknown as string;
@@ -451,6 +519,12 @@ test('policyIdentity must be a non-empty string', async () => {
 });
 
 test("a wrapper built with a LivePolicy's current identity logs it, and the next generation's after an update", async () => {
+  // lookup_order's calls: a 503 then a success (generation 1), then two 503s (generation 2, two attempts per call).
+  await serve(
+    { tool: 'lookup_order', call: 1, fault: http(503, 'upstream unavailable') },
+    { tool: 'lookup_order', call: 3, fault: http(503, 'a') },
+    { tool: 'lookup_order', call: 4, fault: http(503, 'b') },
+  );
   const { wasm, sha256 } = componentInForce();
   const dir = mkdtempSync(join(tmpdir(), 'agent-retry-mcp-live-'));
   copyFileSync(wasm, join(dir, 'policy.wasm'));
@@ -468,7 +542,6 @@ test("a wrapper built with a LivePolicy's current identity logs it, and the next
     const configDigest = (attempts: number) => createHash('sha256').update(config(attempts)).digest('hex').slice(0, 12);
     const first = `generation 1 (wasm ${sha256.slice(0, 12)}, config ${configDigest(4)})`;
     assert.equal(live.current().identity.toString(), first);
-    server.state.script('lookup_order', { kind: 'http', status: 503, body: 'upstream unavailable' });
     assert.ok(!(await (await callerFor('CASE-5020')).callTool('lookup_order', { order_id: 'A1' })).isError);
     assert.deepEqual(lines.map((l) => [l.action, l.policy]), [['retry', first], ['succeed', first]]);
 
@@ -477,7 +550,6 @@ test("a wrapper built with a LivePolicy's current identity logs it, and the next
     const second = `generation 2 (wasm ${sha256.slice(0, 12)}, config ${configDigest(2)})`;
     assert.equal(live.current().identity.toString(), second);
     lines = [];
-    server.state.script('lookup_order', { kind: 'http', status: 503, body: 'a' }, { kind: 'http', status: 503, body: 'b' });
     await assert.rejects((await callerFor('CASE-5021')).callTool('lookup_order', { order_id: 'A1' }),
       (e: unknown) => e instanceof Escalated && e.reason === 'call-attempts-spent');
     assert.deepEqual(lines.map((l) => [l.action, l.policy]), [['retry', second], ['escalate', second]]);
@@ -491,19 +563,19 @@ const ATTEMPT_FIELDS = ['event', 'ts', 'run', 'policy', 'step', 'call', 'tool', 
   'delay_ms', 'hint_ms', 'escalation', 'reason'];
 
 test('an attempt line and a not-sent line have the same fields, in order, with the step and the key sent', async () => {
-  server.state.script('issue_refund', { kind: 'http', status: 503, headers: { 'retry-after': '1' }, body: 'upstream unavailable' });
+  await serve({ tool: 'issue_refund', call: 1, fault: http(503, 'upstream unavailable', [['retry-after', '1']]) });
   const instance = await (await PolicyComponent.load()).instantiate({ accounts: new EmbeddedAccounts(), entropy: new SplitMix64(7n) });
   const run = instance.loadPolicy({ ...CONFIG, 'max-steps-per-run': 4 }).startRun('CASE-5022'); // tools/list is a step too
   const raw: string[] = [];
   const caller = new RetryingToolCaller(client, run, { entropy: new SplitMix64(3n), log: (line) => raw.push(line), sleep: async () => undefined });
   assert.ok(!(await caller.callTool('lookup_order', { order_id: 'A1' })).isError); // step 1: no key
-  assert.ok(!(await caller.callTool('issue_refund', { order_id: 'A1', amount: 500 })).isError); // step 2: a 503, then sent again
-  await assert.rejects(caller.callTool('issue_refund', { order_id: 'A2', amount: 700 }), // step 3: the run's steps are spent
+  assert.ok(!(await caller.callTool('issue_refund', { order_id: 'A1', amount_paise: 500 })).isError); // step 2: a 503, then sent again
+  await assert.rejects(caller.callTool('issue_refund', { order_id: 'A2', amount_paise: 700 }), // step 3: the run's steps are spent
     (e: unknown) => e instanceof Escalated && e.reason === 'run-steps-spent');
   const parsed = raw.map((line) => JSON.parse(line) as Record<string, unknown>);
   for (const line of parsed) assert.deepEqual(Object.keys(line), ATTEMPT_FIELDS, JSON.stringify(line));
 
-  const sent = server.state.postsOf('issue_refund').map((p) => p.key);
+  const sent = postsOf('issue_refund').map((p) => p.arguments.idempotency_key);
   const key = run.instance.deriveIdempotencyKey('CASE-5022', 'step-2');
   assert.deepEqual(sent, [key, key]);
   assert.deepEqual(parsed.map((l) => [l.step, l.call, l.tool, l.attempt, l.key, l.outcome, l.action]), [
@@ -539,8 +611,13 @@ test('the wrapper uses the flat path, and asks for a decision\'s words only when
     run.lastDecision = (callId) => { calls.lastDecision += 1; return last(callId); };
     return calls;
   };
+  await serve(
+    { tool: 'lookup_order', when: { order_id: 'A1' }, call: 1, fault: http(503, 'upstream unavailable') },
+    { tool: 'lookup_order', when: { order_id: 'A2' }, call: 1, fault: http(503, 'upstream unavailable') },
+    { tool: 'lookup_order', when: { order_id: 7 }, fault: http(400, 'order_id must be a string') },
+    { tool: 'lookup_order', when: { order_id: 'A3' }, fault: http(403, 'needs approval') },
+  );
   // With lines: every decision's line carries its reason (asked for with lastDecision), as before.
-  server.state.script('lookup_order', { kind: 'http', status: 503, body: 'upstream unavailable' });
   const logged = await newCaller();
   const loggedCalls = asked(logged);
   assert.ok(!(await logged.callTool('lookup_order', { order_id: 'A1' })).isError);
@@ -550,16 +627,13 @@ test('the wrapper uses the flat path, and asks for a decision\'s words only when
 
   // Without lines: a retry and a success need no words; a replan's message and an escalation do.
   lines = [];
-  server.state.script('lookup_order', { kind: 'http', status: 503, body: 'upstream unavailable' });
   const quiet = await newCaller({ log: null });
   const quietCalls = asked(quiet);
   assert.ok(!(await quiet.callTool('lookup_order', { order_id: 'A2' })).isError);
   assert.deepEqual(quietCalls, { flat: 3, rich: 0, lastDecision: 0, escalation: 0 });
-  server.state.script('lookup_order', { kind: 'http', status: 400, body: 'order_id must be a string' });
   const replanned = await quiet.callTool('lookup_order', { order_id: 7 });
   assert.ok(replanned.isError && textOf(replanned).length > 0);
   assert.equal(quietCalls.lastDecision, 1);
-  server.state.script('lookup_order', { kind: 'http', status: 403, body: 'needs approval' });
   await assert.rejects(quiet.callTool('lookup_order', { order_id: 'A3' }), (e: unknown) => e instanceof Escalated && e.reason === 'permission-denied' && /needs approval/.test(e.message + e.note));
   assert.equal(quietCalls.lastDecision, 2);
   assert.deepEqual(lines, [], 'log: null writes no line');

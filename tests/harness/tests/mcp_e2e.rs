@@ -202,7 +202,7 @@ async fn rate_limit_headers_reach_the_policy() {
 #[tokio::test]
 async fn json_rpc_errors_and_empty_results_go_to_the_model() {
     let faults = vec![
-        rule_when("lookup_order", json!({"order_id": "A"}), None, Fault::JsonRpcError { code: -32602, message: "order_id: bad format".into() }),
+        rule_when("lookup_order", json!({"order_id": "A"}), None, Fault::JsonRpcError { code: -32602, message: "order_id: bad format".into(), data: None }),
         rule_when("lookup_order", json!({"order_id": "B"}), None, Fault::Empty),
     ];
     let mut s = setup(faults, CONFIG, options()).await;
