@@ -16,6 +16,10 @@ pub enum Era {
     /// 2026-07-28 only: `initialize`, and any request naming an older revision
     /// in `MCP-Protocol-Version`, is refused.
     Modern,
+    /// 2025-11-25 with its handshake, answering `server/discover` with a result
+    /// that lists 2025-11-25 alone, as go-sdk's stateful servers do: a client
+    /// must fall back to `initialize`, not speak 2025-11-25 without it.
+    Handshake,
 }
 
 /// The one revision a modern-only server speaks.
@@ -27,16 +31,26 @@ impl Era {
         match text {
             "dual" => Ok(Era::Dual),
             "modern" => Ok(Era::Modern),
-            other => Err(format!("unknown era '{other}': expected 'dual' or 'modern'")),
+            "handshake" => Ok(Era::Handshake),
+            other => Err(format!("unknown era '{other}': expected 'dual', 'modern' or 'handshake'")),
         }
     }
 
-    /// The JSON-RPC error body to answer instead of running the request, if
-    /// this era refuses it. `method` and `id` are the request's; `header_version`
+    /// The JSON-RPC body to answer instead of running the request, if this era
+    /// answers it itself (a modern server's refusal, a handshake server's discovery). `method` and `id` are the request's; `header_version`
     /// is its `MCP-Protocol-Version` header.
-    pub fn refusal(self, method: &str, id: &Value, header_version: Option<&str>) -> Option<String> {
-        if self == Era::Dual {
-            return None;
+    /// `has_session`: the request carried `Mcp-Session-Id`.
+    pub fn refusal(self, method: &str, id: &Value, header_version: Option<&str>, has_session: bool) -> Option<String> {
+        match self {
+            Era::Dual => return None,
+            Era::Handshake if method == "server/discover" => return Some(handshake_discovery(id)),
+            // Its revision has no requests before `initialize`: refused as
+            // server-everything refuses them.
+            Era::Handshake if !has_session && method != "initialize" && !method.starts_with("notifications/") => {
+                return Some(json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32000, "message": "Bad Request: Server not initialized"}}).to_string());
+            }
+            Era::Handshake => return None,
+            Era::Modern => {}
         }
         let requested = match (method, header_version) {
             ("initialize", _) => "(initialize handshake)".to_string(),
@@ -56,6 +70,19 @@ impl Era {
     }
 }
 
+/// A discovery that lists only the handshake's revision (see [`Era::Handshake`]).
+fn handshake_discovery(id: &Value) -> String {
+    let result = json!({
+        "resultType": "complete",
+        "supportedVersions": ["2025-11-25"],
+        "capabilities": { "tools": {} },
+        "serverInfo": { "name": "agent-retry-demo", "version": "handshake-era" },
+        "ttlMs": 0,
+        "cacheScope": "private",
+    });
+    json!({ "jsonrpc": "2.0", "id": id, "result": result }).to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -63,14 +90,19 @@ mod tests {
     #[test]
     fn a_modern_server_refuses_initialize_and_older_headers_only() {
         let id = json!(1);
-        assert!(Era::Dual.refusal("initialize", &id, None).is_none());
-        let refused = Era::Modern.refusal("initialize", &id, None).expect("initialize is refused");
+        assert!(Era::Dual.refusal("initialize", &id, None, false).is_none());
+        let refused = Era::Modern.refusal("initialize", &id, None, false).expect("initialize is refused");
         let body: Value = serde_json::from_str(&refused).unwrap();
         assert_eq!(body["error"]["code"], -32022);
         assert_eq!(body["error"]["data"]["supported"], json!(["2026-07-28"]));
-        assert!(Era::Modern.refusal("tools/call", &id, Some("2025-11-25")).is_some());
-        assert!(Era::Modern.refusal("tools/call", &id, Some("2026-07-28")).is_none());
-        assert!(Era::Modern.refusal("server/discover", &id, None).is_none());
+        assert!(Era::Modern.refusal("tools/call", &id, Some("2025-11-25"), false).is_some());
+        assert!(Era::Modern.refusal("tools/call", &id, Some("2026-07-28"), false).is_none());
+        assert!(Era::Modern.refusal("server/discover", &id, None, false).is_none());
         assert!(Era::parse("legacy").is_err());
+        let listed: Value = serde_json::from_str(&Era::Handshake.refusal("server/discover", &id, None, false).unwrap()).unwrap();
+        assert_eq!(listed["result"]["supportedVersions"], json!(["2025-11-25"]));
+        assert!(Era::Handshake.refusal("initialize", &id, None, false).is_none());
+        assert!(Era::Handshake.refusal("tools/list", &id, None, false).is_some(), "no request before the handshake");
+        assert!(Era::Handshake.refusal("tools/list", &id, None, true).is_none());
     }
 }

@@ -122,6 +122,23 @@ impl FaultScript {
     }
 }
 
+impl FaultScript {
+    /// The fault for a request that is not a tool call, named by its method:
+    /// only rules that name the method exactly (not `*`) apply, and only
+    /// HTTP-level faults (`http`, `drop`) are acted out for it.
+    pub fn next_for_method(&mut self, method: &str) -> Option<Fault> {
+        let mut chosen = None;
+        for rule in self.rules.iter_mut().filter(|r| r.tool == method && r.when.is_empty()) {
+            rule.seen += 1;
+            let due = rule.call.is_none_or(|n| n == rule.seen) && rule.first.is_none_or(|n| rule.seen <= n);
+            if chosen.is_none() && due && matches!(rule.fault, Fault::Http { .. } | Fault::Drop) {
+                chosen = Some(rule.fault.clone());
+            }
+        }
+        chosen
+    }
+}
+
 /// A rule, for tests: `rule("issue_refund", Some(1), fault)`.
 pub fn rule(tool: &str, call: Option<u32>, fault: Fault) -> FaultRule {
     FaultRule { tool: tool.to_string(), when: Default::default(), call, first: None, fault, seen: 0 }

@@ -65,7 +65,7 @@ pub async fn serve_http_options(addr: SocketAddr, state: Arc<DemoState>, options
     let cancel = CancellationToken::new();
     let config = StreamableHttpServerConfig::default()
         .with_sse_keep_alive(None)
-        .with_legacy_session_mode(options.sessions)
+        .with_legacy_session_mode(options.sessions || options.era == Era::Handshake)
         .with_json_response(true)
         .with_cancellation_token(cancel.child_token());
     let handler_state = Arc::clone(&state);
@@ -111,8 +111,10 @@ async fn era_gate(State(era): State<Era>, request: Request, next: Next) -> Respo
     let message: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
     let method = message.get("method").and_then(Value::as_str).unwrap_or("");
     let header_version = parts.headers.get("mcp-protocol-version").and_then(|v| v.to_str().ok());
-    if let Some(body) = era.refusal(method, message.get("id").unwrap_or(&Value::Null), header_version) {
-        return respond(400, &[("content-type".into(), "application/json".into())], body);
+    let has_session = parts.headers.contains_key("mcp-session-id");
+    if let Some(body) = era.refusal(method, message.get("id").unwrap_or(&Value::Null), header_version, has_session) {
+        let status = if era == Era::Handshake && method == "server/discover" { 200 } else { 400 };
+        return respond(status, &[("content-type".into(), "application/json".into())], body);
     }
     next.run(Request::from_parts(parts, Body::from(bytes))).await
 }
@@ -127,6 +129,12 @@ fn tools_call(body: &[u8]) -> Option<(String, Map<String, Value>)> {
     let name = params.get("name")?.as_str()?.to_string();
     let arguments = params.get("arguments").and_then(Value::as_object).cloned().unwrap_or_default();
     Some((name, arguments))
+}
+
+/// The JSON-RPC method of a request body, if it is one.
+fn method_of(body: &[u8]) -> Option<String> {
+    let message: Value = serde_json::from_slice(body).ok()?;
+    Some(message.get("method")?.as_str()?.to_string())
 }
 
 fn respond(status: u16, headers: &[(String, String)], body: String) -> Response {
@@ -155,7 +163,14 @@ async fn fault_layer(State(state): State<Arc<DemoState>>, request: Request, next
         return respond(413, &[], "request body too large".into());
     };
     let Some((tool, arguments)) = tools_call(&bytes) else {
-        return next.run(Request::from_parts(parts, Body::from(bytes))).await;
+        // A rule may name another method (`server/discover`, `initialize`,
+        // `tools/list`): its HTTP-level faults apply to that request.
+        let fault = method_of(&bytes).and_then(|method| lock(&state.faults).next_for_method(&method));
+        return match fault {
+            Some(Fault::Http { status, headers, body }) => respond(status, &headers, body),
+            Some(Fault::Drop) => dropped_connection(),
+            _ => next.run(Request::from_parts(parts, Body::from(bytes))).await,
+        };
     };
     if let Err(wait) = state.admit() {
         state.record(&tool, &arguments, Some("http-429".into()));

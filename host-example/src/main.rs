@@ -211,8 +211,9 @@ enum Command {
         #[arg(long, requires = "http")]
         sessions: bool,
         /// Over HTTP, the MCP revisions served: `dual` (2026-07-28 and those with
-        /// an `initialize` handshake) or `modern` (2026-07-28 only: `initialize`
-        /// is answered HTTP 400, JSON-RPC -32022).
+        /// an `initialize` handshake), `modern` (2026-07-28 only: `initialize`
+        /// is answered HTTP 400, JSON-RPC -32022) or `handshake` (2025-11-25:
+        /// `server/discover` lists it alone, as go-sdk's stateful servers do).
         #[arg(long, requires = "http", default_value = "dual", value_parser = agent_retry_demo_server::Era::parse)]
         era: agent_retry_demo_server::Era,
         /// Serve https, with a certificate signed by a CA made at start; that CA's

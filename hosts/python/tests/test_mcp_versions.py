@@ -4,7 +4,8 @@ SDK's negotiating mode (`server/discover`, else `initialize`), against
 
 - the demo server modern-only (`--era modern`: `initialize` is refused with
   HTTP 400 and JSON-RPC -32022) and dual-era (stateless and `--sessions`; its
-  probe cut by the fault proxy), over http:// and, with a CA it makes at start
+  probe cut by the fault proxy, or answered 429, 403, 503 or 404 by an inline
+  front, `ProbeFront`), over http:// and, with a CA it makes at start
   (`--tls-ca-out`), https://;
 - `@modelcontextprotocol/server-everything`, a 2025-11-25 server, over stdio
   and streamable HTTP;
@@ -19,16 +20,20 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import http.client
 import json
 import logging
 import os
 import shutil
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import demo_server
 import httpx2
@@ -51,7 +56,7 @@ from agent_retry_policy import (
     SessionLost,
     SplitMix64,
 )
-from agent_retry_policy.mcp_client import INITIALIZE, CapturingTransport
+from agent_retry_policy.mcp_client import INITIALIZE, AttemptCapture, CapturingTransport, _current_attempt
 
 T = TypeVar("T")
 
@@ -301,6 +306,225 @@ def test_a_probe_cut_by_the_network_is_retried_not_taken_for_a_legacy_server(
     rpcs = [(entry["rpc"], entry["fault"]) for entry in proxy.log() if entry["rpc"] in ("server/discover", "initialize")]
     assert rpcs == [("server/discover", cut), ("server/discover", None)], rpcs
     assert outcomes(caplog) == [("initialize", seen, "retry"), *CONNECTED, ("lookup_order", "success", "succeed")]
+
+
+class ProbeFront:
+    """A minimal HTTP front to a server (the fault proxy answers no chosen status):
+    it answers the first `times` `server/discover` POSTs with `status` (its
+    `headers` and body) and forwards every other request, its answer streamed
+    back. `seen` lists each POST's JSON-RPC method and the status it got."""
+
+    def __init__(self, upstream: str, status: int, headers: tuple[tuple[str, str], ...] = (), *, times: int | None = 1) -> None:
+        target = urlsplit(upstream)
+        self.upstream = (target.hostname or "127.0.0.1", target.port or 80)
+        self.status, self.headers, self.times = status, headers, times
+        self.seen: list[tuple[str | None, int]] = []
+        self._lock = threading.Lock()
+        front = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *_args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                front.forward(self, b"")
+
+            def do_DELETE(self) -> None:
+                front.forward(self, b"")
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("content-length") or 0))
+                try:
+                    message = json.loads(body)
+                except ValueError:
+                    message = None
+                method = message.get("method") if isinstance(message, dict) else None
+                if method == "server/discover" and front.take():
+                    payload = json.dumps({"error": f"probe answered {front.status} by the front"}).encode()
+                    self.send_response(front.status)
+                    for name, value in (("content-type", "application/json"), *front.headers):
+                        self.send_header(name, value)
+                    self.send_header("content-length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                    front.note(method, front.status)
+                    return
+                status = front.forward(self, body)
+                if method is not None:
+                    front.note(method, status)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}{target.path}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def take(self) -> bool:
+        with self._lock:
+            if self.times is None:
+                return True
+            if self.times > 0:
+                self.times -= 1
+                return True
+            return False
+
+    def note(self, method: str, status: int) -> None:
+        with self._lock:
+            self.seen.append((method, status))
+
+    def forward(self, handler: BaseHTTPRequestHandler, body: bytes) -> int:
+        upstream = http.client.HTTPConnection(*self.upstream, timeout=30)
+        try:
+            skip = ("host", "connection", "content-length")
+            headers = {k: v for k, v in handler.headers.items() if k.lower() not in skip}
+            upstream.request(handler.command, handler.path, body=body or None, headers=headers)
+            answer = upstream.getresponse()
+            handler.send_response(answer.status)
+            for name, value in answer.getheaders():
+                if name.lower() not in ("connection", "content-length", "transfer-encoding"):
+                    handler.send_header(name, value)
+            handler.end_headers()  # HTTP/1.0: the body ends when the connection closes
+            while chunk := answer.read1(65536):
+                handler.wfile.write(chunk)
+                handler.wfile.flush()
+            return answer.status
+        except OSError:
+            return 0
+        finally:
+            upstream.close()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def probe_front(demo: Callable[..., DemoServer]) -> Iterator[Callable[..., ProbeFront]]:
+    """`probe_front(status, headers, times=1)`: a `ProbeFront` to a dual-era demo server."""
+    fronts: list[ProbeFront] = []
+
+    def start(status: int, headers: tuple[tuple[str, str], ...] = (), *, times: int | None = 1) -> ProbeFront:
+        front = ProbeFront(demo("--era", "dual").url, status, headers, times=times)
+        fronts.append(front)
+        return front
+
+    yield start
+    for front in fronts:
+        front.close()
+
+
+def test_a_probe_answered_429_is_retried_after_its_hint_and_the_server_is_reached_at_the_new_revision(
+    probe_front: Callable[..., ProbeFront], caplog: pytest.LogCaptureFixture
+) -> None:
+    """An HTTP 429 answering `server/discover` is no legacy server's refusal: it
+    is the connect attempt's failure, retried after the server's Retry-After,
+    and the dual-era server is then reached at 2026-07-28 (the SDK alone would
+    have fallen back to the 2025-11-25 handshake)."""
+    caplog.set_level(logging.INFO, logger="agent_retry_policy.mcp")
+    front = probe_front(429, (("Retry-After", "1"),))
+    started = time.monotonic()
+
+    result, version, handshake = run(lambda: look_up(McpConnection.http(front.url), "versions-probe-429"))
+    elapsed = time.monotonic() - started
+    assert not result.is_error and "A1" in text_of(result), text_of(result)
+    assert (version, handshake) == (MODERN, False)
+    assert [m for m, _ in front.seen if m in ("server/discover", "initialize")] == ["server/discover", "server/discover"], front.seen
+    assert front.seen[:2] == [("server/discover", 429), ("server/discover", 200)], front.seen
+    first = log_lines(caplog)[0]
+    assert (first["tool"], first["attempt"], first["outcome"], first["action"]) == (INITIALIZE, 1, "HTTP 429", "retry")
+    assert first["hint_ms"] == 1_000 and first["delay_ms"] >= 1_000, first
+    assert elapsed >= 1.0, elapsed
+    assert outcomes(caplog)[1:] == [*CONNECTED, ("lookup_order", "success", "succeed")]
+
+
+def test_a_probe_answered_403_escalates_permission_denied_without_a_downgrade(
+    probe_front: Callable[..., ProbeFront], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="agent_retry_policy.mcp")
+    front = probe_front(403)
+
+    with pytest.raises(Escalated) as raised:
+        run(lambda: look_up(McpConnection.http(front.url), "versions-probe-403"))
+    assert raised.value.tool == INITIALIZE
+    assert raised.value.reason == "permission-denied", raised.value.reason
+    assert [(line["tool"], line["attempt"], line["outcome"], line["action"]) for line in log_lines(caplog)] == [
+        (INITIALIZE, 1, "HTTP 403", "escalate")
+    ]
+    # No fallback to the handshake went out: no 2025-11-25 session was made.
+    assert front.seen == [("server/discover", 403)], front.seen
+
+
+def test_a_probe_answered_503_every_time_escalates_after_the_policys_attempts(
+    probe_front: Callable[..., ProbeFront], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="agent_retry_policy.mcp")
+    front = probe_front(503, times=None)
+
+    with pytest.raises(Escalated) as raised:
+        run(lambda: look_up(McpConnection.http(front.url), "versions-probe-503"))
+    assert raised.value.tool == INITIALIZE
+    assert raised.value.reason == "call-attempts-spent", raised.value.reason
+    attempts = 4  # the default max-attempts-per-call
+    assert [(line["tool"], line["attempt"], line["outcome"], line["action"]) for line in log_lines(caplog)] == [
+        *((INITIALIZE, n, "HTTP 503", "retry") for n in range(1, attempts)),
+        (INITIALIZE, attempts, "HTTP 503", "escalate"),
+    ]
+    assert front.seen == [("server/discover", 503)] * attempts, front.seen
+
+
+def test_a_probe_answered_404_is_a_legacy_servers_refusal_and_falls_back_to_the_handshake(
+    probe_front: Callable[..., ProbeFront], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The control of the three above: a 404 (like a 400 or 405) is what a legacy
+    server answers a method it does not know; the handshake follows, in the same
+    attempt, which succeeds."""
+    caplog.set_level(logging.INFO, logger="agent_retry_policy.mcp")
+    front = probe_front(404)
+
+    result, version, handshake = run(lambda: look_up(McpConnection.http(front.url), "versions-probe-404"))
+    assert not result.is_error and "A1" in text_of(result), text_of(result)
+    assert (version, handshake) == (LEGACY, True)
+    assert front.seen[:2] == [("server/discover", 404), ("initialize", 200)], front.seen
+    assert outcomes(caplog) == [*CONNECTED, ("lookup_order", "success", "succeed")]
+
+
+@pytest.mark.parametrize(
+    ("status", "fails"),
+    [(401, True), (403, True), (408, True), (429, True), (500, True), (503, True), (400, False), (404, False), (405, False), (413, False)],
+)
+def test_the_probe_rule_on_the_capturing_transport(status: int, fails: bool) -> None:
+    """The rule for each status answering `server/discover`, on the transport
+    alone: a failure ends the connect attempt (`cut`), is kept, and the SDK's
+    fallback `initialize` is not sent; a legacy server's refusal is forgotten
+    when `initialize` goes out."""
+    forwarded: list[str] = []
+
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        method = json.loads(request.content)["method"]
+        forwarded.append(method)
+        if method == "server/discover":
+            return httpx2.Response(status, headers={"Retry-After": "1"}, content=b"no")
+        return httpx2.Response(200, json={"jsonrpc": "2.0", "id": 2, "result": {}})
+
+    async def connect() -> AttemptCapture:
+        capture = AttemptCapture(latest_request_only=True)
+        token = _current_attempt.set(capture)
+        try:
+            transport = CapturingTransport(httpx2.MockTransport(answer))
+            for number, method in enumerate(("server/discover", "initialize"), 1):
+                message = json.dumps({"jsonrpc": "2.0", "id": number, "method": method, "params": {}}).encode()
+                response = await transport.handle_async_request(httpx2.Request("POST", "http://127.0.0.1/mcp", content=message))
+                await response.aread()
+        finally:
+            _current_attempt.reset(token)
+        return capture
+
+    capture = run(connect)
+    if fails:
+        assert capture.cut.is_set() and capture.status == status and ("Retry-After", "1") in capture.headers
+        assert forwarded == ["server/discover"]
+    else:
+        assert not capture.cut.is_set() and not capture.failed
+        assert forwarded == ["server/discover", "initialize"]
 
 
 # --- 3. a legacy (2025-11-25) server ------------------------------------------

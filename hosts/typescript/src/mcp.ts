@@ -36,8 +36,13 @@
 //
 // A 2026-07-28 server refusing the handshake (HTTP 400 with JSON-RPC -32022) is
 // `protocol-error(-32022)`, its text naming both sides' revisions: the policy
-// escalates it. A 4xx to v2's `server/discover` probe is how a 2025 server says
-// "use initialize": it is the attempt's failure only if the connect then fails.
+// escalates it. An answer to v2's `server/discover` probe with HTTP 401, 403,
+// 408, 429 or any 5xx is the connect attempt's failure, reported with its
+// status, headers and body (the capturing fetch fails the probe, so the SDK
+// does not fall back); any other 4xx, or a JSON-RPC error at 200, is how a 2025
+// server says "use initialize": it is the attempt's failure only if the
+// connect then fails. A network error or a cut answer to the probe is the
+// attempt's failure.
 //
 // What the SDK hides: a POST answered with a non-2xx status becomes a
 // `StreamableHTTPError` with the status and body text but no headers (so no
@@ -92,7 +97,7 @@
 // `mcp/connection.ts` (`McpConnection`) and `mcp/caller.ts` (`RetryingToolCaller`).
 export { CallCancelled, CallStopped, CallTimedOut, ConnectionConfigError, SessionLost, type StopCause, type Stopped } from './errors.js';
 export {
-  classifyNetworkError, createCapturingFetch, isUnknownSession, type AttemptCapture, type CapturingFetchHooks,
+  ProbeAnswerFailed, classifyNetworkError, createCapturingFetch, isProbeFailureStatus, isUnknownSession, type AttemptCapture, type CapturingFetchHooks,
 } from './mcp/capture.js';
 export {
   McpConnection, type McpClientInfo, type McpHttpOptions, type McpReconnectionOptions, type McpStdioOptions,

@@ -315,3 +315,199 @@ test('6. v1 against a modern-only server: initialize is refused (HTTP 400, -3202
   assert.deepEqual(steps(lines), [['initialize', 1, 'HTTP 400', 'replan']]);
   assert.equal(connection.connections, 0);
 });
+
+// 7. The answer to v2's server/discover probe (the rule of all three hosts):
+// HTTP 401, 403, 408, 429 or any 5xx is the connect attempt's failure, with its
+// status, headers and body; any other 4xx is a 2025 server's refusal (the
+// handshake follows). A front in the test answers the probe as told and
+// forwards everything else to the demo server.
+
+/** What the front answers for one request instead of forwarding it (status 0: nothing, ever). */
+interface FrontAnswer { status: number; headers?: Record<string, string>; body?: string }
+
+/** A front of `upstream`: `answer(rpc)` may answer a POST itself; `rewrite(rpc,
+ *  message)` may change each JSON-RPC message of a forwarded answer. */
+async function startFront(upstream: string, hooks: {
+  answer?: (rpc: string | null) => FrontAnswer | undefined;
+  rewrite?: (rpc: string | null, message: Record<string, unknown>) => void;
+}) {
+  const { createServer } = await import('node:http');
+  const seen: Array<{ rpc: string | null; status: number }> = [];
+  const server = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      void (async () => {
+        const body = Buffer.concat(chunks).toString('utf8');
+        let rpc: string | null = null;
+        try {
+          const message = JSON.parse(body) as { method?: string };
+          rpc = typeof message.method === 'string' ? message.method : null;
+        } catch { /* not JSON */ }
+        const own = req.method === 'POST' ? hooks.answer?.(rpc) : undefined;
+        if (own?.status === 0) return; // never answered (closed with the front)
+        if (own) {
+          seen.push({ rpc, status: own.status });
+          res.writeHead(own.status, { 'content-type': 'text/plain', ...own.headers });
+          res.end(own.body ?? '');
+          return;
+        }
+        const headers: Record<string, string> = {};
+        for (const [name, value] of Object.entries(req.headers)) {
+          if (typeof value === 'string' && !['host', 'content-length', 'connection'].includes(name)) headers[name] = value;
+        }
+        const answer = await fetch(upstream, { method: req.method, headers, body: req.method === 'POST' ? body : undefined });
+        seen.push({ rpc, status: answer.status });
+        const type = answer.headers.get('content-type') ?? '';
+        let text = await answer.text();
+        const edit = (json: string) => {
+          const value = JSON.parse(json) as Record<string, unknown> | Array<Record<string, unknown>>;
+          for (const m of Array.isArray(value) ? value : [value]) hooks.rewrite?.(rpc, m);
+          return JSON.stringify(value);
+        };
+        if (hooks.rewrite && text) {
+          if (type.includes('application/json')) text = edit(text);
+          else if (type.includes('text/event-stream')) text = text.replace(/^data: ?(.*)$/gm, (_all, data: string) => `data: ${edit(data)}`);
+        }
+        const out: Record<string, string> = {};
+        answer.headers.forEach((value, name) => {
+          if (!['content-length', 'content-encoding', 'transfer-encoding', 'connection'].includes(name)) out[name] = value;
+        });
+        res.writeHead(answer.status, out);
+        res.end(text);
+      })().catch((e: unknown) => {
+        res.writeHead(502);
+        res.end(String(e));
+      });
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  closers.push(() => new Promise<void>((r) => { server.closeAllConnections(); server.close(() => r()); }));
+  const { port } = server.address() as { port: number };
+  return { url: `http://127.0.0.1:${port}/mcp`, seen };
+}
+
+/** A front of a dual-era demo server whose probe answers are `answers` (one per probe, then forwarded). */
+async function probeFront(answers: Array<FrontAnswer | undefined> | (() => FrontAnswer)) {
+  const { url } = await startDemo(['--era', 'dual']);
+  let probes = 0;
+  return startFront(url, {
+    answer: (rpc) => {
+      if (rpc !== 'server/discover') return undefined;
+      probes += 1;
+      return typeof answers === 'function' ? answers() : answers[probes - 1];
+    },
+  });
+}
+
+const probes = (front: { seen: Array<{ rpc: string | null; status: number }> }) =>
+  front.seen.filter((e) => e.rpc === 'server/discover').map((e) => e.status);
+const handshakes = (front: { seen: Array<{ rpc: string | null; status: number }> }) => front.seen.filter((e) => e.rpc === 'initialize').length;
+
+test('7. v2, a dual-era server: the probe answered 429 with Retry-After: 1 once is the connect attempt\'s failure; the retry honours the hint and speaks 2026-07-28', async () => {
+  const front = await probeFront([{ status: 429, headers: { 'retry-after': '1' }, body: 'slow down' }]);
+  const connection = track(McpConnection.http(front.url, { sdk: 'v2' }));
+  const { caller, lines } = await newCaller(connection, { sleep: async () => undefined });
+  await lookup(caller);
+  assert.deepEqual(steps(lines), [
+    ['initialize', 1, 'HTTP 429', 'retry'], ['initialize', 2, 'success', 'succeed'],
+    ['tools/list', 1, 'success', 'succeed'], ['lookup_order', 1, 'success', 'succeed'],
+  ]);
+  const throttled = lines[0];
+  assert.deepEqual([throttled.class, throttled.hint_ms], ['throttled', 1000]);
+  assert.ok((throttled.delay_ms as number) >= 1000, JSON.stringify(throttled));
+  assert.equal(connection.protocolVersion, MODERN);
+  assert.equal(eraOf(connection), 'modern');
+  assert.deepEqual(probes(front), [429, 200]);
+  assert.equal(handshakes(front), 0); // never downgraded
+});
+
+test('7. v2: the probe answered 403 escalates permission-denied at the connect', async () => {
+  const front = await probeFront(() => ({ status: 403, body: 'forbidden' }));
+  const connection = track(McpConnection.http(front.url, { sdk: 'v2' }));
+  const { caller, lines } = await newCaller(connection, { sleep: async () => undefined });
+  const error = await caller.callTool('lookup_order', { order_id: 'A1' }).catch((e: unknown) => e);
+  assert.ok(error instanceof Escalated, `not an escalation: ${String(error)}`);
+  assert.equal(error.tool, 'initialize');
+  assert.equal(error.reason, 'permission-denied');
+  assert.deepEqual(steps(lines), [['initialize', 1, 'HTTP 403', 'escalate']]);
+  assert.equal(handshakes(front), 0);
+  assert.equal(connection.connections, 0);
+});
+
+test('7. v2: the probe answered 503 every time escalates after the policy\'s attempts, never falling back', async () => {
+  const front = await probeFront(() => ({ status: 503, body: 'unavailable' }));
+  const connection = track(McpConnection.http(front.url, { sdk: 'v2' }));
+  const { caller, lines } = await newCaller(connection, { sleep: async () => undefined });
+  const error = await caller.callTool('lookup_order', { order_id: 'A1' }).catch((e: unknown) => e);
+  assert.ok(error instanceof Escalated, `not an escalation: ${String(error)}`);
+  assert.equal(error.tool, 'initialize');
+  const seen = steps(lines);
+  assert.ok(seen.length > 1, JSON.stringify(seen));
+  assert.ok(seen.every(([tool, , outcome]) => tool === 'initialize' && outcome === 'HTTP 503'), JSON.stringify(seen));
+  assert.deepEqual(seen.slice(0, -1).map((s) => s[3]), seen.slice(0, -1).map(() => 'retry'));
+  assert.equal(seen[seen.length - 1][3], 'escalate');
+  assert.equal(probes(front).length, seen.length);
+  assert.equal(handshakes(front), 0);
+});
+
+test('7. v2: the probe answered 404 is a 2025 server\'s refusal: the handshake follows (2025-11-25), no failure', async () => {
+  const front = await probeFront(() => ({ status: 404, body: 'not found' }));
+  const connection = track(McpConnection.http(front.url, { sdk: 'v2' }));
+  const { caller, lines } = await newCaller(connection);
+  await lookup(caller);
+  assert.deepEqual(steps(lines), [...CLEAN, ['lookup_order', 1, 'success', 'succeed']]);
+  assert.equal(connection.protocolVersion, LEGACY);
+  assert.equal(eraOf(connection), 'legacy');
+  assert.deepEqual(probes(front), [404]);
+  assert.equal(handshakes(front), 1);
+});
+
+// 8. A server that does not advertise capabilities.tools: the wrapper still lists (and sends the key).
+
+/** Deletes `capabilities.tools` wherever it is in a JSON-RPC answer. */
+function stripToolsCapability(value: unknown): void {
+  if (typeof value !== 'object' || value === null) return;
+  for (const [key, inner] of Object.entries(value)) {
+    if (key === 'capabilities' && typeof inner === 'object' && inner !== null) delete (inner as Record<string, unknown>).tools;
+    stripToolsCapability(inner);
+  }
+}
+
+for (const negotiation of ['auto', 'legacy'] as const) {
+  test(`8. v2 (${negotiation === 'auto' ? 'server/discover' : 'initialize'}), a server whose answer omits capabilities.tools: tools/list is sent, issue_refund carries its idempotency key`, async () => {
+    const demo = await DemoServer.start({ args: ['--era', 'dual'], ledger: true, require: DEMO_FLAGS });
+    demos.push(demo);
+    const front = await startFront(demo.url, {
+      rewrite: (rpc, message) => {
+        if (rpc === 'server/discover' || rpc === 'initialize') stripToolsCapability(message.result);
+      },
+    });
+    const connection = track(McpConnection.http(front.url, { sdk: 'v2', clientOptions: { versionNegotiation: { mode: negotiation } } }));
+    const { caller, lines } = await newCaller(connection);
+    const result = await caller.callTool('issue_refund', { order_id: 'A1', amount_paise: 50_000 });
+    assert.ok(!result.isError, textOf(result));
+    assert.equal(connection.protocolVersion, negotiation === 'auto' ? MODERN : LEGACY);
+    assert.ok(front.seen.some((e) => e.rpc === 'tools/list'), 'tools/list was never sent');
+    const refund = lines.find((l) => l.tool === 'issue_refund') as Line;
+    assert.equal(typeof refund.key, 'string');
+    const refunds = demo.ledger().refunds;
+    assert.equal(refunds.length, 1);
+    assert.equal(refunds[0].idempotency_key, refund.key);
+  });
+}
+
+// 9. close() does not wait long for a connect that was given up.
+
+test('9. v2: a probe that is never answered, its call stopped by its limit: close() returns at once, not after the probe\'s timeout', async () => {
+  const front = await probeFront(() => ({ status: 0 }));
+  const connection = track(McpConnection.http(front.url, { sdk: 'v2' }));
+  const { caller } = await newCaller(connection, { callTimeoutMs: 300 });
+  const error = await caller.callTool('lookup_order', { order_id: 'A1' }).catch((e: unknown) => e);
+  assert.equal((error as Error).name, 'CallTimedOut', String(error));
+  const began = performance.now();
+  await connection.close();
+  const took = performance.now() - began;
+  assert.ok(took < 2000, `close() took ${Math.round(took)} ms`);
+  assert.equal(connection.client, undefined);
+});

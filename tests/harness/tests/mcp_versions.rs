@@ -137,3 +137,46 @@ async fn a_url_the_wrapper_cannot_serve_is_a_configuration_error_before_anything
     assert_eq!(pem.option, "root_certificates_pem");
     assert!(pem.reason.contains("no certificate") || pem.reason.contains("PEM"), "{pem}");
 }
+
+#[tokio::test]
+async fn a_discovery_that_lists_only_the_handshakes_revision_gets_the_handshake() {
+    // A 2025-11-25 server that answers the probe (go-sdk's stateful servers):
+    // the wrapper must not speak 2025-11-25 without `initialize`.
+    let server = demo(Era::Handshake, true, None).await;
+    looks_up(McpConnection::http(&server.url)).await;
+    server.stop().await;
+}
+
+async fn demo_with_faults(rules: Value) -> agent_retry_demo_server::HttpServer {
+    let faults = FaultScript::from_json(&rules.to_string()).unwrap();
+    let state = DemoState::new(faults, None);
+    serve_http_options("127.0.0.1:0".parse().unwrap(), state, HttpOptions { sessions: true, era: Era::Dual, tls: None }).await.unwrap()
+}
+
+#[tokio::test]
+async fn a_probe_answered_429_is_the_connects_failure_with_its_hint_not_a_legacy_server() {
+    let captured = Captured::default();
+    let _guard = tracing::subscriber::set_default(captured.subscriber());
+    let server = demo_with_faults(json!([{"tool": "server/discover", "call": 1,
+        "fault": {"kind": "http", "status": 429, "headers": [["retry-after", "1"]], "body": "slow down"}}]))
+    .await;
+    let started = std::time::Instant::now();
+    looks_up(McpConnection::http(&server.url)).await;
+    let first = &captured.attempts()[0];
+    assert_eq!((first["tool"].as_str(), first["outcome"].as_str(), first["action"].as_str()), (Some("initialize"), Some("429"), Some("retry")), "{first:?}");
+    assert!(started.elapsed() >= std::time::Duration::from_millis(1000), "the server's hint was waited");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_probe_answered_403_escalates_and_one_answered_404_is_a_legacy_server() {
+    let server = demo_with_faults(json!([{"tool": "server/discover", "fault": {"kind": "http", "status": 403, "body": "no"}}])).await;
+    let refused = connect(McpConnection::http(&server.url)).await.err().expect("a 403 to the probe stops the run");
+    let Some(CallError::Escalated(escalation)) = refused.downcast_ref::<CallError>() else { panic!("not an escalation: {refused:#}") };
+    assert_eq!(agent_retry_host::labels::reason(escalation.reason), "permission-denied");
+    server.stop().await;
+    // A 404 says the server does not know the method: the handshake follows.
+    let server = demo_with_faults(json!([{"tool": "server/discover", "fault": {"kind": "http", "status": 404, "body": "not found"}}])).await;
+    looks_up(McpConnection::http(&server.url)).await;
+    server.stop().await;
+}

@@ -19,13 +19,17 @@ use crate::component::types::{Outcome, TransportError};
 /// A connected MCP client.
 pub type McpClient = RunningService<RoleClient, ClientConfig>;
 
-/// The revisions the wrapper speaks, newest first: what it asks for in
-/// `server/discover`, and the handshake's revision when a server is older.
-pub const PREFERRED_VERSIONS: [ProtocolVersion; 2] = [ProtocolVersion::V_2026_07_28, ProtocolVersion::V_2025_11_25];
+/// What the wrapper asks for in `server/discover`: the revisions without the
+/// handshake (a server that lists only older ones gets `initialize`, see
+/// `http_client::handshake_era_discovery`).
+pub const PREFERRED_VERSIONS: [ProtocolVersion; 1] = [ProtocolVersion::V_2026_07_28];
+
+/// The revision the wrapper asks for in `initialize`, with a server of the handshake.
+pub const HANDSHAKE_VERSION: ProtocolVersion = ProtocolVersion::V_2025_11_25;
 
 /// How every connection of the wrapper starts: negotiated (see the module's doc).
 pub fn negotiating_lifecycle() -> ClientLifecycleMode {
-    ClientLifecycleMode::Auto { preferred_versions: PREFERRED_VERSIONS.to_vec(), legacy_version: Some(ProtocolVersion::V_2025_11_25) }
+    ClientLifecycleMode::Auto { preferred_versions: PREFERRED_VERSIONS.to_vec(), legacy_version: Some(HANDSHAKE_VERSION) }
 }
 
 /// A connection that cannot work as configured: no retry would help, so it is

@@ -17,7 +17,7 @@ use futures::StreamExt;
 use futures::stream::BoxStream;
 use http::{HeaderName, HeaderValue};
 use rmcp::ErrorData;
-use rmcp::model::{ClientJsonRpcMessage, ClientRequest, ServerJsonRpcMessage};
+use rmcp::model::{ClientJsonRpcMessage, ClientRequest, ProtocolVersion, ServerJsonRpcMessage, ServerResult};
 use rmcp::transport::streamable_http_client::{StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse};
 use sse_stream::{Error as SseError, Sse, SseStream};
 
@@ -146,7 +146,10 @@ fn says_session_invalid(body: &str) -> bool {
 /// as one, with the probe's id; as rmcp's own HTTP client does
 /// (`legacy_discover_response`, rmcp 3.11). A 401 or 403 keeps its status.
 fn legacy_discover_answer(message: &ClientJsonRpcMessage, session_attached: bool, status: u16, body: &str) -> Option<StreamableHttpPostResponse> {
-    if session_attached || !(400..500).contains(&status) || status == 401 || status == 403 {
+    // 401 and 403 keep their status (rmcp's rule); 408 and 429 too: a server
+    // that asks to wait or is throttled said nothing of its revision, and the
+    // policy must see its hint (the same rule in the Python and Node wrappers).
+    if session_attached || !(400..500).contains(&status) || matches!(status, 401 | 403 | 408 | 429) {
         return None;
     }
     let ClientJsonRpcMessage::Request(request) = message else {
@@ -160,6 +163,33 @@ fn legacy_discover_answer(message: &ClientJsonRpcMessage, session_attached: bool
         _ => ErrorData::invalid_request(format!("server/discover refused with HTTP {status}: {body}"), None),
     };
     Some(StreamableHttpPostResponse::Json(ServerJsonRpcMessage::error(error, Some(request.id.clone())), None))
+}
+
+/// A `server/discover` that lists no revision without the handshake (a
+/// server of 2025-11-25 that answers the probe, as go-sdk's stateful servers
+/// do) is handed back to rmcp as a refusal, so that it falls back to
+/// `initialize`: the wrapper asks discover for 2026-07-28 alone, because a
+/// handshake-era revision spoken without its handshake is spoken wrongly. As
+/// the Python and TypeScript SDKs do.
+fn handshake_era_discovery(sent: &ClientJsonRpcMessage, answer: ServerJsonRpcMessage) -> ServerJsonRpcMessage {
+    let ClientJsonRpcMessage::Request(request) = sent else {
+        return answer;
+    };
+    if !matches!(request.request, ClientRequest::DiscoverRequest(_)) {
+        return answer;
+    }
+    let ServerJsonRpcMessage::Response(response) = &answer else {
+        return answer;
+    };
+    let ServerResult::DiscoverResult(result) = &response.result else {
+        return answer;
+    };
+    if result.supported_versions.contains(&ProtocolVersion::V_2026_07_28) {
+        return answer;
+    }
+    let listed: Vec<&str> = result.supported_versions.iter().map(ProtocolVersion::as_str).collect();
+    let refusal = ErrorData::invalid_request(format!("server/discover lists {listed:?}: no revision without the handshake"), None);
+    ServerJsonRpcMessage::error(refusal, Some(request.id.clone()))
 }
 
 fn headers_of(response: &reqwest::Response) -> Vec<(String, String)> {
@@ -237,8 +267,8 @@ impl StreamableHttpClient for RecordingHttpClient {
             if bytes.is_empty() {
                 return Ok(StreamableHttpPostResponse::Accepted);
             }
-            let message: ServerJsonRpcMessage = serde_json::from_slice(&bytes)?;
-            return Ok(StreamableHttpPostResponse::Json(message, session_id));
+            let answer: ServerJsonRpcMessage = serde_json::from_slice(&bytes)?;
+            return Ok(StreamableHttpPostResponse::Json(handshake_era_discovery(&message, answer), session_id));
         }
         if response.content_length() == Some(0) {
             return Ok(StreamableHttpPostResponse::Accepted);

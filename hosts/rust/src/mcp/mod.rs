@@ -14,6 +14,6 @@ pub mod status_check;
 pub use answer::{CallError, StopCause, Stopped, ToolAnswer};
 pub use caller::{RetryingToolCaller, RetryingToolCallerOptions, StatusCheck};
 pub use clock::Clock;
-pub use connect::{ConnectionConfigError, McpConnection, PREFERRED_VERSIONS, connect_http, connect_stdio, negotiating_lifecycle};
+pub use connect::{ConnectionConfigError, HANDSHAKE_VERSION, McpConnection, PREFERRED_VERSIONS, connect_http, connect_stdio, negotiating_lifecycle};
 pub use metrics::Metrics;
 pub use status_check::ListedCheck;

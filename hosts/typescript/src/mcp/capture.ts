@@ -27,15 +27,36 @@ export interface AttemptCapture {
   abort?: () => void;
   /** The attempt is over: later requests (a cancellation notice, a stream resumed late) do not write here. */
   closed?: boolean;
-  /** How the v2 SDK's `server/discover` probe failed, kept apart: a 4xx there is
-   *  how a 2025 server says "use initialize", and the SDK goes on with it. It is
-   *  the attempt's failure only if the connect then fails with nothing sent after
-   *  it (`adoptProbeFailure`). */
+  /** How the v2 SDK's `server/discover` probe failed, kept apart: a 4xx there
+   *  (other than 401, 403, 408, 429: `isProbeFailureStatus`) is how a 2025
+   *  server says "use initialize", and the SDK goes on with it. It is the
+   *  attempt's failure only if the connect then fails with nothing sent after it
+   *  (`adoptProbeFailure`). */
   probe?: ProbeFailure;
 }
 
 /** What the HTTP layer saw of a failed `server/discover` probe. */
 export type ProbeFailure = Pick<AttemptCapture, 'status' | 'headers' | 'body' | 'transportError' | 'transportDetail'>;
+
+/** Whether an HTTP status answering the `server/discover` probe is the connect
+ *  attempt's failure (the rule of all three hosts): 401, 403, 408, 429 or any
+ *  5xx. Any other 4xx (400, 404, 405, 413, ...) is a 2025 server's refusal of
+ *  the probe: the handshake follows. */
+export const isProbeFailureStatus = (status: number): boolean =>
+  status === 401 || status === 403 || status === 408 || status === 429 || status >= 500;
+
+/** What the capturing fetch throws for a `server/discover` probe answered with
+ *  a status that is the attempt's failure (`isProbeFailureStatus`): a rejected
+ *  fetch, which the v2 SDK reads as a failed probe (`ERA_NEGOTIATION_FAILED`),
+ *  never as a legacy server's refusal (it would read a 408 or a 429 so, and
+ *  fall back to `initialize`). The attempt's capture holds the status, headers
+ *  and body. */
+export class ProbeAnswerFailed extends Error {
+  override readonly name = 'ProbeAnswerFailed';
+  constructor(readonly status: number, readonly body: string) {
+    super(`the server answered the server/discover probe with HTTP ${status}${body ? `: ${body.slice(0, 200)}` : ''}`);
+  }
+}
 
 /** The probe's failure as the attempt's, when the connect failed with nothing sent after the probe. */
 export function adoptProbeFailure(capture: AttemptCapture): void {
@@ -254,6 +275,20 @@ export function createCapturingFetch(inner: FetchLike = fetch, hooks: CapturingF
     }
     if (!response.ok) {
       const body = (await response.clone().text().catch(() => '')).slice(0, MAX_CAPTURED_BODY);
+      if (probing && method === 'POST' && isProbeFailureStatus(response.status)) {
+        // Not a legacy server's refusal: the attempt's failure, with what the
+        // server said (a Retry-After for the policy), and the probe fails.
+        if (records) {
+          capture.probe = undefined;
+          if (!hasFailure(capture)) {
+            capture.status = response.status;
+            response.headers.forEach((value, name) => capture.headers.push([name, value]));
+            capture.body = body;
+          }
+        }
+        await response.body?.cancel().catch(() => undefined);
+        throw new ProbeAnswerFailed(response.status, body);
+      }
       const lost = sessionId !== undefined && isUnknownSession(response.status, body);
       if (lost) hooks.onSessionLost?.(sessionId, `HTTP ${response.status} to ${what}: ${body.slice(0, 200)}`);
       if (into && !hasFailure(into)) {

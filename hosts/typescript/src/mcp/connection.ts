@@ -56,6 +56,11 @@ export interface McpStdioOptions extends McpCommonOptions {
   stderr?: 'pipe' | 'ignore' | 'inherit' | 'overlapped' | Stream | number;
 }
 
+/** How long `close()` waits for a connect still under way (e.g. an abandoned v2
+ *  probe that does not heed its abort signal) before it closes that connect's
+ *  transport and goes on. */
+const CLOSE_CONNECT_WAIT_MS = 500;
+
 const DEFAULT_CLIENT_INFO: McpClientInfo = { name: 'agent-retry-policy', version: '0.4.1' };
 
 /** An MCP connection the wrapper can establish and establish again: over
@@ -67,6 +72,8 @@ const DEFAULT_CLIENT_INFO: McpClientInfo = { name: 'agent-retry-policy', version
 export class McpConnection {
   private current?: McpClient;
   private connecting?: Promise<McpClient>;
+  /** The transport of the connect under way (closed by `close()` if the connect outlasts its wait). */
+  private opening?: unknown;
   private lostBecause?: string;
   private closed = false;
   private readonly closing = new Set<Promise<void>>();
@@ -178,6 +185,7 @@ export class McpConnection {
       const { clientInfo: _info, clientOptions: _options, sdk: _sdk, ...server } = this.stdioOptions as McpStdioOptions;
       transport = sdk.stdioTransport(server);
     }
+    this.opening = transport;
     let ready = false;
     client.onclose = () => {
       if (ready && this.current === client) {
@@ -189,6 +197,8 @@ export class McpConnection {
     } catch (e) {
       this.retire(client);
       throw e;
+    } finally {
+      if (this.opening === transport) this.opening = undefined;
     }
     if (this.closed) {
       this.retire(client);
@@ -210,7 +220,31 @@ export class McpConnection {
   /** Closes the client (ends the server process over stdio). */
   async close(): Promise<void> {
     this.closed = true;
-    await this.connecting?.catch(() => undefined);
+    const connecting = this.connecting;
+    if (connecting) {
+      // A connect under way is waited for a short while only: one that was given
+      // up on (its attempt stopped) may still be in a probe that does not heed
+      // its abort signal. Its transport is closed, and when the connect ends
+      // anyway, its client is closed (`open` sees `closed`).
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const ended = await Promise.race([
+        connecting.then(() => true, () => true),
+        new Promise<false>((resolve) => { timer = setTimeout(() => resolve(false), CLOSE_CONNECT_WAIT_MS); }),
+      ]);
+      clearTimeout(timer);
+      const transport = this.opening as { close?: () => Promise<void> } | undefined;
+      if (!ended && transport && typeof transport.close === 'function') {
+        this.opening = undefined;
+        let closing: Promise<void>;
+        try {
+          closing = Promise.resolve(transport.close()).catch(() => undefined);
+        } catch {
+          closing = Promise.resolve();
+        }
+        const done: Promise<void> = closing.finally(() => this.closing.delete(done));
+        this.closing.add(done);
+      }
+    }
     const client = this.current;
     this.current = undefined;
     if (client) this.retire(client);

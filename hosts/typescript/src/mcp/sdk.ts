@@ -58,7 +58,8 @@ export interface McpSdk {
   stdioTransport(parameters: object): unknown;
   connect(client: McpClient, transport: unknown, options: SendOptions): Promise<void>;
   callTool(client: McpClient, name: string, args: Record<string, unknown>, options: SendOptions): Promise<CallToolResult>;
-  /** One page of `tools/list` (v2: the first call walks every page, the SDK's aggregate, and gives no cursor). */
+  /** One page of `tools/list` (v2: the first call walks every page, the SDK's aggregate, and gives no cursor;
+   *  always sent, even to a server that does not advertise tools, whom v2 would answer with an empty list). */
   listTools(client: McpClient, cursor: string | undefined, options: SendOptions): Promise<{ tools: Tool[]; nextCursor?: string }>;
   readError(error: unknown): SdkFailure | undefined;
   isHttpTransport(transport: unknown): boolean;
@@ -158,7 +159,16 @@ async function loadV2(): Promise<McpSdk> {
     stdioTransport: (parameters) => new stdio.StdioClientTransport(parameters as never),
     connect: (c, transport, { signal, timeout }) => v2(c).connect(transport as never, { signal, timeout }),
     callTool: (c, name, args, options) => v2(c).callTool({ name, arguments: args }, options) as Promise<CallToolResult>,
-    listTools: async (c, cursor, options) => (await v2(c).listTools(cursor ? { cursor } : undefined, options)) as { tools: Tool[]; nextCursor?: string },
+    listTools: async (c, cursor, options) => {
+      const client = v2(c);
+      // A server that does not advertise `capabilities.tools` gets an empty list
+      // from the SDK, nothing sent (and the wrapper would then send no key): the
+      // wrapper always really lists, here a page at a time through the raw request.
+      if (!client.getServerCapabilities()?.tools) {
+        return (await client.request({ method: 'tools/list', ...(cursor ? { params: { cursor } } : {}) }, options)) as { tools: Tool[]; nextCursor?: string };
+      }
+      return (await client.listTools(cursor ? { cursor } : undefined, options)) as { tools: Tool[]; nextCursor?: string };
+    },
     readError(error) {
       if (error instanceof ProtocolError) return { kind: 'json-rpc', code: error.code, message: error.message, data: error.data };
       if (error instanceof SdkHttpError) return { kind: 'http', status: error.status, message: error.message };

@@ -42,12 +42,14 @@ class AttemptCapture:
     session_header: bool = False
     seen: bool = False
     # Set when an answer stream ended or was cut before its response, or the
-    # `server/discover` probe met a network error: the attempt ends then, not at
-    # its timeout.
+    # `server/discover` probe met a network error or an HTTP failure that is not a
+    # legacy server's refusal (`is_probe_failure`): the attempt ends then, not at
+    # its timeout, and not in the SDK's fallback to `initialize`.
     cut: asyncio.Event = field(default_factory=asyncio.Event)
     # Keep only the failure of the attempt's latest request: connecting sends a
     # `server/discover` probe whose failure (a legacy server's 400 or 404) is
-    # expected, then `initialize`; the attempt's outcome is the last one's.
+    # expected, then `initialize`; the attempt's outcome is the last one's. (A
+    # probe failure that ends the attempt sets `cut`, and is kept.)
     latest_request_only: bool = False
 
     @property
@@ -62,6 +64,13 @@ class AttemptCapture:
         self.transport_error = None
         self.transport_detail = ""
         self.session_header = False
+
+
+def is_probe_failure(status: int) -> bool:
+    """Whether an HTTP status answering the `server/discover` probe fails the
+    connect attempt (the same rule in the three hosts) rather than telling a
+    legacy server that does not know the method: 401, 403, 408, 429, 5xx."""
+    return status in (401, 403, 408, 429) or 500 <= status <= 599
 
 
 _current_attempt: contextvars.ContextVar[AttemptCapture | None] = contextvars.ContextVar("agent_retry_current_attempt", default=None)
@@ -195,6 +204,16 @@ class _WatchedStream(httpx2.AsyncByteStream):
         await self.inner.aclose()
 
 
+def _stand_in(request: httpx2.Request, kind: TransportError, detail: str) -> httpx2.Response:
+    """The marked HTTP 599 answer that stands for a request that got no answer."""
+    return httpx2.Response(
+        TRANSPORT_ERROR_STATUS,
+        headers={"content-type": "text/plain", TRANSPORT_ERROR_HEADER: kind},
+        content=detail.encode(),
+        request=request,
+    )
+
+
 class CapturingTransport(httpx2.AsyncBaseTransport):
     """Wraps a transport. For every POST: a network error becomes a marked
     HTTP 599 answer (the SDK resolves the request with an error instead of
@@ -213,7 +232,11 @@ class CapturingTransport(httpx2.AsyncBaseTransport):
         capture = _current_attempt.get() if may_be_request else None
         if capture is not None:
             capture.seen = True
-            if capture.latest_request_only and request_id is not None and not capture.cut.is_set():
+            if capture.latest_request_only and capture.cut.is_set():
+                # The connect attempt already failed (its probe did): the SDK's fallback
+                # to `initialize` is not sent, so that no legacy session is made.
+                return _stand_in(request, "connection-refused", "not sent: the connect attempt already failed on its server/discover probe")
+            if capture.latest_request_only and request_id is not None:
                 capture.forget_failure()
         try:
             response = await self.inner.handle_async_request(request)
@@ -230,12 +253,7 @@ class CapturingTransport(httpx2.AsyncBaseTransport):
                     capture.cut.set()
             # mcp 2.3's POST task would let the exception end the session; an error
             # status instead resolves just this request with an MCPError.
-            return httpx2.Response(
-                TRANSPORT_ERROR_STATUS,
-                headers={"content-type": "text/plain", TRANSPORT_ERROR_HEADER: kind},
-                content=detail.encode(),
-                request=request,
-            )
+            return _stand_in(request, kind, detail)
         if response.status_code < 400:
             if request_id is not None:
                 watch = _AnswerWatch(capture, request_id, response.headers.get("content-type", ""))
@@ -256,6 +274,13 @@ class CapturingTransport(httpx2.AsyncBaseTransport):
             encoding = response.headers.encoding
             capture.headers = [(k.decode(encoding), v.decode(encoding)) for k, v in response.headers.raw]
             capture.body = body[:MAX_CAPTURED_BODY].decode("utf-8", errors="replace")
+            # The SDK takes any error answering its `server/discover` probe as a legacy
+            # server's refusal and falls back to `initialize`. A 401, 403, 408, 429 or
+            # 5xx is no refusal: the server (or a front) failed the attempt, so the
+            # attempt ends on it here and the policy reads it (its hint, its 403).
+            # Other 4xx (400, 404, 405, ...) are a legacy server's: the fallback goes on.
+            if is_probe_failure(response.status_code) and _json_rpc_method(request) == "server/discover":
+                capture.cut.set()
         return httpx2.Response(
             response.status_code,
             headers=response.headers,
