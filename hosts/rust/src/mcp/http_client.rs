@@ -144,7 +144,7 @@ fn says_session_invalid(body: &str) -> bool {
 /// JSON-RPC id it could echo). rmcp's lifecycle falls back to `initialize` only
 /// on a JSON-RPC error that answers the probe, so the refusal is handed back
 /// as one, with the probe's id; as rmcp's own HTTP client does
-/// (`legacy_discover_response`, rmcp 3.11). A 401 or 403 keeps its status.
+/// (`legacy_discover_response`, rmcp 3.11).
 fn legacy_discover_answer(message: &ClientJsonRpcMessage, session_attached: bool, status: u16, body: &str) -> Option<StreamableHttpPostResponse> {
     // 401 and 403 keep their status (rmcp's rule); 408 and 429 too: a server
     // that asks to wait or is throttled said nothing of its revision, and the
