@@ -1,5 +1,6 @@
 """Prints the conformance vectors' own tally at the end of a run. The fixtures
-of the demo MCP server (demo_server.py): `demo` and `serve`."""
+of the demo MCP server (demo_server.py): `demo` and `serve`; and `server`, a
+redis-server of the test's own (redis_server.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 
 import pytest
 from demo_server import DemoServer, Desk
+from redis_server import RedisServer
 
 
 @pytest.fixture
@@ -47,3 +49,15 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     if RESULTS:
         passed = sum(1 for ok in RESULTS.values() if ok)
         terminalreporter.write_line(f"vectors: {passed} passed, {len(RESULTS) - passed} failed")
+
+
+@pytest.fixture
+def server() -> Iterator[RedisServer]:
+    running = RedisServer()
+    running.start()
+    try:
+        yield running
+    finally:
+        if running.process is not None:
+            running.resume()
+        running.stop()

@@ -19,12 +19,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
-from test_fleet import RedisServer
+from redis_server import RedisServer
 
 from agent_retry_policy import AccountsError, Bucket, PolicyComponent, RedisAccounts, Reservation, SharedAccounts
 from agent_retry_policy.redis_accounts import REDIS_TIMEOUT_S
@@ -35,18 +34,6 @@ HERE = Path(__file__).resolve().parent
 NODE_DRAW = ROOT / "hosts/typescript/dist/test/accounts-draw.js"
 # The Rust worker (tests/harness/src/bin/accounts-draw.rs), built by `make judge-setup`.
 RUST_DRAW = ROOT / "target/release/accounts-draw"
-
-
-@pytest.fixture
-def server() -> Iterator[RedisServer]:
-    running = RedisServer()
-    running.start()
-    try:
-        yield running
-    finally:
-        if running.process is not None:
-            running.resume()
-        running.stop()
 
 
 def now_ms() -> int:

@@ -20,6 +20,7 @@ import { locateComponent } from '../src/component.js';
 import { UpdateFleetError, UpdateSelfTestError } from '../src/errors.js';
 import { DEFAULT_PREFIX, Fleet, FleetError, REDIS_TIMEOUT_MS, publishPolicy } from '../src/fleet.js';
 import { Integrity, LivePolicy, type LiveOptions, type PolicyUpdateEvent } from '../src/live.js';
+import { killRedisServers, RedisServer } from './redis-server.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const WORKER = join(here, 'fleet-worker.js');
@@ -32,64 +33,6 @@ const config = (attempts: number) => `{"default-effect": "read", "max-attempts-p
 const sha256Hex = (text: string | Uint8Array) => createHash('sha256').update(text).digest('hex');
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-/** A port nobody listens on now (never 6379 or 6391). */
-async function freePort(): Promise<number> {
-  for (;;) {
-    const port = await new Promise<number>((resolve, reject) => {
-      const server = createServer();
-      server.once('error', reject);
-      server.listen(0, '127.0.0.1', () => {
-        const { port } = server.address() as { port: number };
-        server.close(() => resolve(port));
-      });
-    });
-    if (port !== 6379 && port !== 6391) return port;
-  }
-}
-
-/** A redis-server of this test's own, without persistence. */
-class RedisServer {
-  private constructor(readonly port: number, private child: ChildProcess) {}
-
-  get url(): string {
-    return `redis://127.0.0.1:${this.port}`;
-  }
-
-  static async start(port?: number): Promise<RedisServer> {
-    const p = port ?? (await freePort());
-    const child = spawn('redis-server', ['--port', String(p), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
-    let spawnError: Error | undefined;
-    child.once('error', (e) => (spawnError = e));
-    const server = new RedisServer(p, child);
-    live.add(server);
-    const deadline = Date.now() + 10_000;
-    for (;;) {
-      if (spawnError) throw new Error(`cannot start redis-server (\`make redis\` in the repository root installs it): ${spawnError.message}`);
-      if (child.exitCode !== null) throw new Error(`redis-server on port ${p} exited ${child.exitCode}`);
-      const client = createClient({ url: server.url, socket: { reconnectStrategy: false, connectTimeout: 500 } });
-      client.on('error', () => undefined);
-      try {
-        await client.connect();
-        await client.ping();
-        client.destroy();
-        return server;
-      } catch {
-        if (Date.now() > deadline) throw new Error(`redis-server on port ${p} does not answer`);
-        await sleep(50);
-      }
-    }
-  }
-
-  /** Killed at once (SIGKILL): its data is gone. */
-  async kill(): Promise<void> {
-    live.delete(this);
-    if (this.child.exitCode !== null || this.child.signalCode !== null) return;
-    const exited = new Promise((r) => this.child.once('exit', r));
-    this.child.kill('SIGKILL');
-    await exited;
-  }
-}
-const live = new Set<RedisServer>();
 
 /** A raw client of the test's own, for reading and writing keys directly. */
 async function raw(url: string) {
@@ -171,7 +114,7 @@ const workers = new Set<Worker>();
 
 after(async () => {
   for (const worker of [...workers]) worker.kill();
-  for (const server of [...live]) await server.kill();
+  await killRedisServers();
 });
 
 type Policy = { generation: number; config_sha256: string; wasm_sha256: string };

@@ -10,15 +10,14 @@
 // tests/harness/src/bin/accounts-draw.rs) on one account, never past its allowance.
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-import { createClient } from 'redis';
-
 import type { Bucket, Reservation } from '../src/accounts.js';
+import { freePort, killRedisServers, RedisServer } from './redis-server.js';
 import { PolicyComponent } from '../src/component.js';
 import {
   ACCOUNTS_REDIS_TIMEOUT_MS, ACCOUNT_PREFIX, AccountsError, RedisAccounts, SharedAccounts, type AccountBudgetEvent,
@@ -35,80 +34,10 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const nowMs = () => BigInt(Date.now());
 const quiet = () => undefined;
 
-async function freePort(): Promise<number> {
-  for (;;) {
-    const port = await new Promise<number>((resolve, reject) => {
-      const server = createServer();
-      server.once('error', reject);
-      server.listen(0, '127.0.0.1', () => {
-        const { port } = server.address() as { port: number };
-        server.close(() => resolve(port));
-      });
-    });
-    if (port !== 6379 && port !== 6391) return port;
-  }
-}
-
-/** A redis-server of this test's own, without persistence. */
-class RedisServer {
-  private child: ChildProcess | undefined;
-  private constructor(readonly port: number) {}
-
-  get url(): string {
-    return `redis://127.0.0.1:${this.port}/`;
-  }
-
-  static async start(): Promise<RedisServer> {
-    const server = new RedisServer(await freePort());
-    await server.restart();
-    return server;
-  }
-
-  /** Started (again) on its port, empty. */
-  async restart(): Promise<void> {
-    const child = spawn('redis-server', ['--port', String(this.port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
-    this.child = child;
-    servers.add(this);
-    const deadline = Date.now() + 10_000;
-    for (;;) {
-      if (child.exitCode !== null) throw new Error(`redis-server on port ${this.port} exited ${child.exitCode}`);
-      try {
-        const client = await this.client();
-        await client.ping();
-        client.destroy();
-        return;
-      } catch {
-        if (Date.now() > deadline) throw new Error(`redis-server on port ${this.port} does not answer (\`make redis\` installs it)`);
-        await sleep(50);
-      }
-    }
-  }
-
-  async client() {
-    const client = createClient({ url: this.url, socket: { reconnectStrategy: false, connectTimeout: 500 } });
-    client.on('error', () => undefined);
-    await client.connect();
-    return client;
-  }
-
-  signal(signal: NodeJS.Signals): void {
-    this.child?.kill(signal);
-  }
-
-  async kill(): Promise<void> {
-    const child = this.child;
-    if (child === undefined || child.exitCode !== null || child.signalCode !== null) return;
-    const exited = new Promise((r) => child.once('exit', r));
-    child.kill('SIGCONT');
-    child.kill('SIGKILL');
-    await exited;
-  }
-}
-const servers = new Set<RedisServer>();
 const backends: Array<{ close(): void }> = [];
 after(async () => {
   for (const backend of backends) backend.close();
-  for (const server of servers) await server.kill();
+  await killRedisServers();
 });
 
 async function shared(url: string, workers: number, options: { retryIntervalMs?: number; log?: (e: AccountBudgetEvent) => void } = {}) {
