@@ -4,10 +4,12 @@
 
 WASM_BUILD := target/wasm32-wasip2/wasm-release/agent_retry_policy.wasm
 WASM := target/component/agent_retry_policy.wasm
-WASM_LIMIT_BYTES := 130000
+# Contract 0.5.0 decides sessions, revisions, TLS and deadlines in the guest:
+# 131,459 bytes (issue 23 aims at 115,000; not reached).
+WASM_LIMIT_BYTES := 132000
 JCO := hosts/typescript/node_modules/@bytecodealliance/jco/src/jco.js
 
-.PHONY: setup wasm demo test vectors judge-setup judge-rust redis hostile noop
+.PHONY: setup wasm demo test vectors targets judge-setup judge-rust redis hostile noop
 
 # The Python and Node hosts' targets (and the npm packages `wasm` needs for jco).
 include hosts/hosts.mk
@@ -42,6 +44,11 @@ hostile: wasm
 # The refund desk end to end: the demo MCP server, scripted agent runs, the table.
 demo: wasm
 	cargo run --release -p agent-retry-cli --bin agent-retry -- demo
+
+# The thin-hosts targets (host source lines, the component's size), printed
+# and written to docs/targets.md.
+targets: wasm
+	python3 tests/contract/measure_targets.py
 
 # Rewrites tests/vectors/*.json from make_vectors.py.
 vectors:

@@ -24,6 +24,8 @@ pub fn ceiling_ms(base: u64, cap: u64, retry: u32) -> u64 {
 pub const RULES: &[&str] = &[
     "config:status-overrides",
     "http-status",
+    "lost-session",
+    "version-mismatch",
     "aws-error-code",
     "grpc-status",
     "x-envoy-overloaded",

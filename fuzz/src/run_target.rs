@@ -20,9 +20,10 @@ use std::sync::Arc;
 
 use agent_retry_policy::account::{AccountBudget, Bucket, Reservation};
 use agent_retry_policy::config::{Config, ONE_DAY_MS, ONE_YEAR_MS};
-use agent_retry_policy::run::Run;
+use agent_retry_policy::readable;
+use agent_retry_policy::run::{At, Run};
 use agent_retry_policy::types::{
-    Action, Admission, CallRequest, Decision, Escalation, EscalationReason, Failure, FailureKind, Outcome, OutcomeClass, RunError, RunReport,
+    Action, Admission, CallRequest, Decision, Delivery, Escalation, EscalationReason, Failure, FailureKind, Outcome, OutcomeClass, RunError, RunReport,
     StatusCheckResult, ToolHints, TransportError,
 };
 use arbitrary::{Arbitrary, Unstructured};
@@ -164,10 +165,12 @@ fn failure(u: &mut Unstructured) -> arbitrary::Result<Failure> {
             TransportError::ConnectionReset,
             TransportError::ConnectionRefused,
             TransportError::StreamClosed,
+            TransportError::Tls,
+            TransportError::NameResolution,
             TransportError::Other,
         ])?),
         7 => FailureKind::ProtocolError(if u.ratio(3, 4)? {
-            *u.choose(&[-32603, -32602, -32601, -32000, -32001, -32002, -32042, -32700, i32::MIN])?
+            *u.choose(&[-32603, -32602, -32601, -32000, -32001, -32002, -32022, -32042, -32700, i32::MIN])?
         } else {
             i32::arbitrary(u)?
         }),
@@ -179,7 +182,14 @@ fn failure(u: &mut Unstructured) -> arbitrary::Result<Failure> {
     }
     let body = if u.ratio(1, 3)? { String::new() } else { string_from(u, nasty::BODIES, 5000)? };
     let structured_content = if u.ratio(3, 4)? { None } else { Some(string_from(u, nasty::STRUCTURED, 5000)?) };
-    Ok(Failure { kind, headers, body, structured_content })
+    Ok(Failure {
+        kind,
+        headers,
+        body,
+        structured_content,
+        session_id_sent: u.arbitrary()?,
+        delivery: *u.choose(&[Delivery::Unknown, Delivery::NotSent, Delivery::Sent, Delivery::AnswerStarted])?,
+    })
 }
 
 fn outcome(u: &mut Unstructured) -> arbitrary::Result<Outcome> {
@@ -365,7 +375,7 @@ impl Driver {
     fn begin(&mut self, request: &CallRequest) -> Result<Admission, RunError> {
         let before = self.run.report();
         self.budget.last_grant = 0;
-        let result = self.run.begin_call(request, self.now_ms, &mut self.budget);
+        let result = readable::begin_call(&mut self.run, request, self.now_ms, &mut self.budget);
         self.steps.push(json!({"op": "begin-call", "call": serde_json::to_value(request).unwrap_or(Value::Null), "now-ms": self.now_ms}));
         self.transcript.push(format!("begin {result:?}"));
         let context = format!("begin-call {} of {:?}", self.calls.len() + 1, request.tool);
@@ -423,7 +433,8 @@ impl Driver {
     fn record(&mut self, call_id: u32, attempt: u32, outcome: &Outcome, entropy: u64) -> Result<Decision, RunError> {
         let before = self.run.report();
         self.budget.last_grant = 0;
-        let result = self.run.record_outcome(call_id, attempt, outcome, self.now_ms, entropy, &mut self.budget);
+        let result =
+            readable::record_outcome(&mut self.run, call_id, attempt, outcome, At { now_ms: self.now_ms, time_left_ms: None, entropy }, &mut self.budget);
         self.steps.push(json!({
             "op": "record-outcome", "call-id": call_id, "attempt": attempt,
             "outcome": serde_json::to_value(outcome).unwrap_or(Value::Null), "now-ms": self.now_ms, "entropy": entropy,
@@ -557,6 +568,10 @@ impl Driver {
                             EscalationReason::RetryForbidden => matches!(d.class, OutcomeClass::Transient | OutcomeClass::Throttled),
                             EscalationReason::StatusUnknown => matches!(outcome, Outcome::StatusCheck(StatusCheckResult::Unknown)),
                             EscalationReason::AccountBudgetExhausted | EscalationReason::RetryQuotaExhausted => c.account_budget.is_some(),
+                            EscalationReason::ConnectionMisconfigured => d.class == OutcomeClass::Misconfigured,
+                            // The fuzzed runs carry no deadline.
+                            EscalationReason::DeadlineTooNear => false,
+                            EscalationReason::ProtocolVersionUnsupported => d.rule == "version-mismatch",
                         };
                         invariant!(ok, "escalated for {:?} with budgets not spent: decision {d:?}, report before {before:?} ({context})", e.reason);
                         call.finished = true;
@@ -589,6 +604,8 @@ impl Driver {
             headers: Vec::new(),
             body: String::new(),
             structured_content: None,
+            session_id_sent: false,
+            delivery: Default::default(),
         });
         let mut attempt = 1;
         for i in 0..=self.config.max_attempts_per_call {

@@ -7,8 +7,9 @@ use agent_retry_policy::classify::classify;
 use agent_retry_policy::config::{Config, ONE_DAY_MS, ONE_YEAR_MS};
 use agent_retry_policy::hints;
 use agent_retry_policy::json::{self, Json};
+use agent_retry_policy::readable;
 use agent_retry_policy::relayed::MAX_TEXT_BYTES;
-use agent_retry_policy::run::Run;
+use agent_retry_policy::run::{At, Run};
 use agent_retry_policy::types::{Action, Admission, CallRequest, Classification, EscalationReason, Failure, FailureKind, Outcome, OutcomeClass};
 
 use crate::oracle::{self, check_classification};
@@ -56,7 +57,17 @@ impl HeadersCase {
                 None => (line.to_string(), String::new()),
             })
             .collect();
-        HeadersCase { failure: Failure { kind: FailureKind::HttpStatus(status), headers, body: String::new(), structured_content: None }, now_ms }
+        HeadersCase {
+            failure: Failure {
+                kind: FailureKind::HttpStatus(status),
+                headers,
+                body: String::new(),
+                structured_content: None,
+                session_id_sent: false,
+                delivery: Default::default(),
+            },
+            now_ms,
+        }
     }
 }
 
@@ -90,7 +101,11 @@ impl ToolErrorCase {
             Some((body, structured)) => (body.to_string(), Some(structured.to_string())),
             None => (rest, None),
         };
-        ToolErrorCase { failure: Failure { kind, headers: Vec::new(), body, structured_content: structured }, now_ms, tool }
+        ToolErrorCase {
+            failure: Failure { kind, headers: Vec::new(), body, structured_content: structured, session_id_sent: false, delivery: Default::default() },
+            now_ms,
+            tool,
+        }
     }
 }
 
@@ -119,12 +134,18 @@ pub const TEXT_CONFIGS: &[(&str, &str)] = &[
 fn through_a_run(config: &Arc<Config>, tool: &str, failure: &Failure, classification: &Classification, now_ms: u64, entropy: u64, context: &str) {
     let mut run = Run::new(Arc::clone(config), "fuzz");
     let request = CallRequest { tool: tool.to_string(), idempotency_key: Some("k".to_string()), hints: None };
-    let Ok(Admission::Send(ticket)) = run.begin_call(&request, now_ms, &mut NoAccountBudget) else {
+    let Ok(Admission::Send(ticket)) = readable::begin_call(&mut run, &request, now_ms, &mut NoAccountBudget) else {
         panic!("broken invariant: the first call of a fresh run was not admitted ({context})");
     };
-    let decision = run
-        .record_outcome(ticket.call_id, 1, &Outcome::Failure(failure.clone()), now_ms, entropy, &mut NoAccountBudget)
-        .unwrap_or_else(|e| panic!("broken invariant: record-outcome refused a first outcome: {e:?} ({context})"));
+    let decision = readable::record_outcome(
+        &mut run,
+        ticket.call_id,
+        1,
+        &Outcome::Failure(failure.clone()),
+        At { now_ms, time_left_ms: None, entropy },
+        &mut NoAccountBudget,
+    )
+    .unwrap_or_else(|e| panic!("broken invariant: record-outcome refused a first outcome: {e:?} ({context})"));
     invariant!(
         decision.class == classification.class && decision.rule == classification.rule,
         "decision {:?}/{} vs classification {:?}/{} ({context})",

@@ -7,7 +7,7 @@ use alloc::string::String;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 
-use crate::{account, backoff, classify, config, hints, key, rules, run, types as model};
+use crate::{account, backoff, classify, config, hints, key, rules, run, session, types as model};
 
 wit_bindgen::generate!({ world: "agent-retry", path: "../wit", generate_all });
 
@@ -102,6 +102,13 @@ impl Guest for Component {
     fn rule_names() -> Vec<String> {
         rules::RULE_NAMES.iter().map(|name| String::from(*name)).collect()
     }
+
+    fn read_probe_answer(http_status: Option<u16>, json_rpc_code: Option<i32>) -> wit::ProbeAnswer {
+        match session::read_probe_answer(http_status, json_rpc_code) {
+            model::ProbeAnswer::OlderServer => wit::ProbeAnswer::OlderServer,
+            model::ProbeAnswer::Failure => wit::ProbeAnswer::Failure,
+        }
+    }
 }
 
 impl GuestPolicy for Policy {
@@ -116,8 +123,11 @@ impl GuestPolicy for Policy {
         self.config.to_json()
     }
 
-    fn classify(&self, failure: wit::Failure, now_ms: u64) -> wit::Classification {
-        classify::classify(&failure.into(), &self.config, None, now_ms).into()
+    fn classify(&self, observation: wit::Observation, now_ms: u64) -> wit::Classification {
+        let kind = observation.kind.into();
+        let pairs = hints::split_lines(&observation.headers);
+        let view = view(&kind, &pairs, &observation);
+        classify::classify_view(&view, &self.config, None, now_ms).into_classification().into()
     }
 
     fn next_delay(&self, retry: u32, hint_ms: Option<u64>, entropy_: Option<u64>) -> u64 {
@@ -131,18 +141,7 @@ impl GuestPolicy for Policy {
 }
 
 impl GuestRun for Run {
-    fn begin_call(&self, call: wit::CallRequest, now_ms: u64) -> Result<wit::Admission, wit::RunError> {
-        let result = self.run.borrow_mut().begin_call(&call.into(), now_ms, &mut HostAccountBudget);
-        result.map(Into::into).map_err(Into::into)
-    }
-
-    fn record_outcome(&self, call_id: u32, attempt: u32, outcome: wit::Outcome, now_ms: u64, entropy_: Option<u64>) -> Result<wit::Decision, wit::RunError> {
-        let outcome: model::Outcome = outcome.into();
-        let result = self.run.borrow_mut().record_outcome(call_id, attempt, &outcome, now_ms, entropy(entropy_), &mut HostAccountBudget);
-        result.map(Into::into).map_err(Into::into)
-    }
-
-    fn begin_call_flat(&self, tool: String, key: Option<String>, hints: Option<wit::ToolHints>, now_ms: u64) -> Result<wit::CallStart, wit::RunError> {
+    fn begin_call(&self, tool: String, key: Option<String>, hints: Option<wit::ToolHints>, now_ms: u64) -> Result<wit::CallStart, wit::RunError> {
         let hints = hints.map(Into::into);
         let start = self.run.borrow_mut().begin(tool, key, hints.as_ref(), now_ms, &mut HostAccountBudget)?;
         Ok(match start {
@@ -154,25 +153,40 @@ impl GuestRun for Run {
     }
 
     fn record_success(&self, call_id: u32, attempt: u32, now_ms: u64) -> Result<wit::Verdict, wit::RunError> {
-        let verdict = self.run.borrow_mut().record_success(call_id, attempt, now_ms, &mut HostAccountBudget)?;
-        Ok(verdict.into())
+        Ok(self.run.borrow_mut().record_success(call_id, attempt, now_ms, &mut HostAccountBudget)?.into())
+    }
+
+    fn record_empty_result(&self, call_id: u32, attempt: u32, detail: String, now_ms: u64) -> Result<wit::Verdict, wit::RunError> {
+        Ok(self.run.borrow_mut().record_empty_result(call_id, attempt, &detail, now_ms, &mut HostAccountBudget)?.into())
     }
 
     fn record_failure(
         &self,
         call_id: u32,
         attempt: u32,
-        kind: wit::FailureKind,
-        headers: String,
-        body: String,
-        structured_content: Option<String>,
+        observation: wit::Observation,
+        time_left_ms: Option<u64>,
         now_ms: u64,
         entropy: u64,
     ) -> Result<wit::Verdict, wit::RunError> {
-        let kind = kind.into();
-        let pairs = hints::split_lines(&headers);
-        let view = classify::FailureView { kind: &kind, headers: &pairs, body: &body, structured_content: structured_content.as_deref() };
-        let verdict = self.run.borrow_mut().record_failure(call_id, attempt, &view, now_ms, entropy, &mut HostAccountBudget)?;
+        let kind = observation.kind.into();
+        let pairs = hints::split_lines(&observation.headers);
+        let view = view(&kind, &pairs, &observation);
+        let verdict = self.run.borrow_mut().record_failure(call_id, attempt, &view, run::At { now_ms, time_left_ms, entropy }, &mut HostAccountBudget)?;
+        Ok(verdict.into())
+    }
+
+    fn record_status_check(
+        &self,
+        call_id: u32,
+        attempt: u32,
+        result: wit::StatusCheckResult,
+        time_left_ms: Option<u64>,
+        now_ms: u64,
+        entropy: u64,
+    ) -> Result<wit::Verdict, wit::RunError> {
+        let verdict =
+            self.run.borrow_mut().record_status_check(call_id, attempt, result.into(), run::At { now_ms, time_left_ms, entropy }, &mut HostAccountBudget)?;
         Ok(verdict.into())
     }
 
@@ -195,6 +209,18 @@ impl GuestRun for Run {
 
 export!(Component);
 
+/// An observation as the core reads it, borrowing the host's strings.
+fn view<'a>(kind: &'a model::FailureKind, pairs: &'a [hints::Pair<'a>], observation: &'a wit::Observation) -> classify::FailureView<'a> {
+    classify::FailureView {
+        kind,
+        headers: pairs,
+        body: &observation.body,
+        structured_content: observation.structured_content.as_deref(),
+        session_id_sent: observation.session_id_sent,
+        delivery: observation.delivery.into(),
+    }
+}
+
 // ===== conversions: the generated types and the core's have the same shapes =====
 
 /// Converts a fieldless enum case by case.
@@ -208,12 +234,14 @@ macro_rules! enum_map {
     };
 }
 
-enum_map!(wit::TransportError => model::TransportError { Timeout, ConnectionReset, ConnectionRefused, StreamClosed, Other });
-enum_map!(model::OutcomeClass => wit::OutcomeClass { Success, Transient, Throttled, Deterministic, Permission, Semantic, Unclassified });
+enum_map!(wit::TransportError => model::TransportError { Timeout, ConnectionReset, ConnectionRefused, StreamClosed, Tls, NameResolution, Other });
+enum_map!(wit::Delivery => model::Delivery { Unknown, NotSent, Sent, AnswerStarted });
+enum_map!(model::OutcomeClass => wit::OutcomeClass { Success, Transient, Throttled, Deterministic, Permission, Semantic, Misconfigured, Unclassified });
 enum_map!(model::Effect => wit::Effect { Read, Write, Delete });
 enum_map!(model::EscalationReason => wit::EscalationReason {
     PermissionDenied, ReplansSpent, CallAttemptsSpent, RunRetriesSpent, RunStepsSpent,
     ServerWaitTooLong, RetryForbidden, AccountBudgetExhausted, RetryQuotaExhausted, UnclassifiedFailure, StatusUnknown,
+    ConnectionMisconfigured, DeadlineTooNear, ProtocolVersionUnsupported,
 });
 enum_map!(model::EffectStatus => wit::EffectStatus { Applied, Unknown });
 enum_map!(wit::StatusCheckResult => model::StatusCheckResult { Found, Absent, Unknown });
@@ -234,12 +262,6 @@ impl From<wit::FailureKind> for model::FailureKind {
     }
 }
 
-impl From<wit::Failure> for model::Failure {
-    fn from(f: wit::Failure) -> Self {
-        model::Failure { kind: f.kind.into(), headers: f.headers, body: f.body, structured_content: f.structured_content }
-    }
-}
-
 impl From<wit::ToolHints> for model::ToolHints {
     fn from(h: wit::ToolHints) -> Self {
         model::ToolHints { read_only: h.read_only, destructive: h.destructive, idempotent: h.idempotent }
@@ -248,32 +270,15 @@ impl From<wit::ToolHints> for model::ToolHints {
 
 impl From<run::Verdict> for wit::Verdict {
     fn from(v: run::Verdict) -> Self {
-        let (action, delay_ms) = match v.act {
-            run::Act::Retry { delay_ms, .. } => (wit::ActionKind::Retry, delay_ms),
-            run::Act::Replan => (wit::ActionKind::Replan, 0),
-            run::Act::CheckStatus => (wit::ActionKind::CheckStatus, 0),
-            run::Act::Succeed => (wit::ActionKind::Succeed, 0),
-            run::Act::Escalate => (wit::ActionKind::Escalate, 0),
+        let (action, delay_ms, reconnect) = match v.act {
+            run::Act::Retry { delay_ms, reconnect, .. } => (wit::ActionKind::Retry, delay_ms, reconnect),
+            run::Act::Replan => (wit::ActionKind::Replan, 0, false),
+            run::Act::CheckStatus => (wit::ActionKind::CheckStatus, 0, false),
+            run::Act::Succeed => (wit::ActionKind::Succeed, 0, false),
+            run::Act::Escalate => (wit::ActionKind::Escalate, 0, false),
         };
         let rule_index = v.rule.index();
-        wit::Verdict { action, class: v.class.into(), attempt: v.attempt, delay_ms, hint_ms: v.hint_ms, rule_index, has_note: v.has_note }
-    }
-}
-
-impl From<wit::Outcome> for model::Outcome {
-    fn from(o: wit::Outcome) -> Self {
-        match o {
-            wit::Outcome::Success => model::Outcome::Success,
-            wit::Outcome::EmptyResult(detail) => model::Outcome::EmptyResult(detail),
-            wit::Outcome::Failure(f) => model::Outcome::Failure(f.into()),
-            wit::Outcome::StatusCheck(r) => model::Outcome::StatusCheck(r.into()),
-        }
-    }
-}
-
-impl From<wit::CallRequest> for model::CallRequest {
-    fn from(c: wit::CallRequest) -> Self {
-        model::CallRequest { tool: c.tool, idempotency_key: c.idempotency_key, hints: c.hints.map(Into::into) }
+        wit::Verdict { action, class: v.class.into(), attempt: v.attempt, delay_ms, hint_ms: v.hint_ms, rule_index, has_note: v.has_note, reconnect }
     }
 }
 
@@ -319,24 +324,15 @@ impl From<model::Escalation> for wit::Escalation {
 impl From<model::Decision> for wit::Decision {
     fn from(d: model::Decision) -> Self {
         let action = match d.action {
-            model::Action::Retry(p) => wit::Action::Retry(wit::RetryPlan { delay_ms: p.delay_ms, attempt: p.attempt, idempotency_key: p.idempotency_key }),
+            model::Action::Retry(p) => {
+                wit::Action::Retry(wit::RetryPlan { delay_ms: p.delay_ms, attempt: p.attempt, idempotency_key: p.idempotency_key, reconnect: p.reconnect })
+            }
             model::Action::Replan(message) => wit::Action::Replan(message),
             model::Action::CheckStatus => wit::Action::CheckStatus,
             model::Action::Succeed(note) => wit::Action::Succeed(note),
             model::Action::Escalate(e) => wit::Action::Escalate(e.into()),
         };
         wit::Decision { action, class: d.class.into(), attempt: d.attempt, hint_ms: d.hint_ms, rule: d.rule, reason: d.reason }
-    }
-}
-
-impl From<model::Admission> for wit::Admission {
-    fn from(a: model::Admission) -> Self {
-        match a {
-            model::Admission::Send(t) => {
-                wit::Admission::Send(wit::CallTicket { call_id: t.call_id, delay_ms: t.delay_ms, effect: t.effect.into(), safe_to_repeat: t.safe_to_repeat })
-            }
-            model::Admission::Escalate(e) => wit::Admission::Escalate(e.into()),
-        }
     }
 }
 

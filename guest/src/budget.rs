@@ -54,7 +54,10 @@ fn quota(config: &Config) -> Option<(String, Bucket, &RetryQuotaConfig)> {
 /// Takes what `spend` costs. A free spend (cost 0, or no account budget) is not
 /// held back by the bucket's debt. If the allowance refuses a retry, the quota
 /// tokens it took go back: nothing is taken for a retry that is not made.
-pub fn withdraw(config: &Config, spend: Spend, now_ms: u64, host: &mut dyn AccountBudget) -> Result<Withdrawn, Refused> {
+/// `time_left_ms`, the time to the call's or the run's deadline, caps the wait
+/// the allowance may grant: room after the deadline is refused
+/// (`deadline-too-near`) and nothing is booked.
+pub fn withdraw(config: &Config, spend: Spend, time_left_ms: Option<u64>, now_ms: u64, host: &mut dyn AccountBudget) -> Result<Withdrawn, Refused> {
     let Some(account) = config.account_budget.as_ref() else {
         return Ok(Withdrawn { wait_ms: 0, quota_taken: 0 });
     };
@@ -78,13 +81,17 @@ pub fn withdraw(config: &Config, spend: Spend, now_ms: u64, host: &mut dyn Accou
     if cost == 0 {
         return Ok(Withdrawn { wait_ms: 0, quota_taken });
     }
-    match host.reserve(&account.account_id, cost, allowance(account), account.max_wait_ms, now_ms) {
+    let max_wait_ms = time_left_ms.map_or(account.max_wait_ms, |left| left.min(account.max_wait_ms));
+    match host.reserve(&account.account_id, cost, allowance(account), max_wait_ms, now_ms) {
         Reservation::Granted(wait_ms) => Ok(Withdrawn { wait_ms, quota_taken }),
         Reservation::Refused(wait) => {
             if let Some((id, bucket, _)) = quota(config).filter(|_| quota_taken > 0) {
                 host.refund(&id, quota_taken, bucket, now_ms);
             }
-            Err(Refused { reason: EscalationReason::AccountBudgetExhausted, resets_in_ms: wait })
+            // Room within max-wait-ms, but not before the deadline.
+            let capped = max_wait_ms < account.max_wait_ms && wait <= account.max_wait_ms;
+            let reason = if capped { EscalationReason::DeadlineTooNear } else { EscalationReason::AccountBudgetExhausted };
+            Err(Refused { reason, resets_in_ms: wait })
         }
     }
 }
@@ -138,7 +145,7 @@ mod tests {
     #[test]
     fn no_account_budget_costs_nothing() {
         let mut host = Counts::default();
-        assert_eq!(withdraw(&Config::default(), Spend::FirstAttempt, 0, &mut host), Ok(Withdrawn { wait_ms: 0, quota_taken: 0 }));
+        assert_eq!(withdraw(&Config::default(), Spend::FirstAttempt, None, 0, &mut host), Ok(Withdrawn { wait_ms: 0, quota_taken: 0 }));
         assert!(host.0.is_empty());
     }
 
@@ -146,16 +153,16 @@ mod tests {
     fn retries_draw_on_the_quota_first_and_a_success_refills_it() {
         let config = config(10, Some(20));
         let mut host = Counts::default();
-        let taken = withdraw(&config, Spend::Retry { throttled: false }, 0, &mut host).unwrap();
+        let taken = withdraw(&config, Spend::Retry { throttled: false }, None, 0, &mut host).unwrap();
         assert_eq!(taken.quota_taken, 14);
         assert_eq!((host.0["a"], host.0["a/retry-quota"]), (9, 6));
         // The quota has 6 left: the next transient retry fails fast.
-        let refused = withdraw(&config, Spend::Retry { throttled: false }, 0, &mut host).unwrap_err();
+        let refused = withdraw(&config, Spend::Retry { throttled: false }, None, 0, &mut host).unwrap_err();
         assert_eq!(refused.reason, EscalationReason::RetryQuotaExhausted);
         deposit(&config, true, taken.quota_taken, 0, &mut host);
         assert_eq!(host.0["a/retry-quota"], 20);
         // A throttled retry costs 5 of the quota and, configured so, nothing of the allowance.
-        assert_eq!(withdraw(&config, Spend::Retry { throttled: true }, 0, &mut host).unwrap().quota_taken, 5);
+        assert_eq!(withdraw(&config, Spend::Retry { throttled: true }, None, 0, &mut host).unwrap().quota_taken, 5);
         assert_eq!(host.0["a"], 9);
     }
 
@@ -163,8 +170,8 @@ mod tests {
     fn a_refused_allowance_gives_the_quota_tokens_back() {
         let config = config(1, Some(100));
         let mut host = Counts::default();
-        withdraw(&config, Spend::FirstAttempt, 0, &mut host).unwrap();
-        let refused = withdraw(&config, Spend::Retry { throttled: false }, 0, &mut host).unwrap_err();
+        withdraw(&config, Spend::FirstAttempt, None, 0, &mut host).unwrap();
+        let refused = withdraw(&config, Spend::Retry { throttled: false }, None, 0, &mut host).unwrap_err();
         assert_eq!(refused, Refused { reason: EscalationReason::AccountBudgetExhausted, resets_in_ms: 1000 });
         assert_eq!(host.0["a/retry-quota"], 100);
     }
@@ -173,7 +180,7 @@ mod tests {
     fn a_first_attempt_success_refunds_success_refund() {
         let config = config(10, Some(20));
         let mut host = Counts::default();
-        withdraw(&config, Spend::Retry { throttled: false }, 0, &mut host).unwrap();
+        withdraw(&config, Spend::Retry { throttled: false }, None, 0, &mut host).unwrap();
         deposit(&config, false, 0, 0, &mut host);
         assert_eq!(host.0["a/retry-quota"], 7);
     }

@@ -15,7 +15,8 @@ use crate::config::Config;
 use crate::hints::{self, Headers, Name, Pair};
 use crate::relayed;
 use crate::rules::Rule;
-use crate::types::{Classification, Failure, FailureKind, HeaderProblem, OutcomeClass, TransportError};
+use crate::session::{self, Meaning};
+use crate::types::{Classification, Delivery, Failure, FailureKind, HeaderProblem, OutcomeClass, TransportError};
 
 /// The class of an HTTP status, before overrides and `x-should-retry`.
 pub fn status_class(status: u16) -> OutcomeClass {
@@ -50,6 +51,8 @@ pub fn protocol_error_class(code: i32) -> OutcomeClass {
 fn transport_class(error: TransportError) -> OutcomeClass {
     match error {
         TransportError::Timeout | TransportError::ConnectionReset | TransportError::ConnectionRefused | TransportError::StreamClosed => OutcomeClass::Transient,
+        // A certificate or a name is not fixed by waiting, nor by the model.
+        TransportError::Tls | TransportError::NameResolution => OutcomeClass::Misconfigured,
         TransportError::Other => OutcomeClass::Unclassified,
     }
 }
@@ -60,6 +63,8 @@ fn transport_name(error: TransportError) -> &'static str {
         TransportError::ConnectionReset => "connection reset",
         TransportError::ConnectionRefused => "connection refused",
         TransportError::StreamClosed => "stream closed",
+        TransportError::Tls => "TLS failure",
+        TransportError::NameResolution => "name not resolved",
         TransportError::Other => "transport error",
     }
 }
@@ -75,11 +80,15 @@ pub fn failure_label(kind: &FailureKind) -> String {
     }
 }
 
-/// Whether the request may have run on the server. A refused connection never
-/// reached it, and a throttled request was turned away before it ran; anything
+/// Whether the request may have run on the server. A request that never left
+/// the host (or a refused connection) never reached it; a throttled request, a
+/// lost session and a refused revision were turned away before it ran; anything
 /// else that failed without a clear answer may have been applied.
-pub fn is_ambiguous(kind: &FailureKind, class: OutcomeClass) -> bool {
-    class == OutcomeClass::Transient && !matches!(kind, FailureKind::Transport(TransportError::ConnectionRefused))
+pub fn is_ambiguous(classified: &Classified) -> bool {
+    let not_run = matches!(classified.kind, FailureKind::Transport(TransportError::ConnectionRefused))
+        || (matches!(classified.kind, FailureKind::Transport(_)) && classified.delivery == Delivery::NotSent)
+        || matches!(classified.rule, Rule::LostSession | Rule::VersionMismatch);
+    classified.class == OutcomeClass::Transient && !not_run
 }
 
 /// The class of a gRPC status code (`grpc-status`; "gRPC status codes", grpc.io).
@@ -130,6 +139,7 @@ fn aws_error_code(headers: &Headers<'_>, body: &str) -> Option<(OutcomeClass, St
 #[derive(Clone, Debug)]
 pub struct Classified {
     pub kind: FailureKind,
+    pub delivery: Delivery,
     pub class: OutcomeClass,
     pub hint_ms: Option<u64>,
     /// Where the hint came from: a header's name, `text` or `structured-content`.
@@ -210,7 +220,14 @@ impl Classified {
 /// Classifies `failure`, for `tool` when the run knows it (its `tool-error-rules`).
 pub fn classify(failure: &Failure, config: &Config, tool: Option<&str>, now_ms: u64) -> Classification {
     let pairs: Vec<Pair<'_>> = failure.headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
-    let view = FailureView { kind: &failure.kind, headers: &pairs, body: &failure.body, structured_content: failure.structured_content.as_deref() };
+    let view = FailureView {
+        kind: &failure.kind,
+        headers: &pairs,
+        body: &failure.body,
+        structured_content: failure.structured_content.as_deref(),
+        session_id_sent: failure.session_id_sent,
+        delivery: failure.delivery,
+    };
     classify_view(&view, config, tool, now_ms).into_classification()
 }
 
@@ -221,6 +238,8 @@ pub struct FailureView<'a> {
     pub headers: &'a [Pair<'a>],
     pub body: &'a str,
     pub structured_content: Option<&'a str>,
+    pub session_id_sent: bool,
+    pub delivery: Delivery,
 }
 
 /// Classifies a failure without wording it (see [`Classified::reason`]).
@@ -265,7 +284,10 @@ pub fn classify_view(failure: &FailureView<'_>, config: &Config, tool: Option<&s
             if *status == 413 && server.wait.as_ref().is_some_and(|h| h.source == Name::RetryAfter.text()) {
                 (class, rule) = (OutcomeClass::Throttled, Rule::PayloadTooLargeRetryAfter);
             }
-            (class, rule)
+            match session::http_meaning(*status, failure.body, failure.session_id_sent) {
+                Some(meaning) if rule == Rule::HttpStatus => meaning_class(meaning),
+                _ => (class, rule),
+            }
         }
         FailureKind::Transport(error) => (transport_class(*error), Rule::Transport),
         FailureKind::ProtocolError(code) => {
@@ -275,13 +297,17 @@ pub fn classify_view(failure: &FailureView<'_>, config: &Config, tool: Option<&s
             // -32603: ..."): read it and its data, if they say anything.
             let server_error = *code == -32603 || (-32099..=-32000).contains(code);
             let read = if server_error { Some(relayed_text(&mut hint)) } else { None };
-            match read.filter(|r| !matches!(r.rule, Rule::ToolError | Rule::ToolErrorScanLimit)) {
-                Some(r) => {
+            match (
+                session::protocol_meaning(*code, failure.body, failure.session_id_sent),
+                read.filter(|r| !matches!(r.rule, Rule::ToolError | Rule::ToolErrorScanLimit)),
+            ) {
+                (Some(meaning), _) => meaning_class(meaning),
+                (None, Some(r)) => {
                     evidence = r.evidence;
                     status = r.status;
                     (r.class, r.rule)
                 }
-                None => (class, Rule::JsonRpcCode),
+                (None, None) => (class, Rule::JsonRpcCode),
             }
         }
         FailureKind::ToolError(Some(upstream)) if (400..=599).contains(upstream) => {
@@ -309,6 +335,7 @@ pub fn classify_view(failure: &FailureView<'_>, config: &Config, tool: Option<&s
     }
     Classified {
         kind: *failure.kind,
+        delivery: failure.delivery,
         class,
         hint_ms: hint.map(|(ms, _)| ms),
         hint_source: hint.map(|(_, source)| source),
@@ -320,13 +347,32 @@ pub fn classify_view(failure: &FailureView<'_>, config: &Config, tool: Option<&s
     }
 }
 
+/// The class and rule of an HTTP or JSON-RPC answer's meaning for the session.
+fn meaning_class(meaning: Meaning) -> (OutcomeClass, Rule) {
+    match meaning {
+        Meaning::LostSession => (OutcomeClass::Transient, Rule::LostSession),
+        Meaning::VersionRefused => (OutcomeClass::Transient, Rule::VersionMismatch),
+        // A 400 or 404 is the request's fault whatever code its body carries
+        // (an SDK's -32000 "Server not initialized" is not transient), unless
+        // the code asks for a person.
+        Meaning::JsonRpc(code) => match protocol_error_class(code) {
+            OutcomeClass::Permission => (OutcomeClass::Permission, Rule::JsonRpcCode),
+            _ => (OutcomeClass::Deterministic, Rule::JsonRpcCode),
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use alloc::vec;
 
     fn class_of(kind: FailureKind) -> OutcomeClass {
-        classify(&Failure { kind, headers: Vec::new(), body: String::new(), structured_content: None }, &Config::default(), None, 0).class
+        classify(&Failure { kind, ..failure(FailureKind::Transport(TransportError::Other)) }, &Config::default(), None, 0).class
+    }
+
+    fn failure(kind: FailureKind) -> Failure {
+        Failure { kind, headers: Vec::new(), body: String::new(), structured_content: None, session_id_sent: false, delivery: Delivery::Unknown }
     }
 
     #[test]
@@ -364,8 +410,7 @@ mod tests {
     fn overrides_and_server_verdict() {
         let overridden = Config { status_overrides: vec![(409, OutcomeClass::Transient)], ..Config::default() };
         let plain = Config::default();
-        let failure =
-            |status, headers: Vec<(String, String)>| Failure { kind: FailureKind::HttpStatus(status), headers, body: String::new(), structured_content: None };
+        let failure = |status, headers: Vec<(String, String)>| Failure { headers, ..failure(FailureKind::HttpStatus(status)) };
         assert_eq!(classify(&failure(409, vec![]), &overridden, None, 0).class, OutcomeClass::Transient);
         let no = vec![("x-should-retry".to_string(), "false".to_string())];
         let forbidden = classify(&failure(503, no), &plain, None, 0);
@@ -380,9 +425,34 @@ mod tests {
 
     #[test]
     fn ambiguity() {
-        assert!(is_ambiguous(&FailureKind::Transport(TransportError::Timeout), OutcomeClass::Transient));
-        assert!(!is_ambiguous(&FailureKind::Transport(TransportError::ConnectionRefused), OutcomeClass::Transient));
-        assert!(!is_ambiguous(&FailureKind::HttpStatus(429), OutcomeClass::Throttled));
-        assert!(is_ambiguous(&FailureKind::HttpStatus(503), OutcomeClass::Transient));
+        let ambiguous = |failure: Failure| is_ambiguous(&classify_failure(&failure));
+        assert!(ambiguous(failure(FailureKind::Transport(TransportError::Timeout))));
+        assert!(!ambiguous(failure(FailureKind::Transport(TransportError::ConnectionRefused))));
+        assert!(!ambiguous(Failure { delivery: Delivery::NotSent, ..failure(FailureKind::Transport(TransportError::StreamClosed)) }));
+        assert!(ambiguous(Failure { delivery: Delivery::Sent, ..failure(FailureKind::Transport(TransportError::StreamClosed)) }));
+        assert!(!ambiguous(failure(FailureKind::HttpStatus(429))));
+        assert!(ambiguous(failure(FailureKind::HttpStatus(503))));
+        // A lost session was not run: the server did not know the session.
+        assert!(!ambiguous(Failure { session_id_sent: true, ..failure(FailureKind::HttpStatus(404)) }));
+        assert!(!ambiguous(failure(FailureKind::HttpStatus(404))), "a plain 404 is deterministic");
+    }
+
+    #[test]
+    fn tls_and_names_are_misconfigured() {
+        assert_eq!(class_of(FailureKind::Transport(TransportError::Tls)), OutcomeClass::Misconfigured);
+        assert_eq!(class_of(FailureKind::Transport(TransportError::NameResolution)), OutcomeClass::Misconfigured);
+    }
+
+    fn classify_failure(failure: &Failure) -> Classified {
+        let pairs: Vec<Pair<'_>> = failure.headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+        let view = FailureView {
+            kind: &failure.kind,
+            headers: &pairs,
+            body: &failure.body,
+            structured_content: failure.structured_content.as_deref(),
+            session_id_sent: failure.session_id_sent,
+            delivery: failure.delivery,
+        };
+        classify_view(&view, &Config::default(), None, 0)
     }
 }

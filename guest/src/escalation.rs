@@ -23,6 +23,11 @@ pub fn reason_text(reason: EscalationReason) -> &'static str {
         EscalationReason::RetryQuotaExhausted => "the account's retry quota is spent (too many retries across its workers lately)",
         EscalationReason::UnclassifiedFailure => "a failure the policy cannot classify (probable bug in the server, client or policy)",
         EscalationReason::StatusUnknown => "a status check could not tell whether a write was applied",
+        EscalationReason::ConnectionMisconfigured => {
+            "the connection cannot be made as configured (TLS or name resolution); a person must fix the URL, the certificate or the name"
+        }
+        EscalationReason::DeadlineTooNear => "the call's or the run's deadline is too near for the wait a retry needs",
+        EscalationReason::ProtocolVersionUnsupported => "the server refused the client's MCP revision twice: they share no revision",
     }
 }
 
@@ -52,9 +57,11 @@ pub struct StopPoint<'a> {
 
 /// The whole note, in prose. `effects` are the run's effects as [`bounded`]
 /// lists them, of `total`.
+#[allow(clippy::too_many_arguments)] // each is a part of the note; a struct would only rename them
 pub fn note(
     stop: &StopPoint<'_>,
     reason: EscalationReason,
+    detail: Option<&str>,
     last_error: Option<&str>,
     resets_in_ms: Option<u64>,
     now_ms: u64,
@@ -62,6 +69,9 @@ pub fn note(
     total: usize,
 ) -> String {
     let mut note = cat!("Run ", stop.run_id, " stopped: ", reason_text(reason), ".");
+    if let Some(detail) = detail {
+        cat_to!(note; " ", detail, ".");
+    }
     if let Some((tool, call_id, attempt)) = stop.call {
         cat_to!(note; " Call ", call_id, " (", tool, "), attempt ", attempt, ".");
     }
@@ -106,17 +116,17 @@ mod tests {
             EffectRecord { call_id: 5, tool: "upload_asset".to_string(), idempotency_key: None, status: EffectStatus::Unknown },
         ];
         let stop = StopPoint { run_id: "r1", call: Some(("issue_refund", 6, 1)) };
-        let text = note(&stop, EscalationReason::ServerWaitTooLong, Some("HTTP 429: spend cap"), Some(3_600_000), 0, &effects, effects.len());
+        let text = note(&stop, EscalationReason::ServerWaitTooLong, None, Some("HTTP 429: spend cap"), Some(3_600_000), 0, &effects, effects.len());
         assert!(text.contains("Run r1 stopped"), "{text}");
         assert!(text.contains("Room returns in 3600 s, at 1970-01-01T01:00:00Z"), "{text}");
         assert!(text.contains("1. issue_refund (call 3, key ar1-ab): applied."), "{text}");
         assert!(text.contains("2. upload_asset (call 5, key no key): may have been applied"), "{text}");
         let many: alloc::vec::Vec<EffectRecord> =
             (1..=1000).map(|i| EffectRecord { call_id: i, tool: "issue_refund".to_string(), idempotency_key: None, status: EffectStatus::Applied }).collect();
-        let long = note(&stop, EscalationReason::PermissionDenied, None, None, 0, &bounded(&many), many.len());
+        let long = note(&stop, EscalationReason::PermissionDenied, None, None, None, 0, &bounded(&many), many.len());
         assert!(long.contains(" 10. issue_refund (call 10,") && long.contains("... 980 more") && long.contains(" 1000. issue_refund (call 1000,"), "{long}");
         assert!(!long.contains("(call 11,") && long.len() < 2000, "{}", long.len());
-        let none = note(&StopPoint { run_id: "r", call: None }, EscalationReason::RunStepsSpent, None, None, 0, &[], 0);
+        let none = note(&StopPoint { run_id: "r", call: None }, EscalationReason::RunStepsSpent, None, None, None, 0, &[], 0);
         assert!(none.ends_with("No effects were made in this run."), "{none}");
     }
 }

@@ -28,6 +28,8 @@ pub enum Rule {
     ToolErrorHostStatus,
     ToolErrorScanLimit,
     ToolError,
+    LostSession,
+    VersionMismatch,
 }
 
 /// The rules' names, indexed by [`Rule::index`].
@@ -51,6 +53,8 @@ pub const RULE_NAMES: &[&str] = &[
     "tool-error:host-status",
     "tool-error:scan-limit",
     "tool-error",
+    "lost-session",
+    "version-mismatch",
 ];
 
 impl Rule {
@@ -73,13 +77,14 @@ mod tests {
     /// checks that no name is missing at the end).
     #[test]
     fn every_rule_is_named() {
-        let last = Rule::ToolError;
+        let last = Rule::VersionMismatch;
         assert_eq!(usize::from(last.index()) + 1, RULE_NAMES.len());
         assert_eq!(Rule::Success.name(), "success");
         assert_eq!(Rule::HttpStatus.name(), "http-status");
         assert_eq!(Rule::PayloadTooLargeRetryAfter.name(), "413-retry-after");
         assert_eq!(Rule::ConfigToolErrorRules.name(), "config:tool-error-rules");
-        assert_eq!(last.name(), "tool-error");
+        assert_eq!(Rule::ToolError.name(), "tool-error");
+        assert_eq!(last.name(), "version-mismatch");
         let mut names = RULE_NAMES.to_vec();
         names.sort_unstable();
         names.dedup();

@@ -1,7 +1,8 @@
 //! One agent run: its calls, its budgets and the effects it made.
 //!
-//! The host drives it: `begin_call` before a call's first attempt, `record_outcome`
-//! after every attempt and after every status check. Each answer says what to do
+//! The host drives it: `begin` before a call's first attempt, a report after
+//! every attempt (`record_success`, `record_empty_result`, `record_failure`)
+//! and after every status check (`record_status_check`). Each answer says what to do
 //! next. Budgets, checked in this order when a retry is due
 //! (narrowest first, so the reason names the most specific limit):
 //! - `max-attempts-per-call`: attempts of one call, the first included;
@@ -35,8 +36,8 @@ use crate::text::excerpt;
 /// The most effects `Run::effects_page` returns in one call.
 pub const MAX_EFFECTS_PAGE: usize = 1000;
 use crate::types::{
-    Action, Admission, AttemptMismatch, CallRequest, CallTicket, Decision, Effect, EffectRecord, EffectStatus, Escalation, EscalationReason, FailureKind,
-    Outcome, OutcomeClass, RetryPlan, RunError, RunReport, SizeLimit, StatusCheckResult, StatusCount, ToolHints,
+    Action, AttemptMismatch, CallTicket, Decision, Effect, EffectRecord, EffectStatus, Escalation, EscalationReason, FailureKind, OutcomeClass, RetryPlan,
+    RunError, RunReport, SizeLimit, StatusCheckResult, StatusCount, ToolHints,
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,6 +74,9 @@ struct Call {
     /// The call's place in `Run::effects`, if it has an effect there: finding it
     /// is O(1), so a run's cost grows linearly with its effects.
     effect_index: Option<u32>,
+    /// Whether the server already refused the client's MCP revision once for
+    /// this call: a second refusal means they share none.
+    version_refused: bool,
 }
 
 impl Call {
@@ -97,7 +101,12 @@ struct Counters {
 /// `action-kind`, with a retry's plan).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Act {
-    Retry { delay_ms: u64, attempt: u32 },
+    /// `reconnect`: a new session first (the server lost it, or refused the revision).
+    Retry {
+        delay_ms: u64,
+        attempt: u32,
+        reconnect: bool,
+    },
     Replan,
     CheckStatus,
     Succeed,
@@ -151,7 +160,7 @@ struct Last {
     step: Step,
 }
 
-/// An outcome as the run reads it, borrowed from the rich or the flat path.
+/// A report as the run reads it, borrowed from the host's arguments.
 enum Reported<'a> {
     Success,
     EmptyResult(&'a str),
@@ -165,6 +174,32 @@ struct Failed {
     hint_ms: Option<u64>,
     rule: Rule,
     basis: Basis,
+}
+
+/// When a report is made, and what a retry it decides may take: the host's
+/// clock, the time left to the call's or the run's deadline (if the host has
+/// one), and the entropy of a retry's jitter.
+#[derive(Clone, Copy, Debug)]
+pub struct At {
+    pub now_ms: u64,
+    pub time_left_ms: Option<u64>,
+    pub entropy: u64,
+}
+
+impl At {
+    /// A report at `now_ms`, with no deadline and no jitter to draw.
+    pub fn now(now_ms: u64) -> At {
+        At { now_ms, time_left_ms: None, entropy: 0 }
+    }
+}
+
+/// What a retry may take, beyond the run's budgets.
+#[derive(Clone, Copy)]
+struct Bounds {
+    /// The time left to the call's or the run's deadline, if the host has one.
+    time_left_ms: Option<u64>,
+    /// Whether the retry needs a new session first.
+    reconnect: bool,
 }
 
 /// One agent run.
@@ -308,6 +343,11 @@ impl Run {
 
     /// Ends the run with an escalation. `index` is the call that stopped it, if any.
     fn escalate(&mut self, index: Option<usize>, reason: EscalationReason, resets_in_ms: Option<u64>, now_ms: u64) {
+        self.escalate_with(index, reason, None, resets_in_ms, now_ms);
+    }
+
+    /// [`Run::escalate`], with a detail for the note (e.g. a deadline's numbers).
+    fn escalate_with(&mut self, index: Option<usize>, reason: EscalationReason, detail: Option<&str>, resets_in_ms: Option<u64>, now_ms: u64) {
         self.escalation = Some(reason);
         let last_error = index.and_then(|i| self.last_error_text(i));
         let stop_call = index.map(|i| {
@@ -317,7 +357,7 @@ impl Run {
         });
         let effects = self.bounded_effects();
         let stop = StopPoint { run_id: &self.run_id, call: stop_call.map(|(i, attempt)| (self.calls[i].tool.as_str(), i as u32 + 1, attempt)) };
-        let note = escalation::note(&stop, reason, last_error.as_deref(), resets_in_ms, now_ms, &effects, self.effects.len());
+        let note = escalation::note(&stop, reason, detail, last_error.as_deref(), resets_in_ms, now_ms, &effects, self.effects.len());
         self.escalated = Some(Box::new(Escalation { reason, last_error, resets_in_ms, effects, effects_total: self.effects_total(), note }));
     }
 
@@ -364,13 +404,9 @@ impl Run {
         self.decide(index, Act::Escalate, failed, Step::Escalate(reason), true)
     }
 
-    /// Asks to begin a call (the rich form).
-    pub fn begin_call(&mut self, request: &CallRequest, now_ms: u64, budget: &mut dyn AccountBudget) -> Result<Admission, RunError> {
-        let start = self.begin(request.tool.clone(), request.idempotency_key.clone(), request.hints.as_ref(), now_ms, budget)?;
-        Ok(match start {
-            Start::Send(ticket) => Admission::Send(ticket),
-            Start::Escalated => Admission::Escalate(self.escalation().expect("an escalated run keeps its hand-off")),
-        })
+    fn deadline_too_near(&mut self, index: usize, failed: Failed, detail: &str, resets_in_ms: Option<u64>, now_ms: u64) -> Verdict {
+        self.escalate_with(Some(index), EscalationReason::DeadlineTooNear, Some(detail), resets_in_ms, now_ms);
+        self.decide(index, Act::Escalate, failed, Step::Escalate(EscalationReason::DeadlineTooNear), true)
     }
 
     /// Asks to begin a call: checks the step budget and takes the first
@@ -392,7 +428,7 @@ impl Run {
             self.escalate(None, EscalationReason::RunStepsSpent, None, now_ms);
             return Ok(Start::Escalated);
         }
-        let delay_ms = match budget::withdraw(&self.config, Spend::FirstAttempt, now_ms, budget) {
+        let delay_ms = match budget::withdraw(&self.config, Spend::FirstAttempt, None, now_ms, budget) {
             Ok(taken) => taken.wait_ms,
             Err(refused) => {
                 self.escalate(None, refused.reason, Some(refused.resets_in_ms), now_ms);
@@ -400,8 +436,18 @@ impl Run {
             }
         };
         let policy = self.config.tool_policy(&tool, hints);
-        let call =
-            Call { tool, key, policy, attempt: 1, phase: Phase::Sending, last_error: None, last_text: String::new(), quota_taken: 0, effect_index: None };
+        let call = Call {
+            tool,
+            key,
+            policy,
+            attempt: 1,
+            phase: Phase::Sending,
+            last_error: None,
+            last_text: String::new(),
+            quota_taken: 0,
+            effect_index: None,
+            version_refused: false,
+        };
         let safe_to_repeat = call.safe_to_repeat();
         // The first call gets room for one (`Chunked::push`): most runs in
         // flight have one call out, and 100,000 runs must fit in one
@@ -413,62 +459,42 @@ impl Run {
         Ok(Start::Send(CallTicket { call_id, delay_ms, effect: policy.effect, safe_to_repeat }))
     }
 
-    /// Records what attempt `attempt` returned and decides what happens next,
-    /// in words (the rich form of [`Run::record_success`] and
-    /// [`Run::record_failure`]). A report of another attempt than the call's
-    /// current one (a second report of one attempt) is refused and changes nothing.
-    pub fn record_outcome(
-        &mut self,
-        call_id: u32,
-        attempt: u32,
-        outcome: &Outcome,
-        now_ms: u64,
-        entropy: u64,
-        budget: &mut dyn AccountBudget,
-    ) -> Result<Decision, RunError> {
-        let pairs;
-        let view;
-        let reported = match outcome {
-            Outcome::Success => Reported::Success,
-            Outcome::EmptyResult(detail) => Reported::EmptyResult(detail),
-            Outcome::StatusCheck(result) => Reported::StatusCheck(*result),
-            Outcome::Failure(failure) => {
-                pairs = failure.headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect::<Vec<_>>();
-                view = FailureView { kind: &failure.kind, headers: &pairs, body: &failure.body, structured_content: failure.structured_content.as_deref() };
-                Reported::Failure(&view)
-            }
-        };
-        self.record(call_id, attempt, reported, now_ms, entropy, budget)?;
-        Ok(self.last_decision(call_id).expect("a decision was just made"))
-    }
-
-    /// Records a successful attempt, lean.
+    /// Records an attempt that returned a usable result.
     pub fn record_success(&mut self, call_id: u32, attempt: u32, now_ms: u64, budget: &mut dyn AccountBudget) -> Result<Verdict, RunError> {
-        self.record(call_id, attempt, Reported::Success, now_ms, 0, budget)
+        self.record(call_id, attempt, Reported::Success, At::now(now_ms), budget)
     }
 
-    /// Records a failed attempt, lean.
+    /// Records an attempt whose result was empty or unusable.
+    pub fn record_empty_result(&mut self, call_id: u32, attempt: u32, detail: &str, now_ms: u64, budget: &mut dyn AccountBudget) -> Result<Verdict, RunError> {
+        self.record(call_id, attempt, Reported::EmptyResult(detail), At::now(now_ms), budget)
+    }
+
+    /// Records a failed attempt, as the host observed it.
     pub fn record_failure(
         &mut self,
         call_id: u32,
         attempt: u32,
         failure: &FailureView<'_>,
-        now_ms: u64,
-        entropy: u64,
+        at: At,
         budget: &mut dyn AccountBudget,
     ) -> Result<Verdict, RunError> {
-        self.record(call_id, attempt, Reported::Failure(failure), now_ms, entropy, budget)
+        self.record(call_id, attempt, Reported::Failure(failure), at, budget)
     }
 
-    fn record(
+    /// Records what a status check found.
+    pub fn record_status_check(
         &mut self,
         call_id: u32,
         attempt: u32,
-        outcome: Reported<'_>,
-        now_ms: u64,
-        entropy: u64,
+        result: StatusCheckResult,
+        at: At,
         budget: &mut dyn AccountBudget,
     ) -> Result<Verdict, RunError> {
+        self.record(call_id, attempt, Reported::StatusCheck(result), at, budget)
+    }
+
+    fn record(&mut self, call_id: u32, attempt: u32, outcome: Reported<'_>, at: At, budget: &mut dyn AccountBudget) -> Result<Verdict, RunError> {
+        let now_ms = at.now_ms;
         self.ensure_open()?;
         let index = self.call_index(call_id)?;
         let expected = self.calls[index].attempt;
@@ -480,7 +506,7 @@ impl Run {
             _ => None,
         };
         match (outcome, pending) {
-            (Reported::StatusCheck(result), Some(failed)) => Ok(self.on_status_check(index, result, failed, now_ms, entropy, budget)),
+            (Reported::StatusCheck(result), Some(failed)) => Ok(self.on_status_check(index, result, failed, at, budget)),
             (Reported::StatusCheck(_), None) => Err(RunError::NoStatusCheckPending(call_id)),
             (_, Some(_)) => Err(RunError::StatusCheckPending(call_id)),
             (Reported::Success, None) => {
@@ -505,7 +531,7 @@ impl Run {
                 };
                 Ok(self.replan_or_escalate(index, failed, now_ms))
             }
-            (Reported::Failure(failure), None) => Ok(self.on_failure(index, failure, now_ms, entropy, budget)),
+            (Reported::Failure(failure), None) => Ok(self.on_failure(index, failure, at, budget)),
         }
     }
 
@@ -528,7 +554,8 @@ impl Run {
         self.decide(index, Act::Replan, failed, step, true)
     }
 
-    fn on_failure(&mut self, index: usize, failure: &FailureView<'_>, now_ms: u64, entropy: u64, budget: &mut dyn AccountBudget) -> Verdict {
+    fn on_failure(&mut self, index: usize, failure: &FailureView<'_>, at: At, budget: &mut dyn AccountBudget) -> Verdict {
+        let At { now_ms, time_left_ms, entropy } = at;
         if let FailureKind::HttpStatus(status) = *failure.kind {
             match self.statuses.binary_search_by_key(&status, |s| s.status) {
                 Ok(i) => self.statuses[i].count = self.statuses[i].count.saturating_add(1),
@@ -538,7 +565,9 @@ impl Run {
         let classified = classify_view(failure, &self.config, Some(&self.calls[index].tool), now_ms);
         self.keep_text(index, LastError::Failure(*failure.kind), failure.body);
         let (class, hint_ms, rule) = (classified.class, classified.hint_ms, classified.rule);
-        let gone = matches!(classified.status, Some(404 | 410));
+        let ambiguous = is_ambiguous(&classified);
+        // A lost session's 404 says nothing of the target: it is not "already gone".
+        let gone = matches!(classified.status, Some(404 | 410)) && rule != Rule::LostSession;
         let server_forbids = classified.server_says_retry == Some(false);
         let failed = Failed { class, hint_ms, rule, basis: Basis::Failure(classified) };
         if self.calls[index].policy.effect == Effect::Delete && gone {
@@ -551,9 +580,15 @@ impl Run {
         }
         match class {
             OutcomeClass::Permission => self.escalate_call(index, failed, EscalationReason::PermissionDenied, None, now_ms),
+            OutcomeClass::Misconfigured => self.escalate_call(index, failed, EscalationReason::ConnectionMisconfigured, None, now_ms),
             OutcomeClass::Deterministic => self.replan_or_escalate(index, failed, now_ms),
             OutcomeClass::Transient | OutcomeClass::Throttled => {
-                let ambiguous = is_ambiguous(failure.kind, class);
+                if rule == Rule::VersionMismatch {
+                    if self.calls[index].version_refused {
+                        return self.escalate_call(index, failed, EscalationReason::ProtocolVersionUnsupported, None, now_ms);
+                    }
+                    self.calls[index].version_refused = true;
+                }
                 if ambiguous && self.calls[index].policy.effect != Effect::Read {
                     self.set_effect(index, Some(EffectStatus::Unknown));
                 }
@@ -572,7 +607,8 @@ impl Run {
                     self.calls[index].phase = Phase::CheckingStatus { class, hint_ms };
                     return self.decide(index, Act::CheckStatus, failed, Step::CheckStatus, false);
                 }
-                self.retry_or_escalate(index, failed, now_ms, entropy, budget)
+                let reconnect = matches!(rule, Rule::LostSession | Rule::VersionMismatch);
+                self.retry_or_escalate(index, failed, Bounds { time_left_ms, reconnect }, now_ms, entropy, budget)
             }
             // Unclassified, and the classes classify never gives a failure.
             OutcomeClass::Unclassified | OutcomeClass::Success | OutcomeClass::Semantic => {
@@ -581,7 +617,7 @@ impl Run {
         }
     }
 
-    fn retry_or_escalate(&mut self, index: usize, failed: Failed, now_ms: u64, entropy: u64, budget: &mut dyn AccountBudget) -> Verdict {
+    fn retry_or_escalate(&mut self, index: usize, failed: Failed, bounds: Bounds, now_ms: u64, entropy: u64, budget: &mut dyn AccountBudget) -> Verdict {
         let config = Arc::clone(&self.config);
         let attempt = self.calls[index].attempt;
         let spent = if attempt >= config.max_attempts_per_call {
@@ -596,11 +632,31 @@ impl Run {
         if let Some(reason) = spent {
             return self.escalate_call(index, failed, reason, None, now_ms);
         }
-        // Attempt n failed: this is retry number n.
+        // A server that asks to wait until the deadline or past it is not
+        // waited for: the model, or a person, hears it now, with both numbers.
+        if let Some(left) = bounds.time_left_ms
+            && (left == 0 || failed.hint_ms.is_some_and(|hint| hint >= left))
+        {
+            let detail = match failed.hint_ms {
+                Some(asks) => cat!("the server asks to wait ", asks, " ms; ", left, " ms remain"),
+                None => String::from("no time remains before the deadline"),
+            };
+            let hint_ms = failed.hint_ms;
+            return self.deadline_too_near(index, failed, &detail, hint_ms, now_ms);
+        }
+        // Attempt n failed: this is retry number n. Jitter never waits past the deadline.
         let mut delay_ms = next_delay_ms(config.base_delay_ms, config.max_delay_ms, attempt, failed.hint_ms, entropy);
+        if let Some(left) = bounds.time_left_ms {
+            delay_ms = delay_ms.min(left);
+        }
         let spend = Spend::Retry { throttled: failed.class == OutcomeClass::Throttled };
-        let taken = match budget::withdraw(&config, spend, now_ms, budget) {
+        let taken = match budget::withdraw(&config, spend, bounds.time_left_ms, now_ms, budget) {
             Ok(taken) => taken,
+            Err(refused) if refused.reason == EscalationReason::DeadlineTooNear => {
+                let left = bounds.time_left_ms.unwrap_or(0);
+                let detail = cat!("the account budget has room in ", refused.resets_in_ms, " ms; ", left, " ms remain");
+                return self.deadline_too_near(index, failed, &detail, Some(refused.resets_in_ms), now_ms);
+            }
             Err(refused) => return self.escalate_call(index, failed, refused.reason, Some(refused.resets_in_ms), now_ms),
         };
         let mut account_wait_ms = None;
@@ -618,22 +674,21 @@ impl Run {
         let next = call.attempt;
         let step = Step::Retry { retry: attempt, of: config.max_attempts_per_call - 1, delay_ms, account_wait_ms };
         // The verdict answers the failed attempt, not the retry it plans.
-        let verdict =
-            Verdict { act: Act::Retry { delay_ms, attempt: next }, class: failed.class, attempt, hint_ms: failed.hint_ms, rule: failed.rule, has_note: false };
+        let verdict = Verdict {
+            act: Act::Retry { delay_ms, attempt: next, reconnect: bounds.reconnect },
+            class: failed.class,
+            attempt,
+            hint_ms: failed.hint_ms,
+            rule: failed.rule,
+            has_note: false,
+        };
         self.keep_last(Last { index, verdict, basis: failed.basis, step });
         verdict
     }
 
     /// What the status check found. `failed` is the failure that asked for it.
-    fn on_status_check(
-        &mut self,
-        index: usize,
-        result: StatusCheckResult,
-        mut failed: Failed,
-        now_ms: u64,
-        entropy: u64,
-        budget: &mut dyn AccountBudget,
-    ) -> Verdict {
+    fn on_status_check(&mut self, index: usize, result: StatusCheckResult, mut failed: Failed, at: At, budget: &mut dyn AccountBudget) -> Verdict {
+        let At { now_ms, time_left_ms, entropy } = at;
         match result {
             StatusCheckResult::Found => {
                 failed.basis = Basis::Fixed("status check found the write applied");
@@ -643,7 +698,7 @@ impl Run {
                 self.set_effect(index, None);
                 self.calls[index].phase = Phase::Sending;
                 failed.basis = Basis::Fixed("status check found the write absent");
-                self.retry_or_escalate(index, failed, now_ms, entropy, budget)
+                self.retry_or_escalate(index, failed, Bounds { time_left_ms, reconnect: false }, now_ms, entropy, budget)
             }
             StatusCheckResult::Unknown => {
                 failed.basis = Basis::Fixed("status check could not tell");
@@ -663,7 +718,7 @@ impl Run {
         let call = &self.calls[last.index];
         let verdict = &last.verdict;
         let action = match verdict.act {
-            Act::Retry { delay_ms, attempt } => Action::Retry(RetryPlan { delay_ms, attempt, idempotency_key: call.key.clone() }),
+            Act::Retry { delay_ms, attempt, reconnect } => Action::Retry(RetryPlan { delay_ms, attempt, idempotency_key: call.key.clone(), reconnect }),
             Act::Replan => Action::Replan(match call.last_error {
                 Some(LastError::EmptyResult) => self.last_error_text(last.index).unwrap_or_default(),
                 _ => cat!(call.tool, " failed: ", self.last_error_text(last.index).unwrap_or_default()),

@@ -16,7 +16,28 @@ pub enum TransportError {
     ConnectionReset,
     ConnectionRefused,
     StreamClosed,
+    Tls,
+    NameResolution,
     Other,
+}
+
+/// How far a failed request got (`delivery` in the WIT).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Delivery {
+    #[default]
+    Unknown,
+    NotSent,
+    Sent,
+    AnswerStarted,
+}
+
+/// What a negotiating client makes of a non-discovery answer to `server/discover`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ProbeAnswer {
+    OlderServer,
+    Failure,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -38,6 +59,10 @@ pub struct Failure {
     pub body: String,
     #[serde(default)]
     pub structured_content: Option<String>,
+    #[serde(default)]
+    pub session_id_sent: bool,
+    #[serde(default)]
+    pub delivery: Delivery,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -58,6 +83,7 @@ pub enum OutcomeClass {
     Deterministic,
     Permission,
     Semantic,
+    Misconfigured,
     Unclassified,
 }
 
@@ -70,6 +96,7 @@ impl OutcomeClass {
             OutcomeClass::Deterministic => "deterministic",
             OutcomeClass::Permission => "permission",
             OutcomeClass::Semantic => "semantic",
+            OutcomeClass::Misconfigured => "misconfigured",
             OutcomeClass::Unclassified => "unclassified",
         }
     }
@@ -157,6 +184,9 @@ pub enum EscalationReason {
     RetryQuotaExhausted,
     UnclassifiedFailure,
     StatusUnknown,
+    ConnectionMisconfigured,
+    DeadlineTooNear,
+    ProtocolVersionUnsupported,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -192,6 +222,7 @@ pub struct RetryPlan {
     pub delay_ms: u64,
     pub attempt: u32,
     pub idempotency_key: Option<String>,
+    pub reconnect: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

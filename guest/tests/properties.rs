@@ -20,7 +20,8 @@ use std::sync::Arc;
 use agent_retry_policy::account::{AccountBudget, Bucket, NoAccountBudget, Reservation};
 use agent_retry_policy::backoff::{ceiling_ms, full_jitter, next_delay_ms};
 use agent_retry_policy::config::{Config, ONE_DAY_MS};
-use agent_retry_policy::run::Run;
+use agent_retry_policy::readable;
+use agent_retry_policy::run::{At, Run};
 use agent_retry_policy::types::{Action, Admission, CallRequest, Decision, EscalationReason, Failure, FailureKind, Outcome, StatusCheckResult, TransportError};
 use proptest::prelude::*;
 
@@ -40,7 +41,7 @@ fn config(base: u64, cap: u64, attempts: u32, retries: u32, replans: u32, steps:
 }
 
 fn failure(kind: FailureKind, headers: Vec<(String, String)>) -> Outcome {
-    Outcome::Failure(Failure { kind, headers, body: String::new(), structured_content: None })
+    Outcome::Failure(Failure { kind, headers, body: String::new(), structured_content: None, session_id_sent: false, delivery: Default::default() })
 }
 
 /// Outcomes a tool call may have, with the hints servers send.
@@ -163,7 +164,7 @@ proptest! {
             match step {
                 Step::Begin { keyed } => {
                     let request = CallRequest { tool: "t".into(), idempotency_key: keyed.then(|| "k".to_string()), hints: None };
-                    match run.begin_call(&request, now, &mut budget) {
+                    match readable::begin_call(&mut run, &request, now, &mut budget) {
                         Ok(Admission::Send(ticket)) => latest = Some((ticket.call_id, 1)),
                         Ok(Admission::Escalate(e)) => {
                             prop_assert_eq!(e.reason, EscalationReason::RunStepsSpent);
@@ -175,7 +176,7 @@ proptest! {
                 Step::Record { outcome, entropy, dt_ms } => {
                     now += dt_ms;
                     let Some((call_id, attempt)) = latest else { continue };
-                    match run.record_outcome(call_id, attempt, &outcome, now, entropy, &mut budget) {
+                    match readable::record_outcome(&mut run, call_id, attempt, &outcome, At { now_ms: now, time_left_ms: None, entropy }, &mut budget) {
                         Ok(Decision { action: Action::Retry(plan), attempt: n, hint_ms, .. }) => {
                             let ceiling = ceiling_u128(c.base_delay_ms, c.max_delay_ms, n);
                             let jitter = full_jitter(ceiling, entropy);
@@ -212,14 +213,14 @@ proptest! {
         let c = config(100, 1000, attempts, retries, 2, steps, 60_000);
         let mut run = Run::new(Arc::clone(&c), "prop");
         let request = CallRequest { tool: "t".into(), idempotency_key: with_key.then(|| "k".to_string()), hints: None };
-        let Ok(Admission::Send(ticket)) = run.begin_call(&request, 0, &mut NoAccountBudget) else { panic!("not admitted") };
+        let Ok(Admission::Send(ticket)) = readable::begin_call(&mut run, &request, 0, &mut NoAccountBudget) else { panic!("not admitted") };
         // A 429 is never ambiguous; a 5xx on a write without a key asks for a status check first.
         let checks = status != 429 && !with_key;
         let mut attempt = 1;
         let reason = loop {
-            let decision = run.record_outcome(ticket.call_id, attempt, &failure(FailureKind::HttpStatus(status), Vec::new()), 0, entropy, &mut NoAccountBudget).unwrap();
+            let decision = readable::record_outcome(&mut run, ticket.call_id, attempt, &failure(FailureKind::HttpStatus(status), Vec::new()), At { now_ms: 0, time_left_ms: None, entropy }, &mut NoAccountBudget).unwrap();
             let decision = if checks && matches!(decision.action, Action::CheckStatus) {
-                run.record_outcome(ticket.call_id, attempt, &Outcome::StatusCheck(StatusCheckResult::Absent), 0, entropy, &mut NoAccountBudget).unwrap()
+                readable::record_outcome(&mut run, ticket.call_id, attempt, &Outcome::StatusCheck(StatusCheckResult::Absent), At { now_ms: 0, time_left_ms: None, entropy }, &mut NoAccountBudget).unwrap()
             } else {
                 decision
             };
@@ -257,11 +258,11 @@ proptest! {
         let mut run = Run::new(Arc::clone(&c), "prop");
         for i in 0..calls {
             let request = CallRequest { tool: "t".into(), idempotency_key: None, hints: None };
-            let Ok(Admission::Send(ticket)) = run.begin_call(&request, 0, &mut NoAccountBudget) else {
+            let Ok(Admission::Send(ticket)) = readable::begin_call(&mut run, &request, 0, &mut NoAccountBudget) else {
                 prop_assert!(i as u32 > replans, "a call refused before the replans were spent");
                 break;
             };
-            let d = run.record_outcome(ticket.call_id, 1, &failure(FailureKind::HttpStatus(400), Vec::new()), 0, 0, &mut NoAccountBudget).unwrap();
+            let d = readable::record_outcome(&mut run, ticket.call_id, 1, &failure(FailureKind::HttpStatus(400), Vec::new()), At { now_ms: 0, time_left_ms: None, entropy: 0 }, &mut NoAccountBudget).unwrap();
             match d.action {
                 Action::Replan(_) => prop_assert!((i as u32) < replans),
                 Action::Escalate(e) => {
@@ -293,13 +294,13 @@ proptest! {
             match step {
                 Step::Begin { keyed } => {
                     let request = CallRequest { tool: "t".into(), idempotency_key: keyed.then(|| "k".to_string()), hints: None };
-                    if let Ok(Admission::Send(ticket)) = run.begin_call(&request, 0, &mut budget) {
+                    if let Ok(Admission::Send(ticket)) = readable::begin_call(&mut run, &request, 0, &mut budget) {
                         latest = Some((ticket.call_id, 1));
                     }
                 }
                 Step::Record { outcome, entropy, .. } => {
                     let Some((call_id, attempt)) = latest else { continue };
-                    match run.record_outcome(call_id, attempt, &outcome, 0, entropy, &mut budget) {
+                    match readable::record_outcome(&mut run, call_id, attempt, &outcome, At { now_ms: 0, time_left_ms: None, entropy }, &mut budget) {
                         Ok(Decision { action: Action::Retry(plan), .. }) => latest = Some((call_id, plan.attempt)),
                         Ok(Decision { action: Action::CheckStatus, .. }) | Err(_) => {}
                         Ok(_) => latest = None,

@@ -165,6 +165,11 @@ enum Command {
         /// fleet ships its own in the vectors key).
         #[arg(long, conflicts_with = "fleet")]
         vectors: Option<PathBuf>,
+        /// Gate vector files of the operator's (the format of tests/vectors/*.json;
+        /// repeat it for several): every candidate must pass them after the built-in
+        /// gate.json, cases without `config` under the candidate's configuration.
+        #[arg(long = "gate-vectors")]
+        gate_vectors: Vec<PathBuf>,
     },
     /// Publish a policy (--wasm and --config, optionally its detached signature) for
     /// every worker of a fleet, in one Redis transaction, and announce it.
@@ -256,8 +261,9 @@ fn main() -> ExitCode {
             Command::Simulate { clients, runs, seed, svg } => lab::simulate(&wasm, &clients, runs, seed, svg.as_deref()),
             Command::Judge { exam, client } => exam::judge(&exam, &client).await,
             Command::Exam { url, exam, no_policy } => exam::exam(&wasm, &url, &exam, no_policy).await,
-            Command::Watch { config, fleet, prefix, interval_ms, pin_sha256, public_key, vectors } => {
-                watch::watch(watch::WatchOptions { wasm, config, fleet, prefix, interval_ms, pin_sha256, public_key_hex: public_key, vectors }).await
+            Command::Watch { config, fleet, prefix, interval_ms, pin_sha256, public_key, vectors, gate_vectors } => {
+                watch::watch(watch::WatchOptions { wasm, config, fleet, prefix, interval_ms, pin_sha256, public_key_hex: public_key, vectors, gate_vectors })
+                    .await
             }
             Command::Publish { redis, prefix, config, signature, vectors } => {
                 watch::publish(&redis, &prefix, &wasm, &config, signature.as_deref(), vectors.as_deref())

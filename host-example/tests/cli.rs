@@ -86,7 +86,7 @@ fn decide_goes_on_after_a_trap_with_a_fresh_instance() {
     let answers: Vec<serde_json::Value> = String::from_utf8_lossy(&output.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(answers.len(), 5);
     let trap = answers[1]["error"].as_str().unwrap();
-    assert!(trap.contains("trapped") && trap.contains("fuel"), "{trap}");
+    assert!(trap.contains("ran out of fuel"), "{trap}");
     assert!(answers[1]["recovered"].is_string());
     assert_eq!(answers[2]["ok"]["send"]["call-id"], 1, "the fresh instance serves");
     assert!(answers[3]["ok"]["action"]["retry"].is_object());

@@ -62,9 +62,11 @@ dist-python: dist-component hosts-python-setup
 	@find $(DIST_STAGE)/python -name __pycache__ -prune -exec rm -rf {} +
 	cp LICENSE $(DIST_STAGE)/python/LICENSE
 	cp $(DIST_WASM) $(DIST_STAGE)/python/src/agent_retry_policy/agent_retry_policy.wasm
+	cp tests/vectors/gate.json $(DIST_STAGE)/python/src/agent_retry_policy/gate.json
 	$(HOSTS_PY) -m pip wheel --quiet --no-deps -w $(DIST)/python $(DIST_STAGE)/python
 	@$(HOSTS_PY) -c "import sys, zipfile; names = zipfile.ZipFile(sys.argv[1]).namelist(); \
-	  assert 'agent_retry_policy/agent_retry_policy.wasm' in names, names; print(sys.argv[1], 'carries the component')" $(DIST)/python/*.whl
+	  assert 'agent_retry_policy/agent_retry_policy.wasm' in names, names; \
+	  assert 'agent_retry_policy/gate.json' in names, names; print(sys.argv[1], 'carries the component and the gate vectors')" $(DIST)/python/*.whl
 
 # The npm tarball, from a staging copy whose dist/generated is jco's transpilation
 # of $(DIST_WASM) (so the package runs without Rust and carries the metadata).

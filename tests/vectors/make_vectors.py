@@ -30,7 +30,8 @@ def jitter(entropy, retry, base=1000, cap=30000):
 
 # ---------- building blocks ----------
 
-def failure(status=None, transport=None, rpc=None, tool_error=False, upstream=None, headers=(), body="", structured=None):
+def failure(status=None, transport=None, rpc=None, tool_error=False, upstream=None, headers=(), body="", structured=None,
+            session=False, delivery=None):
     if status is not None:
         kind = {"http-status": status}
     elif transport is not None:
@@ -47,6 +48,10 @@ def failure(status=None, transport=None, rpc=None, tool_error=False, upstream=No
         out["body"] = body
     if structured is not None:
         out["structured-content"] = structured if isinstance(structured, str) else json.dumps(structured)
+    if session:
+        out["session-id-sent"] = True
+    if delivery is not None:
+        out["delivery"] = delivery
     return out
 
 
@@ -75,8 +80,10 @@ def sent(call_id, **fields):
     return {"ok": {"send": dict({"call-id": call_id}, **fields)}}
 
 
-def outcome(call_id, what, expect=None, entropy=None, now=None, attempt=None):
+def outcome(call_id, what, expect=None, entropy=None, now=None, attempt=None, time_left=None):
     step = {"op": "record-outcome", "call-id": call_id, "outcome": what}
+    if time_left is not None:
+        step["time-left-ms"] = time_left
     if attempt is not None:
         step["attempt"] = attempt
     if entropy is not None:
@@ -101,8 +108,10 @@ def decision(action, cls=None, **fields):
     return {"ok": d}
 
 
-def retry(delay=None, attempt=None, key="any", cls=None, **fields):
+def retry(delay=None, attempt=None, key="any", cls=None, reconnect=None, **fields):
     plan = {}
+    if reconnect is not None:
+        plan["reconnect"] = reconnect
     if delay is not None:
         plan["delay-ms"] = delay
     if attempt is not None:
@@ -1163,6 +1172,279 @@ def classify_case_headers():
     ])
 
 
+# ---------- runs-transport.json (contract 0.5.0) ----------
+
+WRITE_HINTS = {"read-only": False, "idempotent": False}
+NO_SESSION_BODY = '{"jsonrpc":"2.0","error":{"code":-32000,"message":"Bad Request: No valid session ID provided"},"id":null}'
+REFUSED_REVISION = ('{"jsonrpc":"2.0","id":1,"error":{"code":-32022,"message":"Unsupported protocol version",'
+                    '"data":{"supported":["2026-07-28"],"requested":"2025-11-25"}}}')
+
+
+def transport_cases():
+    return [
+        case("a 404 to a request that carried a session id is a lost session: reconnect and resend, even a write", [
+            begin("issue_refund"),
+            outcome(1, fail(status=404, session=True, delivery="answer-started"),
+                    retry(attempt=2, reconnect=True, cls="transient", rule="lost-session")),
+        ], config=TOOLS, comment="the server did not run it (it did not know the session): no status check is needed"),
+        case("a 404 without a session id is the tool's or the URL's and goes to the model", [
+            begin("lookup_order"), outcome(1, fail(status=404), replan(cls="deterministic", rule="http-status")),
+        ], config=TOOLS),
+        case("a 400 that says the session expired is a lost session", [
+            begin("lookup_order"),
+            outcome(1, fail(status=400, body="Session expired", session=True), retry(reconnect=True, rule="lost-session")),
+        ], config=TOOLS),
+        case("a 400 whose JSON-RPC message says no valid session id is a lost session", [
+            begin("lookup_order"),
+            outcome(1, fail(status=400, body=NO_SESSION_BODY, session=True), retry(reconnect=True, rule="lost-session")),
+        ], config=TOOLS),
+        case("a 400 naming a tool called session_summary is not a lost session", [
+            begin("lookup_order"),
+            outcome(1, fail(status=400, body="Tool not found: session_summary", session=True), replan(cls="deterministic")),
+        ], config=TOOLS),
+        case("a 404 carrying JSON-RPC method not found was read by the server and goes to the model", [
+            begin("lookup_order"),
+            outcome(1, fail(status=404, body='{"error":{"code" : -32601}}', session=True),
+                    replan(cls="deterministic", rule="json-rpc-code")),
+        ], config=TOOLS),
+        case("a refused revision is resent once on a new session, and a second refusal escalates with the answer", [
+            begin("lookup_order"),
+            outcome(1, fail(status=400, body=REFUSED_REVISION), retry(attempt=2, reconnect=True, rule="version-mismatch")),
+            outcome(1, fail(rpc=-32022, body="Unsupported protocol version"),
+                    escalate("protocol-version-unsupported", note={"$contains": "Unsupported protocol version"})),
+        ], config=TOOLS),
+        case("a TLS failure escalates at once as misconfigured", [
+            begin("lookup_order"),
+            outcome(1, fail(transport="tls", body="invalid peer certificate: UnknownIssuer", delivery="not-sent"),
+                    escalate("connection-misconfigured", "misconfigured", note={"$contains": "UnknownIssuer"})),
+        ], config=TOOLS),
+        case("a name that does not resolve escalates at once as misconfigured", [
+            begin("lookup_order"),
+            outcome(1, fail(transport="name-resolution", delivery="not-sent"), escalate("connection-misconfigured", "misconfigured")),
+        ], config=TOOLS),
+        case("an unkeyed write whose request never left is resent without a status check", [
+            begin("issue_refund"),
+            outcome(1, fail(transport="stream-closed", delivery="not-sent"), retry(attempt=2, cls="transient", reconnect=False)),
+        ], config=TOOLS),
+        case("an unkeyed write whose request was written and then cut asks for a status check", [
+            begin("issue_refund"),
+            outcome(1, fail(transport="stream-closed", delivery="sent"), decision("check-status", "transient")),
+        ], config=TOOLS),
+        case("a server wait longer than the time left fails now, with both numbers in the note", [
+            begin("lookup_order"),
+            outcome(1, fail(status=429, headers=[("Retry-After", "30")]), time_left=20000,
+                    expect=escalate("deadline-too-near", "throttled", note={"$contains": "the server asks to wait 30000 ms; 20000 ms remain"},
+                                    resets_in_ms=30000)),
+        ], config=TOOLS),
+        case("a jittered delay is cut to the time left", [
+            begin("lookup_order"),
+            outcome(1, fail(status=503), entropy=2**64 - 1, time_left=120, expect=retry(delay=120, attempt=2)),
+        ], config=TOOLS),
+        case("a server wait equal to the time left fails now too", [
+            begin("lookup_order"),
+            outcome(1, fail(status=503, headers=[("Retry-After", "2")]), time_left=2000,
+                    expect=escalate("deadline-too-near", note={"$contains": "the server asks to wait 2000 ms; 2000 ms remain"})),
+        ], config=TOOLS),
+        case("an account wait past the deadline fails now and books nothing", [
+            begin("lookup_order"), begin("lookup_order"),
+            outcome(1, fail(status=503), entropy=0, time_left=500,
+                    expect=escalate("deadline-too-near", note={"$contains": "the account budget has room in 1000 ms; 500 ms remain"})),
+            {"op": "start-run", "run-id": "run-2"},
+            begin("lookup_order", expect=sent(1, **{"delay-ms": 1000})),
+        ], config={"tools": REFUND_TOOLS, "account-budget": {"account-id": "acme", "capacity": 2, "refill-interval-ms": 1000,
+                                                              "max-wait-ms": 1500}},
+           comment="the refused retry took no token: the next call waits for the first refill, not the second"),
+        case("a 400 whose JSON-RPC body is an SDK's -32000 goes to the model, not retried", [
+            begin("issue_refund"),
+            outcome(1, fail(status=400, body='{"jsonrpc":"2.0","error":{"code":-32000,"message":"Bad Request: Server not initialized"},"id":null}'),
+                    replan(cls="deterministic", rule="json-rpc-code")),
+        ], config=TOOLS),
+        case("a 403 whose body carries -32022 is still a 403", [
+            begin("lookup_order"),
+            outcome(1, fail(status=403, body=REFUSED_REVISION), escalate("permission-denied", "permission")),
+        ], config=TOOLS),
+        case("no time left escalates instead of retrying", [
+            begin("lookup_order"),
+            outcome(1, fail(status=503), time_left=0,
+                    expect=escalate("deadline-too-near", note={"$contains": "no time remains before the deadline"})),
+        ], config=TOOLS),
+        case("a status check that finds the write absent retries within the time left", [
+            begin("issue_refund"),
+            outcome(1, fail(transport="timeout", delivery="sent"), decision("check-status")),
+            outcome(1, {"status-check": "absent"}, entropy=2**64 - 1, time_left=50, expect=retry(delay=50, attempt=2)),
+        ], config=TOOLS),
+        case("server/discover probe answers: wait, credentials and 5xx fail; other 4xx are an older server", [
+            {"op": "read-probe-answer", "http-status": s, "expect": "failure"} for s in (401, 403, 408, 429, 500, 503)
+        ] + [
+            {"op": "read-probe-answer", "http-status": s, "expect": "older-server"} for s in (400, 404, 405, 406)
+        ] + [
+            {"op": "read-probe-answer", "json-rpc-code": -32601, "expect": "older-server"},
+        ]),
+    ]
+
+
+# ---------- observations.json: raw answers, replayed through each host's wrapper ----------
+
+OBSERVATION_CONFIG = {"tools": {"lookup_order": {"effect": "read"}}}
+
+
+def observed(description, answer, observation, expect, session):
+    return {"description": description, "answer": answer, "session-id-sent": session, "observation": observation, "expect": expect}
+
+
+def http_answer(status, body="", headers=()):
+    answer = {"kind": "http", "status": status}
+    if headers:
+        answer["headers"] = [list(h) for h in headers]
+    if body:
+        answer["body"] = body
+    return answer
+
+
+def observation_cases():
+    lost = {"action": "retry", "class": "transient", "rule": "lost-session", "reconnect": True}
+    to_model = {"action": "replan", "class": "deterministic", "reconnect": False}
+    rows = []
+    # The seven rows of issue 23, each with a session id sent, then the same
+    # status without one, then the other channels.
+    for body, expect in [
+        ("Session expired", lost),
+        ("Session terminated", lost),
+        (NO_SESSION_BODY, lost),
+        ("Tool not found: session_summary", dict(to_model, rule="http-status")),
+        ("invalid argument 'session_count'", dict(to_model, rule="http-status")),
+    ]:
+        rows.append(observed(f"HTTP 400 {body[:60]!r} with a session id", http_answer(400, body),
+                             failure(status=400, body=body, session=True, delivery="answer-started"), expect, True))
+    for body in ['{"error":{"code" : -32601}}', '{"error":{"code":-32601}}']:
+        rows.append(observed(f"HTTP 404 {body} with a session id", http_answer(404, body),
+                             failure(status=404, body=body, session=True, delivery="answer-started"),
+                             dict(to_model, rule="json-rpc-code"), True))
+    rows.append(observed("HTTP 404 with no body and a session id", http_answer(404),
+                         failure(status=404, session=True, delivery="answer-started"), lost, True))
+    rows.append(observed("HTTP 404 with no body and no session id", http_answer(404),
+                         failure(status=404, delivery="answer-started"), dict(to_model, rule="http-status"), False))
+    rows.append(observed("HTTP 400 Session expired without a session id", http_answer(400, "Session expired"),
+                         failure(status=400, body="Session expired", delivery="answer-started"), dict(to_model, rule="http-status"), False))
+    rows.append(observed("HTTP 503 with Retry-After", http_answer(503, "busy", [("Retry-After", "1")]),
+                         failure(status=503, body="busy", headers=[("Retry-After", "1")], delivery="answer-started"),
+                         {"action": "retry", "class": "transient", "rule": "http-status", "reconnect": False}, False))
+    rows.append(observed("HTTP 403", http_answer(403, "refunds above 5000 need approval"),
+                         failure(status=403, body="refunds above 5000 need approval", delivery="answer-started"),
+                         {"action": "escalate", "class": "permission", "rule": "http-status", "reconnect": False}, False))
+    rows.append(observed("HTTP 400 refusing the revision (-32022)", http_answer(400, REFUSED_REVISION),
+                         failure(status=400, body=REFUSED_REVISION, delivery="answer-started"),
+                         {"action": "retry", "class": "transient", "rule": "version-mismatch", "reconnect": True}, False))
+    rows.append(observed("HTTP 400 'Invalid session name' with a session id is the tool's",
+                         http_answer(400, "Invalid session name: must be alphanumeric"),
+                         failure(status=400, body="Invalid session name: must be alphanumeric", session=True, delivery="answer-started"),
+                         dict(to_model, rule="http-status"), True))
+    unknown_param = '{"jsonrpc":"2.0","id":3,"error":{"code":-32602,"message":"Unknown session"}}'
+    rows.append(observed("HTTP 400 JSON-RPC invalid params 'Unknown session' with a session id is the tool's",
+                         http_answer(400, unknown_param),
+                         failure(status=400, body=unknown_param, session=True, delivery="answer-started"),
+                         dict(to_model, rule="json-rpc-code"), True))
+    ts_not_found = '{"jsonrpc":"2.0","error":{"code":-32001,"message":"Session not found"},"id":null}'
+    rows.append(observed("HTTP 404 JSON-RPC -32001 'Session not found' with a session id (TypeScript servers)",
+                         http_answer(404, ts_not_found),
+                         failure(status=404, body=ts_not_found, session=True, delivery="answer-started"), lost, True))
+    not_initialized = '{"jsonrpc":"2.0","error":{"code":-32000,"message":"Bad Request: Server not initialized"},"id":null}'
+    rows.append(observed("HTTP 400 JSON-RPC -32000 'Server not initialized' without a session id",
+                         http_answer(400, not_initialized),
+                         failure(status=400, body=not_initialized, delivery="answer-started"),
+                         dict(to_model, rule="json-rpc-code"), False))
+    rows.append(observed("HTTP 403 whose body carries -32022 is a 403", http_answer(403, REFUSED_REVISION),
+                         failure(status=403, body=REFUSED_REVISION, delivery="answer-started"),
+                         {"action": "escalate", "class": "permission", "rule": "http-status", "reconnect": False}, False))
+    rows.append(observed("a server's JSON-RPC -32000 'Session not found' with a session id",
+                         {"kind": "json-rpc-error", "code": -32000, "message": "Session not found"},
+                         failure(rpc=-32000, body="Session not found", session=True, delivery="answer-started"), lost, True))
+    rows.append(observed("JSON-RPC invalid params", {"kind": "json-rpc-error", "code": -32602, "message": "Invalid params: order_id"},
+                         failure(rpc=-32602, body="Invalid params: order_id", delivery="answer-started"),
+                         dict(to_model, rule="json-rpc-code"), False))
+    rows.append(observed("JSON-RPC internal error", {"kind": "json-rpc-error", "code": -32603, "message": "Internal error"},
+                         failure(rpc=-32603, body="Internal error", delivery="answer-started"),
+                         {"action": "retry", "class": "transient", "rule": "json-rpc-code", "reconnect": False}, False))
+    rows.append(observed("a tool error the model can fix", {"kind": "tool-text", "text": "order_id must look like ORD-123"},
+                         failure(tool_error=True, body="order_id must look like ORD-123", delivery="answer-started"),
+                         {"action": "replan", "class": "deterministic", "reconnect": False}, False))
+    return rows
+
+
+# ---------- gate.json: what every live update must keep ----------
+
+GATE_KEY = "ar1-00000000000000000000000000000001"
+
+
+def gate_cases():
+    keyed = lambda: begin("self_test_write", key=GATE_KEY, hints=WRITE_HINTS)
+    unkeyed = lambda: begin("self_test_write", hints=WRITE_HINTS)
+    escalated = {"escalate": {}}
+    return [
+        case("a keyed write that fails 503 is retried with its key unchanged, or escalated", [
+            keyed(), outcome(1, fail(status=503), entropy=2**64 - 1,
+                             expect={"ok": {"action": {"$any": [{"retry": {"idempotency-key": GATE_KEY}}, escalated]}}}),
+        ], comment="run under the candidate's own configuration"),
+        case("a keyed write whose session was lost is resent with its key unchanged, or escalated", [
+            keyed(), outcome(1, fail(status=404, session=True, delivery="answer-started"),
+                             expect={"ok": {"action": {"$any": [{"retry": {"idempotency-key": GATE_KEY}}, escalated]}}}),
+        ]),
+        case("an unkeyed write that timed out is never resent without a status check", [
+            unkeyed(), outcome(1, fail(transport="timeout", delivery="sent"),
+                               expect={"ok": {"action": {"$any": ["check-status", escalated]}}}),
+        ]),
+        case("a 403 escalates and is never retried", [
+            keyed(), outcome(1, fail(status=403, body="self-test"), expect={"ok": {"action": escalated}}),
+        ]),
+        case("a 401 escalates and is never retried", [
+            keyed(), outcome(1, fail(status=401), expect={"ok": {"action": escalated}}),
+        ]),
+        case("a 403 whose body carries -32022 still escalates", [
+            keyed(), outcome(1, fail(status=403, body=REFUSED_REVISION), expect={"ok": {"action": escalated}}),
+        ]),
+        case("a 400 whose JSON-RPC body is an SDK's -32000 is never repeated as it is", [
+            begin("self_test_read", hints=READ),
+            outcome(1, fail(status=400, body='{"jsonrpc":"2.0","error":{"code":-32000,"message":"Bad Request: Server not initialized"},"id":null}'),
+                    expect={"ok": {"action": {"$any": [{"replan": {"$contains": ""}}, escalated]}}}),
+        ]),
+        case("a 400 on a read is never repeated as it is", [
+            begin("self_test_read", hints=READ),
+            outcome(1, fail(status=400, body="bad order_id"),
+                    expect={"ok": {"action": {"$any": [{"replan": {"$contains": ""}}, escalated]}}}),
+        ]),
+        case("the idempotency key is the contract's derivation", [
+            {"op": "derive-idempotency-key", "run-id": "self-test", "action-id": "step-1", "expect": key_of("self-test", "step-1")},
+        ]),
+        case("a retry waits within max-delay-ms", [
+            begin("self_test_read", hints=READ),
+            outcome(1, fail(status=503), entropy=2**64 - 1, expect={"ok": {"action": {"retry": {"delay-ms": {"$range": [0, 2000]}}}}}),
+        ], config={"base-delay-ms": 1000, "max-delay-ms": 2000}),
+        case("a retry waits within the time left", [
+            begin("self_test_read", hints=READ),
+            outcome(1, fail(status=503), entropy=2**64 - 1, time_left=10,
+                    expect={"ok": {"action": {"$any": [{"retry": {"delay-ms": {"$range": [0, 10]}}}, escalated]}}}),
+        ]),
+        case("every other export answers, well-formed", [
+            {"op": "classify", "failure": failure(status=503, headers=[("Retry-After", "1")], body="self-test"),
+             "expect": {"rule": {"$contains": ""}, "reason": {"$contains": ""}}},
+            {"op": "read-probe-answer", "http-status": 429, "expect": "failure"},
+            {"op": "read-probe-answer", "http-status": 404, "expect": "older-server"},
+            {"op": "report", "expect": {"run-id": "run-1", "calls": 0}},
+            {"op": "effects", "start": 0, "max-count": 10, "expect": []},
+        ]),
+        case("next-delay waits within max-delay-ms", [
+            {"op": "next-delay", "retry": 1, "hint-ms": None, "entropy": hexu(2**64 - 1), "expect": {"$range": [0, 2000]}},
+            {"op": "next-delay", "retry": 30, "hint-ms": None, "entropy": hexu(2**64 - 1), "expect": {"$range": [0, 2000]}},
+        ], config={"base-delay-ms": 1000, "max-delay-ms": 2000}),
+        case("a failure that persists escalates within max-attempts-per-call", [
+            begin("self_test_read", hints=READ),
+            outcome(1, fail(status=503), expect={"ok": {"action": {"$any": [{"retry": {}}, escalated]}}}),
+            outcome(1, fail(status=503), expect={"ok": {"action": {"$any": [{"retry": {}}, escalated]}}}),
+            outcome(1, fail(status=503), expect={"ok": {"action": escalated}}),
+        ], config={"max-attempts-per-call": 3}),
+    ]
+
+
 FILES = {
     "classify.json": ("How each failure is classified (classify)", classify_cases),
     "hints.json": ("Server wait hints from every header format (classify)", hints_cases),
@@ -1183,7 +1465,12 @@ FILES = {
     "tool-errors.json": ("Failures a tool relays as isError text or structured content (classify)", tool_error_cases),
     "runs-tool-errors.json": ("Relayed failures in a run", tool_error_run_cases),
     "limits.json": ("Bounded inputs and outputs, and one report per attempt (contract 0.3.0)", limits_cases),
+    "runs-transport.json": ("Sessions, revisions, TLS, names and deadlines (contract 0.5.0)", transport_cases),
+    "gate.json": ("The invariants every live update must keep: the update gate runs them on the candidate", gate_cases),
+    "observations.json": ("Raw transport observations and what each means, replayed through each host's wrapper", observation_cases),
 }
+# A file whose cases share one configuration.
+FILE_CONFIG = {"observations.json": OBSERVATION_CONFIG}
 
 
 def check_style(name, doc):
@@ -1206,7 +1493,10 @@ def main():
     check = "--check" in sys.argv
     problems, total = [], 0
     for name, (description, build) in FILES.items():
-        doc = {"description": description, "cases": build()}
+        doc = {"description": description}
+        if name in FILE_CONFIG:
+            doc["config"] = FILE_CONFIG[name]
+        doc["cases"] = build()
         total += len(doc["cases"])
         problems += check_style(name, doc)
         text = json.dumps(doc, indent=1, ensure_ascii=False) + "\n"

@@ -40,7 +40,7 @@ pub fn decide(wasm: &std::path::Path, fuel_per_call: u64, fuel_per_config_byte: 
                 }
                 // A trapped instance cannot be entered again: the next steps get a
                 // fresh one with the configuration in force. Its runs are gone.
-                Err(error) if error.contains(" trapped: ") => {
+                Err(error) if policy.is_broken() => {
                     policy = fresh(&config)?;
                     state = StepState::default();
                     json!({ "error": error, "recovered": "a fresh instance serves the next steps, with the configuration in force; runs started before the trap are gone" })

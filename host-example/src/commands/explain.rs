@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use agent_retry_host::component::types::{Action, Admission, CallRequest, Failure, FailureKind, Outcome, StatusCheckResult, TransportError};
-use agent_retry_host::{EmbeddedAccounts, EntropySource, HostServices, PolicyComponent};
+use agent_retry_host::component::types::{Action, Delivery, FailureKind, Observation, StatusCheckResult, TransportError};
+use agent_retry_host::{Admission, EmbeddedAccounts, EntropySource, HostServices, Outcome, PolicyComponent};
 
 /// One scripted step: a call and the outcomes its attempts get.
 struct Scripted {
@@ -14,16 +14,12 @@ struct Scripted {
 }
 
 fn http(status: u16, headers: &[(&str, &str)], body: &str) -> Outcome {
-    Outcome::Failure(Failure {
-        kind: FailureKind::HttpStatus(status),
-        headers: headers.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect(),
-        body: body.to_string(),
-        structured_content: None,
-    })
+    let headers: Vec<(String, String)> = headers.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect();
+    Outcome::Failure(Observation::new(FailureKind::HttpStatus(status), &headers, body).delivered(Delivery::AnswerStarted))
 }
 
 fn timeout() -> Outcome {
-    Outcome::Failure(Failure { kind: FailureKind::Transport(TransportError::Timeout), headers: vec![], body: String::new(), structured_content: None })
+    Outcome::Failure(Observation::new(FailureKind::Transport(TransportError::Timeout), &[], "").delivered(Delivery::Sent))
 }
 
 /// Runs the scripted walkthrough and prints every decision.
@@ -50,8 +46,7 @@ pub fn explain(wasm: &std::path::Path, seed: u64) -> anyhow::Result<()> {
     println!("{:<4} {:<20} {:>3}  {:<44} {:<14} decision", "call", "tool", "try", "outcome", "class");
     for (step, scripted) in script.iter().enumerate() {
         let key = if scripted.keyed { Some(instance.derive_idempotency_key(run_id, &format!("step-{step}"))?) } else { None };
-        let request = CallRequest { tool: scripted.tool.to_string(), idempotency_key: key, hints: None };
-        let ticket = match instance.begin_call(&run, &request, now_ms)? {
+        let ticket = match instance.begin(&run, scripted.tool, key.as_deref(), None, now_ms)? {
             Ok(Admission::Send(ticket)) => ticket,
             Ok(Admission::Escalate(e)) => {
                 println!("escalated before the call: {}", e.note);
@@ -62,7 +57,7 @@ pub fn explain(wasm: &std::path::Path, seed: u64) -> anyhow::Result<()> {
         let mut stop = false;
         let mut attempt = 1;
         for outcome in &scripted.outcomes {
-            let decision = match instance.record_outcome(&run, ticket.call_id, attempt, outcome, now_ms, None)? {
+            let decision = match instance.decide(&run, ticket.call_id, attempt, outcome, None, now_ms, None)? {
                 Ok(decision) => decision,
                 Err(e) => anyhow::bail!("run error: {e:?}"),
             };
@@ -126,8 +121,7 @@ fn describe(outcome: &Outcome) -> String {
                 FailureKind::ProtocolError(c) => format!("JSON-RPC {c}"),
                 FailureKind::ToolError(s) => format!("isError {s:?}"),
             };
-            let headers: Vec<String> = f.headers.iter().map(|(n, v)| format!("{n}: {v}")).collect();
-            if headers.is_empty() { kind } else { format!("{kind} ({})", headers.join(", ")) }
+            if f.headers.is_empty() { kind } else { format!("{kind} ({})", f.headers.replace('\n', ", ")) }
         }
     }
 }

@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use agent_retry_host::component::types::{Action, Admission, CallRequest, Failure, FailureKind, Outcome};
+use agent_retry_host::component::types::{Action, FailureKind, Observation};
+use agent_retry_host::{Admission, Outcome};
 use agent_retry_host::{EmbeddedAccounts, EntropySource, FleetSource, HostServices, Integrity, LivePolicy, PolicyIdentity, PolicySource, publish_policy};
 
 pub struct WatchOptions {
@@ -27,6 +28,8 @@ pub struct WatchOptions {
     pub pin_sha256: Option<String>,
     pub public_key_hex: Option<String>,
     pub vectors: Option<PathBuf>,
+    /// The operator's gate vector files, run on every candidate after gate.json.
+    pub gate_vectors: Vec<PathBuf>,
 }
 
 fn integrity(pin: Option<&str>, key_hex: Option<&str>) -> anyhow::Result<Integrity> {
@@ -58,12 +61,10 @@ fn attempts_against_a_persistent_503(live: &LivePolicy) -> anyhow::Result<u32> {
     let mut instance = loaded.component.instantiate(HostServices::new(Arc::new(EmbeddedAccounts::new()), EntropySource::seeded(1)))?;
     let policy = instance.load_policy(&loaded.config_json)?.map_err(|e| anyhow::anyhow!("{}: {}", e.field, e.message))?;
     let run = instance.start_run(&policy, "watch-probe")?.map_err(|e| anyhow::anyhow!("{e:?}"))?;
-    let read = CallRequest { tool: "probe".into(), idempotency_key: None, hints: None };
-    let Admission::Send(ticket) = instance.begin_call(&run, &read, 1)?.map_err(|e| anyhow::anyhow!("{e:?}"))? else { return Ok(0) };
-    let failure = Outcome::Failure(Failure { kind: FailureKind::HttpStatus(503), headers: vec![], body: String::new(), structured_content: None });
+    let Admission::Send(ticket) = instance.begin(&run, "probe", None, None, 1)?.map_err(|e| anyhow::anyhow!("{e:?}"))? else { return Ok(0) };
+    let failure = Outcome::Failure(Observation::new(FailureKind::HttpStatus(503), &[], ""));
     let mut attempts = 1;
-    while let Action::Retry(plan) = instance.record_outcome(&run, ticket.call_id, attempts, &failure, 1, Some(1))?.map_err(|e| anyhow::anyhow!("{e:?}"))?.action
-    {
+    while let Action::Retry(plan) = instance.decide(&run, ticket.call_id, attempts, &failure, None, 1, Some(1))?.map_err(|e| anyhow::anyhow!("{e:?}"))?.action {
         attempts = plan.attempt;
     }
     Ok(attempts)
@@ -72,10 +73,16 @@ fn attempts_against_a_persistent_503(live: &LivePolicy) -> anyhow::Result<u32> {
 pub async fn watch(options: WatchOptions) -> anyhow::Result<()> {
     let integrity = integrity(options.pin_sha256.as_deref(), options.public_key_hex.as_deref())?;
     let live = Arc::new(match (&options.fleet, &options.config) {
-        (Some(url), _) => LivePolicy::open_fleet(FleetSource::new(url.clone()).with_prefix(options.prefix.clone()), integrity)?,
-        (None, Some(config)) => {
-            LivePolicy::open(PolicySource { wasm: options.wasm.clone(), config: config.clone(), integrity, vectors: options.vectors.clone() })?
+        (Some(url), _) => {
+            LivePolicy::open_fleet_gated(FleetSource::new(url.clone()).with_prefix(options.prefix.clone()), integrity, options.gate_vectors.clone())?
         }
+        (None, Some(config)) => LivePolicy::open(PolicySource {
+            wasm: options.wasm.clone(),
+            config: config.clone(),
+            integrity,
+            vectors: options.vectors.clone(),
+            gate_vectors: options.gate_vectors.clone(),
+        })?,
         (None, None) => anyhow::bail!("watch needs --config (files) or --fleet (Redis)"),
     });
     say(json!({ "event": "serving", "policy": identity_json(&live.current().identity) }));

@@ -1,12 +1,14 @@
 """The decision benchmark in the Python host (wasmtime-py), as docs/benchmark.md
-defines it for every host: the scenario through the flat hot path, per
-successful call and per failed attempt, beside its baselines measured in the
-same run: the no-op boundary floor (target/noop/agent_retry_noop.wasm, loaded
-with the same host API), and tenacity as users run it and without its
-`sleep(0)`. The rich path (`begin_call` + `record_outcome`) is printed too, for
-comparison.
+defines it for every host: the scenario through the run's one path (contract
+0.5.0: `begin_call`, `record_failure`, `record_success`, each answered with a
+`Verdict`), per successful call and per failed attempt, beside its baselines
+measured in the same run: the no-op boundary floor
+(target/noop/agent_retry_noop.wasm, loaded with the same host API), and
+tenacity as users run it and without its `sleep(0)`. The same path with the
+words read after every report (`last_decision`, what a host that logs each
+decision pays) is printed too, for comparison.
 
-    python hosts/python/bench/bench.py [--rounds 9] [--iterations 1000]
+    python hosts/python/bench/bench.py [--rounds 9] [--iterations 1000] [--noop PATH]
 
 One iteration of the scenario (a run per 1,000 iterations, no prose read):
   1. issue_refund, keyed: 503 (body "upstream unavailable"), then success;
@@ -35,6 +37,7 @@ from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_no
 
 from agent_retry_policy import EmbeddedAccounts, Policy, PolicyComponent
 from agent_retry_policy.component import _repo_root
+from agent_retry_policy.types import http_failure
 
 CONFIG = {
     "max-steps-per-run": 1_000_000,
@@ -45,16 +48,16 @@ NOOP_WASM = Path("target/noop/agent_retry_noop.wasm")
 NOW = 1_764_460_800_000
 KEY = "ar1-0123456789abcdef0123456789abcdef"
 ENTROPY = 0x1234_5678_9ABC_DEF0
-HTTP_503 = {"http-status": 503}
-HTTP_429 = {"http-status": 429}
-RETRY_AFTER = [("retry-after", "1")]
+# The observations, built once (as a host builds each from what it received).
+HTTP_503 = http_failure(503, (), "upstream unavailable")
+HTTP_429 = http_failure(429, [("retry-after", "1")], "slow down")
 RUN_ITERATIONS = 1_000
 
 
-# The scenario, through the flat hot path.
+# The scenario, through the run's path.
 
 
-def flat_scenario(policy: Policy, n: int) -> None:
+def scenario(policy: Policy, n: int) -> None:
     run = policy.start_run("bench-0")
     try:
         for i in range(n):
@@ -62,19 +65,19 @@ def flat_scenario(policy: Policy, n: int) -> None:
                 run.close()
                 run = policy.start_run(f"bench-{i}")
             now = NOW + i
-            start = run.begin_call_flat("issue_refund", KEY, None, now)
-            verdict = run.record_failure(start.call_id, 1, HTTP_503, (), "upstream unavailable", None, now, ENTROPY)
+            start = run.begin_call("issue_refund", KEY, None, now)
+            verdict = run.record_failure(start.call_id, 1, HTTP_503, None, now, ENTROPY)
             run.record_success(start.call_id, verdict.attempt + 1, now)
-            start = run.begin_call_flat("lookup_order", None, None, now)
-            verdict = run.record_failure(start.call_id, 1, HTTP_429, RETRY_AFTER, "slow down", None, now, ENTROPY)
+            start = run.begin_call("lookup_order", None, None, now)
+            verdict = run.record_failure(start.call_id, 1, HTTP_429, None, now, ENTROPY)
             run.record_success(start.call_id, verdict.attempt + 1, now)
-            start = run.begin_call_flat("lookup_order", None, None, now)
+            start = run.begin_call("lookup_order", None, None, now)
             run.record_success(start.call_id, 1, now)
     finally:
         run.close()
 
 
-def flat_successes(policy: Policy, n: int) -> None:
+def successes(policy: Policy, n: int) -> None:
     run = policy.start_run("bench-0")
     try:
         for i in range(n):
@@ -82,21 +85,16 @@ def flat_successes(policy: Policy, n: int) -> None:
                 run.close()
                 run = policy.start_run(f"bench-{i}")
             now = NOW + i
-            start = run.begin_call_flat("lookup_order", None, None, now)
+            start = run.begin_call("lookup_order", None, None, now)
             run.record_success(start.call_id, 1, now)
     finally:
         run.close()
 
 
-# The same, through the rich calls (for comparison).
-
-FAILURE_503 = {"failure": {"kind": HTTP_503, "body": "upstream unavailable"}}
-FAILURE_429 = {"failure": {"kind": HTTP_429, "headers": RETRY_AFTER, "body": "slow down"}}
-KEYED_WRITE = {"tool": "issue_refund", "idempotency-key": KEY}
-READ = {"tool": "lookup_order"}
+# The same, reading the decision's words after every report (for comparison).
 
 
-def rich_scenario(policy: Policy, n: int) -> None:
+def worded_scenario(policy: Policy, n: int) -> None:
     run = policy.start_run("bench-0")
     try:
         for i in range(n):
@@ -104,19 +102,24 @@ def rich_scenario(policy: Policy, n: int) -> None:
                 run.close()
                 run = policy.start_run(f"bench-{i}")
             now = NOW + i
-            call_id = run.begin_call(KEYED_WRITE, now)["send"]["call-id"]  # type: ignore[arg-type, typeddict-item]
-            plan = run.record_outcome(call_id, 1, FAILURE_503, now, ENTROPY)["action"]["retry"]  # type: ignore[arg-type, index]
-            run.record_outcome(call_id, plan["attempt"], "success", now, ENTROPY)
-            call_id = run.begin_call(READ, now)["send"]["call-id"]  # type: ignore[arg-type, typeddict-item]
-            plan = run.record_outcome(call_id, 1, FAILURE_429, now, ENTROPY)["action"]["retry"]  # type: ignore[arg-type, index]
-            run.record_outcome(call_id, plan["attempt"], "success", now, ENTROPY)
-            call_id = run.begin_call(READ, now)["send"]["call-id"]  # type: ignore[arg-type, typeddict-item]
-            run.record_outcome(call_id, 1, "success", now, ENTROPY)
+            start = run.begin_call("issue_refund", KEY, None, now)
+            run.record_failure(start.call_id, 1, HTTP_503, None, now, ENTROPY)
+            plan = run.last_decision(start.call_id)["action"]["retry"]  # type: ignore[index]
+            run.record_success(start.call_id, plan["attempt"], now)
+            run.last_decision(start.call_id)
+            start = run.begin_call("lookup_order", None, None, now)
+            run.record_failure(start.call_id, 1, HTTP_429, None, now, ENTROPY)
+            plan = run.last_decision(start.call_id)["action"]["retry"]  # type: ignore[index]
+            run.record_success(start.call_id, plan["attempt"], now)
+            run.last_decision(start.call_id)
+            start = run.begin_call("lookup_order", None, None, now)
+            run.record_success(start.call_id, 1, now)
+            run.last_decision(start.call_id)
     finally:
         run.close()
 
 
-def rich_successes(policy: Policy, n: int) -> None:
+def worded_successes(policy: Policy, n: int) -> None:
     run = policy.start_run("bench-0")
     try:
         for i in range(n):
@@ -124,8 +127,9 @@ def rich_successes(policy: Policy, n: int) -> None:
                 run.close()
                 run = policy.start_run(f"bench-{i}")
             now = NOW + i
-            call_id = run.begin_call(READ, now)["send"]["call-id"]  # type: ignore[arg-type, typeddict-item]
-            run.record_outcome(call_id, 1, "success", now, ENTROPY)
+            start = run.begin_call("lookup_order", None, None, now)
+            run.record_success(start.call_id, 1, now)
+            run.last_decision(start.call_id)
     finally:
         run.close()
 
@@ -137,26 +141,26 @@ def check_the_scenario(policy: Policy) -> dict[str, list[int]]:
     run = policy.start_run("check")
     instance = policy.instance
     # The two failures apart: their medians differ by half, and one median of both says neither.
-    fuel: dict[str, list[int]] = {"begin-call-flat": [], "record-failure 503": [], "record-failure 429": [], "record-success": []}
+    fuel: dict[str, list[int]] = {"begin-call": [], "record-failure 503": [], "record-failure 429": [], "record-success": []}
 
     def burned(name: str) -> None:
         fuel[name].append(instance.fuel_used_by_last_call())
 
     for i in range(RUN_ITERATIONS):
         now = NOW + i
-        for tool, key, kind, headers, body, least, failure in (
-            ("issue_refund", KEY, HTTP_503, (), "upstream unavailable", 0, "record-failure 503"),
-            ("lookup_order", None, HTTP_429, RETRY_AFTER, "slow down", 1_000, "record-failure 429"),
+        for tool, key, observation, least, failure in (
+            ("issue_refund", KEY, HTTP_503, 0, "record-failure 503"),
+            ("lookup_order", None, HTTP_429, 1_000, "record-failure 429"),
         ):
-            start = run.begin_call_flat(tool, key, None, now)
-            burned("begin-call-flat")
-            verdict = run.record_failure(start.call_id, 1, kind, headers, body, None, now, ENTROPY)
+            start = run.begin_call(tool, key, None, now)
+            burned("begin-call")
+            verdict = run.record_failure(start.call_id, 1, observation, None, now, ENTROPY)
             burned(failure)
-            assert verdict.action == "retry" and verdict.delay_ms >= least, (tool, verdict)
+            assert verdict.action == "retry" and verdict.delay_ms >= least and not verdict.reconnect, (tool, verdict)
             assert run.record_success(start.call_id, verdict.attempt + 1, now).action == "succeed"
             burned("record-success")
-        start = run.begin_call_flat("lookup_order", None, None, now)
-        burned("begin-call-flat")
+        start = run.begin_call("lookup_order", None, None, now)
+        burned("begin-call")
         assert run.record_success(start.call_id, 1, now).action == "succeed"
         burned("record-success")
     run.close()
@@ -193,11 +197,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--iterations", type=int, default=1_000, help="scenario iterations per round (successful calls: 3x)")
+    parser.add_argument("--noop", type=Path, default=None, help=f"the no-op component (default: the repository's {NOOP_WASM})")
     args = parser.parse_args()
     n, calls = args.iterations, args.iterations * 3
 
     component = PolicyComponent.load()
-    noop_path = _repo_root() / NOOP_WASM
+    noop_path = args.noop or _repo_root() / NOOP_WASM
     if not noop_path.is_file():
         raise SystemExit(f"the no-op component is missing at {noop_path}: run `make noop` in the repository root")
     # The same host API: the no-op component imports no account budget, which the host allows.
@@ -215,12 +220,12 @@ def main() -> None:
         return sample
 
     measures: dict[str, Callable[[], tuple[float, float]]] = {
-        "scenario": per_op(lambda k: flat_scenario(policy, k), n),
-        "success": per_op(lambda k: flat_successes(policy, k), calls),
-        "floor scenario": per_op(lambda k: flat_scenario(floor, k), n),
-        "floor success": per_op(lambda k: flat_successes(floor, k), calls),
-        "rich scenario": per_op(lambda k: rich_scenario(policy, k), n),
-        "rich success": per_op(lambda k: rich_successes(policy, k), calls),
+        "scenario": per_op(lambda k: scenario(policy, k), n),
+        "success": per_op(lambda k: successes(policy, k), calls),
+        "floor scenario": per_op(lambda k: scenario(floor, k), n),
+        "floor success": per_op(lambda k: successes(floor, k), calls),
+        "worded scenario": per_op(lambda k: worded_scenario(policy, k), n),
+        "worded success": per_op(lambda k: worded_successes(policy, k), calls),
         "tenacity ok": per_op(tenacity_calls(0, None), calls),
         "tenacity fail-ok": per_op(tenacity_calls(1, None), calls),
         "tenacity ok, no sleep": per_op(tenacity_calls(0, lambda _s: None), calls),
@@ -247,8 +252,8 @@ def main() -> None:
             "tenacity call, no sleep": lambda m: m["tenacity ok, no sleep"],
             "tenacity attempt": lambda m: m["tenacity fail-ok"] - m["tenacity ok"],
             "tenacity attempt, no sleep": lambda m: m["tenacity fail-ok, no sleep"] - m["tenacity ok, no sleep"],
-            "rich success": lambda m: m["rich success"],
-            "rich attempt": lambda m: (m["rich scenario"] - 3 * m["rich success"]) / 2,
+            "worded success": lambda m: m["worded success"],
+            "worded attempt": lambda m: (m["worded scenario"] - 3 * m["worded success"]) / 2,
         }
         return {name: statistics.median(figure(m) for m in rounds) for name, figure in derived.items()}
 
@@ -262,7 +267,7 @@ def main() -> None:
         f"python: docs/benchmark.md, median of {args.rounds} interleaved rounds ({n:,} scenario iterations, {calls:,} calls each); "
         "wall-clock (cpu time)"
     )
-    row("per successful call (begin-call-flat + record-success)", "success", "floor success", "the floor")
+    row("per successful call (begin-call + record-success)", "success", "floor success", "the floor")
     row("per failed attempt (record-failure)", "attempt", "floor attempt", "the floor")
     row("no-op floor: per successful call", "floor success")
     row("no-op floor: per failed attempt", "floor attempt")
@@ -270,8 +275,8 @@ def main() -> None:
     row("tenacity per call, its sleep replaced by a no-op", "tenacity call, no sleep")
     row("tenacity per attempt (fail-then-succeed - succeed), as run", "tenacity attempt")
     row("tenacity per attempt, its sleep replaced by a no-op", "tenacity attempt, no sleep")
-    row("rich path: per successful call (begin-call + record-outcome)", "rich success", "success", "flat")
-    row("rich path: per failed attempt (record-outcome)", "rich attempt", "attempt", "flat")
+    row("with the words: per successful call (+ last-decision)", "worded success", "success", "verdicts only")
+    row("with the words: per failed attempt (+ last-decision)", "worded attempt", "attempt", "verdicts only")
     success, attempt, ten_attempt, ten_call_cpu = f["success"], f["attempt"], f["tenacity attempt"], f["tenacity call, no sleep"]
     print(
         f"python: target failed attempt < tenacity's per attempt as run: {attempt:.2f} / {ten_attempt:.2f} = "

@@ -1,5 +1,5 @@
 """Live updates in the Python host: what an update costs (read, integrity,
-compile, contract and import checks, configuration, self-test, swap:
+compile, contract and import checks, configuration, the gate's vectors, swap:
 `LivePolicy.reload()`) and what decisions cost on another thread while updates
 run back to back, against the same decisions at rest, in the same run.
 
@@ -21,9 +21,10 @@ from pathlib import Path
 
 from agent_retry_policy import EmbeddedAccounts, Integrity, LivePolicy, PolicySource
 from agent_retry_policy.component import locate_component
+from agent_retry_policy.types import http_failure
 
 CONFIG = {"max-steps-per-run": 1_000_000, "max-retries-per-run": 100_000, "max-attempts-per-call": 100}
-FAILURE = {"failure": {"kind": {"http-status": 503}, "headers": [("retry-after", "1")], "body": "upstream unavailable"}}
+FAILURE = http_failure(503, [("retry-after", "1")], "upstream unavailable")
 DECISIONS = 2_000
 
 
@@ -35,15 +36,16 @@ def another_build(wasm: bytes, tag: str) -> bytes:
 
 
 def decision_us(live: LivePolicy) -> float:
-    """µs per decision (begin-call + record-outcome of a 503 with Retry-After) on the serving policy."""
+    """µs per decision (begin-call + record-failure of a 503 with Retry-After) on the serving policy."""
     loaded = live.current()
     policy = loaded.component.instantiate(accounts=EmbeddedAccounts()).load_policy(json.loads(loaded.config_json))
     run = policy.start_run("bench")
     start = time.perf_counter()
     for i in range(DECISIONS):
         now = time.time_ns() // 1_000_000
-        admission = run.begin_call({"tool": "lookup_order", "idempotency-key": "ar1-key"}, now)
-        run.record_outcome(admission["send"]["call-id"], 1, FAILURE, now, i)  # type: ignore[index]
+        call = run.begin_call("lookup_order", "ar1-key", None, now)
+        verdict = run.record_failure(call.call_id, 1, FAILURE, None, now, i)
+        assert verdict.action == "retry", verdict
     took = time.perf_counter() - start
     run.close()
     policy.close()
@@ -97,9 +99,9 @@ def main() -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
     print(f"live update in the Python host ({rounds} reloads each, median; {len(wasm)} bytes of .wasm)")
-    print(f"  configuration change (read, gate, self-test, swap; no compile): {statistics.median(config_ms):8.1f} ms")
-    print(f"  new .wasm            (read, compile, gate, self-test, swap):    {statistics.median(wasm_ms):8.1f} ms")
-    print(f"decision (begin-call + record-outcome of a 503), {DECISIONS} per measure:")
+    print(f"  configuration change (read, checks, gate vectors, swap; no compile): {statistics.median(config_ms):8.1f} ms")
+    print(f"  new .wasm            (read, compile, checks, gate vectors, swap):    {statistics.median(wasm_ms):8.1f} ms")
+    print(f"decision (begin-call + record-failure of a 503), {DECISIONS} per measure:")
     print(f"  at rest:                                   {at_rest:8.1f} µs")
     during_us = statistics.mean(during)
     print(f"  while {rounds} new .wasm reload on another thread: {during_us:8.1f} µs = {during_us / at_rest:.2f}x at rest")

@@ -29,7 +29,7 @@ from agent_retry_policy import (
     limits,
     locate_component,
 )
-from agent_retry_policy.types import Failure, http_failure
+from agent_retry_policy.types import Observation, http_failure
 
 TOOLS = 10_000
 TOOL = "mcp__github__create_pull_request_review_{:05d}"
@@ -39,7 +39,7 @@ def many_tools() -> str:
     return json.dumps({"tools": {TOOL.format(i): {"effect": "write"} for i in range(TOOLS)}})
 
 
-FAILURE: Failure = http_failure(503)["failure"]  # type: ignore[typeddict-item]
+FAILURE: Observation = http_failure(503)
 
 
 def hostile(name: str) -> PolicyComponent:
@@ -83,13 +83,13 @@ def test_ten_thousand_namespaced_tools_load_within_the_default_budget() -> None:
     assert 0 < load_fuel < tank
     run = policy.start_run("many-tools")
     assert instance.fuel_used_by_last_call() < FUEL_PER_CALL, "start-run is back on the call's tank"
-    admission = run.begin_call({"tool": TOOL.format(TOOLS - 1)}, 1)
+    start = run.begin_call(TOOL.format(TOOLS - 1), None, None, 1)
     begin_fuel = instance.fuel_used_by_last_call()
     print(f"begin-call of the last tool: {begin_fuel} fuel")
     assert begin_fuel < 20_000, "the tool is found by its hash, not a scan"
-    assert "send" in admission, admission
-    assert admission["send"]["safe-to-repeat"] is False, "the tool's entry (a write) applies"
-    assert admission["send"]["effect"] == "write"
+    assert start.admitted, start
+    assert start.safe_to_repeat is False, "the tool's entry (a write) applies"
+    assert start.effect == "write"
 
 
 def test_effective_config_of_ten_thousand_tools_runs_on_the_loads_tank() -> None:
@@ -177,7 +177,7 @@ def test_a_smaller_per_byte_budget_stops_the_load_naming_the_tank_it_gave() -> N
     with pytest.raises(InstanceUnusable, match="failed earlier .*instantiate a new one"):
         starved.load_policy({})
     fresh = PolicyComponent.load().instantiate()
-    assert fresh.load_policy(config).start_run("fresh").begin_call({"tool": TOOL.format(0)}, 1)["send"]["effect"] == "write"  # type: ignore[typeddict-item]
+    assert fresh.load_policy(config).start_run("fresh").begin_call(TOOL.format(0), None, None, 1).effect == "write"
 
 
 def test_other_calls_keep_the_call_budget_after_a_large_load() -> None:

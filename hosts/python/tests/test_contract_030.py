@@ -1,22 +1,19 @@
-"""Contract 0.3.0's additions in this host (contract 0.4.0 keeps them all): the
-attempt a report names, `start-run`'s run error, paging through a run's
-effects, and the limits the host applies before a value crosses the boundary (a
-40 MB tool error, 5,800 headers, ids over 256 bytes, a configuration over 1
-MiB). The package's version is the contract's."""
+"""Contract 0.3.0's additions in this host (contract 0.5.0 keeps them all, on
+its one run path): the attempt a report names, `start-run`'s run error, paging
+through a run's effects, and the limits the host applies before a value crosses
+the boundary (a 40 MB tool error, 5,800 headers, ids over 256 bytes, a
+configuration over 1 MiB). The package's version: test_contract_050.py."""
 
 from __future__ import annotations
 
 import asyncio
-import re
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
 from mcp.types import CallToolResult, ListToolsResult, TextContent, Tool, ToolAnnotations
 
 from agent_retry_policy import (
-    CONTRACT_VERSION,
     ConfigError,
     PolicyComponent,
     PolicyInputTooLarge,
@@ -27,10 +24,10 @@ from agent_retry_policy import (
 )
 from agent_retry_policy.conformance import DEFAULT_START_MS, Subject, run_step
 from agent_retry_policy.mcp_client import RetryingToolCaller
-from agent_retry_policy.types import Failure, http_failure, tool_error
+from agent_retry_policy.types import Observation, http_failure, tool_error, transport_failure
 
 NOW = 1_764_460_800_000
-LOOKUP = {"tool": "lookup_order"}
+LOOKUP = "lookup_order"
 READS = {"default-effect": "read"}
 
 
@@ -38,39 +35,41 @@ def fresh_run(config: Any = None, run_id: str = "r") -> Any:
     return PolicyComponent.load().instantiate().load_policy(config or {}).start_run(run_id)
 
 
-# The package and the contract.
+def begin(run: Any, tool: str = LOOKUP, key: str | None = None) -> int:
+    """Begins a call that must be admitted: its call id."""
+    start = run.begin_call(tool, key, None, NOW)
+    assert start.admitted, start
+    return int(start.call_id)
 
 
-def test_the_package_0_4_x_implements_the_contract_0_4_0() -> None:
-    # A patch of the package (0.4.1) speaks the same contract: major.minor agree.
-    pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text(encoding="utf-8")
-    (version,) = re.findall(r'(?m)^version = "([^"]+)"$', pyproject)
-    assert CONTRACT_VERSION == "0.4.0"
-    assert version.rsplit(".", 1)[0] == CONTRACT_VERSION.rsplit(".", 1)[0], (version, CONTRACT_VERSION)
-
-
-# record-outcome names the attempt it reports.
+# Every report names the attempt it reports.
 
 
 def test_a_report_names_its_attempt_and_a_second_report_of_one_attempt_is_refused() -> None:
     run = fresh_run(READS)
-    call_id = run.begin_call(LOOKUP, NOW)["send"]["call-id"]
-    decision = run.record_outcome(call_id, 1, http_failure(503), NOW, 1)
-    assert decision["action"]["retry"]["attempt"] == 2
+    call_id = begin(run)
+    verdict = run.record_failure(call_id, 1, http_failure(503), None, NOW, 1)
+    assert (verdict.action, verdict.attempt) == ("retry", 1)
+    assert run.last_decision(call_id)["action"]["retry"]["attempt"] == 2
     with pytest.raises(RunMisuse) as again:
-        run.record_outcome(call_id, 1, http_failure(503), NOW, 1)  # the same 503 recorded twice
+        run.record_failure(call_id, 1, http_failure(503), None, NOW, 1)  # the same 503 recorded twice
     assert again.value.error == {"attempt-mismatch": {"call-id": call_id, "expected": 2, "reported": 1}}
     assert again.value.case == "attempt-mismatch"
-    assert (run.report()["attempts"], run.report()["retries"]) == (2, 1), "the refused report changed nothing"
-    assert run.record_outcome(call_id, 2, "success", NOW, 1)["action"] == {"succeed": None}
+    with pytest.raises(RunMisuse) as early:
+        run.record_success(call_id, 3, NOW)  # an attempt not sent yet
+    assert early.value.error == {"attempt-mismatch": {"call-id": call_id, "expected": 2, "reported": 3}}
+    assert (run.report()["attempts"], run.report()["retries"]) == (2, 1), "the refused reports changed nothing"
+    assert run.record_success(call_id, 2, NOW).action == "succeed"
+    assert run.last_decision(call_id)["action"] == {"succeed": None}
 
 
 def test_a_status_check_reports_the_attempt_whose_effect_it_checked() -> None:
     run = fresh_run()
-    call_id = run.begin_call({"tool": "issue_refund"}, NOW)["send"]["call-id"]
-    assert run.record_outcome(call_id, 1, {"failure": {"kind": {"transport": "timeout"}}}, NOW, 1)["action"] == "check-status"
-    decision = run.record_outcome(call_id, 1, {"status-check": "absent"}, NOW, 1)
-    assert decision["action"]["retry"]["attempt"] == 2
+    call_id = begin(run, "issue_refund")
+    assert run.record_failure(call_id, 1, transport_failure("timeout", delivery="sent"), None, NOW, 1).action == "check-status"
+    verdict = run.record_status_check(call_id, 1, "absent", None, NOW, 1)
+    assert (verdict.action, verdict.attempt) == ("retry", 1)
+    assert run.last_decision(call_id)["action"]["retry"]["attempt"] == 2
 
 
 # start-run can refuse; run errors for ids over 256 bytes, without crossing.
@@ -97,12 +96,12 @@ def test_start_run_refuses_a_run_id_over_256_bytes_as_the_component_would_withou
 def test_begin_call_refuses_a_tool_or_key_over_256_bytes_and_the_run_goes_on() -> None:
     run = fresh_run()
     with pytest.raises(RunMisuse) as tool:
-        run.begin_call({"tool": "t" * 257}, NOW)
+        run.begin_call("t" * 257, None, None, NOW)
     assert tool.value.error == {"too-large": {"input": "tool", "size-bytes": 257, "limit-bytes": 256}}
     with pytest.raises(RunMisuse) as key:
-        run.begin_call({"tool": "issue_refund", "idempotency-key": "k" * 300}, NOW)
+        run.begin_call("issue_refund", "k" * 300, None, NOW)
     assert key.value.error == {"too-large": {"input": "idempotency-key", "size-bytes": 300, "limit-bytes": 256}}
-    assert "send" in run.begin_call({"tool": "issue_refund", "idempotency-key": "k" * 256}, NOW)
+    assert run.begin_call("issue_refund", "k" * 256, None, NOW).admitted
     assert (run.report()["calls"], run.report()["attempts"]) == (1, 1)
 
 
@@ -145,8 +144,8 @@ def test_a_long_runs_report_and_escalation_are_bounded_and_every_effect_is_paged
     writes = 1_205
     run = fresh_run({"max-steps-per-run": 1_000_000})
     for i in range(writes):
-        call_id = run.begin_call({"tool": "issue_refund", "idempotency-key": f"k-{i}"}, NOW)["send"]["call-id"]
-        run.record_outcome(call_id, 1, "success", NOW, 1)
+        call_id = begin(run, "issue_refund", f"k-{i}")
+        run.record_success(call_id, 1, NOW)
     report = run.report()
     assert (len(report["effects"]), report["effects-total"]) == (20, writes)
     assert [e["call-id"] for e in report["effects"]] == [*range(1, 11), *range(writes - 9, writes + 1)]
@@ -155,37 +154,45 @@ def test_a_long_runs_report_and_escalation_are_bounded_and_every_effect_is_paged
     assert run.effects(writes, 10) == [] and run.effects(0xFFFF_FFFF, 10) == []
     every = run.all_effects()
     assert [(e["call-id"], e["idempotency-key"]) for e in every] == [(i + 1, f"k-{i}") for i in range(writes)]
-    call_id = run.begin_call({"tool": "issue_refund"}, NOW)["send"]["call-id"]
-    escalation = run.record_outcome(call_id, 1, http_failure(403), NOW, 1)["action"]["escalate"]
+    call_id = begin(run, "issue_refund")
+    assert run.record_failure(call_id, 1, http_failure(403), None, NOW, 1).action == "escalate"
+    escalation = run.last_decision(call_id)["action"]["escalate"]
+    assert escalation == run.escalation()
     assert (len(escalation["effects"]), escalation["effects-total"]) == (20, writes)
     assert set(escalation) == set(wit_types.RECORDS["escalation"])
 
 
-# The limits on a failure, before it crosses.
+# The limits on an observation, before it crosses.
 
 
-def test_a_huge_failure_is_cut_before_it_crosses_and_a_small_one_is_passed_as_it_is() -> None:
-    small: Failure = {"kind": {"http-status": 503}, "headers": [("a", "b")], "body": "x"}
-    assert limits.bounded_failure(small) is small
-    huge: Failure = {
+def test_a_huge_observation_is_cut_before_it_crosses_and_a_small_one_is_passed_as_it_is() -> None:
+    small: Observation = http_failure(503, [("a", "b")], "x")
+    assert limits.bounded_observation(small) is small
+    huge: Observation = {
         "kind": {"tool-error": None},
-        "headers": [(f"h{i}", "v" * 70_000) for i in range(5_800)],
+        "headers": "\n".join(f"h{i}: {'v' * 7_000}" for i in range(5_800)),
         "body": "é" * 20_000_000,
         "structured-content": "{}" * 40_000,
     }
-    cut = limits.bounded_failure(huge)
-    assert len(cut["headers"]) == limits.MAX_HEADERS == 128
-    assert all(len(v.encode()) == limits.MAX_HEADER_VALUE_BYTES == 4_096 for _, v in cut["headers"])
+    cut = limits.bounded_observation(huge)
+    lines = cut["headers"].split("\n")
+    assert len(lines) == limits.MAX_HEADERS == 128
+    assert all(len(line.partition(": ")[2].encode()) == limits.MAX_HEADER_VALUE_BYTES == 4_096 for line in lines)
+    assert [line.partition(": ")[0] for line in lines] == [f"h{i}" for i in range(128)], "the first 128, in order"
     assert len(cut["body"].encode()) == limits.MAX_BODY_BYTES == 65_536, "cut at a character boundary: é is 2 bytes"
     assert cut["structured-content"] is None, "cut JSON is not JSON: dropped"
-    odd = limits.bounded_failure({"kind": {"tool-error": None}, "body": "a" + "€" * 30_000, "headers": [("n" * 5_000, "v")]})
+    assert huge["headers"].count("\n") == 5_799 and len(huge["body"]) == 20_000_000, "the caller's observation is left as it was"
+    odd = limits.bounded_observation({"kind": {"tool-error": None}, "body": "a" + "€" * 30_000, "headers": f"{'n' * 5_000}: v"})
     assert odd["body"] == "a" + "€" * 21_845, "65,536 bytes would split a 3-byte character: cut before it"
-    assert odd["headers"] == [("n" * 4_096, "v")], "a name is cut too"
+    assert odd["headers"] == f"{'n' * 4_096}: v", "a name is cut too"
     kept = '{"a": "' + "x" * 65_000 + '"}'
-    assert limits.bounded_failure({"kind": {"tool-error": None}, "structured-content": kept})["structured-content"] == kept
-    outcome = limits.bounded_outcome({"empty-result": "é" * 40_000})
-    assert len(outcome["empty-result"].encode()) == 65_536
-    assert limits.bounded_outcome("success") == "success"
+    assert limits.bounded_observation({"kind": {"tool-error": None}, "structured-content": kept})["structured-content"] == kept
+    assert len(limits.cut("é" * 40_000, limits.MAX_BODY_BYTES).encode()) == 65_536
+    # An empty result's detail is cut the same way (record_empty_result) and decides without a trap.
+    instance = PolicyComponent.load().instantiate()
+    run = instance.load_policy(READS).start_run("empty")
+    assert run.record_empty_result(begin(run), 1, "é" * 20_000_000, NOW).action == "replan"
+    assert instance.memory_bytes() < 8 << 20, "nothing huge reached the guest"
 
 
 def test_huge_tool_errors_on_one_instance_all_decide_without_a_trap(capsys: pytest.CaptureFixture[str]) -> None:
@@ -195,17 +202,17 @@ def test_huge_tool_errors_on_one_instance_all_decide_without_a_trap(capsys: pyte
     for size in (40_000_000, 20_000_000, 10_000_000, 5_000_000, 2_500_000, 1_250_000):
         text = ("upstream 503 service unavailable " * (size // 33 + 1))[:size]
         run = policy.start_run(f"huge-{size}")
-        outcome = tool_error(text, '{"detail": "' + "d" * size + '"}')
-        call_id = run.begin_call(LOOKUP, NOW)["send"]["call-id"]
+        observation = tool_error(text, '{"detail": "' + "d" * size + '"}')
+        call_id = begin(run)
         started = time.perf_counter()
-        decision = run.record_outcome(call_id, 1, outcome, NOW, 1)
+        verdict = run.record_failure(call_id, 1, observation, None, NOW, 1)
         timings.append((size, (time.perf_counter() - started) * 1000, instance.fuel_used_by_last_call()))
-        assert decision["class"] == "transient" and "retry" in decision["action"], decision
-        classification = policy.classify(tool_error(text)["failure"], NOW)  # type: ignore[arg-type]
+        assert (verdict.class_, verdict.action) == ("transient", "retry"), verdict
+        classification = policy.classify(tool_error(text), NOW)
         assert classification["class"] == "transient"
     assert instance.memory_bytes() < 8 << 20, "nothing huge reached the guest"
     with capsys.disabled():
-        print("\nrecord-outcome of a huge tool error (bytes, ms, fuel): " + ", ".join(f"{s:,} {ms:.1f} {f:,}" for s, ms, f in timings))
+        print("\nrecord-failure of a huge tool error (bytes, ms, fuel): " + ", ".join(f"{s:,} {ms:.1f} {f:,}" for s, ms, f in timings))
 
 
 def test_5800_headers_are_cut_to_128_and_the_policy_names_what_it_left_out() -> None:
@@ -213,7 +220,7 @@ def test_5800_headers_are_cut_to_128_and_the_policy_names_what_it_left_out() -> 
     policy = instance.load_policy(READS)
     headers = [(f"x-filler-{i}", "1") for i in range(5_800)] + [("Retry-After", "7")]
     started = time.perf_counter()
-    classification = policy.classify(http_failure(503, headers)["failure"], NOW)  # type: ignore[arg-type]
+    classification = policy.classify(http_failure(503, headers), NOW)
     elapsed_ms = (time.perf_counter() - started) * 1000
     assert classification["class"] == "transient"
     assert classification["hint-ms"] is None, "Retry-After came after the 128th header: never passed"
@@ -222,12 +229,11 @@ def test_5800_headers_are_cut_to_128_and_the_policy_names_what_it_left_out() -> 
         {"name": "(headers)", "value": "", "problem": "only the first 64 of 128 headers were read"}
     ], "the host passed 128; the policy read 64 and named the rest"
     assert elapsed_ms < 500, elapsed_ms
-    raw = instance.call("[method]policy.classify", policy.resource, http_failure(503, headers)["failure"], NOW)
+    raw = instance.call("[method]policy.classify", policy.resource, http_failure(503, headers), NOW)
     assert raw["header-problems"][0]["problem"] == "only the first 64 of 5801 headers were read"
     assert fuel * 4 < instance.fuel_used_by_last_call(), "all 5,801 passed raw cost the guest far more"
     run = policy.start_run("h")
-    call_id = run.begin_call(LOOKUP, NOW)["send"]["call-id"]
-    assert "retry" in run.record_outcome(call_id, 1, http_failure(503, headers), NOW, 1)["action"]
+    assert run.record_failure(begin(run), 1, http_failure(503, headers), None, NOW, 1).action == "retry"
 
 
 # The MCP wrapper reports each attempt by number.
@@ -255,25 +261,27 @@ class ScriptedSession:
 
 
 def _spy_on_reports(run: Any) -> list[tuple[int, Any]]:
-    """Every attempt the wrapper reports, as (attempt, outcome case): through
-    `record_outcome` (an empty result, a status check) or the flat hot path
-    (`record_success`, `record_failure`)."""
+    """Every attempt the wrapper reports, as (attempt, what): through
+    `record_success`, `record_empty_result`, `record_failure` or
+    `record_status_check`."""
     reports: list[tuple[int, Any]] = []
-    record, success, failure = run.record_outcome, run.record_success, run.record_failure
 
-    def spy(call_id: int, attempt: int, outcome: Any, now_ms: int, entropy: int | None = None) -> Any:
-        reports.append((attempt, outcome if isinstance(outcome, str) else next(iter(outcome))))
-        return record(call_id, attempt, outcome, now_ms, entropy)
+    def spy(name: str, what: str) -> None:
+        real = getattr(run, name)
 
-    def spy_success(call_id: int, attempt: int, now_ms: int) -> Any:
-        reports.append((attempt, "success"))
-        return success(call_id, attempt, now_ms)
+        def report(call_id: int, attempt: int, *rest: Any) -> Any:
+            reports.append((attempt, what))
+            return real(call_id, attempt, *rest)
 
-    def spy_failure(call_id: int, attempt: int, *rest: Any) -> Any:
-        reports.append((attempt, "failure"))
-        return failure(call_id, attempt, *rest)
+        setattr(run, name, report)
 
-    run.record_outcome, run.record_success, run.record_failure = spy, spy_success, spy_failure
+    for name, what in (
+        ("record_success", "success"),
+        ("record_empty_result", "empty-result"),
+        ("record_failure", "failure"),
+        ("record_status_check", "status-check"),
+    ):
+        spy(name, what)
     return reports
 
 
@@ -334,67 +342,6 @@ def test_the_runner_defaults_a_reports_attempt_pages_effects_and_keeps_the_run_a
     refused = run_step(subject, {"op": "start-run", "run-id": "x" * 257}, state)
     assert refused == {"err": {"too-large": {"input": "run-id", "size-bytes": 257, "limit-bytes": 256}}}
     assert run_step(subject, {"op": "report"}, state)["run-id"] == "first", "a refused start-run leaves the run current"
-
-
-# The live self-test counts a persistent 503's attempts by number.
-
-
-class _RetriesForever:
-    """A policy whose run retries a failure forever and, like the component
-    (since contract 0.3.0), refuses a report of any other attempt than the call's current one."""
-
-    def __init__(self, real: Any) -> None:
-        self.real = real
-        self.instance = real.instance
-
-    def effective_config(self) -> str:
-        return str(self.real.effective_config())
-
-    def classify(self, *args: Any) -> Any:
-        return self.real.classify(*args)
-
-    def next_delay(self, *args: Any) -> Any:
-        return self.real.next_delay(*args)
-
-    def start_run(self, run_id: str) -> Any:
-        real_run = self.real.start_run(run_id)
-        at: dict[int, int] = {}
-
-        class ForeverRun:
-            def __enter__(self) -> Any:
-                return self
-
-            def __exit__(self, *_exc: object) -> None:
-                real_run.close()
-
-            def begin_call(self, call: Any, now_ms: int) -> Any:
-                admission = real_run.begin_call(call, now_ms)
-                at[admission["send"]["call-id"]] = 1
-                return admission
-
-            def record_outcome(self, call_id: int, attempt: int, outcome: Any, now_ms: int, entropy: int | None = None) -> Any:
-                if attempt != at[call_id]:
-                    raise RunMisuse({"attempt-mismatch": {"call-id": call_id, "expected": at[call_id], "reported": attempt}})
-                if outcome == "success" or "failure" not in outcome or run_id != "self-test-4":
-                    return real_run.record_outcome(call_id, attempt, outcome, now_ms, entropy)
-                at[call_id] += 1
-                plan = {"delay-ms": 1, "attempt": at[call_id], "idempotency-key": None}
-                return {"action": {"retry": plan}, "class": "transient", "attempt": attempt, "hint-ms": None, "rule": "x", "reason": "x"}
-
-            def report(self) -> Any:
-                return real_run.report()
-
-        return ForeverRun()
-
-
-def test_the_live_self_test_follows_the_attempts_and_refuses_a_policy_that_retries_forever() -> None:
-    from agent_retry_policy.errors import UpdateSelfTestError
-    from agent_retry_policy.live import _invariants
-
-    policy = PolicyComponent.load().instantiate().load_policy({"max-steps-per-run": 30})
-    _invariants(policy)  # the real policy passes
-    with pytest.raises(UpdateSelfTestError, match=r"still being retried after 32 steps \(max-steps-per-run 30\)"):
-        _invariants(_RetriesForever(policy))  # type: ignore[arg-type]
 
 
 def test_the_mcp_wrapper_raises_an_input_over_its_limit_to_the_caller_and_sends_nothing() -> None:

@@ -9,6 +9,7 @@ import typing
 import pytest
 
 from agent_retry_policy import types, wit_types
+from agent_retry_policy.component import EXPORTED_FUNCTIONS
 
 
 def camel(name: str) -> str:
@@ -35,6 +36,25 @@ def test_record_fields_match_the_wit(name: str) -> None:
 
 
 def test_the_mirror_covers_what_the_host_passes_and_reads() -> None:
-    names = ("failure", "classification", "call-request", "decision", "escalation", "run-report", "escalation-reason", "outcome-class")
+    names = (
+        "observation",
+        "delivery",
+        "transport-error",
+        "tool-hints",
+        "status-check-result",
+        "classification",
+        "decision",
+        "retry-plan",
+        "escalation",
+        "run-report",
+        "escalation-reason",
+        "outcome-class",
+        "probe-answer",
+    )
     for name in (*names, "verdict", "call-start", "action-kind"):
         assert hasattr(types, camel(name)), name
+
+
+def test_the_host_binds_every_function_of_the_contract() -> None:
+    # The host checks each of these at load: one the WIT adds or drops must be seen here.
+    assert EXPORTED_FUNCTIONS == wit_types.FUNCTIONS

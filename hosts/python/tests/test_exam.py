@@ -71,7 +71,7 @@ def test_the_demo_servers_upstream_status_is_read_by_the_policy_not_the_client()
         structured_content={"error": {"status": 403, "message": "refunds above 5000 rupees need a person"}},
         is_error=True,
     )
-    outcome = tool_error_outcome(refused)["failure"]
+    outcome = tool_error_outcome(refused)
     assert outcome["kind"] == {"tool-error": None}
     classification = policy.classify(outcome, 0)
     assert (classification["class"], classification["rule"]) == ("permission", "tool-error:status")

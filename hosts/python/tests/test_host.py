@@ -129,27 +129,27 @@ def test_a_broken_file_is_a_load_error() -> None:
 def test_the_component_imports_only_the_budget_the_types_and_random() -> None:
     component = PolicyComponent.load()
     assert sorted(component.imports) == [
-        "agent-retry:policy/account-budget@0.4.0",
-        "agent-retry:policy/types@0.4.0",
+        "agent-retry:policy/account-budget@0.5.0",
+        "agent-retry:policy/types@0.5.0",
         "wasi:random/random@0.2.6",
     ]
-    assert component.exports == ["agent-retry:policy/policy@0.4.0"]
-    assert component.contract_version == CONTRACT_VERSION == "0.4.0"
+    assert component.exports == ["agent-retry:policy/policy@0.5.0"]
+    assert component.contract_version == CONTRACT_VERSION == "0.5.0"
 
 
 def test_the_contract_version_is_read_from_the_export_names() -> None:
-    assert check_contract_version(["agent-retry:policy/policy@0.4.0"]) == "0.4.0"
-    assert check_contract_version(["other:pkg/x@1.0.0", "agent-retry:policy/policy@0.4.7"]) == "0.4.7"  # 0.4.x: compatible
-    for theirs in ("1.0.0", "0.5.0", "0.3.0", "0.2.0", "0.1.0", "4.4.0", "0.4", "banana"):
+    assert check_contract_version(["agent-retry:policy/policy@0.5.0"]) == "0.5.0"
+    assert check_contract_version(["other:pkg/x@1.0.0", "agent-retry:policy/policy@0.5.7"]) == "0.5.7"  # 0.5.x: compatible
+    for theirs in ("1.0.0", "0.4.0", "0.3.0", "0.2.0", "0.1.0", "4.4.0", "0.5", "banana"):
         with pytest.raises(ContractVersionMismatch) as raised:
             check_contract_version([f"agent-retry:policy/policy@{theirs}"], "policy.wasm")
         message = str(raised.value)
-        assert f"agent-retry:policy@{theirs}" in message and "this host speaks @0.4.0" in message, message
-        assert (raised.value.component_version, raised.value.host_version) == (theirs, "0.4.0")
+        assert f"agent-retry:policy@{theirs}" in message and "this host speaks @0.5.0" in message, message
+        assert (raised.value.component_version, raised.value.host_version) == (theirs, "0.5.0")
         assert isinstance(raised.value, ComponentLoadError)
-    with pytest.raises(ComponentLoadError, match="does not export agent-retry:policy/policy@0.4.0"):
-        check_contract_version(["agent-retry:policy/types@0.4.0"])
-    assert contract_compatibility("1.4.2") == (1,) and contract_compatibility("0.4.0") == (0, 4)
+    with pytest.raises(ComponentLoadError, match="does not export agent-retry:policy/policy@0.5.0"):
+        check_contract_version(["agent-retry:policy/types@0.5.0"])
+    assert contract_compatibility("1.4.2") == (1,) and contract_compatibility("0.5.0") == (0, 5)
     assert contract_compatibility("0.0.3") == (0, 0, 3)
 
 
@@ -165,10 +165,10 @@ def _with_version(wasm: bytes, version: str, *, only_policy: bool = False) -> by
 
 def test_a_component_of_another_major_version_is_refused_naming_both() -> None:
     wasm = locate_component().read_bytes()
-    for version in ("1.0.0", "0.5.0", "0.3.0"):
+    for version in ("1.0.0", "0.4.0", "0.3.0"):
         with pytest.raises(ContractVersionMismatch) as raised:
             PolicyComponent(_with_version(wasm, version), source="old.wasm")
-        assert str(raised.value).startswith(f"old.wasm: the component speaks agent-retry:policy@{version} but this host speaks @0.4.0"), (
+        assert str(raised.value).startswith(f"old.wasm: the component speaks agent-retry:policy@{version} but this host speaks @0.5.0"), (
             str(raised.value)
         )
     # Only the export renamed: still refused for its version, not for a missing name.
@@ -177,15 +177,15 @@ def test_a_component_of_another_major_version_is_refused_naming_both() -> None:
 
 
 def test_a_component_of_a_compatible_version_runs_under_its_own_names() -> None:
-    component = PolicyComponent(_with_version(locate_component().read_bytes(), "0.4.9"))
-    assert component.exports == ["agent-retry:policy/policy@0.4.9"]
-    assert component.contract_version == "0.4.9"
-    assert component.account_budget_interface == "agent-retry:policy/account-budget@0.4.9"
+    component = PolicyComponent(_with_version(locate_component().read_bytes(), "0.5.9"))
+    assert component.exports == ["agent-retry:policy/policy@0.5.9"]
+    assert component.contract_version == "0.5.9"
+    assert component.account_budget_interface == "agent-retry:policy/account-budget@0.5.9"
     accounts = EmbeddedAccounts.on_host_clock()  # the clock passed: the wait is exact, not 399 across a millisecond
     config = {"account-budget": {"account-id": "acme", "capacity": 1, "refill-interval-ms": 400}}
     run = component.instantiate(accounts=accounts).load_policy(config).start_run("r")
-    assert run.begin_call({"tool": "lookup"}, 0)["send"]["delay-ms"] == 0
-    assert run.begin_call({"tool": "lookup"}, 0)["send"]["delay-ms"] == 400  # the budget import is wired
+    assert run.begin_call("lookup", None, None, 0).delay_ms == 0
+    assert run.begin_call("lookup", None, None, 0).delay_ms == 400  # the budget import is wired
 
 
 def test_instances_share_the_process_account_budget() -> None:
@@ -195,8 +195,8 @@ def test_instances_share_the_process_account_budget() -> None:
     first = component.instantiate(accounts=accounts).load_policy(config).start_run("w1")
     second = component.instantiate(accounts=accounts).load_policy(config).start_run("w2")
     now = 1_000_000
-    assert first.begin_call({"tool": "lookup"}, now)["send"]["delay-ms"] == 0
-    assert second.begin_call({"tool": "lookup"}, now)["send"]["delay-ms"] == 400  # the first took the only token
+    assert first.begin_call("lookup", None, None, now).delay_ms == 0
+    assert second.begin_call("lookup", None, None, now).delay_ms == 400  # the first took the only token
 
 
 def test_wasi_random_comes_from_the_host_entropy_source() -> None:
@@ -213,8 +213,11 @@ def test_typed_errors_for_config_and_misuse() -> None:
     assert bad.value.kind == "out-of-range" and bad.value.field == "max-attempts-per-call"
     run = instance.load_policy({}).start_run("r")
     with pytest.raises(RunMisuse) as misuse:
-        run.record_outcome(7, 1, "success", 1)
+        run.record_success(7, 1, 1)
     assert misuse.value.error == {"unknown-call": 7}
+    with pytest.raises(RunMisuse) as misuse:
+        run.record_failure(8, 1, http_failure(503), None, 1, 1)
+    assert misuse.value.error == {"unknown-call": 8}
 
 
 def test_bad_values_are_rejected_before_the_call_and_the_instance_goes_on() -> None:
@@ -230,8 +233,8 @@ def test_bad_values_are_rejected_before_the_call_and_the_instance_goes_on() -> N
             policy.classify(bad, 0)  # type: ignore[arg-type]
     with pytest.raises(ValueConversionError):
         policy.next_delay(1, None, -1)
-    assert policy.classify(http_failure(503, [("Retry-After", "2")])["failure"], 0)["hint-ms"] == 2000
-    assert policy.classify(transport_failure("timeout")["failure"], 0)["class"] == "transient"
+    assert policy.classify(http_failure(503, [("Retry-After", "2")]), 0)["hint-ms"] == 2000
+    assert policy.classify(transport_failure("timeout"), 0)["class"] == "transient"
     assert policy.next_delay(1, None, "0xffffffffffffffff") == 1000  # type: ignore[arg-type]
 
 
@@ -263,7 +266,7 @@ def test_a_failing_account_backend_traps_the_call_with_its_exception() -> None:
     policy = instance.load_policy({"account-budget": {"account-id": "acme", "capacity": 1, "refill-interval-ms": 10}})
     run = policy.start_run("r")
     with pytest.raises(PolicyTrap) as trapped:
-        run.begin_call({"tool": "lookup"}, 0)
+        run.begin_call("lookup", None, None, 0)
     assert isinstance(trapped.value.__cause__, ConnectionError)
     with pytest.raises(InstanceUnusable):
         run.report()

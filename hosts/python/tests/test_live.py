@@ -1,7 +1,9 @@
 """Live policy updates in the Python host (as hosts/rust/tests/live.rs): configuration
 and `.wasm` updates take effect for new runs without a restart; a bad, foreign or
-tampered update is refused and the last good policy keeps serving; rollback; the
-watcher; a swap under load."""
+tampered update is refused and the last good policy keeps serving; the gate's
+vectors (tests/vectors/gate.json, then the operator's `gate_vectors`, then the
+update's own) refuse an update naming the case it fails; rollback; the watcher;
+a swap under load."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import os
 import shutil
 import threading
 import time
@@ -39,7 +42,7 @@ from agent_retry_policy import (
 )
 from agent_retry_policy.live import Loaded, UpdateMetrics, signature_path
 from agent_retry_policy.mcp_client import RetryingToolCaller
-from agent_retry_policy.types import action_name, http_failure
+from agent_retry_policy.types import http_failure
 
 READS = '{"default-effect": "read", "max-attempts-per-call": 4}'
 
@@ -64,11 +67,11 @@ def attempts_against_a_persistent_503(loaded: Loaded, seed: int = 3, run_id: str
 
 def _attempts(policy: Policy, run_id: str) -> int:
     with policy.start_run(run_id) as run:
-        admission = run.begin_call({"tool": "lookup_order"}, 1)
-        call_id = admission["send"]["call-id"]
+        start = run.begin_call("lookup_order", None, None, 1)
+        assert start.admitted, start
         attempts = 1
-        while action_name(action := run.record_outcome(call_id, attempts, http_failure(503), 1, 1)["action"]) == "retry":
-            attempts = action["retry"]["attempt"]  # type: ignore[index]
+        while (verdict := run.record_failure(start.call_id, attempts, http_failure(503), None, 1, 1)).action == "retry":
+            attempts = verdict.attempt + 1
         return attempts
 
 
@@ -120,18 +123,53 @@ def test_a_bad_configuration_is_refused_and_the_last_good_one_keeps_serving(tmp_
     assert live.metrics == UpdateMetrics(accepted=1, refused=3, rolled_back=0)
 
 
-def test_a_configuration_that_breaks_an_invariant_fails_the_self_test(tmp_path: Path) -> None:
+def test_a_configuration_that_breaks_an_invariant_is_refused_naming_the_gate_case(tmp_path: Path) -> None:
     source = deployed(tmp_path)
     live = LivePolicy.open(source)
-    # It loads, but it would retry a 403.
+    # It loads, but it would retry a 403: gate.json's case says a 403 escalates.
     source.config.write_text('{"status-overrides": {"403": "transient"}}')
-    with pytest.raises(UpdateSelfTestError, match="a 403 answered") as refused:
+    with pytest.raises(UpdateSelfTestError) as refused:
         live.reload()
+    message = str(refused.value)
     assert refused.value.kind == "self-test"
-    assert live.current().identity.generation == 1
+    assert 'gate.json) fail: "a 403 escalates and is never retried" step 2 (record-outcome): $.ok.action.escalate: missing' in message, (
+        message
+    )
+    assert live.current().identity.generation == 1 and live.last_refusal == message
+    assert attempts_against_a_persistent_503(live.current()) == 4, "the last good policy keeps serving"
     # The same gate at start.
-    with pytest.raises(UpdateSelfTestError):
+    with pytest.raises(UpdateSelfTestError, match="a 403 escalates and is never retried"):
         LivePolicy.open(source)
+
+
+def test_the_operators_gate_vectors_run_on_every_candidate_after_gate_json(tmp_path: Path) -> None:
+    # What this deployment relies on besides the package's gate: a read is tried at least three times.
+    gate = tmp_path / "our-gate.json"
+    steps: list[dict[str, object]] = [{"op": "begin-call", "call": {"tool": "lookup_order"}}]
+    steps += [{**_503(), "expect": {"ok": {"action": {"retry": {"attempt": attempt}}}}} for attempt in (2, 3)]
+    gate.write_text(json.dumps({"description": "ours", "cases": [{"description": "a read gets three attempts", "steps": steps}]}))
+    plain = deployed(tmp_path)
+    source = PolicySource(plain.wasm, plain.config, plain.integrity, gate_vectors=[gate])
+    assert source.gate_vectors == (gate,)
+    live = LivePolicy.open(source)
+    source.config.write_text(reads(3))
+    assert live.reload().generation == 2, "three attempts pass"
+    source.config.write_text(reads(2))
+    with pytest.raises(UpdateSelfTestError) as refused:
+        live.reload()
+    message = str(refused.value)
+    assert f'the operator\'s gate vectors ({gate}) fail: "a read gets three attempts" step 3 (record-outcome)' in message, message
+    assert live.current().identity.generation == 2
+    # Without them the same configuration passes the package's gate.
+    assert LivePolicy.open(plain).current().identity.generation == 1
+    # A file that is gone is refused like any file of the update.
+    gate.unlink()
+    source.config.write_text(reads(3))
+    with pytest.raises(UpdateError):
+        live.reload()
+    assert live.current().identity.generation == 2
+    with pytest.raises(TypeError, match="a list of paths"):
+        PolicySource(plain.wasm, plain.config, gate_vectors=gate)  # type: ignore[arg-type]
 
 
 def test_a_broken_or_foreign_component_is_refused_and_rollback_returns_to_the_previous_policy(tmp_path: Path) -> None:
@@ -148,15 +186,15 @@ def test_a_broken_or_foreign_component_is_refused_and_rollback_returns_to_the_pr
     assert broken.value.kind == "load"
 
     # The same component, speaking another major contract version.
-    ours, theirs = b"agent-retry:policy/policy@0.4.0", b"agent-retry:policy/policy@1.0.0"
+    ours, theirs = b"agent-retry:policy/policy@0.5.0", b"agent-retry:policy/policy@1.0.0"
     assert good.count(ours) > 0
     source.wasm.write_bytes(good.replace(ours, theirs))
     with pytest.raises(UpdateLoadError) as foreign:
         live.reload()
     mismatch = foreign.value.error
     assert isinstance(mismatch, ContractVersionMismatch), foreign.value
-    assert (mismatch.component_version, mismatch.host_version) == ("1.0.0", "0.4.0")
-    assert "agent-retry:policy@1.0.0" in str(foreign.value) and "@0.4.0" in str(foreign.value)
+    assert (mismatch.component_version, mismatch.host_version) == ("1.0.0", "0.5.0")
+    assert "agent-retry:policy@1.0.0" in str(foreign.value) and "@0.5.0" in str(foreign.value)
     assert live.current().identity.generation == 1, "nothing was swapped in"
     assert live.metrics == UpdateMetrics(accepted=0, refused=2, rolled_back=0)
 
@@ -398,7 +436,10 @@ def test_decisions_never_fail_while_the_policy_is_swapped_under_load(tmp_path: P
     assert builds == {digest_a, digest_b}, "both builds decided"
 
 
-HOSTILE = Path(__file__).resolve().parents[3] / "target" / "hostile"
+# $AGENT_RETRY_HOSTILE_DIR: the fixtures built elsewhere (as test_sandbox.py).
+HOSTILE = Path(os.environ.get("AGENT_RETRY_HOSTILE_DIR") or Path(__file__).resolve().parents[3] / "target" / "hostile")
+# Refused at load; the others fault in a call that gate.json makes.
+LOAD_TIME = ("extra-import", "extra-import-sockets", "wrong-world", "other-major")
 HOSTILE_NAMES = (
     "endless-loop",
     "memory-bomb",
@@ -418,7 +459,8 @@ def test_every_hostile_component_offered_to_one_live_policy_is_refused_and_count
 ) -> None:
     """As the Node host's live test: each hostile component of tests/hostile/build.mjs
     (`make hostile`) in turn, to the same LivePolicy; each refused (typed, logged,
-    counted), the last good policy serving throughout; then a good update is accepted."""
+    counted; one that faults in a call, naming the gate.json case it faulted in),
+    the last good policy serving throughout; then a good update is accepted."""
     source = deployed(tmp_path)
     live = LivePolicy.open(source)
     good = live.current()
@@ -431,6 +473,11 @@ def test_every_hostile_component_offered_to_one_live_policy_is_refused_and_count
             shutil.copy(path, source.wasm)
             with pytest.raises((UpdateLoadError, UpdateSelfTestError)) as error:
                 live.reload()
+            if name in LOAD_TIME:
+                assert isinstance(error.value, UpdateLoadError), f"{name}: {error.value}"
+            else:
+                assert isinstance(error.value, UpdateSelfTestError), f"{name}: {error.value}"
+                assert "gate.json) fail: " in str(error.value), f"{name}: {error.value}"
             assert live.metrics == UpdateMetrics(accepted=0, refused=refused, rolled_back=0), name
             assert live.current() is good and live.last_refusal == str(error.value), name
             assert attempts_against_a_persistent_503(live.current()) == 4, f"the last good policy serves after {name}"
@@ -447,8 +494,8 @@ def test_every_refusal_is_an_update_error_with_its_kind() -> None:
 
 
 # The vectors an update ships with (`PolicySource(..., vectors=path)`): after the
-# self-test, every case must pass against the candidate; a case without `config`
-# runs in the update's configuration.
+# gate's own vectors, every case must pass against the candidate; a case without
+# `config` runs in the update's configuration.
 FOUR_ATTEMPTS = "a persistent 503 is retried three times, then escalates"
 
 
@@ -500,7 +547,7 @@ def test_an_update_whose_shipped_vectors_pass_is_accepted(tmp_path: Path) -> Non
 def test_an_update_whose_shipped_vector_fails_is_refused_naming_the_case(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     source = with_vectors(deployed(tmp_path), four_attempts_vectors())
     live = LivePolicy.open(source)
-    source.config.write_text(reads(2))  # loads, passes the self-test, breaks the shipped vectors
+    source.config.write_text(reads(2))  # loads, passes gate.json, breaks the shipped vectors
     with caplog.at_level(logging.INFO, logger="agent_retry_policy.live"), pytest.raises(UpdateSelfTestError) as refused:
         live.reload()
     message = str(refused.value)

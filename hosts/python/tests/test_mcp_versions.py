@@ -53,7 +53,6 @@ from agent_retry_policy import (
     McpConnection,
     PolicyComponent,
     RetryingToolCaller,
-    SessionLost,
     SplitMix64,
 )
 from agent_retry_policy.mcp_client import INITIALIZE, AttemptCapture, CapturingTransport, _current_attempt
@@ -258,12 +257,15 @@ def test_a_modern_only_server_refuses_the_legacy_handshake(demo: Callable[..., D
     caplog.set_level(logging.INFO, logger="agent_retry_policy.mcp")
     server = demo("--era", "modern")
 
-    with pytest.raises(SessionLost) as raised:
+    with pytest.raises(Escalated) as raised:
         run(lambda: look_up(McpConnection.http(server.url, mode="legacy"), "versions-modern-legacy"))
-    assert "-32022" in str(raised.value) and '"supported":["2026-07-28"]' in str(raised.value), str(raised.value)
-    # The policy reads the refusal as a deterministic HTTP 400 and replans (issue 22:
-    # the version mismatch is to be handled by the wrappers, later).
-    assert outcomes(caplog) == [("initialize", "HTTP 400", "replan")]
+    assert "-32022" in raised.value.note and '"supported":["2026-07-28"]' in raised.value.note, raised.value.note
+    # The wrapper reports the HTTP 400 as it came; the policy reads the -32022 in
+    # it (rule version-mismatch): a new session, negotiating again, then, refused
+    # again, an escalation: the two share no revision.
+    assert raised.value.reason == "protocol-version-unsupported"
+    assert outcomes(caplog) == [("initialize", "HTTP 400", "retry"), ("initialize", "HTTP 400", "escalate")]
+    assert {line["rule"] for line in log_lines(caplog)} == {"version-mismatch"}
 
 
 # --- 2. a dual-era server ---------------------------------------------------
@@ -492,11 +494,17 @@ def test_a_probe_answered_404_is_a_legacy_servers_refusal_and_falls_back_to_the_
     [(401, True), (403, True), (408, True), (429, True), (500, True), (503, True), (400, False), (404, False), (405, False), (413, False)],
 )
 def test_the_probe_rule_on_the_capturing_transport(status: int, fails: bool) -> None:
-    """The rule for each status answering `server/discover`, on the transport
-    alone: a failure ends the connect attempt (`cut`), is kept, and the SDK's
-    fallback `initialize` is not sent; a legacy server's refusal is forgotten
-    when `initialize` goes out."""
+    """The rule for each status answering `server/discover` (the policy's
+    `read-probe-answer`), on the transport alone: a failure ends the connect
+    attempt (`cut`), is kept, and the SDK's fallback `initialize` is not sent; a
+    legacy server's refusal is forgotten when `initialize` goes out."""
     forwarded: list[str] = []
+    instance = PolicyComponent.load().instantiate()
+    asked: list[tuple[int | None, int | None]] = []
+
+    def read_probe(http_status: int | None, json_rpc_code: int | None) -> str:
+        asked.append((http_status, json_rpc_code))
+        return instance.read_probe_answer(http_status, json_rpc_code)
 
     def answer(request: httpx2.Request) -> httpx2.Response:
         method = json.loads(request.content)["method"]
@@ -506,7 +514,7 @@ def test_the_probe_rule_on_the_capturing_transport(status: int, fails: bool) -> 
         return httpx2.Response(200, json={"jsonrpc": "2.0", "id": 2, "result": {}})
 
     async def connect() -> AttemptCapture:
-        capture = AttemptCapture(latest_request_only=True)
+        capture = AttemptCapture(latest_request_only=True, read_probe=read_probe)
         token = _current_attempt.set(capture)
         try:
             transport = CapturingTransport(httpx2.MockTransport(answer))
@@ -519,6 +527,7 @@ def test_the_probe_rule_on_the_capturing_transport(status: int, fails: bool) -> 
         return capture
 
     capture = run(connect)
+    assert asked == [(status, None)], "the policy read the probe's answer, once"
     if fails:
         assert capture.cut.is_set() and capture.status == status and ("Retry-After", "1") in capture.headers
         assert forwarded == ["server/discover"]
@@ -605,12 +614,13 @@ def test_an_https_server_whose_ca_is_not_trusted_escalates_with_the_certificate_
     elapsed = time.monotonic() - started
     assert raised.value.tool == "initialize"
     assert "CERTIFICATE_VERIFY_FAILED" in raised.value.note, raised.value.note
-    # A certificate failure is not a blip: the wrapper reports transport(other)
+    # A certificate failure is not a blip: the wrapper reports transport(tls)
     # (capture.classify_network_error) and the policy escalates it at the first
-    # attempt, as unclassified, without a retry.
-    assert raised.value.reason == "unclassified-failure"
+    # attempt, as misconfigured, without a retry.
+    assert raised.value.reason == "connection-misconfigured"
     lines = log_lines(caplog)
-    assert [(line["tool"], line["attempt"], line["outcome"], line["action"]) for line in lines] == [(INITIALIZE, 1, "other", "escalate")]
+    assert [(line["tool"], line["attempt"], line["outcome"], line["action"]) for line in lines] == [(INITIALIZE, 1, "tls", "escalate")]
+    assert (lines[0]["class"], lines[0]["escalation"]) == ("misconfigured", "connection-misconfigured")
     assert elapsed < CALL_TIMEOUT_S / 2, elapsed
 
 

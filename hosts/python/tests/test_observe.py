@@ -25,8 +25,9 @@ def test_a_tool_error_is_its_text_blocks_joined_and_its_structured_content_as_js
         structured_content={"error": {"type": "overloaded_error", "message": "Überlastet"}},
         is_error=True,
     )
-    failure = tool_error_outcome(result)["failure"]
+    failure = tool_error_outcome(result)
     assert failure["kind"] == {"tool-error": None}  # the wrapper reads no status itself
+    assert (failure["delivery"], failure["session-id-sent"], failure["headers"]) == ("answer-started", False, "")
     assert failure["body"] == "Error executing tool ask_model: upstream failed\nPlease try again in 20s."
     assert json.loads(failure["structured-content"] or "") == {"error": {"type": "overloaded_error", "message": "Überlastet"}}
     classification = PolicyComponent.load().instantiate().load_policy({}).classify(failure, 0)
@@ -35,19 +36,23 @@ def test_a_tool_error_is_its_text_blocks_joined_and_its_structured_content_as_js
 
 
 def test_a_tool_error_without_structured_content_passes_none() -> None:
-    failure = tool_error_outcome(CallToolResult(content=[TextContent(type="text", text="no")], is_error=True))["failure"]
+    result = CallToolResult(content=[TextContent(type="text", text="no")], is_error=True)
+    failure = tool_error_outcome(result)
     assert failure["body"] == "no" and failure["structured-content"] is None
+    assert tool_error_outcome(result, session_id_sent=True)["session-id-sent"] is True
 
 
 def test_a_json_rpc_errors_data_is_passed_as_json_text() -> None:
-    failure = protocol_error_outcome(MCPError(-32603, "upstream refused", {"status": 403}))["failure"]
+    failure = protocol_error_outcome(MCPError(-32603, "upstream refused", {"status": 403}))
     assert failure["kind"] == {"protocol-error": -32603}
     assert failure["body"] == "upstream refused"
     assert json.loads(failure["structured-content"] or "") == {"status": 403}
-    assert protocol_error_outcome(MCPError(-32602, "bad amount"))["failure"]["structured-content"] is None
+    assert (failure["delivery"], failure["session-id-sent"]) == ("answer-started", False), "an answer arrived"
+    assert protocol_error_outcome(MCPError(-32602, "bad amount"))["structured-content"] is None
+    assert protocol_error_outcome(MCPError(-32602, "bad amount"), session_id_sent=True)["session-id-sent"] is True
     policy = PolicyComponent.load().instantiate().load_policy({})
-    assert policy.classify(protocol_error_outcome(MCPError(-32603, "x", {"status": 403}))["failure"], 0)["class"] == "permission"
-    assert policy.classify(protocol_error_outcome(MCPError(-32603, "x"))["failure"], 0)["class"] == "transient"
+    assert policy.classify(protocol_error_outcome(MCPError(-32603, "x", {"status": 403})), 0)["class"] == "permission"
+    assert policy.classify(protocol_error_outcome(MCPError(-32603, "x")), 0)["class"] == "transient"
 
 
 def test_repeated_header_fields_are_captured_as_separate_pairs_as_received() -> None:

@@ -148,9 +148,12 @@ def test_instances_of_the_component_on_separate_connections_share_the_account(se
     config = {"account-budget": {"account-id": "component", "capacity": 1, "refill-interval-ms": 60_000, "max-wait-ms": 0}}
     component = PolicyComponent.load()
     first, second = (component.instantiate(accounts=SharedAccounts.open(server.url, workers=2)).load_policy(config) for _ in range(2))
-    assert "send" in first.start_run("a").begin_call({"tool": "lookup"}, now_ms())
-    refused = second.start_run("b").begin_call({"tool": "lookup"}, now_ms())
-    assert "escalate" in refused, f"the other instance took the only token: {refused}"
+    assert first.start_run("a").begin_call("lookup", None, None, now_ms()).admitted
+    run = second.start_run("b")
+    refused = run.begin_call("lookup", None, None, now_ms())
+    assert not refused.admitted, f"the other instance took the only token: {refused}"
+    escalation = run.escalation()
+    assert escalation is not None and escalation["reason"] == "account-budget-exhausted", escalation
 
 
 def records(caplog: pytest.LogCaptureFixture, text: str) -> list[logging.LogRecord]:

@@ -42,12 +42,13 @@ from agent_retry_policy import (
     locate_component,
     wit_types,
 )
+from agent_retry_policy.component import contract_compatibility
 from agent_retry_policy.mcp_client import RetryingToolCaller
-from agent_retry_policy.types import Failure, http_failure
+from agent_retry_policy.types import Observation, http_failure
 
 # $AGENT_RETRY_HOSTILE_DIR: the fixtures built elsewhere (e.g. from another component).
 FIXTURES = Path(os.environ.get("AGENT_RETRY_HOSTILE_DIR") or Path(__file__).resolve().parents[3] / "target" / "hostile")
-FAILURE: Failure = http_failure(503, [("Retry-After", "2")])["failure"]  # type: ignore[typeddict-item]
+FAILURE: Observation = http_failure(503, [("Retry-After", "2")])
 CALL_TIME = ("endless-loop", "memory-bomb", "trap", "enum-out-of-range", "invalid-utf8", "pointer-out-of-bounds")
 LOAD_TIME = ("extra-import", "extra-import-sockets", "wrong-world", "other-major")
 
@@ -209,16 +210,18 @@ def test_a_component_of_another_world_is_refused_at_load_saying_so() -> None:
         hostile("wrong-world")
     assert not isinstance(refused.value, ContractVersionMismatch)
     message = str(refused.value)
-    assert "does not export agent-retry:policy/policy@0.4.0" in message and "another world" in message, message
-    assert "acme:scheduler/policy@0.4.0" in message, message
+    assert "does not export agent-retry:policy/policy@0.5.0" in message and "another world" in message, message
+    assert "acme:scheduler/policy@0.5.0" in message, message
     host_keeps_serving()
 
 
 def test_a_component_of_another_contract_major_is_refused_naming_both_versions() -> None:
     with pytest.raises(ContractVersionMismatch) as refused:
         hostile("other-major")
-    assert (refused.value.component_version, refused.value.host_version) == ("0.5.0", "0.4.0")
-    assert "speaks agent-retry:policy@0.5.0 but this host speaks @0.4.0" in str(refused.value)
+    # The fixture claims another 0.minor than the host's (build.mjs picks which).
+    theirs = refused.value.component_version
+    assert refused.value.host_version == "0.5.0" and contract_compatibility(theirs) != contract_compatibility("0.5.0"), theirs
+    assert f"speaks agent-retry:policy@{theirs} but this host speaks @0.5.0" in str(refused.value)
     host_keeps_serving()
 
 
@@ -249,8 +252,10 @@ def test_a_hostile_update_is_refused_and_the_last_good_policy_keeps_serving(name
         }[name]
         assert type(refused.value.error) is expected, refused.value
     else:
-        # The self-test calls every export: the hostile one traps there.
+        # The gate's vectors (gate.json) call every export: the hostile one traps
+        # there, and the refusal names the gate file and the case it failed.
         assert isinstance(refused.value, UpdateSelfTestError) and refused.value.kind == "self-test"
+        assert "gate.json) fail: " in str(refused.value), refused.value
         cause = refused.value.__cause__
         expected_trap = {
             "endless-loop": PolicyOutOfFuel,

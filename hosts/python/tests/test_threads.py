@@ -54,7 +54,7 @@ def test_each_policy_trap_carries_the_exception_its_own_thread_raised() -> None:
             instance = component.instantiate(accounts=backend)  # a trap breaks it: a fresh one each time
             run = instance.load_policy(BUDGETED).start_run(f"t{index}")
             try:
-                run.begin_call({"tool": "lookup"}, 0)
+                run.begin_call("lookup", None, None, 0)
             except PolicyTrap as trap:
                 counted[index] += 1
                 if trap.__cause__ is not backend.raised:
@@ -82,8 +82,10 @@ def test_an_instance_used_from_another_thread_is_refused_naming_both_threads() -
     def other() -> None:
         for call in (
             lambda: instance.derive_idempotency_key("r", "1"),
-            lambda: policy.classify(http_failure(503)["failure"], 0),  # type: ignore[typeddict-item]
-            lambda: run.begin_call({"tool": "lookup"}, 0),
+            lambda: policy.classify(http_failure(503), 0),
+            lambda: run.begin_call("lookup", None, None, 0),
+            lambda: run.record_success(1, 1, 0),
+            lambda: run.record_failure(1, 1, http_failure(503), None, 0, 1),
             lambda: run.close(),
         ):
             try:
@@ -94,12 +96,12 @@ def test_an_instance_used_from_another_thread_is_refused_naming_both_threads() -
     thread = threading.Thread(target=other, name="intruder")
     thread.start()
     thread.join()
-    assert len(errors) == 4 and all(type(e) is WrongThread for e in errors), errors
+    assert len(errors) == 6 and all(type(e) is WrongThread for e in errors), errors
     message = str(errors[0])
     assert "belongs to thread 'MainThread'" in message and "called from thread 'intruder'" in message, message
     assert "instantiate one per thread" in message
     # Nothing reached the store: the instance still serves its own thread.
-    assert run.begin_call({"tool": "lookup"}, 0)["send"]["call-id"] == 1
+    assert run.begin_call("lookup", None, None, 0).call_id == 1
     run.close()
 
 
@@ -111,7 +113,7 @@ SHARED_SCRIPT = textwrap.dedent(
 
     instance = PolicyComponent.load().instantiate()
     policy = instance.load_policy({})
-    failure = http_failure(503, [("Retry-After", "2")])["failure"]
+    failure = http_failure(503, [("Retry-After", "2")])
     start = threading.Barrier(5)
     outcomes = {}
 
@@ -121,7 +123,7 @@ SHARED_SCRIPT = textwrap.dedent(
         for i in range(400):
             try:
                 run = policy.start_run(f"{name}-{i}")
-                run.begin_call({"tool": "lookup"}, 0)
+                run.begin_call("lookup", None, None, 0)
                 policy.classify(failure, 0)
                 instance.derive_idempotency_key(name, str(i))
                 run.close()

@@ -16,6 +16,7 @@ import asyncio
 import json
 import logging
 import os
+import re
 import select
 import shutil
 import subprocess
@@ -42,6 +43,7 @@ from agent_retry_policy import (
     SplitMix64,
 )
 from agent_retry_policy.mcp_client import CAPTURE_MISSING_SUFFIX, StatusCheckRequest
+from agent_retry_policy.types import Verdict
 
 T = TypeVar("T")
 
@@ -223,16 +225,18 @@ def test_T1_a_restarted_server_loses_the_session_and_the_wrapper_reinitialises(
     caplog.set_level(logging.INFO, logger="agent_retry_policy.mcp")
     proxy = proxies(demo_command("--http", "127.0.0.1:{port}", "--sessions", "--ledger", str(ledger)))
 
-    async def body() -> tuple[CallToolResult, CallToolResult]:
+    verdicts: list[tuple[str, int, Verdict]] = []
+
+    async def body() -> tuple[CallToolResult, CallToolResult, int]:
         # A session (Mcp-Session-Id) exists only with the handshake: 2026-07-28 has none.
         async with McpConnection.http(proxy.url, mode="legacy") as connection:
-            caller = new_caller(connection, "T1")
+            caller = new_caller(connection, "T1", on_verdict=lambda *seen: verdicts.append(seen))
             looked_up = await caller.call_tool("lookup_order", {"order_id": "A1"})
             proxy.restart()  # every session the server held is gone
             refunded = await caller.call_tool("issue_refund", {"order_id": "A1", "amount_paise": 500})
-            return looked_up, refunded
+            return looked_up, refunded, connection.generation
 
-    looked_up, refunded = run(body)
+    looked_up, refunded, generation = run(body)
     assert not looked_up.is_error
     assert not refunded.is_error, text_of(refunded)
     assert "session" not in text_of(refunded).lower()
@@ -240,15 +244,22 @@ def test_T1_a_restarted_server_loses_the_session_and_the_wrapper_reinitialises(
     assert len(initializes) == 2 and not initializes[1]["session"]
     lost = [entry for entry in proxy.log() if entry["rpc"] == "tools/call" and entry["status"] == 404]
     assert len(lost) == 1 and lost[0]["session"], proxy.log()
+    # The wrapper reports the 404 as it came (it sent a session id); the policy
+    # says the session is lost (rule lost-session) and to reconnect before the
+    # retry; the wrapper does so: a new handshake, then the same key.
     assert outcomes(caplog) == [
         ("initialize", "success", "succeed"),
         ("tools/list", "success", "succeed"),
         ("lookup_order", "success", "succeed"),
-        ("issue_refund", "session lost (HTTP 404)", "retry"),
+        ("issue_refund", "HTTP 404", "retry"),
         ("initialize", "success", "succeed"),
         ("issue_refund", "success", "succeed"),
     ]
+    lost_verdict = next(v for tool, attempt, v in verdicts if (tool, attempt) == ("issue_refund", 1))
+    assert (lost_verdict.action, lost_verdict.reconnect) == ("retry", True), lost_verdict
+    assert generation == 2, "one new session, opened because the verdict said reconnect"
     refund_lines = [line for line in log_lines(caplog) if line["tool"] == "issue_refund"]
+    assert refund_lines[0]["rule"] == "lost-session", refund_lines[0]
     assert all(line["step"] == 2 and line["key"] == key_of("T1", 2) for line in refund_lines)
     assert [line["step"] for line in log_lines(caplog) if line["tool"] in ("initialize", "tools/list")] == [None, None, None]
     refunds = read_ledger(ledger)["refunds"]
@@ -280,8 +291,12 @@ def test_T1_a_bare_session_that_is_lost_raises_SessionLost_not_an_sdk_error(
     with pytest.raises(SessionLost) as raised:
         run(body)
     assert "cannot re-establish" in str(raised.value) and raised.value.tool == "issue_refund"
-    # Without the capturing client, the lost session is known from the SDK's own error.
-    assert ("issue_refund", "session lost", "retry") in outcomes(caplog)
+    # Without the capturing client, the wrapper reports what the SDK's own error
+    # stands for (a 404 to a request that carried a session id, nothing more);
+    # the policy says reconnect, which a bare session cannot do.
+    (lost,) = [line for line in log_lines(caplog) if line["tool"] == "issue_refund"]
+    assert (lost["outcome"], lost["action"], lost["rule"]) == ("HTTP 404", "retry", "lost-session"), lost
+    assert lost["reason"].endswith(CAPTURE_MISSING_SUFFIX), lost["reason"]
     assert read_ledger(ledger)["refunds"] == []
 
 
@@ -528,23 +543,27 @@ def test_T9_a_backoff_that_would_end_past_the_run_limit_is_not_slept(
     script.write_text(json.dumps([{"tool": "lookup_order", "first": 1, "fault": throttle}]))
     proxy = proxies(demo_command("--http", "127.0.0.1:{port}", "--faults", str(script), "--ledger", str(ledger)))
 
-    async def body() -> tuple[CallTimedOut, float]:
+    async def body() -> tuple[Escalated, float]:
         async with McpConnection.http(proxy.url) as connection:
             caller = new_caller(connection, "T9-run", {**CONFIG, "max-hint-ms": 10_000}, run_timeout_s=3.0)
             started = time.monotonic()
             try:
                 await caller.call_tool("lookup_order", {"order_id": "C9"})
-            except CallTimedOut as e:
+            except Escalated as e:
                 return e, time.monotonic() - started
             raise AssertionError("the run's limit did not stop the call")
 
     stopped, elapsed = run(body)
     assert elapsed < 2.0, f"slept {elapsed:.2f} s of a backoff that ends past the run's limit"
-    assert (stopped.cause, stopped.attempts_sent, stopped.may_have_applied) == ("run-timeout", 1, False)
-    assert "would pass while waiting" in str(stopped)
-    retry = next(line for line in log_lines(caplog) if line["action"] == "retry")
-    assert retry["delay_ms"] >= 5_000
-    assert log_lines(caplog)[-1]["outcome"] == "run-timeout"
+    # The wrapper passes the time left to the run's deadline with the 429; the
+    # policy sees the server's 5 s wait cannot fit and escalates at once.
+    assert stopped.reason == "deadline-too-near", stopped.note
+    left = re.search(r"the server asks to wait 5000 ms; (\d+) ms remain", stopped.note)
+    assert left is not None and 0 < int(left.group(1)) <= 3_000, stopped.note
+    lines = [line for line in log_lines(caplog) if line["tool"] == "lookup_order"]
+    assert [(line["outcome"], line["action"], line["escalation"], line["hint_ms"]) for line in lines] == [
+        ("HTTP 429", "escalate", "deadline-too-near", 5_000)
+    ]
 
 
 # --- stdio, the demo server through stdio.mjs ---------------------------------
@@ -682,7 +701,11 @@ def test_T10_server_everything_restarted_over_http_the_wrapper_reinitialises(
     first, second = run(body)
     assert text_of(first) == "Echo: one" and text_of(second) == "Echo: two"
     assert len([entry for entry in proxy.log() if entry["rpc"] == "initialize"]) == 2
-    assert ("echo", "session lost (HTTP 400)", "retry") in outcomes(caplog)
+    # server-everything answers an unknown session with a 400: reported as it
+    # came; the policy reads it as a lost session and says reconnect.
+    lost = [line for line in log_lines(caplog) if (line["tool"], line["outcome"]) == ("echo", "HTTP 400")]
+    assert [(line["action"], line["rule"]) for line in lost] == [("retry", "lost-session")], lost
+    assert outcomes(caplog)[-2:] == [("initialize", "success", "succeed"), ("echo", "success", "succeed")]
 
 
 def test_T11_server_everything_over_stdio_killed_after_echo_is_respawned(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

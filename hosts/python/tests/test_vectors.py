@@ -1,10 +1,11 @@
 """Every conformance vector (tests/vectors/*.json) through the component in
 wasmtime-py, with the canonical JSON mapping and step semantics of
-tests/vectors/README.md. Each case runs twice on fresh instances and must give
-byte-identical outputs, and a third time in flat mode (contract 0.4.0's hot
-path: `begin-call-flat`, `record-success`, `record-failure`, `last-decision`,
-`escalation`), which must pass, agree with `last-decision` at every verdict,
-and give the rich outputs exactly."""
+tests/vectors/README.md: the readable steps translated onto contract 0.5.0's
+single run path (conformance.py), every verdict checked against
+`last-decision`. Each case runs twice on fresh instances and must give
+byte-identical outputs. observations.json runs in its pure form (begin-call
+lookup_order, record-failure of the observation, the verdict against
+`expect`); test_observations.py runs it through the MCP wrapper."""
 
 from __future__ import annotations
 
@@ -16,11 +17,22 @@ from typing import Any
 import pytest
 
 from agent_retry_policy import PolicyComponent
-from agent_retry_policy.component import Run
-from agent_retry_policy.conformance import canonical_outputs, default_vector_dir, flat_mismatch, load_vector_files, run_all, run_case
+from agent_retry_policy.conformance import (
+    OBSERVATIONS_FILE,
+    canonical_outputs,
+    check_observations_file,
+    default_vector_dir,
+    load_vector_files,
+    match,
+    run_all,
+    run_case,
+    run_observation_case,
+)
 
 VECTOR_DIR = default_vector_dir()
-CASES = [(path.name, case) for path, data in load_vector_files(VECTOR_DIR) for case in data["cases"]]
+FILES = load_vector_files(VECTOR_DIR)
+CASES = [(path.name, case) for path, data in FILES if path.name != OBSERVATIONS_FILE for case in data["cases"]]
+OBSERVATIONS = json.loads((VECTOR_DIR / OBSERVATIONS_FILE).read_text(encoding="utf-8"))
 
 # Filled by the tests, printed by conftest.py as "vectors: N passed, N failed".
 RESULTS: dict[str, bool] = {}
@@ -28,6 +40,7 @@ RESULTS: dict[str, bool] = {}
 
 def test_the_vectors_are_all_there() -> None:
     assert len(CASES) >= 183, f"only {len(CASES)} cases found in {VECTOR_DIR}"
+    assert len(check_observations_file(OBSERVATIONS)) >= 7
 
 
 @pytest.mark.parametrize(("file", "case"), CASES, ids=[f"{f}:{c['description']}" for f, c in CASES])
@@ -35,12 +48,17 @@ def test_vector(file: str, case: dict[str, Any]) -> None:
     component = PolicyComponent.load()
     first = run_case(component, file, case)
     second = run_case(component, file, case)
-    flat = flat_mismatch(first, run_case(component, file, case, flat=True)) if first.failure is None else None
-    passed = first.failure is None and second.failure is None and canonical_outputs(first) == canonical_outputs(second) and flat is None
+    passed = first.failure is None and second.failure is None and canonical_outputs(first) == canonical_outputs(second)
     RESULTS[f"{file}:{case['description']}"] = passed
     assert first.failure is None, first.failure
     assert canonical_outputs(first) == canonical_outputs(second), "a second run on a fresh instance gave other outputs"
-    assert flat is None, flat
+
+
+@pytest.mark.parametrize("case", OBSERVATIONS["cases"], ids=[c["description"] for c in OBSERVATIONS["cases"]])
+def test_observation_pure(case: dict[str, Any]) -> None:
+    result = run_observation_case(PolicyComponent.load(), OBSERVATIONS_FILE, OBSERVATIONS.get("config"), case)
+    RESULTS[f"{OBSERVATIONS_FILE}:{case['description']}"] = result.failure is None
+    assert result.failure is None, result.failure
 
 
 def test_the_runner_reports_a_wrong_expectation(tmp_path: Path) -> None:
@@ -54,38 +72,34 @@ def test_the_runner_reports_a_wrong_expectation(tmp_path: Path) -> None:
     other["steps"][1]["expect"]["ok"]["class"] = "transient"
     (tmp_path / "tampered.json").write_text(json.dumps({"description": "tampered", "cases": [case, other]}))
     shutil.copy(VECTOR_DIR / "keys.json", tmp_path / "keys.json")
+    observations = json.loads(json.dumps(OBSERVATIONS))
+    observations["cases"] = observations["cases"][:2]
+    observations["cases"][1]["expect"]["reconnect"] = not observations["cases"][1]["expect"].get("reconnect", False)
+    (tmp_path / OBSERVATIONS_FILE).write_text(json.dumps(observations))
     results = run_all(PolicyComponent.load(), tmp_path)
     failures = [r.failure for r in results if r.failure]
-    assert len(failures) == 2, failures
-    assert "delay-ms" in failures[0] and "class" in failures[1]
+    assert len(failures) == 3, failures
+    assert "reconnect" in failures[0] and "delay-ms" in failures[1] and "class" in failures[2], failures
     assert all(r.failure is None for r in results if r.file == "keys.json")
 
 
-def test_flat_mode_runs_the_hot_path_and_fails_a_case_whose_verdict_disagrees(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_verdict_that_disagrees_with_its_decision_fails_the_case(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agent_retry_policy import conformance
+
     component = PolicyComponent.load()
-    source = json.loads((VECTOR_DIR / "runs-transient.json").read_text())
-    case = source["cases"][0]
-    calls: list[str] = []
-    for name in ("begin_call_flat", "record_success", "_record_failure_text", "last_decision"):
-        real = getattr(Run, name)
-
-        def spy(self: Run, *args: Any, _real: Any = real, _name: str = name) -> Any:
-            calls.append(_name)
-            return _real(self, *args)
-
-        monkeypatch.setattr(Run, name, spy)
-    rich, flat = run_case(component, "runs-transient.json", case), run_case(component, "runs-transient.json", case, flat=True)
-    assert flat_mismatch(rich, flat) is None
-    assert {"begin_call_flat", "_record_failure_text", "last_decision"} <= set(calls), calls
-    # A verdict naming another rule than its decision fails the case, naming the step.
-    verdict = Run._verdict
-
-    def off_by_one(self: Run, *args: Any) -> Any:
-        answer = verdict(self, *args)
-        return answer._replace(rule_index=answer.rule_index + 1)
-
-    monkeypatch.setattr(Run, "_verdict", off_by_one)
-    tampered = run_case(component, "runs-transient.json", case, flat=True)
+    case = json.loads((VECTOR_DIR / "runs-transient.json").read_text())["cases"][0]
+    assert run_case(component, "runs-transient.json", case).failure is None
+    real = conformance.verdict_of
+    monkeypatch.setattr(conformance, "verdict_of", lambda value: real(value)._replace(rule_index=real(value).rule_index + 1))
+    tampered = run_case(component, "runs-transient.json", case)
     assert tampered.failure is not None and "verdict disagrees with last-decision: rule" in tampered.failure, tampered.failure
-    assert tampered.failure.startswith("step "), tampered.failure
-    assert "in flat mode: step" in (flat_mismatch(rich, tampered) or "")
+    monkeypatch.setattr(conformance, "verdict_of", lambda value: real(value)._replace(reconnect=not real(value).reconnect))
+    tampered = run_case(component, "runs-transient.json", case)
+    assert tampered.failure is not None and "reconnect" in tampered.failure, tampered.failure
+
+
+def test_the_any_matcher_matches_one_of_its_matchers_and_a_named_key_must_be_there() -> None:
+    assert match({"$any": [{"a": 1}, {"a": 2}]}, {"a": 2}) is None
+    assert match({"$any": [{"a": 1}, {"a": 2}]}, {"a": 3}) is not None
+    assert match({"$any": ["x", {"$contains": "y"}]}, "xyz") is None
+    assert match({"b": 1}, {"a": 1}) is not None

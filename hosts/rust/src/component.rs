@@ -24,8 +24,8 @@ wasmtime::component::bindgen!({ world: "agent-retry", path: "wit" });
 pub use agent_retry::policy::types;
 
 /// Fuel for one call into the component (about one unit per wasm instruction).
-/// A decision's calls take tens of thousands (`record-outcome` of a 503 with
-/// `Retry-After`: 26,998), the costliest hostile tool error 6.9 M (the sandbox
+/// A decision's calls take tens of thousands (a 503 with `Retry-After`:
+/// about 27,000), the costliest hostile tool error 6.9 M (the sandbox
 /// tests print both); a policy stuck in a loop runs out and traps.
 pub const FUEL_PER_CALL: u64 = 20_000_000;
 
@@ -45,10 +45,10 @@ pub const MAX_RESOURCE_HANDLES: usize = 1_000_000;
 pub const MAX_MEMORY_BYTES: usize = 64 << 20;
 
 /// The contract version this host speaks (the WIT package `agent-retry:policy`).
-pub const CONTRACT_VERSION: &str = "0.4.0";
+pub const CONTRACT_VERSION: &str = "0.5.0";
 
 /// The policy interface of that version, as the component exports it.
-pub const POLICY_INTERFACE: &str = "agent-retry:policy/policy@0.4.0";
+pub const POLICY_INTERFACE: &str = "agent-retry:policy/policy@0.5.0";
 
 /// The component this crate was built with, if it carries one: the published
 /// crate embeds the `.wasm` of its release (`make dist` copies it into
@@ -229,7 +229,9 @@ impl agent_retry::policy::account_budget::Host for HostState {
     }
 }
 
-/// A compiled, linked policy component, ready to instantiate many times.
+/// A compiled, linked policy component, ready to instantiate many times
+/// (cloning it is cheap: the compiled code is shared).
+#[derive(Clone)]
 pub struct PolicyComponent {
     engine: Engine,
     component: Component,
@@ -314,7 +316,7 @@ impl PolicyComponent {
         self.limits
     }
 
-    /// Which policy this is, for logs: `agent-retry:policy@0.4.0 wasm 1a2b3c4d5e6f`
+    /// Which policy this is, for logs: `agent-retry:policy@0.5.0 wasm 1a2b3c4d5e6f`
     /// (the contract version it speaks and its `.wasm`'s SHA-256, 12 hex digits).
     pub fn identity(&self) -> &str {
         &self.identity
@@ -342,6 +344,7 @@ impl PolicyComponent {
         let instance = self.pre.instance_pre().instantiate(&mut store)?;
         let bindings = AgentRetry::new(&mut store, &instance)?;
         Ok(PolicyInstance {
+            component: self.clone(),
             store,
             instance,
             bindings,
@@ -374,6 +377,49 @@ fn add_random(linker: &mut Linker<HostState>, component: &Component, engine: &En
     Ok(())
 }
 
+/// What one attempt came to, as the host saw it: the four reports of the
+/// contract (`record-success`, `record-empty-result`, `record-failure`,
+/// `record-status-check`), as one value for a host's loop ([`PolicyInstance::record`]).
+#[derive(Clone, Debug)]
+pub enum Outcome {
+    Success,
+    /// A result that was empty or unusable; what was wrong, for the model.
+    EmptyResult(String),
+    Failure(types::Observation),
+    StatusCheck(types::StatusCheckResult),
+}
+
+/// `begin-call`'s answer with the hand-off read when the call is not
+/// admitted ([`PolicyInstance::begin`]).
+#[derive(Clone, Debug)]
+pub enum Admission {
+    /// Send the first attempt (after `delay-ms`).
+    Send(types::CallStart),
+    /// Do not send: the run stopped here.
+    Escalate(types::Escalation),
+}
+
+impl types::Observation {
+    /// An observation with headers given as pairs (joined as `name: value`
+    /// lines), no structured content, no session id sent, delivery `unknown`.
+    pub fn new(kind: types::FailureKind, headers: &[(String, String)], body: impl Into<String>) -> Self {
+        types::Observation {
+            kind,
+            headers: limits::header_lines(headers),
+            body: body.into(),
+            structured_content: None,
+            session_id_sent: false,
+            delivery: types::Delivery::Unknown,
+        }
+    }
+
+    /// The same observation with `delivery`.
+    pub fn delivered(mut self, delivery: types::Delivery) -> Self {
+        self.delivery = delivery;
+        self
+    }
+}
+
 /// A policy component instance: one store, one instance, typed calls.
 ///
 /// Every call refills the fuel first. A call that fails returns a
@@ -381,6 +427,8 @@ fn add_random(linker: &mut Linker<HostState>, component: &Component, engine: &En
 /// answer [`PolicyFault::InstanceUnusable`] without entering the guest), and the
 /// host handles the run as escalated and instantiates a fresh one.
 pub struct PolicyInstance {
+    /// What it was instantiated from, for [`PolicyInstance::sibling`].
+    component: PolicyComponent,
     store: Store<HostState>,
     instance: Instance,
     bindings: AgentRetry,
@@ -464,8 +512,15 @@ impl PolicyInstance {
     /// [`Self::raw`] on a tank of `fuel` (`from-json`'s: [`Self::config_load_fuel`]).
     pub fn raw_on(&mut self, fuel: u64) -> (&mut Store<HostState>, &Instance) {
         self.tank = fuel;
+        self.store.data_mut().limits.refused = false;
         let _ = self.store.set_fuel(fuel);
         (&mut self.store, &self.instance)
+    }
+
+    /// The fault a call made through [`Self::raw`] failed with, typed as the
+    /// typed calls type it (a refused `memory.grow` is the memory cap, not a trap).
+    pub fn raw_fault(&self, error: &wasmtime::Error) -> PolicyFault {
+        PolicyFault::of(error, self.store.data().limits.refused, self.tank, self.limits.max_memory_bytes)
     }
 
     /// The fuel `from-json` gets for a text of `config_bytes`: a call's, plus
@@ -503,9 +558,16 @@ impl PolicyInstance {
         self.guarded_on(fuel, |b, store| b.agent_retry_policy_policy().policy().call_effective_config(store, policy.0))
     }
 
-    pub fn classify(&mut self, policy: &PolicyHandle, failure: &types::Failure, now_ms: u64) -> Result<types::Classification, PolicyFault> {
-        let failure = limits::bounded_failure(failure);
-        self.guarded(|b, store| b.agent_retry_policy_policy().policy().call_classify(store, policy.0, &failure, now_ms))
+    /// Classifies an observation (within the host's limits).
+    pub fn classify(&mut self, policy: &PolicyHandle, observation: &types::Observation, now_ms: u64) -> Result<types::Classification, PolicyFault> {
+        let observation = limits::bounded_observation(observation);
+        self.guarded(|b, store| b.agent_retry_policy_policy().policy().call_classify(store, policy.0, &observation, now_ms))
+    }
+
+    /// What an answer to the `server/discover` probe that is not a discovery
+    /// result means: the policy's rule, not the host's.
+    pub fn read_probe_answer(&mut self, http_status: Option<u16>, json_rpc_code: Option<i32>) -> Result<types::ProbeAnswer, PolicyFault> {
+        self.guarded(|b, store| b.agent_retry_policy_policy().call_read_probe_answer(store, http_status, json_rpc_code))
     }
 
     pub fn next_delay(&mut self, policy: &PolicyHandle, retry: u32, hint_ms: Option<u64>, entropy: Option<u64>) -> Result<u64, PolicyFault> {
@@ -521,29 +583,22 @@ impl PolicyInstance {
         self.guarded(|b, store| Ok(b.agent_retry_policy_policy().policy().call_start_run(store, policy.0, run_id)?.map(RunHandle)))
     }
 
-    pub fn begin_call(&mut self, run: &RunHandle, call: &types::CallRequest, now_ms: u64) -> Result<Result<types::Admission, types::RunError>, PolicyFault> {
-        let ids = id_within_limit("tool", &call.tool).and_then(|()| call.idempotency_key.as_deref().map_or(Ok(()), |k| id_within_limit("idempotency-key", k)));
+    /// Asks to begin a call; a tool name or key over 256 bytes is refused as
+    /// the component would refuse it, without crossing. When the call is not
+    /// admitted, [`Self::escalation`] has the hand-off.
+    pub fn begin_call(
+        &mut self,
+        run: &RunHandle,
+        tool: &str,
+        idempotency_key: Option<&str>,
+        hints: Option<types::ToolHints>,
+        now_ms: u64,
+    ) -> Result<Result<types::CallStart, types::RunError>, PolicyFault> {
+        let ids = id_within_limit("tool", tool).and_then(|()| idempotency_key.map_or(Ok(()), |k| id_within_limit("idempotency-key", k)));
         if let Err(limit) = ids {
             return Ok(Err(limit));
         }
-        self.guarded(|b, store| b.agent_retry_policy_policy().run().call_begin_call(store, run.0, call, now_ms))
-    }
-
-    /// Records the outcome of attempt `attempt` (1 for the first, then the retry
-    /// plan's). With `entropy` `None`, the host's entropy source is used (so the
-    /// guest never falls back to its own draw).
-    pub fn record_outcome(
-        &mut self,
-        run: &RunHandle,
-        call_id: u32,
-        attempt: u32,
-        outcome: &types::Outcome,
-        now_ms: u64,
-        entropy: Option<u64>,
-    ) -> Result<Result<types::Decision, types::RunError>, PolicyFault> {
-        let entropy = Some(entropy.unwrap_or_else(|| self.store.data().services.entropy.next_u64()));
-        let outcome = limits::bounded_outcome(outcome);
-        self.guarded(|b, store| b.agent_retry_policy_policy().run().call_record_outcome(store, run.0, call_id, attempt, &outcome, now_ms, entropy))
+        self.guarded(|b, store| b.agent_retry_policy_policy().run().call_begin_call(store, run.0, tool, idempotency_key, hints, now_ms))
     }
 
     /// The names `verdict.rule-index` indexes, read once per instance.
@@ -563,57 +618,139 @@ impl PolicyInstance {
         Ok(names.get(usize::from(verdict.rule_index)).cloned().unwrap_or_else(|| String::from("?")))
     }
 
-    /// `begin-call` on the flat hot path: a `call-start`; when it is not
-    /// admitted, [`Self::escalation`] has the hand-off.
-    pub fn begin_call_flat(
-        &mut self,
-        run: &RunHandle,
-        call: &types::CallRequest,
-        now_ms: u64,
-    ) -> Result<Result<types::CallStart, types::RunError>, PolicyFault> {
-        let ids = id_within_limit("tool", &call.tool).and_then(|()| call.idempotency_key.as_deref().map_or(Ok(()), |k| id_within_limit("idempotency-key", k)));
-        if let Err(limit) = ids {
-            return Ok(Err(limit));
-        }
-        let key = call.idempotency_key.as_deref();
-        self.guarded(|b, store| b.agent_retry_policy_policy().run().call_begin_call_flat(store, run.0, &call.tool, key, call.hints, now_ms))
-    }
-
-    /// Records a successful attempt on the flat hot path.
+    /// Reports an attempt that returned a usable result.
     pub fn record_success(&mut self, run: &RunHandle, call_id: u32, attempt: u32, now_ms: u64) -> Result<Result<types::Verdict, types::RunError>, PolicyFault> {
         self.guarded(|b, store| b.agent_retry_policy_policy().run().call_record_success(store, run.0, call_id, attempt, now_ms))
     }
 
-    /// Records a failed attempt on the flat hot path: the failure within the
-    /// host's limits, its headers as `name: value` lines. With `entropy` `None`,
-    /// the host's entropy source is used.
+    /// Reports an attempt whose result was empty or unusable (`detail` within
+    /// the body limit).
+    pub fn record_empty_result(
+        &mut self,
+        run: &RunHandle,
+        call_id: u32,
+        attempt: u32,
+        detail: &str,
+        now_ms: u64,
+    ) -> Result<Result<types::Verdict, types::RunError>, PolicyFault> {
+        let detail = limits::cut(detail, limits::MAX_BODY_BYTES);
+        self.guarded(|b, store| b.agent_retry_policy_policy().run().call_record_empty_result(store, run.0, call_id, attempt, detail, now_ms))
+    }
+
+    /// Reports a failed attempt as observed, within the host's limits.
+    /// `time_left_ms` is the time to the call's or run's deadline, if there is
+    /// one. With `entropy` `None`, the host's entropy source is used.
+    #[allow(clippy::too_many_arguments)]
     pub fn record_failure(
         &mut self,
         run: &RunHandle,
         call_id: u32,
         attempt: u32,
-        failure: &types::Failure,
+        observation: &types::Observation,
+        time_left_ms: Option<u64>,
         now_ms: u64,
         entropy: Option<u64>,
     ) -> Result<Result<types::Verdict, types::RunError>, PolicyFault> {
         let entropy = entropy.unwrap_or_else(|| self.store.data().services.entropy.next_u64());
-        let failure = limits::bounded_failure(failure);
-        let lines = limits::header_lines(&failure.headers);
-        let structured = failure.structured_content.as_deref();
+        let observation = limits::bounded_observation(observation);
         self.guarded(|b, store| {
-            b.agent_retry_policy_policy().run().call_record_failure(
-                store,
-                run.0,
-                call_id,
-                attempt,
-                failure.kind,
-                &lines,
-                &failure.body,
-                structured,
-                now_ms,
-                entropy,
-            )
+            b.agent_retry_policy_policy().run().call_record_failure(store, run.0, call_id, attempt, &observation, time_left_ms, now_ms, entropy)
         })
+    }
+
+    /// Reports what a status check found.
+    #[allow(clippy::too_many_arguments)]
+    pub fn record_status_check(
+        &mut self,
+        run: &RunHandle,
+        call_id: u32,
+        attempt: u32,
+        result: types::StatusCheckResult,
+        time_left_ms: Option<u64>,
+        now_ms: u64,
+        entropy: Option<u64>,
+    ) -> Result<Result<types::Verdict, types::RunError>, PolicyFault> {
+        let entropy = entropy.unwrap_or_else(|| self.store.data().services.entropy.next_u64());
+        self.guarded(|b, store| {
+            b.agent_retry_policy_policy().run().call_record_status_check(store, run.0, call_id, attempt, result, time_left_ms, now_ms, entropy)
+        })
+    }
+
+    /// Reports what an attempt (or a status check) came to, through the one
+    /// function of the contract that takes it.
+    #[allow(clippy::too_many_arguments)]
+    pub fn record(
+        &mut self,
+        run: &RunHandle,
+        call_id: u32,
+        attempt: u32,
+        outcome: &Outcome,
+        time_left_ms: Option<u64>,
+        now_ms: u64,
+        entropy: Option<u64>,
+    ) -> Result<Result<types::Verdict, types::RunError>, PolicyFault> {
+        match outcome {
+            Outcome::Success => self.record_success(run, call_id, attempt, now_ms),
+            Outcome::EmptyResult(detail) => self.record_empty_result(run, call_id, attempt, detail, now_ms),
+            Outcome::Failure(observation) => self.record_failure(run, call_id, attempt, observation, time_left_ms, now_ms, entropy),
+            Outcome::StatusCheck(result) => self.record_status_check(run, call_id, attempt, *result, time_left_ms, now_ms, entropy),
+        }
+    }
+
+    /// `begin-call`, with the run's hand-off read when the call is not admitted.
+    pub fn begin(
+        &mut self,
+        run: &RunHandle,
+        tool: &str,
+        idempotency_key: Option<&str>,
+        hints: Option<types::ToolHints>,
+        now_ms: u64,
+    ) -> Result<Result<Admission, types::RunError>, PolicyFault> {
+        let start = match self.begin_call(run, tool, idempotency_key, hints, now_ms)? {
+            Ok(start) => start,
+            Err(error) => return Ok(Err(error)),
+        };
+        if start.admitted {
+            return Ok(Ok(Admission::Send(start)));
+        }
+        match self.escalation(run)? {
+            Some(escalation) => Ok(Ok(Admission::Escalate(escalation))),
+            None => Err(PolicyFault::BoundaryViolation { cause: "begin-call did not admit the call, and the run has no escalation".into() }),
+        }
+    }
+
+    /// [`Self::record`], answered with the decision in words (`last-decision`):
+    /// for a host that shows or logs every decision.
+    #[allow(clippy::too_many_arguments)]
+    pub fn decide(
+        &mut self,
+        run: &RunHandle,
+        call_id: u32,
+        attempt: u32,
+        outcome: &Outcome,
+        time_left_ms: Option<u64>,
+        now_ms: u64,
+        entropy: Option<u64>,
+    ) -> Result<Result<types::Decision, types::RunError>, PolicyFault> {
+        if let Err(error) = self.record(run, call_id, attempt, outcome, time_left_ms, now_ms, entropy)? {
+            return Ok(Err(error));
+        }
+        match self.last_decision(run, call_id)? {
+            Some(decision) => Ok(Ok(decision)),
+            None => Err(PolicyFault::BoundaryViolation { cause: format!("last-decision has no decision for call {call_id} right after its verdict") }),
+        }
+    }
+
+    /// A fresh instance of the same component, with the same services (for
+    /// a question asked off the run's instance, e.g. a probe's answer).
+    pub fn sibling(&self) -> wasmtime::Result<PolicyInstance> {
+        self.component.instantiate(self.store.data().services.clone())
+    }
+
+    /// Makes [`Self::sibling`]s later, from another thread.
+    pub fn sibling_factory(&self) -> impl Fn() -> wasmtime::Result<PolicyInstance> + Send + Sync + 'static {
+        let (component, services) = (self.component.clone(), self.store.data().services.clone());
+        move || component.instantiate(services.clone())
     }
 
     /// The run's last decision in words, if it was about `call_id`.

@@ -20,16 +20,18 @@ pub struct DynamicPolicy {
     config_bytes: usize,
     /// The most fuel one call on a call's tank burned (a load's tank is larger).
     most_call_fuel: u64,
+    /// Whether a call failed inside the guest.
+    broken: bool,
 }
 
 impl DynamicPolicy {
     /// A fresh instance with its own embedded account budget.
     pub fn new(component: &PolicyComponent) -> Result<Self, String> {
-        // Every record-outcome passes entropy, so the guest never draws its own;
+        // Every report passes entropy, so the guest never draws its own;
         // a fixed seed keeps even that path reproducible.
         let services = HostServices::new(Arc::new(EmbeddedAccounts::on_host_clock()), EntropySource::seeded(0));
         let instance = component.instantiate(services).map_err(|e| format!("instantiate: {e:#}"))?;
-        Ok(DynamicPolicy { instance, policy: None, run: None, config_bytes: 0, most_call_fuel: 0 })
+        Ok(DynamicPolicy { instance, policy: None, run: None, config_bytes: 0, most_call_fuel: 0, broken: false })
     }
 
     /// Calls `name` in the policy interface. `leading` are resource arguments;
@@ -60,11 +62,23 @@ impl DynamicPolicy {
             params.push(to_val(json, &ty).map_err(|e| format!("{name}: {param}: {e}"))?);
         }
         let mut results = vec![Val::Bool(false); ty.results().len()];
-        func.call(&mut *store, &params, &mut results).map_err(|e| format!("{name} trapped: {e:#}"))?;
+        // Named as the typed fault names it, so that a refusal says why.
+        let called = func.call(&mut *store, &params, &mut results);
+        if let Err(e) = called {
+            // A call that failed inside the guest leaves the instance unusable.
+            self.broken = true;
+            return Err(format!("{name}: {}", self.instance.raw_fault(&e)));
+        }
         if config_bytes.is_none() {
             self.most_call_fuel = self.most_call_fuel.max(self.instance.fuel_used_by_last_call());
         }
         results.pop().ok_or_else(|| format!("{name} returned nothing"))
+    }
+
+    /// Whether a call failed inside the guest (a trap, fuel, memory): the
+    /// instance must not be entered again.
+    pub fn is_broken(&self) -> bool {
+        self.broken
     }
 
     /// The most fuel any one call burned so far, of those on a call's tank
@@ -99,10 +113,16 @@ impl Subject for DynamicPolicy {
         }
     }
 
-    fn classify(&mut self, failure: &Value, now_ms: u64) -> Result<Value, String> {
+    fn classify(&mut self, observation: &Value, now_ms: u64) -> Result<Value, String> {
         let policy = self.policy()?;
-        let result = self.call("[method]policy.classify", vec![policy], &[failure, &Value::from(now_ms)])?;
+        let result = self.call("[method]policy.classify", vec![policy], &[observation, &Value::from(now_ms)])?;
         Ok(to_json(&result))
+    }
+
+    fn read_probe_answer(&mut self, http_status: Option<u16>, json_rpc_code: Option<i32>) -> Result<Value, String> {
+        let status = http_status.map_or(Value::Null, Value::from);
+        let code = json_rpc_code.map_or(Value::Null, Value::from);
+        Ok(to_json(&self.call("read-probe-answer", vec![], &[&status, &code])?))
     }
 
     fn next_delay(&mut self, retry: u32, hint_ms: Option<u64>, entropy: u64) -> Result<Value, String> {
@@ -129,17 +149,6 @@ impl Subject for DynamicPolicy {
         }
     }
 
-    fn begin_call(&mut self, call: &Value, now_ms: u64) -> Result<Value, String> {
-        let run = self.run()?;
-        Ok(to_json(&self.call("[method]run.begin-call", vec![run], &[call, &Value::from(now_ms)])?))
-    }
-
-    fn record_outcome(&mut self, call_id: u32, attempt: u32, outcome: &Value, now_ms: u64, entropy: u64) -> Result<Value, String> {
-        let run = self.run()?;
-        let args = [&Value::from(call_id), &Value::from(attempt), outcome, &Value::from(now_ms), &Value::from(entropy)];
-        Ok(to_json(&self.call("[method]run.record-outcome", vec![run], &args)?))
-    }
-
     fn report(&mut self) -> Result<Value, String> {
         let run = self.run()?;
         Ok(to_json(&self.call("[method]run.report", vec![run], &[])?))
@@ -154,11 +163,9 @@ impl Subject for DynamicPolicy {
         Ok(to_json(&self.call("rule-names", vec![], &[])?))
     }
 
-    fn begin_call_flat(&mut self, call: &Value, now_ms: u64) -> Result<Value, String> {
+    fn begin_call(&mut self, tool: &Value, idempotency_key: &Value, hints: &Value, now_ms: u64) -> Result<Value, String> {
         let run = self.run()?;
-        let field = |name: &str| call.get(name).cloned().unwrap_or(Value::Null);
-        let args = [&field("tool"), &field("idempotency-key"), &field("hints"), &Value::from(now_ms)];
-        Ok(to_json(&self.call("[method]run.begin-call-flat", vec![run], &args)?))
+        Ok(to_json(&self.call("[method]run.begin-call", vec![run], &[tool, idempotency_key, hints, &Value::from(now_ms)])?))
     }
 
     fn record_success(&mut self, call_id: u32, attempt: u32, now_ms: u64) -> Result<Value, String> {
@@ -167,13 +174,40 @@ impl Subject for DynamicPolicy {
         Ok(to_json(&self.call("[method]run.record-success", vec![run], &args)?))
     }
 
-    fn record_failure(&mut self, call_id: u32, attempt: u32, failure: &Value, now_ms: u64, entropy: u64) -> Result<Value, String> {
+    fn record_empty_result(&mut self, call_id: u32, attempt: u32, detail: &str, now_ms: u64) -> Result<Value, String> {
         let run = self.run()?;
-        let lines = Value::from(crate::flat::header_lines_json(failure.get("headers"))?);
-        let field = |name: &str, default: Value| failure.get(name).cloned().unwrap_or(default);
-        let (kind, body, structured) = (field("kind", Value::Null), field("body", Value::from("")), field("structured-content", Value::Null));
-        let args = [&Value::from(call_id), &Value::from(attempt), &kind, &lines, &body, &structured, &Value::from(now_ms), &Value::from(entropy)];
+        let args = [&Value::from(call_id), &Value::from(attempt), &Value::from(detail), &Value::from(now_ms)];
+        Ok(to_json(&self.call("[method]run.record-empty-result", vec![run], &args)?))
+    }
+
+    fn record_failure(
+        &mut self,
+        call_id: u32,
+        attempt: u32,
+        observation: &Value,
+        time_left_ms: Option<u64>,
+        now_ms: u64,
+        entropy: u64,
+    ) -> Result<Value, String> {
+        let run = self.run()?;
+        let time_left = time_left_ms.map_or(Value::Null, Value::from);
+        let args = [&Value::from(call_id), &Value::from(attempt), observation, &time_left, &Value::from(now_ms), &Value::from(entropy)];
         Ok(to_json(&self.call("[method]run.record-failure", vec![run], &args)?))
+    }
+
+    fn record_status_check(
+        &mut self,
+        call_id: u32,
+        attempt: u32,
+        result: &Value,
+        time_left_ms: Option<u64>,
+        now_ms: u64,
+        entropy: u64,
+    ) -> Result<Value, String> {
+        let run = self.run()?;
+        let time_left = time_left_ms.map_or(Value::Null, Value::from);
+        let args = [&Value::from(call_id), &Value::from(attempt), result, &time_left, &Value::from(now_ms), &Value::from(entropy)];
+        Ok(to_json(&self.call("[method]run.record-status-check", vec![run], &args)?))
     }
 
     fn last_decision(&mut self, call_id: u32) -> Result<Value, String> {

@@ -1,6 +1,6 @@
 //! WIT names (kebab-case) of the contract's enums, for logs and tables.
 
-use crate::component::types::{EscalationReason, OutcomeClass, StatusCheckResult, TransportError};
+use crate::component::types::{Delivery, EscalationReason, OutcomeClass, StatusCheckResult, TransportError};
 
 pub fn class(class: OutcomeClass) -> &'static str {
     match class {
@@ -10,6 +10,7 @@ pub fn class(class: OutcomeClass) -> &'static str {
         OutcomeClass::Deterministic => "deterministic",
         OutcomeClass::Permission => "permission",
         OutcomeClass::Semantic => "semantic",
+        OutcomeClass::Misconfigured => "misconfigured",
         OutcomeClass::Unclassified => "unclassified",
     }
 }
@@ -20,6 +21,8 @@ pub fn transport(error: TransportError) -> &'static str {
         TransportError::ConnectionReset => "connection-reset",
         TransportError::ConnectionRefused => "connection-refused",
         TransportError::StreamClosed => "stream-closed",
+        TransportError::Tls => "tls",
+        TransportError::NameResolution => "name-resolution",
         TransportError::Other => "other",
     }
 }
@@ -37,6 +40,9 @@ pub fn reason(reason: EscalationReason) -> &'static str {
         EscalationReason::RetryQuotaExhausted => "retry-quota-exhausted",
         EscalationReason::UnclassifiedFailure => "unclassified-failure",
         EscalationReason::StatusUnknown => "status-unknown",
+        EscalationReason::ConnectionMisconfigured => "connection-misconfigured",
+        EscalationReason::DeadlineTooNear => "deadline-too-near",
+        EscalationReason::ProtocolVersionUnsupported => "protocol-version-unsupported",
     }
 }
 
@@ -45,5 +51,14 @@ pub fn status_check(result: StatusCheckResult) -> &'static str {
         StatusCheckResult::Found => "found",
         StatusCheckResult::Absent => "absent",
         StatusCheckResult::Unknown => "unknown",
+    }
+}
+
+pub fn delivery(delivery: Delivery) -> &'static str {
+    match delivery {
+        Delivery::Unknown => "unknown",
+        Delivery::NotSent => "not-sent",
+        Delivery::Sent => "sent",
+        Delivery::AnswerStarted => "answer-started",
     }
 }

@@ -10,7 +10,6 @@ pub mod component;
 pub mod dynamic;
 pub mod entropy;
 pub mod fault;
-pub mod flat;
 pub mod fleet;
 pub mod labels;
 pub mod limits;
@@ -20,7 +19,7 @@ pub mod steps;
 pub mod vectors;
 
 pub use accounts::{AccountBudgetBackend, AccountsError, EmbeddedAccounts, RedisAccounts, SharedAccounts};
-pub use component::{BUNDLED_WASM, HostServices, LoadError, PolicyComponent, PolicyInstance, SandboxLimits, default_wasm_path};
+pub use component::{Admission, BUNDLED_WASM, HostServices, LoadError, Outcome, PolicyComponent, PolicyInstance, SandboxLimits, default_wasm_path};
 pub use entropy::EntropySource;
 pub use fault::PolicyFault;
 pub use fleet::{FleetSource, publish_policy};

@@ -5,13 +5,13 @@
 
 use std::borrow::Cow;
 
-use crate::component::types::{Failure, Outcome};
+use crate::component::types::Observation;
 
-/// The most bytes of a failure's body (or tool-error text) passed.
+/// The most bytes of an observation's body (or tool-error text, or an empty result's detail) passed.
 pub const MAX_BODY_BYTES: usize = 65_536;
 /// The most bytes of structured content passed; longer is dropped (cut JSON is not JSON).
 pub const MAX_STRUCTURED_BYTES: usize = 65_536;
-/// The most headers passed (the policy reads 64 and names the rest).
+/// The most header lines passed (the policy reads 64 and names the rest).
 pub const MAX_HEADERS: usize = 128;
 /// The most bytes of one header name or value passed (the policy parses values up to 1,024).
 pub const MAX_HEADER_VALUE_BYTES: usize = 4_096;
@@ -21,7 +21,7 @@ pub const MAX_ID_BYTES: usize = 256;
 pub const MAX_CONFIG_BYTES: usize = 1 << 20;
 
 /// `text` cut to at most `max` bytes, at a character boundary.
-fn cut(text: &str, max: usize) -> &str {
+pub fn cut(text: &str, max: usize) -> &str {
     if text.len() <= max {
         return text;
     }
@@ -32,38 +32,53 @@ fn cut(text: &str, max: usize) -> &str {
     &text[..end]
 }
 
-/// The failure as the host passes it: borrowed when it is within every limit.
-pub fn bounded_failure(failure: &Failure) -> Cow<'_, Failure> {
-    let within = failure.body.len() <= MAX_BODY_BYTES
-        && failure.structured_content.as_ref().is_none_or(|s| s.len() <= MAX_STRUCTURED_BYTES)
-        && failure.headers.len() <= MAX_HEADERS
-        && failure.headers.iter().all(|(n, v)| n.len() <= MAX_HEADER_VALUE_BYTES && v.len() <= MAX_HEADER_VALUE_BYTES);
-    if within {
-        return Cow::Borrowed(failure);
-    }
-    Cow::Owned(Failure {
-        kind: failure.kind,
-        headers: failure
-            .headers
-            .iter()
-            .take(MAX_HEADERS)
-            .map(|(n, v)| (cut(n, MAX_HEADER_VALUE_BYTES).to_string(), cut(v, MAX_HEADER_VALUE_BYTES).to_string()))
-            .collect(),
-        body: cut(&failure.body, MAX_BODY_BYTES).to_string(),
-        structured_content: failure.structured_content.clone().filter(|s| s.len() <= MAX_STRUCTURED_BYTES),
-    })
+/// Whether every header line is within the limits: at most [`MAX_HEADERS`]
+/// lines, each name and value at most [`MAX_HEADER_VALUE_BYTES`].
+fn headers_within(lines: &str) -> bool {
+    lines.is_empty()
+        || (lines.split('\n').count() <= MAX_HEADERS
+            && lines.split('\n').all(|line| match line.split_once(':') {
+                Some((name, value)) => name.len() <= MAX_HEADER_VALUE_BYTES && value.trim().len() <= MAX_HEADER_VALUE_BYTES,
+                None => line.len() <= MAX_HEADER_VALUE_BYTES,
+            }))
 }
 
-/// The outcome as the host passes it.
-pub fn bounded_outcome(outcome: &Outcome) -> Cow<'_, Outcome> {
-    match outcome {
-        Outcome::Failure(failure) => match bounded_failure(failure) {
-            Cow::Borrowed(_) => Cow::Borrowed(outcome),
-            Cow::Owned(failure) => Cow::Owned(Outcome::Failure(failure)),
-        },
-        Outcome::EmptyResult(detail) if detail.len() > MAX_BODY_BYTES => Cow::Owned(Outcome::EmptyResult(cut(detail, MAX_BODY_BYTES).to_string())),
-        _ => Cow::Borrowed(outcome),
+/// Header lines cut to the limits: the first [`MAX_HEADERS`] lines, each
+/// name and value cut to [`MAX_HEADER_VALUE_BYTES`].
+fn bounded_header_lines(lines: &str) -> String {
+    let mut out = String::new();
+    for (i, line) in lines.split('\n').take(MAX_HEADERS).enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        match line.split_once(':') {
+            Some((name, value)) => {
+                out.push_str(cut(name, MAX_HEADER_VALUE_BYTES));
+                out.push_str(": ");
+                out.push_str(cut(value.trim(), MAX_HEADER_VALUE_BYTES));
+            }
+            None => out.push_str(cut(line, MAX_HEADER_VALUE_BYTES)),
+        }
     }
+    out
+}
+
+/// The observation as the host passes it: borrowed when it is within every limit.
+pub fn bounded_observation(observation: &Observation) -> Cow<'_, Observation> {
+    let within = observation.body.len() <= MAX_BODY_BYTES
+        && observation.structured_content.as_ref().is_none_or(|s| s.len() <= MAX_STRUCTURED_BYTES)
+        && headers_within(&observation.headers);
+    if within {
+        return Cow::Borrowed(observation);
+    }
+    Cow::Owned(Observation {
+        kind: observation.kind,
+        headers: if headers_within(&observation.headers) { observation.headers.clone() } else { bounded_header_lines(&observation.headers) },
+        body: cut(&observation.body, MAX_BODY_BYTES).to_string(),
+        structured_content: observation.structured_content.clone().filter(|s| s.len() <= MAX_STRUCTURED_BYTES),
+        session_id_sent: observation.session_id_sent,
+        delivery: observation.delivery,
+    })
 }
 
 /// `Err((input, size))` if `value` is longer than `max` bytes.
@@ -71,7 +86,7 @@ pub fn check(input: &'static str, value: &str, max: usize) -> Result<(), (&'stat
     if value.len() > max { Err((input, value.len(), max)) } else { Ok(()) }
 }
 
-/// A failure's headers as `record-failure` takes them: `name: value` lines
+/// Headers as an observation carries them: `name: value` lines
 /// joined with `\n`. A line break inside a name or value (which HTTP forbids,
 /// RFC 9110 §5.5) becomes a space, so that it cannot start another header.
 pub fn header_lines(headers: &[(String, String)]) -> String {
@@ -98,22 +113,30 @@ fn push_one_line(out: &mut String, text: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::component::types::FailureKind;
+    use crate::component::types::{Delivery, FailureKind};
+
+    fn observation(headers: String, body: String, structured_content: Option<String>) -> Observation {
+        Observation { kind: FailureKind::ToolError(None), headers, body, structured_content, session_id_sent: true, delivery: Delivery::AnswerStarted }
+    }
 
     #[test]
-    fn a_huge_failure_is_cut_before_it_crosses_and_a_small_one_is_not_copied() {
-        let small = Failure { kind: FailureKind::HttpStatus(503), headers: vec![("a".into(), "b".into())], body: "x".into(), structured_content: None };
-        assert!(matches!(bounded_failure(&small), Cow::Borrowed(_)));
-        let huge = Failure {
-            kind: FailureKind::ToolError(None),
-            headers: (0..5_800).map(|i| (format!("h{i}"), "v".repeat(70_000))).collect(),
-            body: "é".repeat(20_000_000),
-            structured_content: Some("{}".repeat(40_000)),
-        };
-        let cut = bounded_failure(&huge);
-        assert_eq!(cut.headers.len(), MAX_HEADERS);
-        assert!(cut.headers.iter().all(|(_, v)| v.len() == MAX_HEADER_VALUE_BYTES));
+    fn a_huge_observation_is_cut_before_it_crosses_and_a_small_one_is_not_copied() {
+        let small = observation("a: b".into(), "x".into(), None);
+        assert!(matches!(bounded_observation(&small), Cow::Borrowed(_)));
+        let pairs: Vec<(String, String)> = (0..5_800).map(|i| (format!("h{i}"), "v".repeat(70_000))).collect();
+        let huge = observation(header_lines(&pairs), "é".repeat(20_000_000), Some("{}".repeat(40_000)));
+        let cut = bounded_observation(&huge);
+        let lines: Vec<&str> = cut.headers.split('\n').collect();
+        assert_eq!(lines.len(), MAX_HEADERS);
+        assert!(lines.iter().all(|l| l.split_once(": ").is_some_and(|(_, v)| v.len() == MAX_HEADER_VALUE_BYTES)));
         assert_eq!(cut.body.len(), MAX_BODY_BYTES, "cut at a character boundary: é is 2 bytes");
         assert_eq!(cut.structured_content, None, "cut JSON is not JSON: dropped");
+        assert!(cut.session_id_sent && cut.delivery == Delivery::AnswerStarted, "the facts that are not text pass unchanged");
+    }
+
+    #[test]
+    fn header_lines_keep_one_header_a_line() {
+        let pairs = vec![("Retry-After".to_string(), "1".to_string()), ("x-evil".to_string(), "a\r\nretry-after: 0".to_string())];
+        assert_eq!(header_lines(&pairs), "Retry-After: 1\nx-evil: a  retry-after: 0");
     }
 }

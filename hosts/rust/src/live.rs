@@ -11,11 +11,11 @@
 //! 2. the component compiles, speaks this host's contract version and imports
 //!    nothing outside the contract ([`PolicyComponent::from_bytes`]);
 //! 3. the configuration loads in it;
-//! 4. a self-test: the invariants every policy must keep for the host to stay
-//!    safe — a transient failure of a keyed write is retried with the same key
-//!    within the configured delay, an unkeyed write that timed out is never
-//!    resent without a status check, a 403 escalates, and a failure that
-//!    persists ends in an escalation within the step budget;
+//! 4. the gate vectors: `tests/vectors/gate.json` (compiled in: the
+//!    invariants every policy must keep for the host to stay safe, as data)
+//!    and the operator's own files ([`PolicySource::gate_vectors`]), run by
+//!    the conformance runner on the candidate; a case without `config` runs
+//!    under the candidate's configuration. The first failing case is named;
 //! 5. the vectors the update ships with, if any (a file in the format of
 //!    `tests/vectors/*.json`): every case must pass on the candidate.
 //!
@@ -32,9 +32,11 @@ use std::time::{Duration, SystemTime};
 use ed25519_dalek::{Signature, Verifier, VerifyingKey};
 use sha2::{Digest, Sha256};
 
-use crate::component::types::{Action, ActionKind, Admission, CallRequest, Failure, FailureKind, Outcome, TransportError};
 use crate::fleet::{FleetSource, Publication};
-use crate::{EmbeddedAccounts, EntropySource, HostServices, LoadError, PolicyComponent, PolicyFault};
+use crate::{EmbeddedAccounts, EntropySource, HostServices, LoadError, PolicyComponent};
+
+/// The gate's vectors, shipped with the crate: every update runs them.
+pub const GATE_VECTORS: &str = include_str!("../gate.json");
 
 /// Which policy made a decision: the component's digest and the configuration's.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -84,8 +86,9 @@ pub enum UpdateError {
     Load(LoadError),
     /// The configuration does not load in the component.
     Config(String),
-    /// The candidate broke an invariant the host relies on, or trapped.
-    SelfTest(String),
+    /// The candidate failed a gate vector (named) or the vectors it ships
+    /// with, or trapped.
+    Gate(String),
     /// The fleet's Redis cannot be read, or nothing is published there.
     Fleet(String),
     /// `rollback()` with no previous policy.
@@ -99,7 +102,7 @@ impl std::fmt::Display for UpdateError {
             UpdateError::Integrity(why) => write!(f, "integrity check failed: {why}"),
             UpdateError::Load(e) => write!(f, "{e}"),
             UpdateError::Config(why) => write!(f, "the configuration does not load: {why}"),
-            UpdateError::SelfTest(why) => write!(f, "the self-test failed: {why}"),
+            UpdateError::Gate(why) => write!(f, "the gate refused it: {why}"),
             UpdateError::Fleet(why) => write!(f, "cannot read the fleet's policy: {why}"),
             UpdateError::NothingToRollBackTo => write!(f, "there is no previous policy to roll back to"),
         }
@@ -117,6 +120,10 @@ pub struct PolicySource {
     /// Vectors the update ships with (the format of `tests/vectors/*.json`):
     /// every case must pass on a candidate before it serves.
     pub vectors: Option<PathBuf>,
+    /// The operator's gate vectors (the format of `tests/vectors/*.json`),
+    /// run after the built-in `gate.json` on every candidate: a case without
+    /// `config` runs under the candidate's configuration.
+    pub gate_vectors: Vec<PathBuf>,
 }
 
 /// What was last read, to notice a change when polling: the files' times and
@@ -149,7 +156,8 @@ fn read(path: &Path) -> Result<Vec<u8>, UpdateError> {
 /// Where updates come from.
 enum Origin {
     Files(PolicySource),
-    Fleet(FleetSource, Integrity),
+    /// The fleet's Redis, its integrity, and the operator's gate vectors.
+    Fleet(FleetSource, Integrity, Vec<PathBuf>),
 }
 
 /// An update as read, before the gate.
@@ -163,7 +171,13 @@ struct Candidate {
     integrity: Integrity,
     /// The vectors shipped with the update, if any.
     vectors: Option<Vec<u8>>,
+    /// The operator's gate vectors: (file, text).
+    gate_vectors: Vec<(PathBuf, Vec<u8>)>,
     seen: Seen,
+}
+
+fn read_gate_vectors(paths: &[PathBuf]) -> Result<Vec<(PathBuf, Vec<u8>)>, UpdateError> {
+    paths.iter().map(|path| Ok((path.clone(), read(path)?))).collect()
 }
 
 impl Origin {
@@ -172,7 +186,7 @@ impl Origin {
             Origin::Files(source) => {
                 Ok(Seen::Files { wasm: stamp(&source.wasm), config: stamp(&source.config), vectors: source.vectors.as_deref().and_then(stamp) })
             }
-            Origin::Fleet(fleet, _) => fleet.revision().map(Seen::Revision).map_err(UpdateError::Fleet),
+            Origin::Fleet(fleet, ..) => fleet.revision().map(Seen::Revision).map_err(UpdateError::Fleet),
         }
     }
 
@@ -192,10 +206,11 @@ impl Origin {
                     signature_at: sig_path.display().to_string(),
                     integrity: source.integrity.clone(),
                     vectors: source.vectors.as_deref().map(read).transpose()?,
+                    gate_vectors: read_gate_vectors(&source.gate_vectors)?,
                     seen,
                 })
             }
-            Origin::Fleet(fleet, integrity) => {
+            Origin::Fleet(fleet, integrity, gate_vectors) => {
                 let Publication { wasm, config, signature, vectors, revision } = fleet.read().map_err(UpdateError::Fleet)?;
                 Ok(Candidate {
                     wasm,
@@ -204,6 +219,7 @@ impl Origin {
                     signature_at: format!("{}:wasm.sig", fleet.prefix),
                     integrity: integrity.clone(),
                     vectors,
+                    gate_vectors: read_gate_vectors(gate_vectors)?,
                     seen: Seen::Revision(revision),
                 })
             }
@@ -241,7 +257,13 @@ impl LivePolicy {
     /// Loads the first policy from the fleet's Redis ([`crate::fleet`]), through
     /// the same gate; a worker started after a publication takes it here.
     pub fn open_fleet(fleet: FleetSource, integrity: Integrity) -> Result<LivePolicy, UpdateError> {
-        Self::open_origin(Origin::Fleet(fleet, integrity))
+        Self::open_fleet_gated(fleet, integrity, Vec::new())
+    }
+
+    /// [`LivePolicy::open_fleet`], with the operator's gate vectors
+    /// ([`PolicySource::gate_vectors`]) run on every candidate.
+    pub fn open_fleet_gated(fleet: FleetSource, integrity: Integrity, gate_vectors: Vec<PathBuf>) -> Result<LivePolicy, UpdateError> {
+        Self::open_origin(Origin::Fleet(fleet, integrity, gate_vectors))
     }
 
     fn open_origin(origin: Origin) -> Result<LivePolicy, UpdateError> {
@@ -340,7 +362,7 @@ impl LivePolicy {
     /// thread listens on the update channel, so a publication is taken at once.
     /// The threads end when the `LivePolicy` is dropped.
     pub fn watch(self: &Arc<Self>, interval: Duration) -> std::thread::JoinHandle<()> {
-        if let Origin::Fleet(fleet, _) = &self.origin {
+        if let Origin::Fleet(fleet, ..) = &self.origin {
             let live = Arc::downgrade(self);
             let fleet = fleet.clone();
             std::thread::spawn(move || {
@@ -370,8 +392,8 @@ impl LivePolicy {
 }
 
 /// Checks and compiles a candidate (a `.wasm` byte-identical to the serving
-/// one is not compiled again: a configuration change costs its self-test only);
-/// runs the self-test.
+/// one is not compiled again: a configuration change costs its gate only);
+/// runs the gate.
 fn candidate(read: Candidate, generation: u64, serving: Option<&Loaded>) -> Result<Loaded, UpdateError> {
     let config_json = String::from_utf8(read.config).map_err(|_| UpdateError::Config("the configuration is not UTF-8".into()))?;
     let wasm_sha256 = hex(&Sha256::digest(&read.wasm));
@@ -388,7 +410,11 @@ fn candidate(read: Candidate, generation: u64, serving: Option<&Loaded>) -> Resu
         Some(serving) if serving.identity.wasm_sha256 == wasm_sha256 => Arc::clone(&serving.component),
         _ => Arc::new(PolicyComponent::from_bytes(&read.wasm).map_err(UpdateError::Load)?),
     };
-    self_test(&component, &config_json)?;
+    config_loads(&component, &config_json)?;
+    gate_vectors_pass(&component, "gate.json", GATE_VECTORS.as_bytes(), &config_json)?;
+    for (path, text) in &read.gate_vectors {
+        gate_vectors_pass(&component, &path.display().to_string(), text, &config_json)?;
+    }
     if let Some(vectors) = &read.vectors {
         shipped_vectors_pass(&component, vectors, &config_json)?;
     }
@@ -400,7 +426,7 @@ fn candidate(read: Candidate, generation: u64, serving: Option<&Loaded>) -> Resu
 /// on a fresh instance (as the conformance runner runs them); a case that names
 /// no configuration runs in the update's own (as in the Python and Node hosts).
 fn shipped_vectors_pass(component: &PolicyComponent, vectors: &[u8], config_json: &str) -> Result<(), UpdateError> {
-    let refuse = |why: String| UpdateError::SelfTest(format!("the update's vectors {why}"));
+    let refuse = |why: String| UpdateError::Gate(format!("the update's vectors {why}"));
     let text = std::str::from_utf8(vectors).map_err(|_| refuse("are not UTF-8".into()))?;
     let file = crate::vectors::parse_file(text).map_err(|e| refuse(format!("are not a vector file: {e}")))?;
     for case in &file.cases {
@@ -438,169 +464,29 @@ fn verify_signature(bytes: &[u8], signature: Option<&[u8]>, at: &str, key: &[u8;
     key.verify(bytes, &Signature::from_bytes(&sig)).map_err(|_| UpdateError::Integrity("the signature does not verify under the configured key".into()))
 }
 
-/// The invariants every policy keeps for the host to stay safe, checked on a
-/// candidate in a fresh instance with its own account budget.
-fn self_test(component: &PolicyComponent, config_json: &str) -> Result<(), UpdateError> {
-    let trap = |what: &str, e: PolicyFault| UpdateError::SelfTest(format!("{what} failed: {e}"));
+/// The configuration loads in the candidate (a fresh instance with its own
+/// account budget): a configuration it rejects is [`UpdateError::Config`].
+fn config_loads(component: &PolicyComponent, config_json: &str) -> Result<(), UpdateError> {
     let mut instance = component
         .instantiate(HostServices::new(Arc::new(EmbeddedAccounts::new()), EntropySource::seeded(1)))
-        .map_err(|e| UpdateError::SelfTest(format!("instantiation failed: {e:#}")))?;
-    let policy = match instance.load_policy(config_json).map_err(|e| trap("from-json", e))? {
-        Ok(policy) => policy,
-        Err(e) => return Err(UpdateError::Config(format!("{}: {}", e.field, e.message))),
-    };
-    let effective = instance.effective_config(&policy).map_err(|e| trap("effective-config", e))?;
-    let limits: serde_json::Value = serde_json::from_str(&effective).map_err(|e| UpdateError::SelfTest(format!("effective-config is not JSON: {e}")))?;
-    let max_delay = limits["max-delay-ms"].as_u64().unwrap_or(u64::MAX);
-    let max_steps = limits["max-steps-per-run"].as_u64().unwrap_or(u64::MAX);
-    let now = 1_764_460_800_000;
-    let fail = |kind, body: &str| Outcome::Failure(Failure { kind, headers: vec![], body: body.into(), structured_content: None });
-    let broken = |what: String| Err(UpdateError::SelfTest(what));
+        .map_err(|e| UpdateError::Gate(format!("instantiation failed: {e:#}")))?;
+    match instance.load_policy(config_json).map_err(|e| UpdateError::Gate(format!("from-json failed: {e}")))? {
+        Ok(_) => Ok(()),
+        Err(e) => Err(UpdateError::Config(format!("{}: {}", e.field, e.message))),
+    }
+}
 
-    // A keyed write failing 503 is retried with the same key within the delay cap
-    // (or escalated by a budget: a policy may retry less, never worse).
-    let run = instance.start_run(&policy, "self-test-1").map_err(|e| trap("start-run", e))?.map_err(|e| UpdateError::SelfTest(format!("start-run: {e:?}")))?;
-    let key = "ar1-00000000000000000000000000000001".to_string();
-    // A write whatever `default-effect` says: MCP hints apply to a tool the configuration does not name.
-    let write = Some(crate::component::types::ToolHints { read_only: Some(false), destructive: None, idempotent: Some(false) });
-    let keyed = CallRequest { tool: "self_test_write".into(), idempotency_key: Some(key.clone()), hints: write };
-    if let Admission::Send(ticket) =
-        instance.begin_call(&run, &keyed, now).map_err(|e| trap("begin-call", e))?.map_err(|e| UpdateError::SelfTest(format!("{e:?}")))?
-    {
-        let decision = instance
-            .record_outcome(&run, ticket.call_id, 1, &fail(FailureKind::HttpStatus(503), "self-test"), now, Some(u64::MAX))
-            .map_err(|e| trap("record-outcome", e))?
-            .map_err(|e| UpdateError::SelfTest(format!("{e:?}")))?;
-        match decision.action {
-            Action::Retry(plan) if plan.idempotency_key.as_deref() != Some(key.as_str()) => return broken("a retry changed the call's idempotency key".into()),
-            Action::Retry(plan) if plan.delay_ms > max_delay => return broken(format!("a retry waits {} ms, above max-delay-ms {max_delay}", plan.delay_ms)),
-            Action::Retry(_) | Action::Escalate(_) => {}
-            other => return broken(format!("a 503 on a keyed write answered {other:?}")),
-        }
-    }
-
-    // An unkeyed write that timed out is never resent without a status check.
-    let run = instance.start_run(&policy, "self-test-2").map_err(|e| trap("start-run", e))?.map_err(|e| UpdateError::SelfTest(format!("start-run: {e:?}")))?;
-    let unkeyed = CallRequest { tool: "self_test_write".into(), idempotency_key: None, hints: write };
-    if let Admission::Send(ticket) =
-        instance.begin_call(&run, &unkeyed, now).map_err(|e| trap("begin-call", e))?.map_err(|e| UpdateError::SelfTest(format!("{e:?}")))?
-    {
-        let decision = instance
-            .record_outcome(&run, ticket.call_id, 1, &fail(FailureKind::Transport(TransportError::Timeout), ""), now, Some(1))
-            .map_err(|e| trap("record-outcome", e))?
-            .map_err(|e| UpdateError::SelfTest(format!("{e:?}")))?;
-        if matches!(decision.action, Action::Retry(_)) {
-            return broken("an unkeyed write that timed out would be resent without a status check".into());
-        }
-    }
-
-    // A 403 escalates; it is never retried.
-    let run = instance.start_run(&policy, "self-test-3").map_err(|e| trap("start-run", e))?.map_err(|e| UpdateError::SelfTest(format!("start-run: {e:?}")))?;
-    if let Admission::Send(ticket) =
-        instance.begin_call(&run, &keyed, now).map_err(|e| trap("begin-call", e))?.map_err(|e| UpdateError::SelfTest(format!("{e:?}")))?
-    {
-        let decision = instance
-            .record_outcome(&run, ticket.call_id, 1, &fail(FailureKind::HttpStatus(403), "self-test"), now, Some(1))
-            .map_err(|e| trap("record-outcome", e))?
-            .map_err(|e| UpdateError::SelfTest(format!("{e:?}")))?;
-        if !matches!(decision.action, Action::Escalate(_)) {
-            return broken(format!("a 403 answered {:?}", decision.action));
-        }
-    }
-
-    // Every other export answers, well-formed: a key is stable and non-empty, a
-    // delay stays within the cap, a classification and a report come back.
-    let key_a = instance.derive_idempotency_key("self-test", "step-1").map_err(|e| trap("derive-idempotency-key", e))?;
-    let key_b = instance.derive_idempotency_key("self-test", "step-1").map_err(|e| trap("derive-idempotency-key", e))?;
-    if key_a.is_empty() || key_a != key_b {
-        return broken(format!("derive-idempotency-key is not stable: {key_a:?} then {key_b:?}"));
-    }
-    // The contract fixes the derivation (FNV-1a-128, wit/policy.wit), so that a
-    // host restarted on another policy resends under the same key: this is its
-    // value for these inputs, as the Python host's self-test computes it.
-    const CONTRACT_KEY: &str = "ar1-d5074eda4c52867e1a6e12c3d360d5e2";
-    if key_a != CONTRACT_KEY {
-        return broken(format!("derive-idempotency-key gives {key_a:?} where the contract's derivation gives {CONTRACT_KEY:?}"));
-    }
-    let failure =
-        Failure { kind: FailureKind::HttpStatus(503), headers: vec![("Retry-After".into(), "1".into())], body: "self-test".into(), structured_content: None };
-    instance.classify(&policy, &failure, now).map_err(|e| trap("classify", e))?;
-    let delay = instance.next_delay(&policy, 1, None, Some(u64::MAX)).map_err(|e| trap("next-delay", e))?;
-    if delay > max_delay {
-        return broken(format!("next-delay waits {delay} ms, above max-delay-ms {max_delay}"));
-    }
-    let run =
-        instance.start_run(&policy, "self-test-report").map_err(|e| trap("start-run", e))?.map_err(|e| UpdateError::SelfTest(format!("start-run: {e:?}")))?;
-    instance.report(&run).map_err(|e| trap("report", e))?;
-
-    // The flat hot path, which the wrappers use, keeps the same invariants, and
-    // its verdicts say what its decisions say.
-    let rules = instance.rule_names().map_err(|e| trap("rule-names", e))?;
-    for (request, failure) in [(&keyed, FailureKind::HttpStatus(503)), (&unkeyed, FailureKind::Transport(TransportError::Timeout))] {
-        let run =
-            instance.start_run(&policy, "self-test-flat").map_err(|e| trap("start-run", e))?.map_err(|e| UpdateError::SelfTest(format!("start-run: {e:?}")))?;
-        let start =
-            instance.begin_call_flat(&run, request, now).map_err(|e| trap("begin-call-flat", e))?.map_err(|e| UpdateError::SelfTest(format!("{e:?}")))?;
-        if !start.admitted {
-            instance
-                .escalation(&run)
-                .map_err(|e| trap("escalation", e))?
-                .ok_or_else(|| UpdateError::SelfTest("a call was not admitted, with no escalation".into()))?;
-            continue;
-        }
-        let failure = Failure { kind: failure, headers: vec![], body: "self-test".into(), structured_content: None };
-        let verdict = instance
-            .record_failure(&run, start.call_id, 1, &failure, now, Some(u64::MAX))
-            .map_err(|e| trap("record-failure", e))?
-            .map_err(|e| UpdateError::SelfTest(format!("{e:?}")))?;
-        let decision = instance.last_decision(&run, start.call_id).map_err(|e| trap("last-decision", e))?;
-        let Some(decision) = decision else { return broken("last-decision has no decision right after a verdict".into()) };
-        let retry_key = match &decision.action {
-            Action::Retry(plan) if plan.delay_ms == verdict.delay_ms && verdict.action == ActionKind::Retry => Some(plan.idempotency_key.clone()),
-            Action::Retry(_) => return broken(format!("a flat verdict {verdict:?} does not say what its decision says: {:?}", decision.action)),
-            _ => None,
-        };
-        if rules.get(usize::from(verdict.rule_index)) != Some(&decision.rule) {
-            return broken(format!("the flat verdict names rule {} where its decision names {:?}", verdict.rule_index, decision.rule));
-        }
-        match (request.idempotency_key.as_ref(), retry_key) {
-            (Some(key), Some(sent)) if sent.as_ref() != Some(key) => return broken("a flat retry changed the call's idempotency key".into()),
-            (None, Some(_)) => return broken("an unkeyed write that timed out would be resent without a status check (flat path)".into()),
-            _ if verdict.delay_ms > max_delay => return broken(format!("a flat retry waits {} ms, above max-delay-ms {max_delay}", verdict.delay_ms)),
-            _ => {}
-        }
-        if verdict.action == ActionKind::Retry {
-            instance.record_success(&run, start.call_id, verdict.attempt + 1, now).map_err(|e| trap("record-success", e))?.ok();
-        }
-    }
-
-    // A failure that persists ends in an escalation within the step budget.
-    let run = instance.start_run(&policy, "self-test-4").map_err(|e| trap("start-run", e))?.map_err(|e| UpdateError::SelfTest(format!("start-run: {e:?}")))?;
-    let read = CallRequest {
-        tool: "self_test_read".into(),
-        idempotency_key: None,
-        hints: Some(crate::component::types::ToolHints { read_only: Some(true), destructive: None, idempotent: None }),
-    };
-    let mut steps = 0u64;
-    'run: loop {
-        let ticket = match instance.begin_call(&run, &read, now).map_err(|e| trap("begin-call", e))? {
-            Ok(Admission::Send(ticket)) => ticket,
-            Ok(Admission::Escalate(_)) | Err(_) => break 'run,
-        };
-        let mut attempt = 1;
-        loop {
-            steps += 1;
-            if steps > max_steps.saturating_add(1).min(1_000_000) {
-                return broken(format!("a persistent 503 was still being retried after {steps} steps (max-steps-per-run {max_steps})"));
-            }
-            let decision = instance
-                .record_outcome(&run, ticket.call_id, attempt, &fail(FailureKind::HttpStatus(503), ""), now, Some(1))
-                .map_err(|e| trap("record-outcome", e))?;
-            match decision.map(|d| d.action) {
-                Ok(Action::Retry(plan)) => attempt = plan.attempt,
-                Ok(Action::Escalate(_)) | Err(_) => break 'run,
-                Ok(_) => continue 'run,
-            }
+/// Every case of a gate vector file passes on the candidate, each on a fresh
+/// instance through the conformance runner; a case without `config` runs
+/// under the candidate's configuration. A failure names the file and the case.
+fn gate_vectors_pass(component: &PolicyComponent, name: &str, vectors: &[u8], config_json: &str) -> Result<(), UpdateError> {
+    let refuse = |why: String| UpdateError::Gate(format!("{name} {why}"));
+    let text = std::str::from_utf8(vectors).map_err(|_| refuse("is not UTF-8".into()))?;
+    let file = crate::vectors::parse_file(text).map_err(|e| refuse(format!("is not a vector file: {e}")))?;
+    for case in &file.cases {
+        let mut subject = crate::dynamic::DynamicPolicy::new(component).map_err(|e| refuse(format!("cannot run: {e}")))?;
+        if let Some(failure) = crate::vectors::run_case_in(case, config_json, &mut subject).failure {
+            return Err(refuse(format!("case \"{}\" fails: {failure}", case.description)));
         }
     }
     Ok(())

@@ -1,6 +1,9 @@
 //! Steps: one operation of the contract, as canonical JSON in and out. The
 //! conformance vectors are sequences of steps, and `agent-retry decide` reads
-//! them as JSON lines, so both drive the component the same way.
+//! them as JSON lines, so both drive the component the same way. The readable
+//! steps (`begin-call` of a `call`, `record-outcome` of an `outcome`,
+//! `classify` of a `failure`) are translated onto the contract's single path
+//! here, and only here.
 
 use serde_json::{Value, json};
 
@@ -24,37 +27,58 @@ pub fn parse_u64(value: &Value) -> Result<u64, String> {
     }
 }
 
-/// Something that answers the operations of the contract. Outputs are the
-/// canonical JSON of the WIT result (`{"ok": ..}` / `{"err": ..}` for results).
-/// `Err(String)` is a harness failure (bad vector input, a trap), not an answer.
+/// Something that answers the operations of the contract 0.5.0, each value
+/// in canonical JSON (`{"ok": ..}` / `{"err": ..}` for results). `Err(String)`
+/// is a harness failure (bad vector input, a trap), not an answer. The
+/// readable steps of the vectors are translated onto these functions in one
+/// place, [`run_step`].
 pub trait Subject {
     /// `policy.from-json`: `{"ok": <effective-config as JSON>}` or `{"err": config-error}`.
     /// On success the policy becomes the current one.
     fn load_policy(&mut self, config_text: &str) -> Result<Value, String>;
-    fn classify(&mut self, failure: &Value, now_ms: u64) -> Result<Value, String>;
+    /// `policy.classify` of an `observation`.
+    fn classify(&mut self, observation: &Value, now_ms: u64) -> Result<Value, String>;
     fn next_delay(&mut self, retry: u32, hint_ms: Option<u64>, entropy: u64) -> Result<Value, String>;
     fn derive_idempotency_key(&mut self, run_id: &str, action_id: &str) -> Result<Value, String>;
+    /// `rule-names()`: a list of strings.
+    fn rule_names(&mut self) -> Result<Value, String>;
+    /// `read-probe-answer(http-status, json-rpc-code)`: the enum's case.
+    fn read_probe_answer(&mut self, http_status: Option<u16>, json_rpc_code: Option<i32>) -> Result<Value, String>;
     /// `policy.start-run`: `{"ok": null}` (the started run becomes the current
     /// run) or `{"err": run-error}`.
     fn start_run(&mut self, run_id: &str) -> Result<Value, String>;
-    fn begin_call(&mut self, call: &Value, now_ms: u64) -> Result<Value, String>;
-    fn record_outcome(&mut self, call_id: u32, attempt: u32, outcome: &Value, now_ms: u64, entropy: u64) -> Result<Value, String>;
-    fn report(&mut self) -> Result<Value, String>;
-    fn effects(&mut self, start: u32, max_count: u32) -> Result<Value, String>;
-
-    // The flat hot path (contract 0.4.0), for [`crate::flat`].
-    /// `rule-names()`: a list of strings.
-    fn rule_names(&mut self) -> Result<Value, String>;
-    /// `run.begin-call-flat` of a `call-request`: `result<call-start, run-error>`.
-    fn begin_call_flat(&mut self, call: &Value, now_ms: u64) -> Result<Value, String>;
+    /// `run.begin-call`: `result<call-start, run-error>`.
+    fn begin_call(&mut self, tool: &Value, idempotency_key: &Value, hints: &Value, now_ms: u64) -> Result<Value, String>;
     /// `run.record-success`: `result<verdict, run-error>`.
     fn record_success(&mut self, call_id: u32, attempt: u32, now_ms: u64) -> Result<Value, String>;
-    /// `run.record-failure` of a `failure` (its headers passed as lines): `result<verdict, run-error>`.
-    fn record_failure(&mut self, call_id: u32, attempt: u32, failure: &Value, now_ms: u64, entropy: u64) -> Result<Value, String>;
+    /// `run.record-empty-result`: `result<verdict, run-error>`.
+    fn record_empty_result(&mut self, call_id: u32, attempt: u32, detail: &str, now_ms: u64) -> Result<Value, String>;
+    /// `run.record-failure` of an `observation`: `result<verdict, run-error>`.
+    fn record_failure(
+        &mut self,
+        call_id: u32,
+        attempt: u32,
+        observation: &Value,
+        time_left_ms: Option<u64>,
+        now_ms: u64,
+        entropy: u64,
+    ) -> Result<Value, String>;
+    /// `run.record-status-check` (`found` / `absent` / `unknown`): `result<verdict, run-error>`.
+    fn record_status_check(
+        &mut self,
+        call_id: u32,
+        attempt: u32,
+        result: &Value,
+        time_left_ms: Option<u64>,
+        now_ms: u64,
+        entropy: u64,
+    ) -> Result<Value, String>;
     /// `run.last-decision(call-id)`: a decision or null.
     fn last_decision(&mut self, call_id: u32) -> Result<Value, String>;
     /// `run.escalation()`: an escalation or null.
     fn escalation(&mut self) -> Result<Value, String>;
+    fn report(&mut self) -> Result<Value, String>;
+    fn effects(&mut self, start: u32, max_count: u32) -> Result<Value, String>;
 }
 
 /// The clock and run state a sequence of steps carries from one to the next.
@@ -64,15 +88,124 @@ pub struct StepState {
     /// Per call id, the attempt the host sent last: 1 after `begin-call`, then
     /// each retry plan's `attempt` (what a `record-outcome` reports by default).
     pub attempts: std::collections::HashMap<u32, u32>,
-    /// Whether `begin-call` and `record-outcome` go through the flat hot path
-    /// ([`crate::flat`]); their answers are in the rich form either way.
-    pub flat: bool,
 }
 
 impl Default for StepState {
     fn default() -> Self {
-        StepState { now_ms: DEFAULT_START_MS, run_started: false, attempts: std::collections::HashMap::new(), flat: false }
+        StepState { now_ms: DEFAULT_START_MS, run_started: false, attempts: std::collections::HashMap::new() }
     }
+}
+
+/// A readable failure's `headers` (`[[name, value], ...]`) as an
+/// observation's `name: value` lines.
+pub fn header_lines_json(headers: Option<&Value>) -> Result<String, String> {
+    let Some(headers) = headers.filter(|h| !h.is_null()) else { return Ok(String::new()) };
+    let pairs: Vec<(String, String)> = serde_json::from_value(headers.clone()).map_err(|e| format!("bad headers {headers}: {e}"))?;
+    Ok(crate::limits::header_lines(&pairs))
+}
+
+/// A readable failure (`{kind, headers: [[name, value], ...], body,
+/// structured-content, session-id-sent?, delivery?}`) as the `observation`
+/// the contract takes: headers joined as lines, `session-id-sent` false and
+/// `delivery` `unknown` unless given.
+pub fn observation_json(failure: &Value) -> Result<Value, String> {
+    let object = failure.as_object().ok_or_else(|| format!("a failure must be an object: {failure}"))?;
+    const KEYS: &[&str] = &["kind", "headers", "body", "structured-content", "session-id-sent", "delivery"];
+    if let Some(unknown) = object.keys().find(|k| !KEYS.contains(&k.as_str())) {
+        return Err(format!("unknown failure field \"{unknown}\""));
+    }
+    let field = |name: &str, default: Value| object.get(name).filter(|v| !v.is_null()).cloned().unwrap_or(default);
+    Ok(json!({
+        "kind": field("kind", Value::Null),
+        "headers": header_lines_json(object.get("headers"))?,
+        "body": field("body", Value::from("")),
+        "structured-content": field("structured-content", Value::Null),
+        "session-id-sent": field("session-id-sent", Value::Bool(false)),
+        "delivery": field("delivery", Value::from("unknown")),
+    }))
+}
+
+/// `begin-call` of a readable `call` (`{tool, idempotency-key, hints}`),
+/// answered readably: `{"ok": {"send": ticket}}`, `{"ok": {"escalate":
+/// escalation()}}` when not admitted, or `{"err": run-error}`.
+fn begin_call(subject: &mut dyn Subject, call: &Value, now_ms: u64) -> Result<Value, String> {
+    let field = |name: &str| call.get(name).cloned().unwrap_or(Value::Null);
+    let answer = subject.begin_call(&field("tool"), &field("idempotency-key"), &field("hints"), now_ms)?;
+    let Some(start) = answer.get("ok") else { return Ok(answer) };
+    if start["admitted"] == json!(true) {
+        let ticket = json!({
+            "call-id": start["call-id"], "delay-ms": start["delay-ms"], "effect": start["effect"], "safe-to-repeat": start["safe-to-repeat"],
+        });
+        return Ok(json!({ "ok": { "send": ticket } }));
+    }
+    match subject.escalation()? {
+        Value::Null => Err(format!("begin-call did not admit the call, and the run has no escalation: {start}")),
+        escalation => Ok(json!({ "ok": { "escalate": escalation } })),
+    }
+}
+
+/// `record-outcome` of a readable outcome through the report it stands for,
+/// answered with `last-decision` (checked against the verdict).
+fn record_outcome(
+    subject: &mut dyn Subject,
+    call_id: u32,
+    attempt: u32,
+    outcome: &Value,
+    time_left_ms: Option<u64>,
+    now_ms: u64,
+    entropy: u64,
+) -> Result<Value, String> {
+    let answer = if outcome == "success" {
+        subject.record_success(call_id, attempt, now_ms)?
+    } else if let Some(detail) = outcome.get("empty-result") {
+        let detail = detail.as_str().ok_or_else(|| format!("empty-result takes a string: {detail}"))?;
+        subject.record_empty_result(call_id, attempt, detail, now_ms)?
+    } else if let Some(failure) = outcome.get("failure") {
+        subject.record_failure(call_id, attempt, &observation_json(failure)?, time_left_ms, now_ms, entropy)?
+    } else if let Some(result) = outcome.get("status-check") {
+        subject.record_status_check(call_id, attempt, result, time_left_ms, now_ms, entropy)?
+    } else {
+        return Err(format!("an outcome of an unknown shape: {outcome}"));
+    };
+    let Some(verdict) = answer.get("ok") else { return Ok(answer) };
+    let decision = subject.last_decision(call_id)?;
+    if decision.is_null() {
+        return Err(format!("last-decision({call_id}) is none right after a verdict {verdict}"));
+    }
+    let rule_names = subject.rule_names()?;
+    check_verdict(verdict, &decision, &rule_names)?;
+    Ok(json!({ "ok": decision }))
+}
+
+/// The verdict says what the decision says: the action, class, attempt, delay,
+/// hint, rule, whether it carries text, and whether a retry reconnects.
+pub fn check_verdict(verdict: &Value, decision: &Value, rule_names: &Value) -> Result<(), String> {
+    let action = &decision["action"];
+    let (kind, delay, has_note, reconnect) = match action {
+        Value::String(case) => (case.as_str(), json!(0), false, false),
+        Value::Object(case) => {
+            let (name, payload) = case.iter().next().ok_or("an empty action")?;
+            if name == "retry" {
+                (name.as_str(), payload["delay-ms"].clone(), false, payload["reconnect"] == json!(true))
+            } else {
+                (name.as_str(), json!(0), !payload.is_null(), false)
+            }
+        }
+        other => return Err(format!("an action of an unknown shape: {other}")),
+    };
+    let rule = rule_names.get(verdict["rule-index"].as_u64().unwrap_or(u64::MAX) as usize).cloned().unwrap_or(Value::Null);
+    let expected = json!({
+        "action": kind, "class": decision["class"], "attempt": decision["attempt"], "delay-ms": delay,
+        "hint-ms": decision["hint-ms"], "rule": decision["rule"], "has-note": has_note, "reconnect": reconnect,
+    });
+    let actual = json!({
+        "action": verdict["action"], "class": verdict["class"], "attempt": verdict["attempt"], "delay-ms": verdict["delay-ms"],
+        "hint-ms": verdict["hint-ms"], "rule": rule, "has-note": verdict["has-note"], "reconnect": verdict["reconnect"],
+    });
+    if expected != actual {
+        return Err(format!("the verdict {actual} does not say what its last-decision says: {expected}"));
+    }
+    Ok(())
 }
 
 fn u32_field(step: &Value, name: &str) -> Result<u32, String> {
@@ -112,6 +245,9 @@ const STEP_KEYS: &[&str] = &[
     "outcome",
     "start",
     "max-count",
+    "time-left-ms",
+    "http-status",
+    "json-rpc-code",
     "comment",
 ];
 
@@ -129,11 +265,11 @@ pub fn run_step(subject: &mut dyn Subject, step: &Value, state: &mut StepState) 
     let entropy = optional_u64(step, "entropy")?.unwrap_or(DEFAULT_ENTROPY);
     let op = text(step, "op")?;
     let needs_run = matches!(op, "begin-call" | "record-outcome" | "report" | "effects");
+    let time_left_ms = optional_u64(step, "time-left-ms")?;
     if needs_run && !*started {
         subject.start_run("run-1")?;
         *started = true;
     }
-    let flat = state.flat;
     let attempts = &mut state.attempts;
     match op {
         "load-policy" => {
@@ -144,7 +280,18 @@ pub fn run_step(subject: &mut dyn Subject, step: &Value, state: &mut StepState) 
             };
             subject.load_policy(&config_text)
         }
-        "classify" => subject.classify(field(step, "failure")?, *now_ms),
+        "classify" => subject.classify(&observation_json(field(step, "failure")?)?, *now_ms),
+        "read-probe-answer" => {
+            let status = match step.get("http-status") {
+                None | Some(Value::Null) => None,
+                Some(v) => Some(v.as_u64().and_then(|s| u16::try_from(s).ok()).ok_or("\"http-status\" must be a u16 or null")?),
+            };
+            let code = match step.get("json-rpc-code") {
+                None | Some(Value::Null) => None,
+                Some(v) => Some(v.as_i64().and_then(|c| i32::try_from(c).ok()).ok_or("\"json-rpc-code\" must be an s32 or null")?),
+            };
+            subject.read_probe_answer(status, code)
+        }
         "next-delay" => {
             let retry = field(step, "retry")?.as_u64().and_then(|r| u32::try_from(r).ok()).ok_or("\"retry\" must be a u32")?;
             subject.next_delay(retry, optional_u64(step, "hint-ms")?, entropy)
@@ -160,7 +307,7 @@ pub fn run_step(subject: &mut dyn Subject, step: &Value, state: &mut StepState) 
         }
         "begin-call" => {
             let call = field(step, "call")?;
-            let answer = if flat { crate::flat::begin_call(subject, call, *now_ms)? } else { subject.begin_call(call, *now_ms)? };
+            let answer = begin_call(subject, call, *now_ms)?;
             if let Some(call_id) = answer["ok"]["send"]["call-id"].as_u64().and_then(|id| u32::try_from(id).ok()) {
                 attempts.insert(call_id, 1);
             }
@@ -173,11 +320,7 @@ pub fn run_step(subject: &mut dyn Subject, step: &Value, state: &mut StepState) 
                 None => attempts.get(&call_id).copied().unwrap_or(1),
             };
             let outcome = field(step, "outcome")?;
-            let answer = if flat {
-                crate::flat::record_outcome(subject, call_id, attempt, outcome, *now_ms, entropy)?
-            } else {
-                subject.record_outcome(call_id, attempt, outcome, *now_ms, entropy)?
-            };
+            let answer = record_outcome(subject, call_id, attempt, outcome, time_left_ms, *now_ms, entropy)?;
             if let Some(next) = answer["ok"]["action"]["retry"]["attempt"].as_u64().and_then(|a| u32::try_from(a).ok()) {
                 attempts.insert(call_id, next);
             }

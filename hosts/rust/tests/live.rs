@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use agent_retry_host::component::types::{Action, Admission, CallRequest, Failure, FailureKind, Outcome};
+use agent_retry_host::component::types::{ActionKind, FailureKind, Observation};
+use agent_retry_host::component::{PolicyInstance, RunHandle};
 use agent_retry_host::{EmbeddedAccounts, EntropySource, HostServices, Integrity, LivePolicy, PolicySource, UpdateError, default_wasm_path};
 use ed25519_dalek::{Signer, SigningKey};
 use sha2::{Digest, Sha256};
@@ -26,8 +27,32 @@ fn deployed(name: &str, config: &str) -> (Dir, PolicySource) {
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::copy(default_wasm_path(), dir.join("policy.wasm")).expect("run `make wasm` first");
     std::fs::write(dir.join("policy.json"), config).unwrap();
-    let source = PolicySource { wasm: dir.join("policy.wasm"), config: dir.join("policy.json"), integrity: Integrity::Unchecked, vectors: None };
+    let source =
+        PolicySource { wasm: dir.join("policy.wasm"), config: dir.join("policy.json"), integrity: Integrity::Unchecked, vectors: None, gate_vectors: vec![] };
     (Dir(dir), source)
+}
+
+/// A 503 as the wrapper observes it.
+fn http_503() -> Observation {
+    Observation::new(FailureKind::HttpStatus(503), &[], "")
+}
+
+/// Begins a read of `lookup_order` in `run`: its call id.
+fn begin_read(instance: &mut PolicyInstance, run: &RunHandle) -> u32 {
+    let start = instance.begin_call(run, "lookup_order", None, None, 1).unwrap().unwrap();
+    assert!(start.admitted);
+    start.call_id
+}
+
+/// Reports 503s from `attempt` on until the policy stops retrying: the last attempt made and the last action.
+fn fail_503_until_done(instance: &mut PolicyInstance, run: &RunHandle, call_id: u32, mut attempt: u32) -> (u32, ActionKind) {
+    loop {
+        let verdict = instance.record_failure(run, call_id, attempt, &http_503(), None, 1, Some(1)).unwrap().unwrap();
+        if verdict.action != ActionKind::Retry {
+            return (attempt, verdict.action);
+        }
+        attempt = verdict.attempt + 1;
+    }
 }
 
 /// Attempts a read makes against a persistent 503 under `live`'s current policy.
@@ -36,14 +61,8 @@ fn attempts_against_a_persistent_503(live: &LivePolicy) -> u32 {
     let mut instance = loaded.component.instantiate(HostServices::new(Arc::new(EmbeddedAccounts::new()), EntropySource::seeded(3))).unwrap();
     let policy = instance.load_policy(&loaded.config_json).unwrap().unwrap();
     let run = instance.start_run(&policy, "probe").unwrap().unwrap();
-    let request = CallRequest { tool: "lookup_order".into(), idempotency_key: None, hints: None };
-    let Admission::Send(ticket) = instance.begin_call(&run, &request, 1).unwrap().unwrap() else { panic!("admitted") };
-    let failure = Outcome::Failure(Failure { kind: FailureKind::HttpStatus(503), headers: vec![], body: String::new(), structured_content: None });
-    let mut attempts = 1;
-    while let Action::Retry(plan) = instance.record_outcome(&run, ticket.call_id, attempts, &failure, 1, Some(1)).unwrap().unwrap().action {
-        attempts = plan.attempt;
-    }
-    attempts
+    let call_id = begin_read(&mut instance, &run);
+    fail_503_until_done(&mut instance, &run, call_id, 1).0
 }
 
 const READS: &str = r#"{"default-effect": "read", "max-attempts-per-call": 4}"#;
@@ -58,11 +77,9 @@ fn a_configuration_update_changes_a_budget_for_new_runs_without_a_restart() {
     let mut in_flight = before.component.instantiate(HostServices::new(Arc::new(EmbeddedAccounts::new()), EntropySource::seeded(5))).unwrap();
     let policy = in_flight.load_policy(&before.config_json).unwrap().unwrap();
     let run = in_flight.start_run(&policy, "in-flight").unwrap().unwrap();
-    let request = CallRequest { tool: "lookup_order".into(), idempotency_key: None, hints: None };
-    let Admission::Send(ticket) = in_flight.begin_call(&run, &request, 1).unwrap().unwrap() else { panic!("admitted") };
-    let failure = Outcome::Failure(Failure { kind: FailureKind::HttpStatus(503), headers: vec![], body: String::new(), structured_content: None });
-    let Action::Retry(plan) = in_flight.record_outcome(&run, ticket.call_id, 1, &failure, 1, Some(1)).unwrap().unwrap().action else { panic!("a retry") };
-    let mut attempts = plan.attempt;
+    let call_id = begin_read(&mut in_flight, &run);
+    let verdict = in_flight.record_failure(&run, call_id, 1, &http_503(), None, 1, Some(1)).unwrap().unwrap();
+    assert_eq!(verdict.action, ActionKind::Retry);
 
     std::fs::write(&source.config, r#"{"default-effect": "read", "max-attempts-per-call": 2}"#).unwrap();
     let identity = live.reload().unwrap();
@@ -71,13 +88,8 @@ fn a_configuration_update_changes_a_budget_for_new_runs_without_a_restart() {
     assert_eq!(attempts_against_a_persistent_503(&live), 2, "new runs get the new budget");
     assert!(before.config_json.contains("\"max-attempts-per-call\": 4"), "the run in flight keeps its policy");
     // After the swap, the run in flight decides on: still the old budget of 4 attempts, not the new 2.
-    loop {
-        match in_flight.record_outcome(&run, ticket.call_id, attempts, &failure, 1, Some(1)).unwrap().unwrap().action {
-            Action::Retry(plan) => attempts = plan.attempt,
-            Action::Escalate(_) => break,
-            other => panic!("{other:?}"),
-        }
-    }
+    let (attempts, last) = fail_503_until_done(&mut in_flight, &run, call_id, verdict.attempt + 1);
+    assert_eq!(last, ActionKind::Escalate);
     assert_eq!(attempts, 4, "the run in flight finished on the policy it started with");
 }
 
@@ -117,10 +129,15 @@ fn a_broken_or_foreign_component_is_refused_and_rollback_returns_to_the_previous
     assert!(matches!(live.reload().unwrap_err(), UpdateError::Load(_)));
 
     // The same component, speaking another major contract version.
-    let foreign = rename_all(&good, b"agent-retry:policy/policy@0.4.0", b"agent-retry:policy/policy@1.0.0");
+    let foreign = rename_all(&good, b"agent-retry:policy/policy@0.5.0", b"agent-retry:policy/policy@1.0.0");
     std::fs::write(&source.wasm, &foreign).unwrap();
     let err = live.reload().unwrap_err().to_string();
-    assert!(err.contains("agent-retry:policy@1.0.0") && err.contains("agent-retry:policy@0.4.0"), "{err}");
+    assert!(err.contains("agent-retry:policy@1.0.0") && err.contains("agent-retry:policy@0.5.0"), "{err}");
+    // And the contract before this one, naming both versions.
+    let previous = rename_all(&good, b"agent-retry:policy/policy@0.5.0", b"agent-retry:policy/policy@0.4.0");
+    std::fs::write(&source.wasm, &previous).unwrap();
+    let err = live.reload().unwrap_err().to_string();
+    assert!(err.contains("agent-retry:policy@0.4.0") && err.contains("agent-retry:policy@0.5.0"), "{err}");
     assert_eq!(live.current().identity.generation, 1, "nothing was swapped in");
 
     std::fs::write(&source.wasm, &good).unwrap();
@@ -246,14 +263,8 @@ fn decisions_never_fail_while_the_policy_is_swapped_under_load() {
                     let policy = instance.load_policy(&loaded.config_json).unwrap().unwrap();
                     for run_number in 0..20 {
                         let run = instance.start_run(&policy, &format!("w{w}-{run_number}")).unwrap().unwrap();
-                        let request = CallRequest { tool: "lookup_order".into(), idempotency_key: None, hints: None };
-                        let Admission::Send(ticket) = instance.begin_call(&run, &request, 1).unwrap().unwrap() else { panic!("admitted") };
-                        let failure =
-                            Outcome::Failure(Failure { kind: FailureKind::HttpStatus(503), headers: vec![], body: String::new(), structured_content: None });
-                        let mut attempts = 1;
-                        while let Action::Retry(plan) = instance.record_outcome(&run, ticket.call_id, attempts, &failure, 1, Some(1)).unwrap().unwrap().action {
-                            attempts = plan.attempt;
-                        }
+                        let call_id = begin_read(&mut instance, &run);
+                        let (attempts, _) = fail_503_until_done(&mut instance, &run, call_id, 1);
                         made.push((loaded.identity.generation, loaded.identity.wasm_sha256.clone(), attempts));
                         instance.drop_run(run).unwrap();
                     }
@@ -309,7 +320,7 @@ fn rename_all(bytes: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
 }
 
 /// Every hostile component of tests/hostile/build.mjs offered as an update: the
-/// gate refuses it (at load, or because its self-test faults), saying why, and
+/// gate refuses it (at load, or because a gate vector faults), saying why, and
 /// the last good policy keeps serving.
 #[test]
 fn every_hostile_component_is_refused_by_the_gate_and_the_last_good_policy_serves() {
@@ -327,13 +338,13 @@ fn every_hostile_component_is_refused_by_the_gate_and_the_last_good_policy_serve
         ("extra-import", "wasi:filesystem"),
         ("extra-import-sockets", "wasi:sockets"),
         ("wrong-world", "another world"),
-        ("other-major", "agent-retry:policy@0.4.0"),
+        ("other-major", "this host speaks agent-retry:policy@0.5.0"),
     ];
     for (name, why) in expected {
         let bytes = std::fs::read(hostile_dir.join(format!("{name}.wasm"))).unwrap_or_else(|e| panic!("{name}: {e} (run `make hostile`)"));
         std::fs::write(&source.wasm, bytes).unwrap();
         let err = live.reload().expect_err(name);
-        assert!(matches!(err, UpdateError::Load(_) | UpdateError::SelfTest(_)), "{name}: {err}");
+        assert!(matches!(err, UpdateError::Load(_) | UpdateError::Gate(_)), "{name}: {err}");
         assert!(err.to_string().contains(why), "{name}: {err}");
         assert_eq!(live.last_refusal().as_deref(), Some(err.to_string().as_str()));
         assert_eq!(live.current().identity, good, "{name}: the last good policy keeps serving");
@@ -362,7 +373,7 @@ fn an_update_is_refused_when_the_vectors_it_ships_with_fail() {
     let live = LivePolicy::open(source.clone()).expect("the shipped vectors pass with 4 attempts");
     std::fs::write(&source.config, r#"{"default-effect": "read", "max-attempts-per-call": 2}"#).unwrap();
     let err = live.reload().unwrap_err();
-    assert!(matches!(err, UpdateError::SelfTest(_)), "{err}");
+    assert!(matches!(err, UpdateError::Gate(_)), "{err}");
     let text = err.to_string();
     assert!(text.contains("vectors") && text.contains("a read is tried four times against a persistent 503"), "{text}");
     assert_eq!(live.current().identity.generation, 1, "the last good policy serves");
@@ -372,4 +383,46 @@ fn an_update_is_refused_when_the_vectors_it_ships_with_fail() {
         let err = live.reload().expect_err(malformed);
         assert!(err.to_string().contains("vectors"), "{malformed}: {err}");
     }
+}
+
+/// The gate runs tests/vectors/gate.json on every candidate, its cases without
+/// `config` under the candidate's own configuration: a configuration that makes
+/// the write the gate probes idempotent lets an unkeyed write that timed out be
+/// resent, and the update is refused naming the case. The last good policy serves.
+#[test]
+fn the_gate_vectors_run_under_the_candidates_configuration_and_name_the_failing_case() {
+    let (_dir, source) = deployed("gate", READS);
+    let live = LivePolicy::open(source.clone()).unwrap();
+    std::fs::write(&source.config, r#"{"tools": {"self_test_write": {"effect": "write", "idempotent": true}}}"#).unwrap();
+    let err = live.reload().unwrap_err();
+    assert!(matches!(err, UpdateError::Gate(_)), "{err}");
+    let text = err.to_string();
+    assert!(text.contains("gate.json") && text.contains("an unkeyed write that timed out is never resent without a status check"), "{text}");
+    assert_eq!(live.current().identity.generation, 1, "the last good policy serves");
+    assert_eq!(attempts_against_a_persistent_503(&live), 4);
+}
+
+/// An operator's gate vector files run after gate.json, on every candidate:
+/// one that the candidate fails refuses it, naming the file and the case.
+#[test]
+fn an_operators_gate_vectors_refuse_an_update_naming_the_file_and_the_case() {
+    let (dir, mut source) = deployed("operator-gate", READS);
+    let gate_path = dir.0.join("ours.gate.json");
+    let vectors = serde_json::json!({"description": "what this operator relies on", "cases": [{
+    "description": "a read gets at least four attempts against a persistent 503",
+    "steps": [
+        {"op": "begin-call", "call": {"tool": "lookup_order"}},
+        {"op": "record-outcome", "call-id": 1, "outcome": {"failure": {"kind": {"http-status": 503}}}, "expect": {"ok": {"action": {"retry": {"attempt": 2}}}}},
+        {"op": "record-outcome", "call-id": 1, "outcome": {"failure": {"kind": {"http-status": 503}}}, "expect": {"ok": {"action": {"retry": {"attempt": 3}}}}},
+        {"op": "record-outcome", "call-id": 1, "outcome": {"failure": {"kind": {"http-status": 503}}}, "expect": {"ok": {"action": {"retry": {"attempt": 4}}}}}
+    ]}]});
+    std::fs::write(&gate_path, vectors.to_string()).unwrap();
+    source.gate_vectors = vec![gate_path.clone()];
+    let live = LivePolicy::open(source.clone()).expect("4 attempts pass the operator's gate");
+    std::fs::write(&source.config, r#"{"default-effect": "read", "max-attempts-per-call": 2}"#).unwrap();
+    let err = live.reload().unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, UpdateError::Gate(_)), "{err}");
+    assert!(text.contains("ours.gate.json") && text.contains("a read gets at least four attempts against a persistent 503"), "{text}");
+    assert_eq!(live.current().identity.generation, 1, "the last good policy serves");
 }

@@ -3,8 +3,30 @@
 
 use std::sync::Arc;
 
-use agent_retry_host::component::types::{Action, Admission, CallRequest, Failure, FailureKind, Outcome, TransportError};
-use agent_retry_host::{EmbeddedAccounts, EntropySource, HostServices, LoadError, PolicyComponent, PolicyFault, default_wasm_path};
+use agent_retry_host::component::types::{Action, ActionKind, CallStart, Decision, FailureKind, Observation, RunError, StatusCheckResult, TransportError};
+use agent_retry_host::component::{PolicyInstance, RunHandle};
+use agent_retry_host::{EmbeddedAccounts, EntropySource, HostServices, LoadError, Outcome, PolicyComponent, PolicyFault, default_wasm_path};
+
+/// Begins a call of `tool` (with `key`); `None` when it was not admitted.
+fn begin(instance: &mut PolicyInstance, run: &RunHandle, tool: &str, key: Option<&str>, now: u64) -> Result<Option<CallStart>, PolicyFault> {
+    Ok(instance.begin_call(run, tool, key, None, now)?.ok().filter(|start| start.admitted))
+}
+
+/// Reports `outcome` and reads the decision in words.
+fn decide(
+    instance: &mut PolicyInstance,
+    run: &RunHandle,
+    call_id: u32,
+    attempt: u32,
+    outcome: &Outcome,
+    now: u64,
+    entropy: Option<u64>,
+) -> Result<Result<Decision, RunError>, PolicyFault> {
+    match instance.record(run, call_id, attempt, outcome, None, now, entropy)? {
+        Ok(_) => Ok(Ok(instance.last_decision(run, call_id)?.expect("a decision right after its verdict"))),
+        Err(error) => Ok(Err(error)),
+    }
+}
 
 fn services() -> HostServices {
     HostServices::new(Arc::new(EmbeddedAccounts::new()), EntropySource::seeded(7))
@@ -40,7 +62,7 @@ fn a_missing_file_says_how_to_build_it() {
 /// (the same length, so the binary stays valid).
 fn component_speaking(version: &str) -> Vec<u8> {
     let bytes = std::fs::read(default_wasm_path()).expect("run `make wasm` first");
-    let (from, to) = ("agent-retry:policy/policy@0.4.0".as_bytes(), format!("agent-retry:policy/policy@{version}"));
+    let (from, to) = ("agent-retry:policy/policy@0.5.0".as_bytes(), format!("agent-retry:policy/policy@{version}"));
     assert_eq!(from.len(), to.len());
     // The name appears in the export and in the wiring of the core module: rename every one.
     let mut out = bytes.clone();
@@ -57,14 +79,15 @@ fn component_speaking(version: &str) -> Vec<u8> {
 
 #[test]
 fn a_component_of_another_contract_version_is_refused_naming_both() {
-    for other in ["1.0.0", "0.5.0", "0.3.0"] {
+    // 0.4.0 is the contract before this one: a component of it is refused too.
+    for other in ["1.0.0", "0.6.0", "0.4.0", "0.3.0"] {
         let err = PolicyComponent::from_bytes(&component_speaking(other)).err().expect("must be refused");
         assert!(matches!(err, LoadError::Incompatible { .. }), "{err}");
         let text = err.to_string();
-        assert!(text.contains(&format!("agent-retry:policy@{other}")) && text.contains("agent-retry:policy@0.4.0"), "{text}");
+        assert!(text.contains(&format!("agent-retry:policy@{other}")) && text.contains("agent-retry:policy@0.5.0"), "{text}");
     }
     // A patch release of the same contract is compatible.
-    assert!(PolicyComponent::from_bytes(&component_speaking("0.4.9")).is_ok());
+    assert!(PolicyComponent::from_bytes(&component_speaking("0.5.9")).is_ok());
 }
 
 #[test]
@@ -73,7 +96,7 @@ fn the_component_imports_only_the_account_budget_and_random() {
     imports.sort();
     assert_eq!(
         imports,
-        ["agent-retry:policy/account-budget@0.4.0", "agent-retry:policy/types@0.4.0", "wasi:random/random@0.2.6"],
+        ["agent-retry:policy/account-budget@0.5.0", "agent-retry:policy/types@0.5.0", "wasi:random/random@0.2.6"],
         "the README lists exactly these"
     );
 }
@@ -100,11 +123,11 @@ fn a_guest_that_asks_for_too_much_memory_traps_without_hurting_the_host() {
     let refused = instance.load_policy(&huge).expect("no trap").err().expect("refused");
     assert_eq!(refused.kind, agent_retry_host::component::types::ConfigErrorKind::TooLarge, "{}", refused.message);
     assert!(instance.load_policy("{}").unwrap().is_ok(), "and the instance serves on");
-    // ...and passed raw, it is more than the instance's 64 MiB memory cap: a trap.
+    // ...and passed raw, it is more than the instance's 64 MiB memory cap: refused as that.
     use agent_retry_host::steps::Subject;
     let mut raw = agent_retry_host::dynamic::DynamicPolicy::new(&component()).unwrap();
     let err = raw.load_policy(&huge).expect_err("over the cap");
-    assert!(err.contains("trapped"), "{err}");
+    assert!(err.contains("memory cap"), "{err}");
     let mut fresh = component().instantiate(services()).unwrap();
     assert!(fresh.load_policy("{}").unwrap().is_ok());
 }
@@ -185,24 +208,23 @@ fn garbage_failures_and_configs_never_trap_the_guest() {
     let mut run = instance.start_run(&policy, "garbage").unwrap().unwrap();
     let mut decisions = 0;
     for _ in 0..2000 {
-        let request = CallRequest { tool: g.text(8), idempotency_key: None, hints: None };
-        let ticket = match instance.begin_call(&run, &request, g.next()).expect("no trap") {
-            Ok(Admission::Send(ticket)) => ticket,
-            _ => break,
-        };
+        let tool = g.text(8);
+        let Some(ticket) = begin(&mut instance, &run, &tool, None, g.next()).expect("no trap") else { break };
         let kind = match g.next() % 4 {
             0 => FailureKind::HttpStatus(g.next() as u16),
             1 => FailureKind::Transport(TransportError::Timeout),
             2 => FailureKind::ProtocolError(g.next() as i32),
             _ => FailureKind::ToolError(Some(g.next() as u16)),
         };
-        let headers = (0..g.next() % 4).map(|_| (HEADERS[(g.next() % HEADERS.len() as u64) as usize].to_string(), g.text(12))).collect();
+        let headers: Vec<(String, String)> = (0..g.next() % 4).map(|_| (HEADERS[(g.next() % HEADERS.len() as u64) as usize].to_string(), g.text(12))).collect();
         let structured_content = g.next().is_multiple_of(2).then(|| g.text(40));
-        let failure = Failure { kind, headers, body: g.text(30), structured_content };
+        let mut failure = Observation::new(kind, &headers, g.text(30));
+        failure.structured_content = structured_content;
+        failure.session_id_sent = g.next().is_multiple_of(2);
         let now = g.next() >> 20;
         let policy_answer = instance.classify(&policy, &failure, now).expect("classify must not trap");
         assert!(!policy_answer.reason.is_empty());
-        let decision = instance.record_outcome(&run, ticket.call_id, 1, &Outcome::Failure(failure), now, Some(g.next())).expect("no trap");
+        let decision = decide(&mut instance, &run, ticket.call_id, 1, &Outcome::Failure(failure), now, Some(g.next())).expect("no trap");
         if let Ok(decision) = decision {
             decisions += 1;
             if let Action::Escalate(_) = decision.action {
@@ -212,14 +234,7 @@ fn garbage_failures_and_configs_never_trap_the_guest() {
                 continue;
             }
             if let Action::CheckStatus = decision.action {
-                let _ = instance.record_outcome(
-                    &run,
-                    ticket.call_id,
-                    1,
-                    &Outcome::StatusCheck(agent_retry_host::component::types::StatusCheckResult::Found),
-                    now,
-                    None,
-                );
+                let _ = instance.record_status_check(&run, ticket.call_id, 1, StatusCheckResult::Found, None, now, None);
             }
         }
     }
@@ -240,34 +255,30 @@ fn a_worst_case_tool_error_stays_inside_the_fuel_budget() {
     let mut instance = component().instantiate(services()).unwrap();
     let policy = instance.load_policy(&config).unwrap().unwrap();
     let run = instance.start_run(&policy, "worst-case").unwrap().unwrap();
-    let request = CallRequest { tool: "t".into(), idempotency_key: None, hints: None };
     let mut fuel_of = |body: String, structured_content: Option<String>| {
-        let Admission::Send(ticket) = instance.begin_call(&run, &request, 1).unwrap().unwrap() else { panic!("admitted") };
-        let failure = Failure { kind: FailureKind::ToolError(None), headers: vec![], body, structured_content };
-        let decision = instance.record_outcome(&run, ticket.call_id, 1, &Outcome::Failure(failure), 1, Some(1)).expect("no trap").unwrap();
-        (instance.fuel_used_by_last_call(), decision)
+        let ticket = begin(&mut instance, &run, "t", None, 1).unwrap().expect("admitted");
+        let mut failure = Observation::new(FailureKind::ToolError(None), &[], body);
+        failure.structured_content = structured_content;
+        instance.record_failure(&run, ticket.call_id, 1, &failure, None, 1, Some(1)).expect("no trap").unwrap();
+        let fuel = instance.fuel_used_by_last_call();
+        (fuel, instance.last_decision(&run, ticket.call_id).unwrap().expect("a decision"))
     };
     let (hostile, decision) = fuel_of("e_a ".repeat(1024), Some(format!("\"{}\"", "e_b ".repeat(1023))));
     assert!(matches!(decision.action, Action::Replan(_)), "{decision:?}");
     assert_eq!(decision.rule, "tool-error:scan-limit");
     let (natural, decision) = fuel_of("Rate limit reached for gpt-4o on tokens per min (TPM). Please try again in 644ms.".into(), None);
     assert!(matches!(decision.action, Action::Retry(_)), "{decision:?}");
-    let Admission::Send(ticket) = instance.begin_call(&run, &request, 1).unwrap().unwrap() else { panic!("admitted") };
-    let http = Failure {
-        kind: FailureKind::HttpStatus(503),
-        headers: vec![("retry-after".into(), "1".into())],
-        body: "upstream unavailable".into(),
-        structured_content: None,
-    };
-    instance.record_outcome(&run, ticket.call_id, 1, &Outcome::Failure(http), 1, Some(1)).unwrap().unwrap();
+    let ticket = begin(&mut instance, &run, "t", None, 1).unwrap().expect("admitted");
+    let http = Observation::new(FailureKind::HttpStatus(503), &[("retry-after".into(), "1".into())], "upstream unavailable");
+    instance.record_failure(&run, ticket.call_id, 1, &http, None, 1, Some(1)).unwrap().unwrap();
     let http = instance.fuel_used_by_last_call();
     println!(
-        "fuel of one record-outcome: hostile 8 KB tool error {hostile}, natural relayed rate limit {natural}, HTTP 503 with Retry-After {http}, budget {FUEL_PER_CALL}"
+        "fuel of one record-failure: hostile 8 KB tool error {hostile}, natural relayed rate limit {natural}, HTTP 503 with Retry-After {http}, budget {FUEL_PER_CALL}"
     );
     assert!(hostile < FUEL_PER_CALL / 2, "{hostile} fuel leaves less than 2x headroom");
 }
 
-/// The most headers a host passes on the flat path: 5,800 of 5 KB, cut by the
+/// The most headers a host passes: 5,800 of 5 KB, cut by the
 /// host to its limits and joined as `name: value` lines (hundreds of KB), then
 /// split by the policy. A split that looked at every byte in its own loop
 /// burned 17.8 M of the 20 M fuel a call has (and ran out in the Node host,
@@ -278,14 +289,13 @@ fn the_most_headers_a_host_passes_split_inside_a_quarter_of_the_fuel_budget() {
     let mut instance = component().instantiate(services()).unwrap();
     let policy = instance.load_policy("{}").unwrap().unwrap();
     let run = instance.start_run(&policy, "headers").unwrap().unwrap();
-    let request = CallRequest { tool: "lookup".into(), idempotency_key: None, hints: None };
-    let start = instance.begin_call_flat(&run, &request, 1).unwrap().unwrap();
+    let start = begin(&mut instance, &run, "lookup", None, 1).unwrap().expect("admitted");
     let mut headers: Vec<(String, String)> = vec![("Retry-After".into(), "7".into())];
     headers.extend((0..5_800).map(|i| (format!("x-{i}"), "v".repeat(5_000))));
-    let failure = Failure { kind: FailureKind::HttpStatus(429), headers, body: "e".repeat(1_000), structured_content: None };
-    let verdict = instance.record_failure(&run, start.call_id, 1, &failure, 1, Some(5)).expect("no trap").unwrap();
+    let failure = Observation::new(FailureKind::HttpStatus(429), &headers, "e".repeat(1_000));
+    let verdict = instance.record_failure(&run, start.call_id, 1, &failure, None, 1, Some(5)).expect("no trap").unwrap();
     let fuel = instance.fuel_used_by_last_call();
-    println!("flat record-failure with 5,800 headers of 5 KB: {fuel} fuel of {FUEL_PER_CALL}");
+    println!("record-failure with 5,800 headers of 5 KB: {fuel} fuel of {FUEL_PER_CALL}");
     assert_eq!(verdict.hint_ms, Some(7_000), "{verdict:?}");
     assert!(fuel < FUEL_PER_CALL / 4, "{fuel} fuel leaves less than 4x headroom");
 }
@@ -302,9 +312,9 @@ fn a_long_runs_escalation_and_report_stay_bounded_and_every_effect_is_paged() {
     let run = instance.start_run(&policy, "long").unwrap().unwrap();
     let mut fuel = Vec::new();
     for i in 0..WRITES {
-        let request = CallRequest { tool: "issue_refund".into(), idempotency_key: Some(format!("ar1-{i:032x}")), hints: None };
-        let Admission::Send(ticket) = instance.begin_call(&run, &request, 1).unwrap().unwrap() else { panic!("admitted") };
-        instance.record_outcome(&run, ticket.call_id, 1, &Outcome::Success, 1, Some(1)).unwrap().unwrap();
+        let key = format!("ar1-{i:032x}");
+        let ticket = begin(&mut instance, &run, "issue_refund", Some(&key), 1).unwrap().expect("admitted");
+        instance.record_success(&run, ticket.call_id, 1, 1).unwrap().unwrap();
         fuel.push(instance.fuel_used_by_last_call());
     }
     let mean = |range: std::ops::Range<usize>| fuel[range.clone()].iter().sum::<u64>() / range.len() as u64;
@@ -312,11 +322,12 @@ fn a_long_runs_escalation_and_report_stay_bounded_and_every_effect_is_paged() {
     let report = instance.report(&run).expect("report() no longer traps on a long run");
     let report_fuel = instance.fuel_used_by_last_call();
     assert_eq!((report.effects.len(), report.effects_total), (20, WRITES));
-    let request = CallRequest { tool: "issue_refund".into(), idempotency_key: None, hints: None };
-    let Admission::Send(ticket) = instance.begin_call(&run, &request, 1).unwrap().unwrap() else { panic!("admitted") };
-    let forbidden = Failure { kind: FailureKind::HttpStatus(403), headers: vec![], body: "needs approval".into(), structured_content: None };
-    let decision = instance.record_outcome(&run, ticket.call_id, 1, &Outcome::Failure(forbidden), 1, Some(1)).expect("no trap").unwrap();
-    let escalation_fuel = instance.fuel_used_by_last_call();
+    let ticket = begin(&mut instance, &run, "issue_refund", None, 1).unwrap().expect("admitted");
+    let forbidden = Observation::new(FailureKind::HttpStatus(403), &[], "needs approval");
+    instance.record_failure(&run, ticket.call_id, 1, &forbidden, None, 1, Some(1)).expect("no trap").unwrap();
+    let verdict_fuel = instance.fuel_used_by_last_call();
+    let decision = instance.last_decision(&run, ticket.call_id).expect("no trap").expect("a decision");
+    let escalation_fuel = verdict_fuel.max(instance.fuel_used_by_last_call());
     let Action::Escalate(escalation) = decision.action else { panic!("{:?}", decision.action) };
     assert_eq!((escalation.effects.len(), escalation.effects_total), (20, WRITES));
     assert_eq!(escalation.effects[10].call_id, WRITES - 9, "the first ten, then the last ten");
@@ -345,12 +356,11 @@ fn a_run_of_250_000_calls_fits_and_no_call_pays_for_the_earlier_ones() {
     let mut instance = component().instantiate(services()).unwrap();
     let policy = instance.load_policy(r#"{"max-steps-per-run": 1000000, "tools": {"issue_refund": {"effect": "write"}}}"#).unwrap().unwrap();
     let run = instance.start_run(&policy, "long").unwrap().unwrap();
-    let read = CallRequest { tool: "lookup_order".into(), idempotency_key: None, hints: None };
-    let write = CallRequest { tool: "issue_refund".into(), idempotency_key: Some(format!("ar1-{:032x}", 7)), hints: None };
+    let key = format!("ar1-{:032x}", 7);
     let (mut costliest, mut at) = (0, 0);
     for i in 0..CALLS {
-        let request = if i % 2 == 0 { &read } else { &write };
-        let start = instance.begin_call_flat(&run, request, 1).expect("no trap").unwrap();
+        let (tool, key) = if i % 2 == 0 { ("lookup_order", None) } else { ("issue_refund", Some(key.as_str())) };
+        let start = instance.begin_call(&run, tool, key, None, 1).expect("no trap").unwrap();
         assert!(start.admitted && start.call_id == i + 1, "call {i}: {start:?}");
         let fuel = instance.fuel_used_by_last_call();
         if fuel > costliest {
@@ -381,8 +391,8 @@ fn a_configuration_with_ten_thousand_namespaced_tools_loads_inside_its_fuel_budg
     let policy = instance.load_policy(&config).expect("no trap").unwrap();
     let load_fuel = instance.fuel_used_by_last_call();
     let run = instance.start_run(&policy, "many-tools").unwrap().unwrap();
-    let request = CallRequest { tool: format!("mcp__github__create_pull_request_review_{:05}", TOOLS - 1), idempotency_key: None, hints: None };
-    let Admission::Send(ticket) = instance.begin_call(&run, &request, 1).unwrap().unwrap() else { panic!("admitted") };
+    let tool = format!("mcp__github__create_pull_request_review_{:05}", TOOLS - 1);
+    let ticket = begin(&mut instance, &run, &tool, None, 1).unwrap().expect("admitted");
     let begin_fuel = instance.fuel_used_by_last_call();
     assert!(!ticket.safe_to_repeat, "the tool's entry (a write) applies");
     // Its effective-config is as long, and gets the load's tank (on a call's it ran out).
@@ -463,8 +473,7 @@ fn hostile(name: &str) -> Vec<u8> {
     std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e} (run `make hostile`)", path.display()))
 }
 
-const FAILURE_503: fn() -> Failure =
-    || Failure { kind: FailureKind::HttpStatus(503), headers: vec![("Retry-After".into(), "2".into())], body: String::new(), structured_content: None };
+const FAILURE_503: fn() -> Observation = || Observation::new(FailureKind::HttpStatus(503), &[("Retry-After".into(), "2".into())], "");
 
 /// The call fails with the expected fault, the instance is not entered again, and
 /// a fresh instance of the good component serves.
@@ -542,9 +551,9 @@ fn components_with_foreign_imports_another_world_or_major_are_refused_at_load() 
     let text = refusal("extra-import-sockets");
     assert!(text.contains("wasi:sockets/instance-network"), "{text}");
     let text = refusal("wrong-world");
-    assert!(text.contains("another world") && text.contains("acme:scheduler/policy@0.4.0"), "{text}");
+    assert!(text.contains("another world") && text.contains("acme:scheduler/policy@"), "{text}");
     let text = refusal("other-major");
-    assert!(text.contains("agent-retry:policy@0.5.0") && text.contains("agent-retry:policy@0.4.0"), "{text}");
+    assert!(text.contains("this host speaks agent-retry:policy@0.5.0") && text.contains("the component speaks agent-retry:policy@"), "{text}");
 }
 
 /// Freed memory is reused across sizes: bodies of 20, 10, 5, 2.5 and 1.25 MB
@@ -557,7 +566,8 @@ fn one_instance_takes_shrinking_bodies_that_a_fresh_one_takes() {
     let mut policy = agent_retry_host::dynamic::DynamicPolicy::new(&component()).unwrap();
     policy.load_policy("{}").unwrap();
     for size in [20 << 20, 10 << 20, 5 << 20, 5 << 19, 5 << 18] {
-        let failure = serde_json::json!({"kind": {"http-status": 503}, "headers": [], "body": "x".repeat(size), "structured-content": null});
+        let failure = serde_json::json!({"kind": {"http-status": 503}, "headers": "", "body": "x".repeat(size), "structured-content": null,
+            "session-id-sent": false, "delivery": "answer-started"});
         let class = policy.classify(&failure, 0).unwrap_or_else(|e| panic!("a body of {size} bytes: {e}"));
         assert_eq!(class["class"], "transient", "{size}");
     }
@@ -565,29 +575,19 @@ fn one_instance_takes_shrinking_bodies_that_a_fresh_one_takes() {
 
 /// A run keeps the bodies of its calls in flight only: 2,000 calls, each
 /// failing once with a 60 KB body and then succeeding (120 MB of bodies), fit
-/// in one instance's 64 MiB, on the flat path and the rich one.
+/// in one instance's 64 MiB.
 #[test]
 fn a_run_does_not_keep_the_bodies_of_finished_calls() {
     let mut instance = component().instantiate(services()).unwrap();
     let config = r#"{"max-steps-per-run": 100000, "max-retries-per-run": 100000, "tools": {"lookup_order": {"effect": "read"}}}"#;
     let policy = instance.load_policy(config).unwrap().unwrap();
     let run = instance.start_run(&policy, "bodies").unwrap().unwrap();
-    let request = CallRequest { tool: "lookup_order".into(), idempotency_key: None, hints: None };
-    let failure = Failure { kind: FailureKind::HttpStatus(503), headers: vec![], body: "b".repeat(60_000), structured_content: None };
+    let failure = Observation::new(FailureKind::HttpStatus(503), &[], "b".repeat(60_000));
     for i in 0..2_000u32 {
-        let start = instance.begin_call_flat(&run, &request, 1).unwrap().unwrap();
-        let flat = i % 2 == 0;
-        let retried = if flat {
-            let verdict = instance.record_failure(&run, start.call_id, 1, &failure, 1, Some(1)).unwrap_or_else(|e| panic!("call {i}: {e}")).unwrap();
-            assert_eq!(verdict.action, agent_retry_host::component::types::ActionKind::Retry, "call {i}");
-            verdict.attempt + 1
-        } else {
-            let outcome = Outcome::Failure(failure.clone());
-            match instance.record_outcome(&run, start.call_id, 1, &outcome, 1, Some(1)).unwrap_or_else(|e| panic!("call {i}: {e}")).unwrap().action {
-                Action::Retry(plan) => plan.attempt,
-                other => panic!("call {i}: {other:?}"),
-            }
-        };
+        let start = begin(&mut instance, &run, "lookup_order", None, 1).unwrap().expect("admitted");
+        let verdict = instance.record_failure(&run, start.call_id, 1, &failure, None, 1, Some(1)).unwrap_or_else(|e| panic!("call {i}: {e}")).unwrap();
+        assert_eq!(verdict.action, ActionKind::Retry, "call {i}");
+        let retried = verdict.attempt + 1;
         instance.record_success(&run, start.call_id, retried, 1).unwrap().unwrap();
     }
     println!("2,000 calls with a 60 KB body each: {} bytes of linear memory", instance.memory_bytes());
@@ -600,12 +600,14 @@ fn a_run_does_not_keep_the_bodies_of_finished_calls() {
 fn a_hundred_thousand_runs_in_flight_fit_in_one_instance() {
     let mut instance = component().instantiate(services()).unwrap();
     let policy = instance.load_policy("{}").unwrap().unwrap();
-    let request = CallRequest { tool: "lookup_order".into(), idempotency_key: Some("ar1-00000000000000000000000000000000".into()), hints: None };
     let mut runs = Vec::with_capacity(100_000);
     for i in 0..100_000u32 {
         let run = instance.start_run(&policy, &format!("CASE-{i:06}")).unwrap_or_else(|e| panic!("run {i}: {e}")).unwrap();
-        let admitted = instance.begin_call(&run, &request, 1).unwrap_or_else(|e| panic!("run {i}: {e} ({} bytes)", instance.memory_bytes())).unwrap();
-        assert!(matches!(admitted, Admission::Send(_)));
+        let admitted = instance
+            .begin_call(&run, "lookup_order", Some("ar1-00000000000000000000000000000000"), None, 1)
+            .unwrap_or_else(|e| panic!("run {i}: {e} ({} bytes)", instance.memory_bytes()))
+            .unwrap();
+        assert!(admitted.admitted);
         runs.push(run);
     }
     let memory_bytes = instance.memory_bytes();

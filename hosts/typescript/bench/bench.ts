@@ -1,6 +1,6 @@
 // The decision benchmark in Node (jco), as docs/benchmark.md defines it for
-// every host: one iteration is three calls in one run through the flat hot path
-// (contract 0.4.0: `begin-call-flat`, `record-failure`, `record-success`):
+// every host: one iteration is three calls in one run through the run path
+// (contract 0.5.0: `begin-call`, `record-failure`, `record-success`):
 //
 //   1. a keyed write (`issue_refund`) fails with 503, is retried, succeeds;
 //   2. a read (`lookup_order`) is throttled (429, `retry-after: 1`), retried, succeeds;
@@ -20,8 +20,6 @@
 // - p-retry: `pRetry` with `retries: 1, minTimeout: 0, maxTimeout: 0` (p-retry
 //   sets no timer for a delay of 0); per call: a function that succeeds at
 //   once; per attempt: one that fails once then succeeds, minus that;
-// - the rich path (`beginCall` + `recordOutcome`, contract 0.3.0's calls) on the
-//   same scenario, for comparison.
 //
 // No decision's prose is asked for (`lastDecision`), no delay is slept, a run
 // is replaced every 1,000 iterations.
@@ -38,8 +36,7 @@ import pRetry from 'p-retry';
 
 import { EmbeddedAccounts } from '../src/accounts.js';
 import { PolicyComponent, defaultCacheDir, type Policy, type PolicyInstance } from '../src/component.js';
-import type { Failure, FailureKind, Outcome } from '../src/index.js';
-import { joinedHeaders } from '../src/limits.js';
+import type { Observation } from '../src/index.js';
 import { FUEL_PER_CALL } from '../src/sandbox.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -50,11 +47,8 @@ const CONFIG = JSON.stringify({
   tools: { issue_refund: { effect: 'write' }, lookup_order: { effect: 'read' } },
 });
 const KEY = `ar1-${'0123456789abcdef'.repeat(2)}`;
-const F503: Failure = { kind: { tag: 'http-status', val: 503 }, headers: [], body: 'upstream unavailable' };
-const F429: Failure = { kind: { tag: 'http-status', val: 429 }, headers: [['retry-after', '1']], body: 'slow down' };
-const O503: Outcome = { tag: 'failure', val: F503 };
-const O429: Outcome = { tag: 'failure', val: F429 };
-const SUCCESS: Outcome = { tag: 'success' };
+const F503: Observation = { kind: { tag: 'http-status', val: 503 }, headers: '', body: 'upstream unavailable', sessionIdSent: false, delivery: 'answer-started' };
+const F429: Observation = { kind: { tag: 'http-status', val: 429 }, headers: 'retry-after: 1', body: 'slow down', sessionIdSent: false, delivery: 'answer-started' };
 const ENTROPY = 0x123456789abcdef0n;
 const T0 = 1_764_460_800_000n;
 const RUN_ITERATIONS = 1_000;
@@ -83,13 +77,13 @@ function flatSubject(label: string, policy: Policy): Subject {
           run = policy.startRun(`bench-${i}`);
         }
         const now = T0 + BigInt(i);
-        let start = run.beginCallFlat('issue_refund', KEY, undefined, now);
-        run.recordFailure(start.callId, 1, F503, now, ENTROPY);
+        let start = run.beginCall('issue_refund', KEY, undefined, now);
+        run.recordFailure(start.callId, 1, F503, undefined, now, ENTROPY);
         run.recordSuccess(start.callId, 2, now);
-        start = run.beginCallFlat('lookup_order', undefined, undefined, now);
-        run.recordFailure(start.callId, 1, F429, now, ENTROPY);
+        start = run.beginCall('lookup_order', undefined, undefined, now);
+        run.recordFailure(start.callId, 1, F429, undefined, now, ENTROPY);
         run.recordSuccess(start.callId, 2, now);
-        start = run.beginCallFlat('lookup_order', undefined, undefined, now);
+        start = run.beginCall('lookup_order', undefined, undefined, now);
         run.recordSuccess(start.callId, 1, now);
       }
       run.close();
@@ -102,47 +96,8 @@ function flatSubject(label: string, policy: Policy): Subject {
           run = policy.startRun(`bench-${i}`);
         }
         const now = T0 + BigInt(i);
-        const start = run.beginCallFlat('lookup_order', undefined, undefined, now);
+        const start = run.beginCall('lookup_order', undefined, undefined, now);
         run.recordSuccess(start.callId, 1, now);
-      }
-      run.close();
-    },
-  };
-}
-
-/** The typed API through the sandbox: the rich path. */
-function richSubject(label: string, policy: Policy): Subject {
-  const callId = (admission: ReturnType<ReturnType<Policy['startRun']>['beginCall']>) => (admission.tag === 'send' ? admission.val.callId : 0);
-  return {
-    label,
-    scenario(n) {
-      let run = policy.startRun('bench');
-      for (let i = 0; i < n; i++) {
-        if (i % RUN_ITERATIONS === RUN_ITERATIONS - 1) {
-          run.close();
-          run = policy.startRun(`bench-${i}`);
-        }
-        const now = T0 + BigInt(i);
-        let id = callId(run.beginCall({ tool: 'issue_refund', idempotencyKey: KEY }, now));
-        run.recordOutcome(id, 1, O503, now, ENTROPY);
-        run.recordOutcome(id, 2, SUCCESS, now, ENTROPY);
-        id = callId(run.beginCall({ tool: 'lookup_order' }, now));
-        run.recordOutcome(id, 1, O429, now, ENTROPY);
-        run.recordOutcome(id, 2, SUCCESS, now, ENTROPY);
-        id = callId(run.beginCall({ tool: 'lookup_order' }, now));
-        run.recordOutcome(id, 1, SUCCESS, now, ENTROPY);
-      }
-      run.close();
-    },
-    success(n) {
-      let run = policy.startRun('bench');
-      for (let i = 0; i < n; i++) {
-        if (i % RUN_ITERATIONS === RUN_ITERATIONS - 1) {
-          run.close();
-          run = policy.startRun(`bench-${i}`);
-        }
-        const now = T0 + BigInt(i);
-        run.recordOutcome(callId(run.beginCall({ tool: 'lookup_order' }, now)), 1, SUCCESS, now, ENTROPY);
       }
       run.close();
     },
@@ -151,9 +106,9 @@ function richSubject(label: string, policy: Policy): Subject {
 
 /** jco's exports of a run, called directly (no sandbox). */
 interface RawRun {
-  beginCallFlat(tool: string, key: string | undefined, hints: undefined, now: bigint): { callId: number };
+  beginCall(tool: string, key: string | undefined, hints: undefined, now: bigint): { callId: number };
   recordSuccess(callId: number, attempt: number, now: bigint): unknown;
-  recordFailure(callId: number, attempt: number, kind: FailureKind, headers: string, body: string, structured: string | undefined, now: bigint, entropy: bigint): unknown;
+  recordFailure(callId: number, attempt: number, observation: Observation, timeLeftMs: bigint | undefined, now: bigint, entropy: bigint): unknown;
   [Symbol.dispose](): void;
 }
 interface RawPolicy {
@@ -173,13 +128,13 @@ function rawSubject(label: string, policy: RawPolicy): Subject {
           run = policy.startRun(`bench-${i}`);
         }
         const now = T0 + BigInt(i);
-        let start = run.beginCallFlat('issue_refund', KEY, undefined, now);
-        run.recordFailure(start.callId, 1, F503.kind, joinedHeaders(F503.headers), F503.body, undefined, now, ENTROPY);
+        let start = run.beginCall('issue_refund', KEY, undefined, now);
+        run.recordFailure(start.callId, 1, F503, undefined, now, ENTROPY);
         run.recordSuccess(start.callId, 2, now);
-        start = run.beginCallFlat('lookup_order', undefined, undefined, now);
-        run.recordFailure(start.callId, 1, F429.kind, joinedHeaders(F429.headers), F429.body, undefined, now, ENTROPY);
+        start = run.beginCall('lookup_order', undefined, undefined, now);
+        run.recordFailure(start.callId, 1, F429, undefined, now, ENTROPY);
         run.recordSuccess(start.callId, 2, now);
-        start = run.beginCallFlat('lookup_order', undefined, undefined, now);
+        start = run.beginCall('lookup_order', undefined, undefined, now);
         run.recordSuccess(start.callId, 1, now);
       }
       run[Symbol.dispose]();
@@ -192,7 +147,7 @@ function rawSubject(label: string, policy: RawPolicy): Subject {
           run = policy.startRun(`bench-${i}`);
         }
         const now = T0 + BigInt(i);
-        run.recordSuccess(run.beginCallFlat('lookup_order', undefined, undefined, now).callId, 1, now);
+        run.recordSuccess(run.beginCall('lookup_order', undefined, undefined, now).callId, 1, now);
       }
       run[Symbol.dispose]();
     },
@@ -277,10 +232,10 @@ async function workerRoundTripUs(n: number, rounds: number): Promise<number> {
 /** The scenario's decisions, checked once on the real component before anything is timed. */
 function checkScenario(policy: Policy): void {
   const run = policy.startRun('check');
-  const write = run.beginCallFlat('issue_refund', KEY, undefined, T0);
-  const retryWrite = run.recordFailure(write.callId, 1, F503, T0, ENTROPY);
-  const read = run.beginCallFlat('lookup_order', undefined, undefined, T0);
-  const retryRead = run.recordFailure(read.callId, 1, F429, T0, ENTROPY);
+  const write = run.beginCall('issue_refund', KEY, undefined, T0);
+  const retryWrite = run.recordFailure(write.callId, 1, F503, undefined, T0, ENTROPY);
+  const read = run.beginCall('lookup_order', undefined, undefined, T0);
+  const retryRead = run.recordFailure(read.callId, 1, F429, undefined, T0, ENTROPY);
   const ok = [write.admitted && write.effect === 'write', retryWrite.action === 'retry', run.recordSuccess(write.callId, 2, T0).action === 'succeed',
     read.admitted && read.effect === 'read', retryRead.action === 'retry' && retryRead.delayMs >= 1_000n && retryRead.hintMs === 1_000n,
     run.recordSuccess(read.callId, 2, T0).action === 'succeed'];
@@ -288,23 +243,23 @@ function checkScenario(policy: Policy): void {
   if (!ok.every(Boolean)) throw new Error(`the scenario is not decided as docs/benchmark.md says: ${JSON.stringify(ok)}`);
 }
 
-/** The most fuel each flat call burned over one run of 1,000 iterations (3,000 calls), and rich for comparison. */
+/** The most fuel each call burned over one run of 1,000 iterations (3,000 calls). */
 function fuelOver(instance: PolicyInstance, policy: Policy): Record<string, number> {
   const most: Record<string, number> = {};
   const note = (name: string) => { most[name] = Math.max(most[name] ?? 0, instance.fuelUsedByLastCall()); };
   const run = policy.startRun('fuel');
   for (let i = 0; i < RUN_ITERATIONS; i++) {
-    let start = run.beginCallFlat('issue_refund', KEY, undefined, T0);
-    note('begin-call-flat');
-    run.recordFailure(start.callId, 1, F503, T0, ENTROPY);
+    let start = run.beginCall('issue_refund', KEY, undefined, T0);
+    note('begin-call');
+    run.recordFailure(start.callId, 1, F503, undefined, T0, ENTROPY);
     note('record-failure (503)');
     run.recordSuccess(start.callId, 2, T0);
     note('record-success');
-    start = run.beginCallFlat('lookup_order', undefined, undefined, T0);
-    run.recordFailure(start.callId, 1, F429, T0, ENTROPY);
+    start = run.beginCall('lookup_order', undefined, undefined, T0);
+    run.recordFailure(start.callId, 1, F429, undefined, T0, ENTROPY);
     note('record-failure (429, retry-after)');
     run.recordSuccess(start.callId, 2, T0);
-    start = run.beginCallFlat('lookup_order', undefined, undefined, T0);
+    start = run.beginCall('lookup_order', undefined, undefined, T0);
     run.recordSuccess(start.callId, 1, T0);
     if (i === 0) {
       run.lastDecision(start.callId);
@@ -312,16 +267,6 @@ function fuelOver(instance: PolicyInstance, policy: Policy): Record<string, numb
     }
   }
   run.close();
-  const rich = policy.startRun('fuel-rich');
-  for (let i = 0; i < RUN_ITERATIONS; i++) {
-    const admission = rich.beginCall({ tool: 'issue_refund', idempotencyKey: KEY }, T0);
-    note('begin-call (rich)');
-    const id = admission.tag === 'send' ? admission.val.callId : 0;
-    rich.recordOutcome(id, 1, O503, T0, ENTROPY);
-    note('record-outcome (503, rich)');
-    rich.recordOutcome(id, 2, SUCCESS, T0, ENTROPY);
-  }
-  rich.close();
   return most;
 }
 
@@ -352,7 +297,6 @@ async function main(): Promise<void> {
     flatSubject('no-op floor, flat path', noopPolicy),
     rawSubject('policy, flat path, unsandboxed', await unsandboxed(resolve(here, '../generated'))),
     rawSubject('no-op floor, flat path, unsandboxed', await unsandboxed(join(cacheDir, noop.wasmSha256))),
-    richSubject('policy, rich path (beginCall + recordOutcome)', policy),
   ];
 
   const pRetryOptions = { retries: 1, minTimeout: 0, maxTimeout: 0 };
@@ -399,7 +343,7 @@ async function main(): Promise<void> {
   const fuel = fuelOver(instance, policy);
 
   const figures = samples.map((s) => ({ success: median(s.success), failed: median(s.failed), scenario: median(s.scenario) }));
-  const [flat, floor, rawFlat, rawFloor, rich] = figures;
+  const [flat, floor, rawFlat, rawFloor] = figures;
   const pCall = median(pRetrySamples.call);
   const pAttempt = median(pRetrySamples.attempt);
   const us = (v: number) => `${v.toFixed(2).padStart(7)} µs`;
@@ -419,7 +363,6 @@ async function main(): Promise<void> {
   console.log(`node: the sandbox's cost (fuel metering, memory cap, argument checks): scenario ${us(flat.scenario - rawFlat.scenario).trim()} ` +
     `(${((flat.scenario / rawFlat.scenario - 1) * 100).toFixed(0)}%), failed attempt ${x(flat.failed, rawFlat.failed)}, successful call ${x(flat.success, rawFlat.success)}; ` +
     `on the floor: scenario ${x(floor.scenario, rawFloor.scenario)}`);
-  console.log(`node: rich path / flat path: failed attempt ${x(rich.failed, flat.failed)}, successful call ${x(rich.success, flat.success)}`);
   console.log(`node: a worker thread instead (the design not taken): an empty Atomics round trip ${roundTrip.toFixed(1)} µs a call, ` +
     'before any argument is serialised');
   console.log(`node: fuel, the most one call burned over a run of ${RUN_ITERATIONS} iterations (of ${FUEL_PER_CALL} a call): ` +

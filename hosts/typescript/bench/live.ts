@@ -20,12 +20,11 @@ import { join } from 'node:path';
 import { EmbeddedAccounts } from '../src/accounts.js';
 import { locateComponent } from '../src/component.js';
 import { Integrity, LivePolicy } from '../src/live.js';
-import type { Outcome } from '../src/index.js';
+import type { Observation } from '../src/index.js';
 
 const CONFIG = { 'max-steps-per-run': 1_000_000, 'max-retries-per-run': 100_000, 'max-attempts-per-call': 100 };
-const FAILURE: Outcome = {
-  tag: 'failure',
-  val: { kind: { tag: 'http-status', val: 503 }, headers: [['retry-after', '1']], body: 'upstream unavailable' },
+const FAILURE: Observation = {
+  kind: { tag: 'http-status', val: 503 }, headers: 'retry-after: 1', body: 'upstream unavailable', sessionIdSent: false, delivery: 'answer-started',
 };
 const arg = (name: string, fallback: number) => {
   const i = process.argv.indexOf(`--${name}`);
@@ -73,9 +72,9 @@ async function main(): Promise<void> {
           run = policy.startRun(`bench-${n}`);
         }
         const now = 1_764_460_800_000n + BigInt(n);
-        const admission = run.beginCall({ tool: 'lookup_order', idempotencyKey: 'ar1-key' }, now);
-        if (admission.tag !== 'send') throw new Error('the bench run was refused');
-        run.recordOutcome(admission.val.callId, 1, FAILURE, now, 0x123456789abcdef0n);
+        const start = run.beginCall('lookup_order', 'ar1-key', undefined, now);
+        if (!start.admitted) throw new Error('the bench run was refused');
+        run.recordFailure(start.callId, 1, FAILURE, undefined, now, 0x123456789abcdef0n);
         policy.nextDelay(1, undefined, 0x0fedcba987654321n);
       }
       last = performance.now();

@@ -4,7 +4,8 @@
 //   const instance = await component.instantiate();     // one per run or worker
 //   const policy = instance.loadPolicy({ 'max-attempts-per-call': 3 });
 //   const run = policy.startRun('CASE-5016');
-//   const admission = run.beginCall({ tool: 'lookup_order' }, nowMs());
+//   const start = run.beginCall('lookup_order', key, hints, nowMs());
+//   const verdict = run.recordFailure(start.callId, 1, observation, undefined, nowMs());
 //
 // Which transpilation runs: the one the package carries (generated/, no
 // dependency) when the .wasm in force is the component it was made from, or no
@@ -46,7 +47,7 @@ import {
   PolicyInputTooLarge, PolicyMemoryExceeded, PolicyOutOfFuel, PolicyTrap, RunMisuse,
 } from './errors.js';
 import {
-  MAX_BODY_BYTES, MAX_CONFIG_BYTES, MAX_STRUCTURED_BYTES, boundedFailure, boundedOutcome, cutUtf8, exceedsUtf8, joinedHeaders, overLimit, utf8Length,
+  MAX_CONFIG_BYTES, boundedDetail, boundedObservation, overLimit, utf8Length,
 } from './limits.js';
 import { FUEL_EXPORT, FUEL_PER_CALL, FUEL_PER_CONFIG_BYTE, GROW_FAILED_EXPORT, MAX_MEMORY_BYTES, instrumentCoreModule } from './sandbox.js';
 import { FUNCTIONS, TYPES, ValueConversionError, checkJco, jcoProblem } from './wit.js';
@@ -360,7 +361,7 @@ export class PolicyComponent {
     /** Which transpilation runs: the package's own (`bundled`), a `generatedDir`
      *  (`generated`), one found in the cache (`cache`) or made by this load (`transpiled`). */
     readonly origin: ComponentOrigin,
-    /** The contract version the component speaks (from its export names), e.g. `0.4.0`. */
+    /** The contract version the component speaks (from its export names), e.g. `0.5.0`. */
     readonly contractVersion: string,
   ) {}
 
@@ -371,7 +372,7 @@ export class PolicyComponent {
   }
 
   /** Which policy this is, for logs: `agent-retry:policy@<contract version> wasm
-   *  <first 12 hex digits of the .wasm's SHA-256>`, e.g. `agent-retry:policy@0.4.0
+   *  <first 12 hex digits of the .wasm's SHA-256>`, e.g. `agent-retry:policy@0.5.0
    *  wasm 0c1b894cf1b1`. Every instance says it too (`policyIdentity`), and the MCP
    *  wrapper logs it on every attempt line. */
   get identity(): string {
@@ -595,8 +596,8 @@ export class PolicyInstance {
     /** The identity of the component this is an instance of (`PolicyComponent.identity`):
      *  `agent-retry:policy@<version> wasm <12 hex digits>`. */
     readonly policyIdentity: string = UNKNOWN_POLICY_IDENTITY,
-    /** Where `Run.recordFailure` draws entropy when given none (the instance's
-     *  `wasi:random` source, as `recordOutcome` without entropy draws it). */
+    /** Where `Run.recordFailure` and `Run.recordStatusCheck` draw entropy when
+     *  given none (the instance's `wasi:random` source). */
     private entropySource?: EntropySource,
   ) {}
 
@@ -689,7 +690,16 @@ export class PolicyInstance {
     return this.guard('derive-idempotency-key', () => this.exports.deriveIdempotencyKey(runId, actionId));
   }
 
-  /** `rule-names` (contract 0.4.0): the names of the rules a decision can name,
+  /** `read-probe-answer` (contract 0.5.0): what an answer to the v2 SDK's
+   *  `server/discover` probe that is not a discovery result means: `failure`
+   *  (the connect attempt failed) or `older-server` (fall back to the
+   *  handshake). The component decides; no host keeps a rule of its own. */
+  readProbeAnswer(httpStatus: number | undefined, jsonRpcCode: number | undefined): Wit.ProbeAnswer {
+    checkArgs('read-probe-answer', [httpStatus, jsonRpcCode]);
+    return this.guard('read-probe-answer', () => this.exports.readProbeAnswer(httpStatus, jsonRpcCode));
+  }
+
+  /** `rule-names`: the names of the rules a decision can name,
    *  in the order `Verdict.ruleIndex` indexes; `ruleNames()[v.ruleIndex]` is the
    *  `rule` of the same decision. Asked of the component once per instance (the
    *  list is fixed per component), then kept. */
@@ -763,11 +773,11 @@ export class Policy extends Handle<JcoPolicy> {
   effectiveConfig(): string {
     return this.instance.guard('effective-config', () => this.resource.effectiveConfig(), this.configBytes);
   }
-  /** Classifies a failure (cut to the host's limits first, src/limits.ts). */
-  classify(failure: Wit.Failure, now: bigint | number): Wit.Classification {
+  /** Classifies an observation (cut to the host's limits first, src/limits.ts). */
+  classify(observation: Wit.Observation, now: bigint | number): Wit.Classification {
     const at = big(now);
-    checkArgs('[method]policy.classify', [failure, at]);
-    const bounded = boundedFailure(failure);
+    checkArgs('[method]policy.classify', [observation, at]);
+    const bounded = boundedObservation(observation);
     return this.instance.guard('classify', () => this.resource.classify(bounded, at));
   }
   /** The delay before retry number `retry` (1 for the first); no entropy: wasi:random. */
@@ -791,51 +801,30 @@ export class Run extends Handle<JcoRun> {
   constructor(instance: PolicyInstance, handle: JcoRun, readonly runId: string) {
     super(instance, handle);
   }
-  /** Asks to begin a call. Throws `RunMisuse` for the component's run-error
-   *  (`too-large` for a tool name or idempotency key over 256 bytes, answered
-   *  without crossing the boundary). */
-  beginCall(call: Wit.CallRequest, now: bigint | number): Wit.Admission {
-    const at = big(now);
-    checkArgs('[method]run.begin-call', [call, at]);
-    const over = overLimit('tool', call.tool) ?? (call.idempotencyKey === undefined ? undefined : overLimit('idempotency-key', call.idempotencyKey));
-    if (over) throw tooLarge(over);
-    return misuse(() => this.instance.guard('begin-call', () => this.resource.beginCall(call, at)));
-  }
-  /** Records what attempt `attempt` of call `callId` returned (1 for the first,
-   *  then each retry plan's `attempt`; for a status check, the attempt whose
-   *  effect was checked) and returns what to do. A second report of one attempt
-   *  throws `RunMisuse` (`attempt-mismatch`) and changes nothing. The outcome is
-   *  cut to the host's limits first (src/limits.ts). Arguments outside their WIT
-   *  types (a u16 status of 66039) throw `ValueConversionError` before anything
-   *  reaches the component. */
-  recordOutcome(callId: number, attempt: number, outcome: Wit.Outcome, now: bigint | number, entropy?: bigint): Wit.Decision {
-    const at = big(now);
-    checkArgs('[method]run.record-outcome', [callId, attempt, outcome, at, entropy]);
-    const bounded = boundedOutcome(outcome);
-    return misuse(() => this.instance.guard('record-outcome', () => this.resource.recordOutcome(callId, attempt, bounded, at, entropy)));
-  }
-  // The flat hot path (contract 0.4.0): few values across the boundary each way,
-  // the prose left in the guest until `lastDecision` asks for it.
-
-  /** `beginCall` in flat values: the same checks, limits, budgets and effect. A
-   *  call not admitted (`admitted` false) escalated the run: `escalation()` gives
-   *  the hand-off. Throws `RunMisuse` for the component's run-error (`too-large`
-   *  for a tool name or key over 256 bytes, answered without crossing). */
-  beginCallFlat(tool: string, idempotencyKey: string | undefined, hints: Wit.ToolHints | undefined, now: bigint | number): Wit.CallStart {
+  /** Asks to begin a call of `tool` with its idempotency key and MCP hints.
+   *  A call not admitted (`admitted` false) escalated the run: `escalation()`
+   *  gives the hand-off. Throws `RunMisuse` for the component's run-error
+   *  (`too-large` for a tool name or key over 256 bytes, answered without
+   *  crossing the boundary). */
+  beginCall(tool: string, idempotencyKey: string | undefined, hints: Wit.ToolHints | undefined, now: bigint | number): Wit.CallStart {
     const at = typeof now === 'bigint' ? now : big(now);
     if (typeof tool !== 'string' || !(idempotencyKey === undefined || typeof idempotencyKey === 'string') || !isU64(at) ||
       (hints !== undefined && jcoProblem(hints, TYPES.toolHints) !== undefined)) {
-      checkArgs('[method]run.begin-call-flat', [tool, idempotencyKey, hints, at]);
+      checkArgs('[method]run.begin-call', [tool, idempotencyKey, hints, at]);
     }
     const over = overLimit('tool', tool) ?? (idempotencyKey === undefined ? undefined : overLimit('idempotency-key', idempotencyKey));
     if (over) throw tooLarge(over);
     const resource = this.resource;
-    return misuse(() => this.instance.guard('begin-call-flat', () => resource.beginCallFlat(tool, idempotencyKey, hints, at)));
+    return misuse(() => this.instance.guard('begin-call', () => resource.beginCall(tool, idempotencyKey, hints, at)));
   }
 
-  /** `recordOutcome` of a success, answered flat (`Verdict`: the action's case,
-   *  the class, the attempt, a retry's delay, the hint, the rule's index into
-   *  `ruleNames()`, whether `lastDecision` has words for the model or a person). */
+  /** Reports that attempt `attempt` of call `callId` returned a usable result
+   *  (1 for the first attempt, then `verdict.attempt + 1` after each retry).
+   *  A second report of one attempt throws `RunMisuse` (`attempt-mismatch`)
+   *  and changes nothing. The verdict: the action's case, the class, the
+   *  attempt, a retry's delay, the hint, the rule's index into `ruleNames()`,
+   *  whether `lastDecision` has words for the model or a person, and whether a
+   *  retry needs a new session first (`reconnect`). */
   recordSuccess(callId: number, attempt: number, now: bigint | number): Wit.Verdict {
     const at = typeof now === 'bigint' ? now : big(now);
     if (!isU32(callId) || !isU32(attempt) || !isU64(at)) checkArgs('[method]run.record-success', [callId, attempt, at]);
@@ -845,41 +834,71 @@ export class Run extends Handle<JcoRun> {
       misuse(() => this.instance.guard('record-success', () => resource.recordSuccess(callId, attempt, at))));
   }
 
-  /** `recordOutcome` of a failure, passed flat and answered flat: it decides
-   *  exactly what `recordOutcome` decides of the same failure. The failure is cut
-   *  to the host's limits first (src/limits.ts, as for `recordOutcome`), then its
-   *  headers are joined into `name: value` lines (`joinedHeaders`: a `\r` or
-   *  `\n` in a name or value becomes a space). `entropy`: the jitter's; none
-   *  draws it from the instance's entropy source (as `wasi:random` would). */
-  recordFailure(callId: number, attempt: number, failure: Wit.Failure, now: bigint | number, entropy?: bigint): Wit.Verdict {
+  /** Reports an attempt whose result is empty, partial or wrong; `detail` says
+   *  what was wrong (cut to `MAX_BODY_BYTES`). */
+  recordEmptyResult(callId: number, attempt: number, detail: string, now: bigint | number): Wit.Verdict {
     const at = typeof now === 'bigint' ? now : big(now);
-    if (jcoProblem(failure, TYPES.failure) !== undefined) checkJco(failure, TYPES.failure, 'record-failure failure');
-    if (!isU32(callId) || !isU32(attempt) || !isU64(at) || !(entropy === undefined || isU64(entropy))) {
-      checkArgs('[method]run.record-failure', [callId, attempt, failure.kind, '', '', undefined, at, entropy ?? 0n]);
+    if (!isU32(callId) || !isU32(attempt) || typeof detail !== 'string' || !isU64(at)) {
+      checkArgs('[method]run.record-empty-result', [callId, attempt, detail, at]);
     }
-    let body = failure.body;
-    if (exceedsUtf8(body, MAX_BODY_BYTES)) body = cutUtf8(body, MAX_BODY_BYTES);
-    let structured = failure.structuredContent;
-    if (structured !== undefined && exceedsUtf8(structured, MAX_STRUCTURED_BYTES)) structured = undefined; // cut JSON is not JSON
-    const headers = joinedHeaders(failure.headers);
-    const kind = failure.kind;
+    const bounded = boundedDetail(detail);
+    const rules = this.instance.ruleNames().length;
+    const resource = this.resource;
+    return this.checked('record-empty-result', rules,
+      misuse(() => this.instance.guard('record-empty-result', () => resource.recordEmptyResult(callId, attempt, bounded, at))));
+  }
+
+  /** Reports a failed attempt as it was observed (raw: the status, headers and
+   *  body as received, whether an `Mcp-Session-Id` was sent, how far the
+   *  request got); the policy decides what it means. The observation is cut to
+   *  the host's limits first (src/limits.ts). `timeLeftMs`: the time to the
+   *  call's or run's deadline, if there is one (undefined: none). `entropy`:
+   *  the jitter's; none draws it from the instance's entropy source (as
+   *  `wasi:random` would). Arguments outside their WIT types (a u16 status of
+   *  66039) throw `ValueConversionError` before anything reaches the component. */
+  recordFailure(callId: number, attempt: number, observation: Wit.Observation, timeLeftMs: bigint | number | undefined,
+    now: bigint | number, entropy?: bigint): Wit.Verdict {
+    const at = typeof now === 'bigint' ? now : big(now);
+    const left = timeLeftMs === undefined ? undefined : typeof timeLeftMs === 'bigint' ? timeLeftMs : big(timeLeftMs);
     const jitter = entropy ?? this.instance.nextEntropy();
+    if (jcoProblem(observation, TYPES.observation) !== undefined) checkJco(observation, TYPES.observation, 'record-failure observation');
+    if (!isU32(callId) || !isU32(attempt) || !isU64(at) || !isU64(jitter) || !(left === undefined || isU64(left))) {
+      checkArgs('[method]run.record-failure', [callId, attempt, observation, left, at, jitter]);
+    }
+    const bounded = boundedObservation(observation);
     const rules = this.instance.ruleNames().length;
     const resource = this.resource;
     return this.checked('record-failure', rules, misuse(() => this.instance.guard('record-failure', () =>
-      resource.recordFailure(callId, attempt, kind, headers, body, structured, at, jitter))));
+      resource.recordFailure(callId, attempt, bounded, left, at, jitter))));
   }
 
-  /** A verdict whose rule is one of `rule-names` (jco checked the rest as it lifted it). */
+  /** Reports what the status check a `check-status` verdict asked for found,
+   *  for the attempt whose effect was checked. `timeLeftMs` and `entropy` as
+   *  for `recordFailure`. */
+  recordStatusCheck(callId: number, attempt: number, result: Wit.StatusCheckResult, timeLeftMs: bigint | number | undefined,
+    now: bigint | number, entropy?: bigint): Wit.Verdict {
+    const at = typeof now === 'bigint' ? now : big(now);
+    const left = timeLeftMs === undefined ? undefined : typeof timeLeftMs === 'bigint' ? timeLeftMs : big(timeLeftMs);
+    const jitter = entropy ?? this.instance.nextEntropy();
+    checkArgs('[method]run.record-status-check', [callId, attempt, result, left, at, jitter]);
+    const rules = this.instance.ruleNames().length;
+    const resource = this.resource;
+    return this.checked('record-status-check', rules, misuse(() => this.instance.guard('record-status-check', () =>
+      resource.recordStatusCheck(callId, attempt, result, left, at, jitter))));
+  }
+
+  /** A verdict whose rule is one of `rule-names` and that reconnects only to retry (jco checked the rest as it lifted it). */
   private checked(name: string, rules: number, verdict: Wit.Verdict): Wit.Verdict {
     if (verdict.ruleIndex >= rules) {
       throw this.instance.violation(name, `rule-index ${verdict.ruleIndex} is outside rule-names (${rules} names)`);
     }
+    if (verdict.reconnect && verdict.action !== 'retry') {
+      throw this.instance.violation(name, `reconnect is set on a ${verdict.action} verdict (only a retry reconnects)`);
+    }
     return verdict;
   }
 
-  /** The run's last decision in full (of `recordOutcome`, `recordSuccess` or
-   *  `recordFailure`) if it was about call `callId`: the reason, a replan's
+  /** The run's last decision in full (of any report) if it was about call `callId`: the reason, a replan's
    *  message, a note, an escalation; `undefined` if the last decision was about
    *  another call, or there was none. The guest builds its prose only now. */
   lastDecision(callId: number): Wit.Decision | undefined {

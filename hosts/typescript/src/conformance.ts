@@ -5,15 +5,21 @@
 // inputs are converted from canonical JSON by each function's WIT parameter
 // types (wit.ts), outputs converted back and matched against the expectations.
 //
-// Flat mode (`{ flat: true }`, contract 0.4.0) runs a case through the hot path
-// instead: a `begin-call` step as `begin-call-flat` (+ `escalation()` when the
-// call is not admitted), a `record-outcome` of a success or a failure as
-// `record-success` / `record-failure` (headers joined as `Run.recordFailure`
-// joins them) + `last-decision(call-id)`, each turned back into the rich
-// answer; every other step as in rich mode. Each verdict must agree with the
-// decision `last-decision` gives (action, class, attempt, delay, hint, rule,
-// whether it has a note), and the outputs must equal rich mode's exactly.
-// `runAll` runs every case both ways; `--dump` writes rich mode's outputs.
+// The vectors keep their readable steps (`begin-call` with a `call`,
+// `record-outcome` with an `outcome`, `classify` with a readable `failure`);
+// contract 0.5.0 has one run path, and this module is the one place that
+// translates the readable steps onto it (`readableObservation`, `runStep`):
+// `begin-call` -> `begin-call` (+ `escalation()` when the call is not
+// admitted); `record-outcome` of a success -> `record-success`, of an empty
+// result -> `record-empty-result`, of a failure -> `record-failure` with an
+// observation built from the readable failure (header pairs joined as
+// `name: value` lines, `session-id-sent` false and `delivery` `unknown` when
+// absent), of a status check -> `record-status-check`; each report's answer is
+// `last-decision(call-id)`, after checking that the verdict says what it says
+// (action, class, attempt, delay, hint, rule, has-note, reconnect).
+//
+// observations.json has its own shape (`runObservationFile`): each case is one
+// raw observation of a `lookup_order` call and the verdict it must produce.
 //
 //   node dist/src/conformance.js [VECTOR_DIR] [--dump OUTPUTS.jsonl]
 //
@@ -27,7 +33,8 @@ import { PolicyComponent, type PolicyInstance } from './component.js';
 import { SplitMix64 } from './entropy.js';
 import type * as Wit from '../generated/interfaces/agent-retry-policy-types.js';
 import { joinedHeaders, utf8Length } from './limits.js';
-import { FUNCTIONS, camel, fromJco, parseU64, toJco, type WitType } from './wit.js';
+import { FUNCTIONS, TYPES, camel, fromJco, parseU64, toJco, type WitType } from './wit.js';
+import { bool, list, option, record, string, tuple } from './wit-kinds.js';
 
 /** The clock at the start of every case: 2025-11-30T00:00:00Z. */
 export const DEFAULT_START_MS = 1_764_460_800_000n;
@@ -35,7 +42,11 @@ export const DEFAULT_START_MS = 1_764_460_800_000n;
 export const DEFAULT_ENTROPY = 0x8000_0000_0000_0000n;
 
 const STEP_KEYS = new Set(['op', 'expect', 'now-ms', 'entropy', 'config', 'config-text', 'failure', 'retry', 'hint-ms',
-  'run-id', 'action-id', 'call', 'call-id', 'attempt', 'outcome', 'start', 'max-count', 'comment']);
+  'run-id', 'action-id', 'call', 'call-id', 'attempt', 'outcome', 'start', 'max-count', 'comment', 'time-left-ms', 'http-status',
+  'json-rpc-code']);
+
+/** The file of raw transport observations (its own shape: `runObservationFile`). */
+export const OBSERVATIONS_FILE = 'observations.json';
 
 export const defaultVectorDir = resolve(dirname(fileURLToPath(import.meta.url)), '../../../../tests/vectors');
 
@@ -89,10 +100,11 @@ export function parseVectorFile(text: string): VectorFile {
   return { description: value.description, cases };
 }
 
-/** Every `*.json` in `dir` but schema.json, sorted by name. */
+/** Every `*.json` in `dir` but schema.json and observations.json (its own
+ *  shape: `loadObservationFile`), sorted by name. */
 export function loadVectorFiles(dir: string): Array<{ file: string; cases: VectorCase[] }> {
   return readdirSync(dir)
-    .filter((f) => f.endsWith('.json') && f !== 'schema.json')
+    .filter((f) => f.endsWith('.json') && f !== 'schema.json' && f !== OBSERVATIONS_FILE)
     .sort()
     .map((file) => ({ file, cases: (JSON.parse(readFileSync(join(dir, file), 'utf8')) as { cases: VectorCase[] }).cases }));
 }
@@ -227,8 +239,8 @@ function lowerArg(name: keyof typeof FUNCTIONS, i: number, arg: unknown): unknow
 
 interface State {
   now: bigint;
-  /** Flat mode: the component's `rule-names()` (else undefined: rich mode). */
-  ruleNames?: string[];
+  /** The component's `rule-names()`: a verdict's `rule-index` indexes it. */
+  ruleNames: readonly string[];
   started: boolean;
   /** Per call id, the attempt sent last: 1 after `begin-call` answered `send`,
    *  then each retry plan's `attempt` (what a `record-outcome` reports by default). */
@@ -247,6 +259,47 @@ function at(value: unknown, ...path: string[]): unknown {
 
 const asU32 = (value: unknown): number | undefined =>
   typeof value === 'number' && Number.isInteger(value) && value >= 0 && value <= 0xffffffff ? value : undefined;
+
+/** A readable failure of the vectors: the observation's fields, with the
+ *  headers as `[name, value]` pairs. */
+const READABLE_FAILURE: WitType = record('failure', [['kind', TYPES.failureKind], ['headers', list(tuple(string, string))], ['body', string],
+  ['structured-content', option(string)], ['session-id-sent', bool], ['delivery', TYPES.delivery]]);
+/** A readable `call` of a `begin-call` step. */
+const READABLE_CALL: WitType = record('call', [['tool', string], ['idempotency-key', option(string)], ['hints', option(TYPES.toolHints)]]);
+
+/** A readable failure (canonical JSON) as the contract's observation (jco's
+ *  form): the header pairs joined as `name: value` lines with `\n`;
+ *  `session-id-sent` false and `delivery` `unknown` when absent. Throws a
+ *  `HarnessError` if it does not fit. */
+export function readableObservation(failure: unknown): Wit.Observation {
+  const given = typeof failure === 'object' && failure !== null && !Array.isArray(failure) ? failure as Record<string, unknown> : undefined;
+  const withDefaults = given && !('delivery' in given) ? { ...given, delivery: 'unknown' } : failure;
+  let readable: { kind: Wit.FailureKind; headers: Array<[string, string]>; body: string; structuredContent?: string; sessionIdSent: boolean; delivery: Wit.Delivery };
+  try {
+    readable = toJco(withDefaults, READABLE_FAILURE) as typeof readable;
+  } catch (e) {
+    throw new HarnessError(`failure: ${(e as Error).message}`);
+  }
+  return {
+    kind: readable.kind, headers: joinedHeaders(readable.headers), body: readable.body, structuredContent: readable.structuredContent,
+    sessionIdSent: readable.sessionIdSent, delivery: readable.delivery,
+  };
+}
+
+function readableCall(call: unknown): { tool: string; idempotencyKey?: string; hints?: Wit.ToolHints } {
+  try {
+    return toJco(call, READABLE_CALL) as { tool: string; idempotencyKey?: string; hints?: Wit.ToolHints };
+  } catch (e) {
+    throw new HarnessError(`call: ${(e as Error).message}`);
+  }
+}
+
+function optionalInt(step: Record<string, unknown>, name: string, lo: number, hi: number): number | undefined {
+  const value = step[name];
+  if (value === undefined || value === null) return undefined;
+  if (typeof value === 'number' && Number.isInteger(value) && value >= lo && value <= hi) return value;
+  throw new HarnessError(`"${name}" must be an integer from ${lo} to ${hi} or null`);
+}
 
 function runStep(subject: Subject, step: Record<string, unknown>, state: State): Json {
   if (typeof step !== 'object' || step === null || Array.isArray(step)) throw new HarnessError('a step must be an object');
@@ -269,11 +322,14 @@ function runStep(subject: Subject, step: Record<string, unknown>, state: State):
       throw new HarnessError('load-policy takes "config" (JSON) or "config-text" (a string)');
     }
     case 'classify':
-      return subject.call('[method]policy.classify', subject.needPolicy(), [field(step, 'failure'), state.now]);
+      return subject.callLowered('[method]policy.classify', subject.needPolicy(), [readableObservation(field(step, 'failure')), state.now]);
     case 'next-delay':
       return subject.call('[method]policy.next-delay', subject.needPolicy(), [u32(step, 'retry'), optionalU64(step, 'hint-ms'), entropy]);
     case 'derive-idempotency-key':
       return subject.call('derive-idempotency-key', undefined, [text(step, 'run-id'), text(step, 'action-id')]);
+    case 'read-probe-answer':
+      return subject.callLowered('read-probe-answer', undefined,
+        [optionalInt(step, 'http-status', 0, 0xffff), optionalInt(step, 'json-rpc-code', -(2 ** 31), 2 ** 31 - 1)]);
     case 'start-run': {
       const answer = subject.startRun(text(step, 'run-id'));
       if (at(answer, 'ok') !== undefined) {
@@ -282,27 +338,12 @@ function runStep(subject: Subject, step: Record<string, unknown>, state: State):
       }
       return answer;
     }
-    case 'begin-call': {
-      if (state.ruleNames) return beginCallFlat(subject, step, state);
-      const answer = subject.call('[method]run.begin-call', subject.needRun(), [field(step, 'call'), state.now]);
-      const callId = asU32(at(answer, 'ok', 'send', 'call-id'));
-      if (callId !== undefined) state.attempts.set(callId, 1);
-      return answer;
-    }
+    case 'begin-call':
+      return beginCall(subject, readableCall(field(step, 'call')), state);
     case 'record-outcome': {
       const callId = u32(step, 'call-id');
       const attempt = 'attempt' in step ? u32(step, 'attempt') : state.attempts.get(callId) ?? 1;
-      const outcome = field(step, 'outcome');
-      if (state.ruleNames) {
-        const lowered = lowerArg('[method]run.record-outcome', 2, outcome) as Wit.Outcome;
-        if (lowered.tag === 'success' || lowered.tag === 'failure') {
-          const answer = recordFlat(subject, callId, attempt, lowered, entropy, state);
-          const next = asU32(at(answer, 'ok', 'action', 'retry', 'attempt'));
-          if (next !== undefined) state.attempts.set(callId, next);
-          return answer;
-        }
-      }
-      const answer = subject.call('[method]run.record-outcome', subject.needRun(), [callId, attempt, outcome, state.now, entropy]);
+      const answer = recordOutcome(subject, callId, attempt, field(step, 'outcome'), optionalU64(step, 'time-left-ms'), entropy, state);
       const next = asU32(at(answer, 'ok', 'action', 'retry', 'attempt'));
       if (next !== undefined) state.attempts.set(callId, next);
       return answer;
@@ -316,14 +357,12 @@ function runStep(subject: Subject, step: Record<string, unknown>, state: State):
   }
 }
 
-// Flat mode's steps.
-
-/** A `begin-call` step through `begin-call-flat` (and `escalation()` when the
- *  call is not admitted), answered as `begin-call` answers: `{"ok": admission}`. */
-function beginCallFlat(subject: Subject, step: Record<string, unknown>, state: State): Json {
-  const request = lowerArg('[method]run.begin-call', 0, field(step, 'call')) as Wit.CallRequest;
+/** A `begin-call` step: `begin-call` (and `escalation()` when the call is not
+ *  admitted), answered readably: `{"ok": {"send": {...}}}`, `{"ok": {"escalate":
+ *  escalation}}` or `{"err": run-error}`. */
+function beginCall(subject: Subject, call: { tool: string; idempotencyKey?: string; hints?: Wit.ToolHints }, state: State): Json {
   const run = subject.needRun();
-  const answer = subject.callLowered('[method]run.begin-call-flat', run, [request.tool, request.idempotencyKey, request.hints, state.now]);
+  const answer = subject.callLowered('[method]run.begin-call', run, [call.tool, call.idempotencyKey, call.hints, state.now]);
   const start = at(answer, 'ok') as Record<string, Json> | undefined;
   if (start === undefined) return answer; // {"err": run-error}
   if (start.admitted === true) {
@@ -332,34 +371,51 @@ function beginCallFlat(subject: Subject, step: Record<string, unknown>, state: S
     return { ok: { send: { 'call-id': start['call-id'], 'delay-ms': start['delay-ms'], effect: start.effect, 'safe-to-repeat': start['safe-to-repeat'] } } };
   }
   const escalation = subject.callLowered('[method]run.escalation', run, []);
-  if (escalation === null) throw new HarnessError('begin-call-flat did not admit the call, but escalation() is none');
+  if (escalation === null) throw new HarnessError('begin-call did not admit the call, but escalation() is none');
   return { ok: { escalate: escalation } };
 }
 
-/** A `record-outcome` step of a success or a failure through `record-success` /
- *  `record-failure` + `last-decision(call-id)`, answered as `record-outcome`
- *  answers: `{"ok": decision}` (after checking the verdict against it) or `{"err": run-error}`. */
-function recordFlat(subject: Subject, callId: number, attempt: number, outcome: Wit.Outcome, entropy: bigint, state: State): Json {
-  const run = subject.needRun();
-  let answer: Json;
-  if (outcome.tag === 'success') {
-    answer = subject.callLowered('[method]run.record-success', run, [callId, attempt, state.now]);
-  } else if (outcome.tag === 'failure') {
-    const f = outcome.val;
-    answer = subject.callLowered('[method]run.record-failure', run,
-      [callId, attempt, f.kind, joinedHeaders(f.headers), f.body, f.structuredContent, state.now, entropy]);
-  } else {
-    throw new HarnessError(`flat mode records a success or a failure, not ${outcome.tag}`);
-  }
+/** A readable `outcome` reported on the single path, answered as
+ *  `{"ok": decision}` (`last-decision`, after checking the verdict against it)
+ *  or `{"err": run-error}`. */
+function recordOutcome(subject: Subject, callId: number, attempt: number, outcome: unknown, timeLeft: bigint | null, entropy: bigint,
+  state: State): Json {
+  const answer = report(subject, callId, attempt, outcome, timeLeft ?? undefined, entropy, state);
   const verdict = at(answer, 'ok') as Record<string, Json> | undefined;
   if (verdict === undefined) return answer; // {"err": run-error}
-  const decision = subject.callLowered('[method]run.last-decision', run, [callId]);
+  return { ok: decisionOf(subject, callId, verdict, state) };
+}
+
+/** Reports a readable outcome: the verdict (`{"ok": verdict}`) or `{"err": run-error}`. */
+function report(subject: Subject, callId: number, attempt: number, outcome: unknown, timeLeft: bigint | undefined, entropy: bigint,
+  state: State): Json {
+  const run = subject.needRun();
+  if (outcome === 'success') return subject.callLowered('[method]run.record-success', run, [callId, attempt, state.now]);
+  const [tag, payload] = typeof outcome === 'object' && outcome !== null && !Array.isArray(outcome) && Object.keys(outcome).length === 1
+    ? Object.entries(outcome)[0] : [undefined, undefined];
+  switch (tag) {
+    case 'empty-result':
+      if (typeof payload !== 'string') throw new HarnessError('"empty-result" takes a string');
+      return subject.callLowered('[method]run.record-empty-result', run, [callId, attempt, payload, state.now]);
+    case 'failure':
+      return subject.callLowered('[method]run.record-failure', run, [callId, attempt, readableObservation(payload), timeLeft, state.now, entropy]);
+    case 'status-check':
+      if (payload !== 'found' && payload !== 'absent' && payload !== 'unknown') throw new HarnessError('"status-check" takes "found", "absent" or "unknown"');
+      return subject.callLowered('[method]run.record-status-check', run, [callId, attempt, payload, timeLeft, state.now, entropy]);
+    default:
+      throw new HarnessError(`an outcome is "success", {"empty-result": text}, {"failure": ...} or {"status-check": ...}, not ${canonicalText(outcome)}`);
+  }
+}
+
+/** `last-decision(call-id)` right after a verdict, checked against it. */
+function decisionOf(subject: Subject, callId: number, verdict: Record<string, Json>, state: State): Json {
+  const decision = subject.callLowered('[method]run.last-decision', subject.needRun(), [callId]);
   if (decision === null) throw new HarnessError(`last-decision(${callId}) is none after a verdict ${canonicalText(verdict)}`);
-  const disagreement = verdictDisagrees(verdict, decision as Record<string, Json>, state.ruleNames ?? []);
+  const disagreement = verdictDisagrees(verdict, decision as Record<string, Json>, state.ruleNames);
   if (disagreement !== undefined) {
     throw new HarnessError(`the verdict ${canonicalText(verdict)} disagrees with last-decision ${canonicalText(decision)}: ${disagreement}`);
   }
-  return { ok: decision };
+  return decision;
 }
 
 /** Where a verdict (canonical JSON) says otherwise than the decision it stands for, or undefined. */
@@ -371,7 +427,8 @@ export function verdictDisagrees(verdict: Record<string, Json>, decision: Record
   if (verdict.action !== kind) return `action ${canonicalText(verdict.action)}, the decision's is ${kind}`;
   if (verdict.class !== decision.class) return `class ${canonicalText(verdict.class)}, the decision's is ${canonicalText(decision.class)}`;
   if (!same(verdict.attempt, decision.attempt)) return `attempt ${canonicalText(verdict.attempt)}, the decision's is ${canonicalText(decision.attempt)}`;
-  const delay = kind === 'retry' ? (payload as Record<string, Json>)['delay-ms'] : 0n;
+  const plan = kind === 'retry' ? payload as Record<string, Json> : undefined;
+  const delay = plan ? plan['delay-ms'] : 0n;
   if (!same(verdict['delay-ms'], delay)) return `delay-ms ${canonicalText(verdict['delay-ms'])}, the decision's is ${canonicalText(delay)}`;
   if (!same(verdict['hint-ms'], decision['hint-ms'])) return `hint-ms ${canonicalText(verdict['hint-ms'])}, the decision's is ${canonicalText(decision['hint-ms'])}`;
   const index = verdict['rule-index'] as number;
@@ -380,6 +437,8 @@ export function verdictDisagrees(verdict: Record<string, Json>, decision: Record
   }
   const hasNote = kind === 'replan' || kind === 'escalate' || (kind === 'succeed' && payload !== null);
   if (verdict['has-note'] !== hasNote) return `has-note ${canonicalText(verdict['has-note'])}, the decision's action ${canonicalText(action)} ${hasNote ? 'has' : 'has no'} note`;
+  const reconnect = plan ? plan.reconnect === true : false;
+  if (verdict.reconnect !== reconnect) return `reconnect ${canonicalText(verdict.reconnect)}, the decision's is ${canonicalText(reconnect)}`;
   return undefined;
 }
 
@@ -403,6 +462,17 @@ export function match(expected: unknown, actual: unknown, path = '$'): string | 
       const needle = e.$contains;
       if (typeof actual === 'string' && typeof needle === 'string' && actual.includes(needle)) return undefined;
       return `${path}: expected a string containing ${JSON.stringify(needle)}, got ${show(actual)}`;
+    }
+    if (keys.length === 1 && keys[0] === '$any') {
+      const options = e.$any;
+      if (!Array.isArray(options) || options.length === 0) return `${path}: $any takes a non-empty array of matchers, not ${show(options)}`;
+      const misses: string[] = [];
+      for (const option of options) {
+        const mismatch = match(option, actual, path);
+        if (mismatch === undefined) return undefined;
+        misses.push(mismatch);
+      }
+      return `${path}: none of the ${options.length} matchers of $any matches: ${misses.join('; ')}`;
     }
     if (keys.length === 1 && keys[0] === '$range') {
       const bounds = e.$range;
@@ -436,48 +506,56 @@ export interface CaseResult {
   description: string;
   outputs: Json[];
   failure?: string;
+  /** What the policy threw, when that is the failure (a trap, fuel run out):
+   *  the live-update gate refuses the update with it as the cause. */
+  error?: unknown;
 }
 
 export interface RunCaseOptions {
   /** The configuration (JSON text) a case without `config` loads; default `{}`.
    *  The live-update gate passes the update's own configuration. */
   defaultConfigText?: string;
-  /** Flat mode (contract 0.4.0's hot path; the module comment says how). Default: rich. */
-  flat?: boolean;
+}
+
+/** A fresh subject with the case's configuration loaded and `rule-names()`
+ *  read, or the reason it could not be made. */
+async function prepare(component: PolicyComponent, config: unknown, defaultConfigText: string | undefined):
+  Promise<{ subject: Subject; state: State } | { failure: string; error?: unknown }> {
+  const subject = await Subject.create(component);
+  let names: Json;
+  try {
+    names = subject.call('rule-names', undefined, []);
+  } catch (e) {
+    return { failure: `rule-names: ${(e as Error).message}`, error: e };
+  }
+  if (!Array.isArray(names) || !names.every((n) => typeof n === 'string')) return { failure: 'rule-names is not a list of strings' };
+  let loaded: Json;
+  try {
+    const hasConfig = config !== undefined && config !== null;
+    loaded = subject.loadPolicy(hasConfig ? canonicalText(config) : defaultConfigText ?? '{}');
+  } catch (e) {
+    return { failure: `loading the case's config: ${(e as Error).message}`, error: e };
+  }
+  if (!(typeof loaded === 'object' && loaded !== null && 'ok' in loaded)) return { failure: `the case's config was rejected: ${canonicalText(loaded)}` };
+  return { subject, state: { now: DEFAULT_START_MS, ruleNames: names as string[], started: false, attempts: new Map() } };
 }
 
 export async function runCase(component: PolicyComponent, file: string, testCase: VectorCase, options: RunCaseOptions = {}): Promise<CaseResult> {
   const result: CaseResult = { file, description: testCase.description, outputs: [] };
-  const subject = await Subject.create(component);
-  const state: State = { now: DEFAULT_START_MS, started: false, attempts: new Map() };
-  if (options.flat) {
-    try {
-      const names = subject.call('rule-names', undefined, []);
-      if (!Array.isArray(names) || !names.every((n) => typeof n === 'string')) throw new HarnessError('rule-names is not a list of strings');
-      state.ruleNames = names as string[];
-    } catch (e) {
-      result.failure = `rule-names: ${(e as Error).message}`;
-      return result;
-    }
-  }
-  let loaded: Json;
-  try {
-    const hasConfig = testCase.config !== undefined && testCase.config !== null;
-    loaded = subject.loadPolicy(hasConfig ? canonicalText(testCase.config) : options.defaultConfigText ?? '{}');
-  } catch (e) {
-    result.failure = `loading the case's config: ${(e as Error).message}`;
+  const ready = await prepare(component, testCase.config, options.defaultConfigText);
+  if ('failure' in ready) {
+    result.failure = ready.failure;
+    result.error = ready.error;
     return result;
   }
-  if (!(typeof loaded === 'object' && loaded !== null && 'ok' in loaded)) {
-    result.failure = `the case's config was rejected: ${canonicalText(loaded)}`;
-    return result;
-  }
+  const { subject, state } = ready;
   for (const [i, step] of testCase.steps.entries()) {
     let output: Json;
     try {
       output = runStep(subject, step, state);
     } catch (e) {
       result.failure = `step ${i + 1}: ${(e as Error).message}`;
+      result.error = e;
       return result;
     }
     result.outputs.push(output);
@@ -492,30 +570,136 @@ export async function runCase(component: PolicyComponent, file: string, testCase
   return result;
 }
 
-/** A case in rich mode, then in flat mode on a fresh instance: the rich run's
- *  result (its outputs, as `--dump` writes them), failed if the flat run fails
- *  or gives other outputs. */
-export async function runCaseBothWays(component: PolicyComponent, file: string, testCase: VectorCase, options: RunCaseOptions = {}): Promise<CaseResult> {
-  const rich = await runCase(component, file, testCase, { ...options, flat: false });
-  if (rich.failure !== undefined) return rich;
-  const flat = await runCase(component, file, testCase, { ...options, flat: true });
-  if (flat.failure !== undefined) {
-    rich.failure = `flat mode: ${flat.failure}`;
-  } else if (canonicalText(flat.outputs) !== canonicalText(rich.outputs)) {
-    const i = flat.outputs.findIndex((o, n) => canonicalText(o) !== canonicalText(rich.outputs[n]));
-    rich.failure = `flat mode: step ${i + 1} (${String(testCase.steps[i]?.op)}) gave ${canonicalText(flat.outputs[i])}, rich mode ${canonicalText(rich.outputs[i])}`;
-  }
-  return rich;
+// observations.json: raw transport observations and the verdict each produces.
+
+/** What a case of observations.json expects of the verdict. */
+export interface ObservationExpect {
+  action: Wit.ActionKind;
+  class: Wit.OutcomeClass;
+  /** Not checked when absent. */
+  rule?: string;
+  reconnect: boolean;
 }
 
-/** Every case of every file, in rich mode and in flat mode (`runCaseBothWays`).
- *  With `twice`, each case runs again (rich) on a fresh instance and must give
- *  the same outputs, byte for byte. */
+/** One case of observations.json: a demo-server fault (`answer`), whether the
+ *  wrapper's request carries an `Mcp-Session-Id`, the readable failure the
+ *  host's capture must make of it, and the verdict that must follow. */
+export interface ObservationCase {
+  description: string;
+  comment?: string;
+  answer: Record<string, unknown>;
+  'session-id-sent': boolean;
+  observation: Record<string, unknown>;
+  expect: ObservationExpect;
+}
+
+export interface ObservationFile {
+  description: string;
+  config: unknown;
+  cases: ObservationCase[];
+}
+
+/** The tool every case of observations.json calls (attempt 1). */
+export const OBSERVATION_TOOL = 'lookup_order';
+
+/** observations.json (or another file of its shape), checked as strictly as
+ *  the vector files: a `HarnessError` says what is wrong. */
+export function parseObservationFile(text: string): ObservationFile {
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (e) {
+    throw new HarnessError(`not JSON: ${(e as Error).message}`);
+  }
+  const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+  if (!isObject(value) || typeof value.description !== 'string' || !Array.isArray(value.cases)) {
+    throw new HarnessError('an observation file is an object {"description", "config", "cases"}');
+  }
+  const extra = Object.keys(value).find((k) => !['description', 'config', 'cases', 'comment'].includes(k));
+  if (extra !== undefined) throw new HarnessError(`unknown field "${extra}" in the file`);
+  const cases = value.cases.map((c: unknown, i: number): ObservationCase => {
+    if (!isObject(c) || typeof c.description !== 'string') throw new HarnessError(`case ${i + 1} is not an object with a "description"`);
+    const unknownKey = Object.keys(c).find((k) => !['description', 'comment', 'answer', 'session-id-sent', 'observation', 'expect'].includes(k));
+    if (unknownKey !== undefined) throw new HarnessError(`unknown field "${unknownKey}" in case "${c.description}"`);
+    if (!isObject(c.answer) || typeof c['session-id-sent'] !== 'boolean' || !isObject(c.observation) || !isObject(c.expect)) {
+      throw new HarnessError(`case "${c.description}" needs "answer", "session-id-sent", "observation" and "expect"`);
+    }
+    const expect = c.expect;
+    if (typeof expect.action !== 'string' || typeof expect.class !== 'string' || !(expect.rule === undefined || typeof expect.rule === 'string')
+      || typeof expect.reconnect !== 'boolean') {
+      throw new HarnessError(`case "${c.description}": "expect" has "action", "class", maybe "rule" (strings) and "reconnect" (a boolean)`);
+    }
+    return c as unknown as ObservationCase;
+  });
+  return { description: value.description, config: value.config ?? null, cases };
+}
+
+export function loadObservationFile(dir: string): ObservationFile | undefined {
+  let text: string;
+  try {
+    text = readFileSync(join(dir, OBSERVATIONS_FILE), 'utf8');
+  } catch {
+    return undefined;
+  }
+  return parseObservationFile(text);
+}
+
+/** What a verdict says, as a case of observations.json names it. */
+export function verdictFacts(verdict: Wit.Verdict, ruleNames: readonly string[]): ObservationExpect {
+  return { action: verdict.action, class: verdict.class, rule: ruleNames[verdict.ruleIndex] ?? `(rule-index ${verdict.ruleIndex})`, reconnect: verdict.reconnect };
+}
+
+/** Where the facts of a verdict differ from a case's `expect`, or undefined. */
+export function expectMismatch(expect: ObservationExpect, got: ObservationExpect): string | undefined {
+  const wrong = (['action', 'class', 'rule', 'reconnect'] as const).filter((k) => expect[k] !== undefined && expect[k] !== got[k]);
+  return wrong.length === 0 ? undefined
+    : `expected ${wrong.map((k) => `${k} ${JSON.stringify(expect[k])}`).join(', ')}; the verdict says ${wrong.map((k) => `${k} ${JSON.stringify(got[k])}`).join(', ')}`;
+}
+
+/** One case of observations.json, pure: a run, `begin-call lookup_order`,
+ *  `record-failure(observation)` of attempt 1, the verdict checked against
+ *  `last-decision` and compared with `expect` (action, class, rule, reconnect). */
+export async function runObservationCase(component: PolicyComponent, file: ObservationFile, testCase: ObservationCase,
+  fileName = OBSERVATIONS_FILE): Promise<CaseResult> {
+  const result: CaseResult = { file: fileName, description: testCase.description, outputs: [] };
+  const ready = await prepare(component, file.config, undefined);
+  if ('failure' in ready) {
+    result.failure = ready.failure;
+    result.error = ready.error;
+    return result;
+  }
+  const { subject, state } = ready;
+  try {
+    subject.startRun('run-1');
+    state.started = true;
+    const start = beginCall(subject, { tool: OBSERVATION_TOOL }, state);
+    const callId = asU32(at(start, 'ok', 'send', 'call-id'));
+    if (callId === undefined) throw new HarnessError(`begin-call ${OBSERVATION_TOOL} was not admitted: ${canonicalText(start)}`);
+    const answer = report(subject, callId, 1, { failure: testCase.observation }, undefined, DEFAULT_ENTROPY, state);
+    const verdict = at(answer, 'ok') as Record<string, Json> | undefined;
+    if (verdict === undefined) throw new HarnessError(`record-failure answered ${canonicalText(answer)}`);
+    const decision = decisionOf(subject, callId, verdict, state);
+    result.outputs.push({ verdict: verdict as Json, decision });
+    const got: ObservationExpect = {
+      action: verdict.action as Wit.ActionKind, class: verdict.class as Wit.OutcomeClass,
+      rule: state.ruleNames[verdict['rule-index'] as number] ?? '', reconnect: verdict.reconnect === true,
+    };
+    const mismatch = expectMismatch(testCase.expect, got);
+    if (mismatch !== undefined) result.failure = mismatch;
+  } catch (e) {
+    result.failure = (e as Error).message;
+  }
+  return result;
+}
+
+/** Every case of every file: the vector files (each case run twice on fresh
+ *  instances with `twice`, which must give the same outputs byte for byte),
+ *  then observations.json's cases, if the directory has it. */
 export async function runAll(component: PolicyComponent, dir: string, twice = true): Promise<CaseResult[]> {
   const results: CaseResult[] = [];
   for (const { file, cases } of loadVectorFiles(dir)) {
     for (const testCase of cases) {
-      const first = await runCaseBothWays(component, file, testCase);
+      const first = await runCase(component, file, testCase);
       if (twice && first.failure === undefined) {
         const second = await runCase(component, file, testCase);
         if (second.failure !== undefined || canonicalText(second.outputs) !== canonicalText(first.outputs)) {
@@ -525,6 +709,8 @@ export async function runAll(component: PolicyComponent, dir: string, twice = tr
       results.push(first);
     }
   }
+  const observations = loadObservationFile(dir);
+  for (const testCase of observations?.cases ?? []) results.push(await runObservationCase(component, observations as ObservationFile, testCase));
   return results;
 }
 
@@ -540,7 +726,9 @@ async function main(argv: string[]): Promise<number> {
   const component = await PolicyComponent.load();
   const results = await runAll(component, positional[0] ?? defaultVectorDir);
   for (const r of results) if (r.failure) console.log(`FAILED ${r.file}: ${r.description}: ${r.failure}`);
-  if (dump) writeFileSync(dump, results.map(dumpLine).join(''));
+  // The step vectors, as the Rust runner dumps them (observations.json is
+  // checked against its expectations here and through the wrapper).
+  if (dump) writeFileSync(dump, results.filter((r) => r.file !== 'observations.json').map(dumpLine).join(''));
   const failed = results.filter((r) => r.failure).length;
   console.log(`${results.length - failed} passed, ${failed} failed`);
   return failed || results.length === 0 ? 1 : 0;

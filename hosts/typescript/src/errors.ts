@@ -120,9 +120,11 @@ export class Escalated extends AgentRetryError {
 }
 
 /** The MCP session was lost and could not be re-established, and the policy
- *  did not escalate: a caller built on a bare `Client` (it cannot reconnect;
- *  build it on an `McpConnection`), or the policy answered `replan` to the
- *  `initialize` or `tools/list` pseudo-call. `tool` is the call it happened in. */
+ *  did not escalate: a caller built on a bare `Client` whose pipe closed or
+ *  whose retry the policy said needs a new session (`reconnect`: it cannot
+ *  reconnect; build it on an `McpConnection`), or the policy answered `replan`
+ *  to the `initialize` or `tools/list` pseudo-call. `tool` is the call it
+ *  happened in. */
 export class SessionLost extends AgentRetryError {
   constructor(message: string, readonly tool?: string) {
     super(message);
@@ -217,7 +219,10 @@ export class UpdateConfigError extends UpdateError {
   }
 }
 
-/** The candidate broke an invariant the host relies on, or trapped. */
+/** The candidate failed a case of the gate vectors (tests/vectors/gate.json,
+ *  the operator's `gateVectors`, or the update's own vectors: the invariants
+ *  the host relies on, as data), or trapped while one ran. The kind keeps its
+ *  name (`self-test`) across hosts. */
 export class UpdateSelfTestError extends UpdateError {
   readonly kind = 'self-test' as const;
   constructor(reason: string, options?: { cause?: unknown }) {

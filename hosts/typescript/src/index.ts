@@ -23,7 +23,7 @@ export { DEFAULT_PREFIX, Fleet, FleetError, REDIS_TIMEOUT_MS, publishPolicy, typ
 export { CONTRACT_VERSION, checkContractVersion, checkImports, componentExportNames, componentImportNames, contractVersionOf } from './contract.js';
 export { FUEL_PER_CALL, FUEL_PER_CONFIG_BYTE, MAX_MEMORY_BYTES } from './sandbox.js';
 export {
-  MAX_BODY_BYTES, MAX_CONFIG_BYTES, MAX_HEADERS, MAX_HEADER_VALUE_BYTES, MAX_ID_BYTES, MAX_STRUCTURED_BYTES, boundedFailure, boundedOutcome,
+  MAX_BODY_BYTES, MAX_CONFIG_BYTES, MAX_HEADERS, MAX_HEADER_VALUE_BYTES, MAX_ID_BYTES, MAX_STRUCTURED_BYTES, boundedObservation, joinedHeaders,
 } from './limits.js';
 export { ValueConversionError } from './wit.js';
 export { OsEntropy, SplitMix64, type EntropySource } from './entropy.js';

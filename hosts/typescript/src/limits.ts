@@ -1,22 +1,15 @@
 // What the host passes to the policy, bounded before it crosses the boundary
-// (contracts 0.3.0 and 0.4.0; the numbers of the Rust host's hosts/rust/src/limits.rs).
+// (contract 0.5.0; the numbers of the Rust host's hosts/rust/src/limits.rs, mirrored
+// into limits-generated.ts by tests/contract/make_mirrors.py).
 // Lowering a value into the guest costs its size in the guest's memory and in
 // copying, so a 40 MB tool error or 5,800 headers are cut here, not in the guest.
 // Sizes are UTF-8 bytes, as the guest sees them.
 import type * as Wit from '../generated/interfaces/agent-retry-policy-types.js';
 
-/** The most bytes of a failure's body (or tool-error text, or empty-result detail) passed. */
-export const MAX_BODY_BYTES = 65_536;
-/** The most bytes of structured content passed; longer is dropped (cut JSON is not JSON). */
-export const MAX_STRUCTURED_BYTES = 65_536;
-/** The most headers passed (the policy reads 64 and names the rest). */
-export const MAX_HEADERS = 128;
-/** The most bytes of one header name or value passed (the policy parses up to 1,024). */
-export const MAX_HEADER_VALUE_BYTES = 4_096;
-/** The longest run id, action id, tool name or idempotency key. */
-export const MAX_ID_BYTES = 256;
-/** The longest configuration text. */
-export const MAX_CONFIG_BYTES = 1 << 20;
+// The numbers come from the Rust host's limits.rs, through the generated mirror.
+import { MAX_BODY_BYTES, MAX_CONFIG_BYTES, MAX_HEADERS, MAX_HEADER_VALUE_BYTES, MAX_ID_BYTES, MAX_STRUCTURED_BYTES } from './limits-generated.js';
+
+export { MAX_BODY_BYTES, MAX_CONFIG_BYTES, MAX_HEADERS, MAX_HEADER_VALUE_BYTES, MAX_ID_BYTES, MAX_STRUCTURED_BYTES };
 
 const encoder = new TextEncoder();
 let scratch = new Uint8Array(MAX_BODY_BYTES);
@@ -46,33 +39,46 @@ export function cutUtf8(text: string, max: number): string {
   return read === text.length ? text : text.slice(0, read);
 }
 
-/** The failure as the host passes it: the same object when it is within every limit. */
-export function boundedFailure(failure: Wit.Failure): Wit.Failure {
-  const headers = failure.headers;
-  const structured = failure.structuredContent;
-  const within = !exceedsUtf8(failure.body, MAX_BODY_BYTES)
+/** The observation as the host passes it: the same object when it is within
+ *  every limit (body, structured content, header lines and their length). */
+export function boundedObservation(observation: Wit.Observation): Wit.Observation {
+  const structured = observation.structuredContent;
+  const headers = observation.headers;
+  const boundedHeaders = boundedHeaderText(headers);
+  const headersWithin = boundedHeaders === headers;
+  const within = !exceedsUtf8(observation.body, MAX_BODY_BYTES)
     && (structured === undefined || !exceedsUtf8(structured, MAX_STRUCTURED_BYTES))
-    && headers.length <= MAX_HEADERS
-    && headers.every(([name, value]) => !exceedsUtf8(name, MAX_HEADER_VALUE_BYTES) && !exceedsUtf8(value, MAX_HEADER_VALUE_BYTES));
-  if (within) return failure;
+    && headersWithin;
+  if (within) return observation;
   return {
-    kind: failure.kind,
-    headers: headers.slice(0, MAX_HEADERS).map(([name, value]) => [cutUtf8(name, MAX_HEADER_VALUE_BYTES), cutUtf8(value, MAX_HEADER_VALUE_BYTES)]),
-    body: cutUtf8(failure.body, MAX_BODY_BYTES),
+    ...observation,
+    headers: boundedHeaders,
+    body: cutUtf8(observation.body, MAX_BODY_BYTES),
     structuredContent: structured !== undefined && !exceedsUtf8(structured, MAX_STRUCTURED_BYTES) ? structured : undefined,
   };
 }
 
-/** The outcome as the host passes it: the same object when it is within every limit. */
-export function boundedOutcome(outcome: Wit.Outcome): Wit.Outcome {
-  if (outcome.tag === 'failure') {
-    const failure = boundedFailure(outcome.val);
-    return failure === outcome.val ? outcome : { tag: 'failure', val: failure };
-  }
-  if (outcome.tag === 'empty-result' && exceedsUtf8(outcome.val, MAX_BODY_BYTES)) {
-    return { tag: 'empty-result', val: cutUtf8(outcome.val, MAX_BODY_BYTES) };
-  }
-  return outcome;
+/** Header text (`name: value` lines) within the limits: at most `MAX_HEADERS`
+ *  lines, each name and value cut to `MAX_HEADER_VALUE_BYTES`. */
+export function boundedHeaderText(text: string): string {
+  if (text === '') return text;
+  const lines = text.split('\n');
+  let changed = lines.length > MAX_HEADERS;
+  const kept = lines.slice(0, MAX_HEADERS).map((line) => {
+    const colon = line.indexOf(':');
+    const [name, value] = colon < 0 ? [line, undefined] : [line.slice(0, colon), line.slice(colon + 1)];
+    const cutName = cutUtf8(name, MAX_HEADER_VALUE_BYTES);
+    // The value's leading space is not counted against its limit.
+    const cutValue = value === undefined ? undefined : cutUtf8(value, MAX_HEADER_VALUE_BYTES + 1);
+    if (cutName !== name || cutValue !== value) changed = true;
+    return cutValue === undefined ? cutName : `${cutName}:${cutValue}`;
+  });
+  return changed ? kept.join('\n') : text;
+}
+
+/** An empty result's detail as the host passes it (cut to `MAX_BODY_BYTES`). */
+export function boundedDetail(detail: string): string {
+  return exceedsUtf8(detail, MAX_BODY_BYTES) ? cutUtf8(detail, MAX_BODY_BYTES) : detail;
 }
 
 const LINE_BREAK = /[\r\n]/g;
@@ -83,9 +89,9 @@ function oneLine(text: string): string {
   return text.indexOf('\n') < 0 && text.indexOf('\r') < 0 ? text : text.replace(LINE_BREAK, ' ');
 }
 
-/** The headers as `record-failure` takes them (contract 0.4.0): each header a
- *  `name: value` line, the lines joined with `\n`, after the limits of a
- *  failure's headers (at most `MAX_HEADERS`, each name and value cut to
+/** Header pairs as an observation's `headers` (contract 0.5.0): each header a
+ *  `name: value` line, the lines joined with `\n`, after the limits of
+ *  headers (at most `MAX_HEADERS`, each name and value cut to
  *  `MAX_HEADER_VALUE_BYTES`); a `\r` or `\n` in a name or value becomes a space. */
 export function joinedHeaders(headers: ReadonlyArray<readonly [string, string]>): string {
   const count = headers.length < MAX_HEADERS ? headers.length : MAX_HEADERS;

@@ -25,19 +25,16 @@
 //    the sandbox (`PolicyComponent.fromBytes`); a `.wasm` byte-identical to the
 //    serving one is not compiled again;
 // 3. the configuration loads in it;
-// 4. a self-test in a fresh sandboxed instance: the invariants every policy
-//    must keep for the host to stay safe (a transient failure of a keyed write
-//    is retried with the same key within max-delay-ms or escalated, an unkeyed
-//    write that timed out is never resent without a status check, a 403
-//    escalates, a failure that persists ends in an escalation within
-//    max-steps-per-run), and every other export answers well-formed. A trap, a
-//    sandbox limit or a value outside the contract anywhere refuses the update;
+// 4. the gate vectors: the invariants every policy must keep for the host to
+//    stay safe, as data (tests/vectors/gate.json, shipped in this package as
+//    dist/gate.json), plus the operator's own files (`LiveOptions.gateVectors`),
+//    run by this host's conformance runner (src/conformance.ts) against the
+//    candidate, each case on a fresh sandboxed instance; a case without
+//    `config` runs with the update's configuration, a case with one under its
+//    own. A failing case, a trap, a sandbox limit or a value outside the
+//    contract refuses the update (`UpdateSelfTestError`, naming the case);
 // 5. the vectors the update ships with, if any (`PolicySource.vectors`, or the
-//    fleet's `{prefix}:vectors`: a file in the format of tests/vectors/*.json):
-//    every case must pass against the candidate, each on a fresh instance, run
-//    by this host's conformance runner (src/conformance.ts); a case without
-//    `config` runs with the update's configuration. Malformed vectors or a
-//    failing case refuse the update (`UpdateSelfTestError`, naming the case).
+//    fleet's `{prefix}:vectors`: a file in the same format), run the same way.
 //
 // The swap: JavaScript runs on one thread, so replacing the serving `Loaded` is
 // atomic. A reload reads, checks, transpiles (on a worker) and compiles
@@ -51,18 +48,22 @@ import { readFile } from 'node:fs/promises';
 import { statSync, watch as watchFs } from 'node:fs';
 import { basename, dirname, resolve } from 'node:path';
 
-import type * as Wit from '../generated/interfaces/agent-retry-policy-types.js';
+import { fileURLToPath } from 'node:url';
+
 import { EmbeddedAccounts } from './accounts.js';
 import { HarnessError, parseVectorFile, runCase, type VectorFile } from './conformance.js';
-import { PolicyComponent, type Policy, type Run } from './component.js';
+import { PolicyComponent } from './component.js';
 import { SplitMix64 } from './entropy.js';
 import {
-  AgentRetryError, ComponentLoadError, ConfigError, NothingToRollBackTo, RunMisuse, UpdateConfigError, UpdateError, UpdateFleetError,
+  AgentRetryError, ComponentLoadError, ConfigError, NothingToRollBackTo, UpdateConfigError, UpdateError, UpdateFleetError,
   UpdateIntegrityError, UpdateLoadError, UpdateReadError, UpdateSelfTestError,
 } from './errors.js';
 import { Fleet, type FleetSource } from './fleet.js';
+import { MAX_TIMER_MS } from './timers.js';
 
-const U64_MAX = (1n << 64n) - 1n;
+/** The gate's invariants as data: tests/vectors/gate.json, copied next to
+ *  dist/src by the build (scripts/copy-generated.mjs) and shipped in the package. */
+export const GATE_VECTORS = resolve(dirname(fileURLToPath(import.meta.url)), '../gate.json');
 export const SIGNATURE_SUFFIX = '.sig';
 /** DER prefix of an Ed25519 SubjectPublicKeyInfo; the raw 32-byte key follows. */
 const ED25519_SPKI_PREFIX = Buffer.from('302a300506032b6570032100', 'hex');
@@ -225,6 +226,11 @@ export interface LiveOptions {
   maxMemoryBytes?: number;
   /** Where `.wasm` updates are transpiled (default `defaultCacheDir()`). */
   cacheDir?: string;
+  /** More gate vector files (the format of tests/vectors/*.json) every
+   *  candidate must pass, after the package's own gate.json: the operator's
+   *  invariants. Read at every gate; one that cannot be read or parsed refuses
+   *  the update. */
+  gateVectors?: readonly string[];
 }
 
 /** What `watch` returns: stop it with `close()` (or `stop()`). */
@@ -391,7 +397,13 @@ export class LivePolicy {
     return LivePolicy.#openOrigin(new FleetOrigin(new Fleet(fleet), integrity), options);
   }
 
-  static async #openOrigin(origin: Origin, options: LiveOptions): Promise<LivePolicy> {
+  static async #openOrigin(origin: Origin, given: LiveOptions): Promise<LivePolicy> {
+    const gate = given.gateVectors;
+    if (gate !== undefined && (!Array.isArray(gate) || !gate.every((path) => typeof path === 'string'))) {
+      throw new TypeError('LiveOptions.gateVectors: an array of paths to vector files, or undefined');
+    }
+    // Resolved once: a later chdir does not move them.
+    const options: LiveOptions = gate === undefined ? given : { ...given, gateVectors: Object.freeze(gate.map((path) => resolve(path))) };
     const read = await origin.read();
     const first = await candidate(read, origin.integrity, 1, undefined, options);
     return new LivePolicy(origin, first, read.seen, options);
@@ -496,7 +508,8 @@ export class LivePolicy {
         if (again) check();
       });
     };
-    const timer = setInterval(check, intervalMs);
+    // Past 2^31 - 1 ms node's timer would fire every ms: the longest it takes polls rarely enough.
+    const timer = setInterval(check, Math.min(intervalMs, MAX_TIMER_MS));
     timer.unref();
     const stops: Array<() => void> = [];
     let native: () => boolean;
@@ -657,10 +670,14 @@ async function read(path: string): Promise<Uint8Array> {
   }
 }
 
+/** `read` by another name: `candidate`'s parameter `read` hides it there. */
+const readGateFile = (path: string): Promise<Uint8Array> => read(path);
+
 const sha256Hex = (bytes: Uint8Array): string => createHash('sha256').update(bytes).digest('hex');
 
 /** Checks and compiles a candidate (a `.wasm` byte-identical to the serving one
- *  is not compiled again); runs the self-test, then the vectors it ships with. */
+ *  is not compiled again); loads its configuration, runs the gate vectors,
+ *  then the vectors it ships with. */
 async function candidate(read: Read, integrity: Integrity, generation: number, serving: Loaded | undefined, options: LiveOptions): Promise<Loaded> {
   const { wasm, config: configBytes } = read;
   let configJson: string;
@@ -682,246 +699,67 @@ async function candidate(read: Read, integrity: Integrity, generation: number, s
       throw new UpdateLoadError(new ComponentLoadError(`${read.wasmAt} cannot be loaded: ${(e as Error)?.message ?? e}`, { cause: e }));
     }
   }
-  await selfTest(component, configJson);
+  await checkConfig(component, configJson);
+  // The gate's invariants (the package's gate.json, then the operator's files).
+  for (const path of [GATE_VECTORS, ...(options.gateVectors ?? [])]) {
+    await runShippedVectors(component, configJson, parseShippedVectors(await readGateFile(path), path, 'gate vectors'), path, 'gate vectors');
+  }
   // Then the vectors the update ships with (a malformed file refuses it too).
-  if (read.vectors !== undefined) await runShippedVectors(component, configJson, parseShippedVectors(read.vectors, read.vectorsAt), read.vectorsAt);
+  if (read.vectors !== undefined) {
+    await runShippedVectors(component, configJson, parseShippedVectors(read.vectors, read.vectorsAt, "update's vectors"), read.vectorsAt, "update's vectors");
+  }
   return { component, configJson, identity: new PolicyIdentity(wasmSha256, sha256Hex(configBytes), generation) };
 }
 
 /** The shipped vectors' text, parsed; a malformed file refuses the update. */
-function parseShippedVectors(bytes: Uint8Array, at: string): VectorFile {
+function parseShippedVectors(bytes: Uint8Array, at: string, what: string): VectorFile {
   let text: string;
   try {
     text = new TextDecoder('utf-8', { fatal: true }).decode(bytes);
   } catch (e) {
-    throw new UpdateSelfTestError(`the update's vectors (${at}) are not UTF-8`, { cause: e });
+    throw new UpdateSelfTestError(`the ${what} (${at}) are not UTF-8`, { cause: e });
   }
   try {
     return parseVectorFile(text);
   } catch (e) {
-    throw new UpdateSelfTestError(`the update's vectors (${at}) are not in the vector format: ${(e as Error)?.message ?? e}`, { cause: e });
+    throw new UpdateSelfTestError(`the ${what} (${at}) are not in the vector format: ${(e as Error)?.message ?? e}`, { cause: e });
   }
 }
 
-/** Runs every case of the shipped vectors against the candidate, each on a
- *  fresh instance (src/conformance.ts `runCase`); a case without `config`
- *  loads the update's configuration. The first failing case refuses the update. */
-async function runShippedVectors(component: PolicyComponent, configJson: string, vectors: VectorFile, at: string): Promise<void> {
+/** Runs every case of a vector file (the gate's, or the update's own) against
+ *  the candidate, each on a fresh instance (src/conformance.ts `runCase`); a
+ *  case without `config` loads the update's configuration. The first failing
+ *  case refuses the update, named. */
+async function runShippedVectors(component: PolicyComponent, configJson: string, vectors: VectorFile, at: string, what: string): Promise<void> {
   for (const testCase of vectors.cases) {
     let failure: string | undefined;
     let cause: unknown;
     try {
-      failure = (await runCase(component, at, testCase, { defaultConfigText: configJson })).failure;
+      const result = await runCase(component, at, testCase, { defaultConfigText: configJson });
+      failure = result.failure;
+      cause = result.error; // a trap or fuel run out in a step: the refusal's cause
     } catch (e) {
       // The candidate is untrusted: a trap while instantiating it refuses it too.
       cause = e;
       failure = `${e instanceof HarnessError ? '' : `${(e as Error)?.name ?? 'Error'}: `}${(e as Error)?.message ?? e}`;
     }
     if (failure !== undefined) {
-      throw new UpdateSelfTestError(`the update's vectors (${at}) fail: ${JSON.stringify(testCase.description)} ${failure}`, cause === undefined ? undefined : { cause });
+      throw new UpdateSelfTestError(`the ${what} (${at}) fail: ${JSON.stringify(testCase.description)} ${failure}`, cause === undefined ? undefined : { cause });
     }
   }
 }
 
-/** What the self-test's persistent-503 run did: the attempt each of its
- *  outcomes reported, and how the run ended (`escalate`, or `run-error` when the
- *  policy refused a call or a report). For the tests. */
-export interface SelfTestTrace {
-  persistentAttempts: number[];
-  persistentEnd: 'escalate' | 'run-error';
-}
-
-/** The invariants every policy keeps for the host to stay safe, checked on a
- *  candidate in a fresh instance with its own account budget. Any failure of
- *  the candidate (a trap, a limit, a misuse it reports, a wrong answer) refuses it. */
-export async function selfTest(component: PolicyComponent, configJson: string): Promise<SelfTestTrace> {
-  let instance;
+/** Gate step 3: the configuration loads in the candidate (a fresh instance of
+ *  its own); a refused configuration is an `UpdateConfigError`, anything else
+ *  going wrong in the untrusted candidate an `UpdateSelfTestError`. */
+async function checkConfig(component: PolicyComponent, configJson: string): Promise<void> {
   try {
-    // Its own budget, on the self-test's fixed clock (`now` below).
-    instance = await component.instantiate({ accounts: EmbeddedAccounts.onHostClock(), entropy: new SplitMix64(1n) });
+    const instance = await component.instantiate({ accounts: EmbeddedAccounts.onHostClock(), entropy: new SplitMix64(1n) });
+    instance.loadPolicy(configJson).close();
   } catch (e) {
-    throw new UpdateSelfTestError(`instantiation failed: ${(e as Error)?.message ?? e}`, { cause: e });
-  }
-  let policy: Policy | undefined;
-  const runs: Run[] = [];
-  try {
-    try {
-      policy = instance.loadPolicy(configJson);
-    } catch (e) {
-      if (e instanceof ConfigError) throw new UpdateConfigError(`${e.field}: ${e.detail}`, { cause: e });
-      throw e;
-    }
-    return invariants(instance, policy, runs);
-  } catch (e) {
+    if (e instanceof ConfigError) throw new UpdateConfigError(`${e.field}: ${e.detail}`, { cause: e });
     if (e instanceof UpdateError) throw e;
-    // The candidate is untrusted: whatever goes wrong refuses it.
     const name = e instanceof AgentRetryError ? e.name : `${(e as Error)?.name ?? 'Error'}`;
     throw new UpdateSelfTestError(`${name}: ${(e as Error)?.message ?? e}`, { cause: e });
-  } finally {
-    // Freed on the sandbox's terms now, not by the garbage collector later.
-    for (const run of runs) run.close();
-    policy?.close();
   }
-}
-
-function invariants(instance: Awaited<ReturnType<PolicyComponent['instantiate']>>, policy: Policy, runs: Run[]): SelfTestTrace {
-  const broken = (what: string) => new UpdateSelfTestError(what);
-  let limits: Record<string, unknown>;
-  try {
-    limits = JSON.parse(policy.effectiveConfig()) as Record<string, unknown>;
-  } catch (e) {
-    if (e instanceof AgentRetryError) throw e;
-    throw broken(`effective-config is not JSON: ${(e as Error).message}`);
-  }
-  if (limits === null || typeof limits !== 'object' || Array.isArray(limits)) throw broken('effective-config is not a JSON object');
-  const limit = (name: string): bigint => {
-    const value = limits[name];
-    return typeof value === 'number' && Number.isInteger(value) && value >= 0 ? BigInt(value) : U64_MAX;
-  };
-  const maxDelay = limit('max-delay-ms');
-  const maxSteps = limit('max-steps-per-run');
-  const now = 1_764_460_800_000n;
-  const start = (id: string) => {
-    const run = policy.startRun(id);
-    runs.push(run);
-    return run;
-  };
-  const failure = (kind: Wit.FailureKind, body = ''): Wit.Outcome => ({ tag: 'failure', val: { kind, headers: [], body } });
-  const show = (action: Wit.Action) => JSON.stringify(action, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v));
-  // A write whatever `default-effect` says: MCP hints apply to a tool the configuration does not name.
-  const write: Wit.ToolHints = { readOnly: false, idempotent: false };
-
-  // A keyed write failing 503 is retried with the same key within the delay cap
-  // (or escalated by a budget: a policy may retry less, never worse).
-  const key = 'ar1-00000000000000000000000000000001';
-  const keyed: Wit.CallRequest = { tool: 'self_test_write', idempotencyKey: key, hints: write };
-  let run = start('self-test-1');
-  let admission = run.beginCall(keyed, now);
-  if (admission.tag === 'send') {
-    const decision = run.recordOutcome(admission.val.callId, 1, failure({ tag: 'http-status', val: 503 }, 'self-test'), now, U64_MAX);
-    const action = decision.action;
-    if (action.tag === 'retry') {
-      if (action.val.idempotencyKey !== key) throw broken("a retry changed the call's idempotency key");
-      if (action.val.delayMs > maxDelay) throw broken(`a retry waits ${action.val.delayMs} ms, above max-delay-ms ${maxDelay}`);
-    } else if (action.tag !== 'escalate') {
-      throw broken(`a 503 on a keyed write answered ${show(action)}`);
-    }
-  }
-
-  // An unkeyed write that timed out is never resent without a status check.
-  run = start('self-test-2');
-  admission = run.beginCall({ tool: 'self_test_write', hints: write }, now);
-  if (admission.tag === 'send') {
-    const decision = run.recordOutcome(admission.val.callId, 1, failure({ tag: 'transport', val: 'timeout' }), now, 1n);
-    if (decision.action.tag === 'retry') throw broken('an unkeyed write that timed out would be resent without a status check');
-  }
-
-  // A 403 escalates; it is never retried.
-  run = start('self-test-3');
-  admission = run.beginCall(keyed, now);
-  if (admission.tag === 'send') {
-    const decision = run.recordOutcome(admission.val.callId, 1, failure({ tag: 'http-status', val: 403 }, 'self-test'), now, 1n);
-    if (decision.action.tag !== 'escalate') throw broken(`a 403 answered ${show(decision.action)}`);
-  }
-
-  // Every other export answers, well-formed: a key is stable and non-empty, a
-  // delay stays within the cap, a classification and a report come back.
-  const keyA = instance.deriveIdempotencyKey('self-test', 'step-1');
-  const keyB = instance.deriveIdempotencyKey('self-test', 'step-1');
-  if (keyA === '' || keyA !== keyB) throw broken(`derive-idempotency-key is not stable: ${JSON.stringify(keyA)} then ${JSON.stringify(keyB)}`);
-  policy.classify({ kind: { tag: 'http-status', val: 503 }, headers: [['Retry-After', '1']], body: 'self-test' }, now);
-  const delay = policy.nextDelay(1, undefined, U64_MAX);
-  if (delay > maxDelay) throw broken(`next-delay waits ${delay} ms, above max-delay-ms ${maxDelay}`);
-  start('self-test-report').report();
-
-  // The flat hot path (contract 0.4.0) decides as the rich calls do: rule-names
-  // is a list of distinct names; a verdict agrees with the decision last-decision
-  // gives; a keyed write failing 503 is retried with the same key within the
-  // cap (or escalated, escalation() then giving the hand-off); a success
-  // succeeds; a fresh run has no escalation, and a 403 gives one.
-  const rules = instance.ruleNames();
-  if (rules.length === 0 || new Set(rules).size !== rules.length || rules.some((r) => typeof r !== 'string' || r === '')) {
-    throw broken(`rule-names is not a list of distinct names: ${JSON.stringify(rules)}`);
-  }
-  const agreed = (flatRun: Run, callId: number, verdict: Wit.Verdict): Wit.Decision => {
-    const decision = flatRun.lastDecision(callId);
-    if (decision === undefined) throw broken(`last-decision(${callId}) is none right after its verdict`);
-    const action = decision.action;
-    const delay = action.tag === 'retry' ? action.val.delayMs : 0n;
-    const hasNote = action.tag === 'replan' || action.tag === 'escalate' || (action.tag === 'succeed' && action.val !== undefined);
-    if (verdict.action !== action.tag || verdict.class !== decision.class || verdict.attempt !== decision.attempt || verdict.delayMs !== delay ||
-      verdict.hintMs !== decision.hintMs || rules[verdict.ruleIndex] !== decision.rule || verdict.hasNote !== hasNote) {
-      throw broken(`a verdict ${show(verdict as never)} disagrees with its decision ${show(action)} (${decision.class}, attempt ${decision.attempt}, rule ${decision.rule})`);
-    }
-    return decision;
-  };
-  run = start('self-test-flat');
-  if (run.escalation() !== undefined) throw broken('a fresh run reports an escalation');
-  let flat = run.beginCallFlat('self_test_write', key, write, now);
-  if (flat.admitted) {
-    const verdict = run.recordFailure(flat.callId, 1, { kind: { tag: 'http-status', val: 503 }, headers: [], body: 'self-test' }, now, U64_MAX);
-    const action = agreed(run, flat.callId, verdict).action;
-    if (action.tag === 'retry') {
-      if (action.val.idempotencyKey !== key) throw broken("a flat retry changed the call's idempotency key");
-      if (verdict.delayMs > maxDelay) throw broken(`a flat retry waits ${verdict.delayMs} ms, above max-delay-ms ${maxDelay}`);
-      const success = run.recordSuccess(flat.callId, verdict.attempt + 1, now);
-      if (agreed(run, flat.callId, success).action.tag === 'retry') throw broken('a success answered retry');
-    } else if (action.tag !== 'escalate') {
-      throw broken(`a 503 on a keyed write answered ${show(action)} on the flat path`);
-    } else if (run.escalation() === undefined) {
-      throw broken('the flat path escalated, but escalation() is none');
-    }
-  } else if (run.escalation() === undefined) {
-    throw broken('begin-call-flat did not admit a call, but escalation() is none');
-  }
-  run = start('self-test-flat-403');
-  flat = run.beginCallFlat('self_test_write', key, write, now);
-  if (flat.admitted) {
-    const verdict = run.recordFailure(flat.callId, 1, { kind: { tag: 'http-status', val: 403 }, headers: [['x-self-test', '1']], body: 'self-test' }, now, 1n);
-    if (agreed(run, flat.callId, verdict).action.tag !== 'escalate') throw broken(`a 403 answered ${verdict.action} on the flat path`);
-    if (run.escalation() === undefined) throw broken('a 403 escalated, but escalation() is none');
-  }
-
-  // A failure that persists ends in an escalation within the step budget.
-  run = start('self-test-4');
-  const read: Wit.CallRequest = { tool: 'self_test_read', hints: { readOnly: true } };
-  const most = maxSteps + 1n < 1_000_000n ? maxSteps + 1n : 1_000_000n;
-  let steps = 0n;
-  const trace: SelfTestTrace = { persistentAttempts: [], persistentEnd: 'run-error' };
-  calls: for (;;) {
-    let ticket: Wit.Admission;
-    try {
-      ticket = run.beginCall(read, now);
-    } catch (e) {
-      if (e instanceof RunMisuse) break;
-      throw e;
-    }
-    if (ticket.tag !== 'send') {
-      trace.persistentEnd = 'escalate';
-      break;
-    }
-    let attempt = 1; // the attempt each outcome reports: 1, then each retry plan's
-    for (;;) {
-      steps += 1n;
-      if (steps > most) throw broken(`a persistent 503 was still being retried after ${steps} steps (max-steps-per-run ${maxSteps})`);
-      let decision: Wit.Decision;
-      trace.persistentAttempts.push(attempt);
-      try {
-        decision = run.recordOutcome(ticket.val.callId, attempt, failure({ tag: 'http-status', val: 503 }), now, 1n);
-      } catch (e) {
-        if (e instanceof RunMisuse) break calls;
-        throw e;
-      }
-      if (decision.action.tag === 'retry') {
-        attempt = decision.action.val.attempt;
-        continue;
-      }
-      if (decision.action.tag === 'escalate') {
-        trace.persistentEnd = 'escalate';
-        break calls;
-      }
-      continue calls; // another call (a status check, a replan, a success)
-    }
-  }
-  return trace;
 }

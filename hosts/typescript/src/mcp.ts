@@ -11,13 +11,14 @@
 //
 // For each call the wrapper derives the idempotency key once (sent only if the
 // tool's input schema has the key argument), asks the policy to begin the call,
-// waits the admission delay, sends, turns what happened into the contract's
-// `outcome`, records it and does what the decision says. All policy is in the
-// component; this module only observes and obeys.
+// waits the admission delay, sends, reports what happened (a success, an
+// empty result, or a failure as a raw `observation`) and does what the verdict
+// says. All policy is in the component; this module only observes and obeys.
 //
 // The connection is the wrapper's (`McpConnection`): it connects over streamable
 // HTTP with the capturing fetch (`mcp/capture.ts`), or over stdio by starting
-// the server, and connects again when the session is lost. Connecting
+// the server, and connects again when the policy says so (a retry with
+// `reconnect`) or its own pipe or transport closed. Connecting
 // (`initialize`, the process start included; with v2 the `server/discover`
 // probe and, for a 2025 server, the handshake after it) and `tools/list` go through the
 // policy as calls of the pseudo-tools `initialize` and `tools/list`
@@ -26,23 +27,32 @@
 // A caller built on a bare `Client` works the same but cannot re-establish a
 // lost session (`SessionLost`).
 //
-// A lost session is a transport fault, not the model's error: an HTTP 404 to a
-// request that carried `Mcp-Session-Id`, or a 400 whose body says the session id
-// is not valid, is `transport(connection-refused)` (the server did not run it);
-// a stdio pipe that closed while the request was out is `stream-closed`; a
-// request not sent because the process was gone ("Not connected") is
-// `connection-refused`. The connection is re-established before the next
-// attempt or status check.
+// The wrapper decides nothing about what a failure means (contract 0.5.0): it
+// reports what it observed, raw, and the policy decides. An HTTP answer is
+// `http-status(status)` with the headers and body as received; a JSON-RPC error
+// is `protocol-error(code)` with its message as the body and its `data` as
+// structured content (SDK v1's own ConnectionClosed / RequestTimeout share
+// -32000 / -32001 with servers: only whether the answer arrived tells them
+// apart); a network error is the transport error its socket code names, and
+// where it came (a failed TLS handshake `tls`, a bad record after it
+// `connection-reset`; ENOTFOUND / EAI_AGAIN `name-resolution`). Every observation says whether the request carried an
+// `Mcp-Session-Id` (`session-id-sent`) and how far it got (`delivery`:
+// `answer-started` when an answer arrived, `not-sent` when nothing left the
+// host, `sent` when it was written and no answer came, else `unknown`). A lost
+// session (a 404, or a 400 saying the session is unknown, to a request that
+// carried one) or a server refusing the client's revision (-32022) is the
+// policy's to recognise: its verdict is a retry with `reconnect`, and the
+// wrapper connects again (negotiating anew) before sending it. A stdio pipe that
+// closed is `stream-closed`; the wrapper starts the server again before the
+// next attempt, since its own pipe is dead.
 //
-// A 2026-07-28 server refusing the handshake (HTTP 400 with JSON-RPC -32022) is
-// `protocol-error(-32022)`, its text naming both sides' revisions: the policy
-// escalates it. An answer to v2's `server/discover` probe with HTTP 401, 403,
-// 408, 429 or any 5xx is the connect attempt's failure, reported with its
-// status, headers and body (the capturing fetch fails the probe, so the SDK
-// does not fall back); any other 4xx, or a JSON-RPC error at 200, is how a 2025
-// server says "use initialize": it is the attempt's failure only if the
-// connect then fails. A network error or a cut answer to the probe is the
-// attempt's failure.
+// An answer to v2's `server/discover` probe that is not a discovery result is
+// read by the policy (`read-probe-answer`): its `failure` is the connect
+// attempt's failure, reported with its status, headers and body (the capturing
+// fetch fails the probe, so the SDK does not fall back); an `older-server` is
+// how a 2025 server says "use initialize", and the SDK falls back: it is the
+// attempt's failure only if the connect then fails. A network error or a cut
+// answer to the probe is the attempt's failure.
 //
 // What the SDK hides: a POST answered with a non-2xx status becomes a
 // `StreamableHTTPError` with the status and body text but no headers (so no
@@ -69,8 +79,11 @@
 // failed and what the last attempt saw. Serve the next run from a fresh instance.
 //
 // Deadlines and cancellation: `callTimeoutMs` (from the start of `callTool`),
-// `runTimeoutMs` (from the caller's construction) and `callTool`'s `signal`.
-// When one passes, the wrapper stops waiting at once (the request in flight or
+// `runTimeoutMs` (the run deadline: from the caller's construction) and
+// `callTool`'s `signal`. With a deadline, every failure and status check
+// reports the time left to the nearer one (`time-left-ms`, 0 once passed), so
+// the policy cuts a retry's delay to it or fails the call now
+// (`deadline-too-near`); without one, none. When one passes, the wrapper stops waiting at once (the request in flight or
 // the sleep is aborted; a backoff that would end past the limit is not slept),
 // logs one line (outcome `call-timeout`, `run-timeout` or `cancelled`, action
 // `stop`) and throws `CallTimedOut` or `CallCancelled`, which say whether an
@@ -88,7 +101,7 @@
 // `hint_ms`, `escalation` (null unless escalate) and `reason`.
 //
 // Every attempt line says which policy decided (`policy`): the instance's
-// identity (`agent-retry:policy@0.4.0 wasm 0c1b894cf1b1`, the contract version
+// identity (`agent-retry:policy@0.5.0 wasm 0c1b894cf1b1`, the contract version
 // and the .wasm's SHA-256 prefix), or the `policyIdentity` option (a LivePolicy
 // host passes `loaded.identity.toString()`: generation, wasm and config digests).
 //
@@ -97,13 +110,13 @@
 // `mcp/connection.ts` (`McpConnection`) and `mcp/caller.ts` (`RetryingToolCaller`).
 export { CallCancelled, CallStopped, CallTimedOut, ConnectionConfigError, SessionLost, type StopCause, type Stopped } from './errors.js';
 export {
-  ProbeAnswerFailed, classifyNetworkError, createCapturingFetch, isProbeFailureStatus, isUnknownSession, type AttemptCapture, type CapturingFetchHooks,
+  ProbeAnswerFailed, classifyNetworkError, createCapturingFetch, deliveryOfNetworkError, jsonRpcErrorCode, type AttemptCapture,
 } from './mcp/capture.js';
 export {
   McpConnection, type McpClientInfo, type McpHttpOptions, type McpReconnectionOptions, type McpStdioOptions,
 } from './mcp/connection.js';
 export { SDK_PACKAGES, type McpClient, type McpClientOptions, type McpSdkName } from './mcp/sdk.js';
 export {
-  CAPTURE_MISSING_SUFFIX, RetryingToolCaller, defaultEmptyCheck, jsonRpcMessage, structuredText, textOf,
-  type CallToolOptions, type RetryingToolCallerOptions, type StatusCheck, type StatusCheckRequest,
+  CAPTURE_MISSING_SUFFIX, MAX_TIMER_MS, RetryingToolCaller, defaultEmptyCheck, jsonRpcMessage, structuredText, textOf,
+  type CallToolOptions, type RetryingToolCallerOptions, type Outcome, type StatusCheck, type StatusCheckRequest, type VerdictEvent,
 } from './mcp/caller.js';

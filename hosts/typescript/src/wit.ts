@@ -18,10 +18,9 @@ export { FUNCTIONS };
 
 /** The types the host passes or receives, by WIT name (generated from wit/ into wit-types.ts). */
 export const TYPES = {
-  failure: T.failure, classification: T.classification, callRequest: T.callRequest, outcome: T.outcome, decision: T.decision,
-  admission: T.admission, runReport: T.runReport, runError: T.runError, configError: T.configError,
-  // contract 0.4.0: the flat hot path
-  toolHints: T.toolHints, failureKind: T.failureKind, escalation: T.escalation, actionKind: T.actionKind, verdict: T.verdict, callStart: T.callStart,
+  observation: T.observation, classification: T.classification, decision: T.decision, runReport: T.runReport, runError: T.runError,
+  configError: T.configError, toolHints: T.toolHints, failureKind: T.failureKind, escalation: T.escalation, actionKind: T.actionKind,
+  verdict: T.verdict, callStart: T.callStart, statusCheckResult: T.statusCheckResult, delivery: T.delivery, probeAnswer: T.probeAnswer,
 } as const;
 
 /** A JSON value that does not fit the WIT type it is passed as. */

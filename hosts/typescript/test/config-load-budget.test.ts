@@ -15,13 +15,13 @@ import { ConfigError, InstanceUnusable, PolicyOutOfFuel } from '../src/errors.js
 import { MAX_CONFIG_BYTES, utf8Length } from '../src/limits.js';
 import { Integrity, LivePolicy } from '../src/live.js';
 import { FUEL_PER_CALL, FUEL_PER_CONFIG_BYTE } from '../src/sandbox.js';
-import type { Failure } from '../src/index.js';
+import type { Observation } from '../src/index.js';
 
 const TOOLS = 10_000;
 const toolName = (i: number) => `mcp__github__create_pull_request_review_${String(i).padStart(5, '0')}`;
 /** `{"tools": {"mcp__github__create_pull_request_review_00000": {"effect": "write"}, ...}}`, 10,000 of them. */
 const TEN_THOUSAND_TOOLS = `{"tools": {${Array.from({ length: TOOLS }, (_, i) => `"${toolName(i)}": {"effect": "write"}`).join(', ')}}}`;
-const FAILURE: Failure = { kind: { tag: 'http-status', val: 503 }, headers: [['Retry-After', '2']], body: '' };
+const FAILURE: Observation = { kind: { tag: 'http-status', val: 503 }, headers: 'Retry-After: 2', body: '', sessionIdSent: false, delivery: 'answer-started' };
 
 const tankFor = (bytes: number, perByte = FUEL_PER_CONFIG_BYTE) => FUEL_PER_CALL + perByte * bytes;
 const instance = async (options?: Parameters<PolicyComponent['instantiate']>[0]): Promise<PolicyInstance> =>
@@ -42,11 +42,11 @@ test('10,000 namespaced tools load within the default budget, and a call finds t
 
   // Every other call is back on a call's tank; the tool is found by its hash.
   const run = policy.startRun('many-tools');
-  const admission = run.beginCall({ tool: toolName(TOOLS - 1) }, 1n);
+  const admission = run.beginCall(toolName(TOOLS - 1), undefined, undefined, 1n);
   const beginFuel = policyInstance.fuelUsedByLastCall();
   console.log(`begin-call of the last of ${TOOLS} tools: ${beginFuel} fuel (this host's count; wasmtime's is under 20,000)`);
-  assert.equal(admission.tag, 'send');
-  assert.ok(admission.tag === 'send' && !admission.val.safeToRepeat, 'the tool\'s entry (a write) applies: not safe to repeat');
+  assert.ok(admission.admitted);
+  assert.ok(!admission.safeToRepeat, 'the tool\'s entry (a write) applies: not safe to repeat');
   assert.ok(beginFuel < 20_000 * 2.5, `${beginFuel}`);
 
   // effective-config serialises the whole configuration: linear in it, on the load's tank.

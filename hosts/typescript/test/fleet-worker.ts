@@ -50,12 +50,12 @@ async function main(): Promise<void> {
       const instance = await loaded.component.instantiate({ accounts: EmbeddedAccounts.onHostClock(), entropy: new SplitMix64(3n) });
       const policy = instance.loadPolicy(loaded.configJson);
       const run = policy.startRun('worker');
-      const admission = run.beginCall({ tool: 'lookup_order', hints: { readOnly: true } }, 1n);
+      const start = run.beginCall('lookup_order', undefined, { readOnly: true }, 1n);
       let attempts = 0;
-      if (admission.tag === 'send') {
+      if (start.admitted) {
         attempts = 1;
-        const fail = { tag: 'failure' as const, val: { kind: { tag: 'http-status' as const, val: 503 }, headers: [], body: '' } };
-        while (run.recordOutcome(admission.val.callId, attempts, fail, 1n, 1n).action.tag === 'retry') attempts += 1;
+        const fail = { kind: { tag: 'http-status' as const, val: 503 }, headers: '', body: '', sessionIdSent: false, delivery: 'answer-started' as const };
+        while (run.recordFailure(start.callId, attempts, fail, undefined, 1n, 1n).action === 'retry') attempts += 1;
       }
       run.close();
       policy.close();

@@ -15,7 +15,7 @@ import { SplitMix64, OsEntropy, randomBytes } from '../src/entropy.js';
 import {
   ComponentLoadError, ComponentNotFound, ConfigError, InstanceUnusable, PolicyBoundaryViolation, PolicyInputTooLarge, PolicyTrap, RunMisuse,
 } from '../src/errors.js';
-import type { Failure } from '../src/index.js';
+import type { Observation } from '../src/index.js';
 import { FUNCTIONS, TYPES, ValueConversionError, camel, toJco, type WitType } from '../src/wit.js';
 
 test('GCRA admits a burst, then one per interval', () => {
@@ -70,7 +70,7 @@ test('a transpilation from another build is refused', async () => {
   const digest = createHash('sha256').update(readFileSync(copy)).digest('hex');
   assert.equal(component.source.sha256, digest);
   // Its identity names its own bytes, not the bundled component's.
-  assert.equal(component.identity, `agent-retry:policy@0.4.0 wasm ${digest.slice(0, 12)}`);
+  assert.equal(component.identity, `agent-retry:policy@0.5.0 wasm ${digest.slice(0, 12)}`);
   assert.equal((await component.instantiate()).policyIdentity, component.identity);
   assert.notEqual(component.identity, (await PolicyComponent.load()).identity);
 });
@@ -82,7 +82,7 @@ test("the bundled component's identity is its contract version and the SHA-256 o
   const digest = createHash('sha256').update(bytes).digest('hex');
   const component = await PolicyComponent.fromBytes(bytes);
   assert.equal(component.origin, 'bundled');
-  assert.equal(component.identity, `agent-retry:policy@0.4.0 wasm ${digest.slice(0, 12)}`);
+  assert.equal(component.identity, `agent-retry:policy@0.5.0 wasm ${digest.slice(0, 12)}`);
   assert.match(component.identity, /^agent-retry:policy@\d+\.\d+\.\d+ wasm [0-9a-f]{12}$/);
   const instance = await component.instantiate();
   assert.equal(instance.policyIdentity, component.identity);
@@ -94,11 +94,11 @@ test('instances share the process account budget', async () => {
   const config = { 'account-budget': { 'account-id': 'acme', capacity: 1, 'refill-interval-ms': 400 } };
   const first = (await component.instantiate({ accounts })).loadPolicy(config).startRun('w1');
   const second = (await component.instantiate({ accounts })).loadPolicy(config).startRun('w2');
-  const a = first.beginCall({ tool: 'lookup' }, 1_000_000n);
-  const b = second.beginCall({ tool: 'lookup' }, 1_000_000n);
-  assert.ok(a.tag === 'send' && b.tag === 'send');
-  assert.equal(a.val.delayMs, 0n);
-  assert.equal(b.val.delayMs, 400n); // the first took the only token
+  const a = first.beginCall('lookup', undefined, undefined, 1_000_000n);
+  const b = second.beginCall('lookup', undefined, undefined, 1_000_000n);
+  assert.ok(a.admitted && b.admitted);
+  assert.equal(a.delayMs, 0n);
+  assert.equal(b.delayMs, 400n); // the first took the only token
 });
 
 test('wasi:random comes from the host entropy source', async () => {
@@ -113,18 +113,19 @@ test('typed errors for a bad config and a misused run', async () => {
   assert.throws(() => instance.loadPolicy({ 'max-attempts-per-call': 0 }),
     (e: unknown) => e instanceof ConfigError && e.kind === 'out-of-range' && e.field === 'max-attempts-per-call');
   const run = instance.loadPolicy({}).startRun('r');
-  assert.throws(() => run.recordOutcome(7, 1, { tag: 'success' }, 1n),
+  assert.throws(() => run.recordSuccess(7, 1, 1n),
     (e: unknown) => e instanceof RunMisuse && e.error.tag === 'unknown-call' && e.error.val === 7);
 });
 
 test('canonical values that do not fit their WIT type are rejected', () => {
   for (const bad of [{ kind: { 'http-status': 70000 } }, { kind: { nope: 1 } }, { kind: 'http-status' }, { kind: { 'http-status': 503 }, extra: 1 }]) {
-    assert.throws(() => toJco(bad, TYPES.failure), ValueConversionError);
+    assert.throws(() => toJco({ delivery: 'sent', ...bad }, TYPES.observation), ValueConversionError);
   }
-  assert.deepEqual(toJco({ kind: { 'http-status': 503 }, headers: [['Retry-After', '2']] }, TYPES.failure),
-    { kind: { tag: 'http-status', val: 503 }, headers: [['Retry-After', '2']], body: '', structuredContent: undefined });
-  assert.deepEqual(toJco({ kind: { 'tool-error': null }, body: 'x', 'structured-content': '{"a":1}' }, TYPES.failure),
-    { kind: { tag: 'tool-error', val: undefined }, headers: [], body: 'x', structuredContent: '{"a":1}' });
+  assert.throws(() => toJco({ kind: { 'http-status': 503 }, delivery: 'maybe' }, TYPES.observation), ValueConversionError);
+  assert.deepEqual(toJco({ kind: { 'http-status': 503 }, headers: 'Retry-After: 2', delivery: 'answer-started' }, TYPES.observation),
+    { kind: { tag: 'http-status', val: 503 }, headers: 'Retry-After: 2', body: '', structuredContent: undefined, sessionIdSent: false, delivery: 'answer-started' });
+  assert.deepEqual(toJco({ kind: { 'tool-error': null }, body: 'x', 'structured-content': '{"a":1}', 'session-id-sent': true, delivery: 'unknown' }, TYPES.observation),
+    { kind: { tag: 'tool-error', val: undefined }, headers: '', body: 'x', structuredContent: '{"a":1}', sessionIdSent: true, delivery: 'unknown' });
 });
 
 test('closed handles refuse calls', async () => {
@@ -138,7 +139,7 @@ test('a failing account backend fails the call as a trap and the instance is not
   const down = { reserve(): never { throw new Error('redis is down'); }, refund(): void {} };
   const instance = await (await PolicyComponent.load()).instantiate({ accounts: down });
   const run = instance.loadPolicy({ 'account-budget': { 'account-id': 'acme', capacity: 1, 'refill-interval-ms': 10 } }).startRun('r');
-  assert.throws(() => run.beginCall({ tool: 'lookup' }, 0n), (e: unknown) => e instanceof PolicyTrap && /redis is down/.test(e.message));
+  assert.throws(() => run.beginCall('lookup', undefined, undefined, 0n), (e: unknown) => e instanceof PolicyTrap && /redis is down/.test(e.message));
   assert.throws(() => run.report(), InstanceUnusable);
 });
 
@@ -198,10 +199,9 @@ test("the written-out WIT types agree with jco's declarations of the component's
 test('reports are JSON-safe: u64 as a number when safe, else as a string of its digits', async () => {
   const instance = await (await PolicyComponent.load()).instantiate({ entropy: new SplitMix64(7n) });
   const run = instance.loadPolicy({}).startRun('json');
-  const admission = run.beginCall({ tool: 'lookup_order' }, 1_000n);
-  assert.equal(admission.tag, 'send');
-  const callId = (admission.val as { callId: number }).callId;
-  run.recordOutcome(callId, 1, { tag: 'failure', val: { kind: { tag: 'http-status', val: 503 }, headers: [['Retry-After', '1']], body: '' } }, 1_000n);
+  const start = run.beginCall('lookup_order', undefined, undefined, 1_000n);
+  assert.ok(start.admitted);
+  run.recordFailure(start.callId, 1, observation({ tag: 'http-status', val: 503 }, { headers: 'Retry-After: 1' }), undefined, 1_000n);
   const report = run.report();
   assert.equal(typeof report.waitedMs, 'bigint'); // the typed field keeps its bigint
   const parsed = JSON.parse(JSON.stringify(report)) as Record<string, unknown>;
@@ -218,24 +218,24 @@ test('an installed package gives a package user\'s advice, not the repository\'s
     e instanceof ComponentNotFound && /make wasm/.test(e.message));
 });
 
-// Contract 0.3.0: one report per attempt, start-run's run error, effects paged.
+// One report per attempt, start-run's run error, effects paged.
 
-const fail503 = { tag: 'failure' as const, val: { kind: { tag: 'http-status' as const, val: 503 }, headers: [], body: '' } };
+const fail503 = observation({ tag: 'http-status', val: 503 });
 
-test('record-outcome takes the attempt it reports: a second report of one attempt is refused and changes nothing', async () => {
+test('a report names the attempt it reports: a second report of one attempt is refused and changes nothing', async () => {
   const run = (await (await PolicyComponent.load()).instantiate({ entropy: new SplitMix64(1n) })).loadPolicy({}).startRun('attempts');
-  const admission = run.beginCall({ tool: 'lookup_order', hints: { readOnly: true } }, 1n);
-  assert.equal(admission.tag, 'send');
-  const callId = (admission.val as { callId: number }).callId;
-  const first = run.recordOutcome(callId, 1, fail503, 1n, 1n);
-  assert.ok(first.action.tag === 'retry' && first.action.val.attempt === 2);
+  const start = run.beginCall('lookup_order', undefined, { readOnly: true }, 1n);
+  assert.ok(start.admitted);
+  const callId = start.callId;
+  const first = run.recordFailure(callId, 1, fail503, undefined, 1n, 1n);
+  assert.ok(first.action === 'retry' && first.attempt === 1);
   // The same 503 recorded twice: refused, no second retry.
-  assert.throws(() => run.recordOutcome(callId, 1, fail503, 1n, 1n), (e: unknown) =>
+  assert.throws(() => run.recordFailure(callId, 1, fail503, undefined, 1n, 1n), (e: unknown) =>
     e instanceof RunMisuse && e.error.tag === 'attempt-mismatch' && e.error.val.callId === callId && e.error.val.expected === 2 &&
     e.error.val.reported === 1 && /attempt-mismatch \(\{"callId":1,"expected":2,"reported":1\}\)/.test(e.message));
-  assert.throws(() => run.recordOutcome(callId, 3, fail503, 1n, 1n), (e: unknown) => e instanceof RunMisuse && e.error.tag === 'attempt-mismatch');
+  assert.throws(() => run.recordFailure(callId, 3, fail503, undefined, 1n, 1n), (e: unknown) => e instanceof RunMisuse && e.error.tag === 'attempt-mismatch');
   assert.deepEqual([run.report().attempts, run.report().retries], [2, 1]);
-  assert.equal(run.recordOutcome(callId, 2, { tag: 'success' }, 1n, 1n).action.tag, 'succeed');
+  assert.equal(run.recordSuccess(callId, 2, 1n).action, 'succeed');
 });
 
 test('an id over 256 bytes is refused before it crosses, with the run error the component gives', async () => {
@@ -264,12 +264,12 @@ test('an id over 256 bytes is refused before it crosses, with the run error the 
   assert.equal(policy.startRun('r'.repeat(256)).runId.length, 256); // the limit itself is fine
   const run = policy.startRun('ok');
   const jcoRun = run.resource;
-  for (const call of [{ tool: 't'.repeat(300) }, { tool: 'issue_refund', idempotencyKey: 'k'.repeat(257) }]) {
-    const expected = direct(() => jcoRun.beginCall(call, 1n));
+  for (const [tool, key] of [['t'.repeat(300), undefined], ['issue_refund', 'k'.repeat(257)]] as const) {
+    const expected = direct(() => jcoRun.beginCall(tool, key, undefined, 1n));
     assert.equal((expected as { tag: string }).tag, 'too-large');
-    assert.throws(() => run.beginCall(call, 1n), (e: unknown) => e instanceof RunMisuse && (assert.deepEqual(e.error, expected), true));
+    assert.throws(() => run.beginCall(tool, key, undefined, 1n), (e: unknown) => e instanceof RunMisuse && (assert.deepEqual(e.error, expected), true));
   }
-  assert.equal(run.beginCall({ tool: 'lookup' }, 1n).tag, 'send'); // the run goes on
+  assert.ok(run.beginCall('lookup', undefined, undefined, 1n).admitted); // the run goes on
 });
 
 test('derive-idempotency-key refuses an id over 256 bytes with a typed host error; the instance stays usable', async () => {
@@ -307,8 +307,7 @@ test('a report lists at most 20 effects and counts all; effects() pages through 
   const run = instance.loadPolicy({ 'max-steps-per-run': 1_000_000 }).startRun('effects');
   const total = 2_345;
   for (let i = 1; i <= total; i++) {
-    const admission = run.beginCall({ tool: 'issue_refund', idempotencyKey: `k-${i}` }, 1n);
-    run.recordOutcome((admission.val as { callId: number }).callId, 1, { tag: 'success' }, 1n, 1n);
+    run.recordSuccess(run.beginCall('issue_refund', `k-${i}`, undefined, 1n).callId, 1, 1n);
   }
   const report = run.report();
   assert.equal(report.effectsTotal, total);
@@ -324,105 +323,131 @@ test('a report lists at most 20 effects and counts all; effects() pages through 
   assert.ok(all.every((e, i) => e.callId === i + 1 && e.idempotencyKey === `k-${i + 1}` && e.status === 'applied'));
   assert.deepEqual(instance.loadPolicy({}).startRun('none').allEffects(), []);
   // An escalation lists the same bounded effects and counts them all.
-  const admission = run.beginCall({ tool: 'issue_refund', idempotencyKey: 'k-last' }, 1n);
-  const decision = run.recordOutcome((admission.val as { callId: number }).callId, 1,
-    { tag: 'failure', val: { kind: { tag: 'http-status', val: 403 }, headers: [], body: 'needs approval' } }, 1n, 1n);
-  assert.ok(decision.action.tag === 'escalate');
+  const last = run.beginCall('issue_refund', 'k-last', undefined, 1n).callId;
+  assert.equal(run.recordFailure(last, 1, observation({ tag: 'http-status', val: 403 }, { body: 'needs approval' }), undefined, 1n, 1n).action, 'escalate');
+  const decision = run.lastDecision(last);
+  assert.ok(decision?.action.tag === 'escalate');
   assert.equal(decision.action.val.effectsTotal, total);
   assert.equal(decision.action.val.effects.length, 20);
 });
 
-// Contract 0.4.0: the flat hot path.
+// Contract 0.5.0: one run path; the verdict, and its words from lastDecision.
 
-test('the flat path decides what the rich path decides, and its words come from lastDecision', async () => {
+test('every report answers a verdict that says what lastDecision says', async () => {
   const component = await PolicyComponent.load();
   const config = { 'max-steps-per-run': 1000, tools: { issue_refund: { effect: 'write' }, lookup_order: { effect: 'read' } } };
-  const rich = (await component.instantiate({ accounts: EmbeddedAccounts.onHostClock() })).loadPolicy(config).startRun('same');
-  const flatInstance = await component.instantiate({ accounts: EmbeddedAccounts.onHostClock() });
-  const flat = flatInstance.loadPolicy(config).startRun('same');
-  const rules = flatInstance.ruleNames();
-  assert.ok(rules.length > 5 && rules.includes('http-status'), JSON.stringify(rules));
-  assert.equal(flatInstance.ruleNames(), rules, 'asked once per instance');
-  assert.equal(flat.escalation(), undefined);
+  const instance = await component.instantiate({ accounts: EmbeddedAccounts.onHostClock() });
+  const run = instance.loadPolicy(config).startRun('same');
+  const rules = instance.ruleNames();
+  assert.ok(rules.length > 5 && rules.includes('http-status') && rules.includes('lost-session'), JSON.stringify(rules));
+  assert.equal(instance.ruleNames(), rules, 'asked once per instance');
+  assert.equal(run.escalation(), undefined);
   const key = `ar1-${'0'.repeat(31)}1`;
-  const scenario: Array<[string, string | undefined, Array<Failure | undefined>]> = [
-    ['issue_refund', key, [{ kind: { tag: 'http-status', val: 503 }, headers: [], body: 'upstream unavailable' }, undefined]],
-    ['lookup_order', undefined, [{ kind: { tag: 'http-status', val: 429 }, headers: [['retry-after', '1']], body: 'slow down' }, undefined]],
-    ['lookup_order', undefined, [undefined]],
-    ['lookup_order', undefined, [{ kind: { tag: 'tool-error', val: undefined }, headers: [], body: 'invalid argument: order_id' }]],
-    ['issue_refund', undefined, [{ kind: { tag: 'http-status', val: 403 }, headers: [['x-reason', 'needs\r\napproval']], body: 'needs approval' }]],
+  type Step = Observation | 'success' | { empty: string } | { check: 'found' | 'absent' | 'unknown' };
+  const scenario: Array<[string, string | undefined, Step[]]> = [
+    ['issue_refund', key, [observation({ tag: 'http-status', val: 503 }, { body: 'upstream unavailable' }), 'success']],
+    ['lookup_order', undefined, [observation({ tag: 'http-status', val: 429 }, { headers: 'retry-after: 1', body: 'slow down' }), 'success']],
+    ['lookup_order', undefined, [observation({ tag: 'http-status', val: 404 }, { sessionIdSent: true, delivery: 'answer-started' }), 'success']],
+    ['lookup_order', undefined, [{ empty: 'no rows' }]],
+    ['issue_refund', undefined, [observation({ tag: 'transport', val: 'timeout' }, { delivery: 'sent' }), { check: 'absent' }, 'success']],
+    ['lookup_order', undefined, [observation({ tag: 'tool-error', val: undefined }, { body: 'invalid argument: order_id' })]],
+    ['issue_refund', undefined, [observation({ tag: 'http-status', val: 403 }, { headers: 'x-reason: needs approval', body: 'needs approval' })]],
   ];
   const now = 1_764_460_800_000n;
-  for (const [tool, idempotencyKey, outcomes] of scenario) {
-    const admission = rich.beginCall({ tool, idempotencyKey }, now);
-    const start = flat.beginCallFlat(tool, idempotencyKey, undefined, now);
-    assert.equal(admission.tag, 'send');
-    assert.ok(admission.tag === 'send' && start.admitted && start.callId === admission.val.callId && start.delayMs === admission.val.delayMs &&
-      start.effect === admission.val.effect && start.safeToRepeat === admission.val.safeToRepeat, JSON.stringify(toJsonSafe(start)));
+  let reconnected = false;
+  for (const [tool, idempotencyKey, steps] of scenario) {
+    const start = run.beginCall(tool, idempotencyKey, undefined, now);
+    assert.ok(start.admitted, JSON.stringify(toJsonSafe(start)));
     let attempt = 1;
-    for (const failure of outcomes) {
-      const decision = rich.recordOutcome(start.callId, attempt, failure ? { tag: 'failure', val: failure } : { tag: 'success' }, now, 7n);
-      const verdict = failure ? flat.recordFailure(start.callId, attempt, failure, now, 7n) : flat.recordSuccess(start.callId, attempt, now);
-      assert.deepEqual(flat.lastDecision(start.callId), decision);
-      assert.equal(flat.lastDecision(start.callId + 1), undefined, 'the last decision was about another call');
+    for (const step of steps) {
+      const verdict = step === 'success' ? run.recordSuccess(start.callId, attempt, now)
+        : 'empty' in step ? run.recordEmptyResult(start.callId, attempt, step.empty, now)
+          : 'check' in step ? run.recordStatusCheck(start.callId, attempt, step.check, undefined, now, 7n)
+            : run.recordFailure(start.callId, attempt, step, undefined, now, 7n);
+      const decision = run.lastDecision(start.callId);
+      assert.ok(decision);
+      assert.equal(run.lastDecision(start.callId + 1), undefined, 'the last decision was about another call');
       const action = decision.action;
       assert.deepEqual(verdict, {
         action: action.tag, class: decision.class, attempt: decision.attempt, delayMs: action.tag === 'retry' ? action.val.delayMs : 0n,
         hintMs: decision.hintMs, ruleIndex: rules.indexOf(decision.rule),
         hasNote: action.tag === 'replan' || action.tag === 'escalate' || (action.tag === 'succeed' && action.val !== undefined),
+        reconnect: action.tag === 'retry' && action.val.reconnect,
       });
-      attempt = verdict.attempt + 1;
+      reconnected ||= verdict.reconnect;
+      // A retry sends the next attempt; a status check reports the attempt it checked.
+      if (verdict.action === 'retry') attempt = verdict.attempt + 1;
     }
   }
-  assert.equal(flat.escalation()?.reason, 'permission-denied');
-  const last = flat.lastDecision(5);
+  assert.ok(reconnected, 'the 404 to a request that carried a session id is a lost session: retry with reconnect');
+  assert.equal(run.escalation()?.reason, 'permission-denied');
+  const last = run.lastDecision(7);
   assert.ok(last?.action.tag === 'escalate');
-  assert.deepEqual(flat.escalation(), last.action.val);
-  // The run has ended: both paths refuse a further call alike.
-  assert.throws(() => rich.beginCall({ tool: 'lookup_order' }, now), (e: unknown) => e instanceof RunMisuse && e.error.tag === 'run-ended');
-  assert.throws(() => flat.beginCallFlat('lookup_order', undefined, undefined, now), (e: unknown) => e instanceof RunMisuse && e.error.tag === 'run-ended');
+  assert.deepEqual(run.escalation(), last.action.val);
+  assert.throws(() => run.beginCall('lookup_order', undefined, undefined, now), (e: unknown) => e instanceof RunMisuse && e.error.tag === 'run-ended');
 });
 
-test('a call not admitted leaves its hand-off in the run: escalation() gives what begin-call gives', async () => {
+test('time-left-ms cuts a retry to the deadline; with none, the server may ask for its wait', async () => {
+  const instance = await (await PolicyComponent.load()).instantiate({ accounts: EmbeddedAccounts.onHostClock() });
+  const policy = instance.loadPolicy({ tools: { lookup_order: { effect: 'read' } } });
+  const asks = observation({ tag: 'http-status', val: 503 }, { headers: 'Retry-After: 5', delivery: 'answer-started' });
+  const free = policy.startRun('no-deadline');
+  assert.equal(free.recordFailure(free.beginCall('lookup_order', undefined, undefined, 1n).callId, 1, asks, undefined, 1n, 1n).action, 'retry');
+  const tight = policy.startRun('deadline');
+  const verdict = tight.recordFailure(tight.beginCall('lookup_order', undefined, undefined, 1n).callId, 1, asks, 1000n, 1n, 1n);
+  assert.equal(verdict.action, 'escalate');
+  assert.equal(tight.escalation()?.reason, 'deadline-too-near');
+});
+
+test('read-probe-answer: the policy reads a probe\'s answer', async () => {
+  const instance = await (await PolicyComponent.load()).instantiate();
+  for (const status of [401, 403, 408, 429, 500, 503]) assert.equal(instance.readProbeAnswer(status, undefined), 'failure', String(status));
+  for (const status of [400, 404, 405, 413]) assert.equal(instance.readProbeAnswer(status, undefined), 'older-server', String(status));
+  assert.equal(instance.readProbeAnswer(undefined, -32601), 'older-server');
+  assert.throws(() => instance.readProbeAnswer(70000, undefined), /read-probe-answer argument 1: 70000 is out of range for u16/);
+});
+
+test('a call not admitted leaves its hand-off in the run: escalation()', async () => {
   const component = await PolicyComponent.load();
   const config = { 'account-budget': { 'account-id': 'acme', capacity: 1, 'refill-interval-ms': 60_000, 'max-wait-ms': 0 } };
-  const rich = (await component.instantiate({ accounts: EmbeddedAccounts.onHostClock() })).loadPolicy(config).startRun('budget');
-  const flat = (await component.instantiate({ accounts: EmbeddedAccounts.onHostClock() })).loadPolicy(config).startRun('budget');
-  assert.ok(flat.beginCallFlat('lookup', undefined, undefined, 1n).admitted);
-  assert.equal(rich.beginCall({ tool: 'lookup' }, 1n).tag, 'send');
-  const refused = rich.beginCall({ tool: 'lookup' }, 1n);
-  const start = flat.beginCallFlat('lookup', undefined, undefined, 1n);
-  assert.equal(refused.tag, 'escalate');
+  const run = (await component.instantiate({ accounts: EmbeddedAccounts.onHostClock() })).loadPolicy(config).startRun('budget');
+  assert.ok(run.beginCall('lookup', undefined, undefined, 1n).admitted);
+  const start = run.beginCall('lookup', undefined, undefined, 1n);
   assert.deepEqual([start.admitted, start.callId, start.delayMs], [false, 0, 0n]);
-  assert.deepEqual(flat.escalation(), refused.val);
+  assert.equal(run.escalation()?.reason, 'account-budget-exhausted');
 });
 
-test('the flat calls check their arguments, apply the limits and refuse ids over 256 bytes, as the rich ones', async () => {
+test('the run calls check their arguments, apply the limits and refuse ids over 256 bytes', async () => {
   const instance = await (await PolicyComponent.load()).instantiate();
-  const run = instance.loadPolicy({}).startRun('flat-args');
-  assert.throws(() => run.beginCallFlat('t'.repeat(257), undefined, undefined, 1n), (e: unknown) => e instanceof RunMisuse && e.error.tag === 'too-large');
-  assert.throws(() => run.beginCallFlat('t', 'k'.repeat(257), undefined, 1n), (e: unknown) => e instanceof RunMisuse && e.error.tag === 'too-large');
-  assert.throws(() => run.beginCallFlat('t', undefined, { readOnly: 1 as never }, 1n), /begin-call-flat argument 3\.readOnly: 1 is not a boolean/);
-  assert.throws(() => run.beginCallFlat('t', undefined, undefined, -1n), /begin-call-flat argument 4: -1 is out of range for u64/);
-  const start = run.beginCallFlat('lookup', undefined, { readOnly: true }, 1n);
+  const run = instance.loadPolicy({}).startRun('args');
+  assert.throws(() => run.beginCall('t'.repeat(257), undefined, undefined, 1n), (e: unknown) => e instanceof RunMisuse && e.error.tag === 'too-large');
+  assert.throws(() => run.beginCall('t', 'k'.repeat(257), undefined, 1n), (e: unknown) => e instanceof RunMisuse && e.error.tag === 'too-large');
+  assert.throws(() => run.beginCall('t', undefined, { readOnly: 1 as never }, 1n), /begin-call argument 3\.readOnly: 1 is not a boolean/);
+  assert.throws(() => run.beginCall('t', undefined, undefined, -1n), /begin-call argument 4: -1 is out of range for u64/);
+  const start = run.beginCall('lookup', undefined, { readOnly: true }, 1n);
   assert.ok(start.admitted);
-  const status = (val: number): Failure => ({ kind: { tag: 'http-status', val }, headers: [], body: '' });
-  assert.throws(() => run.recordFailure(start.callId, 1, status(66039), 1n, 0n),
-    (e: unknown) => e instanceof ValueConversionError && /record-failure failure\.kind\(http-status\): 66039 is out of range for u16/.test(e.message));
-  assert.throws(() => run.recordFailure(start.callId, 1, { ...status(503), headers: [['a', 5 as never]] }, 1n), /\.headers\[0\]\[1\]: 5 is not a string/);
-  assert.throws(() => run.recordFailure(-1, 1, status(503), 1n), /record-failure argument 1: -1 is out of range for u32/);
-  assert.throws(() => run.recordFailure(start.callId, 1, status(503), 1n, 2n ** 64n), /record-failure argument 8: .* out of range for u64/);
+  const status = (val: number): Observation => observation({ tag: 'http-status', val });
+  assert.throws(() => run.recordFailure(start.callId, 1, status(66039), undefined, 1n, 0n),
+    (e: unknown) => e instanceof ValueConversionError && /record-failure observation\.kind\(http-status\): 66039 is out of range for u16/.test(e.message));
+  assert.throws(() => run.recordFailure(start.callId, 1, { ...status(503), headers: 5 as never }, undefined, 1n), /\.headers: 5 is not a string/);
+  assert.throws(() => run.recordFailure(start.callId, 1, { ...status(503), delivery: 'later' as never }, undefined, 1n), /\.delivery: "later" is not a case of delivery/);
+  assert.throws(() => run.recordFailure(-1, 1, status(503), undefined, 1n), /record-failure argument 1: -1 is out of range for u32/);
+  assert.throws(() => run.recordFailure(start.callId, 1, status(503), -5n, 1n), /record-failure argument 4: -5 is out of range for u64/);
+  assert.throws(() => run.recordFailure(start.callId, 1, status(503), undefined, 1n, 2n ** 64n), /record-failure argument 6: .* out of range for u64/);
   assert.throws(() => run.recordSuccess(start.callId, 2 ** 32, 1n), /record-success argument 2: 4294967296 is out of range for u32/);
+  assert.throws(() => run.recordStatusCheck(start.callId, 1, 'maybe' as never, undefined, 1n), /record-status-check argument 3/);
   assert.throws(() => run.lastDecision(1.5), /last-decision argument 1: 1.5 is not an integer/);
-  // Nothing reached the component; a 40 MB body and 5,000 headers are cut to the limits and decided.
-  const huge: Failure = { kind: { tag: 'http-status', val: 503 }, headers: Array.from({ length: 5000 }, (_, i) => [`x-h${i}`, 'v'.repeat(10_000)]), body: 'x'.repeat(40_000_000) };
-  const verdict = run.recordFailure(start.callId, 1, huge, 1n, 0n);
+  // Nothing reached the component; a 40 MB body and 5,000 header lines are cut to the limits and decided.
+  const lines = Array.from({ length: 5000 }, (_, i) => `x-h${i}: ${'v'.repeat(10_000)}`).join('\n');
+  const huge = observation({ tag: 'http-status', val: 503 }, { headers: lines, body: 'x'.repeat(40_000_000) });
+  const verdict = run.recordFailure(start.callId, 1, huge, undefined, 1n, 0n);
   assert.deepEqual([verdict.action, verdict.class], ['retry', 'transient']);
   assert.deepEqual([run.report().attempts, run.report().retries], [2, 1]);
+  assert.equal(run.recordEmptyResult(start.callId, 2, 'é'.repeat(40_000), 1n).action, 'replan'); // 80,000 bytes, cut
 });
 
 test('a rule index outside rule-names is a PolicyBoundaryViolation and the instance is refused afterwards', () => {
-  const verdict = { action: 'succeed', class: 'success', attempt: 1, delayMs: 0n, hintMs: undefined, ruleIndex: 9, hasNote: false };
+  const verdict = { action: 'succeed', class: 'success', attempt: 1, delayMs: 0n, hintMs: undefined, ruleIndex: 9, hasNote: false, reconnect: false };
   const exports = { ruleNames: () => ['success', 'http-status'] } as unknown as ConstructorParameters<typeof PolicyInstance>[0];
   const instance = new PolicyInstance(exports);
   const run = new Run(instance, { recordSuccess: () => verdict } as never, 'fake');
@@ -430,3 +455,15 @@ test('a rule index outside rule-names is a PolicyBoundaryViolation and the insta
     /record-success returned a value the contract does not allow: rule-index 9 is outside rule-names \(2 names\)/.test(e.message));
   assert.throws(() => run.recordSuccess(1, 1, 1n), InstanceUnusable);
 });
+
+test('a verdict that reconnects without a retry is a PolicyBoundaryViolation', () => {
+  const verdict = { action: 'replan', class: 'deterministic', attempt: 1, delayMs: 0n, hintMs: undefined, ruleIndex: 0, hasNote: true, reconnect: true };
+  const exports = { ruleNames: () => ['http-status'] } as unknown as ConstructorParameters<typeof PolicyInstance>[0];
+  const run = new Run(new PolicyInstance(exports), { recordSuccess: () => verdict } as never, 'fake');
+  assert.throws(() => run.recordSuccess(1, 1, 1n), (e: unknown) => e instanceof PolicyBoundaryViolation && /reconnect is set on a replan verdict/.test(e.message));
+});
+
+/** An observation with the defaults a test leaves out. */
+function observation(kind: Observation['kind'], rest: Partial<Observation> = {}): Observation {
+  return { kind, headers: '', body: '', structuredContent: undefined, sessionIdSent: false, delivery: 'unknown', ...rest };
+}

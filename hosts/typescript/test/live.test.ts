@@ -24,7 +24,7 @@ import {
 } from '../src/errors.js';
 import * as api from '../src/index.js';
 import { RetryingToolCaller } from '../src/mcp.js';
-import { Integrity, LivePolicy, selfTest, signaturePath, type Loaded, type LiveOptions, type PolicySource, type PolicyUpdateEvent } from '../src/live.js';
+import { GATE_VECTORS, Integrity, LivePolicy, signaturePath, type Loaded, type LiveOptions, type PolicySource, type PolicyUpdateEvent } from '../src/live.js';
 
 const here = fileURLToPath(import.meta.url);
 const packageRoot = resolve(here, '../../..');
@@ -62,12 +62,11 @@ function withCustomSection(wasm: Uint8Array, payload: string): Buffer {
 function attempts(policy: Policy, runId: string): number {
   const run = policy.startRun(runId);
   try {
-    const admission = run.beginCall({ tool: 'lookup_order' }, 1n);
-    assert.equal(admission.tag, 'send');
-    const callId = (admission.val as { callId: number }).callId;
+    const start = run.beginCall('lookup_order', undefined, undefined, 1n);
+    assert.ok(start.admitted);
     let made = 1;
-    const fail = { tag: 'failure' as const, val: { kind: { tag: 'http-status' as const, val: 503 }, headers: [], body: '' } };
-    while (run.recordOutcome(callId, made, fail, 1n, 1n).action.tag === 'retry') made += 1;
+    const fail = { kind: { tag: 'http-status' as const, val: 503 }, headers: '', body: '', sessionIdSent: false, delivery: 'answer-started' as const };
+    while (run.recordFailure(start.callId, made, fail, undefined, 1n, 1n).action === 'retry') made += 1;
     return made;
   } finally {
     run.close();
@@ -142,24 +141,40 @@ test('a bad configuration is refused and the last good one keeps serving', async
   assert.deepEqual(live.metrics, { accepted: 0, refused: 3, rolledBack: 0 });
 });
 
-test('a configuration that breaks an invariant fails the self-test', async () => {
+test('a configuration that breaks an invariant fails the gate vectors (gate.json), naming the case', async () => {
   const source = deployed();
   const live = await LivePolicy.open(source, recorded());
   // It loads, but it would retry a 403.
   writeFileSync(source.config, '{"status-overrides": {"403": "transient"}}');
-  await assert.rejects(live.reload(), (e: unknown) => e instanceof UpdateSelfTestError && e.kind === 'self-test' && /a 403 answered/.test(e.message));
+  await assert.rejects(live.reload(), (e: unknown) => e instanceof UpdateSelfTestError && e.kind === 'self-test' &&
+    /the gate vectors \(.*gate\.json\) fail: "a 403 escalates and is never retried"/.test(e.message));
   assert.equal(live.current().identity.generation, 1);
   // The same gate at start.
   await assert.rejects(LivePolicy.open(source, recorded()), UpdateSelfTestError);
 });
 
-test('the self-test reports each attempt of a persistent 503 and follows it to its escalation', async () => {
-  const component = await PolicyComponent.load();
-  // Reporting attempt 1 again would be refused (attempt-mismatch) after one
-  // retry and end the check early, proving nothing about the step budget.
-  assert.deepEqual(await selfTest(component, '{}'), { persistentAttempts: [1, 2, 3, 4], persistentEnd: 'escalate' });
-  assert.deepEqual(await selfTest(component, JSON.stringify({ 'max-attempts-per-call': 100, 'max-steps-per-run': 6 })),
-    { persistentAttempts: [1, 2, 3, 4, 5, 6], persistentEnd: 'escalate' });
+test('the gate vectors ship with the package: dist/gate.json is tests/vectors/gate.json', () => {
+  assert.equal(GATE_VECTORS, resolve(packageRoot, 'dist/gate.json'));
+  assert.deepEqual(readFileSync(GATE_VECTORS, 'utf8'), readFileSync(resolve(packageRoot, '../../tests/vectors/gate.json'), 'utf8'));
+  const pkg = JSON.parse(readFileSync(resolve(packageRoot, 'package.json'), 'utf8')) as { files: string[] };
+  assert.ok(pkg.files.includes('dist/gate.json'), 'in the files npm packs');
+});
+
+test('an operator\'s gate vectors (gateVectors) run too: a failing case refuses the update, named; an unreadable file refuses it', async () => {
+  const source = deployed();
+  const gate = join(source.dir, 'operator-gate.json');
+  writeFileSync(gate, shippedVectors('the operator\'s invariants'));
+  const live = await LivePolicy.open(source, { ...recorded(), gateVectors: [gate] });
+  assert.equal(live.current().identity.generation, 1, 'a configuration of 4 attempts keeps the operator\'s invariants');
+  writeFileSync(source.config, reads(2));
+  await assert.rejects(live.reload(), (e: unknown) => e instanceof UpdateSelfTestError &&
+    e.message.includes(`the gate vectors (${gate}) fail: "${FOUR_ATTEMPTS}"`));
+  assert.equal(live.current().identity.generation, 1);
+  writeFileSync(source.config, reads(4));
+  assert.equal((await live.reload()).generation, 2);
+  rmSync(gate);
+  await assert.rejects(live.reload(), (e: unknown) => e instanceof UpdateReadError && e.path === gate);
+  await assert.rejects(LivePolicy.open(source, { gateVectors: 'one.json' as never }), /gateVectors/);
 });
 
 /** Vectors an update ships with (the format of tests/vectors/*.json). The first
@@ -279,7 +294,7 @@ test('a broken or foreign component is refused and rollback returns to the previ
   await assert.rejects(live.reload(), (e: unknown) => e instanceof UpdateLoadError && e.kind === 'load' && e.error instanceof ComponentLoadError);
 
   // The same component, speaking another major contract version.
-  const ours = Buffer.from('agent-retry:policy/policy@0.4.0');
+  const ours = Buffer.from('agent-retry:policy/policy@0.5.0');
   const theirs = Buffer.from('agent-retry:policy/policy@1.0.0');
   assert.ok(good.indexOf(ours) >= 0);
   const foreign = Buffer.from(good);
@@ -289,9 +304,9 @@ test('a broken or foreign component is refused and rollback returns to the previ
     assert.ok(e instanceof UpdateLoadError, String(e));
     assert.ok(e.error instanceof ContractVersionMismatch, String(e.error));
     assert.equal(e.error.componentVersion, '1.0.0');
-    assert.equal(e.error.hostVersion, '0.4.0');
+    assert.equal(e.error.hostVersion, '0.5.0');
     assert.match(e.message, /agent-retry:policy@1\.0\.0/);
-    assert.match(e.message, /@0\.4\.0/);
+    assert.match(e.message, /@0\.5\.0/);
     return true;
   });
   assert.equal(live.current().identity.generation, 1, 'nothing was swapped in');
@@ -340,10 +355,10 @@ const HOSTILE: Array<[string, (e: UpdateError) => boolean]> = [
   ['extra-import', (e) => e instanceof UpdateLoadError && e.error instanceof ComponentImportRefused && e.error.importName === 'wasi:filesystem/preopens@0.2.6'],
   ['extra-import-sockets', (e) => e instanceof UpdateLoadError && e.error instanceof ComponentImportRefused && /wasi:sockets/.test(e.message)],
   ['wrong-world', (e) => e instanceof UpdateLoadError && /exports no agent-retry:policy\/policy/.test(e.message) && /acme:scheduler/.test(e.message)],
-  ['other-major', (e) => e instanceof UpdateLoadError && e.error instanceof ContractVersionMismatch && /agent-retry:policy@0\.5\.0/.test(e.message)],
+  ['other-major', (e) => e instanceof UpdateLoadError && e.error instanceof ContractVersionMismatch && /agent-retry:policy@0\.(4|6)\.0/.test(e.message)],
 ];
 
-test('every hostile component offered as an update is refused by the gate (or contained by the sandbox in its self-test); the last good policy serves', async () => {
+test('every hostile component offered as an update is refused by the gate (or contained by the sandbox while a gate case runs); the last good policy serves', async () => {
   const source = deployed();
   const options = recorded();
   const live = await LivePolicy.open(source, options);
@@ -456,6 +471,21 @@ test('the watcher picks up a changed configuration and a changed .wasm, keeps go
   // The polling alone (no fs.watch event needed): poll() sees the change.
   assert.equal((await live.poll())?.generation, 5);
   assert.deepEqual(live.metrics, { accepted: 4, refused: 1, rolledBack: 0 });
+});
+
+test('a watch interval past 2^31 - 1 ms does not overflow node\'s timer (it would poll every ms)', async () => {
+  const live = await LivePolicy.open(deployed(), recorded());
+  const warnings: string[] = [];
+  const onWarning = (warning: Error) => warnings.push(warning.name);
+  process.on('warning', onWarning);
+  try {
+    const watcher = live.watch(2 ** 40);
+    await sleep(50);
+    watcher.close();
+  } finally {
+    process.off('warning', onWarning);
+  }
+  assert.deepEqual(warnings.filter((name) => name === 'TimeoutOverflowWarning'), []);
 });
 
 test('a watcher does not keep the process alive', async () => {

@@ -21,7 +21,7 @@ import { Agent, fetch as undiciFetch } from 'undici';
 import { EmbeddedAccounts } from '../src/accounts.js';
 import { PolicyComponent } from '../src/component.js';
 import { SplitMix64 } from '../src/entropy.js';
-import { AgentRetryError, ConnectionConfigError, Escalated, SessionLost } from '../src/errors.js';
+import { AgentRetryError, ConnectionConfigError, Escalated } from '../src/errors.js';
 import { McpConnection, RetryingToolCaller, type McpSdkName, type RetryingToolCallerOptions } from '../src/mcp.js';
 import { CLI, DemoServer, ROOT, requireDemo as requireDemoWith } from './demo-server.js';
 
@@ -242,7 +242,7 @@ test('3. server-everything over HTTP, v2: the probe\'s 400 is not a failure; a r
   assert.equal(textOf(await caller.callTool('echo', { message: 'two' })), 'Echo: two');
   assert.deepEqual(steps(lines), [
     ...CLEAN, ['echo', 1, 'success', 'succeed'],
-    ['echo', 1, 'session lost', 'retry'], // 400 "Bad Request: No valid session ID provided"
+    ['echo', 1, 'HTTP 400', 'retry'], // 400 "Bad Request: No valid session ID provided": the policy's lost-session, reconnect
     ['initialize', 1, 'success', 'succeed'],
     ['echo', 2, 'success', 'succeed'],
   ]);
@@ -273,10 +273,10 @@ test('4. an https modern-only server: trusted through an undici Agent with the C
   const error = await caller.callTool('lookup_order', { order_id: 'A1' }).catch((e: unknown) => e);
   assert.ok(error instanceof Escalated, `not an escalation: ${String(error)}`);
   assert.equal(error.tool, 'initialize');
-  assert.equal(error.reason, 'unclassified-failure'); // transport `other`: not retried
+  assert.equal(error.reason, 'connection-misconfigured'); // transport `tls`: a person must fix the certificate, not retried
   assert.match(error.note, /certificate/i);
-  assert.deepEqual(steps(lines), [['initialize', 1, 'other', 'escalate']]);
-  assert.equal(lines[0].class, 'unclassified');
+  assert.deepEqual(steps(lines), [['initialize', 1, 'tls', 'escalate']]);
+  assert.equal(lines[0].class, 'misconfigured');
   assert.equal(plain.connections, 0);
 });
 
@@ -301,18 +301,21 @@ test('5. McpConnection.http(\'ftp://...\') throws a ConnectionConfigError naming
 
 // 6. v1 against the modern-only server.
 
-test('6. v1 against a modern-only server: initialize is refused (HTTP 400, -32022), the policy replans it, and the caller stops with SessionLost naming the supported revision', async () => {
+test('6. v1 against a modern-only server: initialize is refused (HTTP 400, -32022) twice, and the policy escalates protocol-version-unsupported naming the supported revision', async () => {
   // The same outcome as the Rust and Python wrappers' handshake-only clients:
   // the host reports the HTTP status and body; what -32022 means is the
-  // policy's to decide (contract 0.5), not a host's reading of the body.
+  // policy's to decide (contract 0.5: a retry on a new session, then, refused
+  // again, protocol-version-unsupported), not a host's reading of the body.
   const { url } = await startDemo(['--era', 'modern']);
   const connection = track(McpConnection.http(url, { sdk: 'v1' }));
   const { caller, lines } = await newCaller(connection);
   const error = await caller.callTool('lookup_order', { order_id: 'A1' }).catch((e: unknown) => e);
-  assert.ok(error instanceof SessionLost, `not SessionLost: ${String(error)}`);
-  assert.match(error.message, /-32022/);
-  assert.match(error.message, /"supported":\["2026-07-28"\]/);
-  assert.deepEqual(steps(lines), [['initialize', 1, 'HTTP 400', 'replan']]);
+  assert.ok(error instanceof Escalated, `not an escalation: ${String(error)}`);
+  assert.equal(error.reason, 'protocol-version-unsupported');
+  assert.match(error.note, /-32022/);
+  assert.match(error.note, /"supported":\["2026-07-28"\]/);
+  assert.deepEqual(steps(lines), [['initialize', 1, 'HTTP 400', 'retry'], ['initialize', 2, 'HTTP 400', 'escalate']]);
+  assert.equal(lines[0].rule, 'version-mismatch');
   assert.equal(connection.connections, 0);
 });
 

@@ -15,7 +15,7 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 
-import type { Outcome } from '../src/index.js';
+import type { Outcome } from '../src/mcp/caller.js';
 
 import { EmbeddedAccounts } from '../src/accounts.js';
 import { PolicyComponent, locateComponent } from '../src/component.js';
@@ -247,27 +247,32 @@ test('retries wait the policy delay', async () => {
 // answers HTTP 200 and no upstream status or header reaches the client; the
 // policy reads the text and the structured content the wrapper passes on.
 
-/** The outcomes the wrapper recorded (a success or a failure through the flat
- *  path, others through `recordOutcome`), as `recordOutcome` would take them;
- *  with the attempt each reported. */
+/** The outcomes the wrapper reported on the single path (`recordSuccess`,
+ *  `recordEmptyResult`, `recordFailure`, `recordStatusCheck`), with the
+ *  attempt each reported. */
 function recordedWith<T>(caller: RetryingToolCaller, as: (attempt: number, outcome: Outcome) => T): T[] {
   const seen: T[] = [];
   const pseudo = pseudoCallIds(caller);
   const run = caller.run;
-  const record = run.recordOutcome.bind(run);
-  run.recordOutcome = (callId, attempt, outcome, now, entropy) => {
-    if (!pseudo.has(callId)) seen.push(as(attempt, structuredClone(outcome)));
-    return record(callId, attempt, outcome, now, entropy);
-  };
   const success = run.recordSuccess.bind(run);
   run.recordSuccess = (callId, attempt, now) => {
     if (!pseudo.has(callId)) seen.push(as(attempt, { tag: 'success' }));
     return success(callId, attempt, now);
   };
+  const empty = run.recordEmptyResult.bind(run);
+  run.recordEmptyResult = (callId, attempt, detail, now) => {
+    if (!pseudo.has(callId)) seen.push(as(attempt, { tag: 'empty-result', val: detail }));
+    return empty(callId, attempt, detail, now);
+  };
   const failure = run.recordFailure.bind(run);
-  run.recordFailure = (callId, attempt, failed, now, entropy) => {
+  run.recordFailure = (callId, attempt, failed, left, now, entropy) => {
     if (!pseudo.has(callId)) seen.push(as(attempt, { tag: 'failure', val: structuredClone(failed) }));
-    return failure(callId, attempt, failed, now, entropy);
+    return failure(callId, attempt, failed, left, now, entropy);
+  };
+  const checked = run.recordStatusCheck.bind(run);
+  run.recordStatusCheck = (callId, attempt, found, left, now, entropy) => {
+    if (!pseudo.has(callId)) seen.push(as(attempt, { tag: 'status-check', val: found }));
+    return checked(callId, attempt, found, left, now, entropy);
   };
   return seen;
 }
@@ -281,8 +286,8 @@ function recordedOutcomes(caller: RetryingToolCaller): Outcome[] {
 function pseudoCallIds(caller: RetryingToolCaller): Set<number> {
   const ids = new Set<number>();
   const run = caller.run;
-  const begin = run.beginCallFlat.bind(run);
-  run.beginCallFlat = (tool, key, hints, now) => {
+  const begin = run.beginCall.bind(run);
+  run.beginCall = (tool, key, hints, now) => {
     const start = begin(tool, key, hints, now);
     if ((tool === 'initialize' || tool === 'tools/list') && start.admitted) ids.add(start.callId);
     return start;
@@ -305,7 +310,10 @@ test('a relayed "HTTP 503" in a tool error is retried and the model sees only th
   // The wrapper read no status itself: tool-error(none), the text as the body.
   assert.deepEqual(outcomes[0], {
     tag: 'failure',
-    val: { kind: { tag: 'tool-error', val: undefined }, headers: [], body: 'upstream returned HTTP 503 Service Unavailable', structuredContent: undefined },
+    val: {
+      kind: { tag: 'tool-error', val: undefined }, headers: '', body: 'upstream returned HTTP 503 Service Unavailable', structuredContent: undefined,
+      sessionIdSent: false, delivery: 'answer-started',
+    },
   });
   assert.equal(caller.run.report().retries, 1);
 });
@@ -384,9 +392,10 @@ test("a JSON-RPC error's data reaches the policy as structured content", async (
   assert.deepEqual(outcomes[0], {
     tag: 'failure',
     val: {
-      kind: { tag: 'protocol-error', val: -32603 }, headers: [], body: 'Internal error',
+      kind: { tag: 'protocol-error', val: -32603 }, headers: '', body: 'Internal error',
       // serde_json writes the server's object with its keys sorted.
       structuredContent: '{"error":{"message":"Resource not accessible by integration","status":403}}',
+      sessionIdSent: false, delivery: 'answer-started',
     },
   });
 });
@@ -407,7 +416,10 @@ test('a tool error\'s text blocks are joined with newlines for the policy', asyn
   await caller.callTool('lookup').catch(() => undefined);
   assert.deepEqual(outcomes[0], {
     tag: 'failure',
-    val: { kind: { tag: 'tool-error', val: undefined }, headers: [], body: 'upstream said:\nquota exceeded', structuredContent: '{"error":{"status":503}}' },
+    val: {
+      kind: { tag: 'tool-error', val: undefined }, headers: '', body: 'upstream said:\nquota exceeded', structuredContent: '{"error":{"status":503}}',
+      sessionIdSent: false, delivery: 'answer-started',
+    },
   });
 });
 
@@ -597,16 +609,14 @@ test('an attempt line and a not-sent line have the same fields, in order, with t
   assert.equal(typeof notSent.ts, 'number');
 });
 
-test('the wrapper uses the flat path, and asks for a decision\'s words only when it needs them (always for a line, with log: null only for the model or a person)', async () => {
+test('the wrapper asks for a decision\'s words only when it needs them (always for a line, with log: null only for the model or a person)', async () => {
   const asked = (caller: RetryingToolCaller) => {
     const calls = { flat: 0, rich: 0, lastDecision: 0, escalation: 0 };
     const run = caller.run;
-    for (const name of ['recordSuccess', 'recordFailure'] as const) {
+    for (const name of ['recordSuccess', 'recordFailure', 'recordEmptyResult', 'recordStatusCheck'] as const) {
       const original = run[name].bind(run) as (...a: unknown[]) => unknown;
       (run as unknown as Record<string, unknown>)[name] = (...a: unknown[]) => { calls.flat += 1; return original(...a); };
     }
-    const record = run.recordOutcome.bind(run);
-    run.recordOutcome = (...a) => { calls.rich += 1; return record(...a); };
     const last = run.lastDecision.bind(run);
     run.lastDecision = (callId) => { calls.lastDecision += 1; return last(callId); };
     return calls;

@@ -14,12 +14,12 @@ import { promisify } from 'node:util';
 
 import { PolicyComponent, defaultCacheDir, locateComponent } from '../src/component.js';
 import { ComponentImportRefused, ComponentLoadError, ContractVersionMismatch } from '../src/errors.js';
-import type { Failure } from '../src/index.js';
+import type { Observation } from '../src/index.js';
 
 const here = fileURLToPath(import.meta.url);
 const packageRoot = resolve(here, '../../..');
 const fixtures = resolve(packageRoot, '../../target/hostile');
-const FAILURE: Failure = { kind: { tag: 'http-status', val: 503 }, headers: [['Retry-After', '2']], body: '' };
+const FAILURE: Observation = { kind: { tag: 'http-status', val: 503 }, headers: 'Retry-After: 2', body: '', sessionIdSent: false, delivery: 'answer-started' };
 
 /** Another build of the real component (a custom section appended): another digest, the same policy. */
 function otherBuild(tag: string): string {
@@ -53,7 +53,7 @@ test('a .wasm is transpiled at run time once, then loaded from the cache', async
   assert.deepEqual(entries, [cold.source.sha256], 'one directory, named by the SHA-256, no temporary left');
   const source = JSON.parse(readFileSync(join(cacheDir, entries[0], 'source.json'), 'utf8'));
   assert.equal(source.sha256, cold.source.sha256);
-  assert.deepEqual(source.exports, ['agent-retry:policy/policy@0.4.0']);
+  assert.deepEqual(source.exports, ['agent-retry:policy/policy@0.5.0']);
   // The same glue edits as scripts/transpile.mjs: the cached glue equals the package's own, the
   // components differing only in a custom section jco does not carry over.
   const bundledGlue = readFileSync(join(packageRoot, 'generated/agent_retry_policy.js'), 'utf8');
@@ -81,7 +81,8 @@ test('the bundled component loads from generated/ without jco, whatever its path
 test('the contract and import checks come before jco: nothing is transpiled for a refused component', async () => {
   const cacheDir = mkdtempSync(join(tmpdir(), 'agent-retry-cache-'));
   await assert.rejects(PolicyComponent.load({ wasmPath: join(fixtures, 'other-major.wasm'), cacheDir }),
-    (e: unknown) => e instanceof ContractVersionMismatch && e.componentVersion === '0.5.0' && /@0\.5\.0 but this host speaks @0\.4\.0/.test(e.message));
+    (e: unknown) => e instanceof ContractVersionMismatch && ['0.4.0', '0.6.0'].includes(e.componentVersion) &&
+      /@0\.[46]\.0 but this host speaks @0\.5\.0/.test(e.message));
   await assert.rejects(PolicyComponent.load({ wasmPath: join(fixtures, 'extra-import-sockets.wasm'), cacheDir }),
     (e: unknown) => e instanceof ComponentImportRefused && e.importName === 'wasi:sockets/instance-network@0.2.6');
   await assert.rejects(PolicyComponent.load({ wasmPath: join(fixtures, 'wrong-world.wasm'), cacheDir }),

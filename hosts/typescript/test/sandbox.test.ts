@@ -22,7 +22,7 @@ import {
 import { RetryingToolCaller } from '../src/mcp.js';
 import { FUEL_PER_CALL, MAX_MEMORY_BYTES, instrumentCoreModule } from '../src/sandbox.js';
 import { ValueConversionError } from '../src/wit.js';
-import type { Failure } from '../src/index.js';
+import type { Observation } from '../src/index.js';
 import { readFileSync } from 'node:fs';
 
 const fixtures = join(fileURLToPath(import.meta.url), '../../../../../target/hostile');
@@ -33,7 +33,10 @@ const hostile = async (name: string, maxMemoryBytes?: number) => {
   assert.ok(component.origin === 'transpiled' || component.origin === 'cache', `${name}: loaded at run time, not from ${component.origin}`);
   return component;
 };
-const FAILURE: Failure = { kind: { tag: 'http-status', val: 503 }, headers: [['Retry-After', '2']], body: '' };
+const FAILURE: Observation = { kind: { tag: 'http-status', val: 503 }, headers: 'Retry-After: 2', body: '', sessionIdSent: false, delivery: 'answer-started' };
+/** An observation with the defaults a test leaves out. */
+const observed = (kind: Observation['kind'], rest: Partial<Observation> = {}): Observation =>
+  ({ kind, headers: '', body: '', structuredContent: undefined, sessionIdSent: false, delivery: 'answer-started', ...rest });
 
 /** A fresh instance of the good component serves; and the event loop is free (a timer fires). */
 async function hostKeepsServing(): Promise<void> {
@@ -129,9 +132,9 @@ test('an import outside the contract (wasi:filesystem) is refused at load, namin
     e.importName === 'wasi:filesystem/preopens@0.2.6' && /imports wasi:filesystem\/preopens@0.2.6, which is outside the agent-retry contract/.test(e.message));
   const real = readFileSync(join(fileURLToPath(import.meta.url), '../../../../../target/component/agent_retry_policy.wasm'));
   assert.deepEqual(componentImportNames(real).sort(),
-    ['agent-retry:policy/account-budget@0.4.0', 'agent-retry:policy/types@0.4.0', 'wasi:random/random@0.2.6']);
+    ['agent-retry:policy/account-budget@0.5.0', 'agent-retry:policy/types@0.5.0', 'wasi:random/random@0.2.6']);
   checkImports(componentImportNames(real));
-  for (const name of ['wasi:sockets/tcp@0.2.0', 'wasi:random/random@0.3.0', 'agent-retry:policy/account-budget@0.3.0', 'agent-retry:policy/types@0.5.0', 'wasi:cli/environment@0.2.0']) {
+  for (const name of ['wasi:sockets/tcp@0.2.0', 'wasi:random/random@0.3.0', 'agent-retry:policy/account-budget@0.4.0', 'agent-retry:policy/types@0.6.0', 'wasi:cli/environment@0.2.0']) {
     assert.throws(() => checkImports([name]), (e: unknown) => e instanceof ComponentImportRefused && e.importName === name);
   }
   await hostKeepsServing();
@@ -141,12 +144,12 @@ test('arguments out of their WIT range are refused, not wrapped: a u16 of 66039'
   const instance = await (await PolicyComponent.load()).instantiate();
   const policy = instance.loadPolicy({});
   const run = policy.startRun('r');
-  const admission = run.beginCall({ tool: 'lookup' }, 0n);
-  assert.equal(admission.tag, 'send');
-  const callId = (admission.val as { callId: number }).callId;
-  const status = (val: number): Failure => ({ kind: { tag: 'http-status', val }, headers: [], body: '' });
-  assert.throws(() => run.recordOutcome(callId, 1, { tag: 'failure', val: status(66039) }, 1n),
-    (e: unknown) => e instanceof ValueConversionError && /record-outcome argument 3\(failure\)\.kind\(http-status\): 66039 is out of range for u16 \(0\.\.65535\)/.test(e.message));
+  const admission = run.beginCall('lookup', undefined, undefined, 0n);
+  assert.ok(admission.admitted);
+  const callId = admission.callId;
+  const status = (val: number): Observation => observed({ tag: 'http-status', val });
+  assert.throws(() => run.recordFailure(callId, 1, status(66039), undefined, 1n),
+    (e: unknown) => e instanceof ValueConversionError && /record-failure observation\.kind\(http-status\): 66039 is out of range for u16 \(0\.\.65535\)/.test(e.message));
   assert.throws(() => policy.classify(status(-1), 0n), ValueConversionError);
   assert.throws(() => policy.classify(status(503.5), 0n), ValueConversionError);
   assert.throws(() => policy.classify({ ...status(503), kind: { tag: 'transport', val: 'gone' as never } }, 0n), /"gone" is not a case of transport-error/);
@@ -155,11 +158,12 @@ test('arguments out of their WIT range are refused, not wrapped: a u16 of 66039'
   assert.throws(() => policy.classify(status(503), 2n ** 64n), /out of range for u64/);
   assert.throws(() => policy.classify(status(503), 1.5), ValueConversionError);
   assert.throws(() => policy.nextDelay(2 ** 32), /out of range for u32/);
-  assert.throws(() => run.beginCall({ tool: 'x', hints: { readOnly: 1 as never } }, 0n), /is not a boolean/);
-  assert.throws(() => policy.classify({ ...status(503), headers: [['a', 5 as never]] }, 0n), /\.headers\[0\]\[1\]: 5 is not a string/);
+  assert.throws(() => run.beginCall('x', undefined, { readOnly: 1 as never }, 0n), /is not a boolean/);
+  assert.throws(() => policy.classify({ ...status(503), headers: 5 as never }, 0n), /\.headers: 5 is not a string/);
+  assert.throws(() => policy.classify({ ...status(503), sessionIdSent: 'yes' as never }, 0n), /\.sessionIdSent: "yes" is not a boolean/);
   // Nothing reached the component: the instance still serves, and 503 is still 503.
-  const decision = run.recordOutcome(callId, 1, { tag: 'failure', val: status(503) }, 1n, 0n);
-  assert.equal(decision.class, 'transient');
+  const verdict = run.recordFailure(callId, 1, status(503), undefined, 1n, 0n);
+  assert.equal(verdict.class, 'transient');
   assert.equal(policy.classify(status(503), 0n).class, 'transient');
 });
 
@@ -174,7 +178,7 @@ test('the sandbox rewrites the core modules and refuses instructions it cannot m
 });
 
 test('when the policy fails, the MCP wrapper does not retry and escalates saying so', async () => {
-  // The account backend fails on the second reservation (the retry's): record-failure (the wrapper's flat path) traps.
+  // The account backend fails on the second reservation (the retry's): record-failure traps.
   let reservations = 0;
   const flaky = new EmbeddedAccounts();
   const accounts = {
@@ -213,41 +217,32 @@ test('the real policy\'s worst cases fit in the default fuel (counted per instru
   const instance = await (await PolicyComponent.load()).instantiate();
   const policy = instance.loadPolicy({ 'tool-error-rules': rules, tools: { t: { effect: 'read', 'tool-error-rules': rules } } });
   const run = policy.startRun('worst-case');
-  const fuelOf = (failure: Failure) => {
-    const admission = run.beginCall({ tool: 't' }, 1n);
-    assert.equal(admission.tag, 'send');
-    const decision = run.recordOutcome((admission.val as { callId: number }).callId, 1, { tag: 'failure', val: failure }, 1n, 1n);
-    return [instance.fuelUsedByLastCall(), decision] as const;
-  };
-  const [hostile, decision] = fuelOf({ kind: { tag: 'tool-error', val: undefined }, headers: [], body: 'e_a '.repeat(1024), structuredContent: `"${'e_b '.repeat(1023)}"` });
-  assert.equal(decision.rule, 'tool-error:scan-limit');
-  const [http] = fuelOf({ kind: { tag: 'http-status', val: 503 }, headers: [['retry-after', '1']], body: 'upstream unavailable' });
-  // The same failures through the flat path (contract 0.4.0): record-failure, and last-decision's prose.
-  const flatFuelOf = (failure: Failure) => {
-    const start = run.beginCallFlat('t', undefined, undefined, 1n);
+  // One record-failure, then its last-decision's prose (built only when asked for).
+  const fuelOf = (failure: Observation) => {
+    const start = run.beginCall('t', undefined, undefined, 1n);
     assert.ok(start.admitted);
-    run.recordFailure(start.callId, 1, failure, 1n, 1n);
+    run.recordFailure(start.callId, 1, failure, undefined, 1n, 1n);
     const fuel = instance.fuelUsedByLastCall();
-    run.lastDecision(start.callId);
-    return [fuel, instance.fuelUsedByLastCall()] as const;
+    const decision = run.lastDecision(start.callId);
+    assert.ok(decision);
+    return [fuel, instance.fuelUsedByLastCall(), decision] as const;
   };
-  const [flatHostile, flatHostileWords] = flatFuelOf({ kind: { tag: 'tool-error', val: undefined }, headers: [], body: 'e_a '.repeat(1024), structuredContent: `"${'e_b '.repeat(1023)}"` });
-  const [flatHttp, flatHttpWords] = flatFuelOf({ kind: { tag: 'http-status', val: 503 }, headers: [['retry-after', '1']], body: 'upstream unavailable' });
+  const [hostile, hostileWords, decision] = fuelOf(observed({ tag: 'tool-error', val: undefined }, { body: 'e_a '.repeat(1024), structuredContent: `"${'e_b '.repeat(1023)}"` }));
+  assert.equal(decision.rule, 'tool-error:scan-limit');
+  const [http, httpWords] = fuelOf(observed({ tag: 'http-status', val: 503 }, { headers: 'retry-after: 1', body: 'upstream unavailable' }));
 
   const long = instance.loadPolicy({ 'max-steps-per-run': 1_000_000 }).startRun('long');
   for (let i = 0; i < 10_000; i++) {
-    const admission = long.beginCall({ tool: 'issue_refund', idempotencyKey: `ar1-${i.toString(16).padStart(32, '0')}` }, 1n);
-    long.recordOutcome((admission.val as { callId: number }).callId, 1, { tag: 'success' }, 1n, 1n);
+    long.recordSuccess(long.beginCall('issue_refund', `ar1-${i.toString(16).padStart(32, '0')}`, undefined, 1n).callId, 1, 1n);
   }
-  const admission = long.beginCall({ tool: 'issue_refund' }, 1n);
-  const escalation = long.recordOutcome((admission.val as { callId: number }).callId, 1,
-    { tag: 'failure', val: { kind: { tag: 'http-status', val: 403 }, headers: [], body: 'needs approval' } }, 1n, 1n);
+  const last = long.beginCall('issue_refund', undefined, undefined, 1n).callId;
+  assert.equal(long.recordFailure(last, 1, observed({ tag: 'http-status', val: 403 }, { body: 'needs approval' }), undefined, 1n, 1n).action, 'escalate');
   const escalationFuel = instance.fuelUsedByLastCall();
-  assert.equal(escalation.action.tag, 'escalate');
-  assert.ok(escalation.action.tag === 'escalate' && escalation.action.val.effectsTotal === 10_000 && escalation.action.val.effects.length === 20);
-  console.log(`fuel of one record-outcome (Node's count): HTTP 503 with Retry-After ${http}, hostile 8 KB tool error ${hostile}, ` +
-    `the escalation of a run of 10,000 effects (listing 20 of them) ${escalationFuel}; budget ${FUEL_PER_CALL}`);
-  console.log(`fuel of one record-failure (the flat path), then its last-decision: HTTP 503 with Retry-After ${flatHttp} + ${flatHttpWords}, ` +
-    `hostile 8 KB tool error ${flatHostile} + ${flatHostileWords}`);
-  assert.ok(hostile < FUEL_PER_CALL && escalationFuel < FUEL_PER_CALL && flatHostile < FUEL_PER_CALL && flatHostileWords < FUEL_PER_CALL);
+  const escalation = long.lastDecision(last);
+  const escalationWordsFuel = instance.fuelUsedByLastCall();
+  assert.ok(escalation?.action.tag === 'escalate' && escalation.action.val.effectsTotal === 10_000 && escalation.action.val.effects.length === 20);
+  console.log(`fuel of one record-failure, then its last-decision (Node's count): HTTP 503 with Retry-After ${http} + ${httpWords}, ` +
+    `hostile 8 KB tool error ${hostile} + ${hostileWords}, the escalation of a run of 10,000 effects (listing 20 of them) ${escalationFuel} + ` +
+    `${escalationWordsFuel}; budget ${FUEL_PER_CALL}`);
+  assert.ok(hostile < FUEL_PER_CALL && escalationFuel < FUEL_PER_CALL && hostileWords < FUEL_PER_CALL && escalationWordsFuel < FUEL_PER_CALL);
 });

@@ -4,4 +4,4 @@
 
 pub mod native;
 
-pub use agent_retry_host::vectors::{Case, CaseResult, Subject, VectorFile, load_dir, matcher, run_case, run_case_flat};
+pub use agent_retry_host::vectors::{Case, CaseResult, Subject, VectorFile, load_dir, matcher, run_case};

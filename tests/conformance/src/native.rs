@@ -7,9 +7,10 @@ use agent_retry_host::{AccountBudgetBackend, EmbeddedAccounts};
 use agent_retry_policy::account::{AccountBudget, Bucket, Reservation};
 use agent_retry_policy::classify::FailureView;
 use agent_retry_policy::config::Config;
-use agent_retry_policy::run::{Act, Run, Start, Verdict};
-use agent_retry_policy::types::{CallRequest, Failure, Outcome};
-use agent_retry_policy::{backoff, classify, hints, key, rules};
+use agent_retry_policy::run::{Act, At, Run, Start, Verdict};
+use agent_retry_policy::types::{Delivery, FailureKind, StatusCheckResult, ToolHints};
+use agent_retry_policy::{backoff, classify, hints, key, rules, session};
+use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
@@ -57,6 +58,32 @@ impl Native {
     }
 }
 
+/// An `observation` in canonical JSON: its headers as `name: value` lines.
+#[derive(Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+struct Observation {
+    kind: FailureKind,
+    headers: String,
+    body: String,
+    structured_content: Option<String>,
+    session_id_sent: bool,
+    delivery: Delivery,
+}
+
+impl Observation {
+    /// The core's view of it, over `pairs` (its header lines, split as the component splits them).
+    fn view<'a>(&'a self, pairs: &'a [hints::Pair<'a>]) -> FailureView<'a> {
+        FailureView {
+            kind: &self.kind,
+            headers: pairs,
+            body: &self.body,
+            structured_content: self.structured_content.as_deref(),
+            session_id_sent: self.session_id_sent,
+            delivery: self.delivery,
+        }
+    }
+}
+
 fn input<T: DeserializeOwned>(value: &Value, what: &str) -> Result<T, String> {
     serde_json::from_value(value.clone()).map_err(|e| format!("bad {what} {value}: {e}"))
 }
@@ -77,9 +104,14 @@ impl Subject for Native {
         })
     }
 
-    fn classify(&mut self, failure: &Value, now_ms: u64) -> Result<Value, String> {
-        let failure: Failure = input(failure, "failure")?;
-        Ok(output(&classify::classify(&failure, self.config()?, None, now_ms)))
+    fn classify(&mut self, observation: &Value, now_ms: u64) -> Result<Value, String> {
+        let observation: Observation = input(observation, "observation")?;
+        let pairs = hints::split_lines(&observation.headers);
+        Ok(output(&classify::classify_view(&observation.view(&pairs), self.config()?, None, now_ms).into_classification()))
+    }
+
+    fn read_probe_answer(&mut self, http_status: Option<u16>, json_rpc_code: Option<i32>) -> Result<Value, String> {
+        Ok(output(&session::read_probe_answer(http_status, json_rpc_code)))
     }
 
     fn next_delay(&mut self, retry: u32, hint_ms: Option<u64>, entropy: u64) -> Result<Value, String> {
@@ -101,20 +133,6 @@ impl Subject for Native {
         }
     }
 
-    fn begin_call(&mut self, call: &Value, now_ms: u64) -> Result<Value, String> {
-        let call: CallRequest = input(call, "call")?;
-        let run = self.run.as_mut().ok_or("no run")?;
-        let result = run.begin_call(&call, now_ms, &mut Accounts(&self.accounts));
-        Ok(result_json(result.map(|a| output(&a)).map_err(|e| output(&e))))
-    }
-
-    fn record_outcome(&mut self, call_id: u32, attempt: u32, outcome: &Value, now_ms: u64, entropy: u64) -> Result<Value, String> {
-        let outcome: Outcome = input(outcome, "outcome")?;
-        let run = self.run.as_mut().ok_or("no run")?;
-        let result = run.record_outcome(call_id, attempt, &outcome, now_ms, entropy, &mut Accounts(&self.accounts));
-        Ok(result_json(result.map(|d| output(&d)).map_err(|e| output(&e))))
-    }
-
     fn report(&mut self) -> Result<Value, String> {
         Ok(output(&self.run.as_ref().ok_or("no run")?.report()))
     }
@@ -127,10 +145,12 @@ impl Subject for Native {
         Ok(output(&rules::RULE_NAMES))
     }
 
-    fn begin_call_flat(&mut self, call: &Value, now_ms: u64) -> Result<Value, String> {
-        let call: CallRequest = input(call, "call")?;
+    fn begin_call(&mut self, tool: &Value, idempotency_key: &Value, hints: &Value, now_ms: u64) -> Result<Value, String> {
+        let tool: String = input(tool, "tool")?;
+        let key: Option<String> = input(idempotency_key, "idempotency-key")?;
+        let hints: Option<ToolHints> = input(hints, "hints")?;
         let run = self.run.as_mut().ok_or("no run")?;
-        let start = run.begin(call.tool, call.idempotency_key, call.hints.as_ref(), now_ms, &mut Accounts(&self.accounts));
+        let start = run.begin(tool, key, hints.as_ref(), now_ms, &mut Accounts(&self.accounts));
         Ok(result_json(start.map(|s| call_start(&s)).map_err(|e| output(&e))))
     }
 
@@ -140,13 +160,40 @@ impl Subject for Native {
         Ok(result_json(verdict.map(|v| verdict_json(&v)).map_err(|e| output(&e))))
     }
 
-    fn record_failure(&mut self, call_id: u32, attempt: u32, failure: &Value, now_ms: u64, entropy: u64) -> Result<Value, String> {
-        let failure: Failure = input(failure, "failure")?;
-        let lines = agent_retry_host::limits::header_lines(&failure.headers);
-        let pairs = hints::split_lines(&lines);
-        let view = FailureView { kind: &failure.kind, headers: &pairs, body: &failure.body, structured_content: failure.structured_content.as_deref() };
+    fn record_empty_result(&mut self, call_id: u32, attempt: u32, detail: &str, now_ms: u64) -> Result<Value, String> {
         let run = self.run.as_mut().ok_or("no run")?;
-        let verdict = run.record_failure(call_id, attempt, &view, now_ms, entropy, &mut Accounts(&self.accounts));
+        let verdict = run.record_empty_result(call_id, attempt, detail, now_ms, &mut Accounts(&self.accounts));
+        Ok(result_json(verdict.map(|v| verdict_json(&v)).map_err(|e| output(&e))))
+    }
+
+    fn record_failure(
+        &mut self,
+        call_id: u32,
+        attempt: u32,
+        observation: &Value,
+        time_left_ms: Option<u64>,
+        now_ms: u64,
+        entropy: u64,
+    ) -> Result<Value, String> {
+        let observation: Observation = input(observation, "observation")?;
+        let pairs = hints::split_lines(&observation.headers);
+        let run = self.run.as_mut().ok_or("no run")?;
+        let verdict = run.record_failure(call_id, attempt, &observation.view(&pairs), At { now_ms, time_left_ms, entropy }, &mut Accounts(&self.accounts));
+        Ok(result_json(verdict.map(|v| verdict_json(&v)).map_err(|e| output(&e))))
+    }
+
+    fn record_status_check(
+        &mut self,
+        call_id: u32,
+        attempt: u32,
+        result: &Value,
+        time_left_ms: Option<u64>,
+        now_ms: u64,
+        entropy: u64,
+    ) -> Result<Value, String> {
+        let result: StatusCheckResult = input(result, "status-check-result")?;
+        let run = self.run.as_mut().ok_or("no run")?;
+        let verdict = run.record_status_check(call_id, attempt, result, At { now_ms, time_left_ms, entropy }, &mut Accounts(&self.accounts));
         Ok(result_json(verdict.map(|v| verdict_json(&v)).map_err(|e| output(&e))))
     }
 
@@ -171,15 +218,15 @@ fn call_start(start: &Start) -> Value {
 
 /// The canonical JSON of a `verdict`, as the component answers it.
 fn verdict_json(v: &Verdict) -> Value {
-    let (action, delay_ms) = match v.act {
-        Act::Retry { delay_ms, .. } => ("retry", delay_ms),
-        Act::Replan => ("replan", 0),
-        Act::CheckStatus => ("check-status", 0),
-        Act::Succeed => ("succeed", 0),
-        Act::Escalate => ("escalate", 0),
+    let (action, delay_ms, reconnect) = match v.act {
+        Act::Retry { delay_ms, reconnect, .. } => ("retry", delay_ms, reconnect),
+        Act::Replan => ("replan", 0, false),
+        Act::CheckStatus => ("check-status", 0, false),
+        Act::Succeed => ("succeed", 0, false),
+        Act::Escalate => ("escalate", 0, false),
     };
     json!({
         "action": action, "class": output(&v.class), "attempt": v.attempt, "delay-ms": delay_ms,
-        "hint-ms": v.hint_ms, "rule-index": v.rule.index(), "has-note": v.has_note,
+        "hint-ms": v.hint_ms, "rule-index": v.rule.index(), "has-note": v.has_note, "reconnect": reconnect,
     })
 }

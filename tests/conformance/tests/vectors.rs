@@ -1,14 +1,17 @@
 //! Runs every vector in `tests/vectors/` twice: natively against the policy core,
 //! and through the built component in wasmtime. Both must meet every expectation
-//! and give identical outputs, step by step. Prints `N passed, N failed`.
+//! and give identical outputs, step by step. `observations.json` runs in its
+//! pure form on both (each observation reported as attempt 1 of `lookup_order`;
+//! the verdict must match the case's `expect`). Prints `N passed, N failed`.
 
 use std::path::Path;
 use std::process::ExitCode;
 
 use agent_retry_host::dynamic::DynamicPolicy;
+use agent_retry_host::vectors::{OBSERVATIONS_FILE, parse_observation_file, run_observation_case};
 use agent_retry_host::{PolicyComponent, default_wasm_path};
 use conformance::native::Native;
-use conformance::{load_dir, run_case, run_case_flat};
+use conformance::{load_dir, run_case};
 
 fn main() -> ExitCode {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../vectors");
@@ -31,7 +34,7 @@ fn main() -> ExitCode {
     // Every case's native outputs, one line a case, for other hosts to compare
     // byte for byte (`make test-hosts-agree`).
     let mut dump = String::new();
-    let (mut native_passed, mut wasm_passed, mut flat_passed, mut cases) = (0u32, 0u32, 0u32, 0u32);
+    let (mut native_passed, mut wasm_passed, mut cases) = (0u32, 0u32, 0u32);
     for file in &files {
         let name = file.path.file_name().and_then(|n| n.to_str()).unwrap_or("?");
         for case in &file.cases {
@@ -58,15 +61,6 @@ fn main() -> ExitCode {
                 }
             };
             native_passed += u32::from(report("native", &native.failure));
-            // The flat hot path must decide exactly what the rich path decides,
-            // natively and in the component.
-            let native_flat = run_case_flat(case, &mut Native::new());
-            flat_passed += u32::from(report("native, flat", &same_outputs(&native_flat, &native.outputs)));
-            let wasm_flat = match DynamicPolicy::new(&component) {
-                Ok(mut subject) => run_case_flat(case, &mut subject),
-                Err(e) => conformance::CaseResult { outputs: vec![], failure: Some(e) },
-            };
-            flat_passed += u32::from(report("wasmtime, flat", &same_outputs(&wasm_flat, &native.outputs)));
             // The component must also give exactly the native outputs.
             let identical = if wasm.failure.is_none() && wasm.outputs != native.outputs {
                 let step = wasm.outputs.iter().zip(&native.outputs).position(|(a, b)| a != b).unwrap_or(0);
@@ -89,21 +83,41 @@ fn main() -> ExitCode {
     println!("vectors: {cases} cases in {} files", files.len());
     println!("native: {native_passed} of {cases} cases passed");
     println!("wasmtime: {wasm_passed} of {cases} cases passed, outputs identical to native");
-    println!("flat hot path: {flat_passed} of {} runs (native and wasmtime) passed, outputs identical to the rich path's", 2 * cases);
+    let (observed, observed_failed) = observations(&dir.join(OBSERVATIONS_FILE), &component);
+    println!("observations: {} of {observed} cases passed (native and wasmtime, verdicts identical)", observed - observed_failed);
+    passed += observed - observed_failed;
+    failed += observed_failed;
     println!("{passed} passed, {failed} failed");
-    if failed == 0 && cases > 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+    if failed == 0 && cases > 0 && observed > 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE }
 }
 
-/// The case's failure, or a failure if its outputs are not `rich`'s.
-fn same_outputs(flat: &conformance::CaseResult, rich: &[serde_json::Value]) -> Option<String> {
-    if flat.failure.is_some() {
-        return flat.failure.clone();
+/// `observations.json` in its pure form, natively and in the component: every
+/// case's verdict must match its `expect`, and both must give the same one.
+/// Returns (cases, failed).
+fn observations(path: &Path, component: &PolicyComponent) -> (u32, u32) {
+    let file = match std::fs::read_to_string(path).map_err(|e| e.to_string()).and_then(|text| parse_observation_file(&text)) {
+        Ok(file) => file,
+        Err(e) => {
+            println!("FAIL {}: {e}", path.display());
+            return (1, 1);
+        }
+    };
+    let mut failed = 0;
+    for case in &file.cases {
+        let native = run_observation_case(&file.config, case, &mut Native::new());
+        let wasm = DynamicPolicy::new(component).and_then(|mut subject| run_observation_case(&file.config, case, &mut subject));
+        let failure = match (&native, &wasm) {
+            (Err(why), _) => Some(format!("[native] {why}")),
+            (_, Err(why)) => Some(format!("[wasmtime] {why}")),
+            (Ok(a), Ok(b)) if a != b => Some(format!("the verdicts differ: native {a}, wasmtime {b}")),
+            _ => None,
+        };
+        if let Some(why) = failure {
+            failed += 1;
+            println!("FAIL [observations] {}\n     {why}", case.description);
+        }
     }
-    if flat.outputs.len() != rich.len() {
-        return Some(format!("the flat path gave {} outputs, the rich path {}", flat.outputs.len(), rich.len()));
-    }
-    let step = flat.outputs.iter().zip(rich).position(|(a, b)| a != b)?;
-    Some(format!("the flat path's output differs from the rich path's at step {}:\n     flat: {}\n     rich: {}", step + 1, flat.outputs[step], rich[step]))
+    (file.cases.len() as u32, failed)
 }
 
 /// Compact JSON with object keys sorted, whatever map order serde_json was built with.

@@ -11,13 +11,18 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use agent_retry_host::component::types::{ActionKind, Admission, CallRequest, Failure, FailureKind, Outcome};
-use agent_retry_host::{EmbeddedAccounts, EntropySource, HostServices, PolicyComponent, PolicyInstance, default_wasm_path};
+use agent_retry_host::component::types::{ActionKind, FailureKind, Observation};
+use agent_retry_host::{Admission, EmbeddedAccounts, EntropySource, HostServices, Outcome, PolicyComponent, PolicyInstance, default_wasm_path};
 use agent_retry_policy::account::NoAccountBudget;
 use agent_retry_policy::classify::FailureView;
 use agent_retry_policy::config::Config;
-use agent_retry_policy::run::{Act, Run};
-use agent_retry_policy::types as core;
+use agent_retry_policy::run::{Act, At, Run};
+use agent_retry_policy::{readable, types as core};
+
+/// The core's view of a failure as a host reports it.
+fn view<'a>(kind: &'a core::FailureKind, headers: &'a [(&'a str, &'a str)], body: &'a str) -> FailureView<'a> {
+    FailureView { kind, headers, body, structured_content: None, session_id_sent: false, delivery: core::Delivery::AnswerStarted }
+}
 
 /// Iterations of the scenario per round; a run is replaced every `PER_RUN`.
 const ITERATIONS: u32 = 20_000;
@@ -28,16 +33,17 @@ const CONFIG: &str = r#"{"max-steps-per-run": 1000000, "max-retries-per-run": 10
 const NOW_MS: u64 = 1_764_460_800_000;
 const KEY: &str = "ar1-0123456789abcdef0123456789abcdef";
 
-fn unavailable() -> Failure {
-    Failure { kind: FailureKind::HttpStatus(503), headers: vec![], body: "upstream unavailable".into(), structured_content: None }
+fn unavailable() -> Observation {
+    Observation::new(FailureKind::HttpStatus(503), &[], "upstream unavailable")
 }
 
-fn throttled() -> Failure {
-    Failure { kind: FailureKind::HttpStatus(429), headers: vec![("retry-after".into(), "1".into())], body: "slow down".into(), structured_content: None }
+fn throttled() -> Observation {
+    Observation::new(FailureKind::HttpStatus(429), &[("retry-after".into(), "1".into())], "slow down")
 }
 
-fn request(tool: &str, key: Option<&str>) -> CallRequest {
-    CallRequest { tool: tool.into(), idempotency_key: key.map(String::from), hints: None }
+/// A call of the scenario: its tool and key.
+fn request(tool: &'static str, key: Option<&'static str>) -> (&'static str, Option<&'static str>) {
+    (tool, key)
 }
 
 /// One way of making the scenario's calls: `scenario` runs all three calls,
@@ -47,7 +53,7 @@ trait Subject {
     fn success(&mut self, n: u32) -> f64;
 }
 
-/// The component's flat hot path (`begin-call-flat`, `record-failure`, `record-success`).
+/// The component's run path (`begin-call`, `record-failure`, `record-success`: verdicts only).
 struct Flat {
     instance: PolicyInstance,
     /// Whether answers are checked: the no-op component answers fixed values.
@@ -74,8 +80,8 @@ impl Flat {
             let now = NOW_MS + u64::from(i);
             if keyed {
                 for (call, failure) in [(&refund, &unavailable), (&lookup, &throttled)] {
-                    let start = self.instance.begin_call_flat(&run, call, now).unwrap().unwrap();
-                    let verdict = self.instance.record_failure(&run, start.call_id, 1, failure, now, Some(u64::from(i))).unwrap().unwrap();
+                    let start = self.instance.begin_call(&run, call.0, call.1, None, now).unwrap().unwrap();
+                    let verdict = self.instance.record_failure(&run, start.call_id, 1, failure, None, now, Some(u64::from(i))).unwrap().unwrap();
                     if self.check {
                         assert_eq!(verdict.action, ActionKind::Retry);
                     }
@@ -85,7 +91,7 @@ impl Flat {
                     }
                 }
             }
-            let start = self.instance.begin_call_flat(&run, &lookup, now).unwrap().unwrap();
+            let start = self.instance.begin_call(&run, lookup.0, lookup.1, None, now).unwrap().unwrap();
             let done = self.instance.record_success(&run, start.call_id, 1, now).unwrap().unwrap();
             if self.check {
                 assert_eq!(done.action, ActionKind::Succeed);
@@ -107,7 +113,9 @@ impl Subject for Flat {
     }
 }
 
-/// The component's rich calls (`begin-call`, `record-outcome`), with their words.
+/// The component's calls with their words (every verdict followed by
+/// `last-decision`, a refused call by `escalation`): what a host that logs
+/// every decision pays.
 struct Rich(PolicyInstance);
 
 impl Rich {
@@ -130,13 +138,13 @@ impl Rich {
             let now = NOW_MS + u64::from(i);
             if with_failures {
                 for (call, failure) in [(&refund, &unavailable), (&lookup, &throttled)] {
-                    let id = call_id(instance.begin_call(&run, call, now).unwrap().unwrap());
-                    std::hint::black_box(instance.record_outcome(&run, id, 1, failure, now, Some(u64::from(i))).unwrap().unwrap());
-                    std::hint::black_box(instance.record_outcome(&run, id, 2, &Outcome::Success, now, None).unwrap().unwrap());
+                    let id = call_id(instance.begin(&run, call.0, call.1, None, now).unwrap().unwrap());
+                    std::hint::black_box(instance.decide(&run, id, 1, failure, None, now, Some(u64::from(i))).unwrap().unwrap());
+                    std::hint::black_box(instance.decide(&run, id, 2, &Outcome::Success, None, now, None).unwrap().unwrap());
                 }
             }
-            let id = call_id(instance.begin_call(&run, &lookup, now).unwrap().unwrap());
-            std::hint::black_box(instance.record_outcome(&run, id, 1, &Outcome::Success, now, None).unwrap().unwrap());
+            let id = call_id(instance.begin(&run, lookup.0, lookup.1, None, now).unwrap().unwrap());
+            std::hint::black_box(instance.decide(&run, id, 1, &Outcome::Success, None, now, None).unwrap().unwrap());
         }
         instance.drop_run(run).unwrap();
         instance.drop_policy(policy).unwrap();
@@ -155,8 +163,8 @@ impl Subject for Rich {
 }
 
 /// The native core, lean (`Run::begin`, `record_failure`, `record_success`),
-/// or rich (`begin_call`, `record_outcome` with its words: what every call
-/// paid before contract 0.4.0).
+/// or with its words (the readable form: `readable::begin_call`,
+/// `readable::record_outcome`, which read the last decision).
 struct Native {
     rich: bool,
 }
@@ -167,24 +175,31 @@ impl Native {
         let unavailable = core::FailureKind::HttpStatus(503);
         let throttled = core::FailureKind::HttpStatus(429);
         let hint = [("retry-after", "1")];
-        let failures = [
-            ("issue_refund", Some(KEY), FailureView { kind: &unavailable, headers: &[], body: "upstream unavailable", structured_content: None }),
-            ("lookup_order", None, FailureView { kind: &throttled, headers: &hint, body: "slow down", structured_content: None }),
-        ];
+        let failures =
+            [("issue_refund", Some(KEY), view(&unavailable, &[], "upstream unavailable")), ("lookup_order", None, view(&throttled, &hint, "slow down"))];
         let rich_failures = [
-            core::Outcome::Failure(core::Failure { kind: unavailable, headers: vec![], body: "upstream unavailable".into(), structured_content: None }),
+            core::Outcome::Failure(core::Failure {
+                kind: unavailable,
+                headers: vec![],
+                body: "upstream unavailable".into(),
+                structured_content: None,
+                session_id_sent: false,
+                delivery: core::Delivery::AnswerStarted,
+            }),
             core::Outcome::Failure(core::Failure {
                 kind: throttled,
                 headers: vec![("retry-after".into(), "1".into())],
                 body: "slow down".into(),
                 structured_content: None,
+                session_id_sent: false,
+                delivery: core::Delivery::AnswerStarted,
             }),
         ];
         let budget = &mut NoAccountBudget;
         let begin = |run: &mut Run, tool: &str, key: Option<&str>, now| {
             let start = if self.rich {
                 let request = core::CallRequest { tool: tool.into(), idempotency_key: key.map(String::from), hints: None };
-                match run.begin_call(&request, now, &mut NoAccountBudget).unwrap() {
+                match readable::begin_call(run, &request, now, &mut NoAccountBudget).unwrap() {
                     core::Admission::Send(t) => t.call_id,
                     other => panic!("{other:?}"),
                 }
@@ -207,10 +222,16 @@ impl Native {
                 for ((tool, key, failure), rich_failure) in failures.iter().zip(&rich_failures) {
                     let id = begin(&mut run, tool, *key, now);
                     if self.rich {
-                        std::hint::black_box(run.record_outcome(id, 1, rich_failure, now, u64::from(i), budget).unwrap());
-                        std::hint::black_box(run.record_outcome(id, 2, &core::Outcome::Success, now, 0, budget).unwrap());
+                        std::hint::black_box(
+                            readable::record_outcome(&mut run, id, 1, rich_failure, At { now_ms: now, time_left_ms: None, entropy: u64::from(i) }, budget)
+                                .unwrap(),
+                        );
+                        std::hint::black_box(
+                            readable::record_outcome(&mut run, id, 2, &core::Outcome::Success, At { now_ms: now, time_left_ms: None, entropy: 0 }, budget)
+                                .unwrap(),
+                        );
                     } else {
-                        let verdict = run.record_failure(id, 1, failure, now, u64::from(i), budget).unwrap();
+                        let verdict = run.record_failure(id, 1, failure, At { now_ms: now, time_left_ms: None, entropy: u64::from(i) }, budget).unwrap();
                         assert!(matches!(verdict.act, Act::Retry { .. }));
                         std::hint::black_box(run.record_success(id, 2, now, budget).unwrap());
                     }
@@ -218,7 +239,9 @@ impl Native {
             }
             let id = begin(&mut run, "lookup_order", None, now);
             if self.rich {
-                std::hint::black_box(run.record_outcome(id, 1, &core::Outcome::Success, now, 0, budget).unwrap());
+                std::hint::black_box(
+                    readable::record_outcome(&mut run, id, 1, &core::Outcome::Success, At { now_ms: now, time_left_ms: None, entropy: 0 }, budget).unwrap(),
+                );
             } else {
                 std::hint::black_box(run.record_success(id, 1, now, budget).unwrap());
             }
@@ -237,28 +260,28 @@ impl Subject for Native {
     }
 }
 
-/// The fuel each flat call of the scenario burns over one run of `PER_RUN`
+/// The fuel each call of the scenario burns over one run of `PER_RUN`
 /// iterations, by call (the two failures apart), as `bench.py` and `npm run
 /// bench` print it: (name, median, most).
 fn fuel_per_call(component: &PolicyComponent) -> Vec<(&'static str, u64, u64)> {
     let mut instance = component.instantiate(HostServices::new(Arc::new(EmbeddedAccounts::new()), EntropySource::seeded(1))).unwrap();
     let policy = instance.load_policy(CONFIG).unwrap().unwrap();
     let run = instance.start_run(&policy, "fuel").unwrap().unwrap();
-    let names = ["begin-call-flat", "record-failure 503", "record-failure 429", "record-success"];
+    let names = ["begin-call", "record-failure 503", "record-failure 429", "record-success"];
     let mut fuel: Vec<Vec<u64>> = vec![Vec::new(); names.len()];
     let (refund, lookup) = (request("issue_refund", Some(KEY)), request("lookup_order", None));
     let (unavailable, throttled) = (unavailable(), throttled());
     for i in 0..PER_RUN {
         let now = NOW_MS + u64::from(i);
         for (call, failure, slot) in [(&refund, &unavailable, 1), (&lookup, &throttled, 2)] {
-            let start = instance.begin_call_flat(&run, call, now).unwrap().unwrap();
+            let start = instance.begin_call(&run, call.0, call.1, None, now).unwrap().unwrap();
             fuel[0].push(instance.fuel_used_by_last_call());
-            let verdict = instance.record_failure(&run, start.call_id, 1, failure, now, Some(u64::from(i))).unwrap().unwrap();
+            let verdict = instance.record_failure(&run, start.call_id, 1, failure, None, now, Some(u64::from(i))).unwrap().unwrap();
             fuel[slot].push(instance.fuel_used_by_last_call());
             instance.record_success(&run, start.call_id, verdict.attempt + 1, now).unwrap().unwrap();
             fuel[3].push(instance.fuel_used_by_last_call());
         }
-        let start = instance.begin_call_flat(&run, &lookup, now).unwrap().unwrap();
+        let start = instance.begin_call(&run, lookup.0, lookup.1, None, now).unwrap().unwrap();
         fuel[0].push(instance.fuel_used_by_last_call());
         instance.record_success(&run, start.call_id, 1, now).unwrap().unwrap();
         fuel[3].push(instance.fuel_used_by_last_call());
@@ -290,14 +313,14 @@ fn main() {
     let noop_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/noop/agent_retry_noop.wasm");
     let noop = PolicyComponent::from_file(&noop_path).expect("run `make noop` first");
     let mut subjects: Vec<(&str, Box<dyn Subject>)> = vec![
-        ("component, flat path (wasmtime 48, fuel on)", Box::new(Flat::new(&wasm, true))),
+        ("component, verdicts (wasmtime 48, fuel on)", Box::new(Flat::new(&wasm, true))),
         (
-            "component, rich calls with words",
+            "component, with every decision's words",
             Box::new(Rich(wasm.instantiate(HostServices::new(Arc::new(EmbeddedAccounts::new()), EntropySource::seeded(1))).unwrap())),
         ),
-        ("no-op floor: the same flat calls, no work", Box::new(Flat::new(&noop, false))),
+        ("no-op floor: the same calls, no work", Box::new(Flat::new(&noop, false))),
         ("native core, lean", Box::new(Native { rich: false })),
-        ("native core, rich calls with words", Box::new(Native { rich: true })),
+        ("native core, with every decision's words", Box::new(Native { rich: true })),
     ];
     // Rounds interleave the subjects, so that a slower moment of the machine
     // falls on all of them; the first round warms up and is dropped.
@@ -335,7 +358,7 @@ fn main() {
     }
     let (flat, rich, floor, native, native_rich) = (figures[0], figures[1], figures[2], figures[3], figures[4]);
     println!("ratios:");
-    println!("  failed attempt, flat path / no-op floor       {:>6.2}x  (target: at most 1.5x)", flat.failed_attempt_ns / floor.failed_attempt_ns);
+    println!("  failed attempt, verdicts / no-op floor        {:>6.2}x  (target: at most 1.5x)", flat.failed_attempt_ns / floor.failed_attempt_ns);
     let quartile = |q: usize| per_round[(per_round.len() - 1) * q / 4];
     println!(
         "    the same, round by round: median {:.2}x, middle half {:.2}x to {:.2}x, all {:.2}x to {:.2}x",
@@ -345,11 +368,11 @@ fn main() {
         quartile(0),
         quartile(4)
     );
-    println!("  successful call, flat path / no-op floor      {:>6.2}x", flat.success_ns / floor.success_ns);
-    println!("  failed attempt, rich calls / flat path        {:>6.2}x", rich.failed_attempt_ns / flat.failed_attempt_ns);
-    println!("  failed attempt, flat path / native core       {:>6.2}x", flat.failed_attempt_ns / native.failed_attempt_ns);
-    println!("  failed attempt, native rich / native lean     {:>6.2}x", native_rich.failed_attempt_ns / native.failed_attempt_ns);
-    println!("  successful call, native rich / native lean    {:>6.2}x", native_rich.success_ns / native.success_ns);
+    println!("  successful call, verdicts / no-op floor       {:>6.2}x", flat.success_ns / floor.success_ns);
+    println!("  failed attempt, with words / verdicts         {:>6.2}x", rich.failed_attempt_ns / flat.failed_attempt_ns);
+    println!("  failed attempt, verdicts / native core        {:>6.2}x", flat.failed_attempt_ns / native.failed_attempt_ns);
+    println!("  failed attempt, native words / native lean    {:>6.2}x", native_rich.failed_attempt_ns / native.failed_attempt_ns);
+    println!("  successful call, native words / native lean   {:>6.2}x", native_rich.success_ns / native.success_ns);
     let fuel: Vec<String> = fuel_per_call(&wasm).iter().map(|(name, median, most)| format!("{name} {median} / {most}")).collect();
     println!("fuel per call over a run of {PER_RUN} iterations (median / most): {}", fuel.join(", "));
 }

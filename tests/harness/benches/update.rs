@@ -1,6 +1,6 @@
 //! What a live policy update costs in the Rust host (a benchmark, not a test):
 //! the latency of `reload()` (read, integrity, compile, contract and import
-//! checks, configuration, self-test, swap) for a configuration change and for a
+//! checks, configuration, gate vectors, swap) for a configuration change and for a
 //! new `.wasm`, and what a decision costs while reloads run back to back on
 //! another thread, against the same decisions at rest, in the same run.
 //!
@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use agent_retry_host::component::types::{Admission, CallRequest, Failure, FailureKind, Outcome};
-use agent_retry_host::{EmbeddedAccounts, EntropySource, HostServices, Integrity, LivePolicy, PolicySource, default_wasm_path};
+use agent_retry_host::component::types::{FailureKind, Observation};
+use agent_retry_host::{Admission, EmbeddedAccounts, EntropySource, HostServices, Integrity, LivePolicy, PolicySource, default_wasm_path};
 
 const RELOADS: usize = 20;
 const DECISIONS: u32 = 20_000;
@@ -22,17 +22,11 @@ fn median(mut values: Vec<Duration>) -> Duration {
     values[values.len() / 2]
 }
 
-/// ns per decision (begin-call and record-outcome of a 503 with Retry-After) on
+/// ns per decision (begin-call and record-failure of a 503 with Retry-After) on
 /// the policy `live` serves, a fresh instance per batch of runs as a host takes
 /// `current()` per run.
 fn decision_ns(live: &LivePolicy) -> f64 {
-    let request = CallRequest { tool: "lookup_order".into(), idempotency_key: None, hints: None };
-    let failure = Outcome::Failure(Failure {
-        kind: FailureKind::HttpStatus(503),
-        headers: vec![("retry-after".into(), "1".into())],
-        body: "upstream unavailable".into(),
-        structured_content: None,
-    });
+    let failure = Observation::new(FailureKind::HttpStatus(503), &[("retry-after".into(), "1".into())], "upstream unavailable");
     let mut spent = Duration::ZERO;
     for batch in 0..DECISIONS / PER_RUN {
         let loaded = live.current();
@@ -41,8 +35,8 @@ fn decision_ns(live: &LivePolicy) -> f64 {
         let run = instance.start_run(&policy, &format!("bench-{batch}")).unwrap().unwrap();
         let started = Instant::now();
         for i in 0..PER_RUN {
-            let Admission::Send(ticket) = instance.begin_call(&run, &request, 1_000).unwrap().unwrap() else { panic!("admitted") };
-            std::hint::black_box(instance.record_outcome(&run, ticket.call_id, 1, &failure, 1_000, Some(u64::from(i))).unwrap().unwrap());
+            let Admission::Send(ticket) = instance.begin(&run, "lookup_order", None, None, 1_000).unwrap().unwrap() else { panic!("admitted") };
+            std::hint::black_box(instance.record_failure(&run, ticket.call_id, 1, &failure, None, 1_000, Some(u64::from(i))).unwrap().unwrap());
         }
         spent += started.elapsed();
     }
@@ -53,7 +47,8 @@ fn main() {
     let dir = std::env::temp_dir().join(format!("agent-retry-update-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let wasm = std::fs::read(default_wasm_path()).expect("run `make wasm` first");
-    let source = PolicySource { wasm: dir.join("policy.wasm"), config: dir.join("policy.json"), integrity: Integrity::Unchecked, vectors: None };
+    let source =
+        PolicySource { wasm: dir.join("policy.wasm"), config: dir.join("policy.json"), integrity: Integrity::Unchecked, vectors: None, gate_vectors: vec![] };
     std::fs::write(&source.wasm, &wasm).unwrap();
     let config = |n: u32| format!(r#"{{"max-steps-per-run": 1000000, "max-retries-per-run": 100000, "max-attempts-per-call": {}}}"#, 10 + n % 50);
     std::fs::write(&source.config, config(0)).unwrap();
@@ -110,9 +105,9 @@ fn main() {
     let _ = std::fs::remove_dir_all(dir);
 
     println!("live update in the Rust host ({RELOADS} reloads each, median; {} bytes of .wasm)", wasm.len());
-    println!("  configuration change (read, gate, self-test, swap; no compile): {:>8.1} ms", median(config_updates).as_secs_f64() * 1e3);
-    println!("  new .wasm            (read, compile, gate, self-test, swap):    {:>8.1} ms", median(wasm_updates).as_secs_f64() * 1e3);
-    println!("decision (begin-call + record-outcome of a 503), {DECISIONS} per measure:");
+    println!("  configuration change (read, gate vectors, swap; no compile)    : {:>8.1} ms", median(config_updates).as_secs_f64() * 1e3);
+    println!("  new .wasm            (read, compile, gate vectors, swap):       {:>8.1} ms", median(wasm_updates).as_secs_f64() * 1e3);
+    println!("decision (begin-call + record-failure of a 503), {DECISIONS} per measure:");
     println!("  at rest:                              {at_rest:>8.0} ns");
     println!("  while reloading back to back ({reloads:>3} reloads on another thread): {during:>8.0} ns = {:.2}x at rest", during / at_rest);
     println!("  at rest again:                        {at_rest_again:>8.0} ns");

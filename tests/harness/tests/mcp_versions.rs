@@ -7,15 +7,14 @@
 //! `@modelcontextprotocol/server-everything` (installed by `make fault-proxy-setup`).
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+
+use agent_retry_host::component::types::ActionKind;
 
 use agent_retry_demo_server::{DemoState, Era, FaultScript, HttpOptions, TestAuthority, serve_http_options};
 use agent_retry_host::mcp::{CallError, ConnectionConfigError, McpConnection, Metrics, RetryingToolCaller, RetryingToolCallerOptions, ToolAnswer};
 use agent_retry_host::{EmbeddedAccounts, EntropySource, HostServices, PolicyComponent, default_wasm_path};
 use serde_json::{Map, Value, json};
-
-mod common;
-use common::Captured;
 
 const CONFIG: &str = r#"{"base-delay-ms": 20, "max-delay-ms": 50}"#;
 
@@ -30,6 +29,31 @@ fn options() -> RetryingToolCallerOptions {
 
 async fn connect(connection: McpConnection) -> anyhow::Result<RetryingToolCaller> {
     RetryingToolCaller::connect(connection, instance(), CONFIG, "run-versions", options(), Arc::new(Metrics::new())).await
+}
+
+/// Every verdict the wrapper acted on: (tool, attempt, action, rule, reconnect).
+type Seen = Vec<(String, u32, String, String, bool)>;
+
+/// [`connect`], with every verdict the wrapper acted on (its `on_verdict` hook).
+async fn connect_seeing(connection: McpConnection) -> (anyhow::Result<RetryingToolCaller>, Seen) {
+    let mut policy = instance();
+    let rules = policy.rule_names().unwrap();
+    let seen: Arc<Mutex<Seen>> = Arc::default();
+    let hook = Arc::clone(&seen);
+    let options = options().on_verdict(move |tool, attempt, verdict| {
+        let action = match verdict.action {
+            ActionKind::Retry => "retry",
+            ActionKind::Replan => "replan",
+            ActionKind::CheckStatus => "check-status",
+            ActionKind::Succeed => "succeed",
+            ActionKind::Escalate => "escalate",
+        };
+        let rule = rules[usize::from(verdict.rule_index)].clone();
+        hook.lock().unwrap().push((tool.to_string(), attempt, action.to_string(), rule, verdict.reconnect));
+    });
+    let connected = RetryingToolCaller::connect(connection, policy, CONFIG, "run-versions", options, Arc::new(Metrics::new())).await;
+    let seen = seen.lock().unwrap().clone();
+    (connected, seen)
 }
 
 fn order(id: &str) -> Map<String, Value> {
@@ -67,12 +91,18 @@ async fn the_handshake_alone_cannot_reach_a_modern_only_server() {
     // The gate the test above passes is real: a client that only does the
     // 2025-11-25 handshake is refused (HTTP 400, −32022), and the run stops.
     let server = demo(Era::Modern, false, None).await;
-    let refused = connect(McpConnection::http(&server.url).with_lifecycle(rmcp::ClientLifecycleMode::Initialize)).await;
+    let (refused, seen) = connect_seeing(McpConnection::http(&server.url).with_lifecycle(rmcp::ClientLifecycleMode::Initialize)).await;
     let error = refused.err().expect("the handshake is refused");
-    // As in the Python and Node wrappers: the host reports HTTP 400 and its
-    // body, the policy replans the `initialize` pseudo-call, and the run stops.
-    let Some(CallError::SessionLost(text)) = error.downcast_ref::<CallError>() else { panic!("not SessionLost: {error:#}") };
-    assert!(text.contains("-32022") && text.contains(r#""supported":["2026-07-28"]"#), "the refusal names the server's answer: {text}");
+    // As in the Python and Node wrappers: the host reports the HTTP 400 as it
+    // came; the policy reads the −32022 in it (rule version-mismatch): a new
+    // session, negotiating again, then, refused again, an escalation (the two
+    // share no revision) whose note carries the server's answer.
+    let Some(CallError::Escalated(escalation)) = error.downcast_ref::<CallError>() else { panic!("not an escalation: {error:#}") };
+    assert_eq!(agent_retry_host::labels::reason(escalation.reason), "protocol-version-unsupported", "{}", escalation.note);
+    let note = &escalation.note;
+    assert!(note.contains("-32022") && note.contains(r#""supported":["2026-07-28"]"#), "the note carries the server's answer: {note}");
+    let expected = [("initialize", 1, "retry", "version-mismatch", true), ("initialize", 2, "escalate", "version-mismatch", false)];
+    assert_eq!(seen, expected.map(|(t, a, act, rule, r)| (t.to_string(), a, act.to_string(), rule.to_string(), r)).to_vec());
     server.stop().await;
 }
 
@@ -109,16 +139,96 @@ async fn an_https_server_with_a_private_ca_is_reached_when_its_ca_is_trusted() {
 
 #[tokio::test]
 async fn an_untrusted_certificate_escalates_at_once_and_is_not_retried() {
-    let captured = Captured::default();
-    let _guard = tracing::subscriber::set_default(captured.subscriber());
+    // Seen through the wrapper's `on_verdict` hook, not its log lines: tests of
+    // one binary that capture logs on their own threads lose lines to each
+    // other (tracing caches a callsite's interest process-wide).
     let server = demo(Era::Modern, false, Some(TestAuthority::generate().unwrap())).await;
-    let refused = connect(McpConnection::http(&server.url)).await.err().expect("an untrusted certificate does not connect");
+    let (connected, seen) = connect_seeing(McpConnection::http(&server.url)).await;
+    let refused = connected.err().expect("an untrusted certificate does not connect");
     let Some(CallError::Escalated(escalation)) = refused.downcast_ref::<CallError>() else { panic!("not an escalation: {refused:#}") };
+    assert_eq!(agent_retry_host::labels::reason(escalation.reason), "connection-misconfigured");
     assert!(escalation.note.contains("TLS"), "the note says it was TLS: {}", escalation.note);
     assert!(escalation.note.to_lowercase().contains("certificate"), "and what about it: {}", escalation.note);
-    let attempts: Vec<(Value, Value, Value)> = captured.attempts().iter().map(|a| (a["tool"].clone(), a["outcome"].clone(), a["action"].clone())).collect();
-    assert_eq!(attempts, vec![(json!("initialize"), json!("other"), json!("escalate"))], "one attempt, not retried");
+    let one = ("initialize".to_string(), 1, "escalate".to_string(), "transport".to_string(), false);
+    assert_eq!(seen, vec![one], "one attempt, not retried");
     server.stop().await;
+}
+
+/// A server that completes the TLS handshake, reads the request, then writes
+/// a record the client cannot decrypt (python3's ssl; a certificate made by
+/// openssl): a TLS error after the request was written.
+const TLS_GARBAGE_SERVER: &str = r#"
+import os, socket, ssl, sys, time
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER); ctx.load_cert_chain(sys.argv[1], sys.argv[2])
+srv = socket.socket(); srv.bind(("127.0.0.1", 0)); srv.listen(8)
+print(srv.getsockname()[1], flush=True)
+while True:
+    c, _ = srv.accept()
+    try:
+        s = ctx.wrap_socket(c, server_side=True)
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += s.recv(65536)
+        os.write(s.fileno(), b"\x17\x03\x03\x00\x20" + b"\x00" * 32)
+        time.sleep(0.2); c.close()
+    except Exception:
+        c.close()
+"#;
+
+/// Finding M4: a TLS error on a connection already set up, once the request
+/// was written, is the connection breaking (`connection-reset`, retried as
+/// transient), not a TLS failure (`tls`, "not sent", escalated at once as
+/// misconfigured): only a failure while connecting is that.
+#[tokio::test]
+async fn a_tls_error_after_the_request_was_written_is_a_reset_not_a_tls_failure() {
+    use std::io::BufRead;
+    let dir = std::env::temp_dir().join(format!("agent-retry-tls-garbage-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let made = std::process::Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1", "-subj", "/CN=localhost"])
+        .args(["-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost", "-addext", "basicConstraints=critical,CA:FALSE"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("openssl is needed");
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    let mut server = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(TLS_GARBAGE_SERVER)
+        .arg(&cert)
+        .arg(&key)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 is needed");
+    let mut port = String::new();
+    std::io::BufReader::new(server.stdout.take().unwrap()).read_line(&mut port).unwrap();
+    let url = format!("https://127.0.0.1:{}/mcp", port.trim());
+    let connection = McpConnection::try_http(&url).unwrap().with_root_certificates_pem(&std::fs::read(&cert).unwrap()).unwrap();
+    let (refused, seen) = connect_seeing(connection).await;
+    server.kill().unwrap();
+    let _ = server.wait();
+    let refused = refused.err().expect("no MCP answer ever comes");
+    // A `tls` observation is misconfigured and escalated at once; a reset is
+    // transient and retried.
+    assert_eq!(seen[0], ("initialize".to_string(), 1, "retry".to_string(), "transport".to_string(), false), "{seen:?}");
+    assert!(seen.len() > 1, "retried: {seen:?}");
+    let Some(CallError::Escalated(escalation)) = refused.downcast_ref::<CallError>() else { panic!("not an escalation: {refused:#}") };
+    assert_ne!(agent_retry_host::labels::reason(escalation.reason), "connection-misconfigured", "{}", escalation.note);
+}
+
+/// A name that does not resolve is observed as `name-resolution` (not
+/// `connection-refused`, which is retried): escalated at once as misconfigured.
+#[tokio::test]
+async fn a_name_that_does_not_resolve_escalates_at_once_and_is_not_retried() {
+    let (refused, seen) = connect_seeing(McpConnection::http("http://agent-retry-no-such-host.invalid:8080/mcp")).await;
+    let refused = refused.err().expect("no such name");
+    let Some(CallError::Escalated(escalation)) = refused.downcast_ref::<CallError>() else { panic!("not an escalation: {refused:#}") };
+    assert_eq!(agent_retry_host::labels::reason(escalation.reason), "connection-misconfigured", "{}", escalation.note);
+    let acted: Vec<(&str, u32, &str)> = seen.iter().map(|(tool, attempt, action, ..)| (tool.as_str(), *attempt, action.as_str())).collect();
+    assert_eq!(acted, vec![("initialize", 1, "escalate")], "one attempt, not retried");
 }
 
 #[tokio::test]
@@ -155,16 +265,17 @@ async fn demo_with_faults(rules: Value) -> agent_retry_demo_server::HttpServer {
 
 #[tokio::test]
 async fn a_probe_answered_429_is_the_connects_failure_with_its_hint_not_a_legacy_server() {
-    let captured = Captured::default();
-    let _guard = tracing::subscriber::set_default(captured.subscriber());
     let server = demo_with_faults(json!([{"tool": "server/discover", "call": 1,
         "fault": {"kind": "http", "status": 429, "headers": [["retry-after", "1"]], "body": "slow down"}}]))
     .await;
     let started = std::time::Instant::now();
-    looks_up(McpConnection::http(&server.url)).await;
-    let first = &captured.attempts()[0];
-    assert_eq!((first["tool"].as_str(), first["outcome"].as_str(), first["action"].as_str()), (Some("initialize"), Some("429"), Some("retry")), "{first:?}");
+    let (connected, seen) = connect_seeing(McpConnection::http(&server.url)).await;
+    let mut caller = connected.expect("connected after the wait");
+    assert_eq!(seen[0], ("initialize".to_string(), 1, "retry".to_string(), "http-status".to_string(), false), "{seen:?}");
     assert!(started.elapsed() >= std::time::Duration::from_millis(1000), "the server's hint was waited");
+    let answer = caller.call("lookup_order", order("A1")).await.expect("a lookup through the wrapper");
+    assert!(matches!(answer, ToolAnswer::Done { .. }), "{answer:?}");
+    caller.finish().await.unwrap();
     server.stop().await;
 }
 

@@ -17,8 +17,9 @@ use std::sync::Arc;
 
 use agent_retry_demo_server::faults::{Fault, rule};
 use agent_retry_demo_server::{DemoState, FaultScript, serve_http};
-use agent_retry_host::component::types::{Admission, CallRequest, EscalationReason, Failure, FailureKind, Outcome, ToolHints};
+use agent_retry_host::component::types::{EscalationReason, FailureKind, Observation, ToolHints};
 use agent_retry_host::mcp::{CallError, Metrics, RetryingToolCaller, RetryingToolCallerOptions, connect_http};
+use agent_retry_host::{Admission, Outcome};
 use agent_retry_host::{EmbeddedAccounts, EntropySource, HostServices, PolicyComponent, default_wasm_path};
 use serde_json::{Value, json};
 
@@ -34,7 +35,7 @@ fn long_tool_error() -> String {
 }
 
 /// Fuel that holds everything the wrapper asks before the failure (loading,
-/// starting, `tools/list`, admitting the call) but not `record-outcome` of the
+/// starting, `tools/list`, admitting the call) but not `record-failure` of the
 /// long tool error: measured on this component, so that it stays true when the
 /// policy changes.
 fn fuel_that_runs_out_on_the_long_error(component: &PolicyComponent) -> u64 {
@@ -42,20 +43,19 @@ fn fuel_that_runs_out_on_the_long_error(component: &PolicyComponent) -> u64 {
     let policy = instance.load_policy(CONFIG).unwrap().unwrap();
     let run = instance.start_run(&policy, "calibrate").unwrap().unwrap();
     let mut cheap = instance.fuel_used_by_last_call();
-    let read = CallRequest {
-        tool: "lookup_order".into(),
-        idempotency_key: None,
-        hints: Some(ToolHints { read_only: Some(true), destructive: Some(false), idempotent: Some(true) }),
-    };
+    let read = ToolHints { read_only: Some(true), destructive: Some(false), idempotent: Some(true) };
     let ask = |instance: &mut agent_retry_host::PolicyInstance, outcome: &Outcome| {
-        let Admission::Send(ticket) = instance.begin_call(&run, &read, 1).unwrap().unwrap() else { panic!("admitted") };
+        let Admission::Send(ticket) = instance.begin(&run, "lookup_order", None, Some(read), 1).unwrap().unwrap() else { panic!("admitted") };
         let admitted = instance.fuel_used_by_last_call();
-        instance.record_outcome(&run, ticket.call_id, 1, outcome, 1, None).unwrap().unwrap();
-        (admitted, instance.fuel_used_by_last_call())
+        instance.record(&run, ticket.call_id, 1, outcome, None, 1, None).unwrap().unwrap();
+        let recorded = instance.fuel_used_by_last_call();
+        // The wrapper reads the decision's words too.
+        instance.last_decision(&run, ticket.call_id).unwrap();
+        (admitted, recorded.max(instance.fuel_used_by_last_call()))
     };
     let (admitted, succeeded) = ask(&mut instance, &Outcome::Success);
     cheap = cheap.max(admitted).max(succeeded);
-    let failure = Outcome::Failure(Failure { kind: FailureKind::ToolError(None), headers: vec![], body: long_tool_error(), structured_content: None });
+    let failure = Outcome::Failure(Observation::new(FailureKind::ToolError(None), &[], long_tool_error()));
     let (admitted, read_the_error) = ask(&mut instance, &failure);
     cheap = cheap.max(admitted);
     let fuel = cheap * 4;

@@ -46,7 +46,8 @@ async fn every_decision_under_swaps_of_the_wasm_and_the_configuration_is_attribu
 
     let dir = std::env::temp_dir().join(format!("agent-retry-swap-attributed-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let source = PolicySource { wasm: dir.join("policy.wasm"), config: dir.join("policy.json"), integrity: Integrity::Unchecked, vectors: None };
+    let source =
+        PolicySource { wasm: dir.join("policy.wasm"), config: dir.join("policy.json"), integrity: Integrity::Unchecked, vectors: None, gate_vectors: vec![] };
     let build_a = std::fs::read(default_wasm_path()).expect("run `make wasm` first");
     let build_b = with_custom_section(&build_a, b"build-b");
     std::fs::write(&source.wasm, &build_a).unwrap();

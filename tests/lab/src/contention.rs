@@ -19,8 +19,9 @@ use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 use std::sync::Arc;
 
-use agent_retry_host::component::types::{Action, Admission, CallRequest, Failure, FailureKind, Outcome};
+use agent_retry_host::component::types::{Action, Delivery, FailureKind, Observation};
 use agent_retry_host::component::{PolicyHandle, RunHandle};
+use agent_retry_host::{Admission, Outcome};
 use agent_retry_host::{EmbeddedAccounts, EntropySource, HostServices, PolicyComponent, PolicyInstance};
 
 use crate::rng::SplitMix64;
@@ -146,7 +147,7 @@ impl ComponentStrategy {
 }
 
 fn conflict() -> Outcome {
-    Outcome::Failure(Failure { kind: FailureKind::HttpStatus(409), headers: vec![], body: "version conflict".into(), structured_content: None })
+    Outcome::Failure(Observation::new(FailureKind::HttpStatus(409), &[], "version conflict").delivered(Delivery::AnswerStarted))
 }
 
 impl Strategy for ComponentStrategy {
@@ -164,9 +165,8 @@ impl Strategy for ComponentStrategy {
     }
 
     fn admit(&mut self, client: usize, now_ms: f64) -> anyhow::Result<Option<f64>> {
-        let request = CallRequest { tool: "write_row".into(), idempotency_key: None, hints: None };
         let (run, call_id, attempt) = &mut self.runs[client];
-        match self.instance.begin_call(run, &request, now_ms as u64)? {
+        match self.instance.begin(run, "write_row", None, None, now_ms as u64)? {
             Ok(Admission::Send(ticket)) => {
                 *call_id = ticket.call_id;
                 *attempt = 1;
@@ -179,7 +179,7 @@ impl Strategy for ComponentStrategy {
 
     fn failed(&mut self, client: usize, _: u32, now_ms: f64) -> anyhow::Result<Option<f64>> {
         let (run, call_id, attempt) = &mut self.runs[client];
-        match self.instance.record_outcome(run, *call_id, *attempt, &conflict(), now_ms as u64, None)? {
+        match self.instance.decide(run, *call_id, *attempt, &conflict(), None, now_ms as u64, None)? {
             Ok(decision) => match decision.action {
                 Action::Retry(plan) => {
                     *attempt = plan.attempt;
@@ -194,7 +194,7 @@ impl Strategy for ComponentStrategy {
 
     fn succeeded(&mut self, client: usize, now_ms: f64) -> anyhow::Result<()> {
         let (run, call_id, attempt) = &self.runs[client];
-        match self.instance.record_outcome(run, *call_id, *attempt, &Outcome::Success, now_ms as u64, None)? {
+        match self.instance.decide(run, *call_id, *attempt, &Outcome::Success, None, now_ms as u64, None)? {
             Ok(_) => Ok(()),
             Err(e) => anyhow::bail!("run error: {e:?}"),
         }

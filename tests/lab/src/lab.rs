@@ -10,7 +10,8 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
-use agent_retry_host::component::types::{Action, Admission, CallRequest, Failure, FailureKind, Outcome, StatusCheckResult, TransportError};
+use agent_retry_host::component::types::{Action, Delivery, FailureKind, Observation, StatusCheckResult, TransportError};
+use agent_retry_host::{Admission, Outcome};
 use agent_retry_host::{EmbeddedAccounts, EntropySource, HostServices, PolicyComponent, PolicyInstance};
 
 use crate::faults::{Clears, FailureSpec, FaultMix, RunSpec};
@@ -191,7 +192,11 @@ impl ComponentHost {
 }
 
 fn outcome_of(answer: &Answer) -> Outcome {
-    let failure = |kind: FailureKind, headers: Vec<(String, String)>, body: String| Outcome::Failure(Failure { kind, headers, body, structured_content: None });
+    // An answer arrived for an HTTP status; a timeout or a reset came after the request was written.
+    let failure = |kind: FailureKind, headers: Vec<(String, String)>, body: String| {
+        let delivery = if matches!(kind, FailureKind::Transport(_)) { Delivery::Sent } else { Delivery::AnswerStarted };
+        Outcome::Failure(Observation::new(kind, &headers, body).delivered(delivery))
+    };
     match answer {
         Answer::Success => Outcome::Success,
         Answer::Empty(detail) => Outcome::EmptyResult(detail.clone()),
@@ -216,8 +221,7 @@ impl Host for ComponentHost {
         let tool = &ctx.mix.workflow[step];
         let key =
             if self.keys && tool.takes_key { Some(self.instance.derive_idempotency_key(&self.run_id, &format!("step-{step}-v{version}"))?) } else { None };
-        let request = CallRequest { tool: tool.tool.clone(), idempotency_key: key.clone(), hints: None };
-        let ticket = match self.instance.begin_call(run, &request, ctx.now_ms)? {
+        let ticket = match self.instance.begin(run, &tool.tool, key.as_deref(), None, ctx.now_ms)? {
             Ok(Admission::Send(ticket)) => ticket,
             Ok(Admission::Escalate(e)) => return Ok(CallEnd::Escalated(agent_retry_host::labels::reason(e.reason).to_string())),
             Err(e) => anyhow::bail!("run error: {e:?}"),
@@ -231,7 +235,7 @@ impl Host for ComponentHost {
             ctx.now_ms += ctx.mix.attempt_ms;
             let mut outcome = outcome_of(&answer);
             loop {
-                let decision = match self.instance.record_outcome(run, ticket.call_id, attempt, &outcome, ctx.now_ms, None)? {
+                let decision = match self.instance.decide(run, ticket.call_id, attempt, &outcome, None, ctx.now_ms, None)? {
                     Ok(decision) => decision,
                     Err(e) => anyhow::bail!("run error: {e:?}"),
                 };

@@ -75,6 +75,7 @@ const VERDICT: wit::Verdict = wit::Verdict {
     hint_ms: None,
     rule_index: 0,
     has_note: false,
+    reconnect: false,
 };
 
 fn decision() -> wit::Decision {
@@ -101,6 +102,10 @@ impl Guest for Component {
         // the index passes.
         alloc::vec![String::from("noop")]
     }
+
+    fn read_probe_answer(_: Option<u16>, _: Option<i32>) -> wit::ProbeAnswer {
+        wit::ProbeAnswer::OlderServer
+    }
 }
 
 impl GuestPolicy for Policy {
@@ -112,7 +117,7 @@ impl GuestPolicy for Policy {
         String::from("{}")
     }
 
-    fn classify(&self, _: wit::Failure, _: u64) -> wit::Classification {
+    fn classify(&self, _: wit::Observation, _: u64) -> wit::Classification {
         wit::Classification {
             class: wit::OutcomeClass::Transient,
             hint_ms: None,
@@ -134,15 +139,7 @@ impl GuestPolicy for Policy {
 }
 
 impl GuestRun for Run {
-    fn begin_call(&self, _: wit::CallRequest, _: u64) -> Result<wit::Admission, wit::RunError> {
-        Ok(wit::Admission::Send(wit::CallTicket { call_id: 1, delay_ms: 0, effect: wit::Effect::Read, safe_to_repeat: true }))
-    }
-
-    fn record_outcome(&self, _: u32, _: u32, _: wit::Outcome, _: u64, _: Option<u64>) -> Result<wit::Decision, wit::RunError> {
-        Ok(decision())
-    }
-
-    fn begin_call_flat(&self, _: String, _: Option<String>, _: Option<wit::ToolHints>, _: u64) -> Result<wit::CallStart, wit::RunError> {
+    fn begin_call(&self, _: String, _: Option<String>, _: Option<wit::ToolHints>, _: u64) -> Result<wit::CallStart, wit::RunError> {
         Ok(wit::CallStart { admitted: true, call_id: 1, delay_ms: 0, effect: wit::Effect::Read, safe_to_repeat: true })
     }
 
@@ -150,18 +147,15 @@ impl GuestRun for Run {
         Ok(wit::Verdict { action: wit::ActionKind::Succeed, class: wit::OutcomeClass::Success, ..VERDICT })
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn record_failure(
-        &self,
-        _: u32,
-        _: u32,
-        _: wit::FailureKind,
-        _: String,
-        _: String,
-        _: Option<String>,
-        _: u64,
-        _: u64,
-    ) -> Result<wit::Verdict, wit::RunError> {
+    fn record_empty_result(&self, _: u32, _: u32, _: String, _: u64) -> Result<wit::Verdict, wit::RunError> {
+        Ok(wit::Verdict { action: wit::ActionKind::Replan, class: wit::OutcomeClass::Semantic, ..VERDICT })
+    }
+
+    fn record_failure(&self, _: u32, _: u32, _: wit::Observation, _: Option<u64>, _: u64, _: u64) -> Result<wit::Verdict, wit::RunError> {
+        Ok(VERDICT)
+    }
+
+    fn record_status_check(&self, _: u32, _: u32, _: wit::StatusCheckResult, _: Option<u64>, _: u64, _: u64) -> Result<wit::Verdict, wit::RunError> {
         Ok(VERDICT)
     }
 

@@ -6,11 +6,12 @@ wrappers, and a retrying wrapper around the MCP SDK's `ClientSession.call_tool`
     instance = PolicyComponent.load().instantiate()
     policy = instance.load_policy({"tools": {"lookup_order": {"effect": "read"}}})
     run = policy.start_run("CASE-5016")
-    admission = run.begin_call({"tool": "lookup_order"}, now_ms())
-    decision = run.record_outcome(admission["send"]["call-id"], 1, types.http_failure(503), now_ms())
+    start = run.begin_call("lookup_order", None, None, now_ms())
+    verdict = run.record_failure(start.call_id, 1, types.http_failure(503), None, now_ms(), entropy)
+    decision = run.last_decision(start.call_id)   # the words, when needed
 """
 
-from . import limits, types
+from . import limits, limits_generated, types, wit_types
 from .accounts import PROCESS_ACCOUNTS, AccountBudgetBackend, Bucket, EmbeddedAccounts, Reservation, gcra
 from .component import (
     CONTRACT_VERSION,
@@ -130,8 +131,10 @@ __all__ = [
     "check_contract_version",
     "gcra",
     "limits",
+    "limits_generated",
     "locate_component",
     "now_ms",
     "publish_policy",
     "types",
+    "wit_types",
 ]

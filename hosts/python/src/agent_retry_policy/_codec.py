@@ -459,8 +459,8 @@ def build(ty: ValType) -> Codec:
     raise WasmtimeError(f"agent_retry_policy does not convert values of WIT type {type(ty).__name__}")
 
 
-# The flat hot path (contract 0.4.0: `begin-call-flat`, `record-success`,
-# `record-failure`). Its answers are records of integers, booleans and enum
+# The flat reads (contract 0.5.0: `begin-call`'s `call-start` and every
+# report's `verdict`). These answers are records of integers, booleans and enum
 # cases, so instead of walking a codec tree (a ctypes object per field and per
 # level) they are read straight from the C value's memory with one `struct`
 # unpack, the enum cases looked up by their bytes, and the whole value freed with

@@ -4,16 +4,15 @@
     instance = component.instantiate()          # one per worker (thread / task)
     policy = instance.load_policy({"max-attempts-per-call": 3})
     run = policy.start_run("CASE-5016")
-    admission = run.begin_call({"tool": "lookup_order"}, now_ms())
-    call_id = admission["send"]["call-id"]
-    decision = run.record_outcome(call_id, 1, outcome, now_ms())  # attempt 1, then each retry plan's
 
-A retry loop's hot path (contract 0.4.0) crosses with flat values and gets a
-small tuple back; the prose is built only when asked for:
+One run path (contract 0.5.0): a call is begun, each attempt reported, and
+every report answers with a small tuple (`Verdict`); the prose is built only
+when asked for:
 
-    start = run.begin_call_flat("lookup_order", None, None, now_ms())   # CallStart
-    verdict = run.record_failure(start.call_id, 1, {"http-status": 503}, [("retry-after", "1")], "", None, now_ms(), entropy)
-    verdict.action, verdict.delay_ms                                     # "retry", 1000...
+    start = run.begin_call("lookup_order", None, None, now_ms())        # CallStart
+    observation = types.http_failure(503, [("retry-after", "1")])
+    verdict = run.record_failure(start.call_id, 1, observation, None, now_ms(), entropy)
+    verdict.action, verdict.delay_ms, verdict.reconnect                  # "retry", 1000, False
     run.record_success(start.call_id, verdict.attempt + 1, now_ms())
     run.last_decision(start.call_id)                                     # the full decision, when words are needed
 
@@ -29,8 +28,8 @@ subclass naming its cause (`PolicyOutOfFuel`, `PolicyMemoryExceeded`,
 the thread that created it: a call from another thread raises `WrongThread`
 before it reaches wasmtime.
 
-What the host passes is bounded before it crosses (`limits.py`, contract
-0.4.0): a failure's body cut to 64 KiB, at most 128 headers of 4 KiB, structured
+What the host passes is bounded before it crosses (`limits.py`): an
+observation's body cut to 64 KiB, at most 128 headers of 4 KiB, structured
 content over 64 KiB dropped; ids over 256 bytes and a configuration over 1 MiB
 are refused with the answer the component would give, without a call.
 """
@@ -47,7 +46,7 @@ import re
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from ctypes import byref
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,17 +79,15 @@ from .errors import (
     WrongThread,
 )
 from .types import (
-    Admission,
-    CallRequest,
     CallStart,
     Classification,
     Decision,
     EffectRecord,
     Escalation,
-    Failure,
-    FailureKind,
-    Outcome,
+    Observation,
+    ProbeAnswer,
     RunReport,
+    StatusCheckResult,
     ToolHints,
     Verdict,
 )
@@ -99,7 +96,7 @@ from .types import (
 # (for 0.x, another 0.minor: semver's caret rule) is refused at load time; one of
 # a compatible version is run under its own interface names.
 CONTRACT_PACKAGE = "agent-retry:policy"
-CONTRACT_VERSION = "0.4.0"
+CONTRACT_VERSION = "0.5.0"
 POLICY_INTERFACE = f"{CONTRACT_PACKAGE}/policy@{CONTRACT_VERSION}"
 ACCOUNT_BUDGET_INTERFACE = f"{CONTRACT_PACKAGE}/account-budget@{CONTRACT_VERSION}"
 TYPES_INTERFACE = f"{CONTRACT_PACKAGE}/types@{CONTRACT_VERSION}"
@@ -127,32 +124,39 @@ BUNDLED_WASM = "agent_retry_policy.wasm"
 EXPORTED_FUNCTIONS = (
     "derive-idempotency-key",
     "rule-names",
+    "read-probe-answer",
     "[static]policy.from-json",
     "[method]policy.effective-config",
     "[method]policy.classify",
     "[method]policy.next-delay",
     "[method]policy.start-run",
     "[method]run.begin-call",
-    "[method]run.record-outcome",
-    "[method]run.begin-call-flat",
     "[method]run.record-success",
+    "[method]run.record-empty-result",
     "[method]run.record-failure",
+    "[method]run.record-status-check",
     "[method]run.last-decision",
     "[method]run.escalation",
     "[method]run.report",
     "[method]run.effects",
 )
 
-# The flat hot path: the parameters each export must take (checked at load, as
-# the fast path writes them by kind) and the records of its answers.
-_BEGIN_FLAT = "[method]run.begin-call-flat"
+# The run's calls: the parameters each export must take (checked at load, as
+# the fast path writes `begin-call` and `record-success` by kind) and the
+# records of their answers, read in place.
+_BEGIN_CALL = "[method]run.begin-call"
 _RECORD_SUCCESS = "[method]run.record-success"
+_RECORD_EMPTY = "[method]run.record-empty-result"
 _RECORD_FAILURE = "[method]run.record-failure"
+_RECORD_STATUS = "[method]run.record-status-check"
 _FLAT_PARAMS = {
-    _BEGIN_FLAT: ("borrow", "string", "option<string>", "option<record>", "u64"),
+    _BEGIN_CALL: ("borrow", "string", "option<string>", "option<record>", "u64"),
     _RECORD_SUCCESS: ("borrow", "u32", "u32", "u64"),
-    _RECORD_FAILURE: ("borrow", "u32", "u32", "variant", "string", "string", "option<string>", "u64", "u64"),
+    _RECORD_EMPTY: ("borrow", "u32", "u32", "string", "u64"),
+    _RECORD_FAILURE: ("borrow", "u32", "u32", "record", "option<u64>", "u64", "u64"),
+    _RECORD_STATUS: ("borrow", "u32", "u32", "enum", "option<u64>", "u64", "u64"),
 }
+_VERDICT_EXPORTS = (_RECORD_SUCCESS, _RECORD_EMPTY, _RECORD_FAILURE, _RECORD_STATUS)
 _VERDICT = _codec.FlatRecord(
     [
         ("action", "enum"),
@@ -162,6 +166,7 @@ _VERDICT = _codec.FlatRecord(
         ("hint-ms", "option<u64>"),
         ("rule-index", "u16"),
         ("has-note", "bool"),
+        ("reconnect", "bool"),
     ]
 )
 _CALL_START = _codec.FlatRecord(
@@ -312,7 +317,7 @@ _STRING_KIND = ffi.WASMTIME_COMPONENT_STRING.value
 _OPTION_KIND = ffi.WASMTIME_COMPONENT_OPTION.value
 _U32_KIND = ffi.WASMTIME_COMPONENT_U32.value
 _U64_KIND = ffi.WASMTIME_COMPONENT_U64.value
-# The most lowered failure kinds and tool hints a component keeps (`_lowered_value`).
+# The most lowered tool hints a component keeps (`_lowered_value`).
 _LOWERED_MAX = 4_096
 _HINT_NAMES = frozenset(("read-only", "destructive", "idempotent"))
 
@@ -416,17 +421,17 @@ class PolicyComponent:
             have = tuple(_codec.shape(codec) for codec in specs[name].params)
             if have != expected:
                 raise ComponentLoadError(f"{source}: {name} takes ({', '.join(have)}), not the contract's ({', '.join(expected)})")
-        for name, record in ((_RECORD_SUCCESS, _VERDICT), (_RECORD_FAILURE, _VERDICT), (_BEGIN_FLAT, _CALL_START)):
+        for name, record in (*((name, _VERDICT) for name in _VERDICT_EXPORTS), (_BEGIN_CALL, _CALL_START)):
             problem = record.check(specs[name].result)
             if problem is not None:
                 raise ComponentLoadError(f"{source}: {name} does not answer the contract's record: {problem}")
         verdict_type = specs[_RECORD_SUCCESS].result
         self._actions = _codec.enum_names(_codec.record_field(verdict_type, "action"))
         self._classes = _codec.enum_names(_codec.record_field(verdict_type, "class"))
-        self._effect_names = _codec.enum_names(_codec.record_field(specs[_BEGIN_FLAT].result, "effect"))
-        # Lowered `failure-kind` and `option<tool-hints>` values, by value: the
-        # flat calls copy them into their arguments instead of lowering each
-        # time (a few hundred at most; they live as long as the component).
+        self._effect_names = _codec.enum_names(_codec.record_field(specs[_BEGIN_CALL].result, "effect"))
+        # Lowered `option<tool-hints>` values, by value: `begin-call` copies
+        # them into its arguments instead of lowering each time (a few at
+        # most; they live as long as the component).
         self._lowered: dict[Any, Any] = {}
 
     def _lowered_value(self, key: Any, codec: _codec.Codec, value: Any) -> Any:
@@ -447,7 +452,7 @@ class PolicyComponent:
     @property
     def identity(self) -> str:
         """Which policy this is: the contract version it speaks and the first 12
-        hex digits of its .wasm's SHA-256, e.g. `agent-retry:policy@0.4.0 wasm
+        hex digits of its .wasm's SHA-256, e.g. `agent-retry:policy@0.5.0 wasm
         1a2b3c4d5e6f` (the same string in the Rust and Node hosts)."""
         return component_identity(self.contract_version, self.wasm_sha256)
 
@@ -641,10 +646,12 @@ class PolicyInstance:
             return self._invoke(bound, args, self._policy_config_bytes.get(args[0]))
         return self._invoke(bound, args)
 
-    def _invoke(self, bound: _BoundExport, args: tuple[Any, ...], config_bytes: int | None = None) -> Any:
+    def _invoke(self, bound: _BoundExport, args: tuple[Any, ...], config_bytes: int | None = None, into: _FlatArgs | None = None) -> Any:
         """Calls an export on a full tank: `fuel_per_call`, plus
         `fuel_per_config_byte` for each of `config_bytes` (from-json's text, or
-        for effective-config the text its policy was loaded from)."""
+        for effective-config the text its policy was loaded from). With `into`,
+        the result is left unlifted in `into.result` (the caller reads, frees
+        and resets it) and that is returned."""
         spec = bound.spec
         if threading.get_ident() != self._owner:  # before anything touches the store
             self._check_thread(spec.name)
@@ -671,10 +678,12 @@ class PolicyInstance:
                 except _codec.ValueConversionError as e:
                     raise _codec.ValueConversionError(f"{spec.name}: argument {lowered + 1}: {e}") from None
                 lowered += 1
-            result = _Val()
+            result = _Val() if into is None else into.result
             error = _func_call(byref(bound.func), context, params, lowered, byref(result), 1 if spec.result else 0)
             if error:
                 self._fail(spec.name, WasmtimeError._from_ptr(error))
+            if into is not None:
+                return result
             return spec.result.lift(result) if spec.result is not None else None
         finally:
             for i in range(lowered):
@@ -758,6 +767,14 @@ class PolicyInstance:
             names = self._rule_names = tuple(cast(list[str], self._invoke(self._exports["rule-names"], ())))
         return names
 
+    def read_probe_answer(self, http_status: int | None, json_rpc_code: int | None) -> ProbeAnswer:
+        """What an answer to a negotiating client's `server/discover` probe that
+        is not a discovery result means (the contract's one rule, so no host
+        keeps its own): "failure" (the connect attempt failed: 401, 403, 408,
+        429, 5xx) or "older-server" (any other 4xx, or a JSON-RPC error: fall
+        back to the `initialize` handshake). `http_status` is None over stdio."""
+        return cast(ProbeAnswer, self._invoke(self._exports["read-probe-answer"], (http_status, json_rpc_code)))
+
     def derive_idempotency_key(self, run_id: str, action_id: str) -> str:
         """`ar1-` + 32 hex digits of FNV-1a-128 over run-id, 0x00, action-id.
         Raises `PolicyInputTooLarge` (before the call; the instance stays usable)
@@ -828,9 +845,9 @@ class Policy(_Handle):
             self.instance._invoke(self.instance._exports[_EFFECTIVE_CONFIG], (self.resource,), self.config_bytes),
         )
 
-    def classify(self, failure: Failure, now_ms: int) -> Classification:
-        """The class of one failure (bounded first: `limits.bounded_failure`)."""
-        bounded = limits.bounded_failure(failure)
+    def classify(self, observation: Observation, now_ms: int) -> Classification:
+        """The class of one observed failure (bounded first: `limits.bounded_observation`)."""
+        bounded = limits.bounded_observation(observation)
         return cast(
             Classification, self.instance._invoke(self.instance._exports["[method]policy.classify"], (self.resource, bounded, now_ms))
         )
@@ -864,30 +881,21 @@ class _Text(ctypes.Structure):
 
 
 class _FlatArgs:
-    """The argument arrays of one run's flat calls, made on its first flat call
-    and reused: the run's handle (a clone, made once), the integers written in
-    place, strings pointed at their `bytes` (`_Text`), an option's payload in a
-    box of its own here, failure kinds and tool hints copied from the
-    component's lowered values; and the result value, reused (reset after it is
-    freed). `release` frees the handle clones (at `Run.close`, or when the run
-    is collected): nothing else here is owned by the C side between calls."""
+    """The argument arrays of one run's `begin-call` and `record-success`,
+    made on its first such call and reused: the run's handle (a clone, made
+    once), the integers written in place, strings pointed at their `bytes`
+    (`_Text`), the key's option payload in a box of its own here, tool hints
+    copied from the component's lowered values; and the result value every
+    report's verdict is read from, reused (reset after it is freed).
+    `release` frees the handle clones (at `Run.close`, or when the run is
+    collected): nothing else here is owned by the C side between calls."""
 
     __slots__ = (
         "success",
-        "failure",
         "begin",
         "s_call",
         "s_attempt",
         "s_now",
-        "f_call",
-        "f_attempt",
-        "f_headers",
-        "f_body",
-        "f_structured",
-        "f_structured_text",
-        "f_structured_box",
-        "f_now",
-        "f_entropy",
         "b_tool",
         "b_key",
         "b_key_text",
@@ -902,11 +910,9 @@ class _FlatArgs:
 
     def __init__(self, resource: ResourceAny) -> None:
         self.success = (_Val * 4)()
-        self.failure = (_Val * 9)()
         self.begin = (_Val * 5)()
         kinds = (
             (self.success, {1: _U32_KIND, 2: _U32_KIND, 3: _U64_KIND}),
-            (self.failure, {1: _U32_KIND, 2: _U32_KIND, 4: _STRING_KIND, 5: _STRING_KIND, 6: _OPTION_KIND, 7: _U64_KIND, 8: _U64_KIND}),
             (self.begin, {1: _STRING_KIND, 2: _OPTION_KIND, 4: _U64_KIND}),
         )
         for params, slots in kinds:
@@ -914,20 +920,16 @@ class _FlatArgs:
                 params[index].kind = kind
             params[0].of.resource = ffi.wasmtime_component_resource_any_clone(resource.ptr())
             params[0].kind = _RESOURCE_KIND
-        success, failure, begin = self.success, self.failure, self.begin
+        success, begin = self.success, self.begin
         self.s_call, self.s_attempt, self.s_now = success[1].of, success[2].of, success[3].of
-        self.f_call, self.f_attempt, self.f_now, self.f_entropy = failure[1].of, failure[2].of, failure[7].of, failure[8].of
-        self.f_headers, self.f_body = _text_at(failure, 4), _text_at(failure, 5)
         self.b_tool, self.b_now = _text_at(begin, 1), begin[4].of
         # option<string>: the option slot points at a string value kept here.
-        boxes = self.boxes = (_Val * 2)()
-        for box in boxes:
-            box.kind = _STRING_KIND
-        self.f_structured, self.f_structured_text, self.f_structured_box = failure[6].of, _text_at(boxes, 0), ctypes.pointer(boxes[0])
-        self.b_key, self.b_key_text, self.b_key_box = begin[2].of, _text_at(boxes, 1), ctypes.pointer(boxes[1])
+        boxes = self.boxes = (_Val * 1)()
+        boxes[0].kind = _STRING_KIND
+        self.b_key, self.b_key_text, self.b_key_box = begin[2].of, _text_at(boxes, 0), ctypes.pointer(boxes[0])
         self.result = _Val()
         self.result_ref = byref(self.result)
-        self.release = weakref.finalize(self, _release_flat_args, (success, failure, begin))
+        self.release = weakref.finalize(self, _release_flat_args, (success, begin))
 
 
 def _text_at(array: Any, index: int) -> _Text:
@@ -941,20 +943,26 @@ def _release_flat_args(arrays: tuple[Any, ...]) -> None:
 
 
 class Run(_Handle):
-    """One agent run: its calls, budgets and effects."""
+    """One agent run: its calls, budgets and effects. The host begins each call
+    (`begin_call`), reports each attempt (`record_success`,
+    `record_empty_result`, `record_failure`) and each status check
+    (`record_status_check`), and does what the `Verdict` says. Every report
+    names the attempt it reports: 1 for the first, then `verdict.attempt + 1`
+    after a retry; for a status check, the attempt whose effect was checked."""
 
     def __init__(self, instance: PolicyInstance, resource: ResourceAny, run_id: str) -> None:
         super().__init__(instance, resource)
         self.run_id = run_id
-        self._begin = instance._exports["[method]run.begin-call"]
-        self._record = instance._exports["[method]run.record-outcome"]
-        self._report = instance._exports["[method]run.report"]
-        self._effects = instance._exports["[method]run.effects"]
-        self._begin_flat = instance._exports[_BEGIN_FLAT]
-        self._success = instance._exports[_RECORD_SUCCESS]
-        self._failure = instance._exports[_RECORD_FAILURE]
-        self._last = instance._exports["[method]run.last-decision"]
-        self._escalation = instance._exports["[method]run.escalation"]
+        exports = instance._exports
+        self._begin = exports[_BEGIN_CALL]
+        self._success = exports[_RECORD_SUCCESS]
+        self._empty = exports[_RECORD_EMPTY]
+        self._failure = exports[_RECORD_FAILURE]
+        self._status = exports[_RECORD_STATUS]
+        self._report = exports["[method]run.report"]
+        self._effects = exports["[method]run.effects"]
+        self._last = exports["[method]run.last-decision"]
+        self._escalation = exports["[method]run.escalation"]
         component = instance.component
         self._actions, self._classes, self._effect_names = component._actions, component._classes, component._effect_names
         self._flat: _FlatArgs | None = None
@@ -971,14 +979,13 @@ class Run(_Handle):
         flat = self._flat = _FlatArgs(self.resource)  # `resource` raises for a closed run
         return flat
 
-    # The flat hot path (contract 0.4.0).
-
-    def begin_call_flat(self, tool: str, idempotency_key: str | None, hints: ToolHints | None, now_ms: int) -> CallStart:
-        """`begin_call` in flat values, for a retry loop's hot path: the same
-        checks, budgets and effect. Not admitted (`admitted` False) when the
-        run escalated instead: `escalation()` gives the hand-off. Raises
-        `RunMisuse` for the component's run-error (and, without a call,
-        `too-large` for a tool name or key over 256 bytes)."""
+    def begin_call(self, tool: str, idempotency_key: str | None, hints: ToolHints | None, now_ms: int) -> CallStart:
+        """Asks to begin a call of `tool`, with the idempotency key every
+        attempt carries (`PolicyInstance.derive_idempotency_key`) and the tool's
+        MCP annotations if known. Not admitted (`admitted` False) when the run escalated instead:
+        `escalation()` gives the hand-off. Raises `RunMisuse` for the
+        component's run-error (and, without a call, `too-large` for a tool
+        name or key over 256 bytes)."""
         refused = limits.too_large("tool", tool)
         if refused is None and idempotency_key is not None:
             refused = limits.too_large("idempotency-key", idempotency_key)
@@ -995,12 +1002,12 @@ class Run(_Handle):
             if type(hints) is dict and hints.keys() <= _HINT_NAMES:
                 key = ("hints", *((type(v), v) for v in (hints.get("read-only"), hints.get("destructive"), hints.get("idempotent"))))
                 try:
-                    hints_c = self.instance.component._lowered_value(key, self._begin_flat.spec.params[3], hints)
+                    hints_c = self.instance.component._lowered_value(key, self._begin.spec.params[3], hints)
                 except _codec.ValueConversionError:
                     hints_c = None  # the generic path raises it, with the argument's place
             fast = hints_c is not None
         if not fast:
-            lifted = self.instance._invoke(self._begin_flat, (self.resource, tool, idempotency_key, hints, now_ms))
+            lifted = self.instance._invoke(self._begin, (self.resource, tool, idempotency_key, hints, now_ms))
             if "err" in lifted:
                 raise RunMisuse(lifted["err"])
             ok = lifted["ok"]
@@ -1022,11 +1029,11 @@ class Run(_Handle):
             text.data = data = idempotency_key.encode("utf-8")
             text.size = len(data)
             flat.b_key.option = flat.b_key_box
-        result = self.instance._flat_call(self._begin_flat, params, 5, flat)
+        result = self.instance._flat_call(self._begin, params, 5, flat)
         try:
             is_ok, box = _result_head(result)
             if not is_ok:
-                raise RunMisuse(self._begin_flat.spec.result.lift(result)["err"])  # type: ignore[union-attr]  # lifting frees it
+                raise RunMisuse(self._begin.spec.result.lift(result)["err"])  # type: ignore[union-attr]  # lifting frees it
             admitted, call_id, delay, effect_size, effect_data, safe = _CALL_START.struct.unpack_from(
                 _CALL_START.block.from_address(_PTR_AT(box + _RECORD_DATA).value)
             )
@@ -1037,9 +1044,10 @@ class Run(_Handle):
         return _new_tuple(CallStart, values)  # type: ignore[no-any-return]
 
     def record_success(self, call_id: int, attempt: int, now_ms: int) -> Verdict:
-        """`record_outcome` of a success, answered flat (`Verdict`): what
-        `record_outcome(call_id, attempt, "success", now_ms)` decides. Raises
-        `RunMisuse` for the component's run-error."""
+        """Reports an attempt that returned a usable result. Raises `RunMisuse`
+        for the component's run-error: `attempt-mismatch` for any other
+        attempt than the call's current one (a second report of one attempt),
+        which changes nothing."""
         if (
             type(call_id) is int
             and type(attempt) is int
@@ -1053,78 +1061,38 @@ class Run(_Handle):
             return self._verdict(self._success, self.instance._flat_call(self._success, flat.success, 4, flat), flat)
         return self._verdict_of(self.instance._invoke(self._success, (self.resource, call_id, attempt, now_ms)))
 
-    def record_failure(
-        self,
-        call_id: int,
-        attempt: int,
-        kind: FailureKind,
-        headers: Sequence[Sequence[str]],
-        body: str,
-        structured_content: str | None,
-        now_ms: int,
-        entropy: int,
-    ) -> Verdict:
-        """`record_outcome` of a failure, in flat values and answered flat
-        (`Verdict`): what `record_outcome` decides of the same failure.
-        `headers` are (name, value) pairs, bounded as `record_outcome`'s (at
-        most 128, each name and value cut to 4 KiB), a CR or LF in one replaced
-        by a space, and joined as `name: value` lines; the body is cut to 64
-        KiB and structured content over 64 KiB dropped. `Run.last_decision`
-        has the prose. Raises `RunMisuse` for the component's run-error."""
-        return self._record_failure_text(
-            call_id,
-            attempt,
-            kind,
-            limits.bounded_headers_text(headers),
-            limits.cut(body, limits.MAX_BODY_BYTES),
-            limits.bounded_structured(structured_content),
-            now_ms,
-            entropy,
-        )
+    def record_empty_result(self, call_id: int, attempt: int, detail: str, now_ms: int) -> Verdict:
+        """Reports an attempt that returned a result that is empty, partial or
+        wrong; `detail` (cut to 64 KiB) says what was wrong, for the model.
+        Raises `RunMisuse` for the component's run-error."""
+        if isinstance(detail, str):
+            detail = limits.cut(detail, limits.MAX_BODY_BYTES)
+        return self._report_verdict(self._empty, (self.resource, call_id, attempt, detail, now_ms))
 
-    def _record_failure_text(
-        self, call_id: int, attempt: int, kind: Any, headers: str, body: str, structured: str | None, now_ms: int, entropy: int
+    def record_failure(
+        self, call_id: int, attempt: int, observation: Observation, time_left_ms: int | None, now_ms: int, entropy: int
     ) -> Verdict:
-        """`record-failure` with the headers already joined, and no limits applied."""
-        kind_c = None
-        if type(kind) is dict and len(kind) == 1:
-            ((case, payload),) = kind.items()
-            if payload is None or type(payload) in (int, str):
-                try:
-                    kind_c = self.instance.component._lowered_value((case, type(payload), payload), self._failure.spec.params[3], kind)
-                except _codec.ValueConversionError:
-                    kind_c = None
-        if (
-            kind_c is None
-            or type(call_id) is not int
-            or type(attempt) is not int
-            or type(now_ms) is not int
-            or type(entropy) is not int
-            or not (0 <= call_id <= _U32_MAX and 0 <= attempt <= _U32_MAX and 0 <= now_ms <= _U64_MAX and 0 <= entropy <= _U64_MAX)
-            or type(headers) is not str
-            or type(body) is not str
-            or not (structured is None or type(structured) is str)
-        ):
-            args = (self.resource, call_id, attempt, kind, headers, body, structured, now_ms, entropy)
-            return self._verdict_of(self.instance._invoke(self._failure, args))
+        """Reports a failed attempt, as observed (`types.Observation`: bounded
+        first, `limits.bounded_observation`). `time_left_ms` is the time to the
+        call's or the run's deadline, if the host has one (a retry's delay is
+        cut to it; a server that asks to wait longer fails the call now);
+        `entropy` is the jitter of a retry's delay. Raises `RunMisuse` for the
+        component's run-error."""
+        bounded = limits.bounded_observation(observation)
+        return self._report_verdict(self._failure, (self.resource, call_id, attempt, bounded, time_left_ms, now_ms, entropy))
+
+    def record_status_check(
+        self, call_id: int, attempt: int, result: StatusCheckResult, time_left_ms: int | None, now_ms: int, entropy: int
+    ) -> Verdict:
+        """Reports what the status check a `check-status` verdict asked for
+        found ("found", "absent" or "unknown"), under the attempt whose effect
+        was checked. `time_left_ms` and `entropy` as for `record_failure`."""
+        return self._report_verdict(self._status, (self.resource, call_id, attempt, result, time_left_ms, now_ms, entropy))
+
+    def _report_verdict(self, bound: _BoundExport, args: tuple[Any, ...]) -> Verdict:
+        """A report through the generic conversion, its verdict read in place."""
         flat = self._flat or self._flat_args()
-        params = flat.failure
-        params[3] = kind_c  # a copy of the component's value: never freed here
-        flat.f_call.u32, flat.f_attempt.u32, flat.f_now.u64, flat.f_entropy.u64 = call_id, attempt, now_ms, entropy
-        text = flat.f_headers
-        text.data = data = headers.encode("utf-8")
-        text.size = len(data)
-        text = flat.f_body
-        text.data = data = body.encode("utf-8")
-        text.size = len(data)
-        if structured is None:
-            flat.f_structured.option = None
-        else:
-            text = flat.f_structured_text
-            text.data = data = structured.encode("utf-8")
-            text.size = len(data)
-            flat.f_structured.option = flat.f_structured_box
-        return self._verdict(self._failure, self.instance._flat_call(self._failure, params, 9, flat), flat)
+        return self._verdict(bound, self.instance._invoke(bound, args, into=flat), flat)
 
     def _verdict(self, bound: _BoundExport, result: Any, flat: _FlatArgs) -> Verdict:
         """The `Verdict` in a `result<verdict, run-error>` C value, which it
@@ -1133,7 +1101,7 @@ class Run(_Handle):
             is_ok, box = _result_head(result)
             if not is_ok:
                 raise RunMisuse(bound.spec.result.lift(result)["err"])  # type: ignore[union-attr]  # lifting frees it
-            action_size, action_data, class_size, class_data, attempt, delay, hint_box, rule, note = _VERDICT.struct.unpack_from(
+            action_size, action_data, class_size, class_data, attempt, delay, hint_box, rule, note, reconnect = _VERDICT.struct.unpack_from(
                 _VERDICT.block.from_address(_PTR_AT(box + _RECORD_DATA).value)
             )
             values = (
@@ -1144,6 +1112,7 @@ class Run(_Handle):
                 _U64_AT(hint_box + _UNION).value if hint_box else None,
                 rule,
                 note,
+                reconnect,
             )
             _raw_val_delete(flat.result_ref)
         finally:
@@ -1156,12 +1125,20 @@ class Run(_Handle):
         if "err" in lifted:
             raise RunMisuse(lifted["err"])
         ok = lifted["ok"]
-        values = (ok["action"], ok["class"], ok["attempt"], ok["delay-ms"], ok["hint-ms"], ok["rule-index"], ok["has-note"])
+        values = (
+            ok["action"],
+            ok["class"],
+            ok["attempt"],
+            ok["delay-ms"],
+            ok["hint-ms"],
+            ok["rule-index"],
+            ok["has-note"],
+            ok["reconnect"],
+        )
         return _new_tuple(Verdict, values)  # type: ignore[no-any-return]
 
     def last_decision(self, call_id: int) -> Decision | None:
-        """The run's last decision (of `record_outcome`, `record_success` or
-        `record_failure`) in full, if it was about call `call_id`: the reason,
+        """The run's last decision (of any report) in full, if it was about call `call_id`: the reason,
         a replan's message, a note, an escalation. None if the run's last
         decision was about another call, or there was none yet. The guest
         builds the prose only now."""
@@ -1170,35 +1147,6 @@ class Run(_Handle):
     def escalation(self) -> Escalation | None:
         """The hand-off, if the run has escalated (by any call)."""
         return cast("Escalation | None", self.instance._invoke(self._escalation, (self.resource,)))
-
-    def begin_call(self, call: CallRequest, now_ms: int) -> Admission:
-        """Asks to begin a call. Raises `RunMisuse` for the component's run-error
-        (and, without a call, `too-large` for a tool name or idempotency key over
-        256 bytes)."""
-        if isinstance(call, Mapping):
-            refused = limits.too_large("tool", call.get("tool", ""))
-            key = call.get("idempotency-key")
-            if refused is None and key is not None:
-                refused = limits.too_large("idempotency-key", key)
-            if refused is not None:
-                raise RunMisuse(refused)
-        result = self.instance._invoke(self._begin, (self.resource, call, now_ms))
-        if "err" in result:
-            raise RunMisuse(result["err"])
-        return cast(Admission, result["ok"])
-
-    def record_outcome(self, call_id: int, attempt: int, outcome: Outcome, now_ms: int, entropy: int | None = None) -> Decision:
-        """Records what attempt `attempt` of the call returned (1 for the first,
-        then each retry plan's `attempt`; for a status check, the attempt whose
-        effect was checked) and returns what to do. The outcome is bounded first
-        (`limits.bounded_outcome`). Raises `RunMisuse` for the component's
-        run-error: `attempt-mismatch` for any other attempt (a second report of
-        one attempt), which changes nothing."""
-        bounded = limits.bounded_outcome(outcome)
-        result = self.instance._invoke(self._record, (self.resource, call_id, attempt, bounded, now_ms, entropy))
-        if "err" in result:
-            raise RunMisuse(result["err"])
-        return cast(Decision, result["ok"])
 
     def report(self) -> RunReport:
         """What happened in the run so far. Its `effects` are all of them up to

@@ -5,14 +5,20 @@ inputs are converted from canonical JSON by each function's WIT parameter types
 (the same codec every call uses) and outputs converted back, then matched
 against the case's expectations.
 
-Every case also runs in flat mode (contract 0.4.0's hot path, through the
-host's typed `Run` methods): a `begin-call` step through `begin-call-flat` (and
-`escalation()` when not admitted), a `record-outcome` of a success or a failure
-through `record-success` / `record-failure` (the headers joined as `name: value`
-lines) and then `last-decision(call-id)`, each turned back into the rich
-answer; every other step as in rich mode. Each verdict must agree with the
-decision `last-decision` gives, and the flat outputs must equal the rich ones
-exactly. `--dump` writes the rich outputs.
+The vectors keep their readable steps; this module is the one place that
+translates them onto contract 0.5.0's single run path (`translate_*` below): a
+`begin-call` step calls `begin-call` (and `escalation()` when not admitted);
+a `record-outcome` of a success calls `record-success`, of an empty result
+`record-empty-result`, of a failure `record-failure` (with an observation built
+from the readable failure: headers pairs joined as `name: value` lines,
+`session-id-sent` false and `delivery` "unknown" unless given), of a status
+check `record-status-check`; the answer is `last-decision(call-id)`, and the
+verdict must say what that decision says. `classify` takes the readable
+failure as an observation too; `read-probe-answer` asks the rule for the
+`server/discover` probe's answer. observations.json (raw transport
+observations and the verdict each must produce) runs in its pure form:
+`begin-call lookup_order`, `record-failure(observation)`, the verdict compared
+with the case's `expect`. `--dump` writes the outputs.
 
     python -m agent_retry_policy.conformance [VECTOR_DIR] [--dump OUTPUTS.json]
 
@@ -31,10 +37,9 @@ from typing import Any
 
 from . import limits
 from .accounts import EmbeddedAccounts
-from .component import PolicyComponent, PolicyInstance, Run, _repo_root
+from .component import PolicyComponent, PolicyInstance, _repo_root
 from .entropy import SplitMix64
-from .errors import RunMisuse
-from .types import CallStart, Decision, Verdict, action_name
+from .types import Decision, Verdict, action_name
 
 # The clock at the start of every case: 2025-11-30T00:00:00Z.
 DEFAULT_START_MS = 1_764_460_800_000
@@ -50,6 +55,9 @@ STEP_KEYS = frozenset(
         "config",
         "config-text",
         "failure",
+        "time-left-ms",
+        "http-status",
+        "json-rpc-code",
         "retry",
         "hint-ms",
         "run-id",
@@ -74,6 +82,10 @@ class HarnessError(Exception):
 
 def default_vector_dir() -> Path:
     return _repo_root() / "tests" / "vectors"
+
+
+# The file of raw transport observations (its own format: `run_observation_case`).
+OBSERVATIONS_FILE = "observations.json"
 
 
 def load_vector_files(directory: Path) -> list[tuple[Path, dict[str, Any]]]:
@@ -165,8 +177,6 @@ class Subject:
         self.instance: PolicyInstance = component.instantiate(accounts=EmbeddedAccounts.on_host_clock(), entropy=SplitMix64(0))
         self.policy: Any = None
         self.run: Any = None
-        # The current run as the host's typed `Run` (flat mode), made when first needed.
-        self._typed_run: Run | None = None
 
     def load_policy(self, config_text: str) -> Any:
         result = self.instance.call("[static]policy.from-json", config_text)
@@ -194,15 +204,7 @@ class Subject:
         if "ok" not in result:
             return result
         self.run = result["ok"]
-        self._typed_run = None
         return {"ok": None}
-
-    def typed_run(self) -> Run:
-        """The current run, as the typed `Run` whose flat methods flat mode calls
-        (never closed here: the run stays the subject's)."""
-        if self._typed_run is None or self._typed_run._resource is not self.need_run():
-            self._typed_run = Run(self.instance, self.need_run(), "run-1")
-        return self._typed_run
 
 
 def _sent_attempt(answer: Any, *path: str) -> int | None:
@@ -244,27 +246,22 @@ def run_step(subject: Subject, step: Any, state: dict[str, Any]) -> Any:
             return subject.load_policy(step["config-text"])
         raise HarnessError('load-policy takes "config" (JSON) or "config-text" (a string)')
     if op == "classify":
-        return call("[method]policy.classify", subject.need_policy(), _field(step, "failure"), state["now"])
+        return call("[method]policy.classify", subject.need_policy(), translate_failure(_field(step, "failure")), state["now"])
     if op == "next-delay":
         retry = _u32(step, "retry")
         return call("[method]policy.next-delay", subject.need_policy(), retry, _optional_u64(step, "hint-ms"), entropy)
     if op == "derive-idempotency-key":
         return call("derive-idempotency-key", _text(step, "run-id"), _text(step, "action-id"))
+    if op == "read-probe-answer":
+        return call("read-probe-answer", step.get("http-status"), step.get("json-rpc-code"))
     if op == "start-run":
         answer = subject.start_run(_text(step, "run-id"))
         if "ok" in answer:
             state["started"] = True
             attempts.clear()
         return answer
-    flat = state.get("flat", False)
-    if op == "begin-call" and flat and isinstance(step.get("call"), dict) and step["call"].keys() <= _CALL_FIELDS:
-        answer = _begin_call_flat(subject, step["call"], state["now"])
-        call_id = _sent_attempt(answer, "ok", "send", "call-id")
-        if call_id is not None:
-            attempts[call_id] = 1
-        return answer
     if op == "begin-call":
-        answer = call("[method]run.begin-call", subject.need_run(), _field(step, "call"), state["now"])
+        answer = translate_begin_call(subject, _field(step, "call"), state["now"])
         call_id = _sent_attempt(answer, "ok", "send", "call-id")
         if call_id is not None:
             attempts[call_id] = 1
@@ -272,11 +269,8 @@ def run_step(subject: Subject, step: Any, state: dict[str, Any]) -> Any:
     if op == "record-outcome":
         call_id = _u32(step, "call-id")
         attempt = _u32(step, "attempt") if "attempt" in step else attempts.get(call_id, 1)
-        outcome = _field(step, "outcome")
-        if flat and _flat_outcome(outcome):
-            answer = _record_flat(subject, call_id, attempt, outcome, state["now"], entropy)
-        else:
-            answer = call("[method]run.record-outcome", subject.need_run(), call_id, attempt, outcome, state["now"], entropy)
+        time_left = _optional_u64(step, "time-left-ms")
+        answer = translate_record_outcome(subject, call_id, attempt, _field(step, "outcome"), time_left, state["now"], entropy)
         retry = _sent_attempt(answer, "ok", "action", "retry", "attempt")
         if retry is not None:
             attempts[call_id] = retry
@@ -288,60 +282,90 @@ def run_step(subject: Subject, step: Any, state: dict[str, Any]) -> Any:
     raise HarnessError(f'unknown op "{op}"')
 
 
-# Flat mode: the hot path's calls, turned back into the rich answers.
+# The translation of the readable steps onto the single run path (contract 0.5.0), in one place.
 
 _CALL_FIELDS = frozenset(["tool", "idempotency-key", "hints"])
-_FAILURE_FIELDS = frozenset(["kind", "headers", "body", "structured-content"])
+_FAILURE_FIELDS = frozenset(["kind", "headers", "body", "structured-content", "session-id-sent", "delivery"])
 
 
-def _flat_outcome(outcome: Any) -> bool:
-    """Whether a record-outcome step's outcome goes through the flat path: a
-    success, or a failure (of the record's own fields; anything else is left to
-    the rich call, whose conversion refuses it)."""
-    if outcome == "success":
-        return True
-    if isinstance(outcome, dict) and len(outcome) == 1 and isinstance(outcome.get("failure"), dict):
-        failure = outcome["failure"]
-        return "kind" in failure and failure.keys() <= _FAILURE_FIELDS and isinstance(failure.get("headers", []), list)
-    return False
+def translate_failure(failure: Any) -> dict[str, Any]:
+    """A readable failure (`{kind, headers: [[name, value], ...], body,
+    structured-content, session-id-sent?, delivery?}`) as the contract's
+    observation: the headers joined as `name: value` lines with "\n",
+    `session-id-sent` false and `delivery` "unknown" unless given. Nothing is
+    cut: the vectors test the component, not this host's limits."""
+    if not isinstance(failure, dict):
+        raise HarnessError(f"a failure must be an object, got {json.dumps(failure)}")
+    unknown = sorted(set(failure) - _FAILURE_FIELDS)
+    if unknown:
+        raise HarnessError(f'unknown failure field "{unknown[0]}"')
+    if "kind" not in failure:
+        raise HarnessError('a failure needs a "kind"')
+    headers = failure.get("headers", [])
+    if not isinstance(headers, list) or not all(
+        isinstance(h, list) and len(h) == 2 and all(isinstance(part, str) for part in h) for h in headers
+    ):
+        raise HarnessError(f'a failure\'s "headers" must be [[name, value], ...], got {json.dumps(headers)}')
+    return {
+        "kind": failure["kind"],
+        "headers": limits.join_headers(headers),
+        "body": failure.get("body", ""),
+        "structured-content": failure.get("structured-content"),
+        "session-id-sent": failure.get("session-id-sent", False),
+        "delivery": failure.get("delivery", "unknown"),
+    }
 
 
-def _begin_call_flat(subject: Subject, request: dict[str, Any], now: int) -> Any:
-    """`begin-call-flat` (+ `escalation()` when not admitted) as `begin-call`'s answer."""
-    run = subject.typed_run()
-    try:
-        start = run.begin_call_flat(request.get("tool", ""), request.get("idempotency-key"), request.get("hints"), now)
-    except RunMisuse as e:
-        return {"err": e.error}
-    if not isinstance(start, CallStart):
-        raise HarnessError(f"begin-call-flat answered {start!r}, not a call-start")
-    if start.admitted:
-        ticket = {"call-id": start.call_id, "delay-ms": start.delay_ms, "effect": start.effect, "safe-to-repeat": start.safe_to_repeat}
+def translate_begin_call(subject: Subject, request: Any, now: int) -> Any:
+    """`begin-call` (+ `escalation()` when not admitted) as the readable
+    answer: `{"ok": {"send": ticket}}`, `{"ok": {"escalate": escalation}}` or
+    `{"err": run-error}`."""
+    if not isinstance(request, dict) or not request.keys() <= _CALL_FIELDS or "tool" not in request:
+        raise HarnessError(f'"call" must be {{tool, idempotency-key?, hints?}}, got {json.dumps(request)}')
+    call = subject.instance.call
+    run = subject.need_run()
+    answer = call("[method]run.begin-call", run, request["tool"], request.get("idempotency-key"), request.get("hints"), now)
+    if "ok" not in answer:
+        return answer
+    start = answer["ok"]
+    if start["admitted"]:
+        ticket = {k: start[k] for k in ("call-id", "delay-ms", "effect", "safe-to-repeat")}
         return {"ok": {"send": ticket}}
-    if start.call_id != 0:
-        raise HarnessError(f"begin-call-flat was not admitted but gave call-id {start.call_id} (0 when not admitted)")
-    escalation = run.escalation()
+    if start["call-id"] != 0:
+        raise HarnessError(f"begin-call was not admitted but gave call-id {start['call-id']} (0 when not admitted)")
+    escalation = call("[method]run.escalation", run)
     if escalation is None:
-        raise HarnessError("begin-call-flat was not admitted, and escalation() is none")
+        raise HarnessError("begin-call was not admitted, and escalation() is none")
     return {"ok": {"escalate": escalation}}
 
 
-def _record_flat(subject: Subject, call_id: int, attempt: int, outcome: Any, now: int, entropy: int) -> Any:
-    """`record-success` / `record-failure` + `last-decision(call-id)` as
-    `record-outcome`'s answer, the verdict checked against the decision."""
-    run = subject.typed_run()
-    try:
-        if outcome == "success":
-            verdict = run.record_success(call_id, attempt, now)
-        else:
-            failure = outcome["failure"]
-            headers = limits.join_headers(failure.get("headers", []))
-            body, structured = failure.get("body", ""), failure.get("structured-content")
-            verdict = run._record_failure_text(call_id, attempt, failure["kind"], headers, body, structured, now, entropy)
-    except RunMisuse as e:
-        return {"err": e.error}
-    which = "record-success" if outcome == "success" else "record-failure"
-    decision = run.last_decision(call_id)
+def translate_record_outcome(
+    subject: Subject, call_id: int, attempt: int, outcome: Any, time_left: int | None, now: int, entropy: int
+) -> Any:
+    """A readable outcome reported on the single path, answered with
+    `last-decision(call-id)` as `{"ok": decision}` (or `{"err": run-error}`),
+    the verdict checked against the decision."""
+    call = subject.instance.call
+    run = subject.need_run()
+    if outcome == "success":
+        which, answer = "record-success", call("[method]run.record-success", run, call_id, attempt, now)
+    elif isinstance(outcome, dict) and len(outcome) == 1 and "empty-result" in outcome:
+        detail = outcome["empty-result"]
+        which, answer = "record-empty-result", call("[method]run.record-empty-result", run, call_id, attempt, detail, now)
+    elif isinstance(outcome, dict) and len(outcome) == 1 and "failure" in outcome:
+        observation = translate_failure(outcome["failure"])
+        which = "record-failure"
+        answer = call("[method]run.record-failure", run, call_id, attempt, observation, time_left, now, entropy)
+    elif isinstance(outcome, dict) and len(outcome) == 1 and "status-check" in outcome:
+        found = outcome["status-check"]
+        which = "record-status-check"
+        answer = call("[method]run.record-status-check", run, call_id, attempt, found, time_left, now, entropy)
+    else:
+        raise HarnessError(f'unknown outcome {json.dumps(outcome)}: "success", {{"empty-result"}}, {{"failure"}} or {{"status-check"}}')
+    if "ok" not in answer:
+        return answer
+    verdict = verdict_of(answer["ok"])
+    decision = call("[method]run.last-decision", run, call_id)
     if decision is None:
         raise HarnessError(f"{which} answered {verdict!r}, but last-decision({call_id}) is none")
     disagreement = verdict_disagreement(verdict, decision, subject.instance.rule_names())
@@ -350,11 +374,27 @@ def _record_flat(subject: Subject, call_id: int, attempt: int, outcome: Any, now
     return {"ok": decision}
 
 
+def verdict_of(value: dict[str, Any]) -> Verdict:
+    """A lifted `verdict` record as the host's `Verdict`."""
+    return Verdict(
+        value["action"],
+        value["class"],
+        value["attempt"],
+        value["delay-ms"],
+        value["hint-ms"],
+        value["rule-index"],
+        value["has-note"],
+        value["reconnect"],
+    )
+
+
 def verdict_disagreement(verdict: Verdict, decision: Decision, rule_names: tuple[str, ...]) -> str | None:
-    """None if the flat verdict says what the full decision says, else what differs."""
+    """None if the verdict says what the full decision says, else what differs."""
     action = decision["action"]
     kind = action_name(action)
-    plan_delay = action["retry"]["delay-ms"] if kind == "retry" else 0  # type: ignore[index]
+    plan = action["retry"] if kind == "retry" else None  # type: ignore[index]
+    plan_delay = plan["delay-ms"] if plan is not None else 0
+    plan_reconnect = plan["reconnect"] if plan is not None else False
     if kind == "succeed":
         has_note = action["succeed"] is not None  # type: ignore[index]
     else:
@@ -368,6 +408,7 @@ def verdict_disagreement(verdict: Verdict, decision: Decision, rule_names: tuple
         ("hint-ms", verdict.hint_ms, decision["hint-ms"]),
         ("rule", rule, decision["rule"]),
         ("has-note", verdict.has_note, has_note),
+        ("reconnect", verdict.reconnect, plan_reconnect),
     )
     for name, flat, rich in checks:
         if flat != rich or type(flat) is not type(rich):
@@ -389,6 +430,17 @@ def _scalar_equal(expected: Any, actual: Any) -> bool:
 
 def match(expected: Any, actual: Any, path: str = "$") -> str | None:
     """None if `actual` matches, else where and why it does not."""
+    if isinstance(expected, dict) and len(expected) == 1 and "$any" in expected:
+        options = expected["$any"]
+        if not isinstance(options, list) or not options:
+            return f"{path}: $any takes a non-empty array of matchers, got {json.dumps(options)}"
+        misses = []
+        for option in options:
+            mismatch = match(option, actual, path)
+            if mismatch is None:
+                return None
+            misses.append(mismatch)
+        return f"{path}: matches none of $any: " + "; ".join(misses)
     if isinstance(expected, dict) and len(expected) == 1 and "$contains" in expected:
         needle = expected["$contains"]
         if isinstance(actual, str) and isinstance(needle, str) and needle in actual:
@@ -436,23 +488,24 @@ class CaseResult:
     description: str
     outputs: list[Any] = field(default_factory=list)
     failure: str | None = None
+    # The exception behind `failure`, if a call raised (a trap of the component):
+    # the update gate refuses with it as the cause.
+    error: BaseException | None = field(default=None, compare=False, repr=False)
 
 
-def run_case(
-    component: PolicyComponent, file: str, case: dict[str, Any], *, config_text: str | None = None, flat: bool = False
-) -> CaseResult:
+def run_case(component: PolicyComponent, file: str, case: dict[str, Any], *, config_text: str | None = None) -> CaseResult:
     """Runs one case on a fresh instance. A case without `config` loads
-    `config_text` if given (a live update's own configuration, for the vectors
-    it ships with), else `{}`. `flat`: in flat mode (the module docstring)."""
+    `config_text` if given (a live update's own configuration, for the gate's
+    vectors), else `{}`."""
     result = CaseResult(file, case.get("description", "?"))
     subject = Subject(component)
-    state: dict[str, Any] = {"now": DEFAULT_START_MS, "started": False, "attempts": {}, "flat": flat}
+    state: dict[str, Any] = {"now": DEFAULT_START_MS, "started": False, "attempts": {}}
     if "config" in case or config_text is None:
         config_text = canonical_json_text(case.get("config", {}))
     try:
         loaded = subject.load_policy(config_text)
     except Exception as e:  # a trap or a conversion error is the harness's failure
-        result.failure = f"loading the case's config: {e}"
+        result.failure, result.error = f"loading the case's config: {e}", e
         return result
     if "ok" not in loaded:
         result.failure = f"the case's config was rejected: {json.dumps(loaded)}"
@@ -461,7 +514,7 @@ def run_case(
         try:
             output = run_step(subject, step, state)
         except Exception as e:
-            result.failure = f"step {i}: {e}"
+            result.failure, result.error = f"step {i}: {e}", e
             return result
         result.outputs.append(output)
         if "expect" in step:
@@ -477,37 +530,102 @@ def canonical_outputs(result: CaseResult) -> str:
     return json.dumps(result.outputs, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
 
 
-def flat_mismatch(rich: CaseResult, flat: CaseResult) -> str | None:
-    """None if a case's flat-mode run passed and gave the rich run's outputs
-    exactly, else what went wrong (naming the first step that differs)."""
-    if flat.failure is not None:
-        return f"in flat mode: {flat.failure}"
-    if canonical_outputs(flat) == canonical_outputs(rich):
-        return None
-    for i, (a, b) in enumerate(zip(rich.outputs, flat.outputs, strict=False), start=1):
-        if _canonical(a) != _canonical(b):
-            return f"in flat mode, step {i} gave {_canonical(b)}, the rich call {_canonical(a)}"
-    return f"in flat mode, {len(flat.outputs)} outputs, in rich mode {len(rich.outputs)}"
-
-
 def _canonical(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
 
 
-def run_all(component: PolicyComponent, directory: Path, *, twice: bool = True, flat: bool = True) -> list[CaseResult]:
-    """Every case of every file. With `twice`, each case runs again on a fresh
-    instance and must give the same outputs, byte for byte; with `flat`, again
-    in flat mode, which must give them too. The results are the rich runs'."""
+_OBSERVATION_CASE_KEYS = frozenset(["description", "comment", "answer", "session-id-sent", "observation", "expect"])
+_OBSERVATION_EXPECT_KEYS = ("action", "class", "rule", "reconnect")
+# The tool every observation case calls (a read, attempt 1).
+OBSERVATION_TOOL = "lookup_order"
+
+
+def check_observations_file(document: Any) -> list[dict[str, Any]]:
+    """The cases of observations.json (`{"description", "config", "cases":
+    [{"description", "answer", "session-id-sent", "observation", "expect"}]}`),
+    else raises HarnessError saying what is wrong."""
+    if not isinstance(document, dict) or not isinstance(document.get("cases"), list):
+        raise HarnessError('not an observations file: expected {"description", "config", "cases": [...]}')
+    unknown = sorted(set(document) - {"description", "comment", "config", "cases"})
+    if unknown:
+        raise HarnessError(f'unknown field "{unknown[0]}" in the file')
+    for i, case in enumerate(document["cases"], start=1):
+        if not isinstance(case, dict):
+            raise HarnessError(f"case {i} is not an object")
+        unknown = sorted(set(case) - _OBSERVATION_CASE_KEYS)
+        if unknown:
+            raise HarnessError(f'unknown field "{unknown[0]}" in case {i}')
+        for key in ("description", "observation", "expect"):
+            if key not in case:
+                raise HarnessError(f'case {i} needs "{key}"')
+        expect = case["expect"]
+        if not isinstance(expect, dict) or "action" not in expect or not set(expect) <= set(_OBSERVATION_EXPECT_KEYS):
+            raise HarnessError(f'case {i}: "expect" takes "action" and any of {list(_OBSERVATION_EXPECT_KEYS[1:])}')
+    return document["cases"]
+
+
+def observed_verdict(verdict: Verdict, rule_names: tuple[str, ...]) -> dict[str, Any]:
+    """What an observation case compares: the verdict's action, class, rule
+    (by name) and reconnect."""
+    rule = rule_names[verdict.rule_index] if verdict.rule_index < len(rule_names) else f"<rule-index {verdict.rule_index}>"
+    return {"action": verdict.action, "class": verdict.class_, "rule": rule, "reconnect": verdict.reconnect}
+
+
+def run_observation_case(component: PolicyComponent, file: str, config: Any, case: dict[str, Any]) -> CaseResult:
+    """One case of observations.json in its pure form: a fresh instance, the
+    file's `config`, a run, `begin-call lookup_order`, `record-failure` of the
+    case's observation for attempt 1; the verdict must match `expect`."""
+    result = CaseResult(file, case.get("description", "?"))
+    subject = Subject(component)
+    try:
+        loaded = subject.load_policy(canonical_json_text(config if config is not None else {}))
+        if "ok" not in loaded:
+            result.failure = f"the file's config was rejected: {json.dumps(loaded)}"
+            return result
+        subject.start_run("run-1")
+        begun = translate_begin_call(subject, {"tool": OBSERVATION_TOOL}, DEFAULT_START_MS)
+        call_id = _sent_attempt(begun, "ok", "send", "call-id")
+        if call_id is None:
+            result.failure = f"begin-call {OBSERVATION_TOOL} was not admitted: {json.dumps(begun)}"
+            return result
+        observation = translate_failure(case["observation"])
+        answer = subject.instance.call(
+            "[method]run.record-failure", subject.need_run(), call_id, 1, observation, None, DEFAULT_START_MS, DEFAULT_ENTROPY
+        )
+        if "ok" not in answer:
+            result.failure = f"record-failure answered {json.dumps(answer)}"
+            return result
+        got = observed_verdict(verdict_of(answer["ok"]), subject.instance.rule_names())
+    except Exception as e:  # a trap or a bad case is the harness's failure
+        result.failure, result.error = f"{type(e).__name__}: {e}", e
+        return result
+    result.outputs.append(got)
+    mismatch = match(case["expect"], got)
+    if mismatch:
+        result.failure = f"the verdict: {mismatch}"
+    return result
+
+
+def run_all(component: PolicyComponent, directory: Path, *, twice: bool = True) -> list[CaseResult]:
+    """Every case of every file (observations.json in its pure form). With
+    `twice`, each case runs again on a fresh instance and must give the same
+    outputs, byte for byte."""
     results = []
     for path, data in load_vector_files(directory):
+        if path.name == OBSERVATIONS_FILE:
+            try:
+                cases = check_observations_file(data)
+            except HarnessError as e:
+                results.append(CaseResult(path.name, "(the file)", failure=str(e)))
+                continue
+            results.extend(run_observation_case(component, path.name, data.get("config"), case) for case in cases)
+            continue
         for case in data["cases"]:
             first = run_case(component, path.name, case)
             if twice and first.failure is None:
                 second = run_case(component, path.name, case)
                 if second.failure is not None or canonical_outputs(second) != canonical_outputs(first):
                     first.failure = f"not deterministic: a second run gave {second.failure or canonical_outputs(second)}"
-            if flat and first.failure is None:
-                first.failure = flat_mismatch(first, run_case(component, path.name, case, flat=True))
             results.append(first)
     return results
 
@@ -526,10 +644,13 @@ def main(argv: list[str] | None = None) -> int:
         if r.failure:
             print(f"FAILED {r.file}: {r.description}: {r.failure}")
     if args.dump:
+        # The step vectors, as the Rust runner dumps them (observations.json is
+        # checked against its expectations here and through the wrapper).
         args.dump.write_text(
             "".join(
                 f"{json.dumps([r.file, r.description], separators=(',', ':'), ensure_ascii=False)} {canonical_outputs(r)}\n"
                 for r in results
+                if r.file != "observations.json"
             ),
             encoding="utf-8",
         )

@@ -1,7 +1,8 @@
 """What the host passes to the policy, bounded before it crosses the boundary
-(contract 0.4.0; the numbers of the Rust host's `limits.rs`, which the Node host
-applies too). Lowering a value into the guest costs its size in memory and
-copying, so a 40 MB tool error or 5,800 headers are cut here, not in the guest.
+(contract 0.5.0; the numbers are the Rust host's `limits.rs`, mirrored into
+`limits_generated.py` by tests/contract/make_mirrors.py, as for the Node host).
+Lowering a value into the guest costs its size in memory and copying, so a 40
+MB tool error or 5,800 headers are cut here, not in the guest.
 
 Sizes are UTF-8 bytes, as the contract counts them; a text is cut at a
 character boundary.
@@ -11,20 +12,15 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from .types import Failure, Outcome
-
-# The most bytes of a failure's body (or tool-error text, or empty-result detail) passed.
-MAX_BODY_BYTES = 65_536
-# The most bytes of structured content passed; longer is dropped (cut JSON is not JSON).
-MAX_STRUCTURED_BYTES = 65_536
-# The most headers passed (the policy reads 64 and names the rest).
-MAX_HEADERS = 128
-# The most bytes of one header name or value passed (the policy parses values up to 1,024).
-MAX_HEADER_VALUE_BYTES = 4_096
-# The longest run id, action id, tool name or idempotency key.
-MAX_ID_BYTES = 256
-# The longest configuration text.
-MAX_CONFIG_BYTES = 1 << 20
+from .limits_generated import (
+    MAX_BODY_BYTES,
+    MAX_CONFIG_BYTES,
+    MAX_HEADER_VALUE_BYTES,
+    MAX_HEADERS,
+    MAX_ID_BYTES,
+    MAX_STRUCTURED_BYTES,
+)
+from .types import Observation
 
 U32_MAX = 0xFFFF_FFFF
 
@@ -64,48 +60,67 @@ def _headers_within(headers: Any) -> bool:
     )
 
 
-def bounded_failure(failure: Failure) -> Failure:
-    """The failure as the host passes it: the same object when it is within every
-    limit, else a copy with the body cut to 65,536 bytes, structured content over
-    65,536 bytes dropped, and at most 128 headers, each name and value cut to
-    4,096 bytes. A value of the wrong shape is passed as it is: the value
-    conversion refuses it with its own error."""
-    if not isinstance(failure, dict):
-        return failure
+def _header_text_within(text: str) -> bool:
+    """Whether joined header lines are within the limits (at most 128 lines,
+    each name and value at most 4,096 bytes), without splitting a short text."""
+    if not text:
+        return True
+    if text.count("\n") >= MAX_HEADERS:
+        return False
+    if within(text, MAX_HEADER_VALUE_BYTES):
+        return True
+    return all(within(line, MAX_HEADER_VALUE_BYTES) or _line_within(line) for line in text.split("\n"))
+
+
+def _line_within(line: str) -> bool:
+    name, _, value = line.partition(":")
+    return within(name, MAX_HEADER_VALUE_BYTES) and within(value.strip(" "), MAX_HEADER_VALUE_BYTES)
+
+
+def bounded_header_text(text: str) -> str:
+    """Joined header lines as passed: at most 128 lines, each name and value cut
+    to 4,096 bytes (a name ends at the first `:`)."""
+    if not isinstance(text, str) or _header_text_within(text):
+        return text
+    lines = []
+    for line in text.split("\n")[:MAX_HEADERS]:
+        name, colon, value = line.partition(":")
+        lines.append(
+            f"{cut(name, MAX_HEADER_VALUE_BYTES)}{colon} {cut(value.strip(' '), MAX_HEADER_VALUE_BYTES)}"
+            if colon
+            else cut(line, MAX_HEADER_VALUE_BYTES)
+        )
+    return "\n".join(lines)
+
+
+def bounded_observation(observation: Observation) -> Observation:
+    """The observation as the host passes it: the same object when it is within
+    every limit, else a copy with the body cut to 65,536 bytes, structured
+    content over 65,536 bytes dropped, and at most 128 header lines, each name
+    and value cut to 4,096 bytes. A value of the wrong shape is passed as it
+    is: the value conversion refuses it with its own error."""
+    if not isinstance(observation, dict):
+        return observation
+    body = observation.get("body", "")
+    structured = observation.get("structured-content")
+    headers = observation.get("headers", "")
     try:
-        return _bounded_failure(failure)
+        if (
+            within(body, MAX_BODY_BYTES)
+            and (structured is None or within(structured, MAX_STRUCTURED_BYTES))
+            and (not isinstance(headers, str) or _header_text_within(headers))
+        ):
+            return observation
     except (TypeError, ValueError):
-        return failure
-
-
-def _bounded_failure(failure: Failure) -> Failure:
-    body = failure.get("body", "")
-    structured = failure.get("structured-content")
-    headers = failure.get("headers", ())
-    if within(body, MAX_BODY_BYTES) and (structured is None or within(structured, MAX_STRUCTURED_BYTES)) and _headers_within(headers):
-        return failure
-    bounded = dict(failure)
-    bounded["body"] = cut(body, MAX_BODY_BYTES)
-    bounded["structured-content"] = structured if structured is None or within(structured, MAX_STRUCTURED_BYTES) else None
-    bounded["headers"] = [
-        (cut(name, MAX_HEADER_VALUE_BYTES), cut(value, MAX_HEADER_VALUE_BYTES)) for name, value in list(headers[:MAX_HEADERS])
-    ]
-    return cast(Failure, bounded)
-
-
-def bounded_outcome(outcome: Outcome) -> Outcome:
-    """The outcome as the host passes it (a failure bounded as `bounded_failure`,
-    an empty result's detail cut to 65,536 bytes); the same object when within."""
-    if isinstance(outcome, dict):
-        if "failure" in outcome:
-            failure = outcome["failure"]  # type: ignore[typeddict-item]
-            bounded = bounded_failure(failure)
-            return outcome if bounded is failure else {"failure": bounded}
-        if "empty-result" in outcome:
-            detail = outcome["empty-result"]  # type: ignore[typeddict-item]
-            if isinstance(detail, str) and not within(detail, MAX_BODY_BYTES):
-                return {"empty-result": cut(detail, MAX_BODY_BYTES)}
-    return outcome
+        return observation
+    bounded = dict(observation)
+    if isinstance(body, str):
+        bounded["body"] = cut(body, MAX_BODY_BYTES)
+    if isinstance(structured, str):
+        bounded["structured-content"] = bounded_structured(structured)
+    if isinstance(headers, str):
+        bounded["headers"] = bounded_header_text(headers)
+    return cast(Observation, bounded)
 
 
 def _one_line(text: str) -> str:
@@ -126,8 +141,8 @@ def join_headers(headers: Any) -> str:
 
 
 def bounded_headers_text(headers: Any) -> str:
-    """`join_headers` of the headers as `bounded_failure` passes them: at most
-    128, each name and value cut to 4,096 bytes (before joining)."""
+    """`join_headers` of header pairs within the limits: at most 128, each name
+    and value cut to 4,096 bytes (before joining)."""
     if not headers:
         return ""
     if not _headers_within(headers):
@@ -155,9 +170,9 @@ __all__ = [
     "MAX_HEADER_VALUE_BYTES",
     "MAX_ID_BYTES",
     "MAX_STRUCTURED_BYTES",
-    "bounded_failure",
+    "bounded_header_text",
     "bounded_headers_text",
-    "bounded_outcome",
+    "bounded_observation",
     "bounded_structured",
     "cut",
     "join_headers",

@@ -24,18 +24,20 @@ The gate, before anything serves:
    nothing outside the contract (`PolicyComponent`); a `.wasm` byte-identical
    to the serving one is not compiled again;
 3. the configuration loads in it;
-4. a self-test: the invariants every policy must keep for the host to stay safe
-   (a transient failure of a keyed write is retried with the same key within the
-   configured delay, an unkeyed write that timed out is never resent without a
-   status check, a 403 escalates, and a failure that persists ends in an
-   escalation within the step budget). A trap anywhere in it refuses the update;
-5. the vectors the update ships with, if any (`PolicySource(..., vectors=path)`,
-   or `{prefix}:vectors` for a fleet: a file in the format of tests/vectors):
-   every case must pass against the candidate, each on a fresh instance, run by
-   this host's conformance runner (`conformance.run_case`); a case without
-   `config` runs in the update's configuration. A file that is not JSON or not
-   in the format, or a case that fails, refuses the update (`UpdateSelfTestError`,
-   naming the case and its first mismatch).
+4. the gate's vectors: the invariants every live update must keep, as data
+   (tests/vectors/gate.json, shipped with the package: a keyed write's
+   transient failure is retried with the same key within the configured delay,
+   an unkeyed write that timed out is not resent without a status check, a 403
+   escalates, a persistent failure escalates within the step budget, ...),
+   then the operator's own gate vector files, if any (`gate_vectors=[...]`
+   on `PolicySource` or `LivePolicy.open_redis`), then the vectors the update
+   ships with, if any (`PolicySource(..., vectors=path)`, or `{prefix}:vectors`
+   for a fleet). Every case must pass against the candidate, each on a fresh
+   instance, run by this host's conformance runner (`conformance.run_case`); a
+   case without `config` runs in the candidate's configuration. A file that is
+   not JSON or not in the format, or a case that fails (a trap included),
+   refuses the update (`UpdateSelfTestError`, naming the file, the case and its
+   first mismatch).
 
 Runs in flight finish on the policy they started with: a host takes
 `LivePolicy.current()` when it starts a run (or a worker) and keeps that `Loaded`
@@ -46,6 +48,7 @@ attributed to exactly one policy version (`PolicyIdentity`).
 from __future__ import annotations
 
 import hashlib
+import importlib.resources
 import json
 import logging
 import os
@@ -57,15 +60,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .accounts import EmbeddedAccounts
-from .component import Policy, PolicyComponent
+from .component import PolicyComponent, _repo_root
 from .conformance import CaseResult, HarnessError, check_vector_file, run_case
 from .entropy import SplitMix64
 from .errors import (
     ComponentLoadError,
     ConfigError,
     NothingToRollBackTo,
-    PolicyTrap,
-    RunMisuse,
     UpdateConfigError,
     UpdateError,
     UpdateFleetError,
@@ -75,13 +76,15 @@ from .errors import (
     UpdateSelfTestError,
 )
 from .fleet import DEFAULT_PREFIX, FleetSource, FleetUnavailable
-from .types import CallRequest, ToolHints, action_name, http_failure, transport_failure
 
 logger = logging.getLogger("agent_retry_policy.live")
 
-_U64_MAX = (1 << 64) - 1
 _HEX = frozenset(string.hexdigits)
 SIGNATURE_SUFFIX = ".sig"
+# The gate's own vectors: package data next to this module in a wheel (copied in
+# by `make dist`, as the component is), else the repository's (an editable install).
+GATE_VECTORS = "gate.json"
+REPO_GATE_VECTORS = Path("tests/vectors/gate.json")
 
 
 @dataclass(frozen=True)
@@ -167,19 +170,29 @@ class Integrity:
 @dataclass(frozen=True)
 class PolicySource:
     """Where the policy comes from, and how it is trusted. `vectors`: optionally,
-    conformance vectors (a JSON file in the format of tests/vectors) that every
-    update must pass; read with the other files on every reload, and watched."""
+    conformance vectors (a JSON file in the format of tests/vectors) shipped
+    with the update, that it must pass; read with the other files on every
+    reload, and watched. `gate_vectors`: the operator's own vector files, run by
+    the gate on every candidate after the package's gate.json."""
 
     wasm: Path
     config: Path
     integrity: Integrity = field(default_factory=Integrity.unchecked)
     vectors: Path | None = None
+    gate_vectors: tuple[Path, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "wasm", Path(self.wasm))
         object.__setattr__(self, "config", Path(self.config))
         if self.vectors is not None:
             object.__setattr__(self, "vectors", Path(self.vectors))
+        object.__setattr__(self, "gate_vectors", _paths(self.gate_vectors))
+
+
+def _paths(paths: Any) -> tuple[Path, ...]:
+    if isinstance(paths, (str, os.PathLike)):
+        raise TypeError("gate_vectors is a list of paths, not one path")
+    return tuple(Path(p) for p in paths)
 
 
 # What was last read, to notice a change when polling: the files' state (mtime
@@ -214,6 +227,7 @@ class _Read:
     seen: _Seen
     vectors: bytes | None = None  # the vectors shipped with it, if any
     vectors_name: str = ""  # where they came from, for messages
+    gate_vectors: tuple[Path, ...] = ()  # the operator's gate vector files
 
 
 class _Files:
@@ -238,15 +252,27 @@ class _Files:
                 signature = sig_path.read_bytes()
             except OSError:
                 signature = None
-        return _Read(wasm, config, signature, str(sig_path), str(source.wasm), source.integrity, seen, vectors, str(source.vectors or ""))
+        return _Read(
+            wasm,
+            config,
+            signature,
+            str(sig_path),
+            str(source.wasm),
+            source.integrity,
+            seen,
+            vectors,
+            str(source.vectors or ""),
+            source.gate_vectors,
+        )
 
 
 class _Fleet:
     """Updates published in Redis for a fleet (`fleet.py`)."""
 
-    def __init__(self, source: FleetSource, integrity: Integrity) -> None:
+    def __init__(self, source: FleetSource, integrity: Integrity, gate_vectors: tuple[Path, ...] = ()) -> None:
         self.source = source
         self.integrity = integrity
+        self.gate_vectors = gate_vectors
         self.client = source.client()
 
     def seen_now(self) -> _Seen:
@@ -271,6 +297,7 @@ class _Fleet:
             ("revision", publication.revision),
             publication.vectors,
             f"{self.source.key('vectors')} (revision {publication.revision})",
+            self.gate_vectors,
         )
 
 
@@ -306,13 +333,16 @@ class LivePolicy:
         *,
         prefix: str = DEFAULT_PREFIX,
         integrity: Integrity | None = None,
+        gate_vectors: Any = (),
         log: logging.Logger = logger,
     ) -> LivePolicy:
         """Loads the first policy published in Redis for the fleet (`fleet.py`;
         `publish_policy` writes it), through the same gate as every update: a
-        worker started after a publication takes it here. Raises `UpdateError`
-        (`UpdateFleetError` when Redis cannot be read or nothing is published)."""
-        return cls._open(_Fleet(FleetSource(url, prefix), integrity or Integrity.unchecked()), log)
+        worker started after a publication takes it here. `gate_vectors`: the
+        operator's own vector files the gate runs on every publication. Raises
+        `UpdateError` (`UpdateFleetError` when Redis cannot be read or nothing is
+        published)."""
+        return cls._open(_Fleet(FleetSource(url, prefix), integrity or Integrity.unchecked(), _paths(gate_vectors)), log)
 
     @classmethod
     def _open(cls, origin: _Files | _Fleet, log: logging.Logger) -> LivePolicy:
@@ -504,7 +534,7 @@ def _read(path: Path) -> bytes:
 
 
 def _candidate(read: _Read, generation: int, serving: Loaded | None) -> Loaded:
-    """Checks and compiles a candidate; runs the self-test."""
+    """Checks and compiles a candidate; runs the gate's vectors."""
     wasm, config_bytes = read.wasm, read.config
     try:
         config_json = config_bytes.decode("utf-8")
@@ -527,9 +557,13 @@ def _candidate(read: _Read, generation: int, serving: Loaded | None) -> Loaded:
             raise UpdateLoadError(e) from e
         except Exception as e:  # anything else wasmtime says about a bad component
             raise UpdateLoadError(ComponentLoadError(f"{read.wasm_name} cannot be loaded: {e}")) from e
-    _self_test(component, config_json)
+    _config_loads(component, config_json)
+    gate, gate_name = gate_vectors()
+    _gate_vectors_pass(component, config_json, gate, gate_name, "the gate's vectors")
+    for path in read.gate_vectors:
+        _gate_vectors_pass(component, config_json, _read(path), str(path), "the operator's gate vectors")
     if read.vectors is not None:
-        _shipped_vectors(component, config_json, read.vectors, read.vectors_name)
+        _gate_vectors_pass(component, config_json, read.vectors, read.vectors_name, "the update's vectors")
     config_sha256 = hashlib.sha256(config_bytes).hexdigest()
     return Loaded(component, config_json, PolicyIdentity(wasm_sha256, config_sha256, generation))
 
@@ -563,214 +597,57 @@ def _verify_signature(data: bytes, raw: bytes | None, at: str, public_key: bytes
         raise UpdateIntegrityError("the signature does not verify under the configured key") from None
 
 
-def _self_test(component: PolicyComponent, config_json: str) -> None:
-    """The invariants every policy keeps for the host to stay safe, checked on a
-    candidate in a fresh instance with its own account budget. Any failure of the
-    candidate (a trap, a misuse it reports, a wrong answer) refuses it."""
+def gate_vectors() -> tuple[bytes, str]:
+    """The gate's own vectors (gate.json: the package's, else the repository's)
+    and where they were read. Raises `UpdateSelfTestError` if there are none:
+    an installation without them cannot gate an update."""
+    resource = importlib.resources.files(__package__ or "agent_retry_policy") / GATE_VECTORS
     try:
-        try:
-            instance = component.instantiate(accounts=EmbeddedAccounts(), entropy=SplitMix64(1))
-        except ComponentLoadError as e:
-            raise UpdateSelfTestError(f"instantiation failed: {e}") from e
-        try:
-            policy = instance.load_policy(config_json)
-        except ConfigError as e:
-            raise UpdateConfigError(f"{e.field}: {e.message}") from e
-        _invariants(policy)
-    except UpdateError:
-        raise
-    except (PolicyTrap, RunMisuse) as e:
-        raise UpdateSelfTestError(str(e)) from e
+        return resource.read_bytes(), GATE_VECTORS
+    except OSError:
+        pass
+    path = _repo_root() / REPO_GATE_VECTORS
+    try:
+        return path.read_bytes(), str(path)
+    except OSError as e:
+        raise UpdateSelfTestError(f"the gate's vectors ({GATE_VECTORS}) are missing from the package and from {path}: {e}") from e
+
+
+def _config_loads(component: PolicyComponent, config_json: str) -> None:
+    """The configuration loads in the candidate (its own error, named, if not)."""
+    try:
+        instance = component.instantiate(accounts=EmbeddedAccounts(), entropy=SplitMix64(1))
+    except ComponentLoadError as e:
+        raise UpdateSelfTestError(f"instantiation failed: {e}") from e
     except Exception as e:  # the candidate is untrusted: whatever goes wrong refuses it
-        raise UpdateSelfTestError(f"{type(e).__name__}: {e}") from e
+        raise UpdateSelfTestError(f"instantiation failed: {type(e).__name__}: {e}") from e
+    try:
+        instance.load_policy(config_json).close()
+    except ConfigError as e:
+        raise UpdateConfigError(f"{e.field}: {e.message}") from e
+    except Exception as e:
+        raise UpdateSelfTestError(f"loading the configuration: {type(e).__name__}: {e}") from e
 
 
-def _shipped_vectors(component: PolicyComponent, config_json: str, data: bytes, name: str) -> None:
-    """Every case of the vectors shipped with an update passes against the
-    candidate (the host's conformance runner, a fresh instance per case; a case
-    without `config` in the update's configuration), else the update is refused."""
+def _gate_vectors_pass(component: PolicyComponent, config_json: str, data: bytes, name: str, what: str) -> None:
+    """Every case of a vector file passes against the candidate (the host's
+    conformance runner, a fresh instance per case; a case without `config` in
+    the candidate's configuration), else the update is refused naming the case."""
     try:
         cases = check_vector_file(json.loads(data.decode("utf-8")))
     except (UnicodeDecodeError, ValueError, RecursionError) as e:
-        raise UpdateSelfTestError(f"the update's vectors ({name}) are not JSON: {e}") from e
+        raise UpdateSelfTestError(f"{what} ({name}) are not JSON: {e}") from e
     except HarnessError as e:
-        raise UpdateSelfTestError(f"the update's vectors ({name}) are not in the vector format: {e}") from e
+        raise UpdateSelfTestError(f"{what} ({name}) are not in the vector format: {e}") from e
     for case in cases:
         try:
             result = run_case(component, name, case, config_text=config_json)
         except Exception as e:  # the runner reports a case's failures; anything else refuses too
-            result = CaseResult(name, case["description"], failure=f"{type(e).__name__}: {e}")
+            result = CaseResult(name, case["description"], failure=f"{type(e).__name__}: {e}", error=e)
         if result.failure is not None:
             description = json.dumps(result.description, ensure_ascii=False)
-            raise UpdateSelfTestError(f"the update's vectors fail: {description} {result.failure}")
-
-
-def _limit(limits: dict[str, Any], name: str) -> int:
-    value = limits.get(name)
-    return value if isinstance(value, int) and not isinstance(value, bool) else _U64_MAX
-
-
-def _invariants(policy: Policy) -> None:
-    try:
-        limits = json.loads(policy.effective_config())
-    except ValueError as e:
-        raise UpdateSelfTestError(f"effective-config is not JSON: {e}") from e
-    if not isinstance(limits, dict):
-        raise UpdateSelfTestError("effective-config is not a JSON object")
-    max_delay = _limit(limits, "max-delay-ms")
-    max_steps = _limit(limits, "max-steps-per-run")
-    now = 1_764_460_800_000
-    # Every export runs at least once (a policy that traps, loops or breaks the
-    # contract in any of them is refused here, not in a run): the idempotency
-    # key is the contract's (the same in every host, across restarts), a 503
-    # classifies, a first retry's delay stays within max-delay-ms.
-    expected_key = _contract_key("self-test", "step-1")
-    key_given = policy.instance.derive_idempotency_key("self-test", "step-1")
-    if key_given != expected_key:
-        raise UpdateSelfTestError(f"derive-idempotency-key gave {key_given!r}, the contract's key is {expected_key!r}")
-    policy.classify(http_failure(503, body="self-test")["failure"], now)  # type: ignore[typeddict-item]
-    delay = policy.next_delay(1, None, _U64_MAX)
-    if delay > max_delay:
-        raise UpdateSelfTestError(f"next-delay waits {delay} ms before a first retry, above max-delay-ms {max_delay}")
-
-    # A write whatever `default-effect` says: MCP hints apply to a tool the configuration does not name.
-    write: ToolHints = {"read-only": False, "destructive": None, "idempotent": False}
-
-    # A keyed write failing 503 is retried with the same key within the delay cap
-    # (or escalated by a budget: a policy may retry less, never worse).
-    key = "ar1-00000000000000000000000000000001"
-    keyed: CallRequest = {"tool": "self_test_write", "idempotency-key": key, "hints": write}
-    with policy.start_run("self-test-1") as run:
-        admission = run.begin_call(keyed, now)
-        if "send" in admission:
-            ticket = admission["send"]  # type: ignore[typeddict-item]
-            decision = run.record_outcome(ticket["call-id"], 1, http_failure(503, body="self-test"), now, _U64_MAX)
-            match decision["action"]:
-                case {"retry": plan}:
-                    if plan["idempotency-key"] != key:
-                        raise UpdateSelfTestError("a retry changed the call's idempotency key")
-                    if plan["delay-ms"] > max_delay:
-                        raise UpdateSelfTestError(f"a retry waits {plan['delay-ms']} ms, above max-delay-ms {max_delay}")
-                case {"escalate": _}:
-                    pass
-                case other:
-                    raise UpdateSelfTestError(f"a 503 on a keyed write answered {other!r}")
-
-    # An unkeyed write that timed out is never resent without a status check.
-    unkeyed: CallRequest = {"tool": "self_test_write", "idempotency-key": None, "hints": write}
-    with policy.start_run("self-test-2") as run:
-        admission = run.begin_call(unkeyed, now)
-        if "send" in admission:
-            ticket = admission["send"]  # type: ignore[typeddict-item]
-            decision = run.record_outcome(ticket["call-id"], 1, transport_failure("timeout"), now, 1)
-            if action_name(decision["action"]) == "retry":
-                raise UpdateSelfTestError("an unkeyed write that timed out would be resent without a status check")
-
-    # A 403 escalates; it is never retried.
-    with policy.start_run("self-test-3") as run:
-        admission = run.begin_call(keyed, now)
-        if "send" in admission:
-            ticket = admission["send"]  # type: ignore[typeddict-item]
-            decision = run.record_outcome(ticket["call-id"], 1, http_failure(403, body="self-test"), now, 1)
-            if action_name(decision["action"]) != "escalate":
-                raise UpdateSelfTestError(f"a 403 answered {decision['action']!r}")
-
-    # A failure that persists ends in an escalation within the step budget.
-    read: CallRequest = {
-        "tool": "self_test_read",
-        "idempotency-key": None,
-        "hints": {"read-only": True, "destructive": None, "idempotent": None},
-    }
-    limit = min(max_steps + 1, 1_000_000)
-    steps = 0
-    with policy.start_run("self-test-4") as run:
-        ended = False
-        while not ended:
-            try:
-                admission = run.begin_call(read, now)
-            except RunMisuse:
-                break
-            if "send" not in admission:
-                break
-            call_id = admission["send"]["call-id"]  # type: ignore[typeddict-item]
-            attempt = 1
-            while True:
-                steps += 1
-                if steps > limit:
-                    raise UpdateSelfTestError(
-                        f"a persistent 503 was still being retried after {steps} steps (max-steps-per-run {max_steps})"
-                    )
-                try:
-                    decision = run.record_outcome(call_id, attempt, http_failure(503), now, 1)
-                except RunMisuse:
-                    ended = True
-                    break
-                match decision["action"]:
-                    case {"retry": plan}:
-                        attempt = plan["attempt"]
-                        continue
-                name = action_name(decision["action"])
-                ended = name == "escalate"
-                break  # escalated, or another call (a status check, a replan, a success)
-        run.report()
-
-    # The flat hot path (contract 0.4.0) keeps the same invariants, and each
-    # verdict says what the full decision (`last-decision`) says: a keyed write
-    # failing 503 is retried with the same key within the delay cap (or
-    # escalated), then succeeds; an unkeyed write that timed out is never
-    # resent without a status check; a 403 escalates, with its hand-off.
-    from .conformance import verdict_disagreement
-
-    rules = policy.instance.rule_names()
-    if not rules or not all(isinstance(rule, str) for rule in rules):
-        raise UpdateSelfTestError(f"rule-names gave {rules!r}")
-
-    def agreed(run: Any, call_id: int, verdict: Any, what: str) -> Any:
-        decision = run.last_decision(call_id)
-        if decision is None:
-            raise UpdateSelfTestError(f"{what}: last-decision({call_id}) is none after a verdict")
-        disagreement = verdict_disagreement(verdict, decision, rules)
-        if disagreement is not None:
-            raise UpdateSelfTestError(f"{what}: the verdict disagrees with last-decision: {disagreement}")
-        return decision
-
-    with policy.start_run("self-test-5") as run:
-        start = run.begin_call_flat("self_test_write", key, write, now)
-        if start.admitted:
-            verdict = run.record_failure(start.call_id, 1, {"http-status": 503}, (), "self-test", None, now, _U64_MAX)
-            decision = agreed(run, start.call_id, verdict, "a 503 on a keyed write (flat)")
-            if verdict.action == "retry":
-                if decision["action"]["retry"]["idempotency-key"] != key:
-                    raise UpdateSelfTestError("a retry (flat) changed the call's idempotency key")
-                if verdict.delay_ms > max_delay:
-                    raise UpdateSelfTestError(f"a retry (flat) waits {verdict.delay_ms} ms, above max-delay-ms {max_delay}")
-                agreed(run, start.call_id, run.record_success(start.call_id, verdict.attempt + 1, now), "a success (flat)")
-            elif verdict.action != "escalate":
-                raise UpdateSelfTestError(f"a 503 on a keyed write (flat) answered {verdict.action!r}")
-    with policy.start_run("self-test-6") as run:
-        start = run.begin_call_flat("self_test_write", None, write, now)
-        if start.admitted:
-            verdict = run.record_failure(start.call_id, 1, {"transport": "timeout"}, (), "", None, now, 1)
-            agreed(run, start.call_id, verdict, "an unkeyed write that timed out (flat)")
-            if verdict.action == "retry":
-                raise UpdateSelfTestError("an unkeyed write that timed out would be resent without a status check (flat)")
-    with policy.start_run("self-test-7") as run:
-        start = run.begin_call_flat("self_test_write", key, write, now)
-        if start.admitted:
-            verdict = run.record_failure(start.call_id, 1, {"http-status": 403}, (), "self-test", None, now, 1)
-            agreed(run, start.call_id, verdict, "a 403 (flat)")
-            if verdict.action != "escalate":
-                raise UpdateSelfTestError(f"a 403 (flat) answered {verdict.action!r}")
-        if run.escalation() is None:
-            raise UpdateSelfTestError("the run escalated (a 403, or not admitted), but escalation() is none")
-
-
-def _contract_key(run_id: str, action_id: str) -> str:
-    """`ar1-` + FNV-1a-128 over run-id, 0x00, action-id (wit/types.wit)."""
-    digest = 0x6C62272E07BB014262B821756295C58D
-    for byte in run_id.encode("utf-8") + b"\0" + action_id.encode("utf-8"):
-        digest = ((digest ^ byte) * 0x0000000001000000000000000000013B) & ((1 << 128) - 1)
-    return f"ar1-{digest:032x}"
+            # A trap of the candidate is the cause (`PolicyOutOfFuel`, `PolicyBoundaryViolation`, ...).
+            raise UpdateSelfTestError(f"{what} ({name}) fail: {description} {result.failure}") from result.error
 
 
 __all__ = [

@@ -6,9 +6,12 @@
 
 For each call the wrapper derives the idempotency key once (and sends it only
 if the tool's input schema has the key argument), asks the policy to begin the
-call, waits the admission delay, sends, turns what happened into the contract's
-`outcome`, records it and does what the decision says: retry (wait, resend with
-the same key), check-status (ask the caller's status check, record what it
+call, waits the admission delay, sends, reports what it observed (the
+contract's `observation`: the status, headers and body as received, a JSON-RPC
+error's code, message and data, the SDK's error as the transport error it
+stands for, whether `Mcp-Session-Id` was sent, how far the request got) and
+does what the verdict says: retry (wait, reconnect first if the verdict says
+`reconnect`, resend with the same key), check-status (ask the caller's status check, record what it
 found), replan (return the message as the tool error the model sees), succeed
 (return the result) or escalate (raise `Escalated` with the note). All policy
 is in the component; this module only observes and obeys.
@@ -22,11 +25,12 @@ Connecting (`initialize`: the probe and the handshake, with the
 process start) and `tools/list` are calls of the policy too, of the pseudo-tools
 `initialize` and `tools/list` (read-only, idempotent, no key; `step` null on
 their log lines): retried, escalated (`Escalated`) or, on a replan,
-`SessionLost`, as the policy decides. A session the server no longer knows (HTTP
-404 to a request that carried `Mcp-Session-Id`, a 400 saying the session id is
-not valid) is `transport(connection-refused)`; a stdio pipe that closes while a
-request is out is `transport(stream-closed)`; either marks the connection lost,
-and it is re-established before the next attempt or status check. A caller
+`SessionLost`, as the policy decides. The wrapper does not decide that a
+session is lost: it reports the answer as it came (a 404 with
+`session-id-sent`), and the policy's verdict says `reconnect`; the session is
+then re-established before the retry. A stdio pipe that closes is
+`transport(stream-closed)`; that session cannot carry another request, so it
+is re-established before the next attempt or status check. A caller
 built on a bare `ClientSession` works the same but cannot reconnect
 (`SessionLost`). `call_timeout_s` / `run_timeout_s` bound a call and the run
 (`CallTimedOut`); cancelling the task raises `CallCancelled`, a
@@ -58,7 +62,7 @@ null when the tool takes none), `outcome`, `class`, `rule`, `action`, `delay_ms`
 escalation reason, null unless escalate) and `reason`. A call stopped by a
 limit or a cancellation logs one more line: outcome `call-timeout`,
 `run-timeout` or `cancelled`, action `stop`. `policy` names the policy that
-decided: the component's identity (`agent-retry:policy@0.4.0 wasm 1a2b3c4d5e6f`)
+decided: the component's identity (`agent-retry:policy@0.5.0 wasm 1a2b3c4d5e6f`)
 unless the caller was given `policy_identity` (a host serving a `LivePolicy`
 passes `str(loaded.identity)`, e.g. `generation 3 (wasm 1a2b3c4d5e6f, config
 0f0e0d0c0b0a)`).

@@ -15,10 +15,10 @@ already the typed value, with no conversion layer. Keys are the WIT
 Input records may leave out optional fields (options, lists, strings); output
 records always carry every field.
 
-The flat hot path's answers (`verdict`, `call-start`: integers, booleans and
-enum cases only) are `NamedTuple`s instead, with the WIT names in snake_case
-(`class` is `class_`): `Run.record_failure` and friends build them with no
-dict at all.
+The answers of the run's reports (`verdict`, `call-start`: integers, booleans
+and enum cases only) are `NamedTuple`s instead, with the WIT names in
+snake_case (`class` is `class_`): `Run.record_failure` and friends build them
+with no dict at all.
 """
 
 from __future__ import annotations
@@ -28,8 +28,10 @@ from typing import Literal, NamedTuple, Union
 
 from typing_extensions import NotRequired, TypedDict
 
-TransportError = Literal["timeout", "connection-reset", "connection-refused", "stream-closed", "other"]
-OutcomeClass = Literal["success", "transient", "throttled", "deterministic", "permission", "semantic", "unclassified"]
+TransportError = Literal["timeout", "connection-reset", "connection-refused", "stream-closed", "tls", "name-resolution", "other"]
+# How far a failed request got, as the host's transport saw it.
+Delivery = Literal["unknown", "not-sent", "sent", "answer-started"]
+OutcomeClass = Literal["success", "transient", "throttled", "deterministic", "permission", "semantic", "misconfigured", "unclassified"]
 Effect = Literal["read", "write", "delete"]
 EscalationReason = Literal[
     "permission-denied",
@@ -43,12 +45,17 @@ EscalationReason = Literal[
     "retry-quota-exhausted",
     "unclassified-failure",
     "status-unknown",
+    "connection-misconfigured",
+    "deadline-too-near",
+    "protocol-version-unsupported",
 ]
 EffectStatus = Literal["applied", "unknown"]
 StatusCheckResult = Literal["found", "absent", "unknown"]
 ConfigErrorKind = Literal["syntax", "unknown-field", "wrong-type", "out-of-range", "too-large"]
-# What `record-success` and `record-failure` tell the host to do: the case of `action`, without its payload.
+# What the reports tell the host to do: the case of `action`, without its payload.
 ActionKind = Literal["retry", "replan", "check-status", "succeed", "escalate"]
+# What an answer to the `server/discover` probe that is not a discovery result means (`read_probe_answer`).
+ProbeAnswer = Literal["older-server", "failure"]
 
 HttpStatusKind = TypedDict("HttpStatusKind", {"http-status": int})
 
@@ -61,26 +68,23 @@ ProtocolErrorKind = TypedDict("ProtocolErrorKind", {"protocol-error": int})
 ToolErrorKind = TypedDict("ToolErrorKind", {"tool-error": int | None})
 FailureKind = Union[HttpStatusKind, TransportKind, ProtocolErrorKind, ToolErrorKind]
 
-Failure = TypedDict(
-    "Failure",
+# One failed attempt as the host observed it: raw facts; the policy decides what they mean.
+Observation = TypedDict(
+    "Observation",
     {
         "kind": FailureKind,
-        "headers": NotRequired[Sequence[Sequence[str]]],
+        # Response headers as received: one `name: value` line each, joined with "\n".
+        "headers": NotRequired[str],
+        # The body as received, the JSON-RPC error message, or the tool's error text.
         "body": NotRequired[str],
         # The tool result's structuredContent (or a JSON-RPC error's data) as JSON text.
         "structured-content": NotRequired[str | None],
+        # Whether the request carried an Mcp-Session-Id header.
+        "session-id-sent": NotRequired[bool],
+        # How far the request got (default "unknown").
+        "delivery": NotRequired[Delivery],
     },
 )
-
-EmptyResultOutcome = TypedDict("EmptyResultOutcome", {"empty-result": str})
-
-
-class FailureOutcome(TypedDict):
-    failure: Failure
-
-
-StatusCheckOutcome = TypedDict("StatusCheckOutcome", {"status-check": StatusCheckResult})
-Outcome = Union[Literal["success"], EmptyResultOutcome, FailureOutcome, StatusCheckOutcome]
 
 
 class HeaderProblem(TypedDict):
@@ -106,11 +110,6 @@ ToolHints = TypedDict(
     "ToolHints",
     {"read-only": NotRequired[bool | None], "destructive": NotRequired[bool | None], "idempotent": NotRequired[bool | None]},
 )
-CallRequest = TypedDict(
-    "CallRequest",
-    {"tool": str, "idempotency-key": NotRequired[str | None], "hints": NotRequired[ToolHints | None]},
-)
-CallTicket = TypedDict("CallTicket", {"call-id": int, "delay-ms": int, "effect": Effect, "safe-to-repeat": bool})
 EffectRecord = TypedDict("EffectRecord", {"call-id": int, "tool": str, "idempotency-key": str | None, "status": EffectStatus})
 Escalation = TypedDict(
     "Escalation",
@@ -124,7 +123,8 @@ Escalation = TypedDict(
         "note": str,
     },
 )
-RetryPlan = TypedDict("RetryPlan", {"delay-ms": int, "attempt": int, "idempotency-key": str | None})
+# `reconnect`: open a new session (negotiating again) before sending the retry.
+RetryPlan = TypedDict("RetryPlan", {"delay-ms": int, "attempt": int, "idempotency-key": str | None, "reconnect": bool})
 
 
 class RetryAction(TypedDict):
@@ -151,20 +151,9 @@ Decision = TypedDict(
 )
 
 
-class SendAdmission(TypedDict):
-    send: CallTicket
-
-
-class EscalateAdmission(TypedDict):
-    escalate: Escalation
-
-
-Admission = Union[SendAdmission, EscalateAdmission]
-
-
 class Verdict(NamedTuple):
-    """The flat answer of `Run.record_success` and `Run.record_failure`: what
-    `record_outcome` would decide of the same outcome, without its prose
+    """The answer of every report (`Run.record_success`, `record_empty_result`,
+    `record_failure`, `record_status_check`), without its prose
     (`Run.last_decision(call_id)` has the reason, a replan's message, a note,
     an escalation)."""
 
@@ -183,10 +172,13 @@ class Verdict(NamedTuple):
     # Whether the action carries text for the model or a person (a replan's
     # message, a success's note, an escalation): `Run.last_decision` has it.
     has_note: bool
+    # Whether the retry needs a new session first (the server lost the session,
+    # or refused the client's MCP revision). Only with "retry".
+    reconnect: bool
 
 
 class CallStart(NamedTuple):
-    """The flat answer of `Run.begin_call_flat`."""
+    """The answer of `Run.begin_call`."""
 
     # Whether the first attempt may be sent; False when the run escalated
     # instead (`Run.escalation()` gives the hand-off).
@@ -247,47 +239,73 @@ class ConfigErrorValue(TypedDict):
     message: str
 
 
-# Constructors for the values a host builds most often.
+# Constructors for the observations a host builds most often.
 
 
-def http_failure(status: int, headers: Sequence[Sequence[str]] = (), body: str = "") -> FailureOutcome:
-    """An attempt answered with a non-2xx HTTP status."""
-    return {"failure": {"kind": {"http-status": status}, "headers": [tuple(h) for h in headers], "body": body}}
+def join_headers(headers: Sequence[Sequence[str]]) -> str:
+    """Header pairs as an observation carries them: one `name: value` line each,
+    joined with "\n"; a CR or LF inside a name or value becomes a space."""
+    from .limits import join_headers as join
+
+    return join(headers)
 
 
-def transport_failure(error: TransportError, body: str = "") -> FailureOutcome:
-    """An attempt that got no response."""
-    return {"failure": {"kind": {"transport": error}, "body": body}}
-
-
-def protocol_failure(code: int, message: str = "", headers: Sequence[Sequence[str]] = (), data: str | None = None) -> FailureOutcome:
-    """A JSON-RPC error object with this code; `data` is its `data` member as JSON text."""
+def http_failure(status: int, headers: Sequence[Sequence[str]] | str = (), body: str = "", *, session_id_sent: bool = False) -> Observation:
+    """An attempt answered with a non-2xx HTTP status (`headers` as pairs or as
+    joined lines)."""
     return {
-        "failure": {
-            "kind": {"protocol-error": code},
-            "headers": [tuple(h) for h in headers],
-            "body": message,
-            "structured-content": data,
-        }
+        "kind": {"http-status": status},
+        "headers": headers if isinstance(headers, str) else join_headers(headers),
+        "body": body,
+        "structured-content": None,
+        "session-id-sent": session_id_sent,
+        "delivery": "answer-started",
     }
 
 
-def tool_error(text: str, structured_content: str | None = None, *, upstream_status: int | None = None) -> FailureOutcome:
+def transport_failure(
+    error: TransportError, body: str = "", *, delivery: Delivery = "unknown", session_id_sent: bool = False
+) -> Observation:
+    """An attempt that got no response; `delivery` says how far it got."""
+    return {
+        "kind": {"transport": error},
+        "headers": "",
+        "body": body,
+        "structured-content": None,
+        "session-id-sent": session_id_sent,
+        "delivery": delivery,
+    }
+
+
+def protocol_failure(
+    code: int, message: str = "", headers: Sequence[Sequence[str]] | str = (), data: str | None = None, *, session_id_sent: bool = False
+) -> Observation:
+    """A JSON-RPC error object with this code; `data` is its `data` member as JSON text."""
+    return {
+        "kind": {"protocol-error": code},
+        "headers": headers if isinstance(headers, str) else join_headers(headers),
+        "body": message,
+        "structured-content": data,
+        "session-id-sent": session_id_sent,
+        "delivery": "answer-started",
+    }
+
+
+def tool_error(
+    text: str, structured_content: str | None = None, *, upstream_status: int | None = None, session_id_sent: bool = False
+) -> Observation:
     """A tool result with `isError: true`: its text content blocks joined with
     "\n", its `structuredContent` as JSON text. The policy reads the upstream
     failure from both; pass `upstream_status` only if the host knows it from a
     place it trusts (its own convention with the server)."""
-    return {"failure": {"kind": {"tool-error": upstream_status}, "body": text, "structured-content": structured_content}}
-
-
-def empty_result(what: str) -> EmptyResultOutcome:
-    """A success whose result is empty or unusable."""
-    return {"empty-result": what}
-
-
-def status_check(result: StatusCheckResult) -> StatusCheckOutcome:
-    """What a status check found, after a `check-status` decision."""
-    return {"status-check": result}
+    return {
+        "kind": {"tool-error": upstream_status},
+        "headers": "",
+        "body": text,
+        "structured-content": structured_content,
+        "session-id-sent": session_id_sent,
+        "delivery": "answer-started",
+    }
 
 
 def action_name(action: Action) -> str:

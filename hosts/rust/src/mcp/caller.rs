@@ -1,12 +1,16 @@
 //! The wrapper around an MCP client: every tool call goes through the policy.
 //!
 //! For each call it derives the idempotency key once, asks `begin-call`, makes
-//! the call, turns what happened into an `outcome`, asks `record-outcome`, and
-//! does what the decision says: sleep and retry with the same key, run the
-//! status check, hand the model a short message, or stop with the escalation
-//! note. The model sees only the final answer. Every attempt is one JSON log line.
+//! the call, reports what happened (`record-success`, `record-empty-result`,
+//! `record-failure` of the raw observation, `record-status-check`), and does
+//! what the verdict says: sleep and retry with the same key (on a new session
+//! first when it says `reconnect`), run the status check, hand the model a
+//! short message, or stop with the escalation note. The wrapper never decides
+//! what a failure means. The model sees only the final answer. Every attempt
+//! is one JSON log line.
 
 use std::collections::HashMap;
+use std::fmt;
 use std::sync::Arc;
 
 use crate::fault::PolicyFault;
@@ -24,20 +28,26 @@ use super::limit::Limit;
 use super::metrics::Metrics;
 use super::observe;
 use crate::component::types::{
-    Action, ActionKind, Admission, CallRequest, CallTicket, Decision, Effect, EffectStatus, Escalation, EscalationReason, FailureKind, Outcome, RetryPlan,
-    RunError, RunReport, StatusCheckResult, ToolHints, TransportError,
+    Action, ActionKind, CallStart, Decision, Delivery, Effect, EffectStatus, Escalation, EscalationReason, FailureKind, RetryPlan, RunError, RunReport,
+    StatusCheckResult, ToolHints, TransportError, Verdict,
 };
-use crate::component::{PolicyHandle, PolicyInstance, RunHandle};
+use crate::component::{Admission, Outcome, PolicyHandle, PolicyInstance, RunHandle};
 use crate::labels;
 
 /// Reads state to learn whether an ambiguous write was applied: given the
 /// client and the call's arguments, answers found / absent / unknown.
 pub type StatusCheck = Box<dyn Fn(Peer<RoleClient>, Map<String, Value>) -> BoxFuture<'static, StatusCheckResult> + Send + Sync>;
 
+/// Called with every verdict the wrapper acts on, before it acts: the tool (or
+/// the pseudo-tool `initialize` / `tools/list`), the attempt the report named,
+/// and the verdict (its rule is `PolicyInstance::rule_name`). The Python
+/// wrapper's `on_verdict(tool, attempt, verdict)`, the Node one's `onVerdict`.
+pub type OnVerdict = Arc<dyn Fn(&str, u32, &Verdict) + Send + Sync>;
+
 /// How the wrapper behaves: the same options and defaults as the Python
 /// (`attempt_timeout_s`, `key_argument`) and Node (`attemptTimeoutMs`,
 /// `keyArgument`) wrappers.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct RetryingToolCallerOptions {
     /// Give up waiting for one attempt after this long (policy time, ms; default 30,000).
     pub attempt_timeout_ms: u64,
@@ -51,9 +61,37 @@ pub struct RetryingToolCallerOptions {
     /// A call stops after this long, its retries and waits included (policy
     /// time, ms; default none): [`CallError::TimedOut`].
     pub call_timeout_ms: Option<u64>,
-    /// Every call stops once the caller is this old (policy time, ms; default
-    /// none): the run's wall-clock budget.
+    /// The run's deadline: every call stops once the caller is this old
+    /// (policy time, ms; default none). With it (or `call_timeout_ms`), every
+    /// report passes the policy `time-left-ms`, the time to the nearer
+    /// deadline, so that it never plans a wait past it.
     pub run_timeout_ms: Option<u64>,
+    /// Told every verdict the wrapper acts on (for tests and metrics; default
+    /// none): see [`OnVerdict`] and [`RetryingToolCallerOptions::on_verdict`].
+    /// It runs inside the call and must not panic.
+    pub on_verdict: Option<OnVerdict>,
+}
+
+impl RetryingToolCallerOptions {
+    /// These options with `hook` told every verdict the wrapper acts on.
+    pub fn on_verdict(mut self, hook: impl Fn(&str, u32, &Verdict) + Send + Sync + 'static) -> Self {
+        self.on_verdict = Some(Arc::new(hook));
+        self
+    }
+}
+
+impl fmt::Debug for RetryingToolCallerOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RetryingToolCallerOptions")
+            .field("attempt_timeout_ms", &self.attempt_timeout_ms)
+            .field("key_argument", &self.key_argument)
+            .field("clock", &self.clock)
+            .field("policy_identity", &self.policy_identity)
+            .field("call_timeout_ms", &self.call_timeout_ms)
+            .field("run_timeout_ms", &self.run_timeout_ms)
+            .field("on_verdict", &self.on_verdict.as_ref().map(|_| "Fn(tool, attempt, verdict)"))
+            .finish()
+    }
 }
 
 impl Default for RetryingToolCallerOptions {
@@ -65,6 +103,7 @@ impl Default for RetryingToolCallerOptions {
             policy_identity: None,
             call_timeout_ms: None,
             run_timeout_ms: None,
+            on_verdict: None,
         }
     }
 }
@@ -151,9 +190,9 @@ fn outcome_label(outcome: &Outcome) -> String {
         Outcome::Success => "ok".into(),
         Outcome::EmptyResult(_) => "empty".into(),
         Outcome::StatusCheck(r) => format!("status-check {}", labels::status_check(*r)),
-        Outcome::Failure(f) => match &f.kind {
+        Outcome::Failure(f) => match f.kind {
             FailureKind::HttpStatus(s) => s.to_string(),
-            FailureKind::Transport(e) => labels::transport(*e).to_string(),
+            FailureKind::Transport(e) => labels::transport(e).to_string(),
             FailureKind::ProtocolError(c) => format!("json-rpc {c}"),
             FailureKind::ToolError(Some(s)) => format!("is-error {s}"),
             FailureKind::ToolError(None) => "is-error".into(),
@@ -218,6 +257,10 @@ impl RetryingToolCaller {
         let policy = instance.load_policy(config_json)?.map_err(|e| anyhow::anyhow!("policy configuration: {}: {}", e.field, e.message))?;
         let run = instance.start_run(&policy, run_id)?.map_err(|e| anyhow::anyhow!("run id: {e:?}"))?;
         let started_ms = options.clock.now_ms();
+        // A refused `server/discover` probe is read by this policy's rule.
+        if let Session::Owned(connection) = &session {
+            connection.set_probe_reader(super::http_client::probe_reader_of(&instance));
+        }
         let mut caller = RetryingToolCaller {
             session,
             instance,
@@ -278,6 +321,29 @@ impl RetryingToolCaller {
         Limit { deadline_ms, cancel, clock: self.options.clock }
     }
 
+    /// Whether the last request carried `Mcp-Session-Id` (not known for a bare
+    /// peer: false).
+    fn session_id_sent(&self) -> bool {
+        match &self.session {
+            Session::Owned(connection) => connection.session_id_sent(),
+            Session::Bare(_) => false,
+        }
+    }
+
+    /// Does what a retry's `reconnect` says: the next attempt goes on a new
+    /// session. A bare peer cannot be connected again.
+    fn reconnect_before_retry(&mut self, what: &str) -> Result<(), CallError> {
+        match &mut self.session {
+            Session::Owned(connection) => {
+                connection.mark_lost();
+                Ok(())
+            }
+            Session::Bare(_) => Err(CallError::SessionLost(format!(
+                "the policy asks for a new session before retrying {what}, and a bare peer cannot be connected again (use McpConnection)"
+            ))),
+        }
+    }
+
     /// The session's peer: `None` when an owned connection has none (or lost it).
     fn peer(&self) -> Option<Peer<RoleClient>> {
         match &self.session {
@@ -322,7 +388,7 @@ impl RetryingToolCaller {
             };
             let connecting = tokio::time::timeout(timeout, connection.connect());
             let outcome = match limit.within(connecting).await? {
-                Err(_elapsed) => with_context(observe::timeout(), what_failed),
+                Err(_elapsed) => with_context(observe::timeout(false), what_failed),
                 Ok(Ok(())) => Outcome::Success,
                 Ok(Err(outcome)) => with_context(outcome, what_failed),
             };
@@ -334,7 +400,7 @@ impl RetryingToolCaller {
         let listed = limit.within(tokio::time::timeout(timeout, peer.list_all_tools())).await?;
         let key_argument = self.options.key_argument.clone();
         let (outcome, uncaptured) = match listed {
-            Err(_elapsed) => (observe::timeout(), false),
+            Err(_elapsed) => (observe::timeout(self.session_id_sent()), false),
             Ok(Ok(tools)) => {
                 self.tools = tools.iter().map(|tool| (tool.name.to_string(), tool_info(tool, &key_argument))).collect();
                 (Outcome::Success, false)
@@ -349,9 +415,8 @@ impl RetryingToolCaller {
     /// failures retried as the policy decides; each is a step of the run.
     async fn pseudo_call(&mut self, what: &str, limit: &Limit<'_>) -> Result<(), CallError> {
         let hints = ToolHints { read_only: Some(true), destructive: Some(false), idempotent: Some(true) };
-        let request = CallRequest { tool: what.to_string(), idempotency_key: None, hints: Some(hints) };
         let now = self.options.clock.now_ms();
-        let begun = self.begin_call(&request, now).map_err(|fault| self.policy_failed(None, what, None, "not sent", fault))?;
+        let begun = self.begin_call(what, None, Some(hints), now).map_err(|fault| self.policy_failed(None, what, None, "not sent", fault))?;
         let ticket = match begun.map_err(CallError::Run)? {
             Admission::Send(ticket) => ticket,
             Admission::Escalate(escalation) => return Err(self.escalated_before_send(None, what, None, escalation)),
@@ -371,9 +436,8 @@ impl RetryingToolCaller {
                 Ok(attempted) => attempted,
                 Err(cause) => return stopped(self, cause, sent, true),
             };
-            let now = self.options.clock.now_ms();
             let decision = self
-                .record(ticket.call_id, attempt, request.idempotency_key.as_deref(), &attempted.outcome, now)
+                .record(what, ticket.call_id, attempt, None, &attempted.outcome, limit)
                 .map_err(|fault| self.policy_failed(None, what, None, &outcome_label(&attempted.outcome), fault))?
                 .map_err(CallError::Run)?;
             self.log(None, ticket.call_id, what, None, &attempted.outcome, &decision, attempted.uncaptured);
@@ -381,6 +445,10 @@ impl RetryingToolCaller {
                 Action::Succeed(_) => return Ok(()),
                 Action::Retry(plan) => {
                     attempt = plan.attempt;
+                    // Connecting again is what an `initialize` retry does anyway.
+                    if plan.reconnect && what == TOOLS_LIST {
+                        self.reconnect_before_retry(what)?;
+                    }
                     if let Err(cause) = limit.pause(plan.delay_ms).await {
                         return stopped(self, cause, sent, false);
                     }
@@ -389,10 +457,9 @@ impl RetryingToolCaller {
                 Action::Replan(message) => return Err(CallError::SessionLost(format!("{what}: {message}"))),
                 // A read is not status-checked; were it asked, nothing is known.
                 Action::CheckStatus => {
-                    let now = self.options.clock.now_ms();
                     let outcome = Outcome::StatusCheck(StatusCheckResult::Unknown);
                     let decision = self
-                        .record(ticket.call_id, attempt, request.idempotency_key.as_deref(), &outcome, now)
+                        .record(what, ticket.call_id, attempt, None, &outcome, limit)
                         .map_err(|fault| self.policy_failed(None, what, None, &outcome_label(&outcome), fault))?
                         .map_err(CallError::Run)?;
                     self.log(None, ticket.call_id, what, None, &outcome, &decision, false);
@@ -405,15 +472,18 @@ impl RetryingToolCaller {
         }
     }
 
-    /// Observes a failed request, and marks an owned session lost when the
-    /// failure says it is.
+    /// Observes a failed request as it came. When the session's transport
+    /// itself is gone (a dead pipe), an owned connection needs a new one before
+    /// the next request whatever the policy decides: that is I/O, not a reading
+    /// of the failure.
     fn observe_failure(&mut self, error: &ServiceError) -> Outcome {
-        if observe::loses_session(error)
+        let session_id_sent = self.session_id_sent();
+        if observe::transport_is_gone(error)
             && let Session::Owned(connection) = &mut self.session
         {
             connection.mark_lost();
         }
-        observe::from_error(error)
+        observe::from_error(error, session_id_sent)
     }
 
     /// One attempt of a tool call, within the limit.
@@ -431,9 +501,10 @@ impl RetryingToolCaller {
         let params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments.clone());
         let timeout = self.options.clock.real_duration(self.options.attempt_timeout_ms);
         let answered = limit.within(tokio::time::timeout(timeout, peer.call_tool(params))).await?;
+        let session_id_sent = self.session_id_sent();
         Ok(match answered {
-            Err(_elapsed) => Attempted { outcome: observe::timeout(), result: None, uncaptured: false },
-            Ok(Ok(result)) => Attempted { outcome: observe::from_result(&result), result: Some(result), uncaptured: false },
+            Err(_elapsed) => Attempted { outcome: observe::timeout(session_id_sent), result: None, uncaptured: false },
+            Ok(Ok(result)) => Attempted { outcome: observe::from_result(&result, session_id_sent), result: Some(result), uncaptured: false },
             Ok(Err(error)) => {
                 let uncaptured = observe::is_uncaptured(&error) && matches!(self.session, Session::Bare(_));
                 Attempted { outcome: self.observe_failure(&error), result: None, uncaptured }
@@ -562,37 +633,35 @@ impl RetryingToolCaller {
         CallError::Escalated(escalation)
     }
 
-    /// Asks to begin a call on the flat hot path (contract 0.4.0); the hand-off
-    /// of a call that is not admitted is read from the run.
-    fn begin_call(&mut self, request: &CallRequest, now: u64) -> Result<Result<Admission, RunError>, PolicyFault> {
-        let start = match self.instance.begin_call_flat(&self.run, request, now)? {
-            Ok(start) => start,
-            Err(error) => return Ok(Err(error)),
-        };
-        if start.admitted {
-            let ticket = CallTicket { call_id: start.call_id, delay_ms: start.delay_ms, effect: start.effect, safe_to_repeat: start.safe_to_repeat };
-            return Ok(Ok(Admission::Send(ticket)));
-        }
-        match self.instance.escalation(&self.run)? {
-            Some(escalation) => Ok(Ok(Admission::Escalate(escalation))),
-            None => Err(PolicyFault::BoundaryViolation { cause: "begin-call-flat did not admit the call, and the run has no escalation".into() }),
-        }
+    /// Asks to begin a call; the hand-off of a call that is not admitted is
+    /// read from the run.
+    fn begin_call(&mut self, tool: &str, key: Option<&str>, hints: Option<ToolHints>, now: u64) -> Result<Result<Admission, RunError>, PolicyFault> {
+        self.instance.begin(&self.run, tool, key, hints, now)
     }
 
-    /// Records an attempt's outcome: a success or a failure on the flat hot
-    /// path, any other outcome in full. The decision's words (its reason, a
-    /// message, a note) cross the boundary only when they are needed: when the
-    /// action carries text, or when the attempt line will be written.
-    fn record(&mut self, call_id: u32, attempt: u32, key: Option<&str>, outcome: &Outcome, now: u64) -> Result<Result<Decision, RunError>, PolicyFault> {
-        let verdict = match outcome {
-            Outcome::Success => self.instance.record_success(&self.run, call_id, attempt, now)?,
-            Outcome::Failure(failure) => self.instance.record_failure(&self.run, call_id, attempt, failure, now, None)?,
-            other => return self.instance.record_outcome(&self.run, call_id, attempt, other, now, None),
-        };
-        let verdict = match verdict {
+    /// Reports an attempt's outcome (or a status check's) with the time left
+    /// to the nearer deadline, if there is one. The decision's words (its
+    /// reason, a message, a note) cross the boundary only when they are
+    /// needed: when the action carries text, or when the attempt line will be
+    /// written.
+    fn record(
+        &mut self,
+        tool: &str,
+        call_id: u32,
+        attempt: u32,
+        key: Option<&str>,
+        outcome: &Outcome,
+        limit: &Limit<'_>,
+    ) -> Result<Result<Decision, RunError>, PolicyFault> {
+        let now = self.options.clock.now_ms();
+        let time_left_ms = limit.deadline_ms.map(|(deadline, _)| deadline.saturating_sub(now));
+        let verdict = match self.instance.record(&self.run, call_id, attempt, outcome, time_left_ms, now, None)? {
             Ok(verdict) => verdict,
             Err(error) => return Ok(Err(error)),
         };
+        if let Some(hook) = &self.options.on_verdict {
+            hook(tool, attempt, &verdict);
+        }
         // A replan or an escalation always carries text: its words are read
         // whatever `has-note` says, so a component that says otherwise cannot
         // leave the wrapper without them.
@@ -604,7 +673,12 @@ impl RetryingToolCaller {
             };
         }
         let action = match verdict.action {
-            ActionKind::Retry => Action::Retry(RetryPlan { delay_ms: verdict.delay_ms, attempt: verdict.attempt + 1, idempotency_key: key.map(String::from) }),
+            ActionKind::Retry => Action::Retry(RetryPlan {
+                delay_ms: verdict.delay_ms,
+                attempt: verdict.attempt + 1,
+                idempotency_key: key.map(String::from),
+                reconnect: verdict.reconnect,
+            }),
             ActionKind::CheckStatus => Action::CheckStatus,
             ActionKind::Succeed => Action::Succeed(None),
             // Answered above, with their words.
@@ -638,7 +712,7 @@ impl RetryingToolCaller {
 
     /// A call that stopped waiting: one line (outcome the cause, action `stop`),
     /// and the error saying whether it may have been applied.
-    fn stopped(&mut self, cause: StopCause, tool: &str, ticket: Option<&CallTicket>, attempts_sent: u32, in_flight: bool, key: Option<&str>) -> CallError {
+    fn stopped(&mut self, cause: StopCause, tool: &str, ticket: Option<&CallStart>, attempts_sent: u32, in_flight: bool, key: Option<&str>) -> CallError {
         let may_have_applied = ticket.is_some_and(|ticket| {
             ticket.effect != Effect::Read
                 && (in_flight
@@ -706,9 +780,9 @@ impl RetryingToolCaller {
         } else {
             None
         };
-        let request = CallRequest { tool: tool.to_string(), idempotency_key: key.clone(), hints: info.hints };
         let now = self.options.clock.now_ms();
-        let begun = self.begin_call(&request, now).map_err(|fault| self.policy_failed(Some(step), tool, key.as_deref(), "not sent", fault))?;
+        let begun =
+            self.begin_call(tool, key.as_deref(), info.hints, now).map_err(|fault| self.policy_failed(Some(step), tool, key.as_deref(), "not sent", fault))?;
         let ticket = match begun.map_err(CallError::Run)? {
             Admission::Send(ticket) => ticket,
             Admission::Escalate(escalation) => return Err(self.escalated_before_send(Some(step), tool, key.as_deref(), escalation)),
@@ -743,9 +817,8 @@ impl RetryingToolCaller {
                     Attempted { outcome: Outcome::StatusCheck(found), result: None, uncaptured: false }
                 }
             };
-            let now = self.options.clock.now_ms();
             let decision = self
-                .record(ticket.call_id, attempt, request.idempotency_key.as_deref(), &attempted.outcome, now)
+                .record(tool, ticket.call_id, attempt, key.as_deref(), &attempted.outcome, &limit)
                 .map_err(|fault| self.policy_failed(Some(step), tool, key.as_deref(), &outcome_label(&attempted.outcome), fault))?
                 .map_err(CallError::Run)?;
             self.log(Some(step), ticket.call_id, tool, key.as_deref(), &attempted.outcome, &decision, attempted.uncaptured);
@@ -753,6 +826,11 @@ impl RetryingToolCaller {
                 Action::Retry(plan) => {
                     attempt = plan.attempt;
                     next = Next::Send;
+                    // The server lost the session (or refused the revision):
+                    // the retry goes on a new one, set up before it is sent.
+                    if plan.reconnect {
+                        self.reconnect_before_retry(tool)?;
+                    }
                     if let Err(cause) = limit.pause(plan.delay_ms).await {
                         return Err(self.stopped(cause, tool, Some(&ticket), sent, false, key.as_deref()));
                     }
@@ -773,10 +851,13 @@ enum Next {
     CheckStatus,
 }
 
-/// A failure's body prefixed with what the wrapper was doing.
+/// A transport failure's body (the host's own words: nothing was answered)
+/// prefixed with what the wrapper was doing, as the Python wrapper does. An
+/// answer's body (an HTTP status, a JSON-RPC error) is reported as received:
+/// the policy reads it (a -32022, a -32601, a provider's JSON error code).
 fn with_context(outcome: Outcome, context: &str) -> Outcome {
     match outcome {
-        Outcome::Failure(mut failure) => {
+        Outcome::Failure(mut failure) if matches!(failure.kind, FailureKind::Transport(_)) => {
             failure.body = if failure.body.is_empty() { context.to_string() } else { format!("{context}: {}", failure.body) };
             Outcome::Failure(failure)
         }
@@ -784,7 +865,8 @@ fn with_context(outcome: Outcome, context: &str) -> Outcome {
     }
 }
 
-/// A request that could not be sent: the session was already gone.
+/// A request that could not be sent: the session's transport was already
+/// closed, and nothing left the host.
 fn lost_before_send() -> Outcome {
-    observe::transport_failure(TransportError::ConnectionRefused, "not sent: the session's transport is closed".into())
+    observe::transport_failure(TransportError::StreamClosed, Delivery::NotSent, "not sent: the session's transport is closed".into(), false)
 }

@@ -12,9 +12,10 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientLifecycleMode, ClientServiceExt, RoleClient};
 
-use super::http_client::RecordingHttpClient;
+use super::http_client::{ProbeReader, RecordingHttpClient};
 use super::observe;
-use crate::component::types::{Outcome, TransportError};
+use crate::component::Outcome;
+use crate::component::types::{Delivery, TransportError};
 
 /// A connected MCP client.
 pub type McpClient = RunningService<RoleClient, ClientConfig>;
@@ -70,7 +71,9 @@ fn check_url(url: &str) -> Result<(), ConnectionConfigError> {
     }
 }
 
-/// Connects to a streamable-HTTP MCP server at `url`, with the capturing client.
+/// Connects to a streamable-HTTP MCP server at `url`, with the capturing client
+/// (a refused `server/discover` probe is read by the default component:
+/// [`crate::PolicyComponent::load`]`(None)`).
 pub async fn connect_http(url: &str) -> anyhow::Result<McpClient> {
     check_url(url)?;
     Ok(ClientConfig::default().serve_with_lifecycle(http_transport(url, RecordingHttpClient::new()), negotiating_lifecycle()).await?)
@@ -201,6 +204,23 @@ impl McpConnection {
         self.lost || self.client.as_ref().is_none_or(|c| c.peer().is_transport_closed())
     }
 
+    /// Reads a refused `server/discover` probe's answer with `reader` (the
+    /// policy's `read-probe-answer`); the wrapper gives it one on its policy.
+    pub fn set_probe_reader(&self, reader: ProbeReader) {
+        if let Endpoint::Http { client, .. } = &self.endpoint {
+            client.set_probe_reader(reader);
+        }
+    }
+
+    /// Whether the last request carried `Mcp-Session-Id` (a session of the
+    /// 2025-11-25 handshake); false over stdio.
+    pub fn session_id_sent(&self) -> bool {
+        match &self.endpoint {
+            Endpoint::Http { client, .. } => client.session_id_sent(),
+            Endpoint::Stdio { .. } => false,
+        }
+    }
+
     /// Marks the session lost: the next [`McpConnection::connect`] replaces it.
     pub fn mark_lost(&mut self) {
         self.lost = true;
@@ -218,7 +238,9 @@ impl McpConnection {
         let client = match &self.endpoint {
             // `RetryingToolCaller::connect` refuses it first; a direct call gets
             // `other`, which the policy escalates and never retries.
-            Endpoint::Http { refused: Some(refused), .. } => return Err(observe::transport_failure(TransportError::Other, refused.to_string())),
+            Endpoint::Http { refused: Some(refused), .. } => {
+                return Err(observe::transport_failure(TransportError::Other, Delivery::NotSent, refused.to_string(), false));
+            }
             Endpoint::Http { url, client, refused: None } => {
                 let transport = http_transport(url, client.clone());
                 self.config.clone().serve_with_lifecycle(transport, lifecycle).await.map_err(|e| from_initialize_error(&e))?
@@ -227,8 +249,8 @@ impl McpConnection {
                 let mut command = tokio::process::Command::new(program);
                 command.args(args);
                 // A server that cannot be started never saw a request.
-                let transport =
-                    TokioChildProcess::new(command).map_err(|e| observe::transport_failure(TransportError::ConnectionRefused, format!("{program}: {e}")))?;
+                let transport = TokioChildProcess::new(command)
+                    .map_err(|e| observe::transport_failure(TransportError::ConnectionRefused, Delivery::NotSent, format!("{program}: {e}"), false))?;
                 self.config.clone().serve_with_lifecycle(transport, lifecycle).await.map_err(|e| from_initialize_error(&e))?
             }
         };
@@ -254,13 +276,14 @@ impl McpConnection {
 /// What an `initialize` that failed looked like, as an outcome.
 fn from_initialize_error(error: &ClientInitializeError) -> Outcome {
     match error {
-        ClientInitializeError::TransportError { error, .. } => observe::from_transport_error(error.error.as_ref()),
-        ClientInitializeError::JsonRpcError(e) => observe::from_error_data(e),
-        ClientInitializeError::ConnectionClosed(detail) => observe::transport_failure(TransportError::StreamClosed, detail.clone()),
+        // No session exists while connecting: no `Mcp-Session-Id` was sent.
+        ClientInitializeError::TransportError { error, .. } => observe::from_transport_error(error.error.as_ref(), false),
+        ClientInitializeError::JsonRpcError(e) => observe::from_error_data(e, false),
+        ClientInitializeError::ConnectionClosed(detail) => observe::transport_failure(TransportError::StreamClosed, Delivery::Unknown, detail.clone(), false),
         // The server answered the probe as an older one, then refused the
         // handshake too: the handshake's failure is what the server said last.
         ClientInitializeError::LegacyFallbackFailed { fallback, .. } => from_initialize_error(fallback),
         // `other` is escalated, never retried; the text names both lists.
-        other => observe::transport_failure(TransportError::Other, other.to_string()),
+        other => observe::transport_failure(TransportError::Other, Delivery::Unknown, other.to_string(), false),
     }
 }

@@ -11,7 +11,8 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use futures::StreamExt;
 use futures::stream::BoxStream;
@@ -21,31 +22,26 @@ use rmcp::model::{ClientJsonRpcMessage, ClientRequest, ProtocolVersion, ServerJs
 use rmcp::transport::streamable_http_client::{StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse};
 use sse_stream::{Error as SseError, Sse, SseStream};
 
-use crate::component::types::TransportError;
+use crate::component::types::{Delivery, ProbeAnswer, TransportError};
+use crate::{EmbeddedAccounts, EntropySource, HostServices, PolicyComponent, PolicyInstance};
 
 /// The most of an error body kept for the policy (it keeps less).
 const MAX_ERROR_BODY_BYTES: usize = 16 * 1024;
 
-/// Why an HTTP exchange failed.
+/// Why an HTTP exchange failed, as observed: nothing here says what it means.
 #[derive(Debug, Clone)]
 pub enum HttpFailure {
-    /// The server answered with a non-2xx status.
-    Status { status: u16, headers: Vec<(String, String)>, body: String },
+    /// The server answered with a non-2xx status: its headers and body as received.
+    Status { status: u16, headers: Vec<(String, String)>, body: String, session_id_sent: bool },
     /// No usable answer was read.
-    Transport { error: TransportError, detail: String },
-    /// The server does not know the session the request carried: a 404 (the
-    /// streamable-HTTP rule for a session it ended or never had), or a 400 whose
-    /// body says the session id is not valid (what the TypeScript SDK's servers
-    /// answer). The request was not run; the session must be set up again.
-    SessionUnknown { status: u16, body: String },
+    Transport { error: TransportError, delivery: Delivery, detail: String, session_id_sent: bool },
 }
 
 impl fmt::Display for HttpFailure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             HttpFailure::Status { status, body, .. } => write!(f, "HTTP {status}: {body}"),
-            HttpFailure::Transport { error, detail } => write!(f, "{error:?}: {detail}"),
-            HttpFailure::SessionUnknown { status, body } => write!(f, "session unknown to the server (HTTP {status}): {body}"),
+            HttpFailure::Transport { error, detail, .. } => write!(f, "{}: {detail}", crate::labels::transport(*error)),
         }
     }
 }
@@ -53,41 +49,64 @@ impl fmt::Display for HttpFailure {
 impl std::error::Error for HttpFailure {}
 
 impl HttpFailure {
-    fn from_reqwest(e: &reqwest::Error) -> Self {
-        // A certificate the client does not trust will not be trusted on a
-        // second try: `other` is escalated, where `connection-refused` is retried.
+    fn from_reqwest(e: &reqwest::Error, session_id_sent: bool) -> Self {
+        let transport = |error, delivery, detail| HttpFailure::Transport { error, delivery, detail, session_id_sent };
+        // Neither a TLS handshake that failed nor a name that does not resolve
+        // is fixed by waiting; nothing of the request left the host.
         if let Some(tls) = tls_failure(e) {
-            return HttpFailure::Transport { error: TransportError::Other, detail: format!("TLS: {tls} ({e})") };
+            if e.is_connect() {
+                return transport(TransportError::Tls, Delivery::NotSent, format!("TLS: {tls} ({e})"));
+            }
+            // A TLS error on a connection already set up (a bad record, an
+            // alert after the request was written): the connection broke, as
+            // a reset does, and the request went out.
+            let delivery = if e.is_body() || e.is_decode() { Delivery::AnswerStarted } else { Delivery::Sent };
+            return transport(TransportError::ConnectionReset, delivery, format!("TLS: {tls} ({e})"));
         }
-        let error = if e.is_timeout() {
-            TransportError::Timeout
-        } else if e.is_connect() {
-            TransportError::ConnectionRefused
-        } else if e.is_body() || e.is_decode() || e.is_request() {
-            TransportError::ConnectionReset
+        if name_not_resolved(e) {
+            return transport(TransportError::NameResolution, Delivery::NotSent, e.to_string());
+        }
+        let (error, delivery) = if e.is_connect() {
+            // No connection: the request never left (a connect that timed out too).
+            (if e.is_timeout() { TransportError::Timeout } else { TransportError::ConnectionRefused }, Delivery::NotSent)
+        } else if e.is_timeout() {
+            (TransportError::Timeout, Delivery::Sent)
+        } else if e.is_body() || e.is_decode() {
+            // The status line came; the body broke off.
+            (TransportError::ConnectionReset, Delivery::AnswerStarted)
+        } else if e.is_request() {
+            // The connection broke around the request: whether it was written is not known.
+            (TransportError::ConnectionReset, Delivery::Unknown)
         } else {
-            TransportError::Other
+            (TransportError::Other, Delivery::Unknown)
         };
-        HttpFailure::Transport { error, detail: e.to_string() }
+        transport(error, delivery, e.to_string())
     }
+}
+
+/// The errors in `e`'s chain, stepping into the error an `io::Error` wraps
+/// (its `source()` skips it; hyper wraps rustls's in two).
+fn chain(e: &reqwest::Error) -> impl Iterator<Item = &(dyn std::error::Error + 'static)> {
+    std::iter::successors(Some(e as &(dyn std::error::Error + 'static)), |error| match error.downcast_ref::<std::io::Error>() {
+        Some(io) => io.get_ref().map(|inner| inner as &(dyn std::error::Error + 'static)),
+        None => error.source(),
+    })
+}
+
+/// Whether the server's name did not resolve (hyper-util's resolver fails
+/// with "dns error", wrapping getaddrinfo's "failed to lookup address").
+fn name_not_resolved(e: &reqwest::Error) -> bool {
+    e.is_connect()
+        && chain(e).any(|error| {
+            let text = error.to_string();
+            text.contains("dns error") || text.contains("failed to lookup address")
+        })
 }
 
 /// The rustls error somewhere in `e`'s sources, if the failure was TLS's.
 #[cfg(feature = "tls")]
 fn tls_failure(e: &reqwest::Error) -> Option<String> {
-    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(error) = next {
-        if let Some(tls) = error.downcast_ref::<rustls::Error>() {
-            return Some(tls.to_string());
-        }
-        // An io::Error's `source()` skips the error it wraps (hyper wraps
-        // rustls's in two): step into it instead.
-        next = match error.downcast_ref::<std::io::Error>() {
-            Some(io) => io.get_ref().map(|inner| inner as &(dyn std::error::Error + 'static)),
-            None => error.source(),
-        };
-    }
-    None
+    chain(e).find_map(|error| error.downcast_ref::<rustls::Error>().map(ToString::to_string))
 }
 
 #[cfg(not(feature = "tls"))]
@@ -95,10 +114,66 @@ fn tls_failure(_: &reqwest::Error) -> Option<String> {
     None
 }
 
+/// Asks the policy what an answer to the `server/discover` probe that is not
+/// a discovery result means (`read-probe-answer`): the answer's HTTP status
+/// and the JSON-RPC error code it carried, if any.
+pub type ProbeReader = Arc<dyn Fn(Option<u16>, Option<i32>) -> ProbeAnswer + Send + Sync>;
+
+/// A [`ProbeReader`] on its own instance of `instance`'s component (the run's
+/// instance stays the run's; this one is made at the first question).
+pub fn probe_reader_of(instance: &PolicyInstance) -> ProbeReader {
+    let sibling: Arc<Mutex<Option<PolicyInstance>>> = Arc::new(Mutex::new(None));
+    let spawn = instance.sibling_factory();
+    Arc::new(move |status, code| {
+        let mut slot = sibling.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.as_ref().is_none_or(PolicyInstance::is_broken) {
+            *slot = spawn().ok();
+        }
+        ask(slot.as_mut(), status, code)
+    })
+}
+
+/// The default [`ProbeReader`] of a connection no policy was given to (a bare
+/// peer's, [`super::connect_http`]): the default component
+/// ([`PolicyComponent::load`]`(None)`), loaded at the first question.
+fn default_probe_reader() -> ProbeReader {
+    static DEFAULT: OnceLock<Option<Mutex<PolicyInstance>>> = OnceLock::new();
+    Arc::new(|status, code| {
+        let instance = DEFAULT.get_or_init(|| {
+            let component =
+                PolicyComponent::load(None).map_err(|e| tracing::warn!(target: "agent_retry", reason = %e, "no policy to read a probe's answer")).ok()?;
+            let services = HostServices::new(Arc::new(EmbeddedAccounts::new()), EntropySource::Os);
+            component.instantiate(services).ok().map(Mutex::new)
+        });
+        match instance {
+            Some(instance) => ask(Some(&mut instance.lock().unwrap_or_else(|p| p.into_inner())), status, code),
+            None => ask(None, status, code),
+        }
+    })
+}
+
+/// The policy's answer; without a policy that answers (none loaded, or it
+/// failed), the answer is the connect attempt's `failure`, so that the
+/// refusal reaches the caller as it came instead of a guessed fallback.
+fn ask(instance: Option<&mut PolicyInstance>, status: Option<u16>, code: Option<i32>) -> ProbeAnswer {
+    match instance.map(|instance| instance.read_probe_answer(status, code)) {
+        Some(Ok(answer)) => answer,
+        Some(Err(fault)) => {
+            tracing::warn!(target: "agent_retry", reason = %fault, "the policy failed to read a probe's answer");
+            ProbeAnswer::Failure
+        }
+        None => ProbeAnswer::Failure,
+    }
+}
+
 /// reqwest, recording failures in full.
 #[derive(Clone, Default)]
 pub struct RecordingHttpClient {
     inner: reqwest::Client,
+    /// Whether the last request carried `Mcp-Session-Id` (shared by the clones).
+    session_id_sent: Arc<AtomicBool>,
+    /// Who reads a refused probe's answer (shared by the clones); none: the default.
+    probe: Arc<Mutex<Option<ProbeReader>>>,
 }
 
 impl RecordingHttpClient {
@@ -108,60 +183,67 @@ impl RecordingHttpClient {
 
     /// Over a reqwest client built by the caller (proxies, timeouts, roots).
     pub fn with_client(inner: reqwest::Client) -> Self {
-        RecordingHttpClient { inner }
+        RecordingHttpClient { inner, ..Self::default() }
+    }
+
+    /// Whether the last request this client (or a clone) posted carried `Mcp-Session-Id`.
+    pub fn session_id_sent(&self) -> bool {
+        self.session_id_sent.load(Ordering::Relaxed)
+    }
+
+    /// Reads a refused probe's answer with `reader` (the policy's rule).
+    pub fn set_probe_reader(&self, reader: ProbeReader) {
+        *self.probe.lock().unwrap_or_else(|p| p.into_inner()) = Some(reader);
+    }
+
+    fn probe_reader(&self) -> ProbeReader {
+        self.probe.lock().unwrap_or_else(|p| p.into_inner()).clone().unwrap_or_else(default_probe_reader)
     }
 }
 
-fn client_error(e: reqwest::Error) -> StreamableHttpError<HttpFailure> {
-    StreamableHttpError::Client(HttpFailure::from_reqwest(&e))
+fn client_error(e: reqwest::Error, session_id_sent: bool) -> StreamableHttpError<HttpFailure> {
+    StreamableHttpError::Client(HttpFailure::from_reqwest(&e, session_id_sent))
 }
 
 /// A body that broke off after the status line: the answer stream was cut
 /// before the JSON-RPC response came (`stream-closed`).
-fn cut_body(e: reqwest::Error) -> StreamableHttpError<HttpFailure> {
-    StreamableHttpError::Client(HttpFailure::Transport { error: TransportError::StreamClosed, detail: format!("the answer was cut: {e}") })
+fn cut_body(e: reqwest::Error, session_id_sent: bool) -> StreamableHttpError<HttpFailure> {
+    StreamableHttpError::Client(HttpFailure::Transport {
+        error: TransportError::StreamClosed,
+        delivery: Delivery::AnswerStarted,
+        detail: format!("the answer was cut: {e}"),
+        session_id_sent,
+    })
 }
 
-/// Whether an answer to a request that carried `Mcp-Session-Id` means the
-/// server does not know the session: a 404 (streamable HTTP's rule), unless its
-/// body is a JSON-RPC "method not found" (rmcp answers -32601 with 404: the
-/// server ran the request), or a 400 whose body says the session id is not
-/// valid. The same rule as the Python and Node wrappers'.
-fn is_unknown_session(status: u16, body: &str) -> bool {
-    let method_not_found = body.contains("\"code\":-32601") || body.contains("\"code\": -32601");
-    (status == 404 && !method_not_found) || (status == 400 && says_session_invalid(body))
-}
-
-/// Whether a 400 body is a server's "no valid session id" (the TypeScript SDK's
-/// `Bad Request: No valid session ID provided`, other servers' wordings).
-fn says_session_invalid(body: &str) -> bool {
-    let lower = body.to_ascii_lowercase();
-    lower.contains("session") && (lower.contains("invalid") || lower.contains("no valid") || lower.contains("not found") || lower.contains("unknown"))
-}
-
-/// A server of a revision before 2026-07-28 refuses the negotiating client's
-/// `server/discover` probe at the HTTP level (a 400 or 404, often with no
-/// JSON-RPC id it could echo). rmcp's lifecycle falls back to `initialize` only
-/// on a JSON-RPC error that answers the probe, so the refusal is handed back
-/// as one, with the probe's id; as rmcp's own HTTP client does
-/// (`legacy_discover_response`, rmcp 3.11).
-fn legacy_discover_answer(message: &ClientJsonRpcMessage, session_attached: bool, status: u16, body: &str) -> Option<StreamableHttpPostResponse> {
-    // 401 and 403 keep their status (rmcp's rule); 408 and 429 too: a server
-    // that asks to wait or is throttled said nothing of its revision, and the
-    // policy must see its hint (the same rule in the Python and Node wrappers).
-    if session_attached || !(400..500).contains(&status) || matches!(status, 401 | 403 | 408 | 429) {
-        return None;
-    }
+/// The answer to a `server/discover` probe that is not a discovery result,
+/// when the policy reads it as an older server's refusal: handed back to rmcp
+/// as a JSON-RPC error that answers the probe (with its id), so that rmcp's
+/// lifecycle falls back to `initialize`, as rmcp's own HTTP client does
+/// (`legacy_discover_response`, rmcp 3.11). Otherwise `None`: the answer is
+/// the connect attempt's failure, with its headers. The policy decides which
+/// (`read-probe-answer`), not the host.
+fn legacy_discover_answer(
+    message: &ClientJsonRpcMessage,
+    session_attached: bool,
+    status: u16,
+    body: &str,
+    reader: impl FnOnce() -> ProbeReader,
+) -> Option<StreamableHttpPostResponse> {
     let ClientJsonRpcMessage::Request(request) = message else {
         return None;
     };
-    if !matches!(request.request, ClientRequest::DiscoverRequest(_)) {
+    if session_attached || !matches!(request.request, ClientRequest::DiscoverRequest(_)) {
         return None;
     }
-    let error = match serde_json::from_str::<ServerJsonRpcMessage>(body) {
-        Ok(ServerJsonRpcMessage::Error(error)) => error.error,
-        _ => ErrorData::invalid_request(format!("server/discover refused with HTTP {status}: {body}"), None),
+    let rpc_error = match serde_json::from_str::<ServerJsonRpcMessage>(body) {
+        Ok(ServerJsonRpcMessage::Error(error)) => Some(error.error),
+        _ => None,
     };
+    if reader()(Some(status), rpc_error.as_ref().map(|e| e.code.0)) != ProbeAnswer::OlderServer {
+        return None;
+    }
+    let error = rpc_error.unwrap_or_else(|| ErrorData::invalid_request(format!("server/discover refused with HTTP {status}: {body}"), None));
     Some(StreamableHttpPostResponse::Json(ServerJsonRpcMessage::error(error, Some(request.id.clone())), None))
 }
 
@@ -234,27 +316,25 @@ impl StreamableHttpClient for RecordingHttpClient {
             request = request.header(name, value);
         }
         let session_attached = session_id.is_some();
+        self.session_id_sent.store(session_attached, Ordering::Relaxed);
         if let Some(session_id) = session_id {
             request = request.header("mcp-session-id", session_id.as_ref());
         }
         let body = serde_json::to_vec(&message)?;
-        let response = request.body(body).send().await.map_err(client_error)?;
+        let response = request.body(body).send().await.map_err(|e| client_error(e, session_attached))?;
         let status = response.status();
         if status == reqwest::StatusCode::ACCEPTED || status == reqwest::StatusCode::NO_CONTENT {
             return Ok(StreamableHttpPostResponse::Accepted);
         }
         if !status.is_success() {
             let headers = headers_of(&response);
-            let body = read_limited(response, MAX_ERROR_BODY_BYTES).await.map_err(cut_body)?;
+            let body = read_limited(response, MAX_ERROR_BODY_BYTES).await.map_err(|e| cut_body(e, session_attached))?;
             let body = String::from_utf8_lossy(&body).into_owned();
-            if let Some(answer) = legacy_discover_answer(&message, session_attached, status.as_u16(), &body) {
+            if let Some(answer) = legacy_discover_answer(&message, session_attached, status.as_u16(), &body, || self.probe_reader()) {
                 return Ok(answer);
             }
-            let session_lost = is_unknown_session(status.as_u16(), &body);
-            if session_attached && session_lost {
-                return Err(StreamableHttpError::Client(HttpFailure::SessionUnknown { status: status.as_u16(), body }));
-            }
-            return Err(StreamableHttpError::Client(HttpFailure::Status { status: status.as_u16(), headers, body }));
+            // As received: whether it means a lost session is the policy's to say.
+            return Err(StreamableHttpError::Client(HttpFailure::Status { status: status.as_u16(), headers, body, session_id_sent: session_attached }));
         }
         let session_id = response.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_string);
         let content_type = response.headers().get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
@@ -263,7 +343,7 @@ impl StreamableHttpClient for RecordingHttpClient {
             return Ok(StreamableHttpPostResponse::Sse(stream, session_id));
         }
         if content_type.starts_with("application/json") {
-            let bytes = response.bytes().await.map_err(cut_body)?;
+            let bytes = response.bytes().await.map_err(|e| cut_body(e, session_attached))?;
             if bytes.is_empty() {
                 return Ok(StreamableHttpPostResponse::Accepted);
             }
@@ -290,7 +370,7 @@ impl StreamableHttpClient for RecordingHttpClient {
         for (name, value) in custom_headers {
             request = request.header(name, value);
         }
-        let response = request.send().await.map_err(client_error)?;
+        let response = request.send().await.map_err(|e| client_error(e, true))?;
         if response.status() == reqwest::StatusCode::METHOD_NOT_ALLOWED {
             return Err(StreamableHttpError::ServerDoesNotSupportDeleteSession);
         }
@@ -306,6 +386,7 @@ impl StreamableHttpClient for RecordingHttpClient {
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<BoxStream<'static, Result<Sse, SseError>>, StreamableHttpError<Self::Error>> {
         let mut request = self.inner.get(uri.as_ref()).header(http::header::ACCEPT, "text/event-stream");
+        let session_attached = session_id.is_some();
         if let Some(session_id) = session_id {
             request = request.header("mcp-session-id", session_id.as_ref());
         }
@@ -318,7 +399,7 @@ impl StreamableHttpClient for RecordingHttpClient {
         for (name, value) in custom_headers {
             request = request.header(name, value);
         }
-        let response = request.send().await.map_err(client_error)?;
+        let response = request.send().await.map_err(|e| client_error(e, session_attached))?;
         if response.status() == reqwest::StatusCode::METHOD_NOT_ALLOWED || !response.status().is_success() {
             return Err(StreamableHttpError::ServerDoesNotSupportSse);
         }
@@ -328,14 +409,33 @@ impl StreamableHttpClient for RecordingHttpClient {
 
 #[cfg(test)]
 mod tests {
-    use super::is_unknown_session;
+    use super::*;
+    use rmcp::model::{ClientRequest, DiscoverRequest, DiscoverRequestParams, NumberOrString};
+
+    fn probe() -> ClientJsonRpcMessage {
+        ClientJsonRpcMessage::request(ClientRequest::DiscoverRequest(DiscoverRequest::new(DiscoverRequestParams {})), NumberOrString::Number(7))
+    }
 
     #[test]
-    fn an_unknown_session_is_a_404_or_a_400_that_says_so_but_not_a_method_not_found() {
-        assert!(is_unknown_session(404, ""));
-        assert!(is_unknown_session(400, r#"{"jsonrpc":"2.0","error":{"code":-32000,"message":"Bad Request: No valid session ID provided"}}"#));
-        assert!(!is_unknown_session(404, r#"{"jsonrpc":"2.0","id":3,"error":{"code":-32601,"message":"Method not found"}}"#));
-        assert!(!is_unknown_session(400, "amount_paise must be an integer"));
-        assert!(!is_unknown_session(403, "session invalid"));
+    fn a_refused_probe_is_read_by_the_policy_not_by_the_host() {
+        let asked = Arc::new(Mutex::new(Vec::new()));
+        let reader = |answer: ProbeAnswer| {
+            let asked = Arc::clone(&asked);
+            move || -> ProbeReader {
+                Arc::new(move |status, code| {
+                    asked.lock().unwrap().push((status, code));
+                    answer
+                })
+            }
+        };
+        let rpc = r#"{"jsonrpc":"2.0","id":7,"error":{"code":-32601,"message":"Method not found"}}"#;
+        assert!(legacy_discover_answer(&probe(), false, 404, rpc, reader(ProbeAnswer::OlderServer)).is_some());
+        // The same answer read as a failure goes up as the connect attempt's failure.
+        assert!(legacy_discover_answer(&probe(), false, 404, rpc, reader(ProbeAnswer::Failure)).is_none());
+        assert!(legacy_discover_answer(&probe(), false, 503, "busy", reader(ProbeAnswer::Failure)).is_none());
+        assert_eq!(*asked.lock().unwrap(), vec![(Some(404), Some(-32601)), (Some(404), Some(-32601)), (Some(503), None)]);
+        // A request inside a session: nobody is asked.
+        assert!(legacy_discover_answer(&probe(), true, 404, rpc, reader(ProbeAnswer::OlderServer)).is_none());
+        assert_eq!(asked.lock().unwrap().len(), 3);
     }
 }

@@ -12,7 +12,7 @@ pub mod observe;
 pub mod status_check;
 
 pub use answer::{CallError, StopCause, Stopped, ToolAnswer};
-pub use caller::{RetryingToolCaller, RetryingToolCallerOptions, StatusCheck};
+pub use caller::{OnVerdict, RetryingToolCaller, RetryingToolCallerOptions, StatusCheck};
 pub use clock::Clock;
 pub use connect::{ConnectionConfigError, HANDSHAKE_VERSION, McpConnection, PREFERRED_VERSIONS, connect_http, connect_stdio, negotiating_lifecycle};
 pub use metrics::Metrics;

@@ -1,4 +1,9 @@
-//! What happened to one attempt, as the contract's `outcome`.
+//! What happened to one attempt, as the contract's reports: a success, an
+//! empty result, or a failure as an `observation` of raw facts (the status,
+//! the headers and body as received, the JSON-RPC code and message, the
+//! transport's error, whether an `Mcp-Session-Id` was sent, how far the
+//! request got). What a failure means (a lost session, a refused revision, a
+//! transient fault) is the policy's to decide, never this module's.
 
 use rmcp::ServiceError;
 use rmcp::model::CallToolResult;
@@ -6,7 +11,9 @@ use rmcp::transport::streamable_http_client::StreamableHttpError;
 use serde_json::Value;
 
 use super::http_client::HttpFailure;
-use crate::component::types::{Failure, FailureKind, Outcome, TransportError};
+use crate::component::Outcome;
+use crate::component::types::{Delivery, FailureKind, Observation, TransportError};
+use crate::limits::header_lines;
 
 /// The text of a result's content blocks.
 pub fn result_text(result: &CallToolResult) -> String {
@@ -25,17 +32,30 @@ pub fn is_empty(result: &CallToolResult) -> bool {
     no_structure && no_text
 }
 
-fn failure(kind: FailureKind, headers: Vec<(String, String)>, body: String) -> Outcome {
-    Outcome::Failure(Failure { kind, headers, body, structured_content: None })
+fn failure(kind: FailureKind, headers: String, body: String, session_id_sent: bool, delivery: Delivery) -> Outcome {
+    Outcome::Failure(Observation { kind, headers, body, structured_content: None, session_id_sent, delivery })
 }
 
-/// The outcome of a call that returned.
-pub fn from_result(result: &CallToolResult) -> Outcome {
+/// A transport failure: no answer was read.
+pub fn transport_failure(error: TransportError, delivery: Delivery, detail: String, session_id_sent: bool) -> Outcome {
+    failure(FailureKind::Transport(error), String::new(), detail, session_id_sent, delivery)
+}
+
+/// The outcome of a call that returned (`session_id_sent`: whether its request
+/// carried `Mcp-Session-Id`).
+pub fn from_result(result: &CallToolResult, session_id_sent: bool) -> Outcome {
     if result.is_error == Some(true) {
         // The policy reads the text and the structured content for the upstream
         // failure (a status, a provider's error type, a wait); the wrapper adds nothing.
         let (body, structured_content) = (result_text(result), structured_text(result));
-        return Outcome::Failure(Failure { kind: FailureKind::ToolError(None), headers: Vec::new(), body, structured_content });
+        return Outcome::Failure(Observation {
+            kind: FailureKind::ToolError(None),
+            headers: String::new(),
+            body,
+            structured_content,
+            session_id_sent,
+            delivery: Delivery::AnswerStarted,
+        });
     }
     if is_empty(result) {
         return Outcome::EmptyResult("the tool returned no content".to_string());
@@ -43,26 +63,30 @@ pub fn from_result(result: &CallToolResult) -> Outcome {
     Outcome::Success
 }
 
-/// The outcome of a call that failed in rmcp.
-pub fn from_error(error: &ServiceError) -> Outcome {
+/// The outcome of a call that failed in rmcp. `session_id_sent` is whether the
+/// request carried `Mcp-Session-Id`, for the failures that do not say it
+/// themselves (a JSON-RPC error; an HTTP failure of the capturing client does).
+pub fn from_error(error: &ServiceError, session_id_sent: bool) -> Outcome {
     match error {
-        ServiceError::McpError(e) => from_error_data(e),
-        ServiceError::TransportSend(e) => from_transport_error(e.error.as_ref()),
-        ServiceError::TransportClosed => failure(FailureKind::Transport(TransportError::StreamClosed), Vec::new(), "the session's transport closed".into()),
-        ServiceError::Timeout { .. } => failure(FailureKind::Transport(TransportError::Timeout), Vec::new(), String::new()),
-        other => failure(FailureKind::Transport(TransportError::Other), Vec::new(), other.to_string()),
+        ServiceError::McpError(e) => from_error_data(e, session_id_sent),
+        ServiceError::TransportSend(e) => from_transport_error(e.error.as_ref(), session_id_sent),
+        // The session's transport (a stdio pipe, rmcp's worker) is gone: whether
+        // the request was written before it went is not known.
+        ServiceError::TransportClosed => {
+            transport_failure(TransportError::StreamClosed, Delivery::Unknown, "the session's transport closed".into(), session_id_sent)
+        }
+        ServiceError::Timeout { .. } => transport_failure(TransportError::Timeout, Delivery::Sent, String::new(), session_id_sent),
+        other => transport_failure(TransportError::Other, Delivery::Unknown, other.to_string(), session_id_sent),
     }
 }
 
-/// Whether a failed call lost the session: the server no longer knows it, or
-/// the transport (the stdio pipe, the server process) is gone.
-pub fn loses_session(error: &ServiceError) -> bool {
+/// Whether the failure says the session's transport itself is dead (the stdio
+/// pipe, the server process): the next attempt needs a new one whatever the
+/// policy decides. An I/O fact, not a reading of the server's answer.
+pub fn transport_is_gone(error: &ServiceError) -> bool {
     match error {
         ServiceError::TransportClosed => true,
-        ServiceError::TransportSend(e) => matches!(
-            e.error.downcast_ref::<StreamableHttpError<HttpFailure>>(),
-            Some(StreamableHttpError::Client(HttpFailure::SessionUnknown { .. }) | StreamableHttpError::SessionExpired)
-        ),
+        ServiceError::TransportSend(e) => e.error.downcast_ref::<std::io::Error>().is_some(),
         _ => false,
     }
 }
@@ -79,52 +103,58 @@ pub fn is_uncaptured(error: &ServiceError) -> bool {
     }
 }
 
-/// A JSON-RPC error object, as the contract's `protocol-error`.
-pub fn from_error_data(e: &rmcp::model::ErrorData) -> Outcome {
+/// A JSON-RPC error object, as the contract's `protocol-error`: its message
+/// as the body, its `data` as the structured content.
+pub fn from_error_data(e: &rmcp::model::ErrorData, session_id_sent: bool) -> Outcome {
     let data = e.data.as_ref().filter(|v| !v.is_null()).map(Value::to_string);
-    Outcome::Failure(Failure { kind: FailureKind::ProtocolError(e.code.0), headers: Vec::new(), body: e.message.to_string(), structured_content: data })
+    Outcome::Failure(Observation {
+        kind: FailureKind::ProtocolError(e.code.0),
+        headers: String::new(),
+        body: e.message.to_string(),
+        structured_content: data,
+        session_id_sent,
+        delivery: Delivery::AnswerStarted,
+    })
 }
 
-/// A failure of the transport (rmcp's boxed error), as the contract's outcome.
-pub fn from_transport_error(error: &(dyn std::error::Error + Send + Sync + 'static)) -> Outcome {
+/// A failure of the transport (rmcp's boxed error), as observed.
+pub fn from_transport_error(error: &(dyn std::error::Error + Send + Sync + 'static), session_id_sent: bool) -> Outcome {
     if let Some(http) = error.downcast_ref::<StreamableHttpError<HttpFailure>>() {
-        return from_http_error(http);
+        return from_http_error(http, session_id_sent);
     }
     if let Some(io) = error.downcast_ref::<std::io::Error>() {
         // A stdio pipe that broke while the request was written or awaited.
-        return failure(FailureKind::Transport(TransportError::StreamClosed), Vec::new(), io.to_string());
+        return transport_failure(TransportError::StreamClosed, Delivery::Unknown, io.to_string(), session_id_sent);
     }
-    failure(FailureKind::Transport(TransportError::Other), Vec::new(), error.to_string())
+    transport_failure(TransportError::Other, Delivery::Unknown, error.to_string(), session_id_sent)
 }
 
-/// A transport failure with a detail for the log and the note.
-pub fn transport_failure(error: TransportError, detail: String) -> Outcome {
-    failure(FailureKind::Transport(error), Vec::new(), detail)
-}
-
-fn from_http_error(error: &StreamableHttpError<HttpFailure>) -> Outcome {
+fn from_http_error(error: &StreamableHttpError<HttpFailure>, session_id_sent: bool) -> Outcome {
     match error {
-        StreamableHttpError::Client(HttpFailure::Status { status, headers, body }) => failure(FailureKind::HttpStatus(*status), headers.clone(), body.clone()),
-        StreamableHttpError::Client(HttpFailure::Transport { error, detail }) => failure(FailureKind::Transport(*error), Vec::new(), detail.clone()),
-        // The server did not run the request: it no longer knows the session.
-        StreamableHttpError::Client(HttpFailure::SessionUnknown { status, body }) => {
-            failure(FailureKind::Transport(TransportError::ConnectionRefused), Vec::new(), format!("session lost: HTTP {status}: {body}"))
+        StreamableHttpError::Client(HttpFailure::Status { status, headers, body, session_id_sent }) => {
+            failure(FailureKind::HttpStatus(*status), header_lines(headers), body.clone(), *session_id_sent, Delivery::AnswerStarted)
         }
-        StreamableHttpError::SessionExpired => failure(FailureKind::Transport(TransportError::ConnectionRefused), Vec::new(), "session lost: HTTP 404".into()),
+        StreamableHttpError::Client(HttpFailure::Transport { error, delivery, detail, session_id_sent }) => {
+            transport_failure(*error, *delivery, detail.clone(), *session_id_sent)
+        }
+        // rmcp's own client's reading of a 404 to a request that carried a
+        // session: reported as the answer it was.
+        StreamableHttpError::SessionExpired => failure(FailureKind::HttpStatus(404), String::new(), String::new(), true, Delivery::AnswerStarted),
         StreamableHttpError::HttpStatus(status) => {
-            let headers = status.retry_after.iter().map(|v| ("retry-after".to_string(), v.clone())).collect();
-            failure(FailureKind::HttpStatus(status.status), headers, String::new())
+            let headers: Vec<(String, String)> = status.retry_after.iter().map(|v| ("retry-after".to_string(), v.clone())).collect();
+            failure(FailureKind::HttpStatus(status.status), header_lines(&headers), String::new(), session_id_sent, Delivery::AnswerStarted)
         }
-        StreamableHttpError::Io(e) => failure(FailureKind::Transport(TransportError::ConnectionReset), Vec::new(), e.to_string()),
-        StreamableHttpError::Sse(e) => failure(FailureKind::Transport(TransportError::StreamClosed), Vec::new(), e.to_string()),
-        StreamableHttpError::UnexpectedEndOfStream | StreamableHttpError::TransportChannelClosed => {
-            failure(FailureKind::Transport(TransportError::StreamClosed), Vec::new(), error.to_string())
+        StreamableHttpError::Io(e) => transport_failure(TransportError::ConnectionReset, Delivery::Unknown, e.to_string(), session_id_sent),
+        StreamableHttpError::Sse(e) => transport_failure(TransportError::StreamClosed, Delivery::AnswerStarted, e.to_string(), session_id_sent),
+        StreamableHttpError::UnexpectedEndOfStream => {
+            transport_failure(TransportError::StreamClosed, Delivery::AnswerStarted, error.to_string(), session_id_sent)
         }
-        other => failure(FailureKind::Transport(TransportError::Other), Vec::new(), other.to_string()),
+        StreamableHttpError::TransportChannelClosed => transport_failure(TransportError::StreamClosed, Delivery::Unknown, error.to_string(), session_id_sent),
+        other => transport_failure(TransportError::Other, Delivery::Unknown, other.to_string(), session_id_sent),
     }
 }
 
-/// A timed-out attempt.
-pub fn timeout() -> Outcome {
-    failure(FailureKind::Transport(TransportError::Timeout), Vec::new(), String::new())
+/// A timed-out attempt: the request was written, no answer came.
+pub fn timeout(session_id_sent: bool) -> Outcome {
+    transport_failure(TransportError::Timeout, Delivery::Sent, String::new(), session_id_sent)
 }

@@ -4,6 +4,7 @@
 //! - An array matches an array of the same length, item by item.
 //! - `{"$contains": "text"}` matches a string that contains `text`.
 //! - `{"$range": [lo, hi]}` matches a number with `lo <= n <= hi`.
+//! - `{"$any": [m1, m2, ...]}` matches if any of the listed matchers matches.
 //! - Anything else must be equal.
 
 use serde_json::Value;
@@ -21,6 +22,17 @@ fn check(expected: &Value, actual: &Value, path: &str) -> Result<(), String> {
                 Some(text) if text.contains(needle) => Ok(()),
                 _ => Err(format!("{path}: expected a string containing {needle:?}, got {actual}")),
             }
+        }
+        Value::Object(map) if map.len() == 1 && map.contains_key("$any") => {
+            let options = map["$any"].as_array().filter(|o| !o.is_empty()).ok_or(format!("{path}: $any takes a non-empty list of matchers"))?;
+            let mut misses = Vec::new();
+            for (i, option) in options.iter().enumerate() {
+                match check(option, actual, &format!("{path}.$any[{i}]")) {
+                    Ok(()) => return Ok(()),
+                    Err(miss) => misses.push(miss),
+                }
+            }
+            Err(format!("{path}: no matcher of $any matches: {}", misses.join("; ")))
         }
         Value::Object(map) if map.len() == 1 && map.contains_key("$range") => {
             let bounds = map["$range"].as_array().filter(|b| b.len() == 2).ok_or(format!("{path}: $range takes [lo, hi]"))?;
@@ -70,5 +82,9 @@ mod tests {
         assert!(matches(&json!({"err": null}), &actual).is_err());
         assert!(matches(&json!([1, 2]), &json!([1, 2, 3])).is_err());
         assert!(matches(&json!({"ok": {"reason": {"$contains": "429"}}}), &actual).is_err());
+        let any = json!({"ok": {"action": {"$any": ["check-status", {"retry": {"attempt": 2}}]}}});
+        assert!(matches(&any, &actual).is_ok());
+        assert!(matches(&json!({"ok": {"action": {"$any": ["check-status", {"retry": {"attempt": 3}}]}}}), &actual).is_err());
+        assert!(matches(&json!({"ok": {"$any": [{"missing": 1}, {"also-missing": null}]}}), &actual).is_err(), "a named key must be present");
     }
 }

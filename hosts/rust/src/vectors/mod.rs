@@ -8,5 +8,5 @@ pub mod format;
 pub mod matcher;
 pub mod runner;
 
-pub use format::{Case, VectorFile, load_dir, parse_file};
-pub use runner::{CaseResult, Subject, run_case, run_case_flat, run_case_in};
+pub use format::{Case, OBSERVATIONS_FILE, ObservationCase, ObservationFile, VectorFile, load_dir, parse_file, parse_observation_file};
+pub use runner::{CaseResult, OBSERVED_TOOL, Subject, run_case, run_case_in, run_observation_case, verdict_summary};

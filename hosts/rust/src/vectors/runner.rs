@@ -5,7 +5,7 @@ use serde_json::Value;
 use crate::steps::{StepState, run_step};
 pub use crate::steps::{Subject, result_json};
 
-use super::format::Case;
+use super::format::{Case, ObservationCase};
 use super::matcher::matches;
 
 /// What a case did: each step's output, and the first failure if any.
@@ -21,20 +21,10 @@ pub fn run_case(case: &Case, subject: &mut dyn Subject) -> CaseResult {
     run_case_in(case, "{}", subject)
 }
 
-/// [`run_case`] through the flat hot path ([`crate::flat`]): its outputs must
-/// be the rich path's.
-pub fn run_case_flat(case: &Case, subject: &mut dyn Subject) -> CaseResult {
-    run_case_with(case, "{}", subject, true)
-}
-
 /// [`run_case`], with `default_config` for a case that names no configuration.
 pub fn run_case_in(case: &Case, default_config: &str, subject: &mut dyn Subject) -> CaseResult {
-    run_case_with(case, default_config, subject, false)
-}
-
-fn run_case_with(case: &Case, default_config: &str, subject: &mut dyn Subject, flat: bool) -> CaseResult {
     let mut outputs = Vec::new();
-    let mut state = StepState { flat, ..StepState::default() };
+    let mut state = StepState::default();
     let config = case.config.as_ref().map_or_else(|| default_config.to_string(), Value::to_string);
     match subject.load_policy(&config) {
         Ok(loaded) if loaded.get("ok").is_some() => {}
@@ -56,4 +46,41 @@ fn run_case_with(case: &Case, default_config: &str, subject: &mut dyn Subject, f
         outputs.push(output);
     }
     CaseResult { outputs, failure: None }
+}
+
+/// The tool every case of `observations.json` calls.
+pub const OBSERVED_TOOL: &str = "lookup_order";
+
+/// A verdict as `observations.json`'s `expect` names it: the action, the
+/// class, the rule's name and whether a retry reconnects.
+pub fn verdict_summary(verdict: &Value, rule_names: &Value) -> Value {
+    let rule = rule_names.get(verdict["rule-index"].as_u64().unwrap_or(u64::MAX) as usize).cloned().unwrap_or(Value::Null);
+    serde_json::json!({ "action": verdict["action"], "class": verdict["class"], "rule": rule, "reconnect": verdict["reconnect"] })
+}
+
+/// One case of `observations.json` in its pure form: a run under the file's
+/// `config`, `begin-call` of `lookup_order`, `record-failure` of the case's
+/// observation as attempt 1; the verdict must match the case's `expect`.
+/// `Ok` is the verdict's summary ([`verdict_summary`]).
+pub fn run_observation_case(config: &Value, case: &ObservationCase, subject: &mut dyn Subject) -> Result<Value, String> {
+    let loaded = subject.load_policy(&config.to_string())?;
+    if loaded.get("ok").is_none() {
+        return Err(format!("the file's config was rejected: {loaded}"));
+    }
+    let started = subject.start_run("run-1")?;
+    if started.get("ok").is_none() {
+        return Err(format!("start-run: {started}"));
+    }
+    let now_ms = crate::steps::DEFAULT_START_MS;
+    let start = subject.begin_call(&Value::from(OBSERVED_TOOL), &Value::Null, &Value::Null, now_ms)?;
+    let call_id = match start.get("ok") {
+        Some(start) if start["admitted"] == Value::Bool(true) => start["call-id"].as_u64().and_then(|id| u32::try_from(id).ok()).ok_or("no call-id")?,
+        _ => return Err(format!("begin-call did not admit {OBSERVED_TOOL}: {start}")),
+    };
+    let observation = crate::steps::observation_json(&case.observation)?;
+    let answer = subject.record_failure(call_id, 1, &observation, None, now_ms, crate::steps::DEFAULT_ENTROPY)?;
+    let verdict = answer.get("ok").ok_or_else(|| format!("record-failure: {answer}"))?;
+    let summary = verdict_summary(verdict, &subject.rule_names()?);
+    matches(&case.expect, &summary).map_err(|mismatch| format!("verdict {summary}: {mismatch}"))?;
+    Ok(summary)
 }

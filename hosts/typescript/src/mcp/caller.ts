@@ -12,11 +12,15 @@ import { OsEntropy, type EntropySource } from '../entropy.js';
 import {
   AgentRetryError, CallCancelled, CallTimedOut, ConnectionConfigError, Escalated, InstanceUnusable, PolicyTrap, SessionLost, type StopCause,
 } from '../errors.js';
+import { joinedHeaders } from '../limits.js';
+import { MAX_TIMER_MS, longTimeout } from '../timers.js';
 import {
-  adoptProbeFailure, classifyNetworkError, currentAttempt, describeError, hasFailure, isUnknownSession, type AttemptCapture,
+  adoptProbeFailure, classifyNetworkError, currentAttempt, deliveryOfNetworkError, describeError, hasFailure, watchAnswers, type AttemptCapture,
 } from './capture.js';
 import { McpConnection } from './connection.js';
 import { loadSdk, sdkOfClient, type McpClient, type McpSdk } from './sdk.js';
+
+export { MAX_TIMER_MS };
 
 /** What the logged `reason` of a decision on a failure from a non-capturing HTTP transport ends with. */
 export const CAPTURE_MISSING_SUFFIX = ' [no HTTP status or headers: the transport is not the wrapper\'s capturing one]';
@@ -54,13 +58,16 @@ export interface RetryingToolCallerOptions {
   statusCheck?: StatusCheck | Record<string, StatusCheck>;
   /** The tool argument that carries the idempotency key (default `idempotency_key`). */
   keyArgument?: string;
-  /** Jitter entropy passed to `record-outcome` (default: the OS). */
+  /** Jitter entropy passed to `record-failure` and `record-status-check` (default: the OS). */
   entropy?: EntropySource;
   /** How long one attempt may take before it counts as a timeout (default 30 s). */
   attemptTimeoutMs?: number;
   /** The most one `callTool` may take, from its start, retries and reconnections included (default: none). */
   callTimeoutMs?: number;
-  /** The most all calls of this caller may take, from its construction (default: none). */
+  /** The run deadline: the most all calls of this caller may take, from its
+   *  construction (default: none). With it (or `callTimeoutMs`), every failure
+   *  and status check reports the time left (`time-left-ms`), and the wrapper
+   *  stops waiting at the deadline. */
   runTimeoutMs?: number;
   /** The server's tools, if already listed (default: `tools/list` on first use). */
   tools?: Tool[];
@@ -72,11 +79,36 @@ export interface RetryingToolCallerOptions {
    *  needs it: a replan's message, an escalation, a success's note). */
   log?: ((line: string) => void) | null;
   /** Which policy makes the decisions, logged as `policy` on every attempt line.
-   *  Default: the run's instance's `policyIdentity` (`agent-retry:policy@0.4.0 wasm
+   *  Default: the run's instance's `policyIdentity` (`agent-retry:policy@0.5.0 wasm
    *  0c1b894cf1b1`). A host serving a `LivePolicy` passes the run's `Loaded`
    *  identity: `loaded.identity.toString()` (`generation 3 (wasm …, config …)`). */
   policyIdentity?: string;
+  /** Called with every verdict the wrapper acts on, before it acts (for tests
+   *  and metrics; an exception it throws is ignored). */
+  onVerdict?: (event: VerdictEvent) => void;
 }
+
+/** A verdict the wrapper acted on, with what it reported to get it. */
+export interface VerdictEvent {
+  /** The tool, or the pseudo-tool `initialize` / `tools/list`. */
+  tool: string;
+  callId: number;
+  /** The attempt the report named. */
+  attempt: number;
+  /** What was reported: `success`, `empty-result`, `failure` (with the
+   *  observation) or `status-check`. */
+  reported: Outcome;
+  verdict: Wit.Verdict;
+  /** `rule-names()[verdict.ruleIndex]`. */
+  rule: string;
+}
+
+/** What one attempt (or status check) is reported as. */
+export type Outcome =
+  | { tag: 'success' }
+  | { tag: 'empty-result'; val: string }
+  | { tag: 'failure'; val: Wit.Observation }
+  | { tag: 'status-check'; val: Wit.StatusCheckResult };
 
 /** `callTool`'s third argument (a string is the `actionId`, as before). */
 export interface CallToolOptions {
@@ -86,28 +118,26 @@ export interface CallToolOptions {
   signal?: AbortSignal;
 }
 
-/** The policy's answer to one outcome: flat (a success or a failure: the
- *  verdict, its decision asked for with `lastDecision` only when its words are
- *  needed) or rich (an empty result or a status check: the decision). */
+/** The policy's answer to one report: its verdict, and its decision in words
+ *  once asked for (`lastDecision`: only when a line is logged or the model or a
+ *  person needs the words). */
 interface Answer {
   callId: number;
-  verdict?: Wit.Verdict;
+  verdict: Wit.Verdict;
   decision?: Wit.Decision;
 }
 
 /** What an answer says to do. */
-const kindOf = (answer: Answer): Wit.ActionKind => (answer.verdict ? answer.verdict.action : (answer.decision as Wit.Decision).action.tag);
+const kindOf = (answer: Answer): Wit.ActionKind => answer.verdict.action;
 
-/** A retry's wait and the attempt it sends. */
-function retryOf(answer: Answer): { delayMs: bigint; attempt: number } {
-  if (answer.verdict) return { delayMs: answer.verdict.delayMs, attempt: answer.verdict.attempt + 1 };
-  const action = (answer.decision as Wit.Decision).action;
-  if (action.tag !== 'retry') throw new AgentRetryError(`not a retry: ${action.tag}`);
-  return { delayMs: action.val.delayMs, attempt: action.val.attempt };
+/** A retry's wait, the attempt it sends, and whether a new session comes first. */
+function retryOf(answer: Answer): { delayMs: bigint; attempt: number; reconnect: boolean } {
+  const verdict = answer.verdict;
+  return { delayMs: verdict.delayMs, attempt: verdict.attempt + 1, reconnect: verdict.reconnect };
 }
 
 interface Observed {
-  outcome: Wit.Outcome;
+  outcome: Outcome;
   summary: string;
   result?: CallToolResult;
   /** The connection is lost: why. */
@@ -142,7 +172,7 @@ class StopNow extends Error {}
 /** A call's stop: its signal, what stopped it, and its deadline (performance.now() ms). */
 class CallScope {
   private readonly controller = new AbortController();
-  private timer?: ReturnType<typeof setTimeout>;
+  private cancelTimer?: () => void;
   private readonly unlisten?: () => void;
   cause?: StopCause;
   readonly deadline: number;
@@ -159,7 +189,7 @@ class CallScope {
       this.deadlineCause = call <= run ? 'call-timeout' : 'run-timeout';
       this.limitMs = call <= run ? callTimeoutMs : runTimeoutMs;
       if (this.deadline <= now) this.stop(this.deadlineCause);
-      else this.timer = setTimeout(() => this.stop(this.deadlineCause as StopCause), this.deadline - now);
+      else this.cancelTimer = longTimeout(this.deadline - now, () => this.stop(this.deadlineCause as StopCause));
     }
     if (signal?.aborted) {
       this.stop('cancelled');
@@ -211,14 +241,21 @@ class CallScope {
     if (custom) return this.race(custom);
     const signal = this.signal;
     await new Promise<void>((resolve, reject) => {
-      const onAbort = () => { clearTimeout(timer); reject(new StopNow(this.cause)); };
-      const timer = setTimeout(() => { signal.removeEventListener('abort', onAbort); resolve(); }, ms);
+      const onAbort = () => { cancel(); reject(new StopNow(this.cause)); };
+      const cancel = longTimeout(ms, () => { signal.removeEventListener('abort', onAbort); resolve(); });
       signal.addEventListener('abort', onAbort, { once: true });
     });
   }
 
+  /** The time left to the deadline, in ms (0 once it passed), or undefined without one. */
+  timeLeftMs(): bigint | undefined {
+    if (!Number.isFinite(this.deadline)) return undefined;
+    const left = Math.floor(this.deadline - performance.now());
+    return left > 0 ? BigInt(left) : 0n;
+  }
+
   dispose(): void {
-    if (this.timer) clearTimeout(this.timer);
+    this.cancelTimer?.();
     this.unlisten?.();
   }
 }
@@ -277,7 +314,8 @@ export class RetryingToolCaller {
     else this.bare = source;
     this.keyArgument = options.keyArgument ?? 'idempotency_key';
     this.entropy = options.entropy ?? new OsEntropy();
-    this.attemptTimeoutMs = options.attemptTimeoutMs ?? 30_000;
+    // The SDK sets a timer of it: past 2^31 - 1 ms one would fire at once.
+    this.attemptTimeoutMs = Math.min(options.attemptTimeoutMs ?? 30_000, MAX_TIMER_MS);
     for (const [name, value] of [['callTimeoutMs', options.callTimeoutMs], ['runTimeoutMs', options.runTimeoutMs]] as const) {
       if (value !== undefined && !(typeof value === 'number' && value >= 0 && Number.isFinite(value))) {
         throw new TypeError(`${name} must be a finite number of ms, not ${String(value)}`);
@@ -349,7 +387,7 @@ export class RetryingToolCaller {
       ? { readOnly: annotations.readOnlyHint, destructive: annotations.destructiveHint, idempotent: annotations.idempotentHint }
       : undefined;
     const key = tag.key;
-    const start = this.policy(tag, name, 'not sent', () => this.run.beginCallFlat(name, key, hints, this.clock()));
+    const start = this.policy(tag, name, 'not sent', () => this.run.beginCall(name, key, hints, this.clock()));
     if (!start.admitted) throw this.notAdmitted(tag, name);
     const { callId, delayMs } = start;
     state.callId = callId;
@@ -365,7 +403,7 @@ export class RetryingToolCaller {
       state.inFlight = true;
       const observed = await this.attemptTool(name, sendArgs, scope);
       state.inFlight = false;
-      let answer = this.record(tag, name, callId, attempt, observed);
+      let answer = this.record(tag, name, callId, attempt, observed, scope);
       let last = observed.summary;
       while (kindOf(answer) === 'check-status') {
         await this.ensureConnected(scope, name);
@@ -374,11 +412,13 @@ export class RetryingToolCaller {
         }, scope);
         // A status check reports the attempt whose effect it checked: the current one.
         last = `status check: ${found}`;
-        answer = this.record(tag, name, callId, attempt, { outcome: { tag: 'status-check', val: found }, summary: last });
+        answer = this.record(tag, name, callId, attempt, { outcome: { tag: 'status-check', val: found }, summary: last }, scope);
       }
       switch (kindOf(answer)) {
         case 'retry': {
           const retry = retryOf(answer);
+          // The policy says the session is gone (or the revision refused): a new one before the retry.
+          if (retry.reconnect) this.markLost(`the policy's verdict on attempt ${attempt} (${observed.summary}) says to reconnect`);
           await scope.pause(Number(retry.delayMs));
           attempt = retry.attempt;
           continue;
@@ -389,7 +429,7 @@ export class RetryingToolCaller {
         }
         case 'succeed': {
           if (observed.result && observed.outcome.tag === 'success') return observed.result;
-          const action = answer.verdict?.hasNote === false ? undefined : this.words(tag, name, last, answer).action;
+          const action = answer.verdict.hasNote === false ? undefined : this.words(tag, name, last, answer).action;
           return { content: [{ type: 'text', text: (action?.tag === 'succeed' ? action.val : undefined) ?? 'done' }], isError: false };
         }
         case 'escalate':
@@ -398,28 +438,40 @@ export class RetryingToolCaller {
     }
   }
 
-  /** Reports one outcome of attempt `attempt` and logs the decision: a success
-   *  or a failure through the flat path (`recordSuccess`, `recordFailure`), an
-   *  empty result or a status check through `recordOutcome`. */
-  private record(tag: CallTag, tool: string, callId: number, attempt: number, observed: Observed): Answer {
+  /** Reports one outcome of attempt `attempt` on the single path
+   *  (`recordSuccess`, `recordEmptyResult`, `recordFailure`,
+   *  `recordStatusCheck`; a failure and a status check with the time left to
+   *  the deadline) and logs the decision. */
+  private record(tag: CallTag, tool: string, callId: number, attempt: number, observed: Observed, scope: CallScope): Answer {
     const outcome = observed.outcome;
-    const answer: Answer = { callId };
-    if (outcome.tag === 'success') {
-      answer.verdict = this.policy(tag, tool, observed.summary, () => this.run.recordSuccess(callId, attempt, this.clock()));
-    } else if (outcome.tag === 'failure') {
-      const failure = outcome.val;
-      answer.verdict = this.policy(tag, tool, observed.summary, () =>
-        this.run.recordFailure(callId, attempt, failure, this.clock(), this.entropy.nextU64()));
-    } else {
-      answer.decision = this.policy(tag, tool, observed.summary, () =>
-        this.run.recordOutcome(callId, attempt, outcome, this.clock(), this.entropy.nextU64()));
+    const run = this.run;
+    const verdict = this.policy(tag, tool, observed.summary, () => {
+      switch (outcome.tag) {
+        case 'success':
+          return run.recordSuccess(callId, attempt, this.clock());
+        case 'empty-result':
+          return run.recordEmptyResult(callId, attempt, outcome.val, this.clock());
+        case 'failure':
+          return run.recordFailure(callId, attempt, outcome.val, scope.timeLeftMs(), this.clock(), this.entropy.nextU64());
+        case 'status-check':
+          return run.recordStatusCheck(callId, attempt, outcome.val, scope.timeLeftMs(), this.clock(), this.entropy.nextU64());
+      }
+    });
+    const answer: Answer = { callId, verdict };
+    const hook = this.options.onVerdict;
+    if (hook) {
+      try {
+        hook({ tool, callId, attempt, reported: outcome, verdict, rule: run.instance.ruleNames()[verdict.ruleIndex] });
+      } catch {
+        // an observer's failure changes nothing
+      }
     }
     // The line's reason (and escalation) is the decision's prose: asked for whenever a line is written.
     if (this.logging) this.logDecision(tag, tool, callId, attempt, observed, this.words(tag, tool, observed.summary, answer));
     return answer;
   }
 
-  /** The answer's decision in full: a flat answer's from `lastDecision`, asked once. */
+  /** The answer's decision in full, from `lastDecision`, asked once. */
   private words(tag: CallTag, tool: string, lastOutcome: string, answer: Answer): Wit.Decision {
     if (answer.decision) return answer.decision;
     const callId = answer.callId;
@@ -440,7 +492,7 @@ export class RetryingToolCaller {
     });
   }
 
-  /** A call `beginCallFlat` did not admit: the run escalated. One `escalate`
+  /** A call `beginCall` did not admit: the run escalated. One `escalate`
    *  line (attempt 0, `not sent`) and the escalation (`run.escalation()`). */
   private notAdmitted(tag: CallTag, tool: string): Escalated {
     const escalation = this.policy(tag, tool, 'not sent', () => {
@@ -499,7 +551,7 @@ export class RetryingToolCaller {
   private async pseudoCall<T>(tool: 'initialize' | 'tools/list', scope: CallScope, forTool: string, needsConnection: boolean,
     send: (signal: AbortSignal) => Promise<T>): Promise<T> {
     const tag: CallTag = { step: null };
-    const start = this.policy(tag, tool, 'not sent', () => this.run.beginCallFlat(tool, undefined, PSEUDO_HINTS, this.clock()));
+    const start = this.policy(tag, tool, 'not sent', () => this.run.beginCall(tool, undefined, PSEUDO_HINTS, this.clock()));
     if (!start.admitted) throw this.notAdmitted(tag, tool);
     const { callId, delayMs } = start;
     await scope.pause(Number(delayMs));
@@ -510,16 +562,18 @@ export class RetryingToolCaller {
       const observed: Observed = error === undefined && !hasFailure(capture)
         ? { outcome: { tag: 'success' }, summary: 'success' }
         : this.observeFailure(error, capture, client, tool);
-      let answer = this.record(tag, tool, callId, attempt, observed);
+      let answer = this.record(tag, tool, callId, attempt, observed, scope);
       let last = observed.summary;
       while (kindOf(answer) === 'check-status') {
         // Nobody can read whether a connection "applied": unknown (the policy escalates).
         last = 'status check: unknown';
-        answer = this.record(tag, tool, callId, attempt, { outcome: { tag: 'status-check', val: 'unknown' }, summary: last });
+        answer = this.record(tag, tool, callId, attempt, { outcome: { tag: 'status-check', val: 'unknown' }, summary: last }, scope);
       }
       switch (kindOf(answer)) {
         case 'retry': {
           const retry = retryOf(answer);
+          // `initialize` connects anew on every attempt; `tools/list` needs a new session first.
+          if (retry.reconnect && needsConnection) this.markLost(`the policy's verdict on ${tool} (${observed.summary}) says to reconnect`);
           await scope.pause(Number(retry.delayMs));
           attempt = retry.attempt;
           continue;
@@ -543,7 +597,14 @@ export class RetryingToolCaller {
     Promise<{ value?: T; error?: unknown; capture: AttemptCapture; client?: McpClient }> {
     scope.check();
     const controller = new AbortController();
-    const capture: AttemptCapture = { headers: [], body: '', abort: () => controller.abort(new Error('the answer stream was cut')) };
+    const instance = this.run.instance;
+    const capture: AttemptCapture = {
+      headers: [], body: '', abort: () => controller.abort(new Error('the answer stream was cut')),
+      // The policy reads a probe's answer; no rule of the host's own.
+      readProbeAnswer: (httpStatus, jsonRpcCode) => instance.readProbeAnswer(httpStatus, jsonRpcCode),
+    };
+    // A bare client's transport (a connection's is watched when it is made).
+    watchAnswers((this.connection ? this.connection.client : this.bare)?.transport);
     const onStop = () => controller.abort(scope.signal.reason);
     scope.signal.addEventListener('abort', onStop, { once: true });
     let value: T | undefined;
@@ -571,72 +632,76 @@ export class RetryingToolCaller {
     if (result.isError) {
       // No upstream status from the wrapper: the policy reads the text and the
       // structured content (a status, a provider's error type, a wait in prose).
-      const failure: Wit.Failure = {
-        kind: { tag: 'tool-error', val: undefined }, headers: [], body: textOf(result), structuredContent: structuredText(result.structuredContent),
+      const observation: Wit.Observation = {
+        kind: { tag: 'tool-error', val: undefined }, headers: '', body: textOf(result), structuredContent: structuredText(result.structuredContent),
+        sessionIdSent: this.sessionIdSent(capture, client), delivery: 'answer-started',
       };
-      return { outcome: { tag: 'failure', val: failure }, summary: 'isError', result };
+      return { outcome: { tag: 'failure', val: observation }, summary: 'isError', result };
     }
     const what = (this.options.emptyCheck ?? defaultEmptyCheck)(result);
     if (what !== undefined) return { outcome: { tag: 'empty-result', val: what }, summary: 'empty result', result };
     return { outcome: { tag: 'success' }, summary: 'success', result };
   }
 
-  /** A failed request as the contract's outcome: the first case that fits, in
-   *  the contract's order (HTTP status, transport, JSON-RPC error); a lost
-   *  session marks the connection lost. */
+  /** Whether the attempt's request carried `Mcp-Session-Id`: as the capturing
+   *  fetch saw it, else whether the transport has a session id to send. */
+  private sessionIdSent(capture: AttemptCapture, client: McpClient | undefined): boolean {
+    if (capture.sessionIdSent !== undefined) return capture.sessionIdSent;
+    return (client?.transport as { sessionId?: string } | undefined)?.sessionId !== undefined;
+  }
+
+  /** A failed request as the contract's observation, raw: the first case that
+   *  fits, in the contract's order (HTTP status, transport, JSON-RPC error),
+   *  with the headers and body as received, whether a session id was sent, and
+   *  how far the request got. What it means is the policy's to say. A closed
+   *  pipe or transport marks the connection lost (it is dead: I/O, not a decision). */
   private observeFailure(error: unknown, capture: AttemptCapture, client: McpClient | undefined, tool: string): Observed {
     let observed: Observed;
     const sdk = this.sdk as McpSdk;
     const reconnect = error instanceof ReconnectFailed ? error : undefined;
     const cause = reconnect ? reconnect.cause : error;
     const again = (detail: string) => (reconnect ? `${reconnect.message}: ${detail}` : detail);
-    const said = sdk.readError(cause);
-    if (capture.status !== undefined && capture.sessionLost) {
-      const lost = `HTTP ${capture.status}: the server does not know the session`;
+    const said = sdk.readError(cause, capture.answered === true);
+    const sessionIdSent = this.sessionIdSent(capture, client);
+    const failure = (kind: Wit.FailureKind, headers: string, body: string, delivery: Wit.Delivery, structuredContent?: string): Outcome =>
+      ({ tag: 'failure', val: { kind, headers, body, structuredContent, sessionIdSent, delivery } });
+    const stdio = client?.transport === undefined || this.connection?.kind === 'stdio' || sdk.isStdioTransport(client.transport);
+    // A request the transport took: written to the pipe, or handed to the capturing fetch.
+    const written: Wit.Delivery = capture.answerStarted ? 'answer-started' : stdio || capture.fetched ? 'sent' : 'unknown';
+    if (capture.status !== undefined) {
       observed = {
-        outcome: transport('connection-refused', again(`${lost} (${capture.body.slice(0, 200)}); not run, the session is established again`)),
-        summary: 'session lost', lost,
-      };
-    } else if (capture.status !== undefined) {
-      observed = {
-        outcome: { tag: 'failure', val: { kind: { tag: 'http-status', val: capture.status }, headers: capture.headers, body: capture.body } },
+        outcome: failure({ tag: 'http-status', val: capture.status }, joinedHeaders(capture.headers), capture.body, 'answer-started'),
         summary: `HTTP ${capture.status}`,
       };
     } else if (capture.transportError !== undefined) {
-      observed = { outcome: transport(capture.transportError, again(capture.transportDetail ?? '')), summary: capture.transportError };
+      observed = {
+        outcome: failure({ tag: 'transport', val: capture.transportError }, '', again(capture.transportDetail ?? ''), capture.delivery ?? 'unknown'),
+        summary: capture.transportError,
+      };
     } else if (said?.kind === 'timeout') {
-      observed = { outcome: transport('timeout', again(said.message)), summary: 'timeout' };
+      observed = { outcome: failure({ tag: 'transport', val: 'timeout' }, '', again(said.message), written), summary: 'timeout' };
     } else if (said?.kind === 'closed') {
-      const lost = client?.transport === undefined || this.connection?.kind === 'stdio' || sdk.isStdioTransport(client.transport)
-        ? 'the connection closed while the request was out (a stdio server that exited or closed its pipe)' : 'the connection closed';
-      observed = { outcome: transport('stream-closed', again(`${lost}: ${said.message}`)), summary: 'stream closed', lost };
+      const lost = stdio ? 'the connection closed while the request was out (a stdio server that exited or closed its pipe)' : 'the connection closed';
+      observed = { outcome: failure({ tag: 'transport', val: 'stream-closed' }, '', again(`${lost}: ${said.message}`), written), summary: 'stream closed', lost };
     } else if (said?.kind === 'json-rpc') {
       observed = {
-        outcome: {
-          tag: 'failure',
-          val: { kind: { tag: 'protocol-error', val: said.code }, headers: [], body: again(said.message), structuredContent: structuredText(said.data) },
-        },
+        outcome: failure({ tag: 'protocol-error', val: said.code }, '', said.message, 'answer-started', structuredText(said.data)),
         summary: `JSON-RPC ${said.code}`,
       };
     } else if (said?.kind === 'http') {
       // Only if the capturing fetch was not installed: the status without headers.
-      const sessionSent = (client?.transport as { sessionId?: string } | undefined)?.sessionId !== undefined;
-      if (sessionSent && isUnknownSession(said.status, said.message)) {
-        const lost = `HTTP ${said.status}: the server does not know the session`;
-        observed = { outcome: transport('connection-refused', again(`${lost} (${said.message})`)), summary: 'session lost', lost };
-      } else {
-        observed = {
-          outcome: { tag: 'failure', val: { kind: { tag: 'http-status', val: said.status }, headers: [], body: said.message } },
-          summary: `HTTP ${said.status}`,
-        };
-      }
+      observed = { outcome: failure({ tag: 'http-status', val: said.status }, '', said.message, 'answer-started'), summary: `HTTP ${said.status}` };
     } else if (said?.kind === 'not-connected') {
+      // The pipe (or transport) was already closed: nothing was sent.
       const lost = 'the request could not be sent: not connected (the server process is gone)';
-      observed = { outcome: transport('connection-refused', again(lost)), summary: 'not connected', lost };
+      observed = { outcome: failure({ tag: 'transport', val: 'stream-closed' }, '', again(lost), 'not-sent'), summary: 'not connected', lost };
     } else if (cause !== undefined) {
-      observed = { outcome: transport(classifyNetworkError(cause), again(describeError(cause))), summary: 'transport error' };
+      observed = {
+        outcome: failure({ tag: 'transport', val: classifyNetworkError(cause) }, '', again(describeError(cause)), deliveryOfNetworkError(cause)),
+        summary: 'transport error',
+      };
     } else {
-      observed = { outcome: transport('other', again('the request failed without an error')), summary: 'transport error' };
+      observed = { outcome: failure({ tag: 'transport', val: 'other' }, '', again('the request failed without an error'), 'unknown'), summary: 'transport error' };
     }
     if (observed.lost !== undefined) this.markLost(observed.lost);
     const kind = observed.outcome.tag === 'failure' ? observed.outcome.val.kind.tag : undefined;
@@ -749,6 +814,4 @@ class ReconnectFailed extends Error {
   }
 }
 
-function transport(error: Wit.TransportError, body: string): Wit.Outcome {
-  return { tag: 'failure', val: { kind: { tag: 'transport', val: error }, headers: [], body } };
-}
+

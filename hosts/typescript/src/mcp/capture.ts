@@ -2,23 +2,38 @@
 // for one attempt (`AttemptCapture`) of the MCP wrapper (`../mcp.ts`, whose module
 // comment says what the SDK hides and why the wrapper captures it).
 import { AsyncLocalStorage } from 'node:async_hooks';
+import { subscribe } from 'node:diagnostics_channel';
 
 import type * as Wit from '../../generated/interfaces/agent-retry-policy-types.js';
 
 /** How much of a failed response's body is kept (the policy keeps at most `max-message-chars`). */
 const MAX_CAPTURED_BODY = 64 * 1024;
 
-/** What the HTTP layer saw for one attempt. */
+/** What the HTTP layer saw for one attempt: raw facts, no reading of them (the
+ *  policy decides what a status or a body means, a lost session included). */
 export interface AttemptCapture {
   status?: number;
+  /** The response's headers as received, in order. */
   headers: Array<[string, string]>;
   body: string;
   transportError?: Wit.TransportError;
   transportDetail?: string;
+  /** How far the failed request got (with `transportError`). */
+  delivery?: Wit.Delivery;
   /** A request of the attempt went through a capturing fetch (the transport captures). */
   fetched?: boolean;
-  /** The failed request carried `Mcp-Session-Id` and the answer says the server does not know it. */
-  sessionLost?: boolean;
+  /** Whether the attempt's last request (the failed one, when it failed) carried `Mcp-Session-Id`. */
+  sessionIdSent?: boolean;
+  /** The response to one of the attempt's requests arrived (its status line and headers, at least). */
+  answerStarted?: boolean;
+  /** A JSON-RPC response (result or error) to one of the attempt's requests
+   *  arrived through the transport (`watchAnswers`): what tells a server's
+   *  error apart from the SDK's own for a request it gave up on. */
+  answered?: boolean;
+  /** What the policy makes of an answer to the `server/discover` probe that is
+   *  not a discovery result (`read-probe-answer`), set by the wrapper; without
+   *  it the probe's answer is left to the SDK. */
+  readProbeAnswer?: (httpStatus: number | undefined, jsonRpcCode: number | undefined) => Wit.ProbeAnswer;
   /** JSON-RPC ids of the attempt's requests whose response has not been read yet (JSON-stringified). */
   pendingIds?: Set<string>;
   /** The answer stream carried an SSE event id: the SDK resumes it (GET with Last-Event-ID) when it ends cleanly. */
@@ -27,8 +42,8 @@ export interface AttemptCapture {
   abort?: () => void;
   /** The attempt is over: later requests (a cancellation notice, a stream resumed late) do not write here. */
   closed?: boolean;
-  /** How the v2 SDK's `server/discover` probe failed, kept apart: a 4xx there
-   *  (other than 401, 403, 408, 429: `isProbeFailureStatus`) is how a 2025
+  /** How the v2 SDK's `server/discover` probe failed, kept apart: an answer the
+   *  policy reads as an `older-server` (`read-probe-answer`) is how a 2025
    *  server says "use initialize", and the SDK goes on with it. It is the
    *  attempt's failure only if the connect then fails with nothing sent after it
    *  (`adoptProbeFailure`). */
@@ -36,17 +51,23 @@ export interface AttemptCapture {
 }
 
 /** What the HTTP layer saw of a failed `server/discover` probe. */
-export type ProbeFailure = Pick<AttemptCapture, 'status' | 'headers' | 'body' | 'transportError' | 'transportDetail'>;
+export type ProbeFailure = Pick<AttemptCapture, 'status' | 'headers' | 'body' | 'transportError' | 'transportDetail' | 'delivery' | 'sessionIdSent'>;
 
-/** Whether an HTTP status answering the `server/discover` probe is the connect
- *  attempt's failure (the rule of all three hosts): 401, 403, 408, 429 or any
- *  5xx. Any other 4xx (400, 404, 405, 413, ...) is a 2025 server's refusal of
- *  the probe: the handshake follows. */
-export const isProbeFailureStatus = (status: number): boolean =>
-  status === 401 || status === 403 || status === 408 || status === 429 || status >= 500;
+/** The code of the JSON-RPC error an answer's body carries (a JSON object, or
+ *  the `data:` lines of SSE events), if it carries one. */
+export function jsonRpcErrorCode(body: string): number | undefined {
+  const texts = /^\s*[[{]/.test(body) ? [body] : body.split(/\r?\n/).filter((l) => l.startsWith('data:')).map((l) => l.slice(5));
+  for (const text of texts) {
+    for (const message of rpcMessages(text)) {
+      const code = (message.error as { code?: unknown } | undefined)?.code;
+      if (typeof code === 'number' && Number.isInteger(code)) return code;
+    }
+  }
+  return undefined;
+}
 
-/** What the capturing fetch throws for a `server/discover` probe answered with
- *  a status that is the attempt's failure (`isProbeFailureStatus`): a rejected
+/** What the capturing fetch throws for a `server/discover` probe whose answer
+ *  the policy reads as the attempt's failure (`read-probe-answer`): a rejected
  *  fetch, which the v2 SDK reads as a failed probe (`ERA_NEGOTIATION_FAILED`),
  *  never as a legacy server's refusal (it would read a 408 or a 429 so, and
  *  fall back to `initialize`). The attempt's capture holds the status, headers
@@ -70,34 +91,154 @@ export const currentAttempt = new AsyncLocalStorage<AttemptCapture>();
 
 export type FetchLike = (url: string | URL, init?: RequestInit) => Promise<Response>;
 
-function errorCode(error: unknown): string | undefined {
-  // undici reports the socket's error code on `cause` (sometimes inside an AggregateError).
+/** The transports whose messages are watched (`watchAnswers`). */
+const watchedTransports = new WeakSet<object>();
+
+type MessageHandler = (message: unknown, ...rest: unknown[]) => unknown;
+
+/** Watches an SDK transport's messages for the answers to an attempt's
+ *  requests: a request it sends inside an attempt (`currentAttempt`) is noted,
+ *  and the JSON-RPC response to it, result or error, sets the attempt's
+ *  `answered` before the SDK sees it. SDK v1 gives a server's -32000 / -32001
+ *  error and its own ConnectionClosed / RequestTimeout (no answer) the same
+ *  McpError: only whether an answer arrived tells them apart (HTTP and stdio
+ *  alike). Installed once per transport, before it is connected. */
+export function watchAnswers(transport: unknown): void {
+  if (typeof transport !== 'object' || transport === null || watchedTransports.has(transport)) return;
+  const watched = transport as { send?: unknown; onmessage?: unknown };
+  const send = watched.send;
+  if (typeof send !== 'function') return;
+  watchedTransports.add(transport);
+  const waiting = new Map<string, AttemptCapture>();
+  watched.send = function (this: unknown, message: unknown, ...rest: unknown[]): unknown {
+    const capture = currentAttempt.getStore();
+    const request = message as RpcMessage | undefined;
+    if (capture && !capture.closed && typeof request?.method === 'string' && request.id !== undefined && request.id !== null) {
+      for (const [id, owner] of waiting) if (owner.closed) waiting.delete(id);
+      waiting.set(JSON.stringify(request.id), capture);
+    }
+    return (send as MessageHandler).call(this, message, ...rest);
+  };
+  const note = (message: unknown) => {
+    const response = message as RpcMessage | undefined;
+    if (typeof response !== 'object' || response === null || 'method' in response || !('result' in response || 'error' in response)) return;
+    const key = JSON.stringify(response.id);
+    const owner = waiting.get(key);
+    if (!owner) return;
+    waiting.delete(key);
+    if (!owner.closed) owner.answered = true; // a late answer (the attempt is over) changes nothing
+  };
+  // The SDK sets `onmessage` when it connects (and chains what was there):
+  // whatever it sets is called through `note` first.
+  const noting = (handler: unknown): unknown => typeof handler !== 'function' ? handler
+    : function (this: unknown, message: unknown, ...rest: unknown[]): unknown {
+      note(message);
+      return (handler as MessageHandler).call(this, message, ...rest);
+    };
+  let current = noting(watched.onmessage);
+  Object.defineProperty(transport, 'onmessage', {
+    configurable: true, enumerable: true, get: () => current, set: (handler: unknown) => { current = noting(handler); },
+  });
+}
+
+/** The errors of an undici connect (TCP connect, TLS handshake), as undici
+ *  publishes them: nothing of a request was written on that connection. */
+const connectErrors = new WeakSet<object>();
+subscribe('undici:client:connectError', (message) => {
+  const error = (message as { error?: unknown } | undefined)?.error;
+  if (typeof error === 'object' && error !== null) connectErrors.add(error);
+});
+
+/** The errors of the chain from a fetch error to the socket's (undici puts it
+ *  on `cause`, sometimes inside an AggregateError). */
+function errorChain(error: unknown): object[] {
+  const chain: object[] = [];
   let cause: unknown = error;
-  for (let depth = 0; depth < 5 && cause; depth++) {
-    const code = (cause as { code?: unknown }).code;
+  for (let depth = 0; depth < 5 && typeof cause === 'object' && cause !== null; depth++) {
+    chain.push(cause);
+    const nested = (cause as { errors?: unknown[] }).errors;
+    cause = Array.isArray(nested) && nested.length ? nested[0] : (cause as { cause?: unknown }).cause;
+  }
+  return chain;
+}
+
+/** The socket's error of a fetch error: the first of the chain with a code of its own. */
+function socketError(error: unknown): { code: string; syscall?: string } | undefined {
+  for (const cause of errorChain(error)) {
+    const { code, syscall } = cause as { code?: unknown; syscall?: unknown };
     // SDK v2's SdkError has a code of its own (ERA_NEGOTIATION_FAILED): the socket's is on its cause.
     const sdkError = /^Sdk/.test(String((cause as { name?: unknown }).name));
-    if (typeof code === 'string' && !sdkError) return code;
-    const nested = (cause as { errors?: unknown[] }).errors;
-    if (Array.isArray(nested) && nested.length) cause = nested[0];
-    else cause = (cause as { cause?: unknown }).cause;
+    if (typeof code === 'string' && !sdkError) return { code, syscall: typeof syscall === 'string' ? syscall : undefined };
   }
   return undefined;
 }
 
-/** A network error from `fetch` as the contract's transport error. */
+// node's TLS errors carry their code (ERR_TLS_CERT_ALTNAME_INVALID, CERT_HAS_EXPIRED, ...) the same way.
+function errorCode(error: unknown): string | undefined {
+  return socketError(error)?.code;
+}
+
+/** Whether the error came while connecting, before any request was written:
+ *  the socket's `connect` (or the name's lookup) failed, or undici reported it
+ *  as its connect's error (TCP connect and TLS handshake). */
+function whileConnecting(error: unknown): boolean {
+  if (errorChain(error).some((cause) => connectErrors.has(cause))) return true;
+  const socket = socketError(error);
+  return socket !== undefined && (socket.syscall === 'connect' || socket.syscall === 'getaddrinfo' || socket.code === 'UND_ERR_CONNECT_TIMEOUT');
+}
+
+/** The certificate checks of the TLS handshake, as node and OpenSSL name them: a handshake's, whenever they come. */
+const CERTIFICATE_CODES = new Set([
+  'UNABLE_TO_VERIFY_LEAF_SIGNATURE', 'UNABLE_TO_GET_ISSUER_CERT', 'UNABLE_TO_GET_ISSUER_CERT_LOCALLY', 'DEPTH_ZERO_SELF_SIGNED_CERT',
+  'SELF_SIGNED_CERT_IN_CHAIN', 'CERT_HAS_EXPIRED', 'CERT_NOT_YET_VALID', 'CERT_REVOKED', 'CERT_UNTRUSTED', 'CERT_REJECTED',
+  'CERT_SIGNATURE_FAILURE', 'HOSTNAME_MISMATCH', 'ERR_TLS_CERT_ALTNAME_INVALID', 'ERR_TLS_HANDSHAKE_TIMEOUT',
+]);
+
+/** A network error from `fetch` as the contract's transport error: what the
+ *  socket said, named (the policy decides what each means), and where: an
+ *  unreachable host or a TLS error is `connection-refused` / `tls` only while
+ *  connecting; on an established connection (`read EHOSTUNREACH`, a bad TLS
+ *  record after the handshake) the connection dropped: `connection-reset`. */
 export function classifyNetworkError(error: unknown): Wit.TransportError {
-  switch (errorCode(error)) {
-    case 'ECONNREFUSED': case 'UND_ERR_CONNECT_TIMEOUT': case 'EHOSTUNREACH': case 'ENETUNREACH':
+  const code = errorCode(error);
+  if (code === undefined) return 'other';
+  if (CERTIFICATE_CODES.has(code)) return 'tls';
+  if (code.startsWith('ERR_SSL_') || code.startsWith('ERR_TLS_') || code === 'EPROTO') return whileConnecting(error) ? 'tls' : 'connection-reset';
+  switch (code) {
+    case 'ENOTFOUND': case 'EAI_AGAIN': case 'EAI_NONAME': case 'EAI_FAIL': case 'EAI_NODATA':
+      return 'name-resolution';
+    case 'ECONNREFUSED': case 'UND_ERR_CONNECT_TIMEOUT':
       return 'connection-refused'; // the request never reached the server
+    case 'EHOSTUNREACH': case 'ENETUNREACH': case 'EHOSTDOWN': case 'ENETDOWN':
+      return whileConnecting(error) ? 'connection-refused' : 'connection-reset';
     case 'ECONNRESET': case 'EPIPE': case 'UND_ERR_SOCKET':
       return 'connection-reset';
-    case 'UND_ERR_HEADERS_TIMEOUT': case 'UND_ERR_BODY_TIMEOUT': case 'ETIMEDOUT':
+    case 'ETIMEDOUT':
+      return whileConnecting(error) ? 'connection-refused' : 'timeout'; // a connect that timed out, as UND_ERR_CONNECT_TIMEOUT
+    case 'UND_ERR_HEADERS_TIMEOUT': case 'UND_ERR_BODY_TIMEOUT':
       return 'timeout';
     case 'UND_ERR_CLOSED':
       return 'stream-closed';
     default:
-      return 'other'; // DNS, TLS, ...: not a blip, so the policy escalates
+      return 'other';
+  }
+}
+
+/** How far a request that `fetch` rejected got: nothing left the host when no
+ *  connection was made (refused, unreachable while connecting, a name that
+ *  does not resolve, a TLS handshake that failed); it was written when the
+ *  connection dropped or timed out waiting for the answer; else the host
+ *  cannot tell. */
+export function deliveryOfNetworkError(error: unknown): Wit.Delivery {
+  switch (classifyNetworkError(error)) {
+    case 'connection-refused': case 'name-resolution': case 'tls':
+      return 'not-sent';
+    case 'connection-reset': case 'timeout':
+      return 'sent';
+    case 'stream-closed':
+      return errorCode(error) === 'UND_ERR_CLOSED' ? 'not-sent' : 'unknown'; // undici refuses a request on a closed client before writing
+    default:
+      return 'unknown';
   }
 }
 
@@ -111,17 +252,6 @@ export const describeError = (e: unknown): string => {
 };
 
 const isAbortError = (e: unknown): boolean => (e as { name?: unknown } | undefined)?.name === 'AbortError';
-
-/** Whether an HTTP answer to a request that carried `Mcp-Session-Id` means the
- *  server does not know the session: a 404 (streamable HTTP's rule), unless its
- *  body is a JSON-RPC "method not found" (-32601, which rmcp answers with 404:
- *  the server ran the request), or a 400 whose body says the session id is not
- *  valid (the TypeScript SDK's servers: "Bad Request: No valid session ID provided"). */
-export function isUnknownSession(status: number, body: string): boolean {
-  if (status === 404) return !/"code"\s*:\s*-32601\b/.test(body);
-  if (status === 400) return /no valid session|invalid session|session (id )?(is )?(not valid|invalid|not found|unknown|expired)|unknown session/i.test(body);
-  return false;
-}
 
 function headerOf(headers: HeadersInit | undefined, name: string): string | undefined {
   if (!headers) return undefined;
@@ -152,6 +282,7 @@ function cutAnswer(capture: AttemptCapture, detail: string): void {
   if (capture.closed || hasFailure(capture)) return;
   capture.transportError = 'stream-closed';
   capture.transportDetail = detail;
+  capture.delivery = 'answer-started'; // the answer's status and headers came, then it was cut
   capture.abort?.();
 }
 
@@ -228,21 +359,16 @@ function watchAnswer(response: Response, capture: AttemptCapture, what: string):
   return new Response(body, { status: response.status, statusText: response.statusText, headers: response.headers });
 }
 
-/** What a capturing fetch tells its owner (an `McpConnection`). */
-export interface CapturingFetchHooks {
-  /** A request that carried this `Mcp-Session-Id` (a POST or the GET stream)
-   *  was answered "unknown session" (`isUnknownSession`). */
-  onSessionLost?: (sessionId: string, detail: string) => void;
-}
-
 /** A `fetch` for `StreamableHTTPClientTransport`'s `fetch` option that lets the
- *  wrapper see failed POSTs, cut answer streams and lost sessions. Requests
- *  outside a wrapped call pass through untouched (but a lost session is still
- *  reported to `hooks`). `McpConnection.http` installs one itself. */
-export function createCapturingFetch(inner: FetchLike = fetch, hooks: CapturingFetchHooks = {}): FetchLike {
+ *  wrapper see failed POSTs and cut answer streams as they came: the status,
+ *  the headers and the body as received, whether the request carried an
+ *  `Mcp-Session-Id`, and how far it got. It reads none of them (the policy
+ *  decides what they mean). Requests outside a wrapped call pass through
+ *  untouched. `McpConnection.http` installs one itself. */
+export function createCapturingFetch(inner: FetchLike = fetch): FetchLike {
   return async (url, init) => {
     const method = (init?.method ?? 'GET').toUpperCase();
-    const sessionId = headerOf(init?.headers, 'mcp-session-id');
+    const sessionIdSent = headerOf(init?.headers, 'mcp-session-id') !== undefined;
     const live = currentAttempt.getStore();
     const capture = live && !live.closed ? live : undefined;
     const messages = method === 'POST' ? rpcMessages(init?.body) : [];
@@ -254,6 +380,7 @@ export function createCapturingFetch(inner: FetchLike = fetch, hooks: CapturingF
     const resuming = method === 'GET' && !!capture?.pendingIds?.size && headerOf(init?.headers, 'last-event-id') !== undefined;
     const records = capture !== undefined && ((method === 'POST' && !cancelling) || resuming);
     if (capture) capture.fetched = true;
+    if (records && !probing && !resuming) capture.sessionIdSent = sessionIdSent;
     // A request after the probe (the SDK's fallback, or the era's first call): the probe's answer was not a failure.
     if (records && !probing) capture.probe = undefined;
     // The probe's failure is written apart (`AttemptCapture.probe`).
@@ -269,28 +396,32 @@ export function createCapturingFetch(inner: FetchLike = fetch, hooks: CapturingF
         } else {
           into.transportError = classifyNetworkError(e);
           into.transportDetail = describeError(e);
+          into.delivery = deliveryOfNetworkError(e);
+          into.sessionIdSent = sessionIdSent;
         }
       }
       throw e;
     }
+    if (records && !probing) capture.answerStarted = true;
     if (!response.ok) {
       const body = (await response.clone().text().catch(() => '')).slice(0, MAX_CAPTURED_BODY);
-      if (probing && method === 'POST' && isProbeFailureStatus(response.status)) {
-        // Not a legacy server's refusal: the attempt's failure, with what the
-        // server said (a Retry-After for the policy), and the probe fails.
+      if (probing && method === 'POST' && capture?.readProbeAnswer
+        && capture.readProbeAnswer(response.status, jsonRpcErrorCode(body)) === 'failure') {
+        // Not an older server's refusal (the policy says so): the attempt's
+        // failure, with what the server said (a Retry-After for the policy),
+        // and the probe fails.
         if (records) {
           capture.probe = undefined;
           if (!hasFailure(capture)) {
             capture.status = response.status;
             response.headers.forEach((value, name) => capture.headers.push([name, value]));
             capture.body = body;
+            capture.sessionIdSent = sessionIdSent;
           }
         }
         await response.body?.cancel().catch(() => undefined);
         throw new ProbeAnswerFailed(response.status, body);
       }
-      const lost = sessionId !== undefined && isUnknownSession(response.status, body);
-      if (lost) hooks.onSessionLost?.(sessionId, `HTTP ${response.status} to ${what}: ${body.slice(0, 200)}`);
       if (into && !hasFailure(into)) {
         if (resuming) {
           cutAnswer(capture, `the answer stream could not be resumed: HTTP ${response.status} ${body.slice(0, 200)}`);
@@ -298,7 +429,7 @@ export function createCapturingFetch(inner: FetchLike = fetch, hooks: CapturingF
           into.status = response.status;
           response.headers.forEach((value, name) => into.headers.push([name, value]));
           into.body = body;
-          if (into === capture) capture.sessionLost = lost;
+          into.sessionIdSent = sessionIdSent;
         }
       }
       return response;

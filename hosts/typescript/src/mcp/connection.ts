@@ -4,7 +4,8 @@
 import type { Stream } from 'node:stream';
 
 import { AgentRetryError, ConnectionConfigError } from '../errors.js';
-import { createCapturingFetch, type FetchLike } from './capture.js';
+import { MAX_TIMER_MS } from '../timers.js';
+import { createCapturingFetch, watchAnswers, type FetchLike } from './capture.js';
 import {
   chooseSdk, loadSdk, type McpClient, type McpClientOptions, type McpSdk, type McpSdkName,
 } from './sdk.js';
@@ -61,13 +62,13 @@ export interface McpStdioOptions extends McpCommonOptions {
  *  transport and goes on. */
 const CLOSE_CONNECT_WAIT_MS = 500;
 
-const DEFAULT_CLIENT_INFO: McpClientInfo = { name: 'agent-retry-policy', version: '0.4.1' };
+const DEFAULT_CLIENT_INFO: McpClientInfo = { name: 'agent-retry-policy', version: '0.5.0' };
 
 /** An MCP connection the wrapper can establish and establish again: over
  *  streamable HTTP (a fresh `Client` and transport with the capturing fetch,
  *  connected again) or over stdio (the server started again). A
  *  `RetryingToolCaller` built on one connects it through the policy (the
- *  `initialize` pseudo-call) on its first call, and again after a lost session;
+ *  `initialize` pseudo-call) on its first call, and again when the policy's verdict says `reconnect` (or its transport closed);
  *  `connect()` can also be called directly. One caller per connection. */
 export class McpConnection {
   private current?: McpClient;
@@ -89,16 +90,8 @@ export class McpConnection {
     private readonly stdioOptions?: McpStdioOptions,
   ) {
     this.sdk = chooseSdk((http?.options ?? stdioOptions)?.sdk);
-    if (http) {
-      this.capturingFetch = createCapturingFetch(http.options.fetch ?? fetch, {
-        onSessionLost: (sessionId, detail) => {
-          // Only the session in use: an old client's late request does not count.
-          if ((this.current?.transport as { sessionId?: string } | undefined)?.sessionId === sessionId) {
-            this.markLost(`the server no longer knows the session (${detail})`);
-          }
-        },
-      });
-    }
+    // It captures what each attempt saw; what that means (a lost session too) is the policy's to say.
+    if (http) this.capturingFetch = createCapturingFetch(http.options.fetch ?? fetch);
   }
 
   /** A streamable-HTTP connection to `url` (e.g. `http://127.0.0.1:8080/mcp`),
@@ -152,7 +145,9 @@ export class McpConnection {
     return this.adapter;
   }
 
-  /** Marks the connection lost: the wrapper connects again before its next request. */
+  /** Marks the connection lost: the wrapper connects again before its next
+   *  request. It does so when the policy's verdict says `reconnect`, or when its
+   *  own transport or pipe closed. */
   markLost(reason: string): void {
     if (this.lostBecause === undefined) this.lostBecause = reason;
   }
@@ -185,6 +180,7 @@ export class McpConnection {
       const { clientInfo: _info, clientOptions: _options, sdk: _sdk, ...server } = this.stdioOptions as McpStdioOptions;
       transport = sdk.stdioTransport(server);
     }
+    watchAnswers(transport); // before connecting: the handshake's answers are seen too
     this.opening = transport;
     let ready = false;
     client.onclose = () => {
@@ -193,7 +189,9 @@ export class McpConnection {
       }
     };
     try {
-      await sdk.connect(client, transport, { signal: options.signal, timeout: options.timeoutMs });
+      // The SDK sets a timer of it: past 2^31 - 1 ms one would fire at once.
+      const timeout = options.timeoutMs === undefined ? undefined : Math.min(options.timeoutMs, MAX_TIMER_MS);
+      await sdk.connect(client, transport, { signal: options.signal, timeout });
     } catch (e) {
       this.retire(client);
       throw e;

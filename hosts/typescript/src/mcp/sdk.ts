@@ -61,7 +61,9 @@ export interface McpSdk {
   /** One page of `tools/list` (v2: the first call walks every page, the SDK's aggregate, and gives no cursor;
    *  always sent, even to a server that does not advertise tools, whom v2 would answer with an empty list). */
   listTools(client: McpClient, cursor: string | undefined, options: SendOptions): Promise<{ tools: Tool[]; nextCursor?: string }>;
-  readError(error: unknown): SdkFailure | undefined;
+  /** What the SDK's error says; `answered`: a JSON-RPC response to the
+   *  request arrived (`AttemptCapture.answered`), so the error is the server's. */
+  readError(error: unknown, answered: boolean): SdkFailure | undefined;
   isHttpTransport(transport: unknown): boolean;
   isStdioTransport(transport: unknown): boolean;
   /** The revision the connection speaks (v1 over stdio: not known). */
@@ -117,11 +119,13 @@ async function loadV1(): Promise<McpSdk> {
     connect: (c, transport, { signal, timeout }) => v1(c).connect(transport as never, { signal, timeout }),
     callTool: (c, name, args, options) => v1(c).callTool({ name, arguments: args }, undefined, options) as Promise<CallToolResult>,
     listTools: (c, cursor, options) => v1(c).listTools(cursor ? { cursor } : undefined, options),
-    readError(error) {
+    readError(error, answered) {
       if (error instanceof types.McpError) {
-        // The SDK's own codes for a request it gave up on (a server's -32000 reads the same, as before).
-        if (error.code === types.ErrorCode.RequestTimeout) return { kind: 'timeout', message: error.message };
-        if (error.code === types.ErrorCode.ConnectionClosed) return { kind: 'closed', message: error.message };
+        // The SDK's own codes for a request it gave up on, no answer having
+        // come; a server's own -32000 / -32001 (an answer arrived) is its
+        // JSON-RPC error, as v2 reports it.
+        if (!answered && error.code === types.ErrorCode.RequestTimeout) return { kind: 'timeout', message: error.message };
+        if (!answered && error.code === types.ErrorCode.ConnectionClosed) return { kind: 'closed', message: error.message };
         const prefix = `MCP error ${error.code}: `; // the SDK's, not the server's
         const message = error.message.startsWith(prefix) ? error.message.slice(prefix.length) : error.message;
         return { kind: 'json-rpc', code: error.code, message, data: error.data };

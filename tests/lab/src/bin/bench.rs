@@ -11,7 +11,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use agent_retry_host::component::types::{Admission, CallRequest, Failure, FailureKind, Outcome};
+use agent_retry_host::Admission;
+use agent_retry_host::component::types::{FailureKind, Observation};
 use agent_retry_host::{EmbeddedAccounts, EntropySource, HostServices, PolicyComponent, default_wasm_path};
 use agent_retry_lab::{faults::FaultMix, report};
 use serde_json::json;
@@ -73,20 +74,19 @@ fn main() -> anyhow::Result<()> {
             .collect(),
     );
 
-    // One decision (begin-call + record-outcome of a 503), the baseline for instantiation.
+    // One decision (begin-call + record-failure of a 503), the baseline for instantiation.
     let component = PolicyComponent::from_bytes(&bytes)?;
     let mut instance = component.instantiate(services())?;
     let policy = instance.load_policy(r#"{"max-steps-per-run": 1000000, "max-retries-per-run": 100000}"#)?.map_err(|e| anyhow::anyhow!("{}", e.message))?;
-    let request = CallRequest { tool: "lookup_order".into(), idempotency_key: None, hints: None };
-    let failure = Outcome::Failure(Failure { kind: FailureKind::HttpStatus(503), headers: vec![], body: "unavailable".into(), structured_content: None });
+    let failure = Observation::new(FailureKind::HttpStatus(503), &[], "unavailable");
     let decision_us = median(
         (0..3)
             .map(|round| {
                 let run = instance.start_run(&policy, &format!("bench-{round}")).unwrap().unwrap();
                 let t = Instant::now();
                 for _ in 0..2000 {
-                    let Ok(Admission::Send(ticket)) = instance.begin_call(&run, &request, 1000).unwrap() else { panic!("not admitted") };
-                    std::hint::black_box(instance.record_outcome(&run, ticket.call_id, 1, &failure, 1000, Some(7)).unwrap().unwrap());
+                    let Ok(Admission::Send(ticket)) = instance.begin(&run, "lookup_order", None, None, 1000).unwrap() else { panic!("not admitted") };
+                    std::hint::black_box(instance.record_failure(&run, ticket.call_id, 1, &failure, None, 1000, Some(7)).unwrap().unwrap());
                 }
                 let us = t.elapsed().as_secs_f64() * 1e6 / 2000.0;
                 instance.drop_run(run).unwrap();
@@ -114,7 +114,7 @@ fn main() -> anyhow::Result<()> {
             let mut instance = component.instantiate(services()).unwrap();
             let policy = instance.load_policy("{}").unwrap().unwrap();
             let run = instance.start_run(&policy, &format!("CASE-{i}")).unwrap().unwrap();
-            let _ = instance.begin_call(&run, &request, 1000).unwrap();
+            let _ = instance.begin_call(&run, "lookup_order", None, None, 1000).unwrap();
             (instance, policy, run)
         })
         .collect();
@@ -126,7 +126,7 @@ fn main() -> anyhow::Result<()> {
     let mut runs = Vec::new();
     for i in 0..10_000 {
         let run = instance.start_run(&policy, &format!("CASE-{i}"))?.map_err(|e| anyhow::anyhow!("{e:?}"))?;
-        let _ = instance.begin_call(&run, &request, 1000)?;
+        let _ = instance.begin_call(&run, "lookup_order", None, None, 1000)?;
         runs.push(run);
     }
     let per_run = rss_bytes().saturating_sub(before) / 10_000;

@@ -3,16 +3,21 @@ policy, its attempts, the `initialize` and `tools/list` pseudo-calls, status
 checks, limits and log lines (the module docstring of
 `agent_retry_policy.mcp_client` says how it observes and obeys).
 
-Each call goes through the policy's flat hot path (contract 0.4.0):
-`begin_call_flat`, then per attempt `record_success` or `record_failure`,
-which answer with a `Verdict` of integers and enum cases. The words are read
+Each call goes through the policy's single run path (contract 0.5.0):
+`begin_call`, then per attempt `record_success`, `record_empty_result` or
+`record_failure` (the raw observation: status, headers and body as received,
+JSON-RPC code, message and data, whether an `Mcp-Session-Id` was sent, how far
+the request got), and per status check `record_status_check`; each answers
+with a `Verdict` of integers and enum cases. The wrapper decides nothing about
+what a failure means (a lost session included): a retry whose verdict says
+`reconnect` opens a new session first. With a call or run limit, every report
+passes the time left to it (`time-left-ms`). The words are read
 (`last_decision(call_id)`) only when something needs them: a replan's message
 for the model, an escalation's hand-off, a success's note when there is no
 result to return, and the log line's `reason`: the line is written only when
 the logger is enabled for INFO, and then always carries the reason, so the
 decision is read for every logged attempt and for none when INFO is off. A
-call not admitted reads the hand-off with `escalation()`. An empty result and a
-status check are reported with `record_outcome`, as before.
+call not admitted reads the hand-off with `escalation()`.
 """
 
 from __future__ import annotations
@@ -56,9 +61,9 @@ from ..errors import (
 )
 from ..types import (
     Decision,
+    Delivery,
     EscalateAction,
-    FailureOutcome,
-    Outcome,
+    Observation,
     ReplanAction,
     RetryAction,
     StatusCheckResult,
@@ -66,7 +71,6 @@ from ..types import (
     ToolHints,
     Verdict,
     action_name,
-    empty_result,
     http_failure,
     protocol_failure,
     tool_error,
@@ -85,16 +89,6 @@ INITIALIZE = "initialize"
 TOOLS_LIST = "tools/list"
 PSEUDO_TOOL_HINTS: ToolHints = {"read-only": True, "destructive": False, "idempotent": True}
 
-# A 400 body that says the session id is not valid ("Bad Request: No valid
-# session ID provided", the TypeScript SDK's servers).
-# A 404 whose body is a JSON-RPC "method not found" is an answer, not a lost
-# session (rmcp answers -32601 with 404), as in the Rust and Node wrappers.
-_METHOD_NOT_FOUND = re.compile(r'"code"\s*:\s*-32601\b')
-_INVALID_SESSION = re.compile(
-    r"no valid session|invalid session|unknown session|session (?:id )?(?:is )?(?:not valid|invalid|unknown|not found|expired|terminated)"
-    r"|session not found",
-    re.IGNORECASE,
-)
 # Errors mcp's streamable HTTP client makes up itself when its transport is not
 # the wrapper's (the real status, headers and body are gone by then).
 _SDK_HTTP_ERRORS = (
@@ -106,6 +100,8 @@ _SDK_HTTP_ERRORS = (
 _SDK_HTTP_PREFIXES = ("SSE stream", "Failed to parse JSON response", "Unexpected content type")
 # The dispatcher's own message when the session's read stream ended: the session is over.
 _SESSION_CLOSED_MESSAGE = "Connection closed"
+# The dispatcher's own message when a request's timeout passed (`Request 'tools/call' timed out`).
+_SDK_TIMEOUT_MESSAGE = re.compile(r"Request .* timed out")
 
 
 @dataclass(frozen=True)
@@ -150,20 +146,32 @@ def _json_text(value: Any) -> str | None:
         return None
 
 
-def tool_error_outcome(result: CallToolResult) -> FailureOutcome:
-    """The outcome of an `isError: true` result: `tool-error(none)` with the text
+def tool_error_outcome(result: CallToolResult, *, session_id_sent: bool = False) -> Observation:
+    """The observation of an `isError: true` result: `tool-error(none)` with the text
     content blocks joined with "\\n" as the body and `structuredContent` as JSON
     text. The wrapper does not read an upstream status itself: the policy reads
     the text and the structured content (a status, a provider's error type, a
     wait in prose such as "try again in 20s")."""
     text = "\n".join(block.text for block in result.content if isinstance(block, TextContent))
-    return tool_error(text, _json_text(result.structured_content))
+    return tool_error(text, _json_text(result.structured_content), session_id_sent=session_id_sent)
 
 
-def protocol_error_outcome(error: MCPError) -> FailureOutcome:
-    """The outcome of a JSON-RPC error: its code, its message as the body, and
-    its `data` (if any) as JSON text in `structured-content`."""
-    return protocol_failure(error.code, error.message, data=_json_text(error.data))
+def protocol_error_outcome(error: MCPError, *, session_id_sent: bool = False) -> Observation:
+    """The observation of a JSON-RPC error: its code, its message as the body,
+    and its `data` (if any) as JSON text in `structured-content`."""
+    return protocol_failure(error.code, error.message, data=_json_text(error.data), session_id_sent=session_id_sent)
+
+
+def _sdk_stand_in(error: MCPError) -> Observation | None:
+    """The observation an error mcp's HTTP client made up from a 404 stands for,
+    when the wrapper's capture did not see the answer: the SDK says "Session
+    terminated" for a 404 to a request that carried a session id, "Not Found"
+    for one that did not. Nothing else is known of it (no headers, no body)."""
+    if (error.code, error.message) == (INVALID_REQUEST, "Session terminated"):
+        return http_failure(404, (), "", session_id_sent=True)
+    if (error.code, error.message) == (METHOD_NOT_FOUND, "Not Found"):
+        return http_failure(404, (), "", session_id_sent=False)
+    return None
 
 
 def _sdk_http_error(error: MCPError) -> bool:
@@ -172,6 +180,19 @@ def _sdk_http_error(error: MCPError) -> bool:
     if (error.code, error.message) in _SDK_HTTP_ERRORS:
         return True
     return error.code in (CONNECTION_CLOSED, PARSE_ERROR, INVALID_REQUEST) and error.message.startswith(_SDK_HTTP_PREFIXES)
+
+
+def _server_answered(capture: AttemptCapture, error: MCPError) -> bool:
+    """Whether a JSON-RPC error whose code the SDK also gives its own failures
+    (-32000 connection closed, -32001 its timeout) is the server's answer. Over
+    the capturing transport, the capture knows: the response to the request came
+    whole. Without it (stdio, another HTTP client) nothing saw the bytes: the
+    SDK's own errors are the ones in the exact forms it makes them."""
+    if capture.seen:
+        return capture.responded
+    if error.code == CONNECTION_CLOSED:
+        return error.message != _SESSION_CLOSED_MESSAGE and not _sdk_http_error(error)
+    return _SDK_TIMEOUT_MESSAGE.fullmatch(error.message) is None
 
 
 @dataclass(frozen=True)
@@ -184,44 +205,45 @@ class _CallTag:
 
 
 class _Answer:
-    """What the policy decided of one outcome: the flat verdict's action, delay
-    and next attempt, and the full decision, read (`last_decision`) when first
-    asked for. For a `record_outcome` (an empty result, a status check) the
-    decision is there from the start."""
+    """What the policy decided of one report: the verdict's action, delay, next
+    attempt and reconnect, and the full decision, read (`last_decision`) when
+    first asked for."""
 
-    __slots__ = ("kind", "delay_ms", "next_attempt", "verdict", "_decision", "_read")
+    __slots__ = ("kind", "delay_ms", "next_attempt", "reconnect", "verdict", "_decision", "_read")
 
-    def __init__(self, verdict: Verdict | None, decision: Decision | None, read: Callable[[], Decision] | None = None) -> None:
+    def __init__(self, verdict: Verdict, read: Callable[[], Decision]) -> None:
         self.verdict = verdict
-        self._decision = decision
+        self._decision: Decision | None = None
         self._read = read
-        if verdict is not None:
-            self.kind: str = verdict.action
-            self.delay_ms: int = verdict.delay_ms
-            self.next_attempt: int = verdict.attempt + 1
-        else:
-            assert decision is not None
-            action = decision["action"]
-            self.kind = action_name(action)
-            plan = cast(RetryAction, action)["retry"] if self.kind == "retry" else None
-            self.delay_ms = plan["delay-ms"] if plan is not None else 0
-            self.next_attempt = plan["attempt"] if plan is not None else decision["attempt"] + 1
+        self.kind: str = verdict.action
+        self.delay_ms: int = verdict.delay_ms
+        self.next_attempt: int = verdict.attempt + 1
+        self.reconnect: bool = verdict.reconnect
 
     @property
     def decision(self) -> Decision:
         """The full decision (its reason, message, note, escalation)."""
         if self._decision is None:
-            assert self._read is not None
             self._decision = self._read()
         return self._decision
 
 
 @dataclass
 class _Observed:
-    outcome: Outcome
+    """One attempt as observed: a success (`observation` and `empty` None), an
+    empty result (`empty`: what is wrong), a failure (`observation`), or a
+    status check's finding (`status`)."""
+
     summary: str
     result: Any = None
+    observation: Observation | None = None
+    empty: str | None = None
+    status: StatusCheckResult | None = None
     capture_missing: bool = False
+
+    @property
+    def success(self) -> bool:
+        return self.observation is None and self.empty is None and self.status is None
 
 
 @dataclass
@@ -266,7 +288,10 @@ class RetryingToolCaller:
     and re-establish a lost session) or an initialised `ClientSession` (works,
     but a lost session ends the call with `SessionLost`). `call_timeout_s` and
     `run_timeout_s` (default None: no limit) bound each call from the start of
-    `call_tool`, and the run from the caller's construction."""
+    `call_tool`, and the run from the caller's construction: every report then
+    passes the time left to the nearer of the two (`time-left-ms`), and no wait
+    goes past it. `on_verdict(tool, attempt, verdict)` is called with every
+    verdict the wrapper acts on (for tests and metrics; it must not raise)."""
 
     def __init__(
         self,
@@ -285,6 +310,7 @@ class RetryingToolCaller:
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
         log: logging.Logger = logger,
         policy_identity: str | None = None,
+        on_verdict: Callable[[str, int, Verdict], None] | None = None,
     ) -> None:
         if isinstance(connection, McpConnection):
             self.connection: McpConnection | None = connection
@@ -314,6 +340,7 @@ class RetryingToolCaller:
         self._steps = 0
         self._bare_lost: str | None = None
         self._capture_warned = False
+        self.on_verdict = on_verdict
 
     @property
     def session(self) -> ClientSession | None:
@@ -364,7 +391,7 @@ class RetryingToolCaller:
             send_arguments[self.key_argument] = key
         tag = _CallTag(state.tag.step, key)
         state.tag = tag
-        start = self._policy(tag, name, "not sent", self.run.begin_call_flat, name, key, self._hints(tool), self.clock())
+        start = self._policy(tag, name, "not sent", self.run.begin_call, name, key, self._hints(tool), self.clock())
         if not start.admitted:
             raise self._not_admitted(tag, name)
         call_id = start.call_id
@@ -379,23 +406,24 @@ class RetryingToolCaller:
             observed = await self._attempt(
                 state, name, attempt, lambda session: session.call_tool(name, dict(send_arguments)), tool_call=True
             )
-            answer = self._record(tag, name, call_id, attempt, observed)
+            answer = self._record(state, tag, name, call_id, attempt, observed)
             while answer.kind == "check-status":
                 await self._ensure_session(state)
                 found = await self._check_status(state, name, send_arguments, key, call_id)
-                outcome: Outcome = {"status-check": found}
                 # Reported under the attempt whose effect was checked.
-                answer = self._record(tag, name, call_id, attempt, _Observed(outcome, f"status check: {found}"))
+                answer = self._record(state, tag, name, call_id, attempt, _Observed(f"status check: {found}", status=found))
             kind = answer.kind
             if kind == "retry":
                 delay, attempt = answer.delay_ms, answer.next_attempt
+                if answer.reconnect:  # the policy read a lost session (or a refused revision): a new session first
+                    self._reconnect_before_retry(answer)
                 await self._sleep(state, delay / 1000, f"while waiting {delay} ms before attempt {attempt}")
                 continue
             if kind == "replan":
                 message = cast(ReplanAction, answer.decision["action"])["replan"]
                 return CallToolResult(content=[TextContent(type="text", text=message)], is_error=True)
             if kind == "succeed":
-                if observed.result is not None and observed.outcome == "success":
+                if observed.result is not None and observed.success:
                     return cast(CallToolResult, observed.result)
                 note = cast(SucceedAction, answer.decision["action"])["succeed"] or "done"
                 return CallToolResult(content=[TextContent(type="text", text=note)], is_error=False)
@@ -467,7 +495,7 @@ class RetryingToolCaller:
         """`initialize` or `tools/list` as a call of the policy: begun (a step),
         sent, observed and decided like a tool's; retried as the policy says."""
         tag = _CallTag(None)
-        start = self._policy(tag, name, "not sent", self.run.begin_call_flat, name, None, PSEUDO_TOOL_HINTS, self.clock())
+        start = self._policy(tag, name, "not sent", self.run.begin_call, name, None, PSEUDO_TOOL_HINTS, self.clock())
         if not start.admitted:
             raise self._not_admitted(tag, name)
         call_id = start.call_id
@@ -478,15 +506,17 @@ class RetryingToolCaller:
             if name != INITIALIZE:
                 await self._ensure_session(state)
             observed = await self._attempt(state, name, attempt, send, tool_call=False)
-            failure = observed.outcome.get("failure") if isinstance(observed.outcome, dict) else None
+            failure = observed.observation
             if failure is not None and "transport" in failure["kind"]:
                 failure["body"] = f"{what}: {failure.get('body', '')}"
-            answer = self._record(tag, name, call_id, attempt, observed)
+            answer = self._record(state, tag, name, call_id, attempt, observed)
             while answer.kind == "check-status":  # nobody can check a connection: the policy decides on "unknown"
-                answer = self._record(tag, name, call_id, attempt, _Observed({"status-check": "unknown"}, "status check: unknown"))
+                answer = self._record(state, tag, name, call_id, attempt, _Observed("status check: unknown", status="unknown"))
             kind = answer.kind
             if kind == "retry":
                 delay, attempt = answer.delay_ms, answer.next_attempt
+                if answer.reconnect and name != INITIALIZE:
+                    self._reconnect_before_retry(answer)
                 await self._sleep(state, delay / 1000, f"while waiting {delay} ms before {name} attempt {attempt}")
                 continue
             if kind == "succeed":
@@ -515,7 +545,7 @@ class RetryingToolCaller:
         generation = self.connection._current if self.connection is not None and name != INITIALIZE else None
         # Connecting may send a probe whose failure is expected (a legacy server's
         # answer to `server/discover`): the attempt is what its last request saw.
-        capture = AttemptCapture(latest_request_only=name == INITIALIZE)
+        capture = AttemptCapture(latest_request_only=name == INITIALIZE, read_probe=self.run.instance.read_probe_answer)
         lost_at_send: list[bool] = []
 
         async def run() -> Any:
@@ -590,65 +620,105 @@ class RetryingToolCaller:
         tool_call: bool,
         finished: bool = True,
     ) -> _Observed:
-        """What an attempt saw, as the contract's outcome: the first case that
-        fits, in the contract's order (HTTP status, transport, JSON-RPC error,
-        isError)."""
+        """What an attempt saw, as the contract's observation: the first case
+        that fits, in the contract's order (HTTP status, transport, JSON-RPC
+        error, isError), with the facts as received. What they mean (a lost
+        session, a blip, a bug) is the policy's to say."""
+        sent_id = capture.session_header
         if capture.status is not None:
-            unknown_session = (capture.status == 404 and not _METHOD_NOT_FOUND.search(capture.body)) or (
-                capture.status == 400 and _INVALID_SESSION.search(capture.body)
+            return _Observed(
+                f"HTTP {capture.status}", observation=http_failure(capture.status, capture.headers, capture.body, session_id_sent=sent_id)
             )
-            if capture.session_header and unknown_session:
-                why = f"HTTP {capture.status}: the server no longer knows this session ({capture.body.strip()[:200] or 'no body'})"
-                self._session_lost(generation, why)
-                return _Observed(
-                    transport_failure("connection-refused", f"{why}; the request was not run"), f"session lost (HTTP {capture.status})"
-                )
-            return _Observed(http_failure(capture.status, capture.headers, capture.body), f"HTTP {capture.status}")
         if capture.transport_error is not None:
-            return _Observed(transport_failure(capture.transport_error, capture.transport_detail), capture.transport_error)
+            observation = transport_failure(
+                capture.transport_error, capture.transport_detail, delivery=capture.delivery, session_id_sent=sent_id
+            )
+            return _Observed(capture.transport_error, observation=observation)
+        # How far a request that got no answer went, as far as the transport saw.
+        out: Delivery = "answer-started" if capture.answered else ("sent" if capture.seen else "unknown")
         if timed_out:
-            return _Observed(transport_failure("timeout", f"no response within {self.attempt_timeout_s} s"), "timeout")
+            observation = transport_failure(
+                "timeout", f"no response within {self.attempt_timeout_s} s", delivery=out, session_id_sent=sent_id
+            )
+            return _Observed("timeout", observation=observation)
         if not finished:  # the connection was lost while the request was out
             lost = generation.lost if generation is not None else None
+            detail = f"the connection was lost while the request was out: {lost}"
+            delivery: Delivery = "not-sent" if lost_at_send else (out if capture.seen else "sent")
             return _Observed(
-                transport_failure("stream-closed", f"the connection was lost while the request was out: {lost}"), "stream-closed"
+                "stream-closed", observation=transport_failure("stream-closed", detail, delivery=delivery, session_id_sent=sent_id)
             )
         if isinstance(error, _ConnectFailure):
-            return _Observed(transport_failure(error.kind, error.detail), error.kind)
+            return _Observed(error.kind, observation=transport_failure(error.kind, error.detail, delivery="not-sent"))
         if isinstance(error, MCPError):
             missing = not capture.seen and _sdk_http_error(error)
             if missing:
                 self._warn_capture_missing(error)
-            if error.code == REQUEST_TIMEOUT:  # the session's own read timeout
-                return _Observed(transport_failure("timeout", error.message), "timeout", capture_missing=missing)
-            if error.code in (CONNECTION_CLOSED, INVALID_REQUEST) and _INVALID_SESSION.search(error.message):
-                why = f"the server no longer knows this session ({error.message})"
-                self._session_lost(generation, why)
+                stand_in = _sdk_stand_in(error)
+                if stand_in is not None:
+                    return _Observed("HTTP 404", observation=stand_in, capture_missing=True)
+            if error.code in (REQUEST_TIMEOUT, CONNECTION_CLOSED) and _server_answered(capture, error):
+                # The server's own error with a code the SDK also gives its failures: an answer like any other.
                 return _Observed(
-                    transport_failure("connection-refused", f"{why}; the request was not run"), "session lost", capture_missing=missing
+                    f"JSON-RPC {error.code}", observation=protocol_error_outcome(error, session_id_sent=sent_id), capture_missing=missing
                 )
+            if error.code == REQUEST_TIMEOUT:  # the session's own read timeout
+                observation = transport_failure("timeout", error.message, delivery=out if capture.seen else "sent", session_id_sent=sent_id)
+                return _Observed("timeout", observation=observation, capture_missing=missing)
             if error.code == CONNECTION_CLOSED:
-                if error.message == _SESSION_CLOSED_MESSAGE:  # the session itself is over
+                if error.message == _SESSION_CLOSED_MESSAGE:  # the session's transport is over (its pipe or stream closed)
                     lost = generation.lost if generation is not None and generation.lost else "the session's connection closed"
+                    # Not a decision: this session cannot carry another request, whatever the policy says.
                     self._session_lost(generation, lost)
-                    if lost_at_send:
-                        return _Observed(transport_failure("connection-refused", f"not sent: {lost}"), "connection-refused")
-                    return _Observed(transport_failure("stream-closed", f"{error.message}: {lost}"), "stream-closed")
-                return _Observed(transport_failure("stream-closed", error.message), "stream-closed", capture_missing=missing)
-            return _Observed(protocol_error_outcome(error), f"JSON-RPC {error.code}", capture_missing=missing)
+                    delivery = "not-sent" if lost_at_send else "sent"
+                    return _Observed(
+                        "stream-closed",
+                        observation=transport_failure(
+                            "stream-closed", f"{error.message}: {lost}", delivery=delivery, session_id_sent=sent_id
+                        ),
+                    )
+                observation = transport_failure(
+                    "stream-closed", error.message, delivery=out if capture.seen else "unknown", session_id_sent=sent_id
+                )
+                return _Observed("stream-closed", observation=observation, capture_missing=missing)
+            return _Observed(
+                f"JSON-RPC {error.code}", observation=protocol_error_outcome(error, session_id_sent=sent_id), capture_missing=missing
+            )
         if isinstance(error, asyncio.CancelledError):
-            return _Observed(transport_failure("other", "the request was cancelled inside the MCP SDK"), "other")
-        if error is not None:  # anything else the SDK raised (a malformed result, ...): a probable bug, not a blip
-            return _Observed(transport_failure("other", _describe(error)), "other")
+            return _Observed(
+                "other", observation=transport_failure("other", "the request was cancelled inside the MCP SDK", session_id_sent=sent_id)
+            )
+        if error is not None:  # anything else the SDK raised (a malformed result, ...): reported as it is
+            return _Observed("other", observation=transport_failure("other", _describe(error), session_id_sent=sent_id))
         if not tool_call:
-            return _Observed("success", "success", result)
+            return _Observed("success", result)
         call_result = cast(CallToolResult, result)
         if call_result.is_error:
-            return _Observed(tool_error_outcome(call_result), "isError", call_result)
+            return _Observed("isError", call_result, observation=tool_error_outcome(call_result, session_id_sent=sent_id))
         what = self.empty_check(call_result)
         if what is not None:
-            return _Observed(empty_result(what), "empty result", call_result)
-        return _Observed("success", "success", call_result)
+            return _Observed("empty result", call_result, empty=what)
+        return _Observed("success", call_result)
+
+    def _reconnect_before_retry(self, answer: _Answer) -> None:
+        """A retry the policy says needs a new session: the current one is
+        retired, so the next attempt connects (negotiating again) first. A bare
+        `ClientSession` cannot reconnect: the next attempt raises `SessionLost`."""
+        generation = self.connection._current if self.connection is not None else None
+        rule = self._rule_name(answer.verdict)
+        self._session_lost(generation, f"the retry policy asks for a new session (rule {rule})")
+
+    def _rule_name(self, verdict: Verdict) -> str:
+        names = self.run.instance.rule_names()
+        return names[verdict.rule_index] if verdict.rule_index < len(names) else f"rule {verdict.rule_index}"
+
+    def _time_left_ms(self, state: _CallState) -> int | None:
+        """The time to the call's or the run's deadline, whichever is sooner, in
+        ms (0 once passed); None without either."""
+        remaining = state.remaining()
+        if remaining is None:
+            return None
+        return max(0, int(remaining * 1000))
 
     def _session_lost(self, generation: _Generation | None, why: str) -> None:
         if self.connection is not None:
@@ -747,14 +817,10 @@ class RetryingToolCaller:
         self._log_line(state.tag, state.tool, state.call_id, state.attempt, cause, None, "stop", None, message)
         return Stopped(cause, state.tool, state.call_id, state.attempts_sent, may_have_applied, message)
 
-    def _record(self, tag: _CallTag, tool: str, call_id: int, attempt: int, observed: _Observed) -> _Answer:
-        """Reports an attempt's outcome: a success or a failure through the flat
-        hot path, an empty result or a status check with `record_outcome`."""
-        outcome, summary, run = observed.outcome, observed.summary, self.run
-        if outcome == "success":
-            verdict = self._policy(tag, tool, summary, run.record_success, call_id, attempt, self.clock())
-        elif isinstance(outcome, dict) and "failure" in outcome:
-            failure = cast(FailureOutcome, outcome)["failure"]
+    def _record(self, state: _CallState, tag: _CallTag, tool: str, call_id: int, attempt: int, observed: _Observed) -> _Answer:
+        """Reports an attempt (or a status check) on the run's single path."""
+        summary, run = observed.summary, self.run
+        if observed.observation is not None:
             verdict = self._policy(
                 tag,
                 tool,
@@ -762,21 +828,31 @@ class RetryingToolCaller:
                 run.record_failure,
                 call_id,
                 attempt,
-                failure["kind"],
-                failure.get("headers", ()),
-                failure.get("body", ""),
-                failure.get("structured-content"),
+                observed.observation,
+                self._time_left_ms(state),
                 self.clock(),
                 self.entropy.next_u64(),
             )
-        else:
-            decision = self._policy(
-                tag, tool, summary, run.record_outcome, call_id, attempt, outcome, self.clock(), self.entropy.next_u64()
+        elif observed.status is not None:
+            verdict = self._policy(
+                tag,
+                tool,
+                summary,
+                run.record_status_check,
+                call_id,
+                attempt,
+                observed.status,
+                self._time_left_ms(state),
+                self.clock(),
+                self.entropy.next_u64(),
             )
-            answer = _Answer(None, decision)
-            self._log_decision(tag, tool, call_id, attempt, summary, answer, capture_missing=observed.capture_missing)
-            return answer
-        answer = _Answer(verdict, None, lambda: self._policy(tag, tool, summary, self._last_decision, call_id))
+        elif observed.empty is not None:
+            verdict = self._policy(tag, tool, summary, run.record_empty_result, call_id, attempt, observed.empty, self.clock())
+        else:
+            verdict = self._policy(tag, tool, summary, run.record_success, call_id, attempt, self.clock())
+        answer = _Answer(verdict, lambda: self._policy(tag, tool, summary, self._last_decision, call_id))
+        if self.on_verdict is not None:
+            self.on_verdict(tool, attempt, verdict)
         self._log_decision(tag, tool, call_id, attempt, summary, answer, capture_missing=observed.capture_missing)
         return answer
 

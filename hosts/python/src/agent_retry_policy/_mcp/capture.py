@@ -10,13 +10,13 @@ import contextvars
 import json
 import socket
 import ssl
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 import httpx2
 
-from ..types import TransportError
+from ..types import Delivery, TransportError
 
 # The header that marks the stand-in answer for a network error.
 TRANSPORT_ERROR_HEADER = "x-agent-retry-transport-error"
@@ -38,19 +38,35 @@ class AttemptCapture:
     body: str = ""
     transport_error: TransportError | None = None
     transport_detail: str = ""
-    # The failed request carried Mcp-Session-Id (a 404 then means the session is gone).
+    # How far the failed request got (the contract's `delivery`).
+    delivery: Delivery = "unknown"
+    # The attempt's latest request carried Mcp-Session-Id (the policy reads a 404
+    # or a 400 as a lost session only then).
     session_header: bool = False
     seen: bool = False
+    # An answer's status line came for the attempt's latest request: a failure
+    # after it is `answer-started`.
+    answered: bool = False
+    # The JSON-RPC response to the attempt's latest request came whole (a JSON
+    # body to its end, or the SSE event carrying it): an error it carries is the
+    # server's, even with a code the SDK also gives its own failures (-32000
+    # connection closed, -32001 its timeout).
+    responded: bool = False
+    # The id (as text) of the attempt's latest request, so that only its answer sets `responded`.
+    request_id: str | None = None
     # Set when an answer stream ended or was cut before its response, or the
-    # `server/discover` probe met a network error or an HTTP failure that is not a
-    # legacy server's refusal (`is_probe_failure`): the attempt ends then, not at
-    # its timeout, and not in the SDK's fallback to `initialize`.
+    # `server/discover` probe met a network error or an answer the policy reads
+    # as the connect attempt's failure (`read_probe`): the attempt ends then,
+    # not at its timeout, and not in the SDK's fallback to `initialize`.
     cut: asyncio.Event = field(default_factory=asyncio.Event)
     # Keep only the failure of the attempt's latest request: connecting sends a
     # `server/discover` probe whose failure (a legacy server's 400 or 404) is
     # expected, then `initialize`; the attempt's outcome is the last one's. (A
     # probe failure that ends the attempt sets `cut`, and is kept.)
     latest_request_only: bool = False
+    # The policy's rule for the probe's answer (`PolicyInstance.read_probe_answer`):
+    # (http-status, json-rpc-code) -> "failure" | "older-server".
+    read_probe: Callable[[int | None, int | None], str] | None = None
 
     @property
     def failed(self) -> bool:
@@ -63,35 +79,74 @@ class AttemptCapture:
         self.body = ""
         self.transport_error = None
         self.transport_detail = ""
+        self.delivery = "unknown"
         self.session_header = False
+        self.answered = False
+        self.responded = False
+
+    def probe_failed(self, status: int | None, body: bytes) -> bool:
+        """Whether an answer to the `server/discover` probe that is not a
+        discovery result fails the connect attempt, as the policy reads it
+        (`read-probe-answer`: the contract's one rule). A policy that cannot
+        answer fails the attempt: the record of it then says why."""
+        if self.read_probe is None:
+            return False
+        try:
+            return self.read_probe(status, _json_rpc_error_code(body)) == "failure"
+        except Exception:  # noqa: BLE001 - a failed policy: the attempt ends, its report escalates
+            return True
 
 
-def is_probe_failure(status: int) -> bool:
-    """Whether an HTTP status answering the `server/discover` probe fails the
-    connect attempt (the same rule in the three hosts) rather than telling a
-    legacy server that does not know the method: 401, 403, 408, 429, 5xx."""
-    return status in (401, 403, 408, 429) or 500 <= status <= 599
+def _json_rpc_error_code(body: bytes) -> int | None:
+    """The code of the JSON-RPC error a body carries, if it is one."""
+    try:
+        message = json.loads(body)
+    except (ValueError, TypeError):
+        return None
+    error = message.get("error") if isinstance(message, dict) else None
+    code = error.get("code") if isinstance(error, dict) else None
+    return code if isinstance(code, int) and not isinstance(code, bool) and -(2**31) <= code < 2**31 else None
 
 
 _current_attempt: contextvars.ContextVar[AttemptCapture | None] = contextvars.ContextVar("agent_retry_current_attempt", default=None)
 
 
-def classify_network_error(error: BaseException) -> TransportError:
-    """An httpx2 exception as the contract's transport error."""
+def _in_chain(error: BaseException, kind: type[BaseException]) -> bool:
     cause: BaseException | None = error
-    while cause is not None:  # TLS and DNS failures are not blips: "other" escalates
-        if isinstance(cause, (ssl.SSLError, socket.gaierror)):
-            return "other"
+    while cause is not None:
+        if isinstance(cause, kind):
+            return True
         cause = cause.__cause__ or cause.__context__
+    return False
+
+
+def classify_network_error(error: BaseException, *, written: bool | None = None) -> tuple[TransportError, Delivery]:
+    """An httpx2 exception (or a raw `ssl.SSLError`, which httpcore lets through
+    from a read or write on an established TLS connection) as the contract's
+    transport error and how far the request got: what the error stands for, no
+    decision on what it means. `written`: whether the whole request was written
+    (None: not known)."""
+    if isinstance(error, httpx2.ConnectError) and _in_chain(error, ssl.SSLError):
+        return "tls", "not-sent"  # the handshake failed (httpcore raises it as ConnectError): nothing of the request left
+    if _in_chain(error, socket.gaierror):  # the name did not resolve: no connection
+        return "name-resolution", "not-sent"
+    if isinstance(error, ssl.SSLError):
+        # A bad TLS record on a connection whose handshake was done: the connection is
+        # broken, the request was written (or partly, if the write failed).
+        return "connection-reset", "sent" if written else "unknown"
     if isinstance(error, (httpx2.ConnectError, httpx2.ConnectTimeout, httpx2.PoolTimeout)):
-        return "connection-refused"  # the request never reached the server
-    if isinstance(error, (httpx2.ReadTimeout, httpx2.WriteTimeout, httpx2.TimeoutException)):
-        return "timeout"
-    if isinstance(error, (httpx2.RemoteProtocolError, httpx2.ReadError, httpx2.WriteError)):
-        return "connection-reset"
+        return "connection-refused", "not-sent"  # no connection was made
+    if isinstance(error, httpx2.ReadTimeout):
+        return "timeout", "sent"  # written, no answer byte
+    if isinstance(error, httpx2.TimeoutException):  # a write timeout: part of it may have left
+        return "timeout", "unknown"
+    if isinstance(error, (httpx2.RemoteProtocolError, httpx2.ReadError)):
+        return "connection-reset", "sent"  # written, then the connection dropped before an answer
+    if isinstance(error, httpx2.WriteError):
+        return "connection-reset", "unknown"
     if isinstance(error, httpx2.StreamError):
-        return "stream-closed"
-    return "other"
+        return "stream-closed", "unknown"
+    return "other", "unknown"
 
 
 def _json_rpc_request(request: httpx2.Request) -> tuple[bool, str | None]:
@@ -161,10 +216,18 @@ class _AnswerWatch:
             return
         if isinstance(message, dict) and str(message.get("id")) == self.request_id and ("result" in message or "error" in message):
             self.answered = True
+            self._responded()
+
+    def _responded(self) -> None:
+        capture = self.capture
+        if capture is not None and capture.request_id == self.request_id:
+            capture.responded = True
 
     def ended(self) -> None:
         if self.sse and not self.answered and not self.resumable:
             self._fail("the answer stream (SSE) ended before the JSON-RPC response")
+        elif self.watched and not self.sse:
+            self._responded()  # a JSON answer is the one response, and it came to its end
 
     def cut(self, error: BaseException) -> None:
         if self.watched and not self.answered:
@@ -177,6 +240,7 @@ class _AnswerWatch:
             return
         capture.transport_error = "stream-closed"
         capture.transport_detail = detail
+        capture.delivery = "answer-started"  # the answer's status line (and maybe more) came
         capture.cut.set()
 
 
@@ -195,13 +259,29 @@ class _WatchedStream(httpx2.AsyncByteStream):
             async for chunk in self.inner:
                 self.watch.feed(chunk)
                 yield chunk
-        except httpx2.TransportError as e:
+        except (httpx2.TransportError, ssl.SSLError) as e:  # a bad TLS record reaches here raw
             self.watch.cut(e)
             return
         self.watch.ended()
 
     async def aclose(self) -> None:
         await self.inner.aclose()
+
+
+class _WriteProgress:
+    """httpcore's `trace` extension for one request: notes when the request was
+    written whole (its body sent), and passes every event on to the trace the
+    request already had."""
+
+    def __init__(self, inner: Callable[[str, dict[str, Any]], Awaitable[None]] | None) -> None:
+        self.inner = inner
+        self.written = False
+
+    async def __call__(self, event: str, info: dict[str, Any]) -> None:
+        if event.endswith(".send_request_body.complete"):
+            self.written = True
+        if self.inner is not None:
+            await self.inner(event, info)
 
 
 def _stand_in(request: httpx2.Request, kind: TransportError, detail: str) -> httpx2.Response:
@@ -238,14 +318,24 @@ class CapturingTransport(httpx2.AsyncBaseTransport):
                 return _stand_in(request, "connection-refused", "not sent: the connect attempt already failed on its server/discover probe")
             if capture.latest_request_only and request_id is not None:
                 capture.forget_failure()
+            if not capture.failed:
+                capture.session_header = "mcp-session-id" in request.headers
+                capture.answered = False
+                capture.responded = False
+                capture.request_id = request_id
+        progress = _WriteProgress(request.extensions.get("trace"))
+        request.extensions = {**request.extensions, "trace": progress}
         try:
             response = await self.inner.handle_async_request(request)
-        except httpx2.TransportError as e:
-            kind = classify_network_error(e)
+        except (httpx2.TransportError, ssl.SSLError) as e:
+            # httpcore lets an `ssl.SSLError` after the handshake (a bad record) through
+            # untyped: it is a broken connection like any other, answered by the stand-in.
+            kind, delivery = classify_network_error(e, written=progress.written)
             detail = f"{type(e).__name__}: {e}"
             if capture is not None and not capture.failed:
                 capture.transport_error = kind
                 capture.transport_detail = detail
+                capture.delivery = delivery
                 # The SDK takes any error answering its `server/discover` probe as a
                 # legacy server's and falls back to `initialize`: a network error is
                 # no such answer, so the attempt ends on it here.
@@ -254,6 +344,8 @@ class CapturingTransport(httpx2.AsyncBaseTransport):
             # mcp 2.3's POST task would let the exception end the session; an error
             # status instead resolves just this request with an MCPError.
             return _stand_in(request, kind, detail)
+        if capture is not None and not capture.failed:
+            capture.answered = True
         if response.status_code < 400:
             if request_id is not None:
                 watch = _AnswerWatch(capture, request_id, response.headers.get("content-type", ""))
@@ -262,12 +354,13 @@ class CapturingTransport(httpx2.AsyncBaseTransport):
         # Read the body here and hand the SDK a fresh response with the same bytes.
         try:
             body = await response.aread()
-        except httpx2.TransportError:
+        except (httpx2.TransportError, ssl.SSLError):
             body = b""
         finally:
             await response.aclose()
         if capture is not None and not capture.failed:
             capture.status = response.status_code
+            capture.delivery = "answer-started"
             capture.session_header = "mcp-session-id" in request.headers
             # Every field as received, repeated ones as separate pairs (the policy joins
             # list-valued ones such as RateLimit itself).
@@ -275,11 +368,11 @@ class CapturingTransport(httpx2.AsyncBaseTransport):
             capture.headers = [(k.decode(encoding), v.decode(encoding)) for k, v in response.headers.raw]
             capture.body = body[:MAX_CAPTURED_BODY].decode("utf-8", errors="replace")
             # The SDK takes any error answering its `server/discover` probe as a legacy
-            # server's refusal and falls back to `initialize`. A 401, 403, 408, 429 or
-            # 5xx is no refusal: the server (or a front) failed the attempt, so the
-            # attempt ends on it here and the policy reads it (its hint, its 403).
-            # Other 4xx (400, 404, 405, ...) are a legacy server's: the fallback goes on.
-            if is_probe_failure(response.status_code) and _json_rpc_method(request) == "server/discover":
+            # server's refusal and falls back to `initialize`. The policy says which
+            # answers are no refusal (`read-probe-answer`): for those the attempt ends
+            # here and the policy reads it (its hint, its 403); for the others (an
+            # older server's) the fallback goes on.
+            if _json_rpc_method(request) == "server/discover" and capture.probe_failed(response.status_code, body):
                 capture.cut.set()
         return httpx2.Response(
             response.status_code,

@@ -1,0 +1,44 @@
+//! The vectors' readable steps on the contract's one run path: a `call-request`
+//! begun into an `admission`, an `outcome` recorded into a worded `decision`.
+//! The native conformance subject, the property tests and the fuzzers speak
+//! this form; the component does not export it (contract 0.5.0 has one path).
+
+use alloc::vec::Vec;
+
+use crate::account::AccountBudget;
+use crate::classify::FailureView;
+use crate::hints::Pair;
+use crate::run::{At, Run, Start};
+use crate::types::{Admission, CallRequest, Decision, Outcome, RunError};
+
+/// `begin-call`, answered as an `admission`.
+pub fn begin_call(run: &mut Run, request: &CallRequest, now_ms: u64, budget: &mut dyn AccountBudget) -> Result<Admission, RunError> {
+    let start = run.begin(request.tool.clone(), request.idempotency_key.clone(), request.hints.as_ref(), now_ms, budget)?;
+    Ok(match start {
+        Start::Send(ticket) => Admission::Send(ticket),
+        Start::Escalated => Admission::Escalate(run.escalation().expect("an escalated run keeps its hand-off")),
+    })
+}
+
+/// The report an outcome stands for, answered with the run's last decision.
+pub fn record_outcome(run: &mut Run, call_id: u32, attempt: u32, outcome: &Outcome, at: At, budget: &mut dyn AccountBudget) -> Result<Decision, RunError> {
+    let now_ms = at.now_ms;
+    match outcome {
+        Outcome::Success => run.record_success(call_id, attempt, now_ms, budget)?,
+        Outcome::EmptyResult(detail) => run.record_empty_result(call_id, attempt, detail, now_ms, budget)?,
+        Outcome::StatusCheck(result) => run.record_status_check(call_id, attempt, *result, at, budget)?,
+        Outcome::Failure(failure) => {
+            let pairs: Vec<Pair<'_>> = failure.headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+            let view = FailureView {
+                kind: &failure.kind,
+                headers: &pairs,
+                body: &failure.body,
+                structured_content: failure.structured_content.as_deref(),
+                session_id_sent: failure.session_id_sent,
+                delivery: failure.delivery,
+            };
+            run.record_failure(call_id, attempt, &view, at, budget)?
+        }
+    };
+    Ok(run.last_decision(call_id).expect("a decision was just made"))
+}
