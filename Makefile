@@ -4,8 +4,9 @@
 
 WASM_BUILD := target/wasm32-wasip2/wasm-release/agent_retry_policy.wasm
 WASM := target/component/agent_retry_policy.wasm
-# Contract 0.5.0 decides sessions, revisions, TLS and deadlines in the guest:
-# 131,459 bytes (issue 23 aims at 115,000; not reached).
+# Contract 0.5.0 decides sessions, revisions, TLS and deadlines in the guest,
+# which took it past 130,000 bytes (`make targets`: the size against issue
+# 23's 115,000).
 WASM_LIMIT_BYTES := 132000
 JCO := hosts/typescript/node_modules/@bytecodealliance/jco/src/jco.js
 

@@ -21,6 +21,10 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 pub struct TestAuthority {
     /// The CA's certificate, PEM: what a client must trust.
     pub ca_pem: String,
+    /// The server's certificate and its key, PEM: for a test server of
+    /// another kind that must present the same identity.
+    pub server_cert_pem: String,
+    pub server_key_pem: String,
     config: Arc<ServerConfig>,
 }
 
@@ -38,13 +42,14 @@ impl TestAuthority {
         let leaf_key = KeyPair::generate()?;
         let leaf = leaf_params.signed_by(&leaf_key, &ca)?;
 
+        let (server_cert_pem, server_key_pem) = (leaf.pem(), leaf_key.serialize_pem());
         let chain: Vec<CertificateDer<'static>> = vec![leaf.der().clone()];
         let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(leaf_key.serialize_der()));
         let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
         let mut config =
             ServerConfig::builder_with_provider(provider).with_safe_default_protocol_versions()?.with_no_client_auth().with_single_cert(chain, key)?;
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
-        Ok(TestAuthority { ca_pem: ca.pem(), config: Arc::new(config) })
+        Ok(TestAuthority { ca_pem: ca.pem(), server_cert_pem, server_key_pem, config: Arc::new(config) })
     }
 }
 

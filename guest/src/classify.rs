@@ -219,16 +219,27 @@ impl Classified {
 
 /// Classifies `failure`, for `tool` when the run knows it (its `tool-error-rules`).
 pub fn classify(failure: &Failure, config: &Config, tool: Option<&str>, now_ms: u64) -> Classification {
-    let pairs: Vec<Pair<'_>> = failure.headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
-    let view = FailureView {
-        kind: &failure.kind,
-        headers: &pairs,
-        body: &failure.body,
-        structured_content: failure.structured_content.as_deref(),
-        session_id_sent: failure.session_id_sent,
-        delivery: failure.delivery,
-    };
-    classify_view(&view, config, tool, now_ms).into_classification()
+    let pairs = failure.header_pairs();
+    classify_view(&failure.view(&pairs), config, tool, now_ms).into_classification()
+}
+
+impl Failure {
+    /// The headers as the policy reads them: borrowed `(name, value)` pairs.
+    pub fn header_pairs(&self) -> Vec<Pair<'_>> {
+        self.headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect()
+    }
+
+    /// The failure as the policy reads it; `pairs` are its [`Failure::header_pairs`].
+    pub fn view<'a>(&'a self, pairs: &'a [Pair<'a>]) -> FailureView<'a> {
+        FailureView {
+            kind: &self.kind,
+            headers: pairs,
+            body: &self.body,
+            structured_content: self.structured_content.as_deref(),
+            session_id_sent: self.session_id_sent,
+            delivery: self.delivery,
+        }
+    }
 }
 
 /// A failure as the policy reads it, borrowed from the host's `failure` or from
@@ -444,15 +455,7 @@ mod tests {
     }
 
     fn classify_failure(failure: &Failure) -> Classified {
-        let pairs: Vec<Pair<'_>> = failure.headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
-        let view = FailureView {
-            kind: &failure.kind,
-            headers: &pairs,
-            body: &failure.body,
-            structured_content: failure.structured_content.as_deref(),
-            session_id_sent: failure.session_id_sent,
-            delivery: failure.delivery,
-        };
-        classify_view(&view, &Config::default(), None, 0)
+        let pairs = failure.header_pairs();
+        classify_view(&failure.view(&pairs), &Config::default(), None, 0)
     }
 }

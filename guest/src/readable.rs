@@ -3,11 +3,7 @@
 //! The native conformance subject, the property tests and the fuzzers speak
 //! this form; the component does not export it (contract 0.5.0 has one path).
 
-use alloc::vec::Vec;
-
 use crate::account::AccountBudget;
-use crate::classify::FailureView;
-use crate::hints::Pair;
 use crate::run::{At, Run, Start};
 use crate::types::{Admission, CallRequest, Decision, Outcome, RunError};
 
@@ -28,16 +24,8 @@ pub fn record_outcome(run: &mut Run, call_id: u32, attempt: u32, outcome: &Outco
         Outcome::EmptyResult(detail) => run.record_empty_result(call_id, attempt, detail, now_ms, budget)?,
         Outcome::StatusCheck(result) => run.record_status_check(call_id, attempt, *result, at, budget)?,
         Outcome::Failure(failure) => {
-            let pairs: Vec<Pair<'_>> = failure.headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
-            let view = FailureView {
-                kind: &failure.kind,
-                headers: &pairs,
-                body: &failure.body,
-                structured_content: failure.structured_content.as_deref(),
-                session_id_sent: failure.session_id_sent,
-                delivery: failure.delivery,
-            };
-            run.record_failure(call_id, attempt, &view, at, budget)?
+            let pairs = failure.header_pairs();
+            run.record_failure(call_id, attempt, &failure.view(&pairs), at, budget)?
         }
     };
     Ok(run.last_decision(call_id).expect("a decision was just made"))

@@ -118,6 +118,16 @@ def _read_answer(content_type: str, body: _Body, message: dict[str, object] = RE
     return asyncio.run(post())
 
 
+def test_the_capture_says_the_response_came_only_when_it_came_whole() -> None:
+    error = b'{"jsonrpc":"2.0","id":7,"error":{"code":-32000,"message":"Session not found"}}'
+    assert _read_answer("application/json", _Body([error]))[0].responded
+    assert not _read_answer("application/json", _Body([error[:20]], cut=True))[0].responded
+    event = b"event: message\ndata: " + error + b"\n\n"
+    assert _read_answer("text/event-stream", _Body([event]))[0].responded
+    other = b'event: message\ndata: {"jsonrpc":"2.0","id":8,"error":{"code":-32000,"message":"x"}}\n\n'
+    assert not _read_answer("text/event-stream", _Body([other, b"id: 1\ndata: \n\n"]))[0].responded
+
+
 def test_an_sse_answer_that_ends_before_its_response_is_stream_closed() -> None:
     progress = b'event: message\ndata: {"jsonrpc":"2.0","method":"notifications/progress","params":{}}\n\n'
     capture, received = _read_answer("text/event-stream", _Body([progress]))

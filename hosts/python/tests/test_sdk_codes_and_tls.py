@@ -149,47 +149,6 @@ def test_who_sent_a_32000_or_32001_is_what_the_capture_saw_not_the_message() -> 
 REQUEST = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "echo"}}
 
 
-class _Body(httpx2.AsyncByteStream):
-    def __init__(self, chunks: list[bytes], cut: bool = False) -> None:
-        self.chunks = chunks
-        self.cut = cut
-
-    async def __aiter__(self):  # type: ignore[no-untyped-def]
-        for chunk in self.chunks:
-            yield chunk
-        if self.cut:
-            raise httpx2.RemoteProtocolError("peer closed connection without sending complete message body")
-
-
-def _responded(content_type: str, body: _Body) -> bool:
-    def answer(request: httpx2.Request) -> httpx2.Response:
-        return httpx2.Response(200, headers={"content-type": content_type}, stream=body)
-
-    async def post() -> bool:
-        capture = AttemptCapture()
-        token = _current_attempt.set(capture)
-        try:
-            transport = CapturingTransport(httpx2.MockTransport(answer))
-            response = await transport.handle_async_request(httpx2.Request("POST", "http://127.0.0.1/mcp", json=REQUEST))
-            async for _ in response.aiter_raw():
-                pass
-        finally:
-            _current_attempt.reset(token)
-        return capture.responded
-
-    return asyncio.run(post())
-
-
-def test_the_capture_says_the_response_came_only_when_it_came_whole() -> None:
-    error = b'{"jsonrpc":"2.0","id":7,"error":{"code":-32000,"message":"Session not found"}}'
-    assert _responded("application/json", _Body([error]))
-    assert not _responded("application/json", _Body([error[:20]], cut=True))
-    event = b"event: message\ndata: " + error + b"\n\n"
-    assert _responded("text/event-stream", _Body([event]))
-    other = b'event: message\ndata: {"jsonrpc":"2.0","id":8,"error":{"code":-32000,"message":"x"}}\n\n'
-    assert not _responded("text/event-stream", _Body([other, b"id: 1\ndata: \n\n"]))
-
-
 # --- M4: a TLS error after the request was written ---------------------------------
 
 

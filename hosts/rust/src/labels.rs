@@ -1,6 +1,6 @@
 //! WIT names (kebab-case) of the contract's enums, for logs and tables.
 
-use crate::component::types::{Delivery, EscalationReason, OutcomeClass, StatusCheckResult, TransportError};
+use crate::component::types::{ActionKind, Delivery, EscalationReason, OutcomeClass, StatusCheckResult, TransportError};
 
 pub fn class(class: OutcomeClass) -> &'static str {
     match class {
@@ -60,5 +60,15 @@ pub fn delivery(delivery: Delivery) -> &'static str {
         Delivery::NotSent => "not-sent",
         Delivery::Sent => "sent",
         Delivery::AnswerStarted => "answer-started",
+    }
+}
+
+pub fn action(action: ActionKind) -> &'static str {
+    match action {
+        ActionKind::Retry => "retry",
+        ActionKind::Replan => "replan",
+        ActionKind::CheckStatus => "check-status",
+        ActionKind::Succeed => "succeed",
+        ActionKind::Escalate => "escalate",
     }
 }

@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use agent_retry_host::component::types::ActionKind;
+use agent_retry_host::labels;
 
 use agent_retry_demo_server::{DemoState, Era, FaultScript, HttpOptions, TestAuthority, serve_http_options};
 use agent_retry_host::mcp::{CallError, ConnectionConfigError, McpConnection, Metrics, RetryingToolCaller, RetryingToolCallerOptions, ToolAnswer};
@@ -41,13 +41,7 @@ async fn connect_seeing(connection: McpConnection) -> (anyhow::Result<RetryingTo
     let seen: Arc<Mutex<Seen>> = Arc::default();
     let hook = Arc::clone(&seen);
     let options = options().on_verdict(move |tool, attempt, verdict| {
-        let action = match verdict.action {
-            ActionKind::Retry => "retry",
-            ActionKind::Replan => "replan",
-            ActionKind::CheckStatus => "check-status",
-            ActionKind::Succeed => "succeed",
-            ActionKind::Escalate => "escalate",
-        };
+        let action = labels::action(verdict.action);
         let rule = rules[usize::from(verdict.rule_index)].clone();
         hook.lock().unwrap().push((tool.to_string(), attempt, action.to_string(), rule, verdict.reconnect));
     });
@@ -156,7 +150,7 @@ async fn an_untrusted_certificate_escalates_at_once_and_is_not_retried() {
 
 /// A server that completes the TLS handshake, reads the request, then writes
 /// a record the client cannot decrypt (python3's ssl; a certificate made by
-/// openssl): a TLS error after the request was written.
+/// the demo server's test CA): a TLS error after the request was written.
 const TLS_GARBAGE_SERVER: &str = r#"
 import os, socket, ssl, sys, time
 ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER); ctx.load_cert_chain(sys.argv[1], sys.argv[2])
@@ -185,16 +179,10 @@ async fn a_tls_error_after_the_request_was_written_is_a_reset_not_a_tls_failure(
     let dir = std::env::temp_dir().join(format!("agent-retry-tls-garbage-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
-    let made = std::process::Command::new("openssl")
-        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1", "-subj", "/CN=localhost"])
-        .args(["-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost", "-addext", "basicConstraints=critical,CA:FALSE"])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .output()
-        .expect("openssl is needed");
-    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    // The demo server's test CA (rcgen): no `openssl` on the machine needed.
+    let authority = TestAuthority::generate().unwrap();
+    std::fs::write(&cert, &authority.server_cert_pem).unwrap();
+    std::fs::write(&key, &authority.server_key_pem).unwrap();
     let mut server = std::process::Command::new("python3")
         .arg("-c")
         .arg(TLS_GARBAGE_SERVER)
@@ -206,7 +194,7 @@ async fn a_tls_error_after_the_request_was_written_is_a_reset_not_a_tls_failure(
     let mut port = String::new();
     std::io::BufReader::new(server.stdout.take().unwrap()).read_line(&mut port).unwrap();
     let url = format!("https://127.0.0.1:{}/mcp", port.trim());
-    let connection = McpConnection::try_http(&url).unwrap().with_root_certificates_pem(&std::fs::read(&cert).unwrap()).unwrap();
+    let connection = McpConnection::try_http(&url).unwrap().with_root_certificates_pem(authority.ca_pem.as_bytes()).unwrap();
     let (refused, seen) = connect_seeing(connection).await;
     server.kill().unwrap();
     let _ = server.wait();

@@ -14,7 +14,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use agent_retry_demo_server::{DemoState, Era, Fault, FaultScript, HttpOptions, serve_http_options};
-use agent_retry_host::component::types::{ActionKind, Verdict};
+use agent_retry_host::component::types::Verdict;
 use agent_retry_host::mcp::{McpConnection, Metrics, RetryingToolCaller, RetryingToolCallerOptions};
 use agent_retry_host::vectors::{OBSERVED_TOOL, ObservationCase, matcher, parse_observation_file};
 use agent_retry_host::{EmbeddedAccounts, EntropySource, HostServices, PolicyComponent, default_wasm_path, labels};
@@ -27,13 +27,7 @@ fn instance() -> agent_retry_host::PolicyInstance {
 
 /// A verdict as `expect` names it; `rules` is the component's `rule-names()`.
 fn summary(verdict: &Verdict, rules: &[String]) -> Value {
-    let action = match verdict.action {
-        ActionKind::Retry => "retry",
-        ActionKind::Replan => "replan",
-        ActionKind::CheckStatus => "check-status",
-        ActionKind::Succeed => "succeed",
-        ActionKind::Escalate => "escalate",
-    };
+    let action = labels::action(verdict.action);
     let rule = rules.get(usize::from(verdict.rule_index)).cloned().unwrap_or_else(|| "?".into());
     json!({"action": action, "class": labels::class(verdict.class), "rule": rule, "reconnect": verdict.reconnect})
 }
