@@ -145,10 +145,24 @@ impl GuestRun for Run {
         let hints = hints.map(Into::into);
         let start = self.run.borrow_mut().begin(tool, key, hints.as_ref(), now_ms, &mut HostAccountBudget)?;
         Ok(match start {
-            run::Start::Send(t) => {
-                wit::CallStart { admitted: true, call_id: t.call_id, delay_ms: t.delay_ms, effect: t.effect.into(), safe_to_repeat: t.safe_to_repeat }
-            }
-            run::Start::Escalated => wit::CallStart { admitted: false, call_id: 0, delay_ms: 0, effect: wit::Effect::Read, safe_to_repeat: false },
+            run::Start::Send(t) => wit::CallStart {
+                admitted: true,
+                call_id: t.call_id,
+                delay_ms: t.delay_ms,
+                effect: t.effect.into(),
+                safe_to_repeat: t.safe_to_repeat,
+                idle_timeout_ms: t.idle_timeout_ms,
+                attempt_timeout_ms: t.attempt_timeout_ms,
+            },
+            run::Start::Escalated => wit::CallStart {
+                admitted: false,
+                call_id: 0,
+                delay_ms: 0,
+                effect: wit::Effect::Read,
+                safe_to_repeat: false,
+                idle_timeout_ms: 0,
+                attempt_timeout_ms: 0,
+            },
         })
     }
 
@@ -187,6 +201,43 @@ impl GuestRun for Run {
     ) -> Result<wit::Verdict, wit::RunError> {
         let verdict =
             self.run.borrow_mut().record_status_check(call_id, attempt, result.into(), run::At { now_ms, time_left_ms, entropy }, &mut HostAccountBudget)?;
+        Ok(verdict.into())
+    }
+
+    fn record_task_status(
+        &self,
+        call_id: u32,
+        attempt: u32,
+        task: wit::TaskReport,
+        time_left_ms: Option<u64>,
+        now_ms: u64,
+        entropy: u64,
+    ) -> Result<wit::Verdict, wit::RunError> {
+        let report = model::TaskReport {
+            task_id: task.task_id,
+            status: task.status.into(),
+            poll_interval_ms: task.poll_interval_ms,
+            ttl_ms: task.ttl_ms,
+            age_ms: task.age_ms,
+            message: task.message,
+        };
+        let verdict = self.run.borrow_mut().record_task_status(call_id, attempt, &report, run::At { now_ms, time_left_ms, entropy }, &mut HostAccountBudget)?;
+        Ok(verdict.into())
+    }
+
+    fn record_poll_failure(
+        &self,
+        call_id: u32,
+        attempt: u32,
+        observation: wit::Observation,
+        time_left_ms: Option<u64>,
+        now_ms: u64,
+        entropy: u64,
+    ) -> Result<wit::Verdict, wit::RunError> {
+        let kind = observation.kind.into();
+        let pairs = hints::split_lines(&observation.headers);
+        let view = view(&kind, &pairs, &observation);
+        let verdict = self.run.borrow_mut().record_poll_failure(call_id, attempt, &view, run::At { now_ms, time_left_ms, entropy }, &mut HostAccountBudget)?;
         Ok(verdict.into())
     }
 
@@ -236,12 +287,13 @@ macro_rules! enum_map {
 
 enum_map!(wit::TransportError => model::TransportError { Timeout, ConnectionReset, ConnectionRefused, StreamClosed, Tls, NameResolution, Other });
 enum_map!(wit::Delivery => model::Delivery { Unknown, NotSent, Sent, AnswerStarted });
-enum_map!(model::OutcomeClass => wit::OutcomeClass { Success, Transient, Throttled, Deterministic, Permission, Semantic, Misconfigured, Unclassified });
+enum_map!(model::OutcomeClass => wit::OutcomeClass { Success, Transient, Throttled, Deterministic, Permission, Semantic, Misconfigured, NeedsInput, Unclassified });
+enum_map!(wit::TaskStatus => model::TaskStatus { Working, InputAnswered, InputRequired, Cancelled });
 enum_map!(model::Effect => wit::Effect { Read, Write, Delete });
 enum_map!(model::EscalationReason => wit::EscalationReason {
     PermissionDenied, ReplansSpent, CallAttemptsSpent, RunRetriesSpent, RunStepsSpent,
     ServerWaitTooLong, RetryForbidden, AccountBudgetExhausted, RetryQuotaExhausted, UnclassifiedFailure, StatusUnknown,
-    ConnectionMisconfigured, DeadlineTooNear, ProtocolVersionUnsupported,
+    ConnectionMisconfigured, DeadlineTooNear, ProtocolVersionUnsupported, InputRequired, TaskExpired, TaskPollsSpent, TaskCancelled,
 });
 enum_map!(model::EffectStatus => wit::EffectStatus { Applied, Unknown });
 enum_map!(wit::StatusCheckResult => model::StatusCheckResult { Found, Absent, Unknown });
@@ -258,6 +310,7 @@ impl From<wit::FailureKind> for model::FailureKind {
             wit::FailureKind::Transport(e) => model::FailureKind::Transport(e.into()),
             wit::FailureKind::ProtocolError(c) => model::FailureKind::ProtocolError(c),
             wit::FailureKind::ToolError(s) => model::FailureKind::ToolError(s),
+            wit::FailureKind::InputRequired => model::FailureKind::InputRequired,
         }
     }
 }
@@ -276,9 +329,11 @@ impl From<run::Verdict> for wit::Verdict {
             run::Act::CheckStatus => (wit::ActionKind::CheckStatus, 0, false),
             run::Act::Succeed => (wit::ActionKind::Succeed, 0, false),
             run::Act::Escalate => (wit::ActionKind::Escalate, 0, false),
+            run::Act::Poll { delay_ms, reconnect } => (wit::ActionKind::Poll, delay_ms, reconnect),
         };
         let rule_index = v.rule.index();
-        wit::Verdict { action, class: v.class.into(), attempt: v.attempt, delay_ms, hint_ms: v.hint_ms, rule_index, has_note: v.has_note, reconnect }
+        let (class, attempt, hint_ms, has_note, cancel_task) = (v.class.into(), v.attempt, v.hint_ms, v.has_note, v.cancel_task);
+        wit::Verdict { action, class, attempt, delay_ms, hint_ms, rule_index, has_note, reconnect, cancel_task }
     }
 }
 
@@ -331,8 +386,10 @@ impl From<model::Decision> for wit::Decision {
             model::Action::CheckStatus => wit::Action::CheckStatus,
             model::Action::Succeed(note) => wit::Action::Succeed(note),
             model::Action::Escalate(e) => wit::Action::Escalate(e.into()),
+            model::Action::Poll(p) => wit::Action::Poll(wit::PollPlan { delay_ms: p.delay_ms, task_id: p.task_id, reconnect: p.reconnect }),
         };
-        wit::Decision { action, class: d.class.into(), attempt: d.attempt, hint_ms: d.hint_ms, rule: d.rule, reason: d.reason }
+        let (class, attempt, hint_ms, cancel_task) = (d.class.into(), d.attempt, d.hint_ms, d.cancel_task);
+        wit::Decision { action, class, attempt, hint_ms, rule: d.rule, reason: d.reason, cancel_task }
     }
 }
 
@@ -345,6 +402,8 @@ impl From<model::RunReport> for wit::RunReport {
             retries: r.retries,
             status_checks: r.status_checks,
             replans: r.replans,
+            tasks: r.tasks,
+            polls: r.polls,
             succeeded_calls: r.succeeded_calls,
             waits: r.waits,
             waited_ms: r.waited_ms,
@@ -364,6 +423,7 @@ impl From<model::RunError> for wit::RunError {
             model::RunError::StatusCheckPending(id) => wit::RunError::StatusCheckPending(id),
             model::RunError::NoStatusCheckPending(id) => wit::RunError::NoStatusCheckPending(id),
             model::RunError::RunEnded(reason) => wit::RunError::RunEnded(reason.into()),
+            model::RunError::NoTask(id) => wit::RunError::NoTask(id),
             model::RunError::AttemptMismatch(m) => {
                 wit::RunError::AttemptMismatch(wit::AttemptMismatch { call_id: m.call_id, expected: m.expected, reported: m.reported })
             }

@@ -77,6 +77,7 @@ pub fn failure_label(kind: &FailureKind) -> String {
         FailureKind::ProtocolError(code) => cat!("JSON-RPC error ", code),
         FailureKind::ToolError(Some(status)) => cat!("tool error (upstream HTTP ", status, ")"),
         FailureKind::ToolError(None) => "tool error".to_string(),
+        FailureKind::InputRequired => "input required".to_string(),
     }
 }
 
@@ -335,6 +336,9 @@ pub fn classify_view(failure: &FailureView<'_>, config: &Config, tool: Option<&s
             status = read.status;
             (read.class, read.rule)
         }
+        // The server asks a person (or the client) something nobody answered:
+        // neither waiting nor the model can.
+        FailureKind::InputRequired => (OutcomeClass::NeedsInput, Rule::InputRequired),
     };
     let mut verdict = ServerVerdict::None;
     if server.should_retry == Some(true) && matches!(class, OutcomeClass::Deterministic | OutcomeClass::Unclassified) {

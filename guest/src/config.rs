@@ -31,6 +31,8 @@ pub struct ToolEntry {
     /// from the host's MCP hints or `default-effect`.
     pub policy: Option<ToolPolicy>,
     pub rules: Vec<TextRule>,
+    /// The tool's own `idle-timeout-ms` and `attempt-timeout-ms`, if set.
+    pub timeouts: Timeouts,
 }
 
 /// How the policy treats one tool.
@@ -83,6 +85,29 @@ pub struct RetryQuotaConfig {
     pub success_refund: u32,
 }
 
+/// An attempt's timeouts, in ms: each is the tool's own, or none (the defaults apply).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Timeouts {
+    pub idle_ms: Option<u64>,
+    pub attempt_ms: Option<u64>,
+}
+
+/// What a task the server cancelled leads to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnTaskCancelled {
+    Replan,
+    Escalate,
+}
+
+impl OnTaskCancelled {
+    pub const fn name(self) -> &'static str {
+        match self {
+            OnTaskCancelled::Replan => "replan",
+            OnTaskCancelled::Escalate => "escalate",
+        }
+    }
+}
+
 /// The configuration. `Config::default()` is what `{}` gives; the whole-number
 /// fields' names, ranges and defaults are in `INT_FIELDS`, `ACCOUNT_FIELDS` and
 /// `QUOTA_FIELDS` (the README's configuration reference is checked against them).
@@ -97,6 +122,13 @@ pub struct Config {
     pub max_hint_ms: u64,
     pub max_plausible_hint_ms: u64,
     pub max_message_chars: u32,
+    pub idle_timeout_ms: u64,
+    pub attempt_timeout_ms: u64,
+    pub max_polls_per_task: u32,
+    pub max_task_wait_ms: u64,
+    pub task_poll_base_delay_ms: u64,
+    pub task_poll_max_delay_ms: u64,
+    pub on_task_cancelled: OnTaskCancelled,
     pub default_effect: Effect,
     /// Tool entries in the order given; names are unique.
     pub tools: Vec<ToolEntry>,
@@ -123,6 +155,13 @@ impl Default for Config {
             max_hint_ms: 0,
             max_plausible_hint_ms: 0,
             max_message_chars: 0,
+            idle_timeout_ms: 0,
+            attempt_timeout_ms: 0,
+            max_polls_per_task: 0,
+            max_task_wait_ms: 0,
+            task_poll_base_delay_ms: 0,
+            task_poll_max_delay_ms: 0,
+            on_task_cancelled: OnTaskCancelled::Replan,
             default_effect: Effect::Write,
             tools: Vec::new(),
             tool_index: ToolIndex::default(),
@@ -178,7 +217,7 @@ const fn cost<T>(name: &'static str, default: u64, get: fn(&T) -> u64, set: fn(&
 const MAX_CAPACITY: u64 = 1_000_000_000;
 
 /// The top level's whole-number fields, in the order `effective-config` writes them.
-const INT_FIELDS: [IntField<Config>; 9] = [
+const INT_FIELDS: [IntField<Config>; 15] = [
     int("base-delay-ms", 1, ONE_DAY_MS, 1000, |c| c.base_delay_ms, |c, v| c.base_delay_ms = v),
     int("max-delay-ms", 1, ONE_DAY_MS, 30_000, |c| c.max_delay_ms, |c, v| c.max_delay_ms = v),
     int("max-attempts-per-call", 1, 100, 4, |c| c.max_attempts_per_call.into(), |c, v| c.max_attempts_per_call = v as u32),
@@ -188,7 +227,17 @@ const INT_FIELDS: [IntField<Config>; 9] = [
     int("max-hint-ms", 0, ONE_DAY_MS, 60_000, |c| c.max_hint_ms, |c, v| c.max_hint_ms = v),
     int("max-plausible-hint-ms", 1000, 10 * ONE_YEAR_MS, ONE_YEAR_MS, |c| c.max_plausible_hint_ms, |c, v| c.max_plausible_hint_ms = v),
     int("max-message-chars", 16, 10_000, 300, |c| c.max_message_chars.into(), |c, v| c.max_message_chars = v as u32),
+    int("idle-timeout-ms", 1, ONE_DAY_MS, 30_000, |c| c.idle_timeout_ms, |c, v| c.idle_timeout_ms = v),
+    int("attempt-timeout-ms", 1, ONE_DAY_MS, 600_000, |c| c.attempt_timeout_ms, |c, v| c.attempt_timeout_ms = v),
+    int("max-polls-per-task", 1, 1_000_000, 600, |c| c.max_polls_per_task.into(), |c, v| c.max_polls_per_task = v as u32),
+    int("max-task-wait-ms", 1, ONE_DAY_MS, 600_000, |c| c.max_task_wait_ms, |c, v| c.max_task_wait_ms = v),
+    int("task-poll-base-delay-ms", 1, ONE_DAY_MS, 1000, |c| c.task_poll_base_delay_ms, |c, v| c.task_poll_base_delay_ms = v),
+    int("task-poll-max-delay-ms", 1, ONE_DAY_MS, 30_000, |c| c.task_poll_max_delay_ms, |c, v| c.task_poll_max_delay_ms = v),
 ];
+
+/// A tool entry's timeouts (none by default: the top level's apply).
+const TIMEOUT_FIELDS: [(&str, fn(&mut Timeouts, u64)); 2] =
+    [("idle-timeout-ms", |t, v| t.idle_ms = Some(v)), ("attempt-timeout-ms", |t, v| t.attempt_ms = Some(v))];
 
 /// `account-budget`'s whole-number fields; `capacity` first (the costs are capped by it).
 const ACCOUNT_FIELDS: [IntField<AccountBudgetConfig>; 6] = [
@@ -385,11 +434,18 @@ fn tool_entry(name: String, path: &str, value: Json) -> Result<ToolEntry, Config
         Some((p, v)) => text_rules(&p, v)?,
         None => Vec::new(),
     };
-    if !rules.is_empty() && fields.members.is_empty() {
-        return Ok(ToolEntry { name, policy: None, rules });
+    let mut timeouts = Timeouts::default();
+    for (field, set) in TIMEOUT_FIELDS {
+        if let Some((p, v)) = fields.take(field) {
+            set(&mut timeouts, whole_number(&p, &v, 1, ONE_DAY_MS)?);
+        }
+    }
+    let has_own = !rules.is_empty() || timeouts != Timeouts::default();
+    if has_own && fields.members.is_empty() {
+        return Ok(ToolEntry { name, policy: None, rules, timeouts });
     }
     let policy = tool_policy(path, Json::Object(fields.members))?;
-    Ok(ToolEntry { name, policy: Some(policy), rules })
+    Ok(ToolEntry { name, policy: Some(policy), rules, timeouts })
 }
 
 fn tool_policy(path: &str, value: Json) -> Result<ToolPolicy, ConfigError> {
@@ -499,6 +555,10 @@ impl Config {
             let message = cat!("must be at least base-delay-ms (", config.base_delay_ms, "), not ", config.max_delay_ms);
             return Err(error(ConfigErrorKind::OutOfRange, "max-delay-ms", message));
         }
+        if config.task_poll_max_delay_ms < config.task_poll_base_delay_ms {
+            let message = cat!("must be at least task-poll-base-delay-ms (", config.task_poll_base_delay_ms, "), not ", config.task_poll_max_delay_ms);
+            return Err(error(ConfigErrorKind::OutOfRange, "task-poll-max-delay-ms", message));
+        }
         if config.max_plausible_hint_ms < config.max_hint_ms {
             let message = cat!("must be at least max-hint-ms (", config.max_hint_ms, "), not ", config.max_plausible_hint_ms);
             return Err(error(ConfigErrorKind::OutOfRange, "max-plausible-hint-ms", message));
@@ -506,6 +566,10 @@ impl Config {
         let default_effect = match f.take("default-effect") {
             Some((p, v)) => effect(&p, v)?,
             None => config.default_effect,
+        };
+        let on_task_cancelled = match f.take("on-task-cancelled") {
+            Some((p, v)) => one_of(&p, v, &[("replan", OnTaskCancelled::Replan), ("escalate", OnTaskCancelled::Escalate)])?,
+            None => config.on_task_cancelled,
         };
         let mut tools = Vec::new();
         if let Some((path, value)) = f.take("tools") {
@@ -540,7 +604,7 @@ impl Config {
         };
         f.finish()?;
         let tool_index = ToolIndex::build(&tools);
-        Ok(Config { default_effect, tools, tool_index, status_overrides, tool_error_rules, account_budget, ..config })
+        Ok(Config { default_effect, on_task_cancelled, tools, tool_index, status_overrides, tool_error_rules, account_budget, ..config })
     }
 
     /// The configuration in force, every default filled in, as JSON that
@@ -557,6 +621,7 @@ impl Config {
         };
         write_ints(&mut out, self, &INT_FIELDS);
         field(&mut out, "default-effect", &cat!("\"", self.default_effect.name(), "\""));
+        field(&mut out, "on-task-cancelled", &cat!("\"", self.on_task_cancelled.name(), "\""));
         let mut tools = String::from("{");
         for (i, entry) in self.tools.iter().enumerate() {
             if i > 0 {
@@ -564,15 +629,20 @@ impl Config {
             }
             json::write_string(&mut tools, &entry.name);
             tools.push_str(":{");
+            // Members after the first are led by a comma.
+            let mut lead = "";
             if let Some(tool) = entry.policy {
                 cat_to!(tools; "\"effect\":\"", tool.effect.name(), "\",\"idempotent\":", if tool.idempotent { "true" } else { "false" });
+                lead = ",";
+            }
+            for (name, ms) in [("idle-timeout-ms", entry.timeouts.idle_ms), ("attempt-timeout-ms", entry.timeouts.attempt_ms)] {
+                if let Some(ms) = ms {
+                    cat_to!(tools; lead, "\"", name, "\":", ms);
+                    lead = ",";
+                }
             }
             if !entry.rules.is_empty() {
-                if entry.policy.is_some() {
-                    tools.push(',');
-                }
-                tools.push_str("\"tool-error-rules\":");
-                tools.push_str(&rules_json(&entry.rules));
+                cat_to!(tools; lead, "\"tool-error-rules\":", rules_json(&entry.rules));
             }
             tools.push('}');
         }
@@ -610,6 +680,13 @@ impl Config {
         field(&mut out, "account-budget", &account);
         out.push('}');
         out
+    }
+
+    /// An attempt's idle and absolute timeouts for `tool`, in ms: the tool's
+    /// own, else the top level's.
+    pub fn timeouts(&self, tool: &str) -> (u64, u64) {
+        let own = self.tool_entry(tool).map(|e| e.timeouts).unwrap_or_default();
+        (own.idle_ms.unwrap_or(self.idle_timeout_ms), own.attempt_ms.unwrap_or(self.attempt_timeout_ms))
     }
 
     /// How the policy treats `tool`: the `tools` entry, else the host's MCP

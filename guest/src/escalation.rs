@@ -28,6 +28,10 @@ pub fn reason_text(reason: EscalationReason) -> &'static str {
         }
         EscalationReason::DeadlineTooNear => "the call's or the run's deadline is too near for the wait a retry needs",
         EscalationReason::ProtocolVersionUnsupported => "the server refused the client's MCP revision twice: they share no revision",
+        EscalationReason::InputRequired => "the server asks for input that no handler answered; a person must answer it",
+        EscalationReason::TaskExpired => "the call's task expired or the server no longer knows it: its result is lost",
+        EscalationReason::TaskPollsSpent => "the call's task is not done within the poll budget (max-polls-per-task, max-task-wait-ms)",
+        EscalationReason::TaskCancelled => "the server cancelled the call's task",
     }
 }
 

@@ -27,6 +27,11 @@ pub fn record_outcome(run: &mut Run, call_id: u32, attempt: u32, outcome: &Outco
             let pairs = failure.header_pairs();
             run.record_failure(call_id, attempt, &failure.view(&pairs), at, budget)?
         }
+        Outcome::Task(task) => run.record_task_status(call_id, attempt, task, at, budget)?,
+        Outcome::PollFailure(failure) => {
+            let pairs = failure.header_pairs();
+            run.record_poll_failure(call_id, attempt, &failure.view(&pairs), at, budget)?
+        }
     };
     Ok(run.last_decision(call_id).expect("a decision was just made"))
 }

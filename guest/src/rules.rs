@@ -30,6 +30,8 @@ pub enum Rule {
     ToolError,
     LostSession,
     VersionMismatch,
+    TaskStatus,
+    InputRequired,
 }
 
 /// The rules' names, indexed by [`Rule::index`].
@@ -55,6 +57,8 @@ pub const RULE_NAMES: &[&str] = &[
     "tool-error",
     "lost-session",
     "version-mismatch",
+    "task-status",
+    "input-required",
 ];
 
 impl Rule {
@@ -77,14 +81,15 @@ mod tests {
     /// checks that no name is missing at the end).
     #[test]
     fn every_rule_is_named() {
-        let last = Rule::VersionMismatch;
+        let last = Rule::InputRequired;
         assert_eq!(usize::from(last.index()) + 1, RULE_NAMES.len());
         assert_eq!(Rule::Success.name(), "success");
         assert_eq!(Rule::HttpStatus.name(), "http-status");
         assert_eq!(Rule::PayloadTooLargeRetryAfter.name(), "413-retry-after");
         assert_eq!(Rule::ConfigToolErrorRules.name(), "config:tool-error-rules");
         assert_eq!(Rule::ToolError.name(), "tool-error");
-        assert_eq!(last.name(), "version-mismatch");
+        assert_eq!(last.name(), "input-required");
+        assert_eq!(Rule::VersionMismatch.name(), "version-mismatch");
         let mut names = RULE_NAMES.to_vec();
         names.sort_unstable();
         names.dedup();

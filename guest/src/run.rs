@@ -12,6 +12,12 @@
 //!
 //! Any escalation ends the run: later calls get `RunError::RunEnded`.
 //!
+//! A call the server answers with a task (MCP 2026-07-28 Tasks extension) is
+//! polled (`record_task_status`, `record_poll_failure`): polls are neither
+//! attempts nor steps, and have their own budgets (`max-polls-per-task`,
+//! `max-task-wait-ms`). The tool is never called again while its task lives;
+//! the task's end is reported as the attempt's outcome.
+//!
 //! A decision is made lean ([`Verdict`]): no prose, no copy of what the host
 //! passed beyond the failure's body. Its words (the reason, a replan's message,
 //! a note) are built only when asked for ([`Run::last_decision`]), since most
@@ -36,9 +42,10 @@ use crate::text::excerpt;
 /// The most effects `Run::effects_page` returns in one call.
 pub const MAX_EFFECTS_PAGE: usize = 1000;
 use crate::types::{
-    Action, AttemptMismatch, CallTicket, Decision, Effect, EffectRecord, EffectStatus, Escalation, EscalationReason, FailureKind, OutcomeClass, RetryPlan,
-    RunError, RunReport, SizeLimit, StatusCheckResult, StatusCount, ToolHints,
+    Action, AttemptMismatch, CallTicket, Decision, Effect, EffectRecord, EffectStatus, Escalation, EscalationReason, FailureKind, OutcomeClass, PollPlan,
+    RetryPlan, RunError, RunReport, SizeLimit, StatusCheckResult, StatusCount, TaskReport, TaskStatus, ToolHints,
 };
+use crate::config::OnTaskCancelled;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
@@ -50,11 +57,25 @@ enum Phase {
     Finished,
 }
 
+/// The task that answered a call's attempt, while it lives.
+#[derive(Clone, Debug)]
+struct Task {
+    id: String,
+    /// Polls decided so far.
+    polls: u32,
+    /// Polls that failed in a row.
+    failed_polls: u32,
+    /// The sum of the poll waits decided, in ms.
+    waited_ms: u64,
+}
+
 /// What the call's last failed attempt returned; its text is in `Call::last_text`.
 #[derive(Clone, Debug)]
 enum LastError {
     Failure(FailureKind),
     EmptyResult,
+    /// What the call's task last said (its text names the task).
+    Task,
 }
 
 #[derive(Clone, Debug)]
@@ -77,6 +98,8 @@ struct Call {
     /// Whether the server already refused the client's MCP revision once for
     /// this call: a second refusal means they share none.
     version_refused: bool,
+    /// The call's task, while it lives; boxed, as most calls have none.
+    task: Option<Box<Task>>,
 }
 
 impl Call {
@@ -92,6 +115,8 @@ struct Counters {
     retries: u32,
     status_checks: u32,
     replans: u32,
+    tasks: u32,
+    polls: u32,
     succeeded_calls: u32,
     waits: u32,
     waited_ms: u64,
@@ -111,6 +136,11 @@ pub enum Act {
     CheckStatus,
     Succeed,
     Escalate,
+    /// Poll the call's task after `delay_ms`.
+    Poll {
+        delay_ms: u64,
+        reconnect: bool,
+    },
 }
 
 /// A decision without its prose: the contract's `verdict`.
@@ -124,6 +154,8 @@ pub struct Verdict {
     pub rule: Rule,
     /// Whether the action carries text: a replan's message, a note, an escalation.
     pub has_note: bool,
+    /// Whether the host must cancel the call's task before it acts.
+    pub cancel_task: bool,
 }
 
 /// How a call's first attempt was admitted, lean (the escalation stays in the run).
@@ -149,6 +181,8 @@ enum Step {
     CheckStatus,
     DeleteGone,
     Escalate(EscalationReason),
+    Poll { poll: u32, delay_ms: u64 },
+    TaskCancelled,
 }
 
 /// The run's last decision, kept so that its words can be built on demand.
@@ -166,6 +200,8 @@ enum Reported<'a> {
     EmptyResult(&'a str),
     Failure(&'a FailureView<'a>),
     StatusCheck(StatusCheckResult),
+    Task(&'a TaskReport),
+    PollFailure(&'a FailureView<'a>),
 }
 
 /// What failed, for the decision about it.
@@ -338,6 +374,7 @@ impl Run {
                 Some(if body.is_empty() { label } else { cat!(label, ": ", body) })
             }
             LastError::EmptyResult => Some(excerpt(&cat!(call.tool, " returned an empty or unusable result: ", call.last_text), limit)),
+            LastError::Task => Some(excerpt(&call.last_text, limit)),
         }
     }
 
@@ -363,7 +400,8 @@ impl Run {
 
     /// Keeps `failed` and `step` as the run's last decision and answers it.
     fn decide(&mut self, index: usize, act: Act, failed: Failed, step: Step, has_note: bool) -> Verdict {
-        let verdict = Verdict { act, class: failed.class, attempt: self.calls[index].attempt, hint_ms: failed.hint_ms, rule: failed.rule, has_note };
+        let verdict =
+            Verdict { act, class: failed.class, attempt: self.calls[index].attempt, hint_ms: failed.hint_ms, rule: failed.rule, has_note, cancel_task: false };
         self.keep_last(Last { index, verdict, basis: failed.basis, step });
         verdict
     }
@@ -447,6 +485,7 @@ impl Run {
             quota_taken: 0,
             effect_index: None,
             version_refused: false,
+            task: None,
         };
         let safe_to_repeat = call.safe_to_repeat();
         // The first call gets room for one (`Chunked::push`): most runs in
@@ -456,7 +495,8 @@ impl Run {
         self.counters.attempts += 1;
         self.note_wait(delay_ms);
         let call_id = self.calls.len() as u32; // fewer than max-steps-per-run (≤ 10^6)
-        Ok(Start::Send(CallTicket { call_id, delay_ms, effect: policy.effect, safe_to_repeat }))
+        let (idle_timeout_ms, attempt_timeout_ms) = self.config.timeouts(&self.calls[call_id as usize - 1].tool);
+        Ok(Start::Send(CallTicket { call_id, delay_ms, effect: policy.effect, safe_to_repeat, idle_timeout_ms, attempt_timeout_ms }))
     }
 
     /// Records an attempt that returned a usable result.
@@ -493,6 +533,24 @@ impl Run {
         self.record(call_id, attempt, Reported::StatusCheck(result), at, budget)
     }
 
+    /// Records what the server said of the call's task.
+    pub fn record_task_status(&mut self, call_id: u32, attempt: u32, task: &TaskReport, at: At, budget: &mut dyn AccountBudget) -> Result<Verdict, RunError> {
+        SizeLimit::check("task-id", &task.task_id)?;
+        self.record(call_id, attempt, Reported::Task(task), at, budget)
+    }
+
+    /// Records a failed poll of the call's task, as the host observed it.
+    pub fn record_poll_failure(
+        &mut self,
+        call_id: u32,
+        attempt: u32,
+        failure: &FailureView<'_>,
+        at: At,
+        budget: &mut dyn AccountBudget,
+    ) -> Result<Verdict, RunError> {
+        self.record(call_id, attempt, Reported::PollFailure(failure), at, budget)
+    }
+
     fn record(&mut self, call_id: u32, attempt: u32, outcome: Reported<'_>, at: At, budget: &mut dyn AccountBudget) -> Result<Verdict, RunError> {
         let now_ms = at.now_ms;
         self.ensure_open()?;
@@ -505,10 +563,17 @@ impl Run {
             Phase::CheckingStatus { class, hint_ms } => Some(Failed { class, hint_ms, rule: Rule::StatusCheck, basis: Basis::Fixed("") }),
             _ => None,
         };
+        if matches!(outcome, Reported::Success | Reported::EmptyResult(_) | Reported::Failure(_)) {
+            // A task that completed or failed is over: its outcome is the attempt's.
+            self.calls[index].task = None;
+        }
         match (outcome, pending) {
             (Reported::StatusCheck(result), Some(failed)) => Ok(self.on_status_check(index, result, failed, at, budget)),
             (Reported::StatusCheck(_), None) => Err(RunError::NoStatusCheckPending(call_id)),
             (_, Some(_)) => Err(RunError::StatusCheckPending(call_id)),
+            (Reported::Task(task), None) => Ok(self.on_task_status(index, task, at)),
+            (Reported::PollFailure(_), None) if self.calls[index].task.is_none() => Err(RunError::NoTask(call_id)),
+            (Reported::PollFailure(failure), None) => Ok(self.on_poll_failure(index, failure, at)),
             (Reported::Success, None) => {
                 let call = &self.calls[index];
                 budget::deposit(&self.config, call.attempt > 1, call.quota_taken, now_ms, budget);
@@ -581,6 +646,7 @@ impl Run {
         match class {
             OutcomeClass::Permission => self.escalate_call(index, failed, EscalationReason::PermissionDenied, None, now_ms),
             OutcomeClass::Misconfigured => self.escalate_call(index, failed, EscalationReason::ConnectionMisconfigured, None, now_ms),
+            OutcomeClass::NeedsInput => self.escalate_call(index, failed, EscalationReason::InputRequired, None, now_ms),
             OutcomeClass::Deterministic => self.replan_or_escalate(index, failed, now_ms),
             OutcomeClass::Transient | OutcomeClass::Throttled => {
                 if rule == Rule::VersionMismatch {
@@ -681,8 +747,161 @@ impl Run {
             hint_ms: failed.hint_ms,
             rule: failed.rule,
             has_note: false,
+            cancel_task: false,
         };
         self.keep_last(Last { index, verdict, basis: failed.basis, step });
+        verdict
+    }
+
+    /// What the server said of the call's task: poll again, or stop waiting.
+    fn on_task_status(&mut self, index: usize, report: &TaskReport, at: At) -> Verdict {
+        let now_ms = at.now_ms;
+        let first = self.calls[index].task.is_none();
+        if first {
+            self.counters.tasks = self.counters.tasks.saturating_add(1);
+            // The server took the call: a write may apply from now on.
+            if self.calls[index].policy.effect != Effect::Read {
+                self.set_effect(index, Some(EffectStatus::Unknown));
+            }
+        }
+        let task = self.calls[index].task.get_or_insert_with(|| Box::new(Task { id: String::new(), polls: 0, failed_polls: 0, waited_ms: 0 }));
+        if task.id != report.task_id {
+            task.id.clear();
+            task.id.push_str(&report.task_id);
+        }
+        task.failed_polls = 0;
+        let text = excerpt(&report.message, 4096);
+        let status = match report.status {
+            TaskStatus::Working => "working",
+            TaskStatus::InputAnswered => "input answered",
+            TaskStatus::InputRequired => "input required",
+            TaskStatus::Cancelled => "cancelled",
+        };
+        let task_text = cat!("task ", report.task_id, " ", status, if text.is_empty() { "" } else { ": " }, text);
+        self.keep_text(index, LastError::Task, &task_text);
+        let failed = |class| Failed { class, hint_ms: None, rule: Rule::TaskStatus, basis: Basis::Fixed("the server answered with a task") };
+        match report.status {
+            TaskStatus::InputRequired => {
+                let detail = cat!("task ", report.task_id, " asks: ", text);
+                self.stop_task(index, failed(OutcomeClass::NeedsInput), EscalationReason::InputRequired, &detail, now_ms)
+            }
+            TaskStatus::Cancelled => {
+                self.calls[index].task = None;
+                match self.config.on_task_cancelled {
+                    OnTaskCancelled::Escalate => self.escalate_call(index, failed(OutcomeClass::Deterministic), EscalationReason::TaskCancelled, None, now_ms),
+                    OnTaskCancelled::Replan => {
+                        let verdict = self.replan_or_escalate(index, failed(OutcomeClass::Deterministic), now_ms);
+                        if let Some(last) = self.last.as_mut().filter(|_| verdict.act == Act::Replan) {
+                            last.step = Step::TaskCancelled;
+                        }
+                        verdict
+                    }
+                }
+            }
+            TaskStatus::Working | TaskStatus::InputAnswered => {
+                let config = &self.config;
+                let task = self.calls[index].task.as_deref().expect("set above");
+                // The server's interval is a floor; without one, the wait grows.
+                let grown = config.task_poll_base_delay_ms.saturating_mul(1u64 << task.polls.min(32)).min(config.task_poll_max_delay_ms);
+                let delay_ms = report.poll_interval_ms.unwrap_or(grown);
+                self.poll_or_stop(index, report, delay_ms, false, failed(OutcomeClass::Transient), at)
+            }
+        }
+    }
+
+    /// A failed poll: poll again if a wait may fix it; the tool is never called again.
+    fn on_poll_failure(&mut self, index: usize, failure: &FailureView<'_>, at: At) -> Verdict {
+        let now_ms = at.now_ms;
+        let classified = classify_view(failure, &self.config, Some(&self.calls[index].tool), now_ms);
+        let task_id = self.calls[index].task.as_ref().map(|t| t.id.clone()).unwrap_or_default();
+        let text = cat!("task ", task_id, " poll: ", failure.body);
+        self.keep_text(index, LastError::Failure(*failure.kind), &text);
+        let (class, hint_ms, rule) = (classified.class, classified.hint_ms, classified.rule);
+        let reconnect = rule == Rule::LostSession;
+        let failed = Failed { class, hint_ms, rule, basis: Basis::Failure(classified) };
+        match class {
+            OutcomeClass::Transient | OutcomeClass::Throttled => {
+                let task = self.calls[index].task.as_deref_mut().expect("a poll failure needs a task");
+                task.failed_polls = task.failed_polls.saturating_add(1);
+                if task.failed_polls >= self.config.max_attempts_per_call {
+                    let detail = cat!(task.failed_polls, " polls of task ", task.id, " failed in a row");
+                    return self.stop_task(index, failed, EscalationReason::TaskPollsSpent, &detail, now_ms);
+                }
+                if let Some(hint) = hint_ms.filter(|h| *h > self.config.max_hint_ms) {
+                    let detail = cat!("task ", task.id, ": the server asks to wait ", hint, " ms");
+                    return self.stop_task(index, failed, EscalationReason::ServerWaitTooLong, &detail, now_ms);
+                }
+                let config = &self.config;
+                let delay_ms = next_delay_ms(config.task_poll_base_delay_ms, config.task_poll_max_delay_ms, task.failed_polls, hint_ms, at.entropy);
+                let report = TaskReport {
+                    task_id: task.id.clone(),
+                    status: TaskStatus::Working,
+                    poll_interval_ms: None,
+                    ttl_ms: None,
+                    age_ms: None,
+                    message: String::new(),
+                };
+                self.poll_or_stop(index, &report, delay_ms, reconnect, failed, at)
+            }
+            // The server no longer knows the task (or refuses the poll): its result is lost.
+            OutcomeClass::Deterministic | OutcomeClass::Semantic => {
+                let detail = cat!("the server no longer knows task ", task_id);
+                self.calls[index].task = None;
+                self.escalate_with(Some(index), EscalationReason::TaskExpired, Some(&detail), None, now_ms);
+                self.decide(index, Act::Escalate, failed, Step::Escalate(EscalationReason::TaskExpired), true)
+            }
+            OutcomeClass::Permission => self.stop_task(index, failed, EscalationReason::PermissionDenied, "", now_ms),
+            OutcomeClass::Misconfigured => self.stop_task(index, failed, EscalationReason::ConnectionMisconfigured, "", now_ms),
+            OutcomeClass::NeedsInput => self.stop_task(index, failed, EscalationReason::InputRequired, "", now_ms),
+            OutcomeClass::Unclassified | OutcomeClass::Success => self.stop_task(index, failed, EscalationReason::UnclassifiedFailure, "", now_ms),
+        }
+    }
+
+    /// Polls the call's task after `delay_ms`, unless a budget, the task's
+    /// time to live or a deadline says to stop waiting.
+    fn poll_or_stop(&mut self, index: usize, report: &TaskReport, delay_ms: u64, reconnect: bool, failed: Failed, at: At) -> Verdict {
+        let now_ms = at.now_ms;
+        let config = Arc::clone(&self.config);
+        let task = self.calls[index].task.as_deref().expect("a poll needs a task");
+        let id = task.id.clone();
+        if delay_ms > config.max_hint_ms {
+            let detail = cat!("task ", id, ": the server asks to poll every ", delay_ms, " ms");
+            return self.stop_task(index, failed, EscalationReason::ServerWaitTooLong, &detail, now_ms);
+        }
+        if task.polls >= config.max_polls_per_task || task.waited_ms.saturating_add(delay_ms) > config.max_task_wait_ms {
+            let detail = cat!("task ", id, " was polled ", task.polls, " times over ", task.waited_ms, " ms");
+            return self.stop_task(index, failed, EscalationReason::TaskPollsSpent, &detail, now_ms);
+        }
+        if let (Some(ttl), Some(age)) = (report.ttl_ms, report.age_ms)
+            && age.saturating_add(delay_ms) >= ttl
+        {
+            let detail = cat!("task ", id, " expires in ", ttl.saturating_sub(age), " ms, before its next poll in ", delay_ms, " ms");
+            return self.stop_task(index, failed, EscalationReason::TaskExpired, &detail, now_ms);
+        }
+        if let Some(left) = at.time_left_ms
+            && delay_ms >= left
+        {
+            let detail = cat!("task ", id, ": the next poll is due in ", delay_ms, " ms; ", left, " ms remain");
+            return self.stop_task(index, failed, EscalationReason::DeadlineTooNear, &detail, now_ms);
+        }
+        let task = self.calls[index].task.as_deref_mut().expect("a poll needs a task");
+        task.polls += 1;
+        task.waited_ms = task.waited_ms.saturating_add(delay_ms);
+        let poll = task.polls;
+        self.counters.polls = self.counters.polls.saturating_add(1);
+        self.note_wait(delay_ms);
+        self.decide(index, Act::Poll { delay_ms, reconnect }, failed, Step::Poll { poll, delay_ms }, false)
+    }
+
+    /// Stops waiting for a live task: escalates, and has the host cancel it.
+    fn stop_task(&mut self, index: usize, failed: Failed, reason: EscalationReason, detail: &str, now_ms: u64) -> Verdict {
+        let detail = if detail.is_empty() { None } else { Some(detail) };
+        self.escalate_with(Some(index), reason, detail, None, now_ms);
+        let mut verdict = self.decide(index, Act::Escalate, failed, Step::Escalate(reason), true);
+        verdict.cancel_task = self.calls[index].task.take().is_some();
+        if let Some(last) = self.last.as_mut() {
+            last.verdict.cancel_task = verdict.cancel_task;
+        }
         verdict
     }
 
@@ -730,6 +949,9 @@ impl Run {
                 _ => None,
             }),
             Act::Escalate => Action::Escalate(self.escalation().expect("an escalated run keeps its hand-off")),
+            Act::Poll { delay_ms, reconnect } => {
+                Action::Poll(PollPlan { delay_ms, task_id: call.task.as_ref().map(|t| t.id.clone()).unwrap_or_default(), reconnect })
+            }
         };
         Some(Decision {
             action,
@@ -738,6 +960,7 @@ impl Run {
             hint_ms: verdict.hint_ms,
             rule: String::from(verdict.rule.name()),
             reason: reason_text(&last.basis, &last.step),
+            cancel_task: verdict.cancel_task,
         })
     }
 
@@ -751,6 +974,8 @@ impl Run {
             retries: c.retries,
             status_checks: c.status_checks,
             replans: c.replans,
+            tasks: c.tasks,
+            polls: c.polls,
             succeeded_calls: c.succeeded_calls,
             waits: c.waits,
             waited_ms: c.waited_ms,
@@ -790,6 +1015,8 @@ fn reason_text(basis: &Basis, step: &Step) -> String {
         Step::CheckStatus => String::from("; a write without a key may have applied: check status before resending"),
         Step::DeleteGone => String::from("; a delete whose target is gone succeeded"),
         Step::Escalate(reason) => cat!("; escalate: ", escalation::reason_text(reason)),
+        Step::Poll { poll, delay_ms } => cat!("; poll ", poll, " of the task after ", delay_ms, " ms"),
+        Step::TaskCancelled => String::from("; the server cancelled the task: replan"),
     };
     text.push_str(&step);
     text

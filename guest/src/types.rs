@@ -47,6 +47,7 @@ pub enum FailureKind {
     Transport(TransportError),
     ProtocolError(i32),
     ToolError(Option<u16>),
+    InputRequired,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -72,6 +73,42 @@ pub enum Outcome {
     EmptyResult(String),
     Failure(Failure),
     StatusCheck(StatusCheckResult),
+    /// What the server said of the call's task (`record-task-status`).
+    Task(TaskReport),
+    /// A failed poll of the call's task (`record-poll-failure`).
+    PollFailure(Failure),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TaskStatus {
+    Working,
+    InputAnswered,
+    InputRequired,
+    Cancelled,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct TaskReport {
+    pub task_id: String,
+    pub status: TaskStatus,
+    #[serde(default)]
+    pub poll_interval_ms: Option<u64>,
+    #[serde(default)]
+    pub ttl_ms: Option<u64>,
+    #[serde(default)]
+    pub age_ms: Option<u64>,
+    #[serde(default)]
+    pub message: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct PollPlan {
+    pub delay_ms: u64,
+    pub task_id: String,
+    pub reconnect: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -84,6 +121,7 @@ pub enum OutcomeClass {
     Permission,
     Semantic,
     Misconfigured,
+    NeedsInput,
     Unclassified,
 }
 
@@ -97,6 +135,7 @@ impl OutcomeClass {
             OutcomeClass::Permission => "permission",
             OutcomeClass::Semantic => "semantic",
             OutcomeClass::Misconfigured => "misconfigured",
+            OutcomeClass::NeedsInput => "needs-input",
             OutcomeClass::Unclassified => "unclassified",
         }
     }
@@ -168,6 +207,8 @@ pub struct CallTicket {
     pub delay_ms: u64,
     pub effect: Effect,
     pub safe_to_repeat: bool,
+    pub idle_timeout_ms: u64,
+    pub attempt_timeout_ms: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -187,6 +228,10 @@ pub enum EscalationReason {
     ConnectionMisconfigured,
     DeadlineTooNear,
     ProtocolVersionUnsupported,
+    InputRequired,
+    TaskExpired,
+    TaskPollsSpent,
+    TaskCancelled,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -233,6 +278,7 @@ pub enum Action {
     CheckStatus,
     Succeed(Option<String>),
     Escalate(Escalation),
+    Poll(PollPlan),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -244,6 +290,7 @@ pub struct Decision {
     pub hint_ms: Option<u64>,
     pub rule: String,
     pub reason: String,
+    pub cancel_task: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -277,6 +324,8 @@ pub struct RunReport {
     pub retries: u32,
     pub status_checks: u32,
     pub replans: u32,
+    pub tasks: u32,
+    pub polls: u32,
     pub succeeded_calls: u32,
     pub waits: u32,
     pub waited_ms: u64,
@@ -294,6 +343,7 @@ pub enum RunError {
     StatusCheckPending(u32),
     NoStatusCheckPending(u32),
     RunEnded(EscalationReason),
+    NoTask(u32),
     AttemptMismatch(AttemptMismatch),
     TooLarge(SizeLimit),
 }

@@ -1283,6 +1283,172 @@ def transport_cases():
     ]
 
 
+# ---------- runs-tasks.json (contract 0.6.0) ----------
+
+def task(task_id="t-1", status="working", interval=None, ttl=None, age=None, message=None):
+    """A `record-task-status` report, as the readable `task` outcome."""
+    report = {"task-id": task_id, "status": status}
+    if interval is not None:
+        report["poll-interval-ms"] = interval
+    if ttl is not None:
+        report["ttl-ms"] = ttl
+    if age is not None:
+        report["age-ms"] = age
+    if message is not None:
+        report["message"] = message
+    return {"task": report}
+
+
+def poll_failed(**kw):
+    """A `record-poll-failure` report, as the readable `poll-failure` outcome."""
+    return {"poll-failure": failure(**kw)}
+
+
+def poll(delay, task_id="t-1"):
+    """A poll the task's report decided: attempt 1 still, nothing to cancel."""
+    plan = {"task-id": task_id, "delay-ms": delay, "reconnect": False}
+    return {"ok": {"action": {"poll": plan}, "attempt": 1, "rule": "task-status", "cancel-task": False}}
+
+
+def stop(reason, cancel, cls=None, **extra):
+    """An escalation that stops waiting for a task; `cancel`: the host cancels it first."""
+    d = escalate(reason, cls, **extra)
+    d["ok"]["cancel-task"] = cancel
+    return d
+
+
+TASK_TOOLS = {"tools": dict(REFUND_TOOLS, archive_orders={"effect": "write"})}
+
+
+def task_cases():
+    growing = dict(TASK_TOOLS, **{"task-poll-base-delay-ms": 100, "task-poll-max-delay-ms": 350})
+    return [
+        case("a write answered by a task is polled at the server's interval, and its completion succeeds", [
+            begin("issue_refund", key="k1"),
+            outcome(1, task(interval=500), poll(delay=500)),
+            outcome(1, task(interval=500), poll(delay=500)),
+            outcome(1, SUCCESS, succeed()),
+            report(attempts=1, retries=0, tasks=1, polls=2, **{"effects-total": 1}),
+        ], config=TASK_TOOLS, comment="polls are neither attempts nor retries; the refund is one effect"),
+        case("without a server interval the poll wait doubles from the base up to the cap", [
+            begin("issue_refund", key="k1"),
+            outcome(1, task(), poll(delay=100)), outcome(1, task(), poll(delay=200)),
+            outcome(1, task(), poll(delay=350)), outcome(1, task(), poll(delay=350)),
+        ], config=growing),
+        case("the server's interval is a floor above the growing wait", [
+            begin("issue_refund", key="k1"), outcome(1, task(interval=5000), poll(delay=5000)),
+        ], config=growing),
+        case("a server interval longer than max-hint-ms stops waiting and cancels the task", [
+            begin("issue_refund", key="k1"),
+            outcome(1, task(interval=120000), stop("server-wait-too-long", True, note={"$contains": "task t-1"})),
+        ], config=TASK_TOOLS),
+        case("the poll budget spent escalates, names the task and cancels it", [
+            begin("archive_orders", key="k1"),
+            outcome(1, task(task_id="t-9", interval=10), poll(delay=10, task_id="t-9")),
+            outcome(1, task(task_id="t-9", interval=10), poll(delay=10, task_id="t-9")),
+            outcome(1, task(task_id="t-9", interval=10), stop("task-polls-spent", True, note={"$contains": "task t-9 was polled 2 times"})),
+        ], config=dict(TASK_TOOLS, **{"max-polls-per-task": 2})),
+        case("the longest total poll wait spent escalates task-polls-spent", [
+            begin("issue_refund", key="k1"),
+            outcome(1, task(interval=600), poll(delay=600)),
+            outcome(1, task(interval=600), stop("task-polls-spent", True)),
+        ], config=dict(TASK_TOOLS, **{"max-task-wait-ms": 1000})),
+        case("a task whose time to live ends before its next poll escalates task-expired and is cancelled", [
+            begin("issue_refund", key="k1"),
+            outcome(1, task(interval=500, ttl=10000, age=9800),
+                    stop("task-expired", True, note={"$contains": "task t-1 expires in 200 ms, before its next poll in 500 ms"})),
+        ], config=TASK_TOOLS),
+        case("a poll due after the deadline fails now, cancels the task and gives both numbers", [
+            begin("issue_refund", key="k1"),
+            outcome(1, task(interval=500), time_left=300,
+                    expect=stop("deadline-too-near", True, note={"$contains": "the next poll is due in 500 ms; 300 ms remain"})),
+        ], config=TASK_TOOLS),
+        case("a poll cut by the network is polled again; the tool is not called again", [
+            begin("issue_refund"),
+            outcome(1, task(interval=100), poll(delay=100)),
+            outcome(1, poll_failed(transport="connection-reset", delivery="sent"), entropy=0,
+                    expect={"ok": {"action": {"poll": {"task-id": "t-1", "delay-ms": 0, "reconnect": False}}, "attempt": 1, "class": "transient"}}),
+            outcome(1, task(interval=100), poll(delay=100)),
+            outcome(1, SUCCESS, succeed()),
+            report(attempts=1, retries=0, **{"status-checks": 0}, polls=3),
+        ], config=TASK_TOOLS, comment="an unkeyed write: a durable task handle replaces the status check"),
+        case("a poll whose session was lost is polled again on a new session", [
+            begin("issue_refund", key="k1"),
+            outcome(1, task(interval=100), poll(delay=100)),
+            outcome(1, poll_failed(status=404, session=True), entropy=0,
+                    expect={"ok": {"action": {"poll": {"reconnect": True}}, "rule": "lost-session"}}),
+        ], config=TASK_TOOLS),
+        case("a server that no longer knows the task escalates task-expired without a cancel", [
+            begin("issue_refund", key="k1"),
+            outcome(1, task(interval=100), poll(delay=100)),
+            outcome(1, poll_failed(rpc=-32602, body="Unknown task: t-1"),
+                    stop("task-expired", False, note={"$contains": "the server no longer knows task t-1"})),
+        ], config=TASK_TOOLS),
+        case("polls that fail max-attempts-per-call times in a row escalate and cancel the task", [
+            begin("issue_refund", key="k1"),
+            outcome(1, task(interval=100), poll(delay=100)),
+            outcome(1, poll_failed(status=503), entropy=0, expect={"ok": {"action": {"poll": {}}}}),
+            outcome(1, poll_failed(status=503), stop("task-polls-spent", True, note={"$contains": "2 polls of task t-1 failed in a row"})),
+        ], config=dict(TASK_TOOLS, **{"max-attempts-per-call": 2})),
+        case("a failed task of a keyed write is called again with the same key", [
+            begin("issue_refund", key="k1"),
+            outcome(1, task(interval=100), poll(delay=100)),
+            outcome(1, fail(rpc=-32603, body="upstream ledger unavailable", delivery="answer-started"), entropy=0,
+                    expect=retry(attempt=2, key="k1", cls="transient")),
+        ], config=TASK_TOOLS),
+        case("a failed task of an unkeyed write asks for a status check", [
+            begin("issue_refund"),
+            outcome(1, task(interval=100), poll(delay=100)),
+            outcome(1, fail(rpc=-32603, body="upstream ledger unavailable", delivery="answer-started"), decision("check-status", "transient")),
+        ], config=TASK_TOOLS),
+        case("a task the server cancelled goes to the model by default", [
+            begin("issue_refund", key="k1"),
+            outcome(1, task(interval=100), poll(delay=100)),
+            outcome(1, task(status="cancelled", message="operator stopped it"),
+                    {"ok": {"action": {"replan": {"$contains": "task t-1 cancelled: operator stopped it"}}, "cancel-task": False}}),
+        ], config=TASK_TOOLS),
+        case("with on-task-cancelled escalate, a cancelled task escalates task-cancelled", [
+            begin("issue_refund", key="k1"),
+            outcome(1, task(status="cancelled"), stop("task-cancelled", False)),
+        ], config=dict(TASK_TOOLS, **{"on-task-cancelled": "escalate"})),
+        case("a task asking for input nobody answered escalates with the question and is cancelled", [
+            begin("issue_refund", key="k1"),
+            outcome(1, task(status="input-required", message="Approve a refund of 250000 cents?"),
+                    stop("input-required", True, "needs-input", note={"$contains": "task t-1 asks: Approve a refund of 250000 cents?"})),
+        ], config=TASK_TOOLS),
+        case("a task whose question a handler answered is polled on", [
+            begin("issue_refund", key="k1"),
+            outcome(1, task(status="input-answered", interval=100), poll(delay=100)),
+            outcome(1, SUCCESS, succeed()),
+        ], config=TASK_TOOLS),
+        case("a request answered input_required with no handler escalates input-required with the question", [
+            begin("lookup_order"),
+            outcome(1, {"failure": {"kind": "input-required", "body": "Confirm order A1?"}},
+                    escalate("input-required", "needs-input", note={"$contains": "Confirm order A1?"})),
+        ], config=TASK_TOOLS),
+        case("polls are not steps: a task polled past the step budget still completes", [
+            begin("issue_refund", key="k1"),
+            outcome(1, task(interval=1), poll(delay=1)), outcome(1, task(interval=1), poll(delay=1)),
+            outcome(1, task(interval=1), poll(delay=1)), outcome(1, SUCCESS, succeed()),
+        ], config=dict(TASK_TOOLS, **{"max-steps-per-run": 1})),
+        case("a poll failure for a call without a task is an error", [
+            begin("lookup_order"), outcome(1, poll_failed(status=503), {"err": {"no-task": 1}}), outcome(1, SUCCESS, succeed()),
+        ], config=TASK_TOOLS),
+        case("a task report while a status check is pending is an error", [
+            begin("issue_refund"), outcome(1, fail(transport="timeout"), decision("check-status")),
+            outcome(1, task(), {"err": {"status-check-pending": 1}}),
+        ], config=TASK_TOOLS),
+        case("a task id over 256 bytes is refused", [
+            begin("issue_refund", key="k1"),
+            outcome(1, task(task_id="t" * 257), {"err": {"too-large": {"input": "task-id", "size-bytes": 257, "limit-bytes": 256}}}),
+        ], config=TASK_TOOLS),
+        case("an attempt's timeouts come from the tool's entry, else the defaults", [
+            begin("lookup_order", expect=sent(1, **{"idle-timeout-ms": 30000, "attempt-timeout-ms": 600000})),
+            begin("export_report", expect=sent(2, **{"idle-timeout-ms": 5000, "attempt-timeout-ms": 20000})),
+        ], config={"tools": dict(REFUND_TOOLS, export_report={"effect": "read", "idle-timeout-ms": 5000, "attempt-timeout-ms": 20000})}),
+    ]
+
+
 # ---------- observations.json: raw answers, replayed through each host's wrapper ----------
 
 OBSERVATION_CONFIG = {"tools": {"lookup_order": {"effect": "read"}}}
@@ -1466,6 +1632,7 @@ FILES = {
     "runs-tool-errors.json": ("Relayed failures in a run", tool_error_run_cases),
     "limits.json": ("Bounded inputs and outputs, and one report per attempt (contract 0.3.0)", limits_cases),
     "runs-transport.json": ("Sessions, revisions, TLS, names and deadlines (contract 0.5.0)", transport_cases),
+    "runs-tasks.json": ("Tasks, continuations and timeouts of MCP 2026-07-28 (contract 0.6.0)", task_cases),
     "gate.json": ("The invariants every live update must keep: the update gate runs them on the candidate", gate_cases),
     "observations.json": ("Raw transport observations and what each means, replayed through each host's wrapper", observation_cases),
 }

@@ -45,10 +45,10 @@ pub const MAX_RESOURCE_HANDLES: usize = 1_000_000;
 pub const MAX_MEMORY_BYTES: usize = 64 << 20;
 
 /// The contract version this host speaks (the WIT package `agent-retry:policy`).
-pub const CONTRACT_VERSION: &str = "0.5.0";
+pub const CONTRACT_VERSION: &str = "0.6.0";
 
 /// The policy interface of that version, as the component exports it.
-pub const POLICY_INTERFACE: &str = "agent-retry:policy/policy@0.5.0";
+pub const POLICY_INTERFACE: &str = "agent-retry:policy/policy@0.6.0";
 
 /// The component this crate was built with, if it carries one: the published
 /// crate embeds the `.wasm` of its release (`make dist` copies it into
@@ -316,7 +316,7 @@ impl PolicyComponent {
         self.limits
     }
 
-    /// Which policy this is, for logs: `agent-retry:policy@0.5.0 wasm 1a2b3c4d5e6f`
+    /// Which policy this is, for logs: `agent-retry:policy@0.6.0 wasm 1a2b3c4d5e6f`
     /// (the contract version it speaks and its `.wasm`'s SHA-256, 12 hex digits).
     pub fn identity(&self) -> &str {
         &self.identity
@@ -387,6 +387,10 @@ pub enum Outcome {
     EmptyResult(String),
     Failure(types::Observation),
     StatusCheck(types::StatusCheckResult),
+    /// What the server said of the call's task (`record-task-status`).
+    Task(types::TaskReport),
+    /// A failed poll of the call's task (`record-poll-failure`).
+    PollFailure(types::Observation),
 }
 
 /// `begin-call`'s answer with the hand-off read when the call is not
@@ -676,6 +680,43 @@ impl PolicyInstance {
         })
     }
 
+    /// Reports what the server said of the call's task (its message and id within the host's limits).
+    #[allow(clippy::too_many_arguments)]
+    pub fn record_task_status(
+        &mut self,
+        run: &RunHandle,
+        call_id: u32,
+        attempt: u32,
+        task: &types::TaskReport,
+        time_left_ms: Option<u64>,
+        now_ms: u64,
+        entropy: Option<u64>,
+    ) -> Result<Result<types::Verdict, types::RunError>, PolicyFault> {
+        let entropy = entropy.unwrap_or_else(|| self.store.data().services.entropy.next_u64());
+        let mut task = task.clone();
+        task.message = limits::cut(&task.message, limits::MAX_BODY_BYTES).to_string();
+        self.guarded(|b, store| b.agent_retry_policy_policy().run().call_record_task_status(store, run.0, call_id, attempt, &task, time_left_ms, now_ms, entropy))
+    }
+
+    /// Reports a failed poll of the call's task as observed, within the host's limits.
+    #[allow(clippy::too_many_arguments)]
+    pub fn record_poll_failure(
+        &mut self,
+        run: &RunHandle,
+        call_id: u32,
+        attempt: u32,
+        observation: &types::Observation,
+        time_left_ms: Option<u64>,
+        now_ms: u64,
+        entropy: Option<u64>,
+    ) -> Result<Result<types::Verdict, types::RunError>, PolicyFault> {
+        let entropy = entropy.unwrap_or_else(|| self.store.data().services.entropy.next_u64());
+        let observation = limits::bounded_observation(observation);
+        self.guarded(|b, store| {
+            b.agent_retry_policy_policy().run().call_record_poll_failure(store, run.0, call_id, attempt, &observation, time_left_ms, now_ms, entropy)
+        })
+    }
+
     /// Reports what an attempt (or a status check) came to, through the one
     /// function of the contract that takes it.
     #[allow(clippy::too_many_arguments)]
@@ -694,6 +735,8 @@ impl PolicyInstance {
             Outcome::EmptyResult(detail) => self.record_empty_result(run, call_id, attempt, detail, now_ms),
             Outcome::Failure(observation) => self.record_failure(run, call_id, attempt, observation, time_left_ms, now_ms, entropy),
             Outcome::StatusCheck(result) => self.record_status_check(run, call_id, attempt, *result, time_left_ms, now_ms, entropy),
+            Outcome::Task(task) => self.record_task_status(run, call_id, attempt, task, time_left_ms, now_ms, entropy),
+            Outcome::PollFailure(observation) => self.record_poll_failure(run, call_id, attempt, observation, time_left_ms, now_ms, entropy),
         }
     }
 

@@ -210,6 +210,28 @@ impl Subject for DynamicPolicy {
         Ok(to_json(&self.call("[method]run.record-status-check", vec![run], &args)?))
     }
 
+    fn record_task_status(&mut self, call_id: u32, attempt: u32, task: &Value, time_left_ms: Option<u64>, now_ms: u64, entropy: u64) -> Result<Value, String> {
+        let run = self.run()?;
+        let time_left = time_left_ms.map_or(Value::Null, Value::from);
+        let args = [&Value::from(call_id), &Value::from(attempt), task, &time_left, &Value::from(now_ms), &Value::from(entropy)];
+        Ok(to_json(&self.call("[method]run.record-task-status", vec![run], &args)?))
+    }
+
+    fn record_poll_failure(
+        &mut self,
+        call_id: u32,
+        attempt: u32,
+        observation: &Value,
+        time_left_ms: Option<u64>,
+        now_ms: u64,
+        entropy: u64,
+    ) -> Result<Value, String> {
+        let run = self.run()?;
+        let time_left = time_left_ms.map_or(Value::Null, Value::from);
+        let args = [&Value::from(call_id), &Value::from(attempt), observation, &time_left, &Value::from(now_ms), &Value::from(entropy)];
+        Ok(to_json(&self.call("[method]run.record-poll-failure", vec![run], &args)?))
+    }
+
     fn last_decision(&mut self, call_id: u32) -> Result<Value, String> {
         let run = self.run()?;
         Ok(to_json(&self.call("[method]run.last-decision", vec![run], &[&Value::from(call_id)])?))

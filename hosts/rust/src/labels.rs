@@ -11,6 +11,7 @@ pub fn class(class: OutcomeClass) -> &'static str {
         OutcomeClass::Permission => "permission",
         OutcomeClass::Semantic => "semantic",
         OutcomeClass::Misconfigured => "misconfigured",
+        OutcomeClass::NeedsInput => "needs-input",
         OutcomeClass::Unclassified => "unclassified",
     }
 }
@@ -43,6 +44,10 @@ pub fn reason(reason: EscalationReason) -> &'static str {
         EscalationReason::ConnectionMisconfigured => "connection-misconfigured",
         EscalationReason::DeadlineTooNear => "deadline-too-near",
         EscalationReason::ProtocolVersionUnsupported => "protocol-version-unsupported",
+        EscalationReason::InputRequired => "input-required",
+        EscalationReason::TaskExpired => "task-expired",
+        EscalationReason::TaskPollsSpent => "task-polls-spent",
+        EscalationReason::TaskCancelled => "task-cancelled",
     }
 }
 
@@ -70,5 +75,6 @@ pub fn action(action: ActionKind) -> &'static str {
         ActionKind::CheckStatus => "check-status",
         ActionKind::Succeed => "succeed",
         ActionKind::Escalate => "escalate",
+        ActionKind::Poll => "poll",
     }
 }

@@ -27,7 +27,7 @@ pub fn parse_u64(value: &Value) -> Result<u64, String> {
     }
 }
 
-/// Something that answers the operations of the contract 0.5.0, each value
+/// Something that answers the operations of the contract 0.6.0, each value
 /// in canonical JSON (`{"ok": ..}` / `{"err": ..}` for results). `Err(String)`
 /// is a harness failure (bad vector input, a trap), not an answer. The
 /// readable steps of the vectors are translated onto these functions in one
@@ -69,6 +69,19 @@ pub trait Subject {
         call_id: u32,
         attempt: u32,
         result: &Value,
+        time_left_ms: Option<u64>,
+        now_ms: u64,
+        entropy: u64,
+    ) -> Result<Value, String>;
+    /// `run.record-task-status` of a `task-report`: `result<verdict, run-error>`.
+    fn record_task_status(&mut self, call_id: u32, attempt: u32, task: &Value, time_left_ms: Option<u64>, now_ms: u64, entropy: u64)
+    -> Result<Value, String>;
+    /// `run.record-poll-failure` of an `observation`: `result<verdict, run-error>`.
+    fn record_poll_failure(
+        &mut self,
+        call_id: u32,
+        attempt: u32,
+        observation: &Value,
         time_left_ms: Option<u64>,
         now_ms: u64,
         entropy: u64,
@@ -125,6 +138,25 @@ pub fn observation_json(failure: &Value) -> Result<Value, String> {
     }))
 }
 
+/// A readable task report (`{task-id, status, poll-interval-ms?, ttl-ms?,
+/// age-ms?, message?}`) as the `task-report` the contract takes.
+pub fn task_report_json(task: &Value) -> Result<Value, String> {
+    let object = task.as_object().ok_or_else(|| format!("a task report must be an object: {task}"))?;
+    const KEYS: &[&str] = &["task-id", "status", "poll-interval-ms", "ttl-ms", "age-ms", "message"];
+    if let Some(unknown) = object.keys().find(|k| !KEYS.contains(&k.as_str())) {
+        return Err(format!("unknown task report field \"{unknown}\""));
+    }
+    let field = |name: &str, default: Value| object.get(name).filter(|v| !v.is_null()).cloned().unwrap_or(default);
+    Ok(json!({
+        "task-id": field("task-id", Value::Null),
+        "status": field("status", Value::Null),
+        "poll-interval-ms": field("poll-interval-ms", Value::Null),
+        "ttl-ms": field("ttl-ms", Value::Null),
+        "age-ms": field("age-ms", Value::Null),
+        "message": field("message", Value::from("")),
+    }))
+}
+
 /// `begin-call` of a readable `call` (`{tool, idempotency-key, hints}`),
 /// answered readably: `{"ok": {"send": ticket}}`, `{"ok": {"escalate":
 /// escalation()}}` when not admitted, or `{"err": run-error}`.
@@ -135,6 +167,7 @@ fn begin_call(subject: &mut dyn Subject, call: &Value, now_ms: u64) -> Result<Va
     if start["admitted"] == json!(true) {
         let ticket = json!({
             "call-id": start["call-id"], "delay-ms": start["delay-ms"], "effect": start["effect"], "safe-to-repeat": start["safe-to-repeat"],
+            "idle-timeout-ms": start["idle-timeout-ms"], "attempt-timeout-ms": start["attempt-timeout-ms"],
         });
         return Ok(json!({ "ok": { "send": ticket } }));
     }
@@ -164,6 +197,10 @@ fn record_outcome(
         subject.record_failure(call_id, attempt, &observation_json(failure)?, time_left_ms, now_ms, entropy)?
     } else if let Some(result) = outcome.get("status-check") {
         subject.record_status_check(call_id, attempt, result, time_left_ms, now_ms, entropy)?
+    } else if let Some(task) = outcome.get("task") {
+        subject.record_task_status(call_id, attempt, &task_report_json(task)?, time_left_ms, now_ms, entropy)?
+    } else if let Some(failure) = outcome.get("poll-failure") {
+        subject.record_poll_failure(call_id, attempt, &observation_json(failure)?, time_left_ms, now_ms, entropy)?
     } else {
         return Err(format!("an outcome of an unknown shape: {outcome}"));
     };
@@ -178,14 +215,15 @@ fn record_outcome(
 }
 
 /// The verdict says what the decision says: the action, class, attempt, delay,
-/// hint, rule, whether it carries text, and whether a retry reconnects.
+/// hint, rule, whether it carries text, whether a retry or a poll reconnects,
+/// and whether the task is cancelled.
 pub fn check_verdict(verdict: &Value, decision: &Value, rule_names: &Value) -> Result<(), String> {
     let action = &decision["action"];
     let (kind, delay, has_note, reconnect) = match action {
         Value::String(case) => (case.as_str(), json!(0), false, false),
         Value::Object(case) => {
             let (name, payload) = case.iter().next().ok_or("an empty action")?;
-            if name == "retry" {
+            if name == "retry" || name == "poll" {
                 (name.as_str(), payload["delay-ms"].clone(), false, payload["reconnect"] == json!(true))
             } else {
                 (name.as_str(), json!(0), !payload.is_null(), false)
@@ -197,10 +235,12 @@ pub fn check_verdict(verdict: &Value, decision: &Value, rule_names: &Value) -> R
     let expected = json!({
         "action": kind, "class": decision["class"], "attempt": decision["attempt"], "delay-ms": delay,
         "hint-ms": decision["hint-ms"], "rule": decision["rule"], "has-note": has_note, "reconnect": reconnect,
+        "cancel-task": decision["cancel-task"],
     });
     let actual = json!({
         "action": verdict["action"], "class": verdict["class"], "attempt": verdict["attempt"], "delay-ms": verdict["delay-ms"],
         "hint-ms": verdict["hint-ms"], "rule": rule, "has-note": verdict["has-note"], "reconnect": verdict["reconnect"],
+        "cancel-task": verdict["cancel-task"],
     });
     if expected != actual {
         return Err(format!("the verdict {actual} does not say what its last-decision says: {expected}"));

@@ -7,32 +7,35 @@ export const bucket: WitType = record('bucket', [['capacity', u32], ['refill-int
 export const reservation: WitType = variant('reservation', [['granted', u64], ['refused', u64]]);
 export const transportError: WitType = enumOf('transport-error', 'timeout', 'connection-reset', 'connection-refused', 'stream-closed', 'tls', 'name-resolution', 'other');
 export const delivery: WitType = enumOf('delivery', 'unknown', 'not-sent', 'sent', 'answer-started');
-export const failureKind: WitType = variant('failure-kind', [['http-status', u16], ['transport', transportError], ['protocol-error', s32], ['tool-error', option(u16)]]);
+export const failureKind: WitType = variant('failure-kind', [['http-status', u16], ['transport', transportError], ['protocol-error', s32], ['tool-error', option(u16)], ['input-required', null]]);
 export const observation: WitType = record('observation', [['kind', failureKind], ['headers', string], ['body', string], ['structured-content', option(string)], ['session-id-sent', bool], ['delivery', delivery]]);
 export const probeAnswer: WitType = enumOf('probe-answer', 'older-server', 'failure');
-export const outcomeClass: WitType = enumOf('outcome-class', 'success', 'transient', 'throttled', 'deterministic', 'permission', 'semantic', 'misconfigured', 'unclassified');
+export const outcomeClass: WitType = enumOf('outcome-class', 'success', 'transient', 'throttled', 'deterministic', 'permission', 'semantic', 'misconfigured', 'needs-input', 'unclassified');
 export const headerProblem: WitType = record('header-problem', [['name', string], ['value', string], ['problem', string]]);
 export const classification: WitType = record('classification', [['class', outcomeClass], ['hint-ms', option(u64)], ['hint-source', option(string)], ['server-says-retry', option(bool)], ['rule', string], ['reason', string], ['header-problems', list(headerProblem)]]);
 export const effect: WitType = enumOf('effect', 'read', 'write', 'delete');
 export const toolHints: WitType = record('tool-hints', [['read-only', option(bool)], ['destructive', option(bool)], ['idempotent', option(bool)]]);
-export const escalationReason: WitType = enumOf('escalation-reason', 'permission-denied', 'replans-spent', 'call-attempts-spent', 'run-retries-spent', 'run-steps-spent', 'server-wait-too-long', 'retry-forbidden', 'account-budget-exhausted', 'retry-quota-exhausted', 'unclassified-failure', 'status-unknown', 'connection-misconfigured', 'deadline-too-near', 'protocol-version-unsupported');
+export const escalationReason: WitType = enumOf('escalation-reason', 'permission-denied', 'replans-spent', 'call-attempts-spent', 'run-retries-spent', 'run-steps-spent', 'server-wait-too-long', 'retry-forbidden', 'account-budget-exhausted', 'retry-quota-exhausted', 'unclassified-failure', 'status-unknown', 'connection-misconfigured', 'deadline-too-near', 'protocol-version-unsupported', 'input-required', 'task-expired', 'task-polls-spent', 'task-cancelled');
 export const effectStatus: WitType = enumOf('effect-status', 'applied', 'unknown');
 export const effectRecord: WitType = record('effect-record', [['call-id', u32], ['tool', string], ['idempotency-key', option(string)], ['status', effectStatus]]);
 export const escalation: WitType = record('escalation', [['reason', escalationReason], ['last-error', option(string)], ['resets-in-ms', option(u64)], ['effects', list(effectRecord)], ['effects-total', u32], ['note', string]]);
 export const retryPlan: WitType = record('retry-plan', [['delay-ms', u64], ['attempt', u32], ['idempotency-key', option(string)], ['reconnect', bool]]);
-export const action: WitType = variant('action', [['retry', retryPlan], ['replan', string], ['check-status', null], ['succeed', option(string)], ['escalate', escalation]]);
-export const decision: WitType = record('decision', [['action', action], ['class', outcomeClass], ['attempt', u32], ['hint-ms', option(u64)], ['rule', string], ['reason', string]]);
+export const taskStatus: WitType = enumOf('task-status', 'working', 'input-answered', 'input-required', 'cancelled');
+export const taskReport: WitType = record('task-report', [['task-id', string], ['status', taskStatus], ['poll-interval-ms', option(u64)], ['ttl-ms', option(u64)], ['age-ms', option(u64)], ['message', string]]);
+export const pollPlan: WitType = record('poll-plan', [['delay-ms', u64], ['task-id', string], ['reconnect', bool]]);
+export const action: WitType = variant('action', [['retry', retryPlan], ['replan', string], ['check-status', null], ['succeed', option(string)], ['escalate', escalation], ['poll', pollPlan]]);
+export const decision: WitType = record('decision', [['action', action], ['class', outcomeClass], ['attempt', u32], ['hint-ms', option(u64)], ['rule', string], ['reason', string], ['cancel-task', bool]]);
 export const statusCheckResult: WitType = enumOf('status-check-result', 'found', 'absent', 'unknown');
 export const statusCount: WitType = record('status-count', [['status', u16], ['count', u32]]);
-export const runReport: WitType = record('run-report', [['run-id', string], ['calls', u32], ['attempts', u32], ['retries', u32], ['status-checks', u32], ['replans', u32], ['succeeded-calls', u32], ['waits', u32], ['waited-ms', u64], ['escalation', option(escalationReason)], ['statuses', list(statusCount)], ['effects', list(effectRecord)], ['effects-total', u32]]);
+export const runReport: WitType = record('run-report', [['run-id', string], ['calls', u32], ['attempts', u32], ['retries', u32], ['status-checks', u32], ['replans', u32], ['tasks', u32], ['polls', u32], ['succeeded-calls', u32], ['waits', u32], ['waited-ms', u64], ['escalation', option(escalationReason)], ['statuses', list(statusCount)], ['effects', list(effectRecord)], ['effects-total', u32]]);
 export const attemptMismatch: WitType = record('attempt-mismatch', [['call-id', u32], ['expected', u32], ['reported', u32]]);
 export const sizeLimit: WitType = record('size-limit', [['input', string], ['size-bytes', u32], ['limit-bytes', u32]]);
-export const runError: WitType = variant('run-error', [['unknown-call', u32], ['call-finished', u32], ['status-check-pending', u32], ['no-status-check-pending', u32], ['run-ended', escalationReason], ['attempt-mismatch', attemptMismatch], ['too-large', sizeLimit]]);
+export const runError: WitType = variant('run-error', [['unknown-call', u32], ['call-finished', u32], ['status-check-pending', u32], ['no-status-check-pending', u32], ['run-ended', escalationReason], ['no-task', u32], ['attempt-mismatch', attemptMismatch], ['too-large', sizeLimit]]);
 export const configErrorKind: WitType = enumOf('config-error-kind', 'syntax', 'unknown-field', 'wrong-type', 'out-of-range', 'too-large');
 export const configError: WitType = record('config-error', [['kind', configErrorKind], ['field', string], ['message', string]]);
-export const actionKind: WitType = enumOf('action-kind', 'retry', 'replan', 'check-status', 'succeed', 'escalate');
-export const verdict: WitType = record('verdict', [['action', actionKind], ['class', outcomeClass], ['attempt', u32], ['delay-ms', u64], ['hint-ms', option(u64)], ['rule-index', u16], ['has-note', bool], ['reconnect', bool]]);
-export const callStart: WitType = record('call-start', [['admitted', bool], ['call-id', u32], ['delay-ms', u64], ['effect', effect], ['safe-to-repeat', bool]]);
+export const actionKind: WitType = enumOf('action-kind', 'retry', 'replan', 'check-status', 'succeed', 'escalate', 'poll');
+export const verdict: WitType = record('verdict', [['action', actionKind], ['class', outcomeClass], ['attempt', u32], ['delay-ms', u64], ['hint-ms', option(u64)], ['rule-index', u16], ['has-note', bool], ['reconnect', bool], ['cancel-task', bool]]);
+export const callStart: WitType = record('call-start', [['admitted', bool], ['call-id', u32], ['delay-ms', u64], ['effect', effect], ['safe-to-repeat', bool], ['idle-timeout-ms', u64], ['attempt-timeout-ms', u64]]);
 
 /** Parameter and result types of the policy interface's functions (resources excluded). */
 export const FUNCTIONS = {
@@ -49,6 +52,8 @@ export const FUNCTIONS = {
   '[method]run.record-empty-result': { params: [u32, u32, string, u64], result: result(verdict, runError) },
   '[method]run.record-failure': { params: [u32, u32, observation, option(u64), u64, u64], result: result(verdict, runError) },
   '[method]run.record-status-check': { params: [u32, u32, statusCheckResult, option(u64), u64, u64], result: result(verdict, runError) },
+  '[method]run.record-task-status': { params: [u32, u32, taskReport, option(u64), u64, u64], result: result(verdict, runError) },
+  '[method]run.record-poll-failure': { params: [u32, u32, observation, option(u64), u64, u64], result: result(verdict, runError) },
   '[method]run.last-decision': { params: [u32], result: option(decision) },
   '[method]run.escalation': { params: [], result: option(escalation) },
   '[method]run.report': { params: [], result: runReport },

@@ -8,7 +8,7 @@ use agent_retry_policy::account::{AccountBudget, Bucket, Reservation};
 use agent_retry_policy::classify::FailureView;
 use agent_retry_policy::config::Config;
 use agent_retry_policy::run::{Act, At, Run, Start, Verdict};
-use agent_retry_policy::types::{Delivery, FailureKind, StatusCheckResult, ToolHints};
+use agent_retry_policy::types::{Delivery, FailureKind, StatusCheckResult, TaskReport, ToolHints};
 use agent_retry_policy::{backoff, classify, hints, key, rules, session};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -197,6 +197,29 @@ impl Subject for Native {
         Ok(result_json(verdict.map(|v| verdict_json(&v)).map_err(|e| output(&e))))
     }
 
+    fn record_task_status(&mut self, call_id: u32, attempt: u32, task: &Value, time_left_ms: Option<u64>, now_ms: u64, entropy: u64) -> Result<Value, String> {
+        let task: TaskReport = input(task, "task-report")?;
+        let run = self.run.as_mut().ok_or("no run")?;
+        let verdict = run.record_task_status(call_id, attempt, &task, At { now_ms, time_left_ms, entropy }, &mut Accounts(&self.accounts));
+        Ok(result_json(verdict.map(|v| verdict_json(&v)).map_err(|e| output(&e))))
+    }
+
+    fn record_poll_failure(
+        &mut self,
+        call_id: u32,
+        attempt: u32,
+        observation: &Value,
+        time_left_ms: Option<u64>,
+        now_ms: u64,
+        entropy: u64,
+    ) -> Result<Value, String> {
+        let observation: Observation = input(observation, "observation")?;
+        let pairs = hints::split_lines(&observation.headers);
+        let run = self.run.as_mut().ok_or("no run")?;
+        let verdict = run.record_poll_failure(call_id, attempt, &observation.view(&pairs), At { now_ms, time_left_ms, entropy }, &mut Accounts(&self.accounts));
+        Ok(result_json(verdict.map(|v| verdict_json(&v)).map_err(|e| output(&e))))
+    }
+
     fn last_decision(&mut self, call_id: u32) -> Result<Value, String> {
         Ok(output(&self.run.as_ref().ok_or("no run")?.last_decision(call_id)))
     }
@@ -209,10 +232,13 @@ impl Subject for Native {
 /// The canonical JSON of a `call-start`, as the component answers it.
 fn call_start(start: &Start) -> Value {
     match start {
-        Start::Send(t) => {
-            json!({"admitted": true, "call-id": t.call_id, "delay-ms": t.delay_ms, "effect": output(&t.effect), "safe-to-repeat": t.safe_to_repeat})
-        }
-        Start::Escalated => json!({"admitted": false, "call-id": 0, "delay-ms": 0, "effect": "read", "safe-to-repeat": false}),
+        Start::Send(t) => json!({
+            "admitted": true, "call-id": t.call_id, "delay-ms": t.delay_ms, "effect": output(&t.effect), "safe-to-repeat": t.safe_to_repeat,
+            "idle-timeout-ms": t.idle_timeout_ms, "attempt-timeout-ms": t.attempt_timeout_ms,
+        }),
+        Start::Escalated => json!({
+            "admitted": false, "call-id": 0, "delay-ms": 0, "effect": "read", "safe-to-repeat": false, "idle-timeout-ms": 0, "attempt-timeout-ms": 0,
+        }),
     }
 }
 
@@ -224,9 +250,10 @@ fn verdict_json(v: &Verdict) -> Value {
         Act::CheckStatus => ("check-status", 0, false),
         Act::Succeed => ("succeed", 0, false),
         Act::Escalate => ("escalate", 0, false),
+        Act::Poll { delay_ms, reconnect } => ("poll", delay_ms, reconnect),
     };
     json!({
         "action": action, "class": output(&v.class), "attempt": v.attempt, "delay-ms": delay_ms,
-        "hint-ms": v.hint_ms, "rule-index": v.rule.index(), "has-note": v.has_note, "reconnect": reconnect,
+        "hint-ms": v.hint_ms, "rule-index": v.rule.index(), "has-note": v.has_note, "reconnect": reconnect, "cancel-task": v.cancel_task,
     })
 }

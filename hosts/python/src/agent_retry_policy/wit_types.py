@@ -9,13 +9,14 @@ ENUMS: dict[str, tuple[str, ...]] = {
     'transport-error': ('timeout', 'connection-reset', 'connection-refused', 'stream-closed', 'tls', 'name-resolution', 'other',),
     'delivery': ('unknown', 'not-sent', 'sent', 'answer-started',),
     'probe-answer': ('older-server', 'failure',),
-    'outcome-class': ('success', 'transient', 'throttled', 'deterministic', 'permission', 'semantic', 'misconfigured', 'unclassified',),
+    'outcome-class': ('success', 'transient', 'throttled', 'deterministic', 'permission', 'semantic', 'misconfigured', 'needs-input', 'unclassified',),
     'effect': ('read', 'write', 'delete',),
-    'escalation-reason': ('permission-denied', 'replans-spent', 'call-attempts-spent', 'run-retries-spent', 'run-steps-spent', 'server-wait-too-long', 'retry-forbidden', 'account-budget-exhausted', 'retry-quota-exhausted', 'unclassified-failure', 'status-unknown', 'connection-misconfigured', 'deadline-too-near', 'protocol-version-unsupported',),
+    'escalation-reason': ('permission-denied', 'replans-spent', 'call-attempts-spent', 'run-retries-spent', 'run-steps-spent', 'server-wait-too-long', 'retry-forbidden', 'account-budget-exhausted', 'retry-quota-exhausted', 'unclassified-failure', 'status-unknown', 'connection-misconfigured', 'deadline-too-near', 'protocol-version-unsupported', 'input-required', 'task-expired', 'task-polls-spent', 'task-cancelled',),
     'effect-status': ('applied', 'unknown',),
+    'task-status': ('working', 'input-answered', 'input-required', 'cancelled',),
     'status-check-result': ('found', 'absent', 'unknown',),
     'config-error-kind': ('syntax', 'unknown-field', 'wrong-type', 'out-of-range', 'too-large',),
-    'action-kind': ('retry', 'replan', 'check-status', 'succeed', 'escalate',),
+    'action-kind': ('retry', 'replan', 'check-status', 'succeed', 'escalate', 'poll',),
 }
 
 RECORDS: dict[str, tuple[str, ...]] = {
@@ -27,21 +28,23 @@ RECORDS: dict[str, tuple[str, ...]] = {
     'effect-record': ('call-id', 'tool', 'idempotency-key', 'status',),
     'escalation': ('reason', 'last-error', 'resets-in-ms', 'effects', 'effects-total', 'note',),
     'retry-plan': ('delay-ms', 'attempt', 'idempotency-key', 'reconnect',),
-    'decision': ('action', 'class', 'attempt', 'hint-ms', 'rule', 'reason',),
+    'task-report': ('task-id', 'status', 'poll-interval-ms', 'ttl-ms', 'age-ms', 'message',),
+    'poll-plan': ('delay-ms', 'task-id', 'reconnect',),
+    'decision': ('action', 'class', 'attempt', 'hint-ms', 'rule', 'reason', 'cancel-task',),
     'status-count': ('status', 'count',),
-    'run-report': ('run-id', 'calls', 'attempts', 'retries', 'status-checks', 'replans', 'succeeded-calls', 'waits', 'waited-ms', 'escalation', 'statuses', 'effects', 'effects-total',),
+    'run-report': ('run-id', 'calls', 'attempts', 'retries', 'status-checks', 'replans', 'tasks', 'polls', 'succeeded-calls', 'waits', 'waited-ms', 'escalation', 'statuses', 'effects', 'effects-total',),
     'attempt-mismatch': ('call-id', 'expected', 'reported',),
     'size-limit': ('input', 'size-bytes', 'limit-bytes',),
     'config-error': ('kind', 'field', 'message',),
-    'verdict': ('action', 'class', 'attempt', 'delay-ms', 'hint-ms', 'rule-index', 'has-note', 'reconnect',),
-    'call-start': ('admitted', 'call-id', 'delay-ms', 'effect', 'safe-to-repeat',),
+    'verdict': ('action', 'class', 'attempt', 'delay-ms', 'hint-ms', 'rule-index', 'has-note', 'reconnect', 'cancel-task',),
+    'call-start': ('admitted', 'call-id', 'delay-ms', 'effect', 'safe-to-repeat', 'idle-timeout-ms', 'attempt-timeout-ms',),
 }
 
 VARIANTS: dict[str, tuple[str, ...]] = {
     'reservation': ('granted', 'refused',),
-    'failure-kind': ('http-status', 'transport', 'protocol-error', 'tool-error',),
-    'action': ('retry', 'replan', 'check-status', 'succeed', 'escalate',),
-    'run-error': ('unknown-call', 'call-finished', 'status-check-pending', 'no-status-check-pending', 'run-ended', 'attempt-mismatch', 'too-large',),
+    'failure-kind': ('http-status', 'transport', 'protocol-error', 'tool-error', 'input-required',),
+    'action': ('retry', 'replan', 'check-status', 'succeed', 'escalate', 'poll',),
+    'run-error': ('unknown-call', 'call-finished', 'status-check-pending', 'no-status-check-pending', 'run-ended', 'no-task', 'attempt-mismatch', 'too-large',),
 }
 
 FUNCTIONS: tuple[str, ...] = (
@@ -58,6 +61,8 @@ FUNCTIONS: tuple[str, ...] = (
     '[method]run.record-empty-result',
     '[method]run.record-failure',
     '[method]run.record-status-check',
+    '[method]run.record-task-status',
+    '[method]run.record-poll-failure',
     '[method]run.last-decision',
     '[method]run.escalation',
     '[method]run.report',

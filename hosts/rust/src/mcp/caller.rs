@@ -28,7 +28,7 @@ use super::limit::Limit;
 use super::metrics::Metrics;
 use super::observe;
 use crate::component::types::{
-    Action, ActionKind, CallStart, Decision, Delivery, Effect, EffectStatus, Escalation, EscalationReason, FailureKind, RetryPlan, RunError, RunReport,
+    Action, ActionKind, CallStart, Decision, Delivery, Effect, EffectStatus, Escalation, EscalationReason, FailureKind, PollPlan, RetryPlan, RunError, RunReport,
     StatusCheckResult, ToolHints, TransportError, Verdict,
 };
 use crate::component::{Admission, Outcome, PolicyHandle, PolicyInstance, RunHandle};
@@ -196,7 +196,10 @@ fn outcome_label(outcome: &Outcome) -> String {
             FailureKind::ProtocolError(c) => format!("json-rpc {c}"),
             FailureKind::ToolError(Some(s)) => format!("is-error {s}"),
             FailureKind::ToolError(None) => "is-error".into(),
+            FailureKind::InputRequired => "input-required".into(),
         },
+        Outcome::Task(task) => format!("task {}", task.task_id),
+        Outcome::PollFailure(_) => "poll-failed".into(),
     }
 }
 
@@ -207,6 +210,7 @@ fn action_label(action: &Action) -> &'static str {
         Action::CheckStatus => "check-status",
         Action::Succeed(_) => "succeed",
         Action::Escalate(_) => "escalate",
+        Action::Poll(_) => "poll",
     }
 }
 
@@ -468,6 +472,11 @@ impl RetryingToolCaller {
                     }
                     return Err(CallError::SessionLost(format!("{what}: {}", decision.reason)));
                 }
+                // Only a task's report is answered with a poll, and a pseudo-call has none.
+                Action::Poll(_) => {
+                    let fault = PolicyFault::BoundaryViolation { cause: format!("a poll answered {what}, which has no task") };
+                    return Err(self.policy_failed(None, what, None, &outcome_label(&attempted.outcome), fault));
+                }
             }
         }
     }
@@ -681,11 +690,14 @@ impl RetryingToolCaller {
             }),
             ActionKind::CheckStatus => Action::CheckStatus,
             ActionKind::Succeed => Action::Succeed(None),
+            // The caller keeps the task's id.
+            ActionKind::Poll => Action::Poll(PollPlan { delay_ms: verdict.delay_ms, task_id: String::new(), reconnect: verdict.reconnect }),
             // Answered above, with their words.
             ActionKind::Replan | ActionKind::Escalate => return Err(PolicyFault::BoundaryViolation { cause: "an action with text had no words".into() }),
         };
         let rule = self.instance.rule_name(&verdict)?;
-        Ok(Ok(Decision { action, class: verdict.class, attempt: verdict.attempt, hint_ms: verdict.hint_ms, rule, reason: String::new() }))
+        let (class, attempt, hint_ms, cancel_task) = (verdict.class, verdict.attempt, verdict.hint_ms, verdict.cancel_task);
+        Ok(Ok(Decision { action, class, attempt, hint_ms, rule, reason: String::new(), cancel_task }))
     }
 
     /// The safe fallback when the policy itself fails (a trap, out of fuel or
@@ -839,6 +851,10 @@ impl RetryingToolCaller {
                 Action::Replan(message) => return Ok(ToolAnswer::Replan(message)),
                 Action::Succeed(note) => return Ok(ToolAnswer::Done { result: attempted.result, note }),
                 Action::Escalate(escalation) => return Err(CallError::Escalated(escalation)),
+                Action::Poll(_) => {
+                    let fault = PolicyFault::BoundaryViolation { cause: format!("a poll answered {tool}, which has no task") };
+                    return Err(self.policy_failed(Some(step), tool, key.as_deref(), &outcome_label(&attempted.outcome), fault));
+                }
             }
         }
     }
