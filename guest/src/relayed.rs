@@ -68,6 +68,19 @@ pub struct Relayed {
 
 use OutcomeClass::{Deterministic as D, Permission as P, Throttled as T, Transient as R, Unclassified as U};
 
+/// A server-minted handle (a page snapshot's ref, a sandbox, a cursor) that
+/// is no longer valid: the same call fails the same way, so the model must get
+/// a new handle first (MCP 2026-07-28 keeps state in such handles). Each phrase
+/// is a real server's wording:
+/// - microsoft/playwright-mcp: "Ref e3 not found in the current page snapshot.
+///   Try capturing new snapshot." (what its tests expect of a stale ref);
+/// - e2b-dev/E2B SDKs: "<message>: This error is likely due to sandbox timeout."
+///   (`format_sandbox_timeout_exception`, python and js SDKs);
+/// - Glean API: "The provided cursor has expired. Start a new search to get a
+///   fresh cursor." (developers.glean.com/errors/invalid-cursor).
+const EXPIRED_HANDLES: &[(&str, OutcomeClass)] =
+    &[("not found in the current page snapshot", D), ("likely due to sandbox timeout", D), ("cursor has expired", D)];
+
 /// Phrases that override what the rest of the text seems to say.
 const VETOES: &[(&str, OutcomeClass)] = &[
     // OpenAI's 429 for a request larger than the whole limit: no wait helps.
@@ -619,6 +632,9 @@ pub fn read(text: &str, structured: Option<&str>, rules: &[&TextRule], overrides
         if found_rule {
             return found(rule.class, Rule::ConfigToolErrorRules, quoted(&rule.contains));
         }
+    }
+    if let Some((class, phrase)) = first_phrase(&words, EXPIRED_HANDLES) {
+        return found(class, Rule::ToolErrorExpiredHandle, quoted(phrase));
     }
     if let Some((class, phrase)) = first_phrase(&words, VETOES) {
         return found(class, Rule::ToolErrorVocabulary, quoted(phrase));

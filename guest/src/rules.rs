@@ -32,6 +32,7 @@ pub enum Rule {
     VersionMismatch,
     TaskStatus,
     InputRequired,
+    ToolErrorExpiredHandle,
 }
 
 /// The rules' names, indexed by [`Rule::index`].
@@ -59,6 +60,7 @@ pub const RULE_NAMES: &[&str] = &[
     "version-mismatch",
     "task-status",
     "input-required",
+    "tool-error:expired-handle",
 ];
 
 impl Rule {
@@ -81,14 +83,15 @@ mod tests {
     /// checks that no name is missing at the end).
     #[test]
     fn every_rule_is_named() {
-        let last = Rule::InputRequired;
+        let last = Rule::ToolErrorExpiredHandle;
         assert_eq!(usize::from(last.index()) + 1, RULE_NAMES.len());
         assert_eq!(Rule::Success.name(), "success");
         assert_eq!(Rule::HttpStatus.name(), "http-status");
         assert_eq!(Rule::PayloadTooLargeRetryAfter.name(), "413-retry-after");
         assert_eq!(Rule::ConfigToolErrorRules.name(), "config:tool-error-rules");
         assert_eq!(Rule::ToolError.name(), "tool-error");
-        assert_eq!(last.name(), "input-required");
+        assert_eq!(last.name(), "tool-error:expired-handle");
+        assert_eq!(Rule::InputRequired.name(), "input-required");
         assert_eq!(Rule::VersionMismatch.name(), "version-mismatch");
         let mut names = RULE_NAMES.to_vec();
         names.sort_unstable();

@@ -940,6 +940,12 @@ impl Run {
             Act::Retry { delay_ms, attempt, reconnect } => Action::Retry(RetryPlan { delay_ms, attempt, idempotency_key: call.key.clone(), reconnect }),
             Act::Replan => Action::Replan(match call.last_error {
                 Some(LastError::EmptyResult) => self.last_error_text(last.index).unwrap_or_default(),
+                _ if verdict.rule == Rule::ToolErrorExpiredHandle => cat!(
+                    call.tool,
+                    " failed: ",
+                    self.last_error_text(last.index).unwrap_or_default(),
+                    " The handle it used is no longer valid: get a new one (a new snapshot, sandbox or cursor) before calling again."
+                ),
                 _ => cat!(call.tool, " failed: ", self.last_error_text(last.index).unwrap_or_default()),
             }),
             Act::CheckStatus => Action::CheckStatus,

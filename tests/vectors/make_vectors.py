@@ -1442,6 +1442,21 @@ def task_cases():
             begin("issue_refund", key="k1"),
             outcome(1, task(task_id="t" * 257), {"err": {"too-large": {"input": "task-id", "size-bytes": 257, "limit-bytes": 256}}}),
         ], config=TASK_TOOLS),
+        case("an expired page-snapshot ref goes to the model with advice to get a new handle, never retried", [
+            begin("browser_click"),
+            outcome(1, fail(tool_error=True, body="Ref e3 not found in the current page snapshot. Try capturing new snapshot."),
+                    replan("get a new one", "deterministic", rule="tool-error:expired-handle")),
+        ], config=TASK_TOOLS, comment="microsoft/playwright-mcp's wording"),
+        case("a sandbox gone after its timeout is an expired handle, not a transient timeout", [
+            begin("run_code", hints=READ),
+            outcome(1, fail(tool_error=True, body="502: This error is likely due to sandbox timeout. You can modify the sandbox timeout."),
+                    replan("no longer valid", "deterministic", rule="tool-error:expired-handle")),
+        ], config=TASK_TOOLS, comment="e2b-dev/E2B SDKs' wording: re-running on the same sandbox fails the same way"),
+        case("an expired cursor is an expired handle", [
+            begin("search_docs", hints=READ),
+            outcome(1, fail(tool_error=True, body="The provided cursor has expired. Start a new search to get a fresh cursor."),
+                    replan(cls="deterministic", rule="tool-error:expired-handle")),
+        ], config=TASK_TOOLS, comment="the Glean API's wording"),
         case("an attempt's timeouts come from the tool's entry, else the defaults", [
             begin("lookup_order", expect=sent(1, **{"idle-timeout-ms": 30000, "attempt-timeout-ms": 600000})),
             begin("export_report", expect=sent(2, **{"idle-timeout-ms": 5000, "attempt-timeout-ms": 20000})),
@@ -1632,7 +1647,7 @@ FILES = {
     "runs-tool-errors.json": ("Relayed failures in a run", tool_error_run_cases),
     "limits.json": ("Bounded inputs and outputs, and one report per attempt (contract 0.3.0)", limits_cases),
     "runs-transport.json": ("Sessions, revisions, TLS, names and deadlines (contract 0.5.0)", transport_cases),
-    "runs-tasks.json": ("Tasks, continuations and timeouts of MCP 2026-07-28 (contract 0.6.0)", task_cases),
+    "runs-tasks.json": ("Tasks, continuations, expired handles and timeouts of MCP 2026-07-28 (contract 0.6.0)", task_cases),
     "gate.json": ("The invariants every live update must keep: the update gate runs them on the candidate", gate_cases),
     "observations.json": ("Raw transport observations and what each means, replayed through each host's wrapper", observation_cases),
 }
