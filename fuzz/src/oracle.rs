@@ -40,6 +40,8 @@ pub const RULES: &[&str] = &[
     "tool-error:status",
     "tool-error",
     "tool-error:scan-limit",
+    "tool-error:expired-handle",
+    "input-required",
 ];
 
 /// Every header a wait hint may come from, and `text` for a wait written in a tool error.

@@ -24,7 +24,7 @@ use agent_retry_policy::readable;
 use agent_retry_policy::run::{At, Run};
 use agent_retry_policy::types::{
     Action, Admission, CallRequest, Decision, Delivery, Escalation, EscalationReason, Failure, FailureKind, Outcome, OutcomeClass, RunError, RunReport,
-    StatusCheckResult, ToolHints, TransportError,
+    StatusCheckResult, TaskReport, TaskStatus, ToolHints, TransportError,
 };
 use arbitrary::{Arbitrary, Unstructured};
 use serde_json::{Value, json};
@@ -174,6 +174,7 @@ fn failure(u: &mut Unstructured) -> arbitrary::Result<Failure> {
         } else {
             i32::arbitrary(u)?
         }),
+        8 if u.ratio(1, 4)? => FailureKind::InputRequired,
         _ => FailureKind::ToolError(if u.ratio(1, 2)? { None } else { Some(pick_u64(u, &[429, 503, 403, 404, 200], 0, 65_535)? as u16) }),
     };
     let mut headers = Vec::new();
@@ -193,10 +194,20 @@ fn failure(u: &mut Unstructured) -> arbitrary::Result<Failure> {
 }
 
 fn outcome(u: &mut Unstructured) -> arbitrary::Result<Outcome> {
-    Ok(match u.choose_index(20)? {
+    Ok(match u.choose_index(24)? {
         0 | 1 => Outcome::Success,
         2 => Outcome::EmptyResult(string_from(u, &["", "[]", "null", "{\"content\":[]}"], 2000)?),
         3..=5 => Outcome::StatusCheck(*u.choose(&[StatusCheckResult::Found, StatusCheckResult::Absent, StatusCheckResult::Unknown])?),
+        // A task's report (contract 0.6.0): a real id, or an odd or over-long one.
+        20 | 21 => Outcome::Task(TaskReport {
+            task_id: string_from(u, &["t-1", "t-2", ""], 300)?,
+            status: *u.choose(&[TaskStatus::Working, TaskStatus::InputAnswered, TaskStatus::InputRequired, TaskStatus::Cancelled])?,
+            poll_interval_ms: if u.ratio(1, 3)? { None } else { Some(pick_u64(u, &[0, 1, 100, 1000, 60_000, 120_000], 0, u64::MAX)?) },
+            ttl_ms: if u.ratio(1, 2)? { None } else { Some(pick_u64(u, &[0, 1000, 300_000], 0, u64::MAX)?) },
+            age_ms: if u.ratio(1, 2)? { None } else { Some(pick_u64(u, &[0, 999, 299_999], 0, u64::MAX)?) },
+            message: if u.ratio(1, 2)? { String::new() } else { string_from(u, nasty::BODIES, 5000)? },
+        }),
+        22 => Outcome::PollFailure(failure(u)?),
         _ => Outcome::Failure(failure(u)?),
     })
 }
@@ -290,6 +301,8 @@ struct CallState {
     attempt: u32,
     checking: bool,
     finished: bool,
+    /// Whether the call's attempt was answered by a task that still lives.
+    tasked: bool,
 }
 
 /// Drives a run and checks every answer.
@@ -408,7 +421,7 @@ impl Driver {
                     self.waits += 1;
                     self.waited_ms += u128::from(ticket.delay_ms);
                 }
-                self.calls.push(CallState { tool: request.tool.clone(), key: request.idempotency_key.clone(), attempt: 1, checking: false, finished: false });
+                self.calls.push(CallState { tool: request.tool.clone(), key: request.idempotency_key.clone(), attempt: 1, checking: false, finished: false, tasked: false });
             }
             Ok(Admission::Escalate(e)) => {
                 invariant!(self.ended.is_none(), "escalated again after the run ended ({context})");
@@ -455,6 +468,8 @@ impl Driver {
                     (RunError::AttemptMismatch(m), Some(k)) => m.expected == k.attempt && m.reported == attempt && attempt != k.attempt,
                     (RunError::StatusCheckPending(_), Some(k)) => k.checking && !matches!(outcome, Outcome::StatusCheck(_)),
                     (RunError::NoStatusCheckPending(_), Some(k)) => !k.checking && matches!(outcome, Outcome::StatusCheck(_)),
+                    (RunError::NoTask(_), Some(k)) => !k.checking && !k.tasked && matches!(outcome, Outcome::PollFailure(_)),
+                    (RunError::TooLarge(l), Some(_)) => l.input == "task-id" && matches!(outcome, Outcome::Task(t) if t.task_id.len() > 256),
                     _ => false,
                 };
                 invariant!(consistent, "record-outcome refused with {e:?}; call state {known:?}, ended {:?} ({context})", self.ended);
@@ -466,7 +481,7 @@ impl Driver {
                 if let Some(hint) = d.hint_ms {
                     invariant!(hint <= c.max_plausible_hint_ms, "hint {hint} above max-plausible-hint-ms ({context})");
                 }
-                let known_rule = oracle::RULES.contains(&d.rule.as_str()) || ["success", "empty-result", "status-check"].contains(&d.rule.as_str());
+                let known_rule = oracle::RULES.contains(&d.rule.as_str()) || ["success", "empty-result", "status-check", "task-status"].contains(&d.rule.as_str());
                 invariant!(known_rule, "decision names no known rule: {:?} ({context})", d.rule);
                 // A failure's decision carries its classification's reason (checked
                 // by `check_classification`) and a few words more.
@@ -497,6 +512,10 @@ impl Driver {
                 );
                 let steps_before = before.attempts + before.status_checks;
                 let call = &mut self.calls[index];
+                let had_task = call.tasked || matches!(outcome, Outcome::Task(_));
+                // A task ends with the attempt's outcome, or when the policy stops waiting.
+                call.tasked = matches!(outcome, Outcome::Task(_) | Outcome::PollFailure(_)) && matches!(d.action, Action::Poll(_));
+                invariant!(!d.cancel_task || (had_task && matches!(d.action, Action::Escalate(_))), "cancel-task on {d:?} without a live task ({context})");
                 match &d.action {
                     Action::Retry(plan) => {
                         invariant!(matches!(d.class, OutcomeClass::Transient | OutcomeClass::Throttled), "a retry of a {:?} outcome ({context})", d.class);
@@ -556,6 +575,20 @@ impl Driver {
                         invariant!(note.as_ref().is_none_or(|n| n.len() <= 128), "succeed note {note:?} ({context})");
                         call.finished = true;
                     }
+                    Action::Poll(plan) => {
+                        invariant!(had_task, "a poll for a call without a task ({context})");
+                        invariant!(
+                            plan.delay_ms <= c.max_hint_ms.max(c.task_poll_max_delay_ms),
+                            "a poll after {} ms, past max-hint-ms {} and task-poll-max-delay-ms {} ({context})",
+                            plan.delay_ms,
+                            c.max_hint_ms,
+                            c.task_poll_max_delay_ms
+                        );
+                        if plan.delay_ms > 0 {
+                            self.waits += 1;
+                            self.waited_ms += u128::from(plan.delay_ms);
+                        }
+                    }
                     Action::Escalate(e) => {
                         let ok = match e.reason {
                             EscalationReason::CallAttemptsSpent => d.attempt >= c.max_attempts_per_call,
@@ -572,6 +605,8 @@ impl Driver {
                             // The fuzzed runs carry no deadline.
                             EscalationReason::DeadlineTooNear => false,
                             EscalationReason::ProtocolVersionUnsupported => d.rule == "version-mismatch",
+                            EscalationReason::InputRequired => d.class == OutcomeClass::NeedsInput,
+                            EscalationReason::TaskExpired | EscalationReason::TaskPollsSpent | EscalationReason::TaskCancelled => had_task,
                         };
                         invariant!(ok, "escalated for {:?} with budgets not spent: decision {d:?}, report before {before:?} ({context})", e.reason);
                         call.finished = true;

@@ -535,7 +535,6 @@ impl Run {
 
     /// Records what the server said of the call's task.
     pub fn record_task_status(&mut self, call_id: u32, attempt: u32, task: &TaskReport, at: At, budget: &mut dyn AccountBudget) -> Result<Verdict, RunError> {
-        SizeLimit::check("task-id", &task.task_id)?;
         self.record(call_id, attempt, Reported::Task(task), at, budget)
     }
 
@@ -563,7 +562,7 @@ impl Run {
             Phase::CheckingStatus { class, hint_ms } => Some(Failed { class, hint_ms, rule: Rule::StatusCheck, basis: Basis::Fixed("") }),
             _ => None,
         };
-        if matches!(outcome, Reported::Success | Reported::EmptyResult(_) | Reported::Failure(_)) {
+        if pending.is_none() && matches!(outcome, Reported::Success | Reported::EmptyResult(_) | Reported::Failure(_)) {
             // A task that completed or failed is over: its outcome is the attempt's.
             self.calls[index].task = None;
         }
@@ -571,7 +570,10 @@ impl Run {
             (Reported::StatusCheck(result), Some(failed)) => Ok(self.on_status_check(index, result, failed, at, budget)),
             (Reported::StatusCheck(_), None) => Err(RunError::NoStatusCheckPending(call_id)),
             (_, Some(_)) => Err(RunError::StatusCheckPending(call_id)),
-            (Reported::Task(task), None) => Ok(self.on_task_status(index, task, at)),
+            (Reported::Task(task), None) => {
+                SizeLimit::check("task-id", &task.task_id)?;
+                Ok(self.on_task_status(index, task, at))
+            }
             (Reported::PollFailure(_), None) if self.calls[index].task.is_none() => Err(RunError::NoTask(call_id)),
             (Reported::PollFailure(failure), None) => Ok(self.on_poll_failure(index, failure, at)),
             (Reported::Success, None) => {
@@ -770,7 +772,8 @@ impl Run {
             task.id.push_str(&report.task_id);
         }
         task.failed_polls = 0;
-        let text = excerpt(&report.message, 4096);
+        // The note and the message stay within max-message-chars, however long the server's text.
+        let text = excerpt(&report.message, self.config.max_message_chars as usize);
         let status = match report.status {
             TaskStatus::Working => "working",
             TaskStatus::InputAnswered => "input answered",
@@ -779,7 +782,9 @@ impl Run {
         };
         let task_text = cat!("task ", report.task_id, " ", status, if text.is_empty() { "" } else { ": " }, text);
         self.keep_text(index, LastError::Task, &task_text);
-        let failed = |class| Failed { class, hint_ms: None, rule: Rule::TaskStatus, basis: Basis::Fixed("the server answered with a task") };
+        // An implausible interval is ignored, as an implausible header hint is.
+        let interval = report.poll_interval_ms.filter(|ms| *ms <= self.config.max_plausible_hint_ms);
+        let failed = |class| Failed { class, hint_ms: interval, rule: Rule::TaskStatus, basis: Basis::Fixed("the server answered with a task") };
         match report.status {
             TaskStatus::InputRequired => {
                 let detail = cat!("task ", report.task_id, " asks: ", text);
@@ -803,7 +808,7 @@ impl Run {
                 let task = self.calls[index].task.as_deref().expect("set above");
                 // The server's interval is a floor; without one, the wait grows.
                 let grown = config.task_poll_base_delay_ms.saturating_mul(1u64 << task.polls.min(32)).min(config.task_poll_max_delay_ms);
-                let delay_ms = report.poll_interval_ms.unwrap_or(grown);
+                let delay_ms = interval.unwrap_or(grown);
                 self.poll_or_stop(index, report, delay_ms, false, failed(OutcomeClass::Transient), at)
             }
         }
@@ -866,6 +871,7 @@ impl Run {
         let id = task.id.clone();
         if delay_ms > config.max_hint_ms {
             let detail = cat!("task ", id, ": the server asks to poll every ", delay_ms, " ms");
+            let failed = Failed { hint_ms: Some(delay_ms), ..failed };
             return self.stop_task(index, failed, EscalationReason::ServerWaitTooLong, &detail, now_ms);
         }
         if task.polls >= config.max_polls_per_task || task.waited_ms.saturating_add(delay_ms) > config.max_task_wait_ms {
@@ -896,7 +902,9 @@ impl Run {
     /// Stops waiting for a live task: escalates, and has the host cancel it.
     fn stop_task(&mut self, index: usize, failed: Failed, reason: EscalationReason, detail: &str, now_ms: u64) -> Verdict {
         let detail = if detail.is_empty() { None } else { Some(detail) };
-        self.escalate_with(Some(index), reason, detail, None, now_ms);
+        // A wait the server asked for is when room returns, as for a retry.
+        let resets_in_ms = if reason == EscalationReason::ServerWaitTooLong { failed.hint_ms } else { None };
+        self.escalate_with(Some(index), reason, detail, resets_in_ms, now_ms);
         let mut verdict = self.decide(index, Act::Escalate, failed, Step::Escalate(reason), true);
         verdict.cancel_task = self.calls[index].task.take().is_some();
         if let Some(last) = self.last.as_mut() {

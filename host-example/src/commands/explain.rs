@@ -76,6 +76,10 @@ pub fn explain(wasm: &std::path::Path, seed: u64) -> anyhow::Result<()> {
                     stop = true;
                     format!("ESCALATE\n\n{}", e.note)
                 }
+                Action::Poll(plan) => {
+                    now_ms += plan.delay_ms;
+                    format!("poll task {} after {} ms", plan.task_id, plan.delay_ms)
+                }
             };
             println!(
                 "{:<4} {:<20} {:>3}  {:<44} {:<14} {what}",
@@ -114,12 +118,14 @@ fn describe(outcome: &Outcome) -> String {
         Outcome::Success => "success".to_string(),
         Outcome::EmptyResult(detail) => format!("empty result: {detail}"),
         Outcome::StatusCheck(result) => format!("status check: {}", agent_retry_host::labels::status_check(*result)),
-        Outcome::Failure(f) => {
+        Outcome::Task(task) => format!("task {}", task.task_id),
+        Outcome::Failure(f) | Outcome::PollFailure(f) => {
             let kind = match &f.kind {
                 FailureKind::HttpStatus(s) => format!("HTTP {s}"),
                 FailureKind::Transport(e) => agent_retry_host::labels::transport(*e).to_string(),
                 FailureKind::ProtocolError(c) => format!("JSON-RPC {c}"),
                 FailureKind::ToolError(s) => format!("isError {s:?}"),
+                FailureKind::InputRequired => "input required".to_string(),
             };
             if f.headers.is_empty() { kind } else { format!("{kind} ({})", f.headers.replace('\n', ", ")) }
         }

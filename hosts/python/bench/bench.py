@@ -1,6 +1,6 @@
 """The decision benchmark in the Python host (wasmtime-py), as docs/benchmark.md
-defines it for every host: the scenario through the run's one path (contract
-0.5.0: `begin_call`, `record_failure`, `record_success`, each answered with a
+defines it for every host: the scenario through the run's one path (since
+contract 0.5.0: `begin_call`, `record_failure`, `record_success`, each answered with a
 `Verdict`), per successful call and per failed attempt, beside its baselines
 measured in the same run: the no-op boundary floor
 (target/noop/agent_retry_noop.wasm, loaded with the same host API), and

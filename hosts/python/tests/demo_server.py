@@ -17,6 +17,7 @@ not skip.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import tempfile
@@ -30,7 +31,8 @@ import httpx2
 import pytest
 
 REPO = Path(__file__).resolve().parents[3]
-AGENT_RETRY = REPO / "target" / "release" / "agent-retry"
+# $AGENT_RETRY_BIN: another build of the binary (e.g. one made from a work tree of its own).
+AGENT_RETRY = Path(os.environ.get("AGENT_RETRY_BIN") or REPO / "target" / "release" / "agent-retry")
 _READY = re.compile(r"demo MCP server at (\S+)")
 
 

@@ -1,4 +1,4 @@
-"""Contract 0.3.0's additions in this host (contract 0.5.0 keeps them all, on
+"""Contract 0.3.0's additions in this host (contract 0.6.0 keeps them all, on
 its one run path): the attempt a report names, `start-run`'s run error, paging
 through a run's effects, and the limits the host applies before a value crosses
 the boundary (a 40 MB tool error, 5,800 headers, ids over 256 bytes, a
@@ -250,7 +250,7 @@ class ScriptedSession:
     async def list_tools(self, params: Any = None) -> ListToolsResult:
         return ListToolsResult(tools=[self.tool])
 
-    async def call_tool(self, name: str, arguments: dict[str, Any]) -> CallToolResult:
+    async def call_tool(self, name: str, arguments: dict[str, Any], **_options: Any) -> CallToolResult:
         answer = self.answers[self.sent]
         self.sent += 1
         if answer == "hang":

@@ -1,9 +1,9 @@
-"""Contract 0.5.0 in this host: one run path (`begin_call`, `record_success`,
-`record_empty_result`, `record_failure(observation, time_left_ms)`,
-`record_status_check`, `last_decision`), the observation as the host saw it
-(`reconnect` is the policy's, not the host's), the probe-answer rule, the
-limits from one source, and the version: the package is 0.5.x and refuses a
-0.4 component naming both versions."""
+"""Contract 0.5.0's run path in this host (0.6.0 keeps it: test_contract_060.py
+has the version and the additions): one run path (`begin_call`,
+`record_success`, `record_empty_result`, `record_failure(observation,
+time_left_ms)`, `record_status_check`, `last_decision`), the observation as the
+host saw it (`reconnect` is the policy's, not the host's), the probe-answer
+rule, the limits from one source."""
 
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_retry_policy import CONTRACT_VERSION, ContractVersionMismatch, PolicyComponent, RunMisuse, limits, limits_generated, types
-from agent_retry_policy.component import locate_component
+from agent_retry_policy import PolicyComponent, RunMisuse, limits, limits_generated, types
 
 NOW = 1_764_460_800_000
 
@@ -21,22 +20,6 @@ NOW = 1_764_460_800_000
 def fresh_run(config: dict | None = None):  # type: ignore[no-untyped-def]
     instance = PolicyComponent.load().instantiate()
     return instance, instance.load_policy(config or {}).start_run("r")
-
-
-def test_the_package_0_5_x_implements_the_contract_0_5_0() -> None:
-    pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text(encoding="utf-8")
-    (version,) = re.findall(r'(?m)^version = "([^"]+)"$', pyproject)
-    assert CONTRACT_VERSION == "0.5.0"
-    assert version.rsplit(".", 1)[0] == CONTRACT_VERSION.rsplit(".", 1)[0], (version, CONTRACT_VERSION)
-
-
-def test_a_0_4_component_is_refused_naming_both_versions() -> None:
-    wasm = locate_component().read_bytes().replace(b"@0.5.0", b"@0.4.0")
-    with pytest.raises(ContractVersionMismatch) as raised:
-        PolicyComponent(wasm, source="old.wasm")
-    message = str(raised.value)
-    assert "agent-retry:policy@0.4.0" in message and "this host speaks @0.5.0" in message, message
-    assert (raised.value.component_version, raised.value.host_version) == ("0.4.0", "0.5.0")
 
 
 def test_the_rich_api_is_gone() -> None:

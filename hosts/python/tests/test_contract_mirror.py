@@ -50,6 +50,9 @@ def test_the_mirror_covers_what_the_host_passes_and_reads() -> None:
         "escalation-reason",
         "outcome-class",
         "probe-answer",
+        "task-report",
+        "task-status",
+        "poll-plan",
     )
     for name in (*names, "verdict", "call-start", "action-kind"):
         assert hasattr(types, camel(name)), name

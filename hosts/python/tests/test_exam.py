@@ -24,7 +24,7 @@ class StubSession:
         self.answer = answer
         self.calls: list[tuple[str, dict[str, Any]]] = []
 
-    async def call_tool(self, name: str, arguments: dict[str, Any] | None = None) -> CallToolResult:
+    async def call_tool(self, name: str, arguments: dict[str, Any] | None = None, **_options: Any) -> CallToolResult:
         self.calls.append((name, dict(arguments or {})))
         if isinstance(self.answer, BaseException):
             raise self.answer

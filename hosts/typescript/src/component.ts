@@ -47,7 +47,7 @@ import {
   PolicyInputTooLarge, PolicyMemoryExceeded, PolicyOutOfFuel, PolicyTrap, RunMisuse,
 } from './errors.js';
 import {
-  MAX_CONFIG_BYTES, boundedDetail, boundedObservation, overLimit, utf8Length,
+  MAX_CONFIG_BYTES, boundedDetail, boundedObservation, boundedTaskReport, overLimit, utf8Length,
 } from './limits.js';
 import { FUEL_EXPORT, FUEL_PER_CALL, FUEL_PER_CONFIG_BYTE, GROW_FAILED_EXPORT, MAX_MEMORY_BYTES, instrumentCoreModule } from './sandbox.js';
 import { FUNCTIONS, TYPES, ValueConversionError, checkJco, jcoProblem } from './wit.js';
@@ -361,7 +361,7 @@ export class PolicyComponent {
     /** Which transpilation runs: the package's own (`bundled`), a `generatedDir`
      *  (`generated`), one found in the cache (`cache`) or made by this load (`transpiled`). */
     readonly origin: ComponentOrigin,
-    /** The contract version the component speaks (from its export names), e.g. `0.5.0`. */
+    /** The contract version the component speaks (from its export names), e.g. `0.6.0`. */
     readonly contractVersion: string,
   ) {}
 
@@ -372,7 +372,7 @@ export class PolicyComponent {
   }
 
   /** Which policy this is, for logs: `agent-retry:policy@<contract version> wasm
-   *  <first 12 hex digits of the .wasm's SHA-256>`, e.g. `agent-retry:policy@0.5.0
+   *  <first 12 hex digits of the .wasm's SHA-256>`, e.g. `agent-retry:policy@0.6.0
    *  wasm 0c1b894cf1b1`. Every instance says it too (`policyIdentity`), and the MCP
    *  wrapper logs it on every attempt line. */
   get identity(): string {
@@ -690,7 +690,7 @@ export class PolicyInstance {
     return this.guard('derive-idempotency-key', () => this.exports.deriveIdempotencyKey(runId, actionId));
   }
 
-  /** `read-probe-answer` (contract 0.5.0): what an answer to the v2 SDK's
+  /** `read-probe-answer` (contract 0.5.0 on): what an answer to the v2 SDK's
    *  `server/discover` probe that is not a discovery result means: `failure`
    *  (the connect attempt failed) or `older-server` (fall back to the
    *  handshake). The component decides; no host keeps a rule of its own. */
@@ -887,13 +887,51 @@ export class Run extends Handle<JcoRun> {
       resource.recordStatusCheck(callId, attempt, result, left, at, jitter))));
   }
 
-  /** A verdict whose rule is one of `rule-names` and that reconnects only to retry (jco checked the rest as it lifted it). */
+  /** Reports what the server said of the call's task (contract 0.6.0): the
+   *  tool call was answered by a task, or a poll (`tasks/get`) answered
+   *  `working`, `input_required` (`input-answered` when a handler of the
+   *  application answered it) or `cancelled`. `attempt` is the attempt the task
+   *  answered. A task that completed or failed is reported as an attempt is
+   *  (`recordSuccess`, `recordEmptyResult`, `recordFailure`). The verdict is
+   *  `poll`, or it stops waiting (then `cancelTask` may be set). The message is
+   *  cut to `MAX_BODY_BYTES`; a task id over 256 bytes is the component's
+   *  `too-large`. `timeLeftMs` and `entropy` as for `recordFailure`. */
+  recordTaskStatus(callId: number, attempt: number, task: Wit.TaskReport, timeLeftMs: bigint | number | undefined,
+    now: bigint | number, entropy?: bigint): Wit.Verdict {
+    const at = typeof now === 'bigint' ? now : big(now);
+    const left = timeLeftMs === undefined ? undefined : typeof timeLeftMs === 'bigint' ? timeLeftMs : big(timeLeftMs);
+    const jitter = entropy ?? this.instance.nextEntropy();
+    checkArgs('[method]run.record-task-status', [callId, attempt, task, left, at, jitter]);
+    const bounded = boundedTaskReport(task);
+    const rules = this.instance.ruleNames().length;
+    const resource = this.resource;
+    return this.checked('record-task-status', rules, misuse(() => this.instance.guard('record-task-status', () =>
+      resource.recordTaskStatus(callId, attempt, bounded, left, at, jitter))));
+  }
+
+  /** Reports a poll (`tasks/get`) of the call's task that failed, as observed
+   *  (as `recordFailure` takes it, cut to the same limits). A call without a
+   *  task is the component's `no-task`. */
+  recordPollFailure(callId: number, attempt: number, observation: Wit.Observation, timeLeftMs: bigint | number | undefined,
+    now: bigint | number, entropy?: bigint): Wit.Verdict {
+    const at = typeof now === 'bigint' ? now : big(now);
+    const left = timeLeftMs === undefined ? undefined : typeof timeLeftMs === 'bigint' ? timeLeftMs : big(timeLeftMs);
+    const jitter = entropy ?? this.instance.nextEntropy();
+    checkArgs('[method]run.record-poll-failure', [callId, attempt, observation, left, at, jitter]);
+    const bounded = boundedObservation(observation);
+    const rules = this.instance.ruleNames().length;
+    const resource = this.resource;
+    return this.checked('record-poll-failure', rules, misuse(() => this.instance.guard('record-poll-failure', () =>
+      resource.recordPollFailure(callId, attempt, bounded, left, at, jitter))));
+  }
+
+  /** A verdict whose rule is one of `rule-names` and that reconnects only to retry or poll (jco checked the rest as it lifted it). */
   private checked(name: string, rules: number, verdict: Wit.Verdict): Wit.Verdict {
     if (verdict.ruleIndex >= rules) {
       throw this.instance.violation(name, `rule-index ${verdict.ruleIndex} is outside rule-names (${rules} names)`);
     }
-    if (verdict.reconnect && verdict.action !== 'retry') {
-      throw this.instance.violation(name, `reconnect is set on a ${verdict.action} verdict (only a retry reconnects)`);
+    if (verdict.reconnect && verdict.action !== 'retry' && verdict.action !== 'poll') {
+      throw this.instance.violation(name, `reconnect is set on a ${verdict.action} verdict (only a retry or a poll reconnects)`);
     }
     return verdict;
   }

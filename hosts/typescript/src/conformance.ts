@@ -7,16 +7,20 @@
 //
 // The vectors keep their readable steps (`begin-call` with a `call`,
 // `record-outcome` with an `outcome`, `classify` with a readable `failure`);
-// contract 0.5.0 has one run path, and this module is the one place that
+// contract 0.6.0 has one run path, and this module is the one place that
 // translates the readable steps onto it (`readableObservation`, `runStep`):
 // `begin-call` -> `begin-call` (+ `escalation()` when the call is not
 // admitted); `record-outcome` of a success -> `record-success`, of an empty
 // result -> `record-empty-result`, of a failure -> `record-failure` with an
 // observation built from the readable failure (header pairs joined as
 // `name: value` lines, `session-id-sent` false and `delivery` `unknown` when
-// absent), of a status check -> `record-status-check`; each report's answer is
-// `last-decision(call-id)`, after checking that the verdict says what it says
-// (action, class, attempt, delay, hint, rule, has-note, reconnect).
+// absent), of a status check -> `record-status-check`, of a task
+// (`{"task": {task-id, status, poll-interval-ms?, ttl-ms?, age-ms?, message?}}`)
+// -> `record-task-status`, of a poll failure (`{"poll-failure": failure}`) ->
+// `record-poll-failure`; each report's answer is `last-decision(call-id)`,
+// after checking that the verdict says what it says (action, class, attempt,
+// delay, hint, rule, has-note, reconnect, cancel-task; a poll is checked as a
+// retry is, its delay and reconnect from its plan). As hosts/rust/src/steps.rs.
 //
 // observations.json has its own shape (`runObservationFile`): each case is one
 // raw observation of a `lookup_order` call and the verdict it must produce.
@@ -286,6 +290,24 @@ export function readableObservation(failure: unknown): Wit.Observation {
   };
 }
 
+const TASK_REPORT_KEYS = ['task-id', 'status', 'poll-interval-ms', 'ttl-ms', 'age-ms', 'message'];
+
+/** A readable task report (`{task-id, status, poll-interval-ms?, ttl-ms?,
+ *  age-ms?, message?}`) as the contract's `task-report` in canonical JSON:
+ *  absent or null options are none, an absent message is empty. Throws a
+ *  `HarnessError` for an unknown field. */
+export function readableTaskReport(task: unknown): Record<string, unknown> {
+  if (typeof task !== 'object' || task === null || Array.isArray(task)) throw new HarnessError(`a task report must be an object: ${canonicalText(task)}`);
+  const given = task as Record<string, unknown>;
+  const unknownKey = Object.keys(given).find((k) => !TASK_REPORT_KEYS.includes(k));
+  if (unknownKey !== undefined) throw new HarnessError(`unknown task report field "${unknownKey}"`);
+  const field = (name: string, absent: unknown) => given[name] === undefined || given[name] === null ? absent : given[name];
+  return {
+    'task-id': field('task-id', null), status: field('status', null), 'poll-interval-ms': field('poll-interval-ms', null),
+    'ttl-ms': field('ttl-ms', null), 'age-ms': field('age-ms', null), message: field('message', ''),
+  };
+}
+
 function readableCall(call: unknown): { tool: string; idempotencyKey?: string; hints?: Wit.ToolHints } {
   try {
     return toJco(call, READABLE_CALL) as { tool: string; idempotencyKey?: string; hints?: Wit.ToolHints };
@@ -368,7 +390,14 @@ function beginCall(subject: Subject, call: { tool: string; idempotencyKey?: stri
   if (start.admitted === true) {
     const callId = asU32(start['call-id']);
     if (callId !== undefined) state.attempts.set(callId, 1);
-    return { ok: { send: { 'call-id': start['call-id'], 'delay-ms': start['delay-ms'], effect: start.effect, 'safe-to-repeat': start['safe-to-repeat'] } } };
+    return {
+      ok: {
+        send: {
+          'call-id': start['call-id'], 'delay-ms': start['delay-ms'], effect: start.effect, 'safe-to-repeat': start['safe-to-repeat'],
+          'idle-timeout-ms': start['idle-timeout-ms'], 'attempt-timeout-ms': start['attempt-timeout-ms'],
+        },
+      },
+    };
   }
   const escalation = subject.callLowered('[method]run.escalation', run, []);
   if (escalation === null) throw new HarnessError('begin-call did not admit the call, but escalation() is none');
@@ -402,8 +431,14 @@ function report(subject: Subject, callId: number, attempt: number, outcome: unkn
     case 'status-check':
       if (payload !== 'found' && payload !== 'absent' && payload !== 'unknown') throw new HarnessError('"status-check" takes "found", "absent" or "unknown"');
       return subject.callLowered('[method]run.record-status-check', run, [callId, attempt, payload, timeLeft, state.now, entropy]);
+    case 'task':
+      return subject.callLowered('[method]run.record-task-status', run, [callId, attempt, lowerArg('[method]run.record-task-status', 2, readableTaskReport(payload)),
+        timeLeft, state.now, entropy]);
+    case 'poll-failure':
+      return subject.callLowered('[method]run.record-poll-failure', run, [callId, attempt, readableObservation(payload), timeLeft, state.now, entropy]);
     default:
-      throw new HarnessError(`an outcome is "success", {"empty-result": text}, {"failure": ...} or {"status-check": ...}, not ${canonicalText(outcome)}`);
+      throw new HarnessError('an outcome is "success", {"empty-result": text}, {"failure": ...}, {"status-check": ...}, {"task": ...} ' +
+        `or {"poll-failure": ...}, not ${canonicalText(outcome)}`);
   }
 }
 
@@ -427,7 +462,8 @@ export function verdictDisagrees(verdict: Record<string, Json>, decision: Record
   if (verdict.action !== kind) return `action ${canonicalText(verdict.action)}, the decision's is ${kind}`;
   if (verdict.class !== decision.class) return `class ${canonicalText(verdict.class)}, the decision's is ${canonicalText(decision.class)}`;
   if (!same(verdict.attempt, decision.attempt)) return `attempt ${canonicalText(verdict.attempt)}, the decision's is ${canonicalText(decision.attempt)}`;
-  const plan = kind === 'retry' ? payload as Record<string, Json> : undefined;
+  // A poll carries its delay and reconnect as a retry does.
+  const plan = kind === 'retry' || kind === 'poll' ? payload as Record<string, Json> : undefined;
   const delay = plan ? plan['delay-ms'] : 0n;
   if (!same(verdict['delay-ms'], delay)) return `delay-ms ${canonicalText(verdict['delay-ms'])}, the decision's is ${canonicalText(delay)}`;
   if (!same(verdict['hint-ms'], decision['hint-ms'])) return `hint-ms ${canonicalText(verdict['hint-ms'])}, the decision's is ${canonicalText(decision['hint-ms'])}`;
@@ -439,6 +475,9 @@ export function verdictDisagrees(verdict: Record<string, Json>, decision: Record
   if (verdict['has-note'] !== hasNote) return `has-note ${canonicalText(verdict['has-note'])}, the decision's action ${canonicalText(action)} ${hasNote ? 'has' : 'has no'} note`;
   const reconnect = plan ? plan.reconnect === true : false;
   if (verdict.reconnect !== reconnect) return `reconnect ${canonicalText(verdict.reconnect)}, the decision's is ${canonicalText(reconnect)}`;
+  if (verdict['cancel-task'] !== decision['cancel-task']) {
+    return `cancel-task ${canonicalText(verdict['cancel-task'])}, the decision's is ${canonicalText(decision['cancel-task'])}`;
+  }
   return undefined;
 }
 

@@ -27,7 +27,7 @@
 // A caller built on a bare `Client` works the same but cannot re-establish a
 // lost session (`SessionLost`).
 //
-// The wrapper decides nothing about what a failure means (contract 0.5.0): it
+// The wrapper decides nothing about what a failure means (contract 0.6.0): it
 // reports what it observed, raw, and the policy decides. An HTTP answer is
 // `http-status(status)` with the headers and body as received; a JSON-RPC error
 // is `protocol-error(code)` with its message as the body and its `data` as
@@ -101,7 +101,7 @@
 // `hint_ms`, `escalation` (null unless escalate) and `reason`.
 //
 // Every attempt line says which policy decided (`policy`): the instance's
-// identity (`agent-retry:policy@0.5.0 wasm 0c1b894cf1b1`, the contract version
+// identity (`agent-retry:policy@0.6.0 wasm 0c1b894cf1b1`, the contract version
 // and the .wasm's SHA-256 prefix), or the `policyIdentity` option (a LivePolicy
 // host passes `loaded.identity.toString()`: generation, wasm and config digests).
 //
@@ -118,5 +118,5 @@ export {
 export { SDK_PACKAGES, type McpClient, type McpClientOptions, type McpSdkName } from './mcp/sdk.js';
 export {
   CAPTURE_MISSING_SUFFIX, MAX_TIMER_MS, RetryingToolCaller, defaultEmptyCheck, jsonRpcMessage, structuredText, textOf,
-  type CallToolOptions, type RetryingToolCallerOptions, type Outcome, type StatusCheck, type StatusCheckRequest, type VerdictEvent,
+  type CallToolOptions, type RetryingToolCallerOptions, type Outcome, type ProgressEvent, type StatusCheck, type StatusCheckRequest, type VerdictEvent,
 } from './mcp/caller.js';

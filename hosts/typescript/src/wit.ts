@@ -21,6 +21,7 @@ export const TYPES = {
   observation: T.observation, classification: T.classification, decision: T.decision, runReport: T.runReport, runError: T.runError,
   configError: T.configError, toolHints: T.toolHints, failureKind: T.failureKind, escalation: T.escalation, actionKind: T.actionKind,
   verdict: T.verdict, callStart: T.callStart, statusCheckResult: T.statusCheckResult, delivery: T.delivery, probeAnswer: T.probeAnswer,
+  taskReport: T.taskReport, taskStatus: T.taskStatus, pollPlan: T.pollPlan,
 } as const;
 
 /** A JSON value that does not fit the WIT type it is passed as. */

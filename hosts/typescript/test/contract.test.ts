@@ -41,8 +41,8 @@ test('semver compatibility: the major, or 0.minor for 0.x', () => {
 });
 
 test('a component of the same major contract version is accepted', () => {
-  assert.equal(checkContractVersion(policyAt('0.5.0')), '0.5.0');
-  assert.equal(checkContractVersion(['wasi:cli/run@0.2.6', ...policyAt('0.5.9')]), '0.5.9'); // a later patch of 0.5
+  assert.equal(checkContractVersion(policyAt('0.6.0')), '0.6.0');
+  assert.equal(checkContractVersion(['wasi:cli/run@0.2.6', ...policyAt('0.6.9')]), '0.6.9'); // a later patch of 0.6
   assert.equal(checkContractVersion(policyAt('1.9.3'), 'the component', '1.2.0'), '1.9.3');
 });
 
@@ -51,9 +51,10 @@ test('a component of another major contract version is refused with both version
   refused(policyAt('0.1.0'), '0.1.0'); // for 0.x the minor is the major
   refused(policyAt('0.2.0'), '0.2.0');
   refused(policyAt('0.3.0'), '0.3.0');
-  refused(policyAt('0.4.0'), '0.4.0'); // the previous contract
-  refused(policyAt('0.4.9'), '0.4.9');
-  refused(policyAt('0.6.0'), '0.6.0'); // the next
+  refused(policyAt('0.4.0'), '0.4.0');
+  refused(policyAt('0.5.0'), '0.5.0'); // the previous contract
+  refused(policyAt('0.5.9'), '0.5.9');
+  refused(policyAt('0.7.0'), '0.7.0'); // the next
   refused(policyAt('2.0.0'), '2.0.0', '1.0.0');
   refused(policyAt('0.0.2'), '0.0.2', '0.0.1');
   refused(policyAt('banana'), 'banana');
@@ -63,7 +64,7 @@ test('a component without the policy interface, or without a version, is refused
   assert.equal(contractVersionOf(['agent-retry:policy/policy']), null);
   assert.equal(contractVersionOf(['agent-retry:policy/policyx@1.0.0']), undefined);
   assert.throws(() => checkContractVersion(['agent-retry:policy/policy']),
-    (e: unknown) => e instanceof ContractVersionMismatch && /unversioned .* this host speaks @0\.5\.0/.test(e.message));
+    (e: unknown) => e instanceof ContractVersionMismatch && /unversioned .* this host speaks @0\.6\.0/.test(e.message));
   assert.throws(() => checkContractVersion(['wasi:cli/run@0.2.6']),
     (e: unknown) => e instanceof ComponentLoadError && !(e instanceof ContractVersionMismatch) && /not an agent-retry policy component/.test(e.message));
 });
@@ -86,7 +87,7 @@ test('a real component of contract @1.0.0 is refused at load, naming both versio
   // The same component with every agent-retry:policy interface renamed to @1.0.0
   // (wasm-tools print, rename, parse), so only the contract version differs.
   const wat = await print(readFileSync(wasm));
-  const renamed = wat.replace(/(agent-retry:policy\/[a-z-]+)@0\.5\.0/g, '$1@1.0.0');
+  const renamed = wat.replace(/(agent-retry:policy\/[a-z-]+)@0\.6\.0/g, '$1@1.0.0');
   assert.notEqual(renamed, wat);
   const other = await parse(renamed);
   assert.match(await componentWit(other), /export agent-retry:policy\/policy@1\.0\.0;/); // a well-formed component
@@ -95,8 +96,8 @@ test('a real component of contract @1.0.0 is refused at load, naming both versio
   await assert.rejects(PolicyComponent.load({ wasmPath: path }), (e: unknown) => {
     assert.ok(e instanceof ContractVersionMismatch, String(e));
     assert.equal(e.componentVersion, '1.0.0');
-    assert.equal(e.hostVersion, '0.5.0');
-    assert.match(e.message, /speaks agent-retry:policy@1\.0\.0 but this host speaks @0\.5\.0/);
+    assert.equal(e.hostVersion, '0.6.0');
+    assert.match(e.message, /speaks agent-retry:policy@1\.0\.0 but this host speaks @0\.6\.0/);
     assert.ok(e.message.includes(path));
     return true;
   });
@@ -104,24 +105,26 @@ test('a real component of contract @1.0.0 is refused at load, naming both versio
   assert.ok(await PolicyComponent.load({ wasmPath: wasm }));
 });
 
-test('a real component of the previous contract @0.4.0 is refused at load, naming both versions', async () => {
-  const wasm = locateComponent();
-  assert.ok(wasm, 'the repository build is needed for this test (make wasm)');
-  // The same component with its interfaces renamed to @0.4.0: a 0.4 component
-  // is refused on its version alone, before anything of it is transpiled.
-  const wat = await print(readFileSync(wasm));
-  const older = await parse(wat.replace(/(agent-retry:policy\/[a-z-]+)@0\.5\.0/g, '$1@0.4.0'));
-  assert.match(await componentWit(older), /export agent-retry:policy\/policy@0\.4\.0;/);
-  const path = join(mkdtempSync(join(tmpdir(), 'contract-0.4.0-')), 'agent_retry_policy.wasm');
-  writeFileSync(path, older);
-  await assert.rejects(PolicyComponent.load({ wasmPath: path }), (e: unknown) => {
-    assert.ok(e instanceof ContractVersionMismatch, String(e));
-    assert.equal(e.componentVersion, '0.4.0');
-    assert.equal(e.hostVersion, '0.5.0');
-    assert.match(e.message, /speaks agent-retry:policy@0\.4\.0 but this host speaks @0\.5\.0/);
-    return true;
+for (const other of ['0.5.0', '0.7.0']) {
+  test(`a real component of the contract @${other} (the previous, the next) is refused at load, naming both versions`, async () => {
+    const wasm = locateComponent();
+    assert.ok(wasm, 'the repository build is needed for this test (make wasm)');
+    // The same component with its interfaces renamed: a component of another
+    // 0.x minor is refused on its version alone, before anything of it is transpiled.
+    const wat = await print(readFileSync(wasm));
+    const renamed = await parse(wat.replace(/(agent-retry:policy\/[a-z-]+)@0\.6\.0/g, `$1@${other}`));
+    assert.ok((await componentWit(renamed)).includes(`export agent-retry:policy/policy@${other};`));
+    const path = join(mkdtempSync(join(tmpdir(), `contract-${other}-`)), 'agent_retry_policy.wasm');
+    writeFileSync(path, renamed);
+    await assert.rejects(PolicyComponent.load({ wasmPath: path }), (e: unknown) => {
+      assert.ok(e instanceof ContractVersionMismatch, String(e));
+      assert.equal(e.componentVersion, other);
+      assert.equal(e.hostVersion, '0.6.0');
+      assert.ok(e.message.includes(`speaks agent-retry:policy@${other} but this host speaks @0.6.0`), e.message);
+      return true;
+    });
   });
-});
+}
 
 test('a transpilation of another contract version is refused too', async () => {
   const generated = resolve(fileURLToPath(import.meta.url), '../../generated');
@@ -130,7 +133,7 @@ test('a transpilation of another contract version is refused too', async () => {
   const source = JSON.parse(readFileSync(join(dir, 'source.json'), 'utf8'));
   writeFileSync(join(dir, 'source.json'), JSON.stringify({ ...source, exports: policyAt('0.1.0') }));
   await assert.rejects(PolicyComponent.load({ generatedDir: dir }),
-    (e: unknown) => e instanceof ContractVersionMismatch && /@0\.1\.0 but this host speaks @0\.5\.0/.test(e.message));
+    (e: unknown) => e instanceof ContractVersionMismatch && /@0\.1\.0 but this host speaks @0\.6\.0/.test(e.message));
   const { exports: _, ...older } = source;
   writeFileSync(join(dir, 'source.json'), JSON.stringify(older));
   await assert.rejects(PolicyComponent.load({ generatedDir: dir }),

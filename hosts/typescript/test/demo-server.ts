@@ -14,7 +14,8 @@ import { fileURLToPath } from 'node:url';
 
 /** The repository's root: this file runs from hosts/typescript/dist/test. */
 export const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../../../..');
-export const CLI = join(ROOT, 'target/release/agent-retry');
+/** The demo server's binary: $AGENT_RETRY_CLI, else the repository's release build. */
+export const CLI = process.env.AGENT_RETRY_CLI ?? join(ROOT, 'target/release/agent-retry');
 
 /** A fault of the script (demo-server/src/faults.rs `Fault`). */
 export type Fault =
@@ -35,6 +36,12 @@ export interface Ledger {
   notes: Array<{ order_id: string; text: string }>;
   assets: Record<string, string>;
   uploads: Record<string, number>;
+  /** `archive_orders` runs (a task). */
+  archives: Array<{ archive_id: string; before: string }>;
+  /** Every round of `confirm_order` (an MRTR continuation). */
+  confirmations: Array<{ order_id: string; request_state: string | null; outcome: 'asked' | 'confirmed' | 'declined' }>;
+  /** Every `export_report` run: the progress notifications it sent, whether it finished. */
+  reports: Array<{ report_id: string; seconds: number; progress_token: unknown; notifications: number; finished: boolean }>;
 }
 
 /** Fails the test (never skips it) when the binary is missing or its `serve` lacks one of `flags`. */
@@ -102,7 +109,7 @@ export class DemoServer {
   ledger(): Ledger {
     assert.ok(this.ledgerPath, 'start the server with { ledger: true }');
     const read = existsSync(this.ledgerPath) ? (JSON.parse(readFileSync(this.ledgerPath, 'utf8')) as Partial<Ledger>) : {};
-    return { refunds: [], notes: [], assets: {}, uploads: {}, ...read };
+    return { refunds: [], notes: [], assets: {}, uploads: {}, archives: [], confirmations: [], reports: [], ...read };
   }
 
   /** Ends the server (it is gone when this resolves); again, nothing. */

@@ -27,7 +27,7 @@ const WORKER = join(here, 'fleet-worker.js');
 const cacheDir = mkdtempSync(join(tmpdir(), 'agent-retry-fleet-cache-'));
 const WASM = readFileSync(locateComponent() ?? assert.fail('the component: make wasm'));
 /** The Rust host's command line (`cargo build --release -p agent-retry-cli`; `make test` builds it). */
-const RUST_CLI = join(here, '../../../../target/release/agent-retry');
+const RUST_CLI = process.env.AGENT_RETRY_CLI ?? join(here, '../../../../target/release/agent-retry');
 
 const config = (attempts: number) => `{"default-effect": "read", "max-attempts-per-call": ${attempts}}`;
 const sha256Hex = (text: string | Uint8Array) => createHash('sha256').update(text).digest('hex');

@@ -70,7 +70,7 @@ test('a transpilation from another build is refused', async () => {
   const digest = createHash('sha256').update(readFileSync(copy)).digest('hex');
   assert.equal(component.source.sha256, digest);
   // Its identity names its own bytes, not the bundled component's.
-  assert.equal(component.identity, `agent-retry:policy@0.5.0 wasm ${digest.slice(0, 12)}`);
+  assert.equal(component.identity, `agent-retry:policy@0.6.0 wasm ${digest.slice(0, 12)}`);
   assert.equal((await component.instantiate()).policyIdentity, component.identity);
   assert.notEqual(component.identity, (await PolicyComponent.load()).identity);
 });
@@ -82,7 +82,7 @@ test("the bundled component's identity is its contract version and the SHA-256 o
   const digest = createHash('sha256').update(bytes).digest('hex');
   const component = await PolicyComponent.fromBytes(bytes);
   assert.equal(component.origin, 'bundled');
-  assert.equal(component.identity, `agent-retry:policy@0.5.0 wasm ${digest.slice(0, 12)}`);
+  assert.equal(component.identity, `agent-retry:policy@0.6.0 wasm ${digest.slice(0, 12)}`);
   assert.match(component.identity, /^agent-retry:policy@\d+\.\d+\.\d+ wasm [0-9a-f]{12}$/);
   const instance = await component.instantiate();
   assert.equal(instance.policyIdentity, component.identity);
@@ -331,7 +331,7 @@ test('a report lists at most 20 effects and counts all; effects() pages through 
   assert.equal(decision.action.val.effects.length, 20);
 });
 
-// Contract 0.5.0: one run path; the verdict, and its words from lastDecision.
+// Contract 0.5.0 on: one run path; the verdict, and its words from lastDecision.
 
 test('every report answers a verdict that says what lastDecision says', async () => {
   const component = await PolicyComponent.load();
@@ -372,7 +372,7 @@ test('every report answers a verdict that says what lastDecision says', async ()
         action: action.tag, class: decision.class, attempt: decision.attempt, delayMs: action.tag === 'retry' ? action.val.delayMs : 0n,
         hintMs: decision.hintMs, ruleIndex: rules.indexOf(decision.rule),
         hasNote: action.tag === 'replan' || action.tag === 'escalate' || (action.tag === 'succeed' && action.val !== undefined),
-        reconnect: action.tag === 'retry' && action.val.reconnect,
+        reconnect: action.tag === 'retry' && action.val.reconnect, cancelTask: decision.cancelTask,
       });
       reconnected ||= verdict.reconnect;
       // A retry sends the next attempt; a status check reports the attempt it checked.
@@ -385,6 +385,62 @@ test('every report answers a verdict that says what lastDecision says', async ()
   assert.ok(last?.action.tag === 'escalate');
   assert.deepEqual(run.escalation(), last.action.val);
   assert.throws(() => run.beginCall('lookup_order', undefined, undefined, now), (e: unknown) => e instanceof RunMisuse && e.error.tag === 'run-ended');
+});
+
+// Contract 0.6.0: a call answered by a task is polled as the policy says.
+
+test('a task is polled as the policy says: poll verdicts, a poll failure polled again, a completed task reported as an attempt', async () => {
+  const instance = await (await PolicyComponent.load()).instantiate({ accounts: EmbeddedAccounts.onHostClock() });
+  const run = instance.loadPolicy({ tools: { issue_refund: { effect: 'write', 'idle-timeout-ms': 1000, 'attempt-timeout-ms': 5000 } } }).startRun('task');
+  const now = 1_764_460_800_000n;
+  const start = run.beginCall('issue_refund', `ar1-${'0'.repeat(31)}2`, undefined, now);
+  assert.equal(start.idleTimeoutMs, 1000n);
+  assert.equal(start.attemptTimeoutMs, 5000n);
+  const working = { taskId: 'T-1', status: 'working' as const, pollIntervalMs: 250n, ttlMs: 60_000n, ageMs: 0n, message: '' };
+  const first = run.recordTaskStatus(start.callId, 1, working, undefined, now, 7n);
+  assert.equal(first.action, 'poll');
+  assert.equal(first.cancelTask, false);
+  assert.ok(first.delayMs >= 250n, `the server's interval is a floor: ${first.delayMs}`);
+  const decision = run.lastDecision(start.callId);
+  assert.ok(decision?.action.tag === 'poll' && decision.action.val.taskId === 'T-1');
+  // A poll that failed on a lost session is polled again on a new one; the tool is not called again.
+  const lost = run.recordPollFailure(start.callId, 1, observation({ tag: 'http-status', val: 404 }, { sessionIdSent: true, delivery: 'answer-started' }),
+    undefined, now + 300n, 7n);
+  assert.equal(lost.action, 'poll');
+  assert.equal(lost.reconnect, true);
+  // A message over the host's limit is cut before it crosses.
+  const long = run.recordTaskStatus(start.callId, 1, { ...working, ageMs: 600n, message: 'x'.repeat(100_000) }, undefined, now + 600n, 7n);
+  assert.equal(long.action, 'poll');
+  assert.equal(run.recordSuccess(start.callId, 1, now + 900n).action, 'succeed');
+  const report = run.report();
+  assert.equal(report.tasks, 1);
+  assert.ok(report.polls >= 2, JSON.stringify(toJsonSafe(report)));
+  assert.equal(report.attempts, 1);
+  // A poll failure for a call that has no task is misuse.
+  const plain = run.beginCall('lookup_order', undefined, { readOnly: true, destructive: false, idempotent: true }, now + 1000n);
+  assert.throws(() => run.recordPollFailure(plain.callId, 1, observation({ tag: 'transport', val: 'timeout' }, { delivery: 'sent' }), undefined, now + 1000n, 7n),
+    (e: unknown) => e instanceof RunMisuse && e.error.tag === 'no-task');
+});
+
+test('a task past its time to live escalates and cancels it; input nobody answers escalates input-required', async () => {
+  const instance = await (await PolicyComponent.load()).instantiate({ accounts: EmbeddedAccounts.onHostClock() });
+  const policy = instance.loadPolicy({ tools: { issue_refund: { effect: 'write' } } });
+  const now = 1_764_460_800_000n;
+  const expired = policy.startRun('ttl');
+  const call = expired.beginCall('issue_refund', `ar1-${'0'.repeat(31)}3`, undefined, now).callId;
+  const verdict = expired.recordTaskStatus(call, 1, { taskId: 'T-2', status: 'working', ttlMs: 1000n, ageMs: 5000n, message: 'still going' },
+    undefined, now, 7n);
+  assert.equal(verdict.action, 'escalate');
+  assert.equal(verdict.cancelTask, true);
+  assert.equal(expired.escalation()?.reason, 'task-expired');
+  const asked = policy.startRun('input');
+  const confirm = asked.beginCall('issue_refund', `ar1-${'0'.repeat(31)}4`, undefined, now).callId;
+  const input = asked.recordFailure(confirm, 1, observation({ tag: 'input-required' }, { body: 'Confirm order A1?', delivery: 'answer-started' }),
+    undefined, now, 7n);
+  assert.equal(input.action, 'escalate');
+  assert.equal(input.class, 'needs-input');
+  assert.equal(asked.escalation()?.reason, 'input-required');
+  assert.match(asked.escalation()?.note ?? '', /Confirm order A1\?/);
 });
 
 test('time-left-ms cuts a retry to the deadline; with none, the server may ask for its wait', async () => {

@@ -255,6 +255,8 @@ impl Host for ComponentHost {
                     Action::Replan(_) => return Ok(CallEnd::ShownError),
                     Action::Succeed(_) => return Ok(CallEnd::Done),
                     Action::Escalate(e) => return Ok(CallEnd::Escalated(agent_retry_host::labels::reason(e.reason).to_string())),
+                    // The lab's simulated server answers no call with a task.
+                    Action::Poll(_) => anyhow::bail!("a poll for a call the simulated server answered without a task"),
                 }
             }
         }

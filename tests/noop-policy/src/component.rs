@@ -76,6 +76,7 @@ const VERDICT: wit::Verdict = wit::Verdict {
     rule_index: 0,
     has_note: false,
     reconnect: false,
+    cancel_task: false,
 };
 
 fn decision() -> wit::Decision {
@@ -86,6 +87,7 @@ fn decision() -> wit::Decision {
         hint_ms: None,
         rule: String::new(),
         reason: String::new(),
+        cancel_task: false,
     }
 }
 
@@ -140,7 +142,8 @@ impl GuestPolicy for Policy {
 
 impl GuestRun for Run {
     fn begin_call(&self, _: String, _: Option<String>, _: Option<wit::ToolHints>, _: u64) -> Result<wit::CallStart, wit::RunError> {
-        Ok(wit::CallStart { admitted: true, call_id: 1, delay_ms: 0, effect: wit::Effect::Read, safe_to_repeat: true })
+        let (idle_timeout_ms, attempt_timeout_ms) = (30_000, 600_000);
+        Ok(wit::CallStart { admitted: true, call_id: 1, delay_ms: 0, effect: wit::Effect::Read, safe_to_repeat: true, idle_timeout_ms, attempt_timeout_ms })
     }
 
     fn record_success(&self, _: u32, _: u32, _: u64) -> Result<wit::Verdict, wit::RunError> {
@@ -156,6 +159,14 @@ impl GuestRun for Run {
     }
 
     fn record_status_check(&self, _: u32, _: u32, _: wit::StatusCheckResult, _: Option<u64>, _: u64, _: u64) -> Result<wit::Verdict, wit::RunError> {
+        Ok(VERDICT)
+    }
+
+    fn record_task_status(&self, _: u32, _: u32, _: wit::TaskReport, _: Option<u64>, _: u64, _: u64) -> Result<wit::Verdict, wit::RunError> {
+        Ok(VERDICT)
+    }
+
+    fn record_poll_failure(&self, _: u32, _: u32, _: wit::Observation, _: Option<u64>, _: u64, _: u64) -> Result<wit::Verdict, wit::RunError> {
         Ok(VERDICT)
     }
 
@@ -175,6 +186,8 @@ impl GuestRun for Run {
             retries: 0,
             status_checks: 0,
             replans: 0,
+            tasks: 0,
+            polls: 0,
             succeeded_calls: 0,
             waits: 0,
             waited_ms: 0,

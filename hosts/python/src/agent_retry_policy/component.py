@@ -5,7 +5,7 @@
     policy = instance.load_policy({"max-attempts-per-call": 3})
     run = policy.start_run("CASE-5016")
 
-One run path (contract 0.5.0): a call is begun, each attempt reported, and
+One run path (contract 0.6.0): a call is begun, each attempt reported, and
 every report answers with a small tuple (`Verdict`); the prose is built only
 when asked for:
 
@@ -15,6 +15,10 @@ when asked for:
     verdict.action, verdict.delay_ms, verdict.reconnect                  # "retry", 1000, False
     run.record_success(start.call_id, verdict.attempt + 1, now_ms())
     run.last_decision(start.call_id)                                     # the full decision, when words are needed
+
+A call answered by a task (MCP Tasks) is reported with `record_task_status`
+(each poll's `working` / `input-required` / ...), a failed poll with
+`record_poll_failure`; the verdict's `poll` says when to poll again.
 
 The sandbox matches the Rust and Node hosts': the component gets only the
 account budget and `wasi:random/random` (no WASI, so no file, socket, clock or
@@ -88,6 +92,7 @@ from .types import (
     ProbeAnswer,
     RunReport,
     StatusCheckResult,
+    TaskReport,
     ToolHints,
     Verdict,
 )
@@ -96,7 +101,7 @@ from .types import (
 # (for 0.x, another 0.minor: semver's caret rule) is refused at load time; one of
 # a compatible version is run under its own interface names.
 CONTRACT_PACKAGE = "agent-retry:policy"
-CONTRACT_VERSION = "0.5.0"
+CONTRACT_VERSION = "0.6.0"
 POLICY_INTERFACE = f"{CONTRACT_PACKAGE}/policy@{CONTRACT_VERSION}"
 ACCOUNT_BUDGET_INTERFACE = f"{CONTRACT_PACKAGE}/account-budget@{CONTRACT_VERSION}"
 TYPES_INTERFACE = f"{CONTRACT_PACKAGE}/types@{CONTRACT_VERSION}"
@@ -135,6 +140,8 @@ EXPORTED_FUNCTIONS = (
     "[method]run.record-empty-result",
     "[method]run.record-failure",
     "[method]run.record-status-check",
+    "[method]run.record-task-status",
+    "[method]run.record-poll-failure",
     "[method]run.last-decision",
     "[method]run.escalation",
     "[method]run.report",
@@ -149,14 +156,18 @@ _RECORD_SUCCESS = "[method]run.record-success"
 _RECORD_EMPTY = "[method]run.record-empty-result"
 _RECORD_FAILURE = "[method]run.record-failure"
 _RECORD_STATUS = "[method]run.record-status-check"
+_RECORD_TASK = "[method]run.record-task-status"
+_RECORD_POLL_FAILURE = "[method]run.record-poll-failure"
 _FLAT_PARAMS = {
     _BEGIN_CALL: ("borrow", "string", "option<string>", "option<record>", "u64"),
     _RECORD_SUCCESS: ("borrow", "u32", "u32", "u64"),
     _RECORD_EMPTY: ("borrow", "u32", "u32", "string", "u64"),
     _RECORD_FAILURE: ("borrow", "u32", "u32", "record", "option<u64>", "u64", "u64"),
     _RECORD_STATUS: ("borrow", "u32", "u32", "enum", "option<u64>", "u64", "u64"),
+    _RECORD_TASK: ("borrow", "u32", "u32", "record", "option<u64>", "u64", "u64"),
+    _RECORD_POLL_FAILURE: ("borrow", "u32", "u32", "record", "option<u64>", "u64", "u64"),
 }
-_VERDICT_EXPORTS = (_RECORD_SUCCESS, _RECORD_EMPTY, _RECORD_FAILURE, _RECORD_STATUS)
+_VERDICT_EXPORTS = (_RECORD_SUCCESS, _RECORD_EMPTY, _RECORD_FAILURE, _RECORD_STATUS, _RECORD_TASK, _RECORD_POLL_FAILURE)
 _VERDICT = _codec.FlatRecord(
     [
         ("action", "enum"),
@@ -167,10 +178,19 @@ _VERDICT = _codec.FlatRecord(
         ("rule-index", "u16"),
         ("has-note", "bool"),
         ("reconnect", "bool"),
+        ("cancel-task", "bool"),
     ]
 )
 _CALL_START = _codec.FlatRecord(
-    [("admitted", "bool"), ("call-id", "u32"), ("delay-ms", "u64"), ("effect", "enum"), ("safe-to-repeat", "bool")]
+    [
+        ("admitted", "bool"),
+        ("call-id", "u32"),
+        ("delay-ms", "u64"),
+        ("effect", "enum"),
+        ("safe-to-repeat", "bool"),
+        ("idle-timeout-ms", "u64"),
+        ("attempt-timeout-ms", "u64"),
+    ]
 )
 
 # The export that loads a configuration (on its own fuel budget, `fuel_per_config_byte`).
@@ -452,7 +472,7 @@ class PolicyComponent:
     @property
     def identity(self) -> str:
         """Which policy this is: the contract version it speaks and the first 12
-        hex digits of its .wasm's SHA-256, e.g. `agent-retry:policy@0.5.0 wasm
+        hex digits of its .wasm's SHA-256, e.g. `agent-retry:policy@0.6.0 wasm
         1a2b3c4d5e6f` (the same string in the Rust and Node hosts)."""
         return component_identity(self.contract_version, self.wasm_sha256)
 
@@ -945,8 +965,10 @@ def _release_flat_args(arrays: tuple[Any, ...]) -> None:
 class Run(_Handle):
     """One agent run: its calls, budgets and effects. The host begins each call
     (`begin_call`), reports each attempt (`record_success`,
-    `record_empty_result`, `record_failure`) and each status check
-    (`record_status_check`), and does what the `Verdict` says. Every report
+    `record_empty_result`, `record_failure`), each status check
+    (`record_status_check`) and each word of a call's task
+    (`record_task_status`, `record_poll_failure`), and does what the `Verdict`
+    says. Every report
     names the attempt it reports: 1 for the first, then `verdict.attempt + 1`
     after a retry; for a status check, the attempt whose effect was checked."""
 
@@ -959,6 +981,8 @@ class Run(_Handle):
         self._empty = exports[_RECORD_EMPTY]
         self._failure = exports[_RECORD_FAILURE]
         self._status = exports[_RECORD_STATUS]
+        self._task = exports[_RECORD_TASK]
+        self._poll_failure = exports[_RECORD_POLL_FAILURE]
         self._report = exports["[method]run.report"]
         self._effects = exports["[method]run.effects"]
         self._last = exports["[method]run.last-decision"]
@@ -1011,7 +1035,16 @@ class Run(_Handle):
             if "err" in lifted:
                 raise RunMisuse(lifted["err"])
             ok = lifted["ok"]
-            return _new_tuple(CallStart, (ok["admitted"], ok["call-id"], ok["delay-ms"], ok["effect"], ok["safe-to-repeat"]))  # type: ignore[no-any-return]
+            values = (
+                ok["admitted"],
+                ok["call-id"],
+                ok["delay-ms"],
+                ok["effect"],
+                ok["safe-to-repeat"],
+                ok["idle-timeout-ms"],
+                ok["attempt-timeout-ms"],
+            )
+            return _new_tuple(CallStart, values)  # type: ignore[no-any-return]
         flat = self._flat or self._flat_args()
         params = flat.begin
         if hints_c is None:
@@ -1034,10 +1067,10 @@ class Run(_Handle):
             is_ok, box = _result_head(result)
             if not is_ok:
                 raise RunMisuse(self._begin.spec.result.lift(result)["err"])  # type: ignore[union-attr]  # lifting frees it
-            admitted, call_id, delay, effect_size, effect_data, safe = _CALL_START.struct.unpack_from(
+            admitted, call_id, delay, effect_size, effect_data, safe, idle, whole = _CALL_START.struct.unpack_from(
                 _CALL_START.block.from_address(_PTR_AT(box + _RECORD_DATA).value)
             )
-            values = (admitted, call_id, delay, self._effect_names[_chars(effect_data, effect_size)], safe)
+            values = (admitted, call_id, delay, self._effect_names[_chars(effect_data, effect_size)], safe, idle, whole)
             _raw_val_delete(flat.result_ref)
         finally:
             result.kind = _BOOL_KIND  # freed (or lifted): empty again for the next call
@@ -1089,6 +1122,27 @@ class Run(_Handle):
         was checked. `time_left_ms` and `entropy` as for `record_failure`."""
         return self._report_verdict(self._status, (self.resource, call_id, attempt, result, time_left_ms, now_ms, entropy))
 
+    def record_task_status(
+        self, call_id: int, attempt: int, task: TaskReport, time_left_ms: int | None, now_ms: int, entropy: int
+    ) -> Verdict:
+        """Reports what the server said of the call's task (`types.TaskReport`:
+        the `tools/call` answered by a task, or a `tasks/get` whose status is
+        working, input-required or cancelled; `message` cut to 64 KiB), under
+        the attempt the task answered. The verdict is `poll` (wait `delay_ms`,
+        then `tasks/get`), or it stops waiting with `cancel_task` set. A task
+        that completed or failed is reported with `record_success`,
+        `record_empty_result` or `record_failure`, as an attempt is."""
+        return self._report_verdict(self._task, (self.resource, call_id, attempt, limits.bounded_task(task), time_left_ms, now_ms, entropy))
+
+    def record_poll_failure(
+        self, call_id: int, attempt: int, observation: Observation, time_left_ms: int | None, now_ms: int, entropy: int
+    ) -> Verdict:
+        """Reports a `tasks/get` of the call's task that failed, as observed
+        (bounded like `record_failure`'s). Raises `RunMisuse` (`no-task`) for a
+        call that has no task."""
+        bounded = limits.bounded_observation(observation)
+        return self._report_verdict(self._poll_failure, (self.resource, call_id, attempt, bounded, time_left_ms, now_ms, entropy))
+
     def _report_verdict(self, bound: _BoundExport, args: tuple[Any, ...]) -> Verdict:
         """A report through the generic conversion, its verdict read in place."""
         flat = self._flat or self._flat_args()
@@ -1101,8 +1155,8 @@ class Run(_Handle):
             is_ok, box = _result_head(result)
             if not is_ok:
                 raise RunMisuse(bound.spec.result.lift(result)["err"])  # type: ignore[union-attr]  # lifting frees it
-            action_size, action_data, class_size, class_data, attempt, delay, hint_box, rule, note, reconnect = _VERDICT.struct.unpack_from(
-                _VERDICT.block.from_address(_PTR_AT(box + _RECORD_DATA).value)
+            action_size, action_data, class_size, class_data, attempt, delay, hint_box, rule, note, reconnect, cancel = (
+                _VERDICT.struct.unpack_from(_VERDICT.block.from_address(_PTR_AT(box + _RECORD_DATA).value))
             )
             values = (
                 self._actions[_chars(action_data, action_size)],
@@ -1113,6 +1167,7 @@ class Run(_Handle):
                 rule,
                 note,
                 reconnect,
+                cancel,
             )
             _raw_val_delete(flat.result_ref)
         finally:
@@ -1134,6 +1189,7 @@ class Run(_Handle):
             ok["rule-index"],
             ok["has-note"],
             ok["reconnect"],
+            ok["cancel-task"],
         )
         return _new_tuple(Verdict, values)  # type: ignore[no-any-return]
 

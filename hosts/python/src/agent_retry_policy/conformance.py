@@ -6,13 +6,15 @@ inputs are converted from canonical JSON by each function's WIT parameter types
 against the case's expectations.
 
 The vectors keep their readable steps; this module is the one place that
-translates them onto contract 0.5.0's single run path (`translate_*` below): a
+translates them onto contract 0.6.0's single run path (`translate_*` below): a
 `begin-call` step calls `begin-call` (and `escalation()` when not admitted);
 a `record-outcome` of a success calls `record-success`, of an empty result
 `record-empty-result`, of a failure `record-failure` (with an observation built
 from the readable failure: headers pairs joined as `name: value` lines,
 `session-id-sent` false and `delivery` "unknown" unless given), of a status
-check `record-status-check`; the answer is `last-decision(call-id)`, and the
+check `record-status-check`, of a task `record-task-status` (a readable task
+report: `message` "" unless given), of a poll failure `record-poll-failure`
+(its failure as for a failure); the answer is `last-decision(call-id)`, and the
 verdict must say what that decision says. `classify` takes the readable
 failure as an observation too; `read-probe-answer` asks the rule for the
 `server/discover` probe's answer. observations.json (raw transport
@@ -282,10 +284,11 @@ def run_step(subject: Subject, step: Any, state: dict[str, Any]) -> Any:
     raise HarnessError(f'unknown op "{op}"')
 
 
-# The translation of the readable steps onto the single run path (contract 0.5.0), in one place.
+# The translation of the readable steps onto the single run path (contract 0.6.0), in one place.
 
 _CALL_FIELDS = frozenset(["tool", "idempotency-key", "hints"])
 _FAILURE_FIELDS = frozenset(["kind", "headers", "body", "structured-content", "session-id-sent", "delivery"])
+_TASK_FIELDS = ("task-id", "status", "poll-interval-ms", "ttl-ms", "age-ms", "message")
 
 
 def translate_failure(failure: Any) -> dict[str, Any]:
@@ -316,6 +319,22 @@ def translate_failure(failure: Any) -> dict[str, Any]:
     }
 
 
+def translate_task_report(task: Any) -> dict[str, Any]:
+    """A readable task report (`{task-id, status, poll-interval-ms?, ttl-ms?,
+    age-ms?, message?}`) as the contract's `task-report`: absent (or null)
+    options none, `message` "" unless given (hosts/rust/src/steps.rs,
+    `task_report_json`)."""
+    if not isinstance(task, dict):
+        raise HarnessError(f"a task report must be an object: {json.dumps(task)}")
+    unknown = [name for name in task if name not in _TASK_FIELDS]
+    if unknown:
+        raise HarnessError(f'unknown task report field "{unknown[0]}"')
+    report = {name: task.get(name) for name in _TASK_FIELDS}
+    if report["message"] is None:
+        report["message"] = ""
+    return report
+
+
 def translate_begin_call(subject: Subject, request: Any, now: int) -> Any:
     """`begin-call` (+ `escalation()` when not admitted) as the readable
     answer: `{"ok": {"send": ticket}}`, `{"ok": {"escalate": escalation}}` or
@@ -329,7 +348,8 @@ def translate_begin_call(subject: Subject, request: Any, now: int) -> Any:
         return answer
     start = answer["ok"]
     if start["admitted"]:
-        ticket = {k: start[k] for k in ("call-id", "delay-ms", "effect", "safe-to-repeat")}
+        fields = ("call-id", "delay-ms", "effect", "safe-to-repeat", "idle-timeout-ms", "attempt-timeout-ms")
+        ticket = {k: start[k] for k in fields}
         return {"ok": {"send": ticket}}
     if start["call-id"] != 0:
         raise HarnessError(f"begin-call was not admitted but gave call-id {start['call-id']} (0 when not admitted)")
@@ -360,8 +380,19 @@ def translate_record_outcome(
         found = outcome["status-check"]
         which = "record-status-check"
         answer = call("[method]run.record-status-check", run, call_id, attempt, found, time_left, now, entropy)
+    elif isinstance(outcome, dict) and len(outcome) == 1 and "task" in outcome:
+        task = translate_task_report(outcome["task"])
+        which = "record-task-status"
+        answer = call("[method]run.record-task-status", run, call_id, attempt, task, time_left, now, entropy)
+    elif isinstance(outcome, dict) and len(outcome) == 1 and "poll-failure" in outcome:
+        observation = translate_failure(outcome["poll-failure"])
+        which = "record-poll-failure"
+        answer = call("[method]run.record-poll-failure", run, call_id, attempt, observation, time_left, now, entropy)
     else:
-        raise HarnessError(f'unknown outcome {json.dumps(outcome)}: "success", {{"empty-result"}}, {{"failure"}} or {{"status-check"}}')
+        raise HarnessError(
+            f'unknown outcome {json.dumps(outcome)}: "success", {{"empty-result"}}, {{"failure"}}, {{"status-check"}}, '
+            '{"task"} or {"poll-failure"}'
+        )
     if "ok" not in answer:
         return answer
     verdict = verdict_of(answer["ok"])
@@ -385,6 +416,7 @@ def verdict_of(value: dict[str, Any]) -> Verdict:
         value["rule-index"],
         value["has-note"],
         value["reconnect"],
+        value["cancel-task"],
     )
 
 
@@ -392,7 +424,8 @@ def verdict_disagreement(verdict: Verdict, decision: Decision, rule_names: tuple
     """None if the verdict says what the full decision says, else what differs."""
     action = decision["action"]
     kind = action_name(action)
-    plan = action["retry"] if kind == "retry" else None  # type: ignore[index]
+    # A poll's plan carries its delay and reconnect as a retry's does.
+    plan = action[kind] if kind in ("retry", "poll") else None  # type: ignore[literal-required]
     plan_delay = plan["delay-ms"] if plan is not None else 0
     plan_reconnect = plan["reconnect"] if plan is not None else False
     if kind == "succeed":
@@ -409,6 +442,7 @@ def verdict_disagreement(verdict: Verdict, decision: Decision, rule_names: tuple
         ("rule", rule, decision["rule"]),
         ("has-note", verdict.has_note, has_note),
         ("reconnect", verdict.reconnect, plan_reconnect),
+        ("cancel-task", verdict.cancel_task, decision["cancel-task"]),
     )
     for name, flat, rich in checks:
         if flat != rich or type(flat) is not type(rich):

@@ -1,5 +1,5 @@
 """What the host passes to the policy, bounded before it crosses the boundary
-(contract 0.5.0; the numbers are the Rust host's `limits.rs`, mirrored into
+(contract 0.6.0; the numbers are the Rust host's `limits.rs`, mirrored into
 `limits_generated.py` by tests/contract/make_mirrors.py, as for the Node host).
 Lowering a value into the guest costs its size in memory and copying, so a 40
 MB tool error or 5,800 headers are cut here, not in the guest.
@@ -20,7 +20,7 @@ from .limits_generated import (
     MAX_ID_BYTES,
     MAX_STRUCTURED_BYTES,
 )
-from .types import Observation
+from .types import Observation, TaskReport
 
 U32_MAX = 0xFFFF_FFFF
 
@@ -155,6 +155,18 @@ def bounded_structured(structured: str | None) -> str | None:
     return structured if structured is None or within(structured, MAX_STRUCTURED_BYTES) else None
 
 
+def bounded_task(task: TaskReport) -> TaskReport:
+    """A task report as the host passes it: its message cut to 65,536 bytes
+    (the Rust host's rule; the policy keeps the first 4,096). A value of the
+    wrong shape is passed as it is, for the value conversion to refuse."""
+    if not isinstance(task, dict):
+        return task
+    message = task.get("message", "")
+    if not isinstance(message, str) or within(message, MAX_BODY_BYTES):
+        return task
+    return cast(TaskReport, {**task, "message": cut(message, MAX_BODY_BYTES)})
+
+
 def too_large(input_name: str, value: str, max_bytes: int = MAX_ID_BYTES) -> dict[str, Any] | None:
     """The run error `too-large` the component would answer for an id over its
     limit (`{"too-large": {"input", "size-bytes", "limit-bytes"}}`), or None."""
@@ -174,6 +186,7 @@ __all__ = [
     "bounded_headers_text",
     "bounded_observation",
     "bounded_structured",
+    "bounded_task",
     "cut",
     "join_headers",
     "too_large",

@@ -16,6 +16,23 @@ found), replan (return the message as the tool error the model sees), succeed
 (return the result) or escalate (raise `Escalated` with the note). All policy
 is in the component; this module only observes and obeys.
 
+MCP 2026-07-28 (contract 0.6.0). Each attempt's timeouts are the policy's
+(`call-start`: `idle-timeout-ms`, restarted by each progress notification, and
+`attempt-timeout-ms` in all; per tool in the configuration; `attempt_timeout_s`,
+if given, caps the idle one). Every `tools/call` carries a progress token; each
+`notifications/progress` reaches `on_progress(tool, progress, total, message)`.
+An `input_required` answer is answered by the application's SDK handlers
+(`McpConnection(..., elicitation_callback=..., sampling_callback=...,
+list_roots_callback=...)`) in the same attempt; a question no handler answers is
+reported as failure kind `input-required` with the server's questions. The
+client declares the tasks extension (`io.modelcontextprotocol/tasks`): a call
+answered by a task is reported (`record_task_status`) and polled with
+`tasks/get` as the verdicts say (`poll`: wait, reconnect if asked, poll), each
+poll's status, completion, failure or own failure (`record_poll_failure`)
+reported; input a task asks for goes back through `tasks/update` when a handler
+answers it; `tasks/cancel` is sent when a verdict says `cancel_task`, and when
+a call stops (deadline, cancellation) while its task lives.
+
 The connection is the wrapper's (`McpConnection`): it connects over streamable
 HTTP with the wrapper's capturing client, or over stdio by starting the server,
 and connects again when the session is lost. It connects through the SDK's
@@ -58,11 +75,11 @@ the `step-N` the key is derived from; the same for every attempt of a call;
 null for `initialize` and `tools/list`), `call` (null when the call was not
 admitted), `tool`, `attempt` (0 when not sent), `key` (the idempotency key sent,
 null when the tool takes none), `outcome`, `class`, `rule`, `action`, `delay_ms`
-(null unless retry), `hint_ms` (the decision's hint), `escalation` (the
+(null unless retry or poll), `hint_ms` (the decision's hint), `escalation` (the
 escalation reason, null unless escalate) and `reason`. A call stopped by a
 limit or a cancellation logs one more line: outcome `call-timeout`,
 `run-timeout` or `cancelled`, action `stop`. `policy` names the policy that
-decided: the component's identity (`agent-retry:policy@0.5.0 wasm 1a2b3c4d5e6f`)
+decided: the component's identity (`agent-retry:policy@0.6.0 wasm 1a2b3c4d5e6f`)
 unless the caller was given `policy_identity` (a host serving a `LivePolicy`
 passes `str(loaded.identity)`, e.g. `generation 3 (wasm 1a2b3c4d5e6f, config
 0f0e0d0c0b0a)`).
@@ -76,8 +93,9 @@ failed and what the last attempt saw. Serve the next run from a fresh instance
 
 The wrapper's parts are in the private subpackage `agent_retry_policy._mcp`:
 `capture` (the capturing HTTP transport and the watching of answer bodies),
-`connection` (`McpConnection`) and `caller` (`RetryingToolCaller`); this module
-re-exports their public names.
+`connection` (`McpConnection`), `caller` (`RetryingToolCaller`),
+`continuation` (answering `input_required`) and `tasks` (the tasks extension's
+requests and answers); this module re-exports their public names.
 """
 
 from ._mcp.caller import (
@@ -107,6 +125,7 @@ from ._mcp.capture import (
 # The capture of the attempt in progress (a context variable): the tests set it.
 from ._mcp.capture import _current_attempt as _current_attempt
 from ._mcp.connection import CLOSE_TIMEOUT_S, CONNECT_MODES, ConnectMode, McpConnection
+from ._mcp.tasks import TASKS_EXTENSION, TasksExtension
 
 __all__ = [
     "CAPTURE_MISSING_SUFFIX",
@@ -115,6 +134,7 @@ __all__ = [
     "INITIALIZE",
     "MAX_CAPTURED_BODY",
     "PSEUDO_TOOL_HINTS",
+    "TASKS_EXTENSION",
     "TOOLS_LIST",
     "TRANSPORT_ERROR_HEADER",
     "TRANSPORT_ERROR_STATUS",
@@ -126,6 +146,7 @@ __all__ = [
     "RetryingToolCaller",
     "StatusCheck",
     "StatusCheckRequest",
+    "TasksExtension",
     "classify_network_error",
     "create_capturing_http_client",
     "default_empty_check",

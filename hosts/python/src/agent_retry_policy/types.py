@@ -31,7 +31,9 @@ from typing_extensions import NotRequired, TypedDict
 TransportError = Literal["timeout", "connection-reset", "connection-refused", "stream-closed", "tls", "name-resolution", "other"]
 # How far a failed request got, as the host's transport saw it.
 Delivery = Literal["unknown", "not-sent", "sent", "answer-started"]
-OutcomeClass = Literal["success", "transient", "throttled", "deterministic", "permission", "semantic", "misconfigured", "unclassified"]
+OutcomeClass = Literal[
+    "success", "transient", "throttled", "deterministic", "permission", "semantic", "misconfigured", "needs-input", "unclassified"
+]
 Effect = Literal["read", "write", "delete"]
 EscalationReason = Literal[
     "permission-denied",
@@ -48,12 +50,19 @@ EscalationReason = Literal[
     "connection-misconfigured",
     "deadline-too-near",
     "protocol-version-unsupported",
+    "input-required",
+    "task-expired",
+    "task-polls-spent",
+    "task-cancelled",
 ]
 EffectStatus = Literal["applied", "unknown"]
+# What a task's latest report says (`record_task_status`); a task that completed
+# or failed is reported like an attempt (`record_success`, `record_failure`, ...).
+TaskStatus = Literal["working", "input-answered", "input-required", "cancelled"]
 StatusCheckResult = Literal["found", "absent", "unknown"]
 ConfigErrorKind = Literal["syntax", "unknown-field", "wrong-type", "out-of-range", "too-large"]
 # What the reports tell the host to do: the case of `action`, without its payload.
-ActionKind = Literal["retry", "replan", "check-status", "succeed", "escalate"]
+ActionKind = Literal["retry", "replan", "check-status", "succeed", "escalate", "poll"]
 # What an answer to the `server/discover` probe that is not a discovery result means (`read_probe_answer`).
 ProbeAnswer = Literal["older-server", "failure"]
 
@@ -66,7 +75,9 @@ class TransportKind(TypedDict):
 
 ProtocolErrorKind = TypedDict("ProtocolErrorKind", {"protocol-error": int})
 ToolErrorKind = TypedDict("ToolErrorKind", {"tool-error": int | None})
-FailureKind = Union[HttpStatusKind, TransportKind, ProtocolErrorKind, ToolErrorKind]
+# "input-required": the server asked for input no handler of the application
+# answered (the observation's `body` carries its questions).
+FailureKind = Union[HttpStatusKind, TransportKind, ProtocolErrorKind, ToolErrorKind, Literal["input-required"]]
 
 # One failed attempt as the host observed it: raw facts; the policy decides what they mean.
 Observation = TypedDict(
@@ -127,6 +138,26 @@ Escalation = TypedDict(
 RetryPlan = TypedDict("RetryPlan", {"delay-ms": int, "attempt": int, "idempotency-key": str | None, "reconnect": bool})
 
 
+# What the server said of the call's task (MCP 2026-07-28 Tasks extension).
+TaskReport = TypedDict(
+    "TaskReport",
+    {
+        "task-id": str,
+        "status": TaskStatus,
+        # The server's pollIntervalMs: the shortest wait between polls.
+        "poll-interval-ms": NotRequired[int | None],
+        # The server's ttlMs.
+        "ttl-ms": NotRequired[int | None],
+        # now - createdAt, read against the host's clock; None without createdAt.
+        "age-ms": NotRequired[int | None],
+        # The task's statusMessage, or the questions of "input-required".
+        "message": NotRequired[str],
+    },
+)
+# Wait `delay-ms`, then send `tasks/get` for `task-id` (`reconnect`: a new session first).
+PollPlan = TypedDict("PollPlan", {"delay-ms": int, "task-id": str, "reconnect": bool})
+
+
 class RetryAction(TypedDict):
     retry: RetryPlan
 
@@ -143,17 +174,30 @@ class EscalateAction(TypedDict):
     escalate: Escalation
 
 
-Action = Union[RetryAction, ReplanAction, Literal["check-status"], SucceedAction, EscalateAction]
+class PollAction(TypedDict):
+    poll: PollPlan
+
+
+Action = Union[RetryAction, ReplanAction, Literal["check-status"], SucceedAction, EscalateAction, PollAction]
 
 Decision = TypedDict(
     "Decision",
-    {"action": Action, "class": OutcomeClass, "attempt": int, "hint-ms": int | None, "rule": str, "reason": str},
+    {
+        "action": Action,
+        "class": OutcomeClass,
+        "attempt": int,
+        "hint-ms": int | None,
+        "rule": str,
+        "reason": str,
+        "cancel-task": bool,
+    },
 )
 
 
 class Verdict(NamedTuple):
     """The answer of every report (`Run.record_success`, `record_empty_result`,
-    `record_failure`, `record_status_check`), without its prose
+    `record_failure`, `record_status_check`, `record_task_status`,
+    `record_poll_failure`), without its prose
     (`Run.last_decision(call_id)` has the reason, a replan's message, a note,
     an escalation)."""
 
@@ -163,7 +207,7 @@ class Verdict(NamedTuple):
     class_: OutcomeClass
     # The attempt this verdict answers; a retry sends `attempt + 1`.
     attempt: int
-    # A retry's wait before sending, in ms; 0 for any other action.
+    # A retry's or a poll's wait before sending, in ms; 0 for any other action.
     delay_ms: int
     # The server's wait hint, in ms, if any.
     hint_ms: int | None
@@ -172,9 +216,12 @@ class Verdict(NamedTuple):
     # Whether the action carries text for the model or a person (a replan's
     # message, a success's note, an escalation): `Run.last_decision` has it.
     has_note: bool
-    # Whether the retry needs a new session first (the server lost the session,
-    # or refused the client's MCP revision). Only with "retry".
+    # Whether the retry or the poll needs a new session first (the server lost
+    # the session, or refused the client's MCP revision). Only with "retry" and "poll".
     reconnect: bool
+    # Whether the host must cancel the call's task (`tasks/cancel`) before it
+    # acts: the policy stops waiting for a task that is still alive.
+    cancel_task: bool
 
 
 class CallStart(NamedTuple):
@@ -191,6 +238,11 @@ class CallStart(NamedTuple):
     effect: Effect
     # Whether a failed attempt may be repeated without a status check.
     safe_to_repeat: bool
+    # How long an attempt may go without an answer or a progress notification,
+    # in ms (each progress notification starts it again).
+    idle_timeout_ms: int
+    # The longest an attempt may take in all, progress or not, in ms.
+    attempt_timeout_ms: int
 
 
 class StatusCount(TypedDict):
@@ -207,6 +259,9 @@ RunReport = TypedDict(
         "retries": int,
         "status-checks": int,
         "replans": int,
+        # Calls answered by a task, and task polls decided (not attempts, not steps).
+        "tasks": int,
+        "polls": int,
         "succeeded-calls": int,
         "waits": int,
         "waited-ms": int,
@@ -224,13 +279,15 @@ CallFinished = TypedDict("CallFinished", {"call-finished": int})
 StatusCheckPending = TypedDict("StatusCheckPending", {"status-check-pending": int})
 NoStatusCheckPending = TypedDict("NoStatusCheckPending", {"no-status-check-pending": int})
 RunEnded = TypedDict("RunEnded", {"run-ended": EscalationReason})
+# A poll's failure reported for a call that has no task.
+NoTask = TypedDict("NoTask", {"no-task": int})
 # An attempt reported that is not the call's current one.
 AttemptMismatch = TypedDict("AttemptMismatch", {"call-id": int, "expected": int, "reported": int})
 AttemptMismatchError = TypedDict("AttemptMismatchError", {"attempt-mismatch": AttemptMismatch})
-# An input over its limit: `run-id`, `tool` or `idempotency-key`, in UTF-8 bytes.
+# An input over its limit: `run-id`, `tool`, `idempotency-key` or `task-id`, in UTF-8 bytes.
 SizeLimit = TypedDict("SizeLimit", {"input": str, "size-bytes": int, "limit-bytes": int})
 TooLarge = TypedDict("TooLarge", {"too-large": SizeLimit})
-RunError = Union[UnknownCall, CallFinished, StatusCheckPending, NoStatusCheckPending, RunEnded, AttemptMismatchError, TooLarge]
+RunError = Union[UnknownCall, CallFinished, StatusCheckPending, NoStatusCheckPending, RunEnded, NoTask, AttemptMismatchError, TooLarge]
 
 
 class ConfigErrorValue(TypedDict):
@@ -308,6 +365,19 @@ def tool_error(
     }
 
 
+def input_required(questions: str, *, session_id_sent: bool = False) -> Observation:
+    """A request answered `input_required` that no handler of the application
+    answered: `questions` are the server's (its input requests' messages)."""
+    return {
+        "kind": "input-required",
+        "headers": "",
+        "body": questions,
+        "structured-content": None,
+        "session-id-sent": session_id_sent,
+        "delivery": "answer-started",
+    }
+
+
 def action_name(action: Action) -> str:
-    """The action's case name: "retry", "replan", "check-status", "succeed" or "escalate"."""
+    """The action's case name: "retry", "replan", "check-status", "succeed", "escalate" or "poll"."""
     return action if isinstance(action, str) else next(iter(action))

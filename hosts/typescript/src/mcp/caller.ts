@@ -19,6 +19,7 @@ import {
 } from './capture.js';
 import { McpConnection } from './connection.js';
 import { loadSdk, sdkOfClient, type McpClient, type McpSdk } from './sdk.js';
+import { answerInputRequests, questionsOf, taskAnswerOf, taskReportOf, type TaskAnswer } from './tasks.js';
 
 export { MAX_TIMER_MS };
 
@@ -60,7 +61,10 @@ export interface RetryingToolCallerOptions {
   keyArgument?: string;
   /** Jitter entropy passed to `record-failure` and `record-status-check` (default: the OS). */
   entropy?: EntropySource;
-  /** How long one attempt may take before it counts as a timeout (default 30 s). */
+  /** The most one attempt may go without an answer or a progress notification,
+   *  if you set it: it caps the policy's per-tool `idle-timeout-ms` (default:
+   *  none of the host's, the policy's value rules; each attempt takes its
+   *  `idle-timeout-ms` and `attempt-timeout-ms` from `beginCall`). */
   attemptTimeoutMs?: number;
   /** The most one `callTool` may take, from its start, retries and reconnections included (default: none). */
   callTimeoutMs?: number;
@@ -79,13 +83,33 @@ export interface RetryingToolCallerOptions {
    *  needs it: a replan's message, an escalation, a success's note). */
   log?: ((line: string) => void) | null;
   /** Which policy makes the decisions, logged as `policy` on every attempt line.
-   *  Default: the run's instance's `policyIdentity` (`agent-retry:policy@0.5.0 wasm
+   *  Default: the run's instance's `policyIdentity` (`agent-retry:policy@0.6.0 wasm
    *  0c1b894cf1b1`). A host serving a `LivePolicy` passes the run's `Loaded`
    *  identity: `loaded.identity.toString()` (`generation 3 (wasm …, config …)`). */
   policyIdentity?: string;
   /** Called with every verdict the wrapper acts on, before it acts (for tests
    *  and metrics; an exception it throws is ignored). */
   onVerdict?: (event: VerdictEvent) => void;
+  /** Called with every progress notification of an attempt (each also starts
+   *  the attempt's idle timeout again); an exception it throws is ignored. */
+  onProgress?: (event: ProgressEvent) => void;
+}
+
+/** A `notifications/progress` the server sent for an attempt of a call. */
+export interface ProgressEvent {
+  tool: string;
+  callId: number;
+  attempt: number;
+  /** The server's `progress`, `total` and `message`, as sent. */
+  progress: number;
+  total?: number;
+  message?: string;
+}
+
+/** How long an attempt may wait (ms): without an answer or progress (`idleMs`), and in all (`totalMs`). */
+interface AttemptTimeouts {
+  idleMs: number;
+  totalMs: number;
 }
 
 /** A verdict the wrapper acted on, with what it reported to get it. */
@@ -96,7 +120,8 @@ export interface VerdictEvent {
   /** The attempt the report named. */
   attempt: number;
   /** What was reported: `success`, `empty-result`, `failure` (with the
-   *  observation) or `status-check`. */
+   *  observation), `status-check`, `task` (with the task report) or
+   *  `poll-failure` (a `tasks/get` that failed, with the observation). */
   reported: Outcome;
   verdict: Wit.Verdict;
   /** `rule-names()[verdict.ruleIndex]`. */
@@ -108,7 +133,9 @@ export type Outcome =
   | { tag: 'success' }
   | { tag: 'empty-result'; val: string }
   | { tag: 'failure'; val: Wit.Observation }
-  | { tag: 'status-check'; val: Wit.StatusCheckResult };
+  | { tag: 'status-check'; val: Wit.StatusCheckResult }
+  | { tag: 'task'; val: Wit.TaskReport }
+  | { tag: 'poll-failure'; val: Wit.Observation };
 
 /** `callTool`'s third argument (a string is the `actionId`, as before). */
 export interface CallToolOptions {
@@ -144,6 +171,8 @@ interface Observed {
   lost?: string;
   /** The failure came from an HTTP transport without the capturing fetch. */
   captureMissing?: boolean;
+  /** The server's task for the call, when it answered with one (or a poll of it answered). */
+  task?: TaskAnswer;
 }
 
 /** What every log line of one call carries: its step (the N of `step-N`; null
@@ -290,7 +319,8 @@ export class RetryingToolCaller {
   private calls = 0;
   private readonly keyArgument: string;
   private readonly entropy: EntropySource;
-  private readonly attemptTimeoutMs: number;
+  /** The `attemptTimeoutMs` option, if set: a cap on the policy's idle timeout. */
+  private readonly attemptTimeoutCapMs?: number;
   private readonly callTimeoutMs?: number;
   private readonly runTimeoutMs?: number;
   private readonly startedAt = performance.now();
@@ -314,9 +344,9 @@ export class RetryingToolCaller {
     else this.bare = source;
     this.keyArgument = options.keyArgument ?? 'idempotency_key';
     this.entropy = options.entropy ?? new OsEntropy();
-    // The SDK sets a timer of it: past 2^31 - 1 ms one would fire at once.
-    this.attemptTimeoutMs = Math.min(options.attemptTimeoutMs ?? 30_000, MAX_TIMER_MS);
-    for (const [name, value] of [['callTimeoutMs', options.callTimeoutMs], ['runTimeoutMs', options.runTimeoutMs]] as const) {
+    this.attemptTimeoutCapMs = options.attemptTimeoutMs;
+    for (const [name, value] of [['attemptTimeoutMs', options.attemptTimeoutMs], ['callTimeoutMs', options.callTimeoutMs],
+      ['runTimeoutMs', options.runTimeoutMs]] as const) {
       if (value !== undefined && !(typeof value === 'number' && value >= 0 && Number.isFinite(value))) {
         throw new TypeError(`${name} must be a finite number of ms, not ${String(value)}`);
       }
@@ -333,6 +363,14 @@ export class RetryingToolCaller {
     }
     this.policyIdentity = identity;
     if (options.tools) this.tools = new Map(options.tools.map((t) => [t.name, t]));
+  }
+
+  /** An attempt's timeouts: the policy's for the call (`beginCall`), the idle
+   *  one capped by the `attemptTimeoutMs` option if it was set. The SDK sets
+   *  timers of them: past 2^31 - 1 ms one would fire at once. */
+  private timeoutsOf(start: Wit.CallStart): AttemptTimeouts {
+    const idle = Math.min(Number(start.idleTimeoutMs), this.attemptTimeoutCapMs ?? Infinity, MAX_TIMER_MS);
+    return { idleMs: idle, totalMs: Math.min(Number(start.attemptTimeoutMs), MAX_TIMER_MS) };
   }
 
   /** The client requests go through now (the connection's current one). */
@@ -392,6 +430,7 @@ export class RetryingToolCaller {
     const { callId, delayMs } = start;
     state.callId = callId;
     state.effect = start.effect;
+    const timeouts = this.timeoutsOf(start);
     await scope.pause(Number(delayMs));
 
     // The attempt each outcome reports: 1, then each retry plan's (since contract 0.3.0).
@@ -401,11 +440,26 @@ export class RetryingToolCaller {
       state.attempt = attempt;
       state.attemptsSent += 1;
       state.inFlight = true;
-      const observed = await this.attemptTool(name, sendArgs, scope);
+      let observed = await this.attemptTool(name, sendArgs, scope, timeouts, callId, attempt);
       state.inFlight = false;
       let answer = this.record(tag, name, callId, attempt, observed, scope);
       let last = observed.summary;
-      while (kindOf(answer) === 'check-status') {
+      // The call's task, while it lives: polled, answered and cancelled as the verdicts say.
+      let task = observed.task;
+      for (;;) {
+        if (answer.verdict.cancelTask && task !== undefined) await this.cancelTask(task.taskId, scope, timeouts);
+        if (kindOf(answer) === 'poll' && task !== undefined) {
+          // A poll is neither an attempt nor a step: the tool is not called again while its task lives.
+          if (answer.verdict.reconnect) this.markLost(`the policy's verdict on the poll of task ${task.taskId} (${last}) says to reconnect`);
+          await scope.pause(Number(answer.verdict.delayMs));
+          await this.ensureConnected(scope, name);
+          observed = await this.pollTask(name, task, scope, timeouts);
+          task = observed.task ?? task;
+          last = observed.summary;
+          answer = this.record(tag, name, callId, attempt, observed, scope);
+          continue;
+        }
+        if (kindOf(answer) !== 'check-status') break;
         await this.ensureConnected(scope, name);
         const found = await this.checkStatus({
           client: this.client, tool: name, arguments: sendArgs, idempotencyKey: tag.key, callId, signal: scope.signal,
@@ -434,14 +488,19 @@ export class RetryingToolCaller {
         }
         case 'escalate':
           throw new Escalated(this.escalationOf(tag, name, last, answer), name);
+        case 'poll':
+          // A poll of a call without a task: the policy broke its contract.
+          this.policy(tag, name, last, () => {
+            throw this.run.instance.violation('record', `a poll verdict for call ${callId}, which has no task`);
+          });
       }
     }
   }
 
   /** Reports one outcome of attempt `attempt` on the single path
    *  (`recordSuccess`, `recordEmptyResult`, `recordFailure`,
-   *  `recordStatusCheck`; a failure and a status check with the time left to
-   *  the deadline) and logs the decision. */
+   *  `recordStatusCheck`, `recordTaskStatus`, `recordPollFailure`; all but a
+   *  success and an empty result with the time left to the deadline) and logs the decision. */
   private record(tag: CallTag, tool: string, callId: number, attempt: number, observed: Observed, scope: CallScope): Answer {
     const outcome = observed.outcome;
     const run = this.run;
@@ -455,6 +514,10 @@ export class RetryingToolCaller {
           return run.recordFailure(callId, attempt, outcome.val, scope.timeLeftMs(), this.clock(), this.entropy.nextU64());
         case 'status-check':
           return run.recordStatusCheck(callId, attempt, outcome.val, scope.timeLeftMs(), this.clock(), this.entropy.nextU64());
+        case 'task':
+          return run.recordTaskStatus(callId, attempt, outcome.val, scope.timeLeftMs(), this.clock(), this.entropy.nextU64());
+        case 'poll-failure':
+          return run.recordPollFailure(callId, attempt, outcome.val, scope.timeLeftMs(), this.clock(), this.entropy.nextU64());
       }
     });
     const answer: Answer = { callId, verdict };
@@ -512,7 +575,7 @@ export class RetryingToolCaller {
       let cursor: string | undefined;
       do {
         const page = await this.pseudoCall('tools/list', scope, name, true,
-          (signal) => (this.sdk as McpSdk).listTools(this.client, cursor, { signal, timeout: this.attemptTimeoutMs }));
+          (signal, timeouts) => (this.sdk as McpSdk).listTools(this.client, cursor, { signal, timeout: timeouts.idleMs, maxTotalTimeout: timeouts.totalMs }));
         for (const t of page.tools) tools.set(t.name, t);
         cursor = page.nextCursor;
       } while (cursor);
@@ -535,9 +598,9 @@ export class RetryingToolCaller {
     const lost = connection.lost;
     if (lost === undefined) return;
     const again = connection.connections > 0;
-    await this.pseudoCall('initialize', scope, tool, false, async (signal) => {
+    await this.pseudoCall('initialize', scope, tool, false, async (signal, timeouts) => {
       try {
-        await connection.connect({ signal, timeoutMs: this.attemptTimeoutMs });
+        await connection.connect({ signal, timeoutMs: timeouts.idleMs });
       } catch (e) {
         // Say in the failure's text (and so in an escalation's note) that this was a re-connection.
         if (again) throw new ReconnectFailed(lost, e);
@@ -549,16 +612,17 @@ export class RetryingToolCaller {
   /** A request outside the model's call (`initialize`, `tools/list`) as a call
    *  of the policy: begun (a step), observed, retried or escalated as decided. */
   private async pseudoCall<T>(tool: 'initialize' | 'tools/list', scope: CallScope, forTool: string, needsConnection: boolean,
-    send: (signal: AbortSignal) => Promise<T>): Promise<T> {
+    send: (signal: AbortSignal, timeouts: AttemptTimeouts) => Promise<T>): Promise<T> {
     const tag: CallTag = { step: null };
     const start = this.policy(tag, tool, 'not sent', () => this.run.beginCall(tool, undefined, PSEUDO_HINTS, this.clock()));
     if (!start.admitted) throw this.notAdmitted(tag, tool);
     const { callId, delayMs } = start;
+    const timeouts = this.timeoutsOf(start);
     await scope.pause(Number(delayMs));
     let attempt = 1;
     for (;;) {
       if (needsConnection) await this.ensureConnected(scope, forTool);
-      const { value, error, capture, client } = await this.exchange(scope, send);
+      const { value, error, capture, client } = await this.exchange(scope, (signal) => send(signal, timeouts));
       const observed: Observed = error === undefined && !hasFailure(capture)
         ? { outcome: { tag: 'success' }, summary: 'success' }
         : this.observeFailure(error, capture, client, tool);
@@ -587,6 +651,11 @@ export class RetryingToolCaller {
         }
         case 'escalate':
           throw new Escalated(this.escalationOf(tag, tool, last, answer), tool);
+        case 'poll':
+          // Connecting and listing make no task: the policy broke its contract.
+          this.policy(tag, tool, last, () => {
+            throw this.run.instance.violation('record', `a poll verdict for ${tool}, which has no task`);
+          });
       }
     }
   }
@@ -624,23 +693,148 @@ export class RetryingToolCaller {
     return { value, error, capture, client };
   }
 
-  private async attemptTool(name: string, args: Record<string, unknown>, scope: CallScope): Promise<Observed> {
-    const { value, error, capture, client } = await this.exchange(scope,
-      (signal) => (this.sdk as McpSdk).callTool(this.client, name, args, { timeout: this.attemptTimeoutMs, signal }));
+  /** One attempt: `tools/call` with a progress token; each progress
+   *  notification starts the idle timeout again (never past the attempt's
+   *  total, nor the call's or run's deadline: the scope stops it) and goes to
+   *  `onProgress`. */
+  private async attemptTool(name: string, args: Record<string, unknown>, scope: CallScope, timeouts: AttemptTimeouts, callId: number,
+    attempt: number): Promise<Observed> {
+    const onprogress = (note: { progress: number; total?: number; message?: string }) => {
+      try {
+        this.options.onProgress?.({ tool: name, callId, attempt, progress: note.progress, total: note.total, message: note.message });
+      } catch {
+        // an observer's failure changes nothing
+      }
+    };
+    const sdk = this.sdk as McpSdk;
+    const { value, error, capture, client } = await this.exchange(scope, (signal) => sdk.callTool(this.client, name, args,
+      { timeout: timeouts.idleMs, maxTotalTimeout: timeouts.totalMs, resetTimeoutOnProgress: true, onprogress, signal }));
+    if (error !== undefined && !hasFailure(capture) && sdk.inputUnanswered(error)) {
+      const answered = capture.lastResult;
+      const task = answered?.resultType === 'task' ? taskAnswerOf(answered) : undefined;
+      // The SDK drops a task answer (v2: UNSUPPORTED_RESULT_TYPE); the capture kept it.
+      if (task !== undefined) return this.observeTask(name, task, scope);
+      if (answered?.resultType === 'input_required') {
+        // Input no handler of the application answered: the server's questions, for the policy.
+        const questions = questionsOf(answered.inputRequests as Record<string, unknown> | undefined);
+        const observation: Wit.Observation = {
+          kind: { tag: 'input-required' }, headers: '', body: questions, structuredContent: undefined,
+          sessionIdSent: this.sessionIdSent(capture, client), delivery: 'answer-started',
+        };
+        return { outcome: { tag: 'failure', val: observation }, summary: 'input required' };
+      }
+    }
     if (error !== undefined || hasFailure(capture)) return this.observeFailure(error, capture, client, name);
-    const result = value as CallToolResult;
+    return this.observeResult(value as CallToolResult, this.sessionIdSent(capture, client));
+  }
+
+  /** A tool's result (an attempt's, or a completed task's) as its outcome: a
+   *  tool error, an empty result, or a success. */
+  private observeResult(result: CallToolResult, sessionIdSent: boolean): Observed {
     if (result.isError) {
       // No upstream status from the wrapper: the policy reads the text and the
       // structured content (a status, a provider's error type, a wait in prose).
       const observation: Wit.Observation = {
         kind: { tag: 'tool-error', val: undefined }, headers: '', body: textOf(result), structuredContent: structuredText(result.structuredContent),
-        sessionIdSent: this.sessionIdSent(capture, client), delivery: 'answer-started',
+        sessionIdSent, delivery: 'answer-started',
       };
       return { outcome: { tag: 'failure', val: observation }, summary: 'isError', result };
     }
     const what = (this.options.emptyCheck ?? defaultEmptyCheck)(result);
     if (what !== undefined) return { outcome: { tag: 'empty-result', val: what }, summary: 'empty result', result };
     return { outcome: { tag: 'success' }, summary: 'success', result };
+  }
+
+  /** What the server said of the call's task, as its outcome: a task that
+   *  completed or failed as an attempt's (its result, or its JSON-RPC error);
+   *  `input_required` answered through `tasks/update` when the application has
+   *  a handler for every request (`input-answered`), else `input-required`
+   *  with the questions; `working` and `cancelled` as they are. A task that
+   *  arrived done without its payload is polled at once. */
+  private async observeTask(tool: string, task: TaskAnswer, scope: CallScope): Promise<Observed> {
+    const summary = `task ${task.status}`;
+    const report = (status: Wit.TaskStatus, message: string): Observed =>
+      ({ outcome: { tag: 'task', val: taskReportOf(task, status, message, this.clock()) }, summary, task });
+    switch (task.status) {
+      case 'completed':
+        if (task.result === undefined) return this.pollTask(tool, task, scope, undefined);
+        return { ...this.observeResult(task.result as CallToolResult, this.connectionSessionSent()), task };
+      case 'failed': {
+        if (task.error === undefined) return this.pollTask(tool, task, scope, undefined);
+        const code = typeof task.error.code === 'number' && Number.isInteger(task.error.code) ? task.error.code : 0;
+        const observation: Wit.Observation = {
+          kind: { tag: 'protocol-error', val: code }, headers: '', body: typeof task.error.message === 'string' ? task.error.message : '',
+          structuredContent: structuredText(task.error.data), sessionIdSent: this.connectionSessionSent(), delivery: 'answer-started',
+        };
+        return { outcome: { tag: 'failure', val: observation }, summary: `task failed (JSON-RPC ${code})`, task };
+      }
+      case 'input_required': {
+        const questions = questionsOf(task.inputRequests);
+        const sdk = this.sdk as McpSdk;
+        const client = this.client;
+        const responses = task.inputRequests === undefined ? undefined : await scope.race(answerInputRequests(task.inputRequests,
+          (method) => sdk.inputHandler(client, method), scope.signal, (client.transport as { sessionId?: string } | undefined)?.sessionId));
+        if (responses === undefined) return report('input-required', questions);
+        const { error, capture } = await this.exchange(scope, (signal) =>
+          sdk.request(this.client, 'tasks/update', { taskId: task.taskId, inputResponses: responses }, { signal }));
+        // An answer the server did not take is a failed poll: the policy decides whether to poll again.
+        if (error !== undefined || hasFailure(capture)) return this.pollFailure(this.observeFailure(error, capture, this.client, tool), task);
+        return report('input-answered', questions);
+      }
+      case 'working':
+        return report('working', task.statusMessage ?? '');
+      case 'cancelled':
+        return report('cancelled', task.statusMessage ?? '');
+      default:
+        // A status the extension does not define: still alive as far as the host can tell.
+        return report('working', `${task.status}${task.statusMessage ? `: ${task.statusMessage}` : ''}`);
+    }
+  }
+
+  /** One `tasks/get` of the call's task: its answer observed as the task's
+   *  outcome, or its failure as a poll failure. `timeouts`: the attempt's
+   *  (undefined: the SDK's own). */
+  private async pollTask(tool: string, task: TaskAnswer, scope: CallScope, timeouts: AttemptTimeouts | undefined): Promise<Observed> {
+    const sdk = this.sdk as McpSdk;
+    const { value, error, capture, client } = await this.exchange(scope, (signal) => sdk.request(this.client, 'tasks/get', { taskId: task.taskId },
+      { signal, timeout: timeouts?.idleMs, maxTotalTimeout: timeouts?.totalMs }));
+    if (error !== undefined || hasFailure(capture)) return this.pollFailure(this.observeFailure(error, capture, client, tool), task);
+    const polled = taskAnswerOf(capture.lastResult ?? value);
+    if (polled === undefined) {
+      const observation: Wit.Observation = {
+        kind: { tag: 'protocol-error', val: -32603 }, headers: '', body: `tasks/get answered without a task: ${structuredText(value)?.slice(0, 200) ?? ''}`,
+        structuredContent: undefined, sessionIdSent: this.sessionIdSent(capture, client), delivery: 'answer-started',
+      };
+      return { outcome: { tag: 'poll-failure', val: observation }, summary: 'poll answered no task', task };
+    }
+    return this.observeTask(tool, { ...polled, taskId: task.taskId }, scope);
+  }
+
+  /** A failed `tasks/get` (or `tasks/update`), as the poll failure the contract takes. */
+  private pollFailure(observed: Observed, task: TaskAnswer): Observed {
+    const outcome = observed.outcome;
+    if (outcome.tag !== 'failure') return { ...observed, task };
+    return { ...observed, outcome: { tag: 'poll-failure', val: outcome.val }, summary: `poll: ${observed.summary}`, task };
+  }
+
+  /** `tasks/cancel` for the call's task, as a verdict asks before it is acted
+   *  on. Its failure is logged, not reported: the verdict stands. */
+  private async cancelTask(taskId: string, scope: CallScope, timeouts: AttemptTimeouts): Promise<void> {
+    const sdk = this.sdk as McpSdk;
+    const { error, capture } = await this.exchange(scope, (signal) =>
+      sdk.request(this.client, 'tasks/cancel', { taskId }, { signal, timeout: timeouts.idleMs }));
+    if (error !== undefined || hasFailure(capture)) {
+      this.log(JSON.stringify({
+        event: 'agent_retry.task_cancel_failed', ts: Date.now() / 1000, run: this.run.runId, policy: this.policyIdentity, task: taskId,
+        error: capture.status !== undefined ? `HTTP ${capture.status}` : capture.transportError ?? describeError(error),
+      }));
+    }
+  }
+
+  /** Whether the connection's transport has a session id (to send with a request that is not captured). */
+  private connectionSessionSent(): boolean {
+    const client = this.connection ? this.connection.client : this.bare;
+    return (client?.transport as { sessionId?: string } | undefined)?.sessionId !== undefined;
   }
 
   /** Whether the attempt's request carried `Mcp-Session-Id`: as the capturing
@@ -782,7 +976,7 @@ export class RetryingToolCaller {
     this.logLine(tag, tool, callId, attempt, observed.summary, {
       class: decision.class,
       action: next.tag,
-      delayMs: next.tag === 'retry' ? Number(next.val.delayMs) : undefined,
+      delayMs: next.tag === 'retry' || next.tag === 'poll' ? Number(next.val.delayMs) : undefined,
       hintMs: decision.hintMs === undefined ? undefined : Number(decision.hintMs),
       rule: decision.rule,
       escalation: next.tag === 'escalate' ? next.val.reason : undefined,

@@ -30,6 +30,11 @@ export interface AttemptCapture {
    *  arrived through the transport (`watchAnswers`): what tells a server's
    *  error apart from the SDK's own for a request it gave up on. */
   answered?: boolean;
+  /** The `result` of the last JSON-RPC response to one of the attempt's
+   *  requests, as received: the v2 SDK turns a `resultType: "task"` answer
+   *  into an error that drops the task, and an `input_required` it could not
+   *  fulfil into one that drops the questions; the wrapper reads them here. */
+  lastResult?: Record<string, unknown>;
   /** What the policy makes of an answer to the `server/discover` probe that is
    *  not a discovery result (`read-probe-answer`), set by the wrapper; without
    *  it the probe's answer is left to the SDK. */
@@ -126,7 +131,10 @@ export function watchAnswers(transport: unknown): void {
     const owner = waiting.get(key);
     if (!owner) return;
     waiting.delete(key);
-    if (!owner.closed) owner.answered = true; // a late answer (the attempt is over) changes nothing
+    if (owner.closed) return; // a late answer (the attempt is over) changes nothing
+    owner.answered = true;
+    const result = (response as { result?: unknown }).result;
+    owner.lastResult = typeof result === 'object' && result !== null && !Array.isArray(result) ? result as Record<string, unknown> : undefined;
   };
   // The SDK sets `onmessage` when it connects (and chains what was there):
   // whatever it sets is called through `note` first.

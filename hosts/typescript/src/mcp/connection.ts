@@ -32,8 +32,18 @@ interface McpCommonOptions {
   sdk?: McpSdkName;
   clientInfo?: McpClientInfo;
   /** The SDK `Client`'s options. With v2, `versionNegotiation` defaults to
-   *  `{ mode: 'auto' }`; pass `{ mode: 'legacy' }` or `{ mode: { pin: '2026-07-28' } }` to choose. */
+   *  `{ mode: 'auto' }`; pass `{ mode: 'legacy' }` or `{ mode: { pin: '2026-07-28' } }` to choose.
+   *  With v2 the wrapper adds the Tasks extension (`io.modelcontextprotocol/tasks`)
+   *  to `capabilities.extensions`: it polls the tasks a server answers with. */
   clientOptions?: McpClientOptions;
+  /** Called with each new `Client` before it connects (every connection is a
+   *  new one): register the handlers of the input a server may ask for, as the
+   *  SDK takes them (`client.setRequestHandler('elicitation/create', ...)`,
+   *  `sampling/createMessage`, `roots/list`, with their capabilities declared
+   *  in `clientOptions`). The SDK answers an `input_required` with them (the
+   *  same attempt); a task's input requests are answered with them too
+   *  (`tasks/update`). Without a handler, the input is the policy's: `input-required`. */
+  onClient?: (client: McpClient) => void;
 }
 
 /** Options of `McpConnection.http`. */
@@ -62,7 +72,7 @@ export interface McpStdioOptions extends McpCommonOptions {
  *  transport and goes on. */
 const CLOSE_CONNECT_WAIT_MS = 500;
 
-const DEFAULT_CLIENT_INFO: McpClientInfo = { name: 'agent-retry-policy', version: '0.5.0' };
+const DEFAULT_CLIENT_INFO: McpClientInfo = { name: 'agent-retry-policy', version: '0.6.0' };
 
 /** An MCP connection the wrapper can establish and establish again: over
  *  streamable HTTP (a fresh `Client` and transport with the capturing fetch,
@@ -171,13 +181,14 @@ export class McpConnection {
     if (previous) this.retire(previous);
     const clientInfo = this.http?.options.clientInfo ?? this.stdioOptions?.clientInfo ?? DEFAULT_CLIENT_INFO;
     const client = sdk.newClient(clientInfo, this.http?.options.clientOptions ?? this.stdioOptions?.clientOptions);
+    (this.http?.options.onClient ?? this.stdioOptions?.onClient)?.(client);
     let transport: unknown;
     if (this.http) {
       transport = sdk.httpTransport(this.http.url, {
         fetch: this.capturingFetch, requestInit: this.http.options.requestInit, reconnectionOptions: this.http.options.reconnectionOptions,
       });
     } else {
-      const { clientInfo: _info, clientOptions: _options, sdk: _sdk, ...server } = this.stdioOptions as McpStdioOptions;
+      const { clientInfo: _info, clientOptions: _options, sdk: _sdk, onClient: _onClient, ...server } = this.stdioOptions as McpStdioOptions;
       transport = sdk.stdioTransport(server);
     }
     watchAnswers(transport); // before connecting: the handshake's answers are seen too

@@ -28,6 +28,13 @@ export const SDK_PACKAGES: Readonly<Record<McpSdkName, string>> = { v1: '@modelc
 /** The first revision without the `initialize` handshake. */
 export const MODERN_REVISION = '2026-07-28';
 
+/** The MCP Tasks extension (SEP-2663), declared under `capabilities.extensions`. */
+export const TASKS_EXTENSION = 'io.modelcontextprotocol/tasks';
+
+/** A server request a handler of the application answers (elicitation, sampling, roots). */
+export type InputHandler = (request: { jsonrpc: '2.0'; id: string; method: string; params?: Record<string, unknown> }, context: unknown) =>
+  Promise<unknown>;
+
 /** What an SDK's error says happened, where it says anything the wrapper reads. */
 export type SdkFailure =
   | { kind: 'timeout'; message: string }
@@ -37,8 +44,15 @@ export type SdkFailure =
   | { kind: 'http'; status: number; message: string };
 
 export interface SendOptions {
+  /** How long the request may go without an answer (with `resetTimeoutOnProgress`: or a progress notification). */
   timeout?: number;
   signal?: AbortSignal;
+  /** The longest the request may take in all, progress or not. */
+  maxTotalTimeout?: number;
+  /** Whether each progress notification for the request starts `timeout` again. */
+  resetTimeoutOnProgress?: boolean;
+  /** Called with each `notifications/progress` for the request (setting it sends a progress token). */
+  onprogress?: (progress: { progress: number; total?: number; message?: string }) => void;
 }
 
 export interface HttpTransportOptions {
@@ -68,7 +82,22 @@ export interface McpSdk {
   isStdioTransport(transport: unknown): boolean;
   /** The revision the connection speaks (v1 over stdio: not known). */
   protocolVersion(client: McpClient): string | undefined;
+  /** Whether the wrapper declares the Tasks extension with this SDK and polls
+   *  the tasks it answers (v2; v1 speaks only 2025's experimental tasks). */
+  readonly tasks: boolean;
+  /** A request the SDK has no method for (`tasks/get`, `tasks/update`,
+   *  `tasks/cancel`), its result unchecked (the wrapper reads it raw). */
+  request(client: McpClient, method: string, params: Record<string, unknown>, options: SendOptions): Promise<unknown>;
+  /** The handler the application registered on the client for a server
+   *  request (`elicitation/create`, `sampling/createMessage`, `roots/list`), if any. */
+  inputHandler(client: McpClient, method: string): InputHandler | undefined;
+  /** Whether the error is the SDK's for an `input_required` answer it did not
+   *  fulfil: no handler for one of its requests, auto-fulfilment off, or its rounds spent. */
+  inputUnanswered(error: unknown): boolean;
 }
+
+/** A Standard Schema that takes any value: the result is read raw. */
+const ANY_RESULT = { '~standard': { version: 1, vendor: 'agent-retry', validate: (value: unknown) => ({ value }) } } as const;
 
 const require = createRequire(import.meta.url);
 
@@ -142,6 +171,10 @@ async function loadV1(): Promise<McpSdk> {
       const transport = v1(c).transport as { protocolVersion?: unknown } | undefined;
       return typeof transport?.protocolVersion === 'string' ? transport.protocolVersion : undefined;
     },
+    tasks: false,
+    request: () => Promise.reject(new ConnectionConfigError('sdk', `${SDK_PACKAGES.v1} speaks only the 2025 experimental tasks: use sdk v2 for the Tasks extension`)),
+    inputHandler: () => undefined,
+    inputUnanswered: () => false,
   };
 }
 
@@ -158,7 +191,12 @@ async function loadV2(): Promise<McpSdk> {
     revisions: [MODERN_REVISION, ...client.SUPPORTED_PROTOCOL_VERSIONS],
     // The SDK's default is the 2025 handshake only; 'auto' probes with
     // server/discover and falls back to initialize. The caller's choice wins.
-    newClient: (info, options) => new client.Client(info, { versionNegotiation: { mode: 'auto' }, ...(options as ClientOptionsV2 | undefined) }),
+    // The wrapper polls the tasks a server answers with: it declares the extension.
+    newClient: (info, options) => {
+      const given = options as ClientOptionsV2 | undefined;
+      const capabilities = { ...given?.capabilities, extensions: { ...given?.capabilities?.extensions, [TASKS_EXTENSION]: {} } };
+      return new client.Client(info, { versionNegotiation: { mode: 'auto' }, ...given, capabilities });
+    },
     httpTransport: (url, options) => new client.StreamableHTTPClientTransport(url, options as never),
     stdioTransport: (parameters) => new stdio.StdioClientTransport(parameters as never),
     connect: (c, transport, { signal, timeout }) => v2(c).connect(transport as never, { signal, timeout }),
@@ -186,6 +224,12 @@ async function loadV2(): Promise<McpSdk> {
     isHttpTransport: (t) => t instanceof client.StreamableHTTPClientTransport || t instanceof client.SSEClientTransport,
     isStdioTransport: (t) => t instanceof stdio.StdioClientTransport,
     protocolVersion: (c) => v2(c).getNegotiatedProtocolVersion(),
+    tasks: true,
+    request: (c, method, params, options) => v2(c).request({ method, params } as never, ANY_RESULT as never, options as never),
+    // The SDK keeps the handlers the application registered (`setRequestHandler`); it has no public getter.
+    inputHandler: (c, method) => (c as unknown as { _getRequestHandler?: (m: string) => InputHandler | undefined })._getRequestHandler?.(method),
+    inputUnanswered: (error) => error instanceof SdkError && (error.code === SdkErrorCode.CapabilityNotSupported
+      || error.code === SdkErrorCode.InputRequiredRoundsExceeded || error.code === SdkErrorCode.UnsupportedResultType),
   };
 }
 

@@ -3,7 +3,7 @@ policy, its attempts, the `initialize` and `tools/list` pseudo-calls, status
 checks, limits and log lines (the module docstring of
 `agent_retry_policy.mcp_client` says how it observes and obeys).
 
-Each call goes through the policy's single run path (contract 0.5.0):
+Each call goes through the policy's single run path (contract 0.6.0):
 `begin_call`, then per attempt `record_success`, `record_empty_result` or
 `record_failure` (the raw observation: status, headers and body as received,
 JSON-RPC code, message and data, whether an `Mcp-Session-Id` was sent, how far
@@ -27,11 +27,13 @@ import json
 import logging
 import re
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 from mcp import ClientSession
+from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 from mcp.types import (
     CONNECTION_CLOSED,
@@ -41,10 +43,12 @@ from mcp.types import (
     PARSE_ERROR,
     REQUEST_TIMEOUT,
     CallToolResult,
+    InputResponses,
     PaginatedRequestParams,
     TextContent,
     Tool,
 )
+from pydantic import ValidationError
 
 from ..component import Run, now_ms
 from ..entropy import EntropySource, OsEntropy
@@ -60,24 +64,30 @@ from ..errors import (
     Stopped,
 )
 from ..types import (
+    CallStart,
     Decision,
     Delivery,
     EscalateAction,
     Observation,
     ReplanAction,
-    RetryAction,
     StatusCheckResult,
     SucceedAction,
+    TaskReport,
+    TaskStatus,
     ToolHints,
     Verdict,
     action_name,
     http_failure,
+    input_required,
     protocol_failure,
     tool_error,
     transport_failure,
 )
+from . import continuation, tasks
 from .capture import AttemptCapture, _current_attempt
 from .connection import McpConnection, _ConnectFailure, _describe, _Generation, _spawn
+from .continuation import InputNeeded
+from .tasks import TaskCreated, TaskState
 
 logger = logging.getLogger("agent_retry_policy.mcp")
 _T = TypeVar("_T")
@@ -102,6 +112,8 @@ _SDK_HTTP_PREFIXES = ("SSE stream", "Failed to parse JSON response", "Unexpected
 _SESSION_CLOSED_MESSAGE = "Connection closed"
 # The dispatcher's own message when a request's timeout passed (`Request 'tools/call' timed out`).
 _SDK_TIMEOUT_MESSAGE = re.compile(r"Request .* timed out")
+# How long a `tasks/cancel` may take before the wrapper goes on without its answer.
+CANCEL_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -240,10 +252,16 @@ class _Observed:
     empty: str | None = None
     status: StatusCheckResult | None = None
     capture_missing: bool = False
+    # What the server said of the call's task (a poll's answer, or the call answered by a task).
+    task: TaskReport | None = None
+    # The task a tool call's answer made.
+    task_id: str | None = None
+    # A poll (`tasks/get`) that failed, as observed.
+    poll_failure: Observation | None = None
 
     @property
     def success(self) -> bool:
-        return self.observation is None and self.empty is None and self.status is None
+        return self.observation is None and self.empty is None and self.status is None and self.task is None and self.poll_failure is None
 
 
 @dataclass
@@ -263,9 +281,51 @@ class _CallState:
     doing: str = "before anything was sent"
     # Stopped before a wait that would have ended past the limit (not slept).
     not_slept: bool = False
+    # The call's task while it lives (cancelled if the call stops).
+    task_id: str | None = None
 
     def remaining(self) -> float | None:
         return None if self.deadline is None else self.deadline - time.monotonic()
+
+
+class _AttemptClock:
+    """One attempt's two timeouts: idle (no answer and no progress; each
+    progress notification starts it again) and whole (progress or not).
+    `progress_callback` is the SDK's progress callback of the attempt's
+    requests; while a handler of the application answers the server's
+    questions (`waiting_on_a_person`), the idle timeout does not run."""
+
+    def __init__(self, idle_s: float, whole_s: float, progress_callback: ProgressFnT) -> None:
+        self.started = self.active = time.monotonic()
+        self.idle_s, self.whole_s = idle_s, whole_s
+        self.progress_callback = progress_callback
+        self._held = 0
+
+    def progressed(self) -> None:
+        self.active = time.monotonic()
+
+    @asynccontextmanager
+    async def waiting_on_a_person(self) -> AsyncIterator[None]:
+        self._held += 1
+        try:
+            yield
+        finally:
+            self._held -= 1
+            self.progressed()
+
+    def ends_at(self) -> float:
+        whole = self.started + self.whole_s
+        return whole if self._held else min(self.active + self.idle_s, whole)
+
+    def which(self) -> str:
+        """What the timeout that passed was, for the observation's body."""
+        if self.started + self.whole_s <= self.active + self.idle_s:
+            return f"no response within the attempt's {self.whole_s:g} s in all (attempt-timeout-ms)"
+        return f"no response or progress within {self.idle_s:g} s (idle-timeout-ms)"
+
+
+# Sends an attempt's request on a session, on the attempt's clock (its progress callback).
+_Send = Callable[[ClientSession, _AttemptClock], Awaitable[Any]]
 
 
 class _DeadlinePassed(Exception):
@@ -290,8 +350,14 @@ class RetryingToolCaller:
     `run_timeout_s` (default None: no limit) bound each call from the start of
     `call_tool`, and the run from the caller's construction: every report then
     passes the time left to the nearer of the two (`time-left-ms`), and no wait
-    goes past it. `on_verdict(tool, attempt, verdict)` is called with every
-    verdict the wrapper acts on (for tests and metrics; it must not raise)."""
+    goes past it. Each attempt's timeouts are the policy's (`call-start`'s
+    `idle-timeout-ms`, restarted by each progress notification, and
+    `attempt-timeout-ms` in all, per tool in the configuration);
+    `attempt_timeout_s`, if given, caps the idle timeout. Every `tools/call`
+    carries a progress token: `on_progress(tool, progress, total, message)` sees
+    each `notifications/progress` the server sends for it.
+    `on_verdict(tool, attempt, verdict)` is called with every verdict the
+    wrapper acts on (for tests and metrics; it must not raise)."""
 
     def __init__(
         self,
@@ -301,7 +367,7 @@ class RetryingToolCaller:
         status_check: StatusCheck | Mapping[str, StatusCheck] | None = None,
         key_argument: str = "idempotency_key",
         entropy: EntropySource | None = None,
-        attempt_timeout_s: float = 30.0,
+        attempt_timeout_s: float | None = None,
         call_timeout_s: float | None = None,
         run_timeout_s: float | None = None,
         tools: list[Tool] | None = None,
@@ -311,6 +377,7 @@ class RetryingToolCaller:
         log: logging.Logger = logger,
         policy_identity: str | None = None,
         on_verdict: Callable[[str, int, Verdict], None] | None = None,
+        on_progress: Callable[[str, float, float | None, str | None], None] | None = None,
     ) -> None:
         if isinstance(connection, McpConnection):
             self.connection: McpConnection | None = connection
@@ -328,7 +395,8 @@ class RetryingToolCaller:
         self.status_check = status_check
         self.key_argument = key_argument
         self.entropy = entropy or OsEntropy()
-        self.attempt_timeout_s = attempt_timeout_s
+        # None: the policy's idle timeout as it is; else a cap on it.
+        self.attempt_timeout_s = _positive_or_none("attempt_timeout_s", attempt_timeout_s)
         self.call_timeout_s = _positive_or_none("call_timeout_s", call_timeout_s)
         self.run_timeout_s = _positive_or_none("run_timeout_s", run_timeout_s)
         self._run_deadline = time.monotonic() + self.run_timeout_s if self.run_timeout_s is not None else None
@@ -341,6 +409,9 @@ class RetryingToolCaller:
         self._bare_lost: str | None = None
         self._capture_warned = False
         self.on_verdict = on_verdict
+        self.on_progress = on_progress
+        # `tasks/cancel`s of stopped calls, sent in the background (held until done).
+        self._background: set[asyncio.Task[None]] = set()
 
     @property
     def session(self) -> ClientSession | None:
@@ -374,11 +445,19 @@ class RetryingToolCaller:
         try:
             return await self._call_tool(state, name, arguments, action_id)
         except _DeadlinePassed:
+            self._abandon_task(state)
             raise CallTimedOut(self._stop(state, state.cause)) from None
         except asyncio.CancelledError as e:
+            self._abandon_task(state)
             if isinstance(e, CallCancelled):
                 raise
             raise CallCancelled(self._stop(state, "cancelled")) from e
+
+    def _abandon_task(self, state: _CallState) -> None:
+        """A call stopped while its task lives: the task is cancelled in the background (nobody waits for it now)."""
+        if state.task_id is not None:
+            self._background.add(task := _spawn(self._cancel_task(state.tool, state.task_id)))
+            task.add_done_callback(self._background.discard)
 
     async def _call_tool(self, state: _CallState, name: str, arguments: Mapping[str, Any] | None, action_id: str | None) -> CallToolResult:
         action = action_id if action_id is not None else f"step-{state.tag.step}"
@@ -404,9 +483,34 @@ class RetryingToolCaller:
             await self._ensure_session(state)
             state.attempt = attempt
             observed = await self._attempt(
-                state, name, attempt, lambda session: session.call_tool(name, dict(send_arguments)), tool_call=True
+                state,
+                name,
+                attempt,
+                lambda session, clock: _send_tool_call(session, clock, name, send_arguments),
+                tool_call=True,
+                start=start,
             )
             answer = self._record(state, tag, name, call_id, attempt, observed)
+            # A task: polled as the policy says until it ends; the tool is not called again meanwhile.
+            task_id = observed.task_id
+            while task_id is not None:
+                # A live task of a write may apply it: a stop now says so (`may_have_applied`).
+                state.task_id, state.in_flight = task_id, True
+                if answer.verdict.cancel_task:
+                    await self._cancel_task(name, task_id)
+                if answer.kind != "poll":
+                    break
+                delay = answer.delay_ms
+                if answer.reconnect:
+                    self._reconnect_before_retry(answer)
+                await self._sleep(state, delay / 1000, f"while waiting {delay} ms before polling task {task_id}")
+                await self._ensure_session(state)
+                observed = await self._poll(state, name, attempt, task_id, start)
+                answer = self._record(state, tag, name, call_id, attempt, observed)
+                if observed.task is None and not observed.poll_failure:
+                    task_id = None  # it completed or failed: reported as the attempt's outcome
+            if state.task_id is not None:
+                state.task_id, state.in_flight = None, False
             while answer.kind == "check-status":
                 await self._ensure_session(state)
                 found = await self._check_status(state, name, send_arguments, key, call_id)
@@ -429,7 +533,16 @@ class RetryingToolCaller:
                 return CallToolResult(content=[TextContent(type="text", text=note)], is_error=False)
             if kind == "escalate":
                 raise Escalated(cast(EscalateAction, answer.decision["action"])["escalate"], tool=name)
-            raise AssertionError(f"unknown action {kind!r}")  # the contract has no other
+            raise self._no_task_to_poll(tag, name, observed.summary, kind)
+
+    def _no_task_to_poll(self, tag: _CallTag, name: str, summary: str, kind: str) -> Escalated:
+        """A poll (or an unknown action) answered a report of no task: the policy is broken; the safe fallback."""
+        fault = PolicyBoundaryViolation(f"{kind} answered {name}, which has no task", call="[method]run.record-failure")
+        try:
+            self._policy(tag, name, summary, _raise, fault)
+        except Escalated as escalated:
+            return escalated
+        raise AssertionError("unreachable")
 
     def _not_admitted(self, tag: _CallTag, name: str) -> Escalated:
         """A call the policy did not admit: its hand-off (`escalation()`), logged."""
@@ -505,7 +618,7 @@ class RetryingToolCaller:
         while True:
             if name != INITIALIZE:
                 await self._ensure_session(state)
-            observed = await self._attempt(state, name, attempt, send, tool_call=False)
+            observed = await self._attempt(state, name, attempt, lambda session, _clock: send(session), tool_call=False, start=start)
             failure = observed.observation
             if failure is not None and "transport" in failure["kind"]:
                 failure["body"] = f"{what}: {failure.get('body', '')}"
@@ -526,21 +639,25 @@ class RetryingToolCaller:
                 raise SessionLost(f"{what} ({name}): {message}", tool=state.tool)
             if kind == "escalate":
                 raise Escalated(cast(EscalateAction, answer.decision["action"])["escalate"], tool=name)
-            raise AssertionError(f"unknown action {kind!r}")
+            raise self._no_task_to_poll(tag, name, observed.summary, kind)
 
     # -- one attempt
 
-    async def _attempt(
-        self, state: _CallState, name: str, attempt: int, send: Callable[[ClientSession], Awaitable[Any]], *, tool_call: bool
-    ) -> _Observed:
+    async def _attempt(self, state: _CallState, name: str, attempt: int, send: _Send, *, tool_call: bool, start: CallStart) -> _Observed:
         """Sends one attempt (in a task of its own, which carries the attempt's
         capture) and waits for the first of: its answer, its answer stream cut,
-        its session ended, the attempt timeout, the call's or the run's limit."""
+        its session ended, its timeouts (`start`'s: idle, restarted by each
+        progress notification, and in all), the call's or the run's limit."""
         remaining = state.remaining()
         if remaining is not None and remaining <= 0:
             raise _DeadlinePassed
-        limit = self.attempt_timeout_s if remaining is None else min(self.attempt_timeout_s, remaining)
-        by_deadline = remaining is not None and remaining < self.attempt_timeout_s
+
+        async def progressed(progress: float, total: float | None, message: str | None) -> None:
+            clock.progressed()
+            self._tell_progress(name, progress, total, message)
+
+        clock = _AttemptClock(self._idle_timeout_s(start), start.attempt_timeout_ms / 1000, progressed)
+
         # The session the request goes to (none yet for `initialize`, which makes one).
         generation = self.connection._current if self.connection is not None and name != INITIALIZE else None
         # Connecting may send a probe whose failure is expected (a legacy server's
@@ -555,7 +672,7 @@ class RetryingToolCaller:
                 raise _ConnectFailure(
                     "connection-refused", self.connection.lost if self.connection and self.connection.lost else "not connected"
                 )
-            return await send(cast(ClientSession, session))
+            return await send(cast(ClientSession, session), clock)
 
         token = _current_attempt.set(capture)
         try:
@@ -570,7 +687,15 @@ class RetryingToolCaller:
         if generation is not None and not generation.ended.is_set():
             watchers.append(asyncio.ensure_future(generation.ended.wait()))
         try:
-            done, _ = await asyncio.wait({task, *watchers}, timeout=limit, return_when=asyncio.FIRST_COMPLETED)
+            while True:
+                remaining = state.remaining()
+                until_timeout = clock.ends_at() - time.monotonic()
+                by_deadline = remaining is not None and remaining < until_timeout
+                wait_s = max(0.0, remaining if by_deadline and remaining is not None else until_timeout)
+                done, _ = await asyncio.wait({task, *watchers}, timeout=wait_s, return_when=asyncio.FIRST_COMPLETED)
+                # Progress during the wait moves the idle timeout on (never past the whole one).
+                if done or by_deadline or clock.ends_at() <= time.monotonic():
+                    break
         finally:
             for watcher in watchers:
                 watcher.cancel()
@@ -580,10 +705,12 @@ class RetryingToolCaller:
         if not done:
             if by_deadline:
                 raise _DeadlinePassed  # the attempt stays in flight: it may have applied
-            state.in_flight = False
-            observed = self._observe(capture, None, None, timed_out=True, generation=generation, lost_at_send=False, tool_call=tool_call)
+            state.in_flight = state.task_id is not None  # a poll leaves a live task in flight
+            observed = self._observe(
+                capture, None, None, timed_out=clock.which(), generation=generation, lost_at_send=False, tool_call=tool_call
+            )
             return observed
-        state.in_flight = False
+        state.in_flight = state.task_id is not None
         if name == INITIALIZE and self.connection is not None:
             generation = self.connection._current  # the session it tried to make (what ended it, if it did)
         result: Any = None
@@ -601,7 +728,7 @@ class RetryingToolCaller:
             capture,
             result,
             error,
-            timed_out=False,
+            timed_out=None,
             generation=generation,
             lost_at_send=bool(lost_at_send and lost_at_send[0]),
             tool_call=tool_call,
@@ -614,7 +741,7 @@ class RetryingToolCaller:
         result: Any,
         error: BaseException | None,
         *,
-        timed_out: bool,
+        timed_out: str | None,
         generation: _Generation | None,
         lost_at_send: bool,
         tool_call: bool,
@@ -636,10 +763,8 @@ class RetryingToolCaller:
             return _Observed(capture.transport_error, observation=observation)
         # How far a request that got no answer went, as far as the transport saw.
         out: Delivery = "answer-started" if capture.answered else ("sent" if capture.seen else "unknown")
-        if timed_out:
-            observation = transport_failure(
-                "timeout", f"no response within {self.attempt_timeout_s} s", delivery=out, session_id_sent=sent_id
-            )
+        if timed_out is not None:
+            observation = transport_failure("timeout", timed_out, delivery=out, session_id_sent=sent_id)
             return _Observed("timeout", observation=observation)
         if not finished:  # the connection was lost while the request was out
             lost = generation.lost if generation is not None else None
@@ -692,13 +817,80 @@ class RetryingToolCaller:
             return _Observed("other", observation=transport_failure("other", _describe(error), session_id_sent=sent_id))
         if not tool_call:
             return _Observed("success", result)
-        call_result = cast(CallToolResult, result)
+        if isinstance(result, InputNeeded):  # asked what no handler of the application answers
+            return _Observed("input-required", observation=input_required(result.questions, session_id_sent=sent_id))
+        if isinstance(result, TaskCreated):
+            status: TaskStatus = "cancelled" if result.status == "cancelled" else "working"  # the polls read the rest
+            return _Observed(f"task {result.status}", task=tasks.report(result, status, self.clock()), task_id=result.task_id)
+        return self._observe_result(cast(CallToolResult, result), sent_id)
+
+    def _observe_result(self, call_result: CallToolResult, sent_id: bool) -> _Observed:
+        """A tool's result (the call's, or its task's): an error, empty, or usable."""
         if call_result.is_error:
             return _Observed("isError", call_result, observation=tool_error_outcome(call_result, session_id_sent=sent_id))
         what = self.empty_check(call_result)
         if what is not None:
             return _Observed("empty result", call_result, empty=what)
         return _Observed("success", call_result)
+
+    async def _poll(self, state: _CallState, name: str, attempt: int, task_id: str, start: CallStart) -> _Observed:
+        """Polls the call's task once (not an attempt): what it says, its
+        outcome if it ended (completed: the tool's result; failed: its JSON-RPC
+        error), or the poll's own failure, as observed."""
+        polled = await self._attempt(
+            state, name, attempt, lambda session, clock: _send_poll(session, clock, task_id), tool_call=False, start=start
+        )
+        if polled.observation is not None:
+            return _Observed(f"poll failed: {polled.summary}", poll_failure=polled.observation, capture_missing=polled.capture_missing)
+        now = self.clock()
+        if isinstance(polled.result, _InputAnswered):
+            return _Observed("task input-answered", task=tasks.report(polled.result.task, "input-answered", now))
+        task = cast(TaskState, polled.result)
+        sent_id = False  # a 2026-07-28 session carries no Mcp-Session-Id
+        if task.status == "working":
+            return _Observed("task working", task=tasks.report(task, "working", now))
+        if task.status == "input_required":
+            asked = continuation.questions(task.input_requests or {}) or task.status_message or "input the server did not describe"
+            return _Observed("task input-required", task=tasks.report(task, "input-required", now, asked))
+        if task.status == "cancelled":
+            return _Observed("task cancelled", task=tasks.report(task, "cancelled", now))
+        if task.status == "completed":
+            try:
+                result = CallToolResult.model_validate(task.result or {})
+            except ValidationError as e:
+                return _Observed("task result unreadable", observation=transport_failure("other", f"the task's result: {e}"))
+            return self._observe_result(result, sent_id)
+        if task.status == "failed":
+            error = task.error or {}
+            code = error.get("code")
+            message = str(error.get("message", ""))
+            observation = protocol_failure(code if isinstance(code, int) else INTERNAL_ERROR, message, data=_json_text(error.get("data")))
+            return _Observed(f"task failed: JSON-RPC {code}", observation=observation)
+        detail = f"tasks/get answered status {task.status!r}, which MCP does not define"
+        return _Observed("poll failed: other", poll_failure=transport_failure("other", detail, delivery="answer-started"))
+
+    async def _cancel_task(self, name: str, task_id: str) -> None:
+        """`tasks/cancel`, as the verdict says (before acting on it); best effort:
+        a cancel that fails is logged, and the verdict is acted on all the same."""
+        session = self.session
+        error: BaseException | None = None
+        if session is None:
+            error = SessionLost("no session to send tasks/cancel on")
+        else:
+            task = _spawn(tasks.cancel_task(session, task_id))
+            try:
+                await asyncio.wait_for(task, CANCEL_TIMEOUT_S)
+            except Exception as e:  # noqa: BLE001 - reported, not raised
+                error = e
+        if error is not None:
+            failed = {
+                "event": "agent_retry.task_cancel_failed",
+                "run": self.run.run_id,
+                "tool": name,
+                "task": task_id,
+                "error": repr(error),
+            }
+            self.log.warning(json.dumps(failed, ensure_ascii=False))
 
     def _reconnect_before_retry(self, answer: _Answer) -> None:
         """A retry the policy says needs a new session: the current one is
@@ -711,6 +903,22 @@ class RetryingToolCaller:
     def _rule_name(self, verdict: Verdict) -> str:
         names = self.run.instance.rule_names()
         return names[verdict.rule_index] if verdict.rule_index < len(names) else f"rule {verdict.rule_index}"
+
+    def _idle_timeout_s(self, start: CallStart) -> float:
+        """The attempt's idle timeout: the policy's, capped by `attempt_timeout_s` if the user set it."""
+        idle = start.idle_timeout_ms / 1000
+        return idle if self.attempt_timeout_s is None else min(idle, self.attempt_timeout_s)
+
+    def _tell_progress(self, tool: str, progress: float, total: float | None, message: str | None) -> None:
+        """Passes a progress notification to the application's `on_progress`;
+        a hook that raises is logged, and the attempt goes on."""
+        if self.on_progress is None:
+            return
+        try:
+            self.on_progress(tool, progress, total, message)
+        except Exception as e:  # noqa: BLE001 - the application's hook must not end the attempt
+            failed = {"event": "agent_retry.on_progress_failed", "run": self.run.run_id, "tool": tool, "error": repr(e)}
+            self.log.warning(json.dumps(failed, ensure_ascii=False))
 
     def _time_left_ms(self, state: _CallState) -> int | None:
         """The time to the call's or the run's deadline, whichever is sooner, in
@@ -833,6 +1041,32 @@ class RetryingToolCaller:
                 self.clock(),
                 self.entropy.next_u64(),
             )
+        elif observed.task is not None:
+            verdict = self._policy(
+                tag,
+                tool,
+                summary,
+                run.record_task_status,
+                call_id,
+                attempt,
+                observed.task,
+                self._time_left_ms(state),
+                self.clock(),
+                self.entropy.next_u64(),
+            )
+        elif observed.poll_failure is not None:
+            verdict = self._policy(
+                tag,
+                tool,
+                summary,
+                run.record_poll_failure,
+                call_id,
+                attempt,
+                observed.poll_failure,
+                self._time_left_ms(state),
+                self.clock(),
+                self.entropy.next_u64(),
+            )
         elif observed.status is not None:
             verdict = self._policy(
                 tag,
@@ -906,7 +1140,8 @@ class RetryingToolCaller:
             return
         decision = answer.decision
         action = decision["action"]
-        delay = cast(RetryAction, action)["retry"]["delay-ms"] if action_name(action) == "retry" else None
+        kind = action_name(action)
+        delay = cast(Any, action)[kind]["delay-ms"] if kind in ("retry", "poll") else None
         escalation = cast(EscalateAction, action)["escalate"]["reason"] if action_name(action) == "escalate" else None
         self._log_line(
             tag,
@@ -970,6 +1205,48 @@ class RetryingToolCaller:
                 ensure_ascii=False,
             )
         )
+
+
+async def _send_tool_call(session: ClientSession, clock: _AttemptClock, name: str, arguments: Mapping[str, Any]) -> Any:
+    """One attempt's `tools/call`, with a progress token, its continuations
+    answered by the application's handlers: a `CallToolResult`, a task
+    (`TaskCreated`), or `InputNeeded` when nobody can answer the server."""
+
+    async def send(responses: InputResponses | None, request_state: str | None) -> Any:
+        return await session.call_tool(
+            name,
+            dict(arguments),
+            progress_callback=clock.progress_callback,
+            input_responses=responses,
+            request_state=request_state,
+            allow_input_required=True,
+            allow_claimed=True,
+        )
+
+    return await continuation.settle(session, await send(None, None), send, clock.waiting_on_a_person)
+
+
+@dataclass(frozen=True)
+class _InputAnswered:
+    """A poll found the task asking for input, and the application's handlers answered it (`tasks/update`)."""
+
+    task: TaskState
+
+
+async def _send_poll(session: ClientSession, clock: _AttemptClock, task_id: str) -> TaskState | _InputAnswered:
+    """One poll (`tasks/get`) of a task; input it asks for that the application's handlers answer goes back with `tasks/update`."""
+    task = await tasks.get_task(session, task_id)
+    requests = task.input_requests or {}
+    if task.status == "input_required" and requests and continuation.answerable(session, requests):
+        async with clock.waiting_on_a_person():
+            responses = await continuation.answer(session, requests)
+        await tasks.update_task(session, task_id, responses)
+        return _InputAnswered(task)
+    return task
+
+
+def _raise(error: BaseException) -> None:
+    raise error
 
 
 def _consume(task: asyncio.Future[Any]) -> None:

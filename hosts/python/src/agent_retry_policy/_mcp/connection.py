@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 import anyio
 import httpx2
 from mcp import Client, ClientSession
+from mcp.client.session import ElicitationFnT, ListRootsFnT, SamplingFnT
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
@@ -27,6 +28,7 @@ from mcp.shared.exceptions import MCPError
 from ..errors import ConnectionConfigError
 from ..types import TransportError
 from .capture import _current_attempt, create_capturing_http_client
+from .tasks import TasksExtension
 
 _T = TypeVar("_T")
 
@@ -178,7 +180,14 @@ class McpConnection:
     2026-07-28 through `server/discover`, else the `initialize` handshake of
     2025-11-25 and older). Close it (`await connection.close()`, or `async
     with`): that ends its session and its server process, if any. One event loop.
-    A configuration that cannot work raises `ConnectionConfigError` here."""
+    A configuration that cannot work raises `ConnectionConfigError` here.
+
+    The client declares the tasks extension (`io.modelcontextprotocol/tasks`):
+    a server may answer a tool call with a task, which the wrapper polls as the
+    policy says. `elicitation_callback`, `sampling_callback` and
+    `list_roots_callback` are the SDK's own handlers (`mcp.Client`'s): they
+    answer what a server asks for in an `input_required` answer; a request
+    nobody handles is the policy's `input-required`."""
 
     def __init__(
         self,
@@ -191,6 +200,9 @@ class McpConnection:
         env: Mapping[str, str] | None = None,
         cwd: str | Path | None = None,
         mode: ConnectMode = "auto",
+        elicitation_callback: ElicitationFnT | None = None,
+        sampling_callback: SamplingFnT | None = None,
+        list_roots_callback: ListRootsFnT | None = None,
     ) -> None:
         if (url is None) == (command is None):
             raise ValueError("an McpConnection needs a url (McpConnection.http) or a command (McpConnection.stdio)")
@@ -205,6 +217,12 @@ class McpConnection:
         self.env = dict(env) if env is not None else None
         self.cwd = cwd
         self.kind = "http" if url is not None else "stdio"
+        # The application's handlers of what a server asks the client (the SDK's `Client` takes them).
+        self.handlers: dict[str, Any] = {
+            "elicitation_callback": elicitation_callback,
+            "sampling_callback": sampling_callback,
+            "list_roots_callback": list_roots_callback,
+        }
         self._current: _Generation | None = None
         self._generations = 0
         self._tasks: set[asyncio.Task[None]] = set()
@@ -219,15 +237,28 @@ class McpConnection:
         headers: Mapping[str, str] | None = None,
         root_certificates_pem: bytes | None = None,
         mode: ConnectMode = "auto",
+        elicitation_callback: ElicitationFnT | None = None,
+        sampling_callback: SamplingFnT | None = None,
+        list_roots_callback: ListRootsFnT | None = None,
     ) -> McpConnection:
         """Streamable HTTP at `url` (`http://` or `https://`, e.g.
         `http://127.0.0.1:8080/mcp`); `headers` go on every request (e.g. an
         Authorization header). `root_certificates_pem`: PEM certificates of CAs
         trusted besides the platform's (a private CA), e.g.
         `Path("ca.pem").read_bytes()`. `mode`: "auto" (default) or "legacy" (the
-        `initialize` handshake only). Another URL scheme, or roots that are not
-        PEM certificates, raise `ConnectionConfigError` (a `ValueError`)."""
-        return cls(url=url, headers=headers, root_certificates_pem=root_certificates_pem, mode=mode)
+        `initialize` handshake only). The callbacks answer a server's
+        `input_required` requests (the class's docstring). Another URL scheme,
+        or roots that are not PEM certificates, raise `ConnectionConfigError`
+        (a `ValueError`)."""
+        return cls(
+            url=url,
+            headers=headers,
+            root_certificates_pem=root_certificates_pem,
+            mode=mode,
+            elicitation_callback=elicitation_callback,
+            sampling_callback=sampling_callback,
+            list_roots_callback=list_roots_callback,
+        )
 
     @classmethod
     def stdio(
@@ -238,11 +269,23 @@ class McpConnection:
         env: Mapping[str, str] | None = None,
         cwd: str | Path | None = None,
         mode: ConnectMode = "auto",
+        elicitation_callback: ElicitationFnT | None = None,
+        sampling_callback: SamplingFnT | None = None,
+        list_roots_callback: ListRootsFnT | None = None,
     ) -> McpConnection:
         """A server the wrapper starts: `command args...`, speaking MCP on its
         stdin and stdout (its stderr goes to ours). `env` is added to the SDK's
-        safe default environment. `mode` as for `http`."""
-        return cls(command=command, args=args, env=env, cwd=cwd, mode=mode)
+        safe default environment. `mode` and the callbacks as for `http`."""
+        return cls(
+            command=command,
+            args=args,
+            env=env,
+            cwd=cwd,
+            mode=mode,
+            elicitation_callback=elicitation_callback,
+            sampling_callback=sampling_callback,
+            list_roots_callback=list_roots_callback,
+        )
 
     def __repr__(self) -> str:
         target = self.url if self.kind == "http" else " ".join([str(self.command), *self.args])
@@ -357,7 +400,8 @@ class McpConnection:
         the server (it is a call of the policy), not the SDK's response cache."""
         with anyio.CancelScope() as connecting:
             generation.connecting = connecting
-            async with Client(transport, mode=self.mode, cache=None) as client:
+            handlers = {name: handler for name, handler in self.handlers.items() if handler is not None}
+            async with Client(transport, mode=self.mode, cache=None, extensions=[TasksExtension()], **handlers) as client:
                 generation.session = client.session
                 generation.ready.set()
                 await generation.stop.wait()
