@@ -75,7 +75,8 @@ fn handshake_discovery(id: &Value) -> String {
     let result = json!({
         "resultType": "complete",
         "supportedVersions": ["2025-11-25"],
-        "capabilities": { "tools": {} },
+        // As rmcp's own answers (initialize, server/discover) say.
+        "capabilities": { "tools": {}, "extensions": { "io.modelcontextprotocol/tasks": {} } },
         "serverInfo": { "name": "agent-retry-demo", "version": "handshake-era" },
         "ttlMs": 0,
         "cacheScope": "private",

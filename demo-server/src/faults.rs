@@ -9,6 +9,12 @@
 //! - `when`: arguments the call must carry (a subset match); default: any.
 //! - `call`: which matching call (1 = the first) fails; or
 //! - `first`: the first N matching calls fail; with neither, every one.
+//!
+//! A rule may name a method instead of a tool (`server/discover`, `tools/list`,
+//! `tasks/get`...): it counts that method's requests (see
+//! [`FaultScript::next_for_method`] and [`FaultScript::next_for_task_request`]).
+//! `{"tool": "tasks/get", "call": 2, "fault": {"kind": "drop"}}` cuts the
+//! connection of the second poll of any task.
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -127,11 +133,23 @@ impl FaultScript {
     /// only rules that name the method exactly (not `*`) apply, and only
     /// HTTP-level faults (`http`, `drop`) are acted out for it.
     pub fn next_for_method(&mut self, method: &str) -> Option<Fault> {
+        self.next_named(method, |fault| matches!(fault, Fault::Http { .. } | Fault::Drop))
+    }
+
+    /// The fault for a `tasks/get`, `tasks/update` or `tasks/cancel` request
+    /// (rule `"tool": "tasks/get"` and so on, counted per method): `http` and
+    /// `drop` as for any method, and also `json-rpc-error` (the method's
+    /// answer) and `timeout-after-apply` (it is served, then its answer is held).
+    pub fn next_for_task_request(&mut self, method: &str) -> Option<Fault> {
+        self.next_named(method, |fault| matches!(fault, Fault::Http { .. } | Fault::Drop | Fault::JsonRpcError { .. } | Fault::TimeoutAfterApply { .. }))
+    }
+
+    fn next_named(&mut self, method: &str, acted_out: impl Fn(&Fault) -> bool) -> Option<Fault> {
         let mut chosen = None;
         for rule in self.rules.iter_mut().filter(|r| r.tool == method && r.when.is_empty()) {
             rule.seen += 1;
             let due = rule.call.is_none_or(|n| n == rule.seen) && rule.first.is_none_or(|n| rule.seen <= n);
-            if chosen.is_none() && due && matches!(rule.fault, Fault::Http { .. } | Fault::Drop) {
+            if chosen.is_none() && due && acted_out(&rule.fault) {
                 chosen = Some(rule.fault.clone());
             }
         }

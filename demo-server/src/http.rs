@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::Response;
@@ -131,6 +132,44 @@ fn tools_call(body: &[u8]) -> Option<(String, Map<String, Value>)> {
     Some((name, arguments))
 }
 
+/// The method and task id of a `tasks/*` request body, if it is one.
+fn tasks_request(body: &[u8]) -> Option<(String, String)> {
+    let message: Value = serde_json::from_slice(body).ok()?;
+    let method = message.get("method")?.as_str()?;
+    if !method.starts_with("tasks/") {
+        return None;
+    }
+    let task_id = message.pointer("/params/taskId").and_then(Value::as_str).unwrap_or_default();
+    Some((method.to_string(), task_id.to_string()))
+}
+
+/// Acts out the fault scripted for a `tasks/*` request: an HTTP status or a
+/// cut connection here (recorded here, as the handler never sees it); the
+/// others are the handler's, and a held answer is held here.
+async fn task_fault(state: &DemoState, mut parts: Parts, bytes: Bytes, method: &str, task_id: &str, next: Next) -> Response {
+    let fault = lock(&state.faults).next_for_task_request(method);
+    match fault {
+        Some(Fault::Http { status, headers, body }) => {
+            state.record_task_event(method, task_id, None, Some(format!("http-{status}")));
+            respond(status, &headers, body)
+        }
+        Some(Fault::Drop) => {
+            state.record_task_event(method, task_id, None, Some("drop".into()));
+            dropped_connection()
+        }
+        fault => {
+            let held = match fault {
+                Some(Fault::TimeoutAfterApply { delay_ms }) => delay_ms,
+                _ => 0,
+            };
+            parts.extensions.insert(AssignedFault(fault));
+            let response = next.run(Request::from_parts(parts, Body::from(bytes))).await;
+            tokio::time::sleep(Duration::from_millis(held)).await;
+            response
+        }
+    }
+}
+
 /// The JSON-RPC method of a request body, if it is one.
 fn method_of(body: &[u8]) -> Option<String> {
     let message: Value = serde_json::from_slice(body).ok()?;
@@ -162,6 +201,9 @@ async fn fault_layer(State(state): State<Arc<DemoState>>, request: Request, next
     let Ok(bytes) = axum::body::to_bytes(body, 4 << 20).await else {
         return respond(413, &[], "request body too large".into());
     };
+    if let Some((method, task_id)) = tasks_request(&bytes) {
+        return task_fault(&state, parts, bytes, &method, &task_id, next).await;
+    }
     let Some((tool, arguments)) = tools_call(&bytes) else {
         // A rule may name another method (`server/discover`, `initialize`,
         // `tools/list`): its HTTP-level faults apply to that request.

@@ -23,6 +23,51 @@ pub struct Ledger {
     pub uploads: BTreeMap<String, u32>,
     /// Notes on orders: a write with no key and no idempotence, on purpose.
     pub notes: Vec<Note>,
+    /// `archive_orders` runs (a write that only runs as a task), in order.
+    pub archives: Vec<Archive>,
+    /// Every round of `confirm_order` (an MRTR continuation), in order: the
+    /// first asks, the one that comes back with the answer confirms or declines.
+    pub confirmations: Vec<ConfirmRound>,
+    /// Every `export_report` run, in order (a read that takes a while).
+    pub reports: Vec<ReportRun>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Archive {
+    pub archive_id: String,
+    pub before: String,
+}
+
+/// What one round of `confirm_order` did.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum RoundOutcome {
+    /// Answered `input_required`: nothing applied.
+    Asked,
+    /// The person confirmed: the effect (the order confirmed) was applied.
+    Confirmed,
+    /// The person declined: nothing applied.
+    Declined,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ConfirmRound {
+    pub order_id: String,
+    /// The `requestState` the round came back with (`None` on the first round).
+    pub request_state: Option<String>,
+    pub outcome: RoundOutcome,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ReportRun {
+    pub report_id: String,
+    pub seconds: f64,
+    /// The request's `_meta.progressToken`, if it carried one.
+    pub progress_token: Option<serde_json::Value>,
+    /// `notifications/progress` sent for this run.
+    pub notifications: u32,
+    /// The run reached "report ready" (false: cancelled or cut off).
+    pub finished: bool,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -57,6 +102,11 @@ impl Ledger {
             *seen.entry((&note.order_id, &note.text)).or_default() += 1;
         }
         seen.values().map(|n| n.saturating_sub(1)).sum()
+    }
+
+    /// How many times `order_id` was confirmed (the effect of `confirm_order`).
+    pub fn confirmed(&self, order_id: &str) -> usize {
+        self.confirmations.iter().filter(|r| r.order_id == order_id && r.outcome == RoundOutcome::Confirmed).count()
     }
 
     /// Refunds applied more than once for one order: each is a duplicate.

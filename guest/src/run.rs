@@ -41,11 +41,11 @@ use crate::text::excerpt;
 
 /// The most effects `Run::effects_page` returns in one call.
 pub const MAX_EFFECTS_PAGE: usize = 1000;
+use crate::config::OnTaskCancelled;
 use crate::types::{
     Action, AttemptMismatch, CallTicket, Decision, Effect, EffectRecord, EffectStatus, Escalation, EscalationReason, FailureKind, OutcomeClass, PollPlan,
     RetryPlan, RunError, RunReport, SizeLimit, StatusCheckResult, StatusCount, TaskReport, TaskStatus, ToolHints,
 };
-use crate::config::OnTaskCancelled;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {

@@ -190,7 +190,9 @@ enum Command {
         #[arg(long)]
         vectors: Option<PathBuf>,
     },
-    /// Serve the demo MCP server (refund desk, asset store) over streamable HTTP or stdio.
+    /// Serve the demo MCP server (refund desk, asset store) over streamable HTTP or stdio;
+    /// with tasks (`issue_refund`, `archive_orders`), a continuation
+    /// (`confirm_order`) and progress (`export_report`) for MCP 2026-07-28 clients.
     Serve {
         /// Serve streamable HTTP at http://ADDR/mcp, e.g. 127.0.0.1:8080.
         #[arg(long, conflicts_with = "stdio", required_unless_present = "stdio")]
@@ -225,6 +227,21 @@ enum Command {
         /// certificate (PEM) is written to this file before the URL is printed.
         #[arg(long, requires = "http")]
         tls_ca_out: Option<PathBuf>,
+        /// How long a task works before it completes or asks for input (tasks,
+        /// SEP-2663: `issue_refund` for a client that declares the extension
+        /// `io.modelcontextprotocol/tasks`, `archive_orders` always).
+        #[arg(long, default_value_t = 300)]
+        task_work_ms: u64,
+        /// The `pollIntervalMs` a task carries (0: none).
+        #[arg(long, default_value_t = 100)]
+        task_poll_interval_ms: u64,
+        /// The `ttlMs` a task carries (0: none). Past it an unfinished task is
+        /// `failed` and its work stopped (no refund).
+        #[arg(long, default_value_t = 60_000)]
+        task_ttl_ms: u64,
+        /// How often `export_report` sends `notifications/progress`.
+        #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..))]
+        progress_interval_ms: u64,
     },
 }
 
@@ -268,8 +285,24 @@ fn main() -> ExitCode {
             Command::Publish { redis, prefix, config, signature, vectors } => {
                 watch::publish(&redis, &prefix, &wasm, &config, signature.as_deref(), vectors.as_deref())
             }
-            Command::Serve { http, stdio: _, faults, allowance, window_ms, ledger, sessions, era, tls_ca_out } => {
-                let options = serve::ServeOptions { http: http.as_deref(), faults: faults.as_deref(), allowance, window_ms, ledger, sessions, era, tls_ca_out };
+            Command::Serve {
+                http,
+                stdio: _,
+                faults,
+                allowance,
+                window_ms,
+                ledger,
+                sessions,
+                era,
+                tls_ca_out,
+                task_work_ms,
+                task_poll_interval_ms,
+                task_ttl_ms,
+                progress_interval_ms,
+            } => {
+                let timings = agent_retry_demo_server::Timings { task_work_ms, task_poll_interval_ms, task_ttl_ms, progress_interval_ms };
+                let options =
+                    serve::ServeOptions { http: http.as_deref(), faults: faults.as_deref(), allowance, window_ms, ledger, sessions, era, tls_ca_out, timings };
                 serve::serve(options).await
             }
         }

@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use agent_retry_demo_server::{Allowance, DemoServer, DemoState, Era, FaultScript, HttpOptions, TestAuthority, serve_http_options};
+use agent_retry_demo_server::{Allowance, DemoServer, DemoState, Era, FaultScript, HttpOptions, TestAuthority, Timings, serve_http_options};
 use rmcp::ServiceExt;
 
 pub struct ServeOptions<'a> {
@@ -18,6 +18,8 @@ pub struct ServeOptions<'a> {
     pub era: Era,
     /// Serve https; the test CA's certificate goes to this file.
     pub tls_ca_out: Option<std::path::PathBuf>,
+    /// Tasks' work, poll interval and TTL; the progress interval.
+    pub timings: Timings,
 }
 
 pub async fn serve(options: ServeOptions<'_>) -> anyhow::Result<()> {
@@ -30,6 +32,7 @@ pub async fn serve(options: ServeOptions<'_>) -> anyhow::Result<()> {
         Some(path) => DemoState::with_ledger_file(faults, allowance, path)?,
         None => DemoState::new(faults, allowance),
     };
+    state.set_timings(options.timings);
     match options.http {
         Some(addr) => {
             let tls = match &options.tls_ca_out {

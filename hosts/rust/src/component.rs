@@ -695,7 +695,9 @@ impl PolicyInstance {
         let entropy = entropy.unwrap_or_else(|| self.store.data().services.entropy.next_u64());
         let mut task = task.clone();
         task.message = limits::cut(&task.message, limits::MAX_BODY_BYTES).to_string();
-        self.guarded(|b, store| b.agent_retry_policy_policy().run().call_record_task_status(store, run.0, call_id, attempt, &task, time_left_ms, now_ms, entropy))
+        self.guarded(|b, store| {
+            b.agent_retry_policy_policy().run().call_record_task_status(store, run.0, call_id, attempt, &task, time_left_ms, now_ms, entropy)
+        })
     }
 
     /// Reports a failed poll of the call's task as observed, within the host's limits.

@@ -74,8 +74,7 @@ pub trait Subject {
         entropy: u64,
     ) -> Result<Value, String>;
     /// `run.record-task-status` of a `task-report`: `result<verdict, run-error>`.
-    fn record_task_status(&mut self, call_id: u32, attempt: u32, task: &Value, time_left_ms: Option<u64>, now_ms: u64, entropy: u64)
-    -> Result<Value, String>;
+    fn record_task_status(&mut self, call_id: u32, attempt: u32, task: &Value, time_left_ms: Option<u64>, now_ms: u64, entropy: u64) -> Result<Value, String>;
     /// `run.record-poll-failure` of an `observation`: `result<verdict, run-error>`.
     fn record_poll_failure(
         &mut self,
