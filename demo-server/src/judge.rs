@@ -124,5 +124,47 @@ pub fn judge(state: &DemoState, max_attempts_per_call: usize) -> Vec<Verdict> {
     let failures = if persistent == allowed { vec![] } else { vec![format!("J-7: {persistent} attempts against a persistent 503, {allowed} due")] };
     verdicts.push(verdict("calls stop when the budgets say so", failures, format!("J-7: {allowed} attempts, then stop")));
 
+    // A host polling a task never calls the tool again (MCP 2026-07-28 Tasks):
+    // J-9's refund (the first run, so the first task) is answered by a task whose second poll gets a 503.
+    let mut failures = Vec::new();
+    let sent = calls(state, "issue_refund", "J-9").len();
+    let task = state.tasks_created().into_iter().find(|t| t.tool == "issue_refund" && t.arguments["order_id"] == "J-9");
+    let polls = task.as_ref().map_or(0, |t| state.task_requests("tasks/get", &t.task_id).len());
+    let refunds = lock(&state.ledger).refunds.iter().filter(|r| r.order_id == "J-9").count();
+    if task.is_none() {
+        failures.push("J-9: not answered by a task (the host did not declare io.modelcontextprotocol/tasks)".to_string());
+    }
+    if sent != 1 {
+        failures.push(format!("J-9: issue_refund sent {sent} times while its task lived"));
+    }
+    if task.is_some() && polls < 3 {
+        failures.push(format!("J-9: the task was polled {polls} times; a failed poll is polled again until it completes"));
+    }
+    if refunds != 1 {
+        failures.push(format!("J-9: {refunds} refunds applied, 1 intended"));
+    }
+    verdicts.push(verdict(
+        "a host polling a task never calls the tool again",
+        failures,
+        format!("J-9 sent once, its task polled {polls} times through a 503, one refund"),
+    ));
+
+    // A host never resends a request that is still reporting progress: a 2 s
+    // export reports every 200 ms, under an idle timeout of 700 ms.
+    let reports = lock(&state.ledger).reports.clone();
+    let runs = state.calls_to("export_report").len();
+    let mut failures = Vec::new();
+    if runs != 1 {
+        failures.push(format!("export_report sent {runs} times; its progress should have kept the attempt alive"));
+    }
+    if !reports.iter().any(|r| r.finished && r.progress_token.is_some()) {
+        failures.push(format!("no export ran to the end with a progress token: {reports:?}"));
+    }
+    verdicts.push(verdict(
+        "a host never resends a request that is still reporting progress",
+        failures,
+        format!("export_report sent once, {} progress notifications", reports.iter().map(|r| r.notifications).sum::<u32>()),
+    ));
+
     verdicts
 }

@@ -16,15 +16,13 @@ import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 
-import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 
 import { EmbeddedAccounts } from './accounts.js';
 import { PolicyComponent } from './component.js';
 import { OsEntropy } from './entropy.js';
 import { Escalated } from './errors.js';
-import { RetryingToolCaller, createCapturingFetch, textOf, type StatusCheck } from './mcp.js';
+import { McpConnection, RetryingToolCaller, textOf, type StatusCheck } from './mcp.js';
 
 /** An exam's status check: which read tells whether a write was applied. */
 export interface StatusCheckSpec {
@@ -86,15 +84,16 @@ const emit = (line: Record<string, unknown>) => process.stdout.write(`${JSON.str
 export async function runExam(url: string, exam: Exam, component: PolicyComponent): Promise<number> {
   const checks: Record<string, StatusCheck> = {};
   for (const [tool, spec] of Object.entries(exam['status-checks'] ?? {})) checks[tool] = statusCheckFromSpec(spec);
-  const client = new Client({ name: 'agent-retry-exam', version: '1.0.0' });
-  await client.connect(new StreamableHTTPClientTransport(new URL(url), { fetch: createCapturingFetch() }));
+  // The wrapper's own connection, as a user's (v2 when installed): it
+  // negotiates the revision and declares the tasks extension (J-9 is a task).
+  const connection = McpConnection.http(url);
   let errors = 0;
   try {
     for (const runSpec of exam.runs) {
       const runId = runSpec['run-id'];
       const instance = await component.instantiate({ accounts: new EmbeddedAccounts(), entropy: new OsEntropy() });
       const run = instance.loadPolicy(exam.config).startRun(runId);
-      const caller = new RetryingToolCaller(client, run, {
+      const caller = new RetryingToolCaller(connection, run, {
         statusCheck: checks,
         keyArgument: exam['key-argument'],
         attemptTimeoutMs: exam['attempt-timeout-ms'],
@@ -118,7 +117,7 @@ export async function runExam(url: string, exam: Exam, component: PolicyComponen
       }
     }
   } finally {
-    await client.close().catch(() => undefined);
+    await connection.close().catch(() => undefined);
   }
   return errors;
 }

@@ -27,15 +27,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from mcp import ClientSession
-from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult, TextContent
 
 from .accounts import EmbeddedAccounts
 from .component import PolicyComponent
 from .entropy import OsEntropy
 from .errors import Escalated
-from .mcp_client import RetryingToolCaller, StatusCheck, StatusCheckRequest, create_capturing_http_client
+from .mcp_client import McpConnection, RetryingToolCaller, StatusCheck, StatusCheckRequest
 from .types import StatusCheckResult
 
 
@@ -89,36 +87,35 @@ async def run_exam(url: str, exam: Mapping[str, Any], component: PolicyComponent
     key_argument = exam["key-argument"]
     checks = {tool: status_check_from_spec(spec) for tool, spec in exam.get("status-checks", {}).items()}
     errors = 0
-    http_client = create_capturing_http_client()
-    async with http_client, streamable_http_client(url, http_client=http_client) as (read, write):
-        async with ClientSession(read, write) as session:
-            await session.initialize()
-            for run_spec in exam["runs"]:
-                run_id = run_spec["run-id"]
-                instance = component.instantiate(accounts=EmbeddedAccounts(), entropy=OsEntropy())
-                run = instance.load_policy(config).start_run(run_id)
-                caller = RetryingToolCaller(
-                    session,
-                    run,
-                    status_check=checks,
-                    key_argument=key_argument,
-                    attempt_timeout_s=attempt_timeout_s,
-                )
-                for call in run_spec["calls"]:
-                    tool = call["tool"]
-                    try:
-                        result = await caller.call_tool(tool, call.get("arguments", {}))
-                    except Escalated as e:
-                        _emit({"run": run_id, "tool": tool, "outcome": "escalated", "reason": e.reason, "note": e.note})
-                        break
-                    except Exception as e:  # not a policy outcome: a bug somewhere; report it, go on
-                        errors += 1
-                        _emit({"run": run_id, "tool": tool, "outcome": "error", "error": f"{type(e).__name__}: {e}"})
-                        break
-                    if result.is_error:  # the wrapper returns a replan as an isError result
-                        _emit({"run": run_id, "tool": tool, "outcome": "replan", "message": _text(result)})
-                    else:
-                        _emit({"run": run_id, "tool": tool, "outcome": "done", "result": _text(result)})
+    # The wrapper's own connection, as a user's: it negotiates the revision and
+    # declares the tasks extension (the exam's J-9 is answered by a task).
+    async with McpConnection.http(url) as connection:
+        for run_spec in exam["runs"]:
+            run_id = run_spec["run-id"]
+            instance = component.instantiate(accounts=EmbeddedAccounts(), entropy=OsEntropy())
+            run = instance.load_policy(config).start_run(run_id)
+            caller = RetryingToolCaller(
+                connection,
+                run,
+                status_check=checks,
+                key_argument=key_argument,
+                attempt_timeout_s=attempt_timeout_s,
+            )
+            for call in run_spec["calls"]:
+                tool = call["tool"]
+                try:
+                    result = await caller.call_tool(tool, call.get("arguments", {}))
+                except Escalated as e:
+                    _emit({"run": run_id, "tool": tool, "outcome": "escalated", "reason": e.reason, "note": e.note})
+                    break
+                except Exception as e:  # not a policy outcome: a bug somewhere; report it, go on
+                    errors += 1
+                    _emit({"run": run_id, "tool": tool, "outcome": "error", "error": f"{type(e).__name__}: {e}"})
+                    break
+                if result.is_error:  # the wrapper returns a replan as an isError result
+                    _emit({"run": run_id, "tool": tool, "outcome": "replan", "message": _text(result)})
+                else:
+                    _emit({"run": run_id, "tool": tool, "outcome": "done", "result": _text(result)})
     return errors
 
 
