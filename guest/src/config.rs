@@ -235,9 +235,11 @@ const INT_FIELDS: [IntField<Config>; 15] = [
     int("task-poll-max-delay-ms", 1, ONE_DAY_MS, 30_000, |c| c.task_poll_max_delay_ms, |c, v| c.task_poll_max_delay_ms = v),
 ];
 
+/// Sets one of a tool entry's timeouts.
+type SetTimeout = fn(&mut Timeouts, u64);
+
 /// A tool entry's timeouts (none by default: the top level's apply).
-const TIMEOUT_FIELDS: [(&str, fn(&mut Timeouts, u64)); 2] =
-    [("idle-timeout-ms", |t, v| t.idle_ms = Some(v)), ("attempt-timeout-ms", |t, v| t.attempt_ms = Some(v))];
+const TIMEOUT_FIELDS: [(&str, SetTimeout); 2] = [("idle-timeout-ms", |t, v| t.idle_ms = Some(v)), ("attempt-timeout-ms", |t, v| t.attempt_ms = Some(v))];
 
 /// `account-budget`'s whole-number fields; `capacity` first (the costs are capped by it).
 const ACCOUNT_FIELDS: [IntField<AccountBudgetConfig>; 6] = [

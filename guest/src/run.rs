@@ -60,6 +60,8 @@ enum Phase {
 /// The task that answered a call's attempt, while it lives.
 #[derive(Clone, Debug)]
 struct Task {
+    /// The call's index in the run.
+    call: u32,
     id: String,
     /// Polls decided so far.
     polls: u32,
@@ -98,8 +100,6 @@ struct Call {
     /// Whether the server already refused the client's MCP revision once for
     /// this call: a second refusal means they share none.
     version_refused: bool,
-    /// The call's task, while it lives; boxed, as most calls have none.
-    task: Option<Box<Task>>,
 }
 
 impl Call {
@@ -115,8 +115,6 @@ struct Counters {
     retries: u32,
     status_checks: u32,
     replans: u32,
-    tasks: u32,
-    polls: u32,
     succeeded_calls: u32,
     waits: u32,
     waited_ms: u64,
@@ -238,16 +236,28 @@ struct Bounds {
     reconnect: bool,
 }
 
+/// A run's tasks: the live ones, and what the report counts.
+#[derive(Clone, Debug, Default)]
+struct TaskBook {
+    live: Vec<Task>,
+    /// Calls answered by a task.
+    tasks: u32,
+    /// Polls decided.
+    polls: u32,
+}
+
 /// One agent run.
 #[derive(Clone, Debug)]
 pub struct Run {
     config: Arc<Config>,
-    run_id: String,
+    /// Boxed slices, not a `String` and a `Vec`: 4 bytes less each on wasm32,
+    /// which keep a run within 128 bytes (see `bindings.rs`).
+    run_id: Box<str>,
     /// In chunks (`chunked.rs`): a long run never copies all its calls.
     calls: Chunked<Call>,
     counters: Counters,
     /// Attempts per HTTP status, ascending by status.
-    statuses: Vec<StatusCount>,
+    statuses: Box<[StatusCount]>,
     /// The effects made, in order: the call's index and status (the record
     /// names the call's tool and key, built only when a host asks).
     effects: Vec<(u32, EffectStatus)>,
@@ -259,6 +269,10 @@ pub struct Run {
     /// The last decision; its box, allocated at the run's first decision, is
     /// reused by every later one.
     last: Option<Box<Last>>,
+    /// The run's tasks, allocated at its first: most runs have none, and a run
+    /// whose record grew past 128 bytes on wasm32 would take a 256-byte block
+    /// (100,000 runs in flight must fit in one instance's 64 MiB).
+    tasks: Option<Box<TaskBook>>,
     /// A finished call's text buffer, if small, for the next call that fails:
     /// a run of calls that each fail once allocates one buffer, not one a call.
     spare_text: String,
@@ -278,16 +292,34 @@ impl Run {
     pub fn new(config: Arc<Config>, run_id: &str) -> Run {
         Run {
             config,
-            run_id: String::from(run_id),
+            run_id: Box::from(run_id),
             calls: Chunked::default(),
             counters: Counters::default(),
-            statuses: Vec::new(),
+            statuses: Box::default(),
             effects: Vec::new(),
             escalation: None,
             escalated: None,
             last: None,
+            tasks: None,
             spare_text: String::new(),
         }
+    }
+
+    /// The live task of call `index`, if any.
+    fn task(&self, index: usize) -> Option<&Task> {
+        self.tasks.as_ref()?.live.iter().find(|t| t.call as usize == index)
+    }
+
+    fn task_mut(&mut self, index: usize) -> Option<&mut Task> {
+        self.tasks.as_mut()?.live.iter_mut().find(|t| t.call as usize == index)
+    }
+
+    /// Ends call `index`'s task, if it has one; whether it had.
+    fn end_task(&mut self, index: usize) -> bool {
+        let Some(book) = self.tasks.as_mut() else { return false };
+        let before = book.live.len();
+        book.live.retain(|t| t.call as usize != index);
+        book.live.len() != before
     }
 
     fn effects_total(&self) -> u32 {
@@ -485,7 +517,6 @@ impl Run {
             quota_taken: 0,
             effect_index: None,
             version_refused: false,
-            task: None,
         };
         let safe_to_repeat = call.safe_to_repeat();
         // The first call gets room for one (`Chunked::push`): most runs in
@@ -564,7 +595,7 @@ impl Run {
         };
         if pending.is_none() && matches!(outcome, Reported::Success | Reported::EmptyResult(_) | Reported::Failure(_)) {
             // A task that completed or failed is over: its outcome is the attempt's.
-            self.calls[index].task = None;
+            self.end_task(index);
         }
         match (outcome, pending) {
             (Reported::StatusCheck(result), Some(failed)) => Ok(self.on_status_check(index, result, failed, at, budget)),
@@ -574,7 +605,7 @@ impl Run {
                 SizeLimit::check("task-id", &task.task_id)?;
                 Ok(self.on_task_status(index, task, at))
             }
-            (Reported::PollFailure(_), None) if self.calls[index].task.is_none() => Err(RunError::NoTask(call_id)),
+            (Reported::PollFailure(_), None) if self.task(index).is_none() => Err(RunError::NoTask(call_id)),
             (Reported::PollFailure(failure), None) => Ok(self.on_poll_failure(index, failure, at)),
             (Reported::Success, None) => {
                 let call = &self.calls[index];
@@ -626,7 +657,12 @@ impl Run {
         if let FailureKind::HttpStatus(status) = *failure.kind {
             match self.statuses.binary_search_by_key(&status, |s| s.status) {
                 Ok(i) => self.statuses[i].count = self.statuses[i].count.saturating_add(1),
-                Err(i) => self.statuses.insert(i, StatusCount { status, count: 1 }),
+                Err(i) => {
+                    // A new status is rare (a run sees a few): the slice is rebuilt.
+                    let mut statuses = core::mem::take(&mut self.statuses).into_vec();
+                    statuses.insert(i, StatusCount { status, count: 1 });
+                    self.statuses = statuses.into_boxed_slice();
+                }
             }
         }
         let classified = classify_view(failure, &self.config, Some(&self.calls[index].tool), now_ms);
@@ -758,15 +794,17 @@ impl Run {
     /// What the server said of the call's task: poll again, or stop waiting.
     fn on_task_status(&mut self, index: usize, report: &TaskReport, at: At) -> Verdict {
         let now_ms = at.now_ms;
-        let first = self.calls[index].task.is_none();
+        let first = self.task(index).is_none();
         if first {
-            self.counters.tasks = self.counters.tasks.saturating_add(1);
+            let book = self.tasks.get_or_insert_with(Box::default);
+            book.tasks = book.tasks.saturating_add(1);
+            book.live.push(Task { call: index as u32, id: String::new(), polls: 0, failed_polls: 0, waited_ms: 0 });
             // The server took the call: a write may apply from now on.
             if self.calls[index].policy.effect != Effect::Read {
                 self.set_effect(index, Some(EffectStatus::Unknown));
             }
         }
-        let task = self.calls[index].task.get_or_insert_with(|| Box::new(Task { id: String::new(), polls: 0, failed_polls: 0, waited_ms: 0 }));
+        let task = self.task_mut(index).expect("pushed at the first report");
         if task.id != report.task_id {
             task.id.clear();
             task.id.push_str(&report.task_id);
@@ -791,7 +829,7 @@ impl Run {
                 self.stop_task(index, failed(OutcomeClass::NeedsInput), EscalationReason::InputRequired, &detail, now_ms)
             }
             TaskStatus::Cancelled => {
-                self.calls[index].task = None;
+                self.end_task(index);
                 match self.config.on_task_cancelled {
                     OnTaskCancelled::Escalate => self.escalate_call(index, failed(OutcomeClass::Deterministic), EscalationReason::TaskCancelled, None, now_ms),
                     OnTaskCancelled::Replan => {
@@ -805,7 +843,7 @@ impl Run {
             }
             TaskStatus::Working | TaskStatus::InputAnswered => {
                 let config = &self.config;
-                let task = self.calls[index].task.as_deref().expect("set above");
+                let task = self.task(index).expect("set above");
                 // The server's interval is a floor; without one, the wait grows.
                 let grown = config.task_poll_base_delay_ms.saturating_mul(1u64 << task.polls.min(32)).min(config.task_poll_max_delay_ms);
                 let delay_ms = interval.unwrap_or(grown);
@@ -818,7 +856,7 @@ impl Run {
     fn on_poll_failure(&mut self, index: usize, failure: &FailureView<'_>, at: At) -> Verdict {
         let now_ms = at.now_ms;
         let classified = classify_view(failure, &self.config, Some(&self.calls[index].tool), now_ms);
-        let task_id = self.calls[index].task.as_ref().map(|t| t.id.clone()).unwrap_or_default();
+        let task_id = self.task(index).map(|t| t.id.clone()).unwrap_or_default();
         let text = cat!("task ", task_id, " poll: ", failure.body);
         self.keep_text(index, LastError::Failure(*failure.kind), &text);
         let (class, hint_ms, rule) = (classified.class, classified.hint_ms, classified.rule);
@@ -826,20 +864,21 @@ impl Run {
         let failed = Failed { class, hint_ms, rule, basis: Basis::Failure(classified) };
         match class {
             OutcomeClass::Transient | OutcomeClass::Throttled => {
-                let task = self.calls[index].task.as_deref_mut().expect("a poll failure needs a task");
+                let config = Arc::clone(&self.config);
+                let task = self.task_mut(index).expect("a poll failure needs a task");
                 task.failed_polls = task.failed_polls.saturating_add(1);
-                if task.failed_polls >= self.config.max_attempts_per_call {
-                    let detail = cat!(task.failed_polls, " polls of task ", task.id, " failed in a row");
+                let failed_polls = task.failed_polls;
+                if failed_polls >= config.max_attempts_per_call {
+                    let detail = cat!(failed_polls, " polls of task ", task_id, " failed in a row");
                     return self.stop_task(index, failed, EscalationReason::TaskPollsSpent, &detail, now_ms);
                 }
-                if let Some(hint) = hint_ms.filter(|h| *h > self.config.max_hint_ms) {
-                    let detail = cat!("task ", task.id, ": the server asks to wait ", hint, " ms");
+                if let Some(hint) = hint_ms.filter(|h| *h > config.max_hint_ms) {
+                    let detail = cat!("task ", task_id, ": the server asks to wait ", hint, " ms");
                     return self.stop_task(index, failed, EscalationReason::ServerWaitTooLong, &detail, now_ms);
                 }
-                let config = &self.config;
-                let delay_ms = next_delay_ms(config.task_poll_base_delay_ms, config.task_poll_max_delay_ms, task.failed_polls, hint_ms, at.entropy);
+                let delay_ms = next_delay_ms(config.task_poll_base_delay_ms, config.task_poll_max_delay_ms, failed_polls, hint_ms, at.entropy);
                 let report = TaskReport {
-                    task_id: task.id.clone(),
+                    task_id: task_id.clone(),
                     status: TaskStatus::Working,
                     poll_interval_ms: None,
                     ttl_ms: None,
@@ -851,7 +890,7 @@ impl Run {
             // The server no longer knows the task (or refuses the poll): its result is lost.
             OutcomeClass::Deterministic | OutcomeClass::Semantic => {
                 let detail = cat!("the server no longer knows task ", task_id);
-                self.calls[index].task = None;
+                self.end_task(index);
                 self.escalate_with(Some(index), EscalationReason::TaskExpired, Some(&detail), None, now_ms);
                 self.decide(index, Act::Escalate, failed, Step::Escalate(EscalationReason::TaskExpired), true)
             }
@@ -867,7 +906,7 @@ impl Run {
     fn poll_or_stop(&mut self, index: usize, report: &TaskReport, delay_ms: u64, reconnect: bool, failed: Failed, at: At) -> Verdict {
         let now_ms = at.now_ms;
         let config = Arc::clone(&self.config);
-        let task = self.calls[index].task.as_deref().expect("a poll needs a task");
+        let task = self.task(index).expect("a poll needs a task");
         let id = task.id.clone();
         if delay_ms > config.max_hint_ms {
             let detail = cat!("task ", id, ": the server asks to poll every ", delay_ms, " ms");
@@ -890,11 +929,13 @@ impl Run {
             let detail = cat!("task ", id, ": the next poll is due in ", delay_ms, " ms; ", left, " ms remain");
             return self.stop_task(index, failed, EscalationReason::DeadlineTooNear, &detail, now_ms);
         }
-        let task = self.calls[index].task.as_deref_mut().expect("a poll needs a task");
+        let task = self.task_mut(index).expect("a poll needs a task");
         task.polls += 1;
         task.waited_ms = task.waited_ms.saturating_add(delay_ms);
         let poll = task.polls;
-        self.counters.polls = self.counters.polls.saturating_add(1);
+        if let Some(book) = self.tasks.as_mut() {
+            book.polls = book.polls.saturating_add(1);
+        }
         self.note_wait(delay_ms);
         self.decide(index, Act::Poll { delay_ms, reconnect }, failed, Step::Poll { poll, delay_ms }, false)
     }
@@ -906,7 +947,7 @@ impl Run {
         let resets_in_ms = if reason == EscalationReason::ServerWaitTooLong { failed.hint_ms } else { None };
         self.escalate_with(Some(index), reason, detail, resets_in_ms, now_ms);
         let mut verdict = self.decide(index, Act::Escalate, failed, Step::Escalate(reason), true);
-        verdict.cancel_task = self.calls[index].task.take().is_some();
+        verdict.cancel_task = self.end_task(index);
         if let Some(last) = self.last.as_mut() {
             last.verdict.cancel_task = verdict.cancel_task;
         }
@@ -964,7 +1005,7 @@ impl Run {
             }),
             Act::Escalate => Action::Escalate(self.escalation().expect("an escalated run keeps its hand-off")),
             Act::Poll { delay_ms, reconnect } => {
-                Action::Poll(PollPlan { delay_ms, task_id: call.task.as_ref().map(|t| t.id.clone()).unwrap_or_default(), reconnect })
+                Action::Poll(PollPlan { delay_ms, task_id: self.task(last.index).map(|t| t.id.clone()).unwrap_or_default(), reconnect })
             }
         };
         Some(Decision {
@@ -982,19 +1023,19 @@ impl Run {
     pub fn report(&self) -> RunReport {
         let c = &self.counters;
         RunReport {
-            run_id: self.run_id.clone(),
+            run_id: String::from(&*self.run_id),
             calls: self.calls.len() as u32,
             attempts: c.attempts,
             retries: c.retries,
             status_checks: c.status_checks,
             replans: c.replans,
-            tasks: c.tasks,
-            polls: c.polls,
+            tasks: self.tasks.as_ref().map_or(0, |b| b.tasks),
+            polls: self.tasks.as_ref().map_or(0, |b| b.polls),
             succeeded_calls: c.succeeded_calls,
             waits: c.waits,
             waited_ms: c.waited_ms,
             escalation: self.escalation,
-            statuses: self.statuses.clone(),
+            statuses: self.statuses.to_vec(),
             effects: self.bounded_effects(),
             effects_total: self.effects_total(),
         }

@@ -158,7 +158,7 @@ pub async fn demo(options: DemoOptions) -> anyhow::Result<()> {
                 let entropy = entropy_seed.map_or(EntropySource::Os, EntropySource::seeded);
                 let instance = component.instantiate(HostServices::new(accounts.clone(), entropy))?;
                 let case = format!("CASE-{}", 5000 + n);
-                let options = RetryingToolCallerOptions { attempt_timeout_ms: 1000, key_argument: "idempotency_key".into(), clock: Clock::real(), ..Default::default() };
+                let options = RetryingToolCallerOptions { attempt_timeout_ms: Some(1000), key_argument: "idempotency_key".into(), clock: Clock::real(), ..Default::default() };
                 let mut caller = RetryingToolCaller::start(client.peer().clone(), instance, DEMO_CONFIG, &case, options, Arc::clone(&metrics))
                     .await?
                     .with_status_check("issue_refund", ListedCheck::new("list_refunds", &["order_id"], "refunds", &["order_id", "amount_paise"]).into_check());

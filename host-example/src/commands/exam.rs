@@ -16,7 +16,7 @@ use rmcp::model::CallToolRequestParams;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use agent_retry_host::mcp::{CallError, Clock, ListedCheck, Metrics, RetryingToolCaller, RetryingToolCallerOptions, ToolAnswer, connect_http};
+use agent_retry_host::mcp::{CallError, Clock, ListedCheck, McpConnection, Metrics, RetryingToolCaller, RetryingToolCallerOptions, ToolAnswer, connect_http};
 use agent_retry_host::{EmbeddedAccounts, EntropySource, HostServices, PolicyComponent};
 
 #[derive(Deserialize)]
@@ -51,22 +51,28 @@ fn read_exam(path: &Path) -> anyhow::Result<Exam> {
 /// The Rust host's exam client.
 pub async fn exam(wasm: &Path, url: &str, exam_path: &Path, no_policy: bool) -> anyhow::Result<()> {
     let exam = read_exam(exam_path)?;
-    let client = connect_http(url).await?;
+    if no_policy {
+        let client = connect_http(url).await?;
+        for run in &exam.runs {
+            naive_run(&client, run).await;
+        }
+        let _ = client.cancel().await;
+        return Ok(());
+    }
     let component = PolicyComponent::from_file(wasm)?;
     let config = exam.config.to_string();
     for run in &exam.runs {
-        if no_policy {
-            naive_run(&client, run).await;
-            continue;
-        }
         let instance = component.instantiate(HostServices::new(Arc::new(EmbeddedAccounts::new()), EntropySource::Os))?;
         let options = RetryingToolCallerOptions {
-            attempt_timeout_ms: exam.attempt_timeout_ms,
+            attempt_timeout_ms: Some(exam.attempt_timeout_ms),
             key_argument: exam.key_argument.clone(),
             clock: Clock::real(),
             ..Default::default()
         };
-        let mut caller = RetryingToolCaller::start(client.peer().clone(), instance, &config, &run.run_id, options, Arc::new(Metrics::new())).await?;
+        // The wrapper's own connection, as a user's: it negotiates the revision
+        // and declares the tasks extension (the exam's J-9 is a task).
+        let connection = McpConnection::http(url);
+        let mut caller = RetryingToolCaller::connect(connection, instance, &config, &run.run_id, options, Arc::new(Metrics::new())).await?;
         for (tool, spec) in &exam.status_checks {
             caller = caller.with_status_check(tool, spec.clone().into_check());
         }
@@ -83,7 +89,6 @@ pub async fn exam(wasm: &Path, url: &str, exam_path: &Path, no_policy: bool) -> 
             println!("{outcome}");
         }
     }
-    let _ = client.cancel().await;
     Ok(())
 }
 

@@ -50,8 +50,12 @@ pub fn run_workers(
         for w in 0..workers {
             let client = connect_http(&server.url).await.unwrap();
             let instance = component.instantiate(HostServices::new(backend(w), entropy(w))).unwrap();
-            let options =
-                RetryingToolCallerOptions { attempt_timeout_ms: 5000, key_argument: "idempotency_key".into(), clock: Clock::real(), ..Default::default() };
+            let options = RetryingToolCallerOptions {
+                attempt_timeout_ms: Some(5000),
+                key_argument: "idempotency_key".into(),
+                clock: Clock::real(),
+                ..Default::default()
+            };
             let mut caller =
                 RetryingToolCaller::start(client.peer().clone(), instance, config, &format!("worker-{w}"), options, Arc::clone(&metrics)).await.unwrap();
             let start = Arc::clone(&start);

@@ -41,7 +41,7 @@ async fn setup(faults: Vec<agent_retry_demo_server::FaultRule>, config: &str, op
 }
 
 fn options() -> RetryingToolCallerOptions {
-    RetryingToolCallerOptions { attempt_timeout_ms: 4000, key_argument: "idempotency_key".into(), clock: Clock::scaled(SCALE), ..Default::default() }
+    RetryingToolCallerOptions { attempt_timeout_ms: Some(4000), key_argument: "idempotency_key".into(), clock: Clock::scaled(SCALE), ..Default::default() }
 }
 
 fn http(status: u16, headers: &[(&str, &str)]) -> Fault {
@@ -115,7 +115,7 @@ async fn a_403_escalates_at_once() {
 async fn a_timeout_after_an_applied_refund_with_a_key_does_not_double_it() {
     let fault = Fault::TimeoutAfterApply { delay_ms: 1500 };
     let mut opts = options();
-    opts.attempt_timeout_ms = 4000; // 200 ms real: the held-back answer never arrives in time
+    opts.attempt_timeout_ms = Some(4000); // 200 ms real: the held-back answer never arrives in time
     let mut s = setup(vec![rule("issue_refund", Some(1), fault)], CONFIG, opts).await;
     let answer = s.caller.call("issue_refund", args(json!({"order_id": "ORD-2", "amount_paise": 245_000}))).await.unwrap();
     assert!(matches!(answer, ToolAnswer::Done { result: Some(_), .. }), "{answer:?}");

@@ -24,7 +24,7 @@ fn instance() -> agent_retry_host::PolicyInstance {
 }
 
 fn options() -> RetryingToolCallerOptions {
-    RetryingToolCallerOptions { attempt_timeout_ms: 10_000, ..Default::default() }
+    RetryingToolCallerOptions { attempt_timeout_ms: Some(10_000), ..Default::default() }
 }
 
 async fn connect(connection: McpConnection) -> anyhow::Result<RetryingToolCaller> {

@@ -52,7 +52,7 @@ async fn replay(config: &Value, case: &ObservationCase) -> Result<(Value, Vec<(S
     let rules = policy.rule_names().map_err(|e| e.to_string())?;
     let seen: Seen = Arc::default();
     let hook = Arc::clone(&seen);
-    let caller_options = RetryingToolCallerOptions { attempt_timeout_ms: 10_000, ..Default::default() }
+    let caller_options = RetryingToolCallerOptions { attempt_timeout_ms: Some(10_000), ..Default::default() }
         .on_verdict(move |tool, attempt, verdict| hook.lock().unwrap().push((tool.to_string(), attempt, summary(verdict, &rules))));
     let connection = McpConnection::http(&server.url);
     let mut caller = RetryingToolCaller::connect(connection, policy, &config.to_string(), "run-observations", caller_options, Arc::new(Metrics::new()))

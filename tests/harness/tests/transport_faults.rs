@@ -44,7 +44,7 @@ fn args(value: Value) -> Map<String, Value> {
 }
 
 fn options() -> RetryingToolCallerOptions {
-    RetryingToolCallerOptions { attempt_timeout_ms: ATTEMPT_TIMEOUT_MS, ..Default::default() }
+    RetryingToolCallerOptions { attempt_timeout_ms: Some(ATTEMPT_TIMEOUT_MS), ..Default::default() }
 }
 
 fn instance() -> agent_retry_host::PolicyInstance {

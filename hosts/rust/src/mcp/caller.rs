@@ -8,28 +8,44 @@
 //! short message, or stop with the escalation note. The wrapper never decides
 //! what a failure means. The model sees only the final answer. Every attempt
 //! is one JSON log line.
+//!
+//! An attempt waits `idle-timeout-ms` for an answer (each progress
+//! notification starts that wait again) and `attempt-timeout-ms` in all, as
+//! `begin-call` says for the tool. A continuation (`input_required`) is
+//! answered by the application's client handler within the same attempt, or
+//! reported as `input-required`. A tool call answered by a task is polled
+//! (`tasks/get`) as the verdicts say; the tool is not called again while the
+//! task lives, and a verdict's `cancel-task` is sent as `tasks/cancel`.
 
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use crate::fault::PolicyFault;
+use futures::StreamExt;
 use futures::future::BoxFuture;
 use rmcp::RoleClient;
-use rmcp::model::{CallToolRequestParams, CallToolResult, Tool};
-use rmcp::service::{Peer, ServiceError};
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CallToolResult, CancelTaskParams, CancelledNotificationParam, ClientRequest, GetTaskParams, ServerResult,
+    TaskPayload, Tool, UpdateTaskParams,
+};
+use rmcp::service::{Peer, PeerRequestOptions, ServiceError};
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::answer::{CallError, StopCause, Stopped, ToolAnswer};
 use super::clock::Clock;
 use super::connect::McpConnection;
+use super::continuation;
 use super::limit::Limit;
 use super::metrics::Metrics;
 use super::observe;
+use super::session_client::ClientHandlerRef;
+use super::task;
 use crate::component::types::{
-    Action, ActionKind, CallStart, Decision, Delivery, Effect, EffectStatus, Escalation, EscalationReason, FailureKind, PollPlan, RetryPlan, RunError, RunReport,
-    StatusCheckResult, ToolHints, TransportError, Verdict,
+    Action, ActionKind, CallStart, Decision, Delivery, Effect, EffectStatus, Escalation, EscalationReason, FailureKind, Observation, PollPlan, RetryPlan,
+    RunError, RunReport, StatusCheckResult, TaskStatus, ToolHints, TransportError, Verdict,
 };
 use crate::component::{Admission, Outcome, PolicyHandle, PolicyInstance, RunHandle};
 use crate::labels;
@@ -44,13 +60,24 @@ pub type StatusCheck = Box<dyn Fn(Peer<RoleClient>, Map<String, Value>) -> BoxFu
 /// wrapper's `on_verdict(tool, attempt, verdict)`, the Node one's `onVerdict`.
 pub type OnVerdict = Arc<dyn Fn(&str, u32, &Verdict) + Send + Sync>;
 
+/// Called with every progress notification of a tool call the wrapper makes:
+/// the tool, the progress, the total (if the server knows it) and the
+/// server's message. The Python wrapper's `on_progress(tool, progress, total,
+/// message)`, the Node one's `onProgress(event)`. Only the sessions of an
+/// [`super::McpConnection`] route progress to it (a bare peer's handler sees
+/// its own); either way, progress restarts the attempt's idle timeout.
+pub type OnProgress = Arc<dyn Fn(&str, f64, Option<f64>, Option<&str>) + Send + Sync>;
+
 /// How the wrapper behaves: the same options and defaults as the Python
 /// (`attempt_timeout_s`, `key_argument`) and Node (`attemptTimeoutMs`,
 /// `keyArgument`) wrappers.
 #[derive(Clone)]
 pub struct RetryingToolCallerOptions {
-    /// Give up waiting for one attempt after this long (policy time, ms; default 30,000).
-    pub attempt_timeout_ms: u64,
+    /// Caps how long an attempt may wait without an answer or a progress
+    /// notification (policy time, ms). By default (`None`) the policy's
+    /// `idle-timeout-ms` for the tool decides, as its `attempt-timeout-ms`
+    /// always does for the attempt in all.
+    pub attempt_timeout_ms: Option<u64>,
     /// The argument an idempotency key goes in, for tools whose input schema has it.
     pub key_argument: String,
     pub clock: Clock,
@@ -70,12 +97,23 @@ pub struct RetryingToolCallerOptions {
     /// none): see [`OnVerdict`] and [`RetryingToolCallerOptions::on_verdict`].
     /// It runs inside the call and must not panic.
     pub on_verdict: Option<OnVerdict>,
+    /// Told every progress notification of a tool call (default none): see
+    /// [`OnProgress`] and [`RetryingToolCallerOptions::on_progress`]. It runs
+    /// inside the call and must not panic.
+    pub on_progress: Option<OnProgress>,
 }
 
 impl RetryingToolCallerOptions {
     /// These options with `hook` told every verdict the wrapper acts on.
     pub fn on_verdict(mut self, hook: impl Fn(&str, u32, &Verdict) + Send + Sync + 'static) -> Self {
         self.on_verdict = Some(Arc::new(hook));
+        self
+    }
+
+    /// These options with `hook` told every progress notification of a tool
+    /// call: `hook(tool, progress, total, message)`.
+    pub fn on_progress(mut self, hook: impl Fn(&str, f64, Option<f64>, Option<&str>) + Send + Sync + 'static) -> Self {
+        self.on_progress = Some(Arc::new(hook));
         self
     }
 }
@@ -90,6 +128,7 @@ impl fmt::Debug for RetryingToolCallerOptions {
             .field("call_timeout_ms", &self.call_timeout_ms)
             .field("run_timeout_ms", &self.run_timeout_ms)
             .field("on_verdict", &self.on_verdict.as_ref().map(|_| "Fn(tool, attempt, verdict)"))
+            .field("on_progress", &self.on_progress.as_ref().map(|_| "Fn(tool, progress, total, message)"))
             .finish()
     }
 }
@@ -97,13 +136,14 @@ impl fmt::Debug for RetryingToolCallerOptions {
 impl Default for RetryingToolCallerOptions {
     fn default() -> Self {
         RetryingToolCallerOptions {
-            attempt_timeout_ms: 30_000,
+            attempt_timeout_ms: None,
             key_argument: "idempotency_key".into(),
             clock: Clock::real(),
             policy_identity: None,
             call_timeout_ms: None,
             run_timeout_ms: None,
             on_verdict: None,
+            on_progress: None,
         }
     }
 }
@@ -123,12 +163,33 @@ enum Session {
     Bare(Peer<RoleClient>),
 }
 
-/// What one attempt came to.
+/// What one attempt (or a poll of its task, or a status check) came to.
 struct Attempted {
     outcome: Outcome,
     result: Option<CallToolResult>,
     /// The failure came from an HTTP transport that is not the capturing one.
     uncaptured: bool,
+}
+
+impl Attempted {
+    fn of(outcome: Outcome) -> Self {
+        Attempted { outcome, result: None, uncaptured: false }
+    }
+}
+
+/// How long one attempt may wait, in policy ms: `idle` without an answer or a
+/// progress notification, `total` in all (`call-start`'s, `idle` capped by
+/// the host's `attempt_timeout_ms` when it is set).
+#[derive(Clone, Copy, Debug)]
+struct Timeouts {
+    idle_ms: u64,
+    total_ms: u64,
+}
+
+impl Timeouts {
+    fn of(ticket: &CallStart, cap_ms: Option<u64>) -> Self {
+        Timeouts { idle_ms: ticket.idle_timeout_ms.min(cap_ms.unwrap_or(u64::MAX)), total_ms: ticket.attempt_timeout_ms }
+    }
 }
 
 /// One log line: event, run, policy, step, call, tool, attempt, key, outcome,
@@ -377,9 +438,10 @@ impl RetryingToolCaller {
         self.pseudo_call(TOOLS_LIST, limit).await
     }
 
-    /// One attempt of a pseudo-call: connecting, or listing the tools.
-    async fn pseudo_attempt(&mut self, what: &str, limit: &Limit<'_>) -> Result<Attempted, StopCause> {
-        let timeout = self.options.clock.real_duration(self.options.attempt_timeout_ms);
+    /// One attempt of a pseudo-call: connecting, or listing the tools (no
+    /// progress comes for either: the idle timeout is the whole wait).
+    async fn pseudo_attempt(&mut self, what: &str, timeouts: Timeouts, limit: &Limit<'_>) -> Result<Attempted, StopCause> {
+        let timeout = self.options.clock.real_duration(timeouts.idle_ms.min(timeouts.total_ms));
         if what == INITIALIZE {
             let Session::Owned(connection) = &mut self.session else {
                 return Ok(Attempted { outcome: Outcome::Success, result: None, uncaptured: false });
@@ -430,13 +492,14 @@ impl RetryingToolCaller {
         if let Err(cause) = limit.pause(ticket.delay_ms).await {
             return stopped(self, cause, sent, false);
         }
+        let timeouts = Timeouts::of(&ticket, self.options.attempt_timeout_ms);
         let mut attempt = 1;
         loop {
             if what == TOOLS_LIST {
                 self.ensure_session(limit).await?;
             }
             sent += 1;
-            let attempted = match self.pseudo_attempt(what, limit).await {
+            let attempted = match self.pseudo_attempt(what, timeouts, limit).await {
                 Ok(attempted) => attempted,
                 Err(cause) => return stopped(self, cause, sent, true),
             };
@@ -444,7 +507,7 @@ impl RetryingToolCaller {
                 .record(what, ticket.call_id, attempt, None, &attempted.outcome, limit)
                 .map_err(|fault| self.policy_failed(None, what, None, &outcome_label(&attempted.outcome), fault))?
                 .map_err(CallError::Run)?;
-            self.log(None, ticket.call_id, what, None, &attempted.outcome, &decision, attempted.uncaptured);
+            self.log(None, ticket.call_id, what, None, &attempted.outcome, &decision, attempted.uncaptured, true);
             match decision.action {
                 Action::Succeed(_) => return Ok(()),
                 Action::Retry(plan) => {
@@ -466,7 +529,7 @@ impl RetryingToolCaller {
                         .record(what, ticket.call_id, attempt, None, &outcome, limit)
                         .map_err(|fault| self.policy_failed(None, what, None, &outcome_label(&outcome), fault))?
                         .map_err(CallError::Run)?;
-                    self.log(None, ticket.call_id, what, None, &outcome, &decision, false);
+                    self.log(None, ticket.call_id, what, None, &outcome, &decision, false, false);
                     if let Action::Escalate(escalation) = decision.action {
                         return Err(CallError::Escalated(escalation));
                     }
@@ -495,30 +558,204 @@ impl RetryingToolCaller {
         observe::from_error(error, session_id_sent)
     }
 
-    /// One attempt of a tool call, within the limit.
-    async fn attempt(&mut self, tool: &str, arguments: &Map<String, Value>, limit: &Limit<'_>) -> Result<Attempted, StopCause> {
+    /// The application's client handler, if its connection has one.
+    fn handler(&self) -> Option<ClientHandlerRef> {
+        match &self.session {
+            Session::Owned(connection) => connection.handler().cloned(),
+            Session::Bare(_) => None,
+        }
+    }
+
+    /// The peer for the next request, or why none can be sent: an owned
+    /// connection without a session, or a transport already closed (nothing
+    /// can be written to a closed pipe: the request never left).
+    fn peer_to_send(&mut self) -> Result<Peer<RoleClient>, Outcome> {
         let Some(peer) = self.peer() else {
-            return Ok(Attempted { outcome: lost_before_send(), result: None, uncaptured: false });
+            return Err(lost_before_send());
         };
         if peer.is_transport_closed() {
-            // Nothing can be written to a closed pipe: the request never left.
             if let Session::Owned(connection) = &mut self.session {
                 connection.mark_lost();
             }
-            return Ok(Attempted { outcome: lost_before_send(), result: None, uncaptured: false });
+            return Err(lost_before_send());
         }
-        let params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments.clone());
-        let timeout = self.options.clock.real_duration(self.options.attempt_timeout_ms);
-        let answered = limit.within(tokio::time::timeout(timeout, peer.call_tool(params))).await?;
+        Ok(peer)
+    }
+
+    /// One attempt of a tool call, within the limit: its continuation rounds
+    /// (answered by the application's handler: the same attempt) included.
+    async fn attempt(&mut self, tool: &str, arguments: &Map<String, Value>, timeouts: Timeouts, limit: &Limit<'_>) -> Result<Attempted, StopCause> {
+        let peer = match self.peer_to_send() {
+            Ok(peer) => peer,
+            Err(outcome) => return Ok(Attempted::of(outcome)),
+        };
+        let total = self.options.clock.real_duration(timeouts.total_ms);
+        let idle = self.options.clock.real_duration(timeouts.idle_ms);
+        let mut params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments.clone());
+        // Time spent waiting for the server; a person answering a handler does not count.
+        let mut waited = Duration::ZERO;
+        let mut questions = String::new();
+        for _round in 0..=continuation::MAX_ROUNDS {
+            let sent_at = Instant::now();
+            let answered = limit.within(self.send_call(&peer, tool, params.clone(), idle, total.saturating_sub(waited))).await?;
+            waited += sent_at.elapsed();
+            let session_id_sent = self.session_id_sent();
+            let asked = match answered {
+                Ok(ServerResult::CallToolResult(result)) => {
+                    return Ok(Attempted { outcome: observe::from_result(&result, session_id_sent), result: Some(result), uncaptured: false });
+                }
+                // A bare acknowledgement: a result with no content.
+                Ok(ServerResult::EmptyResult(_)) => {
+                    let result = CallToolResult::default();
+                    return Ok(Attempted { outcome: observe::from_result(&result, session_id_sent), result: Some(result), uncaptured: false });
+                }
+                Ok(ServerResult::CreateTaskResult(created)) => {
+                    let report = task::report(&created.task, task::live_status(created.task.status), None, self.options.clock.now_ms());
+                    return Ok(Attempted::of(Outcome::Task(report)));
+                }
+                Ok(ServerResult::InputRequiredResult(asked)) => asked,
+                Ok(_) => return Ok(Attempted::of(observe::from_error(&ServiceError::UnexpectedResponse, session_id_sent))),
+                Err(error) => {
+                    let uncaptured = observe::is_uncaptured(&error) && matches!(self.session, Session::Bare(_));
+                    return Ok(Attempted { outcome: self.observe_failure(&error), result: None, uncaptured });
+                }
+            };
+            let requests = asked.input_requests.unwrap_or_default();
+            // A round that carries only `requestState` needs no answer: it is sent back as it came.
+            let responses = if requests.is_empty() {
+                None
+            } else {
+                questions = continuation::questions(&requests);
+                let Some(handler) = self.handler() else {
+                    return Ok(Attempted::of(input_required(questions, session_id_sent)));
+                };
+                match limit.within(continuation::answer(&handler, &peer, requests)).await? {
+                    Ok(responses) => Some(responses),
+                    Err(why) => {
+                        return Ok(Attempted::of(input_required(format!("{questions}\n(the client's handler did not answer: {why})"), session_id_sent)));
+                    }
+                }
+            };
+            params.input_responses = responses;
+            params.request_state = asked.request_state;
+        }
+        let spent = format!("{questions}\n(the server still asked for input after {} answered rounds)", continuation::MAX_ROUNDS);
+        Ok(Attempted::of(input_required(spent, self.session_id_sent())))
+    }
+
+    /// Sends one `tools/call` and waits for its answer: at most `idle` without
+    /// an answer or a progress notification (rmcp restarts the wait at each),
+    /// `total` in all. Each progress notification is told to `on_progress`.
+    /// Dropped unanswered (the call's deadline, its cancellation), it sends
+    /// `notifications/cancelled` for the request.
+    async fn send_call(
+        &self,
+        peer: &Peer<RoleClient>,
+        tool: &str,
+        params: CallToolRequestParams,
+        idle: Duration,
+        total: Duration,
+    ) -> Result<ServerResult, ServiceError> {
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let options = PeerRequestOptions::with_timeout(idle.min(total)).reset_timeout_on_progress().with_max_total_timeout(total);
+        let handle = peer.send_request_with_option(request, options).await?;
+        let mut progress = match &self.session {
+            Session::Owned(connection) => Some(connection.progress().subscribe(handle.progress_token.clone()).await),
+            Session::Bare(_) => None,
+        };
+        let mut unanswered = CancelOnDrop { peer: Some(peer.clone()), request_id: handle.id.clone() };
+        let response = handle.await_response();
+        tokio::pin!(response);
+        let answered = loop {
+            tokio::select! {
+                answered = &mut response => break answered,
+                Some(note) = async {
+                    match progress.as_mut() {
+                        Some(stream) => stream.next().await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    if let Some(hook) = &self.options.on_progress {
+                        hook(tool, note.progress, note.total, note.message.as_deref());
+                    }
+                }
+            }
+        };
+        // Answered, or timed out (rmcp then sent the cancellation itself).
+        unanswered.peer = None;
+        answered
+    }
+
+    /// Polls the call's task (`tasks/get`) and reports what it says: a live
+    /// task's status (input it asks for answered through `tasks/update` by
+    /// the application's handler, if there is one), a completed task's result,
+    /// a failed task's error, or the poll's own failure.
+    async fn poll(&mut self, task_id: &str, timeouts: Timeouts, limit: &Limit<'_>) -> Result<Attempted, StopCause> {
+        let peer = match self.peer_to_send() {
+            Ok(peer) => peer,
+            Err(outcome) => return Ok(Attempted::of(as_poll_failure(outcome))),
+        };
+        let wait = self.options.clock.real_duration(timeouts.idle_ms.min(timeouts.total_ms));
+        let got = limit.within(tokio::time::timeout(wait, peer.get_task(GetTaskParams::new(task_id)))).await?;
         let session_id_sent = self.session_id_sent();
-        Ok(match answered {
-            Err(_elapsed) => Attempted { outcome: observe::timeout(session_id_sent), result: None, uncaptured: false },
-            Ok(Ok(result)) => Attempted { outcome: observe::from_result(&result, session_id_sent), result: Some(result), uncaptured: false },
+        let detailed = match got {
+            Err(_elapsed) => return Ok(Attempted::of(as_poll_failure(observe::timeout(session_id_sent)))),
             Ok(Err(error)) => {
                 let uncaptured = observe::is_uncaptured(&error) && matches!(self.session, Session::Bare(_));
-                Attempted { outcome: self.observe_failure(&error), result: None, uncaptured }
+                return Ok(Attempted { outcome: as_poll_failure(self.observe_failure(&error)), result: None, uncaptured });
             }
+            Ok(Ok(got)) => got.task,
+        };
+        let now = self.options.clock.now_ms();
+        let live = |status: TaskStatus, message: Option<String>| Attempted::of(Outcome::Task(task::report(&detailed.task, status, message, now)));
+        Ok(match detailed.payload.clone() {
+            TaskPayload::Working => live(TaskStatus::Working, None),
+            TaskPayload::Cancelled => live(TaskStatus::Cancelled, None),
+            TaskPayload::Completed { result } => {
+                let (outcome, result) = task::completed(result, session_id_sent);
+                Attempted { outcome, result, uncaptured: false }
+            }
+            TaskPayload::Failed { error } => Attempted::of(task::failed(&error, session_id_sent)),
+            TaskPayload::InputRequired { input_requests } => {
+                let questions = continuation::questions(&input_requests);
+                let Some(handler) = self.handler() else {
+                    return Ok(live(TaskStatus::InputRequired, Some(questions)));
+                };
+                let responses = match limit.within(continuation::answer(&handler, &peer, input_requests)).await? {
+                    Ok(responses) => responses,
+                    Err(why) => return Ok(live(TaskStatus::InputRequired, Some(format!("{questions}\n(the client's handler did not answer: {why})")))),
+                };
+                let update = peer.update_task(UpdateTaskParams::new(task_id, responses));
+                match limit.within(tokio::time::timeout(wait, update)).await? {
+                    Ok(Ok(())) => live(TaskStatus::InputAnswered, Some(questions)),
+                    Ok(Err(error)) => Attempted::of(as_poll_failure(self.observe_failure(&error))),
+                    Err(_elapsed) => Attempted::of(as_poll_failure(observe::timeout(self.session_id_sent()))),
+                }
+            }
+            other => Attempted::of(as_poll_failure(observe::transport_failure(
+                TransportError::Other,
+                Delivery::AnswerStarted,
+                format!("a task status this client does not know: {:?}", other.status()),
+                session_id_sent,
+            ))),
         })
+    }
+
+    /// Sends `tasks/cancel` for a task the call stops waiting for (as a
+    /// verdict's `cancel-task` says, or when the call stops at a deadline or is
+    /// cancelled). Best effort, within the attempt's idle timeout: the
+    /// policy's decision stands whatever the server answers.
+    async fn cancel_task(&mut self, tool: &str, task_id: &str, timeouts: Timeouts) {
+        let wait = self.options.clock.real_duration(timeouts.idle_ms.min(timeouts.total_ms));
+        let answer = match self.peer_to_send() {
+            Ok(peer) => match tokio::time::timeout(wait, peer.cancel_task(CancelTaskParams::new(task_id))).await {
+                Ok(Ok(())) => "acknowledged".to_string(),
+                Ok(Err(error)) => format!("failed: {error}"),
+                Err(_elapsed) => "no answer".to_string(),
+            },
+            Err(_) => "not sent: no session".to_string(),
+        };
+        tracing::info!(target: "agent_retry", event = "agent_retry.cancel_task", run = %self.run_id, tool, task = task_id, answer, "tasks/cancel");
     }
 
     /// Writes one attempt line, with the fields (and order) of the Python and
@@ -548,11 +785,13 @@ impl RetryingToolCaller {
     }
 
     /// The attempt line of a decision (see [`AttemptLine`]); `step` is `None`
-    /// for the pseudo-calls `initialize` and `tools/list`.
+    /// for the pseudo-calls `initialize` and `tools/list`; `sent` says the
+    /// outcome is an attempt's (not a poll's or a status check's).
     #[allow(clippy::too_many_arguments)]
-    fn log(&mut self, step: Option<u32>, call_id: u32, tool: &str, key: Option<&str>, outcome: &Outcome, decision: &Decision, uncaptured: bool) {
+    fn log(&mut self, step: Option<u32>, call_id: u32, tool: &str, key: Option<&str>, outcome: &Outcome, decision: &Decision, uncaptured: bool, sent: bool) {
         let delay_ms = match &decision.action {
             Action::Retry(plan) => Some(plan.delay_ms),
+            Action::Poll(plan) => Some(plan.delay_ms),
             _ => None,
         };
         let escalation = match &decision.action {
@@ -585,8 +824,9 @@ impl RetryingToolCaller {
             reason: &reason,
         });
         let status = outcome_label(outcome);
-        // The metrics count tool calls: connecting and listing count only when they escalate.
-        let attempted = step.is_some() && !matches!(outcome, Outcome::StatusCheck(_));
+        // The metrics count tool calls: connecting and listing count only when
+        // they escalate; polls and status checks are not attempts.
+        let attempted = step.is_some() && sent;
         let tool_call = step.is_some();
         self.metrics.update(|c| {
             if attempted {
@@ -596,7 +836,7 @@ impl RetryingToolCaller {
             if tool_call {
                 *c.by_action.entry(action_label(&decision.action).to_string()).or_default() += 1;
             }
-            if let Some(delay) = delay_ms.filter(|_| tool_call) {
+            if let Some(delay) = delay_ms.filter(|_| tool_call && matches!(decision.action, Action::Retry(_))) {
                 c.retries += 1;
                 c.waited_ms += delay;
             }
@@ -803,19 +1043,32 @@ impl RetryingToolCaller {
         if let Err(cause) = limit.pause(ticket.delay_ms).await {
             return Err(self.stopped(cause, tool, Some(&ticket), sent, false, key.as_deref()));
         }
+        let timeouts = Timeouts::of(&ticket, self.options.attempt_timeout_ms);
         // The attempt each outcome reports: 1, then each retry plan's.
         let mut attempt = 1;
         let mut next = Next::Send;
+        // The task that answered the attempt, while it lives.
+        let mut task: Option<String> = None;
         loop {
             // A lost session is set up again (the policy's `initialize` call)
-            // before the next attempt or status check.
+            // before the next attempt, poll or status check.
             self.ensure_session(&limit).await?;
             let attempted = match next {
                 Next::Send => {
                     sent += 1;
-                    match self.attempt(tool, &arguments, &limit).await {
+                    match self.attempt(tool, &arguments, timeouts, &limit).await {
                         Ok(attempted) => attempted,
                         Err(cause) => return Err(self.stopped(cause, tool, Some(&ticket), sent, true, key.as_deref())),
+                    }
+                }
+                Next::Poll => {
+                    let task_id = task.clone().unwrap_or_default();
+                    match self.poll(&task_id, timeouts, &limit).await {
+                        Ok(attempted) => attempted,
+                        Err(cause) => {
+                            self.cancel_task(tool, &task_id, timeouts).await;
+                            return Err(self.stopped(cause, tool, Some(&ticket), sent, true, key.as_deref()));
+                        }
                     }
                 }
                 Next::CheckStatus => {
@@ -826,18 +1079,29 @@ impl RetryingToolCaller {
                         },
                         _ => StatusCheckResult::Unknown,
                     };
-                    Attempted { outcome: Outcome::StatusCheck(found), result: None, uncaptured: false }
+                    Attempted::of(Outcome::StatusCheck(found))
                 }
             };
+            if let Outcome::Task(report) = &attempted.outcome {
+                task = Some(report.task_id.clone());
+            }
             let decision = self
                 .record(tool, ticket.call_id, attempt, key.as_deref(), &attempted.outcome, &limit)
                 .map_err(|fault| self.policy_failed(Some(step), tool, key.as_deref(), &outcome_label(&attempted.outcome), fault))?
                 .map_err(CallError::Run)?;
-            self.log(Some(step), ticket.call_id, tool, key.as_deref(), &attempted.outcome, &decision, attempted.uncaptured);
+            self.log(Some(step), ticket.call_id, tool, key.as_deref(), &attempted.outcome, &decision, attempted.uncaptured, matches!(next, Next::Send));
+            // The policy stops waiting for a task that still lives: cancel it first.
+            if decision.cancel_task
+                && let Some(task_id) = task.take()
+            {
+                self.cancel_task(tool, &task_id, timeouts).await;
+            }
             match decision.action {
                 Action::Retry(plan) => {
                     attempt = plan.attempt;
                     next = Next::Send;
+                    // A new attempt is a new tool call: the old task is not polled again.
+                    task = None;
                     // The server lost the session (or refused the revision):
                     // the retry goes on a new one, set up before it is sent.
                     if plan.reconnect {
@@ -847,14 +1111,24 @@ impl RetryingToolCaller {
                         return Err(self.stopped(cause, tool, Some(&ticket), sent, false, key.as_deref()));
                     }
                 }
+                Action::Poll(plan) => {
+                    let Some(task_id) = task.clone() else {
+                        let fault = PolicyFault::BoundaryViolation { cause: format!("a poll answered {tool}, which has no task") };
+                        return Err(self.policy_failed(Some(step), tool, key.as_deref(), &outcome_label(&attempted.outcome), fault));
+                    };
+                    next = Next::Poll;
+                    if plan.reconnect {
+                        self.reconnect_before_retry(tool)?;
+                    }
+                    if let Err(cause) = limit.pause(plan.delay_ms).await {
+                        self.cancel_task(tool, &task_id, timeouts).await;
+                        return Err(self.stopped(cause, tool, Some(&ticket), sent, true, key.as_deref()));
+                    }
+                }
                 Action::CheckStatus => next = Next::CheckStatus,
                 Action::Replan(message) => return Ok(ToolAnswer::Replan(message)),
                 Action::Succeed(note) => return Ok(ToolAnswer::Done { result: attempted.result, note }),
                 Action::Escalate(escalation) => return Err(CallError::Escalated(escalation)),
-                Action::Poll(_) => {
-                    let fault = PolicyFault::BoundaryViolation { cause: format!("a poll answered {tool}, which has no task") };
-                    return Err(self.policy_failed(Some(step), tool, key.as_deref(), &outcome_label(&attempted.outcome), fault));
-                }
             }
         }
     }
@@ -864,7 +1138,51 @@ impl RetryingToolCaller {
 #[derive(Clone, Copy)]
 enum Next {
     Send,
+    /// Poll the call's task (`tasks/get`).
+    Poll,
     CheckStatus,
+}
+
+/// A continuation nobody answered, as the failure the policy reads: the
+/// server's questions as the body.
+fn input_required(questions: String, session_id_sent: bool) -> Outcome {
+    Outcome::Failure(Observation {
+        kind: FailureKind::InputRequired,
+        headers: String::new(),
+        body: questions,
+        structured_content: None,
+        session_id_sent,
+        delivery: Delivery::AnswerStarted,
+    })
+}
+
+/// A failed `tasks/*` request, reported as the poll's failure (never as the
+/// attempt's: the tool was not called again).
+fn as_poll_failure(outcome: Outcome) -> Outcome {
+    match outcome {
+        Outcome::Failure(observation) => Outcome::PollFailure(observation),
+        other => other,
+    }
+}
+
+/// Sends `notifications/cancelled` for a request dropped before its answer
+/// (rmcp's `call_tool` does the same), unless `peer` was taken.
+struct CancelOnDrop {
+    peer: Option<Peer<RoleClient>>,
+    request_id: rmcp::model::RequestId,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if let Some(peer) = self.peer.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            let params = CancelledNotificationParam::new(Some(self.request_id.clone()), Some("the caller stopped waiting".into()));
+            runtime.spawn(async move {
+                let _ = peer.notify_cancelled(params).await;
+            });
+        }
+    }
 }
 
 /// A transport failure's body (the host's own words: nothing was answered)

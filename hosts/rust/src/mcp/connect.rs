@@ -12,13 +12,19 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientLifecycleMode, ClientServiceExt, RoleClient};
 
+use rmcp::handler::client::progress::ProgressDispatcher;
+
 use super::http_client::{ProbeReader, RecordingHttpClient};
 use super::observe;
+use super::session_client::{ClientHandlerRef, SessionClient};
 use crate::component::Outcome;
 use crate::component::types::{Delivery, TransportError};
 
 /// A connected MCP client.
 pub type McpClient = RunningService<RoleClient, ClientConfig>;
+
+/// A session of an [`McpConnection`].
+type OwnedClient = RunningService<RoleClient, SessionClient>;
 
 /// What the wrapper asks for in `server/discover`: the revisions without the
 /// handshake (a server that lists only older ones gets `initialize`, see
@@ -114,12 +120,15 @@ enum Endpoint {
 /// A connection the wrapper owns: it knows how to connect, over HTTP with the
 /// status- and header-capturing client or over stdio by starting the server,
 /// and how to connect again after the session is lost (a new `initialize`
-/// over HTTP; a new process over stdio).
+/// over HTTP; a new process over stdio). Every session declares the tasks
+/// extension and routes progress notifications to the wrapper.
 pub struct McpConnection {
     endpoint: Endpoint,
     config: ClientConfig,
+    handler: Option<ClientHandlerRef>,
+    progress: ProgressDispatcher,
     lifecycle: ClientLifecycleMode,
-    client: Option<McpClient>,
+    client: Option<OwnedClient>,
     lost: bool,
     /// Sessions set up so far: after the first, a connect is a reconnection.
     sessions: u32,
@@ -148,7 +157,16 @@ impl McpConnection {
     }
 
     fn with_endpoint(endpoint: Endpoint) -> Self {
-        McpConnection { endpoint, config: ClientConfig::default(), lifecycle: negotiating_lifecycle(), client: None, lost: false, sessions: 0 }
+        McpConnection {
+            endpoint,
+            config: ClientConfig::default(),
+            handler: None,
+            progress: ProgressDispatcher::new(),
+            lifecycle: negotiating_lifecycle(),
+            client: None,
+            lost: false,
+            sessions: 0,
+        }
     }
 
     /// Also trusts the CA certificates in `pem` (one or more PEM blocks), beside
@@ -194,6 +212,27 @@ impl McpConnection {
         self
     }
 
+    /// Answers what the server asks with `handler` (any `rmcp::ClientHandler`,
+    /// e.g. `Arc::new(my_handler.into_dyn())`): its elicitation, sampling and
+    /// roots answer the input a continuation (`input_required`) or a task asks
+    /// for, and what it says of itself replaces the client configuration.
+    /// Without one, such input is reported to the policy as nobody's
+    /// (`input-required`).
+    pub fn with_handler(mut self, handler: ClientHandlerRef) -> Self {
+        self.handler = Some(handler);
+        self
+    }
+
+    /// The application's handler, if it gave one.
+    pub fn handler(&self) -> Option<&ClientHandlerRef> {
+        self.handler.as_ref()
+    }
+
+    /// Where the sessions' progress notifications go, by progress token.
+    pub(crate) fn progress(&self) -> &ProgressDispatcher {
+        &self.progress
+    }
+
     /// The session's peer, if it is connected and not known lost.
     pub fn peer(&self) -> Option<Peer<RoleClient>> {
         self.client.as_ref().filter(|_| !self.lost).map(|c| c.peer().clone())
@@ -235,6 +274,7 @@ impl McpConnection {
             let _ = tokio::time::timeout(std::time::Duration::from_secs(1), old.cancel()).await;
         }
         let lifecycle = self.lifecycle.clone();
+        let service = SessionClient::new(self.config.clone(), self.handler.clone(), self.progress.clone());
         let client = match &self.endpoint {
             // `RetryingToolCaller::connect` refuses it first; a direct call gets
             // `other`, which the policy escalates and never retries.
@@ -243,7 +283,7 @@ impl McpConnection {
             }
             Endpoint::Http { url, client, refused: None } => {
                 let transport = http_transport(url, client.clone());
-                self.config.clone().serve_with_lifecycle(transport, lifecycle).await.map_err(|e| from_initialize_error(&e))?
+                service.serve_with_lifecycle(transport, lifecycle).await.map_err(|e| from_initialize_error(&e))?
             }
             Endpoint::Stdio { program, args } => {
                 let mut command = tokio::process::Command::new(program);
@@ -251,7 +291,7 @@ impl McpConnection {
                 // A server that cannot be started never saw a request.
                 let transport = TokioChildProcess::new(command)
                     .map_err(|e| observe::transport_failure(TransportError::ConnectionRefused, Delivery::NotSent, format!("{program}: {e}"), false))?;
-                self.config.clone().serve_with_lifecycle(transport, lifecycle).await.map_err(|e| from_initialize_error(&e))?
+                service.serve_with_lifecycle(transport, lifecycle).await.map_err(|e| from_initialize_error(&e))?
             }
         };
         self.client = Some(client);
