@@ -30,6 +30,9 @@ pub struct Ledger {
     pub confirmations: Vec<ConfirmRound>,
     /// Every `export_report` run, in order (a read that takes a while).
     pub reports: Vec<ReportRun>,
+    /// The task ids of every `tasks/cancel` the server received, in order: a
+    /// test of a host in another process reads them from the ledger file.
+    pub cancelled_tasks: Vec<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]

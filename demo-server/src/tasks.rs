@@ -63,6 +63,14 @@ impl DemoState {
     pub fn record_task_event(&self, method: &str, task_id: &str, answer: Option<String>, fault: Option<String>) {
         let event = TaskEvent { at_ms: self.now_ms(), method: method.to_string(), task_id: task_id.to_string(), answer, fault };
         lock(&self.task_events).push(event);
+        if method == "tasks/cancel" {
+            let mut ledger = lock(&self.ledger);
+            ledger.cancelled_tasks.push(task_id.to_string());
+            if let Some(path) = &self.ledger_file {
+                // Best effort: the in-memory record stays whatever the disk says.
+                let _ = ledger.save(path);
+            }
+        }
     }
 
     /// The `method` requests (`tasks/get`...) received for `task_id`, faulted ones included.

@@ -67,7 +67,7 @@ pub struct DemoState {
     timings: Mutex<Timings>,
     started: Instant,
     /// Where the ledger is kept across restarts (`agent-retry serve --ledger`).
-    ledger_file: Option<PathBuf>,
+    pub(crate) ledger_file: Option<PathBuf>,
 }
 
 /// Locks a mutex; a poisoned one still holds usable data for a demo server.

@@ -194,6 +194,7 @@ def test_a_task_the_policy_stops_waiting_for_is_cancelled_and_its_work_stops(dem
     assert verdicts[-1][1].cancel_task
     (cancel,) = sent.of("tasks/cancel")
     assert cancel["taskId"] == sent.of("tasks/get")[0]["taskId"]
+    assert server.ledger()["cancelled_tasks"] == [cancel["taskId"]], "the server saw the cancel"
     time.sleep(2.0)  # past the work's end: a task not cancelled would have refunded by now
     assert refunds(server) == []
 
@@ -203,6 +204,7 @@ def test_a_task_past_its_ttl_escalates_task_expired_and_is_cancelled(demo: Calla
     result, verdicts, _ = call(server.url, "issue_refund", dict(REFUND))
     assert isinstance(result, Escalated) and result.reason == "task-expired", result
     assert verdicts[-1][1].cancel_task and len(sent.of("tasks/cancel")) == 1
+    assert server.ledger()["cancelled_tasks"] == [sent.of("tasks/cancel")[0]["taskId"]], "the server saw the cancel"
     assert refunds(server) == []
 
 
@@ -211,6 +213,7 @@ def test_a_task_that_would_outlive_the_calls_deadline_escalates_and_is_cancelled
     result, verdicts, _ = call(server.url, "issue_refund", dict(REFUND), call_timeout_s=1.5)
     assert isinstance(result, Escalated) and result.reason == "deadline-too-near", result
     assert verdicts[-1][1].cancel_task and len(sent.of("tasks/cancel")) == 1
+    assert server.ledger()["cancelled_tasks"] == [sent.of("tasks/cancel")[0]["taskId"]], "the server saw the cancel at the deadline"
     time.sleep(2.0)  # past the work's end: the cancelled task never refunds
     assert refunds(server) == []
 

@@ -42,6 +42,8 @@ export interface Ledger {
   confirmations: Array<{ order_id: string; request_state: string | null; outcome: 'asked' | 'confirmed' | 'declined' }>;
   /** Every `export_report` run: the progress notifications it sent, whether it finished. */
   reports: Array<{ report_id: string; seconds: number; progress_token: unknown; notifications: number; finished: boolean }>;
+  /** The task ids of every `tasks/cancel` the server received. */
+  cancelled_tasks: string[];
 }
 
 /** Fails the test (never skips it) when the binary is missing or its `serve` lacks one of `flags`. */
@@ -109,7 +111,7 @@ export class DemoServer {
   ledger(): Ledger {
     assert.ok(this.ledgerPath, 'start the server with { ledger: true }');
     const read = existsSync(this.ledgerPath) ? (JSON.parse(readFileSync(this.ledgerPath, 'utf8')) as Partial<Ledger>) : {};
-    return { refunds: [], notes: [], assets: {}, uploads: {}, archives: [], confirmations: [], reports: [], ...read };
+    return { refunds: [], notes: [], assets: {}, uploads: {}, archives: [], confirmations: [], reports: [], cancelled_tasks: [], ...read };
   }
 
   /** Ends the server (it is gone when this resolves); again, nothing. */

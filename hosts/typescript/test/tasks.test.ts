@@ -114,6 +114,7 @@ test('a task past its time to live: the policy stops waiting and the wrapper sen
   const cancels = methods('tasks/cancel');
   assert.equal(cancels.length, 1);
   assert.equal(cancels[0].params.taskId, methods('tasks/get')[0]?.params.taskId ?? cancels[0].params.taskId);
+  assert.deepEqual(server.ledger().cancelled_tasks, [cancels[0].params.taskId], 'the server saw the cancel');
   assert.equal(server.ledger().refunds.length, 0);
 });
 
@@ -122,6 +123,10 @@ test('the call\'s deadline while its task works: the polls stop at the deadline'
     { caller: { callTimeoutMs: 800 } });
   await assert.rejects(caller.callTool('issue_refund', refund('A2004')), (e: unknown) => e instanceof CallTimedOut || e instanceof Escalated);
   assert.equal(methods('tools/call').length, 1);
+  // Whichever stopped it (the policy's deadline-too-near or the wrapper's
+  // timer), the task is cancelled and the server sees it.
+  for (let i = 0; i < 50 && server.ledger().cancelled_tasks.length === 0; i += 1) await new Promise((r) => setTimeout(r, 20));
+  assert.equal(server.ledger().cancelled_tasks.length, 1, 'the server saw the cancel at the deadline');
   assert.equal(server.ledger().refunds.length, 0);
 });
 
