@@ -7,7 +7,7 @@ WASM := target/component/agent_retry_policy.wasm
 # Contract 0.5.0 decides sessions, revisions, TLS and deadlines in the guest;
 # 0.6.0 adds tasks, polls, continuations and expired handles, two exports and
 # their texts (`make targets`: the size against issue 23's 115,000).
-WASM_LIMIT_BYTES := 146000
+WASM_LIMIT_BYTES := 148000
 JCO := hosts/typescript/node_modules/@bytecodealliance/jco/src/jco.js
 
 .PHONY: setup wasm demo test vectors targets judge-setup judge-rust redis hostile noop

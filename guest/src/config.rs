@@ -126,6 +126,7 @@ pub struct Config {
     pub attempt_timeout_ms: u64,
     pub max_polls_per_task: u32,
     pub max_task_wait_ms: u64,
+    pub task_poll_min_delay_ms: u64,
     pub task_poll_base_delay_ms: u64,
     pub task_poll_max_delay_ms: u64,
     pub on_task_cancelled: OnTaskCancelled,
@@ -159,6 +160,7 @@ impl Default for Config {
             attempt_timeout_ms: 0,
             max_polls_per_task: 0,
             max_task_wait_ms: 0,
+            task_poll_min_delay_ms: 0,
             task_poll_base_delay_ms: 0,
             task_poll_max_delay_ms: 0,
             on_task_cancelled: OnTaskCancelled::Replan,
@@ -217,7 +219,7 @@ const fn cost<T>(name: &'static str, default: u64, get: fn(&T) -> u64, set: fn(&
 const MAX_CAPACITY: u64 = 1_000_000_000;
 
 /// The top level's whole-number fields, in the order `effective-config` writes them.
-const INT_FIELDS: [IntField<Config>; 15] = [
+const INT_FIELDS: [IntField<Config>; 16] = [
     int("base-delay-ms", 1, ONE_DAY_MS, 1000, |c| c.base_delay_ms, |c, v| c.base_delay_ms = v),
     int("max-delay-ms", 1, ONE_DAY_MS, 30_000, |c| c.max_delay_ms, |c, v| c.max_delay_ms = v),
     int("max-attempts-per-call", 1, 100, 4, |c| c.max_attempts_per_call.into(), |c, v| c.max_attempts_per_call = v as u32),
@@ -231,6 +233,7 @@ const INT_FIELDS: [IntField<Config>; 15] = [
     int("attempt-timeout-ms", 1, ONE_DAY_MS, 600_000, |c| c.attempt_timeout_ms, |c, v| c.attempt_timeout_ms = v),
     int("max-polls-per-task", 1, 1_000_000, 600, |c| c.max_polls_per_task.into(), |c, v| c.max_polls_per_task = v as u32),
     int("max-task-wait-ms", 1, ONE_DAY_MS, 600_000, |c| c.max_task_wait_ms, |c, v| c.max_task_wait_ms = v),
+    int("task-poll-min-delay-ms", 0, ONE_DAY_MS, 100, |c| c.task_poll_min_delay_ms, |c, v| c.task_poll_min_delay_ms = v),
     int("task-poll-base-delay-ms", 1, ONE_DAY_MS, 1000, |c| c.task_poll_base_delay_ms, |c, v| c.task_poll_base_delay_ms = v),
     int("task-poll-max-delay-ms", 1, ONE_DAY_MS, 30_000, |c| c.task_poll_max_delay_ms, |c, v| c.task_poll_max_delay_ms = v),
 ];
@@ -556,6 +559,10 @@ impl Config {
         if config.max_delay_ms < config.base_delay_ms {
             let message = cat!("must be at least base-delay-ms (", config.base_delay_ms, "), not ", config.max_delay_ms);
             return Err(error(ConfigErrorKind::OutOfRange, "max-delay-ms", message));
+        }
+        if config.task_poll_max_delay_ms < config.task_poll_min_delay_ms {
+            let message = cat!("must be at least task-poll-min-delay-ms (", config.task_poll_min_delay_ms, "), not ", config.task_poll_max_delay_ms);
+            return Err(error(ConfigErrorKind::OutOfRange, "task-poll-max-delay-ms", message));
         }
         if config.task_poll_max_delay_ms < config.task_poll_base_delay_ms {
             let message = cat!("must be at least task-poll-base-delay-ms (", config.task_poll_base_delay_ms, "), not ", config.task_poll_max_delay_ms);

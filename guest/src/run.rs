@@ -69,6 +69,13 @@ struct Task {
     failed_polls: u32,
     /// The sum of the poll waits decided, in ms.
     waited_ms: u64,
+    /// When the task was first reported (host clock, ms): the polls' time
+    /// counts from here, whether it passed in waits or in slow answers.
+    first_at_ms: u64,
+    /// When the task's time to live ends (host clock, ms), from the latest
+    /// report that gave `ttl-ms`: kept, so that a poll after a failed poll is
+    /// still bounded by it.
+    expires_at_ms: Option<u64>,
 }
 
 /// What the call's last failed attempt returned; its text is in `Call::last_text`.
@@ -798,7 +805,7 @@ impl Run {
         if first {
             let book = self.tasks.get_or_insert_with(Box::default);
             book.tasks = book.tasks.saturating_add(1);
-            book.live.push(Task { call: index as u32, id: String::new(), polls: 0, failed_polls: 0, waited_ms: 0 });
+            book.live.push(Task { call: index as u32, id: String::new(), polls: 0, failed_polls: 0, waited_ms: 0, first_at_ms: now_ms, expires_at_ms: None });
             // The server took the call: a write may apply from now on.
             if self.calls[index].policy.effect != Effect::Read {
                 self.set_effect(index, Some(EffectStatus::Unknown));
@@ -810,6 +817,11 @@ impl Run {
             task.id.push_str(&report.task_id);
         }
         task.failed_polls = 0;
+        if let Some(ttl) = report.ttl_ms {
+            // Created `age-ms` ago; without a `createdAt`, no later than first seen.
+            let created_at = report.age_ms.map_or(task.first_at_ms, |age| now_ms.saturating_sub(age));
+            task.expires_at_ms = Some(created_at.saturating_add(ttl));
+        }
         // The note and the message stay within max-message-chars, however long the server's text.
         let text = excerpt(&report.message, self.config.max_message_chars as usize);
         let status = match report.status {
@@ -846,8 +858,9 @@ impl Run {
                 let task = self.task(index).expect("set above");
                 // The server's interval is a floor; without one, the wait grows.
                 let grown = config.task_poll_base_delay_ms.saturating_mul(1u64 << task.polls.min(32)).min(config.task_poll_max_delay_ms);
-                let delay_ms = interval.unwrap_or(grown);
-                self.poll_or_stop(index, report, delay_ms, false, failed(OutcomeClass::Transient), at)
+                // Never faster than task-poll-min-delay-ms: an interval of 0 is a hot loop.
+                let delay_ms = interval.unwrap_or(grown).max(config.task_poll_min_delay_ms);
+                self.poll_or_stop(index, delay_ms, false, failed(OutcomeClass::Transient), at)
             }
         }
     }
@@ -877,15 +890,7 @@ impl Run {
                     return self.stop_task(index, failed, EscalationReason::ServerWaitTooLong, &detail, now_ms);
                 }
                 let delay_ms = next_delay_ms(config.task_poll_base_delay_ms, config.task_poll_max_delay_ms, failed_polls, hint_ms, at.entropy);
-                let report = TaskReport {
-                    task_id: task_id.clone(),
-                    status: TaskStatus::Working,
-                    poll_interval_ms: None,
-                    ttl_ms: None,
-                    age_ms: None,
-                    message: String::new(),
-                };
-                self.poll_or_stop(index, &report, delay_ms, reconnect, failed, at)
+                self.poll_or_stop(index, delay_ms.max(config.task_poll_min_delay_ms), reconnect, failed, at)
             }
             // The server no longer knows the task (or refuses the poll): its result is lost.
             OutcomeClass::Deterministic | OutcomeClass::Semantic => {
@@ -903,7 +908,7 @@ impl Run {
 
     /// Polls the call's task after `delay_ms`, unless a budget, the task's
     /// time to live or a deadline says to stop waiting.
-    fn poll_or_stop(&mut self, index: usize, report: &TaskReport, delay_ms: u64, reconnect: bool, failed: Failed, at: At) -> Verdict {
+    fn poll_or_stop(&mut self, index: usize, delay_ms: u64, reconnect: bool, failed: Failed, at: At) -> Verdict {
         let now_ms = at.now_ms;
         let config = Arc::clone(&self.config);
         let task = self.task(index).expect("a poll needs a task");
@@ -913,14 +918,17 @@ impl Run {
             let failed = Failed { hint_ms: Some(delay_ms), ..failed };
             return self.stop_task(index, failed, EscalationReason::ServerWaitTooLong, &detail, now_ms);
         }
-        if task.polls >= config.max_polls_per_task || task.waited_ms.saturating_add(delay_ms) > config.max_task_wait_ms {
-            let detail = cat!("task ", id, " was polled ", task.polls, " times over ", task.waited_ms, " ms");
+        // The time spent on the task: the waits decided, or the clock if the
+        // answers themselves were slow.
+        let spent_ms = task.waited_ms.max(now_ms.saturating_sub(task.first_at_ms));
+        if task.polls >= config.max_polls_per_task || spent_ms.saturating_add(delay_ms) > config.max_task_wait_ms {
+            let detail = cat!("task ", id, " was polled ", task.polls, " times over ", spent_ms, " ms");
             return self.stop_task(index, failed, EscalationReason::TaskPollsSpent, &detail, now_ms);
         }
-        if let (Some(ttl), Some(age)) = (report.ttl_ms, report.age_ms)
-            && age.saturating_add(delay_ms) >= ttl
+        if let Some(expires_at) = task.expires_at_ms
+            && now_ms.saturating_add(delay_ms) >= expires_at
         {
-            let detail = cat!("task ", id, " expires in ", ttl.saturating_sub(age), " ms, before its next poll in ", delay_ms, " ms");
+            let detail = cat!("task ", id, " expires in ", expires_at.saturating_sub(now_ms), " ms, before its next poll in ", delay_ms, " ms");
             return self.stop_task(index, failed, EscalationReason::TaskExpired, &detail, now_ms);
         }
         if let Some(left) = at.time_left_ms

@@ -1338,15 +1338,30 @@ def task_cases():
         case("the server's interval is a floor above the growing wait", [
             begin("issue_refund", key="k1"), outcome(1, task(interval=5000), poll(delay=5000)),
         ], config=growing),
+        case("a server interval of 0 is polled no faster than task-poll-min-delay-ms", [
+            begin("issue_refund", key="k1"), outcome(1, task(interval=0), poll(delay=100)), outcome(1, task(interval=0), poll(delay=100)),
+        ], config=TASK_TOOLS, comment="a hostile test saw 600 polls in no time before the floor"),
+        case("slow answers count toward max-task-wait-ms, not only the waits decided", [
+            begin("issue_refund", key="k1"),
+            outcome(1, task(interval=100), poll(delay=100)),
+            outcome(1, task(interval=100), now=1764460800950,
+                    expect=stop("task-polls-spent", True, note={"$contains": "polled 1 times over 950 ms"})),
+        ], config=dict(TASK_TOOLS, **{"max-task-wait-ms": 1000})),
+        case("a task's time to live still bounds the polls after a failed poll", [
+            begin("issue_refund", key="k1"),
+            outcome(1, task(interval=100, ttl=1000, age=0), poll(delay=100)),
+            outcome(1, poll_failed(status=503), entropy=0, now=1764460800950,
+                    expect=stop("task-expired", True, note={"$contains": "expires in 50 ms"})),
+        ], config=TASK_TOOLS),
         case("a server interval longer than max-hint-ms stops waiting and cancels the task", [
             begin("issue_refund", key="k1"),
             outcome(1, task(interval=120000), stop("server-wait-too-long", True, note={"$contains": "task t-1"})),
         ], config=TASK_TOOLS),
         case("the poll budget spent escalates, names the task and cancels it", [
             begin("archive_orders", key="k1"),
-            outcome(1, task(task_id="t-9", interval=10), poll(delay=10, task_id="t-9")),
-            outcome(1, task(task_id="t-9", interval=10), poll(delay=10, task_id="t-9")),
-            outcome(1, task(task_id="t-9", interval=10), stop("task-polls-spent", True, note={"$contains": "task t-9 was polled 2 times"})),
+            outcome(1, task(task_id="t-9", interval=100), poll(delay=100, task_id="t-9")),
+            outcome(1, task(task_id="t-9", interval=100), poll(delay=100, task_id="t-9")),
+            outcome(1, task(task_id="t-9", interval=100), stop("task-polls-spent", True, note={"$contains": "task t-9 was polled 2 times"})),
         ], config=dict(TASK_TOOLS, **{"max-polls-per-task": 2})),
         case("the longest total poll wait spent escalates task-polls-spent", [
             begin("issue_refund", key="k1"),
@@ -1367,7 +1382,7 @@ def task_cases():
             begin("issue_refund"),
             outcome(1, task(interval=100), poll(delay=100)),
             outcome(1, poll_failed(transport="connection-reset", delivery="sent"), entropy=0,
-                    expect={"ok": {"action": {"poll": {"task-id": "t-1", "delay-ms": 0, "reconnect": False}}, "attempt": 1, "class": "transient"}}),
+                    expect={"ok": {"action": {"poll": {"task-id": "t-1", "delay-ms": 100, "reconnect": False}}, "attempt": 1, "class": "transient"}}),
             outcome(1, task(interval=100), poll(delay=100)),
             outcome(1, SUCCESS, succeed()),
             report(attempts=1, retries=0, **{"status-checks": 0}, polls=3),
@@ -1428,8 +1443,8 @@ def task_cases():
         ], config=TASK_TOOLS),
         case("polls are not steps: a task polled past the step budget still completes", [
             begin("issue_refund", key="k1"),
-            outcome(1, task(interval=1), poll(delay=1)), outcome(1, task(interval=1), poll(delay=1)),
-            outcome(1, task(interval=1), poll(delay=1)), outcome(1, SUCCESS, succeed()),
+            outcome(1, task(interval=100), poll(delay=100)), outcome(1, task(interval=100), poll(delay=100)),
+            outcome(1, task(interval=100), poll(delay=100)), outcome(1, SUCCESS, succeed()),
         ], config=dict(TASK_TOOLS, **{"max-steps-per-run": 1})),
         case("a poll failure for a call without a task is an error", [
             begin("lookup_order"), outcome(1, poll_failed(status=503), {"err": {"no-task": 1}}), outcome(1, SUCCESS, succeed()),
