@@ -69,6 +69,7 @@ from ..types import (
     Delivery,
     EscalateAction,
     Observation,
+    PollAction,
     ReplanAction,
     StatusCheckResult,
     SucceedAction,
@@ -456,8 +457,13 @@ class RetryingToolCaller:
     def _abandon_task(self, state: _CallState) -> None:
         """A call stopped while its task lives: the task is cancelled in the background (nobody waits for it now)."""
         if state.task_id is not None:
-            self._background.add(task := _spawn(self._cancel_task(state.tool, state.task_id)))
-            task.add_done_callback(self._background.discard)
+            self._cancel_in_background(state.tool, state.task_id)
+
+    def _cancel_in_background(self, name: str, task_id: str) -> asyncio.Task[None]:
+        """Sends `tasks/cancel` in a task of its own (held until done), bounded by `CANCEL_TIMEOUT_S`."""
+        self._background.add(task := _spawn(self._send_cancel(name, task_id)))
+        task.add_done_callback(self._background.discard)
+        return task
 
     async def _call_tool(self, state: _CallState, name: str, arguments: Mapping[str, Any] | None, action_id: str | None) -> CallToolResult:
         action = action_id if action_id is not None else f"step-{state.tag.step}"
@@ -497,9 +503,11 @@ class RetryingToolCaller:
                 # A live task of a write may apply it: a stop now says so (`may_have_applied`).
                 state.task_id, state.in_flight = task_id, True
                 if answer.verdict.cancel_task:
-                    await self._cancel_task(name, task_id)
+                    await self._cancel_task(state, task_id)
                 if answer.kind != "poll":
                     break
+                # The task the verdict names (the latest the server gave) is the one polled.
+                task_id = state.task_id = cast(PollAction, answer.decision["action"])["poll"]["task-id"] or task_id
                 delay = answer.delay_ms
                 if answer.reconnect:
                     self._reconnect_before_retry(answer)
@@ -507,7 +515,9 @@ class RetryingToolCaller:
                 await self._ensure_session(state)
                 observed = await self._poll(state, name, attempt, task_id, start)
                 answer = self._record(state, tag, name, call_id, attempt, observed)
-                if observed.task is None and not observed.poll_failure:
+                if observed.task is not None:
+                    task_id = observed.task["task-id"]  # the server's latest word on which task it is
+                elif not observed.poll_failure:
                     task_id = None  # it completed or failed: reported as the attempt's outcome
             if state.task_id is not None:
                 state.task_id, state.in_flight = None, False
@@ -845,7 +855,9 @@ class RetryingToolCaller:
         now = self.clock()
         if isinstance(polled.result, _InputAnswered):
             return _Observed("task input-answered", task=tasks.report(polled.result.task, "input-answered", now))
-        task = cast(TaskState, polled.result)
+        task = tasks.read_state(polled.result)
+        if task is None:
+            return self._unusable_answer(polled.result, "not a task")
         sent_id = False  # a 2026-07-28 session carries no Mcp-Session-Id
         if task.status == "working":
             return _Observed("task working", task=tasks.report(task, "working", now))
@@ -855,23 +867,45 @@ class RetryingToolCaller:
         if task.status == "cancelled":
             return _Observed("task cancelled", task=tasks.report(task, "cancelled", now))
         if task.status == "completed":
+            if task.result is None:
+                return self._unusable_answer(polled.result, "completed without a result")
             try:
-                result = CallToolResult.model_validate(task.result or {})
+                result = CallToolResult.model_validate(task.result)
             except ValidationError as e:
-                return _Observed("task result unreadable", observation=transport_failure("other", f"the task's result: {e}"))
+                detail = f"the completed task's result is not a tool result: {e}"
+                return _Observed("task result unreadable", observation=transport_failure("other", detail, delivery="answer-started"))
             return self._observe_result(result, sent_id)
         if task.status == "failed":
-            error = task.error or {}
-            code = error.get("code")
-            message = str(error.get("message", ""))
-            observation = protocol_failure(code if isinstance(code, int) else INTERNAL_ERROR, message, data=_json_text(error.get("data")))
+            if task.error is None:
+                return self._unusable_answer(polled.result, "failed without an error")
+            # A code that is no integer, or past i32, is no code the contract carries: -32603, as the Rust host reads it.
+            code = tasks.error_code(task.error)
+            code = INTERNAL_ERROR if code is None else code
+            message = str(task.error.get("message", ""))
+            observation = protocol_failure(code, message, data=_json_text(task.error.get("data")))
             return _Observed(f"task failed: JSON-RPC {code}", observation=observation)
-        detail = f"tasks/get answered status {task.status!r}, which MCP does not define"
-        return _Observed("poll failed: other", poll_failure=transport_failure("other", detail, delivery="answer-started"))
+        return self._unusable_answer(polled.result, f"status {task.status!r}, which MCP does not define")
 
-    async def _cancel_task(self, name: str, task_id: str) -> None:
-        """`tasks/cancel`, as the verdict says (before acting on it); best effort:
-        a cancel that fails is logged, and the verdict is acted on all the same."""
+    @staticmethod
+    def _unusable_answer(answer: Any, why: str) -> _Observed:
+        """A `tasks/get` answer the wrapper cannot use: reported once as the
+        poll's failure (-32603, the answer's text as the body); the verdict
+        says whether to poll again."""
+        return _Observed(f"poll failed: tasks/get answered {why}", poll_failure=protocol_failure(INTERNAL_ERROR, tasks.answer_text(answer)))
+
+    async def _cancel_task(self, state: _CallState, task_id: str) -> None:
+        """`tasks/cancel`, as the verdict says (before acting on it), waited
+        for at most until the call's or run's deadline: one still out then goes
+        on in the background, and the verdict is acted on all the same."""
+        sending = self._cancel_in_background(state.tool, task_id)
+        remaining = state.remaining()
+        wait_s = CANCEL_TIMEOUT_S if remaining is None else min(CANCEL_TIMEOUT_S, remaining)
+        if wait_s > 0:
+            await asyncio.wait({sending}, timeout=wait_s)
+
+    async def _send_cancel(self, name: str, task_id: str) -> None:
+        """Sends `tasks/cancel` and waits up to `CANCEL_TIMEOUT_S` for its
+        answer; best effort: a cancel that fails is logged, not raised."""
         session = self.session
         error: BaseException | None = None
         if session is None:
@@ -1233,16 +1267,21 @@ class _InputAnswered:
     task: TaskState
 
 
-async def _send_poll(session: ClientSession, clock: _AttemptClock, task_id: str) -> TaskState | _InputAnswered:
-    """One poll (`tasks/get`) of a task; input it asks for that the application's handlers answer goes back with `tasks/update`."""
-    task = await tasks.get_task(session, task_id)
+async def _send_poll(session: ClientSession, clock: _AttemptClock, task_id: str) -> Any:
+    """One poll (`tasks/get`) of a task: its answer as it came (`_poll` reads
+    it), or `_InputAnswered` when the input it asks for was answered by the
+    application's handlers (`tasks/update`)."""
+    answer = await tasks.get_task(session, task_id)
+    task = tasks.read_state(answer)
+    if task is None:
+        return answer
     requests = task.input_requests or {}
     if task.status == "input_required" and requests and continuation.answerable(session, requests):
         async with clock.waiting_on_a_person():
             responses = await continuation.answer(session, requests)
         await tasks.update_task(session, task_id, responses)
         return _InputAnswered(task)
-    return task
+    return answer
 
 
 def _raise(error: BaseException) -> None:

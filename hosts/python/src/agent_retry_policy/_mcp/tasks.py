@@ -9,13 +9,14 @@ contract's `task-report` (facts only: the policy decides what to do)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, ClassVar, Literal
 
 from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
 from mcp.types import CallToolResult, InputRequests, InputResponses, Request, RequestParams, Result
-from pydantic import ConfigDict
+from pydantic import ConfigDict, TypeAdapter
 
 from ..types import TaskReport, TaskStatus
 
@@ -23,17 +24,19 @@ TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 
 
 class _TaskFields(Result):
-    """A task's fields as the server gives them (camelCase on the wire)."""
+    """A task's fields as the server gives them (camelCase on the wire). The
+    numbers and times are kept as they came: one that does not fit the
+    contract is reported as none (`report`), never a reason to refuse the answer."""
 
     model_config = ConfigDict(extra="allow")
 
     task_id: str
     status: str
     status_message: str | None = None
-    created_at: str | None = None
-    last_updated_at: str | None = None
-    ttl_ms: int | None = None
-    poll_interval_ms: int | None = None
+    created_at: Any = None
+    last_updated_at: Any = None
+    ttl_ms: Any = None
+    poll_interval_ms: Any = None
 
 
 class TaskCreated(_TaskFields):
@@ -94,8 +97,44 @@ class TasksExtension(ClientExtension):
         return (ResultClaim(result_type="task", model=TaskCreated, resolve=_not_resolved_here),)
 
 
-async def get_task(session: Any, task_id: str) -> TaskState:
-    return await session.send_request(GetTask(params=_TaskIdParams(task_id=task_id)), TaskState)  # type: ignore[no-any-return]
+# A `tasks/get` answer as it came (the SDK's JSON value), read by `read_state`.
+_ANSWER: TypeAdapter[Any] = TypeAdapter(Any)
+
+U64_MAX = 2**64 - 1
+I32_MIN, I32_MAX = -(2**31), 2**31 - 1
+
+
+async def get_task(session: Any, task_id: str) -> Any:
+    """A `tasks/get` answer, unread (`read_state` reads it): one the wrapper
+    cannot use is reported with its text, not lost in the SDK's validation."""
+    return await session.send_request(GetTask(params=_TaskIdParams(task_id=task_id)), _ANSWER)
+
+
+def read_state(answer: Any) -> TaskState | None:
+    """A `tasks/get` answer as a task, or None if it is not one."""
+    try:
+        return TaskState.model_validate(answer, by_name=False)
+    except ValueError:  # pydantic's ValidationError is one
+        return None
+
+
+def answer_text(answer: Any) -> str:
+    """An answer the wrapper cannot use, as the body of its report: its JSON text (compact, as received)."""
+    try:
+        return json.dumps(answer, ensure_ascii=False, separators=(",", ":"))
+    except (TypeError, ValueError):
+        return repr(answer)
+
+
+def u64(value: Any) -> int | None:
+    """A number the contract carries as a u64; None if it is not one (negative, fractional, too large, not a number)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= U64_MAX else None
+
+
+def error_code(error: dict[str, Any]) -> int | None:
+    """A JSON-RPC error's code, if it is an integer the contract carries (i32)."""
+    code = error.get("code")
+    return code if isinstance(code, int) and not isinstance(code, bool) and I32_MIN <= code <= I32_MAX else None
 
 
 async def update_task(session: Any, task_id: str, responses: InputResponses) -> None:
@@ -109,15 +148,15 @@ async def cancel_task(session: Any, task_id: str) -> None:
 def age_ms(task: _TaskFields, now_ms: int) -> int | None:
     """How long ago the task was created, by the host's clock (`createdAt` is
     ISO 8601); None without a `createdAt` it can read."""
-    if not task.created_at:
+    if not isinstance(task.created_at, str) or not task.created_at:
         return None
     try:
         created = datetime.fromisoformat(task.created_at.replace("Z", "+00:00"))
-    except ValueError:
+        if created.tzinfo is None:
+            return None
+        return u64(max(0, now_ms - int(created.timestamp() * 1000)))
+    except (ValueError, OverflowError, OSError):
         return None
-    if created.tzinfo is None:
-        return None
-    return max(0, now_ms - int(created.timestamp() * 1000))
 
 
 def report(task: _TaskFields, status: TaskStatus, now_ms: int, message: str | None = None) -> TaskReport:
@@ -126,8 +165,8 @@ def report(task: _TaskFields, status: TaskStatus, now_ms: int, message: str | No
     return {
         "task-id": task.task_id,
         "status": status,
-        "poll-interval-ms": task.poll_interval_ms,
-        "ttl-ms": task.ttl_ms,
+        "poll-interval-ms": u64(task.poll_interval_ms),
+        "ttl-ms": u64(task.ttl_ms),
         "age-ms": age_ms(task, now_ms),
         "message": message if message is not None else task.status_message or "",
     }
