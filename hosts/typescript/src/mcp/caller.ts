@@ -12,14 +12,14 @@ import { OsEntropy, type EntropySource } from '../entropy.js';
 import {
   AgentRetryError, CallCancelled, CallTimedOut, ConnectionConfigError, Escalated, InstanceUnusable, PolicyTrap, SessionLost, type StopCause,
 } from '../errors.js';
-import { joinedHeaders } from '../limits.js';
+import { MAX_BODY_BYTES, cutUtf8, joinedHeaders } from '../limits.js';
 import { MAX_TIMER_MS, longTimeout } from '../timers.js';
 import {
   adoptProbeFailure, classifyNetworkError, currentAttempt, deliveryOfNetworkError, describeError, hasFailure, watchAnswers, type AttemptCapture,
 } from './capture.js';
 import { McpConnection } from './connection.js';
 import { loadSdk, sdkOfClient, type McpClient, type McpSdk } from './sdk.js';
-import { answerInputRequests, questionsOf, taskAnswerOf, taskReportOf, type TaskAnswer } from './tasks.js';
+import { answerInputRequests, errorCodeOf, questionsOf, taskAnswerOf, taskReportOf, type TaskAnswer } from './tasks.js';
 
 export { MAX_TIMER_MS };
 
@@ -193,7 +193,12 @@ interface CallState {
   attempt: number;
   /** An attempt of the call is out (not a reconnection, not a status check). */
   inFlight: boolean;
+  /** The id of the call's task while it lives (as last reported): cancelled if the call stops. */
+  liveTask?: string;
 }
+
+/** The most a `tasks/cancel` is waited for (ms), whatever the attempt's timeouts. */
+const CANCEL_TIMEOUT_MS = 5_000;
 
 /** Thrown inside a call when it must stop; turned into `CallTimedOut` or `CallCancelled`. */
 class StopNow extends Error {}
@@ -401,7 +406,11 @@ export class RetryingToolCaller {
     try {
       return await this.call(name, args, actionId ?? `step-${step}`, state, scope);
     } catch (e) {
-      if (e instanceof StopNow || (scope.cause && !(e instanceof AgentRetryError))) throw this.stopped(state, scope);
+      if (e instanceof StopNow || (scope.cause && !(e instanceof AgentRetryError))) {
+        // The call stops waiting for a task that still lives: the server is told, in the background (the deadline is past).
+        if (state.liveTask !== undefined) this.cancelTaskInBackground(name, state.liveTask);
+        throw this.stopped(state, scope);
+      }
       throw e;
     } finally {
       scope.dispose();
@@ -444,17 +453,18 @@ export class RetryingToolCaller {
       state.inFlight = false;
       let answer = this.record(tag, name, callId, attempt, observed, scope);
       let last = observed.summary;
-      // The call's task, while it lives: polled, answered and cancelled as the verdicts say.
-      let task = observed.task;
+      // The call's task, while it lives: polled, answered and cancelled as the
+      // verdicts say, by the id the last task report named (the poll plan's).
+      let taskId = this.noteTask(state, observed);
       for (;;) {
-        if (answer.verdict.cancelTask && task !== undefined) await this.cancelTask(task.taskId, scope, timeouts);
-        if (kindOf(answer) === 'poll' && task !== undefined) {
+        if (answer.verdict.cancelTask && taskId !== undefined) await this.cancelTask(taskId, state, scope, timeouts);
+        if (kindOf(answer) === 'poll' && taskId !== undefined) {
           // A poll is neither an attempt nor a step: the tool is not called again while its task lives.
-          if (answer.verdict.reconnect) this.markLost(`the policy's verdict on the poll of task ${task.taskId} (${last}) says to reconnect`);
+          if (answer.verdict.reconnect) this.markLost(`the policy's verdict on the poll of task ${taskId} (${last}) says to reconnect`);
           await scope.pause(Number(answer.verdict.delayMs));
           await this.ensureConnected(scope, name);
-          observed = await this.pollTask(name, task, scope, timeouts);
-          task = observed.task ?? task;
+          observed = await this.pollTask(name, taskId, scope, timeouts);
+          taskId = this.noteTask(state, observed) ?? taskId;
           last = observed.summary;
           answer = this.record(tag, name, callId, attempt, observed, scope);
           continue;
@@ -662,13 +672,13 @@ export class RetryingToolCaller {
 
   /** Sends one request of an attempt with its capture, ended at once when its
    *  answer stream is cut or the call stops. */
-  private async exchange<T>(scope: CallScope, send: (signal: AbortSignal) => Promise<T>):
+  private async exchange<T>(scope: CallScope, send: (signal: AbortSignal) => Promise<T>, keepAnswerText = false):
     Promise<{ value?: T; error?: unknown; capture: AttemptCapture; client?: McpClient }> {
     scope.check();
     const controller = new AbortController();
     const instance = this.run.instance;
     const capture: AttemptCapture = {
-      headers: [], body: '', abort: () => controller.abort(new Error('the answer stream was cut')),
+      headers: [], body: '', keepAnswerText, abort: () => controller.abort(new Error('the answer stream was cut')),
       // The policy reads a probe's answer; no rule of the host's own.
       readProbeAnswer: (httpStatus, jsonRpcCode) => instance.readProbeAnswer(httpStatus, jsonRpcCode),
     };
@@ -745,26 +755,51 @@ export class RetryingToolCaller {
     return { outcome: { tag: 'success' }, summary: 'success', result };
   }
 
-  /** What the server said of the call's task, as its outcome: a task that
-   *  completed or failed as an attempt's (its result, or its JSON-RPC error);
-   *  `input_required` answered through `tasks/update` when the application has
-   *  a handler for every request (`input-answered`), else `input-required`
-   *  with the questions; `working` and `cancelled` as they are. A task that
-   *  arrived done without its payload is polled at once. */
-  private async observeTask(tool: string, task: TaskAnswer, scope: CallScope): Promise<Observed> {
+  /** The task id an outcome reports (a task report's), and whether the call's
+   *  task still lives after it (`state.liveTask`): a task that completed,
+   *  failed or was cancelled does not; a failed poll says nothing of it. */
+  private noteTask(state: CallState, observed: Observed): string | undefined {
+    const outcome = observed.outcome;
+    if (outcome.tag === 'task') {
+      state.liveTask = outcome.val.status === 'cancelled' ? undefined : outcome.val.taskId;
+      return outcome.val.taskId;
+    }
+    if (observed.task !== undefined && outcome.tag !== 'poll-failure') state.liveTask = undefined;
+    return undefined;
+  }
+
+  /** What the server said of the call's task, as its outcome. The `tools/call`
+   *  answer (`polled` undefined) carries no result, error or questions: a task
+   *  further along than `working` there is reported `working` (`cancelled` as
+   *  it is), and the first poll tells the rest, as the Rust host does. A
+   *  `tasks/get` answer (`polled`: its raw result): a task that completed or
+   *  failed as an attempt's outcome (its result, or its JSON-RPC error);
+   *  `input_required` answered through `tasks/update` when the application
+   *  has a handler for every request (`input-answered`), else
+   *  `input-required` with the questions; `working` and `cancelled` as they
+   *  are; an answer it cannot use (`completed` without a result, `failed`
+   *  without an error, a status the extension does not define) a poll
+   *  failure, once: the policy decides whether to poll again. */
+  private async observeTask(tool: string, task: TaskAnswer, scope: CallScope, polled?: { raw: unknown; sessionIdSent: boolean }): Promise<Observed> {
     const summary = `task ${task.status}`;
     const report = (status: Wit.TaskStatus, message: string): Observed =>
       ({ outcome: { tag: 'task', val: taskReportOf(task, status, message, this.clock()) }, summary, task });
+    if (polled === undefined) {
+      if (task.status === 'cancelled') return report('cancelled', task.statusMessage ?? '');
+      if (task.status !== 'input_required' || task.inputRequests === undefined) {
+        return report('working', task.status === 'working' ? task.statusMessage ?? '' : `${task.status}${task.statusMessage ? `: ${task.statusMessage}` : ''}`);
+      }
+    }
     switch (task.status) {
       case 'completed':
-        if (task.result === undefined) return this.pollTask(tool, task, scope, undefined);
-        return { ...this.observeResult(task.result as CallToolResult, this.connectionSessionSent()), task };
+        if (task.result === undefined || polled === undefined) return this.unusableTaskAnswer('completed without a result', polled, task);
+        return { ...this.observeResult(task.result as CallToolResult, polled.sessionIdSent), task };
       case 'failed': {
-        if (task.error === undefined) return this.pollTask(tool, task, scope, undefined);
-        const code = typeof task.error.code === 'number' && Number.isInteger(task.error.code) ? task.error.code : 0;
+        if (task.error === undefined || polled === undefined) return this.unusableTaskAnswer('failed without an error', polled, task);
+        const code = errorCodeOf(task.error);
         const observation: Wit.Observation = {
           kind: { tag: 'protocol-error', val: code }, headers: '', body: typeof task.error.message === 'string' ? task.error.message : '',
-          structuredContent: structuredText(task.error.data), sessionIdSent: this.connectionSessionSent(), delivery: 'answer-started',
+          structuredContent: structuredText(task.error.data), sessionIdSent: polled.sessionIdSent, delivery: 'answer-started',
         };
         return { outcome: { tag: 'failure', val: observation }, summary: `task failed (JSON-RPC ${code})`, task };
       }
@@ -786,49 +821,78 @@ export class RetryingToolCaller {
       case 'cancelled':
         return report('cancelled', task.statusMessage ?? '');
       default:
-        // A status the extension does not define: still alive as far as the host can tell.
-        return report('working', `${task.status}${task.statusMessage ? `: ${task.statusMessage}` : ''}`);
+        return this.unusableTaskAnswer(`a task status the extension does not define (${task.status})`, polled, task);
     }
   }
 
-  /** One `tasks/get` of the call's task: its answer observed as the task's
-   *  outcome, or its failure as a poll failure. `timeouts`: the attempt's
-   *  (undefined: the SDK's own). */
-  private async pollTask(tool: string, task: TaskAnswer, scope: CallScope, timeouts: AttemptTimeouts | undefined): Promise<Observed> {
+  /** A `tasks/get` answer the wrapper cannot use, as the poll failure every
+   *  host reports: `protocol-error(-32603)`, the raw answer (cut to the body
+   *  limit) as its body, delivery `answer-started`. */
+  private unusableTaskAnswer(what: string, polled: { raw: unknown; sessionIdSent: boolean } | undefined, task?: TaskAnswer): Observed {
+    const raw = typeof polled?.raw === 'string' ? polled.raw : structuredText(polled?.raw) ?? '';
+    const observation: Wit.Observation = {
+      kind: { tag: 'protocol-error', val: -32603 }, headers: '', body: cutUtf8(raw, MAX_BODY_BYTES), structuredContent: undefined,
+      sessionIdSent: polled?.sessionIdSent ?? this.connectionSessionSent(), delivery: 'answer-started',
+    };
+    return { outcome: { tag: 'poll-failure', val: observation }, summary: `poll: unusable answer: ${what}`, task };
+  }
+
+  /** One `tasks/get` of the call's task `taskId`: its answer observed as the
+   *  task's outcome, or its failure as a poll failure. */
+  private async pollTask(tool: string, taskId: string, scope: CallScope, timeouts: AttemptTimeouts): Promise<Observed> {
     const sdk = this.sdk as McpSdk;
-    const { value, error, capture, client } = await this.exchange(scope, (signal) => sdk.request(this.client, 'tasks/get', { taskId: task.taskId },
-      { signal, timeout: timeouts?.idleMs, maxTotalTimeout: timeouts?.totalMs }));
-    if (error !== undefined || hasFailure(capture)) return this.pollFailure(this.observeFailure(error, capture, client, tool), task);
-    const polled = taskAnswerOf(capture.lastResult ?? value);
-    if (polled === undefined) {
-      const observation: Wit.Observation = {
-        kind: { tag: 'protocol-error', val: -32603 }, headers: '', body: `tasks/get answered without a task: ${structuredText(value)?.slice(0, 200) ?? ''}`,
-        structuredContent: undefined, sessionIdSent: this.sessionIdSent(capture, client), delivery: 'answer-started',
-      };
-      return { outcome: { tag: 'poll-failure', val: observation }, summary: 'poll answered no task', task };
+    const { value, error, capture, client } = await this.exchange(scope, (signal) => sdk.request(this.client, 'tasks/get', { taskId },
+      { signal, timeout: timeouts.idleMs, maxTotalTimeout: timeouts.totalMs }), true);
+    const sessionIdSent = this.sessionIdSent(capture, client);
+    // A whole JSON answer that is no JSON-RPC response (its body does not parse): the server's answer, unusable.
+    if (error !== undefined && !hasFailure(capture) && capture.answered !== true && capture.answerText) {
+      return this.unusableTaskAnswer('a body that does not parse', { raw: capture.answerText, sessionIdSent });
     }
-    return this.observeTask(tool, { ...polled, taskId: task.taskId }, scope);
+    if (error !== undefined || hasFailure(capture)) return this.pollFailure(this.observeFailure(error, capture, client, tool));
+    const raw = capture.lastResult ?? value;
+    const polled = { raw, sessionIdSent };
+    const task = taskAnswerOf(raw);
+    if (task === undefined) return this.unusableTaskAnswer('no task', polled);
+    return this.observeTask(tool, task, scope, polled);
   }
 
   /** A failed `tasks/get` (or `tasks/update`), as the poll failure the contract takes. */
-  private pollFailure(observed: Observed, task: TaskAnswer): Observed {
+  private pollFailure(observed: Observed, task?: TaskAnswer): Observed {
     const outcome = observed.outcome;
     if (outcome.tag !== 'failure') return { ...observed, task };
     return { ...observed, outcome: { tag: 'poll-failure', val: outcome.val }, summary: `poll: ${observed.summary}`, task };
   }
 
   /** `tasks/cancel` for the call's task, as a verdict asks before it is acted
-   *  on. Its failure is logged, not reported: the verdict stands. */
-  private async cancelTask(taskId: string, scope: CallScope, timeouts: AttemptTimeouts): Promise<void> {
+   *  on: waited for at most 5 s, the attempt's idle timeout and the time left
+   *  to the deadline (the scope stops it there; the call then stops and the
+   *  cancel is sent again in the background). Its failure is logged, not
+   *  reported: the verdict stands. */
+  private async cancelTask(taskId: string, state: CallState, scope: CallScope, timeouts: AttemptTimeouts): Promise<void> {
     const sdk = this.sdk as McpSdk;
+    const left = scope.timeLeftMs();
+    const wait = Math.max(1, Math.min(CANCEL_TIMEOUT_MS, timeouts.idleMs, left === undefined ? Infinity : Number(left)));
     const { error, capture } = await this.exchange(scope, (signal) =>
-      sdk.request(this.client, 'tasks/cancel', { taskId }, { signal, timeout: timeouts.idleMs }));
-    if (error !== undefined || hasFailure(capture)) {
-      this.log(JSON.stringify({
-        event: 'agent_retry.task_cancel_failed', ts: Date.now() / 1000, run: this.run.runId, policy: this.policyIdentity, task: taskId,
-        error: capture.status !== undefined ? `HTTP ${capture.status}` : capture.transportError ?? describeError(error),
-      }));
-    }
+      sdk.request(this.client, 'tasks/cancel', { taskId }, { signal, timeout: wait, maxTotalTimeout: wait }));
+    if (state.liveTask === taskId) state.liveTask = undefined;
+    if (error !== undefined || hasFailure(capture)) this.logCancelFailed(taskId, capture.status !== undefined ? `HTTP ${capture.status}` : capture.transportError ?? describeError(error));
+  }
+
+  /** `tasks/cancel` for the task of a call that stopped (its deadline passed,
+   *  or it was cancelled): sent, not waited for (at most 5 s in the background). */
+  private cancelTaskInBackground(tool: string, taskId: string): void {
+    const sdk = this.sdk;
+    const client = this.connection ? this.connection.client : this.bare;
+    if (sdk === undefined || client === undefined) return;
+    const signal = AbortSignal.timeout(CANCEL_TIMEOUT_MS);
+    sdk.request(client, 'tasks/cancel', { taskId }, { signal, timeout: CANCEL_TIMEOUT_MS })
+      .catch((e: unknown) => this.logCancelFailed(taskId, `${describeError(e)} (the call of ${tool} had stopped)`));
+  }
+
+  private logCancelFailed(taskId: string, error: string): void {
+    this.log(JSON.stringify({
+      event: 'agent_retry.task_cancel_failed', ts: Date.now() / 1000, run: this.run.runId, policy: this.policyIdentity, task: taskId, error,
+    }));
   }
 
   /** Whether the connection's transport has a session id (to send with a request that is not captured). */

@@ -35,6 +35,11 @@ export interface AttemptCapture {
    *  into an error that drops the task, and an `input_required` it could not
    *  fulfil into one that drops the questions; the wrapper reads them here. */
   lastResult?: Record<string, unknown>;
+  /** Set by the wrapper for a request whose raw answer it may report (a
+   *  `tasks/get`): a JSON (not SSE) answer's body is then kept as received
+   *  (`answerText`, at most 64 KiB, once it ended whole), for an answer the SDK cannot parse. */
+  keepAnswerText?: boolean;
+  answerText?: string;
   /** What the policy makes of an answer to the `server/discover` probe that is
    *  not a discovery result (`read-probe-answer`), set by the wrapper; without
    *  it the probe's answer is left to the SDK. */
@@ -308,6 +313,8 @@ function watchAnswer(response: Response, capture: AttemptCapture, what: string):
   const reader = source.getReader();
   const decoder = new TextDecoder();
   let buffer = '';
+  const keeper = capture.keepAnswerText && !sse ? new TextDecoder() : undefined;
+  let kept = '';
   const onEvent = (event: string) => {
     const data: string[] = [];
     for (const line of event.split(/\r\n|\n|\r/)) {
@@ -353,11 +360,13 @@ function watchAnswer(response: Response, capture: AttemptCapture, what: string):
         return;
       }
       if (chunk.done) {
+        if (keeper) capture.answerText = kept;
         ended();
         controller.close();
         return;
       }
       if (sse) scan(chunk.value);
+      if (keeper && kept.length < MAX_CAPTURED_BODY) kept = (kept + keeper.decode(chunk.value, { stream: true })).slice(0, MAX_CAPTURED_BODY);
       controller.enqueue(chunk.value);
     },
     cancel(reason) {

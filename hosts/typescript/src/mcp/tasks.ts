@@ -27,9 +27,10 @@ export interface TaskAnswer {
 
 const isObject = (value: unknown): value is Record<string, unknown> => typeof value === 'object' && value !== null && !Array.isArray(value);
 
-/** A non-negative integer of the wire as a u64, or none. */
+/** A non-negative integer of the wire as a u64, or none (negative, fractional,
+ *  past u64, not a number: dropped, never passed on to fail the call). */
 function u64(value: unknown): bigint | undefined {
-  return typeof value === 'number' && Number.isSafeInteger(value) && value >= 0 ? BigInt(value) : undefined;
+  return typeof value === 'number' && Number.isInteger(value) && value >= 0 && value < 2 ** 64 ? BigInt(value) : undefined;
 }
 
 /** The task a result describes (a `tools/call`'s `resultType: "task"` or a `tasks/get` answer), if it names one. */
@@ -57,12 +58,38 @@ export function questionsOf(inputRequests: Record<string, unknown> | undefined):
   }).join('\n');
 }
 
+/** An RFC 3339 time (`2026-12-02T07:00:00.123+00:00`, or `...Z`) as ms since
+ *  the epoch, or none if it is not one (or is before the epoch): read as the
+ *  Rust host's `task::epoch_ms` reads it, so every host reports the same age. */
+export function epochMs(text: string): bigint | undefined {
+  const match = /^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2}(?:\.\d+)?)(?:([Zz])|([+-])(\d{2}):(\d{2}))$/.exec(text);
+  if (!match) return undefined;
+  const [year, month, day, hour, minute] = match.slice(1, 6).map(Number);
+  const seconds = Number(match[6]);
+  const offset = match[7] ? 0 : (match[8] === '-' ? -1 : 1) * (Number(match[9]) * 60 + Number(match[10]));
+  // Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's algorithm), as Rust's.
+  const y = month <= 2 ? year - 1 : year;
+  const era = Math.floor(y / 400);
+  const yoe = y - era * 400;
+  const doy = Math.floor((153 * ((month + 9) % 12) + 2) / 5) + day - 1;
+  const days = era * 146_097 + yoe * 365 + Math.floor(yoe / 4) - Math.floor(yoe / 100) + doy - 719_468;
+  const ms = (days * 86_400 + hour * 3_600 + (minute - offset) * 60) * 1000 + seconds * 1000;
+  return ms >= 0 && Number.isFinite(ms) ? BigInt(Math.trunc(ms)) : undefined;
+}
+
 /** The contract's task report of a task answer: its age read against `nowMs`
  *  (the host's wall clock; none without a readable `createdAt`). */
 export function taskReportOf(task: TaskAnswer, status: Wit.TaskStatus, message: string, nowMs: bigint): Wit.TaskReport {
-  const created = task.createdAt === undefined ? NaN : Date.parse(task.createdAt);
-  const ageMs = Number.isFinite(created) ? (nowMs > BigInt(created) ? nowMs - BigInt(created) : 0n) : undefined;
+  const created = task.createdAt === undefined ? undefined : epochMs(task.createdAt);
+  const ageMs = created === undefined ? undefined : nowMs > created ? nowMs - created : 0n;
   return { taskId: task.taskId, status, pollIntervalMs: task.pollIntervalMs, ttlMs: task.ttlMs, ageMs, message };
+}
+
+/** A failed task's JSON-RPC error code: an integer in the signed 32-bit range,
+ *  else -32603 (internal error), as the Rust host's `task::failed` reads it. */
+export function errorCodeOf(error: { code?: unknown }): number {
+  const code = error.code;
+  return typeof code === 'number' && Number.isInteger(code) && code >= -(2 ** 31) && code < 2 ** 31 ? code : -32603;
 }
 
 /** Answers a task's input requests with the application's handlers, or
