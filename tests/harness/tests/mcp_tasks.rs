@@ -6,6 +6,7 @@
 //! against the server's `createdAt`.
 
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use agent_retry_demo_server::faults::{Fault, rule};
 use agent_retry_demo_server::{DemoState, FaultRule, FaultScript, HttpServer, Timings, serve_http};
@@ -16,6 +17,7 @@ use rmcp::model::{ElicitRequestParams, ElicitResult, ElicitationAction};
 use rmcp::service::RequestContext;
 use rmcp::{ClientHandler, ErrorData, RoleClient, ServiceExt};
 use serde_json::{Map, Value, json};
+use tokio_util::sync::CancellationToken;
 
 fn args(value: Value) -> Map<String, Value> {
     value.as_object().cloned().unwrap()
@@ -46,6 +48,11 @@ struct Setup {
 }
 
 async fn setup(faults: Vec<FaultRule>, timings: Timings, config: &str, handler: Option<Approver>) -> Setup {
+    setup_with(faults, timings, config, handler, RetryingToolCallerOptions::default()).await
+}
+
+/// [`setup`] on `options` (a call timeout...), the hooks added.
+async fn setup_with(faults: Vec<FaultRule>, timings: Timings, config: &str, handler: Option<Approver>, options: RetryingToolCallerOptions) -> Setup {
     let state = DemoState::new(FaultScript::new(faults), None);
     state.set_timings(timings);
     let server = serve_http("127.0.0.1:0".parse().unwrap(), state).await.unwrap();
@@ -58,12 +65,12 @@ async fn setup(faults: Vec<FaultRule>, timings: Timings, config: &str, handler: 
     let verdicts: Seen = Arc::default();
     let progress: Arc<Mutex<Vec<f64>>> = Arc::default();
     let (v, p) = (Arc::clone(&verdicts), Arc::clone(&progress));
-    let options = RetryingToolCallerOptions::default()
-        .on_verdict(move |tool, attempt, verdict| v.lock().unwrap().push((tool.to_string(), attempt, verdict.action)))
-        .on_progress(move |tool, progress, _total, _message| {
+    let options = options.on_verdict(move |tool, attempt, verdict| v.lock().unwrap().push((tool.to_string(), attempt, verdict.action))).on_progress(
+        move |tool, progress, _total, _message| {
             assert_eq!(tool, "export_report");
             p.lock().unwrap().push(progress);
-        });
+        },
+    );
     let caller = RetryingToolCaller::connect(connection, instance, config, "run-tasks", options, Arc::new(Metrics::new())).await.unwrap();
     Setup { server, caller, verdicts, progress }
 }
@@ -239,4 +246,81 @@ async fn a_task_asking_for_approval_nobody_gives_is_cancelled_and_escalated_inpu
     assert_eq!(state.task_requests("tasks/cancel", &task.task_id).len(), 1, "tasks/cancel was sent");
     assert!(state.ledger.lock().unwrap().refunds.is_empty());
     s.server.stop().await;
+}
+
+/// The task ids `tasks/cancel` named at the server, waited for up to 2 s: a
+/// stopped call sends it on a task of its own.
+async fn cancels_seen(state: &DemoState, task_id: &str) -> usize {
+    let until = Instant::now() + Duration::from_secs(2);
+    loop {
+        let seen = state.task_requests("tasks/cancel", task_id).len();
+        if seen > 0 || Instant::now() >= until {
+            return seen;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The server takes `tasks/cancel` but holds its answer back 8 s.
+fn held_cancel() -> Vec<FaultRule> {
+    vec![rule("tasks/cancel", Some(1), Fault::TimeoutAfterApply { delay_ms: 8_000 })]
+}
+
+#[tokio::test]
+async fn a_call_cancelled_while_its_task_lives_sends_tasks_cancel_and_returns_at_once() {
+    // The task works 5 s; the caller gives up after 500 ms.
+    let timings = Timings { task_work_ms: 5_000, ..Timings::default() };
+    let mut s = setup(held_cancel(), timings, TASK_CONFIG, None).await;
+    let cancel = CancellationToken::new();
+    let trigger = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        trigger.cancel();
+    });
+    let started = Instant::now();
+    let error = s.caller.call_until("issue_refund", args(json!({"order_id": "ORD-8", "amount_paise": 1_000})), &cancel).await.unwrap_err();
+    let took = started.elapsed();
+    assert!(matches!(&error, CallError::Cancelled(_)), "{error}");
+    // Not after the cancel's answer (8 s) nor the idle timeout (30 s).
+    assert!(took < Duration::from_millis(2_500), "the call returned after {took:?}");
+    let state = &s.server.state;
+    let task = state.task_of("issue_refund", 0).expect("the call made a task");
+    assert_eq!(cancels_seen(state, &task.task_id).await, 1, "tasks/cancel was sent");
+    assert!(state.ledger.lock().unwrap().refunds.is_empty());
+}
+
+#[tokio::test]
+async fn a_call_at_its_deadline_cancels_its_task_without_waiting_past_the_deadline() {
+    // The task works 5 s; the call may take 1.5 s.
+    let timings = Timings { task_work_ms: 5_000, ..Timings::default() };
+    let options = RetryingToolCallerOptions { call_timeout_ms: Some(1_500), ..RetryingToolCallerOptions::default() };
+    let mut s = setup_with(held_cancel(), timings, TASK_CONFIG, None, options).await;
+    let started = Instant::now();
+    let error = s.caller.call("issue_refund", args(json!({"order_id": "ORD-10", "amount_paise": 1_000}))).await.unwrap_err();
+    let took = started.elapsed();
+    // Whichever stops it: the policy (no time for the next poll: escalate
+    // with cancel-task) or the wrapper at the deadline.
+    assert!(matches!(&error, CallError::TimedOut(_) | CallError::Escalated(_)), "{error}");
+    assert!(took < Duration::from_millis(2_500), "the call returned after {took:?}");
+    let state = &s.server.state;
+    let task = state.task_of("issue_refund", 0).expect("the call made a task");
+    assert_eq!(cancels_seen(state, &task.task_id).await, 1, "tasks/cancel was sent");
+    assert!(state.ledger.lock().unwrap().refunds.is_empty());
+}
+
+#[tokio::test]
+async fn a_cancel_task_verdict_waits_for_the_cancel_no_longer_than_the_time_left() {
+    // The task works 5 s and lives 600 ms: the policy escalates task-expired
+    // with cancel-task well before the call's 2.5 s are up.
+    let timings = Timings { task_work_ms: 5_000, task_ttl_ms: 600, ..Timings::default() };
+    let options = RetryingToolCallerOptions { call_timeout_ms: Some(2_500), ..RetryingToolCallerOptions::default() };
+    let mut s = setup_with(held_cancel(), timings, TASK_CONFIG, None, options).await;
+    let started = Instant::now();
+    let error = s.caller.call("issue_refund", args(json!({"order_id": "ORD-9", "amount_paise": 1_000}))).await.unwrap_err();
+    let took = started.elapsed();
+    assert!(matches!(&error, CallError::Escalated(e) if e.reason == EscalationReason::TaskExpired), "{error}");
+    assert!(took < Duration::from_millis(4_500), "the call returned after {took:?}");
+    let state = &s.server.state;
+    let task = state.task_of("issue_refund", 0).expect("the call made a task");
+    assert_eq!(cancels_seen(state, &task.task_id).await, 1, "tasks/cancel was sent");
 }

@@ -27,12 +27,13 @@ use futures::StreamExt;
 use futures::future::BoxFuture;
 use rmcp::RoleClient;
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, CallToolResult, CancelTaskParams, CancelledNotificationParam, ClientRequest, GetTaskParams, ServerResult,
-    TaskPayload, Tool, UpdateTaskParams,
+    CallToolRequest, CallToolRequestParams, CallToolResult, CancelTaskParams, CancelledNotificationParam, ClientRequest, GetTaskParams, GetTaskRequest,
+    ServerResult, TaskPayload, Tool, UpdateTaskParams,
 };
 use rmcp::service::{Peer, PeerRequestOptions, ServiceError};
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
+use tracing::instrument::WithSubscriber;
 
 use super::answer::{CallError, StopCause, Stopped, ToolAnswer};
 use super::clock::Clock;
@@ -151,6 +152,10 @@ impl Default for RetryingToolCallerOptions {
 /// Appended to the logged reason of a decision on a failure whose HTTP status
 /// and headers were not captured (the same text in every host).
 const CAPTURE_MISSING: &str = " [no HTTP status or headers: the transport is not the wrapper's capturing one]";
+
+/// The most a `tasks/cancel` is given (policy ms; the same bound in every
+/// host), and never past the call's deadline.
+const CANCEL_TIMEOUT_MS: u64 = 5_000;
 
 /// The pseudo-tools connecting goes through, as calls of the policy.
 const INITIALIZE: &str = "initialize";
@@ -696,7 +701,7 @@ impl RetryingToolCaller {
             Err(outcome) => return Ok(Attempted::of(as_poll_failure(outcome))),
         };
         let wait = self.options.clock.real_duration(timeouts.idle_ms.min(timeouts.total_ms));
-        let got = limit.within(tokio::time::timeout(wait, peer.get_task(GetTaskParams::new(task_id)))).await?;
+        let got = limit.within(tokio::time::timeout(wait, get_task(&peer, task_id))).await?;
         let session_id_sent = self.session_id_sent();
         let detailed = match got {
             Err(_elapsed) => return Ok(Attempted::of(as_poll_failure(observe::timeout(session_id_sent)))),
@@ -704,7 +709,9 @@ impl RetryingToolCaller {
                 let uncaptured = observe::is_uncaptured(&error) && matches!(self.session, Session::Bare(_));
                 return Ok(Attempted { outcome: as_poll_failure(self.observe_failure(&error)), result: None, uncaptured });
             }
-            Ok(Ok(got)) => got.task,
+            Ok(Ok(ServerResult::GetTaskResult(got))) => got.task,
+            // An answer that is not a task (rmcp could not read one in it).
+            Ok(Ok(other)) => return Ok(Attempted::of(unusable_answer(&other, session_id_sent))),
         };
         let now = self.options.clock.now_ms();
         let live = |status: TaskStatus, message: Option<String>| Attempted::of(Outcome::Task(task::report(&detailed.task, status, message, now)));
@@ -732,30 +739,43 @@ impl RetryingToolCaller {
                     Err(_elapsed) => Attempted::of(as_poll_failure(observe::timeout(self.session_id_sent()))),
                 }
             }
-            other => Attempted::of(as_poll_failure(observe::transport_failure(
-                TransportError::Other,
-                Delivery::AnswerStarted,
-                format!("a task status this client does not know: {:?}", other.status()),
-                session_id_sent,
-            ))),
+            // A status this client does not know.
+            _ => Attempted::of(unusable_answer(&detailed, session_id_sent)),
         })
     }
 
     /// Sends `tasks/cancel` for a task the call stops waiting for (as a
     /// verdict's `cancel-task` says, or when the call stops at a deadline or is
-    /// cancelled). Best effort, within the attempt's idle timeout: the
-    /// policy's decision stands whatever the server answers.
-    async fn cancel_task(&mut self, tool: &str, task_id: &str, timeouts: Timeouts) {
-        let wait = self.options.clock.real_duration(timeouts.idle_ms.min(timeouts.total_ms));
-        let answer = match self.peer_to_send() {
-            Ok(peer) => match tokio::time::timeout(wait, peer.cancel_task(CancelTaskParams::new(task_id))).await {
-                Ok(Ok(())) => "acknowledged".to_string(),
-                Ok(Err(error)) => format!("failed: {error}"),
-                Err(_elapsed) => "no answer".to_string(),
-            },
-            Err(_) => "not sent: no session".to_string(),
+    /// cancelled). Best effort: the policy's decision stands whatever the
+    /// server answers. The request goes on a task of its own, given at most
+    /// [`CANCEL_TIMEOUT_MS`]; the call waits for its answer only on a verdict
+    /// (`stopped` false), and then never past its deadline nor its
+    /// cancellation. A stopped call returns at once, the cancel still on its way.
+    async fn cancel_task(&mut self, tool: &str, task_id: &str, limit: &Limit<'_>, stopped: bool) {
+        let peer = match self.peer_to_send() {
+            Ok(peer) => peer,
+            Err(_) => {
+                tracing::info!(target: "agent_retry", event = "agent_retry.cancel_task", run = %self.run_id, tool, task = task_id, answer = "not sent: no session", "tasks/cancel");
+                return;
+            }
         };
-        tracing::info!(target: "agent_retry", event = "agent_retry.cancel_task", run = %self.run_id, tool, task = task_id, answer, "tasks/cancel");
+        let bound = self.options.clock.real_duration(CANCEL_TIMEOUT_MS);
+        let (run, tool, task_id) = (self.run_id.clone(), tool.to_string(), task_id.to_string());
+        let sending = tokio::spawn(
+            async move {
+                let answer = match tokio::time::timeout(bound, peer.cancel_task(CancelTaskParams::new(task_id.clone()))).await {
+                    Ok(Ok(())) => "acknowledged".to_string(),
+                    Ok(Err(error)) => format!("failed: {error}"),
+                    Err(_elapsed) => "no answer".to_string(),
+                };
+                tracing::info!(target: "agent_retry", event = "agent_retry.cancel_task", run = %run, tool, task = task_id, answer, "tasks/cancel");
+            }
+            .with_current_subscriber(),
+        );
+        if !stopped {
+            // The limit ends the wait at the deadline; the task bounds itself.
+            let _ = limit.within(sending).await;
+        }
     }
 
     /// Writes one attempt line, with the fields (and order) of the Python and
@@ -1066,7 +1086,7 @@ impl RetryingToolCaller {
                     match self.poll(&task_id, timeouts, &limit).await {
                         Ok(attempted) => attempted,
                         Err(cause) => {
-                            self.cancel_task(tool, &task_id, timeouts).await;
+                            self.cancel_task(tool, &task_id, &limit, true).await;
                             return Err(self.stopped(cause, tool, Some(&ticket), sent, true, key.as_deref()));
                         }
                     }
@@ -1094,7 +1114,7 @@ impl RetryingToolCaller {
             if decision.cancel_task
                 && let Some(task_id) = task.take()
             {
-                self.cancel_task(tool, &task_id, timeouts).await;
+                self.cancel_task(tool, &task_id, &limit, false).await;
             }
             match decision.action {
                 Action::Retry(plan) => {
@@ -1121,7 +1141,7 @@ impl RetryingToolCaller {
                         self.reconnect_before_retry(tool)?;
                     }
                     if let Err(cause) = limit.pause(plan.delay_ms).await {
-                        self.cancel_task(tool, &task_id, timeouts).await;
+                        self.cancel_task(tool, &task_id, &limit, true).await;
                         return Err(self.stopped(cause, tool, Some(&ticket), sent, true, key.as_deref()));
                     }
                 }
@@ -1163,6 +1183,34 @@ fn as_poll_failure(outcome: Outcome) -> Outcome {
         Outcome::Failure(observation) => Outcome::PollFailure(observation),
         other => other,
     }
+}
+
+/// A `tasks/get` answer the wrapper cannot use (not a task, or a status it
+/// does not know), reported once as the poll's failure: `protocol-error
+/// (-32603)` with the answer as its body, as every host reports it. The body
+/// is the answer as rmcp read it (the component cuts it to the body limit).
+fn unusable_answer(answer: &impl serde::Serialize, session_id_sent: bool) -> Outcome {
+    Outcome::PollFailure(Observation {
+        kind: FailureKind::ProtocolError(-32603),
+        headers: String::new(),
+        body: serde_json::to_string(answer).unwrap_or_default(),
+        structured_content: None,
+        session_id_sent,
+        delivery: Delivery::AnswerStarted,
+    })
+}
+
+/// Sends `tasks/get` and hands back the answer whatever rmcp read it as
+/// (its `get_task` turns an answer that is not a task into a bare
+/// `UnexpectedResponse`, losing it). Dropped unanswered, it sends
+/// `notifications/cancelled` for the request.
+async fn get_task(peer: &Peer<RoleClient>, task_id: &str) -> Result<ServerResult, ServiceError> {
+    let request = ClientRequest::GetTaskRequest(GetTaskRequest::new(GetTaskParams::new(task_id)));
+    let handle = peer.send_request_with_option(request, PeerRequestOptions::no_options()).await?;
+    let mut unanswered = CancelOnDrop { peer: Some(peer.clone()), request_id: handle.id.clone() };
+    let answered = handle.await_response().await;
+    unanswered.peer = None;
+    answered
 }
 
 /// Sends `notifications/cancelled` for a request dropped before its answer
