@@ -421,7 +421,14 @@ impl Driver {
                     self.waits += 1;
                     self.waited_ms += u128::from(ticket.delay_ms);
                 }
-                self.calls.push(CallState { tool: request.tool.clone(), key: request.idempotency_key.clone(), attempt: 1, checking: false, finished: false, tasked: false });
+                self.calls.push(CallState {
+                    tool: request.tool.clone(),
+                    key: request.idempotency_key.clone(),
+                    attempt: 1,
+                    checking: false,
+                    finished: false,
+                    tasked: false,
+                });
             }
             Ok(Admission::Escalate(e)) => {
                 invariant!(self.ended.is_none(), "escalated again after the run ended ({context})");
@@ -481,7 +488,8 @@ impl Driver {
                 if let Some(hint) = d.hint_ms {
                     invariant!(hint <= c.max_plausible_hint_ms, "hint {hint} above max-plausible-hint-ms ({context})");
                 }
-                let known_rule = oracle::RULES.contains(&d.rule.as_str()) || ["success", "empty-result", "status-check", "task-status"].contains(&d.rule.as_str());
+                let known_rule =
+                    oracle::RULES.contains(&d.rule.as_str()) || ["success", "empty-result", "status-check", "task-status"].contains(&d.rule.as_str());
                 invariant!(known_rule, "decision names no known rule: {:?} ({context})", d.rule);
                 // A failure's decision carries its classification's reason (checked
                 // by `check_classification`) and a few words more.
