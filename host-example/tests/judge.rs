@@ -15,7 +15,7 @@ fn the_rust_host_passes_every_rule() {
     let output = Command::new(BIN).args(["judge", "--exam", &exam(), "--", BIN, "exam"]).output().unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
-    assert!(stdout.lines().any(|l| l == "6 passed, 0 failed"), "{stdout}");
+    assert!(stdout.lines().any(|l| l == "8 passed, 0 failed"), "{stdout}");
 }
 
 #[test]
@@ -23,7 +23,16 @@ fn a_host_without_the_policy_fails_the_exam() {
     let output = Command::new(BIN).args(["judge", "--exam", &exam(), "--", BIN, "exam", "--no-policy"]).output().unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(!output.status.success(), "{stdout}");
-    for rule in ["same idempotency key", "shorter than the server's hint", "never repeated", "never applied twice", "status check precedes", "budgets say so"] {
+    // The naive client declares no tasks extension and sets no idle timeout of its own: the task rule fails too.
+    for rule in [
+        "same idempotency key",
+        "shorter than the server's hint",
+        "never repeated",
+        "never applied twice",
+        "status check precedes",
+        "budgets say so",
+        "never calls the tool again",
+    ] {
         assert!(stdout.lines().any(|l| l.starts_with("FAIL") && l.contains(rule)), "{rule}: {stdout}");
     }
 }
