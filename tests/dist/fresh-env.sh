@@ -42,14 +42,16 @@ start_server() {
 stop_server() { kill "$server_pid" 2>/dev/null; wait "$server_pid" 2>/dev/null; server_pid=; }
 
 # The example's JSON line: the lookup and the refund got through their 503s (two
-# retries), the refund above the limit escalated with permission-denied.
+# retries), the refund above the limit, a task that asks a person (MCP
+# 2026-07-28's Tasks extension) with no handler to answer, escalated
+# input-required.
 check() {
   python3 - "$1" "$2" <<'PY'
 import json, sys
 host, out = sys.argv[1], sys.argv[2]
 lines = [l for l in out.splitlines() if l.startswith("{")]
 got = json.loads(lines[-1]) if lines else {}
-want = {"host": host, "order": "delivered", "refunded": True, "escalated": "permission-denied", "retries": 2}
+want = {"host": host, "order": "delivered", "refunded": True, "escalated": "input-required", "retries": 2}
 bad = {k: got.get(k) for k, v in want.items() if got.get(k) != v}
 print(f"{host}: {json.dumps(got)}")
 sys.exit(1 if bad else 0)

@@ -3,7 +3,7 @@
     python agent.py http://127.0.0.1:PORT/mcp
 The demo server fails the first lookup and the first refund with a 503: both are
 retried (the refund with the same idempotency key); a refund above the approval
-limit is answered 403 and escalates. Prints one JSON line.
+limit is a task that asks a person: with no handler, it escalates input-required. Prints one JSON line.
 """
 import asyncio, json, sys
 
