@@ -1641,6 +1641,199 @@ def gate_cases():
     ]
 
 
+# ---------- guard/guard.json: what every wrapper enforces, whatever the policy says ----------
+
+GUARD_DIR = "guard"
+
+
+def g_begin(tool="issue_refund", key=None, hints=None, delay=0):
+    return {"begin": {"tool": tool, "idempotency-key": key, "hints": hints, "delay-ms": delay}}
+
+
+def g_attempted(what, call=None):
+    event = {"attempted": what}
+    if call is not None:
+        event["call"] = call
+    return event
+
+
+def g_verdict(action, attempt=1, delay=0, hint=None, reconnect=False, call=None):
+    event = {"verdict": {"action": action, "attempt": attempt, "delay-ms": delay, "hint-ms": hint, "reconnect": reconnect}}
+    if call is not None:
+        event["call"] = call
+    return event
+
+
+def g_decision(action, delay=0, reconnect=False, key=None):
+    return {"decision": {"action": action, "delay-ms": delay, "reconnect": reconnect, "idempotency-key": key}}
+
+
+def g_check(result):
+    return {"status-check": result}
+
+
+def g_case(description, events, violation=None, at=None, config=None, comment=None):
+    c = {"description": description}
+    if comment:
+        c["comment"] = comment
+    c["config"] = config or {}
+    c["events"] = events
+    c["expect"] = {"violation": violation, "event": at} if violation else {"violation": None}
+    return c
+
+
+READ_HINTS = {"read-only": True, "destructive": False, "idempotent": True}
+IDEMPOTENT_HINTS = {"read-only": False, "destructive": False, "idempotent": True}
+TIMED_OUT = fail(transport="timeout", delivery="sent")
+
+
+def guard_cases():
+    return [
+        # client-error-repeated
+        g_case("a 403 retried as it was", [g_begin(key="k-1"), g_attempted(fail(status=403)), g_verdict("retry", delay=100)],
+               "client-error-repeated", 2),
+        g_case("a 403 escalated is kept", [g_begin(key="k-1"), g_attempted(fail(status=403)), g_verdict("escalate")]),
+        g_case("each of 400 401 404 409 422 retried as it was is refused",
+               [e for status in (400, 401, 404, 409, 422) for e in
+                (g_begin("lookup_order", hints=READ_HINTS), g_attempted(fail(status=status)), g_verdict("replan"))]
+               + [g_begin("lookup_order", hints=READ_HINTS), g_attempted(fail(status=422)), g_verdict("retry", delay=100)],
+               "client-error-repeated", 17),
+        g_case("a 409 the configuration makes transient may be retried",
+               [g_begin("lookup_order", hints=READ_HINTS), g_attempted(fail(status=409)), g_verdict("retry", delay=100)],
+               config={"status-overrides": {"409": "transient"}}),
+        g_case("a 409 the configuration makes deterministic is still refused",
+               [g_begin("lookup_order", hints=READ_HINTS), g_attempted(fail(status=409)), g_verdict("retry", delay=100)],
+               "client-error-repeated", 2, config={"status-overrides": {"409": "deterministic"}}),
+        g_case("a 429 may be retried", [g_begin(key="k-1"), g_attempted(fail(status=429)), g_verdict("retry", delay=100)]),
+        g_case("invalid params (-32602) retried as it was",
+               [g_begin("lookup_order", hints=READ_HINTS), g_attempted(fail(rpc=-32602)), g_verdict("retry", delay=100)],
+               "client-error-repeated", 2),
+        g_case("a 404 with a session id retried on a new session, twice",
+               [g_begin("lookup_order", hints=READ_HINTS), g_attempted(fail(status=404, session=True)), g_verdict("retry", reconnect=True),
+                g_attempted(fail(status=404, session=True)), g_verdict("retry", attempt=2, reconnect=True)]),
+        g_case("a 400 without a session id retried on a new connection once",
+               [g_begin("lookup_order", hints=READ_HINTS), g_attempted(fail(status=400, body='{"jsonrpc":"2.0","id":1,"error":{"code":-32022}}')),
+                g_verdict("retry", reconnect=True)]),
+        g_case("a 400 without a session id retried on a new connection twice",
+               [g_begin("lookup_order", hints=READ_HINTS), g_attempted(fail(status=400)), g_verdict("retry", reconnect=True),
+                g_attempted(fail(status=400)), g_verdict("retry", attempt=2, reconnect=True)],
+               "client-error-repeated", 4),
+        g_case("a 403 relayed by a tool is the policy's to read",
+               [g_begin("lookup_order", hints=READ_HINTS), g_attempted(fail(tool_error=True, upstream=403, body="HTTP 403")),
+                g_verdict("retry", delay=100)],
+               comment="The host sees a tool result, not an HTTP answer: which text means what is the component's."),
+        # unknown-write-resent
+        g_case("an unkeyed write that timed out resent without a status check",
+               [g_begin(), g_attempted(TIMED_OUT), g_verdict("retry", delay=100)], "unknown-write-resent", 2),
+        g_case("an unkeyed write that timed out, checked absent, then resent",
+               [g_begin(), g_attempted(TIMED_OUT), g_verdict("check-status"), g_check("absent"), g_verdict("retry", delay=100)]),
+        g_case("an unkeyed write checked found, then resent",
+               [g_begin(), g_attempted(TIMED_OUT), g_verdict("check-status"), g_check("found"), g_verdict("retry", delay=100)],
+               "unknown-write-resent", 4),
+        g_case("an unkeyed write checked unknown, then resent",
+               [g_begin(), g_attempted(TIMED_OUT), g_verdict("check-status"), g_check("unknown"), g_verdict("retry", delay=100)],
+               "unknown-write-resent", 4),
+        g_case("an unkeyed write cut mid-answer resent",
+               [g_begin(), g_attempted(fail(transport="stream-closed", delivery="answer-started")), g_verdict("retry", delay=100)],
+               "unknown-write-resent", 2),
+        g_case("an unkeyed write never sent may be resent",
+               [g_begin(), g_attempted(fail(transport="connection-reset", delivery="not-sent")), g_verdict("retry", delay=100)]),
+        g_case("an unkeyed write to a refused connection may be resent",
+               [g_begin(), g_attempted(fail(transport="connection-refused")), g_verdict("retry", delay=100)]),
+        g_case("an unkeyed write answered 503 is the policy's to judge",
+               [g_begin(), g_attempted(fail(status=503)), g_verdict("retry", delay=100)],
+               comment="An answer arrived: whether it means the write ran is the component's reading (it checks status)."),
+        g_case("a keyed write that timed out may be resent", [g_begin(key="k-1"), g_attempted(TIMED_OUT), g_verdict("retry", delay=100)]),
+        g_case("a write the hints call idempotent may be resent",
+               [g_begin(hints=IDEMPOTENT_HINTS), g_attempted(TIMED_OUT), g_verdict("retry", delay=100)]),
+        g_case("a read that timed out may be resent",
+               [g_begin("lookup_order", hints=READ_HINTS), g_attempted(TIMED_OUT), g_verdict("retry", delay=100)]),
+        g_case("a delete that timed out may be resent",
+               [g_begin("cancel_order"), g_attempted(TIMED_OUT), g_verdict("retry", delay=100)],
+               config={"tools": {"cancel_order": {"effect": "delete"}}}),
+        g_case("the configuration's effect wins over read-only hints",
+               [g_begin(hints=READ_HINTS), g_attempted(TIMED_OUT), g_verdict("retry", delay=100)],
+               "unknown-write-resent", 2, config={"tools": {"issue_refund": {"effect": "write"}}}),
+        g_case("the configuration's readOnlyHint makes a read",
+               [g_begin(), g_attempted(TIMED_OUT), g_verdict("retry", delay=100)],
+               config={"tools": {"issue_refund": {"readOnlyHint": True}}}),
+        g_case("an entry with only timeouts leaves the effect to the hints",
+               [g_begin(), g_attempted(TIMED_OUT), g_verdict("retry", delay=100)],
+               "unknown-write-resent", 2, config={"tools": {"issue_refund": {"idle-timeout-ms": 5000}}}),
+        g_case("default-effect read makes an unknown tool a read",
+               [g_begin(), g_attempted(TIMED_OUT), g_verdict("retry", delay=100)], config={"default-effect": "read"}),
+        g_case("default-effect read with hints that are not read-only is a write",
+               [g_begin(hints={"read-only": False, "destructive": None, "idempotent": None}), g_attempted(TIMED_OUT), g_verdict("retry", delay=100)],
+               "unknown-write-resent", 2, config={"default-effect": "read"}),
+        # key-changed and verdict-disagrees
+        g_case("a decision whose retry names another key",
+               [g_begin(key="k-1"), g_attempted(fail(status=503)), g_verdict("retry", delay=100), g_decision("retry", delay=100, key="forged")],
+               "key-changed", 3),
+        g_case("a decision with the call's key agrees",
+               [g_begin(key="k-1"), g_attempted(fail(status=503)), g_verdict("retry", delay=100), g_decision("retry", delay=100, key="k-1")]),
+        g_case("a decision that retries where the verdict escalated",
+               [g_begin(key="k-1"), g_attempted(fail(status=403)), g_verdict("escalate"), g_decision("retry", delay=100, key="k-1")],
+               "verdict-disagrees", 3),
+        g_case("a decision with another delay than the verdict",
+               [g_begin(key="k-1"), g_attempted(fail(status=503)), g_verdict("retry", delay=100), g_decision("retry", delay=200, key="k-1")],
+               "verdict-disagrees", 3),
+        g_case("a decision that asks for a new session where the verdict did not",
+               [g_begin(key="k-1"), g_attempted(fail(status=503)), g_verdict("retry", delay=100), g_decision("retry", delay=100, reconnect=True, key="k-1")],
+               "verdict-disagrees", 3),
+        # delay-over-cap
+        g_case("a retry that waits 30 days", [g_begin(key="k-1"), g_attempted(fail(status=503)), g_verdict("retry", delay=2_592_000_000)],
+               "delay-over-cap", 2),
+        g_case("a retry at max-delay-ms", [g_begin(key="k-1"), g_attempted(fail(status=503)), g_verdict("retry", delay=30_000)]),
+        g_case("a retry 1 ms over max-delay-ms", [g_begin(key="k-1"), g_attempted(fail(status=503)), g_verdict("retry", delay=30_001)],
+               "delay-over-cap", 2),
+        g_case("a hinted retry may wait up to max-hint-ms",
+               [g_begin(key="k-1"), g_attempted(fail(status=503, headers=[("retry-after", "60")])), g_verdict("retry", delay=60_000, hint=60_000)]),
+        g_case("a hinted retry 1 ms over max-hint-ms",
+               [g_begin(key="k-1"), g_attempted(fail(status=503, headers=[("retry-after", "60")])), g_verdict("retry", delay=60_001, hint=60_001)],
+               "delay-over-cap", 2),
+        g_case("a retry that waits an hour under a configuration that allows a day",
+               [g_begin(key="k-1"), g_attempted(fail(status=503)), g_verdict("retry", delay=3_600_000)],
+               config={"max-delay-ms": 86_400_000}),
+        g_case("an account wait may exceed max-delay-ms up to max-wait-ms",
+               [g_begin(key="k-1", delay=20_000), g_attempted(fail(status=503)), g_verdict("retry", delay=40_000)],
+               config={"account-budget": {"account-id": "acct", "capacity": 10, "refill-interval-ms": 1000, "max-wait-ms": 40_000}}),
+        g_case("a first send delayed without an account budget", [g_begin(key="k-1", delay=5000)], "delay-over-cap", 0),
+        g_case("a first send delayed past the account's max-wait-ms", [g_begin(key="k-1", delay=5001)], "delay-over-cap", 0,
+               config={"account-budget": {"account-id": "acct", "capacity": 10, "refill-interval-ms": 1000}}),
+        g_case("a poll at the server's interval up to max-hint-ms",
+               [g_begin(key="k-1"), g_attempted({"task": {"task-id": "t-1", "status": "working", "poll-interval-ms": 60_000}}),
+                g_verdict("poll", delay=60_000)]),
+        g_case("a poll after an hour", [g_begin(key="k-1"), g_attempted({"task": {"task-id": "t-1", "status": "working"}}), g_verdict("poll", delay=3_600_000)],
+               "delay-over-cap", 2),
+        # attempts-over-budget
+        g_case("a fifth attempt of one call",
+               [g_begin(key="k-1")] + [e for n in range(1, 5) for e in (g_attempted(fail(status=503)), g_verdict("retry", attempt=n, delay=100))],
+               "attempts-over-budget", 8),
+        g_case("the guard counts attempts, not the verdict's claim",
+               [g_begin(key="k-1")] + [e for n in range(1, 5) for e in (g_attempted(fail(status=503)), g_verdict("retry", attempt=1, delay=100))],
+               "attempts-over-budget", 8),
+        g_case("a fourth attempt under max-attempts-per-call 4",
+               [g_begin(key="k-1")] + [e for n in range(1, 4) for e in (g_attempted(fail(status=503)), g_verdict("retry", attempt=n, delay=100))]),
+        g_case("an eleventh retry in a run",
+               [e for n in range(6) for e in (g_begin(f"tool_{n}", key=f"k-{n}"), g_attempted(fail(status=503)), g_verdict("retry", delay=100),
+                                                g_attempted(fail(status=503)), g_verdict("retry", attempt=2, delay=100))],
+               "attempts-over-budget", 27, config={"max-steps-per-run": 1000}),
+        g_case("a call begun when the run's steps are spent",
+               [g_begin("lookup_order", hints=READ_HINTS), g_attempted(SUCCESS), g_verdict("succeed"),
+                g_begin("lookup_order", hints=READ_HINTS), g_attempted(SUCCESS), g_verdict("succeed"), g_begin("lookup_order", hints=READ_HINTS)],
+               "attempts-over-budget", 6, config={"max-steps-per-run": 2}),
+        g_case("a status check past the run's steps",
+               [g_begin(), g_attempted(TIMED_OUT), g_verdict("check-status")], "attempts-over-budget", 2, config={"max-steps-per-run": 1}),
+        g_case("two calls interleaved keep their own facts",
+               [g_begin("lookup_order", hints=READ_HINTS), g_begin(key="k-2"), g_attempted(fail(status=403), call=0),
+                g_attempted(fail(status=503), call=1), g_verdict("retry", delay=100, call=1), g_verdict("retry", delay=100, call=0)],
+               "client-error-repeated", 5),
+        g_case("a value the guard cannot read takes the default",
+               [g_begin(key="k-1"), g_attempted(fail(status=503)), g_verdict("retry", delay=30_001)],
+               "delay-over-cap", 2, config={"max-delay-ms": "an hour"},
+               comment="The policy refuses such a configuration at load; the guard never fails on one."),
+    ]
+
 FILES = {
     "classify.json": ("How each failure is classified (classify)", classify_cases),
     "hints.json": ("Server wait hints from every header format (classify)", hints_cases),
@@ -1703,9 +1896,20 @@ def main():
                 problems.append(f"{name} is out of date: run python3 tests/vectors/make_vectors.py")
         else:
             path.write_text(text, encoding="utf-8")
+    guard = {"description": "What every wrapper enforces, whatever the policy says (the run-time guard)", "cases": guard_cases()}
+    total += len(guard["cases"])
+    problems += check_style("guard/guard.json", guard)
+    text = json.dumps(guard, indent=1, ensure_ascii=False) + "\n"
+    path = HERE / GUARD_DIR / "guard.json"
+    if check:
+        if not path.exists() or path.read_text(encoding="utf-8") != text:
+            problems.append(f"guard/guard.json is out of date: run python3 tests/vectors/make_vectors.py")
+    else:
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text, encoding="utf-8")
     for p in problems:
         print(p)
-    print(f"{total} cases in {len(FILES)} files")
+    print(f"{total} cases in {len(FILES) + 1} files")
     return 1 if problems else 0
 
 

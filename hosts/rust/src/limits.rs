@@ -19,6 +19,8 @@ pub const MAX_HEADER_VALUE_BYTES: usize = 4_096;
 pub const MAX_ID_BYTES: usize = 256;
 /// The longest configuration text.
 pub const MAX_CONFIG_BYTES: usize = 1 << 20;
+/// The most bytes of a text lifted from the policy (a reason, a message, a note) the host logs or returns; longer is cut.
+pub const MAX_LIFTED_TEXT_BYTES: usize = 65_536;
 
 /// `text` cut to at most `max` bytes, at a character boundary.
 pub fn cut(text: &str, max: usize) -> &str {

@@ -13,3 +13,5 @@ export const MAX_HEADER_VALUE_BYTES = 4_096;
 export const MAX_ID_BYTES = 256;
 /** The longest configuration text. */
 export const MAX_CONFIG_BYTES = 1_048_576;
+/** The most bytes of a text lifted from the policy (a reason, a message, a note) the host logs or returns; longer is cut. */
+export const MAX_LIFTED_TEXT_BYTES = 65_536;

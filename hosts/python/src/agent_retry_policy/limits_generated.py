@@ -16,3 +16,5 @@ MAX_HEADER_VALUE_BYTES = 4_096
 MAX_ID_BYTES = 256
 # The longest configuration text.
 MAX_CONFIG_BYTES = 1_048_576
+# The most bytes of a text lifted from the policy (a reason, a message, a note) the host logs or returns; longer is cut.
+MAX_LIFTED_TEXT_BYTES = 65_536
