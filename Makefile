@@ -38,8 +38,10 @@ noop: setup
 	@mkdir -p target/noop
 	cp target/wasm32-wasip2/wasm-release/agent_retry_noop.wasm target/noop/agent_retry_noop.wasm
 
-# The hostile components every host's sandbox tests load (target/hostile/).
+# The hostile components every host's sandbox tests load (target/hostile/), and
+# the lying policy of the wrappers' guard tests (the guest's `liar` feature).
 hostile: wasm
+	cargo build -p agent-retry-policy --target wasm32-wasip2 --profile liar --features liar
 	node tests/hostile/build.mjs
 
 # The refund desk end to end: the demo MCP server, scripted agent runs, the table.

@@ -15,6 +15,11 @@ use agent_retry::policy::account_budget as import;
 use agent_retry::policy::types as wit;
 use exports::agent_retry::policy::policy::{Guest, GuestPolicy, GuestRun};
 
+// The lying policy of the hosts' guard tests (target/hostile/liar.wasm): never in the shipped component.
+#[cfg(feature = "liar")]
+#[path = "liar.rs"]
+mod liar;
+
 #[global_allocator]
 static ALLOC: crate::wasm_alloc::SizeClasses = crate::wasm_alloc::SizeClasses::new();
 
@@ -85,16 +90,21 @@ struct Component;
 
 pub struct Policy {
     config: Arc<config::Config>,
+    #[cfg(feature = "liar")]
+    lies: liar::Lies,
 }
 
 pub struct Run {
     run: RefCell<run::Run>,
+    #[cfg(feature = "liar")]
+    liar: liar::RunLies,
 }
 
 // A run in flight is one 128-byte block of the allocator's power-of-two
 // classes (wit-bindgen keeps it as an `Option<Run>`): one byte more doubles
 // it, and 100,000 runs no longer fit in an instance's 64 MiB
 // (hosts/rust/tests/sandbox.rs).
+#[cfg(not(feature = "liar"))]
 const _: () = assert!(::core::mem::size_of::<Option<Run>>() <= 128, "a run record past 128 bytes takes a 256-byte block");
 
 impl Guest for Component {
@@ -118,9 +128,29 @@ impl Guest for Component {
 }
 
 impl GuestPolicy for Policy {
+    #[cfg(not(feature = "liar"))]
     fn from_json(text: String) -> Result<exports::agent_retry::policy::policy::Policy, wit::ConfigError> {
         match config::Config::from_json(&text) {
             Ok(config) => Ok(exports::agent_retry::policy::policy::Policy::new(Policy { config: Arc::new(config) })),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The liar's `"x-liar"` is taken out before the real policy reads the rest.
+    #[cfg(feature = "liar")]
+    fn from_json(text: String) -> Result<exports::agent_retry::policy::policy::Policy, wit::ConfigError> {
+        let mut lies = liar::Lies::default();
+        let parsed = match crate::json::parse(&text) {
+            Ok(crate::json::Json::Object(mut members)) => {
+                if let Some(at) = members.iter().position(|(name, _)| name == "x-liar") {
+                    lies = liar::Lies::from_json(&members.remove(at).1);
+                }
+                config::Config::from_parsed(crate::json::Json::Object(members))
+            }
+            _ => config::Config::from_json(&text),
+        };
+        match parsed {
+            Ok(config) => Ok(exports::agent_retry::policy::policy::Policy::new(Policy { config: Arc::new(config), lies })),
             Err(e) => Err(e.into()),
         }
     }
@@ -142,15 +172,22 @@ impl GuestPolicy for Policy {
 
     fn start_run(&self, run_id: String) -> Result<exports::agent_retry::policy::policy::Run, wit::RunError> {
         let run = run::Run::start(Arc::clone(&self.config), &run_id)?;
-        Ok(exports::agent_retry::policy::policy::Run::new(Run { run: RefCell::new(run) }))
+        Ok(exports::agent_retry::policy::policy::Run::new(Run {
+            run: RefCell::new(run),
+            #[cfg(feature = "liar")]
+            liar: liar::RunLies::new(self.lies.clone()),
+        }))
     }
 }
 
 impl GuestRun for Run {
     fn begin_call(&self, tool: String, key: Option<String>, hints: Option<wit::ToolHints>, now_ms: u64) -> Result<wit::CallStart, wit::RunError> {
         let hints = hints.map(Into::into);
+        #[cfg(feature = "liar")]
+        let (liar_tool, liar_key) = (tool.clone(), key.clone());
         let start = self.run.borrow_mut().begin(tool, key, hints.as_ref(), now_ms, &mut HostAccountBudget)?;
-        Ok(match start {
+        #[allow(unused_mut)]
+        let mut start = match start {
             run::Start::Send(t) => wit::CallStart {
                 admitted: true,
                 call_id: t.call_id,
@@ -169,11 +206,21 @@ impl GuestRun for Run {
                 idle_timeout_ms: 0,
                 attempt_timeout_ms: 0,
             },
-        })
+        };
+        #[cfg(feature = "liar")]
+        self.liar.begun(&liar_tool, liar_key.as_deref(), &mut start);
+        Ok(start)
     }
 
     fn record_success(&self, call_id: u32, attempt: u32, now_ms: u64) -> Result<wit::Verdict, wit::RunError> {
-        Ok(self.run.borrow_mut().record_success(call_id, attempt, now_ms, &mut HostAccountBudget)?.into())
+        #[cfg(feature = "liar")]
+        if let Some(verdict) = self.liar.answer(call_id, attempt, false) {
+            return Ok(verdict);
+        }
+        let verdict = self.run.borrow_mut().record_success(call_id, attempt, now_ms, &mut HostAccountBudget)?.into();
+        #[cfg(feature = "liar")]
+        let verdict = self.liar.verdict(call_id, verdict);
+        Ok(verdict)
     }
 
     fn record_empty_result(&self, call_id: u32, attempt: u32, detail: String, now_ms: u64) -> Result<wit::Verdict, wit::RunError> {
@@ -189,10 +236,17 @@ impl GuestRun for Run {
         now_ms: u64,
         entropy: u64,
     ) -> Result<wit::Verdict, wit::RunError> {
+        #[cfg(feature = "liar")]
+        if let Some(verdict) = self.liar.answer(call_id, attempt, true) {
+            return Ok(verdict);
+        }
         let kind = observation.kind.into();
         let pairs = hints::split_lines(&observation.headers);
         let view = view(&kind, &pairs, &observation);
         let verdict = self.run.borrow_mut().record_failure(call_id, attempt, &view, run::At { now_ms, time_left_ms, entropy }, &mut HostAccountBudget)?;
+        #[cfg(feature = "liar")]
+        let verdict = self.liar.verdict(call_id, verdict.into());
+        #[allow(clippy::useless_conversion)]
         Ok(verdict.into())
     }
 
@@ -205,8 +259,15 @@ impl GuestRun for Run {
         now_ms: u64,
         entropy: u64,
     ) -> Result<wit::Verdict, wit::RunError> {
+        #[cfg(feature = "liar")]
+        if let Some(verdict) = self.liar.answer(call_id, attempt, true) {
+            return Ok(verdict);
+        }
         let verdict =
             self.run.borrow_mut().record_status_check(call_id, attempt, result.into(), run::At { now_ms, time_left_ms, entropy }, &mut HostAccountBudget)?;
+        #[cfg(feature = "liar")]
+        let verdict = self.liar.verdict(call_id, verdict.into());
+        #[allow(clippy::useless_conversion)]
         Ok(verdict.into())
     }
 
@@ -228,6 +289,9 @@ impl GuestRun for Run {
             message: task.message,
         };
         let verdict = self.run.borrow_mut().record_task_status(call_id, attempt, &report, run::At { now_ms, time_left_ms, entropy }, &mut HostAccountBudget)?;
+        #[cfg(feature = "liar")]
+        let verdict = self.liar.verdict(call_id, verdict.into());
+        #[allow(clippy::useless_conversion)]
         Ok(verdict.into())
     }
 
@@ -248,7 +312,10 @@ impl GuestRun for Run {
     }
 
     fn last_decision(&self, call_id: u32) -> Option<wit::Decision> {
-        self.run.borrow().last_decision(call_id).map(Into::into)
+        let decision = self.run.borrow().last_decision(call_id).map(Into::into);
+        #[cfg(feature = "liar")]
+        let decision = self.liar.decision(call_id, decision);
+        decision
     }
 
     fn escalation(&self) -> Option<wit::Escalation> {

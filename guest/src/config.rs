@@ -549,6 +549,12 @@ impl Config {
         Self::from_value(value)
     }
 
+    /// Validates a configuration already parsed (the liar fixture's, without its lies).
+    #[cfg(feature = "liar")]
+    pub fn from_parsed(value: Json) -> Result<Config, ConfigError> {
+        Self::from_value(value)
+    }
+
     fn from_value(value: Json) -> Result<Config, ConfigError> {
         let mut f = Fields::new("", value).map_err(|mut e| {
             e.message = String::from("the configuration must be a JSON object");
