@@ -185,8 +185,18 @@ impl RunLies {
 /// A decision that says what the liar's verdict said.
 fn made_up(v: wit::Verdict, key: Option<String>) -> wit::Decision {
     let action = match v.action {
-        wit::ActionKind::Retry => wit::Action::Retry(wit::RetryPlan { delay_ms: v.delay_ms, attempt: v.attempt + 1, idempotency_key: key, reconnect: v.reconnect }),
+        wit::ActionKind::Retry => {
+            wit::Action::Retry(wit::RetryPlan { delay_ms: v.delay_ms, attempt: v.attempt + 1, idempotency_key: key, reconnect: v.reconnect })
+        }
         _ => wit::Action::Succeed(None),
     };
-    wit::Decision { action, class: v.class, attempt: v.attempt, hint_ms: None, rule: String::from("liar"), reason: String::from("the liar says so"), cancel_task: false }
+    wit::Decision {
+        action,
+        class: v.class,
+        attempt: v.attempt,
+        hint_ms: None,
+        rule: String::from("liar"),
+        reason: String::from("the liar says so"),
+        cancel_task: false,
+    }
 }
