@@ -14,10 +14,11 @@ DIST_VERSION    := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' Cargo.toml | he
 DIST_CONTRACT   := $(shell sed -n 's/^package agent-retry:policy@\(.*\);$$/\1/p' wit/world.wit)
 DIST_WASM       := $(DIST)/component/agent_retry_policy.wasm
 # The component's registry metadata (tests/dist/add-metadata.mjs). The source URL
-# is where the repository is published; override it with `make dist DIST_SOURCE_URL=...`.
-DIST_SOURCE_URL ?= https://github.com/agent-retry/agent-retry
+# is written only when given (`make dist DIST_SOURCE_URL=https://...`, where the
+# repository is published): no placeholder is shipped.
+DIST_SOURCE_URL ?=
 DIST_METADATA   := --name agent-retry:policy --version $(DIST_CONTRACT) --licenses Apache-2.0 \
-                   --source $(DIST_SOURCE_URL) --description "Retry, failure classification and budgets for AI agents calling MCP tools"
+                   $(if $(DIST_SOURCE_URL),--source $(DIST_SOURCE_URL)) --description "Retry, failure classification and budgets for AI agents calling MCP tools"
 
 .PHONY: dist dist-check-versions wasm-metadata dist-component dist-python dist-npm dist-crate dist-test
 

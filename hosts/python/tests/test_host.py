@@ -309,6 +309,39 @@ def test_a_bad_clock_cannot_poison_the_account_for_every_worker(bad: str) -> Non
     assert accounts.reserve("acct", 1, bucket, 0, _process_now_ms()) == Reservation(True, 0)
 
 
+_HOUR_MS = 3_600_000
+
+
+@pytest.mark.parametrize("offset_ms", [_HOUR_MS, -_HOUR_MS], ids=["an hour ahead", "an hour behind"])
+def test_a_clock_an_hour_off_neither_locks_the_account_nor_widens_it(offset_ms: int) -> None:
+    # Issue 24, row 7: one worker an hour ahead once refused every worker of the
+    # process for the hour ("resets in 3,600,050 ms") and overran the limit itself.
+    bucket = Bucket(capacity=40, refill_interval_ms=60_000)
+
+    def take_all(accounts: EmbeddedAccounts, offset: int) -> int:
+        return sum(accounts.reserve("acct", 1, bucket, 0, _process_now_ms() + offset).granted for _ in range(100))
+
+    first = EmbeddedAccounts()
+    assert take_all(first, offset_ms) == 40, "the skewed worker takes the burst"
+    after = first.reserve("acct", 1, bucket, 0, _process_now_ms())
+    assert not after.granted and after.wait_ms <= bucket.refill_interval_ms, f"room in one interval, not an hour: {after}"
+    second = EmbeddedAccounts()
+    assert take_all(second, 0) == 40
+    assert take_all(second, offset_ms) == 0, "40 in the window, not 80"
+
+
+def test_a_step_back_of_the_wall_clock_moves_nothing() -> None:
+    # The buckets keep the process's monotonic clock: every caller's time jumping
+    # back an hour halfway leaves the account as it was.
+    bucket = Bucket(capacity=40, refill_interval_ms=60_000)
+    accounts = EmbeddedAccounts()
+    before = sum(accounts.reserve("acct", 1, bucket, 0, _process_now_ms()).granted for _ in range(20))
+    after = sum(accounts.reserve("acct", 1, bucket, 0, _process_now_ms() - _HOUR_MS).granted for _ in range(100))
+    assert (before, after) == (20, 20), "the burst is 40 across the step"
+    refused = accounts.reserve("acct", 1, bucket, 0, _process_now_ms() - _HOUR_MS)
+    assert not refused.granted and refused.wait_ms <= bucket.refill_interval_ms
+
+
 def test_a_backend_on_the_host_clock_is_poisoned_by_a_microsecond_clock() -> None:
     # Why the default keeps the process's time.
     bucket = Bucket(capacity=2, refill_interval_ms=1000)

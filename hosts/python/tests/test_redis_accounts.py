@@ -245,6 +245,27 @@ def test_every_exchange_with_a_paused_redis_ends_within_the_timeout(server: Redi
     assert accounts.try_reserve("paused", 1, bucket, 0).granted, "answers again once resumed"
 
 
+def test_a_take_its_client_gave_up_on_spends_nothing_when_a_paused_redis_runs_it(server: RedisServer) -> None:
+    # Issue 24, row 8: a take sent to a paused Redis and given up on used to run
+    # on resume and spend the token. It now reaches the script past its deadline.
+    accounts = RedisAccounts.connect(server.url)
+    bucket = Bucket(1000, 60_000)
+    accounts.try_reserve("late", 1, bucket, 0)
+    key = f"{ACCOUNT_PREFIX}late"
+    before = cli(server).get(key)
+    server.pause()
+    try:
+        with pytest.raises(AccountsError):
+            accounts.try_reserve("late", 1, bucket, 0)  # sent on the open connection, then given up on
+        time.sleep(0.3)
+    finally:
+        server.resume()
+    time.sleep(0.3)  # the resumed server reads the waiting take
+    assert cli(server).get(key) == before, "the late take left the bucket as it was"
+    assert accounts.try_reserve("late", 1, bucket, 0).granted, "a live take is served again"
+    assert cli(server).get(key) != before
+
+
 def draw_processes(url: str, account: str, hosts: list[str], capacity: int, interval: int, duration: int) -> list[dict]:
     """Worker processes of each host in `hosts` ("python", "node", "rust") drawing on
     one account from a common start, once all are connected; their JSON lines."""

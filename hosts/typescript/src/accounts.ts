@@ -52,11 +52,11 @@ export function gcraRefund(storedTatMs: bigint, tokens: number, bucket: Bucket, 
   return max(max(storedTatMs - back, 0n), min(nowMs, storedTatMs));
 }
 
-/** How far a caller's `nowMs` may be from this process's clock (`Date.now()`)
- *  before the embedded backend stops believing it: a day covers every sane host
- *  clock, and the demo's sped-up policy time; a clock in µs (1,000× ahead), one
- *  in the past or 0 is far outside. The Rust host's `MAX_CLOCK_SKEW_MS`. */
-export const MAX_CLOCK_SKEW_MS = 24n * 60n * 60n * 1000n;
+/** How far a caller's `nowMs` may be from this process's clock before the
+ *  embedded backend warns (once) that the caller's clock is off: a skewed
+ *  worker, a clock stepped back, µs instead of ms, 0. The buckets never use it.
+ *  The Rust host's `MAX_CLOCK_SKEW_MS`. */
+export const MAX_CLOCK_SKEW_MS = 5_000n;
 
 /** The warning `EmbeddedAccounts` gives, once, the first time a caller's time
  *  is not believed. */
@@ -66,7 +66,7 @@ export interface AccountClockEvent {
   message: string;
   /** The time the caller passed (a number up to 2^53 − 1, else its digits). */
   host_now_ms: number | string;
-  /** The process's clock, used instead for that call. */
+  /** The process's clock, which the buckets keep. */
   process_now_ms: number;
 }
 
@@ -85,18 +85,21 @@ const defaultClockLog = (event: AccountClockEvent): void => {
  *  JavaScript on one thread, so a synchronous `reserve` is atomic for every
  *  instance in the process.
  *
- *  The buckets are kept in this process's time, as the Redis backend keeps them
- *  in the server's: a `nowMs` more than `MAX_CLOCK_SKEW_MS` from the process's
- *  clock (a worker passing µs, a clock in the past, 0) is not believed; that
- *  call uses the process's clock instead (warned once), so one bad clock cannot
- *  move the account's state for every worker. Simulations that run every
- *  worker on one simulated clock (the test vectors) use
- *  `EmbeddedAccounts.onHostClock()`. */
+ *  The buckets are kept on this process's monotonic clock (the wall clock when
+ *  the backend was made, plus `performance.now()` since), as the Redis backend
+ *  keeps them on the server's. A caller's `nowMs` is not used: a step of the
+ *  wall clock moves nothing, and a worker whose clock is an hour off can neither
+ *  lock the account for the others nor take more than its share (a wait is a
+ *  duration, the same on any clock); one more than `MAX_CLOCK_SKEW_MS` off is
+ *  warned about once. Simulations that run every worker on one simulated clock
+ *  (the test vectors) use `EmbeddedAccounts.onHostClock()`. */
 export class EmbeddedAccounts implements AccountBudgetBackend {
   private readonly tats = new Map<string, bigint>();
   private trustHostClock = false;
   private readonly log: (event: AccountClockEvent) => void;
   private warned = false;
+  private readonly epochMsAtStart = Date.now();
+  private readonly startedMs = performance.now();
 
   /** Buckets in this process's time (see the class's documentation). */
   constructor(options: EmbeddedAccountsOptions = {}) {
@@ -120,17 +123,16 @@ export class EmbeddedAccounts implements AccountBudgetBackend {
   /** The time to keep the buckets in for a call that says `hostNowMs`. */
   private nowMs(hostNowMs: bigint): bigint {
     if (this.trustHostClock) return hostNowMs;
-    const own = BigInt(Date.now());
+    const own = BigInt(this.epochMsAtStart + Math.floor(performance.now() - this.startedMs));
     const skew = hostNowMs > own ? hostNowMs - own : own - hostNowMs;
-    if (skew <= MAX_CLOCK_SKEW_MS) return hostNowMs;
-    if (!this.warned) {
+    if (skew > MAX_CLOCK_SKEW_MS && !this.warned) {
       this.warned = true;
       try {
         this.log({
           event: 'agent_retry.account_clock',
           level: 'warning',
-          message: "the account budget got a time far from this process's clock (µs instead of ms? a clock in the past?): " +
-            "that call used the process's clock; said once",
+          message: `the account budget got a time more than ${MAX_CLOCK_SKEW_MS} ms from this process's clock (a skewed or stepped clock? ` +
+            "µs instead of ms?); the buckets keep the process's clock; said once",
           host_now_ms: jsonSafeBigInt(hostNowMs),
           process_now_ms: Number(own),
         });

@@ -74,6 +74,8 @@ function emit(log: (event: AccountBudgetEvent) => void, redis: string, fields: O
     // ignored
   }
 }
+/** The server's clock in ms, read once on connecting (the scripts read it on every take). */
+const CLOCK_LUA = "local t = redis.call('TIME') return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)";
 const sha1 = (text: string) => createHash('sha1').update(text).digest('hex');
 const big = (value: unknown): bigint => {
   if (typeof value !== 'number' || !Number.isFinite(value)) throw new TypeError(`not a number: ${String(value)}`);
@@ -96,6 +98,8 @@ export class RedisAccounts {
   /** Per account, how far the schedule was ahead of the server's clock at the latest exchange. */
   readonly #seenBacklogs = new Map<string, bigint>();
   #repairs = 0;
+  /** The server's clock minus this process's wall clock, in ms, as last measured. */
+  #serverOffsetMs: bigint | undefined;
 
   private constructor(url: string, prefix: string, log: (event: AccountBudgetEvent) => void, worker: Worker, port: MessagePort, flag: Int32Array) {
     this.url = url;
@@ -137,7 +141,14 @@ export class RedisAccounts {
     }
     worker.unref();
     port1.unref();
-    return new RedisAccounts(url, options.prefix ?? ACCOUNT_PREFIX, options.log ?? defaultLog, worker, port1, flag);
+    const accounts = new RedisAccounts(url, options.prefix ?? ACCOUNT_PREFIX, options.log ?? defaultLog, worker, port1, flag);
+    try {
+      accounts.#measured(big(accounts.#exchange(CLOCK_LUA, accounts.prefix, [])));
+    } catch (e) {
+      accounts.close();
+      throw e instanceof AccountsError ? e : new AccountsError('unreachable', url, `TIME: ${(e as Error).message}`);
+    }
+    return accounts;
   }
 
   /** Keys of another type or values not a number repaired so far (each also logged). */
@@ -153,12 +164,28 @@ export class RedisAccounts {
     void this.#worker.terminate();
   }
 
+  /** Keeps the server's clock, read at `serverNowMs`, against this process's. */
+  #measured(serverNowMs: bigint): void {
+    this.#serverOffsetMs = serverNowMs - BigInt(Date.now());
+  }
+
+  /** The server's time past which an exchange that must end `leftMs` from now
+   *  is no longer awaited; 0 before the server's clock was measured. The same
+   *  rule as the Rust host's `not_after_ms`. */
+  #notAfterMs(leftMs: number): bigint {
+    if (this.#serverOffsetMs === undefined) return 0n;
+    return BigInt(Date.now()) + this.#serverOffsetMs + BigInt(Math.max(0, Math.floor(leftMs)));
+  }
+
   /** One exchange through the worker thread, this thread blocked until its
-   *  answer or ACCOUNTS_REDIS_TIMEOUT_MS. Throws `AccountsError` ("unreachable"). */
+   *  answer or ACCOUNTS_REDIS_TIMEOUT_MS. A script's last argument is the
+   *  server's time past which it must take nothing (its client gave up).
+   *  Throws `AccountsError` ("unreachable"). */
   #exchange(script: string, key: string, args: string[]): unknown {
     if (this.#closed !== undefined) throw new AccountsError('unreachable', this.url, this.#closed);
     const id = (this.#next = (this.#next % 0x7fff_ffff) + 1);
     const until = performance.now() + ACCOUNTS_REDIS_TIMEOUT_MS;
+    if (script !== CLOCK_LUA) args = [...args, String(this.#notAfterMs(ACCOUNTS_REDIS_TIMEOUT_MS))];
     const exchange: Exchange = { id, deadline: Date.now() + ACCOUNTS_REDIS_TIMEOUT_MS, command: ['EVALSHA', sha1(script), '1', key, ...args], script };
     this.#port.postMessage(exchange);
     for (;;) {
@@ -191,6 +218,10 @@ export class RedisAccounts {
       [granted, wait, repaired, tat, serverNow] = reply.map(big);
     } catch (e) {
       throw new AccountsError('unreachable', this.url, (e as Error).message);
+    }
+    if (serverNow > 0n) this.#measured(serverNow); // 0: a take of 0 tokens, answered without reading the clock
+    if (granted === -1n) {
+      throw new AccountsError('unreachable', this.url, `the take reached Redis after its deadline (${ACCOUNTS_REDIS_TIMEOUT_MS} ms): nothing was taken`);
     }
     if (repaired === 1n) {
       this.#repairs += 1;

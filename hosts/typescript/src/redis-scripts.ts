@@ -11,9 +11,11 @@ local capacity = tonumber(ARGV[2])
 local interval = tonumber(ARGV[3])
 local max_wait = tonumber(ARGV[4])
 local floor = tonumber(ARGV[5])
+local not_after = tonumber(ARGV[6]) or 0
 if tokens == 0 then return {1, 0, 0, 0, 0} end
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+if not_after > 0 and now > not_after then return {-1, 0, 0, 0, now} end
 local kind = redis.call('TYPE', KEYS[1])['ok']
 local tat = floor
 local repaired = 0
@@ -39,8 +41,10 @@ return {1, wait, repaired, new_tat, now}
 
 export const REFUND_LUA = `
 local back = tonumber(ARGV[1]) * tonumber(ARGV[2])
+local not_after = tonumber(ARGV[3]) or 0
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+if not_after > 0 and now > not_after then return 0 end
 if redis.call('TYPE', KEYS[1])['ok'] ~= 'string' then return 0 end
 local tat = tonumber(redis.call('GET', KEYS[1]))
 if tat == nil or tat <= now then return 0 end

@@ -1,6 +1,7 @@
-// The embedded account budget keeps its buckets in the process's own time
-// (issue 11, the clock row): one worker passing a clock in µs, a clock in the
-// past or 0 cannot move the account's state for every worker of the process.
+// The embedded account budget keeps its buckets on the process's own monotonic
+// clock (issue 11's and issue 24's clock rows): one worker passing a clock in µs,
+// a clock in the past, 0, or a clock an hour off cannot move the account's state
+// for every worker of the process.
 // The same cases as the Rust host's
 // `a_bad_clock_cannot_poison_the_account_for_every_worker` (hosts/rust/src/accounts/mod.rs).
 import { test } from 'node:test';
@@ -68,21 +69,35 @@ test('onHostClock trusts the callers: one µs clock poisons it for every worker 
   assert.deepEqual(simulated.reserve('s', 1, bucket, 0n, 1_000n), { granted: true, waitMs: 0n });
 });
 
-test('a clock within MAX_CLOCK_SKEW_MS (24 h) is believed; one just beyond is not', () => {
-  assert.equal(MAX_CLOCK_SKEW_MS, 86_400_000n);
-  const events: AccountClockEvent[] = [];
-  const near = new EmbeddedAccounts({ log: (e) => events.push(e) });
-  // Two tokens taken 23 h ahead (a sped-up clock, a skewed host): the caller's time is used,
-  // so at the process's time the bucket is empty for 23 h.
-  near.reserve('acct', 2, bucket, 0n, processNowMs() + 23n * 3_600_000n);
-  const after = near.reserve('acct', 1, bucket, 0n, processNowMs());
-  assert.ok(!after.granted && after.waitMs > 22n * 3_600_000n, show(after));
-  assert.equal(events.length, 0, 'nothing to warn about');
-  const far = new EmbeddedAccounts({ log: (e) => events.push(e) });
-  far.reserve('acct', 2, bucket, 0n, processNowMs() + MAX_CLOCK_SKEW_MS + 60_000n);
-  const now = far.reserve('acct', 1, bucket, 0n, processNowMs());
-  assert.ok(!now.granted && now.waitMs <= 1_000n, `taken in the process's time: ${show(now)}`);
-  assert.equal(events.length, 1);
+// Issue 24, row 7: one worker's clock an hour ahead once refused every worker of
+// the process for the hour ("resets in 3,600,050 ms") and overran the limit
+// itself. The same cases as the Rust host's
+// `a_clock_an_hour_off_neither_locks_the_account_nor_widens_it`.
+const HOUR_MS = 3_600_000n;
+const wide = { capacity: 40, refillIntervalMs: 60_000n };
+const takeAll = (accounts: EmbeddedAccounts, clock: () => bigint) =>
+  Array.from({ length: 100 }, () => accounts.reserve('acct', 1, wide, 0n, clock())).filter((r) => r.granted).length;
+
+for (const [name, skewed] of [['an hour ahead', () => processNowMs() + HOUR_MS], ['an hour behind', () => processNowMs() - HOUR_MS]] as const) {
+  test(`a clock ${name} neither locks the account for the others nor widens it`, () => {
+    const first = new EmbeddedAccounts({ log: () => {} });
+    assert.equal(takeAll(first, skewed), 40, 'the skewed worker takes the burst');
+    const after = first.reserve('acct', 1, wide, 0n, processNowMs());
+    assert.ok(!after.granted && after.waitMs <= wide.refillIntervalMs, `room in one interval, not an hour: ${show(after)}`);
+    const second = new EmbeddedAccounts({ log: () => {} });
+    assert.equal(takeAll(second, processNowMs), 40);
+    assert.equal(takeAll(second, skewed), 0, 'the skewed worker finds the bucket as the others left it (40 in the window, not 80)');
+  });
+}
+
+test("a step back of the process's wall clock moves nothing: the buckets keep the monotonic clock", () => {
+  assert.equal(MAX_CLOCK_SKEW_MS, 5_000n);
+  const accounts = new EmbeddedAccounts({ log: () => {} });
+  const before = Array.from({ length: 20 }, () => accounts.reserve('acct', 1, wide, 0n, processNowMs())).filter((r) => r.granted).length;
+  const steppedBack = () => processNowMs() - HOUR_MS;
+  assert.deepEqual([before, takeAll(accounts, steppedBack)], [20, 20], 'the burst is 40 across the step');
+  const next = accounts.reserve('acct', 1, wide, 0n, steppedBack());
+  assert.ok(!next.granted && next.waitMs <= wide.refillIntervalMs, show(next));
 });
 
 test('a clock that is not believed is warned about once per backend, through the log option or console.warn', (t) => {
@@ -96,7 +111,7 @@ test('a clock that is not believed is warned about once per backend, through the
   assert.equal(events[0].level, 'warning');
   assert.equal(events[0].host_now_ms, Number(micro));
   assert.ok(Math.abs(events[0].process_now_ms - Date.now()) < 60_000);
-  assert.match(events[0].message, /µs instead of ms\? a clock in the past\?.*process's clock; said once/);
+  assert.match(events[0].message, /skewed or stepped clock\? µs instead of ms\?.*process's clock; said once/);
   // A logger that throws does not fail the reservation.
   const throwing = new EmbeddedAccounts({ log: () => { throw new Error('logger down'); } });
   assert.deepEqual(throwing.reserve('acct', 1, bucket, 0n, 0n), { granted: true, waitMs: 0n });

@@ -234,6 +234,31 @@ test('every exchange with a paused Redis ends within the timeout', async () => {
   assert.ok(accounts.tryReserve('paused', 1, bucket, 0n).granted, 'answers again once resumed');
 });
 
+// Issue 24, row 8: a take sent to a paused Redis and given up on used to run on
+// resume and spend the token. It now reaches the script past its deadline.
+test('a take its client gave up on spends nothing when a paused Redis runs it', async () => {
+  const server = await RedisServer.start();
+  const accounts = await RedisAccounts.connect(server.url, { log: quiet });
+  backends.push(accounts);
+  const bucket: Bucket = { capacity: 1_000, refillIntervalMs: 60_000n };
+  accounts.tryReserve('late', 1, bucket, 0n);
+  const key = `${ACCOUNT_PREFIX}late`;
+  const raw = await server.client();
+  const before = await raw.get(key);
+  server.signal('SIGSTOP');
+  try {
+    assert.throws(() => accounts.tryReserve('late', 1, bucket, 0n), AccountsError); // sent, then given up on
+    await sleep(300);
+  } finally {
+    server.signal('SIGCONT');
+  }
+  await sleep(300); // the resumed server reads the waiting take
+  assert.equal(await raw.get(key), before, 'the late take left the bucket as it was');
+  assert.ok(accounts.tryReserve('late', 1, bucket, 0n).granted, 'a live take is served again');
+  assert.notEqual(await raw.get(key), before);
+  raw.destroy();
+});
+
 interface Drawn {
   host: string;
   grants: number[];

@@ -282,6 +282,31 @@ fn every_exchange_with_a_paused_redis_ends_within_the_timeout() {
     assert!(accounts.try_reserve("paused", 1, bucket, 0).is_ok(), "answers again once resumed");
 }
 
+/// Issue 24, row 8: a take sent to a paused Redis, given up on by its client,
+/// used to run when Redis resumed and spend the token (92 runs escalated in the
+/// second after a 5 s pause under 8 workers). It now reaches the script past
+/// its deadline and takes nothing.
+#[test]
+fn a_take_its_client_gave_up_on_spends_nothing_when_a_paused_redis_runs_it() {
+    let server = RedisServer::start();
+    let accounts = RedisAccounts::connect(&server.url()).unwrap();
+    let bucket = Bucket { capacity: 1_000, refill_interval_ms: 60_000 };
+    accounts.try_reserve("late", 1, bucket, 0).unwrap();
+    let key = "agent-retry:account:late";
+    let before = redis_cli(server.port, &["GET", key]);
+    let pid = redis_cli(server.port, &["INFO", "server"]).lines().find_map(|l| l.strip_prefix("process_id:")).map(|p| p.trim().to_string()).unwrap();
+    assert!(std::process::Command::new("kill").args(["-STOP", &pid]).status().unwrap().success());
+    // Sent on the open connection, then given up on: it waits in the server's socket.
+    let given_up = accounts.try_reserve("late", 1, bucket, 0);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(std::process::Command::new("kill").args(["-CONT", &pid]).status().unwrap().success());
+    assert!(given_up.is_err(), "{given_up:?}");
+    std::thread::sleep(Duration::from_millis(300)); // the resumed server reads the waiting take
+    assert_eq!(redis_cli(server.port, &["GET", key]), before, "the late take left the bucket as it was");
+    assert!(matches!(accounts.try_reserve("late", 1, bucket, 0), Ok(Reservation::Granted(_))), "a live take is served again");
+    assert_ne!(redis_cli(server.port, &["GET", key]), before, "and it is taken");
+}
+
 /// 8 workers, a bucket of 8 and one token per 25 ms: any 1000 ms may hold 8 + 40
 /// = 48 calls. Redis loses its state mid-run (killed and restarted empty, or
 /// FLUSHALL) or pauses for 1.5 s; the busiest 1000 ms is counted on the server.
@@ -343,7 +368,7 @@ fn the_limit_holds_when_redis_loses_its_state_or_pauses() {
         })
         .collect();
     for (fault, busiest) in busiest {
-        assert!(busiest <= 48 + 4, "{fault}: {busiest} calls in the busiest second");
+        assert!(busiest <= 48, "{fault}: {busiest} calls in the busiest second (the bucket allows 48)");
     }
 }
 

@@ -16,9 +16,9 @@ from typing import NamedTuple, Protocol
 U64_MAX = 0xFFFF_FFFF_FFFF_FFFF
 
 # How far a caller's `now_ms` may be from this process's clock before the
-# embedded backend stops believing it: a day covers every sane host clock; a
-# clock in µs (1,000x ahead), one in the past or 0 is far outside.
-MAX_CLOCK_SKEW_MS = 24 * 60 * 60 * 1000
+# embedded backend warns (once) that the caller's clock is off: a skewed
+# worker, a clock stepped back, µs instead of ms, 0. The buckets never use it.
+MAX_CLOCK_SKEW_MS = 5_000
 
 logger = logging.getLogger("agent_retry_policy.accounts")
 
@@ -75,19 +75,22 @@ class EmbeddedAccounts:
     """One bucket per account in this process, behind a lock: shared by every run
     and every component instance (and thread) that holds this object.
 
-    The buckets are kept in this process's time, as a Redis backend keeps them
-    in the server's: a `now_ms` more than `MAX_CLOCK_SKEW_MS` from the process's
-    clock (a worker passing µs, a clock in the past, 0) is not believed; that
-    call uses the process's clock instead (warned once), so one bad clock cannot
-    move the account's state for every worker. Simulations that run every worker
-    on one simulated clock use `EmbeddedAccounts.on_host_clock()`. The same rule
-    as the Rust and Node hosts'."""
+    The buckets are kept on this process's monotonic clock (the wall clock when
+    the backend was made, plus the time since), as a Redis backend keeps them on
+    the server's. A caller's `now_ms` is not used: a step of the wall clock moves
+    nothing, and a worker whose clock is an hour off can neither lock the account
+    for the others nor take more than its share (a wait is a duration, the same
+    on any clock); one more than `MAX_CLOCK_SKEW_MS` off is warned about once.
+    Simulations that run every worker on one simulated clock use
+    `EmbeddedAccounts.on_host_clock()`. The same rule as the Rust and Node hosts'."""
 
     def __init__(self) -> None:
         self._tats: dict[str, int] = {}
         self._lock = threading.Lock()
         self._trust_host_clock = False
         self._warned = False
+        self._epoch_ms_at_start = time.time_ns() // 1_000_000
+        self._started_ns = time.monotonic_ns()
 
     @classmethod
     def on_host_clock(cls) -> EmbeddedAccounts:
@@ -100,14 +103,13 @@ class EmbeddedAccounts:
     def _now_ms(self, host_now_ms: int) -> int:
         if self._trust_host_clock:
             return host_now_ms
-        own = time.time_ns() // 1_000_000
-        if abs(host_now_ms - own) <= MAX_CLOCK_SKEW_MS:
-            return host_now_ms
-        if not self._warned:
+        own = self._epoch_ms_at_start + (time.monotonic_ns() - self._started_ns) // 1_000_000
+        if abs(host_now_ms - own) > MAX_CLOCK_SKEW_MS and not self._warned:
             self._warned = True
             logger.warning(
-                "the account budget got a time far from this process's clock (µs instead of ms? a clock in the past?): "
-                "that call used the process's clock; said once",
+                "the account budget got a time more than %d ms from this process's clock (a skewed or stepped clock? "
+                "µs instead of ms?); the buckets keep the process's clock; said once",
+                MAX_CLOCK_SKEW_MS,
                 extra={"host_now_ms": host_now_ms, "process_now_ms": own},
             )
         return own

@@ -80,6 +80,9 @@ class RedisAccounts:
         self._seen_tats: dict[str, int] = {}
         self._seen_backlogs: dict[str, int] = {}
         self._repairs = 0
+        # The server's clock minus this process's wall clock, in ms, as last
+        # measured (None before the first): turns a deadline into the server's time.
+        self._server_offset_ms: int | None = None
 
     @classmethod
     def connect(cls, url: str, *, prefix: str = ACCOUNT_PREFIX) -> RedisAccounts:
@@ -104,6 +107,8 @@ class RedisAccounts:
                 if pong not in (b"PONG", "PONG", True):
                     raise AccountsError("unreachable", url, f"PING answered {pong!r}")
                 accounts._command(deadline, "SCRIPT", "LOAD", GCRA_LUA)
+                seconds, micros = accounts._command(deadline, "TIME")
+                accounts._measured(int(seconds) * 1000 + int(micros) // 1000)
         except (redis.RedisError, OSError) as e:
             accounts._drop()
             raise AccountsError("unreachable", url, str(e) or type(e).__name__) from None
@@ -152,12 +157,28 @@ class RedisAccounts:
         connection.send_command(*args)
         return connection.read_response()
 
+    def _measured(self, server_now_ms: int) -> None:
+        """Keeps the server's clock, read at `server_now_ms`, against this process's."""
+        self._server_offset_ms = server_now_ms - time.time_ns() // 1_000_000
+
+    def _not_after_ms(self, deadline: float) -> int:
+        """The server's time past which an exchange that must end by `deadline`
+        (monotonic) is no longer awaited; 0 before the server's clock was measured.
+        The same rule as the Rust host's `not_after_ms`."""
+        if self._server_offset_ms is None:
+            return 0
+        left_ms = max(int((deadline - time.monotonic()) * 1000), 0)
+        return time.time_ns() // 1_000_000 + self._server_offset_ms + left_ms
+
     def _script(self, script: str, key: str, *args: Any) -> Any:
         """EVALSHA, or EVAL when the server does not have the script (after a
         restart or SCRIPT FLUSH), within one `REDIS_TIMEOUT_S` in all, waiting
-        for the lock included. Raises redis-py's errors (the connection dropped)."""
+        for the lock included; the last argument is the server's time past which
+        the script must take nothing (its client gave up). Raises redis-py's
+        errors (the connection dropped)."""
         redis = _redis()
         deadline = time.monotonic() + REDIS_TIMEOUT_S
+        args = (*args, self._not_after_ms(deadline))
         if not self._lock.acquire(timeout=REDIS_TIMEOUT_S):
             raise redis.TimeoutError(f"the connection stayed busy for {REDIS_TIMEOUT_S} s")
         try:
@@ -183,6 +204,10 @@ class RedisAccounts:
             granted, wait, repaired, tat, server_now = (int(x) for x in reply)
         except (_redis().RedisError, OSError, TypeError, ValueError) as e:
             raise AccountsError("unreachable", self.url, str(e) or type(e).__name__) from None
+        if server_now > 0:  # 0: a take of 0 tokens, answered without reading the clock
+            self._measured(server_now)
+        if granted == -1:
+            raise AccountsError("unreachable", self.url, f"the take reached Redis after its deadline ({REDIS_TIMEOUT_S} s): nothing was taken")
         if repaired == 1:
             with self._seen_lock:
                 self._repairs += 1

@@ -3,28 +3,32 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use super::{AccountBudgetBackend, Bucket, Reservation, gcra, gcra_refund};
 
 /// How far a caller's `now-ms` may be from this process's clock before the
-/// backend stops believing it: a day covers every sane host clock, and the
-/// demo's sped-up policy time; a clock in µs (1,000× ahead), one in the past or 0 is far outside.
-pub const MAX_CLOCK_SKEW_MS: u64 = 24 * 60 * 60 * 1000;
+/// backend warns (once) that the caller's clock is off: a skewed worker, a
+/// clock stepped back, µs instead of ms, 0. The buckets never use it.
+pub const MAX_CLOCK_SKEW_MS: u64 = 5_000;
 
 /// One bucket per account, in this process: shared by every run and every
 /// component instance that holds the same `EmbeddedAccounts`.
 ///
-/// The buckets are kept in this process's time, as the Redis backend keeps
-/// them in the server's: a `now-ms` more than [`MAX_CLOCK_SKEW_MS`] from the
-/// process's clock (a worker passing µs, a clock in the past, 0) is not
-/// believed; that call uses the process's clock instead, so one bad clock
-/// cannot move the account's state for every worker. Simulations that run
-/// every worker on one simulated clock use [`EmbeddedAccounts::on_host_clock`].
+/// The buckets are kept on this process's monotonic clock (the wall clock when
+/// the backend was made, plus the time since), as the Redis backend keeps them
+/// on the server's. A caller's `now-ms` is not used: a step of the wall clock
+/// moves nothing, and a worker whose clock is an hour off can neither lock the
+/// account for the others nor take more than its share (a wait is a duration,
+/// the same on any clock). Simulations that run every worker on one simulated
+/// clock use [`EmbeddedAccounts::on_host_clock`].
 pub struct EmbeddedAccounts {
     tats: Mutex<HashMap<String, u64>>,
     trust_host_clock: bool,
     warned: AtomicBool,
+    /// The wall clock (ms since the epoch) at `started`.
+    epoch_ms_at_start: u64,
+    started: Instant,
 }
 
 impl Default for EmbeddedAccounts {
@@ -36,7 +40,8 @@ impl Default for EmbeddedAccounts {
 impl EmbeddedAccounts {
     /// Buckets in this process's time (see the type's documentation).
     pub fn new() -> Self {
-        EmbeddedAccounts { tats: Mutex::new(HashMap::new()), trust_host_clock: false, warned: AtomicBool::new(false) }
+        let epoch_ms_at_start = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+        EmbeddedAccounts { tats: Mutex::new(HashMap::new()), trust_host_clock: false, warned: AtomicBool::new(false), epoch_ms_at_start, started: Instant::now() }
     }
 
     /// Buckets in whatever time the callers pass: for simulations and test
@@ -45,22 +50,20 @@ impl EmbeddedAccounts {
         EmbeddedAccounts { trust_host_clock: true, ..Self::new() }
     }
 
-    /// The time to keep the buckets in for a call that says `host_now_ms`.
+    /// The time to keep the buckets in for a call that says `host_now_ms`: its
+    /// own on the host's clock, else the process's.
     fn now_ms(&self, host_now_ms: u64) -> u64 {
         if self.trust_host_clock {
             return host_now_ms;
         }
-        let own = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
-        if host_now_ms.abs_diff(own) <= MAX_CLOCK_SKEW_MS {
-            return host_now_ms;
-        }
-        if !self.warned.swap(true, Ordering::Relaxed) {
+        let own = self.epoch_ms_at_start.saturating_add(self.started.elapsed().as_millis() as u64);
+        if host_now_ms.abs_diff(own) > MAX_CLOCK_SKEW_MS && !self.warned.swap(true, Ordering::Relaxed) {
             tracing::warn!(
                 target: "agent_retry",
                 host_now_ms,
                 process_now_ms = own,
-                "the account budget got a time far from this process's clock (µs instead of ms? a clock in the past?): \
-                 that call used the process's clock; said once"
+                "the account budget got a time more than {MAX_CLOCK_SKEW_MS} ms from this process's clock (a skewed or stepped clock? µs instead of ms?); \
+                 the buckets keep the process's clock; said once"
             );
         }
         own

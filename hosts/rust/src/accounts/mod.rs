@@ -128,6 +128,41 @@ mod tests {
         assert!(matches!(trusting.reserve("acct", 1, bucket, 0, process_now_ms()), Reservation::Refused(w) if w > 1_000_000_000));
     }
 
+    /// Issue 24, row 7: one worker's clock an hour ahead once refused every worker
+    /// of the process for the hour ("resets in 3,600,050 ms") and overran the
+    /// limit itself; an hour behind, or every caller's clock stepped back an
+    /// hour, must not lock or widen the account either.
+    #[test]
+    fn a_clock_an_hour_off_neither_locks_the_account_nor_widens_it() {
+        const HOUR_MS: u64 = 3_600_000;
+        let bucket = Bucket { capacity: 40, refill_interval_ms: 60_000 };
+        let take_all = |accounts: &EmbeddedAccounts, skewed: &dyn Fn() -> u64| (0..100).filter(|_| matches!(accounts.reserve("acct", 1, bucket, 0, skewed()), Reservation::Granted(_))).count();
+        for (what, skewed) in [
+            ("an hour ahead", &(|| process_now_ms() + HOUR_MS) as &dyn Fn() -> u64),
+            ("an hour behind", &|| process_now_ms() - HOUR_MS),
+        ] {
+            // The skewed worker first: it gets the burst, no more.
+            let accounts = EmbeddedAccounts::new();
+            assert_eq!(take_all(&accounts, skewed), 40, "{what}: the skewed worker takes the burst");
+            // A worker on the right clock then finds the bucket empty for one interval, not an hour.
+            match accounts.reserve("acct", 1, bucket, 0, process_now_ms()) {
+                Reservation::Refused(wait) => assert!(wait <= bucket.refill_interval_ms, "{what}: room in {wait} ms, not an hour"),
+                granted => panic!("{what}: the burst was spent, yet {granted:?}"),
+            }
+            // The right clock first: the skewed worker then gets nothing more (40 in the window, not 80).
+            let accounts = EmbeddedAccounts::new();
+            assert_eq!(take_all(&accounts, &process_now_ms), 40);
+            assert_eq!(take_all(&accounts, skewed), 0, "{what}: the skewed worker finds the bucket as the others left it");
+        }
+        // The process's wall clock stepped back an hour halfway: every caller's
+        // time jumps back, the account goes on as it was.
+        let accounts = EmbeddedAccounts::new();
+        let first = (0..20).filter(|_| matches!(accounts.reserve("acct", 1, bucket, 0, process_now_ms()), Reservation::Granted(_))).count();
+        let stepped_back = || process_now_ms() - HOUR_MS;
+        assert_eq!((first, take_all(&accounts, &stepped_back)), (20, 20), "the burst is 40 across the step");
+        assert!(matches!(accounts.reserve("acct", 1, bucket, 0, stepped_back()), Reservation::Refused(wait) if wait <= bucket.refill_interval_ms));
+    }
+
     #[test]
     fn saturates() {
         let bucket = Bucket { capacity: u32::MAX, refill_interval_ms: u64::MAX };

@@ -10,12 +10,15 @@ use std::time::{Duration, Instant};
 use super::{Bucket, Reservation};
 
 /// GCRA on the server. KEYS[1]: the account's key. ARGV: tokens, capacity,
-/// refill-interval-ms, max-wait-ms, floor-tat-ms. Returns {granted (1|0),
+/// refill-interval-ms, max-wait-ms, floor-tat-ms, not-after-ms. Returns {granted (1|0),
 /// wait-ms, repaired (1|0), tat-ms, server-now-ms}; 0 tokens are granted at once and change
 /// nothing, as in `gcra`. Time is the server's (`TIME`), so workers' clocks need
 /// not agree.
 ///
-/// Two faults are handled here, where they are seen:
+/// Three faults are handled here, where they are seen:
+/// - a request that reaches the script after `not-after-ms` (server time; 0:
+///   none) takes nothing and answers granted -1: its client gave up on it (a
+///   paused or overloaded server ran it late), so it must not spend tokens;
 /// - a key of another type, or a value that is not a number (an operator's
 ///   mistake, another program's key): repaired to an empty bucket (the
 ///   conservative state: the allowance holds) and reported (`repaired`), where
@@ -29,9 +32,11 @@ local capacity = tonumber(ARGV[2])
 local interval = tonumber(ARGV[3])
 local max_wait = tonumber(ARGV[4])
 local floor = tonumber(ARGV[5])
+local not_after = tonumber(ARGV[6]) or 0
 if tokens == 0 then return {1, 0, 0, 0, 0} end
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+if not_after > 0 and now > not_after then return {-1, 0, 0, 0, now} end
 local kind = redis.call('TYPE', KEYS[1])['ok']
 local tat = floor
 local repaired = 0
@@ -56,12 +61,15 @@ return {1, wait, repaired, new_tat, now}
 "#;
 
 /// The refund: move the TAT back by `tokens` intervals, not before now.
-/// KEYS[1]: the account's key. ARGV: tokens, refill-interval-ms. A key of
-/// another type or not a number is left to the next reservation to repair.
+/// KEYS[1]: the account's key. ARGV: tokens, refill-interval-ms, not-after-ms
+/// (as in the take: a refund run after its client gave up does nothing). A key
+/// of another type or not a number is left to the next reservation to repair.
 const REFUND_LUA: &str = r#"
 local back = tonumber(ARGV[1]) * tonumber(ARGV[2])
+local not_after = tonumber(ARGV[3]) or 0
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+if not_after > 0 and now > not_after then return 0 end
 if redis.call('TYPE', KEYS[1])['ok'] ~= 'string' then return 0 end
 local tat = tonumber(redis.call('GET', KEYS[1]))
 if tat == nil or tat <= now then return 0 end
@@ -111,6 +119,15 @@ pub struct RedisAccounts {
     /// granted to some worker that are still to come.
     seen_backlogs: Mutex<HashMap<String, u64>>,
     repairs: AtomicU64,
+    /// The server's clock minus this process's wall clock, in ms, as last
+    /// measured (`None` before the first measure): turns a deadline into the
+    /// server's time.
+    server_offset_ms: Mutex<Option<i64>>,
+}
+
+/// This process's wall clock, in ms since the epoch.
+fn wall_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
 /// A client for `url` whose connections say nothing before the first command:
@@ -140,12 +157,16 @@ impl RedisAccounts {
             seen_tats: Mutex::new(HashMap::new()),
             seen_backlogs: Mutex::new(HashMap::new()),
             repairs: AtomicU64::new(0),
+            server_offset_ms: Mutex::new(None),
         };
         let mut connection = accounts.open().map_err(|reason| AccountsError::Unreachable { url: url.to_string(), reason })?;
         let pong: String = redis::cmd("PING").query(&mut connection).map_err(|e| AccountsError::Unreachable { url: url.to_string(), reason: e.to_string() })?;
         if pong != "PONG" {
             return Err(AccountsError::Unreachable { url: url.to_string(), reason: format!("PING answered {pong:?}") });
         }
+        let (seconds, micros): (i64, i64) =
+            redis::cmd("TIME").query(&mut connection).map_err(|e| AccountsError::Unreachable { url: url.to_string(), reason: format!("TIME: {e}") })?;
+        accounts.measured(seconds * 1000 + micros / 1000);
         accounts
             .script
             .prepare_invoke()
@@ -183,6 +204,21 @@ impl RedisAccounts {
         Ok(connection)
     }
 
+    /// Keeps the server's clock, read at `server_now_ms`, against this process's.
+    fn measured(&self, server_now_ms: i64) {
+        *self.server_offset_ms.lock().unwrap_or_else(|p| p.into_inner()) = Some(server_now_ms - wall_ms());
+    }
+
+    /// The server's time past which an exchange that must end by `deadline` is
+    /// no longer awaited (0 before the server's clock was measured: none). The
+    /// offset was read late by the answer's way back, which makes this a little
+    /// early: a request that late is given up on in any case.
+    fn not_after_ms(&self, deadline: Instant) -> i64 {
+        let Some(offset) = *self.server_offset_ms.lock().unwrap_or_else(|p| p.into_inner()) else { return 0 };
+        let left = deadline.saturating_duration_since(Instant::now()).as_millis() as i64;
+        wall_ms() + offset + left
+    }
+
     /// Keys of another type or values not a number repaired so far (each also logged).
     pub fn repairs(&self) -> u64 {
         self.repairs.load(Ordering::Relaxed)
@@ -203,6 +239,7 @@ impl RedisAccounts {
                 .arg(bucket.refill_interval_ms)
                 .arg(max_wait_ms)
                 .arg(floor)
+                .arg(self.not_after_ms(deadline))
                 .invoke(connection)
                 .map_err(|e| e.to_string())
         });
@@ -211,6 +248,13 @@ impl RedisAccounts {
             *guard = None;
         })?;
         drop(guard);
+        // 0: a take of 0 tokens, answered without reading the clock.
+        if server_now > 0 {
+            self.measured(server_now);
+        }
+        if granted == -1 {
+            return Err(format!("the take reached Redis after its deadline ({REDIS_TIMEOUT:?}): nothing was taken"));
+        }
         if repaired == 1 {
             self.repairs.fetch_add(1, Ordering::Relaxed);
             tracing::error!(target: "agent_retry", redis = self.url, key, "account budget: the account's key held something other than a number \
@@ -242,6 +286,7 @@ impl RedisAccounts {
                 .key(format!("{}{account_id}", self.prefix))
                 .arg(tokens)
                 .arg(bucket.refill_interval_ms)
+                .arg(self.not_after_ms(deadline))
                 .invoke::<i64>(connection)
                 .map_err(|e| e.to_string())
         });
