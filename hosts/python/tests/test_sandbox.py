@@ -51,6 +51,8 @@ FIXTURES = Path(os.environ.get("AGENT_RETRY_HOSTILE_DIR") or Path(__file__).reso
 FAILURE: Observation = http_failure(503, [("Retry-After", "2")])
 CALL_TIME = ("endless-loop", "memory-bomb", "trap", "enum-out-of-range", "invalid-utf8", "pointer-out-of-bounds")
 LOAD_TIME = ("extra-import", "extra-import-sockets", "wrong-world", "other-major")
+# Loads and answers within the contract, but lies: the wrapper's guard stops it (test_guard_wrapper.py).
+RUN_TIME = ("liar",)
 
 
 def hostile_bytes(name: str) -> bytes:
@@ -70,7 +72,7 @@ def test_every_hostile_fixture_is_covered() -> None:
     built = sorted(path.stem for path in FIXTURES.glob("*.wasm")) if FIXTURES.is_dir() else []
     if not built:
         pytest.fail(f"no hostile components in {FIXTURES}: run `make hostile` in the repository root")
-    assert built == sorted(CALL_TIME + LOAD_TIME), "a fixture was added to tests/hostile/build.mjs: cover it here"
+    assert built == sorted(CALL_TIME + LOAD_TIME + RUN_TIME), "a fixture was added to tests/hostile/build.mjs: cover it here"
 
 
 def host_keeps_serving() -> None:

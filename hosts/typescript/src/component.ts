@@ -723,7 +723,7 @@ export class PolicyInstance {
     }
     try {
       // Off the decision path and linear in the text: a tank sized by the text.
-      return new Policy(this, this.guard('from-json', () => this.exports.Policy.fromJson(text), size), size);
+      return new Policy(this, this.guard('from-json', () => this.exports.Policy.fromJson(text), size), size, text);
     } catch (e) {
       const error = resultError(e);
       if (error) throw new ConfigError(error.payload as Wit.ConfigError);
@@ -763,8 +763,10 @@ const big = (n: bigint | number): bigint => {
 
 /** A validated configuration; start many runs from it. */
 export class Policy extends Handle<JcoPolicy> {
-  /** `configBytes`: the UTF-8 size of the text this configuration was loaded from. */
-  constructor(instance: PolicyInstance, handle: JcoPolicy, readonly configBytes: number) {
+  /** `configBytes`: the UTF-8 size of the text this configuration was loaded from;
+   *  `configText`: that text, which the wrapper's run-time guard reads its caps
+   *  from (never the component's own `effective-config`). */
+  constructor(instance: PolicyInstance, handle: JcoPolicy, readonly configBytes: number, readonly configText: string) {
     super(instance, handle);
   }
   /** The configuration in force, every default filled in, as JSON text. Its cost
@@ -792,13 +794,15 @@ export class Policy extends Handle<JcoPolicy> {
     checkArgs('[method]policy.start-run', [runId]);
     const over = overLimit('run-id', runId);
     if (over) throw tooLarge(over);
-    return new Run(this.instance, misuse(() => this.instance.guard('start-run', () => this.resource.startRun(runId))), runId);
+    return new Run(this.instance, misuse(() => this.instance.guard('start-run', () => this.resource.startRun(runId))), runId, this.configText);
   }
 }
 
 /** One agent run: its calls, budgets and effects. */
 export class Run extends Handle<JcoRun> {
-  constructor(instance: PolicyInstance, handle: JcoRun, readonly runId: string) {
+  /** `configText`: the configuration text of the policy the run started from
+   *  (the wrapper's guard reads its caps there; default: all defaults). */
+  constructor(instance: PolicyInstance, handle: JcoRun, readonly runId: string, readonly configText = '{}') {
     super(instance, handle);
   }
   /** Asks to begin a call of `tool` with its idempotency key and MCP hints.

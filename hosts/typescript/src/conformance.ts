@@ -36,6 +36,7 @@ import { EmbeddedAccounts } from './accounts.js';
 import { PolicyComponent, type PolicyInstance } from './component.js';
 import { SplitMix64 } from './entropy.js';
 import type * as Wit from '../generated/interfaces/agent-retry-policy-types.js';
+import { RunGuard, type CallGuard, type Violation } from './guard.js';
 import { joinedHeaders, utf8Length } from './limits.js';
 import { FUNCTIONS, TYPES, camel, fromJco, parseU64, toJco, type WitType } from './wit.js';
 import { bool, list, option, record, string, tuple } from './wit-kinds.js';
@@ -249,6 +250,19 @@ interface State {
   /** Per call id, the attempt sent last: 1 after `begin-call` answered `send`,
    *  then each retry plan's `attempt` (what a `record-outcome` reports by default). */
   attempts: Map<number, number>;
+  /** With `RunCaseOptions.guard`: the run-time guard watching the steps as the wrapper's watches its run. */
+  guard?: GuardWatch;
+}
+
+/** The guard over a case's run: each call's guard, whether its last verdict
+ *  was a poll (what follows is the poll's answer, not an attempt), and the
+ *  violations seen (the step's index, from 0). */
+interface GuardWatch {
+  configText: string;
+  run: RunGuard;
+  calls: Map<number, { guard: CallGuard; polling: boolean }>;
+  violations: Array<{ step: number; violation: Violation }>;
+  step: number;
 }
 
 /** `value[a][b]...` of a JSON answer, or undefined. */
@@ -357,6 +371,11 @@ function runStep(subject: Subject, step: Record<string, unknown>, state: State):
       if (at(answer, 'ok') !== undefined) {
         state.started = true;
         state.attempts.clear();
+        // A new run: a new guard, as a new wrapper run has.
+        if (state.guard) {
+          state.guard.run = new RunGuard(state.guard.configText);
+          state.guard.calls.clear();
+        }
       }
       return answer;
     }
@@ -390,6 +409,12 @@ function beginCall(subject: Subject, call: { tool: string; idempotencyKey?: stri
   if (start.admitted === true) {
     const callId = asU32(start['call-id']);
     if (callId !== undefined) state.attempts.set(callId, 1);
+    const watch = state.guard;
+    if (watch && callId !== undefined) {
+      const begun = watch.run.begin(call.tool, call.idempotencyKey, call.hints, BigInt(start['delay-ms'] as number | bigint));
+      watch.calls.set(callId, { guard: begun.call, polling: false });
+      if (begun.violation) watch.violations.push({ step: watch.step, violation: begun.violation });
+    }
     return {
       ok: {
         send: {
@@ -412,7 +437,29 @@ function recordOutcome(subject: Subject, callId: number, attempt: number, outcom
   const answer = report(subject, callId, attempt, outcome, timeLeft ?? undefined, entropy, state);
   const verdict = at(answer, 'ok') as Record<string, Json> | undefined;
   if (verdict === undefined) return answer; // {"err": run-error}
-  return { ok: decisionOf(subject, callId, verdict, state) };
+  const decision = decisionOf(subject, callId, verdict, state);
+  if (state.guard) watchOutcome(state.guard, callId, outcome, verdict, decision);
+  return { ok: decision };
+}
+
+/** The guard sees an answered report as the wrapper shows it one: the attempt
+ *  (or status check), the verdict, then the words. An outcome after a poll
+ *  verdict is the poll's answer: no attempt. */
+function watchOutcome(watch: GuardWatch, callId: number, outcome: unknown, verdict: Record<string, Json>, decision: Json): void {
+  const call = watch.calls.get(callId);
+  if (call === undefined) return;
+  const tag = typeof outcome === 'string' ? outcome : Object.keys(outcome as object)[0];
+  const payload = typeof outcome === 'object' && outcome !== null ? (outcome as Record<string, unknown>)[tag] : undefined;
+  if (tag === 'status-check') call.guard.statusChecked(payload as Wit.StatusCheckResult);
+  else if (!call.polling && tag !== 'poll-failure') call.guard.attempted(tag === 'failure' ? readableObservation(payload) : undefined);
+  const seen = (violation: Violation | undefined) => { if (violation) watch.violations.push({ step: watch.step, violation }); };
+  const hint = verdict['hint-ms'];
+  seen(call.guard.verdict({
+    action: verdict.action as Wit.ActionKind, delayMs: BigInt(verdict['delay-ms'] as number | bigint),
+    hintMs: hint === null || hint === undefined ? undefined : BigInt(hint as number | bigint), reconnect: verdict.reconnect === true,
+  }));
+  call.polling = verdict.action === 'poll';
+  seen(call.guard.decision(toJco(decision, TYPES.decision) as Wit.Decision));
 }
 
 /** Reports a readable outcome: the verdict (`{"ok": verdict}`) or `{"err": run-error}`. */
@@ -548,18 +595,23 @@ export interface CaseResult {
   /** What the policy threw, when that is the failure (a trap, fuel run out):
    *  the live-update gate refuses the update with it as the cause. */
   error?: unknown;
+  /** With `RunCaseOptions.guard`: what the run-time guard refused, by step (from 0). */
+  violations?: Array<{ step: number; violation: Violation }>;
 }
 
 export interface RunCaseOptions {
   /** The configuration (JSON text) a case without `config` loads; default `{}`.
    *  The live-update gate passes the update's own configuration. */
   defaultConfigText?: string;
+  /** Watch the run with the run-time guard (built from the case's configuration
+   *  text) as the wrapper would: `CaseResult.violations`. */
+  guard?: boolean;
 }
 
 /** A fresh subject with the case's configuration loaded and `rule-names()`
  *  read, or the reason it could not be made. */
 async function prepare(component: PolicyComponent, config: unknown, defaultConfigText: string | undefined):
-  Promise<{ subject: Subject; state: State } | { failure: string; error?: unknown }> {
+  Promise<{ subject: Subject; state: State; configText: string } | { failure: string; error?: unknown }> {
   const subject = await Subject.create(component);
   let names: Json;
   try {
@@ -569,14 +621,15 @@ async function prepare(component: PolicyComponent, config: unknown, defaultConfi
   }
   if (!Array.isArray(names) || !names.every((n) => typeof n === 'string')) return { failure: 'rule-names is not a list of strings' };
   let loaded: Json;
+  const hasConfig = config !== undefined && config !== null;
+  const configText = hasConfig ? canonicalText(config) : defaultConfigText ?? '{}';
   try {
-    const hasConfig = config !== undefined && config !== null;
-    loaded = subject.loadPolicy(hasConfig ? canonicalText(config) : defaultConfigText ?? '{}');
+    loaded = subject.loadPolicy(configText);
   } catch (e) {
     return { failure: `loading the case's config: ${(e as Error).message}`, error: e };
   }
   if (!(typeof loaded === 'object' && loaded !== null && 'ok' in loaded)) return { failure: `the case's config was rejected: ${canonicalText(loaded)}` };
-  return { subject, state: { now: DEFAULT_START_MS, ruleNames: names as string[], started: false, attempts: new Map() } };
+  return { subject, configText, state: { now: DEFAULT_START_MS, ruleNames: names as string[], started: false, attempts: new Map() } };
 }
 
 export async function runCase(component: PolicyComponent, file: string, testCase: VectorCase, options: RunCaseOptions = {}): Promise<CaseResult> {
@@ -588,7 +641,12 @@ export async function runCase(component: PolicyComponent, file: string, testCase
     return result;
   }
   const { subject, state } = ready;
+  if (options.guard) {
+    state.guard = { configText: ready.configText, run: new RunGuard(ready.configText), calls: new Map(), violations: [], step: 0 };
+    result.violations = state.guard.violations;
+  }
   for (const [i, step] of testCase.steps.entries()) {
+    if (state.guard) state.guard.step = i;
     let output: Json;
     try {
       output = runStep(subject, step, state);

@@ -7,9 +7,11 @@
 import type * as Wit from '../generated/interfaces/agent-retry-policy-types.js';
 
 // The numbers come from the Rust host's limits.rs, through the generated mirror.
-import { MAX_BODY_BYTES, MAX_CONFIG_BYTES, MAX_HEADERS, MAX_HEADER_VALUE_BYTES, MAX_ID_BYTES, MAX_STRUCTURED_BYTES } from './limits-generated.js';
+import {
+  MAX_BODY_BYTES, MAX_CONFIG_BYTES, MAX_HEADERS, MAX_HEADER_VALUE_BYTES, MAX_ID_BYTES, MAX_LIFTED_TEXT_BYTES, MAX_STRUCTURED_BYTES,
+} from './limits-generated.js';
 
-export { MAX_BODY_BYTES, MAX_CONFIG_BYTES, MAX_HEADERS, MAX_HEADER_VALUE_BYTES, MAX_ID_BYTES, MAX_STRUCTURED_BYTES };
+export { MAX_BODY_BYTES, MAX_CONFIG_BYTES, MAX_HEADERS, MAX_HEADER_VALUE_BYTES, MAX_ID_BYTES, MAX_LIFTED_TEXT_BYTES, MAX_STRUCTURED_BYTES };
 
 const encoder = new TextEncoder();
 let scratch = new Uint8Array(MAX_BODY_BYTES);
@@ -37,6 +39,16 @@ export function cutUtf8(text: string, max: number): string {
   // encodeInto writes whole characters only: `read` ends at a character boundary.
   const { read } = encoder.encodeInto(text, scratch.subarray(0, max));
   return read === text.length ? text : text.slice(0, read);
+}
+
+/** A text lifted from the policy (a reason, a message, a note) as the host
+ *  logs or returns it: at most `MAX_LIFTED_TEXT_BYTES`, cut at a character
+ *  boundary and marked ` … [cut: N bytes]` (N: the bytes removed), so a policy
+ *  cannot fill a log or a model's context. */
+export function cutLiftedText(text: string): string {
+  if (!exceedsUtf8(text, MAX_LIFTED_TEXT_BYTES)) return text;
+  const kept = cutUtf8(text, MAX_LIFTED_TEXT_BYTES);
+  return `${kept} … [cut: ${utf8Length(text) - utf8Length(kept)} bytes]`;
 }
 
 /** The observation as the host passes it: the same object when it is within

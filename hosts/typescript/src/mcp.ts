@@ -78,8 +78,22 @@
 // `unclassified-failure`, `policyFailure` set) with a note saying that the policy
 // failed and what the last attempt saw. Serve the next run from a fresh instance.
 //
+// The wrapper does not trust the policy for a few invariants (src/guard.ts,
+// built from the configuration text the run's policy was loaded with): a
+// 400/401/403/404/409/422 or a JSON-RPC -32600/-32601/-32602 is not retried as
+// it was, an unkeyed write whose outcome is unknown is not resent without a
+// status check, the key never changes, no wait exceeds the configuration's caps,
+// no attempt exceeds its budgets, and `lastDecision` says what the verdict said.
+// A verdict that breaks one is not acted on: the call ends with the same
+// policy-failure escalation (a `PolicyBoundaryViolation`, "invariant <name>:
+// <detail>"), its line carries `invariant`, and every later call of the run
+// escalates with the same note, nothing sent. The wrapper acts on the verdict
+// only; the words (`lastDecision`) are read for the log and the model, their
+// texts cut to `MAX_LIFTED_TEXT_BYTES` (` … [cut: N bytes]`).
+//
 // Deadlines and cancellation: `callTimeoutMs` (from the start of `callTool`),
-// `runTimeoutMs` (the run deadline: from the caller's construction) and
+// `runTimeoutMs` (the run deadline: from the caller's construction; 30 minutes,
+// `DEFAULT_RUN_TIMEOUT_MS`, unless given; `null` turns it off) and
 // `callTool`'s `signal`. With a deadline, every failure and status check
 // reports the time left to the nearer one (`time-left-ms`, 0 once passed), so
 // the policy cuts a retry's delay to it or fails the call now
@@ -117,6 +131,6 @@ export {
 } from './mcp/connection.js';
 export { SDK_PACKAGES, type McpClient, type McpClientOptions, type McpSdkName } from './mcp/sdk.js';
 export {
-  CAPTURE_MISSING_SUFFIX, MAX_TIMER_MS, RetryingToolCaller, defaultEmptyCheck, jsonRpcMessage, structuredText, textOf,
+  CAPTURE_MISSING_SUFFIX, DEFAULT_RUN_TIMEOUT_MS, MAX_TIMER_MS, RetryingToolCaller, defaultEmptyCheck, jsonRpcMessage, structuredText, textOf,
   type CallToolOptions, type RetryingToolCallerOptions, type Outcome, type ProgressEvent, type StatusCheck, type StatusCheckRequest, type VerdictEvent,
 } from './mcp/caller.js';

@@ -12,14 +12,26 @@ import { EmbeddedAccounts } from '../src/accounts.js';
 import { PolicyComponent } from '../src/component.js';
 import { SplitMix64 } from '../src/entropy.js';
 import {
-  MAX_BODY_BYTES, MAX_HEADERS, MAX_HEADER_VALUE_BYTES, MAX_STRUCTURED_BYTES, boundedDetail, boundedHeaderText, boundedObservation, cutUtf8, exceedsUtf8,
-  joinedHeaders,
+  MAX_BODY_BYTES, MAX_HEADERS, MAX_HEADER_VALUE_BYTES, MAX_LIFTED_TEXT_BYTES, MAX_STRUCTURED_BYTES, boundedDetail, boundedHeaderText, boundedObservation,
+  cutLiftedText, cutUtf8, exceedsUtf8, joinedHeaders,
 } from '../src/limits.js';
 import * as generated from '../src/limits-generated.js';
 import { RetryingToolCaller } from '../src/mcp.js';
 
 const bytes = (text: string) => Buffer.byteLength(text, 'utf8');
 const MB = 1_000_000;
+
+test('a text lifted from the policy is cut to MAX_LIFTED_TEXT_BYTES at a character boundary, saying how many bytes went', () => {
+  assert.equal(MAX_LIFTED_TEXT_BYTES, 65_536);
+  const within = 'x'.repeat(MAX_LIFTED_TEXT_BYTES);
+  assert.equal(cutLiftedText(within), within);
+  assert.equal(cutLiftedText(`${within}y`), `${within} … [cut: 1 bytes]`);
+  // 20 MB of a 3-byte character: 21,845 whole ones kept (65,535 bytes), the rest counted.
+  const big = '€'.repeat(20 * MB / 3);
+  const cut = cutLiftedText(big);
+  assert.equal(cut, `${'€'.repeat(21_845)} … [cut: ${bytes(big) - 65_535} bytes]`);
+  assert.equal(cutLiftedText(`${'a'.repeat(MAX_LIFTED_TEXT_BYTES - 1)}😀`), `${'a'.repeat(MAX_LIFTED_TEXT_BYTES - 1)} … [cut: 4 bytes]`);
+});
 
 test('a text is cut at a character boundary, in UTF-8 bytes', () => {
   assert.equal(cutUtf8('abc', 2), 'ab');

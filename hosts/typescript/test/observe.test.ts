@@ -19,7 +19,7 @@ import { SplitMix64 } from '../src/entropy.js';
 import { Escalated } from '../src/errors.js';
 import type { Observation } from '../src/index.js';
 import {
-  MAX_TIMER_MS, McpConnection, RetryingToolCaller, classifyNetworkError, deliveryOfNetworkError, jsonRpcErrorCode, type VerdictEvent,
+  DEFAULT_RUN_TIMEOUT_MS, MAX_TIMER_MS, McpConnection, RetryingToolCaller, classifyNetworkError, deliveryOfNetworkError, jsonRpcErrorCode, type VerdictEvent,
 } from '../src/mcp.js';
 import { describeError } from '../src/mcp/capture.js';
 import { CLI, DemoServer, type Fault, type FaultRule } from './demo-server.js';
@@ -222,7 +222,7 @@ function timeLefts(caller: RetryingToolCaller): Array<bigint | number | undefine
   return seen;
 }
 
-test('with a run deadline (runTimeoutMs) every failure reports the time left; without one, none', async () => {
+test('with a run deadline (runTimeoutMs, 30 minutes by default) every failure reports the time left; with null, none', async () => {
   const component = await PolicyComponent.load();
   const policyOf = async () => (await component.instantiate({ accounts: new EmbeddedAccounts(), entropy: new SplitMix64(1n) })).loadPolicy({});
   const bounded = new RetryingToolCaller(flaky(1), (await policyOf()).startRun('deadline'), { log: null, sleep: async () => undefined, runTimeoutMs: 60_000 });
@@ -231,7 +231,14 @@ test('with a run deadline (runTimeoutMs) every failure reports the time left; wi
   assert.equal(left.length, 1);
   assert.ok(typeof left[0] === 'bigint' && left[0] > 50_000n && left[0] <= 60_000n, String(left[0]));
 
-  const free = new RetryingToolCaller(flaky(1), (await policyOf()).startRun('no-deadline'), { log: null, sleep: async () => undefined });
+  // The default deadline: 30 minutes from the caller's construction.
+  assert.equal(DEFAULT_RUN_TIMEOUT_MS, 1_800_000);
+  const byDefault = new RetryingToolCaller(flaky(1), (await policyOf()).startRun('default-deadline'), { log: null, sleep: async () => undefined });
+  const defaultLeft = timeLefts(byDefault);
+  assert.ok(!(await byDefault.callTool('lookup')).isError);
+  assert.ok(typeof defaultLeft[0] === 'bigint' && defaultLeft[0] > 1_700_000n && defaultLeft[0] <= 1_800_000n, String(defaultLeft[0]));
+
+  const free = new RetryingToolCaller(flaky(1), (await policyOf()).startRun('no-deadline'), { log: null, sleep: async () => undefined, runTimeoutMs: null });
   const none = timeLefts(free);
   assert.ok(!(await free.callTool('lookup')).isError);
   assert.deepEqual(none, [undefined]);

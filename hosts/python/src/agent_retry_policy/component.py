@@ -819,7 +819,7 @@ class PolicyInstance:
             error = result["err"]
             raise ConfigError(error["kind"], error["field"], error["message"])
         self._policy_config_bytes[result["ok"]] = size
-        return Policy(self, result["ok"], size)
+        return Policy(self, result["ok"], size, text)
 
 
 class _Handle:
@@ -851,10 +851,12 @@ class _Handle:
 class Policy(_Handle):
     """A validated configuration; start many runs from it."""
 
-    def __init__(self, instance: PolicyInstance, resource: ResourceAny, config_bytes: int) -> None:
+    def __init__(self, instance: PolicyInstance, resource: ResourceAny, config_bytes: int, config_text: str = "{}") -> None:
         super().__init__(instance, resource)
         # The UTF-8 bytes of the configuration text it was loaded from.
         self.config_bytes = config_bytes
+        # That text, as the host holds it: the wrapper's guard reads its caps from it, not from the component.
+        self.config_text = config_text
 
     def effective_config(self) -> str:
         """The configuration in force, every default filled in, as JSON text.
@@ -887,7 +889,7 @@ class Policy(_Handle):
         result = self.instance._invoke(self.instance._exports["[method]policy.start-run"], (self.resource, run_id))
         if "err" in result:
             raise RunMisuse(result["err"])
-        return Run(self.instance, result["ok"], run_id)
+        return Run(self.instance, result["ok"], run_id, self.config_text)
 
 
 class _Text(ctypes.Structure):
@@ -972,9 +974,11 @@ class Run(_Handle):
     names the attempt it reports: 1 for the first, then `verdict.attempt + 1`
     after a retry; for a status check, the attempt whose effect was checked."""
 
-    def __init__(self, instance: PolicyInstance, resource: ResourceAny, run_id: str) -> None:
+    def __init__(self, instance: PolicyInstance, resource: ResourceAny, run_id: str, config_text: str = "{}") -> None:
         super().__init__(instance, resource)
         self.run_id = run_id
+        # The configuration text of the policy it was started from (`Policy.config_text`).
+        self.config_text = config_text
         exports = instance._exports
         self._begin = exports[_BEGIN_CALL]
         self._success = exports[_RECORD_SUCCESS]

@@ -18,6 +18,7 @@ from .limits_generated import (
     MAX_HEADER_VALUE_BYTES,
     MAX_HEADERS,
     MAX_ID_BYTES,
+    MAX_LIFTED_TEXT_BYTES,
     MAX_STRUCTURED_BYTES,
 )
 from .types import Observation, TaskReport
@@ -52,6 +53,17 @@ def cut(text: str, max_bytes: int) -> str:
     if head.isascii():
         return head
     return head.encode("utf-8", "surrogatepass")[:max_bytes].decode("utf-8", "ignore")
+
+
+def cut_lifted_text(text: str) -> str:
+    """A text lifted from the policy (a reason, a message, a note, a last
+    error) as the host logs or returns it: at most 65,536 UTF-8 bytes, cut at a
+    character boundary, with ` … [cut: N bytes]` saying how many were removed.
+    The guest is not trusted to keep its prose short."""
+    if not isinstance(text, str) or within(text, MAX_LIFTED_TEXT_BYTES):
+        return text
+    kept = cut(text, MAX_LIFTED_TEXT_BYTES)
+    return f"{kept} … [cut: {utf8_size(text) - utf8_size(kept)} bytes]"
 
 
 def _headers_within(headers: Any) -> bool:
@@ -181,6 +193,7 @@ __all__ = [
     "MAX_HEADERS",
     "MAX_HEADER_VALUE_BYTES",
     "MAX_ID_BYTES",
+    "MAX_LIFTED_TEXT_BYTES",
     "MAX_STRUCTURED_BYTES",
     "bounded_header_text",
     "bounded_headers_text",
@@ -188,6 +201,7 @@ __all__ = [
     "bounded_structured",
     "bounded_task",
     "cut",
+    "cut_lifted_text",
     "join_headers",
     "too_large",
     "utf8_size",

@@ -50,7 +50,8 @@ then re-established before the retry. A stdio pipe that closes is
 is re-established before the next attempt or status check. A caller
 built on a bare `ClientSession` works the same but cannot reconnect
 (`SessionLost`). `call_timeout_s` / `run_timeout_s` bound a call and the run
-(`CallTimedOut`); cancelling the task raises `CallCancelled`, a
+(`CallTimedOut`; the run's default is `DEFAULT_RUN_TIMEOUT_S`, 30 minutes, and
+None turns it off); cancelling the task raises `CallCancelled`, a
 `CancelledError`.
 
 What the SDK hides: for a POST answered with a non-2xx status, mcp 2.x raises
@@ -76,7 +77,9 @@ null for `initialize` and `tools/list`), `call` (null when the call was not
 admitted), `tool`, `attempt` (0 when not sent), `key` (the idempotency key sent,
 null when the tool takes none), `outcome`, `class`, `rule`, `action`, `delay_ms`
 (null unless retry or poll), `hint_ms` (the decision's hint), `escalation` (the
-escalation reason, null unless escalate) and `reason`. A call stopped by a
+escalation reason, null unless escalate) and `reason` (cut to
+`limits.MAX_LIFTED_TEXT_BYTES`, as every text lifted from the policy the wrapper
+logs or returns); a line of a broken invariant ends with `invariant`. A call stopped by a
 limit or a cancellation logs one more line: outcome `call-timeout`,
 `run-timeout` or `cancelled`, action `stop`. `policy` names the policy that
 decided: the component's identity (`agent-retry:policy@0.6.0 wasm 1a2b3c4d5e6f`)
@@ -91,6 +94,16 @@ takes the safe fallback: no retry, and `Escalated` (reason
 failed and what the last attempt saw. Serve the next run from a fresh instance
 (`PolicyComponent.instantiate`).
 
+The wrapper does not trust the policy for a few invariants (the run's
+`agent_retry_policy.guard`, from the configuration text the host holds): a
+400/401/403/404/409/422 or JSON-RPC -32600/-32601/-32602 answer is not
+repeated as it was, an unkeyed write whose outcome is unknown is not resent
+without a status check, the key never changes, no wait passes the
+configuration's caps, no attempt passes its budgets, and `last-decision` says
+what the verdict said. A verdict that breaks one ends the call the same way, the
+fault a `PolicyBoundaryViolation` whose message is `invariant <name>: <detail>`;
+the run's later calls escalate with the same note, nothing sent.
+
 The wrapper's parts are in the private subpackage `agent_retry_policy._mcp`:
 `capture` (the capturing HTTP transport and the watching of answer bodies),
 `connection` (`McpConnection`), `caller` (`RetryingToolCaller`),
@@ -100,6 +113,7 @@ requests and answers); this module re-exports their public names.
 
 from ._mcp.caller import (
     CAPTURE_MISSING_SUFFIX,
+    DEFAULT_RUN_TIMEOUT_S,
     INITIALIZE,
     PSEUDO_TOOL_HINTS,
     TOOLS_LIST,
@@ -131,6 +145,7 @@ __all__ = [
     "CAPTURE_MISSING_SUFFIX",
     "CLOSE_TIMEOUT_S",
     "CONNECT_MODES",
+    "DEFAULT_RUN_TIMEOUT_S",
     "INITIALIZE",
     "MAX_CAPTURED_BODY",
     "PSEUDO_TOOL_HINTS",

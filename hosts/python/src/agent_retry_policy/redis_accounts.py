@@ -207,7 +207,9 @@ class RedisAccounts:
         if server_now > 0:  # 0: a take of 0 tokens, answered without reading the clock
             self._measured(server_now)
         if granted == -1:
-            raise AccountsError("unreachable", self.url, f"the take reached Redis after its deadline ({REDIS_TIMEOUT_S} s): nothing was taken")
+            raise AccountsError(
+                "unreachable", self.url, f"the take reached Redis after its deadline ({REDIS_TIMEOUT_S} s): nothing was taken"
+            )
         if repaired == 1:
             with self._seen_lock:
                 self._repairs += 1

@@ -10,9 +10,11 @@ import type * as Wit from '../../generated/interfaces/agent-retry-policy-types.j
 import { nowMs, type Run } from '../component.js';
 import { OsEntropy, type EntropySource } from '../entropy.js';
 import {
-  AgentRetryError, CallCancelled, CallTimedOut, ConnectionConfigError, Escalated, InstanceUnusable, PolicyTrap, SessionLost, type StopCause,
+  AgentRetryError, CallCancelled, CallTimedOut, ConnectionConfigError, Escalated, InstanceUnusable, PolicyBoundaryViolation, PolicyTrap, SessionLost,
+  type StopCause,
 } from '../errors.js';
-import { MAX_BODY_BYTES, cutUtf8, joinedHeaders } from '../limits.js';
+import { RunGuard, type CallGuard, type Invariant, type Violation } from '../guard.js';
+import { MAX_BODY_BYTES, cutLiftedText, cutUtf8, joinedHeaders } from '../limits.js';
 import { MAX_TIMER_MS, longTimeout } from '../timers.js';
 import {
   adoptProbeFailure, classifyNetworkError, currentAttempt, deliveryOfNetworkError, describeError, hasFailure, watchAnswers, type AttemptCapture,
@@ -22,6 +24,10 @@ import { loadSdk, sdkOfClient, type McpClient, type McpSdk } from './sdk.js';
 import { answerInputRequests, errorCodeOf, questionsOf, taskAnswerOf, taskReportOf, type TaskAnswer } from './tasks.js';
 
 export { MAX_TIMER_MS };
+
+/** The run deadline when the `runTimeoutMs` option is left out: 30 minutes
+ *  (a policy that waits an hour, or 30 days, cannot hold a run past it). */
+export const DEFAULT_RUN_TIMEOUT_MS = 1_800_000;
 
 /** What the logged `reason` of a decision on a failure from a non-capturing HTTP transport ends with. */
 export const CAPTURE_MISSING_SUFFIX = ' [no HTTP status or headers: the transport is not the wrapper\'s capturing one]';
@@ -69,10 +75,10 @@ export interface RetryingToolCallerOptions {
   /** The most one `callTool` may take, from its start, retries and reconnections included (default: none). */
   callTimeoutMs?: number;
   /** The run deadline: the most all calls of this caller may take, from its
-   *  construction (default: none). With it (or `callTimeoutMs`), every failure
-   *  and status check reports the time left (`time-left-ms`), and the wrapper
-   *  stops waiting at the deadline. */
-  runTimeoutMs?: number;
+   *  construction (default `DEFAULT_RUN_TIMEOUT_MS`, 30 minutes; `null`: none).
+   *  With it (or `callTimeoutMs`), every failure and status check reports the
+   *  time left (`time-left-ms`), and the wrapper stops waiting at the deadline. */
+  runTimeoutMs?: number | null;
   /** The server's tools, if already listed (default: `tools/list` on first use). */
   tools?: Tool[];
   emptyCheck?: (result: CallToolResult) => string | undefined;
@@ -150,7 +156,10 @@ export interface CallToolOptions {
  *  person needs the words). */
 interface Answer {
   callId: number;
+  attempt: number;
   verdict: Wit.Verdict;
+  /** The call's guard, which saw the verdict and checks the words. */
+  guard: CallGuard;
   decision?: Wit.Decision;
 }
 
@@ -343,6 +352,10 @@ export class RetryingToolCaller {
   private captureWarned = false;
   /** What every attempt line logs as `policy`: which policy made the decision. */
   readonly policyIdentity: string;
+  /** The run-time guard: the invariants the wrapper enforces whatever the policy says. */
+  private readonly guard: RunGuard;
+  /** The escalation of the call that broke an invariant: every later call of the run ends with it, nothing sent. */
+  private tripped?: Escalated;
 
   constructor(source: McpConnection | McpClient, readonly run: Run, private readonly options: RetryingToolCallerOptions = {}) {
     if (source instanceof McpConnection) this.connection = source;
@@ -352,12 +365,12 @@ export class RetryingToolCaller {
     this.attemptTimeoutCapMs = options.attemptTimeoutMs;
     for (const [name, value] of [['attemptTimeoutMs', options.attemptTimeoutMs], ['callTimeoutMs', options.callTimeoutMs],
       ['runTimeoutMs', options.runTimeoutMs]] as const) {
-      if (value !== undefined && !(typeof value === 'number' && value >= 0 && Number.isFinite(value))) {
+      if (value !== undefined && value !== null && !(typeof value === 'number' && value >= 0 && Number.isFinite(value))) {
         throw new TypeError(`${name} must be a finite number of ms, not ${String(value)}`);
       }
     }
     this.callTimeoutMs = options.callTimeoutMs;
-    this.runTimeoutMs = options.runTimeoutMs;
+    this.runTimeoutMs = options.runTimeoutMs === undefined ? DEFAULT_RUN_TIMEOUT_MS : options.runTimeoutMs ?? undefined;
     this.clock = options.clock ?? nowMs;
     this.logging = options.log !== null;
     this.log = options.log ?? (options.log === null ? () => {} : (line) => process.stderr.write(`${line}\n`));
@@ -367,6 +380,8 @@ export class RetryingToolCaller {
         identity === '' ? 'an empty string' : typeof identity}`);
     }
     this.policyIdentity = identity;
+    // The configuration the host loaded the policy with, parsed here: not the component's report of itself.
+    this.guard = new RunGuard(run.configText);
     if (options.tools) this.tools = new Map(options.tools.map((t) => [t.name, t]));
   }
 
@@ -419,6 +434,7 @@ export class RetryingToolCaller {
 
   private async call(name: string, args: Record<string, unknown>, action: string, state: CallState, scope: CallScope): Promise<CallToolResult> {
     scope.check();
+    if (this.tripped) throw this.afterViolation(state.tag, name);
     // A missing SDK is the caller's to fix: thrown as it is, not a failure for the policy.
     this.sdk ??= await scope.race(this.connection ? this.connection.loadSdk() : loadSdk(sdkOfClient(this.bare as McpClient)));
     const tool = await this.tool(name, scope);
@@ -439,6 +455,9 @@ export class RetryingToolCaller {
     const { callId, delayMs } = start;
     state.callId = callId;
     state.effect = start.effect;
+    const begun = this.guard.begin(name, key, hints, delayMs);
+    const guard = begun.call;
+    if (begun.violation) throw this.violated(tag, name, callId, 0, 'not sent', begun.violation);
     const timeouts = this.timeoutsOf(start);
     await scope.pause(Number(delayMs));
 
@@ -451,7 +470,8 @@ export class RetryingToolCaller {
       state.inFlight = true;
       let observed = await this.attemptTool(name, sendArgs, scope, timeouts, callId, attempt);
       state.inFlight = false;
-      let answer = this.record(tag, name, callId, attempt, observed, scope);
+      guard.attempted(failureOf(observed));
+      let answer = this.record(tag, name, callId, attempt, observed, scope, guard);
       let last = observed.summary;
       // The call's task, while it lives: polled, answered and cancelled as the
       // verdicts say, by the id the last task report named (the poll plan's).
@@ -466,7 +486,7 @@ export class RetryingToolCaller {
           observed = await this.pollTask(name, taskId, scope, timeouts);
           taskId = this.noteTask(state, observed) ?? taskId;
           last = observed.summary;
-          answer = this.record(tag, name, callId, attempt, observed, scope);
+          answer = this.record(tag, name, callId, attempt, observed, scope, guard);
           continue;
         }
         if (kindOf(answer) !== 'check-status') break;
@@ -476,7 +496,8 @@ export class RetryingToolCaller {
         }, scope);
         // A status check reports the attempt whose effect it checked: the current one.
         last = `status check: ${found}`;
-        answer = this.record(tag, name, callId, attempt, { outcome: { tag: 'status-check', val: found }, summary: last }, scope);
+        guard.statusChecked(found);
+        answer = this.record(tag, name, callId, attempt, { outcome: { tag: 'status-check', val: found }, summary: last }, scope, guard);
       }
       switch (kindOf(answer)) {
         case 'retry': {
@@ -511,7 +532,7 @@ export class RetryingToolCaller {
    *  (`recordSuccess`, `recordEmptyResult`, `recordFailure`,
    *  `recordStatusCheck`, `recordTaskStatus`, `recordPollFailure`; all but a
    *  success and an empty result with the time left to the deadline) and logs the decision. */
-  private record(tag: CallTag, tool: string, callId: number, attempt: number, observed: Observed, scope: CallScope): Answer {
+  private record(tag: CallTag, tool: string, callId: number, attempt: number, observed: Observed, scope: CallScope, guard: CallGuard): Answer {
     const outcome = observed.outcome;
     const run = this.run;
     const verdict = this.policy(tag, tool, observed.summary, () => {
@@ -530,7 +551,10 @@ export class RetryingToolCaller {
           return run.recordPollFailure(callId, attempt, outcome.val, scope.timeLeftMs(), this.clock(), this.entropy.nextU64());
       }
     });
-    const answer: Answer = { callId, verdict };
+    // Checked before anything acts on it (the hook included): a verdict that breaks an invariant is not acted on.
+    const violation = guard.verdict(verdict);
+    if (violation) throw this.violated(tag, tool, callId, attempt, observed.summary, violation);
+    const answer: Answer = { callId, attempt, verdict, guard };
     const hook = this.options.onVerdict;
     if (hook) {
       try {
@@ -544,15 +568,20 @@ export class RetryingToolCaller {
     return answer;
   }
 
-  /** The answer's decision in full, from `lastDecision`, asked once. */
+  /** The answer's decision in full, from `lastDecision`, asked once, its texts
+   *  cut to `MAX_LIFTED_TEXT_BYTES`. It must say what the verdict said (the
+   *  guard): the words never change what is done. */
   private words(tag: CallTag, tool: string, lastOutcome: string, answer: Answer): Wit.Decision {
     if (answer.decision) return answer.decision;
     const callId = answer.callId;
-    answer.decision = this.policy(tag, tool, lastOutcome, () => {
-      const decision = this.run.lastDecision(callId);
-      if (decision === undefined) throw this.run.instance.violation('last-decision', `no decision about call ${callId} right after its verdict`);
-      return decision;
+    const decision = this.policy(tag, tool, lastOutcome, () => {
+      const said = this.run.lastDecision(callId);
+      if (said === undefined) throw this.run.instance.violation('last-decision', `no decision about call ${callId} right after its verdict`);
+      return said;
     });
+    const violation = answer.guard.decision(decision);
+    if (violation) throw this.violated(tag, tool, callId, answer.attempt, lastOutcome, violation);
+    answer.decision = boundedDecision(decision);
     return answer.decision;
   }
 
@@ -571,7 +600,7 @@ export class RetryingToolCaller {
     const escalation = this.policy(tag, tool, 'not sent', () => {
       const handOff = this.run.escalation();
       if (handOff === undefined) throw this.run.instance.violation('escalation', 'a call was not admitted, and the run has no escalation');
-      return handOff;
+      return boundedEscalation(handOff);
     });
     this.logLine(tag, tool, undefined, 0, 'not sent', { action: 'escalate', escalation: escalation.reason, reason: escalation.note });
     return new Escalated(escalation, tool);
@@ -627,6 +656,9 @@ export class RetryingToolCaller {
     const start = this.policy(tag, tool, 'not sent', () => this.run.beginCall(tool, undefined, PSEUDO_HINTS, this.clock()));
     if (!start.admitted) throw this.notAdmitted(tag, tool);
     const { callId, delayMs } = start;
+    const begun = this.guard.begin(tool, undefined, PSEUDO_HINTS, delayMs);
+    const guard = begun.call;
+    if (begun.violation) throw this.violated(tag, tool, callId, 0, 'not sent', begun.violation);
     const timeouts = this.timeoutsOf(start);
     await scope.pause(Number(delayMs));
     let attempt = 1;
@@ -636,12 +668,14 @@ export class RetryingToolCaller {
       const observed: Observed = error === undefined && !hasFailure(capture)
         ? { outcome: { tag: 'success' }, summary: 'success' }
         : this.observeFailure(error, capture, client, tool);
-      let answer = this.record(tag, tool, callId, attempt, observed, scope);
+      guard.attempted(failureOf(observed));
+      let answer = this.record(tag, tool, callId, attempt, observed, scope, guard);
       let last = observed.summary;
       while (kindOf(answer) === 'check-status') {
         // Nobody can read whether a connection "applied": unknown (the policy escalates).
         last = 'status check: unknown';
-        answer = this.record(tag, tool, callId, attempt, { outcome: { tag: 'status-check', val: 'unknown' }, summary: last }, scope);
+        guard.statusChecked('unknown');
+        answer = this.record(tag, tool, callId, attempt, { outcome: { tag: 'status-check', val: 'unknown' }, summary: last }, scope, guard);
       }
       switch (kindOf(answer)) {
         case 'retry': {
@@ -1014,11 +1048,32 @@ export class RetryingToolCaller {
       return ask();
     } catch (e) {
       if (!(e instanceof PolicyTrap || e instanceof InstanceUnusable)) throw e;
-      const note = `the retry policy failed (${e.name}: ${e.message}); not retried. Last outcome of ${tool}: ${lastOutcome}. ` +
-        'Effects of this run are not known to the host: check before sending again.';
+      const note = policyFailureNote(e, tool, lastOutcome);
       this.logLine(tag, tool, undefined, 0, lastOutcome, { action: 'escalate', escalation: 'unclassified-failure', reason: note });
       throw new Escalated({ reason: 'unclassified-failure', lastError: lastOutcome, resetsInMs: undefined, effects: [], effectsTotal: 0, note }, tool, e);
     }
+  }
+
+  /** A broken invariant: the policy failed (a boundary violation). The call
+   *  escalates with the policy-failure note, its line names the invariant, and
+   *  every later call of the run escalates with the same note, nothing sent. */
+  private violated(tag: CallTag, tool: string, callId: number | undefined, attempt: number, lastOutcome: string, violation: Violation): Escalated {
+    const error = new PolicyBoundaryViolation(`invariant ${violation.invariant}: ${violation.detail}`, { call: 'guard' });
+    const note = policyFailureNote(error, tool, lastOutcome);
+    this.logLine(tag, tool, callId, attempt, lastOutcome, {
+      action: 'escalate', escalation: 'unclassified-failure', reason: note, invariant: violation.invariant,
+    });
+    const escalated = new Escalated({ reason: 'unclassified-failure', lastError: lastOutcome, resetsInMs: undefined, effects: [], effectsTotal: 0, note }, tool, error);
+    this.tripped ??= escalated;
+    return escalated;
+  }
+
+  /** A call after the run broke an invariant: the same escalation, nothing asked or sent. */
+  private afterViolation(tag: CallTag, tool: string): Escalated {
+    const first = this.tripped as Escalated;
+    const invariant = (this.guard.violation as Violation).invariant;
+    this.logLine(tag, tool, undefined, 0, 'not sent', { action: 'escalate', escalation: 'unclassified-failure', reason: first.note, invariant });
+    return new Escalated(first.escalation, tool, first.policyFailure);
   }
 
   private async checkStatus(request: StatusCheckRequest, scope: CallScope): Promise<Wit.StatusCheckResult> {
@@ -1055,14 +1110,46 @@ export class RetryingToolCaller {
    *  `server-wait-too-long`, `retry-forbidden`) when the action is `escalate`. */
   private logLine(tag: CallTag, tool: string, callId: number | undefined, attempt: number, outcome: string, what: {
     class?: string; action: string; delayMs?: number; hintMs?: number; rule?: string; escalation?: Wit.EscalationReason; reason: string;
+    invariant?: Invariant;
   }): void {
     this.log(JSON.stringify({
       event: 'agent_retry.attempt', ts: Date.now() / 1000, run: this.run.runId, policy: this.policyIdentity,
       step: tag.step, call: callId ?? null, tool, attempt, key: tag.key ?? null,
       outcome, class: what.class ?? null, rule: what.rule ?? null, action: what.action, delay_ms: what.delayMs ?? null,
       hint_ms: what.hintMs ?? null, escalation: what.escalation ?? null, reason: what.reason,
+      // Only on the line of a broken invariant (and of the calls after it).
+      ...(what.invariant === undefined ? {} : { invariant: what.invariant }),
     }));
   }
+}
+
+/** The note of the wrapper's safe fallback when the policy failed (or broke an invariant). */
+function policyFailureNote(e: Error, tool: string, lastOutcome: string): string {
+  return `the retry policy failed (${e.name}: ${e.message}); not retried. Last outcome of ${tool}: ${lastOutcome}. `
+    + 'Effects of this run are not known to the host: check before sending again.';
+}
+
+/** What failed in an attempt, for the guard: undefined for a tool result. */
+function failureOf(observed: Observed): Wit.Observation | undefined {
+  return observed.outcome.tag === 'failure' ? observed.outcome.val : undefined;
+}
+
+/** An escalation with its texts (note, last error) cut to `MAX_LIFTED_TEXT_BYTES`. */
+function boundedEscalation(escalation: Wit.Escalation): Wit.Escalation {
+  const note = cutLiftedText(escalation.note);
+  const lastError = escalation.lastError === undefined ? undefined : cutLiftedText(escalation.lastError);
+  return note === escalation.note && lastError === escalation.lastError ? escalation : { ...escalation, note, lastError };
+}
+
+/** A decision with every text lifted from the guest (reason, replan message,
+ *  success note, escalation) cut to `MAX_LIFTED_TEXT_BYTES`. */
+function boundedDecision(decision: Wit.Decision): Wit.Decision {
+  const action = decision.action;
+  let bounded: Wit.Action = action;
+  if (action.tag === 'replan') bounded = { tag: 'replan', val: cutLiftedText(action.val) };
+  else if (action.tag === 'succeed' && action.val !== undefined) bounded = { tag: 'succeed', val: cutLiftedText(action.val) };
+  else if (action.tag === 'escalate') bounded = { tag: 'escalate', val: boundedEscalation(action.val) };
+  return { ...decision, action: bounded, reason: cutLiftedText(decision.reason) };
 }
 
 /** A re-connection that failed: its message says so (and why the session was lost). */

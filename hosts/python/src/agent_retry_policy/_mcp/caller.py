@@ -63,11 +63,14 @@ from ..errors import (
     StopCause,
     Stopped,
 )
+from ..guard import CallGuard, Outcome, RunGuard, Violation
+from ..limits import cut_lifted_text
 from ..types import (
     CallStart,
     Decision,
     Delivery,
     EscalateAction,
+    Escalation,
     Observation,
     PollAction,
     ReplanAction,
@@ -77,7 +80,6 @@ from ..types import (
     TaskStatus,
     ToolHints,
     Verdict,
-    action_name,
     http_failure,
     input_required,
     protocol_failure,
@@ -115,6 +117,8 @@ _SESSION_CLOSED_MESSAGE = "Connection closed"
 _SDK_TIMEOUT_MESSAGE = re.compile(r"Request .* timed out")
 # How long a `tasks/cancel` may take before the wrapper goes on without its answer.
 CANCEL_TIMEOUT_S = 5.0
+# The run's limit unless the caller sets one (None: none): a policy that waits for ever cannot hold a run.
+DEFAULT_RUN_TIMEOUT_S = 1800.0
 
 
 @dataclass(frozen=True)
@@ -264,6 +268,11 @@ class _Observed:
     def success(self) -> bool:
         return self.observation is None and self.empty is None and self.status is None and self.task is None and self.poll_failure is None
 
+    @property
+    def outcome(self) -> Outcome:
+        """The facts the guard keeps (an answer unless a failure was observed)."""
+        return Outcome.of(self.observation)
+
 
 @dataclass
 class _CallState:
@@ -347,9 +356,10 @@ class RetryingToolCaller:
 
     `connection` is an `McpConnection` (preferred: the wrapper can connect it
     and re-establish a lost session) or an initialised `ClientSession` (works,
-    but a lost session ends the call with `SessionLost`). `call_timeout_s` and
-    `run_timeout_s` (default None: no limit) bound each call from the start of
-    `call_tool`, and the run from the caller's construction: every report then
+    but a lost session ends the call with `SessionLost`). `call_timeout_s`
+    (default None: no limit) and `run_timeout_s` (default
+    `DEFAULT_RUN_TIMEOUT_S`, 30 minutes; None: no limit) bound each call from
+    the start of `call_tool`, and the run from the caller's construction: every report then
     passes the time left to the nearer of the two (`time-left-ms`), and no wait
     goes past it. Each attempt's timeouts are the policy's (`call-start`'s
     `idle-timeout-ms`, restarted by each progress notification, and
@@ -358,7 +368,15 @@ class RetryingToolCaller:
     carries a progress token: `on_progress(tool, progress, total, message)` sees
     each `notifications/progress` the server sends for it.
     `on_verdict(tool, attempt, verdict)` is called with every verdict the
-    wrapper acts on (for tests and metrics; it must not raise)."""
+    wrapper acts on (for tests and metrics; it must not raise).
+
+    The run's guard (`agent_retry_policy.guard`), built from the configuration
+    text the run's policy was loaded from (`run.config_text`), sees every
+    begin, attempt, verdict, status check and read of `last-decision`. A
+    verdict that breaks an invariant (a 403 retried, an unknown write resent, a
+    key changed, a wait past the caps, a budget overrun, words that disagree
+    with the verdict) ends the call with the policy-failure escalation, and
+    every later call of the run escalates with it, nothing sent."""
 
     def __init__(
         self,
@@ -370,7 +388,7 @@ class RetryingToolCaller:
         entropy: EntropySource | None = None,
         attempt_timeout_s: float | None = None,
         call_timeout_s: float | None = None,
-        run_timeout_s: float | None = None,
+        run_timeout_s: float | None = DEFAULT_RUN_TIMEOUT_S,
         tools: list[Tool] | None = None,
         empty_check: EmptyCheck = default_empty_check,
         clock: Callable[[], int] = now_ms,
@@ -413,6 +431,10 @@ class RetryingToolCaller:
         self.on_progress = on_progress
         # `tasks/cancel`s of stopped calls, sent in the background (held until done).
         self._background: set[asyncio.Task[None]] = set()
+        # What the wrapper enforces whatever the policy says, from the configuration the host holds.
+        self.guard = RunGuard(run.config_text)
+        # The escalation of the first broken invariant: the rest of the run ends with it.
+        self._broken: tuple[Escalated, Violation] | None = None
 
     @property
     def session(self) -> ClientSession | None:
@@ -443,6 +465,8 @@ class RetryingToolCaller:
         else:
             deadline, cause, limit = run_deadline, cast(StopCause, "run-timeout"), self.run_timeout_s
         state = _CallState(name, _CallTag(step), deadline, cause, limit)
+        if self._broken is not None:
+            raise self._run_broken(state.tag, name)
         try:
             return await self._call_tool(state, name, arguments, action_id)
         except _DeadlinePassed:
@@ -476,11 +500,14 @@ class RetryingToolCaller:
             send_arguments[self.key_argument] = key
         tag = _CallTag(state.tag.step, key)
         state.tag = tag
-        start = self._policy(tag, name, "not sent", self.run.begin_call, name, key, self._hints(tool), self.clock())
+        hints = self._hints(tool)
+        start = self._policy(tag, name, "not sent", self.run.begin_call, name, key, hints, self.clock())
         if not start.admitted:
             raise self._not_admitted(tag, name)
         call_id = start.call_id
         state.call_id, state.effect = call_id, start.effect
+        guard, violation = self.guard.begin(name, key, hints, start.delay_ms)
+        self._guarded(tag, name, "not sent", violation)
         if start.delay_ms:
             await self._sleep(state, start.delay_ms / 1000, f"while waiting {start.delay_ms} ms to be admitted")
 
@@ -496,7 +523,8 @@ class RetryingToolCaller:
                 tool_call=True,
                 start=start,
             )
-            answer = self._record(state, tag, name, call_id, attempt, observed)
+            guard.attempted(observed.outcome)
+            answer = self._record(state, tag, name, call_id, attempt, observed, guard)
             # A task: polled as the policy says until it ends; the tool is not called again meanwhile.
             task_id = observed.task_id
             while task_id is not None:
@@ -514,7 +542,9 @@ class RetryingToolCaller:
                 await self._sleep(state, delay / 1000, f"while waiting {delay} ms before polling task {task_id}")
                 await self._ensure_session(state)
                 observed = await self._poll(state, name, attempt, task_id, start)
-                answer = self._record(state, tag, name, call_id, attempt, observed)
+                if observed.task is None and observed.poll_failure is None:
+                    guard.outcome(observed.outcome)  # the task ended: its outcome is the attempt's
+                answer = self._record(state, tag, name, call_id, attempt, observed, guard)
                 if observed.task is not None:
                     task_id = observed.task["task-id"]  # the server's latest word on which task it is
                 elif not observed.poll_failure:
@@ -524,8 +554,9 @@ class RetryingToolCaller:
             while answer.kind == "check-status":
                 await self._ensure_session(state)
                 found = await self._check_status(state, name, send_arguments, key, call_id)
+                guard.status_checked(found)
                 # Reported under the attempt whose effect was checked.
-                answer = self._record(state, tag, name, call_id, attempt, _Observed(f"status check: {found}", status=found))
+                answer = self._record(state, tag, name, call_id, attempt, _Observed(f"status check: {found}", status=found), guard)
             kind = answer.kind
             if kind == "retry":
                 delay, attempt = answer.delay_ms, answer.next_attempt
@@ -534,15 +565,15 @@ class RetryingToolCaller:
                 await self._sleep(state, delay / 1000, f"while waiting {delay} ms before attempt {attempt}")
                 continue
             if kind == "replan":
-                message = cast(ReplanAction, answer.decision["action"])["replan"]
+                message = cut_lifted_text(cast(ReplanAction, answer.decision["action"])["replan"])
                 return CallToolResult(content=[TextContent(type="text", text=message)], is_error=True)
             if kind == "succeed":
                 if observed.result is not None and observed.success:
                     return cast(CallToolResult, observed.result)
-                note = cast(SucceedAction, answer.decision["action"])["succeed"] or "done"
+                note = cut_lifted_text(cast(SucceedAction, answer.decision["action"])["succeed"] or "done")
                 return CallToolResult(content=[TextContent(type="text", text=note)], is_error=False)
             if kind == "escalate":
-                raise Escalated(cast(EscalateAction, answer.decision["action"])["escalate"], tool=name)
+                raise Escalated(_bounded(cast(EscalateAction, answer.decision["action"])["escalate"]), tool=name)
             raise self._no_task_to_poll(tag, name, observed.summary, kind)
 
     def _no_task_to_poll(self, tag: _CallTag, name: str, summary: str, kind: str) -> Escalated:
@@ -566,6 +597,7 @@ class RetryingToolCaller:
                 "effects-total": 0,
                 "note": f"the retry policy did not admit {name} and gave no hand-off; not sent.",
             }
+        refusal = _bounded(refusal)
         self._log_line(tag, name, None, 0, "not sent", None, "escalate", None, refusal["note"], escalation=refusal["reason"])
         return Escalated(refusal, tool=name)
 
@@ -618,10 +650,14 @@ class RetryingToolCaller:
         """`initialize` or `tools/list` as a call of the policy: begun (a step),
         sent, observed and decided like a tool's; retried as the policy says."""
         tag = _CallTag(None)
+        if self._broken is not None:
+            raise self._run_broken(tag, name)
         start = self._policy(tag, name, "not sent", self.run.begin_call, name, None, PSEUDO_TOOL_HINTS, self.clock())
         if not start.admitted:
             raise self._not_admitted(tag, name)
         call_id = start.call_id
+        guard, violation = self.guard.begin(name, None, PSEUDO_TOOL_HINTS, start.delay_ms)
+        self._guarded(tag, name, "not sent", violation)
         if start.delay_ms:
             await self._sleep(state, start.delay_ms / 1000, f"while waiting {start.delay_ms} ms for {name} to be admitted")
         attempt = 1
@@ -632,9 +668,11 @@ class RetryingToolCaller:
             failure = observed.observation
             if failure is not None and "transport" in failure["kind"]:
                 failure["body"] = f"{what}: {failure.get('body', '')}"
-            answer = self._record(state, tag, name, call_id, attempt, observed)
+            guard.attempted(observed.outcome)
+            answer = self._record(state, tag, name, call_id, attempt, observed, guard)
             while answer.kind == "check-status":  # nobody can check a connection: the policy decides on "unknown"
-                answer = self._record(state, tag, name, call_id, attempt, _Observed("status check: unknown", status="unknown"))
+                guard.status_checked("unknown")
+                answer = self._record(state, tag, name, call_id, attempt, _Observed("status check: unknown", status="unknown"), guard)
             kind = answer.kind
             if kind == "retry":
                 delay, attempt = answer.delay_ms, answer.next_attempt
@@ -645,10 +683,10 @@ class RetryingToolCaller:
             if kind == "succeed":
                 return observed.result
             if kind == "replan":
-                message = cast(ReplanAction, answer.decision["action"])["replan"]
+                message = cut_lifted_text(cast(ReplanAction, answer.decision["action"])["replan"])
                 raise SessionLost(f"{what} ({name}): {message}", tool=state.tool)
             if kind == "escalate":
-                raise Escalated(cast(EscalateAction, answer.decision["action"])["escalate"], tool=name)
+                raise Escalated(_bounded(cast(EscalateAction, answer.decision["action"])["escalate"]), tool=name)
             raise self._no_task_to_poll(tag, name, observed.summary, kind)
 
     # -- one attempt
@@ -1059,8 +1097,11 @@ class RetryingToolCaller:
         self._log_line(state.tag, state.tool, state.call_id, state.attempt, cause, None, "stop", None, message)
         return Stopped(cause, state.tool, state.call_id, state.attempts_sent, may_have_applied, message)
 
-    def _record(self, state: _CallState, tag: _CallTag, tool: str, call_id: int, attempt: int, observed: _Observed) -> _Answer:
-        """Reports an attempt (or a status check) on the run's single path."""
+    def _record(
+        self, state: _CallState, tag: _CallTag, tool: str, call_id: int, attempt: int, observed: _Observed, guard: CallGuard
+    ) -> _Answer:
+        """Reports an attempt (or a status check) on the run's single path; the
+        verdict passes the guard before anything acts on it."""
         summary, run = observed.summary, self.run
         if observed.observation is not None:
             verdict = self._policy(
@@ -1118,11 +1159,37 @@ class RetryingToolCaller:
             verdict = self._policy(tag, tool, summary, run.record_empty_result, call_id, attempt, observed.empty, self.clock())
         else:
             verdict = self._policy(tag, tool, summary, run.record_success, call_id, attempt, self.clock())
-        answer = _Answer(verdict, lambda: self._policy(tag, tool, summary, self._last_decision, call_id))
+        self._guarded(tag, tool, summary, guard.verdict(verdict.action, verdict.delay_ms, verdict.hint_ms, verdict.reconnect))
+        answer = _Answer(verdict, lambda: self._read_decision(tag, tool, summary, call_id, guard))
         if self.on_verdict is not None:
             self.on_verdict(tool, attempt, verdict)
         self._log_decision(tag, tool, call_id, attempt, summary, answer, capture_missing=observed.capture_missing)
         return answer
+
+    def _read_decision(self, tag: _CallTag, tool: str, summary: str, call_id: int, guard: CallGuard) -> Decision:
+        """`last-decision`'s words, which must say what the verdict said (the guard)."""
+        decision = self._policy(tag, tool, summary, self._last_decision, call_id)
+        self._guarded(tag, tool, summary, guard.decision(decision))
+        return decision
+
+    def _guarded(self, tag: _CallTag, tool: str, last_outcome: str, violation: Violation | None) -> None:
+        """A broken invariant ends the call as a failed policy does, and the run with it."""
+        if violation is None:
+            return
+        fault = PolicyBoundaryViolation(str(violation), call="run-time guard")
+        escalated = self._policy_failed(tag, tool, last_outcome, fault, invariant=violation.invariant.value)
+        self._broken = (escalated, violation)
+        raise escalated
+
+    def _run_broken(self, tag: _CallTag, tool: str) -> Escalated:
+        """A call after a broken invariant: the same escalation, nothing sent."""
+        assert self._broken is not None
+        escalated, violation = self._broken
+        note = escalated.note
+        self._log_line(
+            tag, tool, None, 0, "not sent", None, "escalate", None, note, escalation=escalated.reason, invariant=violation.invariant.value
+        )
+        return Escalated(escalated.escalation, tool=tool, policy_failure=escalated.policy_failure)
 
     def _last_decision(self, call_id: int) -> Decision:
         """The full decision of the verdict just given about `call_id`."""
@@ -1152,31 +1219,40 @@ class RetryingToolCaller:
         try:
             return ask(*args)
         except (PolicyTrap, InstanceUnusable) as e:
-            note = (
-                f"the retry policy failed ({type(e).__name__}: {e}); not retried. Last outcome of {tool}: {last_outcome}. "
-                "Effects of this run are not known to the host: check before sending again."
-            )
-            self._log_line(tag, tool, None, 0, last_outcome, None, "escalate", None, note, escalation="unclassified-failure")
-            escalation = {
-                "reason": "unclassified-failure",
-                "last-error": last_outcome,
-                "resets-in-ms": None,
-                "effects": [],
-                "effects-total": 0,
-                "note": note,
-            }
-            raise Escalated(escalation, tool=tool, policy_failure=e) from e
+            raise self._policy_failed(tag, tool, last_outcome, e) from e
+
+    def _policy_failed(
+        self, tag: _CallTag, tool: str, last_outcome: str, e: PolicyTrap | InstanceUnusable, *, invariant: str | None = None
+    ) -> Escalated:
+        """The policy-failure escalation (logged), for a failed policy or a broken invariant."""
+        note = cut_lifted_text(
+            f"the retry policy failed ({type(e).__name__}: {e}); not retried. Last outcome of {tool}: {last_outcome}. "
+            "Effects of this run are not known to the host: check before sending again."
+        )
+        self._log_line(
+            tag, tool, None, 0, last_outcome, None, "escalate", None, note, escalation="unclassified-failure", invariant=invariant
+        )
+        escalation: Escalation = {
+            "reason": "unclassified-failure",
+            "last-error": last_outcome,
+            "resets-in-ms": None,
+            "effects": [],
+            "effects-total": 0,
+            "note": note,
+        }
+        return Escalated(escalation, tool=tool, policy_failure=e)
 
     def _log_decision(
         self, tag: _CallTag, tool: str, call_id: int, attempt: int, outcome: str, answer: _Answer, *, capture_missing: bool = False
     ) -> None:
         if not self.log.isEnabledFor(logging.INFO):  # no line: its reason is not read either
             return
+        # Read for its words only (the guard checked them against the verdict): the line says what is done.
         decision = answer.decision
         action = decision["action"]
-        kind = action_name(action)
-        delay = cast(Any, action)[kind]["delay-ms"] if kind in ("retry", "poll") else None
-        escalation = cast(EscalateAction, action)["escalate"]["reason"] if action_name(action) == "escalate" else None
+        kind = answer.kind
+        delay = answer.delay_ms if kind in ("retry", "poll") else None
+        escalation = cast(EscalateAction, action)["escalate"]["reason"] if kind == "escalate" else None
         self._log_line(
             tag,
             tool,
@@ -1184,9 +1260,9 @@ class RetryingToolCaller:
             attempt,
             outcome,
             decision["class"],
-            action_name(action),
+            kind,
             delay,
-            decision["reason"] + (CAPTURE_MISSING_SUFFIX if capture_missing else ""),
+            cut_lifted_text(decision["reason"]) + (CAPTURE_MISSING_SUFFIX if capture_missing else ""),
             rule=decision["rule"],
             hint_ms=decision["hint-ms"],
             escalation=escalation,
@@ -1207,38 +1283,38 @@ class RetryingToolCaller:
         rule: str | None = None,
         hint_ms: int | None = None,
         escalation: str | None = None,
+        invariant: str | None = None,
     ) -> None:
         # The fields and their order are the same in all three hosts (the module
         # docstring of `mcp_client`). `step` and `key` name the call (`tag`);
         # `rule` is the classification rule that applied; `hint_ms` the decision's hint;
         # `escalation` the escalation reason (the contract's name, e.g.
-        # "run-steps-spent"); `policy` which policy decided (`policy_identity`).
+        # "run-steps-spent"); `policy` which policy decided (`policy_identity`);
+        # `invariant`, only on the lines of a broken invariant, its name.
         if not self.log.isEnabledFor(logging.INFO):
             return
-        self.log.info(
-            json.dumps(
-                {
-                    "event": "agent_retry.attempt",
-                    "ts": round(time.time(), 3),
-                    "run": self.run.run_id,
-                    "policy": self.policy_identity,
-                    "step": tag.step,
-                    "call": call_id,
-                    "tool": tool,
-                    "attempt": attempt,
-                    "key": tag.key,
-                    "outcome": outcome,
-                    "class": klass,
-                    "rule": rule,
-                    "action": action,
-                    "delay_ms": delay_ms,
-                    "hint_ms": hint_ms,
-                    "escalation": escalation,
-                    "reason": reason,
-                },
-                ensure_ascii=False,
-            )
-        )
+        line: dict[str, Any] = {
+            "event": "agent_retry.attempt",
+            "ts": round(time.time(), 3),
+            "run": self.run.run_id,
+            "policy": self.policy_identity,
+            "step": tag.step,
+            "call": call_id,
+            "tool": tool,
+            "attempt": attempt,
+            "key": tag.key,
+            "outcome": outcome,
+            "class": klass,
+            "rule": rule,
+            "action": action,
+            "delay_ms": delay_ms,
+            "hint_ms": hint_ms,
+            "escalation": escalation,
+            "reason": reason,
+        }
+        if invariant is not None:
+            line["invariant"] = invariant
+        self.log.info(json.dumps(line, ensure_ascii=False))
 
 
 async def _send_tool_call(session: ClientSession, clock: _AttemptClock, name: str, arguments: Mapping[str, Any]) -> Any:
@@ -1286,6 +1362,12 @@ async def _send_poll(session: ClientSession, clock: _AttemptClock, task_id: str)
 
 def _raise(error: BaseException) -> None:
     raise error
+
+
+def _bounded(escalation: Escalation) -> Escalation:
+    """An escalation from the policy with its note and last error cut to `MAX_LIFTED_TEXT_BYTES`."""
+    last = escalation.get("last-error")
+    return {**escalation, "note": cut_lifted_text(escalation["note"]), "last-error": None if last is None else cut_lifted_text(last)}
 
 
 def _consume(task: asyncio.Future[Any]) -> None:

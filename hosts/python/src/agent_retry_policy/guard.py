@@ -1,0 +1,280 @@
+"""The run-time guard (issue 24): the few invariants no policy may break,
+enforced by the wrapper from what it knows itself. The component decides; the
+guard does not trust it for these. Pure and I/O-free; its specification is
+tests/vectors/guard/guard.json, replayed by every host.
+
+`RunGuard` is built from the configuration text the host holds (never the
+component's `effective-config`); a field left out takes the default generated
+from the guest (`config_defaults`). Each check returns a `Violation` or None;
+the first one is kept (`RunGuard.violation`): the run sends nothing after it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from . import config_defaults as defaults
+from .types import Decision, Observation, StatusCheckResult, ToolHints, action_name
+
+U64_MAX = 0xFFFF_FFFF_FFFF_FFFF
+# An answer with one of these is repeated as it was only by a broken policy.
+CLIENT_ERROR_STATUSES = frozenset([400, 401, 403, 404, 409, 422])
+CLIENT_ERROR_CODES = frozenset([-32600, -32601, -32602])
+# The classes a `status-overrides` entry may give a status that make it retryable.
+_RETRYABLE_CLASSES = frozenset(["transient", "throttled"])
+
+
+class Invariant(str, Enum):
+    """What a policy broke; the value is the name in the vectors and logs."""
+
+    CLIENT_ERROR_REPEATED = "client-error-repeated"
+    UNKNOWN_WRITE_RESENT = "unknown-write-resent"
+    KEY_CHANGED = "key-changed"
+    DELAY_OVER_CAP = "delay-over-cap"
+    ATTEMPTS_OVER_BUDGET = "attempts-over-budget"
+    VERDICT_DISAGREES = "verdict-disagrees"
+
+
+@dataclass(frozen=True)
+class Violation:
+    invariant: Invariant
+    detail: str
+
+    def __str__(self) -> str:
+        return f"invariant {self.invariant.value}: {self.detail}"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The facts of one attempt's outcome the guard keeps."""
+
+    http_status: int | None = None
+    json_rpc_code: int | None = None
+    # An HTTP status, a JSON-RPC error or a tool result came back.
+    answered: bool = True
+    delivery: str = "unknown"
+    transport: str | None = None
+    session_id_sent: bool = False
+
+    @classmethod
+    def of(cls, observation: Observation | None) -> Outcome:
+        """The facts of a failure's observation; None is an answer (a success, an empty result, a task)."""
+        if observation is None:
+            return cls()
+        kind = observation.get("kind")
+        sent = observation.get("session-id-sent") is True
+        delivery = observation.get("delivery", "unknown")
+        if isinstance(kind, dict) and "transport" in kind:
+            return cls(answered=False, delivery=str(delivery), transport=str(kind["transport"]), session_id_sent=sent)
+        status = kind.get("http-status") if isinstance(kind, dict) else None
+        code = kind.get("protocol-error") if isinstance(kind, dict) else None
+        return cls(http_status=status, json_rpc_code=code, delivery=str(delivery), session_id_sent=sent)
+
+    @property
+    def unknown(self) -> bool:
+        """The request may have left and no answer came back."""
+        return not self.answered and self.delivery != "not-sent" and self.transport != "connection-refused"
+
+
+def _number(section: Mapping[str, Any], name: str, default: int) -> int:
+    value = section.get(name)
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= U64_MAX:
+        return value
+    return default  # absent or unusable: the policy's own parser refuses the latter anyway
+
+
+def _object(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+class RunGuard:
+    """One run's guard: its caps from the configuration, its step and retry counts, its calls."""
+
+    def __init__(self, config: str | Mapping[str, Any] | None = None) -> None:
+        if isinstance(config, str):
+            try:
+                config = json.loads(config)
+            except ValueError:
+                config = None
+        c = _object(config)
+        self.max_delay_ms = _number(c, "max-delay-ms", defaults.MAX_DELAY_MS)
+        self.max_hint_ms = _number(c, "max-hint-ms", defaults.MAX_HINT_MS)
+        self.max_attempts_per_call = _number(c, "max-attempts-per-call", defaults.MAX_ATTEMPTS_PER_CALL)
+        self.max_retries_per_run = _number(c, "max-retries-per-run", defaults.MAX_RETRIES_PER_RUN)
+        self.max_steps_per_run = _number(c, "max-steps-per-run", defaults.MAX_STEPS_PER_RUN)
+        self.task_poll_max_delay_ms = _number(c, "task-poll-max-delay-ms", defaults.TASK_POLL_MAX_DELAY_MS)
+        account = c.get("account-budget")
+        self.account_wait_ms = _number(account, "max-wait-ms", defaults.MAX_WAIT_MS) if isinstance(account, Mapping) else 0
+        overrides = _object(c.get("status-overrides"))
+        self.retryable_statuses = frozenset(status for status in CLIENT_ERROR_STATUSES if overrides.get(str(status)) in _RETRYABLE_CLASSES)
+        effect = c.get("default-effect")
+        self.default_effect = effect if effect in ("read", "write", "delete") else defaults.DEFAULT_EFFECT
+        self.tools = _object(c.get("tools"))
+        self.steps = 0
+        self.retries = 0
+        self.violation: Violation | None = None
+
+    def _refuse(self, invariant: Invariant, detail: str) -> Violation:
+        violation = Violation(invariant, detail)
+        if self.violation is None:
+            self.violation = violation
+        return violation
+
+    def unkeyed_write(self, tool: str, key: str | None, hints: ToolHints | None) -> bool:
+        """Whether the call is a write that is not idempotent and carries no key
+        (the guest's `tool_policy`, from the configuration and the hints)."""
+        entry = _object(self.tools.get(tool))
+        hint_names = ("readOnlyHint", "destructiveHint", "idempotentHint")
+        if "effect" in entry:
+            effect, idempotent = entry["effect"], entry.get("idempotent") is True
+        elif any(name in entry for name in hint_names):
+            read = entry.get("readOnlyHint") is True
+            effect, idempotent = ("read", True) if read else ("write", entry.get("idempotentHint") is True)
+        elif hints is not None:
+            if hints.get("read-only") is True:
+                effect, idempotent = "read", True
+            else:
+                effect = "write" if self.default_effect == "read" else self.default_effect
+                idempotent = hints.get("idempotent") is True
+        else:
+            effect, idempotent = self.default_effect, False
+        return effect == "write" and not idempotent and key is None
+
+    def begin(self, tool: str, key: str | None, hints: ToolHints | None, delay_ms: int) -> tuple[CallGuard, Violation | None]:
+        """The policy admitted a call whose first send waits `delay_ms`."""
+        call = CallGuard(self, tool, key, self.unkeyed_write(tool, key, hints))
+        if delay_ms > self.account_wait_ms:
+            return call, self._refuse(
+                Invariant.DELAY_OVER_CAP, f"a first send after {delay_ms} ms; the account's wait cap is {self.account_wait_ms} ms"
+            )
+        if self.steps + 1 > self.max_steps_per_run:
+            return call, self._refuse(
+                Invariant.ATTEMPTS_OVER_BUDGET, f"a new call after {self.steps} steps; the run allows {self.max_steps_per_run}"
+            )
+        return call, None
+
+
+class CallGuard:
+    """One call's facts: its key, whether it is an unkeyed write, its attempts and the last verdict."""
+
+    def __init__(self, run: RunGuard, tool: str, key: str | None, unkeyed_write: bool) -> None:
+        self.run, self.tool, self.key, self.unkeyed_write = run, tool, key, unkeyed_write
+        self.attempts = 0
+        self.last: Outcome | None = None
+        self.maybe_applied = False
+        self.found = False
+        self.client_error_reconnects = 0
+        # The last verdict's action, delay and reconnect (what `decision` is compared with).
+        self.verdict_seen: tuple[str, int, bool] | None = None
+
+    def attempted(self, outcome: Outcome) -> None:
+        """An attempt was sent and its outcome observed: one step."""
+        self.run.steps += 1
+        self.attempts += 1
+        self.outcome(outcome)
+
+    def outcome(self, outcome: Outcome) -> None:
+        """The facts of the call's latest outcome, without a step (a task's end, seen by a poll)."""
+        self.last = outcome
+        if self.unkeyed_write and outcome.unknown:
+            self.maybe_applied = True
+
+    def status_checked(self, result: StatusCheckResult) -> None:
+        """A status check ran: one step."""
+        self.run.steps += 1
+        if result == "absent":
+            self.maybe_applied = False
+        elif result == "found":
+            self.found = True
+
+    def verdict(self, action: str, delay_ms: int, hint_ms: int | None, reconnect: bool) -> Violation | None:
+        """Before the wrapper acts on a verdict."""
+        self.verdict_seen = (action, delay_ms, reconnect)
+        run = self.run
+        if action == "retry":
+            violation = self._client_error(reconnect) or self._resent() or self._over_budget()
+            if violation is not None:
+                return violation
+            cap = max(run.max_delay_ms, run.max_hint_ms if hint_ms is not None else 0, run.account_wait_ms)
+            if delay_ms > cap:
+                return run._refuse(Invariant.DELAY_OVER_CAP, f"a retry after {delay_ms} ms; the cap is {cap} ms")
+            run.retries += 1
+        elif action == "poll":
+            cap = max(run.task_poll_max_delay_ms, run.max_hint_ms)
+            if delay_ms > cap:
+                return run._refuse(Invariant.DELAY_OVER_CAP, f"a poll after {delay_ms} ms; the cap is {cap} ms")
+        elif action == "check-status" and run.steps + 1 > run.max_steps_per_run:
+            return run._refuse(
+                Invariant.ATTEMPTS_OVER_BUDGET, f"a status check after {run.steps} steps; the run allows {run.max_steps_per_run}"
+            )
+        return None
+
+    def _client_error(self, reconnect: bool) -> Violation | None:
+        last = self.last
+        if last is None:
+            return None
+        status = last.http_status if last.http_status in CLIENT_ERROR_STATUSES else None
+        if status in self.run.retryable_statuses:
+            status = None
+        code = last.json_rpc_code if last.json_rpc_code in CLIENT_ERROR_CODES else None
+        if status is None and code is None:
+            return None
+        what = f"a {status} answer" if status is not None else f"JSON-RPC error {code}"
+        if not reconnect:
+            return self.run._refuse(Invariant.CLIENT_ERROR_REPEATED, f"the policy asked to retry {what} as it was")
+        if last.session_id_sent:
+            return None  # the session may be what the server refused
+        self.client_error_reconnects += 1
+        if self.client_error_reconnects > 1:
+            return self.run._refuse(
+                Invariant.CLIENT_ERROR_REPEATED, f"the policy asked to retry {what} on a new connection again, with no session to renew"
+            )
+        return None
+
+    def _resent(self) -> Violation | None:
+        if self.found:
+            return self.run._refuse(Invariant.UNKNOWN_WRITE_RESENT, f"a retry of {self.tool}, which a status check found applied")
+        if self.maybe_applied:
+            return self.run._refuse(
+                Invariant.UNKNOWN_WRITE_RESENT,
+                f"a retry of the unkeyed write {self.tool}, which may have been applied, without a status check",
+            )
+        return None
+
+    def _over_budget(self) -> Violation | None:
+        run = self.run
+        if self.attempts + 1 > run.max_attempts_per_call:
+            detail = f"attempt {self.attempts + 1} of {self.tool}; the call allows {run.max_attempts_per_call}"
+        elif run.steps + 1 > run.max_steps_per_run:
+            detail = f"a retry after {run.steps} steps; the run allows {run.max_steps_per_run}"
+        elif run.retries + 1 > run.max_retries_per_run:
+            detail = f"retry {run.retries + 1} of the run; it allows {run.max_retries_per_run}"
+        else:
+            return None
+        return run._refuse(Invariant.ATTEMPTS_OVER_BUDGET, detail)
+
+    def decision(self, decision: Decision) -> Violation | None:
+        """When the wrapper reads `last-decision`'s words: they must say what the verdict said."""
+        action = decision["action"]
+        kind = action_name(action)
+        plan: Mapping[str, Any] = action[kind] if kind in ("retry", "poll") else {}  # type: ignore[index,literal-required]
+        said = (kind, plan.get("delay-ms", 0), plan.get("reconnect", False))
+        seen = self.verdict_seen
+        if seen is None or (said[0] != seen[0]) or (kind in ("retry", "poll") and said[1:] != seen[1:]):
+            verdict = "no verdict" if seen is None else f"{seen[0]} (delay {seen[1]} ms, reconnect {str(seen[2]).lower()})"
+            return self.run._refuse(
+                Invariant.VERDICT_DISAGREES,
+                f"last-decision says {said[0]} (delay {said[1]} ms, reconnect {str(said[2]).lower()}); the verdict said {verdict}",
+            )
+        if kind == "retry" and plan.get("idempotency-key") != self.key:
+            return self.run._refuse(
+                Invariant.KEY_CHANGED, f"the retry plan names key {plan.get('idempotency-key')!r}; the call's is {self.key!r}"
+            )
+        return None
+
+
+__all__ = ["CallGuard", "Invariant", "Outcome", "RunGuard", "Violation"]
