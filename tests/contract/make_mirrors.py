@@ -53,6 +53,7 @@ DEFAULT_FIELDS = (
     ("max-retries-per-run", "INT_FIELDS"),
     ("max-steps-per-run", "INT_FIELDS"),
     ("task-poll-max-delay-ms", "INT_FIELDS"),
+    ("max-polls-per-task", "INT_FIELDS"),
     ("max-wait-ms", "ACCOUNT_FIELDS"),
 )
 

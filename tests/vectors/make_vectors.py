@@ -1657,11 +1657,23 @@ def g_attempted(what, call=None):
     return event
 
 
-def g_verdict(action, attempt=1, delay=0, hint=None, reconnect=False, call=None):
-    event = {"verdict": {"action": action, "attempt": attempt, "delay-ms": delay, "hint-ms": hint, "reconnect": reconnect}}
+def g_verdict(action, attempt=1, delay=0, hint=None, reconnect=False, call=None, cancel_task=False):
+    event = {"verdict": {"action": action, "attempt": attempt, "delay-ms": delay, "hint-ms": hint, "reconnect": reconnect,
+                         "cancel-task": cancel_task}}
     if call is not None:
         event["call"] = call
     return event
+
+
+def g_polled(what):
+    return {"polled": what}
+
+
+def g_task(status, interval=None):
+    report = {"task-id": "t-1", "status": status}
+    if interval is not None:
+        report["poll-interval-ms"] = interval
+    return {"task": report}
 
 
 def g_decision(action, delay=0, reconnect=False, key=None):
@@ -1832,6 +1844,61 @@ def guard_cases():
                [g_begin(key="k-1"), g_attempted(fail(status=503)), g_verdict("retry", delay=30_001)],
                "delay-over-cap", 2, config={"max-delay-ms": "an hour"},
                comment="The policy refuses such a configuration at load; the guard never fails on one."),
+        # a 4xx the server itself says to retry (the component reads what each signal means)
+        g_case("a 409 with x-should-retry true may be retried",
+               [g_begin(key="k-1"), g_attempted(fail(status=409, headers=[("x-should-retry", "true")])), g_verdict("retry", delay=100)]),
+        g_case("a 403 with x-should-retry false retried as it was",
+               [g_begin(key="k-1"), g_attempted(fail(status=403, headers=[("X-Should-Retry", "false")])), g_verdict("retry", delay=100)],
+               "client-error-repeated", 2),
+        g_case("a 400 with an AWS error type may be retried",
+               [g_begin(key="k-1"), g_attempted(fail(status=400, headers=[("x-amzn-ErrorType", "ThrottlingException")])), g_verdict("retry", delay=100)]),
+        g_case("a 403 from an overloaded Envoy may be retried",
+               [g_begin(key="k-1"), g_attempted(fail(status=403, headers=[("x-envoy-overloaded", "true")])), g_verdict("retry", delay=100)]),
+        g_case("a 400 with a gRPC status may be retried",
+               [g_begin(key="k-1"), g_attempted(fail(status=400, headers=[("grpc-status", "14")])), g_verdict("retry", delay=100)]),
+        # a new session is a retry of another request only for the statuses that refuse a session
+        g_case("a 403 with a session id retried on a new session",
+               [g_begin(key="k-1"), g_attempted(fail(status=403, session=True)), g_verdict("retry", reconnect=True)],
+               "client-error-repeated", 2),
+        g_case("a 404 with a session id retried on new sessions three times",
+               [g_begin("lookup_order", hints=READ_HINTS)]
+               + [e for n in range(1, 4) for e in (g_attempted(fail(status=404, session=True)), g_verdict("retry", attempt=n, reconnect=True))]),
+        # tasks
+        g_case("a tool called again while its task lives",
+               [g_begin(key="k-1"), g_attempted(g_task("working")), g_verdict("poll", delay=1000),
+                g_polled({"poll-failure": failure(transport="connection-reset", delivery="sent")}), g_verdict("retry", delay=100)],
+               "task-resent", 4),
+        g_case("an unkeyed write's task whose poll failed, called again",
+               [g_begin("archive_orders"), g_attempted(g_task("working")), g_verdict("poll", delay=1000),
+                g_polled({"poll-failure": failure(transport="connection-reset", delivery="sent")}), g_verdict("retry", delay=100)],
+               "task-resent", 4),
+        g_case("a task that failed may be retried as a new call",
+               [g_begin(key="k-1"), g_attempted(g_task("working")), g_verdict("poll", delay=1000),
+                g_polled(fail(status=503)), g_verdict("retry", delay=100)]),
+        g_case("an unkeyed write whose task was cancelled, resent without a status check",
+               [g_begin("archive_orders"), g_attempted(g_task("working")), g_verdict("poll", delay=1000),
+                g_polled(g_task("cancelled")), g_verdict("retry", delay=100)],
+               "unknown-write-resent", 4),
+        g_case("an unkeyed write whose task the policy stopped, then checked absent and resent",
+               [g_begin("archive_orders"), g_attempted(g_task("working")), g_verdict("check-status", cancel_task=True),
+                g_check("absent"), g_verdict("retry", delay=100)]),
+        g_case("an unkeyed write whose task completed, then retried after a 503",
+               [g_begin("archive_orders"), g_attempted(g_task("working")), g_verdict("poll", delay=1000),
+                g_polled(fail(status=503)), g_verdict("retry", delay=100)],
+               comment="The task's end is an answer: whether the write ran is the policy's reading."),
+        g_case("a task failed with invalid params, retried as it was",
+               [g_begin(key="k-1"), g_attempted(g_task("working")), g_verdict("poll", delay=1000),
+                g_polled(fail(rpc=-32602)), g_verdict("retry", delay=100)],
+               "client-error-repeated", 4),
+        g_case("the 601st poll of a task",
+               [g_begin(key="k-1"), g_attempted(g_task("working"))]
+               + [e for _ in range(600) for e in (g_verdict("poll", delay=100), g_polled(g_task("working")))]
+               + [g_verdict("poll", delay=100)],
+               "attempts-over-budget", 1202),
+        g_case("the 3rd poll under max-polls-per-task 2",
+               [g_begin(key="k-1"), g_attempted(g_task("working")), g_verdict("poll", delay=100), g_polled(g_task("working")),
+                g_verdict("poll", delay=100), g_polled(g_task("working")), g_verdict("poll", delay=100)],
+               "attempts-over-budget", 6, config={"max-polls-per-task": 2}),
     ]
 
 FILES = {

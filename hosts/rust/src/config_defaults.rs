@@ -8,5 +8,6 @@ pub const MAX_ATTEMPTS_PER_CALL: u64 = 4;
 pub const MAX_RETRIES_PER_RUN: u64 = 10;
 pub const MAX_STEPS_PER_RUN: u64 = 30;
 pub const TASK_POLL_MAX_DELAY_MS: u64 = 30_000;
+pub const MAX_POLLS_PER_TASK: u64 = 600;
 pub const MAX_WAIT_MS: u64 = 5_000;
 pub const DEFAULT_EFFECT: &str = "write";

@@ -8,5 +8,6 @@ export const MAX_ATTEMPTS_PER_CALL = 4;
 export const MAX_RETRIES_PER_RUN = 10;
 export const MAX_STEPS_PER_RUN = 30;
 export const TASK_POLL_MAX_DELAY_MS = 30_000;
+export const MAX_POLLS_PER_TASK = 600;
 export const MAX_WAIT_MS = 5_000;
 export const DEFAULT_EFFECT = "write";
