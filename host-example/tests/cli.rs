@@ -64,6 +64,34 @@ fn decide_answers_json_lines() {
     assert_eq!(answers[3]["class"], "permission");
 }
 
+/// Issue 24, row 12: a 33 MB tool error through `decide` trapped the instance,
+/// since that path skipped the input limits the library applies. It is cut to
+/// 64 KiB as in every wrapper, and an id past 256 bytes is refused by name.
+#[test]
+fn decide_applies_the_input_limits() {
+    let mut child = Command::new(BIN).arg("decide").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    let body = format!("rate limit exceeded; {}", "x".repeat(33 << 20));
+    let huge = serde_json::json!({"op": "record-outcome", "call-id": 1, "outcome": {"failure": {"kind": {"tool-error": null}, "body": body}}});
+    let long_tool = "t".repeat(300);
+    let steps = [
+        r#"{"op": "begin-call", "call": {"tool": "lookup_order", "hints": {"read-only": true}}}"#.to_string(),
+        huge.to_string(),
+        format!(r#"{{"op": "begin-call", "call": {{"tool": "{long_tool}"}}}}"#),
+        r#"{"op": "report"}"#.to_string(),
+    ];
+    let mut stdin = child.stdin.take().unwrap();
+    std::thread::spawn(move || stdin.write_all(steps.join("\n").as_bytes()).unwrap());
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success());
+    let answers: Vec<serde_json::Value> = String::from_utf8_lossy(&output.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(answers.len(), 4, "{answers:?}");
+    let action = &answers[1]["ok"]["action"];
+    assert!(action["retry"].is_object(), "the relayed rate limit is read from the cut text, no trap: {}", answers[1]);
+    let refused = answers[2]["error"].as_str().unwrap();
+    assert!(refused.contains("tool is 300 bytes") && refused.contains("256-byte limit"), "{refused}");
+    assert_eq!(answers[3]["calls"], 1, "the same instance goes on: {}", answers[3]);
+}
+
 /// A step that traps the component (a configuration far past the fuel budget)
 /// gets the trap's cause; the next steps are served by a fresh instance with the
 /// configuration in force, instead of every later step failing.

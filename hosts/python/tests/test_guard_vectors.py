@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from agent_retry_policy.conformance import translate_failure
-from agent_retry_policy.guard import CallGuard, Invariant, Outcome, RunGuard, Violation
+from agent_retry_policy.guard import CallGuard, Invariant, Outcome, RunGuard, Violation, speaks_about_retrying
 
 REPO = Path(__file__).resolve().parents[3]
 GUARD_VECTORS = REPO / "tests" / "vectors" / "guard" / "guard.json"
@@ -22,7 +22,17 @@ def outcome_of(readable: Any) -> Outcome:
     """A readable outcome (`"success"`, `{"failure"}`, `{"task"}`, `{"empty-result"}`) as the guard's facts."""
     if isinstance(readable, dict) and "failure" in readable:
         return Outcome.of(translate_failure(readable["failure"]))  # type: ignore[arg-type]
+    if isinstance(readable, dict) and "task" in readable:
+        return Outcome.task(readable["task"]["status"])
     return Outcome.of(None)
+
+
+def report_poll(call: CallGuard, readable: Any) -> None:
+    """A `polled` event: a task status, the task's end, or the poll's own failure."""
+    if isinstance(readable, dict) and "poll-failure" in readable:
+        call.poll_failed()
+    else:
+        call.polled(outcome_of(readable))
 
 
 def decision_of(words: dict[str, Any]) -> dict[str, Any]:
@@ -65,10 +75,13 @@ def replay(case: dict[str, Any]) -> tuple[Violation, int] | None:
         elif "attempted" in event:
             assert call is not None
             call.attempted(outcome_of(event["attempted"]))
+        elif "polled" in event:
+            assert call is not None
+            report_poll(call, event["polled"])
         elif "verdict" in event:
             assert call is not None
             v = event["verdict"]
-            found = call.verdict(v["action"], v["delay-ms"], v["hint-ms"], v["reconnect"])
+            found = call.verdict(v["action"], v["delay-ms"], v["hint-ms"], v["reconnect"], cancel_task=v.get("cancel-task", False))
         elif "status-check" in event:
             assert call is not None
             call.status_checked(event["status-check"])
@@ -123,3 +136,35 @@ def test_delays_up_to_u64_max_are_refused_without_overflow() -> None:
     assert found is not None and found.invariant is Invariant.DELAY_OVER_CAP
     call.attempted(Outcome(http_status=503))
     assert (v := call.verdict("retry", 2**64 - 1, 2**64 - 1, False)) is not None and v.invariant is Invariant.DELAY_OVER_CAP
+
+
+@pytest.mark.parametrize(
+    ("headers", "speaks"),
+    [
+        ("X-Should-Retry:  TRUE ", True),
+        ("content-type: text/plain\nx-should-retry: false", False),
+        ("GRPC-Status: 14", True),
+        ("x-envoy-overloaded:", True),
+        ("x-amzn-errortype", False),  # a line without a colon names no header
+        ("x-should-retry-after: true", False),
+    ],
+)
+def test_a_server_speaks_about_retrying_in_its_headers(headers: str, speaks: bool) -> None:
+    assert speaks_about_retrying(headers) is speaks
+
+
+def test_a_retry_that_cancels_the_task_first_is_no_task_resent() -> None:
+    # The wrapper cancels the task before it acts on the verdict: a keyed call may be sent again;
+    # an unkeyed write may not, since the cancelled task leaves its outcome unknown.
+    for key, expected in (("k-1", None), (None, Invariant.UNKNOWN_WRITE_RESENT)):
+        guard = RunGuard("{}")
+        call, _ = guard.begin("archive_orders", key, None, 0)
+        call.attempted(Outcome.task("working"))
+        call.poll_failed()
+        assert call.verdict("retry", 100, None, False) is not None  # task-resent without the cancel
+        guard = RunGuard("{}")
+        call, _ = guard.begin("archive_orders", key, None, 0)
+        call.attempted(Outcome.task("working"))
+        call.poll_failed()
+        found = call.verdict("retry", 100, None, False, cancel_task=True)
+        assert (found.invariant if found else None) is expected

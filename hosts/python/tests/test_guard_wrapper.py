@@ -10,15 +10,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from demo_server import Desk, http, timeout_after_apply
+from demo_server import DemoServer, Desk, http, timeout_after_apply
 from mcp import ClientSession
 from test_mcp_e2e import attempt_lines, run_with_session
 from test_sandbox import hostile_bytes
+from test_tasks_and_continuations import FLAGS, Sent, sent  # noqa: F401  (`sent` is a fixture)
 
 from agent_retry_policy import (
     FUEL_PER_CALL,
@@ -26,6 +28,7 @@ from agent_retry_policy import (
     Escalated,
     Integrity,
     LivePolicy,
+    McpConnection,
     PolicyBoundaryViolation,
     PolicyComponent,
     PolicySource,
@@ -33,6 +36,7 @@ from agent_retry_policy import (
 )
 from agent_retry_policy.limits import MAX_LIFTED_TEXT_BYTES, utf8_size
 from agent_retry_policy.mcp_client import DEFAULT_RUN_TIMEOUT_S, RetryingToolCaller
+from agent_retry_policy.types import Verdict
 
 # The default caps (max-delay-ms 30 s, 4 attempts a call), short real waits.
 CONFIG: dict[str, Any] = {"base-delay-ms": 20}
@@ -54,6 +58,14 @@ def liar_caller(session: ClientSession, lies: dict[str, Any], sleeps: list[float
         options["sleep"] = sleep
     # The call's limit only keeps a wrapper without the guard from retrying for the run's 30 minutes.
     return RetryingToolCaller(session, run, entropy=SplitMix64(3), attempt_timeout_s=0.5, call_timeout_s=10, **options)
+
+
+def liar_run(lies: dict[str, Any], run_id: str) -> Any:
+    """A run of the liar telling `lies`."""
+    component = PolicyComponent(hostile_bytes("liar"), source="liar.wasm")
+    return (
+        component.instantiate(accounts=EmbeddedAccounts(), entropy=SplitMix64(7)).load_policy({**CONFIG, "x-liar": lies}).start_run(run_id)
+    )
 
 
 def broken_by(escalated: Escalated, invariant: str) -> None:
@@ -93,6 +105,10 @@ def test_a_403_the_policy_retries_is_sent_once_and_ends_the_run(serve: Callable[
     assert desk.posts_of("lookup_order") == []
     assert later.note == first.note and later.tool == "lookup_order"
     assert invariant_lines(caplog) == [("issue_refund", "client-error-repeated"), ("lookup_order", "client-error-repeated")]
+    # The violation's line names the call and the attempt the verdict answered; the later call was never begun.
+    lines = [line for line in attempt_lines(caplog) if "invariant" in line]
+    assert [(line["call"], line["attempt"]) for line in lines] == [(lines[0]["call"], 1), (None, 0)]
+    assert isinstance(lines[0]["call"], int) and lines[0]["call"] > 0
 
 
 def test_an_unkeyed_write_that_timed_out_is_not_resent(serve: Callable[..., Desk]) -> None:
@@ -207,3 +223,95 @@ def test_a_wait_of_u64_max_ms_neither_overflows_nor_outlives_the_deadline() -> N
         assert state.not_slept
 
     asyncio.run(waits())
+
+
+# --- Amendment A (after a hostile test) ---------------------------------------
+
+
+def test_a_409_the_server_says_to_retry_is_retried_by_the_genuine_policy(serve: Callable[..., Desk]) -> None:
+    # `x-should-retry: true` is the server's own word: the component reads it, and the guard lets it.
+    desk = serve({"tool": "lookup_order", "call": 1, "fault": http(409, "conflict, try again", (("x-should-retry", "true"),))})
+
+    async def body(session: ClientSession) -> Any:
+        run = PolicyComponent.load().instantiate(accounts=EmbeddedAccounts(), entropy=SplitMix64(7)).load_policy(CONFIG).start_run("G-409")
+        return await RetryingToolCaller(session, run, entropy=SplitMix64(3)).call_tool("lookup_order", LOOKUP)
+
+    result = run_with_session(desk, body)
+    assert not result.is_error, result
+    assert len(desk.posts_of("lookup_order")) == 2
+
+
+def test_a_403_retried_on_a_new_session_is_sent_once(
+    demo: Callable[..., DemoServer],
+    sent: Sent,  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A session id was sent, but a 403 refuses the caller, not its session: a new one changes nothing.
+    caplog.set_level(logging.INFO, logger="agent_retry_policy.mcp")
+    fault = {"tool": "issue_refund", "fault": http(403, "refunds above 5000 rupees need a person")}
+    server = demo("--era", "handshake", "--sessions", faults=[fault], ledger=True)
+    run = liar_run({"retry": True, "reconnect": True, "tools": ["issue_refund"]}, "G-403-SESSION")
+
+    async def go() -> Escalated:
+        async with McpConnection.http(server.url) as connection:
+            with pytest.raises(Escalated) as stopped:
+                await RetryingToolCaller(connection, run, entropy=SplitMix64(3), call_timeout_s=10).call_tool("issue_refund", REFUND)
+            return stopped.value
+
+    escalated = asyncio.run(go())
+    broken_by(escalated, "client-error-repeated")
+    assert [params["name"] for params in sent.of("tools/call")] == ["issue_refund"]
+    assert len(sent.of("initialize")) == 1  # no new session either
+    # The violation's line names the call (after initialize and tools/list) and the attempt the verdict answered.
+    (line,) = [line for line in attempt_lines(caplog) if "invariant" in line]
+    assert (line["tool"], line["call"], line["attempt"], line["invariant"]) == ("issue_refund", 3, 1, "client-error-repeated")
+
+
+def test_a_tool_called_again_while_its_task_lives_is_stopped(demo: Callable[..., DemoServer], sent: Sent) -> None:  # noqa: F811
+    # archive_orders is an unkeyed write; its task works 1.5 s. The first poll is dropped, and the run
+    # answers that poll failure with a retry of the tool (any component could): the task still lives.
+    fault = {"tool": "tasks/get", "call": 1, "fault": {"kind": "drop"}}
+    server = demo("--task-work-ms", "1500", "--task-poll-interval-ms", "100", faults=[fault], ledger=True, require=FLAGS)
+    real = PolicyComponent.load().instantiate(accounts=EmbeddedAccounts(), entropy=SplitMix64(7)).load_policy(CONFIG).start_run("G-TASK")
+
+    class RetriesAFailedPoll:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+        def record_poll_failure(self, call_id: int, attempt: int, *_rest: Any) -> Verdict:
+            return Verdict("retry", "transient", attempt, 10, None, 0, False, False, False)
+
+    async def go() -> Escalated:
+        async with McpConnection.http(server.url) as connection:
+            caller = RetryingToolCaller(connection, RetriesAFailedPoll(), entropy=SplitMix64(3), call_timeout_s=10)  # type: ignore[arg-type]
+            with pytest.raises(Escalated) as stopped:
+                await caller.call_tool("archive_orders", {"before": "2024-01-01"})
+            return stopped.value
+
+    escalated = asyncio.run(go())
+    broken_by(escalated, "task-resent")
+    assert [params["name"] for params in sent.of("tools/call")] == ["archive_orders"]
+    assert len(sent.of("tasks/get")) == 1
+    # The one task runs to its end: one archive, not two.
+    deadline = time.monotonic() + 30
+    while not server.ledger().get("archives") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert [archive["before"] for archive in server.ledger().get("archives", [])] == ["2024-01-01"]
+
+
+def test_the_task_polled_is_the_one_the_server_named_not_last_decisions(demo: Callable[..., DemoServer], sent: Sent) -> None:  # noqa: F811
+    # The liar's words for issue_refund are not the verdict's; with INFO off nothing reads them:
+    # the wrapper polls the task the server answered with, and the call succeeds.
+    server = demo("--task-work-ms", "300", "--task-poll-interval-ms", "100", ledger=True, require=FLAGS)
+    run = liar_run({"retry": True, "tools": ["issue_refund"]}, "G-TASK-ID")
+
+    async def go() -> Any:
+        async with McpConnection.http(server.url) as connection:
+            return await RetryingToolCaller(connection, run, entropy=SplitMix64(3), call_timeout_s=10).call_tool("issue_refund", REFUND)
+
+    result = asyncio.run(go())
+    assert not result.is_error, result
+    assert [params["name"] for params in sent.of("tools/call")] == ["issue_refund"]
+    (task_id,) = {params["taskId"] for params in sent.of("tasks/get")}
+    assert [refund["order_id"] for refund in server.ledger()["refunds"]] == ["ORD-1"]
+    assert task_id

@@ -444,19 +444,28 @@ function recordOutcome(subject: Subject, callId: number, attempt: number, outcom
 
 /** The guard sees an answered report as the wrapper shows it one: the attempt
  *  (or status check), the verdict, then the words. An outcome after a poll
- *  verdict is the poll's answer: no attempt. */
+ *  verdict, and a poll failure, is the poll's answer (`polled`): no attempt. */
 function watchOutcome(watch: GuardWatch, callId: number, outcome: unknown, verdict: Record<string, Json>, decision: Json): void {
   const call = watch.calls.get(callId);
   if (call === undefined) return;
   const tag = typeof outcome === 'string' ? outcome : Object.keys(outcome as object)[0];
   const payload = typeof outcome === 'object' && outcome !== null ? (outcome as Record<string, unknown>)[tag] : undefined;
+  const task = tag === 'task' ? { status: readableTaskReport(payload).status as Wit.TaskStatus } : undefined;
   if (tag === 'status-check') call.guard.statusChecked(payload as Wit.StatusCheckResult);
-  else if (!call.polling && tag !== 'poll-failure') call.guard.attempted(tag === 'failure' ? readableObservation(payload) : undefined);
+  else if (call.polling || tag === 'poll-failure') {
+    // A poll's answer (or a poll that failed): a task status, the task's end, or the poll's failure.
+    if (task !== undefined) call.guard.polled({ tag: 'task', val: task });
+    else if (tag === 'failure') call.guard.polled({ tag: 'failure', val: readableObservation(payload) });
+    else if (tag === 'poll-failure') call.guard.polled({ tag: 'poll-failure', val: readableObservation(payload) });
+    else if (tag === 'empty-result') call.guard.polled({ tag: 'empty-result', val: String(payload) });
+    else call.guard.polled({ tag: 'success' });
+  } else call.guard.attempted(tag === 'failure' ? readableObservation(payload) : undefined, task);
   const seen = (violation: Violation | undefined) => { if (violation) watch.violations.push({ step: watch.step, violation }); };
   const hint = verdict['hint-ms'];
   seen(call.guard.verdict({
     action: verdict.action as Wit.ActionKind, delayMs: BigInt(verdict['delay-ms'] as number | bigint),
     hintMs: hint === null || hint === undefined ? undefined : BigInt(hint as number | bigint), reconnect: verdict.reconnect === true,
+    cancelTask: verdict['cancel-task'] === true,
   }));
   call.polling = verdict.action === 'poll';
   seen(call.guard.decision(toJco(decision, TYPES.decision) as Wit.Decision));

@@ -13,7 +13,8 @@ export type Invariant =
   | 'key-changed'
   | 'delay-over-cap'
   | 'attempts-over-budget'
-  | 'verdict-disagrees';
+  | 'verdict-disagrees'
+  | 'task-resent';
 
 /** A broken invariant, with one short sentence that gives the numbers. */
 export interface Violation {
@@ -25,6 +26,26 @@ export interface Violation {
 const CLIENT_ERROR_STATUSES = new Set([400, 401, 403, 404, 409, 422]);
 /** The JSON-RPC errors that say the request itself is wrong. */
 const CLIENT_ERROR_CODES = new Set([-32600, -32601, -32602]);
+/** The client errors after which a new session (`reconnect`) is a different
+ *  request: the statuses that refuse a session or a protocol revision. */
+const RECONNECT_STATUSES = new Set([400, 404]);
+/** Headers in which a server speaks about retrying its own 4xx: the
+ *  component's to read (`x-should-retry` only when it says `true`). */
+const RETRY_SPEAKING_HEADERS = new Set(['x-envoy-overloaded', 'grpc-status', 'x-amzn-errortype']);
+
+/** Whether an answer's headers (`name: value` lines) carry a server's own word
+ *  on retrying: `x-should-retry: true`, `x-envoy-overloaded`, `grpc-status` or
+ *  `x-amzn-errortype` (names and the `true` compared case-insensitively). */
+function serverSpeaksOfRetrying(headers: string): boolean {
+  for (const line of headers.split('\n')) {
+    const colon = line.indexOf(':');
+    const name = (colon < 0 ? line : line.slice(0, colon)).trim().toLowerCase();
+    const value = colon < 0 ? '' : line.slice(colon + 1).trim();
+    if (RETRY_SPEAKING_HEADERS.has(name)) return true;
+    if (name === 'x-should-retry' && value.toLowerCase() === 'true') return true;
+  }
+  return false;
+}
 
 type Json = Record<string, unknown>;
 const isObject = (v: unknown): v is Json => typeof v === 'object' && v !== null && !Array.isArray(v);
@@ -44,6 +65,7 @@ class Limits {
   readonly maxRetriesPerRun: bigint;
   readonly maxStepsPerRun: bigint;
   readonly taskPollMaxDelayMs: bigint;
+  readonly maxPollsPerTask: bigint;
   /** `account-budget.max-wait-ms`; 0 without an account budget. */
   readonly accountWaitMs: bigint;
   readonly defaultEffect: Wit.Effect;
@@ -58,6 +80,7 @@ class Limits {
     this.maxRetriesPerRun = cap(config, 'max-retries-per-run', Defaults.MAX_RETRIES_PER_RUN);
     this.maxStepsPerRun = cap(config, 'max-steps-per-run', Defaults.MAX_STEPS_PER_RUN);
     this.taskPollMaxDelayMs = cap(config, 'task-poll-max-delay-ms', Defaults.TASK_POLL_MAX_DELAY_MS);
+    this.maxPollsPerTask = cap(config, 'max-polls-per-task', Defaults.MAX_POLLS_PER_TASK);
     const account = config['account-budget'];
     this.accountWaitMs = isObject(account) ? cap(account, 'max-wait-ms', Defaults.MAX_WAIT_MS) : 0n;
     const effect = config['default-effect'];
@@ -100,15 +123,28 @@ class Limits {
 interface AttemptFacts {
   status?: number;
   code?: number;
-  /** A client error (above) the configuration does not make retryable. */
+  /** A client error (above) the configuration does not make retryable, and
+   *  whose answer carries no word of the server's on retrying. */
   clientError: boolean;
   /** No answer, and the request may have reached the server. */
   outcomeUnknown: boolean;
   sessionIdSent: boolean;
 }
 
-/** What a verdict says, as the guard reads it. */
-export type VerdictFacts = Pick<Wit.Verdict, 'action' | 'delayMs' | 'hintMs' | 'reconnect'>;
+/** What a verdict says, as the guard reads it (`cancelTask`: the wrapper
+ *  cancels the call's task before it acts; absent is false). */
+export type VerdictFacts = Pick<Wit.Verdict, 'action' | 'delayMs' | 'hintMs' | 'reconnect'> & { cancelTask?: boolean };
+
+/** What a poll of the call's task showed: a status (`task`: the task lives,
+ *  unless `cancelled`), the task's end with its result (`success`,
+ *  `empty-result`) or its error (`failure`), or a poll that itself failed
+ *  (`poll-failure`: the task still lives). The wrapper's outcomes fit it. */
+export type PollOutcome =
+  | { tag: 'task'; val: Pick<Wit.TaskReport, 'status'> }
+  | { tag: 'success' }
+  | { tag: 'empty-result'; val?: string }
+  | { tag: 'failure'; val: Wit.Observation }
+  | { tag: 'poll-failure'; val?: Wit.Observation };
 
 /** The run's guard: built once per wrapper run from the configuration text the
  *  host holds (never the component's `effective-config`). */
@@ -155,14 +191,22 @@ export class RunGuard {
   }
 }
 
-/** One call's guard: its attempts, what the last one saw, and its last verdict. */
+/** One call's guard: its attempts, what the last one saw, its task, and its last verdict. */
 export class CallGuard {
   private attempts = 0n;
   private last?: AttemptFacts;
-  /** An unkeyed write whose outcome is unknown, and no status check said absent. */
+  /** An unkeyed write an attempt left unknown (sent, no answer), and no status check said absent. */
   private maybeApplied = false;
+  /** An unkeyed write the server made a task of: unknown until the task ends
+   *  with its result or error (a cancelled task leaves it unknown), or a status check says absent. */
+  private taskMaybeApplied = false;
   /** A status check found the write applied. */
   private applied = false;
+  /** The call's task lives: a status other than `cancelled` was seen, and
+   *  since then no end, no `cancelled` status, no verdict that cancels it. */
+  private taskLives = false;
+  /** Polls of the call's current task the verdicts planned. */
+  private polls = 0n;
   /** Reconnecting retries after a client error sent without a session id. */
   private blindReconnects = 0;
   private lastVerdict?: VerdictFacts;
@@ -171,31 +215,70 @@ export class CallGuard {
     private readonly unkeyedWrite: boolean) {}
 
   /** An attempt was sent and its outcome observed: `failure` is what failed,
-   *  undefined for a tool result (a success, an empty result, a task). */
-  attempted(failure: Wit.Observation | undefined): void {
+   *  undefined for a tool result (a success, an empty result, a task); `task`
+   *  the status of the task the server made of the call, when it made one. */
+  attempted(failure: Wit.Observation | undefined, task?: Pick<Wit.TaskReport, 'status'>): void {
     this.run.steps += 1n;
     this.attempts += 1n;
+    this.last = this.factsOf(failure);
+    if (this.last.outcomeUnknown && this.unkeyedWrite) this.maybeApplied = true;
+    if (task !== undefined) {
+      // A new task of the call: its own polls; for an unkeyed write, applied or not once it ends.
+      this.polls = 0n;
+      this.taskLives = task.status !== 'cancelled';
+      if (this.unkeyedWrite) this.taskMaybeApplied = true;
+    }
+  }
+
+  /** A poll of the call's task answered (or failed): not a step, not an attempt. */
+  polled(outcome: PollOutcome): void {
+    switch (outcome.tag) {
+      case 'task':
+        // A cancelled task leaves an unkeyed write unknown; a live one keeps it so.
+        this.taskLives = outcome.val.status !== 'cancelled';
+        if (this.unkeyedWrite) this.taskMaybeApplied = true;
+        return;
+      case 'poll-failure':
+        // The poll failed, not the task: it still lives, and the call's facts are the task's.
+        return;
+      default:
+        // The task ended with its result or its error: the call's last facts;
+        // what the task left unknown is known (not what an earlier attempt left unknown).
+        this.taskLives = false;
+        this.taskMaybeApplied = false;
+        this.last = this.factsOf(outcome.tag === 'failure' ? outcome.val : undefined);
+    }
+  }
+
+  /** The facts the guard keeps of an answer (or of its absence). */
+  private factsOf(failure: Wit.Observation | undefined): AttemptFacts {
     const kind = failure?.kind;
     const status = kind?.tag === 'http-status' ? kind.val : undefined;
     const code = kind?.tag === 'protocol-error' ? kind.val : undefined;
-    const clientError = (status !== undefined && CLIENT_ERROR_STATUSES.has(status) && !this.limits.retryableStatuses.has(status))
-      || (code !== undefined && CLIENT_ERROR_CODES.has(code));
+    const clientError = ((status !== undefined && CLIENT_ERROR_STATUSES.has(status) && !this.limits.retryableStatuses.has(status))
+      || (code !== undefined && CLIENT_ERROR_CODES.has(code)))
+      // The server's own word on retrying its 4xx is the component's to read.
+      && !(status !== undefined && serverSpeaksOfRetrying(failure?.headers ?? ''));
     const answered = kind?.tag !== 'transport';
     const outcomeUnknown = !answered && failure?.delivery !== 'not-sent' && kind?.val !== 'connection-refused';
-    this.last = { status, code, clientError, outcomeUnknown, sessionIdSent: failure?.sessionIdSent === true };
-    if (outcomeUnknown && this.unkeyedWrite) this.maybeApplied = true;
+    return { status, code, clientError, outcomeUnknown, sessionIdSent: failure?.sessionIdSent === true };
   }
 
   /** A status check answered: one step; `absent` clears "maybe applied", `found` marks the call applied. */
   statusChecked(result: Wit.StatusCheckResult): void {
     this.run.steps += 1n;
-    if (result === 'absent') this.maybeApplied = false;
+    if (result === 'absent') {
+      this.maybeApplied = false;
+      this.taskMaybeApplied = false;
+    }
     if (result === 'found') this.applied = true;
   }
 
-  /** A verdict, before the wrapper acts on it. */
+  /** A verdict, before the wrapper acts on it (a `cancelTask` one: after it cancels the task). */
   verdict(verdict: VerdictFacts): Violation | undefined {
     this.lastVerdict = verdict;
+    // The wrapper cancels the task before it acts: it no longer lives.
+    if (verdict.cancelTask === true) this.taskLives = false;
     return this.run.note(this.check(verdict));
   }
 
@@ -204,17 +287,25 @@ export class CallGuard {
     const run = this.run;
     switch (verdict.action) {
       case 'retry': {
+        if (this.taskLives) {
+          return { invariant: 'task-resent', detail: `the policy asked to call the tool again (attempt ${this.attempts + 1n}) while its task lives` };
+        }
         const last = this.last;
         if (last?.clientError) {
           const what = last.status !== undefined ? `a ${last.status} answer` : `a JSON-RPC ${last.code} error`;
           if (!verdict.reconnect) return { invariant: 'client-error-repeated', detail: `the policy asked to retry ${what} as it was` };
+          if (last.status === undefined || !RECONNECT_STATUSES.has(last.status)) {
+            return { invariant: 'client-error-repeated', detail: `the policy asked to retry ${what} on a new session, which a session does not cause` };
+          }
           if (!last.sessionIdSent && ++this.blindReconnects > 1) {
-            return { invariant: 'client-error-repeated', detail: `the policy asked again to retry ${what} on a new session, though no session id was sent` };
+            return { invariant: 'client-error-repeated', detail: `the policy asked again (${this.blindReconnects} times) to retry ${what} on a new session, though no session id was sent` };
           }
         }
-        if (this.maybeApplied || this.applied) {
-          const why = this.applied ? 'a status check found it applied' : 'its outcome is unknown and no status check said absent';
-          return { invariant: 'unknown-write-resent', detail: `the policy asked to resend an unkeyed write: ${why}` };
+        if (this.maybeApplied || this.taskMaybeApplied || this.applied) {
+          const why = this.applied ? 'a status check found it applied'
+            : this.maybeApplied ? 'its outcome is unknown and no status check said absent'
+              : 'its task did not end with a result or an error, and no status check said absent';
+          return { invariant: 'unknown-write-resent', detail: `the policy asked to resend an unkeyed write (attempt ${this.attempts + 1n}): ${why}` };
         }
         if (this.attempts + 1n > limits.maxAttemptsPerCall) {
           return { invariant: 'attempts-over-budget', detail: `attempt ${this.attempts + 1n} of a call; max-attempts-per-call is ${limits.maxAttemptsPerCall}` };
@@ -233,6 +324,10 @@ export class CallGuard {
         return undefined;
       }
       case 'poll': {
+        this.polls += 1n;
+        if (this.polls > limits.maxPollsPerTask) {
+          return { invariant: 'attempts-over-budget', detail: `poll ${this.polls} of a task; max-polls-per-task is ${limits.maxPollsPerTask}` };
+        }
         const capMs = limits.taskPollMaxDelayMs > limits.maxHintMs ? limits.taskPollMaxDelayMs : limits.maxHintMs;
         if (verdict.delayMs > capMs) return { invariant: 'delay-over-cap', detail: `a poll after ${verdict.delayMs} ms; the cap is ${capMs} ms` };
         return undefined;

@@ -11,7 +11,7 @@ import { describe, test } from 'node:test';
 import type * as Wit from '../generated/interfaces/agent-retry-policy-types.js';
 import { PolicyComponent } from '../src/component.js';
 import { defaultVectorDir, loadVectorFiles, readableObservation, runCase } from '../src/conformance.js';
-import { RunGuard, type CallGuard, type Violation } from '../src/guard.js';
+import { RunGuard, type CallGuard, type PollOutcome, type Violation } from '../src/guard.js';
 
 type Json = Record<string, unknown>;
 interface GuardCase {
@@ -47,6 +47,19 @@ function actionOf(d: Json): Wit.Action {
   }
 }
 
+/** A vector's `polled` outcome as the guard takes it. */
+function pollOutcomeOf(what: unknown): PollOutcome {
+  if (what === 'success') return { tag: 'success' };
+  const [tag, payload] = Object.entries(what as Json)[0];
+  switch (tag) {
+    case 'task': return { tag: 'task', val: { status: (payload as Json).status as Wit.TaskStatus } };
+    case 'empty-result': return { tag: 'empty-result', val: String(payload) };
+    case 'failure': return { tag: 'failure', val: readableObservation(payload) };
+    case 'poll-failure': return { tag: 'poll-failure', val: readableObservation(payload) };
+    default: return assert.fail(`unknown polled outcome ${JSON.stringify(what)}`);
+  }
+}
+
 /** The case's events through one RunGuard: the first violation and its event index. */
 export function replay(testCase: GuardCase): { violation?: Violation; event?: number } {
   const run = new RunGuard(JSON.stringify(testCase.config));
@@ -66,13 +79,18 @@ export function replay(testCase: GuardCase): { violation?: Violation; event?: nu
     } else if ('attempted' in event) {
       const what = event.attempted;
       const failure = typeof what === 'object' && what !== null && 'failure' in what ? (what as Json).failure : undefined;
-      call().attempted(failure === undefined ? undefined : readableObservation(failure));
+      const task = typeof what === 'object' && what !== null && 'task' in what ? (what as Json).task as Json : undefined;
+      call().attempted(failure === undefined ? undefined : readableObservation(failure),
+        task === undefined ? undefined : { status: task.status as Wit.TaskStatus });
+    } else if ('polled' in event) {
+      call().polled(pollOutcomeOf(event.polled));
     } else if ('status-check' in event) {
       call().statusChecked(event['status-check'] as Wit.StatusCheckResult);
     } else if ('verdict' in event) {
       const v = event.verdict as Json;
       violation = call().verdict({
         action: v.action as Wit.ActionKind, delayMs: big(v['delay-ms']), hintMs: v['hint-ms'] === null ? undefined : big(v['hint-ms']), reconnect: v.reconnect === true,
+        cancelTask: v['cancel-task'] === true,
       });
     } else if ('decision' in event) {
       violation = call().decision({ action: actionOf(event.decision as Json) });
@@ -85,9 +103,9 @@ export function replay(testCase: GuardCase): { violation?: Violation; event?: nu
 }
 
 test('guard.json is there', () => {
-  assert.ok(cases.length >= 40, `only ${cases.length} cases in ${GUARD_FILE}`);
+  assert.ok(cases.length >= 68, `only ${cases.length} cases in ${GUARD_FILE}`);
   const names = new Set(cases.map((c) => c.expect.violation).filter((v) => v !== null));
-  assert.deepEqual([...names].sort(), ['attempts-over-budget', 'client-error-repeated', 'delay-over-cap', 'key-changed', 'unknown-write-resent', 'verdict-disagrees']);
+  assert.deepEqual([...names].sort(), ['attempts-over-budget', 'client-error-repeated', 'delay-over-cap', 'key-changed', 'task-resent', 'unknown-write-resent', 'verdict-disagrees']);
 });
 
 describe('guard.json', () => {

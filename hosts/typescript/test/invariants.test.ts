@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import { after, test } from 'node:test';
 
 import { EmbeddedAccounts } from '../src/accounts.js';
+import type * as Wit from '../generated/interfaces/agent-retry-policy-types.js';
 import { PolicyComponent, type Run } from '../src/component.js';
 import { SplitMix64 } from '../src/entropy.js';
 import { Escalated, PolicyBoundaryViolation } from '../src/errors.js';
@@ -40,10 +41,19 @@ async function liar(): Promise<PolicyComponent> {
 
 const http = (status: number, body = ''): Fault => ({ kind: 'http', status, body });
 
-/** The demo server failing on `faults`, a connection that records every
- *  tools/call it sends, and a run of `run` (default: the liar under `lies`). */
-async function setUp(faults: FaultRule[], lies: object, options: RetryingToolCallerOptions & { run?: Run } = {}) {
-  const server = await DemoServer.start({ faults, ledger: true });
+let genuineComponent: PolicyComponent | undefined;
+/** A run of the genuine policy (the component this package ships). */
+async function genuineRun(config: object, runId: string): Promise<Run> {
+  genuineComponent ??= await PolicyComponent.load({ cacheDir });
+  const instance = await genuineComponent.instantiate({ accounts: new EmbeddedAccounts(), entropy: new SplitMix64(7n) });
+  return instance.loadPolicy(config).startRun(runId);
+}
+
+/** The demo server (started with `serverArgs`) failing on `faults`, a
+ *  connection that records every tools/call it sends, and a run of `run`
+ *  (default: the liar under `lies`). */
+async function setUp(faults: FaultRule[], lies: object, { serverArgs, ...options }: RetryingToolCallerOptions & { run?: Run; serverArgs?: string[] } = {}) {
+  const server = await DemoServer.start({ faults, ledger: true, args: serverArgs });
   servers.push(server);
   const sent: string[] = [];
   // Without the guard the liar retries past every budget: its 10th send stops the call (CallCancelled), so such a test fails, not hangs.
@@ -187,4 +197,73 @@ test('the liar passes the live-update gate, and the wrapper still stops it', asy
   } finally {
     live.close();
   }
+});
+
+// Amendment A (a hostile test): the genuine policy retries a 4xx in which the
+// server speaks about retrying; a new session is no retry of a 403; a tool is
+// not called again while its task lives.
+
+test('the genuine policy retries a 409 that says x-should-retry: true, and the guard lets it (no invariant)', async () => {
+  const { failure, lines, sentTo, caller } = await setUp([{ tool: 'lookup_order', call: 1,
+    fault: { kind: 'http', status: 409, headers: [['x-should-retry', 'true']], body: 'conflict, try again' } }], {},
+  { run: await genuineRun(CONFIG, 'CASE-24-409') });
+  assert.equal(await failure('lookup_order', { order_id: 'A1' }), undefined, 'the call failed');
+  assert.equal(sentTo('lookup_order'), 2, 'not retried once');
+  assert.deepEqual(lines.filter((l) => l.invariant !== undefined), []);
+  assert.deepEqual(lines.filter((l) => l.tool === 'lookup_order').map((l) => [l.attempt, l.outcome, l.action]),
+    [[1, 'HTTP 409', 'retry'], [2, 'success', 'succeed']]);
+  // The run goes on.
+  const next = await caller.callTool('lookup_order', { order_id: 'A2' });
+  assert.equal(next.isError, false);
+  assert.equal(sentTo('lookup_order'), 3);
+});
+
+test('a 403 the liar retries on a new session with a session id is sent once (client-error-repeated)', async () => {
+  const { failure, lines, sentTo } = await setUp([{ tool: 'issue_refund', fault: http(403, 'refunds above 5000 rupees need a person') }],
+    { tools: ['issue_refund'], retry: true, reconnect: true }, { serverArgs: ['--era', 'handshake', '--sessions'] });
+  brokeInvariant(await failure('issue_refund', refund), 'client-error-repeated');
+  assert.equal(sentTo('issue_refund'), 1, 'the 403 was sent again on a new session');
+  const line = lines.find((l) => l.invariant !== undefined);
+  assert.equal(line?.invariant, 'client-error-repeated');
+  // The line names the call and the attempt the verdict answered.
+  assert.equal(typeof line?.call, 'number');
+  assert.equal(line?.attempt, 1);
+  assert.equal(line?.outcome, 'HTTP 403');
+});
+
+test('an unkeyed write whose task lives is not called again when its poll failed and the policy says retry (task-resent)', async () => {
+  // The genuine policy, but every poll failure answered retry (any component could), its words agreeing.
+  const real = await genuineRun(CONFIG, 'CASE-24-task');
+  let lied = false;
+  const run = new Proxy(real, {
+    get(target, property) {
+      if (property === 'recordPollFailure') {
+        return (_callId: number, attempt: number): Wit.Verdict => {
+          lied = true;
+          return { action: 'retry', class: 'transient', attempt, delayMs: 10n, hintMs: undefined, ruleIndex: 0, hasNote: false, reconnect: false, cancelTask: false };
+        };
+      }
+      if (property === 'lastDecision') {
+        return (callId: number): Wit.Decision | undefined => {
+          const said = target.lastDecision(callId);
+          if (!lied || said === undefined) return said;
+          return { ...said, class: 'transient', action: { tag: 'retry', val: { delayMs: 10n, attempt: 2, idempotencyKey: undefined, reconnect: false } }, cancelTask: false };
+        };
+      }
+      const value = Reflect.get(target, property) as unknown;
+      return typeof value === 'function' ? (value as (...a: unknown[]) => unknown).bind(target) : value;
+    },
+  });
+  const { server, failure, lines, sentTo } = await setUp([{ tool: 'tasks/get', call: 1, fault: { kind: 'drop' } }], {},
+    { run, serverArgs: ['--task-work-ms', '1500', '--task-poll-interval-ms', '100'] });
+  brokeInvariant(await failure('archive_orders', { before: '2024-01-01' }), 'task-resent');
+  assert.ok(lied, 'no poll failed');
+  assert.equal(sentTo('archive_orders'), 1, 'the tool was called again while its task lived');
+  const line = lines.find((l) => l.invariant !== undefined);
+  assert.equal(line?.invariant, 'task-resent');
+  assert.equal(typeof line?.call, 'number');
+  assert.equal(line?.attempt, 1);
+  // The task the server kept runs to its end: one archive, not two.
+  for (let i = 0; i < 200 && server.ledger().archives.length === 0; i++) await new Promise((r) => setTimeout(r, 50));
+  assert.equal(server.ledger().archives.length, 1);
 });

@@ -24,8 +24,27 @@ U64_MAX = 0xFFFF_FFFF_FFFF_FFFF
 # An answer with one of these is repeated as it was only by a broken policy.
 CLIENT_ERROR_STATUSES = frozenset([400, 401, 403, 404, 409, 422])
 CLIENT_ERROR_CODES = frozenset([-32600, -32601, -32602])
+# After one of these a `reconnect` retry may be what the server asked for: a
+# session it refused (with a session id sent) or a revision it did not know.
+RECONNECT_STATUSES = frozenset([400, 404])
 # The classes a `status-overrides` entry may give a status that make it retryable.
 _RETRYABLE_CLASSES = frozenset(["transient", "throttled"])
+# Headers in which a server speaks about retrying (lower case): a 4xx that
+# carries one is the component's to read. `x-should-retry` only when "true".
+_RETRY_WORD_HEADERS = frozenset(["x-envoy-overloaded", "grpc-status", "x-amzn-errortype"])
+
+
+def speaks_about_retrying(headers: str) -> bool:
+    """Whether response headers (one `name: value` line each, as an observation
+    carries them) hold a server's own word on retrying."""
+    for line in headers.split("\n"):
+        name, colon, value = line.partition(":")
+        if not colon:
+            continue
+        name = name.strip().lower()
+        if name in _RETRY_WORD_HEADERS or (name == "x-should-retry" and value.strip().lower() == "true"):
+            return True
+    return False
 
 
 class Invariant(str, Enum):
@@ -33,6 +52,7 @@ class Invariant(str, Enum):
 
     CLIENT_ERROR_REPEATED = "client-error-repeated"
     UNKNOWN_WRITE_RESENT = "unknown-write-resent"
+    TASK_RESENT = "task-resent"
     KEY_CHANGED = "key-changed"
     DELAY_OVER_CAP = "delay-over-cap"
     ATTEMPTS_OVER_BUDGET = "attempts-over-budget"
@@ -59,10 +79,14 @@ class Outcome:
     delivery: str = "unknown"
     transport: str | None = None
     session_id_sent: bool = False
+    # The answer carries a server's own word on retrying (`speaks_about_retrying`).
+    retry_word: bool = False
+    # The answer is a task in this status (`working`, `cancelled`, ...).
+    task_status: str | None = None
 
     @classmethod
     def of(cls, observation: Observation | None) -> Outcome:
-        """The facts of a failure's observation; None is an answer (a success, an empty result, a task)."""
+        """The facts of a failure's observation; None is an answer (a success, an empty result)."""
         if observation is None:
             return cls()
         kind = observation.get("kind")
@@ -72,7 +96,14 @@ class Outcome:
             return cls(answered=False, delivery=str(delivery), transport=str(kind["transport"]), session_id_sent=sent)
         status = kind.get("http-status") if isinstance(kind, dict) else None
         code = kind.get("protocol-error") if isinstance(kind, dict) else None
-        return cls(http_status=status, json_rpc_code=code, delivery=str(delivery), session_id_sent=sent)
+        headers = observation.get("headers")
+        word = isinstance(headers, str) and speaks_about_retrying(headers)
+        return cls(http_status=status, json_rpc_code=code, delivery=str(delivery), session_id_sent=sent, retry_word=word)
+
+    @classmethod
+    def task(cls, status: str) -> Outcome:
+        """The server answered with (or a poll read) the call's task in `status`."""
+        return cls(task_status=status)
 
     @property
     def unknown(self) -> bool:
@@ -107,6 +138,7 @@ class RunGuard:
         self.max_retries_per_run = _number(c, "max-retries-per-run", defaults.MAX_RETRIES_PER_RUN)
         self.max_steps_per_run = _number(c, "max-steps-per-run", defaults.MAX_STEPS_PER_RUN)
         self.task_poll_max_delay_ms = _number(c, "task-poll-max-delay-ms", defaults.TASK_POLL_MAX_DELAY_MS)
+        self.max_polls_per_task = _number(c, "max-polls-per-task", defaults.MAX_POLLS_PER_TASK)
         account = c.get("account-budget")
         self.account_wait_ms = _number(account, "max-wait-ms", defaults.MAX_WAIT_MS) if isinstance(account, Mapping) else 0
         overrides = _object(c.get("status-overrides"))
@@ -159,29 +191,60 @@ class RunGuard:
 
 
 class CallGuard:
-    """One call's facts: its key, whether it is an unkeyed write, its attempts and the last verdict."""
+    """One call's facts: its key, whether it is an unkeyed write, its attempts,
+    its task and the last verdict."""
 
     def __init__(self, run: RunGuard, tool: str, key: str | None, unkeyed_write: bool) -> None:
         self.run, self.tool, self.key, self.unkeyed_write = run, tool, key, unkeyed_write
         self.attempts = 0
         self.last: Outcome | None = None
+        # An attempt of the unkeyed write whose outcome is unknown, or its task cancelled: cleared by `absent`.
         self.maybe_applied = False
         self.found = False
         self.client_error_reconnects = 0
+        # A task of the call lives (a status other than `cancelled` seen, no end, no cancel since).
+        self.task_live = False
+        # The unkeyed write's live task may apply it: cleared by the task's end.
+        self.task_unknown = False
+        # Poll verdicts for the call's current task.
+        self.polls = 0
         # The last verdict's action, delay and reconnect (what `decision` is compared with).
         self.verdict_seen: tuple[str, int, bool] | None = None
 
     def attempted(self, outcome: Outcome) -> None:
-        """An attempt was sent and its outcome observed: one step."""
+        """An attempt was sent and its outcome observed (a task: the task the server made of it): one step."""
         self.run.steps += 1
         self.attempts += 1
-        self.outcome(outcome)
+        if outcome.task_status is not None:
+            self.polls = 0
+        self._facts(outcome)
 
-    def outcome(self, outcome: Outcome) -> None:
-        """The facts of the call's latest outcome, without a step (a task's end, seen by a poll)."""
+    def polled(self, outcome: Outcome) -> None:
+        """A poll of the call's task read a status (`Outcome.task`) or the
+        task's end (its result or error: the call's last facts). Not a step."""
+        if outcome.task_status is None:
+            self._task_over(cancelled=False)
+        self._facts(outcome)
+
+    def poll_failed(self) -> None:
+        """A poll of the call's task failed: the task still lives. Not a step."""
+
+    def _facts(self, outcome: Outcome) -> None:
         self.last = outcome
-        if self.unkeyed_write and outcome.unknown:
+        if outcome.task_status == "cancelled":
+            self._task_over(cancelled=True)
+        elif outcome.task_status is not None:
+            self.task_live = True
+            self.task_unknown = self.task_unknown or self.unkeyed_write
+        elif self.unkeyed_write and outcome.unknown:
             self.maybe_applied = True
+
+    def _task_over(self, *, cancelled: bool) -> None:
+        """The task ended (with its result or error) or was cancelled: it no
+        longer lives. A cancelled task of an unkeyed write leaves it unknown."""
+        if cancelled and self.unkeyed_write:
+            self.maybe_applied = True
+        self.task_live = self.task_unknown = False
 
     def status_checked(self, result: StatusCheckResult) -> None:
         """A status check ran: one step."""
@@ -191,12 +254,14 @@ class CallGuard:
         elif result == "found":
             self.found = True
 
-    def verdict(self, action: str, delay_ms: int, hint_ms: int | None, reconnect: bool) -> Violation | None:
-        """Before the wrapper acts on a verdict."""
+    def verdict(self, action: str, delay_ms: int, hint_ms: int | None, reconnect: bool, *, cancel_task: bool = False) -> Violation | None:
+        """Before the wrapper acts on a verdict (`cancel_task`: it cancels the call's task first)."""
         self.verdict_seen = (action, delay_ms, reconnect)
         run = self.run
+        if cancel_task and self.task_live:
+            self._task_over(cancelled=True)
         if action == "retry":
-            violation = self._client_error(reconnect) or self._resent() or self._over_budget()
+            violation = self._client_error(reconnect) or self._task_resent() or self._resent() or self._over_budget()
             if violation is not None:
                 return violation
             cap = max(run.max_delay_ms, run.max_hint_ms if hint_ms is not None else 0, run.account_wait_ms)
@@ -207,6 +272,11 @@ class CallGuard:
             cap = max(run.task_poll_max_delay_ms, run.max_hint_ms)
             if delay_ms > cap:
                 return run._refuse(Invariant.DELAY_OVER_CAP, f"a poll after {delay_ms} ms; the cap is {cap} ms")
+            self.polls += 1
+            if self.polls > run.max_polls_per_task:
+                return run._refuse(
+                    Invariant.ATTEMPTS_OVER_BUDGET, f"poll {self.polls} of {self.tool}'s task; a task allows {run.max_polls_per_task}"
+                )
         elif action == "check-status" and run.steps + 1 > run.max_steps_per_run:
             return run._refuse(
                 Invariant.ATTEMPTS_OVER_BUDGET, f"a status check after {run.steps} steps; the run allows {run.max_steps_per_run}"
@@ -218,14 +288,16 @@ class CallGuard:
         if last is None:
             return None
         status = last.http_status if last.http_status in CLIENT_ERROR_STATUSES else None
-        if status in self.run.retryable_statuses:
-            status = None
+        if status in self.run.retryable_statuses or last.retry_word:
+            status = None  # the configuration, or the server itself, says it may be retried
         code = last.json_rpc_code if last.json_rpc_code in CLIENT_ERROR_CODES else None
         if status is None and code is None:
             return None
         what = f"a {status} answer" if status is not None else f"JSON-RPC error {code}"
         if not reconnect:
             return self.run._refuse(Invariant.CLIENT_ERROR_REPEATED, f"the policy asked to retry {what} as it was")
+        if status not in RECONNECT_STATUSES:  # no session or revision of this one to renew
+            return self.run._refuse(Invariant.CLIENT_ERROR_REPEATED, f"the policy asked to retry {what} on a new connection")
         if last.session_id_sent:
             return None  # the session may be what the server refused
         self.client_error_reconnects += 1
@@ -235,10 +307,15 @@ class CallGuard:
             )
         return None
 
+    def _task_resent(self) -> Violation | None:
+        if self.task_live:
+            return self.run._refuse(Invariant.TASK_RESENT, f"a retry of {self.tool} while its task lives (neither ended nor cancelled)")
+        return None
+
     def _resent(self) -> Violation | None:
         if self.found:
             return self.run._refuse(Invariant.UNKNOWN_WRITE_RESENT, f"a retry of {self.tool}, which a status check found applied")
-        if self.maybe_applied:
+        if self.maybe_applied or self.task_unknown:
             return self.run._refuse(
                 Invariant.UNKNOWN_WRITE_RESENT,
                 f"a retry of the unkeyed write {self.tool}, which may have been applied, without a status check",
@@ -277,4 +354,4 @@ class CallGuard:
         return None
 
 
-__all__ = ["CallGuard", "Invariant", "Outcome", "RunGuard", "Violation"]
+__all__ = ["CallGuard", "Invariant", "Outcome", "RunGuard", "Violation", "speaks_about_retrying"]

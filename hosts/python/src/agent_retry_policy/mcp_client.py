@@ -97,12 +97,14 @@ failed and what the last attempt saw. Serve the next run from a fresh instance
 The wrapper does not trust the policy for a few invariants (the run's
 `agent_retry_policy.guard`, from the configuration text the host holds): a
 400/401/403/404/409/422 or JSON-RPC -32600/-32601/-32602 answer is not
-repeated as it was, an unkeyed write whose outcome is unknown is not resent
-without a status check, the key never changes, no wait passes the
-configuration's caps, no attempt passes its budgets, and `last-decision` says
-what the verdict said. A verdict that breaks one ends the call the same way, the
-fault a `PolicyBoundaryViolation` whose message is `invariant <name>: <detail>`;
-the run's later calls escalate with the same note, nothing sent.
+repeated as it was (unless the configuration or the server's own headers say it
+may be), an unkeyed write whose outcome is unknown is not resent without a
+status check, a tool is not called again while its task lives, the key never
+changes, no wait passes the configuration's caps, no attempt or poll passes its
+budgets, and `last-decision` says what the verdict said. A verdict that breaks
+one ends the call the same way, the fault a `PolicyBoundaryViolation` whose
+message is `invariant <name>: <detail>`, its line naming the call and the
+attempt; the run's later calls escalate with the same note, nothing sent.
 
 The wrapper's parts are in the private subpackage `agent_retry_policy._mcp`:
 `capture` (the capturing HTTP transport and the watching of answer bodies),

@@ -13,7 +13,7 @@ import {
   AgentRetryError, CallCancelled, CallTimedOut, ConnectionConfigError, Escalated, InstanceUnusable, PolicyBoundaryViolation, PolicyTrap, SessionLost,
   type StopCause,
 } from '../errors.js';
-import { RunGuard, type CallGuard, type Invariant, type Violation } from '../guard.js';
+import { RunGuard, type CallGuard, type Invariant, type PollOutcome, type Violation } from '../guard.js';
 import { MAX_BODY_BYTES, cutLiftedText, cutUtf8, joinedHeaders } from '../limits.js';
 import { MAX_TIMER_MS, longTimeout } from '../timers.js';
 import {
@@ -470,7 +470,7 @@ export class RetryingToolCaller {
       state.inFlight = true;
       let observed = await this.attemptTool(name, sendArgs, scope, timeouts, callId, attempt);
       state.inFlight = false;
-      guard.attempted(failureOf(observed));
+      guard.attempted(failureOf(observed), observed.outcome.tag === 'task' ? observed.outcome.val : undefined);
       let answer = this.record(tag, name, callId, attempt, observed, scope, guard);
       let last = observed.summary;
       // The call's task, while it lives: polled, answered and cancelled as the
@@ -484,6 +484,8 @@ export class RetryingToolCaller {
           await scope.pause(Number(answer.verdict.delayMs));
           await this.ensureConnected(scope, name);
           observed = await this.pollTask(name, taskId, scope, timeouts);
+          // Every poll's outcome to the guard: a status, the task's end (its result or error), or the poll's failure.
+          guard.polled(pollOutcomeOf(observed));
           taskId = this.noteTask(state, observed) ?? taskId;
           last = observed.summary;
           answer = this.record(tag, name, callId, attempt, observed, scope, guard);
@@ -1127,6 +1129,12 @@ export class RetryingToolCaller {
 function policyFailureNote(e: Error, tool: string, lastOutcome: string): string {
   return `the retry policy failed (${e.name}: ${e.message}); not retried. Last outcome of ${tool}: ${lastOutcome}. `
     + 'Effects of this run are not known to the host: check before sending again.';
+}
+
+/** What a poll of the call's task showed, for the guard (a poll never reports a status check). */
+function pollOutcomeOf(observed: Observed): PollOutcome {
+  const outcome = observed.outcome;
+  return outcome.tag === 'status-check' ? { tag: 'poll-failure' } : outcome;
 }
 
 /** What failed in an attempt, for the guard: undefined for a tool result. */

@@ -72,7 +72,6 @@ from ..types import (
     EscalateAction,
     Escalation,
     Observation,
-    PollAction,
     ReplanAction,
     StatusCheckResult,
     SucceedAction,
@@ -270,7 +269,9 @@ class _Observed:
 
     @property
     def outcome(self) -> Outcome:
-        """The facts the guard keeps (an answer unless a failure was observed)."""
+        """The facts the guard keeps (an answer unless a failure was observed; a task in its status)."""
+        if self.task is not None:
+            return Outcome.task(self.task["status"])
         return Outcome.of(self.observation)
 
 
@@ -507,7 +508,7 @@ class RetryingToolCaller:
         call_id = start.call_id
         state.call_id, state.effect = call_id, start.effect
         guard, violation = self.guard.begin(name, key, hints, start.delay_ms)
-        self._guarded(tag, name, "not sent", violation)
+        self._guarded(tag, name, call_id, 0, "not sent", violation)
         if start.delay_ms:
             await self._sleep(state, start.delay_ms / 1000, f"while waiting {start.delay_ms} ms to be admitted")
 
@@ -534,16 +535,18 @@ class RetryingToolCaller:
                     await self._cancel_task(state, task_id)
                 if answer.kind != "poll":
                     break
-                # The task the verdict names (the latest the server gave) is the one polled.
-                task_id = state.task_id = cast(PollAction, answer.decision["action"])["poll"]["task-id"] or task_id
+                # The task polled is the one the server named last (never last-decision's words).
+                state.task_id = task_id
                 delay = answer.delay_ms
                 if answer.reconnect:
                     self._reconnect_before_retry(answer)
                 await self._sleep(state, delay / 1000, f"while waiting {delay} ms before polling task {task_id}")
                 await self._ensure_session(state)
                 observed = await self._poll(state, name, attempt, task_id, start)
-                if observed.task is None and observed.poll_failure is None:
-                    guard.outcome(observed.outcome)  # the task ended: its outcome is the attempt's
+                if observed.poll_failure is not None:
+                    guard.poll_failed()  # the task still lives
+                else:
+                    guard.polled(observed.outcome)  # its status, or its end (the attempt's outcome)
                 answer = self._record(state, tag, name, call_id, attempt, observed, guard)
                 if observed.task is not None:
                     task_id = observed.task["task-id"]  # the server's latest word on which task it is
@@ -657,7 +660,7 @@ class RetryingToolCaller:
             raise self._not_admitted(tag, name)
         call_id = start.call_id
         guard, violation = self.guard.begin(name, None, PSEUDO_TOOL_HINTS, start.delay_ms)
-        self._guarded(tag, name, "not sent", violation)
+        self._guarded(tag, name, call_id, 0, "not sent", violation)
         if start.delay_ms:
             await self._sleep(state, start.delay_ms / 1000, f"while waiting {start.delay_ms} ms for {name} to be admitted")
         attempt = 1
@@ -1159,25 +1162,30 @@ class RetryingToolCaller:
             verdict = self._policy(tag, tool, summary, run.record_empty_result, call_id, attempt, observed.empty, self.clock())
         else:
             verdict = self._policy(tag, tool, summary, run.record_success, call_id, attempt, self.clock())
-        self._guarded(tag, tool, summary, guard.verdict(verdict.action, verdict.delay_ms, verdict.hint_ms, verdict.reconnect))
-        answer = _Answer(verdict, lambda: self._read_decision(tag, tool, summary, call_id, guard))
+        violation = guard.verdict(verdict.action, verdict.delay_ms, verdict.hint_ms, verdict.reconnect, cancel_task=verdict.cancel_task)
+        self._guarded(tag, tool, call_id, attempt, summary, violation)
+        answer = _Answer(verdict, lambda: self._read_decision(tag, tool, summary, call_id, attempt, guard))
         if self.on_verdict is not None:
             self.on_verdict(tool, attempt, verdict)
         self._log_decision(tag, tool, call_id, attempt, summary, answer, capture_missing=observed.capture_missing)
         return answer
 
-    def _read_decision(self, tag: _CallTag, tool: str, summary: str, call_id: int, guard: CallGuard) -> Decision:
+    def _read_decision(self, tag: _CallTag, tool: str, summary: str, call_id: int, attempt: int, guard: CallGuard) -> Decision:
         """`last-decision`'s words, which must say what the verdict said (the guard)."""
         decision = self._policy(tag, tool, summary, self._last_decision, call_id)
-        self._guarded(tag, tool, summary, guard.decision(decision))
+        self._guarded(tag, tool, call_id, attempt, summary, guard.decision(decision))
         return decision
 
-    def _guarded(self, tag: _CallTag, tool: str, last_outcome: str, violation: Violation | None) -> None:
-        """A broken invariant ends the call as a failed policy does, and the run with it."""
+    def _guarded(self, tag: _CallTag, tool: str, call_id: int, attempt: int, last_outcome: str, violation: Violation | None) -> None:
+        """A broken invariant ends the call as a failed policy does, and the run
+        with it; its line names the call and the attempt the verdict answered
+        (a call not yet sent: 0, as every host logs a call not sent)."""
         if violation is None:
             return
         fault = PolicyBoundaryViolation(str(violation), call="run-time guard")
-        escalated = self._policy_failed(tag, tool, last_outcome, fault, invariant=violation.invariant.value)
+        escalated = self._policy_failed(
+            tag, tool, last_outcome, fault, invariant=violation.invariant.value, call_id=call_id, attempt=attempt
+        )
         self._broken = (escalated, violation)
         raise escalated
 
@@ -1222,7 +1230,15 @@ class RetryingToolCaller:
             raise self._policy_failed(tag, tool, last_outcome, e) from e
 
     def _policy_failed(
-        self, tag: _CallTag, tool: str, last_outcome: str, e: PolicyTrap | InstanceUnusable, *, invariant: str | None = None
+        self,
+        tag: _CallTag,
+        tool: str,
+        last_outcome: str,
+        e: PolicyTrap | InstanceUnusable,
+        *,
+        invariant: str | None = None,
+        call_id: int | None = None,
+        attempt: int = 0,
     ) -> Escalated:
         """The policy-failure escalation (logged), for a failed policy or a broken invariant."""
         note = cut_lifted_text(
@@ -1230,7 +1246,7 @@ class RetryingToolCaller:
             "Effects of this run are not known to the host: check before sending again."
         )
         self._log_line(
-            tag, tool, None, 0, last_outcome, None, "escalate", None, note, escalation="unclassified-failure", invariant=invariant
+            tag, tool, call_id, attempt, last_outcome, None, "escalate", None, note, escalation="unclassified-failure", invariant=invariant
         )
         escalation: Escalation = {
             "reason": "unclassified-failure",
