@@ -126,6 +126,34 @@ fn one_publication_reaches_every_worker_process_and_a_worker_that_was_down_takes
     let _ = std::fs::remove_file(config_file);
 }
 
+/// Issue 24, row 9: a publication onto a revision that is not an integer, or
+/// would overflow, was reported as failed, yet `:wasm` and `:config` were
+/// written (MULTI/EXEC does not roll back) and workers later served them. It
+/// now fails before it writes anything, and a reader refuses the value by name.
+#[test]
+fn a_publication_onto_a_garbage_revision_writes_nothing() {
+    let redis = RedisServer::start();
+    let fleet = FleetSource::new(redis.url());
+    let first = publish_policy(&fleet, &wasm(), &config(4), None, None).unwrap();
+    let cli = |args: &[&str]| {
+        let out = Command::new("redis-cli").args(["-p", &redis.port.to_string()]).args(args).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    for garbage in ["abc", "-5", "18446744073709551616", "9007199254740991"] {
+        cli(&["SET", "agent-retry:policy:revision", garbage]);
+        let refused = publish_policy(&fleet, &wasm(), &config(2), None, None).unwrap_err();
+        assert!(refused.contains("nothing was written"), "{garbage}: {refused}");
+        assert_eq!(cli(&["GET", "agent-retry:policy:config"]), config(4), "{garbage}: the configuration is the last good publication's");
+        if garbage != "9007199254740991" {
+            let read = fleet.revision().unwrap_err();
+            assert!(read.contains("is not a revision"), "{garbage}: {read}");
+        }
+    }
+    cli(&["SET", "agent-retry:policy:revision", &first.to_string()]);
+    assert!(publish_policy(&fleet, &wasm(), &config(2), None, None).unwrap() > first, "a good revision publishes again");
+    assert_eq!(cli(&["GET", "agent-retry:policy:config"]), config(2));
+}
+
 #[test]
 fn under_a_key_a_tampered_or_unsigned_publication_is_refused_and_the_last_good_one_serves() {
     let redis = RedisServer::start();

@@ -17,7 +17,7 @@ HOSTS = {
     "TypeScript": (ROOT / "hosts/typescript/src", "*.ts"),
 }
 # Written by tests/contract/make_mirrors.py from wit/ and the Rust host: not hand-kept source.
-GENERATED = {"config_defaults.rs", "config-defaults.ts", "config_defaults.py", "wit-types.ts", "wit_types.py", "redis-scripts.ts", "redis_scripts.py", "limits-generated.ts", "limits_generated.py"}
+GENERATED = {"fleet-scripts.ts", "fleet_scripts.py", "config_defaults.rs", "config-defaults.ts", "config_defaults.py", "wit-types.ts", "wit_types.py", "redis-scripts.ts", "redis_scripts.py", "limits-generated.ts", "limits_generated.py"}
 COMPONENT = ROOT / "target/component/agent_retry_policy.wasm"
 TARGET_HOST_LINES = 12_000
 TARGET_COMPONENT_BYTES = 115_000

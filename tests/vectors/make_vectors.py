@@ -1901,6 +1901,34 @@ def guard_cases():
                "attempts-over-budget", 6, config={"max-polls-per-task": 2}),
     ]
 
+# ---------- fleet/revisions.json: the one revision parser of every host ----------
+
+def revision_cases():
+    ok = lambda text, value, d: {"description": d, "text": text, "revision": value}
+    bad = lambda text, d: {"description": d, "text": text, "revision": None}
+    return [
+        ok("1", 1, "the first revision"),
+        ok("1764460800000", 1764460800000, "a revision that is the server's time in ms"),
+        ok("9007199254740991", 2**53 - 1, "the largest revision, 2^53 - 1"),
+        bad("9007199254740992", "2^53 is past the largest revision"),
+        bad("9223372036854775807", "i64::MAX is past the largest revision"),
+        bad("18446744073709551616", "2^64 is not a revision"),
+        bad("-5", "a negative number is not a revision"),
+        bad("0", "0 is not a stored revision (absent is nothing published)"),
+        bad("007", "a leading zero is refused"),
+        bad("+7", "a sign is refused"),
+        bad(" 7", "a space is refused"),
+        bad("7 ", "a trailing space is refused"),
+        bad("0x10", "hexadecimal is refused"),
+        bad("1e3", "an exponent is refused"),
+        bad("12.0", "a fraction is refused"),
+        bad("", "an empty value is refused"),
+        bad("twelve", "words are refused"),
+        bad("١٢", "digits of another script are refused"),
+        bad("99999999999999999999999999999999", "32 digits are refused"),
+    ]
+
+
 FILES = {
     "classify.json": ("How each failure is classified (classify)", classify_cases),
     "hints.json": ("Server wait hints from every header format (classify)", hints_cases),
@@ -1963,6 +1991,17 @@ def main():
                 problems.append(f"{name} is out of date: run python3 tests/vectors/make_vectors.py")
         else:
             path.write_text(text, encoding="utf-8")
+    revisions = {"description": "The fleet's revisions: what every host's parser reads (a number) or refuses (null)", "cases": revision_cases()}
+    total += len(revisions["cases"])
+    problems += check_style("fleet/revisions.json", revisions)
+    text = json.dumps(revisions, indent=1, ensure_ascii=False) + "\n"
+    path = HERE / "fleet" / "revisions.json"
+    if check:
+        if not path.exists() or path.read_text(encoding="utf-8") != text:
+            problems.append("fleet/revisions.json is out of date: run python3 tests/vectors/make_vectors.py")
+    else:
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text, encoding="utf-8")
     guard = {"description": "What every wrapper enforces, whatever the policy says (the run-time guard)", "cases": guard_cases()}
     total += len(guard["cases"])
     problems += check_style("guard/guard.json", guard)
@@ -1976,7 +2015,7 @@ def main():
         path.write_text(text, encoding="utf-8")
     for p in problems:
         print(p)
-    print(f"{total} cases in {len(FILES) + 1} files")
+    print(f"{total} cases in {len(FILES) + 2} files")
     return 1 if problems else 0
 
 

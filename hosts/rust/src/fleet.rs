@@ -14,9 +14,10 @@
 //!   N before would otherwise miss a new publication numbered N);
 //! - channel `{prefix}:updates`: a message per publication (it only wakes workers).
 //!
-//! [`publish_policy`] writes all of it in one transaction, so a worker reading
-//! with one `MGET` never sees a `.wasm` of one publication with the
-//! configuration of another. A worker learns of an update from the channel at
+//! [`publish_policy`] writes all of it in one script ([`PUBLISH_LUA`]), which
+//! checks the revision before it writes anything: a worker reading with one
+//! `MGET` never sees a `.wasm` of one publication with the configuration of
+//! another, and a publication that fails writes nothing. A worker learns of an update from the channel at
 //! once, and from polling `{prefix}:revision` otherwise (a missed message, a
 //! reconnection, a worker that was down): either way it reads the revision it
 //! has not tried yet and puts it through the same gate as a file update.
@@ -64,17 +65,18 @@ impl FleetSource {
         Ok(connection)
     }
 
-    /// The current revision (0: nothing published yet).
+    /// The current revision (0: nothing published yet); a value that is not a
+    /// revision ([`parse_revision`]) is an error naming it.
     pub fn revision(&self) -> Result<u64, String> {
         let mut connection = self.connect()?;
-        let revision: Option<u64> = redis::cmd("GET").arg(self.key("revision")).query(&mut connection).map_err(|e| e.to_string())?;
-        Ok(revision.unwrap_or(0))
+        let revision: Option<Vec<u8>> = redis::cmd("GET").arg(self.key("revision")).query(&mut connection).map_err(|e| e.to_string())?;
+        revision.map_or(Ok(0), |text| parse_revision(&text).map_err(|e| format!("{}: {e}", self.key("revision"))))
     }
 
     /// The published policy, read in one `MGET` (one publication's parts).
     pub fn read(&self) -> Result<Publication, String> {
         let mut connection = self.connect()?;
-        type Parts = (Option<Vec<u8>>, Option<Vec<u8>>, Option<Vec<u8>>, Option<u64>, Option<Vec<u8>>);
+        type Parts = (Option<Vec<u8>>, Option<Vec<u8>>, Option<Vec<u8>>, Option<Vec<u8>>, Option<Vec<u8>>);
         let (wasm, config, signature, revision, vectors): Parts = redis::cmd("MGET")
             .arg(self.key("wasm"))
             .arg(self.key("config"))
@@ -89,7 +91,7 @@ impl FleetSource {
             config: config.ok_or_else(|| missing("config"))?,
             signature,
             vectors,
-            revision: revision.unwrap_or(0),
+            revision: revision.map_or(Ok(0), |text| parse_revision(&text).map_err(|e| format!("{}: {e}", self.key("revision"))))?,
         })
     }
 
@@ -118,26 +120,96 @@ pub struct Publication {
     pub revision: u64,
 }
 
-/// The next revision: INCR, or the server's time in ms if larger (the same
-/// script in the Python and Node hosts' publishers).
-pub const NEXT_REVISION_LUA: &str = "local r = redis.call('INCR', KEYS[1]) local t = redis.call('TIME') local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) if r < ms then redis.call('SET', KEYS[1], ms) r = ms end return r";
+/// The largest revision: 2^53 − 1, so that every host (JavaScript's numbers
+/// included) and Redis's Lua read it exactly.
+pub const MAX_REVISION: u64 = (1 << 53) - 1;
 
-/// Publishes a policy for every worker of the fleet in one transaction and
-/// announces it; returns the new revision. Workers gate it as any update: a
-/// worker refuses what does not pass and keeps its last good policy.
+/// The one revision parser (the Python and Node hosts' are checked against the
+/// same vectors, `tests/vectors/fleet/revisions.json`): decimal digits, no sign,
+/// space or leading zero, from 1 to [`MAX_REVISION`]. Anything else is refused
+/// with what it is, never read as some number.
+pub fn parse_revision(text: &[u8]) -> Result<u64, String> {
+    let shown = || String::from_utf8_lossy(&text[..text.len().min(40)]).into_owned();
+    let digits = !text.is_empty() && text.iter().all(u8::is_ascii_digit) && text[0] != b'0';
+    let value = if digits && text.len() <= 16 { std::str::from_utf8(text).ok().and_then(|t| t.parse::<u64>().ok()) } else { None };
+    match value {
+        Some(revision) if revision <= MAX_REVISION => Ok(revision),
+        _ => Err(format!("{:?} is not a revision (decimal digits from 1 to {MAX_REVISION})", shown())),
+    }
+}
+
+/// A publication, written by one script so that it is all or nothing. KEYS:
+/// wasm, config, wasm.sig, vectors, revision. ARGV: the wasm, the
+/// configuration, the signature, the vectors, the channel, then "1" or "0" for
+/// whether a signature and vectors are given (else their keys are deleted). The
+/// stored revision is checked first (the same rule as [`parse_revision`]); a
+/// value that is not one fails the script before anything is written. The new
+/// revision is one more, or the server's time in ms if larger, so that it never
+/// repeats after Redis loses its state. Returns the new revision.
+pub const PUBLISH_LUA: &str = r#"
+local current = redis.call('GET', KEYS[5])
+local r = 0
+if current then
+  if string.len(current) > 16 or not string.match(current, '^[1-9][0-9]*$') or tonumber(current) > 9007199254740991 then
+    return redis.error_reply('the revision at ' .. KEYS[5] .. ' is not a revision (decimal digits from 1 to 9007199254740991): nothing was written')
+  end
+  r = tonumber(current)
+end
+if r >= 9007199254740991 then
+  return redis.error_reply('the revision at ' .. KEYS[5] .. ' is the largest there is: nothing was written')
+end
+local t = redis.call('TIME')
+local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local next = r + 1
+if next < ms then next = ms end
+redis.call('SET', KEYS[1], ARGV[1])
+redis.call('SET', KEYS[2], ARGV[2])
+if ARGV[6] == '1' then redis.call('SET', KEYS[3], ARGV[3]) else redis.call('DEL', KEYS[3]) end
+if ARGV[7] == '1' then redis.call('SET', KEYS[4], ARGV[4]) else redis.call('DEL', KEYS[4]) end
+redis.call('SET', KEYS[5], string.format('%d', next))
+redis.call('PUBLISH', ARGV[5], 'published')
+return next
+"#;
+
+/// Publishes a policy for every worker of the fleet in one script and
+/// announces it; returns the new revision. A stored revision that is not one
+/// fails it, and nothing is written. Workers gate it as any update: a worker
+/// refuses what does not pass and keeps its last good policy.
 pub fn publish_policy(source: &FleetSource, wasm: &[u8], config_json: &str, signature: Option<&[u8]>, vectors: Option<&str>) -> Result<u64, String> {
     let mut connection = source.connect()?;
-    let mut pipe = redis::pipe();
-    pipe.atomic().cmd("SET").arg(source.key("wasm")).arg(wasm).ignore().cmd("SET").arg(source.key("config")).arg(config_json).ignore();
-    match signature {
-        Some(signature) => pipe.cmd("SET").arg(source.key("wasm.sig")).arg(signature).ignore(),
-        None => pipe.cmd("DEL").arg(source.key("wasm.sig")).ignore(),
-    };
-    match vectors {
-        Some(vectors) => pipe.cmd("SET").arg(source.key("vectors")).arg(vectors).ignore(),
-        None => pipe.cmd("DEL").arg(source.key("vectors")).ignore(),
-    };
-    pipe.cmd("EVAL").arg(NEXT_REVISION_LUA).arg(1).arg(source.key("revision")).cmd("PUBLISH").arg(source.channel()).arg("published").ignore();
-    let (revision,): (u64,) = pipe.query(&mut connection).map_err(|e| e.to_string())?;
-    Ok(revision)
+    let flag = |given: bool| if given { "1" } else { "0" };
+    redis::Script::new(PUBLISH_LUA)
+        .key(source.key("wasm"))
+        .key(source.key("config"))
+        .key(source.key("wasm.sig"))
+        .key(source.key("vectors"))
+        .key(source.key("revision"))
+        .arg(wasm)
+        .arg(config_json)
+        .arg(signature.unwrap_or_default())
+        .arg(vectors.unwrap_or_default())
+        .arg(source.channel())
+        .arg(flag(signature.is_some()))
+        .arg(flag(vectors.is_some()))
+        .invoke(&mut connection)
+        .map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every host's parser gives the same answers (`tests/vectors/fleet/revisions.json`;
+    /// before, Python took −5 and 2^64, Rust i64::MAX, Node none).
+    #[test]
+    fn the_revision_vectors() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/vectors/fleet/revisions.json");
+        let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let cases = doc["cases"].as_array().unwrap();
+        assert!(cases.len() >= 19);
+        for case in cases {
+            let got = parse_revision(case["text"].as_str().unwrap().as_bytes()).ok();
+            assert_eq!(got, case["revision"].as_u64(), "{}", case["description"]);
+        }
+    }
 }
