@@ -3,7 +3,9 @@
 one publication reaches several worker processes; a worker started afterwards
 takes the current one; an unsigned or tampered publication is refused under a
 key and the old policy keeps serving; Redis restarted or paused while watching
-does not stop the watcher."""
+does not stop the watcher. Issue 24 (rows 1 and 9): one revision rule
+(tests/vectors/fleet/revisions.json); a publication onto a garbage revision
+writes nothing; a publication older than the serving one is refused."""
 
 from __future__ import annotations
 
@@ -30,11 +32,12 @@ from agent_retry_policy import (
     LivePolicy,
     UpdateFleetError,
     UpdateIntegrityError,
+    UpdateOlderError,
     UpdateSelfTestError,
     locate_component,
     publish_policy,
 )
-from agent_retry_policy.fleet import DEFAULT_PREFIX, FleetSource
+from agent_retry_policy.fleet import DEFAULT_PREFIX, MAX_REVISION, FleetSource, FleetUnavailable, parse_revision
 
 try:
     import redis
@@ -42,6 +45,7 @@ except ImportError:
     pytest.fail("the fleet tests need redis-py (the `test` extra): pip install -e 'hosts/python[test]'", pytrace=False)
 
 SRC = Path(__file__).resolve().parents[1] / "src"
+REVISIONS = Path(__file__).resolve().parents[3] / "tests" / "vectors" / "fleet" / "revisions.json"
 
 
 def config(attempts: int) -> str:
@@ -299,3 +303,125 @@ def test_a_publication_whose_shipped_vectors_fail_is_refused(server: RedisServer
         assert identity is not None and identity.generation == 2 and live.current().config_json == config(2)
     finally:
         client.close()
+
+
+def test_the_revision_parser_reads_the_shared_vectors() -> None:
+    """tests/vectors/fleet/revisions.json, the Rust and Node hosts' too: a
+    revision is read as its number, anything else refused naming the value."""
+    cases = json.loads(REVISIONS.read_text(encoding="utf-8"))["cases"]
+    assert len(cases) >= 19 and MAX_REVISION == 2**53 - 1
+    for case in cases:
+        text, expected = case["text"], case["revision"]
+        for given in (text, text.encode("utf-8")):
+            if expected is None:
+                with pytest.raises(ValueError) as refused:
+                    parse_revision(given)
+                assert (
+                    str(refused.value)
+                    == f"{json.dumps(text, ensure_ascii=False)} is not a revision (decimal digits from 1 to {MAX_REVISION})"
+                ), case
+            else:
+                assert parse_revision(given) == expected, case["description"]
+
+
+def redis_cli(server: RedisServer, *args: str, stdin: bytes | None = None) -> str:
+    """redis-cli against the test's server (`stdin`: the last argument, with -x)."""
+    command = ["redis-cli", "-p", str(server.port), *(["-x"] if stdin is not None else []), *args]
+    done = subprocess.run(command, input=stdin, capture_output=True, check=True)
+    return done.stdout.decode().strip()
+
+
+def test_a_publication_onto_a_garbage_revision_writes_nothing(server: RedisServer, wasm: bytes, caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 24, row 9: MULTI/EXEC wrote `:wasm` and `:config` although the
+    revision failed, and the Python host read -5 and 2^64 as revisions."""
+    source = FleetSource(server.url)
+    revision_key = source.key("revision")
+    first = publish_policy(server.url, wasm, config(4), vectors=four_attempts_vectors())
+    live = LivePolicy.open_redis(server.url)
+    good = live.current()
+    client = source.client()
+    other = wasm + bytes([0, 18, 16]) + b"agent-retry-test" + b"\x02"  # another digest
+    try:
+        for garbage in ("abc", "-5", "18446744073709551616", str(MAX_REVISION)):
+            redis_cli(server, "SET", revision_key, garbage)
+            # Another .wasm, a signature and no vectors: had any of it been written, every key would show it.
+            with pytest.raises(FleetUnavailable, match="nothing was written") as refused:
+                publish_policy(server.url, other, config(2), b"s" * 64)
+            assert revision_key in str(refused.value), refused.value
+            assert redis_cli(server, "GET", source.key("config")) == config(4), f"{garbage}: the last good publication's configuration"
+            assert client.get(source.key("wasm")) == wasm, garbage
+            assert client.exists(source.key("wasm.sig")) == 0 and client.get(source.key("vectors")) == four_attempts_vectors().encode()
+            assert redis_cli(server, "GET", revision_key) == garbage
+            if garbage == str(MAX_REVISION):
+                assert source.revision(client) == MAX_REVISION, "the largest revision is one, but nothing follows it"
+                continue
+            shown = json.dumps(garbage)
+            with pytest.raises(FleetUnavailable) as unread:
+                source.revision(client)
+            assert str(unread.value) == f"{revision_key}: {shown} is not a revision (decimal digits from 1 to {MAX_REVISION})"
+            with pytest.raises(FleetUnavailable, match="is not a revision"):
+                source.read(client)
+            # A worker: its poll logs it and keeps serving; a reload is refused as `fleet`, naming the key and the value.
+            with caplog.at_level(logging.WARNING, logger="agent_retry_policy.live"):
+                caplog.clear()
+                assert live.poll() is None
+            (line,) = [r.getMessage() for r in caplog.records if "cannot check for a policy update" in r.getMessage()]
+            assert revision_key in line and garbage in line and "is not a revision" in line, line
+            with pytest.raises(UpdateFleetError) as fleet_error:
+                live.reload()
+            assert revision_key in str(fleet_error.value) and shown in str(fleet_error.value)
+            assert live.current() is good
+        # A good revision again: the publication goes in, and the worker takes it.
+        redis_cli(server, "SET", revision_key, str(first))
+        after = publish_policy(server.url, other, config(2))
+        assert after > first
+        assert redis_cli(server, "GET", source.key("config")) == config(2) and client.get(source.key("wasm")) == other
+        assert client.exists(source.key("vectors")) == 0
+        identity = live.poll()
+        assert identity is not None and live.current().config_json == config(2) and identity.wasm_sha256 == sha(other)
+    finally:
+        client.close()
+
+
+def test_a_publication_older_than_the_serving_one_is_refused(server: RedisServer, wasm: bytes, caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 24, "Updates": a publication whose revision is lower than the
+    serving policy's (a Redis restored from an old dump, a stale replica) is
+    refused as `older`; the serving policy is unchanged; rollback is not refused."""
+    prefix = "fleet-test:older"
+    source = FleetSource(server.url, prefix)
+    old_wasm = wasm + bytes([0, 18, 16]) + b"agent-retry-test" + b"\x03"
+    old = publish_policy(server.url, old_wasm, config(4), prefix=prefix)
+    live = LivePolicy.open_redis(server.url, prefix=prefix)
+    new = publish_policy(server.url, wasm, config(3), prefix=prefix)
+    assert new > old
+    taken = live.poll()
+    assert taken is not None and taken.generation == 2
+    serving = live.current()
+    assert serving.config_json == config(3) and serving.identity.wasm_sha256 == sha(wasm)
+
+    # The old dump: the older publication's .wasm and configuration, and its lower revision, written directly.
+    redis_cli(server, "SET", source.key("wasm"), stdin=old_wasm)
+    redis_cli(server, "SET", source.key("config"), config(4))
+    redis_cli(server, "SET", source.key("revision"), str(old))
+    client = source.client()
+    assert client.mget(source.key("wasm"), source.key("config")) == [old_wasm, config(4).encode()]
+    client.close()
+    with caplog.at_level(logging.WARNING, logger="agent_retry_policy.live"), pytest.raises(UpdateOlderError) as polled:
+        live.poll()
+    assert polled.value.kind == "older" and (polled.value.candidate, polled.value.serving) == (old, new)
+    assert f"(revision {old}) is older than the serving policy's, revision {new}" in str(polled.value), polled.value
+    assert any("policy update refused" in r.getMessage() and '"kind": "older"' in r.getMessage() for r in caplog.records)
+    assert live.poll() is None, "a refused revision is tried once"
+    with pytest.raises(UpdateOlderError):
+        live.reload()
+    assert live.current() is serving and live.last_refusal is not None and "older" in live.last_refusal
+    assert live.metrics.refused == 2 and live.metrics.accepted == 1
+
+    # Rollback is not an update: it returns to the older publication's policy, not refused.
+    assert live.rollback().generation == 1 and live.current().config_json == config(4)
+    assert live.rollback().generation == 2 and live.current() is serving
+    # The next publication numbers past both: taken.
+    latest = publish_policy(server.url, wasm, config(2), prefix=prefix)
+    assert latest > new
+    identity = live.poll()
+    assert identity is not None and identity.generation == 3 and live.current().config_json == config(2)

@@ -3,7 +3,8 @@ and `.wasm` updates take effect for new runs without a restart; a bad, foreign o
 tampered update is refused and the last good policy keeps serving; the gate's
 vectors (tests/vectors/gate.json, then the operator's `gate_vectors`, then the
 update's own) refuse an update naming the case it fails; rollback; the watcher;
-a swap under load."""
+a swap under load; files older than the serving ones refused as `older`, and
+two reloads at once ending with the newest files (issue 24, "Updates")."""
 
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ from agent_retry_policy import (
     UpdateError,
     UpdateIntegrityError,
     UpdateLoadError,
+    UpdateOlderError,
     UpdateReadError,
     UpdateSelfTestError,
     locate_component,
@@ -490,7 +492,7 @@ def test_every_hostile_component_offered_to_one_live_policy_is_refused_and_count
 
 def test_every_refusal_is_an_update_error_with_its_kind() -> None:
     kinds = {cls.kind for cls in UpdateError.__subclasses__()}
-    assert kinds == {"read", "integrity", "load", "config", "self-test", "fleet", "nothing-to-roll-back-to"}
+    assert kinds == {"read", "integrity", "load", "config", "self-test", "fleet", "older", "nothing-to-roll-back-to"}
 
 
 # The vectors an update ships with (`PolicySource(..., vectors=path)`): after the
@@ -602,3 +604,95 @@ def test_malformed_or_unreadable_shipped_vectors_are_refused(tmp_path: Path) -> 
     assert live.current().identity.generation == 1
     source.vectors.write_text(json.dumps({"description": "none yet", "cases": []}))
     assert live.reload().generation == 2
+
+
+def newest_mtime_ns(source: PolicySource) -> int:
+    return max(os.stat(path).st_mtime_ns for path in (source.wasm, source.config))
+
+
+def test_files_older_than_the_serving_ones_are_refused_as_older(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 24, "Updates": a candidate whose files' newest modification time is
+    before the serving policy's (an old copy restored with its times, `cp -p`)
+    is refused as `older`; the same time is not older; rollback is not refused."""
+    source = deployed(tmp_path)
+    live = LivePolicy.open(source)
+    serving_ns = newest_mtime_ns(source)
+    assert live.reload().generation == 2, "the same files again: the same time is not older"
+    good = live.current()
+
+    source.config.write_text(reads(2))
+    back = serving_ns - 60 * 10**9  # a minute before the serving files
+    for path in (source.wasm, source.config):
+        os.utime(path, ns=(back, back))
+    with caplog.at_level(logging.WARNING, logger="agent_retry_policy.live"), pytest.raises(UpdateOlderError) as refused:
+        live.reload()
+    assert refused.value.kind == "older" and (refused.value.candidate, refused.value.serving) == (back, serving_ns)
+    assert "the files' newest modification time" in str(refused.value) and "is before the serving policy's" in str(refused.value)
+    assert live.current() is good and live.last_refusal == str(refused.value)
+    assert attempts_against_a_persistent_503(live.current()) == 4, "the serving policy is unchanged"
+    assert any("policy update refused" in r.getMessage() and '"kind": "older"' in r.getMessage() for r in caplog.records)
+    assert live.poll() is None, "a refused change is tried once"
+    assert live.metrics == UpdateMetrics(accepted=1, refused=1, rolled_back=0)
+
+    # The configuration touched now (the .wasm still a minute back): its newest time is after the serving one's.
+    os.utime(source.config)
+    assert live.poll() is not None and attempts_against_a_persistent_503(live.current()) == 2
+    # Rollback is not an update: never refused as older.
+    assert live.rollback().generation == 2 and live.current() is good
+    assert live.metrics == UpdateMetrics(accepted=2, refused=1, rolled_back=1)
+
+
+def test_two_reloads_at_once_end_with_the_newest_files_serving(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 24, row 1 (the Rust host's race; Python serialises read, gate and
+    swap): the first reload reads, the files change, a second reload starts and
+    the first waits for it (up to 2 s) before it gates. Serialised, the second
+    reads the newest files after the first swapped: they serve, and poll() sees
+    nothing new. Unserialised, the first's older files would swap in last."""
+    source = deployed(tmp_path)
+    live = LivePolicy.open(source)
+    origin = live._origin
+    read = origin.read
+    first_read, second_done = threading.Event(), threading.Event()
+    reads_made: list[str] = []
+    lock = threading.Lock()
+
+    def reading() -> Any:
+        got = read()
+        with lock:
+            reads_made.append(got.config.decode())
+            first = len(reads_made) == 1
+        if first:
+            first_read.set()
+            second_done.wait(2.0)  # serialised, the second cannot finish (nor read) before this one swaps
+        return got
+
+    monkeypatch.setattr(origin, "read", reading)
+    base = newest_mtime_ns(source)
+    errors: list[BaseException] = []
+
+    def reload(done: threading.Event | None = None) -> None:
+        try:
+            live.reload()
+        except BaseException as e:  # reported below
+            errors.append(e)
+        finally:
+            if done is not None:
+                done.set()
+
+    source.config.write_text(reads(3))
+    os.utime(source.config, ns=(base + 10**9, base + 10**9))
+    first = threading.Thread(target=reload)
+    first.start()
+    assert first_read.wait(10), "the first reload read"
+    source.config.write_text(reads(2))  # changed between the two reads
+    os.utime(source.config, ns=(base + 2 * 10**9, base + 2 * 10**9))
+    second = threading.Thread(target=reload, args=(second_done,))
+    second.start()
+    first.join(30)
+    second.join(30)
+    assert not errors, errors
+    assert reads_made == [reads(3), reads(2)], "the second read after the first"
+    assert live.current().config_json == reads(2), "the newest files serve"
+    assert attempts_against_a_persistent_503(live.current()) == 2
+    assert live.current().identity.generation == 3
+    assert live.poll() is None, "nothing new since the newest files"

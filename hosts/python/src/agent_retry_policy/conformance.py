@@ -41,6 +41,7 @@ from . import limits
 from .accounts import EmbeddedAccounts
 from .component import PolicyComponent, PolicyInstance, _repo_root
 from .entropy import SplitMix64
+from .guard import RunGuard
 from .types import Decision, Verdict, action_name
 
 # The clock at the start of every case: 2025-11-30T00:00:00Z.
@@ -527,6 +528,19 @@ class CaseResult:
     error: BaseException | None = field(default=None, compare=False, repr=False)
 
 
+def with_config_values(expected: Any, config_text: str) -> Any:
+    """`expected` with each `{"$config": "<field>"}` replaced by that field of the
+    configuration the case runs under, read by the host (the guard's reading:
+    its defaults are the guest's), never by the component under test."""
+    if isinstance(expected, dict):
+        if len(expected) == 1 and isinstance(expected.get("$config"), str):
+            return RunGuard(config_text).cap(expected["$config"])
+        return {k: with_config_values(v, config_text) for k, v in expected.items()}
+    if isinstance(expected, list):
+        return [with_config_values(v, config_text) for v in expected]
+    return expected
+
+
 def run_case(component: PolicyComponent, file: str, case: dict[str, Any], *, config_text: str | None = None) -> CaseResult:
     """Runs one case on a fresh instance. A case without `config` loads
     `config_text` if given (a live update's own configuration, for the gate's
@@ -552,7 +566,7 @@ def run_case(component: PolicyComponent, file: str, case: dict[str, Any], *, con
             return result
         result.outputs.append(output)
         if "expect" in step:
-            mismatch = match(step["expect"], output)
+            mismatch = match(with_config_values(step["expect"], config_text), output)
             if mismatch:
                 result.failure = f"step {i} ({step.get('op')}): {mismatch}"
                 return result

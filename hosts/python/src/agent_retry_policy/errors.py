@@ -250,8 +250,8 @@ class CallCancelled(_CarriesStopped, asyncio.CancelledError):
 class UpdateError(AgentRetryError):
     """A policy update was refused (`agent_retry_policy.live`); the last good
     policy keeps serving. `kind` says which check refused it: "read",
-    "integrity", "load", "config", "self-test", "fleet" or "nothing-to-roll-back-to";
-    `reason` says why."""
+    "integrity", "load", "config", "self-test", "fleet", "older" or
+    "nothing-to-roll-back-to"; `reason` says why."""
 
     kind: str = "update"
 
@@ -317,6 +317,22 @@ class UpdateFleetError(UpdateError):
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason, f"cannot read the fleet's policy: {reason}")
+
+
+class UpdateOlderError(UpdateError):
+    """The candidate is older than the serving policy: a fleet publication whose
+    revision is lower than the serving one's (a stale replica, a Redis restarted
+    from an old dump), or files whose newest modification time is before the
+    serving files' (the same time is not older: the same files may be reloaded).
+    `candidate` and `serving` are the two revisions, or the two times in ns since
+    the epoch. A rollback (`LivePolicy.rollback()`) is not an update and is never
+    refused as older."""
+
+    kind = "older"
+
+    def __init__(self, reason: str, candidate: int, serving: int) -> None:
+        self.candidate, self.serving = candidate, serving
+        super().__init__(reason, f"older than the serving policy: {reason}")
 
 
 class NothingToRollBackTo(UpdateError):

@@ -10,13 +10,18 @@ same layout as the Rust host's `agent_retry_host::fleet`.
   it (`live.py`'s gate; a case without `config` runs in the published one);
 - `{prefix}:revision`: an integer that grows with every publication: one more
   than the last, or the server's time in ms if that is larger, so that it never
-  repeats after Redis loses its state;
+  repeats after Redis loses its state. Decimal digits from 1 to `MAX_REVISION`
+  (2^53 - 1), read by `parse_revision`, the rule the Rust and Node hosts share
+  (tests/vectors/fleet/revisions.json); anything else stored there is refused,
+  never read as some number;
 - channel `{prefix}:updates`: a message per publication (it only wakes workers).
 
-`publish_policy` writes all of it in one transaction (MULTI, SET wasm, SET
-config, SET or DEL wasm.sig, SET or DEL vectors, INCR revision, PUBLISH, EXEC), so a worker reading
+`publish_policy` writes all of it in one script (`PUBLISH_LUA`, generated from
+the Rust host's `fleet.rs`: EVALSHA, EVAL if the server does not have it yet),
+which checks the stored revision before it writes anything: a worker reading
 with one `MGET` never sees a `.wasm` of one publication with the configuration
-of another. A worker (`LivePolicy.open_redis`) learns of an update from the
+of another, and a publication that fails (a stored revision that is not one, or
+the largest there is) writes nothing. A worker (`LivePolicy.open_redis`) learns of an update from the
 channel at once, and from polling `{prefix}:revision` otherwise (a missed
 message, a reconnection, a worker that was down): either way it reads the
 revision it has not tried yet and puts it through the same gate as a file update.
@@ -26,8 +31,11 @@ Needs redis-py: `pip install 'agent-retry-policy[fleet]'`.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
+
+from .fleet_scripts import MAX_REVISION, PUBLISH_LUA
 
 DEFAULT_PREFIX = "agent-retry:policy"
 # How long a Redis command may take before it counts as a failure (connect, read, write).
@@ -78,7 +86,9 @@ class FleetSource:
         return _redis().Redis.from_url(self.url, socket_timeout=self.timeout_s, socket_connect_timeout=self.timeout_s)
 
     def revision(self, client: Any) -> int:
-        """The current revision (0: nothing published yet). Raises `FleetUnavailable`."""
+        """The current revision (0: nothing published yet). Raises `FleetUnavailable`,
+        also for a stored value that is not a revision (`parse_revision`), naming
+        the key and the value."""
         try:
             value = client.get(self.key("revision"))
         except _redis().RedisError as e:
@@ -106,18 +116,29 @@ class FleetSource:
         )
 
 
+def parse_revision(text: bytes | str) -> int:
+    """The one revision rule, the Rust and Node hosts' too (checked against
+    tests/vectors/fleet/revisions.json): decimal ASCII digits, no sign, space or
+    leading zero, from 1 to `MAX_REVISION` (2^53 - 1). Anything else raises
+    `ValueError` saying what it is, never read as some number."""
+    raw = text.encode("utf-8", "replace") if isinstance(text, str) else bytes(text)
+    if 0 < len(raw) <= 16 and raw[:1] != b"0" and all(0x30 <= b <= 0x39 for b in raw):
+        revision = int(raw)
+        if revision <= MAX_REVISION:
+            return revision
+    shown = json.dumps(raw[:40].decode("utf-8", "replace"), ensure_ascii=False)
+    raise ValueError(f"{shown} is not a revision (decimal digits from 1 to {MAX_REVISION})")
+
+
 def _revision(value: Any, key: str) -> int:
+    """A stored revision (0 when absent); `FleetUnavailable` naming the key and
+    the value when it is not one."""
     if value is None:
         return 0
     try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise FleetUnavailable(f"{key} is not an integer: {value!r}") from None
-
-
-# The next revision: INCR, or the server's time in ms if larger (the same script
-# as the Rust and Node hosts' publishers).
-NEXT_REVISION_LUA = "local r = redis.call('INCR', KEYS[1]) local t = redis.call('TIME') local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) if r < ms then redis.call('SET', KEYS[1], ms) r = ms end return r"
+        return parse_revision(value)
+    except (TypeError, ValueError) as e:
+        raise FleetUnavailable(f"{key}: {e}") from None
 
 
 def publish_policy(
@@ -129,33 +150,46 @@ def publish_policy(
     prefix: str = DEFAULT_PREFIX,
     vectors: str | bytes | None = None,
 ) -> int:
-    """Publishes a policy for every worker of the fleet in one transaction and
-    announces it; returns the new revision. `signature`: the detached Ed25519
-    signature of `wasm_bytes` (64 bytes, or 128 hex digits), or None (the old one
-    is deleted). `vectors`: conformance vectors (JSON text in the format of
-    tests/vectors) every worker runs against this publication before taking it,
-    or None (the old ones are deleted). Workers gate it as any update: a worker refuses what does not
-    pass and keeps its last good policy."""
+    """Publishes a policy for every worker of the fleet in one script
+    (`PUBLISH_LUA`) and announces it; returns the new revision. `signature`:
+    the detached Ed25519 signature of `wasm_bytes` (64 bytes, or 128 hex
+    digits), or None (the old one is deleted). `vectors`: conformance vectors
+    (JSON text in the format of tests/vectors) every worker runs against this
+    publication before taking it, or None (the old ones are deleted). The
+    script checks the stored revision before it writes anything: one that is
+    not a revision (`parse_revision`), or `MAX_REVISION`, fails the publication
+    and nothing is written. Raises `FleetUnavailable` when the publication
+    fails (the script's refusal says "nothing was written"; a connection or
+    timeout error says what redis-py said). Workers gate it as any update: a
+    worker refuses what does not pass, or a revision lower than the one it
+    serves (`UpdateOlderError`), and keeps its last good policy."""
     source = FleetSource(url, prefix)
     client = source.client()
+
+    def given(value: str | bytes | None, encoding: str) -> bytes:
+        if value is None:
+            return b""
+        return value.encode(encoding) if isinstance(value, str) else bytes(value)
+
     try:
-        pipe = client.pipeline(transaction=True)
-        pipe.set(source.key("wasm"), bytes(wasm_bytes))
-        pipe.set(source.key("config"), config_json.encode("utf-8"))
-        if signature is None:
-            pipe.delete(source.key("wasm.sig"))
-        else:
-            pipe.set(source.key("wasm.sig"), signature.encode("ascii") if isinstance(signature, str) else bytes(signature))
-        if vectors is None:
-            pipe.delete(source.key("vectors"))
-        else:
-            pipe.set(source.key("vectors"), vectors.encode("utf-8") if isinstance(vectors, str) else bytes(vectors))
-        pipe.eval(NEXT_REVISION_LUA, 1, source.key("revision"))
-        pipe.publish(source.channel, b"published")
-        results = pipe.execute()
+        publish = client.register_script(PUBLISH_LUA)  # EVALSHA, EVAL on NOSCRIPT
+        revision = publish(
+            keys=[source.key("wasm"), source.key("config"), source.key("wasm.sig"), source.key("vectors"), source.key("revision")],
+            args=[
+                bytes(wasm_bytes),
+                config_json.encode("utf-8"),
+                given(signature, "ascii"),
+                given(vectors, "utf-8"),
+                source.channel,
+                "0" if signature is None else "1",
+                "0" if vectors is None else "1",
+            ],
+        )
+    except _redis().RedisError as e:
+        raise FleetUnavailable(f"{url}: the publication failed: {e}") from e
     finally:
         client.close()
-    return int(results[-2])  # the revision script's answer (PUBLISH's is last)
+    return int(revision)
 
 
-__all__ = ["DEFAULT_PREFIX", "FleetSource", "FleetUnavailable", "Publication", "publish_policy"]
+__all__ = ["DEFAULT_PREFIX", "MAX_REVISION", "FleetSource", "FleetUnavailable", "Publication", "parse_revision", "publish_policy"]

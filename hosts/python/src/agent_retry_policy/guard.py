@@ -150,6 +150,22 @@ class RunGuard:
         self.retries = 0
         self.violation: Violation | None = None
 
+    def cap(self, field: str) -> int:
+        """A cap by its configuration name, as this guard read it (the gate's
+        `{"$config": field}` matcher). Raises `KeyError` for a field it does not read."""
+        caps = {
+            "max-delay-ms": self.max_delay_ms,
+            "max-hint-ms": self.max_hint_ms,
+            "max-attempts-per-call": self.max_attempts_per_call,
+            "max-retries-per-run": self.max_retries_per_run,
+            "max-steps-per-run": self.max_steps_per_run,
+            "task-poll-max-delay-ms": self.task_poll_max_delay_ms,
+            "max-polls-per-task": self.max_polls_per_task,
+        }
+        if field not in caps:
+            raise KeyError(f"$config names {field!r}; the host reads {', '.join(caps)}")
+        return caps[field]
+
     def _refuse(self, invariant: Invariant, detail: str) -> Violation:
         violation = Violation(invariant, detail)
         if self.violation is None:

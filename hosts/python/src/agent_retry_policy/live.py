@@ -16,6 +16,13 @@ updates accepted, refused and rolled back). The same design as the Rust host's
 
 The gate, before anything serves:
 
+0. order: a candidate older than the serving policy is refused
+   (`UpdateOlderError`, kind "older"): a fleet publication whose revision is
+   lower than the serving one's (a stale replica, a Redis restarted from an old
+   dump), or files whose newest modification time (of the `.wasm`, the
+   configuration and the shipped vectors) is before the serving files' (the
+   same time is not older: the same files may be reloaded). `rollback()` is not
+   an update and is never refused;
 1. integrity: the `.wasm`'s SHA-256 equals a pinned digest, or a detached
    Ed25519 signature (`<wasm>.sig`, 64 bytes, raw or as 128 hex digits) verifies
    under the configured public key; with a key configured an unsigned `.wasm` is
@@ -39,6 +46,11 @@ The gate, before anything serves:
    refuses the update (`UpdateSelfTestError`, naming the file, the case and its
    first mismatch).
 
+One update at a time: `reload()` (read, gate, swap) and `rollback()` hold one
+lock, so of two reloads at once (the watcher's and the channel's, or a caller's)
+the second reads after the first has swapped, and the newest files or
+publication serve.
+
 Runs in flight finish on the policy they started with: a host takes
 `LivePolicy.current()` when it starts a run (or a worker) and keeps that `Loaded`
 policy for the run; an update changes what new runs get. Every decision can be
@@ -56,6 +68,7 @@ import string
 import threading
 import weakref
 from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
@@ -72,6 +85,7 @@ from .errors import (
     UpdateFleetError,
     UpdateIntegrityError,
     UpdateLoadError,
+    UpdateOlderError,
     UpdateReadError,
     UpdateSelfTestError,
 )
@@ -228,6 +242,37 @@ class _Read:
     vectors: bytes | None = None  # the vectors shipped with it, if any
     vectors_name: str = ""  # where they came from, for messages
     gate_vectors: tuple[Path, ...] = ()  # the operator's gate vector files
+    # What orders candidates (a lower one is older than the serving policy):
+    # the fleet's revision, or the newest mtime of the files, in ns.
+    stamp: int = 0
+
+
+def _newest_mtime_ns(seen: _Seen) -> int:
+    """The newest modification time among the files' stamps (`_seen`), in ns."""
+    return max((stamp[0] for stamp in seen[1:] if stamp is not None), default=0)
+
+
+def _utc(ns: int) -> str:
+    return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def _not_older(read: _Read, serving: int) -> None:
+    """Refuses a candidate older than the serving policy (`UpdateOlderError`):
+    a lower revision, or files last modified before the serving files were
+    (the same time is not older)."""
+    if read.stamp >= serving:
+        return
+    if read.seen[0] == "revision":
+        reason = (
+            f"the publication at {read.wasm_name} is older than the serving policy's, revision {serving} "
+            "(a stale replica, or Redis restored from an old dump?)"
+        )
+    else:
+        reason = (
+            f"the files' newest modification time, {_utc(read.stamp)}, is before the serving policy's, {_utc(serving)} "
+            "(to return to an earlier policy, use rollback())"
+        )
+    raise UpdateOlderError(reason, read.stamp, serving)
 
 
 class _Files:
@@ -263,6 +308,7 @@ class _Files:
             vectors,
             str(source.vectors or ""),
             source.gate_vectors,
+            _newest_mtime_ns(seen),
         )
 
 
@@ -298,6 +344,7 @@ class _Fleet:
             publication.vectors,
             f"{self.source.key('vectors')} (revision {publication.revision})",
             self.gate_vectors,
+            publication.revision,
         )
 
 
@@ -305,7 +352,7 @@ class LivePolicy:
     """The serving policy, the previous good one, and what counts as an update.
     Thread-safe: `current()` from any thread; updates are serialised."""
 
-    def __init__(self, origin: _Files | _Fleet, first: Loaded, seen: _Seen, log: logging.Logger = logger) -> None:
+    def __init__(self, origin: _Files | _Fleet, first: Loaded, seen: _Seen, log: logging.Logger = logger, stamp: int = 0) -> None:
         """Use `LivePolicy.open` (files) or `LivePolicy.open_redis` (a fleet)."""
         self._origin = origin
         self.source: PolicySource | FleetSource = origin.source
@@ -314,6 +361,9 @@ class LivePolicy:
         self._update_lock = threading.Lock()  # one update (reload, rollback) at a time
         self._current = first
         self._previous: Loaded | None = None
+        # The serving and previous policies' stamps (`_Read.stamp`), swapped with them.
+        self._stamp = stamp
+        self._previous_stamp = 0
         self._seen = seen
         self._last_refusal: str | None = None
         self._metrics = UpdateMetrics()
@@ -348,7 +398,7 @@ class LivePolicy:
     def _open(cls, origin: _Files | _Fleet, log: logging.Logger) -> LivePolicy:
         read = origin.read()
         first = _candidate(read, 1, None)
-        return cls(origin, first, read.seen, log)
+        return cls(origin, first, read.seen, log, read.stamp)
 
     def current(self) -> Loaded:
         """The policy new runs get. Keep it for the run: an update does not change it."""
@@ -370,10 +420,14 @@ class LivePolicy:
     def reload(self) -> PolicyIdentity:
         """Reads the files (or the fleet's publication) again, gates the candidate
         off the hot path, and swaps it in. On refusal raises `UpdateError`, logs
-        the reason and counts it (`metrics`), and the serving policy is unchanged."""
+        the reason and counts it (`metrics`), and the serving policy is unchanged;
+        a candidate older than the serving policy (a lower revision, or files
+        modified before the serving ones) is refused as `UpdateOlderError`. One
+        update at a time: a second `reload()` waits for the first to swap, then
+        reads."""
         with self._update_lock:
             with self._lock:
-                serving = self._current
+                serving, serving_stamp = self._current, self._stamp
             try:
                 # Noted first, so that an update that cannot even be read is tried
                 # once, not at every poll (a Redis that cannot be reached changes nothing).
@@ -386,6 +440,7 @@ class LivePolicy:
                 read = self._origin.read()
                 with self._lock:
                     self._seen = read.seen
+                _not_older(read, serving_stamp)
                 loaded = _candidate(read, self._next_generation, serving)
             except UpdateError as e:
                 with self._lock:
@@ -395,6 +450,7 @@ class LivePolicy:
                 raise
             with self._lock:
                 self._previous, self._current = self._current, loaded
+                self._previous_stamp, self._stamp = self._stamp, read.stamp
                 self._last_refusal = None
                 self._next_generation += 1
                 self._metrics = replace(self._metrics, accepted=self._metrics.accepted + 1)
@@ -404,13 +460,14 @@ class LivePolicy:
 
     def rollback(self) -> PolicyIdentity:
         """Returns to the previous good policy (it passed the gate when it served);
-        a second rollback returns to the one rolled back from. Raises
-        `NothingToRollBackTo` if there is none."""
+        a second rollback returns to the one rolled back from. Not an update:
+        never refused as older. Raises `NothingToRollBackTo` if there is none."""
         with self._update_lock:
             with self._lock:
                 if self._previous is None:
                     raise NothingToRollBackTo()
                 self._previous, self._current = self._current, self._previous
+                self._previous_stamp, self._stamp = self._stamp, self._previous_stamp
                 identity = self._current.identity
                 self._metrics = replace(self._metrics, rolled_back=self._metrics.rolled_back + 1)
             self._log(logging.INFO, "policy rolled back", **_identity_fields(identity))
