@@ -176,10 +176,10 @@ export class CallCancelled extends CallStopped {}
 
 /** A policy update was refused (`LivePolicy`, src/live.ts); the last good
  *  policy keeps serving. `kind` says which check refused it: "read",
- *  "integrity", "load", "config", "self-test", "fleet" or "nothing-to-roll-back-to";
+ *  "integrity", "load", "config", "self-test", "fleet", "older" or "nothing-to-roll-back-to";
  *  `reason` says why. */
 export abstract class UpdateError extends AgentRetryError {
-  abstract readonly kind: 'read' | 'integrity' | 'load' | 'config' | 'self-test' | 'fleet' | 'nothing-to-roll-back-to';
+  abstract readonly kind: 'read' | 'integrity' | 'load' | 'config' | 'self-test' | 'fleet' | 'older' | 'nothing-to-roll-back-to';
   constructor(readonly reason: string, message?: string, options?: { cause?: unknown }) {
     super(message ?? reason, options);
   }
@@ -235,6 +235,19 @@ export class UpdateFleetError extends UpdateError {
   readonly kind = 'fleet' as const;
   constructor(reason: string, options?: { cause?: unknown }) {
     super(reason, `cannot read the fleet's policy: ${reason}`, options);
+  }
+}
+
+/** The candidate is older than the serving policy: a fleet's publication whose
+ *  revision is lower than the serving policy's (a stale replica, a Redis
+ *  restored from an old dump), or files whose newest modification time is
+ *  older than the serving policy's files' (equal is not older: the same files
+ *  may be reloaded). A rollback is not an update and is never refused so. The
+ *  kind is `older` in every host. */
+export class UpdateOlderError extends UpdateError {
+  readonly kind = 'older' as const;
+  constructor(reason: string) {
+    super(reason, `older than the serving policy: ${reason}`);
   }
 }
 

@@ -10,25 +10,35 @@
 // - `{prefix}:vectors`: optional vectors the publication ships with (JSON text
 //   in the format of tests/vectors/*.json); a worker's gate runs every case
 //   against the candidate (src/live.ts);
-// - `{prefix}:revision`: an integer that grows with every publication: one more
-//   than the last, or the server's time in ms if that is larger, so that it
-//   never repeats after Redis loses its state;
+// - `{prefix}:revision`: the publication's revision, decimal digits from 1 to
+//   MAX_REVISION (2^53 - 1; `parseRevision`, the one rule of every host): one
+//   more than the last, or the server's time in ms if that is larger, so that
+//   it never repeats after Redis loses its state;
 // - channel `{prefix}:updates`: a message per publication (it only wakes workers).
 //
-// `publishPolicy` writes all of it in one transaction (MULTI … EXEC), so a
-// worker reading with one MGET never sees a `.wasm` of one publication with
-// the configuration of another. A worker (`LivePolicy.openFleet`, src/live.ts)
+// `publishPolicy` writes all of it in one script (PUBLISH_LUA, generated from
+// the Rust host's), which checks the stored revision before it writes anything:
+// a publication onto a revision that is not one (garbage, or the largest there
+// is) fails with "nothing was written", and nothing is. A worker reading with
+// one MGET never sees a `.wasm` of one publication with the configuration of
+// another. A worker (`LivePolicy.openFleet`, src/live.ts)
 // learns of an update from the channel at once, and from polling
 // `{prefix}:revision` otherwise (a missed message, a reconnection, a worker that
 // was down): either way it reads the revision it has not tried yet and puts it
-// through the same gate as a file update.
+// through the same gate as a file update; a revision lower than the serving
+// policy's is refused as older (`UpdateOlderError`).
 //
 // Redis is reached with node-redis (the npm package `redis`, 5.x), an optional
 // peer dependency imported only when a fleet is used. Every command, the
 // connection included, has REDIS_TIMEOUT_MS (500 ms), as the Rust host's
 // REDIS_TIMEOUT; a connection is opened per operation (as the Rust host does),
 // except the subscriber's, which lives as long as the watcher.
+import { createHash } from 'node:crypto';
+
 import { AgentRetryError } from './errors.js';
+import { MAX_REVISION, PUBLISH_LUA } from './fleet-scripts.js';
+
+export { MAX_REVISION, PUBLISH_LUA };
 
 /** The default key prefix. */
 export const DEFAULT_PREFIX = 'agent-retry:policy';
@@ -36,10 +46,6 @@ export const DEFAULT_PREFIX = 'agent-retry:policy';
 export const REDIS_TIMEOUT_MS = 500;
 /** What to install when node-redis is missing. */
 export const REDIS_INSTALL = 'npm install redis@^5.9.0';
-/** The next revision: INCR, or the server's time in ms if larger (the same
- *  script as the Rust and Python hosts' publishers). */
-export const NEXT_REVISION_LUA = "local r = redis.call('INCR', KEYS[1]) local t = redis.call('TIME') local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) if r < ms then redis.call('SET', KEYS[1], ms) r = ms end return r";
-
 /** Where a fleet's policy is published: `redis://host:port/db` and the keys' prefix. */
 export interface FleetSource {
   readonly url: string;
@@ -54,7 +60,7 @@ export interface Publication {
   readonly signature: Buffer | undefined;
   /** The vectors shipped with the publication (`{prefix}:vectors`), if any. */
   readonly vectors: Buffer | undefined;
-  /** 0 when the revision key is absent. */
+  /** `parseRevision` of `{prefix}:revision`; 0 when the key is absent. */
   readonly revision: number;
 }
 
@@ -172,10 +178,22 @@ export class Fleet {
     }
   }
 
-  /** The current revision (0: nothing published yet). */
+  /** The current revision (0: nothing published yet). Rejects with a
+   *  `FleetError` naming the key and the value when it is not a revision
+   *  (`parseRevision`). */
   async revision(): Promise<number> {
     const text = await this.#with('GET revision', (client) => client.get(this.key('revision')));
-    return parseRevision(text);
+    return this.#revision(text);
+  }
+
+  /** `parseRevision`, absent as 0, a refusal naming the key. */
+  #revision(text: string | Uint8Array | null): number {
+    if (text === null) return 0;
+    try {
+      return parseRevision(text);
+    } catch (e) {
+      throw new FleetError(`${this.key('revision')}: ${(e as Error).message}`, { cause: e });
+    }
   }
 
   /** The published policy, read in one MGET (one publication's parts, as
@@ -196,31 +214,29 @@ export class Fleet {
     if (!Buffer.isBuffer(config)) throw missing('config');
     return {
       wasm, config, signature: Buffer.isBuffer(signature) ? signature : undefined, vectors: Buffer.isBuffer(vectors) ? vectors : undefined,
-      revision: parseRevision(revision?.toString('latin1') ?? null),
+      revision: this.#revision(revision),
     };
   }
 
-  /** `publishPolicy` on this fleet (`signature`: already checked). */
+  /** `publishPolicy` on this fleet (`signature`: already checked): PUBLISH_LUA,
+   *  by EVALSHA (EVAL when the server does not hold it yet). */
   async publish(wasm: Uint8Array, configJson: string, signature: Buffer | undefined, vectors?: Buffer): Promise<number> {
-    const url = this.url;
-    const client = await this.#connect();
-    try {
-      const transaction = client.multi()
-        .addCommand(['SET', this.key('wasm'), Buffer.from(wasm)])
-        .addCommand(['SET', this.key('config'), configJson])
-        .addCommand(signature === undefined ? ['DEL', this.key('wasm.sig')] : ['SET', this.key('wasm.sig'), signature])
-        .addCommand(vectors === undefined ? ['DEL', this.key('vectors')] : ['SET', this.key('vectors'), vectors])
-        .addCommand(['EVAL', NEXT_REVISION_LUA, '1', this.key('revision')])
-        .addCommand(['PUBLISH', this.channel, 'published']);
-      const replies = (await within(transaction.exec(), REDIS_TIMEOUT_MS, `${url}: MULTI … EXEC`, () => destroy(client))) as unknown[];
-      const revision = Number(replies[4]);
-      if (!Number.isSafeInteger(revision)) throw new FleetError(`${url}: the next ${this.key('revision')} answered ${String(replies[4])}`);
-      return revision;
-    } catch (e) {
-      throw e instanceof FleetError ? e : new FleetError(`${url}: publish: ${describe(e)}`, { cause: e });
-    } finally {
-      destroy(client);
+    const keys = [this.key('wasm'), this.key('config'), this.key('wasm.sig'), this.key('vectors'), this.key('revision')];
+    const args = [
+      Buffer.from(wasm), configJson, signature ?? '', vectors ?? '', this.channel, signature === undefined ? '0' : '1', vectors === undefined ? '0' : '1',
+    ];
+    const reply = await this.#with('publish', async (client) => {
+      try {
+        return await client.sendCommand(['EVALSHA', PUBLISH_SHA1, String(keys.length), ...keys, ...args]);
+      } catch (e) {
+        if (!/^NOSCRIPT/.test((e as Error)?.message ?? '')) throw e;
+        return client.sendCommand(['EVAL', PUBLISH_LUA, String(keys.length), ...keys, ...args]);
+      }
+    });
+    if (typeof reply !== 'number' || !Number.isSafeInteger(reply) || reply < 1) {
+      throw new FleetError(`${this.url}: publish: the new ${this.key('revision')} answered ${String(reply)}`);
     }
+    return reply;
   }
 
   /** Subscribes to the update channel on a connection of its own. `onMessage`
@@ -255,11 +271,20 @@ export class Fleet {
   }
 }
 
-function parseRevision(text: string | null): number {
-  if (text === null) return 0;
-  const value = Number(text);
-  if (!Number.isSafeInteger(value) || value < 0) throw new FleetError(`the revision is not a non-negative integer: ${JSON.stringify(text)}`);
-  return value;
+/** The SHA-1 of PUBLISH_LUA, for EVALSHA. */
+const PUBLISH_SHA1 = createHash('sha1').update(PUBLISH_LUA).digest('hex');
+
+/** The one revision parser (the Rust host's `parse_revision`, checked against
+ *  the same vectors, tests/vectors/fleet/revisions.json): decimal digits, no
+ *  sign, space or leading zero, from 1 to MAX_REVISION (2^53 - 1). Anything
+ *  else throws a `FleetError` saying what it is, never read as some number. */
+export function parseRevision(text: string | Uint8Array): number {
+  const value = typeof text === 'string' ? text : Buffer.from(text).toString('utf8');
+  if (value.length <= 16 && /^[1-9][0-9]*$/.test(value)) {
+    const revision = Number(value);
+    if (revision <= MAX_REVISION) return revision;
+  }
+  throw new FleetError(`${JSON.stringify([...value].slice(0, 40).join(''))} is not a revision (decimal digits from 1 to ${MAX_REVISION})`);
 }
 
 function signatureBytes(signature: Uint8Array | string): Buffer {
@@ -271,11 +296,14 @@ function signatureBytes(signature: Uint8Array | string): Buffer {
   return bytes;
 }
 
-/** Publishes a policy for every worker of the fleet in one transaction (MULTI:
- *  SET wasm, SET config, SET or DEL wasm.sig, SET or DEL vectors, INCR revision, PUBLISH updates;
- *  EXEC) and returns the new revision. Workers gate it as any update: a worker
- *  refuses what does not pass and keeps its last good policy. Rejects with a
- *  `FleetError` when Redis cannot be reached or does not answer in time. */
+/** Publishes a policy for every worker of the fleet in one script (PUBLISH_LUA:
+ *  the stored revision checked, then SET wasm, SET config, SET or DEL wasm.sig,
+ *  SET or DEL vectors, SET revision, PUBLISH updates) and returns the new
+ *  revision. Workers gate it as any update: a worker refuses what does not
+ *  pass and keeps its last good policy. Rejects with a `FleetError` when Redis
+ *  cannot be reached or does not answer in time, and when the stored revision
+ *  is not one (garbage, or MAX_REVISION): then "nothing was written", and
+ *  nothing is. */
 export async function publishPolicy(url: string, wasm: Uint8Array, configJson: string, options: PublishOptions = {}): Promise<number> {
   const fleet = new Fleet({ url, prefix: options.prefix });
   if (!(wasm instanceof Uint8Array)) throw new TypeError('publishPolicy: wasm must be a Uint8Array (a Buffer)');

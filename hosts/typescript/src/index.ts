@@ -19,7 +19,9 @@ export {
   ACCOUNTS_REDIS_TIMEOUT_MS, ACCOUNTS_RETRY_INTERVAL_MS, ACCOUNT_PREFIX, AccountsError, RedisAccounts, SharedAccounts, type AccountBudgetEvent, type RedisAccountsOptions,
   type SharedAccountsOptions,
 } from './redis-accounts.js';
-export { DEFAULT_PREFIX, Fleet, FleetError, REDIS_TIMEOUT_MS, publishPolicy, type FleetSource, type Publication, type PublishOptions } from './fleet.js';
+export {
+  DEFAULT_PREFIX, Fleet, FleetError, MAX_REVISION, REDIS_TIMEOUT_MS, parseRevision, publishPolicy, type FleetSource, type Publication, type PublishOptions,
+} from './fleet.js';
 export { CONTRACT_VERSION, checkContractVersion, checkImports, componentExportNames, componentImportNames, contractVersionOf } from './contract.js';
 export { FUEL_PER_CALL, FUEL_PER_CONFIG_BYTE, MAX_MEMORY_BYTES } from './sandbox.js';
 export {
@@ -31,6 +33,6 @@ export { jsonSafeBigInt, toJsonSafe, type JsonSafe } from './json.js';
 export {
   AgentRetryError, CallCancelled, CallStopped, CallTimedOut, ComponentImportRefused, ComponentLoadError, ComponentNotFound, ConfigError, ConnectionConfigError, ContractVersionMismatch, Escalated, InstanceUnusable,
   NothingToRollBackTo, PolicyBoundaryViolation, PolicyInputTooLarge, PolicyMemoryExceeded, PolicyOutOfFuel, PolicyTrap, RunMisuse, SessionLost, UpdateConfigError, UpdateError,
-  UpdateFleetError, UpdateIntegrityError, UpdateLoadError, UpdateReadError, UpdateSelfTestError, type StopCause, type Stopped,
+  UpdateFleetError, UpdateIntegrityError, UpdateLoadError, UpdateOlderError, UpdateReadError, UpdateSelfTestError, type StopCause, type Stopped,
 } from './errors.js';
 export type * from '../generated/interfaces/agent-retry-policy-types.js';

@@ -14,6 +14,12 @@
 //
 // The gate, before anything serves:
 //
+// 0. not older: an update older than the serving policy is refused
+//    (`UpdateOlderError`, kind `older`): a fleet's publication whose revision
+//    is lower than the serving policy's (a stale replica, a Redis restored
+//    from an old dump), or files whose newest modification time is older than
+//    the serving policy's files' (equal is not older: the same files may be
+//    read again). A rollback is not an update and is never refused so;
 // 1. integrity: the `.wasm`'s SHA-256 equals a pinned digest, or a detached
 //    Ed25519 signature (`<wasm>.sig`, or the fleet's `{prefix}:wasm.sig`; 64
 //    bytes, raw or as 128 hex digits)
@@ -42,7 +48,11 @@
 // Runs in flight finish on the policy they started with: a host takes
 // `live.current()` when it starts a run (or a worker) and keeps that `Loaded`
 // for the run; an update changes what new runs get. Every decision can be
-// attributed to exactly one policy version (`PolicyIdentity`).
+// attributed to exactly one policy version (`PolicyIdentity`). One update at a
+// time: reload, poll and rollback are queued (`#serialised`), so a read, its
+// gate and its swap finish before the next read starts, and the policy that
+// serves last is the one read last (two reloads at once while the files change
+// end with the newest serving; tested).
 import { createHash, createPublicKey, verify as verifySignature, type KeyObject } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { statSync, watch as watchFs } from 'node:fs';
@@ -56,7 +66,7 @@ import { PolicyComponent } from './component.js';
 import { SplitMix64 } from './entropy.js';
 import {
   AgentRetryError, ComponentLoadError, ConfigError, NothingToRollBackTo, UpdateConfigError, UpdateError, UpdateFleetError,
-  UpdateIntegrityError, UpdateLoadError, UpdateReadError, UpdateSelfTestError,
+  UpdateIntegrityError, UpdateLoadError, UpdateOlderError, UpdateReadError, UpdateSelfTestError,
 } from './errors.js';
 import { Fleet, type FleetSource } from './fleet.js';
 import { MAX_TIMER_MS } from './timers.js';
@@ -241,19 +251,33 @@ export interface PolicyWatcher {
   readonly native: boolean;
 }
 
-/** The files' state when last read (mtime in ns, size, inode), to notice a change. */
-function stamp(path: string): string {
+/** A file's state when last read (mtime in ns, size, inode), to notice a
+ *  change, and its mtime (ns; -1 when absent). */
+function stamp(path: string): { stamp: string; mtimeNs: bigint } {
   try {
     const s = statSync(path, { bigint: true });
-    return `${s.mtimeNs}:${s.size}:${s.ino}`;
+    return { stamp: `${s.mtimeNs}:${s.size}:${s.ino}`, mtimeNs: s.mtimeNs };
   } catch {
-    return 'absent';
+    return { stamp: 'absent', mtimeNs: -1n };
   }
 }
 
-function seenOf(source: PolicySource): string {
-  const vectors = source.vectors === undefined ? '' : stamp(source.vectors);
-  return `${stamp(source.wasm)}|${stamp(source.config)}|${source.integrity.kind === 'ed25519' ? stamp(signaturePath(source.wasm)) : ''}|${vectors}`;
+/** The update's files' stamps (what counts as a change), and the newest
+ *  modification time among them (ns: how old the candidate is). */
+function filesNow(source: PolicySource): { seen: string; newest: bigint } {
+  const none = { stamp: '', mtimeNs: -1n };
+  const files = [
+    stamp(source.wasm), stamp(source.config), source.integrity.kind === 'ed25519' ? stamp(signaturePath(source.wasm)) : none,
+    source.vectors === undefined ? none : stamp(source.vectors),
+  ];
+  return { seen: files.map((file) => file.stamp).join('|'), newest: files.reduce((newest, file) => (file.mtimeNs > newest ? file.mtimeNs : newest), -1n) };
+}
+
+/** A modification time in ns, for messages. */
+function mtimeText(ns: bigint): string {
+  const ms = Number(ns / 1_000_000n);
+  const date = new Date(ms);
+  return Number.isNaN(date.getTime()) ? `${ns} ns` : `${date.toISOString().slice(0, -1)}${String(ns % 1_000_000n).padStart(6, '0')}Z`;
 }
 
 /** An update as read, before the gate. */
@@ -271,6 +295,10 @@ interface Read {
   readonly vectorsAt: string;
   /** What was read, to notice the next change. */
   readonly seen: string;
+  /** How new the update is: the fleet's revision, or the files' newest
+   *  modification time (ns); a candidate whose order is lower than the serving
+   *  policy's is refused as older. */
+  readonly order: bigint;
 }
 
 /** Where updates come from: files, or a fleet's publication in Redis. */
@@ -280,6 +308,8 @@ interface Origin {
    *  (rejects with `UpdateFleetError` when Redis cannot be reached). */
   seenNow(): Promise<string>;
   read(): Promise<Read>;
+  /** An order (`Read.order`) in words, for messages. */
+  describe(order: bigint): string;
 }
 
 class FileOrigin implements Origin {
@@ -290,18 +320,22 @@ class FileOrigin implements Origin {
   }
 
   async seenNow(): Promise<string> {
-    return seenOf(this.source);
+    return filesNow(this.source).seen;
+  }
+
+  describe(order: bigint): string {
+    return `the files' newest modification time ${mtimeText(order)}`;
   }
 
   async read(): Promise<Read> {
-    const seen = seenOf(this.source);
+    const { seen, newest } = filesNow(this.source);
     const wasm = await read(this.source.wasm);
     const config = await read(this.source.config);
     const signatureAt = signaturePath(this.source.wasm);
     const signature = this.source.integrity.kind === 'ed25519' ? await readFile(signatureAt).catch(() => undefined) : undefined;
     const vectorsAt = this.source.vectors ?? '';
     const vectors = this.source.vectors === undefined ? undefined : await read(this.source.vectors);
-    return { wasm, config, signature, signatureAt, wasmAt: this.source.wasm, vectors, vectorsAt, seen };
+    return { wasm, config, signature, signatureAt, wasmAt: this.source.wasm, vectors, vectorsAt, seen, order: newest };
   }
 }
 
@@ -329,8 +363,12 @@ class FleetOrigin implements Origin {
     const { wasm, config, signature, vectors, revision } = publication;
     return {
       wasm, config, signature, signatureAt: this.fleet.key('wasm.sig'), wasmAt: `${this.fleet.key('wasm')} (revision ${revision})`,
-      vectors, vectorsAt: `${this.fleet.key('vectors')} (revision ${revision})`, seen: `revision ${revision}`,
+      vectors, vectorsAt: `${this.fleet.key('vectors')} (revision ${revision})`, seen: `revision ${revision}`, order: BigInt(revision),
     };
+  }
+
+  describe(order: bigint): string {
+    return `revision ${order} (${this.fleet.key('revision')})`;
   }
 }
 
@@ -353,6 +391,8 @@ export class LivePolicy {
   /** Whether the fleet's Redis was unreachable at the last check (logged once per outage). */
   #unreachable = false;
   #queue: Promise<unknown> = Promise.resolve();
+  /** How new each policy held (serving, previous) was when read (`Read.order`). */
+  readonly #orders = new WeakMap<Loaded, bigint>();
   readonly #counters = { accepted: 0, refused: 0, rolledBack: 0 };
   readonly #watchers = new Set<PolicyWatcher>();
   readonly #log: (event: PolicyUpdateEvent) => void;
@@ -361,8 +401,10 @@ export class LivePolicy {
   readonly source: PolicySource | FleetPolicySource;
   readonly #origin: Origin;
 
-  private constructor(origin: Origin, first: Loaded, seen: string, private readonly options: LiveOptions) {
+  private constructor(origin: Origin, first: Loaded, read: Read, private readonly options: LiveOptions) {
     this.#origin = origin;
+    const { seen } = read;
+    this.#orders.set(first, read.order);
     this.source = origin instanceof FleetOrigin
       ? Object.freeze({ url: origin.fleet.url, prefix: origin.fleet.prefix, integrity: origin.integrity })
       : (origin as FileOrigin).source;
@@ -406,7 +448,7 @@ export class LivePolicy {
     const options: LiveOptions = gate === undefined ? given : { ...given, gateVectors: Object.freeze(gate.map((path) => resolve(path))) };
     const read = await origin.read();
     const first = await candidate(read, origin.integrity, 1, undefined, options);
-    return new LivePolicy(origin, first, read.seen, options);
+    return new LivePolicy(origin, first, read, options);
   }
 
   /** The policy new runs get. Keep it for the run: an update does not change it. */
@@ -638,12 +680,23 @@ export class LivePolicy {
     }
     const serving = this.#current;
     let loaded: Loaded;
+    let order: bigint;
     try {
       const read = await this.#origin.read();
       this.#seen = read.seen;
+      // Older than what serves (a stale replica, an old dump, files put back
+      // with their old times): refused before it is even checked. Equal is
+      // not older (the same files or revision may be read again); a rollback
+      // is not an update and changes what serves, so what comes next is
+      // compared with the policy rolled back to.
+      const servingOrder = this.#orders.get(serving);
+      if (servingOrder !== undefined && read.order < servingOrder) {
+        throw new UpdateOlderError(`${this.#origin.describe(read.order)}, while the serving policy's is ${this.#origin.describe(servingOrder)}`);
+      }
       // Generations only grow (after a rollback too), so that one number names
       // one policy; a refused candidate takes none (the Rust host's numbering).
       loaded = await candidate(read, this.#origin.integrity, this.#generations + 1, serving, this.options);
+      order = read.order;
     } catch (e) {
       const error = e instanceof UpdateError ? e : new UpdateSelfTestError(`${(e as Error)?.name ?? 'Error'}: ${(e as Error)?.message ?? e}`, { cause: e });
       this.#lastRefusal = error.message;
@@ -652,6 +705,7 @@ export class LivePolicy {
       throw error;
     }
     this.#generations = loaded.identity.generation;
+    this.#orders.set(loaded, order);
     this.#previous = this.#current;
     this.#current = loaded;
     this.#lastRefusal = undefined;

@@ -4,7 +4,7 @@
 // workers are separate Node processes (test/fleet-worker.ts) printing JSON lines.
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, execFile, type ChildProcess } from 'node:child_process';
+import { spawn, spawnSync, execFile, type ChildProcess } from 'node:child_process';
 import { createHash, generateKeyPairSync, sign, type KeyObject } from 'node:crypto';
 import { copyFileSync, existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer, type Server, type Socket } from 'node:net';
@@ -17,8 +17,8 @@ import { promisify } from 'node:util';
 import { createClient, RESP_TYPES } from 'redis';
 
 import { locateComponent } from '../src/component.js';
-import { UpdateFleetError, UpdateSelfTestError } from '../src/errors.js';
-import { DEFAULT_PREFIX, Fleet, FleetError, REDIS_TIMEOUT_MS, publishPolicy } from '../src/fleet.js';
+import { UpdateFleetError, UpdateOlderError, UpdateSelfTestError } from '../src/errors.js';
+import { DEFAULT_PREFIX, Fleet, FleetError, MAX_REVISION, REDIS_TIMEOUT_MS, parseRevision, publishPolicy } from '../src/fleet.js';
 import { Integrity, LivePolicy, type LiveOptions, type PolicyUpdateEvent } from '../src/live.js';
 import { killRedisServers, RedisServer } from './redis-server.js';
 
@@ -33,6 +33,13 @@ const config = (attempts: number) => `{"default-effect": "read", "max-attempts-p
 const sha256Hex = (text: string | Uint8Array) => createHash('sha256').update(text).digest('hex');
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+
+/** `redis-cli -p <port> …` (stdin: `input`, for `-x`), its answer trimmed. */
+function cli(redis: RedisServer, args: string[], input?: Buffer): string {
+  const out = spawnSync('redis-cli', ['-p', String(redis.port), ...args], { input });
+  if (out.error) throw out.error;
+  return out.stdout.toString().trim();
+}
 
 /** A raw client of the test's own, for reading and writing keys directly. */
 async function raw(url: string) {
@@ -120,7 +127,7 @@ after(async () => {
 type Policy = { generation: number; config_sha256: string; wasm_sha256: string };
 const policyOf = (line: Record<string, unknown>) => line.policy as Policy;
 
-test('publishPolicy writes the Rust host\'s layout in one transaction and announces it', async () => {
+test('publishPolicy writes the Rust host\'s layout in one script and announces it', async () => {
   const redis = await RedisServer.start();
   const client = await raw(redis.url);
   const messages: string[] = [];
@@ -448,9 +455,125 @@ test('the Rust host and this one share a fleet: each takes what the other publis
 
 test('without node-redis the error says what to install', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'no-redis-'));
-  for (const file of ['fleet.js', 'errors.js']) copyFileSync(join(here, '../src', file), join(dir, file));
+  for (const file of ['fleet.js', 'fleet-scripts.js', 'errors.js']) copyFileSync(join(here, '../src', file), join(dir, file));
   const script = `import { publishPolicy } from ${JSON.stringify(pathToFileURL(join(dir, 'fleet.js')).href)};
     publishPolicy('redis://127.0.0.1:1', new Uint8Array(1), '{}').then(() => console.log('published?'), (e) => console.log(e.name + ': ' + e.message));`;
   const { stdout } = await promisify(execFile)(process.execPath, ['--input-type=module', '-e', script]);
   assert.match(stdout, /^FleetError: fleet updates through Redis need the npm package `redis` \(node-redis 5\).*npm install redis@\^5\.9\.0/);
+});
+
+test('the one revision parser reads tests/vectors/fleet/revisions.json as the Rust and Python hosts do', () => {
+  const file = join(here, '../../../../tests/vectors/fleet/revisions.json');
+  const { cases } = JSON.parse(readFileSync(file, 'utf8')) as { cases: Array<{ description: string; text: string; revision: number | null }> };
+  assert.ok(cases.length >= 19, `${cases.length} cases`);
+  assert.equal(MAX_REVISION, 2 ** 53 - 1);
+  for (const { description, text, revision } of cases) {
+    for (const given of [text, Buffer.from(text, 'utf8')]) {
+      if (revision === null) {
+        assert.throws(() => parseRevision(given), (e: unknown) => {
+          assert.ok(e instanceof FleetError, `${description}: ${String(e)}`);
+          assert.equal(e.message, `${JSON.stringify(text)} is not a revision (decimal digits from 1 to 9007199254740991)`, description);
+          return true;
+        });
+      } else {
+        assert.equal(parseRevision(given), revision, description);
+      }
+    }
+  }
+});
+
+test('a publication onto a garbage revision writes nothing; reading the revision refuses it by name; a good revision publishes again', async () => {
+  const redis = await RedisServer.start();
+  try {
+    const fleet = new Fleet({ url: redis.url });
+    const first = await publishPolicy(redis.url, WASM, config(4));
+    for (const garbage of ['abc', '-5', '18446744073709551616', '9007199254740991']) {
+      cli(redis, ['SET', 'agent-retry:policy:revision', garbage]);
+      await assert.rejects(publishPolicy(redis.url, WASM, config(2), { vectors: VECTORS }), (e: unknown) => {
+        assert.ok(e instanceof FleetError, `${garbage}: ${String(e)}`);
+        assert.match(e.message, /nothing was written/, garbage);
+        return true;
+      });
+      assert.equal(cli(redis, ['GET', 'agent-retry:policy:config']), config(4), `${garbage}: the configuration is the last good publication's`);
+      assert.equal(cli(redis, ['EXISTS', 'agent-retry:policy:vectors']), '0', `${garbage}: nor the vectors`);
+      assert.equal(cli(redis, ['GET', 'agent-retry:policy:revision']), garbage, `${garbage}: nor the revision`);
+      if (garbage !== '9007199254740991') {
+        const named = (e: unknown) => {
+          assert.ok(e instanceof FleetError, `${garbage}: ${String(e)}`);
+          assert.ok(e.message.includes(`agent-retry:policy:revision: ${JSON.stringify(garbage)} is not a revision`), e.message);
+          return true;
+        };
+        await assert.rejects(fleet.revision(), named);
+        await assert.rejects(fleet.read(), named);
+      } else {
+        assert.equal(await fleet.revision(), MAX_REVISION, 'the largest is a revision: only a publication after it is refused');
+      }
+    }
+    cli(redis, ['SET', 'agent-retry:policy:revision', String(first)]);
+    assert.ok(await publishPolicy(redis.url, WASM, config(2)) > first, 'a good revision publishes again');
+    assert.equal(cli(redis, ['GET', 'agent-retry:policy:config']), config(2));
+  } finally {
+    await redis.kill();
+  }
+});
+
+test('a publication older than the serving one (an old dump: its .wasm, configuration and lower revision written back) is refused as older; the serving policy stays', async () => {
+  const redis = await RedisServer.start();
+  const worker = new Worker(redis.url, { intervalMs: 200 });
+  try {
+    // The older publication: another .wasm (a custom section) with 3 attempts; then the one that serves, 2 attempts.
+    const older = Buffer.concat([WASM, Buffer.from([0, 5, 4, 0x74, 0x65, 0x73, 0x74])]);
+    const r1 = await publishPolicy(redis.url, older, config(3));
+    const live = await LivePolicy.openFleet({ url: redis.url }, Integrity.unchecked(), { cacheDir, log: () => undefined });
+    assert.equal(live.current().identity.configSha256, sha256Hex(config(3)));
+    assert.equal(policyOf(await worker.next('serving', 30_000)).config_sha256, sha256Hex(config(3)));
+    await worker.subscribed();
+    await sleep(5);
+    const r2 = await publishPolicy(redis.url, WASM, config(2));
+    assert.ok(r2 > r1);
+    assert.equal((await live.poll())?.generation, 2);
+    const serving = live.current();
+    assert.equal(serving.identity.configSha256, sha256Hex(config(2)));
+    const taken = policyOf(await worker.next('serving'));
+    assert.equal(taken.config_sha256, sha256Hex(config(2)), 'the worker took it');
+
+    // A Redis restored from an old dump: the older publication's keys and revision, written directly.
+    cli(redis, ['-x', 'SET', 'agent-retry:policy:wasm'], older);
+    cli(redis, ['SET', 'agent-retry:policy:config', config(3)]);
+    cli(redis, ['SET', 'agent-retry:policy:revision', String(r1)]);
+    const read = await new Fleet({ url: redis.url }).read();
+    assert.ok(read.wasm.equals(older) && read.revision === r1, 'the old dump is what Redis holds');
+
+    const isOlder = (e: unknown) => {
+      assert.ok(e instanceof UpdateOlderError, String(e));
+      assert.equal(e.kind, 'older');
+      assert.equal(e.message, `older than the serving policy: revision ${r1} (agent-retry:policy:revision), while the serving policy's is revision ${r2} (agent-retry:policy:revision)`);
+      return true;
+    };
+    await assert.rejects(live.poll(), isOlder);
+    assert.equal(await live.poll(), undefined, 'tried once');
+    await assert.rejects(live.reload(), isOlder);
+    assert.equal(live.current(), serving, 'the serving policy is unchanged');
+    assert.deepEqual(live.metrics, { accepted: 1, refused: 2, rolledBack: 0 });
+    // The worker process: its watcher sees the revision change and refuses it.
+    const refused = await worker.next('refused');
+    assert.equal(refused.kind, 'older');
+    assert.match(String(refused.reason), new RegExp(`^older than the serving policy: revision ${r1} .*the serving policy's is revision ${r2}`));
+    const status = await worker.ask('status');
+    assert.deepEqual(policyOf(status), taken);
+    assert.equal(status.refused, 1, 'refused once, not at every poll');
+    assert.equal((await worker.ask('decide')).attempts, 2);
+
+    // A rollback is not an update: it is never refused as older, and what comes next is compared with what it serves.
+    assert.equal((await live.rollback()).configSha256, sha256Hex(config(3)));
+    // The next publication is newer than both (the server's time in ms, past the revision restored).
+    const r3 = await publishPolicy(redis.url, WASM, config(4));
+    assert.ok(r3 > r2, `${r2} then ${r3}`);
+    assert.equal((await live.poll())?.configSha256, sha256Hex(config(4)));
+    assert.equal(policyOf(await worker.next('serving')).config_sha256, sha256Hex(config(4)));
+    live.close();
+  } finally {
+    worker.kill();
+    await redis.kill();
+  }
 });

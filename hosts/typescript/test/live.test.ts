@@ -4,9 +4,11 @@
 // tampered update is refused and the last good policy keeps serving; rollback;
 // the watcher; swaps under load.
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
+import { execFile, spawnSync } from 'node:child_process';
 import { createHash, generateKeyPairSync, sign } from 'node:crypto';
-import { copyFileSync, existsSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  closeSync, constants, copyFileSync, existsSync, mkdtempSync, openSync, readFileSync, renameSync, rmSync, statSync, unlinkSync, utimesSync, writeFileSync, writeSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { test } from 'node:test';
@@ -20,7 +22,8 @@ import { PolicyComponent, locateComponent, type Policy } from '../src/component.
 import { SplitMix64 } from '../src/entropy.js';
 import {
   ComponentImportRefused, ComponentLoadError, ContractVersionMismatch, Escalated, NothingToRollBackTo, PolicyBoundaryViolation, PolicyMemoryExceeded,
-  PolicyOutOfFuel, PolicyTrap, UpdateConfigError, UpdateError, UpdateFleetError, UpdateIntegrityError, UpdateLoadError, UpdateReadError, UpdateSelfTestError,
+  PolicyOutOfFuel, PolicyTrap, UpdateConfigError, UpdateError, UpdateFleetError, UpdateIntegrityError, UpdateLoadError, UpdateOlderError, UpdateReadError,
+  UpdateSelfTestError,
 } from '../src/errors.js';
 import * as api from '../src/index.js';
 import { RetryingToolCaller } from '../src/mcp.js';
@@ -473,6 +476,89 @@ test('the watcher picks up a changed configuration and a changed .wasm, keeps go
   assert.deepEqual(live.metrics, { accepted: 4, refused: 1, rolledBack: 0 });
 });
 
+/** Writes `content` to `path` the safe way (beside, then renamed over), with its modification time `mtime` if given. */
+function publishFile(path: string, content: string | Uint8Array, mtime?: Date): void {
+  const next = `${path}.new`;
+  writeFileSync(next, content);
+  if (mtime !== undefined) utimesSync(next, mtime, mtime);
+  renameSync(next, path);
+}
+
+test('files older than the serving policy\'s (their modification time set back) are refused as older; the same files reloaded are not', async () => {
+  const source = deployed();
+  const options = recorded();
+  const live = await LivePolicy.open(source, options);
+  assert.equal((await live.reload()).generation, 2, 'the same files again: equal is not older');
+  const serving = live.current();
+  // A configuration whose files are an hour older than the serving ones (an old release copied with its times: cp -p, rsync -t, tar x).
+  const hourAgo = new Date((Math.floor(Date.now() / 1000) - 3600) * 1000); // whole seconds: utimes takes them as a float
+  publishFile(source.config, reads(2), hourAgo);
+  utimesSync(source.wasm, hourAgo, hourAgo);
+  const isOlder = (e: unknown) => {
+    assert.ok(e instanceof UpdateOlderError, String(e));
+    assert.equal(e.kind, 'older');
+    assert.match(e.message, /^older than the serving policy: the files' newest modification time \d{4}-\d\d-\d\dT[\d:.]+Z, while the serving policy's is the files' newest modification time/);
+    assert.ok(e.message.includes(`time ${hourAgo.toISOString().slice(0, -1)}000000Z, while`), e.message);
+    return true;
+  };
+  await assert.rejects(live.reload(), isOlder);
+  assert.equal(live.current(), serving, 'the serving policy is unchanged');
+  assert.equal(await attemptsAgainstAPersistent503(live.current()), 4);
+  assert.equal(await live.poll(), undefined, 'a refused change is tried once');
+  assert.match(live.lastRefusal() ?? '', /^older than the serving policy/);
+  const refused = options.events.filter((e) => e.message === 'policy update refused');
+  assert.equal(refused.length, 1);
+  assert.equal(refused[0].kind, 'older');
+  // The same content written now is newer: taken.
+  publishFile(source.config, reads(2));
+  assert.equal((await live.poll())?.generation, 3);
+  assert.equal(await attemptsAgainstAPersistent503(live.current()), 2);
+  // A rollback is not an update: never refused as older, though what it returns to was read earlier.
+  assert.equal((await live.rollback()).generation, 2);
+  assert.equal(await attemptsAgainstAPersistent503(live.current()), 4);
+  assert.deepEqual(live.metrics, { accepted: 2, refused: 1, rolledBack: 1 });
+});
+
+test('one update at a time: two reloads started at once while the files change between their reads end with the newest files serving', async () => {
+  const source = deployed();
+  const live = await LivePolicy.open(source, recorded());
+  const good = readFileSync(source.wasm);
+  // The first files: another .wasm (a long gate: transpiled and compiled) and 3 attempts, the
+  // configuration a FIFO, so that the test knows when the first reload has read it.
+  const v2 = withCustomSection(good, `race-${process.pid}-${Date.now()}`);
+  publishFile(source.wasm, v2);
+  unlinkSync(source.config);
+  const made = spawnSync('mkfifo', [source.config]);
+  assert.equal(made.status, 0, `mkfifo: ${made.stderr}`);
+  assert.ok(statSync(source.config).isFIFO());
+  const first = live.reload();
+  const second = live.reload();
+  // Hands 3 attempts to the reader of the FIFO (the first reload: it reads the .wasm, then the configuration).
+  const deadline = Date.now() + 10_000;
+  let fd: number | undefined;
+  while (fd === undefined) {
+    try {
+      fd = openSync(source.config, constants.O_WRONLY | constants.O_NONBLOCK);
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== 'ENXIO' || Date.now() > deadline) throw e;
+      await sleep(2);
+    }
+  }
+  writeSync(fd, reads(3));
+  closeSync(fd);
+  // The files change between the two reads: the original .wasm and 2 attempts, renamed over.
+  publishFile(source.wasm, good);
+  publishFile(source.config, reads(2));
+  const [a, b] = await Promise.all([first, second]);
+  const sha = (bytes: string | Uint8Array) => createHash('sha256').update(bytes).digest('hex');
+  assert.deepEqual([a.generation, a.wasmSha256, a.configSha256], [2, sha(v2), sha(reads(3))], 'the first read the first files');
+  assert.deepEqual([b.generation, b.wasmSha256, b.configSha256], [3, sha(good), sha(reads(2))], 'the second read the newest');
+  assert.equal(live.current().identity, b, 'the newest files serve');
+  assert.equal(await attemptsAgainstAPersistent503(live.current()), 2);
+  assert.equal(await live.poll(), undefined, 'and poll() has nothing new');
+  assert.deepEqual(live.metrics, { accepted: 2, refused: 0, rolledBack: 0 });
+});
+
 test('a watch interval past 2^31 - 1 ms does not overflow node\'s timer (it would poll every ms)', async () => {
   const live = await LivePolicy.open(deployed(), recorded());
   const warnings: string[] = [];
@@ -598,14 +684,15 @@ test('decisions never fail while the policy is swapped back and forth under load
 test('every refusal is an UpdateError with its kind, exported from the package', () => {
   const kinds = [
     new UpdateReadError('/x', 'gone'), new UpdateIntegrityError('x'), new UpdateLoadError(new ComponentLoadError('x')),
-    new UpdateConfigError('x'), new UpdateSelfTestError('x'), new UpdateFleetError('x'), new NothingToRollBackTo(),
+    new UpdateConfigError('x'), new UpdateSelfTestError('x'), new UpdateFleetError('x'), new UpdateOlderError('x'), new NothingToRollBackTo(),
   ].map((e) => {
     assert.ok(e instanceof UpdateError);
     return e.kind;
   });
-  assert.deepEqual(kinds, ['read', 'integrity', 'load', 'config', 'self-test', 'fleet', 'nothing-to-roll-back-to']);
+  assert.deepEqual(kinds, ['read', 'integrity', 'load', 'config', 'self-test', 'fleet', 'older', 'nothing-to-roll-back-to']);
   for (const name of ['LivePolicy', 'Integrity', 'PolicyIdentity', 'UpdateError', 'UpdateReadError', 'UpdateIntegrityError', 'UpdateLoadError',
-    'UpdateConfigError', 'UpdateSelfTestError', 'UpdateFleetError', 'NothingToRollBackTo', 'publishPolicy', 'Fleet', 'FleetError', 'DEFAULT_PREFIX',
+    'UpdateConfigError', 'UpdateSelfTestError', 'UpdateFleetError', 'UpdateOlderError', 'NothingToRollBackTo', 'publishPolicy', 'Fleet', 'FleetError',
+    'parseRevision', 'MAX_REVISION', 'DEFAULT_PREFIX',
     'REDIS_TIMEOUT_MS', 'MAX_CLOCK_SKEW_MS', 'EmbeddedAccounts']) {
     assert.ok(name in api, `${name} is exported`);
   }
