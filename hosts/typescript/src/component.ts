@@ -387,6 +387,10 @@ export class PolicyComponent {
    *  transpiled from another .wasm than the one in force, or if a .wasm other
    *  than the bundled one must be transpiled and jco is not installed. */
   static load(options: LoadOptions = {}): Promise<PolicyComponent> {
+    // `load("/path.wasm")` from plain JavaScript once loaded the bundled component, silently.
+    if (typeof options !== 'object' || options === null) {
+      return Promise.reject(new TypeError(`PolicyComponent.load takes options ({ wasmPath: ${JSON.stringify(options)} }), not a ${options === null ? 'null' : typeof options}`));
+    }
     const maxMemoryBytes = options.maxMemoryBytes ?? MAX_MEMORY_BYTES;
     if (!Number.isSafeInteger(maxMemoryBytes) || maxMemoryBytes < 65536) {
       return Promise.reject(new RangeError(`maxMemoryBytes must be an integer of at least 65536 (one page), not ${maxMemoryBytes}`));

@@ -641,6 +641,20 @@ async function prepare(component: PolicyComponent, config: unknown, defaultConfi
   return { subject, configText, state: { now: DEFAULT_START_MS, ruleNames: names as string[], started: false, attempts: new Map() } };
 }
 
+/** `expected` with each `{"$config": field}` replaced by that field of the
+ *  configuration the case runs under, read by the host (the guard's reading),
+ *  never by the component under test. */
+export function withConfigValues(expected: Json, configText: string): Json {
+  if (Array.isArray(expected)) return expected.map((v) => withConfigValues(v, configText));
+  if (typeof expected === 'object' && expected !== null) {
+    const keys = Object.keys(expected);
+    const field = (expected as Record<string, Json>).$config;
+    if (keys.length === 1 && typeof field === 'string') return Number(new RunGuard(configText).cap(field));
+    return Object.fromEntries(keys.map((k) => [k, withConfigValues((expected as Record<string, Json>)[k], configText)]));
+  }
+  return expected;
+}
+
 export async function runCase(component: PolicyComponent, file: string, testCase: VectorCase, options: RunCaseOptions = {}): Promise<CaseResult> {
   const result: CaseResult = { file, description: testCase.description, outputs: [] };
   const ready = await prepare(component, testCase.config, options.defaultConfigText);
@@ -666,7 +680,7 @@ export async function runCase(component: PolicyComponent, file: string, testCase
     }
     result.outputs.push(output);
     if ('expect' in step) {
-      const mismatch = match(step.expect, output);
+      const mismatch = match(withConfigValues(step.expect as Json, ready.configText), output);
       if (mismatch) {
         result.failure = `step ${i + 1} (${String(step.op)}): ${mismatch}`;
         return result;

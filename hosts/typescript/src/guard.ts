@@ -171,6 +171,22 @@ export class RunGuard {
     this.limits = new Limits(isObject(parsed) ? parsed : {});
   }
 
+  /** A cap by its configuration name, as this guard read it (the gate's
+   *  `{"$config": field}` matcher); `retry-wait-cap-ms` is the longest wait of a
+   *  retry without a hint: `max-delay-ms` or the account's `max-wait-ms`.
+   *  Throws for a name it does not read. */
+  cap(field: string): bigint {
+    const l = this.limits;
+    const caps: Record<string, bigint> = {
+      'max-delay-ms': l.maxDelayMs, 'max-hint-ms': l.maxHintMs, 'max-attempts-per-call': l.maxAttemptsPerCall,
+      'max-retries-per-run': l.maxRetriesPerRun, 'max-steps-per-run': l.maxStepsPerRun, 'task-poll-max-delay-ms': l.taskPollMaxDelayMs,
+      'max-polls-per-task': l.maxPollsPerTask, 'retry-wait-cap-ms': l.maxDelayMs > l.accountWaitMs ? l.maxDelayMs : l.accountWaitMs,
+    };
+    const value = caps[field];
+    if (value === undefined) throw new Error(`$config names ${JSON.stringify(field)}; the host reads ${Object.keys(caps).join(', ')}`);
+    return value;
+  }
+
   /** The policy admitted a call whose first send waits `startDelayMs`. */
   begin(tool: string, key: string | undefined, hints: Wit.ToolHints | undefined, startDelayMs: bigint): { call: CallGuard; violation?: Violation } {
     const call = new CallGuard(this, this.limits, key, this.limits.unkeyedWrite(tool, key, hints));

@@ -167,3 +167,11 @@ test('without jco, the error says what to install; another jco release line is r
   assert.ok(existsSync(join(packageRoot, 'scripts/transpile.mjs')));
   assert.match(readFileSync(join(packageRoot, 'scripts/transpile.mjs'), 'utf8'), /from '\.\/jco-transpile\.mjs'/, 'one shared module');
 });
+
+// Issue 24: `PolicyComponent.load("/path.wasm")` from plain JavaScript (the
+// path where the options belong) loaded the bundled component, silently.
+test('load refuses a path given in place of its options, naming what to write', async () => {
+  const load = PolicyComponent.load as unknown as (options: unknown) => Promise<PolicyComponent>;
+  await assert.rejects(load('/tmp/some.wasm'), (e: Error) => e instanceof TypeError && e.message.includes('{ wasmPath: "/tmp/some.wasm" }'));
+  await assert.rejects(load(null), TypeError);
+});
