@@ -152,7 +152,9 @@ class RunGuard:
 
     def cap(self, field: str) -> int:
         """A cap by its configuration name, as this guard read it (the gate's
-        `{"$config": field}` matcher). Raises `KeyError` for a field it does not read."""
+        `{"$config": field}` matcher); `retry-wait-cap-ms` is the longest wait of
+        a retry without a hint: `max-delay-ms` or the account's `max-wait-ms`.
+        Raises `KeyError` for a field it does not read."""
         caps = {
             "max-delay-ms": self.max_delay_ms,
             "max-hint-ms": self.max_hint_ms,
@@ -161,6 +163,7 @@ class RunGuard:
             "max-steps-per-run": self.max_steps_per_run,
             "task-poll-max-delay-ms": self.task_poll_max_delay_ms,
             "max-polls-per-task": self.max_polls_per_task,
+            "retry-wait-cap-ms": max(self.max_delay_ms, self.account_wait_ms),
         }
         if field not in caps:
             raise KeyError(f"$config names {field!r}; the host reads {', '.join(caps)}")
