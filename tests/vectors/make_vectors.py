@@ -1611,6 +1611,15 @@ def gate_cases():
         case("the idempotency key is the contract's derivation", [
             {"op": "derive-idempotency-key", "run-id": "self-test", "action-id": "step-1", "expect": key_of("self-test", "step-1")},
         ]),
+        case("a retry waits within the configuration's own caps", [
+            begin("self_test_read", hints=READ),
+            outcome(1, fail(status=503), entropy=2**64 - 1,
+                    expect={"ok": {"action": {"$any": [{"retry": {"delay-ms": {"$range": [0, {"$config": "retry-wait-cap-ms"}]}}}, escalated]}}}),
+        ], comment="run under the candidate's own configuration: the host reads the cap from that configuration's text, never from the candidate"),
+        case("next-delay waits within the configuration's own max-delay-ms", [
+            {"op": "next-delay", "retry": 30, "hint-ms": None, "entropy": hexu(2**64 - 1),
+             "expect": {"$range": [0, {"$config": "max-delay-ms"}]}},
+        ], comment="run under the candidate's own configuration"),
         case("a retry waits within max-delay-ms", [
             begin("self_test_read", hints=READ),
             outcome(1, fail(status=503), entropy=2**64 - 1, expect={"ok": {"action": {"retry": {"delay-ms": {"$range": [0, 2000]}}}}}),

@@ -800,12 +800,13 @@ impl PolicyInstance {
 
     /// The run's last decision in words, if it was about `call_id`.
     pub fn last_decision(&mut self, run: &RunHandle, call_id: u32) -> Result<Option<types::Decision>, PolicyFault> {
-        self.guarded(|b, store| b.agent_retry_policy_policy().run().call_last_decision(store, run.0, call_id))
+        // Its texts are cut before any host code logs or returns them.
+        Ok(self.guarded(|b, store| b.agent_retry_policy_policy().run().call_last_decision(store, run.0, call_id))?.map(limits::bounded_decision))
     }
 
     /// The run's hand-off, once it has escalated.
     pub fn escalation(&mut self, run: &RunHandle) -> Result<Option<types::Escalation>, PolicyFault> {
-        self.guarded(|b, store| b.agent_retry_policy_policy().run().call_escalation(store, run.0))
+        Ok(self.guarded(|b, store| b.agent_retry_policy_policy().run().call_escalation(store, run.0))?.map(limits::bounded_escalation))
     }
 
     /// What happened in the run so far (its effects bounded: see [`Self::effects`]).

@@ -7,10 +7,12 @@
 pub mod accounts;
 pub mod canonical;
 pub mod component;
+pub mod config_defaults;
 pub mod dynamic;
 pub mod entropy;
 pub mod fault;
 pub mod fleet;
+pub mod guard;
 pub mod labels;
 pub mod limits;
 pub mod live;

@@ -5,7 +5,7 @@
 
 use std::borrow::Cow;
 
-use crate::component::types::Observation;
+use crate::component::types::{Action, Decision, Escalation, Observation};
 
 /// The most bytes of an observation's body (or tool-error text, or an empty result's detail) passed.
 pub const MAX_BODY_BYTES: usize = 65_536;
@@ -32,6 +32,37 @@ pub fn cut(text: &str, max: usize) -> &str {
         end -= 1;
     }
     &text[..end]
+}
+
+/// A text lifted from the policy (a reason, a message, a note, a last
+/// error), cut to [`MAX_LIFTED_TEXT_BYTES`] at a character boundary with
+/// ` … [cut: N bytes]` (N the bytes removed): a hostile policy's 20 MB
+/// reason must not become a 20 MB log line.
+pub fn cut_lifted_text(text: String) -> String {
+    if text.len() <= MAX_LIFTED_TEXT_BYTES {
+        return text;
+    }
+    let kept = cut(&text, MAX_LIFTED_TEXT_BYTES);
+    format!("{kept} … [cut: {} bytes]", text.len() - kept.len())
+}
+
+/// An escalation with its texts cut ([`cut_lifted_text`]).
+pub fn bounded_escalation(mut escalation: Escalation) -> Escalation {
+    escalation.note = cut_lifted_text(escalation.note);
+    escalation.last_error = escalation.last_error.map(cut_lifted_text);
+    escalation
+}
+
+/// A decision with its texts cut ([`cut_lifted_text`]).
+pub fn bounded_decision(mut decision: Decision) -> Decision {
+    decision.reason = cut_lifted_text(decision.reason);
+    decision.action = match decision.action {
+        Action::Replan(message) => Action::Replan(cut_lifted_text(message)),
+        Action::Succeed(note) => Action::Succeed(note.map(cut_lifted_text)),
+        Action::Escalate(escalation) => Action::Escalate(bounded_escalation(escalation)),
+        other => other,
+    };
+    decision
 }
 
 /// Whether every header line is within the limits: at most [`MAX_HEADERS`]
@@ -134,6 +165,18 @@ mod tests {
         assert_eq!(cut.body.len(), MAX_BODY_BYTES, "cut at a character boundary: é is 2 bytes");
         assert_eq!(cut.structured_content, None, "cut JSON is not JSON: dropped");
         assert!(cut.session_id_sent && cut.delivery == Delivery::AnswerStarted, "the facts that are not text pass unchanged");
+    }
+
+    #[test]
+    fn a_lifted_text_is_cut_at_a_character_boundary_and_says_how_much() {
+        assert_eq!(cut_lifted_text("short".into()), "short");
+        let exact = "a".repeat(MAX_LIFTED_TEXT_BYTES);
+        assert_eq!(cut_lifted_text(exact.clone()), exact);
+        let huge = format!("a{}", "é".repeat(10_000_000));
+        let cut = cut_lifted_text(huge.clone());
+        let (kept, suffix) = cut.split_once(" … [cut: ").unwrap();
+        assert_eq!(kept.len(), MAX_LIFTED_TEXT_BYTES - 1, "é is 2 bytes: one byte short of the limit");
+        assert_eq!(suffix, format!("{} bytes]", huge.len() - kept.len()));
     }
 
     #[test]

@@ -41,7 +41,13 @@ impl EmbeddedAccounts {
     /// Buckets in this process's time (see the type's documentation).
     pub fn new() -> Self {
         let epoch_ms_at_start = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
-        EmbeddedAccounts { tats: Mutex::new(HashMap::new()), trust_host_clock: false, warned: AtomicBool::new(false), epoch_ms_at_start, started: Instant::now() }
+        EmbeddedAccounts {
+            tats: Mutex::new(HashMap::new()),
+            trust_host_clock: false,
+            warned: AtomicBool::new(false),
+            epoch_ms_at_start,
+            started: Instant::now(),
+        }
     }
 
     /// Buckets in whatever time the callers pass: for simulations and test

@@ -136,11 +136,10 @@ mod tests {
     fn a_clock_an_hour_off_neither_locks_the_account_nor_widens_it() {
         const HOUR_MS: u64 = 3_600_000;
         let bucket = Bucket { capacity: 40, refill_interval_ms: 60_000 };
-        let take_all = |accounts: &EmbeddedAccounts, skewed: &dyn Fn() -> u64| (0..100).filter(|_| matches!(accounts.reserve("acct", 1, bucket, 0, skewed()), Reservation::Granted(_))).count();
-        for (what, skewed) in [
-            ("an hour ahead", &(|| process_now_ms() + HOUR_MS) as &dyn Fn() -> u64),
-            ("an hour behind", &|| process_now_ms() - HOUR_MS),
-        ] {
+        let take_all = |accounts: &EmbeddedAccounts, skewed: &dyn Fn() -> u64| {
+            (0..100).filter(|_| matches!(accounts.reserve("acct", 1, bucket, 0, skewed()), Reservation::Granted(_))).count()
+        };
+        for (what, skewed) in [("an hour ahead", &(|| process_now_ms() + HOUR_MS) as &dyn Fn() -> u64), ("an hour behind", &|| process_now_ms() - HOUR_MS)] {
             // The skewed worker first: it gets the burst, no more.
             let accounts = EmbeddedAccounts::new();
             assert_eq!(take_all(&accounts, skewed), 40, "{what}: the skewed worker takes the burst");

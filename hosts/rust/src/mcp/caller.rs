@@ -49,6 +49,7 @@ use crate::component::types::{
     RunError, RunReport, StatusCheckResult, TaskStatus, ToolHints, TransportError, Verdict,
 };
 use crate::component::{Admission, Outcome, PolicyHandle, PolicyInstance, RunHandle};
+use crate::guard::{Asked, CallIndex, Polled, RunGuard, Said, Seen, Violation};
 use crate::labels;
 
 /// Reads state to learn whether an ambiguous write was applied: given the
@@ -90,9 +91,10 @@ pub struct RetryingToolCallerOptions {
     /// time, ms; default none): [`CallError::TimedOut`].
     pub call_timeout_ms: Option<u64>,
     /// The run's deadline: every call stops once the caller is this old
-    /// (policy time, ms; default none). With it (or `call_timeout_ms`), every
-    /// report passes the policy `time-left-ms`, the time to the nearer
-    /// deadline, so that it never plans a wait past it.
+    /// (policy time, ms; default [`DEFAULT_RUN_TIMEOUT_MS`], `None` for
+    /// none). With it (or `call_timeout_ms`), every report passes the policy
+    /// `time-left-ms`, the time to the nearer deadline, so that it never
+    /// plans a wait past it.
     pub run_timeout_ms: Option<u64>,
     /// Told every verdict the wrapper acts on (for tests and metrics; default
     /// none): see [`OnVerdict`] and [`RetryingToolCallerOptions::on_verdict`].
@@ -142,12 +144,16 @@ impl Default for RetryingToolCallerOptions {
             clock: Clock::real(),
             policy_identity: None,
             call_timeout_ms: None,
-            run_timeout_ms: None,
+            run_timeout_ms: Some(DEFAULT_RUN_TIMEOUT_MS),
             on_verdict: None,
             on_progress: None,
         }
     }
 }
+
+/// The run deadline a caller has unless it says otherwise: 30 minutes, so
+/// that no policy's wait can hold a run for ever (the same in every host).
+pub const DEFAULT_RUN_TIMEOUT_MS: u64 = 1_800_000;
 
 /// Appended to the logged reason of a decision on a failure whose HTTP status
 /// and headers were not captured (the same text in every host).
@@ -213,6 +219,8 @@ struct AttemptLine<'a> {
     hint_ms: Option<u64>,
     escalation: Option<&'a str>,
     reason: &'a str,
+    /// The invariant the policy broke, when the run-time guard stopped it.
+    invariant: Option<&'a str>,
 }
 
 /// What the wrapper knows of a tool from `tools/list`.
@@ -244,6 +252,25 @@ pub struct RetryingToolCaller {
     /// Policy time the caller was built: `run_timeout_ms` counts from here.
     started_ms: u64,
     capture_warned: bool,
+    /// The invariants no policy may break, checked on every send and verdict.
+    guard: RunGuard,
+    /// The escalation of the guard's first refusal: every later call of the
+    /// run ends with it, nothing sent.
+    stopped_by_guard: Option<Escalation>,
+}
+
+/// Why the wrapper cannot act on what the policy answered.
+enum Refusal {
+    /// The call into the policy failed.
+    Fault(PolicyFault),
+    /// The answer broke an invariant (the run-time guard).
+    Broken(Violation),
+}
+
+impl From<PolicyFault> for Refusal {
+    fn from(fault: PolicyFault) -> Self {
+        Refusal::Fault(fault)
+    }
 }
 
 fn policy_error(e: PolicyFault) -> CallError {
@@ -345,6 +372,8 @@ impl RetryingToolCaller {
             previous_call: None,
             started_ms,
             capture_warned: false,
+            guard: RunGuard::from_config_text(config_json),
+            stopped_by_guard: None,
         };
         let cancel = CancellationToken::new();
         let limit = caller.limit(None, &cancel);
@@ -485,12 +514,19 @@ impl RetryingToolCaller {
     /// `initialize` or `tools/list` (read-only, idempotent, no key), its
     /// failures retried as the policy decides; each is a step of the run.
     async fn pseudo_call(&mut self, what: &str, limit: &Limit<'_>) -> Result<(), CallError> {
+        if let Some(stopped) = self.stopped_by_guard(None, what, None) {
+            return Err(stopped);
+        }
         let hints = ToolHints { read_only: Some(true), destructive: Some(false), idempotent: Some(true) };
         let now = self.options.clock.now_ms();
         let begun = self.begin_call(what, None, Some(hints), now).map_err(|fault| self.policy_failed(None, what, None, "not sent", fault))?;
         let ticket = match begun.map_err(CallError::Run)? {
             Admission::Send(ticket) => ticket,
             Admission::Escalate(escalation) => return Err(self.escalated_before_send(None, what, None, escalation)),
+        };
+        let call = match self.guard.begin(what, None, Some(&hints), ticket.delay_ms) {
+            Ok(call) => call,
+            Err(violation) => return Err(self.refused(None, (ticket.call_id, 0), what, None, "not sent", Refusal::Broken(violation))),
         };
         let mut sent = 0;
         let stopped = |caller: &mut Self, cause, sent, in_flight| Err(caller.stopped(cause, what, Some(&ticket), sent, in_flight, None));
@@ -508,9 +544,10 @@ impl RetryingToolCaller {
                 Ok(attempted) => attempted,
                 Err(cause) => return stopped(self, cause, sent, true),
             };
+            self.guard.attempted(call, Seen::of(&attempted.outcome));
             let decision = self
-                .record(what, ticket.call_id, attempt, None, &attempted.outcome, limit)
-                .map_err(|fault| self.policy_failed(None, what, None, &outcome_label(&attempted.outcome), fault))?
+                .record(what, (ticket.call_id, call), attempt, None, &attempted.outcome, limit)
+                .map_err(|refusal| self.refused(None, (ticket.call_id, attempt), what, None, &outcome_label(&attempted.outcome), refusal))?
                 .map_err(CallError::Run)?;
             self.log(None, ticket.call_id, what, None, &attempted.outcome, &decision, attempted.uncaptured, true);
             match decision.action {
@@ -530,9 +567,10 @@ impl RetryingToolCaller {
                 // A read is not status-checked; were it asked, nothing is known.
                 Action::CheckStatus => {
                     let outcome = Outcome::StatusCheck(StatusCheckResult::Unknown);
+                    self.guard.status_checked(call, StatusCheckResult::Unknown);
                     let decision = self
-                        .record(what, ticket.call_id, attempt, None, &outcome, limit)
-                        .map_err(|fault| self.policy_failed(None, what, None, &outcome_label(&outcome), fault))?
+                        .record(what, (ticket.call_id, call), attempt, None, &outcome, limit)
+                        .map_err(|refusal| self.refused(None, (ticket.call_id, attempt), what, None, &outcome_label(&outcome), refusal))?
                         .map_err(CallError::Run)?;
                     self.log(None, ticket.call_id, what, None, &outcome, &decision, false, false);
                     if let Action::Escalate(escalation) = decision.action {
@@ -800,6 +838,7 @@ impl RetryingToolCaller {
             hint_ms = line.hint_ms,
             escalation = line.escalation,
             reason = line.reason,
+            invariant = line.invariant,
             "attempt"
         );
     }
@@ -842,6 +881,7 @@ impl RetryingToolCaller {
             hint_ms: decision.hint_ms,
             escalation,
             reason: &reason,
+            invariant: None,
         });
         let status = outcome_label(outcome);
         // The metrics count tool calls: connecting and listing count only when
@@ -872,17 +912,30 @@ impl RetryingToolCaller {
     /// The line of a call the policy escalated before it was sent: attempt 0,
     /// outcome "not sent" (as the Python and Node wrappers log it).
     fn escalated_before_send(&self, step: Option<u32>, tool: &str, key: Option<&str>, escalation: Escalation) -> CallError {
-        self.escalated_without_decision(step, tool, key, "not sent", escalation)
+        self.escalated_without_decision(step, None, tool, key, "not sent", escalation, None)
     }
 
     /// The `escalate` line (attempt 0) and the count of an escalation no
-    /// decision answered: a call not admitted, or the policy failing.
-    fn escalated_without_decision(&self, step: Option<u32>, tool: &str, key: Option<&str>, outcome: &str, escalation: Escalation) -> CallError {
+    /// decision answered: a call not admitted, the policy failing, or the
+    /// guard refusing what it answered (`invariant`). `answered` is the call
+    /// id and the attempt the refused verdict answered (0 before the first
+    /// send), when the line is about a call of the policy's.
+    #[allow(clippy::too_many_arguments)]
+    fn escalated_without_decision(
+        &self,
+        step: Option<u32>,
+        answered: Option<(u32, u32)>,
+        tool: &str,
+        key: Option<&str>,
+        outcome: &str,
+        escalation: Escalation,
+        invariant: Option<&str>,
+    ) -> CallError {
         self.log_line(AttemptLine {
             step,
-            call: None,
+            call: answered.map(|(call_id, _)| call_id),
             tool,
-            attempt: 0,
+            attempt: answered.map_or(0, |(_, attempt)| attempt),
             key,
             outcome,
             class: None,
@@ -892,6 +945,7 @@ impl RetryingToolCaller {
             hint_ms: None,
             escalation: Some(labels::reason(escalation.reason)),
             reason: &escalation.note,
+            invariant,
         });
         self.metrics.update(|c| {
             *c.escalations_by_reason.entry(labels::reason(escalation.reason).to_string()).or_default() += 1;
@@ -909,19 +963,22 @@ impl RetryingToolCaller {
     }
 
     /// Reports an attempt's outcome (or a status check's) with the time left
-    /// to the nearer deadline, if there is one. The decision's words (its
-    /// reason, a message, a note) cross the boundary only when they are
-    /// needed: when the action carries text, or when the attempt line will be
-    /// written.
+    /// to the nearer deadline, if there is one, and passes the verdict through
+    /// the guard. The wrapper acts on the verdict alone: the decision's words
+    /// (its reason, a message, a note) cross the boundary only when they are
+    /// needed (the action carries text, or the attempt line will be written),
+    /// give only text, and must agree with the verdict whatever the log level.
+    /// `call` is the policy's call id and the guard's index.
     fn record(
         &mut self,
         tool: &str,
-        call_id: u32,
+        call: (u32, CallIndex),
         attempt: u32,
         key: Option<&str>,
         outcome: &Outcome,
         limit: &Limit<'_>,
-    ) -> Result<Result<Decision, RunError>, PolicyFault> {
+    ) -> Result<Result<Decision, RunError>, Refusal> {
+        let (call_id, guarded) = call;
         let now = self.options.clock.now_ms();
         let time_left_ms = limit.deadline_ms.map(|(deadline, _)| deadline.saturating_sub(now));
         let verdict = match self.instance.record(&self.run, call_id, attempt, outcome, time_left_ms, now, None)? {
@@ -931,33 +988,69 @@ impl RetryingToolCaller {
         if let Some(hook) = &self.options.on_verdict {
             hook(tool, attempt, &verdict);
         }
+        self.guard.verdict(guarded, &Asked::from(&verdict)).map_err(Refusal::Broken)?;
         // A replan or an escalation always carries text: its words are read
         // whatever `has-note` says, so a component that says otherwise cannot
         // leave the wrapper without them.
         let carries_text = verdict.has_note || matches!(verdict.action, ActionKind::Replan | ActionKind::Escalate);
-        if carries_text || tracing::enabled!(target: "agent_retry", tracing::Level::INFO) {
-            return match self.instance.last_decision(&self.run, call_id)? {
-                Some(decision) => Ok(Ok(decision)),
-                None => Err(PolicyFault::BoundaryViolation { cause: format!("last-decision has no decision for call {call_id} right after its verdict") }),
+        let words = if carries_text || tracing::enabled!(target: "agent_retry", tracing::Level::INFO) {
+            let Some(words) = self.instance.last_decision(&self.run, call_id)? else {
+                let cause = format!("last-decision has no decision for call {call_id} right after its verdict");
+                return Err(Refusal::Fault(PolicyFault::BoundaryViolation { cause }));
             };
-        }
-        let action = match verdict.action {
-            ActionKind::Retry => Action::Retry(RetryPlan {
+            self.guard.decision(guarded, &Said::from(&words)).map_err(Refusal::Broken)?;
+            Some(words)
+        } else {
+            None
+        };
+        let (rule, reason, text) = match words {
+            Some(words) => (words.rule, words.reason, Some(words.action)),
+            None => (self.instance.rule_name(&verdict)?, String::new(), None),
+        };
+        let action = match (verdict.action, text) {
+            (ActionKind::Retry, _) => Action::Retry(RetryPlan {
                 delay_ms: verdict.delay_ms,
-                attempt: verdict.attempt + 1,
+                attempt: verdict.attempt.saturating_add(1),
                 idempotency_key: key.map(String::from),
                 reconnect: verdict.reconnect,
             }),
-            ActionKind::CheckStatus => Action::CheckStatus,
-            ActionKind::Succeed => Action::Succeed(None),
             // The caller keeps the task's id.
-            ActionKind::Poll => Action::Poll(PollPlan { delay_ms: verdict.delay_ms, task_id: String::new(), reconnect: verdict.reconnect }),
-            // Answered above, with their words.
-            ActionKind::Replan | ActionKind::Escalate => return Err(PolicyFault::BoundaryViolation { cause: "an action with text had no words".into() }),
+            (ActionKind::Poll, _) => Action::Poll(PollPlan { delay_ms: verdict.delay_ms, task_id: String::new(), reconnect: verdict.reconnect }),
+            (ActionKind::CheckStatus, _) => Action::CheckStatus,
+            (ActionKind::Succeed, Some(Action::Succeed(note))) => Action::Succeed(note),
+            (ActionKind::Succeed, _) => Action::Succeed(None),
+            (ActionKind::Replan, Some(Action::Replan(message))) => Action::Replan(message),
+            (ActionKind::Escalate, Some(Action::Escalate(escalation))) => Action::Escalate(escalation),
+            // The guard compared the cases: only a missing text is left.
+            (ActionKind::Replan | ActionKind::Escalate, _) => {
+                return Err(Refusal::Fault(PolicyFault::BoundaryViolation { cause: "an action with text had no words".into() }));
+            }
         };
-        let rule = self.instance.rule_name(&verdict)?;
         let (class, attempt, hint_ms, cancel_task) = (verdict.class, verdict.attempt, verdict.hint_ms, verdict.cancel_task);
-        Ok(Ok(Decision { action, class, attempt, hint_ms, rule, reason: String::new(), cancel_task }))
+        Ok(Ok(Decision { action, class, attempt, hint_ms, rule, reason, cancel_task }))
+    }
+
+    /// The call's end when the policy's answer cannot be acted on: the
+    /// policy-failure escalation, naming the broken invariant if it was one.
+    /// `answered`: the call id and the attempt the verdict answered (0 for a
+    /// call refused before its first send), carried by the line.
+    fn refused(&mut self, step: Option<u32>, answered: (u32, u32), tool: &str, key: Option<&str>, last_outcome: &str, refusal: Refusal) -> CallError {
+        let violation = match refusal {
+            Refusal::Fault(fault) => return self.policy_failed(step, tool, key, last_outcome, fault),
+            Refusal::Broken(violation) => violation,
+        };
+        let fault = PolicyFault::BoundaryViolation { cause: violation.to_string() };
+        let escalation = policy_failure(tool, last_outcome, &fault);
+        self.stopped_by_guard = Some(escalation.clone());
+        self.escalated_without_decision(step, Some(answered), tool, key, last_outcome, escalation, Some(violation.invariant.name()))
+    }
+
+    /// After the guard refused a verdict, every later call of the run ends
+    /// at once with the same escalation, nothing sent.
+    fn stopped_by_guard(&self, step: Option<u32>, tool: &str, key: Option<&str>) -> Option<CallError> {
+        let escalation = self.stopped_by_guard.clone()?;
+        let invariant = self.guard.tripped().map(|v| v.invariant.name());
+        Some(self.escalated_without_decision(step, None, tool, key, "not sent", escalation, invariant))
     }
 
     /// The safe fallback when the policy itself fails (a trap, out of fuel or
@@ -966,20 +1059,7 @@ impl RetryingToolCaller {
     /// what the last attempt saw (the same note as the Python and Node wrappers').
     /// The instance is broken: serve the next run from a fresh one.
     fn policy_failed(&self, step: Option<u32>, tool: &str, key: Option<&str>, last_outcome: &str, fault: PolicyFault) -> CallError {
-        let note = format!(
-            "the retry policy failed ({}: {fault}); not retried. Last outcome of {tool}: {last_outcome}. \
-             Effects of this run are not known to the host: check before sending again.",
-            fault.kind()
-        );
-        let escalation = Escalation {
-            reason: EscalationReason::UnclassifiedFailure,
-            last_error: Some(last_outcome.to_string()),
-            resets_in_ms: None,
-            effects: vec![],
-            effects_total: 0,
-            note,
-        };
-        self.escalated_without_decision(step, tool, key, last_outcome, escalation)
+        self.escalated_without_decision(step, None, tool, key, last_outcome, policy_failure(tool, last_outcome, &fault), None)
     }
 
     /// A call that stopped waiting: one line (outcome the cause, action `stop`),
@@ -1014,6 +1094,7 @@ impl RetryingToolCaller {
             hint_ms: None,
             escalation: None,
             reason: &reason,
+            invariant: None,
         });
         let stopped = Stopped { cause, tool: tool.to_string(), call_id: ticket.map(|t| t.call_id), attempts_sent, may_have_applied };
         match cause {
@@ -1035,6 +1116,9 @@ impl RetryingToolCaller {
         let limit = self.limit(Some(call_started), cancel);
         self.steps += 1;
         let step = self.steps;
+        if let Some(stopped) = self.stopped_by_guard(Some(step), tool, None) {
+            return Err(stopped);
+        }
         if self.previous_call.as_ref().is_some_and(|(t, a)| t == tool && *a == arguments) {
             self.metrics.update(|c| c.identical_consecutive_calls += 1);
         }
@@ -1058,6 +1142,10 @@ impl RetryingToolCaller {
         let ticket = match begun.map_err(CallError::Run)? {
             Admission::Send(ticket) => ticket,
             Admission::Escalate(escalation) => return Err(self.escalated_before_send(Some(step), tool, key.as_deref(), escalation)),
+        };
+        let call = match self.guard.begin(tool, key.as_deref(), info.hints.as_ref(), ticket.delay_ms) {
+            Ok(call) => call,
+            Err(violation) => return Err(self.refused(Some(step), (ticket.call_id, 0), tool, key.as_deref(), "not sent", Refusal::Broken(violation))),
         };
         let mut sent = 0;
         if let Err(cause) = limit.pause(ticket.delay_ms).await {
@@ -1105,9 +1193,18 @@ impl RetryingToolCaller {
             if let Outcome::Task(report) = &attempted.outcome {
                 task = Some(report.task_id.clone());
             }
+            // Sends and status checks are the run's steps; a poll is neither,
+            // but its every outcome goes to the guard (a status, the task's
+            // end, the poll's own failure).
+            match (&attempted.outcome, next) {
+                (_, Next::Send) => self.guard.attempted(call, Seen::of(&attempted.outcome)),
+                (_, Next::Poll) => self.guard.polled(call, Polled::of(&attempted.outcome)),
+                (Outcome::StatusCheck(found), Next::CheckStatus) => self.guard.status_checked(call, *found),
+                _ => {}
+            }
             let decision = self
-                .record(tool, ticket.call_id, attempt, key.as_deref(), &attempted.outcome, &limit)
-                .map_err(|fault| self.policy_failed(Some(step), tool, key.as_deref(), &outcome_label(&attempted.outcome), fault))?
+                .record(tool, (ticket.call_id, call), attempt, key.as_deref(), &attempted.outcome, &limit)
+                .map_err(|refusal| self.refused(Some(step), (ticket.call_id, attempt), tool, key.as_deref(), &outcome_label(&attempted.outcome), refusal))?
                 .map_err(CallError::Run)?;
             self.log(Some(step), ticket.call_id, tool, key.as_deref(), &attempted.outcome, &decision, attempted.uncaptured, matches!(next, Next::Send));
             // The policy stops waiting for a task that still lives: cancel it first.
@@ -1151,6 +1248,23 @@ impl RetryingToolCaller {
                 Action::Escalate(escalation) => return Err(CallError::Escalated(escalation)),
             }
         }
+    }
+}
+
+/// The policy-failure escalation (the same note as the Python and Node wrappers').
+fn policy_failure(tool: &str, last_outcome: &str, fault: &PolicyFault) -> Escalation {
+    let note = format!(
+        "the retry policy failed ({}: {fault}); not retried. Last outcome of {tool}: {last_outcome}. \
+         Effects of this run are not known to the host: check before sending again.",
+        fault.kind()
+    );
+    Escalation {
+        reason: EscalationReason::UnclassifiedFailure,
+        last_error: Some(last_outcome.to_string()),
+        resets_in_ms: None,
+        effects: vec![],
+        effects_total: 0,
+        note,
     }
 }
 

@@ -30,9 +30,10 @@ impl Clock {
         self.epoch_ms_at_start + (elapsed * 1000.0) as u64
     }
 
-    /// Real time that `ms` of policy time takes.
+    /// Real time that `ms` of policy time takes; any `ms` (up to u64::MAX)
+    /// is safe: tokio's timers cap a far deadline themselves.
     pub fn real_duration(&self, ms: u64) -> Duration {
-        Duration::from_secs_f64(ms as f64 / 1000.0 * self.scale)
+        Duration::try_from_secs_f64(ms as f64 / 1000.0 * self.scale).unwrap_or(Duration::MAX)
     }
 
     /// Sleeps `ms` of policy time; cancellable by dropping the future.
@@ -40,5 +41,21 @@ impl Clock {
         if ms > 0 {
             tokio::time::sleep(self.real_duration(ms)).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_wait_of_any_length_neither_overflows_nor_ends_early() {
+        let clock = Clock::real();
+        assert!(clock.real_duration(u64::MAX) >= Duration::from_secs(u64::MAX / 1000 - 1));
+        let waited = tokio::select! {
+            () = clock.sleep(u64::MAX) => true,
+            () = tokio::task::yield_now() => false,
+        };
+        assert!(!waited, "a wait of u64::MAX ms is still waiting");
     }
 }

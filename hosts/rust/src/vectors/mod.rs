@@ -5,6 +5,7 @@
 //! gate runs the vectors the update ships with through the same code.
 
 pub mod format;
+pub mod guard;
 pub mod matcher;
 pub mod runner;
 

@@ -2,6 +2,7 @@
 
 use serde_json::Value;
 
+use crate::guard::RunGuard;
 use crate::steps::{StepState, run_step};
 pub use crate::steps::{Subject, result_json};
 
@@ -36,8 +37,12 @@ pub fn run_case_in(case: &Case, default_config: &str, subject: &mut dyn Subject)
             Ok(output) => output,
             Err(e) => return CaseResult { outputs, failure: Some(format!("step {}: {e}", i + 1)) },
         };
-        if let Some(expected) = step.get("expect")
-            && let Err(mismatch) = matches(expected, &output)
+        let expected = match step.get("expect").map(|expected| with_config_values(expected, &config)).transpose() {
+            Ok(expected) => expected,
+            Err(e) => return CaseResult { outputs, failure: Some(format!("step {} ({}): {e}", i + 1, step["op"])) },
+        };
+        if let Some(expected) = expected
+            && let Err(mismatch) = matches(&expected, &output)
         {
             let failure = format!("step {} ({}): {mismatch}", i + 1, step["op"]);
             outputs.push(output);
@@ -46,6 +51,25 @@ pub fn run_case_in(case: &Case, default_config: &str, subject: &mut dyn Subject)
         outputs.push(output);
     }
     CaseResult { outputs, failure: None }
+}
+
+/// `expected` with each `{"$config": field}` replaced by that field of the
+/// configuration the case runs under (`config_text`), read by the host (its
+/// run-time guard's reading, with the guest's defaults), never by the
+/// component under test. A field the guard does not read is an error naming it.
+pub fn with_config_values(expected: &Value, config_text: &str) -> Result<Value, String> {
+    Ok(match expected {
+        Value::Object(object) if object.len() == 1 && object.get("$config").is_some_and(Value::is_string) => {
+            let field = object["$config"].as_str().unwrap_or_default();
+            let cap = RunGuard::from_config_text(config_text).cap(field);
+            Value::from(cap.ok_or_else(|| format!("$config names {field:?}; the host reads {}", RunGuard::CAP_FIELDS.join(", ")))?)
+        }
+        Value::Object(object) => {
+            Value::Object(object.iter().map(|(k, v)| Ok((k.clone(), with_config_values(v, config_text)?))).collect::<Result<_, String>>()?)
+        }
+        Value::Array(items) => Value::Array(items.iter().map(|v| with_config_values(v, config_text)).collect::<Result<_, _>>()?),
+        other => other.clone(),
+    })
 }
 
 /// The tool every case of `observations.json` calls.
