@@ -1899,11 +1899,6 @@ def guard_cases():
                [g_begin(key="k-1"), g_attempted(g_task("working")), g_verdict("poll", delay=1000),
                 g_polled(fail(rpc=-32602)), g_verdict("retry", delay=100)],
                "client-error-repeated", 4),
-        g_case("the 601st poll of a task",
-               [g_begin(key="k-1"), g_attempted(g_task("working"))]
-               + [e for _ in range(600) for e in (g_verdict("poll", delay=100), g_polled(g_task("working")))]
-               + [g_verdict("poll", delay=100)],
-               "attempts-over-budget", 1202),
         g_case("the 3rd poll under max-polls-per-task 2",
                [g_begin(key="k-1"), g_attempted(g_task("working")), g_verdict("poll", delay=100), g_polled(g_task("working")),
                 g_verdict("poll", delay=100), g_polled(g_task("working")), g_verdict("poll", delay=100)],

