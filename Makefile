@@ -56,6 +56,7 @@ targets: wasm
 # Rewrites tests/vectors/*.json from make_vectors.py.
 vectors:
 	python3 tests/vectors/make_vectors.py
+	python3 tests/vectors/fleet/make_manifests.py
 
 # redis-server for the account-budget tests and redis-cli for their fault
 # injection (pause, FLUSHALL, wrong-typed keys), from Debian's packages if missing.
@@ -68,6 +69,7 @@ redis:
 # for every vector.
 test: wasm hostile noop redis fault-proxy-setup
 	python3 tests/vectors/make_vectors.py --check
+	python3 tests/vectors/fleet/make_manifests.py --check
 	python3 tests/contract/make_mirrors.py --check
 	cargo test --release --workspace
 	$(MAKE) --no-print-directory test-python test-ts judge-rust judge-python judge-ts test-hosts-agree lab-check dist-test fuzz-replay
@@ -90,5 +92,6 @@ judge-rust: wasm judge-setup
 # the packages (tests/dist/dist.mk).
 -include tests/lab/lab.mk
 -include tests/dist/dist.mk
-# Fuzzing: fuzz-replay (in `test`), fuzz-component, fuzz-long, fuzz-regressions (fuzz/README.md).
+# Fuzzing: fuzz-replay (in `test`), fuzz-component, fuzz-setup (nightly + cargo-fuzz), fuzz-long
+# (writes docs/fuzzing.md; `make -j2 fuzz-long`), fuzz-report, fuzz-regressions (fuzz/README.md).
 -include fuzz/fuzz.mk

@@ -13,14 +13,20 @@
 //! - `config`: configuration JSON text; `json`: any text;
 //! - `run`: bytes read by `arbitrary` into a configuration and a sequence of
 //!   begin-call / record-outcome / report with arbitrary outcomes, times and
-//!   entropy (see [`run`]).
+//!   entropy (see [`run`]);
+//! - `flat`: bytes read by `arbitrary` into a configuration and a sequence of the
+//!   component's flat exports (`begin-call`, `record-failure` with the headers as
+//!   one text of lines, `record-success`, ..., `last-decision`, `report`), as
+//!   `guest/src/bindings.rs` calls the core (see [`flat`]).
 
+mod flat_target;
 pub mod mutate;
 pub mod nasty;
 pub mod oracle;
 mod run_target;
 mod text_targets;
 
+pub use flat_target::{FlatCase, FlatOutput, check_header_split, flat, flat_case};
 pub use run_target::{RunCase, RunOutput, run, run_case};
 pub use text_targets::{HeadersCase, TEXT_CONFIGS, ToolErrorCase, config, headers, json, text_configs, tool_error};
 
@@ -28,7 +34,7 @@ pub use text_targets::{HeadersCase, TEXT_CONFIGS, ToolErrorCase, config, headers
 pub type Target = fn(&[u8]);
 
 /// Every target, by the name of its corpus directory and libFuzzer binary.
-pub const TARGETS: &[(&str, Target)] = &[("headers", headers), ("config", config), ("json", json), ("tool_error", tool_error), ("run", run)];
+pub const TARGETS: &[(&str, Target)] = &[("headers", headers), ("config", config), ("json", json), ("tool_error", tool_error), ("run", run), ("flat", flat)];
 
 /// The clock the text targets use unless `@now` says otherwise: 2025-11-30T00:00:00Z.
 pub const DEFAULT_NOW_MS: u64 = 1_764_460_800_000;

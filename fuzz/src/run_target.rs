@@ -68,7 +68,7 @@ pub struct RunCase {
     pub budget: Vec<u64>,
 }
 
-fn pick_u64(u: &mut Unstructured, common: &[u64], lo: u64, hi: u64) -> arbitrary::Result<u64> {
+pub(crate) fn pick_u64(u: &mut Unstructured, common: &[u64], lo: u64, hi: u64) -> arbitrary::Result<u64> {
     if u.ratio(3, 4)? {
         let fitting: Vec<u64> = common.iter().copied().filter(|v| (lo..=hi).contains(v)).collect();
         if !fitting.is_empty() {
@@ -78,7 +78,7 @@ fn pick_u64(u: &mut Unstructured, common: &[u64], lo: u64, hi: u64) -> arbitrary
     u.int_in_range(lo..=hi)
 }
 
-fn string_from(u: &mut Unstructured, table: &[&str], max: usize) -> arbitrary::Result<String> {
+pub(crate) fn string_from(u: &mut Unstructured, table: &[&str], max: usize) -> arbitrary::Result<String> {
     if u.ratio(4, 5)? {
         Ok(u.choose(table)?.to_string())
     } else {
@@ -89,7 +89,7 @@ fn string_from(u: &mut Unstructured, table: &[&str], max: usize) -> arbitrary::R
 
 const CLASSES: &[&str] = &["transient", "throttled", "deterministic", "permission", "unclassified"];
 
-fn config_json(u: &mut Unstructured) -> arbitrary::Result<Value> {
+pub(crate) fn config_json(u: &mut Unstructured) -> arbitrary::Result<Value> {
     let base = pick_u64(u, &[1, 10, 100, 1000, 5000, ONE_DAY_MS], 1, ONE_DAY_MS)?;
     let max_delay = pick_u64(u, &[base, 1000, 30_000, ONE_DAY_MS], base, ONE_DAY_MS)?;
     let max_hint = pick_u64(u, &[0, 1000, 60_000, ONE_DAY_MS], 0, ONE_DAY_MS)?;
@@ -155,7 +155,7 @@ fn config_json(u: &mut Unstructured) -> arbitrary::Result<Value> {
     Ok(config)
 }
 
-fn failure(u: &mut Unstructured) -> arbitrary::Result<Failure> {
+pub(crate) fn failure(u: &mut Unstructured) -> arbitrary::Result<Failure> {
     let kind = match u.choose_index(10)? {
         0..=4 => {
             FailureKind::HttpStatus(pick_u64(u, &[429, 503, 500, 502, 504, 408, 400, 401, 403, 404, 409, 410, 413, 422, 501, 529, 200, 0], 0, 65_535)? as u16)
@@ -273,6 +273,13 @@ pub struct Scripted {
     next: usize,
     /// The longest wait granted since the host last reset it.
     pub last_grant: u64,
+}
+
+impl Scripted {
+    /// A budget that gives `answers` in turn (the `flat` target's too).
+    pub(crate) fn new(answers: Vec<u64>) -> Scripted {
+        Scripted { answers, next: 0, last_grant: 0 }
+    }
 }
 
 impl AccountBudget for Scripted {
@@ -486,7 +493,14 @@ impl Driver {
                 invariant!(self.ended.is_none() && !k.finished && attempt == k.attempt, "a decision for {k:?}, ended {:?} ({context})", self.ended);
                 invariant!(d.attempt == k.attempt, "decision attempt {} for attempt {} ({context})", d.attempt, k.attempt);
                 if let Some(hint) = d.hint_ms {
-                    invariant!(hint <= c.max_plausible_hint_ms, "hint {hint} above max-plausible-hint-ms ({context})");
+                    // F6 (README): a task's own poll backoff past max-hint-ms escalates
+                    // as a server wait, with the backoff as the "hint".
+                    let own_backoff = matches!(outcome, Outcome::Task(_) | Outcome::PollFailure(_)) && matches!(d.action, Action::Escalate(_));
+                    if own_backoff {
+                        crate::known_bug!("F6", hint <= c.max_plausible_hint_ms, "hint {hint} above max-plausible-hint-ms ({context})");
+                    } else {
+                        invariant!(hint <= c.max_plausible_hint_ms, "hint {hint} above max-plausible-hint-ms ({context})");
+                    }
                 }
                 let known_rule =
                     oracle::RULES.contains(&d.rule.as_str()) || ["success", "empty-result", "status-check", "task-status"].contains(&d.rule.as_str());

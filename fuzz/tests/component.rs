@@ -15,11 +15,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use agent_retry_fuzz::mutate::{Rng, mutate};
-use agent_retry_fuzz::{HeadersCase, RunCase, TEXT_CONFIGS, ToolErrorCase, run_case};
+use agent_retry_fuzz::{FlatCase, HeadersCase, RunCase, TEXT_CONFIGS, ToolErrorCase, flat_case, run_case};
 use agent_retry_host::dynamic::DynamicPolicy;
 use agent_retry_host::steps::{StepState, run_step};
 use agent_retry_host::{EmbeddedAccounts, EntropySource, HostServices, PolicyComponent, PolicyInstance, default_wasm_path};
-use agent_retry_policy::types::{Failure, FailureKind, TransportError};
+use agent_retry_policy::types::{Delivery, Failure, FailureKind, TransportError};
 use conformance::native::Native;
 use serde_json::{Value, json};
 
@@ -71,6 +71,8 @@ fn steps(target: &str, data: &[u8]) -> Vec<Value> {
         // The JSON reader is reached through from-json.
         "config" | "json" => vec![json!({"op": "load-policy", "config-text": text})],
         "run" => RunCase::decode(data).map(|case| run_case(&case).steps).unwrap_or_default(),
+        // The host joins the headers into the text of lines the component splits.
+        "flat" => FlatCase::decode(data).map(|case| flat_case(&case).steps).unwrap_or_default(),
         other => panic!("no target {other}"),
     }
 }
@@ -138,21 +140,35 @@ fn typed(instance: &mut PolicyInstance, target: &str, data: &[u8], max_fuel: &mu
     Ok(())
 }
 
-fn to_wit(failure: &Failure) -> agent_retry_host::component::types::Failure {
+/// The failure as the contract's observation (headers as `name: value` lines, as every host sends them).
+fn to_wit(failure: &Failure) -> agent_retry_host::component::types::Observation {
     use agent_retry_host::component::types as wit;
     let kind = match failure.kind {
         FailureKind::HttpStatus(s) => wit::FailureKind::HttpStatus(s),
         FailureKind::ProtocolError(c) => wit::FailureKind::ProtocolError(c),
         FailureKind::ToolError(s) => wit::FailureKind::ToolError(s),
+        FailureKind::InputRequired => wit::FailureKind::InputRequired,
         FailureKind::Transport(t) => wit::FailureKind::Transport(match t {
             TransportError::Timeout => wit::TransportError::Timeout,
             TransportError::ConnectionReset => wit::TransportError::ConnectionReset,
             TransportError::ConnectionRefused => wit::TransportError::ConnectionRefused,
             TransportError::StreamClosed => wit::TransportError::StreamClosed,
+            TransportError::Tls => wit::TransportError::Tls,
+            TransportError::NameResolution => wit::TransportError::NameResolution,
             TransportError::Other => wit::TransportError::Other,
         }),
     };
-    wit::Failure { kind, headers: failure.headers.clone(), body: failure.body.clone(), structured_content: failure.structured_content.clone() }
+    let delivery = match failure.delivery {
+        Delivery::Unknown => wit::Delivery::Unknown,
+        Delivery::NotSent => wit::Delivery::NotSent,
+        Delivery::Sent => wit::Delivery::Sent,
+        Delivery::AnswerStarted => wit::Delivery::AnswerStarted,
+    };
+    wit::Observation {
+        structured_content: failure.structured_content.clone(),
+        session_id_sent: failure.session_id_sent,
+        ..wit::Observation::new(kind, &failure.headers, failure.body.clone()).delivered(delivery)
+    }
 }
 
 #[test]
@@ -161,7 +177,7 @@ fn fuzz_inputs_through_the_component() {
     let component = PolicyComponent::from_file(&default_wasm_path()).unwrap_or_else(|e| panic!("{e} (run `make wasm` first)"));
     let services = || HostServices::new(Arc::new(EmbeddedAccounts::on_host_clock()), EntropySource::seeded(0));
     let mut failures = Vec::new();
-    for target in ["headers", "config", "json", "tool_error", "run"] {
+    for target in ["headers", "config", "json", "tool_error", "run", "flat"] {
         let started = Instant::now();
         let all = inputs(target, mutations);
         let mut instance = component.instantiate(services()).expect("instantiate");

@@ -1,6 +1,7 @@
 //! The fuzz targets on stable Rust, for CI: every file of `corpus/<target>/`,
 //! then seeded mutations of them, through the same functions libFuzzer calls.
-//! `FUZZ_REPLAY_MUTATIONS` sets the mutations per target (default below); a
+//! `FUZZ_REPLAY_MUTATIONS` sets the mutations per target (default below; `flat`
+//! takes a twentieth, see [`replay_share`]); a
 //! failing input is written to `artifacts/replay/<target>-<n>` to replay with
 //! `cargo +nightly fuzz run <target> --features libfuzzer <file>`.
 
@@ -29,6 +30,14 @@ fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
     };
     out.sort();
     out
+}
+
+/// The fraction of `FUZZ_REPLAY_MUTATIONS` a target replays: a `flat` input
+/// drives a whole run twice with header texts of up to 300 lines, the costliest
+/// input of all, so it takes a twentieth and CI's replay keeps its time (the long
+/// run and the component test cover it more).
+fn replay_share(target: &str) -> usize {
+    if target == "flat" { 20 } else { 1 }
 }
 
 /// Runs `body` on `input`; on a panic, saves the input and returns the message.
@@ -60,6 +69,7 @@ fn corpus_and_mutations() {
             }
         }
         let mut rng = Rng(0x5EED_0000 + target.len() as u64);
+        let mutations = mutations / replay_share(target);
         for i in 0..mutations {
             let (_, base) = &corpus[rng.below(corpus.len())];
             let (_, other) = &corpus[rng.below(corpus.len())];
@@ -117,4 +127,13 @@ fn f3_classification_reason_is_bounded() {
 // Fixed (F4): the reproducer stays as a regression test.
 fn f4_header_problem_name_is_bounded() {
     regression("headers--F4-long-header-name-in-problem");
+}
+
+#[test]
+#[ignore = "F6 is not fixed: fuzz/README.md, Findings"]
+// F6: a task's own poll backoff (no pollInterval from the server) past
+// max-hint-ms escalates server-wait-too-long with the backoff as the server's
+// hint, above max-plausible-hint-ms. Found by the `run` target's long run.
+fn f6_a_task_poll_backoff_is_not_a_server_hint() {
+    regression("run--F6-task-backoff-as-server-hint");
 }

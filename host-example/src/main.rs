@@ -8,7 +8,7 @@ use clap::{Parser, Subcommand};
 
 mod commands;
 
-use crate::commands::{call, decide, demo, exam, explain, lab, serve, watch};
+use crate::commands::{call, decide, demo, exam, explain, lab, serve, sign, watch};
 use agent_retry_host::default_wasm_path;
 
 #[derive(Parser)]
@@ -157,8 +157,10 @@ enum Command {
         /// Accept only a .wasm with this SHA-256 (hex).
         #[arg(long, conflicts_with = "public_key")]
         pin_sha256: Option<String>,
-        /// Accept only a .wasm signed by this Ed25519 public key (64 hex digits);
-        /// the signature is <wasm>.sig, or the fleet's wasm.sig key.
+        /// Accept only a publication signed by this Ed25519 public key (64 hex
+        /// digits): its signed manifest (`agent-retry sign`) is <wasm>.manifest,
+        /// or the fleet's manifest key, and covers the .wasm, the configuration,
+        /// the vectors and the revision.
         #[arg(long)]
         public_key: Option<String>,
         /// Vectors (the format of tests/vectors/*.json) every candidate must pass (files; a
@@ -171,8 +173,8 @@ enum Command {
         #[arg(long = "gate-vectors")]
         gate_vectors: Vec<PathBuf>,
     },
-    /// Publish a policy (--wasm and --config, optionally its detached signature) for
-    /// every worker of a fleet, in one Redis transaction, and announce it.
+    /// Publish a policy (--wasm and --config, optionally its signed manifest) for
+    /// every worker of a fleet, in one Redis script, and announce it.
     Publish {
         /// The fleet's Redis (redis://host:port/).
         #[arg(long)]
@@ -183,12 +185,37 @@ enum Command {
         /// The configuration (JSON).
         #[arg(long)]
         config: PathBuf,
-        /// The .wasm's detached Ed25519 signature (64 bytes or 128 hex digits).
+        /// The publication's signed manifest (`agent-retry sign`): published under
+        /// its revision, and refused before anything is written unless it covers
+        /// --wasm, --config and --vectors.
         #[arg(long)]
-        signature: Option<PathBuf>,
+        manifest: Option<PathBuf>,
         /// Vectors (the format of tests/vectors/*.json) every worker's gate runs on it.
         #[arg(long)]
         vectors: Option<PathBuf>,
+    },
+    /// Write the signed manifest of a publication (--wasm, --config, --vectors and
+    /// the fleet revision, or none for files) with an Ed25519 seed: workers
+    /// configured with its public key take the publication only as signed.
+    Sign {
+        /// A file holding the Ed25519 seed (the secret key) as 64 hex digits.
+        #[arg(long)]
+        key: PathBuf,
+        /// The configuration (JSON).
+        #[arg(long)]
+        config: PathBuf,
+        /// The vectors published with it, if any.
+        #[arg(long)]
+        vectors: Option<PathBuf>,
+        /// The fleet revision to publish under (default: now, in ms).
+        #[arg(long, conflicts_with = "files")]
+        revision: Option<u64>,
+        /// Sign for files (`<wasm>.manifest`): revision none.
+        #[arg(long)]
+        files: bool,
+        /// Write the manifest here (and a JSON line with the public key to stdout) instead of to stdout.
+        #[arg(long)]
+        out: Option<PathBuf>,
     },
     /// Serve the demo MCP server (refund desk, asset store) over streamable HTTP or stdio;
     /// with tasks (`issue_refund`, `archive_orders`), a continuation
@@ -282,8 +309,11 @@ fn main() -> ExitCode {
                 watch::watch(watch::WatchOptions { wasm, config, fleet, prefix, interval_ms, pin_sha256, public_key_hex: public_key, vectors, gate_vectors })
                     .await
             }
-            Command::Publish { redis, prefix, config, signature, vectors } => {
-                watch::publish(&redis, &prefix, &wasm, &config, signature.as_deref(), vectors.as_deref())
+            Command::Publish { redis, prefix, config, manifest, vectors } => {
+                watch::publish(&redis, &prefix, &wasm, &config, manifest.as_deref(), vectors.as_deref())
+            }
+            Command::Sign { key, config, vectors, revision, files, out } => {
+                sign::sign(sign::SignOptions { key, wasm, config, vectors, revision, files, out })
             }
             Command::Serve {
                 http,

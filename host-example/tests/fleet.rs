@@ -1,7 +1,7 @@
 //! Fleet updates through Redis, with `agent-retry watch` worker processes and
 //! `agent-retry publish` / `publish_policy`: one publication reaches every
-//! worker, a worker that was down takes it when it comes back, a tampered or
-//! unsigned publication is refused under a key, and a watcher outlives Redis.
+//! worker, a worker that was down takes it when it comes back, under a key only
+//! the publication as signed is taken, and a watcher outlives Redis.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -9,8 +9,8 @@ use std::sync::mpsc::{Receiver, channel};
 use std::time::Duration;
 
 use agent_retry_harness::RedisServer;
-use agent_retry_host::{FleetSource, default_wasm_path, publish_policy};
-use ed25519_dalek::{Signer, SigningKey};
+use agent_retry_host::manifest::public_key_of;
+use agent_retry_host::{FleetSource, default_wasm_path, publish_policy, sign_publication};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -154,33 +154,109 @@ fn a_publication_onto_a_garbage_revision_writes_nothing() {
     assert_eq!(cli(&["GET", "agent-retry:policy:config"]), config(2));
 }
 
+/// Issue 24, row 2: the signature covered the `.wasm` alone, so a
+/// configuration rewritten in Redis after signing was taken (attempts on a
+/// persistent 503 went from 4 to 100), and deleting `:vectors` dropped their
+/// check. Now the signed manifest covers the whole publication.
 #[test]
-fn under_a_key_a_tampered_or_unsigned_publication_is_refused_and_the_last_good_one_serves() {
+fn under_a_key_only_the_publication_as_signed_is_taken_and_the_last_good_one_serves() {
     let redis = RedisServer::start();
-    let fleet = FleetSource::new(redis.url()).with_prefix("team-a:policy");
-    let key = SigningKey::from_bytes(&[5; 32]);
-    let public_hex: String = key.verifying_key().to_bytes().iter().map(|b| format!("{b:02x}")).collect();
+    let prefix = "team-a:policy";
+    let fleet = FleetSource::new(redis.url()).with_prefix(prefix);
+    let seed = [5u8; 32];
+    let public_hex: String = public_key_of(&seed).iter().map(|b| format!("{b:02x}")).collect();
+    let cli = |args: &[&str]| {
+        let out = Command::new("redis-cli").args(["-p", &redis.port.to_string()]).args(args).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let key = |name: &str| format!("{prefix}:{name}");
+    // Nothing announces a rewrite: the next revision (and a message) makes every worker read it.
+    let bump = || {
+        let next = cli(&["INCR", &key("revision")]);
+        cli(&["PUBLISH", &key("updates"), "rewritten"]);
+        next
+    };
+    let vectors = r#"{"description": "the fleet's promises", "cases": []}"#;
     let good = wasm();
-    publish_policy(&fleet, &good, &config(4), Some(&key.sign(&good).to_bytes()), None).unwrap();
-    let mut worker = Worker::start(&redis.url(), &["--prefix", "team-a:policy", "--interval-ms", "200", "--public-key", &public_hex]);
+    let manifest = sign_publication(&seed, &good, config(4).as_bytes(), Some(vectors.as_bytes()), Some(1_000));
+    assert_eq!(publish_policy(&fleet, &good, &config(4), Some(&manifest), Some(vectors)).unwrap(), 1_000, "stored under the manifest's revision");
+    let mut worker = Worker::start(&redis.url(), &["--prefix", prefix, "--interval-ms", "200", "--public-key", &public_hex]);
     let serving = worker.next("serving");
-    // Tampered: one byte of the custom section changed, the old signature kept.
-    let mut tampered = good.clone();
-    let last = tampered.len() - 1;
-    tampered[last] ^= 1;
-    publish_policy(&fleet, &tampered, &config(2), Some(&key.sign(&good).to_bytes()), None).unwrap();
+    assert_eq!(worker.ask("decide")["attempts-against-a-persistent-503"], 4);
+
+    // The configuration rewritten in Redis, the signed .wasm untouched: refused.
+    cli(&["SET", &key("config"), &config(100)]);
+    bump();
     let refused = worker.next("refused");
-    assert!(refused["reason"].as_str().unwrap().contains("does not verify"), "{refused}");
+    let reason = refused["reason"].as_str().unwrap();
+    assert!(reason.contains("config-sha256") && reason.contains("changed after signing"), "{refused}");
+    assert_eq!(worker.ask("decide")["attempts-against-a-persistent-503"], 4, "the old policy keeps serving");
+
+    // The vectors deleted: refused.
+    cli(&["SET", &key("config"), &config(4)]);
+    cli(&["DEL", &key("vectors")]);
+    bump();
+    let refused = worker.next("refused");
+    assert!(refused["reason"].as_str().unwrap().contains("removed after signing"), "{refused}");
+
+    // The publication as signed, under another revision: refused.
+    cli(&["SET", &key("vectors"), vectors]);
+    let revision = bump();
+    let refused = worker.next("refused");
+    assert!(refused["reason"].as_str().unwrap().contains(&format!("is revision {revision}: not the revision it was signed for")), "{refused}");
+
+    // Unsigned, then a signature over the .wasm alone (before 0.7): refused.
     publish_policy(&fleet, &good, &config(2), None, None).unwrap();
     let refused = worker.next("refused");
-    assert!(refused["reason"].as_str().unwrap().contains("unsigned"), "{refused}");
+    assert!(refused["reason"].as_str().unwrap().contains(&format!("unsigned: no signed manifest at {prefix}:manifest")), "{refused}");
+    cli(&["SET", &key("wasm.sig"), &"00".repeat(64)]);
+    bump();
+    let refused = worker.next("refused");
+    assert!(refused["reason"].as_str().unwrap().contains("(before 0.7) is not accepted"), "{refused}");
     let status = worker.ask("status");
     assert_eq!(status["policy"], serving["policy"], "the last good policy serves");
-    assert_eq!(status["refused"], 2);
-    assert_eq!(worker.ask("decide")["attempts-against-a-persistent-503"], 4);
-    // Signed properly, it is taken.
-    publish_policy(&fleet, &good, &config(2), Some(&key.sign(&good).to_bytes()), None).unwrap();
+    assert_eq!(status["refused"], 5);
+
+    // A manifest whose revision is not greater than the stored one: nothing is written.
+    let stale = sign_publication(&seed, &good, config(3).as_bytes(), None, Some(1_000));
+    let refused = publish_policy(&fleet, &good, &config(3), Some(&stale), None).unwrap_err();
+    assert!(refused.contains("is not greater than the stored revision") && refused.contains("nothing was written"), "{refused}");
+    assert_eq!(cli(&["GET", &key("config")]), config(2));
+    // A manifest that does not cover what is published: refused before anything is written.
+    let refused = publish_policy(&fleet, &good, &config(100), Some(&stale), None).unwrap_err();
+    assert!(refused.contains("config-sha256") && refused.contains("nothing was written"), "{refused}");
+
+    // Signed and published with the command line, as an operator does: taken.
+    let dir = std::env::temp_dir().join(format!("agent-retry-fleet-signed-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("seed.hex"), format!("{}\n", "05".repeat(32))).unwrap();
+    std::fs::write(dir.join("policy.json"), config(2)).unwrap();
+    std::fs::write(dir.join("vectors.json"), vectors).unwrap();
+    let wasm_path = default_wasm_path();
+    let run = |args: &[&str]| {
+        let out = Command::new(BIN).arg("--wasm").arg(&wasm_path).args(args).current_dir(&dir).output().unwrap();
+        (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (ok, said, err) = run(&["sign", "--key", "seed.hex", "--config", "policy.json", "--vectors", "vectors.json", "--out", "policy.manifest"]);
+    assert!(ok, "{err}");
+    let said: Value = serde_json::from_str(&said).unwrap();
+    assert_eq!(said["public-key"], public_hex.as_str());
+    let (ok, _, err) = run(&["publish", "--redis", &redis.url(), "--prefix", prefix, "--config", "policy.json", "--manifest", "policy.manifest"]);
+    assert!(!ok && err.contains("no vectors were published"), "the vectors signed but not given: {err}");
+    let (ok, said, err) =
+        run(&["publish", "--redis", &redis.url(), "--prefix", prefix, "--config", "policy.json", "--vectors", "vectors.json", "--manifest", "policy.manifest"]);
+    assert!(ok, "{err}");
+    let published: Value = serde_json::from_str(&said).unwrap();
+    assert_eq!(published["revision"], said_revision(&dir.join("policy.manifest")));
     assert_eq!(worker.next("serving")["policy"]["config-sha256"], sha256_hex(&config(2)));
+    assert_eq!(cli(&["EXISTS", &key("wasm.sig")]), "0", "a publication deletes a signature over the .wasm alone");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The revision line of a manifest file.
+fn said_revision(path: &std::path::Path) -> u64 {
+    let text = std::fs::read_to_string(path).unwrap();
+    text.lines().find_map(|line| line.strip_prefix("revision ")).unwrap().parse().unwrap()
 }
 
 #[test]

@@ -7,6 +7,7 @@ pub mod exam;
 pub mod explain;
 pub mod lab;
 pub mod serve;
+pub mod sign;
 pub mod watch;
 
 /// Sends the wrapper's events (one JSON line per attempt, and run summaries),

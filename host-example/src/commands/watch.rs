@@ -167,14 +167,14 @@ pub async fn watch(options: WatchOptions) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub fn publish(url: &str, prefix: &str, wasm: &Path, config: &Path, signature: Option<&Path>, vectors: Option<&Path>) -> anyhow::Result<()> {
+pub fn publish(url: &str, prefix: &str, wasm: &Path, config: &Path, manifest: Option<&Path>, vectors: Option<&Path>) -> anyhow::Result<()> {
     let read = |path: &Path| std::fs::read(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()));
     let wasm_bytes = read(wasm)?;
     let config_text = String::from_utf8(read(config)?).map_err(|_| anyhow::anyhow!("{} is not UTF-8", config.display()))?;
-    let signature = signature.map(read).transpose()?;
+    let manifest = manifest.map(read).transpose()?.map(String::from_utf8).transpose().map_err(|_| anyhow::anyhow!("the manifest is not UTF-8"))?;
     let vectors = vectors.map(read).transpose()?.map(String::from_utf8).transpose().map_err(|_| anyhow::anyhow!("the vectors are not UTF-8"))?;
     let fleet = FleetSource::new(url).with_prefix(prefix);
-    let revision = publish_policy(&fleet, &wasm_bytes, &config_text, signature.as_deref(), vectors.as_deref()).map_err(anyhow::Error::msg)?;
-    say(json!({ "event": "published", "revision": revision, "prefix": prefix, "wasm-bytes": wasm_bytes.len(), "signed": signature.is_some() }));
+    let revision = publish_policy(&fleet, &wasm_bytes, &config_text, manifest.as_deref(), vectors.as_deref()).map_err(anyhow::Error::msg)?;
+    say(json!({ "event": "published", "revision": revision, "prefix": prefix, "wasm-bytes": wasm_bytes.len(), "signed": manifest.is_some() }));
     Ok(())
 }

@@ -1,8 +1,9 @@
 """Fleet updates through Redis (issue 8; the layout of the Rust host's
 `fleet.rs`), against a real redis-server started for each test on a free port:
 one publication reaches several worker processes; a worker started afterwards
-takes the current one; an unsigned or tampered publication is refused under a
-key and the old policy keeps serving; Redis restarted or paused while watching
+takes the current one; under a key only the publication as signed (its
+manifest covers the .wasm, the configuration, the vectors and the revision) is
+taken and the old policy keeps serving; Redis restarted or paused while watching
 does not stop the watcher. Issue 24 (rows 1 and 9): one revision rule
 (tests/vectors/fleet/revisions.json); a publication onto a garbage revision
 writes nothing; a publication older than the serving one is refused."""
@@ -38,6 +39,7 @@ from agent_retry_policy import (
     publish_policy,
 )
 from agent_retry_policy.fleet import DEFAULT_PREFIX, MAX_REVISION, FleetSource, FleetUnavailable, parse_revision
+from agent_retry_policy.manifest import ManifestError, sign_publication
 
 try:
     import redis
@@ -191,36 +193,66 @@ def test_a_worker_started_after_a_publication_takes_the_current_one(server: Redi
     client.close()
 
 
-def test_an_unsigned_or_tampered_publication_is_refused_and_the_old_policy_keeps_serving(
+def test_under_a_key_only_the_publication_as_signed_is_taken_and_the_old_policy_keeps_serving(
     server: RedisServer, wasm: bytes, caplog: pytest.LogCaptureFixture
 ) -> None:
-    key = Ed25519PrivateKey.generate()
-    public = key.public_key().public_bytes_raw()
+    """Issue 24, row 2: the signature covered the .wasm alone, so a
+    configuration rewritten in Redis after signing was taken (4 attempts on a
+    persistent 503 became 100), and deleting `:vectors` dropped their check.
+    The signed manifest now covers the whole publication."""
+    seed = bytes([5] * 32)
+    public = Ed25519PrivateKey.from_private_bytes(seed).public_key().public_bytes_raw()
     prefix = "fleet-test:signed"
-    publish_policy(server.url, wasm, config(4), key.sign(wasm), prefix=prefix)
+    source = FleetSource(server.url, prefix)
+    vectors = four_attempts_vectors()
     # An unsigned first publication is refused at open.
-    with pytest.raises(UpdateIntegrityError, match=f"unsigned: no signature at {prefix}:wasm.sig"):
-        publish_policy(server.url, wasm, config(4), prefix=prefix)
+    publish_policy(server.url, wasm, config(4), prefix=prefix)
+    with pytest.raises(UpdateIntegrityError, match=f"unsigned: no signed manifest at {prefix}:manifest"):
         LivePolicy.open_redis(server.url, prefix=prefix, integrity=Integrity.ed25519(public))
-    publish_policy(server.url, wasm, config(4), key.sign(wasm).hex(), prefix=prefix)  # hex signatures too
+    signed = sign_publication(seed, wasm, config(4), vectors, 4 * 10**12)
+    assert publish_policy(server.url, wasm, config(4), signed, prefix=prefix, vectors=vectors) == 4 * 10**12, "the manifest's revision"
     live = LivePolicy.open_redis(server.url, prefix=prefix, integrity=Integrity.ed25519(public))
     good = live.current()
+    assert good.config_json == config(4)
+
+    def rewritten(*commands: tuple[str, ...]) -> str:
+        """Commands straight to Redis, then the next revision announced: what a worker reads next."""
+        for command in commands:
+            redis_cli(server, *command)
+        revision = redis_cli(server, "INCR", source.key("revision"))
+        redis_cli(server, "PUBLISH", source.channel, "rewritten")
+        return revision
+
     live.watch(0.1)
     try:
         with caplog.at_level(logging.WARNING, logger="agent_retry_policy.live"):
+            rewritten(("SET", source.key("config"), config(100)))
+            eventually(lambda: "config-sha256" in (live.last_refusal or ""), 5, "the rewritten configuration refused")
+            assert "changed after signing" in (live.last_refusal or "") and live.current() is good
+            rewritten(("SET", source.key("config"), config(4)), ("DEL", source.key("vectors")))
+            eventually(lambda: "removed after signing" in (live.last_refusal or ""), 5, "the deleted vectors refused")
+            revision = rewritten(("SET", source.key("vectors"), vectors))
+            eventually(lambda: f"is revision {revision}: not the revision" in (live.last_refusal or ""), 5, "another revision refused")
             publish_policy(server.url, wasm, config(2), prefix=prefix)  # unsigned
-            eventually(lambda: live.last_refusal, 5, "the unsigned publication refused")
-            assert f"unsigned: no signature at {prefix}:wasm.sig" in (live.last_refusal or "")
-            tampered = wasm + b"\0\x05\x04junk"  # a custom section appended: other bytes under the old signature
-            publish_policy(server.url, tampered, config(2), key.sign(wasm), prefix=prefix)
-            eventually(lambda: "does not verify" in (live.last_refusal or ""), 5, "the tampered publication refused")
+            eventually(lambda: f"unsigned: no signed manifest at {prefix}:manifest" in (live.last_refusal or ""), 5, "unsigned refused")
+            rewritten(("SET", source.key("wasm.sig"), "00" * 64))
+            eventually(lambda: "(before 0.7) is not accepted" in (live.last_refusal or ""), 5, "a signature over the .wasm alone refused")
             time.sleep(0.5)  # several polls: a refused revision is tried once
             assert live.current() is good
             refusals = [r for r in caplog.records if "policy update refused" in r.getMessage()]
-            assert len(refusals) == 2, [r.getMessage() for r in refusals]
-        publish_policy(server.url, wasm, config(3), key.sign(wasm), prefix=prefix)
+            assert len(refusals) == 5, [r.getMessage() for r in refusals]
+        # A manifest not newer than the stored revision, or not covering what is published: nothing is written.
+        stale = sign_publication(seed, wasm, config(3), None, 4 * 10**12)
+        with pytest.raises(FleetUnavailable, match="is not greater than the stored revision .* nothing was written"):
+            publish_policy(server.url, wasm, config(3), stale, prefix=prefix)
+        with pytest.raises(ManifestError, match="config-sha256 .* changed after signing: nothing was written"):
+            publish_policy(server.url, wasm, config(100), stale, prefix=prefix)
+        assert redis_cli(server, "GET", source.key("config")) == config(2)
+        newer = sign_publication(seed, wasm, config(3), None, 5 * 10**12)
+        assert publish_policy(server.url, wasm, config(3), newer, prefix=prefix) == 5 * 10**12
         eventually(lambda: live.current().config_json == config(3), 5, "the signed publication accepted")
         assert live.last_refusal is None and live.current().identity.generation == 2
+        assert redis_cli(server, "EXISTS", source.key("wasm.sig")) == "0", "a publication deletes a signature over the .wasm alone"
     finally:
         live.close()
 
@@ -344,13 +376,13 @@ def test_a_publication_onto_a_garbage_revision_writes_nothing(server: RedisServe
     try:
         for garbage in ("abc", "-5", "18446744073709551616", str(MAX_REVISION)):
             redis_cli(server, "SET", revision_key, garbage)
-            # Another .wasm, a signature and no vectors: had any of it been written, every key would show it.
+            # Another .wasm, a manifest and no vectors: had any of it been written, every key would show it.
             with pytest.raises(FleetUnavailable, match="nothing was written") as refused:
-                publish_policy(server.url, other, config(2), b"s" * 64)
+                publish_policy(server.url, other, config(2), sign_publication(bytes(32), other, config(2), None, MAX_REVISION))
             assert revision_key in str(refused.value), refused.value
             assert redis_cli(server, "GET", source.key("config")) == config(4), f"{garbage}: the last good publication's configuration"
             assert client.get(source.key("wasm")) == wasm, garbage
-            assert client.exists(source.key("wasm.sig")) == 0 and client.get(source.key("vectors")) == four_attempts_vectors().encode()
+            assert client.exists(source.key("manifest")) == 0 and client.get(source.key("vectors")) == four_attempts_vectors().encode()
             assert redis_cli(server, "GET", revision_key) == garbage
             if garbage == str(MAX_REVISION):
                 assert source.revision(client) == MAX_REVISION, "the largest revision is one, but nothing follows it"

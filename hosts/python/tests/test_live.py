@@ -42,7 +42,8 @@ from agent_retry_policy import (
     UpdateSelfTestError,
     locate_component,
 )
-from agent_retry_policy.live import Loaded, UpdateMetrics, signature_path
+from agent_retry_policy.live import Loaded, UpdateMetrics, manifest_path, signature_path
+from agent_retry_policy.manifest import sign_publication
 from agent_retry_policy.mcp_client import RetryingToolCaller
 from agent_retry_policy.types import http_failure
 
@@ -252,46 +253,66 @@ def test_a_pinned_digest_refuses_a_tampered_component(tmp_path: Path) -> None:
         Integrity.pinned_sha256("not a digest")
 
 
-def test_with_a_key_configured_only_a_signed_component_is_accepted(tmp_path: Path) -> None:
+def test_with_a_key_configured_only_a_signed_publication_is_accepted(tmp_path: Path) -> None:
+    """Issue 24, row 2, for files: under a key the signed manifest
+    (`<wasm>.manifest`) covers the .wasm, the configuration and the vectors;
+    before, a signature covered the .wasm alone, so a configuration edited
+    after signing was taken."""
     source = deployed(tmp_path)
-    key = Ed25519PrivateKey.from_private_bytes(bytes([7] * 32))
+    seed = bytes([7] * 32)
+    key = Ed25519PrivateKey.from_private_bytes(seed)
     source = PolicySource(source.wasm, source.config, Integrity.ed25519(key.public_key().public_bytes_raw()))
-    sig = signature_path(source.wasm)
-    assert sig.name == "policy.wasm.sig"
+    manifest = manifest_path(source.wasm)
+    assert manifest.name == "policy.wasm.manifest"
+    data = source.wasm.read_bytes()
 
-    # Unsigned: refused at start.
-    with pytest.raises(UpdateIntegrityError, match="unsigned"):
+    # Unsigned: refused at start; a signature over the .wasm alone (before 0.7) is named and refused.
+    with pytest.raises(UpdateIntegrityError, match="unsigned: no signed manifest at .*policy.wasm.manifest"):
+        LivePolicy.open(source)
+    signature_path(source.wasm).write_bytes(key.sign(data))
+    with pytest.raises(UpdateIntegrityError, match=r"\(before 0.7\) is not accepted: sign the whole publication"):
         LivePolicy.open(source)
 
-    # Signed (hex): accepted.
-    data = source.wasm.read_bytes()
-    sig.write_text(key.sign(data).hex() + "\n")
+    # Signed for files: accepted.
+    manifest.write_text(sign_publication(seed, data, READS))
     live = LivePolicy.open(source)
+    assert attempts_against_a_persistent_503(live.current()) == 4
 
-    # Signed by another key (raw bytes): refused, the signed one keeps serving.
-    other = Ed25519PrivateKey.from_private_bytes(bytes([9] * 32))
-    sig.write_bytes(other.sign(data))
-    with pytest.raises(UpdateIntegrityError, match="does not verify"):
+    # The configuration edited after signing (4 attempts became 8): refused, the signed one keeps serving.
+    eight = '{"default-effect": "read", "max-attempts-per-call": 8}'
+    source.config.write_text(eight)
+    with pytest.raises(UpdateIntegrityError, match="config-sha256 .* changed after signing") as edited:
         live.reload()
-    assert live.current().identity.generation == 1
+    assert edited.value.kind == "integrity"
+    assert live.current().identity.generation == 1 and attempts_against_a_persistent_503(live.current()) == 4
 
-    # Neither 64 bytes nor 128 hex digits.
-    sig.write_text("abc")
-    with pytest.raises(UpdateIntegrityError, match="neither 64 bytes nor 128 hex digits"):
+    # Signed by another key: refused.
+    manifest.write_text(sign_publication(bytes([9] * 32), data, eight))
+    with pytest.raises(UpdateIntegrityError, match="does not verify under the configured key"):
         live.reload()
 
-    # Tampered after signing: a valid signature of the .wasm, then one byte of the .wasm changed.
-    sig.write_bytes(key.sign(data))
+    # Malformed: refused by name.
+    manifest.write_text("agent-retry publication 1\n")
+    with pytest.raises(UpdateIntegrityError, match="is malformed: it has 1 lines, not 6"):
+        live.reload()
+
+    # Tampered after signing: one byte of the .wasm changed.
+    manifest.write_text(sign_publication(seed, data, eight))
     source.wasm.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
-    with pytest.raises(UpdateIntegrityError, match="does not verify") as tampered:
+    with pytest.raises(UpdateIntegrityError, match="wasm-sha256 .* changed after signing"):
         live.reload()
-    assert tampered.value.kind == "integrity"
-    assert live.current().identity.generation == 1, "the signed one keeps serving"
-    assert live.metrics == UpdateMetrics(accepted=0, refused=3, rolled_back=0)
+    assert live.metrics == UpdateMetrics(accepted=0, refused=4, rolled_back=0)
 
-    # The untampered .wasm under the same signature (raw bytes): accepted.
+    # Vectors configured but not signed: refused as added after signing.
     source.wasm.write_bytes(data)
+    vectors = tmp_path / "vectors.json"
+    vectors.write_text('{"description": "shipped", "cases": []}')
+    with pytest.raises(UpdateIntegrityError, match="added after signing"):
+        LivePolicy.open(PolicySource(source.wasm, source.config, source.integrity, vectors=vectors))
+
+    # Re-signed: accepted (the edited budget serves now).
     assert live.reload().generation == 2
+    assert attempts_against_a_persistent_503(live.current()) == 8
     with pytest.raises(ValueError):
         Integrity.ed25519(b"short")
 

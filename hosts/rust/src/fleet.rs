@@ -4,14 +4,19 @@
 //! The layout (the Python host's `agent_retry_policy.fleet` uses the same):
 //! - `{prefix}:wasm`: the component's bytes;
 //! - `{prefix}:config`: the configuration (JSON text);
-//! - `{prefix}:wasm.sig`: optional detached Ed25519 signature of the `.wasm`
-//!   (64 raw bytes or 128 hex digits);
+//! - `{prefix}:manifest`: optional signed manifest ([`crate::manifest`]): one
+//!   Ed25519 signature over the `.wasm`'s digest, the configuration's, the
+//!   vectors' and the revision; under a key a worker takes nothing else (a
+//!   `{prefix}:wasm.sig` of before 0.7, over the `.wasm` alone, is not
+//!   accepted, and every publication deletes it);
 //! - `{prefix}:vectors`: optional vectors the update ships with (JSON text in
 //!   the format of `tests/vectors/*.json`), run by every worker's gate;
 //! - `{prefix}:revision`: an integer that grows with every publication: one
 //!   more than the last, or the server's time in ms if that is larger, so that
 //!   it never repeats after Redis loses its state (a worker that tried revision
-//!   N before would otherwise miss a new publication numbered N);
+//!   N before would otherwise miss a new publication numbered N). A signed
+//!   publication is stored under its manifest's revision exactly, which must
+//!   be greater than the stored one;
 //! - channel `{prefix}:updates`: a message per publication (it only wakes workers).
 //!
 //! [`publish_policy`] writes all of it in one script ([`PUBLISH_LUA`]), which
@@ -73,23 +78,35 @@ impl FleetSource {
         revision.map_or(Ok(0), |text| parse_revision(&text).map_err(|e| format!("{}: {e}", self.key("revision"))))
     }
 
+    /// Where the signed manifest is stored.
+    pub fn manifest_key(&self) -> String {
+        self.key("manifest")
+    }
+
+    /// Where a signature over the `.wasm` alone was stored before 0.7.
+    pub fn legacy_signature_key(&self) -> String {
+        self.key("wasm.sig")
+    }
+
     /// The published policy, read in one `MGET` (one publication's parts).
     pub fn read(&self) -> Result<Publication, String> {
         let mut connection = self.connect()?;
-        type Parts = (Option<Vec<u8>>, Option<Vec<u8>>, Option<Vec<u8>>, Option<Vec<u8>>, Option<Vec<u8>>);
-        let (wasm, config, signature, revision, vectors): Parts = redis::cmd("MGET")
+        type Parts = (Option<Vec<u8>>, Option<Vec<u8>>, Option<Vec<u8>>, Option<Vec<u8>>, Option<Vec<u8>>, Option<Vec<u8>>);
+        let (wasm, config, manifest, revision, vectors, legacy): Parts = redis::cmd("MGET")
             .arg(self.key("wasm"))
             .arg(self.key("config"))
-            .arg(self.key("wasm.sig"))
+            .arg(self.key("manifest"))
             .arg(self.key("revision"))
             .arg(self.key("vectors"))
+            .arg(self.key("wasm.sig"))
             .query(&mut connection)
             .map_err(|e| e.to_string())?;
         let missing = |what: &str| format!("nothing published at {} (`agent-retry publish` writes it)", self.key(what));
         Ok(Publication {
             wasm: wasm.ok_or_else(|| missing("wasm"))?,
             config: config.ok_or_else(|| missing("config"))?,
-            signature,
+            manifest,
+            legacy_signature: legacy.is_some(),
             vectors,
             revision: revision.map_or(Ok(0), |text| parse_revision(&text).map_err(|e| format!("{}: {e}", self.key("revision"))))?,
         })
@@ -115,8 +132,12 @@ impl FleetSource {
 pub struct Publication {
     pub wasm: Vec<u8>,
     pub config: Vec<u8>,
-    pub signature: Option<Vec<u8>>,
+    /// The signed manifest (`{prefix}:manifest`), if any.
+    pub manifest: Option<Vec<u8>>,
+    /// Whether a signature over the `.wasm` alone (`{prefix}:wasm.sig`, before 0.7) is stored.
+    pub legacy_signature: bool,
     pub vectors: Option<Vec<u8>>,
+    /// 0 when nothing is stored at `{prefix}:revision`.
     pub revision: u64,
 }
 
@@ -139,13 +160,17 @@ pub fn parse_revision(text: &[u8]) -> Result<u64, String> {
 }
 
 /// A publication, written by one script so that it is all or nothing. KEYS:
-/// wasm, config, wasm.sig, vectors, revision. ARGV: the wasm, the
-/// configuration, the signature, the vectors, the channel, then "1" or "0" for
-/// whether a signature and vectors are given (else their keys are deleted). The
-/// stored revision is checked first (the same rule as [`parse_revision`]); a
-/// value that is not one fails the script before anything is written. The new
-/// revision is one more, or the server's time in ms if larger, so that it never
-/// repeats after Redis loses its state. Returns the new revision.
+/// wasm, config, manifest, vectors, revision, wasm.sig. ARGV: the wasm, the
+/// configuration, the manifest, the vectors, the channel, "1" or "0" for
+/// whether a manifest and vectors are given (else their keys are deleted), and
+/// the manifest's revision ("" when unsigned). The stored revision is checked
+/// first (the same rule as [`parse_revision`]); a value that is not one fails
+/// the script before anything is written. A signed publication is stored under
+/// its manifest's revision, refused (nothing written) unless that is a
+/// revision greater than the stored one; an unsigned one gets one more than the
+/// stored revision, or the server's time in ms if larger, so that it never
+/// repeats after Redis loses its state. `wasm.sig` (a signature over the
+/// `.wasm` alone, before 0.7) is always deleted. Returns the new revision.
 pub const PUBLISH_LUA: &str = r#"
 local current = redis.call('GET', KEYS[5])
 local r = 0
@@ -155,42 +180,74 @@ if current then
   end
   r = tonumber(current)
 end
-if r >= 9007199254740991 then
-  return redis.error_reply('the revision at ' .. KEYS[5] .. ' is the largest there is: nothing was written')
+local next
+if ARGV[8] ~= '' then
+  if string.len(ARGV[8]) > 16 or not string.match(ARGV[8], '^[1-9][0-9]*$') or tonumber(ARGV[8]) > 9007199254740991 then
+    return redis.error_reply('the revision of the manifest, ' .. ARGV[8] .. ', is not a revision (decimal digits from 1 to 9007199254740991): nothing was written')
+  end
+  next = tonumber(ARGV[8])
+  if next <= r then
+    return redis.error_reply('the revision of the manifest, ' .. ARGV[8] .. ', is not greater than the stored revision ' .. string.format('%d', r) .. ' at ' .. KEYS[5] .. ': sign it again for a newer revision; nothing was written')
+  end
+else
+  if r >= 9007199254740991 then
+    return redis.error_reply('the revision at ' .. KEYS[5] .. ' is the largest there is: nothing was written')
+  end
+  local t = redis.call('TIME')
+  local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  next = r + 1
+  if next < ms then next = ms end
 end
-local t = redis.call('TIME')
-local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local next = r + 1
-if next < ms then next = ms end
 redis.call('SET', KEYS[1], ARGV[1])
 redis.call('SET', KEYS[2], ARGV[2])
 if ARGV[6] == '1' then redis.call('SET', KEYS[3], ARGV[3]) else redis.call('DEL', KEYS[3]) end
 if ARGV[7] == '1' then redis.call('SET', KEYS[4], ARGV[4]) else redis.call('DEL', KEYS[4]) end
+redis.call('DEL', KEYS[6])
 redis.call('SET', KEYS[5], string.format('%d', next))
 redis.call('PUBLISH', ARGV[5], 'published')
 return next
 "#;
 
 /// Publishes a policy for every worker of the fleet in one script and
-/// announces it; returns the new revision. A stored revision that is not one
-/// fails it, and nothing is written. Workers gate it as any update: a worker
-/// refuses what does not pass and keeps its last good policy.
-pub fn publish_policy(source: &FleetSource, wasm: &[u8], config_json: &str, signature: Option<&[u8]>, vectors: Option<&str>) -> Result<u64, String> {
+/// announces it; returns the new revision. `manifest`: the signed manifest
+/// ([`crate::manifest::sign_publication`]); the publication is stored under its
+/// revision, and refused before anything is written when it is malformed, has
+/// no revision (one signed for files), or does not cover this `.wasm`, this
+/// configuration and these vectors. A stored revision that is not one, or a
+/// manifest's revision not greater than it, fails it, and nothing is written.
+/// Workers gate it as any update: a worker refuses what does not pass and
+/// keeps its last good policy.
+pub fn publish_policy(source: &FleetSource, wasm: &[u8], config_json: &str, manifest: Option<&str>, vectors: Option<&str>) -> Result<u64, String> {
+    let revision = match manifest {
+        Some(text) => {
+            let at = "the manifest to publish";
+            let parsed = crate::manifest::parse_manifest(text.as_bytes(), at).map_err(|e| e.to_string())?;
+            crate::manifest::check_covers(&parsed, at, wasm, config_json.as_bytes(), vectors.map(str::as_bytes))
+                .map_err(|e| format!("{e}: nothing was written"))?;
+            let revision = parsed.revision.ok_or_else(|| {
+                format!("{at} has revision none (signed for files): sign it with a revision to publish it to a fleet; nothing was written")
+            })?;
+            revision.to_string()
+        }
+        None => String::new(),
+    };
     let mut connection = source.connect()?;
     let flag = |given: bool| if given { "1" } else { "0" };
     redis::Script::new(PUBLISH_LUA)
         .key(source.key("wasm"))
         .key(source.key("config"))
-        .key(source.key("wasm.sig"))
+        .key(source.key("manifest"))
         .key(source.key("vectors"))
         .key(source.key("revision"))
+        .key(source.key("wasm.sig"))
         .arg(wasm)
         .arg(config_json)
-        .arg(signature.unwrap_or_default())
+        .arg(manifest.unwrap_or_default())
         .arg(vectors.unwrap_or_default())
         .arg(source.channel())
-        .arg(flag(signature.is_some()))
+        .arg(flag(manifest.is_some()))
         .arg(flag(vectors.is_some()))
+        .arg(revision)
         .invoke(&mut connection)
         .map_err(|e| e.to_string())
 }

@@ -5,9 +5,12 @@
 //! one. A rejected update leaves the last good policy serving and says why.
 //!
 //! The gate, before anything serves:
-//! 1. integrity: the `.wasm`'s SHA-256 equals a pinned digest, or a detached
-//!    Ed25519 signature (`<wasm>.sig`, 64 bytes, raw or hex) verifies under the
-//!    configured public key; with a key configured an unsigned `.wasm` is refused;
+//! 1. integrity: the `.wasm`'s SHA-256 equals a pinned digest, or, under an
+//!    Ed25519 key, the signed manifest ([`crate::manifest`]: `<wasm>.manifest`,
+//!    or the fleet's `{prefix}:manifest`) covers exactly what was read (the
+//!    `.wasm`, the configuration, the vectors or none, the fleet's revision or
+//!    none) and its signature verifies; an unsigned publication, and a
+//!    signature over the `.wasm` alone (before 0.7), are refused;
 //! 2. the component compiles, speaks this host's contract version and imports
 //!    nothing outside the contract ([`PolicyComponent::from_bytes`]);
 //! 3. the configuration loads in it;
@@ -19,6 +22,14 @@
 //! 5. the vectors the update ships with, if any (a file in the format of
 //!    `tests/vectors/*.json`): every case must pass on the candidate.
 //!
+//! Before the gate, the order: a candidate older than the serving policy is
+//! refused as [`UpdateError::Older`] (a fleet publication with a lower
+//! revision, or files whose newest modification time is before the serving
+//! files'; the same is not older). `rollback()` is not an update and is never
+//! refused so. One update at a time: `reload()`, `poll()` and `rollback()`
+//! hold one lock from the read to the swap, so of two reloads at once the
+//! second reads after the first swapped, and the newest serves.
+//!
 //! Runs in flight finish on the policy they started with: a host takes
 //! [`LivePolicy::current`] when it starts a run (or a worker) and keeps that
 //! [`Loaded`] policy for the run; an update changes what new runs get. Every
@@ -27,9 +38,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use ed25519_dalek::{Signature, Verifier, VerifyingKey};
 use sha2::{Digest, Sha256};
 
 use crate::fleet::{FleetSource, Publication};
@@ -71,7 +81,8 @@ pub enum Integrity {
     Unchecked,
     /// Only a `.wasm` with this SHA-256 (hex).
     PinnedSha256(String),
-    /// Only a `.wasm` whose detached signature (`<wasm>.sig`) verifies under this Ed25519 key.
+    /// Only a publication whose signed manifest (`<wasm>.manifest`, or the
+    /// fleet's `{prefix}:manifest`) covers it all and verifies under this Ed25519 key.
     Ed25519([u8; 32]),
 }
 
@@ -91,6 +102,13 @@ pub enum UpdateError {
     Gate(String),
     /// The fleet's Redis cannot be read, or nothing is published there.
     Fleet(String),
+    /// The candidate is older than the serving policy: a fleet publication
+    /// with a lower revision (a stale replica, Redis restored from an old
+    /// dump), or files whose newest modification time is before the serving
+    /// files' (an old copy put back with its times). `candidate` and `serving`:
+    /// the two revisions, or the two times in ns since the epoch. The Python and
+    /// Node hosts' `UpdateOlderError` (kind `older`).
+    Older { candidate: u64, serving: u64, reason: String },
     /// `rollback()` with no previous policy.
     NothingToRollBackTo,
 }
@@ -104,6 +122,7 @@ impl std::fmt::Display for UpdateError {
             UpdateError::Config(why) => write!(f, "the configuration does not load: {why}"),
             UpdateError::Gate(why) => write!(f, "the gate refused it: {why}"),
             UpdateError::Fleet(why) => write!(f, "cannot read the fleet's policy: {why}"),
+            UpdateError::Older { reason, .. } => write!(f, "older than the serving policy: {reason}"),
             UpdateError::NothingToRollBackTo => write!(f, "there is no previous policy to roll back to"),
         }
     }
@@ -136,6 +155,8 @@ enum Seen {
         wasm: Option<(SystemTime, u64)>,
         config: Option<(SystemTime, u64)>,
         vectors: Option<(SystemTime, u64)>,
+        /// The manifest's, under a key: a manifest written after the files is an update.
+        manifest: Option<(SystemTime, u64)>,
     },
     Revision(u64),
 }
@@ -143,6 +164,39 @@ enum Seen {
 fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
     let meta = std::fs::metadata(path).ok()?;
     Some((meta.modified().ok()?, meta.len()))
+}
+
+/// How new a read is, to refuse an older one: the fleet's revision, or the
+/// files' newest modification time in ns since the epoch.
+fn order(seen: &Seen) -> u64 {
+    match seen {
+        Seen::Nothing => 0,
+        Seen::Revision(revision) => *revision,
+        Seen::Files { wasm, config, vectors, manifest } => [wasm, config, vectors, manifest]
+            .into_iter()
+            .flatten()
+            .filter_map(|(time, _)| time.duration_since(UNIX_EPOCH).ok())
+            .map(|since| u64::try_from(since.as_nanos()).unwrap_or(u64::MAX))
+            .max()
+            .unwrap_or(0),
+    }
+}
+
+/// A time in ns since the epoch as UTC, `2026-12-02T15:22:41.123456789Z`, for messages.
+fn utc(ns: u64) -> String {
+    let (secs, nanos) = (ns / 1_000_000_000, ns % 1_000_000_000);
+    let (days, rest) = ((secs / 86_400) as i64, secs % 86_400);
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{nanos:09}Z", rest / 3_600, rest / 60 % 60, rest % 60)
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -164,10 +218,14 @@ enum Origin {
 struct Candidate {
     wasm: Vec<u8>,
     config: Vec<u8>,
-    /// The detached signature, if one came with it.
-    signature: Option<Vec<u8>>,
-    /// Where the signature was looked for, for messages.
-    signature_at: String,
+    /// The signed manifest, if one came with it (read only under a key).
+    manifest: Option<Vec<u8>>,
+    /// Where the manifest was looked for, for messages.
+    manifest_at: String,
+    /// Where a signature over the `.wasm` alone (before 0.7) was found, if one was.
+    legacy_signature_at: Option<String>,
+    /// The fleet's revision the publication was read under; `None` for files.
+    revision: Option<u64>,
     integrity: Integrity,
     /// The vectors shipped with the update, if any.
     vectors: Option<Vec<u8>>,
@@ -184,26 +242,52 @@ impl Origin {
     fn seen_now(&self) -> Result<Seen, UpdateError> {
         match self {
             Origin::Files(source) => {
-                Ok(Seen::Files { wasm: stamp(&source.wasm), config: stamp(&source.config), vectors: source.vectors.as_deref().and_then(stamp) })
+                let manifest = match source.integrity {
+                    Integrity::Ed25519(_) => stamp(&manifest_path(&source.wasm)),
+                    _ => None,
+                };
+                Ok(Seen::Files { wasm: stamp(&source.wasm), config: stamp(&source.config), vectors: source.vectors.as_deref().and_then(stamp), manifest })
             }
             Origin::Fleet(fleet, ..) => fleet.revision().map(Seen::Revision).map_err(UpdateError::Fleet),
         }
+    }
+
+    /// Refuses a read older than the serving policy's order ([`order`]); the
+    /// same is not older (the same files or revision may be read again).
+    fn not_older(&self, seen: &Seen, serving: u64) -> Result<(), UpdateError> {
+        let candidate = order(seen);
+        if candidate >= serving {
+            return Ok(());
+        }
+        let reason = match self {
+            Origin::Fleet(fleet, ..) => format!(
+                "the publication at {} (revision {candidate}) is older than the serving policy's, revision {serving} (a stale replica, or Redis restored from an old dump?)",
+                fleet.prefix
+            ),
+            Origin::Files(_) => format!(
+                "the files' newest modification time, {}, is before the serving policy's, {} (to return to an earlier policy, use rollback())",
+                utc(candidate),
+                utc(serving)
+            ),
+        };
+        Err(UpdateError::Older { candidate, serving, reason })
     }
 
     fn read(&self) -> Result<Candidate, UpdateError> {
         match self {
             Origin::Files(source) => {
                 let seen = self.seen_now()?;
-                let sig_path = signature_path(&source.wasm);
-                let signature = match source.integrity {
-                    Integrity::Ed25519(_) => std::fs::read(&sig_path).ok(),
-                    _ => None,
-                };
+                let manifest_at = manifest_path(&source.wasm);
+                let signed = matches!(source.integrity, Integrity::Ed25519(_));
+                let manifest = if signed { std::fs::read(&manifest_at).ok() } else { None };
+                let legacy = signature_path(&source.wasm);
                 Ok(Candidate {
                     wasm: read(&source.wasm)?,
                     config: read(&source.config)?,
-                    signature,
-                    signature_at: sig_path.display().to_string(),
+                    manifest,
+                    manifest_at: manifest_at.display().to_string(),
+                    legacy_signature_at: (signed && legacy.exists()).then(|| legacy.display().to_string()),
+                    revision: None,
                     integrity: source.integrity.clone(),
                     vectors: source.vectors.as_deref().map(read).transpose()?,
                     gate_vectors: read_gate_vectors(&source.gate_vectors)?,
@@ -211,12 +295,15 @@ impl Origin {
                 })
             }
             Origin::Fleet(fleet, integrity, gate_vectors) => {
-                let Publication { wasm, config, signature, vectors, revision } = fleet.read().map_err(UpdateError::Fleet)?;
+                let Publication { wasm, config, manifest, legacy_signature, vectors, revision } = fleet.read().map_err(UpdateError::Fleet)?;
                 Ok(Candidate {
                     wasm,
                     config,
-                    signature,
-                    signature_at: format!("{}:wasm.sig", fleet.prefix),
+                    manifest,
+                    manifest_at: fleet.manifest_key(),
+                    legacy_signature_at: legacy_signature.then(|| fleet.legacy_signature_key()),
+                    // 0 is "no revision stored": no manifest covers it.
+                    revision: (revision > 0).then_some(revision),
                     integrity: integrity.clone(),
                     vectors,
                     gate_vectors: read_gate_vectors(gate_vectors)?,
@@ -238,6 +325,16 @@ pub struct LivePolicy {
     metrics: UpdateMetrics,
     /// The generation the next candidate gets.
     next_generation: AtomicU64,
+    /// One update at a time: held by `reload()`, `poll()` and `rollback()`
+    /// from the read to the swap; it keeps the orders of what serves.
+    updating: Mutex<Orders>,
+}
+
+/// The serving and previous policies' orders ([`order`]), swapped with them.
+#[derive(Clone, Copy, Debug, Default)]
+struct Orders {
+    serving: u64,
+    previous: u64,
 }
 
 /// Counters of what happened to updates, for a metrics endpoint.
@@ -269,6 +366,7 @@ impl LivePolicy {
     fn open_origin(origin: Origin) -> Result<LivePolicy, UpdateError> {
         let read = origin.read()?;
         let seen = read.seen.clone();
+        let first_order = order(&seen);
         let first = candidate(read, 1, None)?;
         Ok(LivePolicy {
             origin,
@@ -278,6 +376,7 @@ impl LivePolicy {
             last_refusal: Mutex::new(None),
             metrics: UpdateMetrics::default(),
             next_generation: AtomicU64::new(2),
+            updating: Mutex::new(Orders { serving: first_order, previous: 0 }),
         })
     }
 
@@ -298,8 +397,16 @@ impl LivePolicy {
 
     /// Reads the files (or the fleet's publication) again, gates the candidate
     /// off the hot path, and swaps it in. On refusal the serving policy is
-    /// unchanged and the reason is logged.
+    /// unchanged and the reason is logged; a candidate older than the serving
+    /// policy is refused as [`UpdateError::Older`]. One update at a time: a
+    /// second `reload()` waits for the first to swap, then reads.
     pub fn reload(&self) -> Result<PolicyIdentity, UpdateError> {
+        let mut orders = self.updating.lock().unwrap_or_else(|p| p.into_inner());
+        self.reload_holding(&mut orders)
+    }
+
+    /// [`LivePolicy::reload`], the update lock held.
+    fn reload_holding(&self, orders: &mut Orders) -> Result<PolicyIdentity, UpdateError> {
         let serving = self.current();
         // Noted first, so that an update that cannot even be read is tried once, not at every poll.
         if let Ok(now) = self.origin.seen_now() {
@@ -307,10 +414,14 @@ impl LivePolicy {
         }
         let result = self.origin.read().and_then(|read| {
             *self.seen.lock().unwrap_or_else(|p| p.into_inner()) = read.seen.clone();
-            candidate(read, 0, Some(&serving))
+            // Older than what serves: refused before it is even checked.
+            self.origin.not_older(&read.seen, orders.serving)?;
+            let read_order = order(&read.seen);
+            candidate(read, 0, Some(&serving)).map(|loaded| (loaded, read_order))
         });
         match result {
-            Ok(mut loaded) => {
+            Ok((mut loaded, read_order)) => {
+                *orders = Orders { serving: read_order, previous: orders.serving };
                 loaded.identity.generation = self.next_generation.fetch_add(1, Ordering::Relaxed);
                 let identity = loaded.identity.clone();
                 let old = std::mem::replace(&mut *self.current.write().unwrap_or_else(|p| p.into_inner()), Arc::new(loaded));
@@ -331,10 +442,13 @@ impl LivePolicy {
 
     /// Returns to the previous good policy (it passed the gate when it served).
     pub fn rollback(&self) -> Result<PolicyIdentity, UpdateError> {
+        let mut orders = self.updating.lock().unwrap_or_else(|p| p.into_inner());
         let previous = self.previous.lock().unwrap_or_else(|p| p.into_inner()).take().ok_or(UpdateError::NothingToRollBackTo)?;
         let identity = previous.identity.clone();
         let old = std::mem::replace(&mut *self.current.write().unwrap_or_else(|p| p.into_inner()), previous);
         *self.previous.lock().unwrap_or_else(|p| p.into_inner()) = Some(old);
+        // What comes next is compared with the policy rolled back to.
+        *orders = Orders { serving: orders.previous, previous: orders.serving };
         self.metrics.rolled_back.fetch_add(1, Ordering::Relaxed);
         tracing::info!(target: "agent_retry", policy = %identity, "policy rolled back");
         Ok(identity)
@@ -344,6 +458,9 @@ impl LivePolicy {
     /// the fleet's revision is one not tried yet. `None`: nothing changed (or the
     /// fleet's Redis cannot be reached: the serving policy stays, the next poll tries again).
     pub fn poll(&self) -> Option<Result<PolicyIdentity, UpdateError>> {
+        // Checked under the update lock: of two polls at once (the channel's and
+        // the timer's) the second sees what the first read, and reads only what is newer.
+        let mut orders = self.updating.lock().unwrap_or_else(|p| p.into_inner());
         let now = match self.origin.seen_now() {
             Ok(now) => now,
             Err(e) => {
@@ -354,7 +471,7 @@ impl LivePolicy {
         if *self.seen.lock().unwrap_or_else(|p| p.into_inner()) == now {
             return None;
         }
-        Some(self.reload())
+        Some(self.reload_holding(&mut orders))
     }
 
     /// Polls every `interval` on a thread of its own (a file watcher that works
@@ -395,6 +512,20 @@ impl LivePolicy {
 /// one is not compiled again: a configuration change costs its gate only);
 /// runs the gate.
 fn candidate(read: Candidate, generation: u64, serving: Option<&Loaded>) -> Result<Loaded, UpdateError> {
+    if let Integrity::Ed25519(key) = &read.integrity {
+        // Before anything of the publication is used: the manifest covers the bytes as read.
+        crate::manifest::verify_publication(
+            key,
+            read.manifest.as_deref(),
+            &read.manifest_at,
+            read.legacy_signature_at.as_deref(),
+            &read.wasm,
+            &read.config,
+            read.vectors.as_deref(),
+            read.revision,
+        )
+        .map_err(|e| UpdateError::Integrity(e.to_string()))?;
+    }
     let config_json = String::from_utf8(read.config).map_err(|_| UpdateError::Config("the configuration is not UTF-8".into()))?;
     let wasm_sha256 = hex(&Sha256::digest(&read.wasm));
     match &read.integrity {
@@ -404,7 +535,7 @@ fn candidate(read: Candidate, generation: u64, serving: Option<&Loaded>) -> Resu
                 return Err(UpdateError::Integrity(format!("the .wasm's SHA-256 is {wasm_sha256}, the pinned digest {pinned}")));
             }
         }
-        Integrity::Ed25519(key) => verify_signature(&read.wasm, read.signature.as_deref(), &read.signature_at, key)?,
+        Integrity::Ed25519(_) => {} // checked above
     }
     let component = match serving {
         Some(serving) if serving.identity.wasm_sha256 == wasm_sha256 => Arc::clone(&serving.component),
@@ -438,30 +569,19 @@ fn shipped_vectors_pass(component: &PolicyComponent, vectors: &[u8], config_json
     Ok(())
 }
 
-/// Where a `.wasm`'s detached signature is looked for: `<wasm>.sig`.
+/// Where a `.wasm`'s signed manifest is looked for: `<wasm>.manifest`.
+pub fn manifest_path(wasm: &Path) -> PathBuf {
+    let mut path = wasm.as_os_str().to_owned();
+    path.push(".manifest");
+    PathBuf::from(path)
+}
+
+/// Where a signature over the `.wasm` alone was kept before 0.7 (`<wasm>.sig`):
+/// no longer accepted, only named when found.
 pub fn signature_path(wasm: &Path) -> PathBuf {
     let mut sig_path = wasm.as_os_str().to_owned();
     sig_path.push(".sig");
     PathBuf::from(sig_path)
-}
-
-fn verify_signature(bytes: &[u8], signature: Option<&[u8]>, at: &str, key: &[u8; 32]) -> Result<(), UpdateError> {
-    let raw = signature.ok_or_else(|| UpdateError::Integrity(format!("unsigned: no signature at {at}")))?;
-    let text = String::from_utf8_lossy(raw);
-    let hex_text = text.trim();
-    let sig: [u8; 64] = if raw.len() == 64 {
-        raw.try_into().unwrap_or([0; 64])
-    } else if hex_text.len() == 128 && hex_text.bytes().all(|b| b.is_ascii_hexdigit()) {
-        let mut out = [0u8; 64];
-        for (i, chunk) in hex_text.as_bytes().chunks(2).enumerate() {
-            out[i] = u8::from_str_radix(std::str::from_utf8(chunk).unwrap_or("00"), 16).unwrap_or(0);
-        }
-        out
-    } else {
-        return Err(UpdateError::Integrity(format!("{at} is neither 64 bytes nor 128 hex digits")));
-    };
-    let key = VerifyingKey::from_bytes(key).map_err(|e| UpdateError::Integrity(format!("the configured public key is not valid: {e}")))?;
-    key.verify(bytes, &Signature::from_bytes(&sig)).map_err(|_| UpdateError::Integrity("the signature does not verify under the configured key".into()))
 }
 
 /// The configuration loads in the candidate (a fresh instance with its own

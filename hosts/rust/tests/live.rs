@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use agent_retry_host::component::types::{ActionKind, FailureKind, Observation};
 use agent_retry_host::component::{PolicyInstance, RunHandle};
-use agent_retry_host::{EmbeddedAccounts, EntropySource, HostServices, Integrity, LivePolicy, PolicySource, UpdateError, default_wasm_path};
+use agent_retry_host::live::manifest_path;
+use agent_retry_host::{EmbeddedAccounts, EntropySource, HostServices, Integrity, LivePolicy, PolicySource, UpdateError, default_wasm_path, sign_publication};
 use ed25519_dalek::{Signer, SigningKey};
 use sha2::{Digest, Sha256};
 
@@ -168,45 +169,64 @@ fn a_pinned_digest_refuses_a_tampered_component() {
     assert!(matches!(&err, UpdateError::Integrity(why) if why.contains(&digest)), "{err}");
 }
 
+/// Issue 24, row 2, for files: under a key the signed manifest
+/// (`<wasm>.manifest`) covers the `.wasm`, the configuration and the vectors;
+/// before, a signature covered the `.wasm` alone, so a configuration edited
+/// after signing was taken.
 #[test]
-fn with_a_key_configured_only_a_signed_component_is_accepted() {
+fn with_a_key_configured_only_a_signed_publication_is_accepted() {
     let (_dir, mut source) = deployed("signed", READS);
-    let key = SigningKey::from_bytes(&[7; 32]);
-    source.integrity = Integrity::Ed25519(key.verifying_key().to_bytes());
-    let sig = sig_path(&source.wasm);
-
-    // Unsigned: refused at start.
-    let err = LivePolicy::open(source.clone()).err().expect("an unsigned component is refused");
-    assert!(err.to_string().contains("unsigned"), "{err}");
-
-    // Signed (hex): accepted.
+    let seed = [7u8; 32];
+    source.integrity = Integrity::Ed25519(SigningKey::from_bytes(&seed).verifying_key().to_bytes());
+    let manifest = manifest_path(&source.wasm);
     let bytes = std::fs::read(&source.wasm).unwrap();
-    let hex: String = key.sign(&bytes).to_bytes().iter().map(|b| format!("{b:02x}")).collect();
-    std::fs::write(&sig, hex).unwrap();
-    let live = LivePolicy::open(source.clone()).unwrap();
 
-    // Signed by another key (raw bytes): refused, the signed one keeps serving.
-    let other = SigningKey::from_bytes(&[9; 32]);
-    std::fs::write(&sig, other.sign(&bytes).to_bytes()).unwrap();
+    // Unsigned: refused at start; a signature over the .wasm alone (before 0.7) is named and refused.
+    let err = LivePolicy::open(source.clone()).err().expect("an unsigned publication is refused");
+    assert!(err.to_string().contains("unsigned: no signed manifest at"), "{err}");
+    std::fs::write(sig_path(&source.wasm), SigningKey::from_bytes(&seed).sign(&bytes).to_bytes()).unwrap();
+    let err = LivePolicy::open(source.clone()).err().expect("a signature over the .wasm alone is refused");
+    assert!(err.to_string().contains("(before 0.7) is not accepted: sign the whole publication"), "{err}");
+
+    // Signed for files: accepted.
+    std::fs::write(&manifest, sign_publication(&seed, &bytes, READS.as_bytes(), None, None)).unwrap();
+    let live = LivePolicy::open(source.clone()).unwrap();
+    assert_eq!(attempts_against_a_persistent_503(&live), 4);
+
+    // The configuration edited after signing (4 attempts became 8): refused, the signed one keeps serving.
+    let eight = r#"{"default-effect": "read", "max-attempts-per-call": 8}"#;
+    std::fs::write(&source.config, eight).unwrap();
+    let err = live.reload().unwrap_err();
+    assert!(matches!(&err, UpdateError::Integrity(why) if why.contains("config-sha256") && why.contains("changed after signing")), "{err}");
+    assert_eq!((live.current().identity.generation, attempts_against_a_persistent_503(&live)), (1, 4));
+
+    // Signed by another key: refused.
+    std::fs::write(&manifest, sign_publication(&[9; 32], &bytes, eight.as_bytes(), None, None)).unwrap();
     let err = live.reload().unwrap_err();
     assert!(matches!(&err, UpdateError::Integrity(why) if why.contains("does not verify")), "{err}");
-    assert_eq!(live.current().identity.generation, 1);
 
-    // Tampered after signing: a valid signature of the .wasm, then one byte of the
-    // .wasm changed (a byte of its last section, so that it would still load).
-    std::fs::write(&sig, key.sign(&bytes).to_bytes()).unwrap();
+    // Tampered after signing: one byte of the .wasm changed (its last section's, so that it would still load).
+    std::fs::write(&manifest, sign_publication(&seed, &bytes, eight.as_bytes(), None, None)).unwrap();
     let mut tampered = bytes.clone();
     let last = tampered.len() - 1;
     tampered[last] ^= 1;
     std::fs::write(&source.wasm, &tampered).unwrap();
     let err = live.reload().unwrap_err();
-    assert!(matches!(&err, UpdateError::Integrity(why) if why.contains("does not verify")), "{err}");
-    assert_eq!(live.current().identity.generation, 1, "the signed one keeps serving");
-    assert_eq!(live.metrics().refused.load(Ordering::Relaxed), 2);
+    assert!(matches!(&err, UpdateError::Integrity(why) if why.contains("wasm-sha256") && why.contains("changed after signing")), "{err}");
 
-    // The untampered .wasm under the same signature: accepted.
+    // Vectors configured but not signed: refused as added after signing.
     std::fs::write(&source.wasm, &bytes).unwrap();
+    let vectors = source.wasm.with_file_name("vectors.json");
+    std::fs::write(&vectors, r#"{"description": "shipped", "cases": []}"#).unwrap();
+    let mut with_vectors = source.clone();
+    with_vectors.vectors = Some(vectors.clone());
+    let err = LivePolicy::open(with_vectors.clone()).err().expect("unsigned vectors are refused");
+    assert!(err.to_string().contains("added after signing"), "{err}");
+    assert_eq!(live.metrics().refused.load(Ordering::Relaxed), 3);
+
+    // The configuration re-signed: accepted (the edited budget serves now).
     assert_eq!(live.reload().unwrap().generation, 2);
+    assert_eq!(attempts_against_a_persistent_503(&live), 8);
 }
 
 #[test]

@@ -5,15 +5,19 @@
 //
 // - `{prefix}:wasm`: the component's bytes;
 // - `{prefix}:config`: the configuration (JSON text);
-// - `{prefix}:wasm.sig`: optional detached Ed25519 signature of the `.wasm`
-//   (64 raw bytes or 128 hex digits);
+// - `{prefix}:manifest`: optional signed manifest (src/manifest.ts): one
+//   Ed25519 signature over the `.wasm`'s digest, the configuration's, the
+//   vectors' and the revision; under a key a worker takes nothing else (a
+//   `{prefix}:wasm.sig` of before 0.7, over the `.wasm` alone, is not
+//   accepted, and every publication deletes it);
 // - `{prefix}:vectors`: optional vectors the publication ships with (JSON text
 //   in the format of tests/vectors/*.json); a worker's gate runs every case
 //   against the candidate (src/live.ts);
 // - `{prefix}:revision`: the publication's revision, decimal digits from 1 to
 //   MAX_REVISION (2^53 - 1; `parseRevision`, the one rule of every host): one
 //   more than the last, or the server's time in ms if that is larger, so that
-//   it never repeats after Redis loses its state;
+//   it never repeats after Redis loses its state; a signed publication is
+//   stored under its manifest's revision exactly, which must be greater;
 // - channel `{prefix}:updates`: a message per publication (it only wakes workers).
 //
 // `publishPolicy` writes all of it in one script (PUBLISH_LUA, generated from
@@ -37,6 +41,7 @@ import { createHash } from 'node:crypto';
 
 import { AgentRetryError } from './errors.js';
 import { MAX_REVISION, PUBLISH_LUA } from './fleet-scripts.js';
+import { checkCovers, ManifestError, parseManifest } from './manifest.js';
 
 export { MAX_REVISION, PUBLISH_LUA };
 
@@ -57,7 +62,10 @@ export interface FleetSource {
 export interface Publication {
   readonly wasm: Buffer;
   readonly config: Buffer;
-  readonly signature: Buffer | undefined;
+  /** The signed manifest (`{prefix}:manifest`), if any. */
+  readonly manifest: Buffer | undefined;
+  /** Whether a signature over the `.wasm` alone (`{prefix}:wasm.sig`, before 0.7) is stored. */
+  readonly legacySignature: boolean;
   /** The vectors shipped with the publication (`{prefix}:vectors`), if any. */
   readonly vectors: Buffer | undefined;
   /** `parseRevision` of `{prefix}:revision`; 0 when the key is absent. */
@@ -65,10 +73,13 @@ export interface Publication {
 }
 
 export interface PublishOptions {
-  /** The detached Ed25519 signature of `wasm`: 64 raw bytes, or 128 hex digits
-   *  (as text or bytes). Without it the signature key is deleted, so an older
-   *  signature never stays beside a new `.wasm`. */
-  signature?: Uint8Array | string;
+  /** The signed manifest (`signPublication`, with a revision): the
+   *  publication is stored under its revision exactly, and refused before
+   *  anything is written (`ManifestError`) when it is malformed, has revision
+   *  none (signed for files), or does not cover this `.wasm`, configuration
+   *  and vectors. Without it the manifest key is deleted, so an older manifest
+   *  never stays beside a new publication. */
+  manifest?: Uint8Array | string;
   /** Vectors the publication ships with (a vector file's JSON text, the format
    *  of tests/vectors/*.json): every worker's gate runs each case against the
    *  candidate and refuses the publication if one fails. Without it the vectors
@@ -136,7 +147,7 @@ export class Fleet {
     Object.freeze(this);
   }
 
-  key(name: 'wasm' | 'config' | 'wasm.sig' | 'vectors' | 'revision' | 'updates'): string {
+  key(name: 'wasm' | 'config' | 'manifest' | 'wasm.sig' | 'vectors' | 'revision' | 'updates'): string {
     return `${this.prefix}:${name}`;
   }
 
@@ -202,28 +213,29 @@ export class Fleet {
   async read(): Promise<Publication> {
     const { RESP_TYPES } = await loadRedis();
     const parts = (await this.#with('MGET', (client) =>
-      client.sendCommand(['MGET', this.key('wasm'), this.key('config'), this.key('wasm.sig'), this.key('revision'), this.key('vectors')], {
+      client.sendCommand(['MGET', this.key('wasm'), this.key('config'), this.key('manifest'), this.key('revision'), this.key('vectors'), this.key('wasm.sig')], {
         typeMapping: { [RESP_TYPES.BLOB_STRING]: Buffer },
         timeout: REDIS_TIMEOUT_MS,
       }))) as unknown;
-    if (!Array.isArray(parts) || parts.length !== 5) throw new FleetError(`${this.url}: MGET answered ${String(parts)}`);
-    const [wasm, config, signature, revision, vectors] = parts as Array<Buffer | null>;
+    if (!Array.isArray(parts) || parts.length !== 6) throw new FleetError(`${this.url}: MGET answered ${String(parts)}`);
+    const [wasm, config, manifest, revision, vectors, legacy] = parts as Array<Buffer | null>;
     const missing = (what: 'wasm' | 'config') =>
       new FleetError(`nothing published at ${this.key(what)} (\`agent-retry publish\` or publishPolicy() writes it)`);
     if (!Buffer.isBuffer(wasm)) throw missing('wasm');
     if (!Buffer.isBuffer(config)) throw missing('config');
     return {
-      wasm, config, signature: Buffer.isBuffer(signature) ? signature : undefined, vectors: Buffer.isBuffer(vectors) ? vectors : undefined,
-      revision: this.#revision(revision),
+      wasm, config, manifest: Buffer.isBuffer(manifest) ? manifest : undefined, legacySignature: legacy !== null && legacy !== undefined,
+      vectors: Buffer.isBuffer(vectors) ? vectors : undefined, revision: this.#revision(revision),
     };
   }
 
-  /** `publishPolicy` on this fleet (`signature`: already checked): PUBLISH_LUA,
-   *  by EVALSHA (EVAL when the server does not hold it yet). */
-  async publish(wasm: Uint8Array, configJson: string, signature: Buffer | undefined, vectors?: Buffer): Promise<number> {
-    const keys = [this.key('wasm'), this.key('config'), this.key('wasm.sig'), this.key('vectors'), this.key('revision')];
+  /** `publishPolicy` on this fleet (`manifest`: already checked, stored under
+   *  `revision`): PUBLISH_LUA, by EVALSHA (EVAL when the server does not hold it yet). */
+  async publish(wasm: Uint8Array, configJson: string, manifest: Buffer | undefined, vectors?: Buffer, revision?: number): Promise<number> {
+    const keys = [this.key('wasm'), this.key('config'), this.key('manifest'), this.key('vectors'), this.key('revision'), this.key('wasm.sig')];
     const args = [
-      Buffer.from(wasm), configJson, signature ?? '', vectors ?? '', this.channel, signature === undefined ? '0' : '1', vectors === undefined ? '0' : '1',
+      Buffer.from(wasm), configJson, manifest ?? '', vectors ?? '', this.channel, manifest === undefined ? '0' : '1', vectors === undefined ? '0' : '1',
+      revision === undefined ? '' : String(revision),
     ];
     const reply = await this.#with('publish', async (client) => {
       try {
@@ -287,31 +299,40 @@ export function parseRevision(text: string | Uint8Array): number {
   throw new FleetError(`${JSON.stringify([...value].slice(0, 40).join(''))} is not a revision (decimal digits from 1 to ${MAX_REVISION})`);
 }
 
-function signatureBytes(signature: Uint8Array | string): Buffer {
-  const bytes = typeof signature === 'string' ? Buffer.from(signature.trim(), 'utf8') : Buffer.from(signature);
-  const text = bytes.toString('utf8').trim();
-  if (bytes.length !== 64 && !/^[0-9a-fA-F]{128}$/.test(text)) {
-    throw new RangeError(`a signature is 64 raw bytes or 128 hex digits, got ${bytes.length} bytes`);
-  }
-  return bytes;
-}
-
 /** Publishes a policy for every worker of the fleet in one script (PUBLISH_LUA:
- *  the stored revision checked, then SET wasm, SET config, SET or DEL wasm.sig,
- *  SET or DEL vectors, SET revision, PUBLISH updates) and returns the new
- *  revision. Workers gate it as any update: a worker refuses what does not
- *  pass and keeps its last good policy. Rejects with a `FleetError` when Redis
+ *  the stored revision checked, then SET wasm, SET config, SET or DEL manifest,
+ *  SET or DEL vectors, DEL wasm.sig, SET revision, PUBLISH updates) and returns
+ *  the new revision: the manifest's, when one is given (it must be greater than
+ *  the stored one). Workers gate it as any update: a worker refuses what does
+ *  not pass and keeps its last good policy. Throws `ManifestError` before
+ *  anything is written for a manifest that is malformed, signed for files, or
+ *  does not cover what is published; rejects with a `FleetError` when Redis
  *  cannot be reached or does not answer in time, and when the stored revision
- *  is not one (garbage, or MAX_REVISION): then "nothing was written", and
- *  nothing is. */
+ *  is not one (garbage, or MAX_REVISION), or not lower than the manifest's:
+ *  then "nothing was written", and nothing is. */
 export async function publishPolicy(url: string, wasm: Uint8Array, configJson: string, options: PublishOptions = {}): Promise<number> {
   const fleet = new Fleet({ url, prefix: options.prefix });
   if (!(wasm instanceof Uint8Array)) throw new TypeError('publishPolicy: wasm must be a Uint8Array (a Buffer)');
   if (typeof configJson !== 'string') throw new TypeError('publishPolicy: configJson must be a string (JSON text)');
-  const signature = options.signature === undefined ? undefined : signatureBytes(options.signature);
   const { vectors } = options;
   if (vectors !== undefined && typeof vectors !== 'string' && !(vectors instanceof Uint8Array)) {
     throw new TypeError('publishPolicy: vectors must be a string (JSON text) or a Uint8Array');
   }
-  return fleet.publish(wasm, configJson, signature, vectors === undefined ? undefined : Buffer.from(vectors));
+  let manifest: Buffer | undefined;
+  let revision: number | undefined;
+  if (options.manifest !== undefined) {
+    const at = 'the manifest to publish';
+    manifest = typeof options.manifest === 'string' ? Buffer.from(options.manifest, 'utf8') : Buffer.from(options.manifest);
+    const parsed = parseManifest(manifest, at);
+    try {
+      checkCovers(parsed, at, wasm, configJson, vectors);
+    } catch (e) {
+      throw new ManifestError('mismatch', `${(e as Error).message}: nothing was written`);
+    }
+    if (parsed.revision === null) {
+      throw new ManifestError('malformed', `${at} has revision none (signed for files): sign it with a revision to publish it to a fleet; nothing was written`);
+    }
+    revision = parsed.revision;
+  }
+  return fleet.publish(wasm, configJson, manifest, vectors === undefined ? undefined : Buffer.from(vectors), revision);
 }

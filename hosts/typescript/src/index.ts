@@ -12,9 +12,13 @@ export {
   type InstantiateOptions, type LoadOptions,
 } from './component.js';
 export {
-  Integrity, LivePolicy, PolicyIdentity, SIGNATURE_SUFFIX, signaturePath, type FleetPolicySource, type LiveOptions, type Loaded, type PolicySource,
-  type PolicyUpdateEvent, type PolicyWatcher, type UpdateMetrics,
+  Integrity, LivePolicy, MANIFEST_SUFFIX, PolicyIdentity, SIGNATURE_SUFFIX, manifestPath, signaturePath, type FleetPolicySource, type IntegrityRead,
+  type LiveOptions, type Loaded, type PolicySource, type PolicyUpdateEvent, type PolicyWatcher, type UpdateMetrics,
 } from './live.js';
+export {
+  MANIFEST_HEADER, MAX_MANIFEST_BYTES, ManifestError, checkCovers, parseManifest, signPublication, statement, verifyPublication, type Manifest,
+  type PublicationRead,
+} from './manifest.js';
 export {
   ACCOUNTS_REDIS_TIMEOUT_MS, ACCOUNTS_RETRY_INTERVAL_MS, ACCOUNT_PREFIX, AccountsError, RedisAccounts, SharedAccounts, type AccountBudgetEvent, type RedisAccountsOptions,
   type SharedAccountsOptions,

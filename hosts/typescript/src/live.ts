@@ -20,11 +20,12 @@
 //    from an old dump), or files whose newest modification time is older than
 //    the serving policy's files' (equal is not older: the same files may be
 //    read again). A rollback is not an update and is never refused so;
-// 1. integrity: the `.wasm`'s SHA-256 equals a pinned digest, or a detached
-//    Ed25519 signature (`<wasm>.sig`, or the fleet's `{prefix}:wasm.sig`; 64
-//    bytes, raw or as 128 hex digits)
-//    verifies under the configured public key (node:crypto); with a key
-//    configured an unsigned `.wasm` is refused;
+// 1. integrity: the `.wasm`'s SHA-256 equals a pinned digest, or, under an
+//    Ed25519 key, the signed manifest (src/manifest.ts: `<wasm>.manifest`, or
+//    the fleet's `{prefix}:manifest`) covers exactly what was read (the
+//    `.wasm`, the configuration, the vectors or none, the fleet's revision or
+//    none) and its signature verifies (node:crypto); an unsigned publication,
+//    and a signature over the `.wasm` alone (before 0.7), are refused;
 // 2. the component loads: it speaks this host's contract version and imports
 //    nothing outside the contract (checked on its bytes), then it is transpiled
 //    at run time (jco, on a worker thread, cached by SHA-256) and compiled with
@@ -53,9 +54,9 @@
 // gate and its swap finish before the next read starts, and the policy that
 // serves last is the one read last (two reloads at once while the files change
 // end with the newest serving; tested).
-import { createHash, createPublicKey, verify as verifySignature, type KeyObject } from 'node:crypto';
+import { createHash, createPublicKey, type KeyObject } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
-import { statSync, watch as watchFs } from 'node:fs';
+import { existsSync, statSync, watch as watchFs } from 'node:fs';
 import { basename, dirname, resolve } from 'node:path';
 
 import { fileURLToPath } from 'node:url';
@@ -69,12 +70,15 @@ import {
   UpdateIntegrityError, UpdateLoadError, UpdateOlderError, UpdateReadError, UpdateSelfTestError,
 } from './errors.js';
 import { Fleet, type FleetSource } from './fleet.js';
+import { verifyPublication, type PublicationRead } from './manifest.js';
 import { MAX_TIMER_MS } from './timers.js';
 
 /** The gate's invariants as data: tests/vectors/gate.json, copied next to
  *  dist/src by the build (scripts/copy-generated.mjs) and shipped in the package. */
 export const GATE_VECTORS = resolve(dirname(fileURLToPath(import.meta.url)), '../gate.json');
+/** A signature over the `.wasm` alone (before 0.7): named when found, never accepted. */
 export const SIGNATURE_SUFFIX = '.sig';
+export const MANIFEST_SUFFIX = '.manifest';
 /** DER prefix of an Ed25519 SubjectPublicKeyInfo; the raw 32-byte key follows. */
 const ED25519_SPKI_PREFIX = Buffer.from('302a300506032b6570032100', 'hex');
 
@@ -107,8 +111,9 @@ export interface Loaded {
 
 /** How updates are trusted: `Integrity.unchecked()` (any `.wasm` that passes the
  *  rest of the gate; a development setting), `Integrity.pinnedSha256(hex)` (only
- *  a `.wasm` with this SHA-256) or `Integrity.ed25519(publicKey)` (only a `.wasm`
- *  whose detached signature `<wasm>.sig` verifies under this 32-byte key). */
+ *  a `.wasm` with this SHA-256) or `Integrity.ed25519(publicKey)` (only a
+ *  publication whose signed manifest, `<wasm>.manifest` or the fleet's
+ *  `{prefix}:manifest`, covers it all and verifies under this 32-byte key). */
 export class Integrity {
   private constructor(
     readonly kind: 'unchecked' | 'pinned-sha256' | 'ed25519',
@@ -144,37 +149,31 @@ export class Integrity {
     return new Integrity('ed25519', undefined, Uint8Array.from(publicKey), key);
   }
 
-  /** Throws `UpdateIntegrityError` unless `wasm` (with SHA-256 `sha256`, read
-   *  from `path`; its signature from `<path>.sig`) is trusted. */
-  async check(path: string, wasm: Uint8Array, sha256: string): Promise<void> {
-    const at = signaturePath(path);
-    const signature = this.kind === 'ed25519' ? await readFile(at).catch(() => undefined) : undefined;
-    this.verify(wasm, sha256, signature, at);
-  }
-
-  /** Throws `UpdateIntegrityError` unless `wasm` (with SHA-256 `sha256`) is
-   *  trusted; `signature` is its detached signature (undefined: none), read
-   *  from `at` (for messages). */
-  verify(wasm: Uint8Array, sha256: string, signature: Uint8Array | undefined, at: string): void {
+  /** Throws `UpdateIntegrityError` unless the publication as read is trusted:
+   *  the pinned digest is `sha256`'s, or, under a key, its manifest covers it
+   *  all and verifies. */
+  verify(read: IntegrityRead): void {
     if (this.kind === 'pinned-sha256') {
-      if (this.sha256 !== sha256) throw new UpdateIntegrityError(`the .wasm's SHA-256 is ${sha256}, the pinned digest ${this.sha256}`);
+      if (this.sha256 !== read.sha256) throw new UpdateIntegrityError(`the .wasm's SHA-256 is ${read.sha256}, the pinned digest ${this.sha256}`);
     } else if (this.kind === 'ed25519') {
-      if (signature === undefined) throw new UpdateIntegrityError(`unsigned: no signature at ${at}`);
-      const raw = Buffer.from(signature);
-      const text = raw.toString('utf8').trim();
-      let bytes: Buffer;
-      if (raw.length === 64) bytes = raw;
-      else if (/^[0-9a-fA-F]{128}$/.test(text)) bytes = Buffer.from(text, 'hex');
-      else throw new UpdateIntegrityError(`${at} is neither 64 bytes nor 128 hex digits`);
-      let ok: boolean;
       try {
-        ok = verifySignature(null, wasm, this.key as KeyObject, bytes);
+        verifyPublication(this.key as KeyObject, read.manifest, read.manifestAt, read, read.legacySignatureAt);
       } catch (e) {
-        throw new UpdateIntegrityError(`the signature cannot be checked: ${(e as Error).message}`);
+        throw new UpdateIntegrityError((e as Error).message);
       }
-      if (!ok) throw new UpdateIntegrityError('the signature does not verify under the configured key');
     }
   }
+}
+
+/** What `Integrity.verify` checks: the publication's parts as read. */
+export interface IntegrityRead extends PublicationRead {
+  /** The SHA-256 of `wasm`, hex. */
+  readonly sha256: string;
+  /** The signed manifest, if one came with it, and where it was looked for. */
+  readonly manifest: Uint8Array | undefined;
+  readonly manifestAt: string;
+  /** Where a signature over the `.wasm` alone was found, if one was. */
+  readonly legacySignatureAt?: string;
 }
 
 /** Where the policy comes from, and how it is trusted. */
@@ -198,7 +197,13 @@ export interface FleetPolicySource {
   readonly integrity: Integrity;
 }
 
-/** Where the detached signature of `wasm` is: `<wasm>.sig`. */
+/** Where the signed manifest of `wasm` is: `<wasm>.manifest`. */
+export function manifestPath(wasm: string): string {
+  return `${wasm}${MANIFEST_SUFFIX}`;
+}
+
+/** Where a signature over `wasm` alone was kept before 0.7 (`<wasm>.sig`): no
+ *  longer accepted, only named when found. */
 export function signaturePath(wasm: string): string {
   return `${wasm}${SIGNATURE_SUFFIX}`;
 }
@@ -267,7 +272,7 @@ function stamp(path: string): { stamp: string; mtimeNs: bigint } {
 function filesNow(source: PolicySource): { seen: string; newest: bigint } {
   const none = { stamp: '', mtimeNs: -1n };
   const files = [
-    stamp(source.wasm), stamp(source.config), source.integrity.kind === 'ed25519' ? stamp(signaturePath(source.wasm)) : none,
+    stamp(source.wasm), stamp(source.config), source.integrity.kind === 'ed25519' ? stamp(manifestPath(source.wasm)) : none,
     source.vectors === undefined ? none : stamp(source.vectors),
   ];
   return { seen: files.map((file) => file.stamp).join('|'), newest: files.reduce((newest, file) => (file.mtimeNs > newest ? file.mtimeNs : newest), -1n) };
@@ -284,10 +289,14 @@ function mtimeText(ns: bigint): string {
 interface Read {
   readonly wasm: Uint8Array;
   readonly config: Uint8Array;
-  /** The detached signature, if one came with it (read only under a key). */
-  readonly signature: Uint8Array | undefined;
-  /** Where the signature was looked for, for messages. */
-  readonly signatureAt: string;
+  /** The signed manifest, if one came with it (read only under a key). */
+  readonly manifest: Uint8Array | undefined;
+  /** Where the manifest was looked for, for messages. */
+  readonly manifestAt: string;
+  /** Where a signature over the `.wasm` alone (before 0.7) was found, if one was. */
+  readonly legacySignatureAt: string | undefined;
+  /** The fleet's revision it was read under; null for files. */
+  readonly revision: number | null;
   /** Where the .wasm came from, for messages. */
   readonly wasmAt: string;
   /** The vectors shipped with the update, if any, and where they came from. */
@@ -331,11 +340,13 @@ class FileOrigin implements Origin {
     const { seen, newest } = filesNow(this.source);
     const wasm = await read(this.source.wasm);
     const config = await read(this.source.config);
-    const signatureAt = signaturePath(this.source.wasm);
-    const signature = this.source.integrity.kind === 'ed25519' ? await readFile(signatureAt).catch(() => undefined) : undefined;
+    const signed = this.source.integrity.kind === 'ed25519';
+    const manifestAt = manifestPath(this.source.wasm);
+    const manifest = signed ? await readFile(manifestAt).catch(() => undefined) : undefined;
+    const legacySignatureAt = signed && existsSync(signaturePath(this.source.wasm)) ? signaturePath(this.source.wasm) : undefined;
     const vectorsAt = this.source.vectors ?? '';
     const vectors = this.source.vectors === undefined ? undefined : await read(this.source.vectors);
-    return { wasm, config, signature, signatureAt, wasmAt: this.source.wasm, vectors, vectorsAt, seen, order: newest };
+    return { wasm, config, manifest, manifestAt, legacySignatureAt, revision: null, wasmAt: this.source.wasm, vectors, vectorsAt, seen, order: newest };
   }
 }
 
@@ -360,9 +371,11 @@ class FleetOrigin implements Origin {
     } catch (e) {
       throw fleetError(e);
     }
-    const { wasm, config, signature, vectors, revision } = publication;
+    const { wasm, config, manifest, legacySignature, vectors, revision } = publication;
     return {
-      wasm, config, signature, signatureAt: this.fleet.key('wasm.sig'), wasmAt: `${this.fleet.key('wasm')} (revision ${revision})`,
+      wasm, config, manifest, manifestAt: this.fleet.key('manifest'), legacySignatureAt: legacySignature ? this.fleet.key('wasm.sig') : undefined,
+      // 0: no revision stored, which no manifest covers.
+      revision: revision === 0 ? null : revision, wasmAt: `${this.fleet.key('wasm')} (revision ${revision})`,
       vectors, vectorsAt: `${this.fleet.key('vectors')} (revision ${revision})`, seen: `revision ${revision}`, order: BigInt(revision),
     };
   }
@@ -592,7 +605,7 @@ export class LivePolicy {
     // The directories, not the files: an operator replacing a file by a rename
     // (the safe way to publish) would leave a watch on the old file blind.
     const names = new Map<string, Set<string>>();
-    for (const path of [source.wasm, source.config, signaturePath(source.wasm), ...(source.vectors === undefined ? [] : [source.vectors])]) {
+    for (const path of [source.wasm, source.config, manifestPath(source.wasm), ...(source.vectors === undefined ? [] : [source.vectors])]) {
       const dir = dirname(path);
       names.set(dir, (names.get(dir) ?? new Set()).add(basename(path)));
     }
@@ -741,7 +754,7 @@ async function candidate(read: Read, integrity: Integrity, generation: number, s
     throw new UpdateConfigError('the configuration is not UTF-8', { cause: e });
   }
   const wasmSha256 = sha256Hex(wasm);
-  integrity.verify(wasm, wasmSha256, read.signature, read.signatureAt);
+  integrity.verify({ ...read, config: configBytes, sha256: wasmSha256 });
   let component: PolicyComponent;
   if (serving !== undefined && serving.identity.wasmSha256 === wasmSha256) {
     component = serving.component; // the same bytes passed the load check already

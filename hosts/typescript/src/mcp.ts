@@ -131,6 +131,6 @@ export {
 } from './mcp/connection.js';
 export { SDK_PACKAGES, type McpClient, type McpClientOptions, type McpSdkName } from './mcp/sdk.js';
 export {
-  CAPTURE_MISSING_SUFFIX, DEFAULT_RUN_TIMEOUT_MS, MAX_TIMER_MS, RetryingToolCaller, defaultEmptyCheck, jsonRpcMessage, structuredText, textOf,
+  CAPTURE_MISSING_SUFFIX, DEFAULT_MAX_RECONNECTS_PER_RUN, DEFAULT_RUN_TIMEOUT_MS, MAX_TIMER_MS, RetryingToolCaller, defaultEmptyCheck, jsonRpcMessage, structuredText, textOf,
   type CallToolOptions, type RetryingToolCallerOptions, type Outcome, type ProgressEvent, type StatusCheck, type StatusCheckRequest, type VerdictEvent,
 } from './mcp/caller.js';

@@ -8,6 +8,15 @@
 //   (`fuelPerCall`, plus `fuelPerConfigByte` a byte for a configuration's load,
 //   as in the Rust and Python hosts, about one unit per wasm
 //   instruction, counted as an upper bound: branches not taken are charged too).
+//   A bulk operation is charged its length too, before it runs (`memory.fill`,
+//   `.copy`, `.init` a unit a byte; `table.fill`, `.copy`, `.init`, `.grow` a
+//   unit an element), as the default costs of wasmtime 48.0.8 (the Rust host's)
+//   do (`VariableOperatorCost::new` in crates/environ/src/tunables.rs, charged by
+//   `pre_translate_bulk_op` in crates/cranelift/src/func_environ.rs): otherwise a
+//   loop of 20 MB fills would cost a few units a round. `memory.grow` is charged
+//   a unit a page asked for, up to the cap: wasmtime 48 charges nothing a page,
+//   wasmtime-py 50 (the Python host's) a unit a page granted. A 64-bit table (i64
+//   lengths) is refused at load.
 //   Every endless computation passes a loop head or a function entry without
 //   end, so none outlasts its fuel.
 // - memory: each memory's declared maximum is lowered to the cap (`maxMemoryBytes`,
@@ -107,6 +116,8 @@ interface Scan {
   loops: Array<{ at: number; cost: number }>;
   /** Offsets just after each `memory.grow` (its memory index included). */
   grows: number[];
+  /** Offsets of each bulk operation (and `memory.grow`), charged by its length (the stack's top). */
+  bulks: Array<{ at: number; grow: boolean }>;
   /** The charge of the function's instructions outside any loop. */
   entryCost: number;
 }
@@ -115,6 +126,7 @@ interface Scan {
 function scanBody(r: Bytes): Scan {
   const loops: Scan['loops'] = [];
   const grows: number[] = [];
+  const bulks: Scan['bulks'] = [];
   // One frame per open block: loop frames collect their own instruction counts.
   const frames: Array<{ loop: number | null }> = [{ loop: null }];
   let entryCost = 0;
@@ -130,6 +142,7 @@ function scanBody(r: Bytes): Scan {
     entryCost += 1;
   };
   while (r.offset < r.end) {
+    const at = r.offset;
     const op = r.byte();
     charge();
     switch (op) {
@@ -168,6 +181,7 @@ function scanBody(r: Bytes): Scan {
         r.u32();
         break;
       case 0x40:
+        bulks.push({ at, grow: true });
         r.u32();
         grows.push(r.offset);
         break;
@@ -183,6 +197,8 @@ function scanBody(r: Bytes): Scan {
       case 0xfc: {
         const sub = r.u32();
         if (sub <= 7) break;
+        // memory.init, .copy, .fill; table.init, .copy, .grow, .fill: the length is on top.
+        if (sub >= 8 && sub <= 17 && sub !== 9 && sub !== 13 && sub !== 16) bulks.push({ at, grow: false });
         if (sub === 8 || sub === 10 || sub === 12 || sub === 14) { r.u32(); r.u32(); break; }
         if (sub <= 17) { r.u32(); break; }
         throw new ComponentLoadError(`a core module uses an instruction the sandbox cannot meter (0xfc ${sub})`);
@@ -209,11 +225,11 @@ function scanBody(r: Bytes): Scan {
   }
   if (frames.length !== 0) throw new ComponentLoadError('a core module has an unbalanced function body');
   loops.forEach((loop, i) => { loop.cost = counts[i]; });
-  return { loops, grows, entryCost };
+  return { loops, grows, bulks, entryCost };
 }
 
 /** What was added to a module: the indices of the new globals. */
-interface Added { fuel: number; growTmp: number; growFailed: number }
+interface Added { fuel: number; tmp: number; growFailed: number }
 
 function chargeCode(cost: number, g: Added): number[] {
   // global.get fuel; i64.const cost; i64.sub; global.set fuel; global.get fuel; i64.const 0; i64.lt_s; if; unreachable; end
@@ -221,13 +237,22 @@ function chargeCode(cost: number, g: Added): number[] {
     0x23, ...u32leb(g.fuel), 0x42, 0x00, 0x53, 0x04, 0x40, 0x00, 0x0b];
 }
 
+function bulkCode(g: Added, capPages: number | null): number[] {
+  // [n] global.set tmp; global.get tmp; global.get fuel; global.get tmp; (for a grow: i32.const cap;
+  // global.get tmp; i32.const cap; i32.lt_u; select, the smaller); i64.extend_i32_u; i64.sub;
+  // global.set fuel; then the check of chargeCode -> [n]
+  const atMost = capPages === null ? [] : [0x41, ...s64leb(capPages), 0x23, ...u32leb(g.tmp), 0x41, ...s64leb(capPages), 0x49, 0x1b];
+  return [0x24, ...u32leb(g.tmp), 0x23, ...u32leb(g.tmp), 0x23, ...u32leb(g.fuel), 0x23, ...u32leb(g.tmp), ...atMost, 0xad,
+    0x7d, 0x24, ...u32leb(g.fuel), 0x23, ...u32leb(g.fuel), 0x42, 0x00, 0x53, 0x04, 0x40, 0x00, 0x0b];
+}
+
 function growCode(g: Added): number[] {
   // [r] global.set tmp; global.get tmp; global.get tmp; i32.const -1; i32.eq; global.get failed; i32.or; global.set failed -> [r]
-  return [0x24, ...u32leb(g.growTmp), 0x23, ...u32leb(g.growTmp), 0x23, ...u32leb(g.growTmp), 0x41, 0x7f, 0x46,
+  return [0x24, ...u32leb(g.tmp), 0x23, ...u32leb(g.tmp), 0x23, ...u32leb(g.tmp), 0x41, 0x7f, 0x46,
     0x23, ...u32leb(g.growFailed), 0x72, 0x24, ...u32leb(g.growFailed)];
 }
 
-function rewriteCode(section: Uint8Array, g: Added): number[] {
+function rewriteCode(section: Uint8Array, g: Added, capPages: number): number[] {
   const r = new Bytes(section);
   const out: number[] = [];
   const n = r.u32();
@@ -252,6 +277,7 @@ function rewriteCode(section: Uint8Array, g: Added): number[] {
     add(codeStart, chargeCode(scan.entryCost, g));
     for (const loop of scan.loops) add(loop.at, chargeCode(loop.cost, g));
     for (const at of scan.grows) add(at, growCode(g));
+    for (const { at, grow } of scan.bulks) add(at, bulkCode(g, grow ? capPages : null));
     const newBody: number[] = [];
     append(newBody, section.subarray(start, codeStart));
     let from = codeStart;
@@ -286,6 +312,14 @@ function capMemories(section: Uint8Array, capPages: number): number[] {
   return out;
 }
 
+/** A table's limits, refused if 64-bit: its bulk operations' i64 lengths are not metered. */
+function tableLimits(s: Bytes): void {
+  const flags = s.byte();
+  if (flags & 0x04) throw new ComponentLoadError('a core module declares a 64-bit table, whose bulk operations the sandbox cannot meter');
+  s.u32();
+  if (flags & 0x01) s.u32();
+}
+
 /** Rewrites one core module for the sandbox (fuel metering, memory cap, grow flag). */
 export function instrumentCoreModule(bytes: Uint8Array, maxMemoryBytes = MAX_MEMORY_BYTES): Uint8Array<ArrayBuffer> {
   if (bytes.length < 8 || bytes[0] !== 0 || bytes[1] !== 0x61 || bytes[2] !== 0x73 || bytes[3] !== 0x6d || bytes[4] !== 1) {
@@ -313,10 +347,17 @@ export function instrumentCoreModule(bytes: Uint8Array, maxMemoryBytes = MAX_MEM
         s.name();
         const kind = s.byte();
         if (kind === 0x00 || kind === 0x04) { if (kind === 0x04) s.byte(); s.u32(); }
-        else if (kind === 0x01) { s.byte(); const f = s.byte(); s.u32(); if (f & 1) s.u32(); }
+        else if (kind === 0x01) { s.byte(); tableLimits(s); }
         else if (kind === 0x02) { const f = s.byte(); s.u32(); if (f & 1) s.u32(); }
         else if (kind === 0x03) { s.byte(); s.byte(); importedGlobals++; }
         else throw new ComponentLoadError(`a core module has an import of unknown kind 0x${kind.toString(16)}`);
+      }
+    } else if (id === 4) {
+      for (let n = s.u32(); n > 0; n--) {
+        const t = s.byte();
+        if (t === 0x63 || t === 0x64) s.leb(); // (ref null? heaptype)
+        else if (t !== 0x70 && t !== 0x6f) throw new ComponentLoadError(`a core module declares a table the sandbox does not know (0x${t.toString(16)})`);
+        tableLimits(s);
       }
     } else if (id === 6) {
       definedGlobals = s.u32();
@@ -332,7 +373,7 @@ export function instrumentCoreModule(bytes: Uint8Array, maxMemoryBytes = MAX_MEM
     if (exportNames.includes(name)) throw new ComponentLoadError(`a core module already exports "${name}"`);
   }
   const base = importedGlobals + definedGlobals;
-  const g: Added = { fuel: base, growTmp: base + 1, growFailed: base + 2 };
+  const g: Added = { fuel: base, tmp: base + 1, growFailed: base + 2 };
   const newGlobals = [0x7e, 0x01, 0x42, 0x00, 0x0b, 0x7f, 0x01, 0x41, 0x00, 0x0b, 0x7f, 0x01, 0x41, 0x00, 0x0b];
   const newExports = [...nameBytes(FUEL_EXPORT), 0x03, ...u32leb(g.fuel), ...nameBytes(GROW_FAILED_EXPORT), 0x03, ...u32leb(g.growFailed)];
 
@@ -376,7 +417,7 @@ export function instrumentCoreModule(bytes: Uint8Array, maxMemoryBytes = MAX_MEM
     } else if (id === 5) {
       emit(5, capMemories(body, capPages));
     } else if (id === 10) {
-      emit(10, rewriteCode(body, g));
+      emit(10, rewriteCode(body, g, capPages));
     } else {
       emit(id, body);
     }

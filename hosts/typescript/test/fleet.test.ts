@@ -5,7 +5,7 @@
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, spawnSync, execFile, type ChildProcess } from 'node:child_process';
-import { createHash, generateKeyPairSync, sign, type KeyObject } from 'node:crypto';
+import { createHash } from 'node:crypto';
 import { copyFileSync, existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -20,6 +20,7 @@ import { locateComponent } from '../src/component.js';
 import { UpdateFleetError, UpdateOlderError, UpdateSelfTestError } from '../src/errors.js';
 import { DEFAULT_PREFIX, Fleet, FleetError, MAX_REVISION, REDIS_TIMEOUT_MS, parseRevision, publishPolicy } from '../src/fleet.js';
 import { Integrity, LivePolicy, type LiveOptions, type PolicyUpdateEvent } from '../src/live.js';
+import { ManifestError, signPublication } from '../src/manifest.js';
 import { killRedisServers, RedisServer } from './redis-server.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -32,6 +33,9 @@ const RUST_CLI = process.env.AGENT_RETRY_CLI ?? join(here, '../../../../target/r
 const config = (attempts: number) => `{"default-effect": "read", "max-attempts-per-call": ${attempts}}`;
 const sha256Hex = (text: string | Uint8Array) => createHash('sha256').update(text).digest('hex');
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+/** A TEST-ONLY Ed25519 seed (tests/vectors/fleet/manifests.json's), and its public key. */
+const SEED = Uint8Array.from(Buffer.from('0102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f20', 'hex'));
+const PUBLIC_KEY_HEX = (JSON.parse(readFileSync(join(here, '../../../../tests/vectors/fleet/manifests.json'), 'utf8')) as { public_key: string }).public_key;
 
 
 /** `redis-cli -p <port> …` (stdin: `input`, for `-x`), its answer trimmed. */
@@ -137,22 +141,24 @@ test('publishPolicy writes the Rust host\'s layout in one script and announces i
   await subscriber.subscribe(`${DEFAULT_PREFIX}:updates`, (message) => messages.push(message));
   try {
     assert.equal(DEFAULT_PREFIX, 'agent-retry:policy');
-    const { privateKey } = generateKeyPairSync('ed25519');
-    const signature = sign(null, WASM, privateKey);
-    const first = await publishPolicy(redis.url, WASM, config(4), { signature });
-    assert.ok(first > 0);
+    const manifest = signPublication(SEED, WASM, config(4), null, 1_000);
+    await client.set('agent-retry:policy:wasm.sig', 'a signature over the .wasm alone (before 0.7)');
+    const first = await publishPolicy(redis.url, WASM, config(4), { manifest });
+    assert.equal(first, 1_000, "a signed publication is stored under its manifest's revision");
     const buffers = client.withTypeMapping({ [RESP_TYPES.BLOB_STRING]: Buffer });
     assert.ok((await buffers.get('agent-retry:policy:wasm'))?.equals(WASM), 'the .wasm, byte for byte');
     assert.equal(await client.get('agent-retry:policy:config'), config(4));
-    assert.ok((await buffers.get('agent-retry:policy:wasm.sig'))?.equals(signature), '64 raw bytes');
+    assert.equal(await client.get('agent-retry:policy:manifest'), manifest);
+    assert.equal(await client.exists('agent-retry:policy:wasm.sig'), 0, 'a signature over the .wasm alone is deleted');
     assert.equal(await client.get('agent-retry:policy:revision'), String(first));
-    // Unsigned: the old signature is deleted, never left beside another .wasm.
+    // Unsigned: the old manifest is deleted, never left beside another publication.
     const second = await publishPolicy(redis.url, WASM, config(2));
     assert.ok(second > first, `revisions grow: ${first} then ${second}`);
-    assert.equal(await client.exists('agent-retry:policy:wasm.sig'), 0);
-    // Another prefix, a signature as hex text.
-    assert.ok(await publishPolicy(redis.url, WASM, config(3), { prefix: 'team-a:policy', signature: signature.toString('hex') }) > 0);
-    assert.equal(await client.get('team-a:policy:wasm.sig'), signature.toString('hex'));
+    assert.equal(await client.exists('agent-retry:policy:manifest'), 0);
+    // Another prefix, a manifest as bytes.
+    const other = signPublication(SEED, WASM, config(3), null, 7);
+    assert.equal(await publishPolicy(redis.url, WASM, config(3), { prefix: 'team-a:policy', manifest: Buffer.from(other) }), 7);
+    assert.equal(await client.get('team-a:policy:manifest'), other);
     assert.equal(await client.get('agent-retry:policy:revision'), String(second), 'the other prefix is another policy');
     await sleep(100);
     assert.deepEqual(messages, ['published', 'published']);
@@ -160,9 +166,16 @@ test('publishPolicy writes the Rust host\'s layout in one script and announces i
     const read = await new Fleet({ url: redis.url }).read();
     assert.ok(Buffer.isBuffer(read.wasm) && read.wasm.equals(WASM));
     assert.ok(Buffer.isBuffer(read.config) && read.config.toString() === config(2));
-    assert.equal(read.signature, undefined);
+    assert.equal(read.manifest, undefined);
+    assert.equal(read.legacySignature, false);
     assert.equal(read.revision, second);
-    await assert.rejects(publishPolicy(redis.url, WASM, config(2), { signature: 'not a signature' }), RangeError);
+    // Refused before anything is written: not a manifest, one that does not cover what is published, one signed for files.
+    await assert.rejects(publishPolicy(redis.url, WASM, config(5), { manifest: 'not a manifest' }), (e: unknown) => e instanceof ManifestError && e.kind === 'malformed');
+    await assert.rejects(publishPolicy(redis.url, WASM, config(5), { manifest: other }), /config-sha256 .* changed after signing: nothing was written/);
+    await assert.rejects(publishPolicy(redis.url, WASM, config(5), { manifest: signPublication(SEED, WASM, config(5)) }), /revision none \(signed for files\)/);
+    // A manifest whose revision is not greater than the stored one: the script refuses, nothing is written.
+    await assert.rejects(publishPolicy(redis.url, WASM, config(5), { manifest: signPublication(SEED, WASM, config(5), null, second) }), /is not greater than the stored revision .* nothing was written/);
+    assert.equal(await client.get('agent-retry:policy:config'), config(2));
   } finally {
     subscriber.destroy();
     client.destroy();
@@ -240,35 +253,55 @@ test('one publication reaches every worker process through the channel; a worker
   await redis.kill();
 });
 
-test('under an Ed25519 key a tampered or unsigned publication is refused and the last good one serves', async () => {
+// Issue 24, row 2: the signature covered the .wasm alone, so a configuration
+// rewritten in Redis after signing was taken (4 attempts on a persistent 503
+// became 100), and deleting `:vectors` dropped their check. The signed
+// manifest now covers the whole publication.
+test('under an Ed25519 key only the publication as signed is taken and the last good one serves', async () => {
   const redis = await RedisServer.start();
   const prefix = 'team-a:policy';
-  const { publicKey, privateKey } = generateKeyPairSync('ed25519');
-  const publicKeyHex = (publicKey as KeyObject).export({ format: 'der', type: 'spki' }).subarray(-32).toString('hex');
-  await publishPolicy(redis.url, WASM, config(4), { prefix, signature: sign(null, WASM, privateKey) });
-  const worker = new Worker(redis.url, { prefix, intervalMs: 200, publicKeyHex });
+  const key = (name: string) => `${prefix}:${name}`;
+  // Nothing announces a rewrite: the next revision (and a message) makes every worker read it.
+  const rewritten = (...commands: string[][]): number => {
+    for (const command of commands) cli(redis, command);
+    const revision = Number(cli(redis, ['INCR', key('revision')]));
+    cli(redis, ['PUBLISH', key('updates'), 'rewritten']);
+    return revision;
+  };
+  const vectors = '{"description": "the fleet\'s promises", "cases": []}';
+  assert.equal(await publishPolicy(redis.url, WASM, config(4), { prefix, vectors, manifest: signPublication(SEED, WASM, config(4), vectors, 1_000) }), 1_000);
+  const worker = new Worker(redis.url, { prefix, intervalMs: 200, publicKeyHex: PUBLIC_KEY_HEX });
   const serving = policyOf(await worker.next('serving', 30_000));
   assert.equal(serving.generation, 1);
-  // Tampered: one byte changed, the old signature kept.
-  const tampered = Buffer.from(WASM);
-  tampered[tampered.length - 1] ^= 1;
-  await publishPolicy(redis.url, tampered, config(2), { prefix, signature: sign(null, WASM, privateKey) });
+  assert.equal((await worker.ask('decide')).attempts, 4);
+
+  // The configuration rewritten in Redis, the signed .wasm untouched: refused, the old policy keeps serving.
+  rewritten(['SET', key('config'), config(100)]);
   let refused = await worker.next('refused');
   assert.equal(refused.kind, 'integrity');
-  assert.match(String(refused.reason), /does not verify/);
+  assert.match(String(refused.reason), /config-sha256 .* changed after signing/);
+  assert.equal((await worker.ask('decide')).attempts, 4);
+  // The vectors deleted.
+  rewritten(['SET', key('config'), config(4)], ['DEL', key('vectors')]);
+  assert.match(String((await worker.next('refused')).reason), /removed after signing/);
+  // The publication as signed, under another revision.
+  const revision = rewritten(['SET', key('vectors'), vectors]);
+  assert.match(String((await worker.next('refused')).reason), new RegExp(`is revision ${revision}: not the revision it was signed for`));
+  // Unsigned, then a signature over the .wasm alone (before 0.7).
   await publishPolicy(redis.url, WASM, config(2), { prefix });
-  refused = await worker.next('refused');
-  assert.match(String(refused.reason), /unsigned: no signature at team-a:policy:wasm\.sig/);
+  assert.match(String((await worker.next('refused')).reason), /unsigned: no signed manifest at team-a:policy:manifest/);
+  rewritten(['SET', key('wasm.sig'), '00'.repeat(64)]);
+  assert.match(String((await worker.next('refused')).reason), /\(before 0\.7\) is not accepted: sign the whole publication/);
   // Signed by another key.
-  const other = generateKeyPairSync('ed25519').privateKey;
-  await publishPolicy(redis.url, WASM, config(2), { prefix, signature: sign(null, WASM, other) });
-  assert.match(String((await worker.next('refused')).reason), /does not verify/);
+  const stored = Number(cli(redis, ['GET', key('revision')]));
+  await publishPolicy(redis.url, WASM, config(2), { prefix, manifest: signPublication(new Uint8Array(32).fill(9), WASM, config(2), null, stored + 1) });
+  assert.match(String((await worker.next('refused')).reason), /does not verify under the configured key/);
   const status = await worker.ask('status');
   assert.deepEqual(policyOf(status), serving, 'the last good policy serves');
-  assert.equal(status.refused, 3);
+  assert.equal(status.refused, 6);
   assert.equal((await worker.ask('decide')).attempts, 4);
-  // Signed properly (as hex text this time), it is taken: generation 2, the refusals took no number.
-  await publishPolicy(redis.url, WASM, config(2), { prefix, signature: sign(null, WASM, privateKey).toString('hex') });
+  // Signed properly, it is taken: generation 2, the refusals took no number.
+  await publishPolicy(redis.url, WASM, config(2), { prefix, manifest: signPublication(SEED, WASM, config(2), null, stored + 2) });
   const taken = policyOf(await worker.next('serving'));
   assert.equal(taken.config_sha256, sha256Hex(config(2)));
   assert.equal(taken.generation, 2);
@@ -417,15 +450,18 @@ test('a publication may ship vectors ({prefix}:vectors): a worker runs them agai
 
 test('the Rust host and this one share a fleet: each takes what the other publishes', { skip: !existsSync(RUST_CLI) && `no ${RUST_CLI}` }, async () => {
   const redis = await RedisServer.start();
-  const { publicKey, privateKey } = generateKeyPairSync('ed25519');
-  const publicKeyHex = (publicKey as KeyObject).export({ format: 'der', type: 'spki' }).subarray(-32).toString('hex');
+  const publicKeyHex = PUBLIC_KEY_HEX;
   const dir = mkdtempSync(join(tmpdir(), 'fleet-rust-'));
   writeFileSync(join(dir, 'policy.json'), config(4));
-  writeFileSync(join(dir, 'policy.wasm.sig'), sign(null, WASM, privateKey).toString('hex'));
-  // `agent-retry publish` (Rust), taken by a worker of this host at open.
+  writeFileSync(join(dir, 'seed.hex'), Buffer.from(SEED).toString('hex'));
+  // `agent-retry sign` and `agent-retry publish` (Rust), taken by a worker of this host at open.
+  const signed = await promisify(execFile)(RUST_CLI, ['sign', '--key', join(dir, 'seed.hex'), '--wasm', locateComponent()!, '--config', join(dir, 'policy.json'),
+    '--revision', '1000']);
+  assert.equal(signed.stdout, signPublication(SEED, WASM, config(4), null, 1000), 'the Rust command line signs as this host does');
+  writeFileSync(join(dir, 'policy.manifest'), signed.stdout);
   const { stdout } = await promisify(execFile)(RUST_CLI, ['publish', '--redis', redis.url, '--wasm', locateComponent()!, '--config', join(dir, 'policy.json'),
-    '--signature', join(dir, 'policy.wasm.sig')]);
-  assert.match(stdout, /"revision":\d+/);
+    '--manifest', join(dir, 'policy.manifest')]);
+  assert.match(stdout, /"revision":1000/);
   const worker = new Worker(redis.url, { intervalMs: 60_000, publicKeyHex });
   assert.equal(policyOf(await worker.next('serving', 30_000)).config_sha256, sha256Hex(config(4)));
   // publishPolicy (here), taken by `agent-retry watch --fleet` (Rust) through the channel.
@@ -443,7 +479,7 @@ test('the Rust host and this one share a fleet: each takes what the other publis
     await rustServing(sha256Hex(config(4)));
     await worker.subscribed();
     await sleep(500); // the Rust worker subscribes after its first read
-    assert.ok(await publishPolicy(redis.url, WASM, config(2), { signature: sign(null, WASM, privateKey) }) > 0);
+    assert.equal(await publishPolicy(redis.url, WASM, config(2), { manifest: signPublication(SEED, WASM, config(2), null, 1001) }), 1001);
     await rustServing(sha256Hex(config(2)));
     assert.equal(policyOf(await worker.next('serving')).config_sha256, sha256Hex(config(2)));
   } finally {
@@ -455,7 +491,7 @@ test('the Rust host and this one share a fleet: each takes what the other publis
 
 test('without node-redis the error says what to install', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'no-redis-'));
-  for (const file of ['fleet.js', 'fleet-scripts.js', 'errors.js']) copyFileSync(join(here, '../src', file), join(dir, file));
+  for (const file of ['fleet.js', 'fleet-scripts.js', 'errors.js', 'manifest.js']) copyFileSync(join(here, '../src', file), join(dir, file));
   const script = `import { publishPolicy } from ${JSON.stringify(pathToFileURL(join(dir, 'fleet.js')).href)};
     publishPolicy('redis://127.0.0.1:1', new Uint8Array(1), '{}').then(() => console.log('published?'), (e) => console.log(e.name + ': ' + e.message));`;
   const { stdout } = await promisify(execFile)(process.execPath, ['--input-type=module', '-e', script]);

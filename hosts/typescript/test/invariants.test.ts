@@ -17,6 +17,7 @@ import { SplitMix64 } from '../src/entropy.js';
 import { Escalated, PolicyBoundaryViolation } from '../src/errors.js';
 import { MAX_LIFTED_TEXT_BYTES } from '../src/limits.js';
 import { Integrity, LivePolicy } from '../src/live.js';
+import { FUEL_PER_CALL } from '../src/sandbox.js';
 import { McpConnection, RetryingToolCaller, type RetryingToolCallerOptions } from '../src/mcp.js';
 import type { FetchLike } from '../src/mcp/capture.js';
 import { DemoServer, ROOT, type Fault, type FaultRule } from './demo-server.js';
@@ -52,7 +53,7 @@ async function genuineRun(config: object, runId: string): Promise<Run> {
 /** The demo server (started with `serverArgs`) failing on `faults`, a
  *  connection that records every tools/call it sends, and a run of `run`
  *  (default: the liar under `lies`). */
-async function setUp(faults: FaultRule[], lies: object, { serverArgs, ...options }: RetryingToolCallerOptions & { run?: Run; serverArgs?: string[] } = {}) {
+async function setUp(faults: FaultRule[], lies: object, { serverArgs, fuelPerCall, ...options }: RetryingToolCallerOptions & { run?: Run; serverArgs?: string[]; fuelPerCall?: number } = {}) {
   const server = await DemoServer.start({ faults, ledger: true, args: serverArgs });
   servers.push(server);
   const sent: string[] = [];
@@ -72,7 +73,7 @@ async function setUp(faults: FaultRule[], lies: object, { serverArgs, ...options
   };
   const connection = McpConnection.http(server.url, { fetch: recording });
   connections.push(connection);
-  const instance = await (await liar()).instantiate({ accounts: new EmbeddedAccounts(), entropy: new SplitMix64(7n) });
+  const instance = await (await liar()).instantiate({ accounts: new EmbeddedAccounts(), entropy: new SplitMix64(7n), fuelPerCall });
   const run = options.run ?? instance.loadPolicy({ ...CONFIG, 'x-liar': lies }).startRun('CASE-24');
   const lines: Array<Record<string, unknown>> = [];
   const sleeps: number[] = [];
@@ -156,8 +157,10 @@ test('a retry plan that names another idempotency key is a violation (key-change
 const CUT = / … \[cut: (\d+) bytes\]$/;
 
 test('a 4 MB reason and note lifted from the policy are cut to MAX_LIFTED_TEXT_BYTES in the log and the escalation', async () => {
+  // A tank large enough for the liar to say it all: padding 4 MB costs more than the default 20 M, in
+  // wasmtime too (its copies are charged a unit a byte, as in this host), so the default stops it by fuel.
   const { failure, lines } = await setUp([{ tool: 'lookup_order', call: 1, fault: http(403, 'no access to this order') }],
-    { tools: ['lookup_order'], 'reason-bytes': 4_000_000 });
+    { tools: ['lookup_order'], 'reason-bytes': 4_000_000 }, { fuelPerCall: FUEL_PER_CALL * 100 });
   const e = await failure('lookup_order', { order_id: 'A1' });
   assert.ok(e instanceof Escalated && e.policyFailure === undefined, String(e));
   for (const text of [e.note, String(lines.at(-1)?.reason)]) {

@@ -5,7 +5,7 @@
 // the watcher; swaps under load.
 import assert from 'node:assert/strict';
 import { execFile, spawnSync } from 'node:child_process';
-import { createHash, generateKeyPairSync, sign } from 'node:crypto';
+import { createHash, createPrivateKey, createPublicKey, sign } from 'node:crypto';
 import {
   closeSync, constants, copyFileSync, existsSync, mkdtempSync, openSync, readFileSync, renameSync, rmSync, statSync, unlinkSync, utimesSync, writeFileSync, writeSync,
 } from 'node:fs';
@@ -27,7 +27,8 @@ import {
 } from '../src/errors.js';
 import * as api from '../src/index.js';
 import { RetryingToolCaller } from '../src/mcp.js';
-import { GATE_VECTORS, Integrity, LivePolicy, signaturePath, type Loaded, type LiveOptions, type PolicySource, type PolicyUpdateEvent } from '../src/live.js';
+import { signPublication } from '../src/manifest.js';
+import { GATE_VECTORS, Integrity, LivePolicy, manifestPath, signaturePath, type Loaded, type LiveOptions, type PolicySource, type PolicyUpdateEvent } from '../src/live.js';
 
 const here = fileURLToPath(import.meta.url);
 const packageRoot = resolve(here, '../../..');
@@ -402,41 +403,58 @@ test('a pinned digest refuses a tampered component', async () => {
   assert.throws(() => Integrity.pinnedSha256('not a digest'), RangeError);
 });
 
-test('with a key configured only a signed component is accepted', async () => {
-  const { publicKey, privateKey } = generateKeyPairSync('ed25519');
-  const raw = new Uint8Array(Buffer.from(publicKey.export({ format: 'jwk' }).x as string, 'base64url'));
-  assert.equal(raw.length, 32);
+// Issue 24, row 2, for files: under a key the signed manifest (`<wasm>.manifest`)
+// covers the .wasm, the configuration and the vectors; before, a signature
+// covered the .wasm alone, so a configuration edited after signing was taken.
+test('with a key configured only a signed publication is accepted', async () => {
+  const seed = new Uint8Array(32).fill(7);
+  const publicKey = createPrivateKey({ key: Buffer.concat([Buffer.from('302e020100300506032b657004220420', 'hex'), seed]), format: 'der', type: 'pkcs8' });
+  const raw = new Uint8Array(Buffer.from(createPublicKey(publicKey).export({ format: 'jwk' }).x as string, 'base64url'));
   const source = deployed(READS, Integrity.ed25519(raw));
-  const sig = signaturePath(source.wasm);
-  assert.equal(sig, `${source.wasm}.sig`);
-
-  // Unsigned: refused at start.
-  await assert.rejects(LivePolicy.open(source, recorded()), (e: unknown) => e instanceof UpdateIntegrityError && /unsigned/.test(e.message));
-
-  // Signed (hex): accepted.
+  const manifest = manifestPath(source.wasm);
+  assert.equal(manifest, `${source.wasm}.manifest`);
   const data = readFileSync(source.wasm);
-  writeFileSync(sig, `${sign(null, data, privateKey).toString('hex')}\n`);
+  const refusedWith = (pattern: RegExp) => (e: unknown) => e instanceof UpdateIntegrityError && e.kind === 'integrity' && pattern.test(e.message);
+
+  // Unsigned: refused at start; a signature over the .wasm alone (before 0.7) is named and refused.
+  await assert.rejects(LivePolicy.open(source, recorded()), refusedWith(/unsigned: no signed manifest at .*policy\.wasm\.manifest/));
+  writeFileSync(signaturePath(source.wasm), sign(null, data, publicKey));
+  await assert.rejects(LivePolicy.open(source, recorded()), refusedWith(/\(before 0\.7\) is not accepted: sign the whole publication/));
+
+  // Signed for files: accepted.
+  writeFileSync(manifest, signPublication(seed, data, READS));
   const live = await LivePolicy.open(source, recorded());
+  assert.equal(await attemptsAgainstAPersistent503(live.current()), 4);
 
-  // Signed by another key (raw bytes): refused, the signed one keeps serving.
-  const other = generateKeyPairSync('ed25519').privateKey;
-  writeFileSync(sig, sign(null, data, other));
-  await assert.rejects(live.reload(), (e: unknown) => e instanceof UpdateIntegrityError && /does not verify/.test(e.message));
+  // The configuration edited after signing (4 attempts became 8): refused, the signed one keeps serving.
+  const eight = '{"default-effect": "read", "max-attempts-per-call": 8}';
+  writeFileSync(source.config, eight);
+  await assert.rejects(live.reload(), refusedWith(/config-sha256 .* changed after signing/));
   assert.equal(live.current().identity.generation, 1);
+  assert.equal(await attemptsAgainstAPersistent503(live.current()), 4);
 
-  // A signed component, tampered after signing: refused.
-  writeFileSync(sig, sign(null, data, privateKey));
+  // Signed by another key: refused.
+  writeFileSync(manifest, signPublication(new Uint8Array(32).fill(9), data, eight));
+  await assert.rejects(live.reload(), refusedWith(/does not verify under the configured key/));
+
+  // Malformed: refused by name.
+  writeFileSync(manifest, 'agent-retry publication 1\n');
+  await assert.rejects(live.reload(), refusedWith(/is malformed: it has 1 lines, not 6/));
+
+  // Tampered after signing: refused.
+  writeFileSync(manifest, signPublication(seed, data, eight));
   writeFileSync(source.wasm, withCustomSection(data, 'tampered'));
-  await assert.rejects(live.reload(), (e: unknown) => e instanceof UpdateIntegrityError && /does not verify/.test(e.message));
+  await assert.rejects(live.reload(), refusedWith(/wasm-sha256 .* changed after signing/));
   writeFileSync(source.wasm, data);
 
-  // Neither 64 bytes nor 128 hex digits.
-  writeFileSync(sig, 'abc');
-  await assert.rejects(live.reload(), (e: unknown) => e instanceof UpdateIntegrityError && /neither 64 bytes nor 128 hex digits/.test(e.message));
+  // Vectors configured but not signed: refused as added after signing.
+  const vectors = join(source.dir, 'vectors.json');
+  writeFileSync(vectors, '{"description": "shipped", "cases": []}');
+  await assert.rejects(LivePolicy.open({ ...source, vectors }, recorded()), refusedWith(/added after signing/));
 
-  // Signed by the key (raw bytes): accepted.
-  writeFileSync(sig, sign(null, data, privateKey));
+  // Re-signed: accepted (the edited budget serves now).
   assert.equal((await live.reload()).generation, 2);
+  assert.equal(await attemptsAgainstAPersistent503(live.current()), 8);
   assert.throws(() => Integrity.ed25519(new Uint8Array(5)), RangeError);
 });
 

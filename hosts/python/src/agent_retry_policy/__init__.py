@@ -60,6 +60,7 @@ from .errors import (
 )
 from .fleet import FleetSource, publish_policy
 from .live import Integrity, LivePolicy, Loaded, PolicyIdentity, PolicySource
+from .manifest import ManifestError, sign_publication
 from .redis_accounts import AccountsError, RedisAccounts, SharedAccounts
 
 # The MCP wrapper needs the `mcp` extra: imported when first asked for (and so
@@ -99,6 +100,7 @@ __all__ = [
     "Integrity",
     "LivePolicy",
     "Loaded",
+    "ManifestError",
     "MAX_MEMORY_BYTES",
     "NothingToRollBackTo",
     "OsEntropy",
@@ -137,6 +139,7 @@ __all__ = [
     "locate_component",
     "now_ms",
     "publish_policy",
+    "sign_publication",
     "types",
     "wit_types",
 ]

@@ -3,14 +3,18 @@ same layout as the Rust host's `agent_retry_host::fleet`.
 
 - `{prefix}:wasm`: the component's bytes;
 - `{prefix}:config`: the configuration (JSON text);
-- `{prefix}:wasm.sig`: optional detached Ed25519 signature of the `.wasm` (64 raw
-  bytes or 128 hex digits);
+- `{prefix}:manifest`: optional signed manifest (`manifest.py`): one Ed25519
+  signature over the `.wasm`'s digest, the configuration's, the vectors' and
+  the revision; under a key a worker takes nothing else (a `{prefix}:wasm.sig`
+  of before 0.7, over the `.wasm` alone, is not accepted, and every
+  publication deletes it);
 - `{prefix}:vectors`: optional conformance vectors (JSON text, the format of
   tests/vectors) that every worker runs against the publication before taking
   it (`live.py`'s gate; a case without `config` runs in the published one);
 - `{prefix}:revision`: an integer that grows with every publication: one more
   than the last, or the server's time in ms if that is larger, so that it never
-  repeats after Redis loses its state. Decimal digits from 1 to `MAX_REVISION`
+  repeats after Redis loses its state; a signed publication is stored under
+  its manifest's revision exactly, which must be greater. Decimal digits from 1 to `MAX_REVISION`
   (2^53 - 1), read by `parse_revision`, the rule the Rust and Node hosts share
   (tests/vectors/fleet/revisions.json); anything else stored there is refused,
   never read as some number;
@@ -56,9 +60,10 @@ class Publication:
 
     wasm: bytes
     config: bytes
-    signature: bytes | None
-    revision: int
+    manifest: bytes | None  # the signed manifest, `{prefix}:manifest`
+    revision: int  # 0 when nothing is stored at `{prefix}:revision`
     vectors: bytes | None = None
+    legacy_signature: bool = False  # a signature over the .wasm alone is at `{prefix}:wasm.sig` (before 0.7)
 
 
 class FleetUnavailable(Exception):
@@ -99,8 +104,8 @@ class FleetSource:
         """The published policy, read in one MGET (one publication's parts).
         Raises `FleetUnavailable`."""
         try:
-            wasm, config, signature, revision, vectors = client.mget(
-                self.key("wasm"), self.key("config"), self.key("wasm.sig"), self.key("revision"), self.key("vectors")
+            wasm, config, manifest, revision, vectors, legacy = client.mget(
+                self.key("wasm"), self.key("config"), self.key("manifest"), self.key("revision"), self.key("vectors"), self.key("wasm.sig")
             )
         except _redis().RedisError as e:
             raise FleetUnavailable(f"{self.url}: {e}") from e
@@ -110,9 +115,10 @@ class FleetSource:
         return Publication(
             bytes(wasm),
             bytes(config),
-            bytes(signature) if signature is not None else None,
+            bytes(manifest) if manifest is not None else None,
             _revision(revision, self.key("revision")),
             bytes(vectors) if vectors is not None else None,
+            legacy is not None,
         )
 
 
@@ -145,44 +151,73 @@ def publish_policy(
     url: str,
     wasm_bytes: bytes,
     config_json: str,
-    signature: bytes | str | None = None,
+    manifest: bytes | str | None = None,
     *,
     prefix: str = DEFAULT_PREFIX,
     vectors: str | bytes | None = None,
 ) -> int:
     """Publishes a policy for every worker of the fleet in one script
-    (`PUBLISH_LUA`) and announces it; returns the new revision. `signature`:
-    the detached Ed25519 signature of `wasm_bytes` (64 bytes, or 128 hex
-    digits), or None (the old one is deleted). `vectors`: conformance vectors
-    (JSON text in the format of tests/vectors) every worker runs against this
-    publication before taking it, or None (the old ones are deleted). The
-    script checks the stored revision before it writes anything: one that is
-    not a revision (`parse_revision`), or `MAX_REVISION`, fails the publication
-    and nothing is written. Raises `FleetUnavailable` when the publication
-    fails (the script's refusal says "nothing was written"; a connection or
-    timeout error says what redis-py said). Workers gate it as any update: a
-    worker refuses what does not pass, or a revision lower than the one it
-    serves (`UpdateOlderError`), and keeps its last good policy."""
-    source = FleetSource(url, prefix)
-    client = source.client()
+    (`PUBLISH_LUA`) and announces it; returns the new revision. `manifest`: the
+    signed manifest (`manifest.sign_publication`, with a revision), or None
+    (unsigned: the old one is deleted). A signed publication is stored under
+    the manifest's revision exactly; it is refused before anything is written
+    (`ManifestError`, a ValueError) when the manifest is malformed, has
+    revision none (signed for files), or does not cover `wasm_bytes`,
+    `config_json` and `vectors`. `vectors`: conformance vectors (JSON text in
+    the format of tests/vectors) every worker runs against this publication
+    before taking it, or None (the old ones are deleted). A signature over the
+    .wasm alone (`{prefix}:wasm.sig`, before 0.7) is always deleted. The script
+    checks the stored revision before it writes anything: one that is not a
+    revision (`parse_revision`), `MAX_REVISION` (unsigned), or one not lower
+    than the manifest's fails the publication and nothing is written. Raises
+    `FleetUnavailable` when the publication fails (the script's refusal says
+    "nothing was written"; a connection or timeout error says what redis-py
+    said). Workers gate it as any update: a worker refuses what does not pass,
+    or a revision lower than the one it serves (`UpdateOlderError`), and keeps
+    its last good policy."""
+    from .manifest import ManifestError, check_covers, parse_manifest
 
-    def given(value: str | bytes | None, encoding: str) -> bytes:
+    def given(value: str | bytes | None) -> bytes:
         if value is None:
             return b""
-        return value.encode(encoding) if isinstance(value, str) else bytes(value)
+        return value.encode("utf-8") if isinstance(value, str) else bytes(value)
 
+    wanted = ""
+    if manifest is not None:
+        at = "the manifest to publish"
+        parsed = parse_manifest(manifest, at)
+        try:
+            check_covers(parsed, at, bytes(wasm_bytes), config_json, vectors)
+        except ManifestError as e:
+            raise ManifestError("mismatch", f"{e}: nothing was written") from None
+        if parsed.revision is None:
+            raise ManifestError(
+                "malformed",
+                f"{at} has revision none (signed for files): sign it with a revision to publish it to a fleet; nothing was written",
+            )
+        wanted = str(parsed.revision)
+    source = FleetSource(url, prefix)
+    client = source.client()
     try:
         publish = client.register_script(PUBLISH_LUA)  # EVALSHA, EVAL on NOSCRIPT
         revision = publish(
-            keys=[source.key("wasm"), source.key("config"), source.key("wasm.sig"), source.key("vectors"), source.key("revision")],
+            keys=[
+                source.key("wasm"),
+                source.key("config"),
+                source.key("manifest"),
+                source.key("vectors"),
+                source.key("revision"),
+                source.key("wasm.sig"),
+            ],
             args=[
                 bytes(wasm_bytes),
                 config_json.encode("utf-8"),
-                given(signature, "ascii"),
-                given(vectors, "utf-8"),
+                given(manifest),
+                given(vectors),
                 source.channel,
-                "0" if signature is None else "1",
+                "0" if manifest is None else "1",
                 "0" if vectors is None else "1",
+                wanted,
             ],
         )
     except _redis().RedisError as e:

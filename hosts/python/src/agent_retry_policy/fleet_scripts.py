@@ -14,17 +14,29 @@ if current then
   end
   r = tonumber(current)
 end
-if r >= 9007199254740991 then
-  return redis.error_reply('the revision at ' .. KEYS[5] .. ' is the largest there is: nothing was written')
+local next
+if ARGV[8] ~= '' then
+  if string.len(ARGV[8]) > 16 or not string.match(ARGV[8], '^[1-9][0-9]*$') or tonumber(ARGV[8]) > 9007199254740991 then
+    return redis.error_reply('the revision of the manifest, ' .. ARGV[8] .. ', is not a revision (decimal digits from 1 to 9007199254740991): nothing was written')
+  end
+  next = tonumber(ARGV[8])
+  if next <= r then
+    return redis.error_reply('the revision of the manifest, ' .. ARGV[8] .. ', is not greater than the stored revision ' .. string.format('%d', r) .. ' at ' .. KEYS[5] .. ': sign it again for a newer revision; nothing was written')
+  end
+else
+  if r >= 9007199254740991 then
+    return redis.error_reply('the revision at ' .. KEYS[5] .. ' is the largest there is: nothing was written')
+  end
+  local t = redis.call('TIME')
+  local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  next = r + 1
+  if next < ms then next = ms end
 end
-local t = redis.call('TIME')
-local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local next = r + 1
-if next < ms then next = ms end
 redis.call('SET', KEYS[1], ARGV[1])
 redis.call('SET', KEYS[2], ARGV[2])
 if ARGV[6] == '1' then redis.call('SET', KEYS[3], ARGV[3]) else redis.call('DEL', KEYS[3]) end
 if ARGV[7] == '1' then redis.call('SET', KEYS[4], ARGV[4]) else redis.call('DEL', KEYS[4]) end
+redis.call('DEL', KEYS[6])
 redis.call('SET', KEYS[5], string.format('%d', next))
 redis.call('PUBLISH', ARGV[5], 'published')
 return next

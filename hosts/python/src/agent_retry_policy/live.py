@@ -23,10 +23,13 @@ The gate, before anything serves:
    configuration and the shipped vectors) is before the serving files' (the
    same time is not older: the same files may be reloaded). `rollback()` is not
    an update and is never refused;
-1. integrity: the `.wasm`'s SHA-256 equals a pinned digest, or a detached
-   Ed25519 signature (`<wasm>.sig`, 64 bytes, raw or as 128 hex digits) verifies
-   under the configured public key; with a key configured an unsigned `.wasm` is
-   refused (needs the `cryptography` package: the `signed` extra);
+1. integrity: the `.wasm`'s SHA-256 equals a pinned digest, or, under an
+   Ed25519 key, the signed manifest (`manifest.py`: `<wasm>.manifest`, or the
+   fleet's `{prefix}:manifest`) covers exactly what was read (the `.wasm`, the
+   configuration, the vectors or none, the fleet's revision or none) and its
+   signature verifies; an unsigned publication, and a signature over the
+   `.wasm` alone (before 0.7), are refused (needs the `cryptography` package:
+   the `signed` extra);
 2. the component compiles, speaks this host's contract version and imports
    nothing outside the contract (`PolicyComponent`); a `.wasm` byte-identical
    to the serving one is not compiled again;
@@ -90,11 +93,13 @@ from .errors import (
     UpdateSelfTestError,
 )
 from .fleet import DEFAULT_PREFIX, FleetSource, FleetUnavailable
+from .manifest import ManifestError, verify_publication
 
 logger = logging.getLogger("agent_retry_policy.live")
 
 _HEX = frozenset(string.hexdigits)
-SIGNATURE_SUFFIX = ".sig"
+SIGNATURE_SUFFIX = ".sig"  # a signature over the .wasm alone (before 0.7): named when found, never accepted
+MANIFEST_SUFFIX = ".manifest"
 # The gate's own vectors: package data next to this module in a wheel (copied in
 # by `make dist`, as the component is), else the repository's (an editable install).
 GATE_VECTORS = "gate.json"
@@ -148,8 +153,9 @@ def _ed25519() -> tuple[Any, type[Exception]]:
 class Integrity:
     """How updates are trusted: `Integrity.unchecked()` (any `.wasm` that passes the
     rest of the gate; a development setting), `Integrity.pinned_sha256(hex)` (only
-    a `.wasm` with this SHA-256) or `Integrity.ed25519(public_key)` (only a `.wasm`
-    whose detached signature `<wasm>.sig` verifies under this 32-byte key)."""
+    a `.wasm` with this SHA-256) or `Integrity.ed25519(public_key)` (only a
+    publication whose signed manifest, `<wasm>.manifest` or the fleet's
+    `{prefix}:manifest`, covers it all and verifies under this 32-byte key)."""
 
     kind: Literal["unchecked", "pinned-sha256", "ed25519"] = "unchecked"
     sha256: str | None = None
@@ -225,7 +231,9 @@ def _stamp(path: Path) -> _Stamp:
 
 def _seen(source: PolicySource) -> tuple[_Stamp, ...]:
     vectors = () if source.vectors is None else (_stamp(source.vectors),)
-    return (_stamp(source.wasm), _stamp(source.config), *vectors)
+    # Under a key the manifest too: one written after the files is an update.
+    manifest = (_stamp(manifest_path(source.wasm)),) if source.integrity.kind == "ed25519" else ()
+    return (_stamp(source.wasm), _stamp(source.config), *vectors, *manifest)
 
 
 @dataclass(frozen=True)
@@ -234,8 +242,8 @@ class _Read:
 
     wasm: bytes
     config: bytes
-    signature: bytes | None  # the detached signature, if one came with it
-    signature_at: str  # where it was looked for, for messages
+    manifest: bytes | None  # the signed manifest, if one came with it (read only under a key)
+    manifest_at: str  # where it was looked for, for messages
     wasm_name: str  # where the .wasm came from, for messages
     integrity: Integrity
     seen: _Seen
@@ -245,6 +253,8 @@ class _Read:
     # What orders candidates (a lower one is older than the serving policy):
     # the fleet's revision, or the newest mtime of the files, in ns.
     stamp: int = 0
+    revision: int | None = None  # the fleet's revision it was read under; None for files
+    legacy_signature_at: str | None = None  # where a signature over the .wasm alone was found (before 0.7)
 
 
 def _newest_mtime_ns(seen: _Seen) -> int:
@@ -276,7 +286,7 @@ def _not_older(read: _Read, serving: int) -> None:
 
 
 class _Files:
-    """Updates from two files (and `<wasm>.sig`)."""
+    """Updates from two files (the vectors, and `<wasm>.manifest` under a key)."""
 
     def __init__(self, source: PolicySource) -> None:
         self.source = source
@@ -289,19 +299,21 @@ class _Files:
         seen = self.seen_now()
         wasm = _read(source.wasm)
         config = _read(source.config)
-        sig_path = signature_path(source.wasm)
+        at = manifest_path(source.wasm)
         vectors = None if source.vectors is None else _read(source.vectors)
-        signature = None
+        manifest = legacy = None
         if source.integrity.kind == "ed25519":
             try:
-                signature = sig_path.read_bytes()
+                manifest = at.read_bytes()
             except OSError:
-                signature = None
+                manifest = None
+            if signature_path(source.wasm).exists():
+                legacy = str(signature_path(source.wasm))
         return _Read(
             wasm,
             config,
-            signature,
-            str(sig_path),
+            manifest,
+            str(at),
             str(source.wasm),
             source.integrity,
             seen,
@@ -309,6 +321,8 @@ class _Files:
             str(source.vectors or ""),
             source.gate_vectors,
             _newest_mtime_ns(seen),
+            revision=None,
+            legacy_signature_at=legacy,
         )
 
 
@@ -336,8 +350,8 @@ class _Fleet:
         return _Read(
             publication.wasm,
             publication.config,
-            publication.signature,
-            self.source.key("wasm.sig"),
+            publication.manifest,
+            self.source.key("manifest"),
             name,
             self.integrity,
             ("revision", publication.revision),
@@ -345,6 +359,8 @@ class _Fleet:
             f"{self.source.key('vectors')} (revision {publication.revision})",
             self.gate_vectors,
             publication.revision,
+            revision=publication.revision or None,  # 0: no revision stored, which no manifest covers
+            legacy_signature_at=self.source.key("wasm.sig") if publication.legacy_signature else None,
         )
 
 
@@ -593,18 +609,18 @@ def _read(path: Path) -> bytes:
 def _candidate(read: _Read, generation: int, serving: Loaded | None) -> Loaded:
     """Checks and compiles a candidate; runs the gate's vectors."""
     wasm, config_bytes = read.wasm, read.config
+    integrity = read.integrity
+    if integrity.kind == "ed25519":
+        assert integrity.public_key is not None
+        # Before anything of the publication is used: the manifest covers the bytes as read.
+        _verify_manifest(read, integrity.public_key)
     try:
         config_json = config_bytes.decode("utf-8")
     except UnicodeDecodeError as e:
         raise UpdateConfigError("the configuration is not UTF-8") from e
     wasm_sha256 = hashlib.sha256(wasm).hexdigest()
-    integrity = read.integrity
-    if integrity.kind == "pinned-sha256":
-        if integrity.sha256 != wasm_sha256:
-            raise UpdateIntegrityError(f"the .wasm's SHA-256 is {wasm_sha256}, the pinned digest {integrity.sha256}")
-    elif integrity.kind == "ed25519":
-        assert integrity.public_key is not None
-        _verify_signature(wasm, read.signature, read.signature_at, integrity.public_key)
+    if integrity.kind == "pinned-sha256" and integrity.sha256 != wasm_sha256:
+        raise UpdateIntegrityError(f"the .wasm's SHA-256 is {wasm_sha256}, the pinned digest {integrity.sha256}")
     if serving is not None and serving.identity.wasm_sha256 == wasm_sha256:
         component = serving.component  # the same bytes passed the load check already
     else:
@@ -625,33 +641,35 @@ def _candidate(read: _Read, generation: int, serving: Loaded | None) -> Loaded:
     return Loaded(component, config_json, PolicyIdentity(wasm_sha256, config_sha256, generation))
 
 
+def manifest_path(wasm: Path) -> Path:
+    """Where the signed manifest of `wasm` is: `<wasm>.manifest`."""
+    wasm = Path(wasm)
+    return wasm.with_name(wasm.name + MANIFEST_SUFFIX)
+
+
 def signature_path(wasm: Path) -> Path:
-    """Where the detached signature of `wasm` is: `<wasm>.sig`."""
+    """Where a signature over `wasm` alone was kept before 0.7 (`<wasm>.sig`):
+    no longer accepted, only named when found."""
+    wasm = Path(wasm)
     return wasm.with_name(wasm.name + SIGNATURE_SUFFIX)
 
 
-def _verify_signature(data: bytes, raw: bytes | None, at: str, public_key: bytes) -> None:
-    if raw is None:
-        raise UpdateIntegrityError(f"unsigned: no signature at {at}")
-    text = raw.decode("utf-8", "replace").strip()
-    if len(raw) == 64:
-        signature = raw
-    elif len(text) == 128 and set(text) <= _HEX:
-        signature = bytes.fromhex(text)
-    else:
-        raise UpdateIntegrityError(f"{at} is neither 64 bytes nor 128 hex digits")
+def _verify_manifest(read: _Read, public_key: bytes) -> None:
     try:
-        public_key_type, invalid_signature = _ed25519()
+        verify_publication(
+            public_key,
+            read.manifest,
+            read.manifest_at,
+            read.wasm,
+            read.config,
+            read.vectors,
+            read.revision,
+            legacy_signature_at=read.legacy_signature_at,
+        )
+    except ManifestError as e:
+        raise UpdateIntegrityError(str(e)) from None
     except ImportError as e:
         raise UpdateIntegrityError(str(e)) from e
-    try:
-        key = public_key_type.from_public_bytes(public_key)
-    except ValueError as e:
-        raise UpdateIntegrityError(f"the configured public key is not valid: {e}") from e
-    try:
-        key.verify(signature, data)
-    except invalid_signature:
-        raise UpdateIntegrityError("the signature does not verify under the configured key") from None
 
 
 def gate_vectors() -> tuple[bytes, str]:
@@ -714,5 +732,6 @@ __all__ = [
     "PolicyIdentity",
     "PolicySource",
     "UpdateMetrics",
+    "manifest_path",
     "signature_path",
 ]

@@ -115,6 +115,7 @@ requests and answers); this module re-exports their public names.
 
 from ._mcp.caller import (
     CAPTURE_MISSING_SUFFIX,
+    DEFAULT_MAX_RECONNECTS_PER_RUN,
     DEFAULT_RUN_TIMEOUT_S,
     INITIALIZE,
     PSEUDO_TOOL_HINTS,
@@ -147,6 +148,7 @@ __all__ = [
     "CAPTURE_MISSING_SUFFIX",
     "CLOSE_TIMEOUT_S",
     "CONNECT_MODES",
+    "DEFAULT_MAX_RECONNECTS_PER_RUN",
     "DEFAULT_RUN_TIMEOUT_S",
     "INITIALIZE",
     "MAX_CAPTURED_BODY",

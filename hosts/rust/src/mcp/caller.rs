@@ -104,6 +104,15 @@ pub struct RetryingToolCallerOptions {
     /// [`OnProgress`] and [`RetryingToolCallerOptions::on_progress`]. It runs
     /// inside the call and must not panic.
     pub on_progress: Option<OnProgress>,
+    /// The most new sessions the run may set up after its first, whatever sets
+    /// them up: a verdict's `reconnect`, a session suspect after a cut stream
+    /// or a refused connection over HTTP, a stdio server started again
+    /// (default [`DEFAULT_MAX_RECONNECTS_PER_RUN`]). Once spent, an attempt
+    /// that needs a new session is not sent: it is reported as
+    /// `transport(other)`, `not-sent`, "reconnections spent: ...", which the
+    /// policy escalates. The Python wrapper's `max_reconnects_per_run`, the
+    /// Node one's `maxReconnectsPerRun`.
+    pub max_reconnects_per_run: u32,
 }
 
 impl RetryingToolCallerOptions {
@@ -132,6 +141,7 @@ impl fmt::Debug for RetryingToolCallerOptions {
             .field("run_timeout_ms", &self.run_timeout_ms)
             .field("on_verdict", &self.on_verdict.as_ref().map(|_| "Fn(tool, attempt, verdict)"))
             .field("on_progress", &self.on_progress.as_ref().map(|_| "Fn(tool, progress, total, message)"))
+            .field("max_reconnects_per_run", &self.max_reconnects_per_run)
             .finish()
     }
 }
@@ -147,6 +157,7 @@ impl Default for RetryingToolCallerOptions {
             run_timeout_ms: Some(DEFAULT_RUN_TIMEOUT_MS),
             on_verdict: None,
             on_progress: None,
+            max_reconnects_per_run: DEFAULT_MAX_RECONNECTS_PER_RUN,
         }
     }
 }
@@ -154,6 +165,25 @@ impl Default for RetryingToolCallerOptions {
 /// The run deadline a caller has unless it says otherwise: 30 minutes, so
 /// that no policy's wait can hold a run for ever (the same in every host).
 pub const DEFAULT_RUN_TIMEOUT_MS: u64 = 1_800_000;
+
+/// The new sessions a run may set up after its first (a verdict's `reconnect`,
+/// a session suspect after a cut stream or a refused connection, a stdio
+/// server started again), unless `max_reconnects_per_run` says otherwise: the
+/// same in every host.
+pub const DEFAULT_MAX_RECONNECTS_PER_RUN: u32 = 3;
+
+/// Whether an HTTP session is suspect after this failure: the next request goes
+/// on a new one (transport state, as a pool drops a broken connection; the
+/// policy still decides whether there is a next request).
+fn leaves_session_suspect(outcome: &Outcome) -> bool {
+    matches!(
+        outcome,
+        Outcome::Failure(Observation {
+            kind: FailureKind::Transport(TransportError::ConnectionReset | TransportError::ConnectionRefused | TransportError::StreamClosed),
+            ..
+        })
+    )
+}
 
 /// Appended to the logged reason of a decision on a failure whose HTTP status
 /// and headers were not captured (the same text in every host).
@@ -257,6 +287,10 @@ pub struct RetryingToolCaller {
     /// The escalation of the guard's first refusal: every later call of the
     /// run ends with it, nothing sent.
     stopped_by_guard: Option<Escalation>,
+    /// New sessions set up after the first (`max_reconnects_per_run` bounds them).
+    reconnects: u32,
+    /// A new session was set up since the tools were listed: the next call lists them again.
+    tools_stale: bool,
 }
 
 /// Why the wrapper cannot act on what the policy answered.
@@ -374,6 +408,8 @@ impl RetryingToolCaller {
             capture_warned: false,
             guard: RunGuard::from_config_text(config_json),
             stopped_by_guard: None,
+            reconnects: 0,
+            tools_stale: false,
         };
         let cancel = CancellationToken::new();
         let limit = caller.limit(None, &cancel);
@@ -456,7 +492,18 @@ impl RetryingToolCaller {
     fn ensure_session<'a>(&'a mut self, limit: &'a Limit<'a>) -> BoxFuture<'a, Result<(), CallError>> {
         Box::pin(async move {
             match &self.session {
-                Session::Owned(connection) if connection.needs_connect() => self.pseudo_call(INITIALIZE, limit).await,
+                // Not connected again: the attempt that needs it is reported as the budget's end.
+                Session::Owned(_) if self.reconnects_spent() => Ok(()),
+                Session::Owned(connection) if connection.needs_connect() => {
+                    let again = connection.was_connected();
+                    self.pseudo_call(INITIALIZE, limit).await?;
+                    if again {
+                        self.reconnects += 1;
+                        // A restarted server may describe its tools anew.
+                        self.tools_stale = true;
+                    }
+                    Ok(())
+                }
                 Session::Owned(_) => Ok(()),
                 Session::Bare(peer) if peer.is_transport_closed() => {
                     Err(CallError::SessionLost("the session's transport closed, and a bare peer cannot be connected again (use McpConnection)".into()))
@@ -469,7 +516,25 @@ impl RetryingToolCaller {
     /// Lists the server's tools (their annotations and whether they take a
     /// key), as the policy's `tools/list` call.
     async fn list_tools(&mut self, limit: &Limit<'_>) -> Result<(), CallError> {
-        self.pseudo_call(TOOLS_LIST, limit).await
+        self.pseudo_call(TOOLS_LIST, limit).await?;
+        self.tools_stale = false;
+        Ok(())
+    }
+
+    /// Whether the next request needs a new session after the first, and none
+    /// is left in `max_reconnects_per_run`.
+    fn reconnects_spent(&self) -> bool {
+        match &self.session {
+            Session::Owned(connection) => connection.needs_connect() && connection.was_connected() && self.reconnects >= self.options.max_reconnects_per_run,
+            Session::Bare(_) => false,
+        }
+    }
+
+    /// An attempt not sent because the reconnections are spent: `other`, which the policy escalates.
+    fn reconnects_spent_outcome(&self) -> Outcome {
+        let detail =
+            format!("reconnections spent: {} new sessions in this run (max_reconnects_per_run {})", self.reconnects, self.options.max_reconnects_per_run);
+        observe::transport_failure(TransportError::Other, Delivery::NotSent, detail, false)
     }
 
     /// One attempt of a pseudo-call: connecting, or listing the tools (no
@@ -493,6 +558,9 @@ impl RetryingToolCaller {
                 Ok(Err(outcome)) => with_context(outcome, what_failed),
             };
             return Ok(Attempted { outcome, result: None, uncaptured: false });
+        }
+        if self.reconnects_spent() {
+            return Ok(Attempted::of(self.reconnects_spent_outcome()));
         }
         let Some(peer) = self.peer() else {
             return Ok(Attempted { outcome: lost_before_send(), result: None, uncaptured: false });
@@ -593,12 +661,13 @@ impl RetryingToolCaller {
     /// of the failure.
     fn observe_failure(&mut self, error: &ServiceError) -> Outcome {
         let session_id_sent = self.session_id_sent();
-        if observe::transport_is_gone(error)
-            && let Session::Owned(connection) = &mut self.session
+        let outcome = observe::from_error(error, session_id_sent);
+        if let Session::Owned(connection) = &mut self.session
+            && (observe::transport_is_gone(error) || (connection.is_http() && leaves_session_suspect(&outcome)))
         {
             connection.mark_lost();
         }
-        observe::from_error(error, session_id_sent)
+        outcome
     }
 
     /// The application's client handler, if its connection has one.
@@ -628,6 +697,9 @@ impl RetryingToolCaller {
     /// One attempt of a tool call, within the limit: its continuation rounds
     /// (answered by the application's handler: the same attempt) included.
     async fn attempt(&mut self, tool: &str, arguments: &Map<String, Value>, timeouts: Timeouts, limit: &Limit<'_>) -> Result<Attempted, StopCause> {
+        if self.reconnects_spent() {
+            return Ok(Attempted::of(self.reconnects_spent_outcome()));
+        }
         let peer = match self.peer_to_send() {
             Ok(peer) => peer,
             Err(outcome) => return Ok(Attempted::of(outcome)),
@@ -734,6 +806,9 @@ impl RetryingToolCaller {
     /// the application's handler, if there is one), a completed task's result,
     /// a failed task's error, or the poll's own failure.
     async fn poll(&mut self, task_id: &str, timeouts: Timeouts, limit: &Limit<'_>) -> Result<Attempted, StopCause> {
+        if self.reconnects_spent() {
+            return Ok(Attempted::of(as_poll_failure(self.reconnects_spent_outcome())));
+        }
         let peer = match self.peer_to_send() {
             Ok(peer) => peer,
             Err(outcome) => return Ok(Attempted::of(as_poll_failure(outcome))),
@@ -1123,6 +1198,10 @@ impl RetryingToolCaller {
             self.metrics.update(|c| c.identical_consecutive_calls += 1);
         }
         self.previous_call = Some((tool.to_string(), arguments.clone()));
+        // After a new session the tools are listed again: a restarted server's annotations rule.
+        if self.tools_stale {
+            self.list_tools(&limit).await?;
+        }
         let info = self.tools.get(tool).cloned().unwrap_or_default();
         // The key identifies the intended effect: derived once per call, from the
         // run and the step, and sent unchanged with every attempt.

@@ -300,6 +300,12 @@ impl McpConnection {
         Ok(())
     }
 
+    /// Whether it speaks streamable HTTP (a session there can be suspect after a
+    /// cut stream or a refused connection; a stdio session ends with its process).
+    pub fn is_http(&self) -> bool {
+        matches!(self.endpoint, Endpoint::Http { .. })
+    }
+
     /// Whether a session was set up before (so the next connect is a reconnection).
     pub fn was_connected(&self) -> bool {
         self.sessions > 0

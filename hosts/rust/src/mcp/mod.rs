@@ -15,7 +15,7 @@ pub mod status_check;
 mod task;
 
 pub use answer::{CallError, StopCause, Stopped, ToolAnswer};
-pub use caller::{OnProgress, OnVerdict, RetryingToolCaller, RetryingToolCallerOptions, StatusCheck};
+pub use caller::{DEFAULT_MAX_RECONNECTS_PER_RUN, OnProgress, OnVerdict, RetryingToolCaller, RetryingToolCallerOptions, StatusCheck};
 pub use clock::Clock;
 pub use connect::{ConnectionConfigError, HANDSHAKE_VERSION, McpConnection, PREFERRED_VERSIONS, connect_http, connect_stdio, negotiating_lifecycle};
 pub use metrics::Metrics;

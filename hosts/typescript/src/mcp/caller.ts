@@ -29,6 +29,16 @@ export { MAX_TIMER_MS };
  *  (a policy that waits an hour, or 30 days, cannot hold a run past it). */
 export const DEFAULT_RUN_TIMEOUT_MS = 1_800_000;
 
+/** The new sessions a run may set up after its first (a verdict's `reconnect`,
+ *  a session suspect after a cut stream or a refused connection, a stdio server
+ *  started again), unless `maxReconnectsPerRun` says otherwise: the same in every host. */
+export const DEFAULT_MAX_RECONNECTS_PER_RUN = 3;
+
+/** Transport faults after which an HTTP session is suspect: the next request goes
+ *  on a new one (transport state, as a pool drops a broken connection; the policy
+ *  still decides whether there is a next request). */
+const SUSPECT_AFTER: ReadonlySet<string> = new Set(['connection-reset', 'connection-refused', 'stream-closed']);
+
 /** What the logged `reason` of a decision on a failure from a non-capturing HTTP transport ends with. */
 export const CAPTURE_MISSING_SUFFIX = ' [no HTTP status or headers: the transport is not the wrapper\'s capturing one]';
 
@@ -79,8 +89,16 @@ export interface RetryingToolCallerOptions {
    *  With it (or `callTimeoutMs`), every failure and status check reports the
    *  time left (`time-left-ms`), and the wrapper stops waiting at the deadline. */
   runTimeoutMs?: number | null;
-  /** The server's tools, if already listed (default: `tools/list` on first use). */
+  /** The server's tools, if already listed (default: `tools/list` on first use,
+   *  and again on the call after each new session). */
   tools?: Tool[];
+  /** The most new sessions the run may set up after its first, whatever sets
+   *  them up: a verdict's `reconnect`, a session suspect after a cut stream or
+   *  a refused connection over HTTP, a stdio server started again (default
+   *  `DEFAULT_MAX_RECONNECTS_PER_RUN`, 3). Once spent, an attempt that needs a
+   *  new session is not sent: it is reported as `transport(other)`,
+   *  `not-sent`, "reconnections spent: ...", which the policy escalates. */
+  maxReconnectsPerRun?: number;
   emptyCheck?: (result: CallToolResult) => string | undefined;
   clock?: () => bigint;
   sleep?: (ms: number) => Promise<void>;
@@ -330,6 +348,11 @@ const PSEUDO_HINTS: Wit.ToolHints = { readOnly: true, destructive: false, idempo
 /** Calls MCP tools through one run of the policy. One caller per run, one call at a time. */
 export class RetryingToolCaller {
   private tools?: Map<string, Tool>;
+  /** The wrapper lists the tools itself (none were given): again after each new session. */
+  private readonly listsTools: boolean;
+  private readonly maxReconnectsPerRun: number;
+  /** New sessions this caller set up after the first. */
+  private reconnects = 0;
   private calls = 0;
   private readonly keyArgument: string;
   private readonly entropy: EntropySource;
@@ -369,6 +392,11 @@ export class RetryingToolCaller {
         throw new TypeError(`${name} must be a finite number of ms, not ${String(value)}`);
       }
     }
+    const budget = options.maxReconnectsPerRun ?? DEFAULT_MAX_RECONNECTS_PER_RUN;
+    if (!Number.isSafeInteger(budget) || budget < 0) {
+      throw new TypeError(`maxReconnectsPerRun must be a non-negative integer, not ${typeof budget === 'string' ? JSON.stringify(budget) : String(budget)}`);
+    }
+    this.maxReconnectsPerRun = budget;
     this.callTimeoutMs = options.callTimeoutMs;
     this.runTimeoutMs = options.runTimeoutMs === undefined ? DEFAULT_RUN_TIMEOUT_MS : options.runTimeoutMs ?? undefined;
     this.clock = options.clock ?? nowMs;
@@ -383,6 +411,7 @@ export class RetryingToolCaller {
     // The configuration the host loaded the policy with, parsed here: not the component's report of itself.
     this.guard = new RunGuard(run.configText);
     if (options.tools) this.tools = new Map(options.tools.map((t) => [t.name, t]));
+    this.listsTools = !options.tools;
   }
 
   /** An attempt's timeouts: the policy's for the call (`beginCall`), the idle
@@ -639,6 +668,8 @@ export class RetryingToolCaller {
     const lost = connection.lost;
     if (lost === undefined) return;
     const again = connection.connections > 0;
+    // Not connected again: the attempt that needs it is reported as the budget's end (`spent`).
+    if (this.reconnectsSpent()) return;
     await this.pseudoCall('initialize', scope, tool, false, async (signal, timeouts) => {
       try {
         await connection.connect({ signal, timeoutMs: timeouts.idleMs });
@@ -648,6 +679,27 @@ export class RetryingToolCaller {
         throw e;
       }
     });
+    if (again) {
+      this.reconnects += 1;
+      // A restarted server may describe its tools anew: listed again on the next call.
+      if (this.listsTools) this.tools = undefined;
+    }
+  }
+
+  /** Whether the next request needs a new session after the first, and none is left in the budget. */
+  private reconnectsSpent(): boolean {
+    const connection = this.connection;
+    if (!connection || connection.lost === undefined || connection.connections === 0) return false;
+    return this.reconnects >= this.maxReconnectsPerRun;
+  }
+
+  /** An attempt not sent because the reconnections are spent: `transport(other)`, which the policy escalates. */
+  private spent(): Observed {
+    const body = `reconnections spent: ${this.reconnects} new sessions in this run (maxReconnectsPerRun ${this.maxReconnectsPerRun})`;
+    const observation: Wit.Observation = {
+      kind: { tag: 'transport', val: 'other' }, headers: '', body, structuredContent: undefined, sessionIdSent: false, delivery: 'not-sent',
+    };
+    return { outcome: { tag: 'failure', val: observation }, summary: 'reconnections spent' };
   }
 
   /** A request outside the model's call (`initialize`, `tools/list`) as a call
@@ -666,10 +718,17 @@ export class RetryingToolCaller {
     let attempt = 1;
     for (;;) {
       if (needsConnection) await this.ensureConnected(scope, forTool);
-      const { value, error, capture, client } = await this.exchange(scope, (signal) => send(signal, timeouts));
-      const observed: Observed = error === undefined && !hasFailure(capture)
-        ? { outcome: { tag: 'success' }, summary: 'success' }
-        : this.observeFailure(error, capture, client, tool);
+      let observed: Observed;
+      let value: T | undefined;
+      if (needsConnection && this.reconnectsSpent()) {
+        observed = this.spent();
+      } else {
+        const exchanged = await this.exchange(scope, (signal) => send(signal, timeouts));
+        value = exchanged.value;
+        observed = exchanged.error === undefined && !hasFailure(exchanged.capture)
+          ? { outcome: { tag: 'success' }, summary: 'success' }
+          : this.observeFailure(exchanged.error, exchanged.capture, exchanged.client, tool);
+      }
       guard.attempted(failureOf(observed));
       let answer = this.record(tag, tool, callId, attempt, observed, scope, guard);
       let last = observed.summary;
@@ -752,6 +811,7 @@ export class RetryingToolCaller {
         // an observer's failure changes nothing
       }
     };
+    if (this.reconnectsSpent()) return this.spent();
     const sdk = this.sdk as McpSdk;
     const { value, error, capture, client } = await this.exchange(scope, (signal) => sdk.callTool(this.client, name, args,
       { timeout: timeouts.idleMs, maxTotalTimeout: timeouts.totalMs, resetTimeoutOnProgress: true, onprogress, signal }));
@@ -876,6 +936,7 @@ export class RetryingToolCaller {
   /** One `tasks/get` of the call's task `taskId`: its answer observed as the
    *  task's outcome, or its failure as a poll failure. */
   private async pollTask(tool: string, taskId: string, scope: CallScope, timeouts: AttemptTimeouts): Promise<Observed> {
+    if (this.reconnectsSpent()) return this.pollFailure(this.spent());
     const sdk = this.sdk as McpSdk;
     const { value, error, capture, client } = await this.exchange(scope, (signal) => sdk.request(this.client, 'tasks/get', { taskId },
       { signal, timeout: timeouts.idleMs, maxTotalTimeout: timeouts.totalMs }), true);
@@ -999,6 +1060,11 @@ export class RetryingToolCaller {
     }
     if (observed.lost !== undefined) this.markLost(observed.lost);
     const kind = observed.outcome.tag === 'failure' ? observed.outcome.val.kind.tag : undefined;
+    const fault = observed.outcome.tag === 'failure' && observed.outcome.val.kind.tag === 'transport' ? observed.outcome.val.kind.val : undefined;
+    if (fault !== undefined && SUSPECT_AFTER.has(fault) && tool !== 'initialize' && this.connection?.kind === 'http') {
+      // Not a decision: whether to send again is the policy's; where it goes is the transport's.
+      this.markLost(`suspect after ${fault} on ${tool}`);
+    }
     if ((kind === 'http-status' || kind === 'transport') && !capture.fetched && !reconnect && client !== undefined && sdk.isHttpTransport(client.transport)) {
       observed.captureMissing = true;
       if (!this.captureWarned) {

@@ -119,6 +119,16 @@ CANCEL_TIMEOUT_S = 5.0
 # The run's limit unless the caller sets one (None: none): a policy that waits for ever cannot hold a run.
 DEFAULT_RUN_TIMEOUT_S = 1800.0
 
+# The new sessions a run may set up after its first (a verdict's `reconnect`,
+# a session suspect after a cut stream or a refused connection, a stdio server
+# started again), unless `max_reconnects_per_run` says otherwise: the same in every host.
+DEFAULT_MAX_RECONNECTS_PER_RUN = 3
+
+# Transport faults after which an HTTP session is suspect: the next request goes
+# on a new one (transport state, as a pool drops a broken connection; the policy
+# still decides whether there is a next request).
+_SUSPECT_AFTER = frozenset(["connection-reset", "connection-refused", "stream-closed"])
+
 
 @dataclass(frozen=True)
 class StatusCheckRequest:
@@ -343,6 +353,12 @@ class _DeadlinePassed(Exception):
     """Internal: the call's or the run's limit passed (raised up to `call_tool`)."""
 
 
+def _count(name: str, value: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+    return value
+
+
 def _positive_or_none(name: str, value: float | None) -> float | None:
     if value is None:
         return None
@@ -377,7 +393,17 @@ class RetryingToolCaller:
     verdict that breaks an invariant (a 403 retried, an unknown write resent, a
     key changed, a wait past the caps, a budget overrun, words that disagree
     with the verdict) ends the call with the policy-failure escalation, and
-    every later call of the run escalates with it, nothing sent."""
+    every later call of the run escalates with it, nothing sent.
+
+    Over HTTP, an attempt that fails with a reset or refused connection or a
+    cut answer stream leaves its session suspect: the next request (the retry,
+    a poll, a status check) goes on a new one, as a pool drops a broken
+    connection. `max_reconnects_per_run` (default
+    `DEFAULT_MAX_RECONNECTS_PER_RUN`, 3) bounds the new sessions after the
+    first, whatever set them up; once spent, an attempt that needs one is not
+    sent and is reported as `transport(other)`, `not-sent`, "reconnections
+    spent: ...", which the policy escalates. After each new session the tool
+    list is read again (on the next call), unless `tools` was given."""
 
     def __init__(
         self,
@@ -398,6 +424,7 @@ class RetryingToolCaller:
         policy_identity: str | None = None,
         on_verdict: Callable[[str, int, Verdict], None] | None = None,
         on_progress: Callable[[str, float, float | None, str | None], None] | None = None,
+        max_reconnects_per_run: int = DEFAULT_MAX_RECONNECTS_PER_RUN,
     ) -> None:
         if isinstance(connection, McpConnection):
             self.connection: McpConnection | None = connection
@@ -425,6 +452,11 @@ class RetryingToolCaller:
         self.sleep = sleep
         self.log = log
         self._tools: dict[str, Tool] | None = {t.name: t for t in tools} if tools is not None else None
+        # The wrapper lists the tools itself (none were given): it lists them again after a new session.
+        self._lists_tools = tools is None
+        self.max_reconnects_per_run = _count("max_reconnects_per_run", max_reconnects_per_run)
+        # Sessions this caller set up (the first, then the reconnections).
+        self._sessions = 0
         self._steps = 0
         self._bare_lost: str | None = None
         self._capture_warned = False
@@ -621,7 +653,10 @@ class RetryingToolCaller:
             return
         if self.connection._closed:
             raise SessionLost(f"the connection ({self.connection!r}) was closed", tool=state.tool)
+        if self._reconnects_spent():
+            return  # not connected again: the attempt that needs it is reported as the budget's end (`_attempt`)
         seen = self.connection._current
+        again = self._sessions > 0 or (seen is not None and seen.initialized)
         lost = self.connection.lost if seen is not None and seen.initialized else None
         what = (
             f"could not reach the MCP server again after the session was lost ({lost})" if lost else "could not connect to the MCP server"
@@ -632,6 +667,21 @@ class RetryingToolCaller:
             return await connection._connect(seen)
 
         await self._pseudo_call(state, INITIALIZE, connect, what)
+        self._sessions += 1
+        if again and self._lists_tools:
+            self._tools = None  # a restarted server may describe its tools anew: listed again on the next call
+
+    def _reconnects_spent(self) -> bool:
+        """Whether the next request needs a new session after the first, and none is left in the budget."""
+        connection = self.connection
+        if connection is None or connection.connected or self._sessions == 0:
+            return False
+        return self._sessions - 1 >= self.max_reconnects_per_run
+
+    def _spent_observed(self) -> _Observed:
+        reconnects = self._sessions - 1
+        detail = f"reconnections spent: {reconnects} new sessions in this run (max_reconnects_per_run {self.max_reconnects_per_run})"
+        return _Observed("other", observation=transport_failure("other", detail, delivery="not-sent"))
 
     async def _tool(self, state: _CallState, name: str) -> Tool | None:
         if self._tools is None:
@@ -702,6 +752,8 @@ class RetryingToolCaller:
         remaining = state.remaining()
         if remaining is not None and remaining <= 0:
             raise _DeadlinePassed
+        if name != INITIALIZE and self._reconnects_spent():
+            return self._spent_observed()
 
         async def progressed(progress: float, total: float | None, message: str | None) -> None:
             clock.progressed()
@@ -775,7 +827,7 @@ class RetryingToolCaller:
                     result = task.result()
         else:
             error = None  # ended early: the stream was cut or the connection lost
-        return self._observe(
+        observed = self._observe(
             capture,
             result,
             error,
@@ -785,6 +837,13 @@ class RetryingToolCaller:
             tool_call=tool_call,
             finished=task.done(),
         )
+        failure = observed.observation
+        if name != INITIALIZE and failure is not None and self.connection is not None and self.connection.kind == "http":
+            fault = failure["kind"].get("transport") if isinstance(failure["kind"], dict) else None
+            if fault in _SUSPECT_AFTER:
+                # Not a decision: whether to send again is the policy's; where it goes is the transport's.
+                self._session_lost(generation, f"suspect after {fault} on {name} attempt {attempt}")
+        return observed
 
     def _observe(
         self,
