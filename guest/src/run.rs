@@ -43,7 +43,7 @@ use crate::text::excerpt;
 pub const MAX_EFFECTS_PAGE: usize = 1000;
 use crate::config::OnTaskCancelled;
 use crate::types::{
-    Action, AttemptMismatch, CallTicket, Decision, Effect, EffectRecord, EffectStatus, Escalation, EscalationReason, FailureKind, OutcomeClass, PollPlan,
+    AbandonReason, Action, AttemptMismatch, CallTicket, Decision, Effect, EffectRecord, EffectStatus, Escalation, EscalationReason, FailureKind, OutcomeClass, PollPlan,
     RetryPlan, RunError, RunReport, SizeLimit, StatusCheckResult, StatusCount, TaskReport, TaskStatus, ToolHints,
 };
 
@@ -123,6 +123,7 @@ struct Counters {
     status_checks: u32,
     replans: u32,
     succeeded_calls: u32,
+    abandoned_calls: u32,
     waits: u32,
     waited_ms: u64,
 }
@@ -588,6 +589,29 @@ impl Run {
         self.record(call_id, attempt, Reported::PollFailure(failure), at, budget)
     }
 
+    /// Ends a call the host stopped (cancelled, or past its deadline) before a
+    /// verdict ended it. An attempt that had left without an answer may have
+    /// applied a write or a delete: it is an `unknown` effect, as a timeout's
+    /// is, so a later escalation's note names it. No budget moves: the host
+    /// stopped, the policy decided nothing.
+    pub fn abandon_call(&mut self, call_id: u32, attempt: u32, sent: bool, _why: AbandonReason) -> Result<(), RunError> {
+        self.ensure_open()?;
+        let index = self.call_index(call_id)?;
+        let expected = self.calls[index].attempt;
+        if attempt != expected {
+            return Err(RunError::AttemptMismatch(AttemptMismatch { call_id, expected, reported: attempt }));
+        }
+        let call = &self.calls[index];
+        // A pending status check's effect is already unknown; an answered one is in the effects.
+        if sent && call.phase == Phase::Sending && call.policy.effect != Effect::Read && call.effect_index.is_none() {
+            self.set_effect(index, Some(EffectStatus::Unknown));
+        }
+        self.end_task(index);
+        self.calls[index].phase = Phase::Finished;
+        self.counters.abandoned_calls = self.counters.abandoned_calls.saturating_add(1);
+        Ok(())
+    }
+
     fn record(&mut self, call_id: u32, attempt: u32, outcome: Reported<'_>, at: At, budget: &mut dyn AccountBudget) -> Result<Verdict, RunError> {
         let now_ms = at.now_ms;
         self.ensure_open()?;
@@ -1040,6 +1064,7 @@ impl Run {
             tasks: self.tasks.as_ref().map_or(0, |b| b.tasks),
             polls: self.tasks.as_ref().map_or(0, |b| b.polls),
             succeeded_calls: c.succeeded_calls,
+            abandoned_calls: c.abandoned_calls,
             waits: c.waits,
             waited_ms: c.waited_ms,
             escalation: self.escalation,
@@ -1083,4 +1108,80 @@ fn reason_text(basis: &Basis, step: &Step) -> String {
     };
     text.push_str(&step);
     text
+}
+
+#[cfg(test)]
+mod abandon_tests {
+    use super::*;
+    use crate::account::NoAccountBudget;
+    use crate::types::{Delivery, TransportError};
+
+    const NOW: u64 = 1_764_460_800_000;
+
+    fn run() -> Run {
+        let config = Config::from_json(r#"{"tools": {"search": {"effect": "read"}, "refund": {"effect": "write"}}}"#).unwrap();
+        Run::new(Arc::new(config), "r")
+    }
+
+    fn begin(run: &mut Run, tool: &str) -> u32 {
+        match run.begin(tool.into(), None, None, NOW, &mut NoAccountBudget).unwrap() {
+            Start::Send(ticket) => ticket.call_id,
+            Start::Escalated => panic!("not admitted"),
+        }
+    }
+
+    fn timeout(run: &mut Run, call_id: u32, attempt: u32) -> Verdict {
+        let kind = FailureKind::Transport(TransportError::Timeout);
+        let view = FailureView { kind: &kind, headers: &[], body: "", structured_content: None, session_id_sent: false, delivery: Delivery::Sent };
+        run.record_failure(call_id, attempt, &view, At::now(NOW), &mut NoAccountBudget).unwrap()
+    }
+
+    #[test]
+    fn an_abandoned_call_is_closed_and_counted() {
+        let mut run = run();
+        let id = begin(&mut run, "search");
+        run.abandon_call(id, 1, true, AbandonReason::Cancelled).unwrap();
+        assert_eq!(run.record_success(id, 1, NOW, &mut NoAccountBudget), Err(RunError::CallFinished(id)));
+        assert_eq!(run.abandon_call(id, 1, true, AbandonReason::Cancelled), Err(RunError::CallFinished(id)));
+        let report = run.report();
+        assert_eq!((report.calls, report.abandoned_calls, report.effects_total), (1, 1, 0), "a read makes no effect");
+    }
+
+    #[test]
+    fn a_write_stopped_on_the_wire_is_an_unknown_effect_and_one_stopped_before_sending_is_none() {
+        let mut run = run();
+        let sent = begin(&mut run, "refund");
+        run.abandon_call(sent, 1, true, AbandonReason::Deadline).unwrap();
+        let unsent = begin(&mut run, "refund");
+        run.abandon_call(unsent, 1, false, AbandonReason::Cancelled).unwrap();
+        let report = run.report();
+        assert_eq!(report.abandoned_calls, 2);
+        assert_eq!(report.effects.iter().map(|e| (e.call_id, e.status)).collect::<Vec<_>>(), vec![(sent, EffectStatus::Unknown)]);
+    }
+
+    #[test]
+    fn the_attempt_must_be_the_calls_current_one_and_nothing_changes_otherwise() {
+        let mut run = run();
+        let id = begin(&mut run, "search");
+        let verdict = timeout(&mut run, id, 1);
+        assert!(matches!(verdict.act, Act::Retry { .. }), "{verdict:?}");
+        let wrong = run.abandon_call(id, 1, true, AbandonReason::Cancelled);
+        assert_eq!(wrong, Err(RunError::AttemptMismatch(AttemptMismatch { call_id: id, expected: 2, reported: 1 })));
+        assert_eq!(run.report().abandoned_calls, 0);
+        run.abandon_call(id, 2, false, AbandonReason::Cancelled).unwrap();
+        assert_eq!(run.report().abandoned_calls, 1);
+        assert_eq!(run.abandon_call(9, 1, false, AbandonReason::Cancelled), Err(RunError::UnknownCall(9)));
+    }
+
+    #[test]
+    fn an_unkeyed_write_awaiting_its_status_check_keeps_its_one_unknown_effect() {
+        let mut run = run();
+        let id = begin(&mut run, "refund");
+        let verdict = timeout(&mut run, id, 1);
+        assert!(matches!(verdict.act, Act::CheckStatus), "{verdict:?}");
+        run.abandon_call(id, 1, true, AbandonReason::Deadline).unwrap();
+        let report = run.report();
+        assert_eq!(report.effects.iter().map(|e| e.status).collect::<Vec<_>>(), vec![EffectStatus::Unknown]);
+        assert_eq!(run.record_status_check(id, 1, StatusCheckResult::Found, At::now(NOW), &mut NoAccountBudget), Err(RunError::CallFinished(id)));
+    }
 }
