@@ -123,7 +123,6 @@ struct Counters {
     status_checks: u32,
     replans: u32,
     succeeded_calls: u32,
-    abandoned_calls: u32,
     waits: u32,
     waited_ms: u64,
 }
@@ -244,14 +243,17 @@ struct Bounds {
     reconnect: bool,
 }
 
-/// A run's tasks: the live ones, and what the report counts.
+/// What most runs never have, allocated at the first: their tasks (the live
+/// ones, and what the report counts) and the calls the host abandoned.
 #[derive(Clone, Debug, Default)]
-struct TaskBook {
+struct Rare {
     live: Vec<Task>,
     /// Calls answered by a task.
     tasks: u32,
     /// Polls decided.
     polls: u32,
+    /// Calls the host stopped (`abandon-call`).
+    abandoned_calls: u32,
 }
 
 /// One agent run.
@@ -277,10 +279,10 @@ pub struct Run {
     /// The last decision; its box, allocated at the run's first decision, is
     /// reused by every later one.
     last: Option<Box<Last>>,
-    /// The run's tasks, allocated at its first: most runs have none, and a run
+    /// Its tasks and abandoned calls ([`Rare`]), allocated at the first: most runs have none, and a run
     /// whose record grew past 128 bytes on wasm32 would take a 256-byte block
     /// (100,000 runs in flight must fit in one instance's 64 MiB).
-    tasks: Option<Box<TaskBook>>,
+    rare: Option<Box<Rare>>,
     /// A finished call's text buffer, if small, for the next call that fails:
     /// a run of calls that each fail once allocates one buffer, not one a call.
     spare_text: String,
@@ -308,23 +310,23 @@ impl Run {
             escalation: None,
             escalated: None,
             last: None,
-            tasks: None,
+            rare: None,
             spare_text: String::new(),
         }
     }
 
     /// The live task of call `index`, if any.
     fn task(&self, index: usize) -> Option<&Task> {
-        self.tasks.as_ref()?.live.iter().find(|t| t.call as usize == index)
+        self.rare.as_ref()?.live.iter().find(|t| t.call as usize == index)
     }
 
     fn task_mut(&mut self, index: usize) -> Option<&mut Task> {
-        self.tasks.as_mut()?.live.iter_mut().find(|t| t.call as usize == index)
+        self.rare.as_mut()?.live.iter_mut().find(|t| t.call as usize == index)
     }
 
     /// Ends call `index`'s task, if it has one; whether it had.
     fn end_task(&mut self, index: usize) -> bool {
-        let Some(book) = self.tasks.as_mut() else { return false };
+        let Some(book) = self.rare.as_mut() else { return false };
         let before = book.live.len();
         book.live.retain(|t| t.call as usize != index);
         book.live.len() != before
@@ -608,7 +610,8 @@ impl Run {
         }
         self.end_task(index);
         self.calls[index].phase = Phase::Finished;
-        self.counters.abandoned_calls = self.counters.abandoned_calls.saturating_add(1);
+        let rare = self.rare.get_or_insert_with(Box::default);
+        rare.abandoned_calls = rare.abandoned_calls.saturating_add(1);
         Ok(())
     }
 
@@ -827,7 +830,7 @@ impl Run {
         let now_ms = at.now_ms;
         let first = self.task(index).is_none();
         if first {
-            let book = self.tasks.get_or_insert_with(Box::default);
+            let book = self.rare.get_or_insert_with(Box::default);
             book.tasks = book.tasks.saturating_add(1);
             book.live.push(Task { call: index as u32, id: String::new(), polls: 0, failed_polls: 0, waited_ms: 0, first_at_ms: now_ms, expires_at_ms: None });
             // The server took the call: a write may apply from now on.
@@ -965,7 +968,7 @@ impl Run {
         task.polls += 1;
         task.waited_ms = task.waited_ms.saturating_add(delay_ms);
         let poll = task.polls;
-        if let Some(book) = self.tasks.as_mut() {
+        if let Some(book) = self.rare.as_mut() {
             book.polls = book.polls.saturating_add(1);
         }
         self.note_wait(delay_ms);
@@ -1061,10 +1064,10 @@ impl Run {
             retries: c.retries,
             status_checks: c.status_checks,
             replans: c.replans,
-            tasks: self.tasks.as_ref().map_or(0, |b| b.tasks),
-            polls: self.tasks.as_ref().map_or(0, |b| b.polls),
+            tasks: self.rare.as_ref().map_or(0, |b| b.tasks),
+            polls: self.rare.as_ref().map_or(0, |b| b.polls),
             succeeded_calls: c.succeeded_calls,
-            abandoned_calls: c.abandoned_calls,
+            abandoned_calls: self.rare.as_ref().map_or(0, |r| r.abandoned_calls),
             waits: c.waits,
             waited_ms: c.waited_ms,
             escalation: self.escalation,
