@@ -881,6 +881,12 @@ impl Run {
                 }
             }
             TaskStatus::Working | TaskStatus::InputAnswered => {
+                // Only a wait the server asks for can be too long: the policy's own backoff is capped by
+                // task-poll-max-delay-ms, and is no hint (fuzzing's F6 took it for one).
+                if let Some(asked) = interval.filter(|ms| *ms > self.config.max_hint_ms) {
+                    let detail = cat!("task ", report.task_id, ": the server asks to poll every ", asked, " ms");
+                    return self.stop_task(index, failed(OutcomeClass::Transient), EscalationReason::ServerWaitTooLong, &detail, now_ms);
+                }
                 let config = &self.config;
                 let task = self.task(index).expect("set above");
                 // The server's interval is a floor; without one, the wait grows.
@@ -940,11 +946,6 @@ impl Run {
         let config = Arc::clone(&self.config);
         let task = self.task(index).expect("a poll needs a task");
         let id = task.id.clone();
-        if delay_ms > config.max_hint_ms {
-            let detail = cat!("task ", id, ": the server asks to poll every ", delay_ms, " ms");
-            let failed = Failed { hint_ms: Some(delay_ms), ..failed };
-            return self.stop_task(index, failed, EscalationReason::ServerWaitTooLong, &detail, now_ms);
-        }
         // The time spent on the task: the waits decided, or the clock if the
         // answers themselves were slow.
         let spent_ms = task.waited_ms.max(now_ms.saturating_sub(task.first_at_ms));

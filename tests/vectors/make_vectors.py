@@ -1400,6 +1400,12 @@ def task_cases():
             outcome(1, task(), poll(delay=100)), outcome(1, task(), poll(delay=200)),
             outcome(1, task(), poll(delay=350)), outcome(1, task(), poll(delay=350)),
         ], config=growing),
+        case("the policy's own poll backoff past max-hint-ms is no server hint: it polls, up to its own cap", [
+            begin("issue_refund", key="k1"),
+            outcome(1, task(), poll(delay=1000)), outcome(1, task(), poll(delay=2000)), outcome(1, task(), poll(delay=3000)),
+        ], config=dict(TASK_TOOLS, **{"task-poll-base-delay-ms": 1000, "task-poll-max-delay-ms": 3000, "max-hint-ms": 1000,
+                                      "max-plausible-hint-ms": 1000}),
+           comment="fuzzing's F6: the second report escalated server-wait-too-long with a 2000 ms 'hint' no server sent"),
         case("the server's interval is a floor above the growing wait", [
             begin("issue_refund", key="k1"), outcome(1, task(interval=5000), poll(delay=5000)),
         ], config=growing),

@@ -191,7 +191,9 @@ export class Subject {
     if (resultType?.kind === 'result') {
       try {
         const value = this.instance.guard(name, invoke, configBytes);
-        return { ok: resultType.ok ? (fromJco(value, resultType.ok) as Json) : (value as Json) };
+        // An ok without a type here is a resource (kept as it is) or nothing (`abandon-call`'s
+        // `undefined` from jco, null in canonical JSON).
+        return { ok: resultType.ok ? (fromJco(value, resultType.ok) as Json) : value === undefined ? null : (value as Json) };
       } catch (e) {
         if (e instanceof Error && 'payload' in e && e.constructor.name === 'ComponentError') {
           return { err: resultType.err ? (fromJco((e as { payload: unknown }).payload, resultType.err) as Json) : null };

@@ -358,7 +358,7 @@ const HOSTILE: Array<[string, (e: UpdateError) => boolean]> = [
   ['extra-import', (e) => e instanceof UpdateLoadError && e.error instanceof ComponentImportRefused && e.error.importName === 'wasi:filesystem/preopens@0.2.6'],
   ['extra-import-sockets', (e) => e instanceof UpdateLoadError && e.error instanceof ComponentImportRefused && /wasi:sockets/.test(e.message)],
   ['wrong-world', (e) => e instanceof UpdateLoadError && /exports no agent-retry:policy\/policy/.test(e.message) && /acme:scheduler/.test(e.message)],
-  ['other-major', (e) => e instanceof UpdateLoadError && e.error instanceof ContractVersionMismatch && /agent-retry:policy@0\.(5|7)\.0/.test(e.message)],
+  ['other-major', (e) => e instanceof UpdateLoadError && e.error instanceof ContractVersionMismatch && /agent-retry:policy@0\.(6|8)\.0/.test(e.message)],
 ];
 
 test('every hostile component offered as an update is refused by the gate (or contained by the sandbox while a gate case runs); the last good policy serves', async () => {
