@@ -311,6 +311,14 @@ impl GuestRun for Run {
         Ok(verdict.into())
     }
 
+    fn abandon_call(&self, call_id: u32, attempt: u32, sent: bool, why: wit::AbandonReason) -> Result<(), wit::RunError> {
+        let why = match why {
+            wit::AbandonReason::Cancelled => model::AbandonReason::Cancelled,
+            wit::AbandonReason::Deadline => model::AbandonReason::Deadline,
+        };
+        Ok(self.run.borrow_mut().abandon_call(call_id, attempt, sent, why)?)
+    }
+
     fn last_decision(&self, call_id: u32) -> Option<wit::Decision> {
         let decision = self.run.borrow().last_decision(call_id).map(Into::into);
         #[cfg(feature = "liar")]
@@ -478,6 +486,7 @@ impl From<model::RunReport> for wit::RunReport {
             tasks: r.tasks,
             polls: r.polls,
             succeeded_calls: r.succeeded_calls,
+            abandoned_calls: r.abandoned_calls,
             waits: r.waits,
             waited_ms: r.waited_ms,
             escalation: r.escalation.map(Into::into),

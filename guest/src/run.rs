@@ -43,7 +43,7 @@ use crate::text::excerpt;
 pub const MAX_EFFECTS_PAGE: usize = 1000;
 use crate::config::OnTaskCancelled;
 use crate::types::{
-    Action, AttemptMismatch, CallTicket, Decision, Effect, EffectRecord, EffectStatus, Escalation, EscalationReason, FailureKind, OutcomeClass, PollPlan,
+    AbandonReason, Action, AttemptMismatch, CallTicket, Decision, Effect, EffectRecord, EffectStatus, Escalation, EscalationReason, FailureKind, OutcomeClass, PollPlan,
     RetryPlan, RunError, RunReport, SizeLimit, StatusCheckResult, StatusCount, TaskReport, TaskStatus, ToolHints,
 };
 
@@ -243,14 +243,17 @@ struct Bounds {
     reconnect: bool,
 }
 
-/// A run's tasks: the live ones, and what the report counts.
+/// What most runs never have, allocated at the first: their tasks (the live
+/// ones, and what the report counts) and the calls the host abandoned.
 #[derive(Clone, Debug, Default)]
-struct TaskBook {
+struct Rare {
     live: Vec<Task>,
     /// Calls answered by a task.
     tasks: u32,
     /// Polls decided.
     polls: u32,
+    /// Calls the host stopped (`abandon-call`).
+    abandoned_calls: u32,
 }
 
 /// One agent run.
@@ -276,10 +279,10 @@ pub struct Run {
     /// The last decision; its box, allocated at the run's first decision, is
     /// reused by every later one.
     last: Option<Box<Last>>,
-    /// The run's tasks, allocated at its first: most runs have none, and a run
+    /// Its tasks and abandoned calls ([`Rare`]), allocated at the first: most runs have none, and a run
     /// whose record grew past 128 bytes on wasm32 would take a 256-byte block
     /// (100,000 runs in flight must fit in one instance's 64 MiB).
-    tasks: Option<Box<TaskBook>>,
+    rare: Option<Box<Rare>>,
     /// A finished call's text buffer, if small, for the next call that fails:
     /// a run of calls that each fail once allocates one buffer, not one a call.
     spare_text: String,
@@ -307,23 +310,23 @@ impl Run {
             escalation: None,
             escalated: None,
             last: None,
-            tasks: None,
+            rare: None,
             spare_text: String::new(),
         }
     }
 
     /// The live task of call `index`, if any.
     fn task(&self, index: usize) -> Option<&Task> {
-        self.tasks.as_ref()?.live.iter().find(|t| t.call as usize == index)
+        self.rare.as_ref()?.live.iter().find(|t| t.call as usize == index)
     }
 
     fn task_mut(&mut self, index: usize) -> Option<&mut Task> {
-        self.tasks.as_mut()?.live.iter_mut().find(|t| t.call as usize == index)
+        self.rare.as_mut()?.live.iter_mut().find(|t| t.call as usize == index)
     }
 
     /// Ends call `index`'s task, if it has one; whether it had.
     fn end_task(&mut self, index: usize) -> bool {
-        let Some(book) = self.tasks.as_mut() else { return false };
+        let Some(book) = self.rare.as_mut() else { return false };
         let before = book.live.len();
         book.live.retain(|t| t.call as usize != index);
         book.live.len() != before
@@ -588,6 +591,30 @@ impl Run {
         self.record(call_id, attempt, Reported::PollFailure(failure), at, budget)
     }
 
+    /// Ends a call the host stopped (cancelled, or past its deadline) before a
+    /// verdict ended it. An attempt that had left without an answer may have
+    /// applied a write or a delete: it is an `unknown` effect, as a timeout's
+    /// is, so a later escalation's note names it. No budget moves: the host
+    /// stopped, the policy decided nothing.
+    pub fn abandon_call(&mut self, call_id: u32, attempt: u32, sent: bool, _why: AbandonReason) -> Result<(), RunError> {
+        self.ensure_open()?;
+        let index = self.call_index(call_id)?;
+        let expected = self.calls[index].attempt;
+        if attempt != expected {
+            return Err(RunError::AttemptMismatch(AttemptMismatch { call_id, expected, reported: attempt }));
+        }
+        let call = &self.calls[index];
+        // A pending status check's effect is already unknown; an answered one is in the effects.
+        if sent && call.phase == Phase::Sending && call.policy.effect != Effect::Read && call.effect_index.is_none() {
+            self.set_effect(index, Some(EffectStatus::Unknown));
+        }
+        self.end_task(index);
+        self.calls[index].phase = Phase::Finished;
+        let rare = self.rare.get_or_insert_with(Box::default);
+        rare.abandoned_calls = rare.abandoned_calls.saturating_add(1);
+        Ok(())
+    }
+
     fn record(&mut self, call_id: u32, attempt: u32, outcome: Reported<'_>, at: At, budget: &mut dyn AccountBudget) -> Result<Verdict, RunError> {
         let now_ms = at.now_ms;
         self.ensure_open()?;
@@ -803,7 +830,7 @@ impl Run {
         let now_ms = at.now_ms;
         let first = self.task(index).is_none();
         if first {
-            let book = self.tasks.get_or_insert_with(Box::default);
+            let book = self.rare.get_or_insert_with(Box::default);
             book.tasks = book.tasks.saturating_add(1);
             book.live.push(Task { call: index as u32, id: String::new(), polls: 0, failed_polls: 0, waited_ms: 0, first_at_ms: now_ms, expires_at_ms: None });
             // The server took the call: a write may apply from now on.
@@ -854,6 +881,12 @@ impl Run {
                 }
             }
             TaskStatus::Working | TaskStatus::InputAnswered => {
+                // Only a wait the server asks for can be too long: the policy's own backoff is capped by
+                // task-poll-max-delay-ms, and is no hint (fuzzing's F6 took it for one).
+                if let Some(asked) = interval.filter(|ms| *ms > self.config.max_hint_ms) {
+                    let detail = cat!("task ", report.task_id, ": the server asks to poll every ", asked, " ms");
+                    return self.stop_task(index, failed(OutcomeClass::Transient), EscalationReason::ServerWaitTooLong, &detail, now_ms);
+                }
                 let config = &self.config;
                 let task = self.task(index).expect("set above");
                 // The server's interval is a floor; without one, the wait grows.
@@ -913,11 +946,6 @@ impl Run {
         let config = Arc::clone(&self.config);
         let task = self.task(index).expect("a poll needs a task");
         let id = task.id.clone();
-        if delay_ms > config.max_hint_ms {
-            let detail = cat!("task ", id, ": the server asks to poll every ", delay_ms, " ms");
-            let failed = Failed { hint_ms: Some(delay_ms), ..failed };
-            return self.stop_task(index, failed, EscalationReason::ServerWaitTooLong, &detail, now_ms);
-        }
         // The time spent on the task: the waits decided, or the clock if the
         // answers themselves were slow.
         let spent_ms = task.waited_ms.max(now_ms.saturating_sub(task.first_at_ms));
@@ -941,7 +969,7 @@ impl Run {
         task.polls += 1;
         task.waited_ms = task.waited_ms.saturating_add(delay_ms);
         let poll = task.polls;
-        if let Some(book) = self.tasks.as_mut() {
+        if let Some(book) = self.rare.as_mut() {
             book.polls = book.polls.saturating_add(1);
         }
         self.note_wait(delay_ms);
@@ -1037,9 +1065,10 @@ impl Run {
             retries: c.retries,
             status_checks: c.status_checks,
             replans: c.replans,
-            tasks: self.tasks.as_ref().map_or(0, |b| b.tasks),
-            polls: self.tasks.as_ref().map_or(0, |b| b.polls),
+            tasks: self.rare.as_ref().map_or(0, |b| b.tasks),
+            polls: self.rare.as_ref().map_or(0, |b| b.polls),
             succeeded_calls: c.succeeded_calls,
+            abandoned_calls: self.rare.as_ref().map_or(0, |r| r.abandoned_calls),
             waits: c.waits,
             waited_ms: c.waited_ms,
             escalation: self.escalation,
@@ -1083,4 +1112,80 @@ fn reason_text(basis: &Basis, step: &Step) -> String {
     };
     text.push_str(&step);
     text
+}
+
+#[cfg(test)]
+mod abandon_tests {
+    use super::*;
+    use crate::account::NoAccountBudget;
+    use crate::types::{Delivery, TransportError};
+
+    const NOW: u64 = 1_764_460_800_000;
+
+    fn run() -> Run {
+        let config = Config::from_json(r#"{"tools": {"search": {"effect": "read"}, "refund": {"effect": "write"}}}"#).unwrap();
+        Run::new(Arc::new(config), "r")
+    }
+
+    fn begin(run: &mut Run, tool: &str) -> u32 {
+        match run.begin(tool.into(), None, None, NOW, &mut NoAccountBudget).unwrap() {
+            Start::Send(ticket) => ticket.call_id,
+            Start::Escalated => panic!("not admitted"),
+        }
+    }
+
+    fn timeout(run: &mut Run, call_id: u32, attempt: u32) -> Verdict {
+        let kind = FailureKind::Transport(TransportError::Timeout);
+        let view = FailureView { kind: &kind, headers: &[], body: "", structured_content: None, session_id_sent: false, delivery: Delivery::Sent };
+        run.record_failure(call_id, attempt, &view, At::now(NOW), &mut NoAccountBudget).unwrap()
+    }
+
+    #[test]
+    fn an_abandoned_call_is_closed_and_counted() {
+        let mut run = run();
+        let id = begin(&mut run, "search");
+        run.abandon_call(id, 1, true, AbandonReason::Cancelled).unwrap();
+        assert_eq!(run.record_success(id, 1, NOW, &mut NoAccountBudget), Err(RunError::CallFinished(id)));
+        assert_eq!(run.abandon_call(id, 1, true, AbandonReason::Cancelled), Err(RunError::CallFinished(id)));
+        let report = run.report();
+        assert_eq!((report.calls, report.abandoned_calls, report.effects_total), (1, 1, 0), "a read makes no effect");
+    }
+
+    #[test]
+    fn a_write_stopped_on_the_wire_is_an_unknown_effect_and_one_stopped_before_sending_is_none() {
+        let mut run = run();
+        let sent = begin(&mut run, "refund");
+        run.abandon_call(sent, 1, true, AbandonReason::Deadline).unwrap();
+        let unsent = begin(&mut run, "refund");
+        run.abandon_call(unsent, 1, false, AbandonReason::Cancelled).unwrap();
+        let report = run.report();
+        assert_eq!(report.abandoned_calls, 2);
+        assert_eq!(report.effects.iter().map(|e| (e.call_id, e.status)).collect::<Vec<_>>(), vec![(sent, EffectStatus::Unknown)]);
+    }
+
+    #[test]
+    fn the_attempt_must_be_the_calls_current_one_and_nothing_changes_otherwise() {
+        let mut run = run();
+        let id = begin(&mut run, "search");
+        let verdict = timeout(&mut run, id, 1);
+        assert!(matches!(verdict.act, Act::Retry { .. }), "{verdict:?}");
+        let wrong = run.abandon_call(id, 1, true, AbandonReason::Cancelled);
+        assert_eq!(wrong, Err(RunError::AttemptMismatch(AttemptMismatch { call_id: id, expected: 2, reported: 1 })));
+        assert_eq!(run.report().abandoned_calls, 0);
+        run.abandon_call(id, 2, false, AbandonReason::Cancelled).unwrap();
+        assert_eq!(run.report().abandoned_calls, 1);
+        assert_eq!(run.abandon_call(9, 1, false, AbandonReason::Cancelled), Err(RunError::UnknownCall(9)));
+    }
+
+    #[test]
+    fn an_unkeyed_write_awaiting_its_status_check_keeps_its_one_unknown_effect() {
+        let mut run = run();
+        let id = begin(&mut run, "refund");
+        let verdict = timeout(&mut run, id, 1);
+        assert!(matches!(verdict.act, Act::CheckStatus), "{verdict:?}");
+        run.abandon_call(id, 1, true, AbandonReason::Deadline).unwrap();
+        let report = run.report();
+        assert_eq!(report.effects.iter().map(|e| e.status).collect::<Vec<_>>(), vec![EffectStatus::Unknown]);
+        assert_eq!(run.record_status_check(id, 1, StatusCheckResult::Found, At::now(NOW), &mut NoAccountBudget), Err(RunError::CallFinished(id)));
+    }
 }

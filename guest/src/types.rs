@@ -327,12 +327,21 @@ pub struct RunReport {
     pub tasks: u32,
     pub polls: u32,
     pub succeeded_calls: u32,
+    pub abandoned_calls: u32,
     pub waits: u32,
     pub waited_ms: u64,
     pub escalation: Option<EscalationReason>,
     pub statuses: Vec<StatusCount>,
     pub effects: Vec<EffectRecord>,
     pub effects_total: u32,
+}
+
+/// Why the host stopped a call before a verdict ended it (`abandon-call`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AbandonReason {
+    Cancelled,
+    Deadline,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

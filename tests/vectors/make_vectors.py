@@ -1283,6 +1283,71 @@ def transport_cases():
     ]
 
 
+# ---------- runs-abandon.json (contract 0.7.0) ----------
+
+def abandon(call_id, why, sent=None, attempt=None, expect=None):
+    step = {"op": "abandon-call", "call-id": call_id, "why": why}
+    if sent is not None:
+        step["sent"] = sent
+    if attempt is not None:
+        step["attempt"] = attempt
+    step["expect"] = {"ok": None} if expect is None else expect
+    return step
+
+
+def abandon_cases():
+    unknown_refund = {"call-id": 1, "tool": "issue_refund", "idempotency-key": None, "status": "unknown"}
+    return [
+        case("a read the caller cancelled is closed: a later report of it is refused, and the report counts it", [
+            begin("lookup_order"),
+            abandon(1, "cancelled"),
+            outcome(1, SUCCESS, {"err": {"call-finished": 1}}),
+            abandon(1, "cancelled", expect={"err": {"call-finished": 1}}),
+            report(calls=1, attempts=1, abandoned_calls=1, succeeded_calls=0, effects=[], effects_total=0),
+        ], config=TOOLS),
+        case("a write stopped by its deadline while on the wire may have applied: an unknown effect", [
+            begin("issue_refund"),
+            abandon(1, "deadline"),
+            report(abandoned_calls=1, effects=[unknown_refund], effects_total=1),
+        ], config=TOOLS, comment="as a timed-out attempt's: the request left and no answer came"),
+        case("a later escalation's note names the write that was stopped on the wire", [
+            begin("issue_refund"),
+            abandon(1, "deadline"),
+            begin("lookup_order"),
+            outcome(2, fail(status=403, body="no access"),
+                    escalate("permission-denied", "permission", effects=[unknown_refund], note={"$contains": "issue_refund"})),
+        ], config=TOOLS),
+        case("a write stopped during the wait before its retry made no effect", [
+            begin("issue_refund"),
+            outcome(1, fail(transport="connection-refused", delivery="not-sent"), retry(attempt=2)),
+            abandon(1, "cancelled", sent=False),
+            report(attempts=2, retries=1, abandoned_calls=1, effects=[], effects_total=0),
+        ], config=TOOLS, comment="the first attempt never left, and neither did the retry (attempts counts the retry decided)"),
+        case("abandoning another attempt than the call's, or an unknown call, is refused and changes nothing", [
+            begin("lookup_order"),
+            outcome(1, fail(status=503), retry(attempt=2)),
+            abandon(1, "cancelled", attempt=1, expect={"err": {"attempt-mismatch": {"call-id": 1, "expected": 2, "reported": 1}}}),
+            abandon(7, "cancelled", expect={"err": {"unknown-call": 7}}),
+            report(abandoned_calls=0),
+            outcome(1, SUCCESS, succeed()),
+        ], config=TOOLS),
+        case("an escalated run refuses to abandon its calls: the run is over", [
+            begin("lookup_order"),
+            begin("issue_refund"),
+            outcome(2, fail(status=401), escalate("permission-denied")),
+            abandon(1, "cancelled", expect={"err": {"run-ended": "permission-denied"}}),
+            report(abandoned_calls=0, escalation="permission-denied"),
+        ], config=TOOLS),
+        case("a call whose task the host stopped waiting for is closed: a later poll report is refused", [
+            begin("lookup_order"),
+            outcome(1, task(interval=1000), decision({"poll": {"delay-ms": 1000, "task-id": "t-1"}})),
+            abandon(1, "deadline", sent=False),
+            outcome(1, {"poll-failure": failure(status=503)}, {"err": {"call-finished": 1}}),
+            report(tasks=1, polls=1, abandoned_calls=1),
+        ], config=TOOLS),
+    ]
+
+
 # ---------- runs-tasks.json (contract 0.6.0) ----------
 
 def task(task_id="t-1", status="working", interval=None, ttl=None, age=None, message=None):
@@ -1335,6 +1400,12 @@ def task_cases():
             outcome(1, task(), poll(delay=100)), outcome(1, task(), poll(delay=200)),
             outcome(1, task(), poll(delay=350)), outcome(1, task(), poll(delay=350)),
         ], config=growing),
+        case("the policy's own poll backoff past max-hint-ms is no server hint: it polls, up to its own cap", [
+            begin("issue_refund", key="k1"),
+            outcome(1, task(), poll(delay=1000)), outcome(1, task(), poll(delay=2000)), outcome(1, task(), poll(delay=3000)),
+        ], config=dict(TASK_TOOLS, **{"task-poll-base-delay-ms": 1000, "task-poll-max-delay-ms": 3000, "max-hint-ms": 1000,
+                                      "max-plausible-hint-ms": 1000}),
+           comment="fuzzing's F6: the second report escalated server-wait-too-long with a 2000 ms 'hint' no server sent"),
         case("the server's interval is a floor above the growing wait", [
             begin("issue_refund", key="k1"), outcome(1, task(interval=5000), poll(delay=5000)),
         ], config=growing),
@@ -1955,6 +2026,7 @@ FILES = {
     "limits.json": ("Bounded inputs and outputs, and one report per attempt (contract 0.3.0)", limits_cases),
     "runs-transport.json": ("Sessions, revisions, TLS, names and deadlines (contract 0.5.0)", transport_cases),
     "runs-tasks.json": ("Tasks, continuations, expired handles and timeouts of MCP 2026-07-28 (contract 0.6.0)", task_cases),
+    "runs-abandon.json": ("Calls the host stopped: cancelled, or past their deadline (contract 0.7.0)", abandon_cases),
     "gate.json": ("The invariants every live update must keep: the update gate runs them on the candidate", gate_cases),
     "observations.json": ("Raw transport observations and what each means, replayed through each host's wrapper", observation_cases),
 }

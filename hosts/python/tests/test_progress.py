@@ -1,4 +1,4 @@
-"""Per-tool attempt timeouts and progress (contract 0.6.0, issue 22): each
+"""Per-tool attempt timeouts and progress (contract 0.7.0, issue 22): each
 attempt's timeouts come from the policy (`call-start`'s `idle-timeout-ms` and
 `attempt-timeout-ms`, set per tool in the configuration); every `tools/call`
 carries a progress token, each `notifications/progress` for it starts the idle

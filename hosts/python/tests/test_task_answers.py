@@ -1,4 +1,4 @@
-"""Task answers a server should not give, through the wrapper (contract 0.6.0):
+"""Task answers a server should not give, through the wrapper (contract 0.7.0):
 a `tasks/get` answer the wrapper cannot use is reported once as a poll
 failure (-32603, its text as the body); numbers that do not fit the contract
 are reported as none; a failed task's code past i32 is -32603; the task the

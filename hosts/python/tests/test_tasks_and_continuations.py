@@ -1,5 +1,5 @@
 """Continuations and tasks of MCP 2026-07-28 through the wrapper (contract
-0.6.0, issue 22), against the demo server:
+0.7.0, issue 22), against the demo server:
 
 - `confirm_order` answers `input_required` (MRTR): with the application's
   elicitation handler the SDK answers it in the same attempt; without one the

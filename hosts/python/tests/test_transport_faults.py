@@ -43,7 +43,7 @@ from agent_retry_policy import (
     SplitMix64,
 )
 from agent_retry_policy.mcp_client import CAPTURE_MISSING_SUFFIX, StatusCheckRequest
-from agent_retry_policy.types import Verdict
+from agent_retry_policy.types import RunReport, Verdict
 
 T = TypeVar("T")
 
@@ -463,19 +463,23 @@ def test_T9_a_call_timeout_stops_an_attempt_in_flight_and_says_the_write_may_hav
     caplog.set_level(logging.INFO, logger="agent_retry_policy.mcp")
     proxy = proxies(demo_command("--http", "127.0.0.1:{port}", "--ledger", str(ledger)))
 
-    async def body() -> tuple[CallTimedOut, float]:
+    async def body() -> tuple[CallTimedOut, float, RunReport]:
         async with McpConnection.http(proxy.url) as connection:
-            caller = new_caller(connection, "T9", call_timeout_s=0.3)
+            caller = new_caller(connection, "T9")
             assert not (await caller.call_tool("lookup_order", {"order_id": "A9"})).is_error  # connected, tools listed
+            caller.call_timeout_s = 0.3  # from here: connecting under a loaded machine's clock is not what is timed
             proxy.faults({"on": "tools/call", "tool": "issue_refund", "fault": "delay", "delay_ms": 5000})
             started = time.monotonic()
             try:
                 await caller.call_tool("issue_refund", {"order_id": "A9", "amount_paise": 900})
             except CallTimedOut as e:
-                return e, time.monotonic() - started
+                return e, time.monotonic() - started, caller.run.report()
             raise AssertionError("the call did not time out")
 
-    stopped, elapsed = run(body)
+    stopped, elapsed, report = run(body)
+    # The run was told (contract 0.7.0's abandon-call): the call is closed, its write possibly applied.
+    assert report["abandoned-calls"] == 1
+    assert [(e["call-id"], e["status"]) for e in report["effects"]] == [(stopped.call_id, "unknown")]
     assert 0.29 <= elapsed < 1.5, elapsed
     assert isinstance(stopped, TimeoutError)
     assert (stopped.cause, stopped.tool, stopped.attempts_sent, stopped.may_have_applied) == ("call-timeout", "issue_refund", 1, True)
@@ -507,7 +511,7 @@ def test_T9_a_cancelled_call_stops_during_its_backoff_at_once(
     proxy = proxies(demo_command("--http", "127.0.0.1:{port}", "--faults", str(script), "--ledger", str(ledger)))
     backing_off = asyncio.Event
 
-    async def body() -> tuple[CallCancelled, float]:
+    async def body() -> tuple[CallCancelled, float, RunReport]:
         waiting = backing_off()
 
         async def sleep(seconds: float) -> None:
@@ -527,10 +531,12 @@ def test_T9_a_cancelled_call_stops_during_its_backoff_at_once(
                 # Python 3.10 raises a new CancelledError to the awaiter, the task's own as its context.
                 stopped = e if isinstance(e, CallCancelled) else e.__context__
                 assert isinstance(stopped, CallCancelled), repr(e)
-                return stopped, time.monotonic() - cancelled_at
+                return stopped, time.monotonic() - cancelled_at, caller.run.report()
             raise AssertionError("the call was not cancelled")
 
-    stopped, elapsed = run(body)
+    stopped, elapsed, report = run(body)
+    # Abandoned during the wait before attempt 2: closed, and nothing on the wire.
+    assert (report["abandoned-calls"], report["effects"]) == (1, [])
     assert elapsed < 0.5, elapsed
     assert isinstance(stopped, asyncio.CancelledError)
     # A 429 was not applied (the policy does not list it as unknown), and nothing

@@ -1,6 +1,6 @@
 """Every conformance vector (tests/vectors/*.json) through the component in
 wasmtime-py, with the canonical JSON mapping and step semantics of
-tests/vectors/README.md: the readable steps translated onto contract 0.6.0's
+tests/vectors/README.md: the readable steps translated onto contract 0.7.0's
 single run path (conformance.py), every verdict checked against
 `last-decision`. Each case runs twice on fresh instances and must give
 byte-identical outputs. observations.json runs in its pure form (begin-call

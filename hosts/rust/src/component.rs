@@ -45,10 +45,10 @@ pub const MAX_RESOURCE_HANDLES: usize = 1_000_000;
 pub const MAX_MEMORY_BYTES: usize = 64 << 20;
 
 /// The contract version this host speaks (the WIT package `agent-retry:policy`).
-pub const CONTRACT_VERSION: &str = "0.6.0";
+pub const CONTRACT_VERSION: &str = "0.7.0";
 
 /// The policy interface of that version, as the component exports it.
-pub const POLICY_INTERFACE: &str = "agent-retry:policy/policy@0.6.0";
+pub const POLICY_INTERFACE: &str = "agent-retry:policy/policy@0.7.0";
 
 /// The component this crate was built with, if it carries one: the published
 /// crate embeds the `.wasm` of its release (`make dist` copies it into
@@ -316,7 +316,7 @@ impl PolicyComponent {
         self.limits
     }
 
-    /// Which policy this is, for logs: `agent-retry:policy@0.6.0 wasm 1a2b3c4d5e6f`
+    /// Which policy this is, for logs: `agent-retry:policy@0.7.0 wasm 1a2b3c4d5e6f`
     /// (the contract version it speaks and its `.wasm`'s SHA-256, 12 hex digits).
     pub fn identity(&self) -> &str {
         &self.identity
@@ -796,6 +796,21 @@ impl PolicyInstance {
     pub fn sibling_factory(&self) -> impl Fn() -> wasmtime::Result<PolicyInstance> + Send + Sync + 'static {
         let (component, services) = (self.component.clone(), self.store.data().services.clone());
         move || component.instantiate(services.clone())
+    }
+
+    /// Ends a call the host stopped before a verdict ended it (`why`: the
+    /// caller cancelled it, or its deadline passed), so that it no longer
+    /// counts as open. `sent`: whether `attempt` had left without an answer
+    /// (then a write is listed as an `unknown` effect).
+    pub fn abandon_call(
+        &mut self,
+        run: &RunHandle,
+        call_id: u32,
+        attempt: u32,
+        sent: bool,
+        why: types::AbandonReason,
+    ) -> Result<Result<(), types::RunError>, PolicyFault> {
+        self.guarded(|b, store| b.agent_retry_policy_policy().run().call_abandon_call(store, run.0, call_id, attempt, sent, why))
     }
 
     /// The run's last decision in words, if it was about `call_id`.

@@ -232,6 +232,12 @@ impl Subject for DynamicPolicy {
         Ok(to_json(&self.call("[method]run.record-poll-failure", vec![run], &args)?))
     }
 
+    fn abandon_call(&mut self, call_id: u32, attempt: u32, sent: bool, why: &str) -> Result<Value, String> {
+        let run = self.run()?;
+        let args = [&Value::from(call_id), &Value::from(attempt), &Value::from(sent), &Value::from(why)];
+        Ok(to_json(&self.call("[method]run.abandon-call", vec![run], &args)?))
+    }
+
     fn last_decision(&mut self, call_id: u32) -> Result<Value, String> {
         let run = self.run()?;
         Ok(to_json(&self.call("[method]run.last-decision", vec![run], &[&Value::from(call_id)])?))

@@ -27,7 +27,7 @@ pub fn parse_u64(value: &Value) -> Result<u64, String> {
     }
 }
 
-/// Something that answers the operations of the contract 0.6.0, each value
+/// Something that answers the operations of the contract 0.7.0, each value
 /// in canonical JSON (`{"ok": ..}` / `{"err": ..}` for results). `Err(String)`
 /// is a harness failure (bad vector input, a trap), not an answer. The
 /// readable steps of the vectors are translated onto these functions in one
@@ -85,6 +85,8 @@ pub trait Subject {
         now_ms: u64,
         entropy: u64,
     ) -> Result<Value, String>;
+    /// `run.abandon-call(call-id, attempt, sent, why)`: `{"ok": null}` or `{"err": run-error}`.
+    fn abandon_call(&mut self, call_id: u32, attempt: u32, sent: bool, why: &str) -> Result<Value, String>;
     /// `run.last-decision(call-id)`: a decision or null.
     fn last_decision(&mut self, call_id: u32) -> Result<Value, String>;
     /// `run.escalation()`: an escalation or null.
@@ -268,6 +270,8 @@ fn optional_u64(step: &Value, name: &str) -> Result<Option<u64>, String> {
 
 const STEP_KEYS: &[&str] = &[
     "op",
+    "sent",
+    "why",
     "expect",
     "now-ms",
     "entropy",
@@ -364,6 +368,16 @@ pub fn run_step(subject: &mut dyn Subject, step: &Value, state: &mut StepState) 
                 attempts.insert(call_id, next);
             }
             Ok(answer)
+        }
+        "abandon-call" => {
+            let call_id = u32_field(step, "call-id")?;
+            let attempt = match step.get("attempt") {
+                Some(_) => u32_field(step, "attempt")?,
+                None => attempts.get(&call_id).copied().unwrap_or(1),
+            };
+            let sent = step.get("sent").map_or(Ok(true), |v| v.as_bool().ok_or("sent is not a boolean"))?;
+            let why = step.get("why").and_then(Value::as_str).ok_or("abandon-call needs why: cancelled or deadline")?;
+            subject.abandon_call(call_id, attempt, sent, why)
         }
         "report" => subject.report(),
         "effects" => subject.effects(u32_field(step, "start")?, u32_field(step, "max-count")?),

@@ -1,6 +1,6 @@
 // The decision benchmark in Node (jco), as docs/benchmark.md defines it for
 // every host: one iteration is three calls in one run through the run path
-// (contract 0.6.0: `begin-call`, `record-failure`, `record-success`):
+// (contract 0.7.0: `begin-call`, `record-failure`, `record-success`):
 //
 //   1. a keyed write (`issue_refund`) fails with 503, is retried, succeeds;
 //   2. a read (`lookup_order`) is throttled (429, `retry-after: 1`), retried, succeeds;

@@ -361,7 +361,7 @@ export class PolicyComponent {
     /** Which transpilation runs: the package's own (`bundled`), a `generatedDir`
      *  (`generated`), one found in the cache (`cache`) or made by this load (`transpiled`). */
     readonly origin: ComponentOrigin,
-    /** The contract version the component speaks (from its export names), e.g. `0.6.0`. */
+    /** The contract version the component speaks (from its export names), e.g. `0.7.0`. */
     readonly contractVersion: string,
   ) {}
 
@@ -372,7 +372,7 @@ export class PolicyComponent {
   }
 
   /** Which policy this is, for logs: `agent-retry:policy@<contract version> wasm
-   *  <first 12 hex digits of the .wasm's SHA-256>`, e.g. `agent-retry:policy@0.6.0
+   *  <first 12 hex digits of the .wasm's SHA-256>`, e.g. `agent-retry:policy@0.7.0
    *  wasm 0c1b894cf1b1`. Every instance says it too (`policyIdentity`), and the MCP
    *  wrapper logs it on every attempt line. */
   get identity(): string {
@@ -895,7 +895,7 @@ export class Run extends Handle<JcoRun> {
       resource.recordStatusCheck(callId, attempt, result, left, at, jitter))));
   }
 
-  /** Reports what the server said of the call's task (contract 0.6.0): the
+  /** Reports what the server said of the call's task (contract 0.7.0): the
    *  tool call was answered by a task, or a poll (`tasks/get`) answered
    *  `working`, `input_required` (`input-answered` when a handler of the
    *  application answered it) or `cancelled`. `attempt` is the attempt the task
@@ -942,6 +942,16 @@ export class Run extends Handle<JcoRun> {
       throw this.instance.violation(name, `reconnect is set on a ${verdict.action} verdict (only a retry or a poll reconnects)`);
     }
     return verdict;
+  }
+
+  /** Ends a call the host stopped before a verdict ended it (`why`: `cancelled` by the caller, or its `deadline`
+   *  passed), so that it no longer counts as open. `sent`: whether `attempt` had left without an answer (then a
+   *  write is listed as an `unknown` effect). A call that is over, or another attempt, is the component's
+   *  run-error (`RunMisuse`). */
+  abandonCall(callId: number, attempt: number, sent: boolean, why: Wit.AbandonReason): void {
+    checkArgs('[method]run.abandon-call', [callId, attempt, sent, why]);
+    const resource = this.resource;
+    misuse(() => this.instance.guard('abandon-call', () => resource.abandonCall(callId, attempt, sent, why)));
   }
 
   /** The run's last decision in full (of any report) if it was about call `callId`: the reason, a replan's

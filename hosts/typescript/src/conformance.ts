@@ -7,7 +7,7 @@
 //
 // The vectors keep their readable steps (`begin-call` with a `call`,
 // `record-outcome` with an `outcome`, `classify` with a readable `failure`);
-// contract 0.6.0 has one run path, and this module is the one place that
+// contract 0.7.0 has one run path, and this module is the one place that
 // translates the readable steps onto it (`readableObservation`, `runStep`):
 // `begin-call` -> `begin-call` (+ `escalation()` when the call is not
 // admitted); `record-outcome` of a success -> `record-success`, of an empty
@@ -48,7 +48,7 @@ export const DEFAULT_ENTROPY = 0x8000_0000_0000_0000n;
 
 const STEP_KEYS = new Set(['op', 'expect', 'now-ms', 'entropy', 'config', 'config-text', 'failure', 'retry', 'hint-ms',
   'run-id', 'action-id', 'call', 'call-id', 'attempt', 'outcome', 'start', 'max-count', 'comment', 'time-left-ms', 'http-status',
-  'json-rpc-code']);
+  'json-rpc-code', 'sent', 'why']);
 
 /** The file of raw transport observations (its own shape: `runObservationFile`). */
 export const OBSERVATIONS_FILE = 'observations.json';
@@ -191,7 +191,9 @@ export class Subject {
     if (resultType?.kind === 'result') {
       try {
         const value = this.instance.guard(name, invoke, configBytes);
-        return { ok: resultType.ok ? (fromJco(value, resultType.ok) as Json) : (value as Json) };
+        // An ok without a type here is a resource (kept as it is) or nothing (`abandon-call`'s
+        // `undefined` from jco, null in canonical JSON).
+        return { ok: resultType.ok ? (fromJco(value, resultType.ok) as Json) : value === undefined ? null : (value as Json) };
       } catch (e) {
         if (e instanceof Error && 'payload' in e && e.constructor.name === 'ComponentError') {
           return { err: resultType.err ? (fromJco((e as { payload: unknown }).payload, resultType.err) as Json) : null };
@@ -388,6 +390,13 @@ function runStep(subject: Subject, step: Record<string, unknown>, state: State):
       const next = asU32(at(answer, 'ok', 'action', 'retry', 'attempt'));
       if (next !== undefined) state.attempts.set(callId, next);
       return answer;
+    }
+    case 'abandon-call': {
+      const callId = u32(step, 'call-id');
+      const attempt = 'attempt' in step ? u32(step, 'attempt') : state.attempts.get(callId) ?? 1;
+      const sent = step.sent === undefined ? true : step.sent;
+      if (typeof sent !== 'boolean') throw new HarnessError('"sent" must be a boolean');
+      return subject.call('[method]run.abandon-call', subject.needRun(), [callId, attempt, sent, text(step, 'why')]);
     }
     case 'report':
       return subject.call('[method]run.report', subject.needRun(), []);

@@ -1,5 +1,5 @@
 // What the host passes to the policy, bounded before it crosses the boundary
-// (contract 0.6.0; the numbers of the Rust host's hosts/rust/src/limits.rs, mirrored
+// (contract 0.7.0; the numbers of the Rust host's hosts/rust/src/limits.rs, mirrored
 // into limits-generated.ts by tests/contract/make_mirrors.py).
 // Lowering a value into the guest costs its size in the guest's memory and in
 // copying, so a 40 MB tool error or 5,800 headers are cut here, not in the guest.
@@ -107,7 +107,7 @@ function oneLine(text: string): string {
   return text.indexOf('\n') < 0 && text.indexOf('\r') < 0 ? text : text.replace(LINE_BREAK, ' ');
 }
 
-/** Header pairs as an observation's `headers` (contract 0.6.0): each header a
+/** Header pairs as an observation's `headers` (contract 0.7.0): each header a
  *  `name: value` line, the lines joined with `\n`, after the limits of
  *  headers (at most `MAX_HEADERS`, each name and value cut to
  *  `MAX_HEADER_VALUE_BYTES`); a `\r` or `\n` in a name or value becomes a space. */

@@ -27,7 +27,7 @@
 // A caller built on a bare `Client` works the same but cannot re-establish a
 // lost session (`SessionLost`).
 //
-// The wrapper decides nothing about what a failure means (contract 0.6.0): it
+// The wrapper decides nothing about what a failure means (contract 0.7.0): it
 // reports what it observed, raw, and the policy decides. An HTTP answer is
 // `http-status(status)` with the headers and body as received; a JSON-RPC error
 // is `protocol-error(code)` with its message as the body and its `data` as
@@ -115,7 +115,7 @@
 // `hint_ms`, `escalation` (null unless escalate) and `reason`.
 //
 // Every attempt line says which policy decided (`policy`): the instance's
-// identity (`agent-retry:policy@0.6.0 wasm 0c1b894cf1b1`, the contract version
+// identity (`agent-retry:policy@0.7.0 wasm 0c1b894cf1b1`, the contract version
 // and the .wasm's SHA-256 prefix), or the `policyIdentity` option (a LivePolicy
 // host passes `loaded.identity.toString()`: generation, wasm and config digests).
 //

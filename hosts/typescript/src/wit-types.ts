@@ -27,7 +27,8 @@ export const action: WitType = variant('action', [['retry', retryPlan], ['replan
 export const decision: WitType = record('decision', [['action', action], ['class', outcomeClass], ['attempt', u32], ['hint-ms', option(u64)], ['rule', string], ['reason', string], ['cancel-task', bool]]);
 export const statusCheckResult: WitType = enumOf('status-check-result', 'found', 'absent', 'unknown');
 export const statusCount: WitType = record('status-count', [['status', u16], ['count', u32]]);
-export const runReport: WitType = record('run-report', [['run-id', string], ['calls', u32], ['attempts', u32], ['retries', u32], ['status-checks', u32], ['replans', u32], ['tasks', u32], ['polls', u32], ['succeeded-calls', u32], ['waits', u32], ['waited-ms', u64], ['escalation', option(escalationReason)], ['statuses', list(statusCount)], ['effects', list(effectRecord)], ['effects-total', u32]]);
+export const runReport: WitType = record('run-report', [['run-id', string], ['calls', u32], ['attempts', u32], ['retries', u32], ['status-checks', u32], ['replans', u32], ['tasks', u32], ['polls', u32], ['succeeded-calls', u32], ['abandoned-calls', u32], ['waits', u32], ['waited-ms', u64], ['escalation', option(escalationReason)], ['statuses', list(statusCount)], ['effects', list(effectRecord)], ['effects-total', u32]]);
+export const abandonReason: WitType = enumOf('abandon-reason', 'cancelled', 'deadline');
 export const attemptMismatch: WitType = record('attempt-mismatch', [['call-id', u32], ['expected', u32], ['reported', u32]]);
 export const sizeLimit: WitType = record('size-limit', [['input', string], ['size-bytes', u32], ['limit-bytes', u32]]);
 export const runError: WitType = variant('run-error', [['unknown-call', u32], ['call-finished', u32], ['status-check-pending', u32], ['no-status-check-pending', u32], ['run-ended', escalationReason], ['no-task', u32], ['attempt-mismatch', attemptMismatch], ['too-large', sizeLimit]]);
@@ -54,6 +55,7 @@ export const FUNCTIONS = {
   '[method]run.record-status-check': { params: [u32, u32, statusCheckResult, option(u64), u64, u64], result: result(verdict, runError) },
   '[method]run.record-task-status': { params: [u32, u32, taskReport, option(u64), u64, u64], result: result(verdict, runError) },
   '[method]run.record-poll-failure': { params: [u32, u32, observation, option(u64), u64, u64], result: result(verdict, runError) },
+  '[method]run.abandon-call': { params: [u32, u32, bool, abandonReason], result: result(null, runError) },
   '[method]run.last-decision': { params: [u32], result: option(decision) },
   '[method]run.escalation': { params: [], result: option(escalation) },
   '[method]run.report': { params: [], result: runReport },

@@ -1,4 +1,4 @@
-// Continuations (MRTR, contract 0.6.0): a request answered `input_required`.
+// Continuations (MRTR, contract 0.7.0): a request answered `input_required`.
 // With the application's own handler registered on the SDK's client
 // (`McpConnection`'s `onClient`), the SDK answers it and sends the call again:
 // one attempt, no attempt spent. Without one, the wrapper reports failure

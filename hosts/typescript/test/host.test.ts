@@ -70,7 +70,7 @@ test('a transpilation from another build is refused', async () => {
   const digest = createHash('sha256').update(readFileSync(copy)).digest('hex');
   assert.equal(component.source.sha256, digest);
   // Its identity names its own bytes, not the bundled component's.
-  assert.equal(component.identity, `agent-retry:policy@0.6.0 wasm ${digest.slice(0, 12)}`);
+  assert.equal(component.identity, `agent-retry:policy@0.7.0 wasm ${digest.slice(0, 12)}`);
   assert.equal((await component.instantiate()).policyIdentity, component.identity);
   assert.notEqual(component.identity, (await PolicyComponent.load()).identity);
 });
@@ -82,7 +82,7 @@ test("the bundled component's identity is its contract version and the SHA-256 o
   const digest = createHash('sha256').update(bytes).digest('hex');
   const component = await PolicyComponent.fromBytes(bytes);
   assert.equal(component.origin, 'bundled');
-  assert.equal(component.identity, `agent-retry:policy@0.6.0 wasm ${digest.slice(0, 12)}`);
+  assert.equal(component.identity, `agent-retry:policy@0.7.0 wasm ${digest.slice(0, 12)}`);
   assert.match(component.identity, /^agent-retry:policy@\d+\.\d+\.\d+ wasm [0-9a-f]{12}$/);
   const instance = await component.instantiate();
   assert.equal(instance.policyIdentity, component.identity);
@@ -387,7 +387,7 @@ test('every report answers a verdict that says what lastDecision says', async ()
   assert.throws(() => run.beginCall('lookup_order', undefined, undefined, now), (e: unknown) => e instanceof RunMisuse && e.error.tag === 'run-ended');
 });
 
-// Contract 0.6.0: a call answered by a task is polled as the policy says.
+// Contract 0.7.0: a call answered by a task is polled as the policy says.
 
 test('a task is polled as the policy says: poll verdicts, a poll failure polled again, a completed task reported as an attempt', async () => {
   const instance = await (await PolicyComponent.load()).instantiate({ accounts: EmbeddedAccounts.onHostClock() });

@@ -1,4 +1,4 @@
-// What the wrapper reports (contract 0.6.0), without a server: network errors
+// What the wrapper reports (contract 0.7.0), without a server: network errors
 // named as their socket code says (TLS, DNS), how far a request got, the
 // time left to the run deadline on every failure, and timers past 2^31 - 1 ms.
 import assert from 'node:assert/strict';

@@ -1,4 +1,4 @@
-// Per-tool timeouts and progress (contract 0.6.0): each attempt takes its idle
+// Per-tool timeouts and progress (contract 0.7.0): each attempt takes its idle
 // and total timeouts from the policy (`beginCall`: `idle-timeout-ms`,
 // `attempt-timeout-ms`, set per tool in the configuration); the wrapper sends a
 // progress token with each `tools/call`, every `notifications/progress` starts

@@ -1,4 +1,4 @@
-// Tasks (MCP 2026-07-28 Tasks extension, contract 0.6.0): the wrapper (SDK v2)
+// Tasks (MCP 2026-07-28 Tasks extension, contract 0.7.0): the wrapper (SDK v2)
 // declares the extension; a `tools/call` answered with a task is reported
 // (`recordTaskStatus`), polled with `tasks/get` as the verdicts say, its
 // completion reported as the attempt's outcome, a failed poll reported

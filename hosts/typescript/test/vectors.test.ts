@@ -1,6 +1,6 @@
 // Every conformance vector (tests/vectors/*.json) through the component in Node
 // (jco), with the canonical JSON mapping and step semantics of
-// tests/vectors/README.md, translated onto contract 0.6.0's single run path in
+// tests/vectors/README.md, translated onto contract 0.7.0's single run path in
 // one place (src/conformance.ts). Each case runs twice on fresh instances and
 // must give byte-identical outputs; every verdict must say what its
 // last-decision says. observations.json runs pure (record-failure of each raw

@@ -220,6 +220,12 @@ impl Subject for Native {
         Ok(result_json(verdict.map(|v| verdict_json(&v)).map_err(|e| output(&e))))
     }
 
+    fn abandon_call(&mut self, call_id: u32, attempt: u32, sent: bool, why: &str) -> Result<Value, String> {
+        let why = serde_json::from_value(Value::from(why)).map_err(|e| format!("why: {e}"))?;
+        let run = self.run.as_mut().ok_or("no run")?;
+        Ok(result_json(run.abandon_call(call_id, attempt, sent, why).map(|()| Value::Null).map_err(|e| output(&e))))
+    }
+
     fn last_decision(&mut self, call_id: u32) -> Result<Value, String> {
         Ok(output(&self.run.as_ref().ok_or("no run")?.last_decision(call_id)))
     }

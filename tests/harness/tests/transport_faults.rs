@@ -16,6 +16,7 @@ use agent_retry_demo_server::faults::{Fault, rule_first};
 use agent_retry_demo_server::{DemoState, FaultScript, serve_http};
 use agent_retry_host::mcp::{CallError, ListedCheck, McpConnection, Metrics, RetryingToolCaller, RetryingToolCallerOptions, StopCause, ToolAnswer};
 use agent_retry_host::{EmbeddedAccounts, EntropySource, HostServices, PolicyComponent, default_wasm_path};
+use agent_retry_host::component::types::EffectStatus;
 use serde_json::{Map, Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio_util::sync::CancellationToken;
@@ -321,6 +322,10 @@ async fn t9_a_call_timeout_stops_a_write_in_flight_and_a_cancelled_backoff_stops
     assert!(started.elapsed() < Duration::from_millis(2000), "stopped at the limit, not the answer: {:?}", started.elapsed());
     let CallError::TimedOut(stopped) = &error else { panic!("{error:?}") };
     assert_eq!((stopped.cause, stopped.attempts_sent, stopped.may_have_applied), (StopCause::CallTimeout, 1, true), "{stopped:?}");
+    // The run was told (contract 0.7.0's abandon-call): the call is closed, its write possibly applied.
+    let report = caller.report().unwrap();
+    assert_eq!(report.abandoned_calls, 1);
+    assert_eq!(report.effects.iter().map(|e| (Some(e.call_id), e.status)).collect::<Vec<_>>(), vec![(stopped.call_id, EffectStatus::Unknown)]);
 
     // A 503 asking for 2 s: the wrapper waits, and is cancelled while it does.
     let fault = Fault::Http { status: 503, headers: vec![("Retry-After".into(), "2".into())], body: "busy".into() };
@@ -337,6 +342,9 @@ async fn t9_a_call_timeout_stops_a_write_in_flight_and_a_cancelled_backoff_stops
     assert!(started.elapsed() < Duration::from_millis(1200), "{:?}", started.elapsed());
     let CallError::Cancelled(stopped) = &error else { panic!("{error:?}") };
     assert_eq!((stopped.cause, stopped.attempts_sent, stopped.may_have_applied), (StopCause::Cancelled, 1, false), "{stopped:?}");
+    // Abandoned during the wait before attempt 2: closed, and nothing on the wire.
+    let report = caller.report().unwrap();
+    assert_eq!((report.abandoned_calls, report.effects.len()), (1, 0));
     assert_eq!(server.state.calls_to("lookup_order").len(), 1, "not resent after the cancellation");
     server.stop().await;
 }

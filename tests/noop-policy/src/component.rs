@@ -170,6 +170,10 @@ impl GuestRun for Run {
         Ok(VERDICT)
     }
 
+    fn abandon_call(&self, _: u32, _: u32, _: bool, _: wit::AbandonReason) -> Result<(), wit::RunError> {
+        Ok(())
+    }
+
     fn last_decision(&self, _: u32) -> Option<wit::Decision> {
         Some(decision())
     }
@@ -189,6 +193,7 @@ impl GuestRun for Run {
             tasks: 0,
             polls: 0,
             succeeded_calls: 0,
+            abandoned_calls: 0,
             waits: 0,
             waited_ms: 0,
             escalation: None,

@@ -5,7 +5,7 @@
     policy = instance.load_policy({"max-attempts-per-call": 3})
     run = policy.start_run("CASE-5016")
 
-One run path (contract 0.6.0): a call is begun, each attempt reported, and
+One run path (contract 0.7.0): a call is begun, each attempt reported, and
 every report answers with a small tuple (`Verdict`); the prose is built only
 when asked for:
 
@@ -83,6 +83,7 @@ from .errors import (
     WrongThread,
 )
 from .types import (
+    AbandonReason,
     CallStart,
     Classification,
     Decision,
@@ -101,7 +102,7 @@ from .types import (
 # (for 0.x, another 0.minor: semver's caret rule) is refused at load time; one of
 # a compatible version is run under its own interface names.
 CONTRACT_PACKAGE = "agent-retry:policy"
-CONTRACT_VERSION = "0.6.0"
+CONTRACT_VERSION = "0.7.0"
 POLICY_INTERFACE = f"{CONTRACT_PACKAGE}/policy@{CONTRACT_VERSION}"
 ACCOUNT_BUDGET_INTERFACE = f"{CONTRACT_PACKAGE}/account-budget@{CONTRACT_VERSION}"
 TYPES_INTERFACE = f"{CONTRACT_PACKAGE}/types@{CONTRACT_VERSION}"
@@ -142,6 +143,7 @@ EXPORTED_FUNCTIONS = (
     "[method]run.record-status-check",
     "[method]run.record-task-status",
     "[method]run.record-poll-failure",
+    "[method]run.abandon-call",
     "[method]run.last-decision",
     "[method]run.escalation",
     "[method]run.report",
@@ -472,7 +474,7 @@ class PolicyComponent:
     @property
     def identity(self) -> str:
         """Which policy this is: the contract version it speaks and the first 12
-        hex digits of its .wasm's SHA-256, e.g. `agent-retry:policy@0.6.0 wasm
+        hex digits of its .wasm's SHA-256, e.g. `agent-retry:policy@0.7.0 wasm
         1a2b3c4d5e6f` (the same string in the Rust and Node hosts)."""
         return component_identity(self.contract_version, self.wasm_sha256)
 
@@ -991,6 +993,7 @@ class Run(_Handle):
         self._effects = exports["[method]run.effects"]
         self._last = exports["[method]run.last-decision"]
         self._escalation = exports["[method]run.escalation"]
+        self._abandon = exports["[method]run.abandon-call"]
         component = instance.component
         self._actions, self._classes, self._effect_names = component._actions, component._classes, component._effect_names
         self._flat: _FlatArgs | None = None
@@ -1196,6 +1199,17 @@ class Run(_Handle):
             ok["cancel-task"],
         )
         return _new_tuple(Verdict, values)  # type: ignore[no-any-return]
+
+    def abandon_call(self, call_id: int, attempt: int, sent: bool, why: AbandonReason) -> None:
+        """Ends a call the host stopped before a verdict ended it (`why`:
+        "cancelled" by the caller, or its "deadline" passed), so that it no
+        longer counts as open. `sent`: whether `attempt` had left without an
+        answer (then a write is listed as an `unknown` effect). Raises
+        `RunMisuse` for the component's run-error (a call that is over,
+        another attempt)."""
+        answer = self.instance._invoke(self._abandon, (self.resource, call_id, attempt, sent, why))
+        if "err" in answer:
+            raise RunMisuse(answer["err"])
 
     def last_decision(self, call_id: int) -> Decision | None:
         """The run's last decision (of any report) in full, if it was about call `call_id`: the reason,

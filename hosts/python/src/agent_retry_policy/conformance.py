@@ -6,7 +6,7 @@ inputs are converted from canonical JSON by each function's WIT parameter types
 against the case's expectations.
 
 The vectors keep their readable steps; this module is the one place that
-translates them onto contract 0.6.0's single run path (`translate_*` below): a
+translates them onto contract 0.7.0's single run path (`translate_*` below): a
 `begin-call` step calls `begin-call` (and `escalation()` when not admitted);
 a `record-outcome` of a success calls `record-success`, of an empty result
 `record-empty-result`, of a failure `record-failure` (with an observation built
@@ -72,6 +72,8 @@ STEP_KEYS = frozenset(
         "start",
         "max-count",
         "comment",
+        "sent",
+        "why",
     ]
 )
 U64_MAX = 0xFFFF_FFFF_FFFF_FFFF
@@ -278,6 +280,13 @@ def run_step(subject: Subject, step: Any, state: dict[str, Any]) -> Any:
         if retry is not None:
             attempts[call_id] = retry
         return answer
+    if op == "abandon-call":
+        call_id = _u32(step, "call-id")
+        attempt = _u32(step, "attempt") if "attempt" in step else attempts.get(call_id, 1)
+        sent = step.get("sent", True)
+        if not isinstance(sent, bool):
+            raise HarnessError('"sent" must be a boolean')
+        return call("[method]run.abandon-call", subject.need_run(), call_id, attempt, sent, _text(step, "why"))
     if op == "report":
         return call("[method]run.report", subject.need_run())
     if op == "effects":
@@ -285,7 +294,7 @@ def run_step(subject: Subject, step: Any, state: dict[str, Any]) -> Any:
     raise HarnessError(f'unknown op "{op}"')
 
 
-# The translation of the readable steps onto the single run path (contract 0.6.0), in one place.
+# The translation of the readable steps onto the single run path (contract 0.7.0), in one place.
 
 _CALL_FIELDS = frozenset(["tool", "idempotency-key", "hints"])
 _FAILURE_FIELDS = frozenset(["kind", "headers", "body", "structured-content", "session-id-sent", "delivery"])

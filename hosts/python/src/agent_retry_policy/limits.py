@@ -1,5 +1,5 @@
 """What the host passes to the policy, bounded before it crosses the boundary
-(contract 0.6.0; the numbers are the Rust host's `limits.rs`, mirrored into
+(contract 0.7.0; the numbers are the Rust host's `limits.rs`, mirrored into
 `limits_generated.py` by tests/contract/make_mirrors.py, as for the Node host).
 Lowering a value into the guest costs its size in memory and copying, so a 40
 MB tool error or 5,800 headers are cut here, not in the guest.

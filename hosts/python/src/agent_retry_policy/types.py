@@ -60,6 +60,8 @@ EffectStatus = Literal["applied", "unknown"]
 # or failed is reported like an attempt (`record_success`, `record_failure`, ...).
 TaskStatus = Literal["working", "input-answered", "input-required", "cancelled"]
 StatusCheckResult = Literal["found", "absent", "unknown"]
+# Why the host stopped a call before a verdict ended it (`Run.abandon_call`).
+AbandonReason = Literal["cancelled", "deadline"]
 ConfigErrorKind = Literal["syntax", "unknown-field", "wrong-type", "out-of-range", "too-large"]
 # What the reports tell the host to do: the case of `action`, without its payload.
 ActionKind = Literal["retry", "replan", "check-status", "succeed", "escalate", "poll"]
@@ -263,6 +265,8 @@ RunReport = TypedDict(
         "tasks": int,
         "polls": int,
         "succeeded-calls": int,
+        # Calls the host stopped (`Run.abandon_call`).
+        "abandoned-calls": int,
         "waits": int,
         "waited-ms": int,
         "escalation": EscalationReason | None,

@@ -45,7 +45,7 @@ use super::observe;
 use super::session_client::ClientHandlerRef;
 use super::task;
 use crate::component::types::{
-    Action, ActionKind, CallStart, Decision, Delivery, Effect, EffectStatus, Escalation, EscalationReason, FailureKind, Observation, PollPlan, RetryPlan,
+    AbandonReason, Action, ActionKind, CallStart, Decision, Delivery, Effect, EffectStatus, Escalation, EscalationReason, FailureKind, Observation, PollPlan, RetryPlan,
     RunError, RunReport, StatusCheckResult, TaskStatus, ToolHints, TransportError, Verdict,
 };
 use crate::component::{Admission, Outcome, PolicyHandle, PolicyInstance, RunHandle};
@@ -597,9 +597,9 @@ impl RetryingToolCaller {
             Err(violation) => return Err(self.refused(None, (ticket.call_id, 0), what, None, "not sent", Refusal::Broken(violation))),
         };
         let mut sent = 0;
-        let stopped = |caller: &mut Self, cause, sent, in_flight| Err(caller.stopped(cause, what, Some(&ticket), sent, in_flight, None));
+        let stopped = |caller: &mut Self, cause, attempt, sent, in_flight| Err(caller.stopped(cause, what, Some((&ticket, attempt)), sent, in_flight, None));
         if let Err(cause) = limit.pause(ticket.delay_ms).await {
-            return stopped(self, cause, sent, false);
+            return stopped(self, cause, 1, sent, false);
         }
         let timeouts = Timeouts::of(&ticket, self.options.attempt_timeout_ms);
         let mut attempt = 1;
@@ -610,7 +610,7 @@ impl RetryingToolCaller {
             sent += 1;
             let attempted = match self.pseudo_attempt(what, timeouts, limit).await {
                 Ok(attempted) => attempted,
-                Err(cause) => return stopped(self, cause, sent, true),
+                Err(cause) => return stopped(self, cause, attempt, sent, true),
             };
             self.guard.attempted(call, Seen::of(&attempted.outcome));
             let decision = self
@@ -627,7 +627,7 @@ impl RetryingToolCaller {
                         self.reconnect_before_retry(what)?;
                     }
                     if let Err(cause) = limit.pause(plan.delay_ms).await {
-                        return stopped(self, cause, sent, false);
+                        return stopped(self, cause, attempt, sent, false);
                     }
                 }
                 Action::Escalate(escalation) => return Err(CallError::Escalated(escalation)),
@@ -1139,7 +1139,16 @@ impl RetryingToolCaller {
 
     /// A call that stopped waiting: one line (outcome the cause, action `stop`),
     /// and the error saying whether it may have been applied.
-    fn stopped(&mut self, cause: StopCause, tool: &str, ticket: Option<&CallStart>, attempts_sent: u32, in_flight: bool, key: Option<&str>) -> CallError {
+    /// The run is told first (`abandon-call`, with the call's current
+    /// `attempt`), so the call no longer counts as open and a write on the
+    /// wire is listed as possibly applied.
+    fn stopped(&mut self, cause: StopCause, tool: &str, ticket: Option<(&CallStart, u32)>, attempts_sent: u32, in_flight: bool, key: Option<&str>) -> CallError {
+        if let Some((ticket, attempt)) = ticket {
+            let why = if cause == StopCause::Cancelled { AbandonReason::Cancelled } else { AbandonReason::Deadline };
+            // A call a verdict already ended, or a failed policy: the stop goes on all the same.
+            let _ = self.instance.abandon_call(&self.run, ticket.call_id, attempt, in_flight, why);
+        }
+        let ticket = ticket.map(|(ticket, _)| ticket);
         let may_have_applied = ticket.is_some_and(|ticket| {
             ticket.effect != Effect::Read
                 && (in_flight
@@ -1228,7 +1237,7 @@ impl RetryingToolCaller {
         };
         let mut sent = 0;
         if let Err(cause) = limit.pause(ticket.delay_ms).await {
-            return Err(self.stopped(cause, tool, Some(&ticket), sent, false, key.as_deref()));
+            return Err(self.stopped(cause, tool, Some((&ticket, 1)), sent, false, key.as_deref()));
         }
         let timeouts = Timeouts::of(&ticket, self.options.attempt_timeout_ms);
         // The attempt each outcome reports: 1, then each retry plan's.
@@ -1245,7 +1254,7 @@ impl RetryingToolCaller {
                     sent += 1;
                     match self.attempt(tool, &arguments, timeouts, &limit).await {
                         Ok(attempted) => attempted,
-                        Err(cause) => return Err(self.stopped(cause, tool, Some(&ticket), sent, true, key.as_deref())),
+                        Err(cause) => return Err(self.stopped(cause, tool, Some((&ticket, attempt)), sent, true, key.as_deref())),
                     }
                 }
                 Next::Poll => {
@@ -1254,7 +1263,7 @@ impl RetryingToolCaller {
                         Ok(attempted) => attempted,
                         Err(cause) => {
                             self.cancel_task(tool, &task_id, &limit, true).await;
-                            return Err(self.stopped(cause, tool, Some(&ticket), sent, true, key.as_deref()));
+                            return Err(self.stopped(cause, tool, Some((&ticket, attempt)), sent, true, key.as_deref()));
                         }
                     }
                 }
@@ -1262,7 +1271,7 @@ impl RetryingToolCaller {
                     let found = match (self.status_checks.get(tool), self.peer()) {
                         (Some(check), Some(peer)) => match limit.within(check(peer, arguments.clone())).await {
                             Ok(found) => found,
-                            Err(cause) => return Err(self.stopped(cause, tool, Some(&ticket), sent, false, key.as_deref())),
+                            Err(cause) => return Err(self.stopped(cause, tool, Some((&ticket, attempt)), sent, false, key.as_deref())),
                         },
                         _ => StatusCheckResult::Unknown,
                     };
@@ -1304,7 +1313,7 @@ impl RetryingToolCaller {
                         self.reconnect_before_retry(tool)?;
                     }
                     if let Err(cause) = limit.pause(plan.delay_ms).await {
-                        return Err(self.stopped(cause, tool, Some(&ticket), sent, false, key.as_deref()));
+                        return Err(self.stopped(cause, tool, Some((&ticket, attempt)), sent, false, key.as_deref()));
                     }
                 }
                 Action::Poll(plan) => {
@@ -1318,7 +1327,7 @@ impl RetryingToolCaller {
                     }
                     if let Err(cause) = limit.pause(plan.delay_ms).await {
                         self.cancel_task(tool, &task_id, &limit, true).await;
-                        return Err(self.stopped(cause, tool, Some(&ticket), sent, true, key.as_deref()));
+                        return Err(self.stopped(cause, tool, Some((&ticket, attempt)), sent, true, key.as_deref()));
                     }
                 }
                 Action::CheckStatus => next = Next::CheckStatus,

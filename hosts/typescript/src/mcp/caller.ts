@@ -107,7 +107,7 @@ export interface RetryingToolCallerOptions {
    *  needs it: a replan's message, an escalation, a success's note). */
   log?: ((line: string) => void) | null;
   /** Which policy makes the decisions, logged as `policy` on every attempt line.
-   *  Default: the run's instance's `policyIdentity` (`agent-retry:policy@0.6.0 wasm
+   *  Default: the run's instance's `policyIdentity` (`agent-retry:policy@0.7.0 wasm
    *  0c1b894cf1b1`). A host serving a `LivePolicy` passes the run's `Loaded`
    *  identity: `loaded.identity.toString()` (`generation 3 (wasm …, config …)`). */
   policyIdentity?: string;
@@ -535,8 +535,9 @@ export class RetryingToolCaller {
           const retry = retryOf(answer);
           // The policy says the session is gone (or the revision refused): a new one before the retry.
           if (retry.reconnect) this.markLost(`the policy's verdict on attempt ${attempt} (${observed.summary}) says to reconnect`);
-          await scope.pause(Number(retry.delayMs));
           attempt = retry.attempt;
+          state.attempt = attempt; // the call's attempt now, for a stop during the wait (`abandonCall`)
+          await scope.pause(Number(retry.delayMs));
           continue;
         }
         case 'replan': {
@@ -1090,6 +1091,14 @@ export class RetryingToolCaller {
     const cause = scope.cause ?? 'cancelled';
     let unknown = false;
     if (state.callId !== undefined) {
+      // The run is told first, so the call no longer counts as open and a write on the wire (or a live task) is
+      // listed as possibly applied. A call a verdict already ended, or a failed policy: the stop goes on.
+      try {
+        this.run.abandonCall(state.callId, state.attempt, state.inFlight || state.liveTask !== undefined,
+          cause === 'cancelled' ? 'cancelled' : 'deadline');
+      } catch {
+        // nothing more to tell
+      }
       try {
         unknown = this.run.allEffects().some((effect) => effect.callId === state.callId && effect.status === 'unknown');
       } catch {

@@ -3,7 +3,7 @@ policy, its attempts, the `initialize` and `tools/list` pseudo-calls, status
 checks, limits and log lines (the module docstring of
 `agent_retry_policy.mcp_client` says how it observes and obeys).
 
-Each call goes through the policy's single run path (contract 0.6.0):
+Each call goes through the policy's single run path (contract 0.7.0):
 `begin_call`, then per attempt `record_success`, `record_empty_result` or
 `record_failure` (the raw observation: status, headers and body as received,
 JSON-RPC code, message and data, whether an `Mcp-Session-Id` was sent, how far
@@ -66,6 +66,7 @@ from ..errors import (
 from ..guard import CallGuard, Outcome, RunGuard, Violation
 from ..limits import cut_lifted_text
 from ..types import (
+    AbandonReason,
     CallStart,
     Decision,
     Delivery,
@@ -595,6 +596,7 @@ class RetryingToolCaller:
             kind = answer.kind
             if kind == "retry":
                 delay, attempt = answer.delay_ms, answer.next_attempt
+                state.attempt = attempt  # the call's attempt now, for a stop during the wait (`abandon_call`)
                 if answer.reconnect:  # the policy read a lost session (or a refused revision): a new session first
                     self._reconnect_before_retry(answer)
                 await self._sleep(state, delay / 1000, f"while waiting {delay} ms before attempt {attempt}")
@@ -1134,9 +1136,16 @@ class RetryingToolCaller:
         return found if found in ("found", "absent", "unknown") else "unknown"
 
     def _stop(self, state: _CallState, cause: StopCause) -> Stopped:
-        """The stop's record, and its log line."""
+        """The stop's record, and its log line. The run is told first
+        (`abandon_call`), so the call no longer counts as open and a write on
+        the wire is listed as possibly applied."""
         unknown = False
         if state.call_id is not None:
+            why: AbandonReason = "cancelled" if cause == "cancelled" else "deadline"
+            try:
+                self.run.abandon_call(state.call_id, state.attempt, state.in_flight, why)
+            except Exception:  # noqa: BLE001 - a call the verdict already ended, or a failed policy: the stop goes on
+                pass
             try:
                 unknown = any(e["call-id"] == state.call_id and e["status"] == "unknown" for e in self.run.all_effects())
             except Exception:  # noqa: BLE001 - a failed policy cannot say; the in-flight attempt still counts
