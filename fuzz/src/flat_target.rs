@@ -414,13 +414,7 @@ impl Driver {
         self.check_last_decision(call_id, &v, &call, &context);
         let (kind, delay_ms, reconnect) = verdict_action(&v);
         if let Some(hint) = v.hint_ms {
-            // F6 (README): a task's own poll backoff past max-hint-ms escalates as
-            // a server wait, with the backoff as the "hint".
-            if matches!(report, Report::Task(_) | Report::PollFailure(_)) && v.act == Act::Escalate {
-                crate::known_bug!("F6", hint <= c.max_plausible_hint_ms, "hint {hint} above max-plausible-hint-ms ({context})");
-            } else {
-                invariant!(hint <= c.max_plausible_hint_ms, "hint {hint} above max-plausible-hint-ms ({context})");
-            }
+            invariant!(hint <= c.max_plausible_hint_ms, "hint {hint} above max-plausible-hint-ms ({context})");
         }
         if let Report::Failure(o) | Report::PollFailure(o) = report
             && !matches!(v.rule, Rule::StatusCheck | Rule::TaskStatus)

@@ -493,14 +493,7 @@ impl Driver {
                 invariant!(self.ended.is_none() && !k.finished && attempt == k.attempt, "a decision for {k:?}, ended {:?} ({context})", self.ended);
                 invariant!(d.attempt == k.attempt, "decision attempt {} for attempt {} ({context})", d.attempt, k.attempt);
                 if let Some(hint) = d.hint_ms {
-                    // F6 (README): a task's own poll backoff past max-hint-ms escalates
-                    // as a server wait, with the backoff as the "hint".
-                    let own_backoff = matches!(outcome, Outcome::Task(_) | Outcome::PollFailure(_)) && matches!(d.action, Action::Escalate(_));
-                    if own_backoff {
-                        crate::known_bug!("F6", hint <= c.max_plausible_hint_ms, "hint {hint} above max-plausible-hint-ms ({context})");
-                    } else {
-                        invariant!(hint <= c.max_plausible_hint_ms, "hint {hint} above max-plausible-hint-ms ({context})");
-                    }
+                    invariant!(hint <= c.max_plausible_hint_ms, "hint {hint} above max-plausible-hint-ms ({context})");
                 }
                 let known_rule =
                     oracle::RULES.contains(&d.rule.as_str()) || ["success", "empty-result", "status-check", "task-status"].contains(&d.rule.as_str());

@@ -130,10 +130,9 @@ fn f4_header_problem_name_is_bounded() {
 }
 
 #[test]
-#[ignore = "F6 is not fixed: fuzz/README.md, Findings"]
-// F6: a task's own poll backoff (no pollInterval from the server) past
-// max-hint-ms escalates server-wait-too-long with the backoff as the server's
-// hint, above max-plausible-hint-ms. Found by the `run` target's long run.
+// Fixed (F6): a task's own poll backoff (no pollInterval from the server) past
+// max-hint-ms escalated server-wait-too-long with the backoff as the server's
+// hint. Found by the `run` target's long run; the reproducer stays.
 fn f6_a_task_poll_backoff_is_not_a_server_hint() {
     regression("run--F6-task-backoff-as-server-hint");
 }

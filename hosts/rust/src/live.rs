@@ -302,8 +302,9 @@ impl Origin {
                     manifest,
                     manifest_at: fleet.manifest_key(),
                     legacy_signature_at: legacy_signature.then(|| fleet.legacy_signature_key()),
-                    // 0 is "no revision stored": no manifest covers it.
-                    revision: (revision > 0).then_some(revision),
+                    // A fleet's publication always has a revision: 0 ("none stored") is
+                    // "revision 0", which no manifest covers (a files manifest says "none").
+                    revision: Some(revision),
                     integrity: integrity.clone(),
                     vectors,
                     gate_vectors: read_gate_vectors(gate_vectors)?,

@@ -374,8 +374,8 @@ class FleetOrigin implements Origin {
     const { wasm, config, manifest, legacySignature, vectors, revision } = publication;
     return {
       wasm, config, manifest, manifestAt: this.fleet.key('manifest'), legacySignatureAt: legacySignature ? this.fleet.key('wasm.sig') : undefined,
-      // 0: no revision stored, which no manifest covers.
-      revision: revision === 0 ? null : revision, wasmAt: `${this.fleet.key('wasm')} (revision ${revision})`,
+      // Always a revision: 0 ("none stored") is "revision 0", which no manifest covers (a files one says "none").
+      revision, wasmAt: `${this.fleet.key('wasm')} (revision ${revision})`,
       vectors, vectorsAt: `${this.fleet.key('vectors')} (revision ${revision})`, seen: `revision ${revision}`, order: BigInt(revision),
     };
   }

@@ -21,7 +21,7 @@ import { EmbeddedAccounts } from '../src/accounts.js';
 import { PolicyComponent, locateComponent } from '../src/component.js';
 import { CONTRACT_VERSION } from '../src/contract.js';
 import { SplitMix64 } from '../src/entropy.js';
-import { Escalated, RunMisuse } from '../src/errors.js';
+import { CallCancelled, CallTimedOut, Escalated, RunMisuse } from '../src/errors.js';
 import { Integrity, LivePolicy } from '../src/live.js';
 import { RetryingToolCaller, createCapturingFetch, type RetryingToolCallerOptions, type StatusCheckRequest } from '../src/mcp.js';
 import type { FetchLike } from '../src/mcp/capture.js';
@@ -647,4 +647,42 @@ test('the wrapper asks for a decision\'s words only when it needs them (always f
   await assert.rejects(quiet.callTool('lookup_order', { order_id: 'A3' }), (e: unknown) => e instanceof Escalated && e.reason === 'permission-denied' && /needs approval/.test(e.message + e.note));
   assert.equal(quietCalls.lastDecision, 2);
   assert.deepEqual(lines, [], 'log: null writes no line');
+});
+
+// A call the wrapper stops in its admission wait, before its first attempt, is
+// ended in the run at attempt 1 (contract 0.7.0's abandon-call; a hostile review
+// found attempt 0 told, refused by the run, and the call left open).
+async function tokenStarvedCaller(account: string, refillMs: number) {
+  // A burst of two (the wrapper's tools/list and the first call), then one token a `refillMs`.
+  const budget = { 'account-budget': { 'account-id': account, capacity: 2, 'refill-interval-ms': refillMs, 'max-wait-ms': refillMs } };
+  const instance = await (await PolicyComponent.load()).instantiate({ accounts: new EmbeddedAccounts(), entropy: new SplitMix64(1n) });
+  return new RetryingToolCaller(client, instance.loadPolicy(budget).startRun(account), { entropy: new SplitMix64(2n), log: collect });
+}
+
+test('a call cancelled while it waits to be admitted is abandoned in the run at its first attempt', async () => {
+  await serve();
+  const caller = await tokenStarvedCaller('abandon-1', 60_000);
+  assert.ok(!(await caller.callTool('lookup_order', { order_id: 'A1' })).isError);
+  const controller = new AbortController();
+  setTimeout(() => controller.abort(), 200);
+  let stopped: unknown;
+  await caller.callTool('lookup_order', { order_id: 'A2' }, { signal: controller.signal }).catch((e: unknown) => { stopped = e; });
+  assert.ok(stopped instanceof CallCancelled, String(stopped));
+  assert.equal(stopped.attemptsSent, 0);
+  assert.equal(caller.run.report().abandonedCalls, 1);
+  const callId = stopped.callId as number;
+  assert.throws(() => caller.run.recordSuccess(callId, 1, 0), (e: unknown) => e instanceof RunMisuse && e.error.tag === 'call-finished');
+  assert.equal(postsOf('lookup_order').length, 1);
+});
+
+test('a call whose admission wait would pass the run limit is abandoned in the run at its first attempt', async () => {
+  await serve();
+  const caller = await tokenStarvedCaller('abandon-2', 3_600_000); // an hour's wait, past the 30-minute run limit
+  assert.ok(!(await caller.callTool('lookup_order', { order_id: 'B1' })).isError);
+  let stopped: unknown;
+  await caller.callTool('lookup_order', { order_id: 'B2' }).catch((e: unknown) => { stopped = e; });
+  assert.ok(stopped instanceof CallTimedOut, String(stopped));
+  assert.deepEqual([stopped.cause, stopped.attemptsSent], ['run-timeout', 0]);
+  assert.equal(caller.run.report().abandonedCalls, 1);
+  assert.equal(postsOf('lookup_order').length, 1);
 });

@@ -113,6 +113,8 @@ def refusal_cases():
         case("the vectors edited after signing", fleet, ["vectors-sha256", "the vectors read have", "changed after signing"], vectors=VECTORS_2),
         case("another revision than the one signed", fleet, [f"revision {REVISION}", f"revision {REVISION + 1}", "not the revision it was signed for"], revision=REVISION + 1),
         case("a manifest for files (revision none) read from a fleet", files, ["covers revision none", "revision 9"], vectors=None, revision=9),
+        case("a manifest for files read from a fleet with no revision stored (0)", files, ["covers revision none", "revision 0"], vectors=None,
+             revision=0),
         case("a manifest for a fleet read from files", fleet_no_vectors, ["covers revision 7", "revision none"], vectors=None, revision=None),
         case("signed with another key", manifest(OTHER_SEED, WASM, CONFIG, VECTORS, REVISION), ["does not verify under the configured key"]),
         case("one digit of the signature changed", flipped, ["does not verify under the configured key"]),

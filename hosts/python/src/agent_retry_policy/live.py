@@ -359,7 +359,8 @@ class _Fleet:
             f"{self.source.key('vectors')} (revision {publication.revision})",
             self.gate_vectors,
             publication.revision,
-            revision=publication.revision or None,  # 0: no revision stored, which no manifest covers
+            # Always a revision: 0 ("none stored") is "revision 0", which no manifest covers (a files one says "none").
+            revision=publication.revision,
             legacy_signature_at=self.source.key("wasm.sig") if publication.legacy_signature else None,
         )
 

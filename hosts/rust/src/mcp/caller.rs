@@ -1247,8 +1247,15 @@ impl RetryingToolCaller {
         let mut task: Option<String> = None;
         loop {
             // A lost session is set up again (the policy's `initialize` call)
-            // before the next attempt, poll or status check.
-            self.ensure_session(&limit).await?;
+            // before the next attempt, poll or status check. A stop while it
+            // connects stops this call too: it is the one abandoned in the run.
+            match self.ensure_session(&limit).await {
+                Ok(()) => {}
+                Err(CallError::TimedOut(stop) | CallError::Cancelled(stop)) => {
+                    return Err(self.stopped(stop.cause, tool, Some((&ticket, attempt)), sent, false, key.as_deref()));
+                }
+                Err(other) => return Err(other),
+            }
             let attempted = match next {
                 Next::Send => {
                     sent += 1;

@@ -484,6 +484,7 @@ export class RetryingToolCaller {
     const { callId, delayMs } = start;
     state.callId = callId;
     state.effect = start.effect;
+    state.attempt = 1; // a stop during the admission wait abandons the call at its first attempt
     const begun = this.guard.begin(name, key, hints, delayMs);
     const guard = begun.call;
     if (begun.violation) throw this.violated(tag, name, callId, 0, 'not sent', begun.violation);

@@ -456,8 +456,10 @@ class RetryingToolCaller:
         # The wrapper lists the tools itself (none were given): it lists them again after a new session.
         self._lists_tools = tools is None
         self.max_reconnects_per_run = _count("max_reconnects_per_run", max_reconnects_per_run)
-        # Sessions this caller set up (the first, then the reconnections).
+        # Sessions this caller set up, and how many of them replaced one (on a connection another
+        # caller may have connected first: counted as Rust and Node count them).
         self._sessions = 0
+        self._reconnects = 0
         self._steps = 0
         self._bare_lost: str | None = None
         self._capture_warned = False
@@ -539,7 +541,8 @@ class RetryingToolCaller:
         if not start.admitted:
             raise self._not_admitted(tag, name)
         call_id = start.call_id
-        state.call_id, state.effect = call_id, start.effect
+        # Attempt 1 from here: a stop during the admission wait abandons the call at its first attempt.
+        state.call_id, state.effect, state.attempt = call_id, start.effect, 1
         guard, violation = self.guard.begin(name, key, hints, start.delay_ms)
         self._guarded(tag, name, call_id, 0, "not sent", violation)
         if start.delay_ms:
@@ -670,18 +673,22 @@ class RetryingToolCaller:
 
         await self._pseudo_call(state, INITIALIZE, connect, what)
         self._sessions += 1
+        if again:
+            self._reconnects += 1
         if again and self._lists_tools:
             self._tools = None  # a restarted server may describe its tools anew: listed again on the next call
 
     def _reconnects_spent(self) -> bool:
         """Whether the next request needs a new session after the first, and none is left in the budget."""
         connection = self.connection
-        if connection is None or connection.connected or self._sessions == 0:
+        if connection is None or connection.connected:
             return False
-        return self._sessions - 1 >= self.max_reconnects_per_run
+        seen = connection._current
+        again = self._sessions > 0 or (seen is not None and seen.initialized)
+        return again and self._reconnects >= self.max_reconnects_per_run
 
     def _spent_observed(self) -> _Observed:
-        reconnects = self._sessions - 1
+        reconnects = self._reconnects
         detail = f"reconnections spent: {reconnects} new sessions in this run (max_reconnects_per_run {self.max_reconnects_per_run})"
         return _Observed("other", observation=transport_failure("other", detail, delivery="not-sent"))
 
