@@ -43,8 +43,8 @@ use crate::text::excerpt;
 pub const MAX_EFFECTS_PAGE: usize = 1000;
 use crate::config::OnTaskCancelled;
 use crate::types::{
-    AbandonReason, Action, AttemptMismatch, CallTicket, Decision, Effect, EffectRecord, EffectStatus, Escalation, EscalationReason, FailureKind, OutcomeClass, PollPlan,
-    RetryPlan, RunError, RunReport, SizeLimit, StatusCheckResult, StatusCount, TaskReport, TaskStatus, ToolHints,
+    AbandonReason, Action, AttemptMismatch, CallTicket, Decision, Effect, EffectRecord, EffectStatus, Escalation, EscalationReason, FailureKind, OutcomeClass,
+    PollPlan, RetryPlan, RunError, RunReport, SizeLimit, StatusCheckResult, StatusCount, TaskReport, TaskStatus, ToolHints,
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

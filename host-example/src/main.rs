@@ -312,9 +312,7 @@ fn main() -> ExitCode {
             Command::Publish { redis, prefix, config, manifest, vectors } => {
                 watch::publish(&redis, &prefix, &wasm, &config, manifest.as_deref(), vectors.as_deref())
             }
-            Command::Sign { key, config, vectors, revision, files, out } => {
-                sign::sign(sign::SignOptions { key, wasm, config, vectors, revision, files, out })
-            }
+            Command::Sign { key, config, vectors, revision, files, out } => sign::sign(sign::SignOptions { key, wasm, config, vectors, revision, files, out }),
             Command::Serve {
                 http,
                 stdio: _,

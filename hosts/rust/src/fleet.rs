@@ -224,9 +224,9 @@ pub fn publish_policy(source: &FleetSource, wasm: &[u8], config_json: &str, mani
             let parsed = crate::manifest::parse_manifest(text.as_bytes(), at).map_err(|e| e.to_string())?;
             crate::manifest::check_covers(&parsed, at, wasm, config_json.as_bytes(), vectors.map(str::as_bytes))
                 .map_err(|e| format!("{e}: nothing was written"))?;
-            let revision = parsed.revision.ok_or_else(|| {
-                format!("{at} has revision none (signed for files): sign it with a revision to publish it to a fleet; nothing was written")
-            })?;
+            let revision = parsed
+                .revision
+                .ok_or_else(|| format!("{at} has revision none (signed for files): sign it with a revision to publish it to a fleet; nothing was written"))?;
             revision.to_string()
         }
         None => String::new(),

@@ -26,5 +26,5 @@ pub use component::{Admission, BUNDLED_WASM, HostServices, LoadError, Outcome, P
 pub use entropy::EntropySource;
 pub use fault::PolicyFault;
 pub use fleet::{FleetSource, publish_policy};
-pub use manifest::{ManifestError, sign_publication};
 pub use live::{Integrity, LivePolicy, Loaded, PolicyIdentity, PolicySource, UpdateError, UpdateMetrics};
+pub use manifest::{ManifestError, sign_publication};

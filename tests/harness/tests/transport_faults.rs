@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 
 use agent_retry_demo_server::faults::{Fault, rule_first};
 use agent_retry_demo_server::{DemoState, FaultScript, serve_http};
+use agent_retry_host::component::types::EffectStatus;
 use agent_retry_host::mcp::{CallError, ListedCheck, McpConnection, Metrics, RetryingToolCaller, RetryingToolCallerOptions, StopCause, ToolAnswer};
 use agent_retry_host::{EmbeddedAccounts, EntropySource, HostServices, PolicyComponent, default_wasm_path};
-use agent_retry_host::component::types::EffectStatus;
 use serde_json::{Map, Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio_util::sync::CancellationToken;

@@ -45,8 +45,8 @@ use super::observe;
 use super::session_client::ClientHandlerRef;
 use super::task;
 use crate::component::types::{
-    AbandonReason, Action, ActionKind, CallStart, Decision, Delivery, Effect, EffectStatus, Escalation, EscalationReason, FailureKind, Observation, PollPlan, RetryPlan,
-    RunError, RunReport, StatusCheckResult, TaskStatus, ToolHints, TransportError, Verdict,
+    AbandonReason, Action, ActionKind, CallStart, Decision, Delivery, Effect, EffectStatus, Escalation, EscalationReason, FailureKind, Observation, PollPlan,
+    RetryPlan, RunError, RunReport, StatusCheckResult, TaskStatus, ToolHints, TransportError, Verdict,
 };
 use crate::component::{Admission, Outcome, PolicyHandle, PolicyInstance, RunHandle};
 use crate::guard::{Asked, CallIndex, Polled, RunGuard, Said, Seen, Violation};
@@ -1142,7 +1142,15 @@ impl RetryingToolCaller {
     /// The run is told first (`abandon-call`, with the call's current
     /// `attempt`), so the call no longer counts as open and a write on the
     /// wire is listed as possibly applied.
-    fn stopped(&mut self, cause: StopCause, tool: &str, ticket: Option<(&CallStart, u32)>, attempts_sent: u32, in_flight: bool, key: Option<&str>) -> CallError {
+    fn stopped(
+        &mut self,
+        cause: StopCause,
+        tool: &str,
+        ticket: Option<(&CallStart, u32)>,
+        attempts_sent: u32,
+        in_flight: bool,
+        key: Option<&str>,
+    ) -> CallError {
         if let Some((ticket, attempt)) = ticket {
             let why = if cause == StopCause::Cancelled { AbandonReason::Cancelled } else { AbandonReason::Deadline };
             // A call a verdict already ended, or a failed policy: the stop goes on all the same.
