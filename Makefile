@@ -66,8 +66,9 @@ redis:
 # Everything: Rust (unit, sandbox, MCP end to end, account budgets with Redis,
 # the vectors natively and in wasmtime), then the Python and TypeScript hosts,
 # the judge for all three, and the check that all three give the same outputs
-# for every vector.
-test: wasm hostile noop redis fault-proxy-setup
+# for every vector. The Python venv comes first: Rust's session tests run the
+# `mcp` SDK's own server with it (tests/mcp-sdk-server/).
+test: wasm hostile noop redis fault-proxy-setup hosts-python-setup
 	python3 tests/vectors/make_vectors.py --check
 	python3 tests/vectors/fleet/make_manifests.py --check
 	python3 tests/contract/make_mirrors.py --check
