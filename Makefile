@@ -10,7 +10,7 @@ WASM := target/component/agent_retry_policy.wasm
 WASM_LIMIT_BYTES := 148000
 JCO := hosts/typescript/node_modules/@bytecodealliance/jco/src/jco.js
 
-.PHONY: setup wasm demo test vectors targets judge-setup judge-rust redis hostile noop
+.PHONY: setup wasm demo test vectors targets judge-setup judge-rust redis hostile noop events-agree
 
 # The Python and Node hosts' targets (and the npm packages `wasm` needs for jco).
 include hosts/hosts.mk
@@ -73,7 +73,12 @@ test: wasm hostile noop redis fault-proxy-setup hosts-python-setup
 	python3 tests/vectors/fleet/make_manifests.py --check
 	python3 tests/contract/make_mirrors.py --check
 	cargo test --release --workspace
-	$(MAKE) --no-print-directory test-python test-ts judge-rust judge-python judge-ts test-hosts-agree lab-check dist-test fuzz-replay
+	$(MAKE) --no-print-directory test-python test-python-langchain test-ts events-agree judge-rust judge-python judge-ts test-hosts-agree docs-links lab-check dist-test fuzz-replay
+
+# The events scenario's dumps (target/events/<host>.json, written by each host's
+# tests above) against tests/events/expected.json (docs/events.md).
+events-agree:
+	python3 tests/events/agree.py
 
 # The workspace's release binaries: agent-retry (the judge, also the Rust host's
 # exam client), agent-retry-lab and agent-retry-bench. `--examples` has Cargo
@@ -93,6 +98,9 @@ judge-rust: wasm judge-setup
 # the packages (tests/dist/dist.mk).
 -include tests/lab/lab.mk
 -include tests/dist/dist.mk
+# The API reference (`make docs`), docs/timeline.svg (`make timeline-doc`) and the
+# Markdown link check (`make docs-links`): tests/dist/docs.mk.
+-include tests/dist/docs.mk
 # Fuzzing: fuzz-replay (in `test`), fuzz-component, fuzz-setup (nightly + cargo-fuzz), fuzz-long
 # (writes docs/fuzzing.md; `make -j2 fuzz-long`), fuzz-report, fuzz-regressions (fuzz/README.md).
 -include fuzz/fuzz.mk

@@ -24,6 +24,25 @@ $(HOSTS_PY_STAMP): hosts/python/pyproject.toml | $(HOSTS_PY)
 
 hosts-python-setup: $(HOSTS_PY_STAMP)
 
+# The LangChain adapter's venv: langchain-mcp-adapters 0.3.2 needs mcp<2, the MCP
+# wrapper mcp>=2.3, so it has a venv of its own with the package WITHOUT the `mcp`
+# extra (docs/cookbook/langchain.md). httpx2, pytest and redis are for the tests' conftest.
+HOSTS_LC_VENV     := .venv-langchain
+HOSTS_LC_STAMP    := $(HOSTS_LC_VENV)/.agent-retry-installed
+
+$(HOSTS_LC_STAMP): hosts/python/pyproject.toml
+	python3 -m venv $(HOSTS_LC_VENV)
+	$(HOSTS_LC_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(HOSTS_LC_VENV)/bin/python -m pip install --quiet -e 'hosts/python[langchain]' 'httpx2>=2.10' 'pytest>=8' 'redis>=5'
+	$(HOSTS_LC_VENV)/bin/python -c 'import langchain_mcp_adapters.interceptors, langgraph.prebuilt, mcp, agent_retry_policy.adapters.langchain'
+	touch $@
+
+.PHONY: hosts-langchain-setup test-python-langchain
+hosts-langchain-setup: $(HOSTS_LC_STAMP)
+
+test-python-langchain: wasm hosts-langchain-setup judge-setup
+	cd hosts/python && ../../$(HOSTS_LC_VENV)/bin/python -m pytest -q tests/test_adapter_langchain.py
+
 # The cross-host account test runs Node and Rust workers beside Python's (and
 # Node's test runs Python's): each host's tests set the other two up.
 test-python: wasm hostile noop hosts-python-setup hosts-ts-setup fault-proxy-setup judge-setup

@@ -8,7 +8,7 @@ use clap::{Parser, Subcommand};
 
 mod commands;
 
-use crate::commands::{call, decide, demo, exam, explain, lab, serve, sign, watch};
+use crate::commands::{call, decide, demo, exam, explain, lab, serve, sign, timeline, watch};
 use agent_retry_host::default_wasm_path;
 
 #[derive(Parser)]
@@ -217,6 +217,20 @@ enum Command {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// Draw the wrapper's JSON log lines (docs/events.md; any host, any logger
+    /// prefix before the first `{`) as an SVG on a time axis: attempts, waits,
+    /// status checks, task polls, replans, escalations. One run: a lane per
+    /// call; several: a lane per run.
+    Timeline {
+        /// The log (JSON lines), or `-` for stdin.
+        log: PathBuf,
+        /// Write the SVG here (default: stdout).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Draw this run only.
+        #[arg(long)]
+        run: Option<String>,
+    },
     /// Serve the demo MCP server (refund desk, asset store) over streamable HTTP or stdio;
     /// with tasks (`issue_refund`, `archive_orders`), a continuation
     /// (`confirm_order`) and progress (`export_report`) for MCP 2026-07-28 clients.
@@ -312,6 +326,7 @@ fn main() -> ExitCode {
             Command::Publish { redis, prefix, config, manifest, vectors } => {
                 watch::publish(&redis, &prefix, &wasm, &config, manifest.as_deref(), vectors.as_deref())
             }
+            Command::Timeline { log, out, run } => timeline::timeline(timeline::TimelineOptions { log, out, run }),
             Command::Sign { key, config, vectors, revision, files, out } => sign::sign(sign::SignOptions { key, wasm, config, vectors, revision, files, out }),
             Command::Serve {
                 http,

@@ -17,6 +17,13 @@ DIST_WASM       := $(DIST)/component/agent_retry_policy.wasm
 # is written only when given (`make dist DIST_SOURCE_URL=https://...`, where the
 # repository is published): no placeholder is shipped.
 DIST_SOURCE_URL ?=
+# The packages' READMEs (tests/dist/readme/, by tests/dist/package_readme.py):
+# links that leave the package point at DIST_SOURCE_URL's files at
+# DIST_SOURCE_REF (default: this commit; `DIST_SOURCE_REF=v0.7.0` for a tag),
+# or, with no URL, name the file in the repository as text.
+DIST_SOURCE_REF ?= $(shell git rev-parse HEAD 2>/dev/null)
+DIST_README     := python3 tests/dist/package_readme.py --version $(DIST_VERSION) --contract $(DIST_CONTRACT) \
+                   $(if $(DIST_SOURCE_URL),--source-url $(DIST_SOURCE_URL) --source-ref $(DIST_SOURCE_REF))
 DIST_METADATA   := --name agent-retry:policy --version $(DIST_CONTRACT) --licenses Apache-2.0 \
                    $(if $(DIST_SOURCE_URL),--source $(DIST_SOURCE_URL)) --description "Retry, failure classification and budgets for AI agents calling MCP tools"
 
@@ -64,6 +71,7 @@ dist-python: dist-component hosts-python-setup
 	cp LICENSE $(DIST_STAGE)/python/LICENSE
 	cp $(DIST_WASM) $(DIST_STAGE)/python/src/agent_retry_policy/agent_retry_policy.wasm
 	cp tests/vectors/gate.json $(DIST_STAGE)/python/src/agent_retry_policy/gate.json
+	$(DIST_README) tests/dist/readme/python.md $(DIST_STAGE)/python/README.md
 	$(HOSTS_PY) -m pip wheel --quiet --no-deps -w $(DIST)/python $(DIST_STAGE)/python
 	@$(HOSTS_PY) -c "import sys, zipfile; names = zipfile.ZipFile(sys.argv[1]).namelist(); \
 	  assert 'agent_retry_policy/agent_retry_policy.wasm' in names, names; \
@@ -73,7 +81,8 @@ dist-python: dist-component hosts-python-setup
 # of $(DIST_WASM) (so the package runs without Rust and carries the metadata).
 dist-npm: dist-component hosts-ts-setup
 	@rm -rf $(DIST_STAGE)/npm $(DIST)/npm && mkdir -p $(DIST_STAGE)/npm/dist $(DIST)/npm
-	cp hosts/typescript/package.json hosts/typescript/README.md hosts/typescript/KNOWN_GAPS.md LICENSE $(DIST_STAGE)/npm/
+	cp hosts/typescript/package.json hosts/typescript/KNOWN_GAPS.md LICENSE $(DIST_STAGE)/npm/
+	$(DIST_README) tests/dist/readme/npm.md $(DIST_STAGE)/npm/README.md --ships LICENSE=LICENSE
 	cp -r hosts/typescript/scripts $(DIST_STAGE)/npm/scripts
 	cp -r hosts/typescript/dist/src $(DIST_STAGE)/npm/dist/src
 	node hosts/typescript/scripts/transpile.mjs $(DIST_WASM) $(DIST_STAGE)/npm/dist/generated
@@ -92,6 +101,10 @@ dist-crate: dist-component
 	  cp $(DIST_WASM) hosts/rust/component/agent_retry_policy.wasm && \
 	  cargo package -p agent-retry-host --allow-dirty --no-verify --quiet
 	cp target/package/agent-retry-host-$(DIST_VERSION).crate $(DIST)/crate/
+	@# The crate's README is the generated one; hosts/rust/README.md stays the repository's guide.
+	@mkdir -p $(DIST_STAGE)
+	$(DIST_README) tests/dist/readme/crate.md $(DIST_STAGE)/crate-README.md --ships LICENSE=LICENSE
+	python3 tests/dist/replace_in_crate.py $(DIST)/crate/agent-retry-host-$(DIST_VERSION).crate README.md $(DIST_STAGE)/crate-README.md
 	@tar tzf $(DIST)/crate/agent-retry-host-$(DIST_VERSION).crate | grep -q component/agent_retry_policy.wasm \
 	  && echo "$(DIST)/crate/agent-retry-host-$(DIST_VERSION).crate carries the component"
 

@@ -8,6 +8,7 @@ pub mod explain;
 pub mod lab;
 pub mod serve;
 pub mod sign;
+pub mod timeline;
 pub mod watch;
 
 /// Sends the wrapper's events (one JSON line per attempt, and run summaries),

@@ -14,6 +14,7 @@ use wasmtime::component::{Component, HasSelf, Instance, Linker, ResourceAny};
 use wasmtime::{Config, Engine, ResourceLimiter, Store, StoreLimits, StoreLimitsBuilder};
 
 use crate::accounts::{AccountBudgetBackend, Bucket, Reservation};
+pub use crate::component_cache::ComponentCache;
 use crate::entropy::EntropySource;
 use crate::fault::PolicyFault;
 use crate::limits;
@@ -264,14 +265,27 @@ impl PolicyComponent {
         Self::from_bytes(&bytes)
     }
 
-    /// Loads and compiles a component from its bytes.
+    /// Loads and compiles a component from its bytes (the compiled code
+    /// cached in the default [`ComponentCache`]).
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, LoadError> {
+        Self::from_bytes_cached(bytes, &ComponentCache::Default)
+    }
+
+    /// Loads and compiles a component from a file, the compiled code cached in `cache`.
+    pub fn from_file_cached(path: &Path, cache: &ComponentCache) -> Result<Self, LoadError> {
+        let bytes = std::fs::read(path).map_err(|e| LoadError::Read { path: path.to_path_buf(), reason: e.to_string() })?;
+        Self::from_bytes_cached(&bytes, cache)
+    }
+
+    /// Loads a component from its bytes: compiled, or the compiled code an
+    /// earlier process cached in `cache` for the same bytes and engine.
+    pub fn from_bytes_cached(bytes: &[u8], cache: &ComponentCache) -> Result<Self, LoadError> {
         let mut config = Config::new();
         // Component-model async is not used; without it a call costs ~3x less.
         config.concurrency_support(false);
         config.consume_fuel(true);
         let engine = Engine::new(&config).map_err(|e| LoadError::Invalid { reason: format!("{e:#}") })?;
-        let component = Component::new(&engine, bytes).map_err(|e| LoadError::Invalid { reason: format!("{e:#}") })?;
+        let (component, _cached) = crate::component_cache::compile(&engine, bytes, cache).map_err(|e| LoadError::Invalid { reason: format!("{e:#}") })?;
         let exports: Vec<String> = component.component_type().exports(&engine).map(|(name, _)| name.to_string()).collect();
         check_contract_version(&exports)?;
         let mut linker: Linker<HostState> = Linker::new(&engine);

@@ -1,6 +1,6 @@
 //! WIT names (kebab-case) of the contract's enums, for logs and tables.
 
-use crate::component::types::{ActionKind, Delivery, EscalationReason, OutcomeClass, StatusCheckResult, TransportError};
+use crate::component::types::{ActionKind, Delivery, EscalationReason, OutcomeClass, StatusCheckResult, TaskStatus, TransportError};
 
 pub fn class(class: OutcomeClass) -> &'static str {
     match class {
@@ -76,5 +76,14 @@ pub fn action(action: ActionKind) -> &'static str {
         ActionKind::Succeed => "succeed",
         ActionKind::Escalate => "escalate",
         ActionKind::Poll => "poll",
+    }
+}
+
+pub fn task_status(status: TaskStatus) -> &'static str {
+    match status {
+        TaskStatus::Working => "working",
+        TaskStatus::InputAnswered => "input-answered",
+        TaskStatus::InputRequired => "input-required",
+        TaskStatus::Cancelled => "cancelled",
     }
 }

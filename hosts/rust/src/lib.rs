@@ -5,11 +5,15 @@
 //! sandbox, the imports, and the loop that calls, sleeps and retries.
 
 pub mod accounts;
+pub mod any_call;
 pub mod canonical;
 pub mod component;
+pub mod component_cache;
 pub mod config_defaults;
+mod display;
 pub mod dynamic;
 pub mod entropy;
+pub mod events;
 pub mod fault;
 pub mod fleet;
 pub mod guard;
@@ -19,11 +23,18 @@ pub mod live;
 pub mod manifest;
 pub mod mcp;
 pub mod steps;
+pub mod testing;
+pub mod time_source;
 pub mod vectors;
+mod verdicts;
 
 pub use accounts::{AccountBudgetBackend, AccountsError, EmbeddedAccounts, RedisAccounts, SharedAccounts};
-pub use component::{Admission, BUNDLED_WASM, HostServices, LoadError, Outcome, PolicyComponent, PolicyInstance, SandboxLimits, default_wasm_path};
+pub use any_call::{AnyCallError, Attempt, CallOptions, Observed, PolicyRun, ToObservation, WithPolicyOptions, observe_response};
+pub use component::{
+    Admission, BUNDLED_WASM, ComponentCache, HostServices, LoadError, Outcome, PolicyComponent, PolicyInstance, SandboxLimits, default_wasm_path,
+};
 pub use entropy::EntropySource;
+pub use events::{Event, RetryHooks};
 pub use fault::PolicyFault;
 pub use fleet::{FleetSource, publish_policy};
 pub use live::{Integrity, LivePolicy, Loaded, PolicyIdentity, PolicySource, UpdateError, UpdateMetrics};

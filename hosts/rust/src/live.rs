@@ -42,7 +42,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use sha2::{Digest, Sha256};
 
+use crate::events::{Event, PolicyUpdateEvent, PolicyUpdateOutcome, RetryHooks, Telemetry};
 use crate::fleet::{FleetSource, Publication};
+use crate::mcp::Metrics;
 use crate::{EmbeddedAccounts, EntropySource, HostServices, LoadError, PolicyComponent};
 
 /// The gate's vectors, shipped with the crate: every update runs them.
@@ -111,6 +113,24 @@ pub enum UpdateError {
     Older { candidate: u64, serving: u64, reason: String },
     /// `rollback()` with no previous policy.
     NothingToRollBackTo,
+}
+
+impl UpdateError {
+    /// Which check refused the update, as every host names it (the Python and
+    /// Node hosts' `kind`): `read`, `integrity`, `load`, `config`,
+    /// `self-test`, `fleet`, `older`, `nothing-to-roll-back-to`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            UpdateError::Read { .. } => "read",
+            UpdateError::Integrity(_) => "integrity",
+            UpdateError::Load(_) => "load",
+            UpdateError::Config(_) => "config",
+            UpdateError::Gate(_) => "self-test",
+            UpdateError::Fleet(_) => "fleet",
+            UpdateError::Older { .. } => "older",
+            UpdateError::NothingToRollBackTo => "nothing-to-roll-back-to",
+        }
+    }
 }
 
 impl std::fmt::Display for UpdateError {
@@ -324,6 +344,8 @@ pub struct LivePolicy {
     /// The last refusal, for operators (`None` once an update is accepted).
     last_refusal: Mutex<Option<String>>,
     metrics: UpdateMetrics,
+    /// Where `agent_retry.policy_update` events go (the log line always; hooks and metrics when set).
+    telemetry: Telemetry,
     /// The generation the next candidate gets.
     next_generation: AtomicU64,
     /// One update at a time: held by `reload()`, `poll()` and `rollback()`
@@ -376,9 +398,29 @@ impl LivePolicy {
             seen: Mutex::new(seen),
             last_refusal: Mutex::new(None),
             metrics: UpdateMetrics::default(),
+            telemetry: Telemetry::default(),
             next_generation: AtomicU64::new(2),
             updating: Mutex::new(Orders { serving: first_order, previous: 0 }),
         })
+    }
+
+    /// This live policy with `hooks` told every update (`on_policy_update`)
+    /// and `metrics` counting them (`agent_retry_policy_updates_total`).
+    pub fn with_telemetry(mut self, hooks: Option<Arc<dyn RetryHooks>>, metrics: Option<Arc<Metrics>>) -> Self {
+        self.telemetry = Telemetry::new(hooks, metrics);
+        self
+    }
+
+    /// Emits one `agent_retry.policy_update` event.
+    fn updated(&self, outcome: PolicyUpdateOutcome, message: &str, identity: Option<&PolicyIdentity>, refused: Option<&UpdateError>) {
+        self.telemetry.emit(Event::PolicyUpdate(PolicyUpdateEvent {
+            outcome,
+            message: message.to_string(),
+            identity: identity.map(ToString::to_string),
+            serving: refused.map(|_| self.current().identity.to_string()),
+            kind: refused.map(|e| e.kind().to_string()),
+            reason: refused.map(ToString::to_string),
+        }));
     }
 
     /// The policy new runs get. Keep it for the run: an update does not change it.
@@ -429,12 +471,12 @@ impl LivePolicy {
                 *self.previous.lock().unwrap_or_else(|p| p.into_inner()) = Some(old);
                 *self.last_refusal.lock().unwrap_or_else(|p| p.into_inner()) = None;
                 self.metrics.accepted.fetch_add(1, Ordering::Relaxed);
-                tracing::info!(target: "agent_retry", policy = %identity, "policy update accepted");
+                self.updated(PolicyUpdateOutcome::Accepted, "policy update accepted", Some(&identity), None);
                 Ok(identity)
             }
             Err(e) => {
                 self.metrics.refused.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(target: "agent_retry", serving = %self.current().identity, reason = %e, "policy update refused");
+                self.updated(PolicyUpdateOutcome::Refused, "policy update refused", None, Some(&e));
                 *self.last_refusal.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
                 Err(e)
             }
@@ -451,7 +493,7 @@ impl LivePolicy {
         // What comes next is compared with the policy rolled back to.
         *orders = Orders { serving: orders.previous, previous: orders.serving };
         self.metrics.rolled_back.fetch_add(1, Ordering::Relaxed);
-        tracing::info!(target: "agent_retry", policy = %identity, "policy rolled back");
+        self.updated(PolicyUpdateOutcome::RolledBack, "policy rolled back", Some(&identity), None);
         Ok(identity)
     }
 

@@ -1,5 +1,5 @@
 // The errors a host sees. Each says what went wrong and what to do about it.
-import type { ConfigError as ConfigErrorValue, Escalation, RunError } from '../generated/interfaces/agent-retry-policy-types.js';
+import type { ConfigError as ConfigErrorValue, Escalation, Observation, RunError } from '../generated/interfaces/agent-retry-policy-types.js';
 
 export class AgentRetryError extends Error {
   constructor(message: string, options?: { cause?: unknown }) {
@@ -257,4 +257,26 @@ export class NothingToRollBackTo extends UpdateError {
   constructor() {
     super('there is no previous policy to roll back to');
   }
+}
+
+/** `withPolicy`: the policy answered `replan`: the call ends and `message`
+ *  goes to the model (the framework's own retry signal). `rule` names the rule
+ *  that decided. Nothing more is sent for this call. */
+export class ReplanNeeded extends AgentRetryError {
+  constructor(message: string, readonly rule: string, readonly tool?: string) {
+    super(message);
+  }
+}
+
+/** What a function run by `withPolicy` may throw to report a failure as the
+ *  contract's observation directly (status, headers, body, transport, delivery),
+ *  instead of an error a mapping translates. */
+export class ObservedFailure extends AgentRetryError {
+  constructor(readonly observation: Observation, message?: string) {
+    super(message ?? `observed failure: ${describeKind(observation.kind)}`);
+  }
+}
+
+function describeKind(kind: Observation['kind']): string {
+  return 'val' in kind && kind.val !== undefined ? `${kind.tag} ${String(kind.val)}` : kind.tag;
 }

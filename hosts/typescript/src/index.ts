@@ -39,4 +39,18 @@ export {
   NothingToRollBackTo, PolicyBoundaryViolation, PolicyInputTooLarge, PolicyMemoryExceeded, PolicyOutOfFuel, PolicyTrap, RunMisuse, SessionLost, UpdateConfigError, UpdateError,
   UpdateFleetError, UpdateIntegrityError, UpdateLoadError, UpdateOlderError, UpdateReadError, UpdateSelfTestError, type StopCause, type Stopped,
 } from './errors.js';
+export {
+  withPolicy, outcomeWords, type Attempt, type AnyStatusCheckRequest, type PolicyClock, type WithPolicyOptions,
+} from './any-call.js';
+export { observeError, observeResponse, type ObserveError } from './observe-errors.js';
+export { ObservedFailure, ReplanNeeded } from './errors.js';
+export {
+  AttemptEvent, EscalationEvent, ReplanEvent, StatusCheckEvent, TaskPollEvent, WaitEvent, type CallEvent, type CallFields, type WaitWhy,
+} from './events.js';
+export type { RetryHooks } from './hooks.js';
+export {
+  INSTRUMENTS, RetryMetrics, WAIT_BUCKETS_S, type CounterSeries, type HistogramSeries, type Instrument, type MetricsSnapshot,
+} from './metrics.js';
+// Test helpers (exported here: the package has no `./testing` entry point).
+export { FakeClock, fixedEntropy } from './testing.js';
 export type * from '../generated/interfaces/agent-retry-policy-types.js';

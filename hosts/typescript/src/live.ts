@@ -71,6 +71,11 @@ import {
 } from './errors.js';
 import { Fleet, type FleetSource } from './fleet.js';
 import { verifyPublication, type PublicationRead } from './manifest.js';
+import type { PolicyUpdateEvent } from './events.js';
+import type { RetryHooks } from './hooks.js';
+import type { RetryMetrics } from './metrics.js';
+import { loadOtel, type Otel } from './otel.js';
+import { Telemetry } from './telemetry.js';
 import { MAX_TIMER_MS } from './timers.js';
 
 /** The gate's invariants as data: tests/vectors/gate.json, copied next to
@@ -208,23 +213,8 @@ export function signaturePath(wasm: string): string {
   return `${wasm}${SIGNATURE_SUFFIX}`;
 }
 
-/** One log record of an update: `event` is always `agent_retry.policy_update`;
- *  the fields are those of the Python host's log lines (an accepted update or a
- *  rollback: `policy`, `generation`, `wasm_sha256`, `config_sha256`; a refusal:
- *  `serving`, `kind`, `reason`). */
-export interface PolicyUpdateEvent {
-  event: 'agent_retry.policy_update';
-  level: 'info' | 'warning';
-  message: 'policy update accepted' | 'policy update refused' | 'policy rolled back' | 'watcher: polling failed' | 'cannot check for a policy update' |
-    "the fleet's Redis answers again";
-  policy?: string;
-  generation?: number;
-  wasm_sha256?: string;
-  config_sha256?: string;
-  serving?: string;
-  kind?: string;
-  reason?: string;
-}
+/** One log record of an update (src/events.ts). */
+export type { PolicyUpdateEvent } from './events.js';
 
 /** Counters of what happened to updates since `open` (for a metrics endpoint). */
 export interface UpdateMetrics {
@@ -237,6 +227,10 @@ export interface LiveOptions {
   /** Receives one event per accepted, refused or rolled-back update. Default:
    *  one JSON line on stderr (as the MCP wrapper's attempt log). */
   log?: (event: PolicyUpdateEvent) => void;
+  /** `onPolicyUpdate` is called with every update event (an observer: one that throws is logged once, `agent_retry.hook_failed`). */
+  hooks?: RetryHooks;
+  /** Counts accepted, refused and rolled-back updates (`agent_retry.policy_updates`). */
+  metrics?: RetryMetrics;
   /** The sandbox's memory cap for every policy loaded (default 64 MiB). */
   maxMemoryBytes?: number;
   /** Where `.wasm` updates are transpiled (default `defaultCacheDir()`). */
@@ -414,7 +408,7 @@ export class LivePolicy {
   readonly source: PolicySource | FleetPolicySource;
   readonly #origin: Origin;
 
-  private constructor(origin: Origin, first: Loaded, read: Read, private readonly options: LiveOptions) {
+  private constructor(origin: Origin, first: Loaded, read: Read, private readonly options: LiveOptions, otel?: Otel) {
     this.#origin = origin;
     const { seen } = read;
     this.#orders.set(first, read.order);
@@ -424,7 +418,14 @@ export class LivePolicy {
     this.#current = first;
     this.#seen = seen;
     this.#generations = first.identity.generation;
-    this.#log = options.log ?? defaultLog;
+    const log = options.log ?? defaultLog;
+    // The hook, the counter and OpenTelemetry's: the fan-out every emitter uses. The update's line is the `log`
+    // option's (its records are typed); a hook's failure line goes to stderr.
+    const fanOut = new Telemetry({ log: (line) => process.stderr.write(`${line}\n`), hooks: options.hooks, metrics: options.metrics, otel });
+    this.#log = (event) => {
+      log(event);
+      fanOut.emit(event, false);
+    };
   }
 
   /** Loads the first policy through the same gate as every update. Rejects with an `UpdateError`. */
@@ -461,7 +462,7 @@ export class LivePolicy {
     const options: LiveOptions = gate === undefined ? given : { ...given, gateVectors: Object.freeze(gate.map((path) => resolve(path))) };
     const read = await origin.read();
     const first = await candidate(read, origin.integrity, 1, undefined, options);
-    return new LivePolicy(origin, first, read, options);
+    return new LivePolicy(origin, first, read, options, await loadOtel());
   }
 
   /** The policy new runs get. Keep it for the run: an update does not change it. */

@@ -134,3 +134,5 @@ export {
   CAPTURE_MISSING_SUFFIX, DEFAULT_MAX_RECONNECTS_PER_RUN, DEFAULT_RUN_TIMEOUT_MS, MAX_TIMER_MS, RetryingToolCaller, defaultEmptyCheck, jsonRpcMessage, structuredText, textOf,
   type CallToolOptions, type RetryingToolCallerOptions, type Outcome, type ProgressEvent, type StatusCheck, type StatusCheckRequest, type VerdictEvent,
 } from './mcp/caller.js';
+export type { RetryHooks } from './hooks.js';
+export { RetryMetrics } from './metrics.js';

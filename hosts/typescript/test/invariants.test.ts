@@ -21,6 +21,7 @@ import { FUEL_PER_CALL } from '../src/sandbox.js';
 import { McpConnection, RetryingToolCaller, type RetryingToolCallerOptions } from '../src/mcp.js';
 import type { FetchLike } from '../src/mcp/capture.js';
 import { DemoServer, ROOT, type Fault, type FaultRule } from './demo-server.js';
+import { isAddedEventLine } from './event-lines.js';
 
 const LIAR = join(ROOT, 'target/hostile/liar.wasm');
 const cacheDir = mkdtempSync(join(tmpdir(), 'agent-retry-invariants-cache-'));
@@ -78,7 +79,7 @@ async function setUp(faults: FaultRule[], lies: object, { serverArgs, fuelPerCal
   const lines: Array<Record<string, unknown>> = [];
   const sleeps: number[] = [];
   const caller = new RetryingToolCaller(connection, run, {
-    entropy: new SplitMix64(3n), log: (line) => lines.push(JSON.parse(line) as Record<string, unknown>),
+    entropy: new SplitMix64(3n), log: (line) => { if (!isAddedEventLine(line)) lines.push(JSON.parse(line) as Record<string, unknown>); },
     sleep: async (ms) => { sleeps.push(ms); }, ...options,
   });
   const sentTo = (tool: string) => sent.filter((t) => t === tool).length;

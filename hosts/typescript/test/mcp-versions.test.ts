@@ -24,6 +24,7 @@ import { SplitMix64 } from '../src/entropy.js';
 import { AgentRetryError, ConnectionConfigError, Escalated } from '../src/errors.js';
 import { McpConnection, RetryingToolCaller, type McpSdkName, type RetryingToolCallerOptions } from '../src/mcp.js';
 import { CLI, DemoServer, ROOT, requireDemo as requireDemoWith } from './demo-server.js';
+import { isAddedEventLine } from './event-lines.js';
 
 const PROXY = join(ROOT, 'tests/fault-proxy/proxy.mjs');
 const SHIM = join(ROOT, 'tests/fault-proxy/stdio.mjs');
@@ -104,7 +105,7 @@ async function newCaller(connection: McpConnection, options: RetryingToolCallerO
   const run = instance.loadPolicy(CONFIG).startRun(runId);
   const lines: Line[] = [];
   const caller = new RetryingToolCaller(connection, run, {
-    entropy: new SplitMix64(3n), attemptTimeoutMs: ATTEMPT_TIMEOUT_MS, log: (line) => lines.push(JSON.parse(line)), ...options,
+    entropy: new SplitMix64(3n), attemptTimeoutMs: ATTEMPT_TIMEOUT_MS, log: (line) => { if (!isAddedEventLine(line)) lines.push(JSON.parse(line)); }, ...options,
   });
   return { caller, lines };
 }

@@ -24,6 +24,7 @@ import { FUEL_PER_CALL, MAX_MEMORY_BYTES, instrumentCoreModule } from '../src/sa
 import { ValueConversionError } from '../src/wit.js';
 import type { Observation } from '../src/index.js';
 import { readFileSync } from 'node:fs';
+import { isAddedEventLine } from './event-lines.js';
 
 const fixtures = join(fileURLToPath(import.meta.url), '../../../../../target/hostile');
 const cacheDir = mkdtempSync(join(tmpdir(), 'agent-retry-sandbox-cache-'));
@@ -201,7 +202,7 @@ test('when the policy fails, the MCP wrapper does not retry and escalates saying
   } as unknown as Client;
   const lines: string[] = [];
   // The tools are given: no `tools/list` pseudo-call takes the first reservation.
-  const caller = new RetryingToolCaller(client, run, { tools, sleep: async () => {}, log: (line) => lines.push(line) });
+  const caller = new RetryingToolCaller(client, run, { tools, sleep: async () => {}, log: (line) => { if (!isAddedEventLine(line)) lines.push(line); } });
   await assert.rejects(caller.callTool('lookup', {}), (e: unknown) => e instanceof Escalated && e.policyFailure instanceof PolicyTrap &&
     e.reason === 'unclassified-failure' && /the retry policy failed \(PolicyTrap: record-failure trapped: budget store down\); not retried/.test(e.note));
   assert.equal(sent, 1, 'not retried');

@@ -26,6 +26,7 @@ import { AgentRetryError, CallCancelled, CallTimedOut, Escalated, SessionLost } 
 import {
   CAPTURE_MISSING_SUFFIX, McpConnection, RetryingToolCaller, type McpHttpOptions, type RetryingToolCallerOptions, type StatusCheckRequest,
 } from '../src/mcp.js';
+import { isAddedEventLine } from './event-lines.js';
 
 /** The repository's root: this file runs from hosts/typescript/dist/test. */
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../../../..');
@@ -163,7 +164,7 @@ async function newCaller(source: McpConnection | Client, options: RetryingToolCa
   const run = instance.loadPolicy(config).startRun(runId);
   const lines: Line[] = [];
   const caller = new RetryingToolCaller(source, run, {
-    entropy: new SplitMix64(3n), attemptTimeoutMs: ATTEMPT_TIMEOUT_MS, log: (line) => lines.push(JSON.parse(line)), ...options,
+    entropy: new SplitMix64(3n), attemptTimeoutMs: ATTEMPT_TIMEOUT_MS, log: (line) => { if (!isAddedEventLine(line)) lines.push(JSON.parse(line)); }, ...options,
   });
   return { caller, lines };
 }

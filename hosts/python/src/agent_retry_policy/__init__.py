@@ -40,11 +40,13 @@ from .errors import (
     Escalated,
     InstanceUnusable,
     NothingToRollBackTo,
+    ObservedFailure,
     PolicyBoundaryViolation,
     PolicyInputTooLarge,
     PolicyMemoryExceeded,
     PolicyOutOfFuel,
     PolicyTrap,
+    ReplanNeeded,
     RunMisuse,
     SessionLost,
     Stopped,
@@ -58,14 +60,28 @@ from .errors import (
     UpdateSelfTestError,
     WrongThread,
 )
+from .events import (
+    AttemptEvent,
+    CallScope,
+    EscalationEvent,
+    PolicyUpdateEvent,
+    ReplanEvent,
+    StatusCheckEvent,
+    TaskPollEvent,
+    WaitEvent,
+)
 from .fleet import FleetSource, publish_policy
+from .hooks import Hooks
 from .live import Integrity, LivePolicy, Loaded, PolicyIdentity, PolicySource
 from .manifest import ManifestError, sign_publication
+from .metrics import RetryMetrics
 from .redis_accounts import AccountsError, RedisAccounts, SharedAccounts
 
 # The MCP wrapper needs the `mcp` extra: imported when first asked for (and so
 # left out of `__all__`, which a star import without the extra would fail on).
 _MCP_NAMES = ("McpConnection", "RetryingToolCaller")
+# The any-call helper loads OpenTelemetry's API when it is installed: imported when first asked for.
+_ANY_CALL_NAMES = ("Attempt", "call_with_policy")
 
 
 def __getattr__(name: str) -> object:
@@ -73,6 +89,10 @@ def __getattr__(name: str) -> object:
         from . import mcp_client
 
         return getattr(mcp_client, name)
+    if name in _ANY_CALL_NAMES:
+        from . import any_call
+
+        return getattr(any_call, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -80,8 +100,10 @@ __all__ = [
     "AccountBudgetBackend",
     "AccountsError",
     "AgentRetryError",
+    "AttemptEvent",
     "Bucket",
     "CallCancelled",
+    "CallScope",
     "CallTimedOut",
     "ComponentImportRefused",
     "ComponentLoadError",
@@ -92,10 +114,12 @@ __all__ = [
     "ContractVersionMismatch",
     "EmbeddedAccounts",
     "EntropySource",
+    "EscalationEvent",
     "FleetSource",
     "Escalated",
     "FUEL_PER_CALL",
     "FUEL_PER_CONFIG_BYTE",
+    "Hooks",
     "InstanceUnusable",
     "Integrity",
     "LivePolicy",
@@ -103,6 +127,7 @@ __all__ = [
     "ManifestError",
     "MAX_MEMORY_BYTES",
     "NothingToRollBackTo",
+    "ObservedFailure",
     "OsEntropy",
     "PROCESS_ACCOUNTS",
     "Policy",
@@ -115,14 +140,20 @@ __all__ = [
     "PolicyOutOfFuel",
     "PolicySource",
     "PolicyTrap",
+    "PolicyUpdateEvent",
     "RedisAccounts",
+    "ReplanEvent",
+    "ReplanNeeded",
     "Reservation",
+    "RetryMetrics",
     "Run",
     "RunMisuse",
     "SessionLost",
     "SharedAccounts",
     "SplitMix64",
+    "StatusCheckEvent",
     "Stopped",
+    "TaskPollEvent",
     "UpdateConfigError",
     "UpdateError",
     "UpdateFleetError",
@@ -131,6 +162,7 @@ __all__ = [
     "UpdateOlderError",
     "UpdateReadError",
     "UpdateSelfTestError",
+    "WaitEvent",
     "WrongThread",
     "check_contract_version",
     "gcra",

@@ -187,6 +187,28 @@ class Escalated(AgentRetryError):
         super().__init__(self.note)
 
 
+class ReplanNeeded(AgentRetryError):
+    """The any-call helper's call ended with a message for the model
+    (`call_with_policy`): show `message` to the model, which plans again.
+    `rule` is the classification rule that decided."""
+
+    def __init__(self, message: str, rule: str | None = None, *, tool: str | None = None) -> None:
+        self.message = message
+        self.rule = rule
+        self.tool = tool
+        super().__init__(message)
+
+
+class ObservedFailure(Exception):
+    """Raised by a function run under `call_with_policy` to report what it
+    observed directly (a `types.Observation`: `types.http_failure(...)`,
+    `types.transport_failure(...)`, ...) instead of an exception to map."""
+
+    def __init__(self, observation: Any) -> None:
+        self.observation = observation
+        super().__init__(f"observed failure: {observation.get('kind') if isinstance(observation, dict) else observation!r}")
+
+
 class SessionLost(AgentRetryError):
     """The MCP session is lost and could not be re-established, and the policy
     did not escalate: the caller was built on a bare `ClientSession` (which it

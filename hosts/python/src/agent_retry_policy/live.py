@@ -75,6 +75,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
+from . import otel
+from ._telemetry import Telemetry
 from .accounts import EmbeddedAccounts
 from .component import PolicyComponent, _repo_root
 from .conformance import CaseResult, HarnessError, check_vector_file, run_case
@@ -92,8 +94,11 @@ from .errors import (
     UpdateReadError,
     UpdateSelfTestError,
 )
+from .events import PolicyUpdateEvent
 from .fleet import DEFAULT_PREFIX, FleetSource, FleetUnavailable
+from .hooks import Hooks
 from .manifest import ManifestError, verify_publication
+from .metrics import RetryMetrics
 
 logger = logging.getLogger("agent_retry_policy.live")
 
@@ -369,11 +374,25 @@ class LivePolicy:
     """The serving policy, the previous good one, and what counts as an update.
     Thread-safe: `current()` from any thread; updates are serialised."""
 
-    def __init__(self, origin: _Files | _Fleet, first: Loaded, seen: _Seen, log: logging.Logger = logger, stamp: int = 0) -> None:
-        """Use `LivePolicy.open` (files) or `LivePolicy.open_redis` (a fleet)."""
+    def __init__(
+        self,
+        origin: _Files | _Fleet,
+        first: Loaded,
+        seen: _Seen,
+        log: logging.Logger = logger,
+        stamp: int = 0,
+        *,
+        hooks: Hooks | None = None,
+        metrics: RetryMetrics | None = None,
+    ) -> None:
+        """Use `LivePolicy.open` (files) or `LivePolicy.open_redis` (a fleet).
+        `hooks.on_policy_update` and `metrics` (`agent_retry_policy_updates_total`)
+        see every update accepted, refused or rolled back (docs/events.md)."""
         self._origin = origin
         self.source: PolicySource | FleetSource = origin.source
         self.log = log
+        # The policy-update events' fan-out: the log line (unchanged), the hook, the metrics, OpenTelemetry's counter.
+        self._telemetry = Telemetry(log, hooks=hooks, metrics=metrics, otel_recorder=otel.recorder())
         self._lock = threading.Lock()  # guards the fields below; held only to read or swap them
         self._update_lock = threading.Lock()  # one update (reload, rollback) at a time
         self._current = first
@@ -389,9 +408,11 @@ class LivePolicy:
         self._closed = threading.Event()
 
     @classmethod
-    def open(cls, source: PolicySource, *, log: logging.Logger = logger) -> LivePolicy:
+    def open(
+        cls, source: PolicySource, *, log: logging.Logger = logger, hooks: Hooks | None = None, metrics: RetryMetrics | None = None
+    ) -> LivePolicy:
         """Loads the first policy from files through the same gate as every update. Raises `UpdateError`."""
-        return cls._open(_Files(source), log)
+        return cls._open(_Files(source), log, hooks, metrics)
 
     @classmethod
     def open_redis(
@@ -402,6 +423,8 @@ class LivePolicy:
         integrity: Integrity | None = None,
         gate_vectors: Any = (),
         log: logging.Logger = logger,
+        hooks: Hooks | None = None,
+        metrics: RetryMetrics | None = None,
     ) -> LivePolicy:
         """Loads the first policy published in Redis for the fleet (`fleet.py`;
         `publish_policy` writes it), through the same gate as every update: a
@@ -409,13 +432,15 @@ class LivePolicy:
         operator's own vector files the gate runs on every publication. Raises
         `UpdateError` (`UpdateFleetError` when Redis cannot be read or nothing is
         published)."""
-        return cls._open(_Fleet(FleetSource(url, prefix), integrity or Integrity.unchecked(), _paths(gate_vectors)), log)
+        return cls._open(_Fleet(FleetSource(url, prefix), integrity or Integrity.unchecked(), _paths(gate_vectors)), log, hooks, metrics)
 
     @classmethod
-    def _open(cls, origin: _Files | _Fleet, log: logging.Logger) -> LivePolicy:
+    def _open(
+        cls, origin: _Files | _Fleet, log: logging.Logger, hooks: Hooks | None = None, metrics: RetryMetrics | None = None
+    ) -> LivePolicy:
         read = origin.read()
         first = _candidate(read, 1, None)
-        return cls(origin, first, read.seen, log, read.stamp)
+        return cls(origin, first, read.seen, log, read.stamp, hooks=hooks, metrics=metrics)
 
     def current(self) -> Loaded:
         """The policy new runs get. Keep it for the run: an update does not change it."""
@@ -463,7 +488,9 @@ class LivePolicy:
                 with self._lock:
                     self._last_refusal = str(e)
                     self._metrics = replace(self._metrics, refused=self._metrics.refused + 1)
-                self._log(logging.WARNING, "policy update refused", serving=str(serving.identity), kind=e.kind, reason=str(e))
+                self._update_event(
+                    "refused", logging.WARNING, "policy update refused", serving=str(serving.identity), kind=e.kind, reason=str(e)
+                )
                 raise
             with self._lock:
                 self._previous, self._current = self._current, loaded
@@ -472,7 +499,7 @@ class LivePolicy:
                 self._next_generation += 1
                 self._metrics = replace(self._metrics, accepted=self._metrics.accepted + 1)
             identity = loaded.identity
-            self._log(logging.INFO, "policy update accepted", **_identity_fields(identity))
+            self._update_event("accepted", logging.INFO, "policy update accepted", **_identity_fields(identity))
             return identity
 
     def rollback(self) -> PolicyIdentity:
@@ -487,7 +514,7 @@ class LivePolicy:
                 self._previous_stamp, self._stamp = self._stamp, self._previous_stamp
                 identity = self._current.identity
                 self._metrics = replace(self._metrics, rolled_back=self._metrics.rolled_back + 1)
-            self._log(logging.INFO, "policy rolled back", **_identity_fields(identity))
+            self._update_event("rolled-back", logging.INFO, "policy rolled back", **_identity_fields(identity))
             return identity
 
     def poll(self) -> PolicyIdentity | None:
@@ -552,6 +579,20 @@ class LivePolicy:
 
     def _log(self, level: int, message: str, **fields: Any) -> None:
         self.log.log(level, json.dumps({"event": "agent_retry.policy_update", "message": message, **fields}, ensure_ascii=False))
+
+    def _update_event(self, outcome: str, level: int, message: str, **fields: Any) -> None:
+        """An update accepted, refused or rolled back: its log line (the same as
+        `_log` writes), its hook, its count."""
+        event = PolicyUpdateEvent(
+            outcome,
+            message,
+            identity=fields.get("policy"),
+            serving=fields.get("serving"),
+            kind=fields.get("kind"),
+            reason=fields.get("reason"),
+            fields=fields,
+        )
+        self._telemetry.emit(event, level=level)
 
 
 def _listen(live: weakref.ref[LivePolicy], fleet: _Fleet, closed: threading.Event, interval_s: float) -> None:

@@ -45,12 +45,16 @@ use super::observe;
 use super::session_client::ClientHandlerRef;
 use super::task;
 use crate::component::types::{
-    AbandonReason, Action, ActionKind, CallStart, Decision, Delivery, Effect, EffectStatus, Escalation, EscalationReason, FailureKind, Observation, PollPlan,
-    RetryPlan, RunError, RunReport, StatusCheckResult, TaskStatus, ToolHints, TransportError, Verdict,
+    AbandonReason, Action, CallStart, Decision, Delivery, Effect, EffectStatus, Escalation, EscalationReason, FailureKind, Observation, RunError, RunReport,
+    StatusCheckResult, TaskStatus, ToolHints, TransportError, Verdict,
 };
 use crate::component::{Admission, Outcome, PolicyHandle, PolicyInstance, RunHandle};
-use crate::guard::{Asked, CallIndex, Polled, RunGuard, Said, Seen, Violation};
+use crate::events::{
+    AttemptEvent, EscalationEvent, Event, EventContext, ReplanEvent, RetryHooks, StatusCheckEvent, TaskPollEvent, Telemetry, WaitEvent, WaitReason,
+};
+use crate::guard::{CallIndex, Polled, RunGuard, Seen};
 use crate::labels;
+use crate::verdicts::{Refusal, Report, read_verdict};
 
 /// Reads state to learn whether an ambiguous write was applied: given the
 /// client and the call's arguments, answers found / absent / unknown.
@@ -113,9 +117,18 @@ pub struct RetryingToolCallerOptions {
     /// policy escalates. The Python wrapper's `max_reconnects_per_run`, the
     /// Node one's `maxReconnectsPerRun`.
     pub max_reconnects_per_run: u32,
+    /// Told the events of docs/events.md as they happen (default none): see
+    /// [`RetryHooks`]. A hook that panics is caught and logged once.
+    pub hooks: Option<Arc<dyn RetryHooks>>,
 }
 
 impl RetryingToolCallerOptions {
+    /// These options with `hooks` told the wrapper's events.
+    pub fn hooks(mut self, hooks: impl RetryHooks + 'static) -> Self {
+        self.hooks = Some(Arc::new(hooks));
+        self
+    }
+
     /// These options with `hook` told every verdict the wrapper acts on.
     pub fn on_verdict(mut self, hook: impl Fn(&str, u32, &Verdict) + Send + Sync + 'static) -> Self {
         self.on_verdict = Some(Arc::new(hook));
@@ -142,6 +155,7 @@ impl fmt::Debug for RetryingToolCallerOptions {
             .field("on_verdict", &self.on_verdict.as_ref().map(|_| "Fn(tool, attempt, verdict)"))
             .field("on_progress", &self.on_progress.as_ref().map(|_| "Fn(tool, progress, total, message)"))
             .field("max_reconnects_per_run", &self.max_reconnects_per_run)
+            .field("hooks", &self.hooks.as_ref().map(|_| "dyn RetryHooks"))
             .finish()
     }
 }
@@ -158,6 +172,7 @@ impl Default for RetryingToolCallerOptions {
             on_verdict: None,
             on_progress: None,
             max_reconnects_per_run: DEFAULT_MAX_RECONNECTS_PER_RUN,
+            hooks: None,
         }
     }
 }
@@ -192,6 +207,9 @@ const CAPTURE_MISSING: &str = " [no HTTP status or headers: the transport is not
 /// The most a `tasks/cancel` is given (policy ms; the same bound in every
 /// host), and never past the call's deadline.
 const CANCEL_TIMEOUT_MS: u64 = 5_000;
+
+/// The most tool names the `tools_without_hints` warning lists.
+const HINTLESS_NAMES_SHOWN: usize = 20;
 
 /// The pseudo-tools connecting goes through, as calls of the policy.
 const INITIALIZE: &str = "initialize";
@@ -251,6 +269,10 @@ struct AttemptLine<'a> {
     reason: &'a str,
     /// The invariant the policy broke, when the run-time guard stopped it.
     invariant: Option<&'a str>,
+    /// The policy's words for the verdict, where there is one.
+    decision: Option<&'a Decision>,
+    /// The verdict answered an attempt that was sent (what the attempts counter counts).
+    sent: bool,
 }
 
 /// What the wrapper knows of a tool from `tools/list`.
@@ -277,6 +299,10 @@ pub struct RetryingToolCaller {
     status_checks: HashMap<String, StatusCheck>,
     options: RetryingToolCallerOptions,
     metrics: Arc<Metrics>,
+    /// The log lines, hooks and metrics, all made from the same events.
+    telemetry: Telemetry,
+    /// The `tools_without_hints` warning was given (once per connection).
+    hints_warned: bool,
     steps: u32,
     previous_call: Option<(String, Map<String, Value>)>,
     /// Policy time the caller was built: `run_timeout_ms` counts from here.
@@ -291,20 +317,6 @@ pub struct RetryingToolCaller {
     reconnects: u32,
     /// A new session was set up since the tools were listed: the next call lists them again.
     tools_stale: bool,
-}
-
-/// Why the wrapper cannot act on what the policy answered.
-enum Refusal {
-    /// The call into the policy failed.
-    Fault(PolicyFault),
-    /// The answer broke an invariant (the run-time guard).
-    Broken(Violation),
-}
-
-impl From<PolicyFault> for Refusal {
-    fn from(fault: PolicyFault) -> Self {
-        Refusal::Fault(fault)
-    }
 }
 
 fn policy_error(e: PolicyFault) -> CallError {
@@ -400,6 +412,8 @@ impl RetryingToolCaller {
             run_id: run_id.to_string(),
             tools: HashMap::new(),
             status_checks: HashMap::new(),
+            telemetry: Telemetry::new(options.hooks.clone(), Some(Arc::clone(&metrics))),
+            hints_warned: false,
             options,
             metrics,
             steps: 0,
@@ -521,6 +535,33 @@ impl RetryingToolCaller {
         Ok(())
     }
 
+    /// Once per connection: the tools that carry no annotations are treated as
+    /// unkeyed writes by the policy (unless the configuration names them), so
+    /// that the first ambiguous failure escalates `status-unknown`. Names
+    /// listed up to [`HINTLESS_NAMES_SHOWN`].
+    fn warn_tools_without_hints(&mut self, tools: &[Tool]) {
+        if self.hints_warned {
+            return;
+        }
+        let hintless: Vec<&str> = tools.iter().filter(|tool| tool.annotations.is_none()).map(|tool| tool.name.as_ref()).collect();
+        if hintless.is_empty() {
+            return;
+        }
+        self.hints_warned = true;
+        let mut names = hintless.iter().take(HINTLESS_NAMES_SHOWN).map(|name| crate::limits::cut(name, 128)).collect::<Vec<_>>().join(", ");
+        if hintless.len() > HINTLESS_NAMES_SHOWN {
+            names.push_str(&format!(" and {} more", hintless.len() - HINTLESS_NAMES_SHOWN));
+        }
+        tracing::warn!(
+            target: "agent_retry",
+            event = "agent_retry.tools_without_hints",
+            run = %self.run_id,
+            count = hintless.len(),
+            tools = %names,
+            "tools without annotations count as unkeyed writes unless the configuration says otherwise: see docs/users.md#a-tool-without-annotations-is-an-unkeyed-write"
+        );
+    }
+
     /// Whether the next request needs a new session after the first, and none
     /// is left in `max_reconnects_per_run`.
     fn reconnects_spent(&self) -> bool {
@@ -571,6 +612,7 @@ impl RetryingToolCaller {
             Err(_elapsed) => (observe::timeout(self.session_id_sent()), false),
             Ok(Ok(tools)) => {
                 self.tools = tools.iter().map(|tool| (tool.name.to_string(), tool_info(tool, &key_argument))).collect();
+                self.warn_tools_without_hints(&tools);
                 (Outcome::Success, false)
             }
             Ok(Err(error)) => (self.observe_failure(&error), observe::is_uncaptured(&error) && matches!(self.session, Session::Bare(_))),
@@ -597,7 +639,9 @@ impl RetryingToolCaller {
             Err(violation) => return Err(self.refused(None, (ticket.call_id, 0), what, None, "not sent", Refusal::Broken(violation))),
         };
         let mut sent = 0;
-        let stopped = |caller: &mut Self, cause, attempt, sent, in_flight| Err(caller.stopped(cause, what, Some((&ticket, attempt)), sent, in_flight, None));
+        let stopped =
+            |caller: &mut Self, cause, attempt, sent, in_flight| Err(caller.stopped(cause, what, Some((&ticket, attempt)), sent, in_flight, None, true));
+        self.log_wait(None, ticket.call_id, what, 1, WaitReason::Admission, ticket.delay_ms, None);
         if let Err(cause) = limit.pause(ticket.delay_ms).await {
             return stopped(self, cause, 1, sent, false);
         }
@@ -626,6 +670,7 @@ impl RetryingToolCaller {
                     if plan.reconnect && what == TOOLS_LIST {
                         self.reconnect_before_retry(what)?;
                     }
+                    self.log_wait(None, ticket.call_id, what, attempt, WaitReason::Retry, plan.delay_ms, decision.hint_ms);
                     if let Err(cause) = limit.pause(plan.delay_ms).await {
                         return stopped(self, cause, attempt, sent, false);
                     }
@@ -636,6 +681,7 @@ impl RetryingToolCaller {
                 Action::CheckStatus => {
                     let outcome = Outcome::StatusCheck(StatusCheckResult::Unknown);
                     self.guard.status_checked(call, StatusCheckResult::Unknown);
+                    self.log_status_check(None, ticket.call_id, what, attempt, StatusCheckResult::Unknown);
                     let decision = self
                         .record(what, (ticket.call_id, call), attempt, None, &outcome, limit)
                         .map_err(|refusal| self.refused(None, (ticket.call_id, attempt), what, None, &outcome_label(&outcome), refusal))?
@@ -891,36 +937,69 @@ impl RetryingToolCaller {
         }
     }
 
-    /// Writes one attempt line, with the fields (and order) of the Python and
-    /// Node wrappers' lines; a value that does not apply is left out.
+    /// The policy that decides, for the `policy` field of every event.
+    fn policy_name(&self) -> String {
+        self.options.policy_identity.as_deref().unwrap_or(self.instance.policy_identity()).to_string()
+    }
+
+    /// The events' common fields.
+    fn context(&self, step: Option<u32>, call: Option<u32>, tool: &str) -> EventContext {
+        EventContext { run: self.run_id.clone(), policy: self.policy_name(), step, call, tool: tool.to_string() }
+    }
+
+    /// Emits one attempt event: its `tracing` line has the fields (and order)
+    /// of the Python and Node wrappers' lines; a value that does not apply is left out.
     fn log_line(&self, line: AttemptLine) {
-        let policy = self.options.policy_identity.as_deref().unwrap_or(self.instance.policy_identity());
-        tracing::info!(
-            target: "agent_retry",
-            event = "agent_retry.attempt",
-            run = %self.run_id,
-            policy,
-            step = line.step,
-            call = line.call,
-            tool = line.tool,
-            attempt = line.attempt,
-            key = line.key,
-            outcome = line.outcome,
-            class = line.class,
-            rule = line.rule,
-            action = line.action,
-            delay_ms = line.delay_ms,
-            hint_ms = line.hint_ms,
-            escalation = line.escalation,
-            reason = line.reason,
-            invariant = line.invariant,
-            "attempt"
-        );
+        self.telemetry.emit(Event::Attempt(AttemptEvent {
+            context: self.context(line.step, line.call, line.tool),
+            attempt: line.attempt,
+            key: line.key.map(String::from),
+            outcome: line.outcome.to_string(),
+            class: line.class.map(String::from),
+            rule: line.rule.map(String::from),
+            action: line.action.to_string(),
+            delay_ms: line.delay_ms,
+            hint_ms: line.hint_ms,
+            escalation: line.escalation.map(String::from),
+            reason: line.reason.to_string(),
+            invariant: line.invariant.map(String::from),
+            decision: line.decision.cloned(),
+            sent: line.sent,
+        }));
+    }
+
+    /// Emits a wait event before a sleep of `wait_ms` (none for a wait of 0).
+    #[allow(clippy::too_many_arguments)]
+    fn log_wait(&self, step: Option<u32>, call_id: u32, tool: &str, attempt: u32, why: WaitReason, wait_ms: u64, hint_ms: Option<u64>) {
+        if wait_ms > 0 {
+            self.telemetry.emit(Event::Wait(WaitEvent { context: self.context(step, Some(call_id), tool), attempt, why, wait_ms, hint_ms }));
+        }
+    }
+
+    /// Emits the status check's event.
+    fn log_status_check(&self, step: Option<u32>, call_id: u32, tool: &str, attempt: u32, result: StatusCheckResult) {
+        self.telemetry.emit(Event::StatusCheck(StatusCheckEvent { context: self.context(step, Some(call_id), tool), attempt, check_tool: None, result }));
+    }
+
+    /// Emits a task poll event when the outcome says what the task's status is.
+    fn log_task(&self, step: Option<u32>, call_id: u32, tool: &str, attempt: u32, task_id: Option<&str>, outcome: &Outcome) {
+        let status = match outcome {
+            Outcome::Task(report) => labels::task_status(report.status),
+            Outcome::Success | Outcome::EmptyResult(_) => "completed",
+            Outcome::Failure(_) => "failed",
+            _ => return,
+        };
+        let task_id = match outcome {
+            Outcome::Task(report) => report.task_id.clone(),
+            _ => task_id.unwrap_or_default().to_string(),
+        };
+        self.telemetry.emit(Event::TaskPoll(TaskPollEvent { context: self.context(step, Some(call_id), tool), attempt, task_id, status: status.to_string() }));
     }
 
     /// The attempt line of a decision (see [`AttemptLine`]); `step` is `None`
     /// for the pseudo-calls `initialize` and `tools/list`; `sent` says the
-    /// outcome is an attempt's (not a poll's or a status check's).
+    /// outcome is an attempt's (not a poll's or a status check's). A replan or
+    /// an escalation also ends the call: its own event follows.
     #[allow(clippy::too_many_arguments)]
     fn log(&mut self, step: Option<u32>, call_id: u32, tool: &str, key: Option<&str>, outcome: &Outcome, decision: &Decision, uncaptured: bool, sent: bool) {
         let delay_ms = match &decision.action {
@@ -957,31 +1036,27 @@ impl RetryingToolCaller {
             escalation,
             reason: &reason,
             invariant: None,
+            decision: Some(decision),
+            sent,
         });
-        let status = outcome_label(outcome);
-        // The metrics count tool calls: connecting and listing count only when
-        // they escalate; polls and status checks are not attempts.
-        let attempted = step.is_some() && sent;
-        let tool_call = step.is_some();
-        self.metrics.update(|c| {
-            if attempted {
-                c.attempts += 1;
-                *c.by_status.entry(status).or_default() += 1;
-            }
-            if tool_call {
-                *c.by_action.entry(action_label(&decision.action).to_string()).or_default() += 1;
-            }
-            if let Some(delay) = delay_ms.filter(|_| tool_call && matches!(decision.action, Action::Retry(_))) {
-                c.retries += 1;
-                c.waited_ms += delay;
-            }
-            if let Action::Escalate(e) = &decision.action {
-                *c.escalations_by_reason.entry(labels::reason(e.reason).to_string()).or_default() += 1;
-                if e.reason == EscalationReason::RunStepsSpent {
-                    c.runs_ended_by_step_budget += 1;
-                }
-            }
-        });
+        let rule = Some(decision.rule.clone());
+        match &decision.action {
+            Action::Replan(message) => self.telemetry.emit(Event::Replan(ReplanEvent {
+                context: self.context(step, Some(call_id), tool),
+                attempt: decision.attempt,
+                rule,
+                message: message.clone(),
+                decision: Some(decision.clone()),
+            })),
+            Action::Escalate(escalation) => self.telemetry.emit(Event::Escalation(EscalationEvent {
+                context: self.context(step, Some(call_id), tool),
+                attempt: decision.attempt,
+                rule,
+                escalation: escalation.clone(),
+                decision: Some(decision.clone()),
+            })),
+            _ => {}
+        }
     }
 
     /// The line of a call the policy escalated before it was sent: attempt 0,
@@ -1021,13 +1096,16 @@ impl RetryingToolCaller {
             escalation: Some(labels::reason(escalation.reason)),
             reason: &escalation.note,
             invariant,
+            decision: None,
+            sent: false,
         });
-        self.metrics.update(|c| {
-            *c.escalations_by_reason.entry(labels::reason(escalation.reason).to_string()).or_default() += 1;
-            if escalation.reason == EscalationReason::RunStepsSpent {
-                c.runs_ended_by_step_budget += 1;
-            }
-        });
+        self.telemetry.emit(Event::Escalation(EscalationEvent {
+            context: self.context(step, answered.map(|(call_id, _)| call_id), tool),
+            attempt: answered.map_or(0, |(_, attempt)| attempt),
+            rule: None,
+            escalation: escalation.clone(),
+            decision: None,
+        }));
         CallError::Escalated(escalation)
     }
 
@@ -1053,56 +1131,16 @@ impl RetryingToolCaller {
         outcome: &Outcome,
         limit: &Limit<'_>,
     ) -> Result<Result<Decision, RunError>, Refusal> {
-        let (call_id, guarded) = call;
         let now = self.options.clock.now_ms();
         let time_left_ms = limit.deadline_ms.map(|(deadline, _)| deadline.saturating_sub(now));
-        let verdict = match self.instance.record(&self.run, call_id, attempt, outcome, time_left_ms, now, None)? {
-            Ok(verdict) => verdict,
-            Err(error) => return Ok(Err(error)),
-        };
-        if let Some(hook) = &self.options.on_verdict {
-            hook(tool, attempt, &verdict);
-        }
-        self.guard.verdict(guarded, &Asked::from(&verdict)).map_err(Refusal::Broken)?;
-        // A replan or an escalation always carries text: its words are read
-        // whatever `has-note` says, so a component that says otherwise cannot
-        // leave the wrapper without them.
-        let carries_text = verdict.has_note || matches!(verdict.action, ActionKind::Replan | ActionKind::Escalate);
-        let words = if carries_text || tracing::enabled!(target: "agent_retry", tracing::Level::INFO) {
-            let Some(words) = self.instance.last_decision(&self.run, call_id)? else {
-                let cause = format!("last-decision has no decision for call {call_id} right after its verdict");
-                return Err(Refusal::Fault(PolicyFault::BoundaryViolation { cause }));
-            };
-            self.guard.decision(guarded, &Said::from(&words)).map_err(Refusal::Broken)?;
-            Some(words)
-        } else {
-            None
-        };
-        let (rule, reason, text) = match words {
-            Some(words) => (words.rule, words.reason, Some(words.action)),
-            None => (self.instance.rule_name(&verdict)?, String::new(), None),
-        };
-        let action = match (verdict.action, text) {
-            (ActionKind::Retry, _) => Action::Retry(RetryPlan {
-                delay_ms: verdict.delay_ms,
-                attempt: verdict.attempt.saturating_add(1),
-                idempotency_key: key.map(String::from),
-                reconnect: verdict.reconnect,
-            }),
-            // The caller keeps the task's id.
-            (ActionKind::Poll, _) => Action::Poll(PollPlan { delay_ms: verdict.delay_ms, task_id: String::new(), reconnect: verdict.reconnect }),
-            (ActionKind::CheckStatus, _) => Action::CheckStatus,
-            (ActionKind::Succeed, Some(Action::Succeed(note))) => Action::Succeed(note),
-            (ActionKind::Succeed, _) => Action::Succeed(None),
-            (ActionKind::Replan, Some(Action::Replan(message))) => Action::Replan(message),
-            (ActionKind::Escalate, Some(Action::Escalate(escalation))) => Action::Escalate(escalation),
-            // The guard compared the cases: only a missing text is left.
-            (ActionKind::Replan | ActionKind::Escalate, _) => {
-                return Err(Refusal::Fault(PolicyFault::BoundaryViolation { cause: "an action with text had no words".into() }));
+        let report = Report { call, attempt, key, outcome, time_left_ms, now_ms: now, entropy: None };
+        let words_wanted = tracing::enabled!(target: "agent_retry", tracing::Level::INFO);
+        let on_verdict = self.options.on_verdict.clone();
+        read_verdict(&mut self.instance, &self.run, &mut self.guard, report, words_wanted, |verdict| {
+            if let Some(hook) = &on_verdict {
+                hook(tool, attempt, verdict);
             }
-        };
-        let (class, attempt, hint_ms, cancel_task) = (verdict.class, verdict.attempt, verdict.hint_ms, verdict.cancel_task);
-        Ok(Ok(Decision { action, class, attempt, hint_ms, rule, reason, cancel_task }))
+        })
     }
 
     /// The call's end when the policy's answer cannot be acted on: the
@@ -1142,6 +1180,10 @@ impl RetryingToolCaller {
     /// The run is told first (`abandon-call`, with the call's current
     /// `attempt`), so the call no longer counts as open and a write on the
     /// wire is listed as possibly applied.
+    /// `unanswered`: the stop comes after the policy admitted (or decided) an
+    /// attempt and before that attempt's verdict; the run report counts that
+    /// attempt, so its line counts as one (`sent`).
+    #[allow(clippy::too_many_arguments)]
     fn stopped(
         &mut self,
         cause: StopCause,
@@ -1150,6 +1192,7 @@ impl RetryingToolCaller {
         attempts_sent: u32,
         in_flight: bool,
         key: Option<&str>,
+        unanswered: bool,
     ) -> CallError {
         if let Some((ticket, attempt)) = ticket {
             let why = if cause == StopCause::Cancelled { AbandonReason::Cancelled } else { AbandonReason::Deadline };
@@ -1187,6 +1230,8 @@ impl RetryingToolCaller {
             escalation: None,
             reason: &reason,
             invariant: None,
+            decision: None,
+            sent: unanswered && ticket.is_some(),
         });
         let stopped = Stopped { cause, tool: tool.to_string(), call_id: ticket.map(|t| t.call_id), attempts_sent, may_have_applied };
         match cause {
@@ -1244,8 +1289,9 @@ impl RetryingToolCaller {
             Err(violation) => return Err(self.refused(Some(step), (ticket.call_id, 0), tool, key.as_deref(), "not sent", Refusal::Broken(violation))),
         };
         let mut sent = 0;
+        self.log_wait(Some(step), ticket.call_id, tool, 1, WaitReason::Admission, ticket.delay_ms, None);
         if let Err(cause) = limit.pause(ticket.delay_ms).await {
-            return Err(self.stopped(cause, tool, Some((&ticket, 1)), sent, false, key.as_deref()));
+            return Err(self.stopped(cause, tool, Some((&ticket, 1)), sent, false, key.as_deref(), true));
         }
         let timeouts = Timeouts::of(&ticket, self.options.attempt_timeout_ms);
         // The attempt each outcome reports: 1, then each retry plan's.
@@ -1260,7 +1306,7 @@ impl RetryingToolCaller {
             match self.ensure_session(&limit).await {
                 Ok(()) => {}
                 Err(CallError::TimedOut(stop) | CallError::Cancelled(stop)) => {
-                    return Err(self.stopped(stop.cause, tool, Some((&ticket, attempt)), sent, false, key.as_deref()));
+                    return Err(self.stopped(stop.cause, tool, Some((&ticket, attempt)), sent, false, key.as_deref(), matches!(next, Next::Send)));
                 }
                 Err(other) => return Err(other),
             }
@@ -1269,7 +1315,7 @@ impl RetryingToolCaller {
                     sent += 1;
                     match self.attempt(tool, &arguments, timeouts, &limit).await {
                         Ok(attempted) => attempted,
-                        Err(cause) => return Err(self.stopped(cause, tool, Some((&ticket, attempt)), sent, true, key.as_deref())),
+                        Err(cause) => return Err(self.stopped(cause, tool, Some((&ticket, attempt)), sent, true, key.as_deref(), true)),
                     }
                 }
                 Next::Poll => {
@@ -1278,7 +1324,7 @@ impl RetryingToolCaller {
                         Ok(attempted) => attempted,
                         Err(cause) => {
                             self.cancel_task(tool, &task_id, &limit, true).await;
-                            return Err(self.stopped(cause, tool, Some((&ticket, attempt)), sent, true, key.as_deref()));
+                            return Err(self.stopped(cause, tool, Some((&ticket, attempt)), sent, true, key.as_deref(), false));
                         }
                     }
                 }
@@ -1286,15 +1332,19 @@ impl RetryingToolCaller {
                     let found = match (self.status_checks.get(tool), self.peer()) {
                         (Some(check), Some(peer)) => match limit.within(check(peer, arguments.clone())).await {
                             Ok(found) => found,
-                            Err(cause) => return Err(self.stopped(cause, tool, Some((&ticket, attempt)), sent, false, key.as_deref())),
+                            Err(cause) => return Err(self.stopped(cause, tool, Some((&ticket, attempt)), sent, false, key.as_deref(), false)),
                         },
                         _ => StatusCheckResult::Unknown,
                     };
+                    self.log_status_check(Some(step), ticket.call_id, tool, attempt, found);
                     Attempted::of(Outcome::StatusCheck(found))
                 }
             };
             if let Outcome::Task(report) = &attempted.outcome {
                 task = Some(report.task_id.clone());
+            }
+            if matches!(next, Next::Poll) || matches!(attempted.outcome, Outcome::Task(_)) {
+                self.log_task(Some(step), ticket.call_id, tool, attempt, task.as_deref(), &attempted.outcome);
             }
             // Sends and status checks are the run's steps; a poll is neither,
             // but its every outcome goes to the guard (a status, the task's
@@ -1327,8 +1377,9 @@ impl RetryingToolCaller {
                     if plan.reconnect {
                         self.reconnect_before_retry(tool)?;
                     }
+                    self.log_wait(Some(step), ticket.call_id, tool, attempt, WaitReason::Retry, plan.delay_ms, decision.hint_ms);
                     if let Err(cause) = limit.pause(plan.delay_ms).await {
-                        return Err(self.stopped(cause, tool, Some((&ticket, attempt)), sent, false, key.as_deref()));
+                        return Err(self.stopped(cause, tool, Some((&ticket, attempt)), sent, false, key.as_deref(), true));
                     }
                 }
                 Action::Poll(plan) => {
@@ -1340,9 +1391,10 @@ impl RetryingToolCaller {
                     if plan.reconnect {
                         self.reconnect_before_retry(tool)?;
                     }
+                    self.log_wait(Some(step), ticket.call_id, tool, attempt, WaitReason::Poll, plan.delay_ms, decision.hint_ms);
                     if let Err(cause) = limit.pause(plan.delay_ms).await {
                         self.cancel_task(tool, &task_id, &limit, true).await;
-                        return Err(self.stopped(cause, tool, Some((&ticket, attempt)), sent, true, key.as_deref()));
+                        return Err(self.stopped(cause, tool, Some((&ticket, attempt)), sent, true, key.as_deref(), false));
                     }
                 }
                 Action::CheckStatus => next = Next::CheckStatus,
@@ -1355,7 +1407,7 @@ impl RetryingToolCaller {
 }
 
 /// The policy-failure escalation (the same note as the Python and Node wrappers').
-fn policy_failure(tool: &str, last_outcome: &str, fault: &PolicyFault) -> Escalation {
+pub(crate) fn policy_failure(tool: &str, last_outcome: &str, fault: &PolicyFault) -> Escalation {
     let note = format!(
         "the retry policy failed ({}: {fault}); not retried. Last outcome of {tool}: {last_outcome}. \
          Effects of this run are not known to the host: check before sending again.",

@@ -1,16 +1,41 @@
-//! Counters of what the wrapper did, for the run summary and for Prometheus.
+//! The instruments of docs/events.md, counted from the events (so that they
+//! agree with the run report: the attempts summed over their labels equal the
+//! report's `attempts`), printed as Prometheus text; and the run summary's
+//! counts the demo prints ([`Counts`]).
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::Mutex;
 
+use serde_json::{Value, json};
+
+use crate::component::types::EscalationReason;
+use crate::events::Event;
+use crate::labels;
+
+/// The wait histogram's upper bounds, in seconds (docs/events.md).
+pub const WAIT_BUCKETS_S: [f64; 10] = [0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
+
+/// The bounds as every host prints them (the `le` label, the dump's keys).
+pub const WAIT_BUCKET_LABELS: [&str; 10] = ["0.05", "0.1", "0.25", "0.5", "1", "2.5", "5", "10", "30", "60"];
+
+/// The summary counts of tool calls (what the demo prints). Connecting and
+/// listing the tools are not tool calls: `attempts` here counts tool-call
+/// attempts only, where the instruments ([`Instruments::attempts`]) count
+/// every attempt, as the run report does.
 #[derive(Default, Debug, Clone)]
 pub struct Counts {
+    /// Tool-call attempts sent (not `initialize` or `tools/list`).
     pub attempts: u64,
+    /// Tool-call retries decided.
     pub retries: u64,
+    /// The tool-call retries' waits, in ms of policy time.
     pub waited_ms: u64,
+    /// Tool-call attempts by what came back (the MCP wrapper's outcome label).
     pub by_status: BTreeMap<String, u64>,
+    /// Tool-call decisions by action.
     pub by_action: BTreeMap<String, u64>,
+    /// Escalations by reason (every call, pseudo-calls included).
     pub escalations_by_reason: BTreeMap<String, u64>,
     /// Calls whose tool and arguments equal the run's previous call (a model
     /// repeating itself after an error is the clearest sign of a missing class).
@@ -18,10 +43,82 @@ pub struct Counts {
     pub runs_ended_by_step_budget: u64,
 }
 
+/// A histogram of waits: its buckets (not cumulative), sum and count. The
+/// sum is kept in whole ms (exact) and given in seconds.
+#[derive(Default, Debug, Clone, PartialEq, Eq)]
+pub struct Histogram {
+    /// One count per bound of [`WAIT_BUCKETS_S`], then the count above the last.
+    pub buckets: [u64; WAIT_BUCKETS_S.len() + 1],
+    pub sum_ms: u64,
+    pub count: u64,
+}
+
+impl Histogram {
+    fn observe_ms(&mut self, ms: u64) {
+        let seconds = ms as f64 / 1000.0;
+        let slot = WAIT_BUCKETS_S.iter().position(|bound| seconds <= *bound).unwrap_or(WAIT_BUCKETS_S.len());
+        self.buckets[slot] += 1;
+        self.sum_ms = self.sum_ms.saturating_add(ms);
+        self.count += 1;
+    }
+
+    /// The sum in seconds.
+    pub fn sum(&self) -> f64 {
+        self.sum_ms as f64 / 1000.0
+    }
+
+    /// `(le, cumulative count)` per bound, `+Inf` last.
+    pub fn cumulative(&self) -> Vec<(&'static str, u64)> {
+        let mut total = 0;
+        let mut rows: Vec<(&'static str, u64)> = WAIT_BUCKET_LABELS
+            .iter()
+            .zip(self.buckets)
+            .map(|(label, n)| {
+                total += n;
+                (*label, total)
+            })
+            .collect();
+        rows.push(("+Inf", self.count));
+        rows
+    }
+}
+
+/// The instruments of docs/events.md, by their labels.
+#[derive(Default, Debug, Clone, PartialEq, Eq)]
+pub struct Instruments {
+    /// `agent_retry_attempts_total` by (`class`, `action`).
+    pub attempts: BTreeMap<(String, String), u64>,
+    pub replans: u64,
+    /// By the escalation reason's contract name.
+    pub escalations: BTreeMap<String, u64>,
+    /// By `found` / `absent` / `unknown`.
+    pub status_checks: BTreeMap<String, u64>,
+    /// By `retry` / `poll` / `admission`.
+    pub waits: BTreeMap<String, u64>,
+    pub wait_seconds: BTreeMap<String, Histogram>,
+    pub account_waits: u64,
+    pub account_refusals: u64,
+    /// By `accepted` / `refused` / `rolled-back`.
+    pub policy_updates: BTreeMap<String, u64>,
+}
+
+impl Instruments {
+    /// The attempts summed over their labels: the run report's `attempts`.
+    pub fn attempts_total(&self) -> u64 {
+        self.attempts.values().sum()
+    }
+}
+
+#[derive(Default, Debug)]
+struct State {
+    counts: Counts,
+    instruments: Instruments,
+}
+
 /// Thread-safe counters shared by every caller of a host.
 #[derive(Default, Debug)]
 pub struct Metrics {
-    counts: Mutex<Counts>,
+    state: Mutex<State>,
 }
 
 impl Metrics {
@@ -29,17 +126,108 @@ impl Metrics {
         Self::default()
     }
 
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Changes the summary counts directly (what no event says, such as identical consecutive calls).
     pub fn update(&self, f: impl FnOnce(&mut Counts)) {
-        f(&mut self.counts.lock().unwrap_or_else(|p| p.into_inner()));
+        f(&mut self.lock().counts);
     }
 
+    /// The summary counts.
     pub fn snapshot(&self) -> Counts {
-        self.counts.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.lock().counts.clone()
     }
 
-    /// The counters in the Prometheus text exposition format.
+    /// The instruments of docs/events.md.
+    pub fn instruments(&self) -> Instruments {
+        self.lock().instruments.clone()
+    }
+
+    /// Counts one event (the fan-out calls this for every event it emits).
+    pub fn count(&self, event: &Event) {
+        let mut state = self.lock();
+        let State { counts, instruments } = &mut *state;
+        match event {
+            Event::Attempt(e) => {
+                let tool_call = e.context.step.is_some();
+                if e.sent {
+                    let class = e.class.clone().unwrap_or_default();
+                    *instruments.attempts.entry((class, e.action.clone())).or_default() += 1;
+                    // The summary counts answered tool-call attempts, as in 0.7.
+                    if tool_call && e.class.is_some() {
+                        counts.attempts += 1;
+                        *counts.by_status.entry(e.outcome.clone()).or_default() += 1;
+                    }
+                }
+                // Decisions of tool calls (a stop or a refusal is not the policy's decision).
+                if tool_call && e.class.is_some() {
+                    *counts.by_action.entry(e.action.clone()).or_default() += 1;
+                    if e.action == "retry" {
+                        counts.retries += 1;
+                        counts.waited_ms += e.delay_ms.unwrap_or(0);
+                    }
+                }
+            }
+            Event::Wait(e) => {
+                let why = e.why.as_str().to_string();
+                *instruments.waits.entry(why.clone()).or_default() += 1;
+                instruments.wait_seconds.entry(why).or_default().observe_ms(e.wait_ms);
+                if e.why == crate::events::WaitReason::Admission {
+                    instruments.account_waits += 1;
+                }
+            }
+            Event::Replan(_) => instruments.replans += 1,
+            Event::Escalation(e) => {
+                let reason = labels::reason(e.escalation.reason).to_string();
+                *instruments.escalations.entry(reason.clone()).or_default() += 1;
+                *counts.escalations_by_reason.entry(reason).or_default() += 1;
+                match e.escalation.reason {
+                    EscalationReason::RunStepsSpent => counts.runs_ended_by_step_budget += 1,
+                    EscalationReason::AccountBudgetExhausted => instruments.account_refusals += 1,
+                    _ => {}
+                }
+            }
+            Event::StatusCheck(e) => *instruments.status_checks.entry(labels::status_check(e.result).to_string()).or_default() += 1,
+            Event::TaskPoll(_) => {}
+            Event::PolicyUpdate(e) => *instruments.policy_updates.entry(e.outcome.as_str().to_string()).or_default() += 1,
+        }
+    }
+
+    /// The instruments as JSON, for tests and dumps: each Prometheus name to
+    /// its samples (`{"labels": {...}, "value": n}`, sorted by labels); the
+    /// histogram's samples carry `buckets` (cumulative, by bound), `sum` and `count`.
+    pub fn to_json(&self) -> Value {
+        let i = self.instruments();
+        let labelled = |map: &BTreeMap<String, u64>, label: &str| -> Value {
+            map.iter().map(|(k, v)| json!({"labels": {label: k}, "value": v})).collect::<Vec<_>>().into()
+        };
+        let single = |value: u64| json!([{"labels": {}, "value": value}]);
+        let histograms: Vec<Value> = i
+            .wait_seconds
+            .iter()
+            .map(|(why, h)| {
+                let buckets: serde_json::Map<String, Value> = h.cumulative().into_iter().map(|(le, n)| (le.to_string(), json!(n))).collect();
+                json!({"labels": {"why": why}, "buckets": buckets, "sum": h.sum(), "count": h.count})
+            })
+            .collect();
+        json!({
+            "agent_retry_attempts_total": i.attempts.iter().map(|((class, action), v)| json!({"labels": {"class": class, "action": action}, "value": v})).collect::<Vec<_>>(),
+            "agent_retry_replans_total": single(i.replans),
+            "agent_retry_escalations_total": labelled(&i.escalations, "reason"),
+            "agent_retry_status_checks_total": labelled(&i.status_checks, "result"),
+            "agent_retry_waits_total": labelled(&i.waits, "why"),
+            "agent_retry_wait_seconds": histograms,
+            "agent_retry_account_waits_total": single(i.account_waits),
+            "agent_retry_account_refusals_total": single(i.account_refusals),
+            "agent_retry_policy_updates_total": labelled(&i.policy_updates, "outcome"),
+        })
+    }
+
+    /// The instruments in the Prometheus text exposition format (0.0.4).
     pub fn to_prometheus(&self) -> String {
-        let c = self.snapshot();
+        let i = self.instruments();
         let mut out = String::new();
         let mut counter = |name: &str, help: &str, rows: Vec<(String, u64)>| {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
@@ -47,40 +235,68 @@ impl Metrics {
                 let _ = writeln!(out, "{name}{labels} {value}");
             }
         };
-        counter("agent_retry_attempts_total", "Tool-call attempts sent.", vec![(String::new(), c.attempts)]);
-        counter("agent_retry_retries_total", "Retries decided by the policy.", vec![(String::new(), c.retries)]);
-        counter("agent_retry_waited_ms_total", "Time waited before retries, in ms of policy time.", vec![(String::new(), c.waited_ms)]);
-        let labelled = |map: &BTreeMap<String, u64>, label: &str| map.iter().map(|(k, v)| (format!("{{{label}=\"{k}\"}}"), *v)).collect();
-        counter("agent_retry_attempts_by_status_total", "Attempts by what came back.", labelled(&c.by_status, "status"));
-        counter("agent_retry_decisions_total", "Decisions by action.", labelled(&c.by_action, "action"));
-        counter("agent_retry_escalations_total", "Escalations by reason.", labelled(&c.escalations_by_reason, "reason"));
-        counter(
-            "agent_retry_identical_consecutive_calls_total",
-            "Calls identical to the run's previous call.",
-            vec![(String::new(), c.identical_consecutive_calls)],
-        );
-        counter(
-            "agent_retry_runs_ended_by_step_budget_total",
-            "Runs escalated because the step budget was spent.",
-            vec![(String::new(), c.runs_ended_by_step_budget)],
-        );
+        let labelled = |map: &BTreeMap<String, u64>, label: &str| map.iter().map(|(k, v)| (format!("{{{label}=\"{}\"}}", escape(k)), *v)).collect();
+        let attempts = i.attempts.iter().map(|((class, action), v)| (format!("{{class=\"{}\",action=\"{}\"}}", escape(class), escape(action)), *v)).collect();
+        counter("agent_retry_attempts_total", "Attempts whose verdict was read, by class and action.", attempts);
+        counter("agent_retry_replans_total", "Calls ended with a message for the model.", vec![(String::new(), i.replans)]);
+        counter("agent_retry_escalations_total", "Calls ended with an escalation, by reason.", labelled(&i.escalations, "reason"));
+        counter("agent_retry_status_checks_total", "Status checks answered, by result.", labelled(&i.status_checks, "result"));
+        counter("agent_retry_waits_total", "Waits before an attempt or a poll, by why.", labelled(&i.waits, "why"));
+        let name = "agent_retry_wait_seconds";
+        let _ = writeln!(out, "# HELP {name} Waits before an attempt or a poll, in seconds, by why.\n# TYPE {name} histogram");
+        for (why, h) in &i.wait_seconds {
+            let why = escape(why);
+            for (le, n) in h.cumulative() {
+                let _ = writeln!(out, "{name}_bucket{{why=\"{why}\",le=\"{le}\"}} {n}");
+            }
+            let _ = writeln!(out, "{name}_sum{{why=\"{why}\"}} {}", h.sum());
+            let _ = writeln!(out, "{name}_count{{why=\"{why}\"}} {}", h.count);
+        }
+        let mut counter = |name: &str, help: &str, rows: Vec<(String, u64)>| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+            for (labels, value) in rows {
+                let _ = writeln!(out, "{name}{labels} {value}");
+            }
+        };
+        counter("agent_retry_account_waits_total", "Admission waits of the account budget.", vec![(String::new(), i.account_waits)]);
+        counter("agent_retry_account_refusals_total", "Calls the account budget did not admit.", vec![(String::new(), i.account_refusals)]);
+        counter("agent_retry_policy_updates_total", "Live policy updates, by outcome.", labelled(&i.policy_updates, "outcome"));
         out
     }
+}
+
+/// A label value in the exposition format: backslash, quote and line feed escaped.
+fn escape(value: &str) -> String {
+    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::events::{EventContext, WaitEvent, WaitReason};
+
+    fn context() -> EventContext {
+        EventContext { run: "r".into(), policy: "p".into(), step: Some(1), call: Some(1), tool: "t".into() }
+    }
 
     #[test]
-    fn prometheus_text() {
+    fn a_wait_lands_in_its_bucket_and_the_text_is_cumulative() {
         let metrics = Metrics::new();
-        metrics.update(|c| {
-            c.attempts = 3;
-            *c.by_status.entry("503".into()).or_default() += 2;
-        });
+        for wait_ms in [40, 1000, 1001, 120_000] {
+            metrics.count(&Event::Wait(WaitEvent { context: context(), attempt: 2, why: WaitReason::Retry, wait_ms, hint_ms: None }));
+        }
         let text = metrics.to_prometheus();
-        assert!(text.contains("# TYPE agent_retry_attempts_total counter\nagent_retry_attempts_total 3\n"), "{text}");
-        assert!(text.contains("agent_retry_attempts_by_status_total{status=\"503\"} 2\n"), "{text}");
+        assert!(text.contains("agent_retry_wait_seconds_bucket{why=\"retry\",le=\"0.05\"} 1\n"), "{text}");
+        assert!(text.contains("agent_retry_wait_seconds_bucket{why=\"retry\",le=\"1\"} 2\n"), "{text}");
+        assert!(text.contains("agent_retry_wait_seconds_bucket{why=\"retry\",le=\"2.5\"} 3\n"), "{text}");
+        assert!(text.contains("agent_retry_wait_seconds_bucket{why=\"retry\",le=\"60\"} 3\n"), "{text}");
+        assert!(text.contains("agent_retry_wait_seconds_bucket{why=\"retry\",le=\"+Inf\"} 4\n"), "{text}");
+        assert!(text.contains("agent_retry_wait_seconds_count{why=\"retry\"} 4\n"), "{text}");
+        assert!(text.contains("agent_retry_waits_total{why=\"retry\"} 4\n"), "{text}");
+    }
+
+    #[test]
+    fn a_label_value_cannot_break_the_exposition() {
+        assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
     }
 }

@@ -9,12 +9,18 @@ import type { CallToolResult, Tool } from '@modelcontextprotocol/sdk/types.js';
 import type * as Wit from '../../generated/interfaces/agent-retry-policy-types.js';
 import { nowMs, type Run } from '../component.js';
 import { OsEntropy, type EntropySource } from '../entropy.js';
+import { AttemptEvent, EscalationEvent, ReplanEvent, StatusCheckEvent, TaskPollEvent, WaitEvent, type WaitWhy } from '../events.js';
+import type { RetryHooks } from '../hooks.js';
+import type { RetryMetrics } from '../metrics.js';
+import { loadOtel } from '../otel.js';
+import { Telemetry, type CallTrace } from '../telemetry.js';
 import {
   AgentRetryError, CallCancelled, CallTimedOut, ConnectionConfigError, Escalated, InstanceUnusable, PolicyBoundaryViolation, PolicyTrap, SessionLost,
   type StopCause,
 } from '../errors.js';
 import { RunGuard, type CallGuard, type Invariant, type PollOutcome, type Violation } from '../guard.js';
-import { MAX_BODY_BYTES, cutLiftedText, cutUtf8, joinedHeaders } from '../limits.js';
+import { boundedDecision, boundedEscalation, policyFailureNote } from '../decisions.js';
+import { MAX_BODY_BYTES, MAX_ID_BYTES, cutUtf8, joinedHeaders } from '../limits.js';
 import { MAX_TIMER_MS, longTimeout } from '../timers.js';
 import {
   adoptProbeFailure, classifyNetworkError, currentAttempt, deliveryOfNetworkError, describeError, hasFailure, watchAnswers, type AttemptCapture,
@@ -117,6 +123,11 @@ export interface RetryingToolCallerOptions {
   /** Called with every progress notification of an attempt (each also starts
    *  the attempt's idle timeout again); an exception it throws is ignored. */
   onProgress?: (event: ProgressEvent) => void;
+  /** Typed callbacks on the events (docs/events.md "Hooks"): observers, run
+   *  before the wrapper acts; one that throws is logged once (`agent_retry.hook_failed`). */
+  hooks?: RetryHooks;
+  /** Counts the events (docs/events.md "Metrics"); share one across callers to sum them. */
+  metrics?: RetryMetrics;
 }
 
 /** A `notifications/progress` the server sent for an attempt of a call. */
@@ -207,6 +218,10 @@ interface Observed {
 interface CallTag {
   step: number | null;
   key?: string;
+  /** The call's spans and events (a pseudo-call's: events only). */
+  trace?: CallTrace;
+  /** The highest attempt whose own outcome was reported (the run report counted every attempt planned). */
+  reported?: number;
 }
 
 /** Where a call of the model is, for the stop line and the errors. */
@@ -223,6 +238,11 @@ interface CallState {
   /** The id of the call's task while it lives (as last reported): cancelled if the call stops. */
   liveTask?: string;
 }
+
+/** Connections (an `McpConnection` or a bare client) already warned of tools without annotations. */
+const WARNED_CONNECTIONS = new WeakSet<object>();
+/** The most tool names the warning lists (`count` gives them all). */
+const MAX_WARNED_TOOLS = 20;
 
 /** The most a `tasks/cancel` is waited for (ms), whatever the attempt's timeouts. */
 const CANCEL_TIMEOUT_MS = 5_000;
@@ -363,8 +383,8 @@ export class RetryingToolCaller {
   private readonly startedAt = performance.now();
   private readonly clock: () => bigint;
   private readonly log: (line: string) => void;
-  /** Whether lines are written (the `log` option is not `null`). */
-  private readonly logging: boolean;
+  /** The events' fan-out: lines, hooks, metrics, OpenTelemetry. */
+  private readonly telemetry: Telemetry;
   /** The connection, when the caller was built on one (it can be re-established). */
   readonly connection?: McpConnection;
   private readonly bare?: McpClient;
@@ -400,8 +420,8 @@ export class RetryingToolCaller {
     this.callTimeoutMs = options.callTimeoutMs;
     this.runTimeoutMs = options.runTimeoutMs === undefined ? DEFAULT_RUN_TIMEOUT_MS : options.runTimeoutMs ?? undefined;
     this.clock = options.clock ?? nowMs;
-    this.logging = options.log !== null;
     this.log = options.log ?? (options.log === null ? () => {} : (line) => process.stderr.write(`${line}\n`));
+    this.telemetry = new Telemetry({ log: options.log === null ? null : this.log, hooks: options.hooks, metrics: options.metrics });
     const identity: unknown = options.policyIdentity ?? run.instance.policyIdentity;
     if (typeof identity !== 'string' || identity === '') {
       throw new TypeError(`policyIdentity must be a non-empty string (e.g. loaded.identity.toString()), not ${
@@ -441,7 +461,10 @@ export class RetryingToolCaller {
     const { actionId, signal } = typeof options === 'string' ? { actionId: options, signal: undefined } : (options ?? {});
     this.calls += 1;
     const step = this.calls;
-    const state: CallState = { tool: name, tag: { step }, attemptsSent: 0, attempt: 0, inFlight: false };
+    // OpenTelemetry, if its API is installed: imported once per process.
+    if (this.telemetry.otel === undefined) this.telemetry.otel = await loadOtel();
+    const trace = this.telemetry.call(name, { run: this.run.runId, policy: this.policyIdentity, step }, 'mcp');
+    const state: CallState = { tool: name, tag: { step, trace, reported: 0 }, attemptsSent: 0, attempt: 0, inFlight: false };
     const now = performance.now();
     const scope = new CallScope(
       this.callTimeoutMs === undefined ? undefined : now + this.callTimeoutMs,
@@ -458,6 +481,7 @@ export class RetryingToolCaller {
       throw e;
     } finally {
       scope.dispose();
+      trace.end();
     }
   }
 
@@ -489,7 +513,7 @@ export class RetryingToolCaller {
     const guard = begun.call;
     if (begun.violation) throw this.violated(tag, name, callId, 0, 'not sent', begun.violation);
     const timeouts = this.timeoutsOf(start);
-    await scope.pause(Number(delayMs));
+    await this.wait(tag, name, callId, 'admission', 1, delayMs, undefined, scope);
 
     // The attempt each outcome reports: 1, then each retry plan's (since contract 0.3.0).
     let attempt = 1;
@@ -498,10 +522,12 @@ export class RetryingToolCaller {
       state.attempt = attempt;
       state.attemptsSent += 1;
       state.inFlight = true;
-      let observed = await this.attemptTool(name, sendArgs, scope, timeouts, callId, attempt);
+      tag.trace?.startAttempt(attempt);
+      let observed = await this.attemptTool(name, sendArgs, scope, timeouts, callId, attempt, tag.trace);
       state.inFlight = false;
       guard.attempted(failureOf(observed), observed.outcome.tag === 'task' ? observed.outcome.val : undefined);
-      let answer = this.record(tag, name, callId, attempt, observed, scope, guard);
+      this.taskPolled(tag, name, callId, attempt, observed);
+      let answer = this.record(tag, name, callId, attempt, observed, scope, guard, true);
       let last = observed.summary;
       // The call's task, while it lives: polled, answered and cancelled as the
       // verdicts say, by the id the last task report named (the poll plan's).
@@ -511,9 +537,10 @@ export class RetryingToolCaller {
         if (kindOf(answer) === 'poll' && taskId !== undefined) {
           // A poll is neither an attempt nor a step: the tool is not called again while its task lives.
           if (answer.verdict.reconnect) this.markLost(`the policy's verdict on the poll of task ${taskId} (${last}) says to reconnect`);
-          await scope.pause(Number(answer.verdict.delayMs));
+          await this.wait(tag, name, callId, 'poll', attempt, answer.verdict.delayMs, answer.verdict.hintMs, scope, answer.decision);
           await this.ensureConnected(scope, name);
           observed = await this.pollTask(name, taskId, scope, timeouts);
+          this.taskPolled(tag, name, callId, attempt, observed, taskId);
           // Every poll's outcome to the guard: a status, the task's end (its result or error), or the poll's failure.
           guard.polled(pollOutcomeOf(observed));
           taskId = this.noteTask(state, observed) ?? taskId;
@@ -528,6 +555,7 @@ export class RetryingToolCaller {
         }, scope);
         // A status check reports the attempt whose effect it checked: the current one.
         last = `status check: ${found}`;
+        tag.trace?.emit(new StatusCheckEvent({ ...this.callFields(tag, name, callId), attempt, checkTool: this.checkName(name), result: found }));
         guard.statusChecked(found);
         answer = this.record(tag, name, callId, attempt, { outcome: { tag: 'status-check', val: found }, summary: last }, scope, guard);
       }
@@ -538,12 +566,14 @@ export class RetryingToolCaller {
           if (retry.reconnect) this.markLost(`the policy's verdict on attempt ${attempt} (${observed.summary}) says to reconnect`);
           attempt = retry.attempt;
           state.attempt = attempt; // the call's attempt now, for a stop during the wait (`abandonCall`)
-          await scope.pause(Number(retry.delayMs));
+          await this.wait(tag, name, callId, 'retry', attempt, retry.delayMs, answer.verdict.hintMs, scope, answer.decision);
           continue;
         }
         case 'replan': {
-          const action = this.words(tag, name, last, answer).action;
-          return { content: [{ type: 'text', text: action.tag === 'replan' ? action.val : '' }], isError: true };
+          const decision = this.words(tag, name, last, answer);
+          const message = decision.action.tag === 'replan' ? decision.action.val : '';
+          tag.trace?.emit(new ReplanEvent({ ...this.callFields(tag, name, callId), attempt, rule: decision.rule, message, decision }));
+          return { content: [{ type: 'text', text: message }], isError: true };
         }
         case 'succeed': {
           if (observed.result && observed.outcome.tag === 'success') return observed.result;
@@ -551,7 +581,7 @@ export class RetryingToolCaller {
           return { content: [{ type: 'text', text: (action?.tag === 'succeed' ? action.val : undefined) ?? 'done' }], isError: false };
         }
         case 'escalate':
-          throw new Escalated(this.escalationOf(tag, name, last, answer), name);
+          throw this.escalated(tag, name, callId, attempt, last, answer);
         case 'poll':
           // A poll of a call without a task: the policy broke its contract.
           this.policy(tag, name, last, () => {
@@ -565,7 +595,8 @@ export class RetryingToolCaller {
    *  (`recordSuccess`, `recordEmptyResult`, `recordFailure`,
    *  `recordStatusCheck`, `recordTaskStatus`, `recordPollFailure`; all but a
    *  success and an empty result with the time left to the deadline) and logs the decision. */
-  private record(tag: CallTag, tool: string, callId: number, attempt: number, observed: Observed, scope: CallScope, guard: CallGuard): Answer {
+  private record(tag: CallTag, tool: string, callId: number, attempt: number, observed: Observed, scope: CallScope, guard: CallGuard,
+    ownOutcome = false): Answer {
     const outcome = observed.outcome;
     const run = this.run;
     const verdict = this.policy(tag, tool, observed.summary, () => {
@@ -584,9 +615,12 @@ export class RetryingToolCaller {
           return run.recordPollFailure(callId, attempt, outcome.val, scope.timeLeftMs(), this.clock(), this.entropy.nextU64());
       }
     });
+    // The attempt's own outcome is reported: the run report counted it when it was planned.
+    const counts = ownOutcome && (tag.reported ?? 0) < attempt;
+    if (ownOutcome) tag.reported = Math.max(tag.reported ?? 0, attempt);
     // Checked before anything acts on it (the hook included): a verdict that breaks an invariant is not acted on.
     const violation = guard.verdict(verdict);
-    if (violation) throw this.violated(tag, tool, callId, attempt, observed.summary, violation);
+    if (violation) throw this.violated(tag, tool, callId, attempt, observed.summary, violation, counts);
     const answer: Answer = { callId, attempt, verdict, guard };
     const hook = this.options.onVerdict;
     if (hook) {
@@ -596,8 +630,9 @@ export class RetryingToolCaller {
         // an observer's failure changes nothing
       }
     }
-    // The line's reason (and escalation) is the decision's prose: asked for whenever a line is written.
-    if (this.logging) this.logDecision(tag, tool, callId, attempt, observed, this.words(tag, tool, observed.summary, answer));
+    // The line's reason (and escalation) is the decision's prose: asked for whenever a line is written or a hook is set.
+    const decision = this.telemetry.wantsWords ? this.words(tag, tool, observed.summary, answer) : undefined;
+    this.logDecision(tag, tool, callId, attempt, observed, verdict, decision, counts);
     return answer;
   }
 
@@ -636,6 +671,7 @@ export class RetryingToolCaller {
       return boundedEscalation(handOff);
     });
     this.logLine(tag, tool, undefined, 0, 'not sent', { action: 'escalate', escalation: escalation.reason, reason: escalation.note });
+    this.emitEscalation(tag, tool, undefined, 0, null, escalation);
     return new Escalated(escalation, tool);
   }
 
@@ -652,8 +688,26 @@ export class RetryingToolCaller {
         cursor = page.nextCursor;
       } while (cursor);
       this.tools = tools;
+      this.warnToolsWithoutHints(tools);
     }
     return this.tools.get(name);
+  }
+
+  /** Once per connection: the tools listed without annotations, which the
+   *  policy treats by `default-effect` (an unkeyed write unless configured). */
+  private warnToolsWithoutHints(tools: Map<string, Tool>): void {
+    const source: object | undefined = this.connection ?? this.bare;
+    if (source === undefined || WARNED_CONNECTIONS.has(source)) return;
+    const bare = [...tools.values()].filter((tool) => tool.annotations === undefined || tool.annotations === null).map((tool) => tool.name);
+    if (bare.length === 0) return;
+    WARNED_CONNECTIONS.add(source);
+    this.telemetry.line({
+      event: 'agent_retry.tools_without_hints', ts: Date.now() / 1000, run: this.run.runId, policy: this.policyIdentity,
+      count: bare.length, tools: bare.slice(0, MAX_WARNED_TOOLS).map((name) => cutUtf8(name, MAX_ID_BYTES)),
+      reason: 'these tools carry no annotations: the policy treats each as its default-effect (an unkeyed write by default, never '
+        + 'retried after an unknown outcome); describe them in the configuration\'s tools or have the server annotate them. '
+        + 'See docs/users.md#a-tool-without-annotations-is-an-unkeyed-write',
+    });
   }
 
   /** Before a request: (re-)establishes a lost connection through the policy
@@ -708,7 +762,8 @@ export class RetryingToolCaller {
    *  of the policy: begun (a step), observed, retried or escalated as decided. */
   private async pseudoCall<T>(tool: 'initialize' | 'tools/list', scope: CallScope, forTool: string, needsConnection: boolean,
     send: (signal: AbortSignal, timeouts: AttemptTimeouts) => Promise<T>): Promise<T> {
-    const tag: CallTag = { step: null };
+    // Events only (lines, hooks, metrics): a pseudo-call has no span of its own.
+    const tag: CallTag = { step: null, trace: this.telemetry.call(tool, { run: this.run.runId, policy: this.policyIdentity, step: null }, 'none'), reported: 0 };
     const start = this.policy(tag, tool, 'not sent', () => this.run.beginCall(tool, undefined, PSEUDO_HINTS, this.clock()));
     if (!start.admitted) throw this.notAdmitted(tag, tool);
     const { callId, delayMs } = start;
@@ -716,7 +771,7 @@ export class RetryingToolCaller {
     const guard = begun.call;
     if (begun.violation) throw this.violated(tag, tool, callId, 0, 'not sent', begun.violation);
     const timeouts = this.timeoutsOf(start);
-    await scope.pause(Number(delayMs));
+    await this.wait(tag, tool, callId, 'admission', 1, delayMs, undefined, scope);
     let attempt = 1;
     for (;;) {
       if (needsConnection) await this.ensureConnected(scope, forTool);
@@ -732,11 +787,12 @@ export class RetryingToolCaller {
           : this.observeFailure(exchanged.error, exchanged.capture, exchanged.client, tool);
       }
       guard.attempted(failureOf(observed));
-      let answer = this.record(tag, tool, callId, attempt, observed, scope, guard);
+      let answer = this.record(tag, tool, callId, attempt, observed, scope, guard, true);
       let last = observed.summary;
       while (kindOf(answer) === 'check-status') {
         // Nobody can read whether a connection "applied": unknown (the policy escalates).
         last = 'status check: unknown';
+        tag.trace?.emit(new StatusCheckEvent({ ...this.callFields(tag, tool, callId), attempt, checkTool: null, result: 'unknown' }));
         guard.statusChecked('unknown');
         answer = this.record(tag, tool, callId, attempt, { outcome: { tag: 'status-check', val: 'unknown' }, summary: last }, scope, guard);
       }
@@ -745,7 +801,7 @@ export class RetryingToolCaller {
           const retry = retryOf(answer);
           // `initialize` connects anew on every attempt; `tools/list` needs a new session first.
           if (retry.reconnect && needsConnection) this.markLost(`the policy's verdict on ${tool} (${observed.summary}) says to reconnect`);
-          await scope.pause(Number(retry.delayMs));
+          await this.wait(tag, tool, callId, 'retry', retry.attempt, retry.delayMs, answer.verdict.hintMs, scope, answer.decision);
           attempt = retry.attempt;
           continue;
         }
@@ -753,11 +809,13 @@ export class RetryingToolCaller {
           if (observed.outcome.tag === 'success') return value as T;
           throw new SessionLost(`the policy answered succeed to a failed ${tool} (${observed.summary}): no session to go on with`, forTool);
         case 'replan': {
-          const action = this.words(tag, tool, last, answer).action;
+          const decision = this.words(tag, tool, last, answer);
+          const action = decision.action;
+          tag.trace?.emit(new ReplanEvent({ ...this.callFields(tag, tool, callId), attempt, rule: decision.rule, message: action.tag === 'replan' ? action.val : '', decision }));
           throw new SessionLost(`${tool} failed (${observed.summary}) and the policy answered replan: ${action.tag === 'replan' ? action.val : ''}`, forTool);
         }
         case 'escalate':
-          throw new Escalated(this.escalationOf(tag, tool, last, answer), tool);
+          throw this.escalated(tag, tool, callId, attempt, last, answer);
         case 'poll':
           // Connecting and listing make no task: the policy broke its contract.
           this.policy(tag, tool, last, () => {
@@ -805,7 +863,7 @@ export class RetryingToolCaller {
    *  total, nor the call's or run's deadline: the scope stops it) and goes to
    *  `onProgress`. */
   private async attemptTool(name: string, args: Record<string, unknown>, scope: CallScope, timeouts: AttemptTimeouts, callId: number,
-    attempt: number): Promise<Observed> {
+    attempt: number, trace?: CallTrace): Promise<Observed> {
     const onprogress = (note: { progress: number; total?: number; message?: string }) => {
       try {
         this.options.onProgress?.({ tool: name, callId, attempt, progress: note.progress, total: note.total, message: note.message });
@@ -815,8 +873,10 @@ export class RetryingToolCaller {
     };
     if (this.reconnectsSpent()) return this.spent();
     const sdk = this.sdk as McpSdk;
+    // The attempt span's W3C trace context, for a traced server to continue (MCP SEP-414).
+    const meta = trace?.traceContext();
     const { value, error, capture, client } = await this.exchange(scope, (signal) => sdk.callTool(this.client, name, args,
-      { timeout: timeouts.idleMs, maxTotalTimeout: timeouts.totalMs, resetTimeoutOnProgress: true, onprogress, signal }));
+      { timeout: timeouts.idleMs, maxTotalTimeout: timeouts.totalMs, resetTimeoutOnProgress: true, onprogress, signal }, meta));
     if (error !== undefined && !hasFailure(capture) && sdk.inputUnanswered(error)) {
       const answered = capture.lastResult;
       const task = answered?.resultType === 'task' ? taskAnswerOf(answered) : undefined;
@@ -1114,7 +1174,9 @@ export class RetryingToolCaller {
     const applied = !writes ? 'it is not a write' : mayHaveApplied ? 'the write may have been applied: check before sending it again'
       : 'the write was not applied';
     const reason = `${stoppedBy} ${where} (${state.attemptsSent} sent); ${applied}`;
-    this.logLine(state.tag, state.tool, state.callId, state.attempt, cause, { action: 'stop', reason });
+    // The attempt planned and never answered is one the run report counted.
+    const counts = state.callId !== undefined && (state.tag.reported ?? 0) < state.attempt;
+    this.logLine(state.tag, state.tool, state.callId, state.attempt, cause, { action: 'stop', reason }, counts);
     const stopped = { cause, tool: state.tool, callId: state.callId, attemptsSent: state.attemptsSent, mayHaveApplied };
     return cause === 'cancelled' ? new CallCancelled(`${state.tool}: ${reason}`, stopped) : new CallTimedOut(`${state.tool}: ${reason}`, stopped);
   }
@@ -1128,20 +1190,25 @@ export class RetryingToolCaller {
       if (!(e instanceof PolicyTrap || e instanceof InstanceUnusable)) throw e;
       const note = policyFailureNote(e, tool, lastOutcome);
       this.logLine(tag, tool, undefined, 0, lastOutcome, { action: 'escalate', escalation: 'unclassified-failure', reason: note });
-      throw new Escalated({ reason: 'unclassified-failure', lastError: lastOutcome, resetsInMs: undefined, effects: [], effectsTotal: 0, note }, tool, e);
+      const escalation: Wit.Escalation = { reason: 'unclassified-failure', lastError: lastOutcome, resetsInMs: undefined, effects: [], effectsTotal: 0, note };
+      this.emitEscalation(tag, tool, undefined, 0, null, escalation);
+      throw new Escalated(escalation, tool, e);
     }
   }
 
   /** A broken invariant: the policy failed (a boundary violation). The call
    *  escalates with the policy-failure note, its line names the invariant, and
    *  every later call of the run escalates with the same note, nothing sent. */
-  private violated(tag: CallTag, tool: string, callId: number | undefined, attempt: number, lastOutcome: string, violation: Violation): Escalated {
+  private violated(tag: CallTag, tool: string, callId: number | undefined, attempt: number, lastOutcome: string, violation: Violation,
+    countsAsAttempt = false): Escalated {
     const error = new PolicyBoundaryViolation(`invariant ${violation.invariant}: ${violation.detail}`, { call: 'guard' });
     const note = policyFailureNote(error, tool, lastOutcome);
     this.logLine(tag, tool, callId, attempt, lastOutcome, {
       action: 'escalate', escalation: 'unclassified-failure', reason: note, invariant: violation.invariant,
-    });
-    const escalated = new Escalated({ reason: 'unclassified-failure', lastError: lastOutcome, resetsInMs: undefined, effects: [], effectsTotal: 0, note }, tool, error);
+    }, countsAsAttempt);
+    const escalation: Wit.Escalation = { reason: 'unclassified-failure', lastError: lastOutcome, resetsInMs: undefined, effects: [], effectsTotal: 0, note };
+    this.emitEscalation(tag, tool, callId, attempt, null, escalation);
+    const escalated = new Escalated(escalation, tool, error);
     this.tripped ??= escalated;
     return escalated;
   }
@@ -1151,7 +1218,15 @@ export class RetryingToolCaller {
     const first = this.tripped as Escalated;
     const invariant = (this.guard.violation as Violation).invariant;
     this.logLine(tag, tool, undefined, 0, 'not sent', { action: 'escalate', escalation: 'unclassified-failure', reason: first.note, invariant });
+    this.emitEscalation(tag, tool, undefined, 0, null, first.escalation);
     return new Escalated(first.escalation, tool, first.policyFailure);
+  }
+
+  /** What checks `tool`'s status (the status check function's name), or null when nothing can. */
+  private checkName(tool: string): string | null {
+    const configured = this.options.statusCheck;
+    const check = typeof configured === 'function' ? configured : configured?.[tool];
+    return typeof check === 'function' ? check.name || 'statusCheck' : null;
   }
 
   private async checkStatus(request: StatusCheckRequest, scope: CallScope): Promise<Wit.StatusCheckResult> {
@@ -1168,43 +1243,84 @@ export class RetryingToolCaller {
     }
   }
 
-  private logDecision(tag: CallTag, tool: string, callId: number, attempt: number, observed: Observed, decision: Wit.Decision): void {
-    const next = decision.action;
+  private logDecision(tag: CallTag, tool: string, callId: number, attempt: number, observed: Observed, verdict: Wit.Verdict,
+    decision: Wit.Decision | undefined, countsAsAttempt: boolean): void {
+    const next = decision?.action;
+    const reason = decision === undefined ? '' : observed.captureMissing ? `${decision.reason}${CAPTURE_MISSING_SUFFIX}` : decision.reason;
     this.logLine(tag, tool, callId, attempt, observed.summary, {
-      class: decision.class,
-      action: next.tag,
-      delayMs: next.tag === 'retry' || next.tag === 'poll' ? Number(next.val.delayMs) : undefined,
-      hintMs: decision.hintMs === undefined ? undefined : Number(decision.hintMs),
-      rule: decision.rule,
-      escalation: next.tag === 'escalate' ? next.val.reason : undefined,
-      reason: observed.captureMissing ? `${decision.reason}${CAPTURE_MISSING_SUFFIX}` : decision.reason,
-    });
+      class: verdict.class,
+      action: verdict.action,
+      delayMs: verdict.action === 'retry' || verdict.action === 'poll' ? Number(verdict.delayMs) : undefined,
+      hintMs: verdict.hintMs === undefined ? undefined : Number(verdict.hintMs),
+      rule: decision?.rule ?? this.run.instance.ruleNames()[verdict.ruleIndex],
+      escalation: next?.tag === 'escalate' ? next.val.reason : undefined,
+      reason,
+      decision,
+    }, countsAsAttempt);
   }
 
-  /** One JSON line, its fields in the order all three hosts use (`../mcp.ts`'s
+  /** One `agent_retry.attempt` event, its line's fields in the order all three hosts use (`../mcp.ts`'s
    *  module comment): `policy` says which policy decided (`policyIdentity`), `step` and
    *  `key` name the call (`tag`), `class` and `rule` say how the policy read the outcome,
    *  `escalation` is the contract's escalation reason (e.g. `run-steps-spent`,
    *  `server-wait-too-long`, `retry-forbidden`) when the action is `escalate`. */
   private logLine(tag: CallTag, tool: string, callId: number | undefined, attempt: number, outcome: string, what: {
-    class?: string; action: string; delayMs?: number; hintMs?: number; rule?: string; escalation?: Wit.EscalationReason; reason: string;
-    invariant?: Invariant;
-  }): void {
-    this.log(JSON.stringify({
-      event: 'agent_retry.attempt', ts: Date.now() / 1000, run: this.run.runId, policy: this.policyIdentity,
-      step: tag.step, call: callId ?? null, tool, attempt, key: tag.key ?? null,
-      outcome, class: what.class ?? null, rule: what.rule ?? null, action: what.action, delay_ms: what.delayMs ?? null,
-      hint_ms: what.hintMs ?? null, escalation: what.escalation ?? null, reason: what.reason,
+    class?: Wit.OutcomeClass; action: string; delayMs?: number; hintMs?: number; rule?: string; escalation?: Wit.EscalationReason; reason: string;
+    invariant?: Invariant; decision?: Wit.Decision;
+  }, countsAsAttempt = false): void {
+    const event = new AttemptEvent({
+      ts: Date.now() / 1000, run: this.run.runId, policy: this.policyIdentity, step: tag.step, call: callId ?? null, tool, attempt, key: tag.key ?? null,
+      outcome, class: what.class ?? null, rule: what.rule ?? null, action: what.action, delayMs: what.delayMs ?? null, hintMs: what.hintMs ?? null,
+      escalation: what.escalation ?? null, reason: what.reason, decision: what.decision, countsAsAttempt,
       // Only on the line of a broken invariant (and of the calls after it).
       ...(what.invariant === undefined ? {} : { invariant: what.invariant }),
-    }));
+    });
+    if (tag.trace) tag.trace.emit(event);
+    else this.telemetry.emit(event);
   }
-}
 
-/** The note of the wrapper's safe fallback when the policy failed (or broke an invariant). */
-function policyFailureNote(e: Error, tool: string, lastOutcome: string): string {
-  return `the retry policy failed (${e.name}: ${e.message}); not retried. Last outcome of ${tool}: ${lastOutcome}. `
-    + 'Effects of this run are not known to the host: check before sending again.';
+  /** The common fields of a call's events. */
+  private callFields(tag: CallTag, tool: string, callId: number | undefined): { ts: number; run: string; policy: string; step: number | null; call: number | null; tool: string } {
+    return { ts: Date.now() / 1000, run: this.run.runId, policy: this.policyIdentity, step: tag.step, call: callId ?? null, tool };
+  }
+
+  /** A wait event (when there is a wait) and the wait. */
+  private async wait(tag: CallTag, tool: string, callId: number, why: WaitWhy, attempt: number, delayMs: bigint, hintMs: bigint | undefined,
+    scope: CallScope, decision?: Wit.Decision): Promise<void> {
+    const ms = Number(delayMs);
+    if (ms > 0) {
+      scope.check();
+      tag.trace?.emit(new WaitEvent({ ...this.callFields(tag, tool, callId), attempt, why, waitMs: ms, hintMs: hintMs === undefined ? null : Number(hintMs), decision }));
+    }
+    await scope.pause(ms);
+  }
+
+  /** The escalation of an `escalate` answer: its event, and the error to throw. */
+  private escalated(tag: CallTag, tool: string, callId: number, attempt: number, last: string, answer: Answer): Escalated {
+    const escalation = this.escalationOf(tag, tool, last, answer);
+    this.emitEscalation(tag, tool, callId, attempt, answer.decision?.rule ?? this.run.instance.ruleNames()[answer.verdict.ruleIndex] ?? null, escalation,
+      answer.decision);
+    return new Escalated(escalation, tool);
+  }
+
+  private emitEscalation(tag: CallTag, tool: string, callId: number | undefined, attempt: number, rule: string | null, escalation: Wit.Escalation,
+    decision?: Wit.Decision): void {
+    const event = new EscalationEvent({
+      ...this.callFields(tag, tool, callId), attempt, rule, reason: escalation.reason, note: escalation.note, escalationValue: escalation, decision,
+    });
+    if (tag.trace) tag.trace.emit(event);
+    else this.telemetry.emit(event);
+  }
+
+  /** A task's status read (the call answered with a task, or a poll of it answered): its event. */
+  private taskPolled(tag: CallTag, tool: string, callId: number, attempt: number, observed: Observed, polledId?: string): void {
+    const outcome = observed.outcome;
+    const taskId = outcome.tag === 'task' ? outcome.val.taskId : observed.task?.taskId ?? polledId;
+    if (taskId === undefined || (outcome.tag !== 'task' && polledId === undefined)) return;
+    const status = outcome.tag === 'task' ? outcome.val.status : outcome.tag === 'poll-failure' ? 'poll failed'
+      : outcome.tag === 'failure' ? 'failed' : 'completed';
+    tag.trace?.emit(new TaskPollEvent({ ...this.callFields(tag, tool, callId), attempt, taskId, status }));
+  }
 }
 
 /** What a poll of the call's task showed, for the guard (a poll never reports a status check). */
@@ -1216,24 +1332,6 @@ function pollOutcomeOf(observed: Observed): PollOutcome {
 /** What failed in an attempt, for the guard: undefined for a tool result. */
 function failureOf(observed: Observed): Wit.Observation | undefined {
   return observed.outcome.tag === 'failure' ? observed.outcome.val : undefined;
-}
-
-/** An escalation with its texts (note, last error) cut to `MAX_LIFTED_TEXT_BYTES`. */
-function boundedEscalation(escalation: Wit.Escalation): Wit.Escalation {
-  const note = cutLiftedText(escalation.note);
-  const lastError = escalation.lastError === undefined ? undefined : cutLiftedText(escalation.lastError);
-  return note === escalation.note && lastError === escalation.lastError ? escalation : { ...escalation, note, lastError };
-}
-
-/** A decision with every text lifted from the guest (reason, replan message,
- *  success note, escalation) cut to `MAX_LIFTED_TEXT_BYTES`. */
-function boundedDecision(decision: Wit.Decision): Wit.Decision {
-  const action = decision.action;
-  let bounded: Wit.Action = action;
-  if (action.tag === 'replan') bounded = { tag: 'replan', val: cutLiftedText(action.val) };
-  else if (action.tag === 'succeed' && action.val !== undefined) bounded = { tag: 'succeed', val: cutLiftedText(action.val) };
-  else if (action.tag === 'escalate') bounded = { tag: 'escalate', val: boundedEscalation(action.val) };
-  return { ...decision, action: bounded, reason: cutLiftedText(decision.reason) };
 }
 
 /** A re-connection that failed: its message says so (and why the session was lost). */

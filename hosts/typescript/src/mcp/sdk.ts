@@ -71,7 +71,8 @@ export interface McpSdk {
   httpTransport(url: URL, options: HttpTransportOptions): unknown;
   stdioTransport(parameters: object): unknown;
   connect(client: McpClient, transport: unknown, options: SendOptions): Promise<void>;
-  callTool(client: McpClient, name: string, args: Record<string, unknown>, options: SendOptions): Promise<CallToolResult>;
+  /** `meta`: the request's `params._meta` (W3C trace context); the SDK adds its progress token to it. */
+  callTool(client: McpClient, name: string, args: Record<string, unknown>, options: SendOptions, meta?: Record<string, string>): Promise<CallToolResult>;
   /** One page of `tools/list` (v2: the first call walks every page, the SDK's aggregate, and gives no cursor;
    *  always sent, even to a server that does not advertise tools, whom v2 would answer with an empty list). */
   listTools(client: McpClient, cursor: string | undefined, options: SendOptions): Promise<{ tools: Tool[]; nextCursor?: string }>;
@@ -146,7 +147,8 @@ async function loadV1(): Promise<McpSdk> {
     httpTransport: (url, options) => new http.StreamableHTTPClientTransport(url, options as never),
     stdioTransport: (parameters) => new stdio.StdioClientTransport(parameters as never),
     connect: (c, transport, { signal, timeout }) => v1(c).connect(transport as never, { signal, timeout }),
-    callTool: (c, name, args, options) => v1(c).callTool({ name, arguments: args }, undefined, options) as Promise<CallToolResult>,
+    callTool: (c, name, args, options, meta) =>
+      v1(c).callTool({ name, arguments: args, ...(meta ? { _meta: meta } : {}) }, undefined, options) as Promise<CallToolResult>,
     listTools: (c, cursor, options) => v1(c).listTools(cursor ? { cursor } : undefined, options),
     readError(error, answered) {
       if (error instanceof types.McpError) {
@@ -200,7 +202,7 @@ async function loadV2(): Promise<McpSdk> {
     httpTransport: (url, options) => new client.StreamableHTTPClientTransport(url, options as never),
     stdioTransport: (parameters) => new stdio.StdioClientTransport(parameters as never),
     connect: (c, transport, { signal, timeout }) => v2(c).connect(transport as never, { signal, timeout }),
-    callTool: (c, name, args, options) => v2(c).callTool({ name, arguments: args }, options) as Promise<CallToolResult>,
+    callTool: (c, name, args, options, meta) => v2(c).callTool({ name, arguments: args, ...(meta ? { _meta: meta } : {}) }, options) as Promise<CallToolResult>,
     listTools: async (c, cursor, options) => {
       const client = v2(c);
       // A server that does not advertise `capabilities.tools` gets an empty list

@@ -23,10 +23,12 @@ call not admitted reads the hand-off with `escalation()`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import re
 import time
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -50,6 +52,11 @@ from mcp.types import (
 )
 from pydantic import ValidationError
 
+from .. import otel
+from .._telemetry import Telemetry
+from .._verdicts import Answer as _Answer
+from .._verdicts import bounded as _bounded
+from .._verdicts import policy_failure
 from ..component import Run, now_ms
 from ..entropy import EntropySource, OsEntropy
 from ..errors import (
@@ -63,8 +70,11 @@ from ..errors import (
     StopCause,
     Stopped,
 )
+from ..events import AttemptEvent, CallScope, EscalationEvent, ReplanEvent, StatusCheckEvent, TaskPollEvent, WaitEvent
 from ..guard import CallGuard, Outcome, RunGuard, Violation
+from ..hooks import Hooks
 from ..limits import cut_lifted_text
+from ..metrics import RetryMetrics
 from ..types import (
     AbandonReason,
     CallStart,
@@ -124,6 +134,25 @@ DEFAULT_RUN_TIMEOUT_S = 1800.0
 # a session suspect after a cut stream or a refused connection, a stdio server
 # started again), unless `max_reconnects_per_run` says otherwise: the same in every host.
 DEFAULT_MAX_RECONNECTS_PER_RUN = 3
+
+# The once-per-connection warning on tools without annotations: where it points, how many names it lists.
+TOOLS_WITHOUT_HINTS_DOC = "docs/users.md#a-tool-without-annotations-is-an-unkeyed-write"
+MAX_TOOLS_NAMED = 20
+MAX_TOOL_NAME_CHARS = 128
+# The connections (or bare sessions) already warned about tools without annotations.
+_WARNED: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def _warned_connection(owner: Any) -> bool:
+    """Whether `owner` was warned already (and from now on it is)."""
+    try:
+        if owner in _WARNED:
+            return True
+        _WARNED.add(owner)
+    except TypeError:  # not weakly referenceable: warned every time it lists (never silently)
+        return False
+    return False
+
 
 # Transport faults after which an HTTP session is suspect: the next request goes
 # on a new one (transport state, as a pool drops a broken connection; the policy
@@ -229,30 +258,6 @@ class _CallTag:
 
     step: int | None
     key: str | None = None
-
-
-class _Answer:
-    """What the policy decided of one report: the verdict's action, delay, next
-    attempt and reconnect, and the full decision, read (`last_decision`) when
-    first asked for."""
-
-    __slots__ = ("kind", "delay_ms", "next_attempt", "reconnect", "verdict", "_decision", "_read")
-
-    def __init__(self, verdict: Verdict, read: Callable[[], Decision]) -> None:
-        self.verdict = verdict
-        self._decision: Decision | None = None
-        self._read = read
-        self.kind: str = verdict.action
-        self.delay_ms: int = verdict.delay_ms
-        self.next_attempt: int = verdict.attempt + 1
-        self.reconnect: bool = verdict.reconnect
-
-    @property
-    def decision(self) -> Decision:
-        """The full decision (its reason, message, note, escalation)."""
-        if self._decision is None:
-            self._decision = self._read()
-        return self._decision
 
 
 @dataclass
@@ -404,7 +409,15 @@ class RetryingToolCaller:
     first, whatever set them up; once spent, an attempt that needs one is not
     sent and is reported as `transport(other)`, `not-sent`, "reconnections
     spent: ...", which the policy escalates. After each new session the tool
-    list is read again (on the next call), unless `tools` was given."""
+    list is read again (on the next call), unless `tools` was given.
+
+    The events of docs/events.md (attempts, waits, status checks, task polls,
+    replans, escalations) are logged at INFO, counted in `metrics` (a
+    `RetryMetrics`), given to `hooks` (a `Hooks`), and recorded through
+    OpenTelemetry when `opentelemetry-api` is present (the global providers, or
+    `tracer_provider` / `meter_provider`): a span per call, a client span per
+    `tools/call` attempt, whose W3C trace context goes in the request's
+    `params._meta`."""
 
     def __init__(
         self,
@@ -426,6 +439,10 @@ class RetryingToolCaller:
         on_verdict: Callable[[str, int, Verdict], None] | None = None,
         on_progress: Callable[[str, float, float | None, str | None], None] | None = None,
         max_reconnects_per_run: int = DEFAULT_MAX_RECONNECTS_PER_RUN,
+        hooks: Hooks | None = None,
+        metrics: RetryMetrics | None = None,
+        tracer_provider: Any = None,
+        meter_provider: Any = None,
     ) -> None:
         if isinstance(connection, McpConnection):
             self.connection: McpConnection | None = connection
@@ -465,6 +482,18 @@ class RetryingToolCaller:
         self._capture_warned = False
         self.on_verdict = on_verdict
         self.on_progress = on_progress
+        # Where the events go (docs/events.md): the log lines, the hooks, the metrics, OpenTelemetry.
+        # The attempt lines stay alone on `log`; the other events go to its child `events` (`agent_retry_policy.mcp.events`).
+        self.telemetry = Telemetry(
+            log,
+            events_log=log.getChild("events"),
+            hooks=hooks,
+            metrics=metrics,
+            otel_recorder=otel.recorder(tracer_provider, meter_provider),
+        )
+        # The model's call in progress: its span and its attempt's (one call at a time, as the run's instance).
+        self._span: otel.CallSpan | None = None
+        self._attempt_span: otel.AttemptSpan | None = None
         # `tasks/cancel`s of stopped calls, sent in the background (held until done).
         self._background: set[asyncio.Task[None]] = set()
         # What the wrapper enforces whatever the policy says, from the configuration the host holds.
@@ -501,9 +530,12 @@ class RetryingToolCaller:
         else:
             deadline, cause, limit = run_deadline, cast(StopCause, "run-timeout"), self.run_timeout_s
         state = _CallState(name, _CallTag(step), deadline, cause, limit)
-        if self._broken is not None:
-            raise self._run_broken(state.tag, name)
+        recorder = self.telemetry.otel
+        self._span = recorder.call(name, self.run.run_id, self.policy_identity, step) if recorder is not None else None
+        self._attempt_span = None
         try:
+            if self._broken is not None:
+                raise self._run_broken(state.tag, name)
             return await self._call_tool(state, name, arguments, action_id)
         except _DeadlinePassed:
             self._abandon_task(state)
@@ -513,6 +545,32 @@ class RetryingToolCaller:
             if isinstance(e, CallCancelled):
                 raise
             raise CallCancelled(self._stop(state, "cancelled")) from e
+        except BaseException as e:
+            self._end_spans("stop", type(e).__qualname__)  # a call that ended otherwise (SessionLost, a bug): its spans end
+            raise
+        finally:
+            self._span = self._attempt_span = None
+
+    def _end_spans(self, action: str, error_type: str | None = None) -> None:
+        """Ends the call's spans (no-op once ended or without OpenTelemetry)."""
+        if self._attempt_span is not None:
+            self._attempt_span.fail(error_type or action)
+            self._attempt_span = None
+        if self._span is not None:
+            self._span.end(action, error_type=error_type)
+
+    def _emit(self, event: Any, *, level: int = logging.INFO) -> None:
+        self.telemetry.emit(event, self._span, level=level)
+
+    def _scope(self, tag: _CallTag, tool: str, call_id: int | None) -> CallScope:
+        return CallScope(self.run.run_id, self.policy_identity, tag.step, call_id, tool)
+
+    def _escalation_event(
+        self, tag: _CallTag, tool: str, call_id: int | None, attempt: int, rule: str | None, escalation: Escalation
+    ) -> None:
+        """A call ends with an escalation: its event, and (for the model's call) its span."""
+        self._emit(EscalationEvent(self._scope(tag, tool, call_id), attempt, rule, escalation["reason"], escalation["note"]))
+        self._end_spans("escalate", escalation["reason"])
 
     def _abandon_task(self, state: _CallState) -> None:
         """A call stopped while its task lives: the task is cancelled in the background (nobody waits for it now)."""
@@ -546,20 +604,26 @@ class RetryingToolCaller:
         guard, violation = self.guard.begin(name, key, hints, start.delay_ms)
         self._guarded(tag, name, call_id, 0, "not sent", violation)
         if start.delay_ms:
+            self._emit(WaitEvent(self._scope(tag, name, call_id), 1, "admission", start.delay_ms, None))
             await self._sleep(state, start.delay_ms / 1000, f"while waiting {start.delay_ms} ms to be admitted")
 
         attempt = 1  # the attempt each outcome reports: 1, then each retry's (the verdict's + 1)
         while True:
             await self._ensure_session(state)
             state.attempt = attempt
-            observed = await self._attempt(
-                state,
-                name,
-                attempt,
-                lambda session, clock: _send_tool_call(session, clock, name, send_arguments),
-                tool_call=True,
-                start=start,
-            )
+            span = self._span.attempt(attempt, mcp=True) if self._span is not None else None
+            self._attempt_span = span
+            # The attempt span's W3C trace context, for the server (MCP SEP-414).
+            meta = span.trace_meta() if span is not None else {}
+            with span.current() if span is not None else contextlib.nullcontext():
+                observed = await self._attempt(
+                    state,
+                    name,
+                    attempt,
+                    lambda session, clock, meta=meta: _send_tool_call(session, clock, name, send_arguments, meta),
+                    tool_call=True,
+                    start=start,
+                )
             guard.attempted(observed.outcome)
             answer = self._record(state, tag, name, call_id, attempt, observed, guard)
             # A task: polled as the policy says until it ends; the tool is not called again meanwhile.
@@ -576,6 +640,7 @@ class RetryingToolCaller:
                 delay = answer.delay_ms
                 if answer.reconnect:
                     self._reconnect_before_retry(answer)
+                self._emit(WaitEvent(self._scope(tag, name, call_id), attempt, "poll", delay, answer.verdict.hint_ms))
                 await self._sleep(state, delay / 1000, f"while waiting {delay} ms before polling task {task_id}")
                 await self._ensure_session(state)
                 observed = await self._poll(state, name, attempt, task_id, start)
@@ -583,7 +648,8 @@ class RetryingToolCaller:
                     guard.poll_failed()  # the task still lives
                 else:
                     guard.polled(observed.outcome)  # its status, or its end (the attempt's outcome)
-                answer = self._record(state, tag, name, call_id, attempt, observed, guard)
+                self._emit(TaskPollEvent(self._scope(tag, name, call_id), attempt, task_id, _poll_status(observed)))
+                answer = self._record(state, tag, name, call_id, attempt, observed, guard, counted=False)
                 if observed.task is not None:
                     task_id = observed.task["task-id"]  # the server's latest word on which task it is
                 elif not observed.poll_failure:
@@ -594,26 +660,39 @@ class RetryingToolCaller:
                 await self._ensure_session(state)
                 found = await self._check_status(state, name, send_arguments, key, call_id)
                 guard.status_checked(found)
+                self._emit(StatusCheckEvent(self._scope(tag, name, call_id), attempt, self._check_name(name), found))
                 # Reported under the attempt whose effect was checked.
-                answer = self._record(state, tag, name, call_id, attempt, _Observed(f"status check: {found}", status=found), guard)
+                answer = self._record(
+                    state, tag, name, call_id, attempt, _Observed(f"status check: {found}", status=found), guard, counted=False
+                )
             kind = answer.kind
             if kind == "retry":
                 delay, attempt = answer.delay_ms, answer.next_attempt
                 state.attempt = attempt  # the call's attempt now, for a stop during the wait (`abandon_call`)
                 if answer.reconnect:  # the policy read a lost session (or a refused revision): a new session first
                     self._reconnect_before_retry(answer)
+                self._emit(WaitEvent(self._scope(tag, name, call_id), attempt, "retry", delay, answer.verdict.hint_ms))
                 await self._sleep(state, delay / 1000, f"while waiting {delay} ms before attempt {attempt}")
                 continue
             if kind == "replan":
-                message = cut_lifted_text(cast(ReplanAction, answer.decision["action"])["replan"])
+                decision = answer.decision
+                message = cut_lifted_text(cast(ReplanAction, decision["action"])["replan"])
+                self._emit(
+                    ReplanEvent(self._scope(tag, name, call_id), answer.verdict.attempt, decision["rule"], message, decision=decision)
+                )
+                self._end_spans("replan")
                 return CallToolResult(content=[TextContent(type="text", text=message)], is_error=True)
             if kind == "succeed":
+                self._end_spans("succeed")
                 if observed.result is not None and observed.success:
                     return cast(CallToolResult, observed.result)
                 note = cut_lifted_text(cast(SucceedAction, answer.decision["action"])["succeed"] or "done")
                 return CallToolResult(content=[TextContent(type="text", text=note)], is_error=False)
             if kind == "escalate":
-                raise Escalated(_bounded(cast(EscalateAction, answer.decision["action"])["escalate"]), tool=name)
+                decision = answer.decision
+                escalation = _bounded(cast(EscalateAction, decision["action"])["escalate"])
+                self._escalation_event(tag, name, call_id, answer.verdict.attempt, decision["rule"], escalation)
+                raise Escalated(escalation, tool=name)
             raise self._no_task_to_poll(tag, name, observed.summary, kind)
 
     def _no_task_to_poll(self, tag: _CallTag, name: str, summary: str, kind: str) -> Escalated:
@@ -639,6 +718,7 @@ class RetryingToolCaller:
             }
         refusal = _bounded(refusal)
         self._log_line(tag, name, None, 0, "not sent", None, "escalate", None, refusal["note"], escalation=refusal["reason"])
+        self._escalation_event(tag, name, None, 0, None, refusal)
         return Escalated(refusal, tool=name)
 
     # -- connecting and listing: the pseudo-calls
@@ -706,7 +786,31 @@ class RetryingToolCaller:
                         return tools
 
             self._tools = cast("dict[str, Tool]", await self._pseudo_call(state, TOOLS_LIST, list_all, "could not list the tools"))
+            self._warn_tools_without_hints(self._tools)
         return self._tools.get(name)
+
+    def _warn_tools_without_hints(self, tools: Mapping[str, Tool]) -> None:
+        """Once per connection: the tools the server listed without annotations,
+        which the policy treats as unkeyed writes unless configured (a 503 on one
+        escalates `status-unknown` rather than retrying)."""
+        bare = sorted(name for name, tool in tools.items() if tool.annotations is None)
+        owner: Any = self.connection if self.connection is not None else self._bare
+        if not bare or owner is None or _warned_connection(owner):
+            return
+        shown = [cut_lifted_text(name)[:MAX_TOOL_NAME_CHARS] for name in bare[:MAX_TOOLS_NAMED]]
+        warning = {
+            "event": "agent_retry.tools_without_hints",
+            "ts": round(time.time(), 3),
+            "run": self.run.run_id,
+            "policy": self.policy_identity,
+            "tools": shown,
+            "count": len(bare),
+            "reason": f"{len(bare)} of {len(tools)} tools carry no annotations (readOnlyHint, idempotentHint): unless the "
+            "configuration names them, each counts as an unkeyed write, and a failure whose outcome is unknown escalates "
+            "status-unknown instead of retrying. Configure their effect under `tools`; see "
+            f"{TOOLS_WITHOUT_HINTS_DOC}",
+        }
+        self.telemetry.events_log.warning(json.dumps(warning, ensure_ascii=False))
 
     async def _pseudo_call(self, state: _CallState, name: str, send: Callable[[ClientSession], Awaitable[Any]], what: str) -> Any:
         """`initialize` or `tools/list` as a call of the policy: begun (a step),
@@ -721,6 +825,7 @@ class RetryingToolCaller:
         guard, violation = self.guard.begin(name, None, PSEUDO_TOOL_HINTS, start.delay_ms)
         self._guarded(tag, name, call_id, 0, "not sent", violation)
         if start.delay_ms:
+            self._emit(WaitEvent(self._scope(tag, name, call_id), 1, "admission", start.delay_ms, None))
             await self._sleep(state, start.delay_ms / 1000, f"while waiting {start.delay_ms} ms for {name} to be admitted")
         attempt = 1
         while True:
@@ -734,12 +839,16 @@ class RetryingToolCaller:
             answer = self._record(state, tag, name, call_id, attempt, observed, guard)
             while answer.kind == "check-status":  # nobody can check a connection: the policy decides on "unknown"
                 guard.status_checked("unknown")
-                answer = self._record(state, tag, name, call_id, attempt, _Observed("status check: unknown", status="unknown"), guard)
+                self._emit(StatusCheckEvent(self._scope(tag, name, call_id), attempt, None, "unknown"))
+                answer = self._record(
+                    state, tag, name, call_id, attempt, _Observed("status check: unknown", status="unknown"), guard, counted=False
+                )
             kind = answer.kind
             if kind == "retry":
                 delay, attempt = answer.delay_ms, answer.next_attempt
                 if answer.reconnect and name != INITIALIZE:
                     self._reconnect_before_retry(answer)
+                self._emit(WaitEvent(self._scope(tag, name, call_id), attempt, "retry", delay, answer.verdict.hint_ms))
                 await self._sleep(state, delay / 1000, f"while waiting {delay} ms before {name} attempt {attempt}")
                 continue
             if kind == "succeed":
@@ -748,7 +857,10 @@ class RetryingToolCaller:
                 message = cut_lifted_text(cast(ReplanAction, answer.decision["action"])["replan"])
                 raise SessionLost(f"{what} ({name}): {message}", tool=state.tool)
             if kind == "escalate":
-                raise Escalated(_bounded(cast(EscalateAction, answer.decision["action"])["escalate"]), tool=name)
+                decision = answer.decision
+                escalation = _bounded(cast(EscalateAction, decision["action"])["escalate"])
+                self._escalation_event(tag, name, call_id, answer.verdict.attempt, decision["rule"], escalation)
+                raise Escalated(escalation, tool=name)
             raise self._no_task_to_poll(tag, name, observed.summary, kind)
 
     # -- one attempt
@@ -1172,14 +1284,28 @@ class RetryingToolCaller:
         else:
             effect = f"{state.tool} is not a write"
         message = f"{what} {state.doing}, after {state.attempts_sent} attempt(s) sent; stopped waiting. {effect}."
-        self._log_line(state.tag, state.tool, state.call_id, state.attempt, cause, None, "stop", None, message)
+        # The run's report counts the call's current attempt (begun, or planned by a retry), which has no verdict: so does the event.
+        self._log_line(
+            state.tag, state.tool, state.call_id, state.attempt, cause, None, "stop", None, message, counted=state.call_id is not None
+        )
+        self._end_spans("stop", cause)
         return Stopped(cause, state.tool, state.call_id, state.attempts_sent, may_have_applied, message)
 
     def _record(
-        self, state: _CallState, tag: _CallTag, tool: str, call_id: int, attempt: int, observed: _Observed, guard: CallGuard
+        self,
+        state: _CallState,
+        tag: _CallTag,
+        tool: str,
+        call_id: int,
+        attempt: int,
+        observed: _Observed,
+        guard: CallGuard,
+        *,
+        counted: bool = True,
     ) -> _Answer:
-        """Reports an attempt (or a status check) on the run's single path; the
-        verdict passes the guard before anything acts on it."""
+        """Reports an attempt (or a status check, or a poll: not `counted` as an
+        attempt) on the run's single path; the verdict passes the guard before
+        anything acts on it."""
         summary, run = observed.summary, self.run
         if observed.observation is not None:
             verdict = self._policy(
@@ -1242,7 +1368,7 @@ class RetryingToolCaller:
         answer = _Answer(verdict, lambda: self._read_decision(tag, tool, summary, call_id, attempt, guard))
         if self.on_verdict is not None:
             self.on_verdict(tool, attempt, verdict)
-        self._log_decision(tag, tool, call_id, attempt, summary, answer, capture_missing=observed.capture_missing)
+        self._log_decision(tag, tool, call_id, attempt, summary, answer, capture_missing=observed.capture_missing, counted=counted)
         return answer
 
     def _read_decision(self, tag: _CallTag, tool: str, summary: str, call_id: int, attempt: int, guard: CallGuard) -> Decision:
@@ -1272,6 +1398,7 @@ class RetryingToolCaller:
         self._log_line(
             tag, tool, None, 0, "not sent", None, "escalate", None, note, escalation=escalated.reason, invariant=violation.invariant.value
         )
+        self._escalation_event(tag, tool, None, 0, None, escalated.escalation)
         return Escalated(escalated.escalation, tool=tool, policy_failure=escalated.policy_failure)
 
     def _last_decision(self, call_id: int) -> Decision:
@@ -1316,33 +1443,53 @@ class RetryingToolCaller:
         attempt: int = 0,
     ) -> Escalated:
         """The policy-failure escalation (logged), for a failed policy or a broken invariant."""
-        note = cut_lifted_text(
-            f"the retry policy failed ({type(e).__name__}: {e}); not retried. Last outcome of {tool}: {last_outcome}. "
-            "Effects of this run are not known to the host: check before sending again."
-        )
+        escalation = policy_failure(tool, last_outcome, e)
+        note = escalation["note"]
+        # The escalation's event first: the attempt line stays the last line of a failed policy, as before 0.8.
+        self._escalation_event(tag, tool, call_id, attempt, None, escalation)
         self._log_line(
-            tag, tool, call_id, attempt, last_outcome, None, "escalate", None, note, escalation="unclassified-failure", invariant=invariant
+            tag,
+            tool,
+            call_id,
+            attempt,
+            last_outcome,
+            None,
+            "escalate",
+            None,
+            note,
+            escalation="unclassified-failure",
+            invariant=invariant,
+            counted=call_id is not None,  # a broken invariant: the run counted the attempt whose verdict was refused
         )
-        escalation: Escalation = {
-            "reason": "unclassified-failure",
-            "last-error": last_outcome,
-            "resets-in-ms": None,
-            "effects": [],
-            "effects-total": 0,
-            "note": note,
-        }
         return Escalated(escalation, tool=tool, policy_failure=e)
 
     def _log_decision(
-        self, tag: _CallTag, tool: str, call_id: int, attempt: int, outcome: str, answer: _Answer, *, capture_missing: bool = False
+        self,
+        tag: _CallTag,
+        tool: str,
+        call_id: int,
+        attempt: int,
+        outcome: str,
+        answer: _Answer,
+        *,
+        capture_missing: bool = False,
+        counted: bool = True,
     ) -> None:
-        if not self.log.isEnabledFor(logging.INFO):  # no line: its reason is not read either
+        """The verdict's attempt event. Its words (the reason, the rule as the
+        decision says it) are read only when something needs them: the log line
+        at INFO, an `on_retry` hook."""
+        kind = answer.kind
+        verdict = answer.verdict
+        delay = answer.delay_ms if kind in ("retry", "poll") else None
+        if not self.telemetry.wants_words(kind):
+            self._log_line(
+                tag, tool, call_id, attempt, outcome, verdict.class_, kind, delay, None, rule=self._rule_name(verdict),
+                hint_ms=verdict.hint_ms, counted=counted,
+            )  # fmt: skip
             return
         # Read for its words only (the guard checked them against the verdict): the line says what is done.
         decision = answer.decision
         action = decision["action"]
-        kind = answer.kind
-        delay = answer.delay_ms if kind in ("retry", "poll") else None
         escalation = cast(EscalateAction, action)["escalate"]["reason"] if kind == "escalate" else None
         self._log_line(
             tag,
@@ -1357,6 +1504,8 @@ class RetryingToolCaller:
             rule=decision["rule"],
             hint_ms=decision["hint-ms"],
             escalation=escalation,
+            counted=counted,
+            decision=decision,
         )
 
     def _log_line(
@@ -1369,49 +1518,67 @@ class RetryingToolCaller:
         klass: str | None,
         action: str,
         delay_ms: int | None,
-        reason: str,
+        reason: str | None,
         *,
         rule: str | None = None,
         hint_ms: int | None = None,
         escalation: str | None = None,
         invariant: str | None = None,
+        counted: bool = False,
+        decision: Decision | None = None,
     ) -> None:
-        # The fields and their order are the same in all three hosts (the module
-        # docstring of `mcp_client`). `step` and `key` name the call (`tag`);
-        # `rule` is the classification rule that applied; `hint_ms` the decision's hint;
-        # `escalation` the escalation reason (the contract's name, e.g.
-        # "run-steps-spent"); `policy` which policy decided (`policy_identity`);
-        # `invariant`, only on the lines of a broken invariant, its name.
-        if not self.log.isEnabledFor(logging.INFO):
-            return
-        line: dict[str, Any] = {
-            "event": "agent_retry.attempt",
-            "ts": round(time.time(), 3),
-            "run": self.run.run_id,
-            "policy": self.policy_identity,
-            "step": tag.step,
-            "call": call_id,
-            "tool": tool,
-            "attempt": attempt,
-            "key": tag.key,
-            "outcome": outcome,
-            "class": klass,
-            "rule": rule,
-            "action": action,
-            "delay_ms": delay_ms,
-            "hint_ms": hint_ms,
-            "escalation": escalation,
-            "reason": reason,
-        }
-        if invariant is not None:
-            line["invariant"] = invariant
-        self.log.info(json.dumps(line, ensure_ascii=False))
+        # The attempt event (docs/events.md), its log line's fields and their
+        # order the same in all three hosts. `step` and `key` name the call
+        # (`tag`); `rule` is the classification rule that applied; `hint_ms` the
+        # decision's hint; `escalation` the escalation reason (the contract's
+        # name, e.g. "run-steps-spent"); `policy` which policy decided
+        # (`policy_identity`); `invariant`, only on the lines of a broken
+        # invariant, its name. `counted`: the run's report counts it in its attempts.
+        event = AttemptEvent(
+            self._scope(tag, tool, call_id),
+            attempt,
+            tag.key,
+            outcome,
+            klass,
+            rule,
+            action,
+            delay_ms,
+            hint_ms,
+            escalation,
+            reason,
+            invariant=invariant,
+            decision=decision,
+            counted=counted,
+        )
+        if self._attempt_span is not None and action != "stop" and call_id is not None and tag.step is not None:
+            self._attempt_span.end(event)  # the attempt's verdict: its span ends with it
+            self._attempt_span = None
+        self._emit(event)
+
+    def _check_name(self, tool: str) -> str | None:
+        """What checks `tool`'s status (the status check's function name), or None when nothing can."""
+        check = self.status_check.get(tool) if isinstance(self.status_check, Mapping) else self.status_check
+        return None if check is None else getattr(check, "__name__", type(check).__name__)
 
 
-async def _send_tool_call(session: ClientSession, clock: _AttemptClock, name: str, arguments: Mapping[str, Any]) -> Any:
+def _poll_status(observed: _Observed) -> str:
+    """What a poll read of the task: its status, its end, or the poll's failure."""
+    if observed.task is not None:
+        return observed.task["status"]
+    if observed.poll_failure is not None:
+        return "poll failed"
+    return "completed" if observed.observation is None else "failed"
+
+
+async def _send_tool_call(
+    session: ClientSession, clock: _AttemptClock, name: str, arguments: Mapping[str, Any], meta: Mapping[str, str] | None = None
+) -> Any:
     """One attempt's `tools/call`, with a progress token, its continuations
     answered by the application's handlers: a `CallToolResult`, a task
-    (`TaskCreated`), or `InputNeeded` when nobody can answer the server."""
+    (`TaskCreated`), or `InputNeeded` when nobody can answer the server.
+    `meta`: the attempt span's W3C trace context, put in `params._meta` (passed
+    only when there is one, so a session without the `meta` argument still works)."""
+    extra: dict[str, Any] = {"meta": dict(meta)} if meta else {}
 
     async def send(responses: InputResponses | None, request_state: str | None) -> Any:
         return await session.call_tool(
@@ -1422,6 +1589,7 @@ async def _send_tool_call(session: ClientSession, clock: _AttemptClock, name: st
             request_state=request_state,
             allow_input_required=True,
             allow_claimed=True,
+            **extra,
         )
 
     return await continuation.settle(session, await send(None, None), send, clock.waiting_on_a_person)
@@ -1453,12 +1621,6 @@ async def _send_poll(session: ClientSession, clock: _AttemptClock, task_id: str)
 
 def _raise(error: BaseException) -> None:
     raise error
-
-
-def _bounded(escalation: Escalation) -> Escalation:
-    """An escalation from the policy with its note and last error cut to `MAX_LIFTED_TEXT_BYTES`."""
-    last = escalation.get("last-error")
-    return {**escalation, "note": cut_lifted_text(escalation["note"]), "last-error": None if last is None else cut_lifted_text(last)}
 
 
 def _consume(task: asyncio.Future[Any]) -> None:

@@ -1,0 +1,115 @@
+//! The shared events scenario (docs/events.md, "One scenario, three hosts"):
+//! tests/events/scenario.json through `with_policy` with the fake clock and
+//! the fixed entropy; what was emitted is written to target/events/rust.json
+//! and, when tests/events/expected.json exists, compared with it.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use agent_retry_host::any_call::{AnyCallError, Observed, PolicyRun, WithPolicyOptions};
+use agent_retry_host::component::types::{FailureKind, Observation};
+use agent_retry_host::events::{Event, RetryHooks};
+use agent_retry_host::mcp::Metrics;
+use agent_retry_host::testing::{FakeClock, fixed_entropy};
+use agent_retry_host::{EmbeddedAccounts, HostServices, PolicyComponent, default_wasm_path};
+use serde_json::{Value, json};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+#[derive(Default)]
+struct Log(Mutex<Vec<Value>>);
+
+impl RetryHooks for Log {
+    fn on_event(&self, event: &Event) {
+        self.0.lock().unwrap().push(event.to_log());
+    }
+}
+
+/// A readable failure of the vectors (`{kind, headers: [[name, value]], body}`) as the observation.
+fn observation(failure: &Value) -> Observation {
+    let kind = match &failure["kind"] {
+        Value::Object(kind) if kind.contains_key("http-status") => FailureKind::HttpStatus(kind["http-status"].as_u64().unwrap() as u16),
+        other => panic!("the scenario's failure kinds are http-status: {other}"),
+    };
+    let headers: Vec<(String, String)> = serde_json::from_value(failure["headers"].clone()).unwrap_or_default();
+    Observation::new(kind, &headers, failure["body"].as_str().unwrap_or_default())
+}
+
+/// A JSON value with its objects' keys sorted (whatever order serde_json's map keeps).
+fn sorted(value: Value) -> Value {
+    match value {
+        Value::Object(map) => {
+            let mut entries: Vec<(String, Value)> = map.into_iter().map(|(k, v)| (k, sorted(v))).collect();
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            Value::Object(entries.into_iter().collect())
+        }
+        Value::Array(items) => Value::Array(items.into_iter().map(sorted).collect()),
+        other => other,
+    }
+}
+
+#[tokio::test]
+async fn the_shared_scenario_emits_the_expected_events_and_metrics() {
+    let scenario: Value = serde_json::from_str(&std::fs::read_to_string(root().join("tests/events/scenario.json")).unwrap()).unwrap();
+    let component = PolicyComponent::from_file(&default_wasm_path()).expect("run `make wasm` first");
+    let entropy = fixed_entropy(scenario["entropy_seed"].as_u64().unwrap());
+    let instance = component.instantiate(HostServices::new(Arc::new(EmbeddedAccounts::new()), entropy)).unwrap();
+    let clock = Arc::new(FakeClock::new(scenario["clock_start_ms"].as_u64().unwrap()));
+    let log = Arc::new(Log::default());
+    let metrics = Arc::new(Metrics::new());
+    let options = WithPolicyOptions {
+        clock: clock.clone(),
+        policy_identity: Some(scenario["policy_identity"].as_str().unwrap().to_string()),
+        hooks: Some(log.clone()),
+        metrics: Some(metrics.clone()),
+        ..Default::default()
+    };
+    let mut run = PolicyRun::start(instance, &scenario["config"].to_string(), scenario["run_id"].as_str().unwrap(), options).unwrap();
+    let mut ends = Vec::new();
+    for call in scenario["calls"].as_array().unwrap() {
+        let answers = call["answers"].as_array().unwrap().clone();
+        let result = run
+            .with_policy(call["tool"].as_str().unwrap(), |attempt| {
+                let answer = answers[(attempt.number as usize - 1).min(answers.len() - 1)].clone();
+                async move {
+                    match answer.get("ok") {
+                        Some(value) => Ok(value.clone()),
+                        None => Err(Observed(observation(&answer["failure"]))),
+                    }
+                }
+            })
+            .await;
+        ends.push(match result {
+            Ok(value) => json!({"ok": value}),
+            Err(AnyCallError::Replan { message, rule }) => json!({"replan": {"rule": rule, "message": message}}),
+            Err(AnyCallError::Escalated(e)) => json!({"escalate": e.reason.to_string()}),
+            Err(other) => panic!("{other}"),
+        });
+    }
+    let report = run.finish().unwrap();
+    let events = log.0.lock().unwrap().clone();
+    let dump = sorted(json!({"events": events, "spans": [], "metrics": metrics.to_json()}));
+    let out = root().join("target/events");
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::write(out.join("rust.json"), serde_json::to_string_pretty(&dump).unwrap() + "\n").unwrap();
+
+    // What the scenario says happens, whatever expected.json holds.
+    assert_eq!(ends[0], json!({"ok": {"price_cents": 1200}}));
+    assert!(ends[1].get("replan").is_some(), "a 400 on a write is the model's to fix: {}", ends[1]);
+    assert_eq!(ends[2], json!({"escalate": "permission-denied"}));
+    assert_eq!(metrics.instruments().attempts_total(), u64::from(report.attempts));
+    assert_eq!(clock.sleeps().len(), 2, "two retries: {:?}", clock.sleeps());
+    assert!(clock.sleeps()[1] >= 1000, "the 429's Retry-After: {:?}", clock.sleeps());
+    assert!(events.iter().all(|e| e.get("ts").is_none()));
+
+    let expected_path = root().join("tests/events/expected.json");
+    if let Ok(text) = std::fs::read_to_string(&expected_path) {
+        let expected: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(dump["events"], expected["events"], "events differ from tests/events/expected.json (dump: target/events/rust.json)");
+        assert_eq!(dump["metrics"], expected["metrics"], "metrics differ from tests/events/expected.json (dump: target/events/rust.json)");
+    } else {
+        eprintln!("no tests/events/expected.json yet: the dump is written, not compared");
+    }
+}
