@@ -33,8 +33,10 @@ _HOOK_OF: dict[type, str] = {
     StatusCheckEvent: "on_status_check",
     PolicyUpdateEvent: "on_policy_update",
 }
-# The hooks already reported as failing, per `Hooks` object: each is logged once.
-_FAILED: weakref.WeakKeyDictionary[Hooks, set[str]] = weakref.WeakKeyDictionary()
+# The hooks already reported as failing, per `Hooks` object (by its id: a hook
+# need not be hashable, so neither is the `Hooks` holding it): each is logged
+# once. The entry goes when the `Hooks` object does.
+_FAILED: dict[int, set[str]] = {}
 # Whether OpenTelemetry already failed in this process (logged once, as a hook).
 _OTEL_FAILED: list[bool] = []
 
@@ -102,14 +104,35 @@ class Telemetry:
         try:
             hook(event)
         except Exception as e:  # noqa: BLE001 - an observer cannot change the call
-            seen = _FAILED.setdefault(self.hooks, set())
-            if name not in seen:
-                seen.add(name)
-                self._failed(name, e)
+            try:
+                if _first_failure(self.hooks, name):
+                    self._failed(name, e)
+            except Exception:  # noqa: BLE001 - reporting the failure must not fail the call either
+                pass
 
     def _failed(self, hook: str, error: BaseException) -> None:
-        line = {"event": HOOK_FAILED, "ts": round(time.time(), 3), "hook": hook, "error": f"{type(error).__name__}: {error}"}
-        self.events_log.warning(json.dumps(line, ensure_ascii=False))
+        try:
+            text = f"{type(error).__name__}: {error}"
+        except Exception:  # noqa: BLE001 - an exception whose str() raises
+            text = type(error).__name__
+        line = {"event": HOOK_FAILED, "ts": round(time.time(), 3), "hook": hook, "error": text}
+        self.events_log.warning(json.dumps(line, ensure_ascii=False, default=str))
+
+
+def _first_failure(hooks: Hooks, name: str) -> bool:
+    """Whether this is the first failure of hook `name` of this `Hooks` object."""
+    key = id(hooks)
+    seen = _FAILED.get(key)
+    if seen is None:
+        seen = _FAILED[key] = set()
+        try:
+            weakref.finalize(hooks, _FAILED.pop, key, None)
+        except TypeError:  # not weakly referenceable: the entry stays
+            pass
+    if name in seen:
+        return False
+    seen.add(name)
+    return True
 
 
 __all__ = ["Telemetry"]

@@ -5,6 +5,7 @@ for the host."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 
 from .errors import AgentRetryError
@@ -54,7 +55,9 @@ def policy_failure(tool: str, last_outcome: str, error: AgentRetryError) -> Esca
 
 
 def bounded(escalation: Escalation) -> Escalation:
-    """An escalation from the policy with its note and last error cut to `MAX_LIFTED_TEXT_BYTES`."""
+    """An escalation from the policy with its note and last error cut to
+    `MAX_LIFTED_TEXT_BYTES`: a deep copy, which a hook given the decision cannot change."""
+    escalation = copy.deepcopy(escalation)
     last = escalation.get("last-error")
     return {**escalation, "note": cut_lifted_text(escalation["note"]), "last-error": None if last is None else cut_lifted_text(last)}
 

@@ -161,6 +161,8 @@ class _Call:
         self.call_id: int | None = None
         self.effect: str | None = None
         self.attempt = 0
+        # The last attempt whose verdict an attempt event counted (as the run's report counts it).
+        self.reported = 0
         self.sent = 0
         self.in_flight = False
         self.span = telemetry.otel.call(tool, run.run_id, policy, step) if telemetry.otel is not None else None
@@ -190,8 +192,9 @@ class _Call:
             "unclassified-failure",
             escalation["note"],
             invariant=invariant,
-            # The run counted the call's current attempt, which this ends without a verdict acted on.
-            counted=self.call_id is not None,
+            # The run counted the call's current attempt, which this ends without a verdict acted on
+            # (unless its verdict was already counted: a status check's failed).
+            counted=self.unreported(),
         )
         self.telemetry.emit(event, self.span)
         return self.escalated(escalation, None, policy_failure=error)
@@ -203,6 +206,10 @@ class _Call:
         escalated = self.policy_failed(last_outcome, fault, invariant=violation.invariant.value)
         self.state.broken = (escalated, violation)
         raise escalated
+
+    def unreported(self) -> bool:
+        """Whether the run counts the call's current attempt and no attempt event counted it yet."""
+        return self.call_id is not None and self.reported < self.attempt
 
     def escalated(self, escalation: Any, rule: str | None, *, policy_failure: Any = None, decision: Decision | None = None) -> Escalated:
         """The call ends with an escalation: its event, the call span's end, the error to raise."""
@@ -253,8 +260,9 @@ class _Call:
             f"{self.tool} ({self.effect}) may have been applied: check before sending it again" if may_have_applied else "nothing is out"
         )
         message = f"{what} after {self.sent} attempt(s) sent; stopped waiting. {effect}."
-        # The report counts the call's current attempt (begun, or planned by a retry) with no verdict: so does this.
-        counted = self.call_id is not None
+        # The report counts the call's current attempt (begun, or planned by a retry) with no verdict: so does
+        # this, unless that attempt's verdict was counted already (a stop during its status check).
+        counted = self.unreported()
         event = AttemptEvent(self.scope, self.attempt, self.key, cause, None, None, "stop", None, None, None, message, counted=counted)
         self.telemetry.emit(event, self.span)
         if self.span is not None:
@@ -269,7 +277,15 @@ class _Call:
         """Reports one outcome on the run's single path; the verdict passes the
         guard before anything acts on it; then its attempt event."""
         assert self.call_id is not None
-        verdict = self.ask(outcome, report, *args)
+        try:
+            verdict = self.ask(outcome, report, *args)
+        except Escalated:
+            raise
+        except Exception as error:  # not the policy failing: what was reported is unusable (a malformed observation)
+            _end_span(self, type(error).__qualname__)
+            reason = f"{type(error).__name__} raised reporting the call's outcome ({outcome}): re-raised, the call abandoned"
+            _abandon_unknown(self, error, reason)
+            raise
         violation = guard.verdict(verdict.action, verdict.delay_ms, verdict.hint_ms, verdict.reconnect, cancel_task=verdict.cancel_task)
         self.guarded(outcome, violation)
         call_id = self.call_id
@@ -303,6 +319,8 @@ class _Call:
             decision=decision,
             counted=counted,
         )
+        if counted:
+            self.reported = max(self.reported, verdict.attempt)
         self.telemetry.emit(event, self.span)
         return answer, event
 
@@ -475,10 +493,11 @@ async def _call(
         if kind == "replan":
             decision = answer.decision
             message = cut_lifted_text(cast(ReplanAction, decision["action"])["replan"])
-            call.telemetry.emit(ReplanEvent(call.scope, answer.verdict.attempt, decision["rule"], message, decision=decision), call.span)
+            rule = decision["rule"]  # read before the hooks see the decision: they cannot change it
+            call.telemetry.emit(ReplanEvent(call.scope, answer.verdict.attempt, rule, message, decision=decision), call.span)
             if call.span is not None:
                 call.span.end("replan")
-            raise ReplanNeeded(message, decision["rule"], tool=tool)
+            raise ReplanNeeded(message, rule, tool=tool)
         if kind == "succeed":
             if call.span is not None:
                 call.span.end("succeed")
@@ -571,7 +590,7 @@ def _end_span(call: _Call, error_type: str) -> None:
         call.attempt_span = None
 
 
-def _abandon_unknown(call: _Call, error: BaseException) -> None:
+def _abandon_unknown(call: _Call, error: BaseException, reason: str | None = None) -> None:
     """An exception nothing maps: a bug in the caller's code. The call is
     abandoned (the attempt counts as sent: a write may have left) and ends."""
     if call.call_id is not None:
@@ -579,8 +598,9 @@ def _abandon_unknown(call: _Call, error: BaseException) -> None:
             call.run.abandon_call(call.call_id, call.attempt, True, "cancelled")
         except Exception:  # noqa: BLE001 - the exception the caller must see is theirs
             pass
-    reason = f"{type(error).__name__} raised by the call, which no mapping knows: re-raised, the call abandoned"
-    counted = call.call_id is not None  # as the report counts it
+    if reason is None:
+        reason = f"{type(error).__name__} raised by the call, which no mapping knows: re-raised, the call abandoned"
+    counted = call.unreported()  # as the report counts it
     event = AttemptEvent(call.scope, call.attempt, call.key, "exception", None, None, "stop", None, None, None, reason, counted=counted)
     call.telemetry.emit(event, call.span)
     if call.span is not None:

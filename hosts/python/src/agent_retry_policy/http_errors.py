@@ -35,9 +35,40 @@ def _pairs(headers: Any) -> list[tuple[str, str]]:
     return [(str(name), str(value)) for name, value in items]
 
 
+def _unread_requests_body(response: Any) -> str | None:
+    """The start of a requests response body not read yet (`stream=True`): at
+    most `MAX_BODY_BYTES` + 1 bytes from its raw stream, never the whole body
+    (which may be endless); None when the response is not such a one."""
+    if getattr(response, "_content", None) is not False or getattr(response, "_content_consumed", True):
+        return None
+    raw = getattr(response, "raw", None)
+    if raw is None or not hasattr(raw, "read"):
+        return ""
+    limit = MAX_BODY_BYTES + 1
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        while size < limit:
+            chunk = raw.read(limit - size)
+            if not chunk:
+                break
+            chunks.append(bytes(chunk))
+            size += len(chunk)
+    except Exception:  # noqa: BLE001 - a stream that fails: what was read, or no body
+        pass
+    encoding = getattr(response, "encoding", None) or "utf-8"
+    try:
+        return b"".join(chunks).decode(encoding, errors="replace")
+    except (LookupError, TypeError):  # an unknown encoding
+        return b"".join(chunks).decode("utf-8", errors="replace")
+
+
 def _text(response: Any) -> str:
     """A response's body as text, or "" when it cannot be read (a stream not read)."""
     try:
+        unread = _unread_requests_body(response)
+        if unread is not None:
+            return unread
         text = response.text
     except Exception:  # noqa: BLE001 - httpx.ResponseNotRead, a body that cannot be decoded: no body
         return ""

@@ -35,6 +35,32 @@ _SPAN_EVENTS = (WaitEvent, StatusCheckEvent, TaskPollEvent, EscalationEvent)
 _SCOPE_FIELDS = frozenset(["event", "ts", "run", "policy", "step", "call", "tool"])
 
 
+def _sdk_failed(error: BaseException) -> None:
+    """An OpenTelemetry SDK, span processor or exporter raised: logged once per
+    process (as `agent_retry.hook_failed`, hook `opentelemetry`), never raised:
+    tracing cannot change a call's result, nor replace the caller's exception."""
+    try:
+        import json
+        import logging
+        import time
+
+        from ._telemetry import _OTEL_FAILED
+        from .events import HOOK_FAILED
+
+        if _OTEL_FAILED:
+            return
+        _OTEL_FAILED.append(True)
+        line = {"event": HOOK_FAILED, "ts": round(time.time(), 3), "hook": "opentelemetry", "error": f"{type(error).__name__}: {error}"}
+        logging.getLogger("agent_retry_policy.calls").warning(json.dumps(line, ensure_ascii=False, default=str))
+    except Exception:  # noqa: BLE001 - the failure's own report must not fail the call
+        pass
+
+
+def _invalid_span() -> Any:
+    """A span that records nothing: what a span whose start failed becomes."""
+    return _trace.INVALID_SPAN
+
+
 def _attributes(values: Mapping[str, Any]) -> dict[str, Any]:
     """OpenTelemetry attributes: a None value is left out (an attribute cannot be null)."""
     return {name: value for name, value in values.items() if value is not None}
@@ -49,22 +75,40 @@ class AttemptSpan:
     def trace_meta(self) -> dict[str, str]:
         """The attempt span's W3C `traceparent` (and `tracestate`), for the
         request's `params._meta` (MCP SEP-414); empty when it is not recording."""
-        if not self.span.get_span_context().is_valid:
+        try:
+            if not self.span.get_span_context().is_valid:
+                return {}
+            carrier: dict[str, str] = {}
+            TraceContextTextMapPropagator().inject(carrier, context=_trace.set_span_in_context(self.span))
+            return carrier
+        except Exception as e:  # noqa: BLE001 - a failing SDK must not end the call
+            _sdk_failed(e)
             return {}
-        carrier: dict[str, str] = {}
-        TraceContextTextMapPropagator().inject(carrier, context=_trace.set_span_in_context(self.span))
-        return carrier
 
     @contextmanager
     def current(self) -> Iterator[None]:
         """The attempt span as the current span (what the attempt's own code traces nests under it)."""
-        token = _context.attach(_trace.set_span_in_context(self.span))
+        token = None
+        try:
+            token = _context.attach(_trace.set_span_in_context(self.span))
+        except Exception as e:  # noqa: BLE001 - a failing SDK must not end the call
+            _sdk_failed(e)
         try:
             yield
         finally:
-            _context.detach(token)
+            if token is not None:
+                try:
+                    _context.detach(token)
+                except Exception as e:  # noqa: BLE001 - a failing SDK must not end the call
+                    _sdk_failed(e)
 
     def end(self, event: AttemptEvent) -> None:
+        try:
+            self._end(event)
+        except Exception as e:  # noqa: BLE001 - a failing SDK or exporter must not end the call
+            _sdk_failed(e)
+
+    def _end(self, event: AttemptEvent) -> None:
         attempt = event.attempt
         self.span.set_attributes(
             _attributes(
@@ -84,9 +128,12 @@ class AttemptSpan:
 
     def fail(self, error_type: str) -> None:
         """The attempt ended with no verdict (stopped, or an exception nothing maps)."""
-        self.span.set_attribute("error.type", error_type)
-        self.span.set_status(Status(StatusCode.ERROR, error_type))
-        self.span.end()
+        try:
+            self.span.set_attribute("error.type", error_type)
+            self.span.set_status(Status(StatusCode.ERROR, error_type))
+            self.span.end()
+        except Exception as e:  # noqa: BLE001 - a failing SDK or exporter must not end the call
+            _sdk_failed(e)
 
 
 class CallSpan:
@@ -103,20 +150,27 @@ class CallSpan:
         """Starts the span of attempt `number`: over MCP a client span
         `tools/call {tool}`, for the any-call helper an internal `attempt {tool}`."""
         self.attempts += 1
-        parent = _trace.set_span_in_context(self.span)
-        if mcp:
-            name, kind = f"tools/call {self.tool}", SpanKind.CLIENT
-            attributes = {"mcp.method.name": "tools/call", "gen_ai.tool.name": self.tool}
-        else:
-            name, kind, attributes = f"attempt {self.tool}", SpanKind.INTERNAL, {}
-        span = self._recorder.tracer.start_span(name, context=parent, kind=kind, attributes=attributes)
+        try:
+            parent = _trace.set_span_in_context(self.span)
+            if mcp:
+                name, kind = f"tools/call {self.tool}", SpanKind.CLIENT
+                attributes = {"mcp.method.name": "tools/call", "gen_ai.tool.name": self.tool}
+            else:
+                name, kind, attributes = f"attempt {self.tool}", SpanKind.INTERNAL, {}
+            span = self._recorder.tracer.start_span(name, context=parent, kind=kind, attributes=attributes)
+        except Exception as e:  # noqa: BLE001 - a failing SDK or span processor must not end the call
+            _sdk_failed(e)
+            span = _invalid_span()
         return AttemptSpan(span)
 
     def add_event(self, event: Any) -> None:
         if not isinstance(event, _SPAN_EVENTS) or self._ended:
             return
-        fields = {f"agent_retry.{name}": value for name, value in event.to_log(None).items() if name not in _SCOPE_FIELDS}
-        self.span.add_event(event.name, attributes=_attributes(fields))
+        try:
+            fields = {f"agent_retry.{name}": value for name, value in event.to_log(None).items() if name not in _SCOPE_FIELDS}
+            self.span.add_event(event.name, attributes=_attributes(fields))
+        except Exception as e:  # noqa: BLE001 - a failing SDK must not end the call
+            _sdk_failed(e)
 
     def end(self, action: str, *, error_type: str | None = None) -> None:
         """Ends the call: `action` is `succeed`, `replan`, `escalate` (then
@@ -124,12 +178,15 @@ class CallSpan:
         if self._ended:
             return
         self._ended = True
-        self.span.set_attribute("agent_retry.action", action)
-        self.span.set_attribute("agent_retry.attempts", self.attempts)
-        if error_type is not None:
-            self.span.set_attribute("error.type", error_type)
-            self.span.set_status(Status(StatusCode.ERROR, error_type))
-        self.span.end()
+        try:
+            self.span.set_attribute("agent_retry.action", action)
+            self.span.set_attribute("agent_retry.attempts", self.attempts)
+            if error_type is not None:
+                self.span.set_attribute("error.type", error_type)
+                self.span.set_status(Status(StatusCode.ERROR, error_type))
+            self.span.end()
+        except Exception as e:  # noqa: BLE001 - a failing SDK or exporter must not end the call
+            _sdk_failed(e)
 
 
 class OtelRecorder:
@@ -166,7 +223,11 @@ class OtelRecorder:
                 "agent_retry.step": step,
             }
         )
-        span = self.tracer.start_span(f"execute_tool {tool}", kind=SpanKind.INTERNAL, attributes=attributes)
+        try:
+            span = self.tracer.start_span(f"execute_tool {tool}", kind=SpanKind.INTERNAL, attributes=attributes)
+        except Exception as e:  # noqa: BLE001 - a failing SDK or span processor must not end the call
+            _sdk_failed(e)
+            span = _invalid_span()
         return CallSpan(self, span, tool)
 
     def record(self, event: Any) -> None:
