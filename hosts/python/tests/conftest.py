@@ -1,6 +1,7 @@
 """Prints the conformance vectors' own tally at the end of a run. The fixtures
 of the demo MCP server (demo_server.py): `demo` and `serve`; and `server`, a
-redis-server of the test's own (redis_server.py)."""
+redis-server of the test's own (redis_server.py). The package's plugin adds
+`agent_retry_demo_server` (test_demo_server_fixture.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ from typing import Any
 import pytest
 from demo_server import DemoServer, Desk
 from redis_server import RedisServer
+
+# The package's opt-in plugin, as a user's conftest.py loads it.
+pytest_plugins = ["agent_retry_policy.pytest_plugin"]
 
 
 @pytest.fixture

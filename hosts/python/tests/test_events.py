@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from events_scenario import EXPECTED, run_scenario, write_dump
+from log_lines import HELPER_LOGGER, logged
 
 from agent_retry_policy import PolicyComponent
 from agent_retry_policy.any_call import call_with_policy
@@ -172,7 +173,7 @@ def test_a_raising_hook_is_logged_once_and_changes_nothing(caplog: pytest.LogCap
 
     with caplog.at_level(logging.WARNING, logger="agent_retry_policy.calls"):
         assert asyncio.run(play()) == "ok"
-    failed = [json.loads(r.getMessage()) for r in caplog.records if "agent_retry.hook_failed" in r.getMessage()]
+    failed = logged(caplog, HELPER_LOGGER, "agent_retry.hook_failed")
     # Three hooks raised, two of them twice: each is logged once.
     assert sorted(f["hook"] for f in failed) == ["on_escalate", "on_retry", "on_wait"]
     assert all(f["error"] == "RuntimeError: hook bug" for f in failed)
@@ -254,6 +255,6 @@ def test_live_policy_updates_reach_the_hook_and_the_counter(tmp_path: Any, caplo
     updates = {s["labels"]["outcome"]: s["value"] for s in metrics.snapshot()["agent_retry_policy_updates_total"]}
     assert updates == {"accepted": 1, "refused": 1, "rolled-back": 1}
     # The log line is the one of 0.7: event, message, then the fields.
-    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "agent_retry_policy.live"]
+    lines = logged(caplog, "agent_retry_policy.live")
     assert [list(line)[:2] for line in lines] == [["event", "message"]] * 3
     assert [line["message"] for line in lines] == ["policy update accepted", "policy update refused", "policy rolled back"]

@@ -100,7 +100,7 @@ def test_a_403_the_policy_retries_is_sent_once_and_ends_the_run(serve: Callable[
     first, later = call_twice(desk, {"retry": True, "tools": ["issue_refund"]}, "issue_refund", REFUND)
     assert len(desk.posts_of("issue_refund")) == 1
     broken_by(first, "client-error-repeated")
-    assert "Last outcome of issue_refund: HTTP 403" in first.note
+    assert "Last outcome of issue_refund: http 403" in first.note
     # The rest of the run: the same escalation, nothing sent.
     assert desk.posts_of("lookup_order") == []
     assert later.note == first.note and later.tool == "lookup_order"
@@ -206,18 +206,18 @@ def test_a_run_has_a_deadline_of_30_minutes_unless_the_caller_turns_it_off() -> 
 
 def test_a_wait_of_u64_max_ms_neither_overflows_nor_outlives_the_deadline() -> None:
     # The guard refuses such a wait first; the timer code must be safe on its own.
-    from agent_retry_policy._mcp.caller import _CallState, _CallTag, _DeadlinePassed
+    from agent_retry_policy._mcp.caller import _CallState, _DeadlinePassed
 
     run = PolicyComponent.load().instantiate().load_policy({}).start_run("GUARD-TIMER")
     longest = (2**64 - 1) / 1000
 
     async def waits() -> None:
         unlimited = RetryingToolCaller(object(), run, run_timeout_s=None)  # type: ignore[arg-type]
-        state = _CallState("t", _CallTag(1), None, "run-timeout", None)
+        state = _CallState("t", None, "run-timeout", None)
         with pytest.raises(asyncio.TimeoutError):  # it sleeps (until cancelled), no OverflowError
             await asyncio.wait_for(unlimited._sleep(state, longest, "waiting"), 0.05)
         limited = RetryingToolCaller(object(), run)  # type: ignore[arg-type]
-        state = _CallState("t", _CallTag(1), limited._run_deadline, "run-timeout", limited.run_timeout_s)
+        state = _CallState("t", limited._run_deadline, "run-timeout", limited.run_timeout_s)
         with pytest.raises(_DeadlinePassed):  # past the 30-minute deadline: not slept at all
             await limited._sleep(state, longest, "waiting")
         assert state.not_slept

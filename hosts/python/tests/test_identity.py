@@ -89,7 +89,7 @@ def test_a_wrapper_given_a_policy_identity_logs_it_on_every_attempt_line(
     lines = attempt_lines(caplog)
     # A retry, a success and a refusal before sending: every kind of line.
     assert [(line["action"], line["outcome"]) for line in lines] == [
-        ("retry", "HTTP 503"),
+        ("retry", "http 503"),
         ("succeed", "success"),
         ("escalate", "not sent"),
     ]

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 import pytest
 from demo_server import Desk, http, timeout_after_apply, tool_text
+from log_lines import MCP_LOGGER, logged
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult, TextContent
@@ -72,8 +73,8 @@ PSEUDO_TOOLS = ("initialize", "tools/list")
 
 def attempt_lines(caplog: pytest.LogCaptureFixture, *, pseudo: bool = False) -> list[dict[str, Any]]:
     """The attempt lines of the model's calls (and, with `pseudo`, of the pseudo-calls)."""
-    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "agent_retry_policy.mcp"]
-    return [line for line in lines if line.get("event") == "agent_retry.attempt" and (pseudo or line["tool"] not in PSEUDO_TOOLS)]
+    lines = logged(caplog, MCP_LOGGER, "agent_retry.attempt")
+    return [line for line in lines if pseudo or line["tool"] not in PSEUDO_TOOLS]
 
 
 def test_a_503_then_success_is_retried_and_the_caller_sees_only_the_success(
@@ -96,7 +97,7 @@ def test_a_503_then_success_is_retried_and_the_caller_sees_only_the_success(
     lines = attempt_lines(caplog, pseudo=True)
     assert [(line["step"], line["tool"], line["attempt"], line["outcome"], line["class"], line["action"]) for line in lines] == [
         (None, "tools/list", 1, "success", "success", "succeed"),
-        (1, "lookup_order", 1, "HTTP 503", "transient", "retry"),
+        (1, "lookup_order", 1, "http 503", "transient", "retry"),
         (1, "lookup_order", 2, "success", "success", "succeed"),
     ]
 
@@ -171,7 +172,7 @@ def test_a_403_escalates_at_once_with_the_body_in_the_note(serve: Callable[..., 
     assert "refunds above 5000 rupees need a person" in raised.value.note
     assert raised.value.tool == "issue_refund"
     # The scripted HTTP 403, not the tool's own refusal of the amount.
-    assert [line["outcome"] for line in attempt_lines(caplog)] == ["HTTP 403"]
+    assert [line["outcome"] for line in attempt_lines(caplog)] == ["http 403"]
     assert len(desk.posts_of("issue_refund")) == 1
     assert desk.refunds() == []
 
@@ -250,7 +251,7 @@ def test_a_server_that_goes_away_is_retried_then_escalated_and_the_session_survi
         run_with_session(desk, body)
     assert raised.value.reason == "call-attempts-spent"
     outcomes = [line["outcome"] for line in attempt_lines(caplog)][1:]
-    assert outcomes == ["connection-refused"] * 4  # max-attempts-per-call defaults to 4
+    assert outcomes == ["transport connection-refused"] * 4  # max-attempts-per-call defaults to 4
 
 
 def test_retries_wait_the_policy_delay(serve: Callable[..., Desk], caplog: pytest.LogCaptureFixture) -> None:
@@ -293,7 +294,7 @@ def test_a_relayed_503_in_a_tool_error_is_retried_and_the_model_sees_the_success
     assert report["retries"] == 1 and report["replans"] == 0 and report["succeeded-calls"] == 2  # with tools/list
     lines = attempt_lines(caplog)
     assert [(line["outcome"], line["class"], line["action"], line["rule"]) for line in lines] == [
-        ("isError", "transient", "retry", "tool-error:status"),
+        ("tool error", "transient", "retry", "tool-error:status"),
         ("success", "success", "succeed", lines[1]["rule"]),
     ]
 
@@ -503,7 +504,7 @@ def test_the_attempt_line_has_the_shared_fields_in_order_with_step_key_and_hint(
     assert (listed["outcome"], listed["action"]) == ("success", "succeed")
 
     assert (first["event"], first["run"], first["tool"]) == ("agent_retry.attempt", "CASE-5030", "issue_refund")
-    assert (first["step"], first["attempt"], first["key"], first["outcome"]) == (1, 1, sent_keys[0], "HTTP 503")
+    assert (first["step"], first["attempt"], first["key"], first["outcome"]) == (1, 1, sent_keys[0], "http 503")
     assert (first["action"], first["hint_ms"], first["escalation"]) == ("retry", 2_000, None)
     assert first["delay_ms"] >= 2_000 and waits[-1] * 1000 >= 2_000 and isinstance(first["call"], int)
     assert isinstance(first["ts"], float) and first["policy"] == not_sent["policy"]

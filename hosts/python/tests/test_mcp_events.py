@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from demo_server import Desk, http, timeout_after_apply
+from log_lines import MCP_LOGGER, logged
 from mcp import ClientSession
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -26,7 +27,7 @@ from agent_retry_policy.metrics import RetryMetrics
 
 def lines_of(caplog: pytest.LogCaptureFixture) -> list[dict[str, Any]]:
     # The attempt lines on the wrapper's logger, the other events on its child `events`.
-    return [json.loads(r.getMessage()) for r in caplog.records if r.name.startswith("agent_retry_policy.mcp")]
+    return logged(caplog, MCP_LOGGER, children=True)
 
 
 def test_a_run_of_retries_a_status_check_and_an_escalation_counts_what_the_report_counts(
@@ -114,11 +115,14 @@ def test_a_task_polled_to_completion_emits_its_polls_and_counts_one_attempt(
     assert not asyncio.run(go()).is_error
     lines = lines_of(caplog)
     polls = [line for line in lines if line["event"] == "agent_retry.task_poll"]
-    assert len(polls) == run.report()["polls"] >= 2
+    # The task the call answered with is a status read too (as in every host), then one per poll.
+    assert len(polls) == run.report()["polls"] + 1 >= 3
     assert [p["status"] for p in polls][-1] == "completed" and set(p["status"] for p in polls[:-1]) == {"working"}
     assert len({p["task_id"] for p in polls}) == 1 and all(p["tool"] == "issue_refund" and p["attempt"] == 1 for p in polls)
+    refund = [line["event"] for line in lines if line["tool"] == "issue_refund"]
+    assert refund[:2] == ["agent_retry.task_poll", "agent_retry.attempt"], "the task's status, then the attempt line that reports it"
     poll_waits = [w for w in waits if w.why == "poll"]
-    assert len(poll_waits) == len(polls)
+    assert len(poll_waits) == run.report()["polls"]
     # A task's polls are not attempts: the counts still equal the report's.
     assert metrics.attempts == run.report()["attempts"]
-    assert metrics.snapshot()["agent_retry_waits_total"] == [{"labels": {"why": "poll"}, "value": len(polls)}]
+    assert metrics.snapshot()["agent_retry_waits_total"] == [{"labels": {"why": "poll"}, "value": len(poll_waits)}]

@@ -39,6 +39,7 @@ import demo_server
 import httpx2
 import pytest
 from demo_server import DemoServer
+from log_lines import MCP_LOGGER, logged
 from mcp import ClientSession
 from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult, TextContent
@@ -196,8 +197,7 @@ def text_of(result: CallToolResult) -> str:
 
 
 def log_lines(caplog: pytest.LogCaptureFixture) -> list[dict[str, Any]]:
-    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "agent_retry_policy.mcp"]
-    return [line for line in lines if line.get("event") == "agent_retry.attempt"]
+    return logged(caplog, MCP_LOGGER, "agent_retry.attempt")
 
 
 def outcomes(caplog: pytest.LogCaptureFixture) -> list[tuple[str, str, str]]:
@@ -265,7 +265,7 @@ def test_a_modern_only_server_refuses_the_legacy_handshake(demo: Callable[..., D
     # it (rule version-mismatch): a new session, negotiating again, then, refused
     # again, an escalation: the two share no revision.
     assert raised.value.reason == "protocol-version-unsupported"
-    assert outcomes(caplog) == [("initialize", "HTTP 400", "retry"), ("initialize", "HTTP 400", "escalate")]
+    assert outcomes(caplog) == [("initialize", "http 400", "retry"), ("initialize", "http 400", "escalate")]
     assert {line["rule"] for line in log_lines(caplog)} == {"version-mismatch"}
 
 
@@ -291,7 +291,7 @@ def test_a_dual_era_server_over_http_is_reached(
     assert outcomes(caplog) == [*CONNECTED, ("lookup_order", "success", "succeed")]
 
 
-@pytest.mark.parametrize(("cut", "seen"), [("cut-before", "connection-reset"), ("cut-during", "stream-closed")])
+@pytest.mark.parametrize(("cut", "seen"), [("cut-before", "transport connection-reset"), ("cut-during", "transport stream-closed")])
 def test_a_probe_cut_by_the_network_is_retried_not_taken_for_a_legacy_server(
     cut: str, seen: str, proxies: Callable[[list[str]], Proxy], caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -433,7 +433,7 @@ def test_a_probe_answered_429_is_retried_after_its_hint_and_the_server_is_reache
     assert [m for m, _ in front.seen if m in ("server/discover", "initialize")] == ["server/discover", "server/discover"], front.seen
     assert front.seen[:2] == [("server/discover", 429), ("server/discover", 200)], front.seen
     first = log_lines(caplog)[0]
-    assert (first["tool"], first["attempt"], first["outcome"], first["action"]) == (INITIALIZE, 1, "HTTP 429", "retry")
+    assert (first["tool"], first["attempt"], first["outcome"], first["action"]) == (INITIALIZE, 1, "http 429", "retry")
     assert first["hint_ms"] == 1_000 and first["delay_ms"] >= 1_000, first
     assert elapsed >= 1.0, elapsed
     assert outcomes(caplog)[1:] == [*CONNECTED, ("lookup_order", "success", "succeed")]
@@ -450,7 +450,7 @@ def test_a_probe_answered_403_escalates_permission_denied_without_a_downgrade(
     assert raised.value.tool == INITIALIZE
     assert raised.value.reason == "permission-denied", raised.value.reason
     assert [(line["tool"], line["attempt"], line["outcome"], line["action"]) for line in log_lines(caplog)] == [
-        (INITIALIZE, 1, "HTTP 403", "escalate")
+        (INITIALIZE, 1, "http 403", "escalate")
     ]
     # No fallback to the handshake went out: no 2025-11-25 session was made.
     assert front.seen == [("server/discover", 403)], front.seen
@@ -468,8 +468,8 @@ def test_a_probe_answered_503_every_time_escalates_after_the_policys_attempts(
     assert raised.value.reason == "call-attempts-spent", raised.value.reason
     attempts = 4  # the default max-attempts-per-call
     assert [(line["tool"], line["attempt"], line["outcome"], line["action"]) for line in log_lines(caplog)] == [
-        *((INITIALIZE, n, "HTTP 503", "retry") for n in range(1, attempts)),
-        (INITIALIZE, attempts, "HTTP 503", "escalate"),
+        *((INITIALIZE, n, "http 503", "retry") for n in range(1, attempts)),
+        (INITIALIZE, attempts, "http 503", "escalate"),
     ]
     assert front.seen == [("server/discover", 503)] * attempts, front.seen
 
@@ -620,7 +620,9 @@ def test_an_https_server_whose_ca_is_not_trusted_escalates_with_the_certificate_
     # attempt, as misconfigured, without a retry.
     assert raised.value.reason == "connection-misconfigured"
     lines = log_lines(caplog)
-    assert [(line["tool"], line["attempt"], line["outcome"], line["action"]) for line in lines] == [(INITIALIZE, 1, "tls", "escalate")]
+    assert [(line["tool"], line["attempt"], line["outcome"], line["action"]) for line in lines] == [
+        (INITIALIZE, 1, "transport tls", "escalate")
+    ]
     assert (lines[0]["class"], lines[0]["escalation"]) == ("misconfigured", "connection-misconfigured")
     assert elapsed < CALL_TIMEOUT_S / 2, elapsed
 

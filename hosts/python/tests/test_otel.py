@@ -104,7 +104,7 @@ def test_the_mcp_wrapper_traces_a_call_and_its_attempts_and_passes_trace_context
         1,
         "retry",
     )
-    assert "http.request.resend_count" not in a1 and a1["error.type"] == "isError" and first.status.status_code.name == "ERROR"
+    assert "http.request.resend_count" not in a1 and a1["error.type"] == "tool error" and first.status.status_code.name == "ERROR"
     a2 = dict(second.attributes or {})
     assert (a2["http.request.resend_count"], a2["agent_retry.class"], a2["agent_retry.action"]) == (1, "success", "succeed")
     assert second.status.status_code.name == "UNSET"

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from log_lines import MCP_LOGGER, logged
 from mcp.types import CallToolResult, ListToolsResult, TextContent, Tool, ToolAnnotations
 
 from agent_retry_policy import (
@@ -329,7 +330,10 @@ def test_when_the_policy_fails_the_mcp_wrapper_does_not_retry_and_escalates_sayi
     assert "the retry policy failed (PolicyTrap: [method]run.record-failure trapped: a host import raised ConnectionError" in error.note
     assert "not retried" in error.note
     assert session.sent == 1, "not retried"
-    assert '"action": "escalate"' in caplog.records[-1].getMessage() and "the retry policy failed" in caplog.records[-1].getMessage()
+    # The attempt line, then the escalation's (docs/events.md: the same order in every host).
+    *_, attempt_line, escalation_line = logged(caplog, MCP_LOGGER, children=True)
+    assert (attempt_line["event"], escalation_line["event"]) == ("agent_retry.attempt", "agent_retry.escalation")
+    assert attempt_line["action"] == "escalate" and "the retry policy failed" in attempt_line["reason"]
     # The broken instance refuses the next call the same way; nothing is sent.
     with pytest.raises(Escalated) as again:
         asyncio.run(caller.call_tool("lookup", {}))

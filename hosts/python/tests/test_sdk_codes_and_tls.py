@@ -96,7 +96,7 @@ def test_a_servers_json_rpc_error_with_the_sdks_own_codes_is_a_protocol_error(
     asyncio.run(call())
     first = attempt_lines(caplog)[0]
     # Even the SDK's own wording ("Connection closed"): the server sent it, the answer came.
-    assert first["outcome"] == f"JSON-RPC {code}", first
+    assert first["outcome"] == f"json-rpc {code}", first
     assert first["rule"] != "transport", first
     if "20s" in message:  # the server's relayed wait is read, as in any protocol error
         assert first["hint_ms"] == 20_000, first
@@ -122,7 +122,7 @@ def test_the_sdks_own_timeout_over_the_capturing_transport_is_a_transport_timeou
 
     asyncio.run(call())
     first = attempt_lines(caplog)[0]
-    assert (first["outcome"], first["rule"]) == ("timeout", "transport"), first
+    assert (first["outcome"], first["rule"]) == ("transport timeout", "transport"), first
 
 
 def _capture(*, seen: bool, responded: bool) -> AttemptCapture:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from log_lines import MCP_LOGGER, logged
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult, TextContent
@@ -183,8 +184,7 @@ def text_of(result: CallToolResult) -> str:
 
 
 def log_lines(caplog: pytest.LogCaptureFixture, event: str = "agent_retry.attempt") -> list[dict[str, Any]]:
-    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "agent_retry_policy.mcp"]
-    return [line for line in lines if line.get("event") == event]
+    return logged(caplog, MCP_LOGGER, event)
 
 
 def outcomes(caplog: pytest.LogCaptureFixture) -> list[tuple[str, str, str]]:
@@ -253,7 +253,7 @@ def test_T1_a_restarted_server_loses_the_session_and_the_wrapper_reinitialises(
         ("initialize", "success", "succeed"),
         ("tools/list", "success", "succeed"),
         ("lookup_order", "success", "succeed"),
-        ("issue_refund", "HTTP 404", "retry"),
+        ("issue_refund", "http 404", "retry"),
         ("initialize", "success", "succeed"),
         ("issue_refund", "success", "succeed"),
     ]
@@ -297,7 +297,7 @@ def test_T1_a_bare_session_that_is_lost_raises_SessionLost_not_an_sdk_error(
     # stands for (a 404 to a request that carried a session id, nothing more);
     # the policy says reconnect, which a bare session cannot do.
     (lost,) = [line for line in log_lines(caplog) if line["tool"] == "issue_refund"]
-    assert (lost["outcome"], lost["action"], lost["rule"]) == ("HTTP 404", "retry", "lost-session"), lost
+    assert (lost["outcome"], lost["action"], lost["rule"]) == ("http 404", "retry", "lost-session"), lost
     assert lost["reason"].endswith(CAPTURE_MISSING_SUFFIX), lost["reason"]
     assert read_ledger(ledger)["refunds"] == []
 
@@ -327,7 +327,7 @@ def test_T2_a_cut_answer_to_a_keyed_write_is_seen_at_once_and_resent_with_the_sa
     # The retry is answered by a task (the demo server speaks the Tasks extension): its polls are not attempts.
     lines = [line for line in log_lines(caplog) if line["tool"] == "issue_refund" and line["action"] != "poll"]
     assert [(line["attempt"], line["outcome"], line["action"]) for line in lines] == [
-        (1, "stream-closed", "retry"),
+        (1, "transport stream-closed", "retry"),
         (2, "success", "succeed"),
     ]
     assert lines[0]["key"] == lines[1]["key"] == key_of("T2")
@@ -360,12 +360,15 @@ def test_T3_a_cut_answer_to_an_unkeyed_write_is_status_checked_not_resent(
     assert [entry["tool"] for entry in proxy.log() if entry["rpc"] == "tools/call"] == ["record_note", "list_notes"]
     assert read_ledger(ledger)["notes"] == [{"order_id": "A3", "text": "customer called"}]
     lines = [line for line in log_lines(caplog) if line["tool"] == "record_note"]
-    assert [(line["outcome"], line["action"]) for line in lines] == [("stream-closed", "check-status"), ("status check: found", "succeed")]
+    assert [(line["outcome"], line["action"]) for line in lines] == [
+        ("transport stream-closed", "check-status"),
+        ("status check found", "succeed"),
+    ]
 
 
 # What the wrapper sees of each cut: before the answer, a reset connection; during
 # it, a stream closed before the response; after it, nothing (the answer was whole).
-CUT_SEEN_AS = {"cut-before": "connection-reset", "cut-during": "stream-closed", "cut-after": None}
+CUT_SEEN_AS = {"cut-before": "transport connection-reset", "cut-during": "transport stream-closed", "cut-after": None}
 
 
 @pytest.mark.parametrize("cut", list(CUT_SEEN_AS))
@@ -438,7 +441,7 @@ def test_T8_a_bare_session_without_the_capturing_client_warns_once_and_says_so_i
     warnings = log_lines(caplog, "agent_retry.capture_missing")
     assert len(warnings) == 1, warnings
     failed = [line for line in log_lines(caplog) if line["tool"] == "lookup_order" and line["outcome"] != "success"]
-    assert [line["outcome"] for line in failed] == ["JSON-RPC -32603", "JSON-RPC -32603"]
+    assert [line["outcome"] for line in failed] == ["json-rpc -32603", "json-rpc -32603"]
     assert all(line["reason"].endswith(CAPTURE_MISSING_SUFFIX) for line in failed)
     succeeded = [line for line in log_lines(caplog) if line["outcome"] == "success"]
     assert succeeded and not any(line["reason"].endswith(CAPTURE_MISSING_SUFFIX) for line in succeeded)
@@ -452,7 +455,7 @@ def test_T8_a_bare_session_without_the_capturing_client_warns_once_and_says_so_i
 
     assert not run(connected).is_error
     assert log_lines(caplog, "agent_retry.capture_missing") == []
-    (throttled,) = [line for line in log_lines(caplog) if line["outcome"] == "HTTP 429"]
+    (throttled,) = [line for line in log_lines(caplog) if line["outcome"] == "http 429"]
     assert throttled["class"] == "throttled" and throttled["delay_ms"] >= 1000
     assert not throttled["reason"].endswith(CAPTURE_MISSING_SUFFIX)
 
@@ -543,7 +546,7 @@ def test_T9_a_cancelled_call_stops_during_its_backoff_at_once(
     # was in flight during the backoff.
     assert (stopped.cause, stopped.attempts_sent, stopped.may_have_applied) == ("cancelled", 1, False)
     lines = [line for line in log_lines(caplog) if line["tool"] == "issue_refund"]
-    assert [(line["outcome"], line["action"]) for line in lines] == [("HTTP 429", "retry"), ("cancelled", "stop")]
+    assert [(line["outcome"], line["action"]) for line in lines] == [("http 429", "retry"), ("cancelled", "stop")]
     assert lines[0]["delay_ms"] >= 5_000
     assert read_ledger(ledger)["refunds"] == []
 
@@ -576,7 +579,7 @@ def test_T9_a_backoff_that_would_end_past_the_run_limit_is_not_slept(
     assert left is not None and 0 < int(left.group(1)) <= 3_000, stopped.note
     lines = [line for line in log_lines(caplog) if line["tool"] == "lookup_order"]
     assert [(line["outcome"], line["action"], line["escalation"], line["hint_ms"]) for line in lines] == [
-        ("HTTP 429", "escalate", "deadline-too-near", 5_000)
+        ("http 429", "escalate", "deadline-too-near", 5_000)
     ]
 
 
@@ -613,7 +616,7 @@ def test_T5_a_stdio_server_killed_after_a_keyed_write_is_respawned_and_the_write
     assert outcomes(caplog) == [
         ("initialize", "success", "succeed"),
         ("tools/list", "success", "succeed"),
-        ("issue_refund", "stream-closed", "retry"),
+        ("issue_refund", "transport stream-closed", "retry"),
         ("initialize", "success", "succeed"),
         ("issue_refund", "success", "succeed"),
     ]
@@ -648,7 +651,10 @@ def test_T6_a_stdio_server_killed_after_an_unkeyed_write_is_respawned_and_status
     assert len({entry["pid"] for entry in log}) == 2
     assert [entry["tool"] for entry in log if entry["rpc"] == "tools/call"] == ["record_note", "list_notes"]
     lines = [line for line in log_lines(caplog) if line["tool"] == "record_note"]
-    assert [(line["outcome"], line["action"]) for line in lines] == [("stream-closed", "check-status"), ("status check: found", "succeed")]
+    assert [(line["outcome"], line["action"]) for line in lines] == [
+        ("transport stream-closed", "check-status"),
+        ("status check found", "succeed"),
+    ]
 
 
 def test_T7_a_stdio_server_that_cannot_be_started_again_escalates_after_a_bounded_number_of_starts(
@@ -692,7 +698,7 @@ def test_a_stdio_server_that_cannot_be_spawned_escalates_with_the_reason_not_an_
         run(body)
     assert raised.value.tool == "initialize"
     assert "could not connect to the MCP server" in raised.value.note and "could not start the server" in raised.value.note
-    assert {line["outcome"] for line in log_lines(caplog)} == {"connection-refused"}
+    assert {line["outcome"] for line in log_lines(caplog)} == {"transport connection-refused"}
 
 
 # --- server-everything --------------------------------------------------------
@@ -717,7 +723,7 @@ def test_T10_server_everything_restarted_over_http_the_wrapper_reinitialises(
     assert len([entry for entry in proxy.log() if entry["rpc"] == "initialize"]) == 2
     # server-everything answers an unknown session with a 400: reported as it
     # came; the policy reads it as a lost session and says reconnect.
-    lost = [line for line in log_lines(caplog) if (line["tool"], line["outcome"]) == ("echo", "HTTP 400")]
+    lost = [line for line in log_lines(caplog) if (line["tool"], line["outcome"]) == ("echo", "http 400")]
     assert [(line["action"], line["rule"]) for line in lost] == [("retry", "lost-session")], lost
     assert outcomes(caplog)[-2:] == [("initialize", "success", "succeed"), ("echo", "success", "succeed")]
 
@@ -733,7 +739,7 @@ def test_T11_server_everything_over_stdio_killed_after_echo_is_respawned(tmp_pat
     result = run(body)
     assert text_of(result) == "Echo: again"
     assert len({entry["pid"] for entry in shim.log()}) == 2
-    assert ("echo", "stream-closed", "retry") in outcomes(caplog)
+    assert ("echo", "transport stream-closed", "retry") in outcomes(caplog)
 
 
 def test_T12_server_everything_cut_sse_answer_is_seen_at_once_and_retried(
@@ -755,7 +761,7 @@ def test_T12_server_everything_cut_sse_answer_is_seen_at_once_and_retried(
     assert generation == 2  # the cut left the session suspect: the retry went on a new one
     assert elapsed < ATTEMPT_TIMEOUT_S / 2, elapsed
     lines = [line for line in log_lines(caplog) if line["tool"] == "echo"]
-    assert [(line["outcome"], line["action"]) for line in lines] == [("stream-closed", "retry"), ("success", "succeed")]
+    assert [(line["outcome"], line["action"]) for line in lines] == [("transport stream-closed", "retry"), ("success", "succeed")]
     assert [entry["fault"] for entry in proxy.log() if entry["rpc"] == "tools/call"] == ["cut-during", None]
 
 

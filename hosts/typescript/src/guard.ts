@@ -193,7 +193,7 @@ export class RunGuard {
     const limits = this.limits;
     let violation: Violation | undefined;
     if (startDelayMs > limits.accountWaitMs) {
-      violation = { invariant: 'delay-over-cap', detail: `a first send after ${startDelayMs} ms; the account wait cap is ${limits.accountWaitMs} ms` };
+      violation = { invariant: 'delay-over-cap', detail: `a first send after ${startDelayMs} ms; the account's wait cap is ${limits.accountWaitMs} ms` };
     } else if (this.steps >= limits.maxStepsPerRun) {
       violation = { invariant: 'attempts-over-budget', detail: `a call begun after ${this.steps} steps; max-steps-per-run is ${limits.maxStepsPerRun}` };
     }

@@ -40,7 +40,7 @@ export {
   UpdateFleetError, UpdateIntegrityError, UpdateLoadError, UpdateOlderError, UpdateReadError, UpdateSelfTestError, type StopCause, type Stopped,
 } from './errors.js';
 export {
-  withPolicy, outcomeWords, type Attempt, type AnyStatusCheckRequest, type PolicyClock, type WithPolicyOptions,
+  withPolicy, outcomeWords, type Attempt, type AnyStatusCheckRequest, type StatusCheckAnswer, type PolicyClock, type WithPolicyOptions,
 } from './any-call.js';
 export { observeError, observeResponse, type ObserveError } from './observe-errors.js';
 export { ObservedFailure, ReplanNeeded } from './errors.js';
@@ -52,5 +52,7 @@ export {
   INSTRUMENTS, RetryMetrics, WAIT_BUCKETS_S, type CounterSeries, type HistogramSeries, type Instrument, type MetricsSnapshot,
 } from './metrics.js';
 // Test helpers (exported here: the package has no `./testing` entry point).
-export { FakeClock, fixedEntropy } from './testing.js';
+export {
+  FakeClock, demoServerBinary, fixedEntropy, startDemoServer, type DemoFaultRule, type DemoServerOptions, type RunningDemoServer,
+} from './testing.js';
 export type * from '../generated/interfaces/agent-retry-policy-types.js';

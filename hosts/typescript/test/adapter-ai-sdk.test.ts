@@ -184,7 +184,7 @@ test('the capture is wired: a 429\'s Retry-After is waited', async () => {
   await generateText({ model, tools, stopWhen, prompt: 'where is A1?' });
   assert.deepEqual(sent, ['lookup_order', 'lookup_order']);
   assert.ok(sleeps.some((ms) => ms >= 2000), `no wait of Retry-After's 2 s: ${JSON.stringify(sleeps)}`);
-  assert.equal(lines.find((l) => l.event === 'agent_retry.attempt' && l.outcome === 'HTTP 429')?.hint_ms, 2000);
+  assert.equal(lines.find((l) => l.event === 'agent_retry.attempt' && l.outcome === 'http 429')?.hint_ms, 2000);
 });
 
 test('the capture is wired: a 503 with x-should-retry: false is not retried, and the loop stops', async () => {

@@ -215,7 +215,7 @@ test('the genuine policy retries a 409 that says x-should-retry: true, and the g
   assert.equal(sentTo('lookup_order'), 2, 'not retried once');
   assert.deepEqual(lines.filter((l) => l.invariant !== undefined), []);
   assert.deepEqual(lines.filter((l) => l.tool === 'lookup_order').map((l) => [l.attempt, l.outcome, l.action]),
-    [[1, 'HTTP 409', 'retry'], [2, 'success', 'succeed']]);
+    [[1, 'http 409', 'retry'], [2, 'success', 'succeed']]);
   // The run goes on.
   const next = await caller.callTool('lookup_order', { order_id: 'A2' });
   assert.equal(next.isError, false);
@@ -232,7 +232,7 @@ test('a 403 the liar retries on a new session with a session id is sent once (cl
   // The line names the call and the attempt the verdict answered.
   assert.equal(typeof line?.call, 'number');
   assert.equal(line?.attempt, 1);
-  assert.equal(line?.outcome, 'HTTP 403');
+  assert.equal(line?.outcome, 'http 403');
 });
 
 test('an unkeyed write whose task lives is not called again when its poll failed and the policy says retry (task-resent)', async () => {

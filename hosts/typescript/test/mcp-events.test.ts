@@ -66,7 +66,7 @@ test('a 429 with Retry-After, a keyed write after a 503, then a 403: events, hoo
         + 'agent_retry.task_poll issue_refund 2 completed', 'agent_retry.attempt issue_refund 2 succeed',
       'agent_retry.attempt lookup_order 1 escalate', 'agent_retry.escalation lookup_order 1 permission-denied$'].join('\n')), text);
     // The hooks saw the same, with the hint and the note.
-    assert.deepEqual(retries.map((e) => [e.tool, e.outcome]), [['lookup_order', 'HTTP 429'], ['issue_refund', 'HTTP 503']]);
+    assert.deepEqual(retries.map((e) => [e.tool, e.outcome]), [['lookup_order', 'http 429'], ['issue_refund', 'http 503']]);
     assert.deepEqual(waits.map((e) => e.why).filter((w) => w === 'retry'), ['retry', 'retry']);
     assert.equal(waits[0].hintMs, 1000);
     assert.ok(waits[0].waitMs >= 1000);

@@ -149,8 +149,8 @@ test('1. a modern-only server, v2: a 429\'s Retry-After reaches the policy (the 
   const connection = track(McpConnection.http(url, { sdk: 'v2' }));
   const { caller, lines } = await newCaller(connection, { sleep: async () => undefined });
   await lookup(caller);
-  assert.deepEqual(steps(lines).slice(2), [['lookup_order', 1, 'HTTP 429', 'retry'], ['lookup_order', 2, 'success', 'succeed']]);
-  const throttled = lines.find((l) => l.outcome === 'HTTP 429') as Line;
+  assert.deepEqual(steps(lines).slice(2), [['lookup_order', 1, 'http 429', 'retry'], ['lookup_order', 2, 'success', 'succeed']]);
+  const throttled = lines.find((l) => l.outcome === 'http 429') as Line;
   assert.deepEqual([throttled.class, throttled.hint_ms], ['throttled', 1000]);
   assert.ok((throttled.delay_ms as number) >= 1000);
 });
@@ -166,7 +166,7 @@ test('1. a modern-only server behind the proxy, v2: an answer cut mid-way is str
   assert.ok(performance.now() - began < 3000, 'the cut was not seen at once');
   // The cut left the session suspect: the retry goes on a new one (issue 24 row 10).
   assert.deepEqual(steps(lines).slice(2), [
-    ['lookup_order', 1, 'stream-closed', 'retry'], ['initialize', 1, 'success', 'succeed'], ['lookup_order', 2, 'success', 'succeed'],
+    ['lookup_order', 1, 'transport stream-closed', 'retry'], ['initialize', 1, 'success', 'succeed'], ['lookup_order', 2, 'success', 'succeed'],
   ]);
   const log = await proxy.log();
   assert.equal(log.filter((e) => e.rpc === 'initialize').length, 0, JSON.stringify(log));
@@ -224,7 +224,7 @@ test('3. server-everything over stdio, v2: killed after an echo, started again (
   const { caller, lines } = await newCaller(connection);
   assert.equal(textOf(await caller.callTool('echo', { message: 'three' })), 'Echo: three');
   assert.deepEqual(steps(lines).slice(2), [
-    ['echo', 1, 'stream closed', 'retry'], ['initialize', 1, 'success', 'succeed'], ['echo', 2, 'success', 'succeed'],
+    ['echo', 1, 'transport stream-closed', 'retry'], ['initialize', 1, 'success', 'succeed'], ['echo', 2, 'success', 'succeed'],
   ]);
   assert.equal(connection.connections, 2);
   assert.equal(connection.protocolVersion, LEGACY);
@@ -246,7 +246,7 @@ test('3. server-everything over HTTP, v2: the probe\'s 400 is not a failure; a r
   assert.equal(textOf(await caller.callTool('echo', { message: 'two' })), 'Echo: two');
   assert.deepEqual(steps(lines), [
     ...CLEAN, ['echo', 1, 'success', 'succeed'],
-    ['echo', 1, 'HTTP 400', 'retry'], // 400 "Bad Request: No valid session ID provided": the policy's lost-session, reconnect
+    ['echo', 1, 'http 400', 'retry'], // 400 "Bad Request: No valid session ID provided": the policy's lost-session, reconnect
     ['initialize', 1, 'success', 'succeed'],
     ['echo', 2, 'success', 'succeed'],
   ]);
@@ -279,7 +279,7 @@ test('4. an https modern-only server: trusted through an undici Agent with the C
   assert.equal(error.tool, 'initialize');
   assert.equal(error.reason, 'connection-misconfigured'); // transport `tls`: a person must fix the certificate, not retried
   assert.match(error.note, /certificate/i);
-  assert.deepEqual(steps(lines), [['initialize', 1, 'tls', 'escalate']]);
+  assert.deepEqual(steps(lines), [['initialize', 1, 'transport tls', 'escalate']]);
   assert.equal(lines[0].class, 'misconfigured');
   assert.equal(plain.connections, 0);
 });
@@ -318,7 +318,7 @@ test('6. v1 against a modern-only server: initialize is refused (HTTP 400, -3202
   assert.equal(error.reason, 'protocol-version-unsupported');
   assert.match(error.note, /-32022/);
   assert.match(error.note, /"supported":\["2026-07-28"\]/);
-  assert.deepEqual(steps(lines), [['initialize', 1, 'HTTP 400', 'retry'], ['initialize', 2, 'HTTP 400', 'escalate']]);
+  assert.deepEqual(steps(lines), [['initialize', 1, 'http 400', 'retry'], ['initialize', 2, 'http 400', 'escalate']]);
   assert.equal(lines[0].rule, 'version-mismatch');
   assert.equal(connection.connections, 0);
 });
@@ -417,7 +417,7 @@ test('7. v2, a dual-era server: the probe answered 429 with Retry-After: 1 once 
   const { caller, lines } = await newCaller(connection, { sleep: async () => undefined });
   await lookup(caller);
   assert.deepEqual(steps(lines), [
-    ['initialize', 1, 'HTTP 429', 'retry'], ['initialize', 2, 'success', 'succeed'],
+    ['initialize', 1, 'http 429', 'retry'], ['initialize', 2, 'success', 'succeed'],
     ['tools/list', 1, 'success', 'succeed'], ['lookup_order', 1, 'success', 'succeed'],
   ]);
   const throttled = lines[0];
@@ -437,7 +437,7 @@ test('7. v2: the probe answered 403 escalates permission-denied at the connect',
   assert.ok(error instanceof Escalated, `not an escalation: ${String(error)}`);
   assert.equal(error.tool, 'initialize');
   assert.equal(error.reason, 'permission-denied');
-  assert.deepEqual(steps(lines), [['initialize', 1, 'HTTP 403', 'escalate']]);
+  assert.deepEqual(steps(lines), [['initialize', 1, 'http 403', 'escalate']]);
   assert.equal(handshakes(front), 0);
   assert.equal(connection.connections, 0);
 });
@@ -451,7 +451,7 @@ test('7. v2: the probe answered 503 every time escalates after the policy\'s att
   assert.equal(error.tool, 'initialize');
   const seen = steps(lines);
   assert.ok(seen.length > 1, JSON.stringify(seen));
-  assert.ok(seen.every(([tool, , outcome]) => tool === 'initialize' && outcome === 'HTTP 503'), JSON.stringify(seen));
+  assert.ok(seen.every(([tool, , outcome]) => tool === 'initialize' && outcome === 'http 503'), JSON.stringify(seen));
   assert.deepEqual(seen.slice(0, -1).map((s) => s[3]), seen.slice(0, -1).map(() => 'retry'));
   assert.equal(seen[seen.length - 1][3], 'escalate');
   assert.equal(probes(front).length, seen.length);

@@ -116,7 +116,7 @@ test('a 503 then success is retried and the caller sees only the success', async
   assert.equal(report.retries, 1);
   assert.deepEqual(report.statuses, [{ status: 503, count: 1 }]);
   assert.deepEqual(lines.map((l) => [l.attempt, l.outcome, l.class, l.action]), [
-    [1, 'HTTP 503', 'transient', 'retry'],
+    [1, 'http 503', 'transient', 'retry'],
     [2, 'success', 'success', 'succeed'],
   ]);
 });
@@ -172,7 +172,7 @@ test('a 403 escalates at once with the body in the note', async () => {
     return true;
   });
   // The scripted HTTP 403, not the tool's own refusal of the amount.
-  assert.deepEqual(lines.filter((l) => l.event === 'agent_retry.attempt').map((l) => l.outcome), ['HTTP 403']);
+  assert.deepEqual(lines.filter((l) => l.event === 'agent_retry.attempt').map((l) => l.outcome), ['http 403']);
   assert.equal(postsOf('issue_refund').length, 1);
   assert.deepEqual(refunds(), []);
 });
@@ -231,8 +231,8 @@ test('a server that goes away is retried then escalated', async () => {
   // server closed (a reset); after that nobody listens (refused).
   const outcomes = lines.slice(1).map((l) => l.outcome);
   assert.equal(outcomes.length, 4);
-  assert.ok(outcomes.every((o) => o === 'connection-reset' || o === 'connection-refused'), outcomes.join());
-  assert.equal(outcomes[3], 'connection-refused');
+  assert.ok(outcomes.every((o) => o === 'transport connection-reset' || o === 'transport connection-refused'), outcomes.join());
+  assert.equal(outcomes[3], 'transport connection-refused');
 });
 
 test('retries wait the policy delay', async () => {
@@ -306,7 +306,7 @@ test('a relayed "HTTP 503" in a tool error is retried and the model sees only th
   assert.match(textOf(result), /"order_id":"T-7"/);
   assert.equal(postsOf('lookup_order').length, 2);
   assert.deepEqual(lines.map((l) => [l.attempt, l.outcome, l.class, l.action]), [
-    [1, 'isError', 'transient', 'retry'],
+    [1, 'tool error', 'transient', 'retry'],
     [2, 'success', 'success', 'succeed'],
   ]);
   // The wrapper read no status itself: tool-error(none), the text as the body.
@@ -433,7 +433,7 @@ test('the log names escalation reasons as the contract does (run-steps-spent)', 
   const caller = new RetryingToolCaller(client, run, { log: collect });
   await assert.rejects(caller.callTool('lookup_order', { order_id: 'A1' }), (e: unknown) => e instanceof Escalated && e.reason === 'run-steps-spent');
   assert.deepEqual(lines.map((l) => [l.outcome, l.class, l.rule, l.action, l.escalation]),
-    [['HTTP 503', 'transient', 'http-status', 'escalate', 'run-steps-spent']]);
+    [['http 503', 'transient', 'http-status', 'escalate', 'run-steps-spent']]);
   // The run has ended: a further call is a misuse, not sent.
   await assert.rejects(caller.callTool('lookup_order', { order_id: 'A2' }),
     (e: unknown) => e instanceof RunMisuse && e.error.tag === 'run-ended' && e.error.val === 'run-steps-spent');
@@ -595,7 +595,7 @@ test('an attempt line and a not-sent line have the same fields, in order, with t
   assert.deepEqual(parsed.map((l) => [l.step, l.call, l.tool, l.attempt, l.key, l.outcome, l.action]), [
     [null, 1, 'tools/list', 1, null, 'success', 'succeed'], // the pseudo-call: no step of the model's
     [1, 2, 'lookup_order', 1, null, 'success', 'succeed'],
-    [2, 3, 'issue_refund', 1, key, 'HTTP 503', 'retry'],
+    [2, 3, 'issue_refund', 1, key, 'http 503', 'retry'],
     [2, 3, 'issue_refund', 2, key, 'success', 'succeed'],
     [3, null, 'issue_refund', 0, run.instance.deriveIdempotencyKey('CASE-5022', 'step-3'), 'not sent', 'escalate'],
   ]);
@@ -634,7 +634,7 @@ test('the wrapper asks for a decision\'s words only when it needs them (always f
   const loggedCalls = asked(logged);
   assert.ok(!(await logged.callTool('lookup_order', { order_id: 'A1' })).isError);
   assert.deepEqual(loggedCalls, { flat: 3, rich: 0, lastDecision: 3, escalation: 0 }); // tools/list's success, the 503, the success
-  assert.deepEqual(lines.map((l) => [l.outcome, l.class, l.rule, l.action, typeof l.reason]), [['HTTP 503', 'transient', 'http-status', 'retry', 'string'], ['success', 'success', 'success', 'succeed', 'string']]);
+  assert.deepEqual(lines.map((l) => [l.outcome, l.class, l.rule, l.action, typeof l.reason]), [['http 503', 'transient', 'http-status', 'retry', 'string'], ['success', 'success', 'success', 'succeed', 'string']]);
   assert.ok((lines[0].reason as string).length > 0);
 
   // Without lines: a retry and a success need no words; a replan's message and an escalation do.

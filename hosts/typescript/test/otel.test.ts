@@ -105,7 +105,7 @@ test('the MCP wrapper: a call span, a client span per attempt, and each attempt\
     const sent = metas[i];
     assert.equal(sent?.traceparent, `00-${span.spanContext().traceId}-${span.spanContext().spanId}-01`);
   }
-  assert.equal(attribute(attempts[0], 'error.type'), 'isError');
+  assert.equal(attribute(attempts[0], 'error.type'), 'tool error');
   assert.equal(attempts[0].status.code, 2);
   assert.equal(attribute(attempts[0], 'agent_retry.action'), 'retry');
   // The wait before attempt 2 is an event of the call span.

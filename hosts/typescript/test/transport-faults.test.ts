@@ -197,11 +197,11 @@ test('T1: a restarted HTTP server (the session gone) is re-initialised and the k
   assertActionable(result);
   const key = caller.run.instance.deriveIdempotencyKey('CASE-T', 'step-2');
   assert.deepEqual(steps(lines).slice(3), [
-    ['issue_refund', 1, 'HTTP 404', 'retry'], // the 404 "Session not found", reported as it came: the policy says lost-session, reconnect
+    ['issue_refund', 1, 'http 404', 'retry'], // the 404 "Session not found", reported as it came: the policy says lost-session, reconnect
     ['initialize', 1, 'success', 'succeed'],
     ['issue_refund', 2, 'success', 'succeed'],
   ]);
-  const lost = lines.find((l) => l.outcome === 'HTTP 404') as Line;
+  const lost = lines.find((l) => l.outcome === 'http 404') as Line;
   assert.deepEqual([lost.class, lost.rule, lost.key], ['transient', 'lost-session', key]);
   const log = await proxy.log();
   assert.equal(log.filter((e) => e.rpc === 'initialize').length, 2, JSON.stringify(log));
@@ -222,7 +222,7 @@ test('T2: an HTTP answer cut mid-way is stream-closed at once; the retry carries
   assertActionable(result);
   assert.ok(took < 3000, `the call took ${Math.round(took)} ms: the cut was not seen at once (attempt timeout ${ATTEMPT_TIMEOUT_MS} ms)`);
   const calls = lines.filter((l) => l.tool === 'issue_refund');
-  assert.deepEqual(calls.map((l) => [l.attempt, l.outcome, l.action]), [[1, 'stream-closed', 'retry'], [2, 'success', 'succeed']]);
+  assert.deepEqual(calls.map((l) => [l.attempt, l.outcome, l.action]), [[1, 'transport stream-closed', 'retry'], [2, 'success', 'succeed']]);
   const key = caller.run.instance.deriveIdempotencyKey('CASE-T', 'step-1');
   assert.deepEqual(calls.map((l) => l.key), [key, key]);
   assert.equal((await proxy.log()).filter((e) => e.tool === 'issue_refund').length, 2);
@@ -238,7 +238,7 @@ test('T3: an unkeyed write whose answer was cut is checked, not resent: one note
   const result = await caller.callTool('record_note', { order_id: 'A3', text: 'customer called' });
   assertActionable(result);
   assert.deepEqual(lines.filter((l) => l.tool === 'record_note').map((l) => [l.attempt, l.outcome, l.action]),
-    [[1, 'stream-closed', 'check-status'], [1, 'status check: found', 'succeed']]);
+    [[1, 'transport stream-closed', 'check-status'], [1, 'status check found', 'succeed']]);
   assert.equal((await proxy.log()).filter((e) => e.tool === 'record_note').length, 1);
   assert.deepEqual(readLedger(ledger).notes, [{ order_id: 'A3', text: 'customer called' }]);
 });
@@ -280,7 +280,7 @@ test('T5: a stdio server killed after a keyed write is respawned and the write r
   const key = caller.run.instance.deriveIdempotencyKey('CASE-T', 'step-1');
   assert.deepEqual(steps(lines), [
     ['initialize', 1, 'success', 'succeed'], ['tools/list', 1, 'success', 'succeed'],
-    ['issue_refund', 1, 'stream closed', 'retry'], // the pipe closed while the request was out
+    ['issue_refund', 1, 'transport stream-closed', 'retry'], // the pipe closed while the request was out
     ['initialize', 1, 'success', 'succeed'], // the server started again
     ['issue_refund', 2, 'success', 'succeed'],
   ]);
@@ -297,9 +297,9 @@ test('T6: a stdio server killed after an unkeyed write is respawned and checked,
   const { caller, lines } = await newCaller(connection, { statusCheck: noteListed });
   assertActionable(await caller.callTool('record_note', { order_id: 'A6', text: 'parcel lost' }));
   assert.deepEqual(steps(lines).slice(2), [
-    ['record_note', 1, 'stream closed', 'check-status'],
+    ['record_note', 1, 'transport stream-closed', 'check-status'],
     ['initialize', 1, 'success', 'succeed'], // respawned before the status check
-    ['record_note', 1, 'status check: found', 'succeed'],
+    ['record_note', 1, 'status check found', 'succeed'],
   ]);
   const shim = readShimLog(shimLog);
   assert.equal(new Set(shim.map((e) => e.pid)).size, 2);
@@ -341,7 +341,7 @@ test('T8: a bare Client without the capturing fetch: a warning once, and the lim
   assertActionable(await caller.callTool('lookup_order', { order_id: 'A8' }));
   const warnings = lines.filter((l) => l.event === 'agent_retry.capture_missing');
   assert.equal(warnings.length, 1);
-  const throttled = lines.filter((l) => l.outcome === 'HTTP 429');
+  const throttled = lines.filter((l) => l.outcome === 'http 429');
   assert.equal(throttled.length, 2);
   for (const line of throttled) {
     assert.ok((line.reason as string).endsWith(CAPTURE_MISSING_SUFFIX), line.reason as string);
@@ -365,7 +365,7 @@ test('T8: with McpConnection.http the same 429 carries its Retry-After hint', as
   connections.push(connection);
   const { caller, lines } = await newCaller(connection, { sleep: async () => undefined });
   assertActionable(await caller.callTool('lookup_order', { order_id: 'A8' }));
-  const throttled = lines.find((l) => l.outcome === 'HTTP 429') as Line;
+  const throttled = lines.find((l) => l.outcome === 'http 429') as Line;
   assert.equal(throttled.hint_ms, 1000);
   assert.ok((throttled.delay_ms as number) >= 1000);
   assert.ok(!(throttled.reason as string).endsWith(CAPTURE_MISSING_SUFFIX));
@@ -421,7 +421,7 @@ test('T9: a call limit stops a slow write at once and says it may have been appl
   // Abandoned during the wait before attempt 2: closed, and nothing on the wire.
   const patientReport = patient.caller.run.report();
   assert.deepEqual([patientReport.abandonedCalls, patientReport.effects.length], [1, 0]);
-  assert.deepEqual(steps(patient.lines).slice(-2).map((s) => s.slice(2)), [['HTTP 429', 'retry'], ['cancelled', 'stop']]);
+  assert.deepEqual(steps(patient.lines).slice(-2).map((s) => s.slice(2)), [['http 429', 'retry'], ['cancelled', 'stop']]);
   assert.ok(!(stopped instanceof AgentRetryError && !(stopped instanceof CallCancelled)));
   assert.deepEqual(readLedger(ledger).refunds.map((r) => r.order_id), ['B1']);
 });
@@ -440,7 +440,7 @@ test('T9: a server wait past the call\'s limit fails the call now (deadline-too-
   assert.ok(took < 1500, `stopped after ${Math.round(took)} ms: the 5 s backoff was slept into`);
   assert.equal(error.reason, 'deadline-too-near');
   assert.match(error.note, /the server asks to wait 5000 ms; \d+ ms remain/);
-  assert.deepEqual(steps(lines).slice(-1).map((s) => s.slice(2)), [['HTTP 429', 'escalate']]);
+  assert.deepEqual(steps(lines).slice(-1).map((s) => s.slice(2)), [['http 429', 'escalate']]);
   assert.equal(lines.at(-1)?.escalation, 'deadline-too-near');
 
   const short = await newCaller(connection, { runTimeoutMs: 0 }, CONFIG, 'CASE-T9d');
@@ -464,11 +464,11 @@ test('T10: server-everything restarted between two echoes: re-initialised, the s
   assertActionable(result);
   assert.equal(textOf(result), 'Echo: two');
   assert.deepEqual(steps(lines).slice(3), [
-    ['echo', 1, 'HTTP 400', 'retry'], // 400 "Bad Request: No valid session ID provided": the policy's lost-session, reconnect
+    ['echo', 1, 'http 400', 'retry'], // 400 "Bad Request: No valid session ID provided": the policy's lost-session, reconnect
     ['initialize', 1, 'success', 'succeed'],
     ['echo', 2, 'success', 'succeed'],
   ]);
-  assert.equal(lines.find((l) => l.outcome === 'HTTP 400')?.rule, 'lost-session');
+  assert.equal(lines.find((l) => l.outcome === 'http 400')?.rule, 'lost-session');
   const log = await proxy.log();
   assert.equal(log.filter((e) => e.rpc === 'initialize').length, 2);
   assert.deepEqual(log.filter((e) => e.tool === 'echo').map((e) => e.status), [200, 400, 200]);
@@ -487,7 +487,7 @@ test('T11: server-everything over stdio killed after an echo: respawned, the ech
   const result = await caller.callTool('echo', { message: 'three' });
   assert.equal(textOf(result), 'Echo: three');
   assert.deepEqual(steps(lines).slice(2), [
-    ['echo', 1, 'stream closed', 'retry'], ['initialize', 1, 'success', 'succeed'], ['echo', 2, 'success', 'succeed'],
+    ['echo', 1, 'transport stream-closed', 'retry'], ['initialize', 1, 'success', 'succeed'], ['echo', 2, 'success', 'succeed'],
   ]);
   assert.equal(new Set(readShimLog(shimLog).map((e) => e.pid)).size, 2);
 });
@@ -504,8 +504,8 @@ test('T12: server-everything\'s SSE answer cut mid-way: stream-closed at once, t
   assert.equal(textOf(result), 'Echo: four');
   assert.ok(took < 3000, `the call took ${Math.round(took)} ms (attempt timeout ${ATTEMPT_TIMEOUT_MS} ms)`);
   assert.deepEqual(lines.filter((l) => l.tool === 'echo').map((l) => [l.attempt, l.outcome, l.action]),
-    [[1, 'stream-closed', 'retry'], [2, 'success', 'succeed']]);
-  assert.match(String(lines.find((l) => l.outcome === 'stream-closed')?.reason), /transport|stream/);
+    [[1, 'transport stream-closed', 'retry'], [2, 'success', 'succeed']]);
+  assert.match(String(lines.find((l) => l.outcome === 'transport stream-closed')?.reason), /transport|stream/);
 });
 
 test('a bare Client over stdio whose server died: stream-closed, then SessionLost (not an escalation as a probable bug)', async () => {
@@ -519,12 +519,12 @@ test('a bare Client over stdio whose server died: stream-closed, then SessionLos
   const error = await caller.callTool('echo', { message: 'five' }).catch((e: unknown) => e);
   assert.ok(error instanceof SessionLost, String(error));
   assert.match(error.message, /McpConnection/);
-  assert.deepEqual(steps(lines).slice(1), [['echo', 1, 'stream closed', 'retry']]);
+  assert.deepEqual(steps(lines).slice(1), [['echo', 1, 'transport stream-closed', 'retry']]);
   // The process is gone: a request that cannot be written is connection-refused, not `other`.
   const again = await newCaller(client, {}, CONFIG, 'CASE-T-bare2');
   const refused = await again.caller.callTool('echo', { message: 'six' }).catch((e: unknown) => e);
   assert.ok(refused instanceof SessionLost, String(refused));
-  assert.deepEqual(steps(again.lines), [['tools/list', 1, 'not connected', 'retry']]);
+  assert.deepEqual(steps(again.lines), [['tools/list', 1, 'transport stream-closed', 'retry']]);
   assert.equal(again.lines[0].class, 'transient');
 });
 
@@ -608,9 +608,9 @@ test('an SSE answer that ends cleanly after an event id is resumed by the SDK; a
   assert.ok(performance.now() - began < 2000);
   // The cut left the session suspect: the retry goes on a new one (issue 24 row 10).
   assert.deepEqual(steps(lines).slice(3), [
-    ['lookup', 1, 'stream-closed', 'retry'], ['initialize', 1, 'success', 'succeed'], ['lookup', 2, 'success', 'succeed'],
+    ['lookup', 1, 'transport stream-closed', 'retry'], ['initialize', 1, 'success', 'succeed'], ['lookup', 2, 'success', 'succeed'],
   ]);
-  assert.match(String(lines.find((l) => l.outcome === 'stream-closed')?.reason), /./);
+  assert.match(String(lines.find((l) => l.outcome === 'transport stream-closed')?.reason), /./);
 });
 
 test('an SSE answer cut after its event id is stream-closed at once, not left to the SDK\'s resumption', async () => {
@@ -623,6 +623,6 @@ test('an SSE answer cut after its event id is stream-closed at once, not left to
   assert.ok(performance.now() - began < 2000);
   // The cut left the session suspect: the retry goes on a new one (issue 24 row 10).
   assert.deepEqual(steps(lines).slice(2), [
-    ['lookup', 1, 'stream-closed', 'retry'], ['initialize', 1, 'success', 'succeed'], ['lookup', 2, 'success', 'succeed'],
+    ['lookup', 1, 'transport stream-closed', 'retry'], ['initialize', 1, 'success', 'succeed'], ['lookup', 2, 'success', 'succeed'],
   ]);
 });

@@ -69,6 +69,7 @@ import logging
 import os
 import string
 import threading
+import time
 import weakref
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
@@ -578,7 +579,8 @@ class LivePolicy:
         self.close()
 
     def _log(self, level: int, message: str, **fields: Any) -> None:
-        self.log.log(level, json.dumps({"event": "agent_retry.policy_update", "message": message, **fields}, ensure_ascii=False))
+        line = {"event": "agent_retry.policy_update", "ts": round(time.time(), 3), "message": message, **fields}
+        self.log.log(level, json.dumps(line, ensure_ascii=False))
 
     def _update_event(self, outcome: str, level: int, message: str, **fields: Any) -> None:
         """An update accepted, refused or rolled back: its log line (the same as

@@ -23,6 +23,7 @@ with no dict at all.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Literal, NamedTuple, Union
 
@@ -350,6 +351,17 @@ def protocol_failure(
         "session-id-sent": session_id_sent,
         "delivery": "answer-started",
     }
+
+
+def json_text(value: object) -> str | None:
+    """A value as the JSON text an observation carries (a tool's structured
+    content, a JSON-RPC error's data); None for None or a value that is not JSON."""
+    if value is None:
+        return None
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    except (TypeError, ValueError):  # not JSON: nothing the policy could read
+        return None
 
 
 def tool_error(

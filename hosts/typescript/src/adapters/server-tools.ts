@@ -12,9 +12,6 @@ export type { Tool };
 /** The tool argument that carries the idempotency key, unless the caller's `keyArgument` names another. */
 export const DEFAULT_KEY_ARGUMENT = 'idempotency_key';
 
-/** The most `tools/list` pages read (a server that keeps answering a cursor is cut here). */
-const MAX_TOOL_PAGES = 100;
-
 /** Options every adapter takes. */
 export interface AdapterOptions {
   /** The server's tools, if the application listed them already (default: listed once here). */
@@ -26,31 +23,11 @@ export interface AdapterOptions {
   keyArgument?: string;
 }
 
-/** The server's tools: `options.tools`, else one `tools/list` (every page)
- *  over the caller's connection, connected first if it is not yet.
- *
- *  Setup, not a call of the model: this listing and that first connect are
- *  plain SDK requests (a failure is thrown as the SDK throws it). The caller
- *  still lists through the policy (`tools/list` pseudo-call) before its first
- *  call and after each new session, and connects again through the policy. */
+/** The server's tools: `options.tools`, else the caller's `listTools()` (the
+ *  `tools/list` pseudo-call through the policy, every page, connecting first
+ *  if need be; the caller's calls then use that listing). */
 export async function listServerTools(caller: RetryingToolCaller, options: AdapterOptions = {}): Promise<Tool[]> {
-  let tools = options.tools;
-  if (!tools) {
-    const connection = caller.connection;
-    if (connection && connection.client === undefined) await connection.connect();
-    const client = caller.client;
-    // Both SDK majors' `Client` have `listTools({ cursor })`.
-    const lister = client as unknown as { listTools(params?: { cursor?: string }): Promise<{ tools: Tool[]; nextCursor?: string }> };
-    tools = [];
-    let cursor: string | undefined;
-    let pages = 0;
-    do {
-      const page = await lister.listTools(cursor === undefined ? undefined : { cursor });
-      tools.push(...page.tools);
-      cursor = page.nextCursor;
-      pages += 1;
-    } while (cursor && pages < MAX_TOOL_PAGES);
-  }
+  const tools = options.tools ?? await caller.listTools();
   const include = options.include;
   if (include) {
     const names = new Set(tools.map((t) => t.name));

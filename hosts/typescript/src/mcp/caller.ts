@@ -1,27 +1,25 @@
 // The retrying wrapper (`RetryingToolCaller`): one call of the model through the
-// policy, its attempts, status checks, deadlines and log lines (`../mcp.ts`'s
-// module comment says how it observes and obeys).
+// policy, and what only MCP has: sessions, the capture, tasks, pseudo-calls
+// (`../mcp.ts`'s module comment says how it observes and obeys). Asking the
+// policy, the guard, waits, stops and the events are the call core's
+// (`../call-core.ts`), the same as `withPolicy`'s.
 import { performance } from 'node:perf_hooks';
 
 // Types only: the SDKs are optional, loaded at run time (`./sdk.ts`).
 import type { CallToolResult, Tool } from '@modelcontextprotocol/sdk/types.js';
 
 import type * as Wit from '../../generated/interfaces/agent-retry-policy-types.js';
+import { CallCore, CallScope, StopNow, outcomeWords, type Answer, type Deadline, type Outcome, type RunState, type StatusCheckAnswer } from '../call-core.js';
 import { nowMs, type Run } from '../component.js';
 import { OsEntropy, type EntropySource } from '../entropy.js';
-import { AttemptEvent, EscalationEvent, ReplanEvent, StatusCheckEvent, TaskPollEvent, WaitEvent, type WaitWhy } from '../events.js';
 import type { RetryHooks } from '../hooks.js';
 import type { RetryMetrics } from '../metrics.js';
 import { loadOtel } from '../otel.js';
 import { Telemetry, type CallTrace } from '../telemetry.js';
-import {
-  AgentRetryError, CallCancelled, CallTimedOut, ConnectionConfigError, Escalated, InstanceUnusable, PolicyBoundaryViolation, PolicyTrap, SessionLost,
-  type StopCause,
-} from '../errors.js';
-import { RunGuard, type CallGuard, type Invariant, type PollOutcome, type Violation } from '../guard.js';
-import { boundedDecision, boundedEscalation, policyFailureNote } from '../decisions.js';
+import { AgentRetryError, ConnectionConfigError, SessionLost } from '../errors.js';
+import { RunGuard, type CallGuard, type PollOutcome } from '../guard.js';
 import { MAX_BODY_BYTES, MAX_ID_BYTES, cutUtf8, joinedHeaders } from '../limits.js';
-import { MAX_TIMER_MS, longTimeout } from '../timers.js';
+import { MAX_TIMER_MS } from '../timers.js';
 import {
   adoptProbeFailure, classifyNetworkError, currentAttempt, deliveryOfNetworkError, describeError, hasFailure, watchAnswers, type AttemptCapture,
 } from './capture.js';
@@ -29,6 +27,7 @@ import { McpConnection } from './connection.js';
 import { loadSdk, sdkOfClient, type McpClient, type McpSdk } from './sdk.js';
 import { answerInputRequests, errorCodeOf, questionsOf, taskAnswerOf, taskReportOf, type TaskAnswer } from './tasks.js';
 
+export type { Outcome };
 export { MAX_TIMER_MS };
 
 /** The run deadline when the `runTimeoutMs` option is left out: 30 minutes
@@ -60,7 +59,8 @@ export interface StatusCheckRequest {
   signal?: AbortSignal;
 }
 
-export type StatusCheck = (request: StatusCheckRequest) => Promise<Wit.StatusCheckResult>;
+/** Async or plain, bounded by the call's deadline; what throws (or answers anything else) is `unknown`. */
+export type StatusCheck = (request: StatusCheckRequest) => StatusCheckAnswer | Promise<StatusCheckAnswer>;
 
 function isEmptyValue(value: unknown): boolean {
   if (value === undefined || value === null || value === '') return true;
@@ -163,33 +163,12 @@ export interface VerdictEvent {
   rule: string;
 }
 
-/** What one attempt (or status check) is reported as. */
-export type Outcome =
-  | { tag: 'success' }
-  | { tag: 'empty-result'; val: string }
-  | { tag: 'failure'; val: Wit.Observation }
-  | { tag: 'status-check'; val: Wit.StatusCheckResult }
-  | { tag: 'task'; val: Wit.TaskReport }
-  | { tag: 'poll-failure'; val: Wit.Observation };
-
 /** `callTool`'s third argument (a string is the `actionId`, as before). */
 export interface CallToolOptions {
   /** Names the call's place in the run for its idempotency key (default `step-N`). */
   actionId?: string;
   /** Stops the call at once when aborted (`CallCancelled`). */
   signal?: AbortSignal;
-}
-
-/** The policy's answer to one report: its verdict, and its decision in words
- *  once asked for (`lastDecision`: only when a line is logged or the model or a
- *  person needs the words). */
-interface Answer {
-  callId: number;
-  attempt: number;
-  verdict: Wit.Verdict;
-  /** The call's guard, which saw the verdict and checks the words. */
-  guard: CallGuard;
-  decision?: Wit.Decision;
 }
 
 /** What an answer says to do. */
@@ -203,7 +182,6 @@ function retryOf(answer: Answer): { delayMs: bigint; attempt: number; reconnect:
 
 interface Observed {
   outcome: Outcome;
-  summary: string;
   result?: CallToolResult;
   /** The connection is lost: why. */
   lost?: string;
@@ -213,28 +191,9 @@ interface Observed {
   task?: TaskAnswer;
 }
 
-/** What every log line of one call carries: its step (the N of `step-N`; null
- *  for a pseudo-call) and the key sent. */
-interface CallTag {
-  step: number | null;
-  key?: string;
-  /** The call's spans and events (a pseudo-call's: events only). */
-  trace?: CallTrace;
-  /** The highest attempt whose own outcome was reported (the run report counted every attempt planned). */
-  reported?: number;
-}
-
-/** Where a call of the model is, for the stop line and the errors. */
+/** A call of the model: its core, and its task while it lives. */
 interface CallState {
-  tool: string;
-  tag: CallTag;
-  callId?: number;
-  effect?: Wit.Effect;
-  attemptsSent: number;
-  /** The attempt last sent (0: none). */
-  attempt: number;
-  /** An attempt of the call is out (not a reconnection, not a status check). */
-  inFlight: boolean;
+  core: CallCore;
   /** The id of the call's task while it lives (as last reported): cancelled if the call stops. */
   liveTask?: string;
 }
@@ -246,100 +205,6 @@ const MAX_WARNED_TOOLS = 20;
 
 /** The most a `tasks/cancel` is waited for (ms), whatever the attempt's timeouts. */
 const CANCEL_TIMEOUT_MS = 5_000;
-
-/** Thrown inside a call when it must stop; turned into `CallTimedOut` or `CallCancelled`. */
-class StopNow extends Error {}
-
-/** A call's stop: its signal, what stopped it, and its deadline (performance.now() ms). */
-class CallScope {
-  private readonly controller = new AbortController();
-  private cancelTimer?: () => void;
-  private readonly unlisten?: () => void;
-  cause?: StopCause;
-  readonly deadline: number;
-  readonly deadlineCause?: 'call-timeout' | 'run-timeout';
-  readonly limitMs?: number;
-
-  constructor(callLimit: number | undefined, runLimit: number | undefined, callTimeoutMs: number | undefined, runTimeoutMs: number | undefined,
-    signal: AbortSignal | undefined, private readonly sleeper: (ms: number) => Promise<void> | undefined) {
-    const now = performance.now();
-    const call = callLimit ?? Infinity;
-    const run = runLimit ?? Infinity;
-    this.deadline = Math.min(call, run);
-    if (Number.isFinite(this.deadline)) {
-      this.deadlineCause = call <= run ? 'call-timeout' : 'run-timeout';
-      this.limitMs = call <= run ? callTimeoutMs : runTimeoutMs;
-      if (this.deadline <= now) this.stop(this.deadlineCause);
-      else this.cancelTimer = longTimeout(this.deadline - now, () => this.stop(this.deadlineCause as StopCause));
-    }
-    if (signal?.aborted) {
-      this.stop('cancelled');
-    } else if (signal) {
-      const onAbort = () => this.stop('cancelled');
-      signal.addEventListener('abort', onAbort, { once: true });
-      this.unlisten = () => signal.removeEventListener('abort', onAbort);
-    }
-  }
-
-  get signal(): AbortSignal {
-    return this.controller.signal;
-  }
-
-  stop(cause: StopCause): void {
-    if (this.cause) return;
-    this.cause = cause;
-    this.controller.abort(new StopNow(cause));
-  }
-
-  check(): void {
-    if (this.cause) throw new StopNow(this.cause);
-  }
-
-  /** Resolves as `promise` does, or rejects with `StopNow` the moment the call stops. */
-  race<T>(promise: Promise<T>): Promise<T> {
-    promise.catch(() => undefined); // what loses the race is not an unhandled rejection
-    if (this.cause) return Promise.reject(new StopNow(this.cause));
-    const signal = this.signal;
-    return new Promise<T>((resolve, reject) => {
-      const onAbort = () => reject(new StopNow(this.cause));
-      signal.addEventListener('abort', onAbort, { once: true });
-      promise.then(
-        (value) => { signal.removeEventListener('abort', onAbort); resolve(value); },
-        (error) => { signal.removeEventListener('abort', onAbort); reject(error); },
-      );
-    });
-  }
-
-  /** Waits `ms`, unless that would end past the deadline (then the call stops now) or the call stops first. */
-  async pause(ms: number): Promise<void> {
-    this.check();
-    if (ms <= 0) return;
-    if (this.deadlineCause && performance.now() + ms > this.deadline) {
-      this.stop(this.deadlineCause);
-      this.check();
-    }
-    const custom = this.sleeper(ms);
-    if (custom) return this.race(custom);
-    const signal = this.signal;
-    await new Promise<void>((resolve, reject) => {
-      const onAbort = () => { cancel(); reject(new StopNow(this.cause)); };
-      const cancel = longTimeout(ms, () => { signal.removeEventListener('abort', onAbort); resolve(); });
-      signal.addEventListener('abort', onAbort, { once: true });
-    });
-  }
-
-  /** The time left to the deadline, in ms (0 once it passed), or undefined without one. */
-  timeLeftMs(): bigint | undefined {
-    if (!Number.isFinite(this.deadline)) return undefined;
-    const left = Math.floor(this.deadline - performance.now());
-    return left > 0 ? BigInt(left) : 0n;
-  }
-
-  dispose(): void {
-    this.cancelTimer?.();
-    this.unlisten?.();
-  }
-}
 
 /** A result's text content blocks, joined with "\n" (the tool error's body). */
 export const textOf = (result: CallToolResult): string =>
@@ -395,10 +260,9 @@ export class RetryingToolCaller {
   private captureWarned = false;
   /** What every attempt line logs as `policy`: which policy made the decision. */
   readonly policyIdentity: string;
-  /** The run-time guard: the invariants the wrapper enforces whatever the policy says. */
-  private readonly guard: RunGuard;
-  /** The escalation of the call that broke an invariant: every later call of the run ends with it, nothing sent. */
-  private tripped?: Escalated;
+  /** The run-time guard (the invariants the wrapper enforces whatever the policy
+   *  says), and the escalation of the call that broke one: every later call of the run ends with it, nothing sent. */
+  private readonly runState: RunState;
 
   constructor(source: McpConnection | McpClient, readonly run: Run, private readonly options: RetryingToolCallerOptions = {}) {
     if (source instanceof McpConnection) this.connection = source;
@@ -429,7 +293,7 @@ export class RetryingToolCaller {
     }
     this.policyIdentity = identity;
     // The configuration the host loaded the policy with, parsed here: not the component's report of itself.
-    this.guard = new RunGuard(run.configText);
+    this.runState = { guard: new RunGuard(run.configText) };
     if (options.tools) this.tools = new Map(options.tools.map((t) => [t.name, t]));
     this.listsTools = !options.tools;
   }
@@ -463,72 +327,91 @@ export class RetryingToolCaller {
     const step = this.calls;
     // OpenTelemetry, if its API is installed: imported once per process.
     if (this.telemetry.otel === undefined) this.telemetry.otel = await loadOtel();
-    const trace = this.telemetry.call(name, { run: this.run.runId, policy: this.policyIdentity, step }, 'mcp');
-    const state: CallState = { tool: name, tag: { step, trace, reported: 0 }, attemptsSent: 0, attempt: 0, inFlight: false };
-    const now = performance.now();
-    const scope = new CallScope(
-      this.callTimeoutMs === undefined ? undefined : now + this.callTimeoutMs,
-      this.runTimeoutMs === undefined ? undefined : this.startedAt + this.runTimeoutMs,
-      this.callTimeoutMs, this.runTimeoutMs, signal, (ms) => this.options.sleep?.(ms));
+    const scope = this.scope(signal, true);
+    const state: CallState = { core: this.core(name, step, scope, 'mcp') };
     try {
-      return await this.call(name, args, actionId ?? `step-${step}`, state, scope);
+      return await this.call(name, args, actionId ?? `step-${step}`, state);
     } catch (e) {
       if (e instanceof StopNow || (scope.cause && !(e instanceof AgentRetryError))) {
         // The call stops waiting for a task that still lives: the server is told, in the background (the deadline is past).
         if (state.liveTask !== undefined) this.cancelTaskInBackground(name, state.liveTask);
-        throw this.stopped(state, scope);
+        throw state.core.stopped(state.liveTask !== undefined, e instanceof StopNow ? e.ended?.tool : undefined);
       }
       throw e;
     } finally {
       scope.dispose();
-      trace.end();
+      state.core.trace.end();
     }
   }
 
-  private async call(name: string, args: Record<string, unknown>, action: string, state: CallState, scope: CallScope): Promise<CallToolResult> {
+  /** The server's tools, listed through the policy as the calls list them (the
+   *  `tools/list` pseudo-call, every page: retried, or escalated, as the policy
+   *  decides), connecting first if need be. Kept for the calls that follow: a
+   *  tool's annotations and input schema are what its calls are made with.
+   *  Rejects as `callTool` does (a stop: at the run deadline or `signal`). */
+  async listTools(options: { signal?: AbortSignal } = {}): Promise<Tool[]> {
+    if (this.telemetry.otel === undefined) this.telemetry.otel = await loadOtel();
+    const scope = this.scope(options.signal, false);
+    try {
+      this.sdk ??= await scope.race(this.connection ? this.connection.loadSdk() : loadSdk(sdkOfClient(this.bare as McpClient)));
+      return [...(await this.listed(scope, 'tools/list')).values()];
+    } catch (e) {
+      if (e instanceof StopNow && e.ended) throw e.ended.error; // the pseudo-call in progress wrote its stop
+      if (e instanceof StopNow || (scope.cause && !(e instanceof AgentRetryError))) throw this.core('tools/list', null, scope, 'none').stopped();
+      throw e;
+    } finally {
+      scope.dispose();
+    }
+  }
+
+  /** A call's scope: its deadline (the nearer of the call's, if `withCallLimit`, and the run's) and `signal`. */
+  private scope(signal: AbortSignal | undefined, withCallLimit: boolean): CallScope {
+    const now = performance.now();
+    const call: Deadline | undefined = withCallLimit && this.callTimeoutMs !== undefined
+      ? { at: now + this.callTimeoutMs, cause: 'call-timeout', limitMs: this.callTimeoutMs } : undefined;
+    const run: Deadline | undefined = this.runTimeoutMs === undefined
+      ? undefined : { at: this.startedAt + this.runTimeoutMs, cause: 'run-timeout', limitMs: this.runTimeoutMs };
+    const deadline = call && run ? (call.at <= run.at ? call : run) : call ?? run;
+    return new CallScope({ now: () => performance.now(), deadline, timer: true, signal, sleep: (ms) => this.options.sleep?.(ms) });
+  }
+
+  /** One call of the policy: the model's (`step`), or a pseudo-call's (events only: no span of its own). */
+  private core(tool: string, step: number | null, scope: CallScope, spans: 'mcp' | 'none'): CallCore {
+    return new CallCore({
+      run: this.run, tool, step, policy: this.policyIdentity, trace: this.telemetry.call(tool, { run: this.run.runId, policy: this.policyIdentity, step }, spans),
+      runState: this.runState, scope, entropy: this.entropy, policyNow: this.clock, eventNow: () => Date.now(),
+    });
+  }
+
+  private async call(name: string, args: Record<string, unknown>, action: string, state: CallState): Promise<CallToolResult> {
+    const core = state.core;
+    const scope = core.scope;
     scope.check();
-    if (this.tripped) throw this.afterViolation(state.tag, name);
+    core.checkTripped();
     // A missing SDK is the caller's to fix: thrown as it is, not a failure for the policy.
     this.sdk ??= await scope.race(this.connection ? this.connection.loadSdk() : loadSdk(sdkOfClient(this.bare as McpClient)));
     const tool = await this.tool(name, scope);
     const sendArgs: Record<string, unknown> = { ...args };
-    const tag = state.tag;
     const properties = tool?.inputSchema?.properties;
-    if (properties && typeof properties === 'object' && this.keyArgument in properties) {
-      tag.key = this.policy(tag, name, 'not sent', () => this.run.instance.deriveIdempotencyKey(this.run.runId, action));
-      sendArgs[this.keyArgument] = tag.key;
-    }
+    if (properties && typeof properties === 'object' && this.keyArgument in properties) sendArgs[this.keyArgument] = core.deriveKey(action);
     const annotations = tool?.annotations;
     const hints: Wit.ToolHints | undefined = annotations
       ? { readOnly: annotations.readOnlyHint, destructive: annotations.destructiveHint, idempotent: annotations.idempotentHint }
       : undefined;
-    const key = tag.key;
-    const start = this.policy(tag, name, 'not sent', () => this.run.beginCall(name, key, hints, this.clock()));
-    if (!start.admitted) throw this.notAdmitted(tag, name);
-    const { callId, delayMs } = start;
-    state.callId = callId;
-    state.effect = start.effect;
-    state.attempt = 1; // a stop during the admission wait abandons the call at its first attempt
-    const begun = this.guard.begin(name, key, hints, delayMs);
-    const guard = begun.call;
-    if (begun.violation) throw this.violated(tag, name, callId, 0, 'not sent', begun.violation);
+    const { start, guard } = await core.begin(hints);
+    const callId = start.callId;
     const timeouts = this.timeoutsOf(start);
-    await this.wait(tag, name, callId, 'admission', 1, delayMs, undefined, scope);
 
     // The attempt each outcome reports: 1, then each retry plan's (since contract 0.3.0).
-    let attempt = 1;
     for (;;) {
       await this.ensureConnected(scope, name);
-      state.attempt = attempt;
-      state.attemptsSent += 1;
-      state.inFlight = true;
-      tag.trace?.startAttempt(attempt);
-      let observed = await this.attemptTool(name, sendArgs, scope, timeouts, callId, attempt, tag.trace);
-      state.inFlight = false;
+      const attempt = core.attempt;
+      core.sending(attempt);
+      let observed = await this.attemptTool(name, sendArgs, scope, timeouts, callId, attempt, core.trace);
+      core.inFlight = false;
       guard.attempted(failureOf(observed), observed.outcome.tag === 'task' ? observed.outcome.val : undefined);
-      this.taskPolled(tag, name, callId, attempt, observed);
-      let answer = this.record(tag, name, callId, attempt, observed, scope, guard, true);
-      let last = observed.summary;
+      this.taskPolled(core, attempt, observed);
+      let answer = this.record(core, attempt, observed, guard, true);
       // The call's task, while it lives: polled, answered and cancelled as the
       // verdicts say, by the id the last task report named (the poll plan's).
       let taskId = this.noteTask(state, observed);
@@ -536,153 +419,79 @@ export class RetryingToolCaller {
         if (answer.verdict.cancelTask && taskId !== undefined) await this.cancelTask(taskId, state, scope, timeouts);
         if (kindOf(answer) === 'poll' && taskId !== undefined) {
           // A poll is neither an attempt nor a step: the tool is not called again while its task lives.
-          if (answer.verdict.reconnect) this.markLost(`the policy's verdict on the poll of task ${taskId} (${last}) says to reconnect`);
-          await this.wait(tag, name, callId, 'poll', attempt, answer.verdict.delayMs, answer.verdict.hintMs, scope, answer.decision);
+          if (answer.verdict.reconnect) this.markLost(`the policy's verdict on the poll of task ${taskId} (${answer.words}) says to reconnect`);
+          await core.wait('poll', attempt, answer.verdict.delayMs, answer.verdict.hintMs, answer.decision);
           await this.ensureConnected(scope, name);
           observed = await this.pollTask(name, taskId, scope, timeouts);
-          this.taskPolled(tag, name, callId, attempt, observed, taskId);
+          this.taskPolled(core, attempt, observed, taskId);
           // Every poll's outcome to the guard: a status, the task's end (its result or error), or the poll's failure.
           guard.polled(pollOutcomeOf(observed));
           taskId = this.noteTask(state, observed) ?? taskId;
-          last = observed.summary;
-          answer = this.record(tag, name, callId, attempt, observed, scope, guard);
+          answer = this.record(core, attempt, observed, guard, false);
           continue;
         }
         if (kindOf(answer) !== 'check-status') break;
         await this.ensureConnected(scope, name);
-        const found = await this.checkStatus({
-          client: this.client, tool: name, arguments: sendArgs, idempotencyKey: tag.key, callId, signal: scope.signal,
-        }, scope);
+        const check = this.statusCheckOf(name);
+        const request: StatusCheckRequest = { client: this.client, tool: name, arguments: sendArgs, idempotencyKey: core.key, callId, signal: scope.signal };
+        const found = await core.checkStatus(check && (() => check(request)));
         // A status check reports the attempt whose effect it checked: the current one.
-        last = `status check: ${found}`;
-        tag.trace?.emit(new StatusCheckEvent({ ...this.callFields(tag, name, callId), attempt, checkTool: this.checkName(name), result: found }));
-        guard.statusChecked(found);
-        answer = this.record(tag, name, callId, attempt, { outcome: { tag: 'status-check', val: found }, summary: last }, scope, guard);
+        answer = core.statusChecked(attempt, guard, check ? check.name || null : null, found);
       }
       switch (kindOf(answer)) {
         case 'retry': {
           const retry = retryOf(answer);
           // The policy says the session is gone (or the revision refused): a new one before the retry.
-          if (retry.reconnect) this.markLost(`the policy's verdict on attempt ${attempt} (${observed.summary}) says to reconnect`);
-          attempt = retry.attempt;
-          state.attempt = attempt; // the call's attempt now, for a stop during the wait (`abandonCall`)
-          await this.wait(tag, name, callId, 'retry', attempt, retry.delayMs, answer.verdict.hintMs, scope, answer.decision);
+          if (retry.reconnect) this.markLost(`the policy's verdict on attempt ${attempt} (${outcomeWords(observed.outcome)}) says to reconnect`);
+          core.attempt = retry.attempt; // the call's attempt now, for a stop during the wait (`abandonCall`)
+          await core.wait('retry', retry.attempt, retry.delayMs, answer.verdict.hintMs, answer.decision);
           continue;
         }
-        case 'replan': {
-          const decision = this.words(tag, name, last, answer);
-          const message = decision.action.tag === 'replan' ? decision.action.val : '';
-          tag.trace?.emit(new ReplanEvent({ ...this.callFields(tag, name, callId), attempt, rule: decision.rule, message, decision }));
-          return { content: [{ type: 'text', text: message }], isError: true };
-        }
+        case 'replan':
+          return { content: [{ type: 'text', text: core.replan(answer) }], isError: true };
         case 'succeed': {
           if (observed.result && observed.outcome.tag === 'success') return observed.result;
-          const action = answer.verdict.hasNote === false ? undefined : this.words(tag, name, last, answer).action;
+          const action = answer.verdict.hasNote === false ? undefined : core.words(answer).action;
           return { content: [{ type: 'text', text: (action?.tag === 'succeed' ? action.val : undefined) ?? 'done' }], isError: false };
         }
         case 'escalate':
-          throw this.escalated(tag, name, callId, attempt, last, answer);
+          throw core.escalate(answer);
         case 'poll':
           // A poll of a call without a task: the policy broke its contract.
-          this.policy(tag, name, last, () => {
-            throw this.run.instance.violation('record', `a poll verdict for call ${callId}, which has no task`);
-          });
+          core.noTask(answer);
       }
     }
   }
 
-  /** Reports one outcome of attempt `attempt` on the single path
-   *  (`recordSuccess`, `recordEmptyResult`, `recordFailure`,
-   *  `recordStatusCheck`, `recordTaskStatus`, `recordPollFailure`; all but a
-   *  success and an empty result with the time left to the deadline) and logs the decision. */
-  private record(tag: CallTag, tool: string, callId: number, attempt: number, observed: Observed, scope: CallScope, guard: CallGuard,
-    ownOutcome = false): Answer {
-    const outcome = observed.outcome;
-    const run = this.run;
-    const verdict = this.policy(tag, tool, observed.summary, () => {
-      switch (outcome.tag) {
-        case 'success':
-          return run.recordSuccess(callId, attempt, this.clock());
-        case 'empty-result':
-          return run.recordEmptyResult(callId, attempt, outcome.val, this.clock());
-        case 'failure':
-          return run.recordFailure(callId, attempt, outcome.val, scope.timeLeftMs(), this.clock(), this.entropy.nextU64());
-        case 'status-check':
-          return run.recordStatusCheck(callId, attempt, outcome.val, scope.timeLeftMs(), this.clock(), this.entropy.nextU64());
-        case 'task':
-          return run.recordTaskStatus(callId, attempt, outcome.val, scope.timeLeftMs(), this.clock(), this.entropy.nextU64());
-        case 'poll-failure':
-          return run.recordPollFailure(callId, attempt, outcome.val, scope.timeLeftMs(), this.clock(), this.entropy.nextU64());
-      }
-    });
-    // The attempt's own outcome is reported: the run report counted it when it was planned.
-    const counts = ownOutcome && (tag.reported ?? 0) < attempt;
-    if (ownOutcome) tag.reported = Math.max(tag.reported ?? 0, attempt);
-    // Checked before anything acts on it (the hook included): a verdict that breaks an invariant is not acted on.
-    const violation = guard.verdict(verdict);
-    if (violation) throw this.violated(tag, tool, callId, attempt, observed.summary, violation, counts);
-    const answer: Answer = { callId, attempt, verdict, guard };
+  /** Reports one outcome through the call's core (`onVerdict` told, a
+   *  decision on a failure from a non-capturing transport saying so). */
+  private record(core: CallCore, attempt: number, observed: Observed, guard: CallGuard, ownOutcome: boolean): Answer {
     const hook = this.options.onVerdict;
-    if (hook) {
-      try {
-        hook({ tool, callId, attempt, reported: outcome, verdict, rule: run.instance.ruleNames()[verdict.ruleIndex] });
-      } catch {
-        // an observer's failure changes nothing
-      }
-    }
-    // The line's reason (and escalation) is the decision's prose: asked for whenever a line is written or a hook is set.
-    const decision = this.telemetry.wantsWords ? this.words(tag, tool, observed.summary, answer) : undefined;
-    this.logDecision(tag, tool, callId, attempt, observed, verdict, decision, counts);
-    return answer;
-  }
-
-  /** The answer's decision in full, from `lastDecision`, asked once, its texts
-   *  cut to `MAX_LIFTED_TEXT_BYTES`. It must say what the verdict said (the
-   *  guard): the words never change what is done. */
-  private words(tag: CallTag, tool: string, lastOutcome: string, answer: Answer): Wit.Decision {
-    if (answer.decision) return answer.decision;
-    const callId = answer.callId;
-    const decision = this.policy(tag, tool, lastOutcome, () => {
-      const said = this.run.lastDecision(callId);
-      if (said === undefined) throw this.run.instance.violation('last-decision', `no decision about call ${callId} right after its verdict`);
-      return said;
-    });
-    const violation = answer.guard.decision(decision);
-    if (violation) throw this.violated(tag, tool, callId, answer.attempt, lastOutcome, violation);
-    answer.decision = boundedDecision(decision);
-    return answer.decision;
-  }
-
-  /** The escalation an `escalate` answer carries. */
-  private escalationOf(tag: CallTag, tool: string, lastOutcome: string, answer: Answer): Wit.Escalation {
-    const action = this.words(tag, tool, lastOutcome, answer).action;
-    if (action.tag === 'escalate') return action.val;
-    return this.policy(tag, tool, lastOutcome, () => {
-      throw this.run.instance.violation('last-decision', `the verdict said escalate, the decision ${action.tag}`);
+    return core.record(attempt, observed.outcome, guard, ownOutcome, {
+      reasonSuffix: observed.captureMissing ? CAPTURE_MISSING_SUFFIX : undefined,
+      onVerdict: hook && ((verdict) => {
+        try {
+          hook({ tool: core.tool, callId: core.callId as number, attempt, reported: observed.outcome, verdict, rule: this.run.instance.ruleNames()[verdict.ruleIndex] });
+        } catch {
+          // an observer's failure changes nothing
+        }
+      }),
     });
   }
 
-  /** A call `beginCall` did not admit: the run escalated. One `escalate`
-   *  line (attempt 0, `not sent`) and the escalation (`run.escalation()`). */
-  private notAdmitted(tag: CallTag, tool: string): Escalated {
-    const escalation = this.policy(tag, tool, 'not sent', () => {
-      const handOff = this.run.escalation();
-      if (handOff === undefined) throw this.run.instance.violation('escalation', 'a call was not admitted, and the run has no escalation');
-      return boundedEscalation(handOff);
-    });
-    this.logLine(tag, tool, undefined, 0, 'not sent', { action: 'escalate', escalation: escalation.reason, reason: escalation.note });
-    this.emitEscalation(tag, tool, undefined, 0, null, escalation);
-    return new Escalated(escalation, tool);
-  }
-
-  /** The tool's description, listing the server's tools (the `tools/list` pseudo-call, a page a call) on first use. */
+  /** The tool's description, listing the server's tools on first use. */
   private async tool(name: string, scope: CallScope): Promise<Tool | undefined> {
+    return (await this.listed(scope, name)).get(name);
+  }
+
+  /** The server's tools: listed (the `tools/list` pseudo-call, a page a call) unless they are known. */
+  private async listed(scope: CallScope, forTool: string): Promise<Map<string, Tool>> {
     if (!this.tools) {
-      await this.ensureConnected(scope, name);
+      await this.ensureConnected(scope, forTool);
       const tools = new Map<string, Tool>();
       let cursor: string | undefined;
       do {
-        const page = await this.pseudoCall('tools/list', scope, name, true,
+        const page = await this.pseudoCall('tools/list', scope, forTool, true,
           (signal, timeouts) => (this.sdk as McpSdk).listTools(this.client, cursor, { signal, timeout: timeouts.idleMs, maxTotalTimeout: timeouts.totalMs }));
         for (const t of page.tools) tools.set(t.name, t);
         cursor = page.nextCursor;
@@ -690,7 +499,7 @@ export class RetryingToolCaller {
       this.tools = tools;
       this.warnToolsWithoutHints(tools);
     }
-    return this.tools.get(name);
+    return this.tools;
   }
 
   /** Once per connection: the tools listed without annotations, which the
@@ -755,72 +564,68 @@ export class RetryingToolCaller {
     const observation: Wit.Observation = {
       kind: { tag: 'transport', val: 'other' }, headers: '', body, structuredContent: undefined, sessionIdSent: false, delivery: 'not-sent',
     };
-    return { outcome: { tag: 'failure', val: observation }, summary: 'reconnections spent' };
+    return { outcome: { tag: 'failure', val: observation } };
   }
 
   /** A request outside the model's call (`initialize`, `tools/list`) as a call
    *  of the policy: begun (a step), observed, retried or escalated as decided. */
   private async pseudoCall<T>(tool: 'initialize' | 'tools/list', scope: CallScope, forTool: string, needsConnection: boolean,
     send: (signal: AbortSignal, timeouts: AttemptTimeouts) => Promise<T>): Promise<T> {
-    // Events only (lines, hooks, metrics): a pseudo-call has no span of its own.
-    const tag: CallTag = { step: null, trace: this.telemetry.call(tool, { run: this.run.runId, policy: this.policyIdentity, step: null }, 'none'), reported: 0 };
-    const start = this.policy(tag, tool, 'not sent', () => this.run.beginCall(tool, undefined, PSEUDO_HINTS, this.clock()));
-    if (!start.admitted) throw this.notAdmitted(tag, tool);
-    const { callId, delayMs } = start;
-    const begun = this.guard.begin(tool, undefined, PSEUDO_HINTS, delayMs);
-    const guard = begun.call;
-    if (begun.violation) throw this.violated(tag, tool, callId, 0, 'not sent', begun.violation);
+    const core = this.core(tool, null, scope, 'none');
+    try {
+      return await this.pseudoAttempts(core, scope, forTool, needsConnection, send);
+    } catch (e) {
+      if (!(e instanceof StopNow || (scope.cause && !(e instanceof AgentRetryError)))) throw e;
+      // A stop abandons the pseudo-call in the run and writes its line; the call it served stops after it.
+      throw new StopNow(scope.cause ?? 'cancelled', { tool, error: core.stopped() });
+    }
+  }
+
+  private async pseudoAttempts<T>(core: CallCore, scope: CallScope, forTool: string, needsConnection: boolean,
+    send: (signal: AbortSignal, timeouts: AttemptTimeouts) => Promise<T>): Promise<T> {
+    const tool = core.tool;
+    const { start, guard } = await core.begin(PSEUDO_HINTS);
     const timeouts = this.timeoutsOf(start);
-    await this.wait(tag, tool, callId, 'admission', 1, delayMs, undefined, scope);
-    let attempt = 1;
     for (;;) {
       if (needsConnection) await this.ensureConnected(scope, forTool);
+      const attempt = core.attempt;
       let observed: Observed;
       let value: T | undefined;
       if (needsConnection && this.reconnectsSpent()) {
         observed = this.spent();
       } else {
+        core.sending(attempt);
         const exchanged = await this.exchange(scope, (signal) => send(signal, timeouts));
+        core.inFlight = false;
         value = exchanged.value;
         observed = exchanged.error === undefined && !hasFailure(exchanged.capture)
-          ? { outcome: { tag: 'success' }, summary: 'success' }
+          ? { outcome: { tag: 'success' } }
           : this.observeFailure(exchanged.error, exchanged.capture, exchanged.client, tool);
       }
       guard.attempted(failureOf(observed));
-      let answer = this.record(tag, tool, callId, attempt, observed, scope, guard, true);
-      let last = observed.summary;
-      while (kindOf(answer) === 'check-status') {
-        // Nobody can read whether a connection "applied": unknown (the policy escalates).
-        last = 'status check: unknown';
-        tag.trace?.emit(new StatusCheckEvent({ ...this.callFields(tag, tool, callId), attempt, checkTool: null, result: 'unknown' }));
-        guard.statusChecked('unknown');
-        answer = this.record(tag, tool, callId, attempt, { outcome: { tag: 'status-check', val: 'unknown' }, summary: last }, scope, guard);
-      }
+      let answer = this.record(core, attempt, observed, guard, true);
+      // Nobody can read whether a connection "applied": unknown (the policy escalates).
+      while (kindOf(answer) === 'check-status') answer = core.statusChecked(attempt, guard, null, 'unknown');
+      const words = outcomeWords(observed.outcome);
       switch (kindOf(answer)) {
         case 'retry': {
           const retry = retryOf(answer);
           // `initialize` connects anew on every attempt; `tools/list` needs a new session first.
-          if (retry.reconnect && needsConnection) this.markLost(`the policy's verdict on ${tool} (${observed.summary}) says to reconnect`);
-          await this.wait(tag, tool, callId, 'retry', retry.attempt, retry.delayMs, answer.verdict.hintMs, scope, answer.decision);
-          attempt = retry.attempt;
+          if (retry.reconnect && needsConnection) this.markLost(`the policy's verdict on ${tool} (${words}) says to reconnect`);
+          core.attempt = retry.attempt;
+          await core.wait('retry', retry.attempt, retry.delayMs, answer.verdict.hintMs, answer.decision);
           continue;
         }
         case 'succeed':
           if (observed.outcome.tag === 'success') return value as T;
-          throw new SessionLost(`the policy answered succeed to a failed ${tool} (${observed.summary}): no session to go on with`, forTool);
-        case 'replan': {
-          const decision = this.words(tag, tool, last, answer);
-          const action = decision.action;
-          tag.trace?.emit(new ReplanEvent({ ...this.callFields(tag, tool, callId), attempt, rule: decision.rule, message: action.tag === 'replan' ? action.val : '', decision }));
-          throw new SessionLost(`${tool} failed (${observed.summary}) and the policy answered replan: ${action.tag === 'replan' ? action.val : ''}`, forTool);
-        }
+          throw new SessionLost(`the policy answered succeed to a failed ${tool} (${words}): no session to go on with`, forTool);
+        case 'replan':
+          throw new SessionLost(`${tool} failed (${words}) and the policy answered replan: ${core.replan(answer)}`, forTool);
         case 'escalate':
-          throw this.escalated(tag, tool, callId, attempt, last, answer);
+          throw core.escalate(answer);
         case 'poll':
           // Connecting and listing make no task: the policy broke its contract.
-          this.policy(tag, tool, last, () => {
-            throw this.run.instance.violation('record', `a poll verdict for ${tool}, which has no task`);
-          });
+          core.noTask(answer);
       }
     }
   }
@@ -889,7 +694,7 @@ export class RetryingToolCaller {
           kind: { tag: 'input-required' }, headers: '', body: questions, structuredContent: undefined,
           sessionIdSent: this.sessionIdSent(capture, client), delivery: 'answer-started',
         };
-        return { outcome: { tag: 'failure', val: observation }, summary: 'input required' };
+        return { outcome: { tag: 'failure', val: observation } };
       }
     }
     if (error !== undefined || hasFailure(capture)) return this.observeFailure(error, capture, client, name);
@@ -906,11 +711,11 @@ export class RetryingToolCaller {
         kind: { tag: 'tool-error', val: undefined }, headers: '', body: textOf(result), structuredContent: structuredText(result.structuredContent),
         sessionIdSent, delivery: 'answer-started',
       };
-      return { outcome: { tag: 'failure', val: observation }, summary: 'isError', result };
+      return { outcome: { tag: 'failure', val: observation }, result };
     }
     const what = (this.options.emptyCheck ?? defaultEmptyCheck)(result);
-    if (what !== undefined) return { outcome: { tag: 'empty-result', val: what }, summary: 'empty result', result };
-    return { outcome: { tag: 'success' }, summary: 'success', result };
+    if (what !== undefined) return { outcome: { tag: 'empty-result', val: what }, result };
+    return { outcome: { tag: 'success' }, result };
   }
 
   /** The task id an outcome reports (a task report's), and whether the call's
@@ -939,9 +744,8 @@ export class RetryingToolCaller {
    *  without an error, a status the extension does not define) a poll
    *  failure, once: the policy decides whether to poll again. */
   private async observeTask(tool: string, task: TaskAnswer, scope: CallScope, polled?: { raw: unknown; sessionIdSent: boolean }): Promise<Observed> {
-    const summary = `task ${task.status}`;
     const report = (status: Wit.TaskStatus, message: string): Observed =>
-      ({ outcome: { tag: 'task', val: taskReportOf(task, status, message, this.clock()) }, summary, task });
+      ({ outcome: { tag: 'task', val: taskReportOf(task, status, message, this.clock()) }, task });
     if (polled === undefined) {
       if (task.status === 'cancelled') return report('cancelled', task.statusMessage ?? '');
       if (task.status !== 'input_required' || task.inputRequests === undefined) {
@@ -959,7 +763,7 @@ export class RetryingToolCaller {
           kind: { tag: 'protocol-error', val: code }, headers: '', body: typeof task.error.message === 'string' ? task.error.message : '',
           structuredContent: structuredText(task.error.data), sessionIdSent: polled.sessionIdSent, delivery: 'answer-started',
         };
-        return { outcome: { tag: 'failure', val: observation }, summary: `task failed (JSON-RPC ${code})`, task };
+        return { outcome: { tag: 'failure', val: observation }, task };
       }
       case 'input_required': {
         const questions = questionsOf(task.inputRequests);
@@ -992,7 +796,7 @@ export class RetryingToolCaller {
       kind: { tag: 'protocol-error', val: -32603 }, headers: '', body: cutUtf8(raw, MAX_BODY_BYTES), structuredContent: undefined,
       sessionIdSent: polled?.sessionIdSent ?? this.connectionSessionSent(), delivery: 'answer-started',
     };
-    return { outcome: { tag: 'poll-failure', val: observation }, summary: `poll: unusable answer: ${what}`, task };
+    return { outcome: { tag: 'poll-failure', val: observation }, task };
   }
 
   /** One `tasks/get` of the call's task `taskId`: its answer observed as the
@@ -1019,7 +823,7 @@ export class RetryingToolCaller {
   private pollFailure(observed: Observed, task?: TaskAnswer): Observed {
     const outcome = observed.outcome;
     if (outcome.tag !== 'failure') return { ...observed, task };
-    return { ...observed, outcome: { tag: 'poll-failure', val: outcome.val }, summary: `poll: ${observed.summary}`, task };
+    return { ...observed, outcome: { tag: 'poll-failure', val: outcome.val }, task };
   }
 
   /** `tasks/cancel` for the call's task, as a verdict asks before it is acted
@@ -1086,39 +890,27 @@ export class RetryingToolCaller {
     // A request the transport took: written to the pipe, or handed to the capturing fetch.
     const written: Wit.Delivery = capture.answerStarted ? 'answer-started' : stdio || capture.fetched ? 'sent' : 'unknown';
     if (capture.status !== undefined) {
-      observed = {
-        outcome: failure({ tag: 'http-status', val: capture.status }, joinedHeaders(capture.headers), capture.body, 'answer-started'),
-        summary: `HTTP ${capture.status}`,
-      };
+      observed = { outcome: failure({ tag: 'http-status', val: capture.status }, joinedHeaders(capture.headers), capture.body, 'answer-started') };
     } else if (capture.transportError !== undefined) {
-      observed = {
-        outcome: failure({ tag: 'transport', val: capture.transportError }, '', again(capture.transportDetail ?? ''), capture.delivery ?? 'unknown'),
-        summary: capture.transportError,
-      };
+      observed = { outcome: failure({ tag: 'transport', val: capture.transportError }, '', again(capture.transportDetail ?? ''), capture.delivery ?? 'unknown') };
     } else if (said?.kind === 'timeout') {
-      observed = { outcome: failure({ tag: 'transport', val: 'timeout' }, '', again(said.message), written), summary: 'timeout' };
+      observed = { outcome: failure({ tag: 'transport', val: 'timeout' }, '', again(said.message), written) };
     } else if (said?.kind === 'closed') {
       const lost = stdio ? 'the connection closed while the request was out (a stdio server that exited or closed its pipe)' : 'the connection closed';
-      observed = { outcome: failure({ tag: 'transport', val: 'stream-closed' }, '', again(`${lost}: ${said.message}`), written), summary: 'stream closed', lost };
+      observed = { outcome: failure({ tag: 'transport', val: 'stream-closed' }, '', again(`${lost}: ${said.message}`), written), lost };
     } else if (said?.kind === 'json-rpc') {
-      observed = {
-        outcome: failure({ tag: 'protocol-error', val: said.code }, '', said.message, 'answer-started', structuredText(said.data)),
-        summary: `JSON-RPC ${said.code}`,
-      };
+      observed = { outcome: failure({ tag: 'protocol-error', val: said.code }, '', said.message, 'answer-started', structuredText(said.data)) };
     } else if (said?.kind === 'http') {
       // Only if the capturing fetch was not installed: the status without headers.
-      observed = { outcome: failure({ tag: 'http-status', val: said.status }, '', said.message, 'answer-started'), summary: `HTTP ${said.status}` };
+      observed = { outcome: failure({ tag: 'http-status', val: said.status }, '', said.message, 'answer-started') };
     } else if (said?.kind === 'not-connected') {
       // The pipe (or transport) was already closed: nothing was sent.
       const lost = 'the request could not be sent: not connected (the server process is gone)';
-      observed = { outcome: failure({ tag: 'transport', val: 'stream-closed' }, '', again(lost), 'not-sent'), summary: 'not connected', lost };
+      observed = { outcome: failure({ tag: 'transport', val: 'stream-closed' }, '', again(lost), 'not-sent'), lost };
     } else if (cause !== undefined) {
-      observed = {
-        outcome: failure({ tag: 'transport', val: classifyNetworkError(cause) }, '', again(describeError(cause)), deliveryOfNetworkError(cause)),
-        summary: 'transport error',
-      };
+      observed = { outcome: failure({ tag: 'transport', val: classifyNetworkError(cause) }, '', again(describeError(cause)), deliveryOfNetworkError(cause)) };
     } else {
-      observed = { outcome: failure({ tag: 'transport', val: 'other' }, '', again('the request failed without an error'), 'unknown'), summary: 'transport error' };
+      observed = { outcome: failure({ tag: 'transport', val: 'other' }, '', again('the request failed without an error'), 'unknown') };
     }
     if (observed.lost !== undefined) this.markLost(observed.lost);
     const kind = observed.outcome.tag === 'failure' ? observed.outcome.val.kind.tag : undefined;
@@ -1147,179 +939,21 @@ export class RetryingToolCaller {
     else this.bareLost ??= reason;
   }
 
-  /** The call stopped: one `stop` line, and the error that says what may have happened. */
-  private stopped(state: CallState, scope: CallScope): CallTimedOut | CallCancelled {
-    const cause = scope.cause ?? 'cancelled';
-    let unknown = false;
-    if (state.callId !== undefined) {
-      // The run is told first, so the call no longer counts as open and a write on the wire (or a live task) is
-      // listed as possibly applied. A call a verdict already ended, or a failed policy: the stop goes on.
-      try {
-        this.run.abandonCall(state.callId, state.attempt, state.inFlight || state.liveTask !== undefined,
-          cause === 'cancelled' ? 'cancelled' : 'deadline');
-      } catch {
-        // nothing more to tell
-      }
-      try {
-        unknown = this.run.allEffects().some((effect) => effect.callId === state.callId && effect.status === 'unknown');
-      } catch {
-        unknown = true; // the policy cannot say: assume the worst
-      }
-    }
-    const writes = state.effect === 'write' || state.effect === 'delete';
-    const mayHaveApplied = writes && (state.inFlight || unknown);
-    const stoppedBy = cause === 'cancelled' ? 'the call was cancelled'
-      : `the ${cause === 'call-timeout' ? 'call' : 'run'}'s limit of ${scope.limitMs} ms passed`;
-    const where = state.inFlight ? `while attempt ${state.attempt} was in flight` : state.callId === undefined ? 'before the call was sent' : 'between attempts';
-    const applied = !writes ? 'it is not a write' : mayHaveApplied ? 'the write may have been applied: check before sending it again'
-      : 'the write was not applied';
-    const reason = `${stoppedBy} ${where} (${state.attemptsSent} sent); ${applied}`;
-    // The attempt planned and never answered is one the run report counted.
-    const counts = state.callId !== undefined && (state.tag.reported ?? 0) < state.attempt;
-    this.logLine(state.tag, state.tool, state.callId, state.attempt, cause, { action: 'stop', reason }, counts);
-    const stopped = { cause, tool: state.tool, callId: state.callId, attemptsSent: state.attemptsSent, mayHaveApplied };
-    return cause === 'cancelled' ? new CallCancelled(`${state.tool}: ${reason}`, stopped) : new CallTimedOut(`${state.tool}: ${reason}`, stopped);
-  }
-
-  /** Asks the policy; if the policy itself fails, the safe fallback: no retry,
-   *  escalate with a note saying so (and what the last attempt saw). */
-  private policy<T>(tag: CallTag, tool: string, lastOutcome: string, ask: () => T): T {
-    try {
-      return ask();
-    } catch (e) {
-      if (!(e instanceof PolicyTrap || e instanceof InstanceUnusable)) throw e;
-      const note = policyFailureNote(e, tool, lastOutcome);
-      this.logLine(tag, tool, undefined, 0, lastOutcome, { action: 'escalate', escalation: 'unclassified-failure', reason: note });
-      const escalation: Wit.Escalation = { reason: 'unclassified-failure', lastError: lastOutcome, resetsInMs: undefined, effects: [], effectsTotal: 0, note };
-      this.emitEscalation(tag, tool, undefined, 0, null, escalation);
-      throw new Escalated(escalation, tool, e);
-    }
-  }
-
-  /** A broken invariant: the policy failed (a boundary violation). The call
-   *  escalates with the policy-failure note, its line names the invariant, and
-   *  every later call of the run escalates with the same note, nothing sent. */
-  private violated(tag: CallTag, tool: string, callId: number | undefined, attempt: number, lastOutcome: string, violation: Violation,
-    countsAsAttempt = false): Escalated {
-    const error = new PolicyBoundaryViolation(`invariant ${violation.invariant}: ${violation.detail}`, { call: 'guard' });
-    const note = policyFailureNote(error, tool, lastOutcome);
-    this.logLine(tag, tool, callId, attempt, lastOutcome, {
-      action: 'escalate', escalation: 'unclassified-failure', reason: note, invariant: violation.invariant,
-    }, countsAsAttempt);
-    const escalation: Wit.Escalation = { reason: 'unclassified-failure', lastError: lastOutcome, resetsInMs: undefined, effects: [], effectsTotal: 0, note };
-    this.emitEscalation(tag, tool, callId, attempt, null, escalation);
-    const escalated = new Escalated(escalation, tool, error);
-    this.tripped ??= escalated;
-    return escalated;
-  }
-
-  /** A call after the run broke an invariant: the same escalation, nothing asked or sent. */
-  private afterViolation(tag: CallTag, tool: string): Escalated {
-    const first = this.tripped as Escalated;
-    const invariant = (this.guard.violation as Violation).invariant;
-    this.logLine(tag, tool, undefined, 0, 'not sent', { action: 'escalate', escalation: 'unclassified-failure', reason: first.note, invariant });
-    this.emitEscalation(tag, tool, undefined, 0, null, first.escalation);
-    return new Escalated(first.escalation, tool, first.policyFailure);
-  }
-
-  /** What checks `tool`'s status (the status check function's name), or null when nothing can. */
-  private checkName(tool: string): string | null {
+  /** The status check configured for `tool`, if any. */
+  private statusCheckOf(tool: string): StatusCheck | undefined {
     const configured = this.options.statusCheck;
     const check = typeof configured === 'function' ? configured : configured?.[tool];
-    return typeof check === 'function' ? check.name || 'statusCheck' : null;
-  }
-
-  private async checkStatus(request: StatusCheckRequest, scope: CallScope): Promise<Wit.StatusCheckResult> {
-    const configured = this.options.statusCheck;
-    const check = typeof configured === 'function' ? configured : configured?.[request.tool];
-    if (!check) return 'unknown'; // nobody can tell: the policy escalates rather than risk a second write
-    try {
-      const found = await scope.race(check(request));
-      return found === 'found' || found === 'absent' || found === 'unknown' ? found : 'unknown';
-    } catch (e) {
-      if (e instanceof StopNow) throw e;
-      this.log(JSON.stringify({ event: 'agent_retry.status_check_failed', run: this.run.runId, policy: this.policyIdentity, tool: request.tool, error: String(e) }));
-      return 'unknown';
-    }
-  }
-
-  private logDecision(tag: CallTag, tool: string, callId: number, attempt: number, observed: Observed, verdict: Wit.Verdict,
-    decision: Wit.Decision | undefined, countsAsAttempt: boolean): void {
-    const next = decision?.action;
-    const reason = decision === undefined ? '' : observed.captureMissing ? `${decision.reason}${CAPTURE_MISSING_SUFFIX}` : decision.reason;
-    this.logLine(tag, tool, callId, attempt, observed.summary, {
-      class: verdict.class,
-      action: verdict.action,
-      delayMs: verdict.action === 'retry' || verdict.action === 'poll' ? Number(verdict.delayMs) : undefined,
-      hintMs: verdict.hintMs === undefined ? undefined : Number(verdict.hintMs),
-      rule: decision?.rule ?? this.run.instance.ruleNames()[verdict.ruleIndex],
-      escalation: next?.tag === 'escalate' ? next.val.reason : undefined,
-      reason,
-      decision,
-    }, countsAsAttempt);
-  }
-
-  /** One `agent_retry.attempt` event, its line's fields in the order all three hosts use (`../mcp.ts`'s
-   *  module comment): `policy` says which policy decided (`policyIdentity`), `step` and
-   *  `key` name the call (`tag`), `class` and `rule` say how the policy read the outcome,
-   *  `escalation` is the contract's escalation reason (e.g. `run-steps-spent`,
-   *  `server-wait-too-long`, `retry-forbidden`) when the action is `escalate`. */
-  private logLine(tag: CallTag, tool: string, callId: number | undefined, attempt: number, outcome: string, what: {
-    class?: Wit.OutcomeClass; action: string; delayMs?: number; hintMs?: number; rule?: string; escalation?: Wit.EscalationReason; reason: string;
-    invariant?: Invariant; decision?: Wit.Decision;
-  }, countsAsAttempt = false): void {
-    const event = new AttemptEvent({
-      ts: Date.now() / 1000, run: this.run.runId, policy: this.policyIdentity, step: tag.step, call: callId ?? null, tool, attempt, key: tag.key ?? null,
-      outcome, class: what.class ?? null, rule: what.rule ?? null, action: what.action, delayMs: what.delayMs ?? null, hintMs: what.hintMs ?? null,
-      escalation: what.escalation ?? null, reason: what.reason, decision: what.decision, countsAsAttempt,
-      // Only on the line of a broken invariant (and of the calls after it).
-      ...(what.invariant === undefined ? {} : { invariant: what.invariant }),
-    });
-    if (tag.trace) tag.trace.emit(event);
-    else this.telemetry.emit(event);
-  }
-
-  /** The common fields of a call's events. */
-  private callFields(tag: CallTag, tool: string, callId: number | undefined): { ts: number; run: string; policy: string; step: number | null; call: number | null; tool: string } {
-    return { ts: Date.now() / 1000, run: this.run.runId, policy: this.policyIdentity, step: tag.step, call: callId ?? null, tool };
-  }
-
-  /** A wait event (when there is a wait) and the wait. */
-  private async wait(tag: CallTag, tool: string, callId: number, why: WaitWhy, attempt: number, delayMs: bigint, hintMs: bigint | undefined,
-    scope: CallScope, decision?: Wit.Decision): Promise<void> {
-    const ms = Number(delayMs);
-    if (ms > 0) {
-      scope.check();
-      tag.trace?.emit(new WaitEvent({ ...this.callFields(tag, tool, callId), attempt, why, waitMs: ms, hintMs: hintMs === undefined ? null : Number(hintMs), decision }));
-    }
-    await scope.pause(ms);
-  }
-
-  /** The escalation of an `escalate` answer: its event, and the error to throw. */
-  private escalated(tag: CallTag, tool: string, callId: number, attempt: number, last: string, answer: Answer): Escalated {
-    const escalation = this.escalationOf(tag, tool, last, answer);
-    this.emitEscalation(tag, tool, callId, attempt, answer.decision?.rule ?? this.run.instance.ruleNames()[answer.verdict.ruleIndex] ?? null, escalation,
-      answer.decision);
-    return new Escalated(escalation, tool);
-  }
-
-  private emitEscalation(tag: CallTag, tool: string, callId: number | undefined, attempt: number, rule: string | null, escalation: Wit.Escalation,
-    decision?: Wit.Decision): void {
-    const event = new EscalationEvent({
-      ...this.callFields(tag, tool, callId), attempt, rule, reason: escalation.reason, note: escalation.note, escalationValue: escalation, decision,
-    });
-    if (tag.trace) tag.trace.emit(event);
-    else this.telemetry.emit(event);
+    return typeof check === 'function' ? check : undefined;
   }
 
   /** A task's status read (the call answered with a task, or a poll of it answered): its event. */
-  private taskPolled(tag: CallTag, tool: string, callId: number, attempt: number, observed: Observed, polledId?: string): void {
+  private taskPolled(core: CallCore, attempt: number, observed: Observed, polledId?: string): void {
     const outcome = observed.outcome;
     const taskId = outcome.tag === 'task' ? outcome.val.taskId : observed.task?.taskId ?? polledId;
     if (taskId === undefined || (outcome.tag !== 'task' && polledId === undefined)) return;
     const status = outcome.tag === 'task' ? outcome.val.status : outcome.tag === 'poll-failure' ? 'poll failed'
       : outcome.tag === 'failure' ? 'failed' : 'completed';
-    tag.trace?.emit(new TaskPollEvent({ ...this.callFields(tag, tool, callId), attempt, taskId, status }));
+    core.taskPolled(attempt, taskId, status);
   }
 }
 

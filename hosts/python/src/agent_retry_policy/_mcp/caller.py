@@ -17,7 +17,9 @@ for the model, an escalation's hand-off, a success's note when there is no
 result to return, and the log line's `reason`: the line is written only when
 the logger is enabled for INFO, and then always carries the reason, so the
 decision is read for every logged attempt and for none when INFO is off. A
-call not admitted reads the hand-off with `escalation()`.
+call not admitted reads the hand-off with `escalation()`. That bookkeeping,
+and every event, is `_call_core.CallCore`'s, shared with `call_with_policy`:
+this module does the MCP I/O (sessions, attempts, polls, status checks).
 """
 
 from __future__ import annotations
@@ -53,35 +55,21 @@ from mcp.types import (
 from pydantic import ValidationError
 
 from .. import otel
+from .._call_core import CallCore, Report, RunBook, check_name, forget_task
 from .._telemetry import Telemetry
 from .._verdicts import Answer as _Answer
-from .._verdicts import bounded as _bounded
-from .._verdicts import policy_failure
+from .._verdicts import rule_name
 from ..component import Run, now_ms
 from ..entropy import EntropySource, OsEntropy
-from ..errors import (
-    CallCancelled,
-    CallTimedOut,
-    Escalated,
-    InstanceUnusable,
-    PolicyBoundaryViolation,
-    PolicyTrap,
-    SessionLost,
-    StopCause,
-    Stopped,
-)
-from ..events import AttemptEvent, CallScope, EscalationEvent, ReplanEvent, StatusCheckEvent, TaskPollEvent, WaitEvent
-from ..guard import CallGuard, Outcome, RunGuard, Violation
+from ..errors import CallCancelled, CallTimedOut, SessionLost, StopCause, Stopped
+from ..events import CallScope, TaskPollEvent
+from ..guard import CallGuard, Outcome, RunGuard
 from ..hooks import Hooks
 from ..limits import cut_lifted_text
 from ..metrics import RetryMetrics
 from ..types import (
-    AbandonReason,
     CallStart,
-    Decision,
     Delivery,
-    EscalateAction,
-    Escalation,
     Observation,
     ReplanAction,
     StatusCheckResult,
@@ -92,6 +80,7 @@ from ..types import (
     Verdict,
     http_failure,
     input_required,
+    json_text,
     protocol_failure,
     tool_error,
     transport_failure,
@@ -172,7 +161,8 @@ class StatusCheckRequest:
     call_id: int
 
 
-StatusCheck = Callable[[StatusCheckRequest], Awaitable[StatusCheckResult]]
+# A status check: async, or plain (run in a thread of its own, off the loop).
+StatusCheck = Callable[[StatusCheckRequest], "StatusCheckResult | Awaitable[StatusCheckResult]"]
 EmptyCheck = Callable[[CallToolResult], str | None]
 
 
@@ -193,15 +183,6 @@ def default_empty_check(result: CallToolResult) -> str | None:
     return None
 
 
-def _json_text(value: Any) -> str | None:
-    if value is None:
-        return None
-    try:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    except (TypeError, ValueError):  # not JSON: nothing the policy could read
-        return None
-
-
 def tool_error_outcome(result: CallToolResult, *, session_id_sent: bool = False) -> Observation:
     """The observation of an `isError: true` result: `tool-error(none)` with the text
     content blocks joined with "\\n" as the body and `structuredContent` as JSON
@@ -209,13 +190,13 @@ def tool_error_outcome(result: CallToolResult, *, session_id_sent: bool = False)
     the text and the structured content (a status, a provider's error type, a
     wait in prose such as "try again in 20s")."""
     text = "\n".join(block.text for block in result.content if isinstance(block, TextContent))
-    return tool_error(text, _json_text(result.structured_content), session_id_sent=session_id_sent)
+    return tool_error(text, json_text(result.structured_content), session_id_sent=session_id_sent)
 
 
 def protocol_error_outcome(error: MCPError, *, session_id_sent: bool = False) -> Observation:
     """The observation of a JSON-RPC error: its code, its message as the body,
     and its `data` (if any) as JSON text in `structured-content`."""
-    return protocol_failure(error.code, error.message, data=_json_text(error.data), session_id_sent=session_id_sent)
+    return protocol_failure(error.code, error.message, data=json_text(error.data), session_id_sent=session_id_sent)
 
 
 def _sdk_stand_in(error: MCPError) -> Observation | None:
@@ -251,26 +232,15 @@ def _server_answered(capture: AttemptCapture, error: MCPError) -> bool:
     return _SDK_TIMEOUT_MESSAGE.fullmatch(error.message) is None
 
 
-@dataclass(frozen=True)
-class _CallTag:
-    """What every log line of one call carries: its step (None for the
-    pseudo-calls) and its key."""
-
-    step: int | None
-    key: str | None = None
-
-
 @dataclass
 class _Observed:
-    """One attempt as observed: a success (`observation` and `empty` None), an
-    empty result (`empty`: what is wrong), a failure (`observation`), or a
-    status check's finding (`status`)."""
+    """One attempt (or poll) as observed: a success (nothing but `result`), an
+    empty result (`empty`: what is wrong), a failure (`observation`), a task's
+    status (`task`), or a failed poll (`poll_failure`)."""
 
-    summary: str
     result: Any = None
     observation: Observation | None = None
     empty: str | None = None
-    status: StatusCheckResult | None = None
     capture_missing: bool = False
     # What the server said of the call's task (a poll's answer, or the call answered by a task).
     task: TaskReport | None = None
@@ -281,7 +251,12 @@ class _Observed:
 
     @property
     def success(self) -> bool:
-        return self.observation is None and self.empty is None and self.status is None and self.task is None and self.poll_failure is None
+        return self.observation is None and self.empty is None and self.task is None and self.poll_failure is None
+
+    @property
+    def report(self) -> Report:
+        """What the run is told of it."""
+        return Report(failure=self.observation, empty=self.empty, task=self.task, poll_failure=self.poll_failure)
 
     @property
     def outcome(self) -> Outcome:
@@ -293,16 +268,15 @@ class _Observed:
 
 @dataclass
 class _CallState:
-    """The model's call in progress, for a stop (`CallTimedOut`, `CallCancelled`)."""
+    """The call in progress (the model's, or a listing of the tools), for a
+    stop (`CallTimedOut`, `CallCancelled`): its limit and what is out. `core`
+    keeps the call's books and events (none before the call is made)."""
 
     tool: str
-    tag: _CallTag
     deadline: float | None
     cause: StopCause
     limit_s: float | None
-    call_id: int | None = None
-    effect: str | None = None
-    attempt: int = 0
+    core: CallCore | None = None
     attempts_sent: int = 0
     in_flight: bool = False
     doing: str = "before anything was sent"
@@ -310,9 +284,19 @@ class _CallState:
     not_slept: bool = False
     # The call's task while it lives (cancelled if the call stops).
     task_id: str | None = None
+    # The stop of a pseudo-call (`initialize`, `tools/list`) in progress when the call stopped.
+    pseudo_stopped: Stopped | None = None
 
     def remaining(self) -> float | None:
         return None if self.deadline is None else self.deadline - time.monotonic()
+
+
+@dataclass
+class _PseudoProgress:
+    """How far a pseudo-call got, for its stop: the attempts sent, and whether one is out."""
+
+    sent: int = 0
+    in_flight: bool = False
 
 
 class _AttemptClock:
@@ -477,7 +461,6 @@ class RetryingToolCaller:
         # caller may have connected first: counted as Rust and Node count them).
         self._sessions = 0
         self._reconnects = 0
-        self._steps = 0
         self._bare_lost: str | None = None
         self._capture_warned = False
         self.on_verdict = on_verdict
@@ -491,20 +474,24 @@ class RetryingToolCaller:
             metrics=metrics,
             otel_recorder=otel.recorder(tracer_provider, meter_provider),
         )
-        # The model's call in progress: its span and its attempt's (one call at a time, as the run's instance).
+        # The model's call in progress: its span, which its pseudo-calls' events go to (one call at a time).
         self._span: otel.CallSpan | None = None
-        self._attempt_span: otel.AttemptSpan | None = None
         # `tasks/cancel`s of stopped calls, sent in the background (held until done).
         self._background: set[asyncio.Task[None]] = set()
-        # What the wrapper enforces whatever the policy says, from the configuration the host holds.
-        self.guard = RunGuard(run.config_text)
-        # The escalation of the first broken invariant: the rest of the run ends with it.
-        self._broken: tuple[Escalated, Violation] | None = None
+        # What the wrapper enforces whatever the policy says, from the configuration the host holds; the
+        # steps; the escalation of the first broken invariant (the rest of the run ends with it).
+        self._book = RunBook(RunGuard(run.config_text))
+        self.guard = self._book.guard
 
     @property
     def session(self) -> ClientSession | None:
         """The session calls go to now (None while an `McpConnection` is not connected)."""
         return self.connection.session if self.connection is not None else self._bare
+
+    @property
+    def listed_tools(self) -> list[Tool] | None:
+        """The tools as last listed (or given), without listing them: None until `list_tools` or a call lists them."""
+        return list(self._tools.values()) if self._tools is not None else None
 
     # -- the model's call
 
@@ -520,8 +507,8 @@ class RetryingToolCaller:
         (default: `step-N`, N counting this caller's calls from 1, as the Rust
         host does, so all hosts derive the same key for the same run and call);
         pass a stable one to keep the key across a host restart."""
-        self._steps += 1
-        step = self._steps
+        self._book.steps += 1
+        step = self._book.steps
         started = time.monotonic()
         call_deadline = started + self.call_timeout_s if self.call_timeout_s is not None else None
         run_deadline = self._run_deadline
@@ -529,14 +516,13 @@ class RetryingToolCaller:
             deadline, cause, limit = call_deadline, cast(StopCause, "call-timeout"), self.call_timeout_s
         else:
             deadline, cause, limit = run_deadline, cast(StopCause, "run-timeout"), self.run_timeout_s
-        state = _CallState(name, _CallTag(step), deadline, cause, limit)
+        state = _CallState(name, deadline, cause, limit)
         recorder = self.telemetry.otel
         self._span = recorder.call(name, self.run.run_id, self.policy_identity, step) if recorder is not None else None
-        self._attempt_span = None
+        core = state.core = self._core(state, name, step)
         try:
-            if self._broken is not None:
-                raise self._run_broken(state.tag, name)
-            return await self._call_tool(state, name, arguments, action_id)
+            core.refuse_if_broken()
+            return await self._call_tool(state, core, name, arguments, action_id)
         except _DeadlinePassed:
             self._abandon_task(state)
             raise CallTimedOut(self._stop(state, state.cause)) from None
@@ -546,31 +532,48 @@ class RetryingToolCaller:
                 raise
             raise CallCancelled(self._stop(state, "cancelled")) from e
         except BaseException as e:
-            self._end_spans("stop", type(e).__qualname__)  # a call that ended otherwise (SessionLost, a bug): its spans end
+            # A call that ended otherwise (SessionLost, a bug): its spans end (no-op once ended).
+            core.attempt_failed(type(e).__qualname__)
+            if self._span is not None:
+                self._span.end("stop", error_type=type(e).__qualname__)
             raise
         finally:
-            self._span = self._attempt_span = None
+            self._span = None
 
-    def _end_spans(self, action: str, error_type: str | None = None) -> None:
-        """Ends the call's spans (no-op once ended or without OpenTelemetry)."""
-        if self._attempt_span is not None:
-            self._attempt_span.fail(error_type or action)
-            self._attempt_span = None
-        if self._span is not None:
-            self._span.end(action, error_type=error_type)
+    async def list_tools(self) -> list[Tool]:
+        """The server's tools, as this caller uses them: listed through the
+        policy (the `tools/list` pseudo-call, connecting first with the
+        `initialize` one if needed, each retried and escalated as the policy
+        says) once, and again after a new session; the `tools` given, if any.
+        Bounded by the run's limit (listing is no call of the model's). Raises
+        `Escalated`, `SessionLost` or `CallTimedOut` as `call_tool` does."""
+        state = _CallState(TOOLS_LIST, self._run_deadline, "run-timeout", self.run_timeout_s)
+        state.core = self._core(state, TOOLS_LIST, None)
+        try:
+            await self._ensure_session(state)
+            await self._tool(state, "")
+        except _DeadlinePassed:
+            # The pseudo-call in progress wrote its stop; else (none was) the listing's own.
+            raise CallTimedOut(state.pseudo_stopped or self._stop(state, state.cause)) from None
+        except asyncio.CancelledError as e:
+            if isinstance(e, CallCancelled):
+                raise
+            raise CallCancelled(state.pseudo_stopped or self._stop(state, "cancelled")) from e
+        return list((self._tools or {}).values())
 
-    def _emit(self, event: Any, *, level: int = logging.INFO) -> None:
-        self.telemetry.emit(event, self._span, level=level)
-
-    def _scope(self, tag: _CallTag, tool: str, call_id: int | None) -> CallScope:
-        return CallScope(self.run.run_id, self.policy_identity, tag.step, call_id, tool)
-
-    def _escalation_event(
-        self, tag: _CallTag, tool: str, call_id: int | None, attempt: int, rule: str | None, escalation: Escalation
-    ) -> None:
-        """A call ends with an escalation: its event, and (for the model's call) its span."""
-        self._emit(EscalationEvent(self._scope(tag, tool, call_id), attempt, rule, escalation["reason"], escalation["note"]))
-        self._end_spans("escalate", escalation["reason"])
+    def _core(self, state: _CallState, tool: str, step: int | None) -> CallCore:
+        """The books and events of one call (a pseudo-call's go to the model's call span, if any)."""
+        return CallCore(
+            self.run,
+            self._book,
+            self.telemetry,
+            CallScope(self.run.run_id, self.policy_identity, step, None, tool),
+            span=self._span,
+            now_ms=self.clock,
+            time_left_ms=lambda: self._time_left_ms(state),
+            entropy=self.entropy,
+            on_verdict=self.on_verdict,
+        )
 
     def _abandon_task(self, state: _CallState) -> None:
         """A call stopped while its task lives: the task is cancelled in the background (nobody waits for it now)."""
@@ -583,36 +586,28 @@ class RetryingToolCaller:
         task.add_done_callback(self._background.discard)
         return task
 
-    async def _call_tool(self, state: _CallState, name: str, arguments: Mapping[str, Any] | None, action_id: str | None) -> CallToolResult:
-        action = action_id if action_id is not None else f"step-{state.tag.step}"
+    async def _call_tool(
+        self, state: _CallState, core: CallCore, name: str, arguments: Mapping[str, Any] | None, action_id: str | None
+    ) -> CallToolResult:
+        action = action_id if action_id is not None else f"step-{core.scope.step}"
         await self._ensure_session(state)
         tool = await self._tool(state, name)
         send_arguments = dict(arguments or {})
         key: str | None = None
         if self._takes_key(tool):
-            key = self._policy(state.tag, name, "not sent", self.run.instance.derive_idempotency_key, self.run.run_id, action)
+            key = core.ask("not sent", self.run.instance.derive_idempotency_key, self.run.run_id, action)
             send_arguments[self.key_argument] = key
-        tag = _CallTag(state.tag.step, key)
-        state.tag = tag
-        hints = self._hints(tool)
-        start = self._policy(tag, name, "not sent", self.run.begin_call, name, key, hints, self.clock())
-        if not start.admitted:
-            raise self._not_admitted(tag, name)
-        call_id = start.call_id
+        core.key = key
         # Attempt 1 from here: a stop during the admission wait abandons the call at its first attempt.
-        state.call_id, state.effect, state.attempt = call_id, start.effect, 1
-        guard, violation = self.guard.begin(name, key, hints, start.delay_ms)
-        self._guarded(tag, name, call_id, 0, "not sent", violation)
+        start, guard = core.begin(self._hints(tool))
         if start.delay_ms:
-            self._emit(WaitEvent(self._scope(tag, name, call_id), 1, "admission", start.delay_ms, None))
+            core.waits(1, "admission", start.delay_ms, None)
             await self._sleep(state, start.delay_ms / 1000, f"while waiting {start.delay_ms} ms to be admitted")
 
         attempt = 1  # the attempt each outcome reports: 1, then each retry's (the verdict's + 1)
         while True:
             await self._ensure_session(state)
-            state.attempt = attempt
-            span = self._span.attempt(attempt, mcp=True) if self._span is not None else None
-            self._attempt_span = span
+            span = core.attempt_started(attempt, mcp=True)
             # The attempt span's W3C trace context, for the server (MCP SEP-414).
             meta = span.trace_meta() if span is not None else {}
             with span.current() if span is not None else contextlib.nullcontext():
@@ -625,7 +620,9 @@ class RetryingToolCaller:
                     start=start,
                 )
             guard.attempted(observed.outcome)
-            answer = self._record(state, tag, name, call_id, attempt, observed, guard)
+            if observed.task_id is not None:  # the call answered with a task: its status read, as each poll's is
+                core.emit(TaskPollEvent(core.scope, attempt, observed.task_id, _poll_status(observed)))
+            answer = self._record(core, guard, attempt, observed)
             # A task: polled as the policy says until it ends; the tool is not called again meanwhile.
             task_id = observed.task_id
             while task_id is not None:
@@ -640,7 +637,7 @@ class RetryingToolCaller:
                 delay = answer.delay_ms
                 if answer.reconnect:
                     self._reconnect_before_retry(answer)
-                self._emit(WaitEvent(self._scope(tag, name, call_id), attempt, "poll", delay, answer.verdict.hint_ms))
+                core.waits(attempt, "poll", delay, answer.verdict.hint_ms)
                 await self._sleep(state, delay / 1000, f"while waiting {delay} ms before polling task {task_id}")
                 await self._ensure_session(state)
                 observed = await self._poll(state, name, attempt, task_id, start)
@@ -648,8 +645,8 @@ class RetryingToolCaller:
                     guard.poll_failed()  # the task still lives
                 else:
                     guard.polled(observed.outcome)  # its status, or its end (the attempt's outcome)
-                self._emit(TaskPollEvent(self._scope(tag, name, call_id), attempt, task_id, _poll_status(observed)))
-                answer = self._record(state, tag, name, call_id, attempt, observed, guard, counted=False)
+                core.emit(TaskPollEvent(core.scope, attempt, task_id, _poll_status(observed)))
+                answer = self._record(core, guard, attempt, observed, counted=False)
                 if observed.task is not None:
                     task_id = observed.task["task-id"]  # the server's latest word on which task it is
                 elif not observed.poll_failure:
@@ -658,68 +655,36 @@ class RetryingToolCaller:
                 state.task_id, state.in_flight = None, False
             while answer.kind == "check-status":
                 await self._ensure_session(state)
-                found = await self._check_status(state, name, send_arguments, key, call_id)
-                guard.status_checked(found)
-                self._emit(StatusCheckEvent(self._scope(tag, name, call_id), attempt, self._check_name(name), found))
+                found = await self._check_status(state, core, name, send_arguments)
                 # Reported under the attempt whose effect was checked.
-                answer = self._record(
-                    state, tag, name, call_id, attempt, _Observed(f"status check: {found}", status=found), guard, counted=False
-                )
+                answer = core.status_checked(guard, attempt, self._check_name(name), found)
             kind = answer.kind
             if kind == "retry":
                 delay, attempt = answer.delay_ms, answer.next_attempt
-                state.attempt = attempt  # the call's attempt now, for a stop during the wait (`abandon_call`)
+                core.attempt = attempt  # the call's attempt now, for a stop during the wait (`abandon_call`)
                 if answer.reconnect:  # the policy read a lost session (or a refused revision): a new session first
                     self._reconnect_before_retry(answer)
-                self._emit(WaitEvent(self._scope(tag, name, call_id), attempt, "retry", delay, answer.verdict.hint_ms))
+                core.waits(attempt, "retry", delay, answer.verdict.hint_ms)
                 await self._sleep(state, delay / 1000, f"while waiting {delay} ms before attempt {attempt}")
                 continue
             if kind == "replan":
-                decision = answer.decision
-                message = cut_lifted_text(cast(ReplanAction, decision["action"])["replan"])
-                self._emit(
-                    ReplanEvent(self._scope(tag, name, call_id), answer.verdict.attempt, decision["rule"], message, decision=decision)
-                )
-                self._end_spans("replan")
+                message, _rule = core.replanned(answer)
                 return CallToolResult(content=[TextContent(type="text", text=message)], is_error=True)
             if kind == "succeed":
-                self._end_spans("succeed")
+                core.succeeded()
                 if observed.result is not None and observed.success:
                     return cast(CallToolResult, observed.result)
                 note = cut_lifted_text(cast(SucceedAction, answer.decision["action"])["succeed"] or "done")
                 return CallToolResult(content=[TextContent(type="text", text=note)], is_error=False)
             if kind == "escalate":
-                decision = answer.decision
-                escalation = _bounded(cast(EscalateAction, decision["action"])["escalate"])
-                self._escalation_event(tag, name, call_id, answer.verdict.attempt, decision["rule"], escalation)
-                raise Escalated(escalation, tool=name)
-            raise self._no_task_to_poll(tag, name, observed.summary, kind)
+                raise core.escalated_by(answer)
+            raise core.no_task_to_poll(kind, observed.report.words)
 
-    def _no_task_to_poll(self, tag: _CallTag, name: str, summary: str, kind: str) -> Escalated:
-        """A poll (or an unknown action) answered a report of no task: the policy is broken; the safe fallback."""
-        fault = PolicyBoundaryViolation(f"{kind} answered {name}, which has no task", call="[method]run.record-failure")
-        try:
-            self._policy(tag, name, summary, _raise, fault)
-        except Escalated as escalated:
-            return escalated
-        raise AssertionError("unreachable")
-
-    def _not_admitted(self, tag: _CallTag, name: str) -> Escalated:
-        """A call the policy did not admit: its hand-off (`escalation()`), logged."""
-        refusal = self._policy(tag, name, "not sent", self.run.escalation)
-        if refusal is None:  # the contract says there is one: fail safe all the same
-            refusal = {
-                "reason": "unclassified-failure",
-                "last-error": None,
-                "resets-in-ms": None,
-                "effects": [],
-                "effects-total": 0,
-                "note": f"the retry policy did not admit {name} and gave no hand-off; not sent.",
-            }
-        refusal = _bounded(refusal)
-        self._log_line(tag, name, None, 0, "not sent", None, "escalate", None, refusal["note"], escalation=refusal["reason"])
-        self._escalation_event(tag, name, None, 0, None, refusal)
-        return Escalated(refusal, tool=name)
+    def _record(self, core: CallCore, guard: CallGuard, attempt: int, observed: _Observed, *, counted: bool = True) -> _Answer:
+        """Reports what an attempt (or a poll: not `counted`) observed; a
+        failure seen without the capture says so in its line's reason."""
+        suffix = CAPTURE_MISSING_SUFFIX if observed.capture_missing else ""
+        return core.record(guard, observed.report, attempt, counted=counted, reason_suffix=suffix)
 
     # -- connecting and listing: the pseudo-calls
 
@@ -770,7 +735,7 @@ class RetryingToolCaller:
     def _spent_observed(self) -> _Observed:
         reconnects = self._reconnects
         detail = f"reconnections spent: {reconnects} new sessions in this run (max_reconnects_per_run {self.max_reconnects_per_run})"
-        return _Observed("other", observation=transport_failure("other", detail, delivery="not-sent"))
+        return _Observed(observation=transport_failure("other", detail, delivery="not-sent"))
 
     async def _tool(self, state: _CallState, name: str) -> Tool | None:
         if self._tools is None:
@@ -814,41 +779,55 @@ class RetryingToolCaller:
 
     async def _pseudo_call(self, state: _CallState, name: str, send: Callable[[ClientSession], Awaitable[Any]], what: str) -> Any:
         """`initialize` or `tools/list` as a call of the policy: begun (a step),
-        sent, observed and decided like a tool's; retried as the policy says."""
-        tag = _CallTag(None)
-        if self._broken is not None:
-            raise self._run_broken(tag, name)
-        start = self._policy(tag, name, "not sent", self.run.begin_call, name, None, PSEUDO_TOOL_HINTS, self.clock())
-        if not start.admitted:
-            raise self._not_admitted(tag, name)
-        call_id = start.call_id
-        guard, violation = self.guard.begin(name, None, PSEUDO_TOOL_HINTS, start.delay_ms)
-        self._guarded(tag, name, call_id, 0, "not sent", violation)
+        sent, observed and decided like a tool's; retried as the policy says. A
+        stop (the limit, a cancellation) abandons it in the run and writes its
+        stop line (`state.pseudo_stopped`); the call it served stops after it."""
+        core = self._core(state, name, None)
+        progress = _PseudoProgress()
+        try:
+            return await self._pseudo_attempts(state, core, progress, name, send, what)
+        except _DeadlinePassed:
+            state.pseudo_stopped = self._stop(state, state.cause, core=core, in_flight=progress.in_flight, sent=progress.sent)
+            raise
+        except asyncio.CancelledError:
+            state.pseudo_stopped = self._stop(state, "cancelled", core=core, in_flight=progress.in_flight, sent=progress.sent)
+            raise
+
+    async def _pseudo_attempts(
+        self,
+        state: _CallState,
+        core: CallCore,
+        progress: _PseudoProgress,
+        name: str,
+        send: Callable[[ClientSession], Awaitable[Any]],
+        what: str,
+    ) -> Any:
+        start, guard = core.begin(PSEUDO_TOOL_HINTS)
         if start.delay_ms:
-            self._emit(WaitEvent(self._scope(tag, name, call_id), 1, "admission", start.delay_ms, None))
+            core.waits(1, "admission", start.delay_ms, None)
             await self._sleep(state, start.delay_ms / 1000, f"while waiting {start.delay_ms} ms for {name} to be admitted")
         attempt = 1
         while True:
             if name != INITIALIZE:
                 await self._ensure_session(state)
+            core.attempt = attempt
+            progress.sent, progress.in_flight = progress.sent + 1, True
             observed = await self._attempt(state, name, attempt, lambda session, _clock: send(session), tool_call=False, start=start)
+            progress.in_flight = False
             failure = observed.observation
             if failure is not None and "transport" in failure["kind"]:
                 failure["body"] = f"{what}: {failure.get('body', '')}"
             guard.attempted(observed.outcome)
-            answer = self._record(state, tag, name, call_id, attempt, observed, guard)
+            answer = self._record(core, guard, attempt, observed)
             while answer.kind == "check-status":  # nobody can check a connection: the policy decides on "unknown"
-                guard.status_checked("unknown")
-                self._emit(StatusCheckEvent(self._scope(tag, name, call_id), attempt, None, "unknown"))
-                answer = self._record(
-                    state, tag, name, call_id, attempt, _Observed("status check: unknown", status="unknown"), guard, counted=False
-                )
+                answer = core.status_checked(guard, attempt, None, "unknown")
             kind = answer.kind
             if kind == "retry":
                 delay, attempt = answer.delay_ms, answer.next_attempt
+                core.attempt = attempt
                 if answer.reconnect and name != INITIALIZE:
                     self._reconnect_before_retry(answer)
-                self._emit(WaitEvent(self._scope(tag, name, call_id), attempt, "retry", delay, answer.verdict.hint_ms))
+                core.waits(attempt, "retry", delay, answer.verdict.hint_ms)
                 await self._sleep(state, delay / 1000, f"while waiting {delay} ms before {name} attempt {attempt}")
                 continue
             if kind == "succeed":
@@ -857,11 +836,8 @@ class RetryingToolCaller:
                 message = cut_lifted_text(cast(ReplanAction, answer.decision["action"])["replan"])
                 raise SessionLost(f"{what} ({name}): {message}", tool=state.tool)
             if kind == "escalate":
-                decision = answer.decision
-                escalation = _bounded(cast(EscalateAction, decision["action"])["escalate"])
-                self._escalation_event(tag, name, call_id, answer.verdict.attempt, decision["rule"], escalation)
-                raise Escalated(escalation, tool=name)
-            raise self._no_task_to_poll(tag, name, observed.summary, kind)
+                raise core.escalated_by(answer)
+            raise core.no_task_to_poll(kind, observed.report.words)
 
     # -- one attempt
 
@@ -925,7 +901,7 @@ class RetryingToolCaller:
                 watcher.cancel()
             if not task.done():
                 task.cancel()
-                task.add_done_callback(_consume)
+                task.add_done_callback(forget_task)
         if not done:
             if by_deadline:
                 raise _DeadlinePassed  # the attempt stays in flight: it may have applied
@@ -984,43 +960,37 @@ class RetryingToolCaller:
         session, a blip, a bug) is the policy's to say."""
         sent_id = capture.session_header
         if capture.status is not None:
-            return _Observed(
-                f"HTTP {capture.status}", observation=http_failure(capture.status, capture.headers, capture.body, session_id_sent=sent_id)
-            )
+            return _Observed(observation=http_failure(capture.status, capture.headers, capture.body, session_id_sent=sent_id))
         if capture.transport_error is not None:
             observation = transport_failure(
                 capture.transport_error, capture.transport_detail, delivery=capture.delivery, session_id_sent=sent_id
             )
-            return _Observed(capture.transport_error, observation=observation)
+            return _Observed(observation=observation)
         # How far a request that got no answer went, as far as the transport saw.
         out: Delivery = "answer-started" if capture.answered else ("sent" if capture.seen else "unknown")
         if timed_out is not None:
             observation = transport_failure("timeout", timed_out, delivery=out, session_id_sent=sent_id)
-            return _Observed("timeout", observation=observation)
+            return _Observed(observation=observation)
         if not finished:  # the connection was lost while the request was out
             lost = generation.lost if generation is not None else None
             detail = f"the connection was lost while the request was out: {lost}"
             delivery: Delivery = "not-sent" if lost_at_send else (out if capture.seen else "sent")
-            return _Observed(
-                "stream-closed", observation=transport_failure("stream-closed", detail, delivery=delivery, session_id_sent=sent_id)
-            )
+            return _Observed(observation=transport_failure("stream-closed", detail, delivery=delivery, session_id_sent=sent_id))
         if isinstance(error, _ConnectFailure):
-            return _Observed(error.kind, observation=transport_failure(error.kind, error.detail, delivery="not-sent"))
+            return _Observed(observation=transport_failure(error.kind, error.detail, delivery="not-sent"))
         if isinstance(error, MCPError):
             missing = not capture.seen and _sdk_http_error(error)
             if missing:
                 self._warn_capture_missing(error)
                 stand_in = _sdk_stand_in(error)
                 if stand_in is not None:
-                    return _Observed("HTTP 404", observation=stand_in, capture_missing=True)
+                    return _Observed(observation=stand_in, capture_missing=True)
             if error.code in (REQUEST_TIMEOUT, CONNECTION_CLOSED) and _server_answered(capture, error):
                 # The server's own error with a code the SDK also gives its failures: an answer like any other.
-                return _Observed(
-                    f"JSON-RPC {error.code}", observation=protocol_error_outcome(error, session_id_sent=sent_id), capture_missing=missing
-                )
+                return _Observed(observation=protocol_error_outcome(error, session_id_sent=sent_id), capture_missing=missing)
             if error.code == REQUEST_TIMEOUT:  # the session's own read timeout
                 observation = transport_failure("timeout", error.message, delivery=out if capture.seen else "sent", session_id_sent=sent_id)
-                return _Observed("timeout", observation=observation, capture_missing=missing)
+                return _Observed(observation=observation, capture_missing=missing)
             if error.code == CONNECTION_CLOSED:
                 if error.message == _SESSION_CLOSED_MESSAGE:  # the session's transport is over (its pipe or stream closed)
                     lost = generation.lost if generation is not None and generation.lost else "the session's connection closed"
@@ -1028,7 +998,6 @@ class RetryingToolCaller:
                     self._session_lost(generation, lost)
                     delivery = "not-sent" if lost_at_send else "sent"
                     return _Observed(
-                        "stream-closed",
                         observation=transport_failure(
                             "stream-closed", f"{error.message}: {lost}", delivery=delivery, session_id_sent=sent_id
                         ),
@@ -1036,33 +1005,31 @@ class RetryingToolCaller:
                 observation = transport_failure(
                     "stream-closed", error.message, delivery=out if capture.seen else "unknown", session_id_sent=sent_id
                 )
-                return _Observed("stream-closed", observation=observation, capture_missing=missing)
-            return _Observed(
-                f"JSON-RPC {error.code}", observation=protocol_error_outcome(error, session_id_sent=sent_id), capture_missing=missing
-            )
+                return _Observed(observation=observation, capture_missing=missing)
+            return _Observed(observation=protocol_error_outcome(error, session_id_sent=sent_id), capture_missing=missing)
         if isinstance(error, asyncio.CancelledError):
             return _Observed(
-                "other", observation=transport_failure("other", "the request was cancelled inside the MCP SDK", session_id_sent=sent_id)
+                observation=transport_failure("other", "the request was cancelled inside the MCP SDK", session_id_sent=sent_id)
             )
         if error is not None:  # anything else the SDK raised (a malformed result, ...): reported as it is
-            return _Observed("other", observation=transport_failure("other", _describe(error), session_id_sent=sent_id))
+            return _Observed(observation=transport_failure("other", _describe(error), session_id_sent=sent_id))
         if not tool_call:
-            return _Observed("success", result)
+            return _Observed(result)
         if isinstance(result, InputNeeded):  # asked what no handler of the application answers
-            return _Observed("input-required", observation=input_required(result.questions, session_id_sent=sent_id))
+            return _Observed(observation=input_required(result.questions, session_id_sent=sent_id))
         if isinstance(result, TaskCreated):
             status: TaskStatus = "cancelled" if result.status == "cancelled" else "working"  # the polls read the rest
-            return _Observed(f"task {result.status}", task=tasks.report(result, status, self.clock()), task_id=result.task_id)
+            return _Observed(task=tasks.report(result, status, self.clock()), task_id=result.task_id)
         return self._observe_result(cast(CallToolResult, result), sent_id)
 
     def _observe_result(self, call_result: CallToolResult, sent_id: bool) -> _Observed:
         """A tool's result (the call's, or its task's): an error, empty, or usable."""
         if call_result.is_error:
-            return _Observed("isError", call_result, observation=tool_error_outcome(call_result, session_id_sent=sent_id))
+            return _Observed(call_result, observation=tool_error_outcome(call_result, session_id_sent=sent_id))
         what = self.empty_check(call_result)
         if what is not None:
-            return _Observed("empty result", call_result, empty=what)
-        return _Observed("success", call_result)
+            return _Observed(call_result, empty=what)
+        return _Observed(call_result)
 
     async def _poll(self, state: _CallState, name: str, attempt: int, task_id: str, start: CallStart) -> _Observed:
         """Polls the call's task once (not an attempt): what it says, its
@@ -1072,21 +1039,21 @@ class RetryingToolCaller:
             state, name, attempt, lambda session, clock: _send_poll(session, clock, task_id), tool_call=False, start=start
         )
         if polled.observation is not None:
-            return _Observed(f"poll failed: {polled.summary}", poll_failure=polled.observation, capture_missing=polled.capture_missing)
+            return _Observed(poll_failure=polled.observation, capture_missing=polled.capture_missing)
         now = self.clock()
         if isinstance(polled.result, _InputAnswered):
-            return _Observed("task input-answered", task=tasks.report(polled.result.task, "input-answered", now))
+            return _Observed(task=tasks.report(polled.result.task, "input-answered", now))
         task = tasks.read_state(polled.result)
         if task is None:
             return self._unusable_answer(polled.result, "not a task")
         sent_id = False  # a 2026-07-28 session carries no Mcp-Session-Id
         if task.status == "working":
-            return _Observed("task working", task=tasks.report(task, "working", now))
+            return _Observed(task=tasks.report(task, "working", now))
         if task.status == "input_required":
             asked = continuation.questions(task.input_requests or {}) or task.status_message or "input the server did not describe"
-            return _Observed("task input-required", task=tasks.report(task, "input-required", now, asked))
+            return _Observed(task=tasks.report(task, "input-required", now, asked))
         if task.status == "cancelled":
-            return _Observed("task cancelled", task=tasks.report(task, "cancelled", now))
+            return _Observed(task=tasks.report(task, "cancelled", now))
         if task.status == "completed":
             if task.result is None:
                 return self._unusable_answer(polled.result, "completed without a result")
@@ -1094,7 +1061,7 @@ class RetryingToolCaller:
                 result = CallToolResult.model_validate(task.result)
             except ValidationError as e:
                 detail = f"the completed task's result is not a tool result: {e}"
-                return _Observed("task result unreadable", observation=transport_failure("other", detail, delivery="answer-started"))
+                return _Observed(observation=transport_failure("other", detail, delivery="answer-started"))
             return self._observe_result(result, sent_id)
         if task.status == "failed":
             if task.error is None:
@@ -1103,8 +1070,8 @@ class RetryingToolCaller:
             code = tasks.error_code(task.error)
             code = INTERNAL_ERROR if code is None else code
             message = str(task.error.get("message", ""))
-            observation = protocol_failure(code, message, data=_json_text(task.error.get("data")))
-            return _Observed(f"task failed: JSON-RPC {code}", observation=observation)
+            observation = protocol_failure(code, message, data=json_text(task.error.get("data")))
+            return _Observed(observation=observation)
         return self._unusable_answer(polled.result, f"status {task.status!r}, which MCP does not define")
 
     @staticmethod
@@ -1112,7 +1079,7 @@ class RetryingToolCaller:
         """A `tasks/get` answer the wrapper cannot use: reported once as the
         poll's failure (-32603, the answer's text as the body); the verdict
         says whether to poll again."""
-        return _Observed(f"poll failed: tasks/get answered {why}", poll_failure=protocol_failure(INTERNAL_ERROR, tasks.answer_text(answer)))
+        return _Observed(poll_failure=protocol_failure(INTERNAL_ERROR, tasks.answer_text(answer)))
 
     async def _cancel_task(self, state: _CallState, task_id: str) -> None:
         """`tasks/cancel`, as the verdict says (before acting on it), waited
@@ -1140,7 +1107,9 @@ class RetryingToolCaller:
         if error is not None:
             failed = {
                 "event": "agent_retry.task_cancel_failed",
+                "ts": round(time.time(), 3),
                 "run": self.run.run_id,
+                "policy": self.policy_identity,
                 "tool": name,
                 "task": task_id,
                 "error": repr(error),
@@ -1152,12 +1121,8 @@ class RetryingToolCaller:
         retired, so the next attempt connects (negotiating again) first. A bare
         `ClientSession` cannot reconnect: the next attempt raises `SessionLost`."""
         generation = self.connection._current if self.connection is not None else None
-        rule = self._rule_name(answer.verdict)
+        rule = rule_name(self.run.instance.rule_names(), answer.verdict)
         self._session_lost(generation, f"the retry policy asks for a new session (rule {rule})")
-
-    def _rule_name(self, verdict: Verdict) -> str:
-        names = self.run.instance.rule_names()
-        return names[verdict.rule_index] if verdict.rule_index < len(names) else f"rule {verdict.rule_index}"
 
     def _idle_timeout_s(self, start: CallStart) -> float:
         """The attempt's idle timeout: the policy's, capped by `attempt_timeout_s` if the user set it."""
@@ -1172,7 +1137,14 @@ class RetryingToolCaller:
         try:
             self.on_progress(tool, progress, total, message)
         except Exception as e:  # noqa: BLE001 - the application's hook must not end the attempt
-            failed = {"event": "agent_retry.on_progress_failed", "run": self.run.run_id, "tool": tool, "error": repr(e)}
+            failed = {
+                "event": "agent_retry.on_progress_failed",
+                "ts": round(time.time(), 3),
+                "run": self.run.run_id,
+                "policy": self.policy_identity,
+                "tool": tool,
+                "error": repr(e),
+            }
             self.log.warning(json.dumps(failed, ensure_ascii=False))
 
     def _time_left_ms(self, state: _CallState) -> int | None:
@@ -1218,195 +1190,54 @@ class RetryingToolCaller:
             state.doing = doing
             await self.sleep(seconds)
 
-    async def _check_status(
-        self, state: _CallState, name: str, arguments: Mapping[str, Any], key: str | None, call_id: int
-    ) -> StatusCheckResult:
+    async def _check_status(self, state: _CallState, core: CallCore, name: str, arguments: Mapping[str, Any]) -> StatusCheckResult:
         check = self.status_check.get(name) if isinstance(self.status_check, Mapping) else self.status_check
         if check is None:
             return "unknown"  # nobody can tell: the policy escalates rather than risk a second write
         session = self.session
-        if session is None:
+        if session is None or core.call_id is None:
             return "unknown"
         state.doing = f"while the status check of {name} ran"
         remaining = state.remaining()
         if remaining is not None and remaining <= 0:
             raise _DeadlinePassed
-        task = _spawn(check(StatusCheckRequest(session, name, dict(arguments), key, call_id)))
-        try:
-            done, _ = await asyncio.wait({task}, timeout=remaining)
-        finally:
-            if not task.done():
-                task.cancel()
-                task.add_done_callback(_consume)
-        if not done:
+        found = await core.check_status(check, StatusCheckRequest(session, name, dict(arguments), core.key, core.call_id), remaining)
+        if found is None:
             raise _DeadlinePassed
-        error = None if task.cancelled() else task.exception()
-        if task.cancelled() or error is not None:  # a failed check knows nothing
-            failed = {
-                "event": "agent_retry.status_check_failed",
-                "run": self.run.run_id,
-                "tool": name,
-                "policy": self.policy_identity,
-                "error": repr(error) if error is not None else "cancelled",
-            }
-            self.log.warning(json.dumps(failed, ensure_ascii=False))
-            return "unknown"
-        found = task.result()
-        return found if found in ("found", "absent", "unknown") else "unknown"
+        return found
 
-    def _stop(self, state: _CallState, cause: StopCause) -> Stopped:
-        """The stop's record, and its log line. The run is told first
-        (`abandon_call`), so the call no longer counts as open and a write on
-        the wire is listed as possibly applied."""
-        unknown = False
-        if state.call_id is not None:
-            why: AbandonReason = "cancelled" if cause == "cancelled" else "deadline"
-            try:
-                self.run.abandon_call(state.call_id, state.attempt, state.in_flight, why)
-            except Exception:  # noqa: BLE001 - a call the verdict already ended, or a failed policy: the stop goes on
-                pass
-            try:
-                unknown = any(e["call-id"] == state.call_id and e["status"] == "unknown" for e in self.run.all_effects())
-            except Exception:  # noqa: BLE001 - a failed policy cannot say; the in-flight attempt still counts
-                unknown = False
-        writes = state.effect in ("write", "delete")
-        may_have_applied = writes and (state.in_flight or unknown)
+    def _stop(
+        self, state: _CallState, cause: StopCause, *, core: CallCore | None = None, in_flight: bool | None = None, sent: int | None = None
+    ) -> Stopped:
+        """The stop's record, and its log line: of the call (`state`'s), or of
+        the pseudo-call `core` in progress (`in_flight`: its attempt out;
+        `sent`: its attempts sent). The run is told first (`abandon_call`), so
+        the call no longer counts as open and a write on the wire is listed as
+        possibly applied."""
+        core = core if core is not None else state.core
+        assert core is not None
+        in_flight = state.in_flight if in_flight is None else in_flight
+        sent = state.attempts_sent if sent is None else sent
+        unknown = core.abandon(cause, in_flight)
+        writes = core.effect in ("write", "delete")
+        may_have_applied = writes and (in_flight or unknown)
         if cause == "cancelled":
             what = "the call was cancelled"
         else:
             whose = "call's" if cause == "call-timeout" else "run's"
             when = "would pass" if state.not_slept else "passed"
             what = f"the {whose} time limit ({state.limit_s:g} s) {when}"
-        if may_have_applied:
-            effect = f"{state.tool} ({state.effect}) may have been applied: check before sending it again"
+        if core.call_id is None:  # never begun: the policy named no effect of it
+            effect = f"nothing of {core.tool} was sent"
+        elif may_have_applied:
+            effect = f"{core.tool} ({core.effect}) may have been applied: check before sending it again"
         elif writes:
-            effect = f"{state.tool} ({state.effect}): no attempt was out, and the run lists none as possibly applied"
+            effect = f"{core.tool} ({core.effect}): no attempt was out, and the run lists none as possibly applied"
         else:
-            effect = f"{state.tool} is not a write"
-        message = f"{what} {state.doing}, after {state.attempts_sent} attempt(s) sent; stopped waiting. {effect}."
-        # The run's report counts the call's current attempt (begun, or planned by a retry), which has no verdict: so does the event.
-        self._log_line(
-            state.tag, state.tool, state.call_id, state.attempt, cause, None, "stop", None, message, counted=state.call_id is not None
-        )
-        self._end_spans("stop", cause)
-        return Stopped(cause, state.tool, state.call_id, state.attempts_sent, may_have_applied, message)
-
-    def _record(
-        self,
-        state: _CallState,
-        tag: _CallTag,
-        tool: str,
-        call_id: int,
-        attempt: int,
-        observed: _Observed,
-        guard: CallGuard,
-        *,
-        counted: bool = True,
-    ) -> _Answer:
-        """Reports an attempt (or a status check, or a poll: not `counted` as an
-        attempt) on the run's single path; the verdict passes the guard before
-        anything acts on it."""
-        summary, run = observed.summary, self.run
-        if observed.observation is not None:
-            verdict = self._policy(
-                tag,
-                tool,
-                summary,
-                run.record_failure,
-                call_id,
-                attempt,
-                observed.observation,
-                self._time_left_ms(state),
-                self.clock(),
-                self.entropy.next_u64(),
-            )
-        elif observed.task is not None:
-            verdict = self._policy(
-                tag,
-                tool,
-                summary,
-                run.record_task_status,
-                call_id,
-                attempt,
-                observed.task,
-                self._time_left_ms(state),
-                self.clock(),
-                self.entropy.next_u64(),
-            )
-        elif observed.poll_failure is not None:
-            verdict = self._policy(
-                tag,
-                tool,
-                summary,
-                run.record_poll_failure,
-                call_id,
-                attempt,
-                observed.poll_failure,
-                self._time_left_ms(state),
-                self.clock(),
-                self.entropy.next_u64(),
-            )
-        elif observed.status is not None:
-            verdict = self._policy(
-                tag,
-                tool,
-                summary,
-                run.record_status_check,
-                call_id,
-                attempt,
-                observed.status,
-                self._time_left_ms(state),
-                self.clock(),
-                self.entropy.next_u64(),
-            )
-        elif observed.empty is not None:
-            verdict = self._policy(tag, tool, summary, run.record_empty_result, call_id, attempt, observed.empty, self.clock())
-        else:
-            verdict = self._policy(tag, tool, summary, run.record_success, call_id, attempt, self.clock())
-        violation = guard.verdict(verdict.action, verdict.delay_ms, verdict.hint_ms, verdict.reconnect, cancel_task=verdict.cancel_task)
-        self._guarded(tag, tool, call_id, attempt, summary, violation)
-        answer = _Answer(verdict, lambda: self._read_decision(tag, tool, summary, call_id, attempt, guard))
-        if self.on_verdict is not None:
-            self.on_verdict(tool, attempt, verdict)
-        self._log_decision(tag, tool, call_id, attempt, summary, answer, capture_missing=observed.capture_missing, counted=counted)
-        return answer
-
-    def _read_decision(self, tag: _CallTag, tool: str, summary: str, call_id: int, attempt: int, guard: CallGuard) -> Decision:
-        """`last-decision`'s words, which must say what the verdict said (the guard)."""
-        decision = self._policy(tag, tool, summary, self._last_decision, call_id)
-        self._guarded(tag, tool, call_id, attempt, summary, guard.decision(decision))
-        return decision
-
-    def _guarded(self, tag: _CallTag, tool: str, call_id: int, attempt: int, last_outcome: str, violation: Violation | None) -> None:
-        """A broken invariant ends the call as a failed policy does, and the run
-        with it; its line names the call and the attempt the verdict answered
-        (a call not yet sent: 0, as every host logs a call not sent)."""
-        if violation is None:
-            return
-        fault = PolicyBoundaryViolation(str(violation), call="run-time guard")
-        escalated = self._policy_failed(
-            tag, tool, last_outcome, fault, invariant=violation.invariant.value, call_id=call_id, attempt=attempt
-        )
-        self._broken = (escalated, violation)
-        raise escalated
-
-    def _run_broken(self, tag: _CallTag, tool: str) -> Escalated:
-        """A call after a broken invariant: the same escalation, nothing sent."""
-        assert self._broken is not None
-        escalated, violation = self._broken
-        note = escalated.note
-        self._log_line(
-            tag, tool, None, 0, "not sent", None, "escalate", None, note, escalation=escalated.reason, invariant=violation.invariant.value
-        )
-        self._escalation_event(tag, tool, None, 0, None, escalated.escalation)
-        return Escalated(escalated.escalation, tool=tool, policy_failure=escalated.policy_failure)
-
-    def _last_decision(self, call_id: int) -> Decision:
-        """The full decision of the verdict just given about `call_id`."""
-        decision = self.run.last_decision(call_id)
-        if decision is None:  # the contract keeps it until the run's next decision: a broken policy
-            raise PolicyBoundaryViolation(f"last-decision({call_id}) is none right after its verdict", call="[method]run.last-decision")
-        return decision
+            effect = f"{core.tool} is not a write"
+        message = f"{what} {state.doing}, after {sent} attempt(s) sent; stopped waiting. {effect}."
+        core.stopped(cause, message, cause)
+        return Stopped(cause, core.tool, core.call_id, sent, may_have_applied, message)
 
     def _takes_key(self, tool: Tool | None) -> bool:
         properties = (tool.input_schema or {}).get("properties") if tool is not None else None
@@ -1423,142 +1254,10 @@ class RetryingToolCaller:
             "idempotent": annotations.idempotent_hint,
         }
 
-    def _policy(self, tag: _CallTag, tool: str, last_outcome: str, ask: Callable[..., _T], *args: Any) -> _T:
-        """Asks the policy; if the policy itself fails, the safe fallback: no
-        retry, escalate with a note saying so (and what the last attempt saw)."""
-        try:
-            return ask(*args)
-        except (PolicyTrap, InstanceUnusable) as e:
-            raise self._policy_failed(tag, tool, last_outcome, e) from e
-
-    def _policy_failed(
-        self,
-        tag: _CallTag,
-        tool: str,
-        last_outcome: str,
-        e: PolicyTrap | InstanceUnusable,
-        *,
-        invariant: str | None = None,
-        call_id: int | None = None,
-        attempt: int = 0,
-    ) -> Escalated:
-        """The policy-failure escalation (logged), for a failed policy or a broken invariant."""
-        escalation = policy_failure(tool, last_outcome, e)
-        note = escalation["note"]
-        # The escalation's event first: the attempt line stays the last line of a failed policy, as before 0.8.
-        self._escalation_event(tag, tool, call_id, attempt, None, escalation)
-        self._log_line(
-            tag,
-            tool,
-            call_id,
-            attempt,
-            last_outcome,
-            None,
-            "escalate",
-            None,
-            note,
-            escalation="unclassified-failure",
-            invariant=invariant,
-            counted=call_id is not None,  # a broken invariant: the run counted the attempt whose verdict was refused
-        )
-        return Escalated(escalation, tool=tool, policy_failure=e)
-
-    def _log_decision(
-        self,
-        tag: _CallTag,
-        tool: str,
-        call_id: int,
-        attempt: int,
-        outcome: str,
-        answer: _Answer,
-        *,
-        capture_missing: bool = False,
-        counted: bool = True,
-    ) -> None:
-        """The verdict's attempt event. Its words (the reason, the rule as the
-        decision says it) are read only when something needs them: the log line
-        at INFO, an `on_retry` hook."""
-        kind = answer.kind
-        verdict = answer.verdict
-        delay = answer.delay_ms if kind in ("retry", "poll") else None
-        if not self.telemetry.wants_words(kind):
-            self._log_line(
-                tag, tool, call_id, attempt, outcome, verdict.class_, kind, delay, None, rule=self._rule_name(verdict),
-                hint_ms=verdict.hint_ms, counted=counted,
-            )  # fmt: skip
-            return
-        # Read for its words only (the guard checked them against the verdict): the line says what is done.
-        decision = answer.decision
-        action = decision["action"]
-        escalation = cast(EscalateAction, action)["escalate"]["reason"] if kind == "escalate" else None
-        self._log_line(
-            tag,
-            tool,
-            call_id,
-            attempt,
-            outcome,
-            decision["class"],
-            kind,
-            delay,
-            cut_lifted_text(decision["reason"]) + (CAPTURE_MISSING_SUFFIX if capture_missing else ""),
-            rule=decision["rule"],
-            hint_ms=decision["hint-ms"],
-            escalation=escalation,
-            counted=counted,
-            decision=decision,
-        )
-
-    def _log_line(
-        self,
-        tag: _CallTag,
-        tool: str,
-        call_id: int | None,
-        attempt: int,
-        outcome: str,
-        klass: str | None,
-        action: str,
-        delay_ms: int | None,
-        reason: str | None,
-        *,
-        rule: str | None = None,
-        hint_ms: int | None = None,
-        escalation: str | None = None,
-        invariant: str | None = None,
-        counted: bool = False,
-        decision: Decision | None = None,
-    ) -> None:
-        # The attempt event (docs/events.md), its log line's fields and their
-        # order the same in all three hosts. `step` and `key` name the call
-        # (`tag`); `rule` is the classification rule that applied; `hint_ms` the
-        # decision's hint; `escalation` the escalation reason (the contract's
-        # name, e.g. "run-steps-spent"); `policy` which policy decided
-        # (`policy_identity`); `invariant`, only on the lines of a broken
-        # invariant, its name. `counted`: the run's report counts it in its attempts.
-        event = AttemptEvent(
-            self._scope(tag, tool, call_id),
-            attempt,
-            tag.key,
-            outcome,
-            klass,
-            rule,
-            action,
-            delay_ms,
-            hint_ms,
-            escalation,
-            reason,
-            invariant=invariant,
-            decision=decision,
-            counted=counted,
-        )
-        if self._attempt_span is not None and action != "stop" and call_id is not None and tag.step is not None:
-            self._attempt_span.end(event)  # the attempt's verdict: its span ends with it
-            self._attempt_span = None
-        self._emit(event)
-
     def _check_name(self, tool: str) -> str | None:
         """What checks `tool`'s status (the status check's function name), or None when nothing can."""
         check = self.status_check.get(tool) if isinstance(self.status_check, Mapping) else self.status_check
-        return None if check is None else getattr(check, "__name__", type(check).__name__)
+        return None if check is None else check_name(check)
 
 
 def _poll_status(observed: _Observed) -> str:
@@ -1617,13 +1316,3 @@ async def _send_poll(session: ClientSession, clock: _AttemptClock, task_id: str)
         await tasks.update_task(session, task_id, responses)
         return _InputAnswered(task)
     return answer
-
-
-def _raise(error: BaseException) -> None:
-    raise error
-
-
-def _consume(task: asyncio.Future[Any]) -> None:
-    """Retrieves an abandoned task's exception, so that it is not reported."""
-    if not task.cancelled():
-        task.exception()

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import json
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,7 +50,7 @@ from ..any_call import Attempt, call_with_policy
 from ..component import Run
 from ..errors import ObservedFailure, ReplanNeeded
 from ..limits import MAX_BODY_BYTES, bounded_headers_text, cut
-from ..types import Observation, StatusCheckResult, ToolHints, http_failure, protocol_failure, tool_error, transport_failure
+from ..types import Observation, StatusCheckResult, ToolHints, http_failure, json_text, protocol_failure, tool_error, transport_failure
 
 try:  # mcp 1.x's own defaults for its HTTP clients (a private module: the same numbers if it moves)
     from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
@@ -124,15 +123,6 @@ def capturing_httpx_client_factory(
     )
 
 
-def _json_text(value: Any) -> str | None:
-    if value is None:
-        return None
-    try:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    except (TypeError, ValueError):  # not JSON: nothing the policy could read
-        return None
-
-
 def _leaves(error: BaseException, depth: int = 0) -> Iterable[BaseException]:
     """The exceptions inside exception groups (mcp's task groups raise them;
     on 3.10 the `exceptiongroup` backport's, hence no isinstance), in order."""
@@ -152,7 +142,7 @@ def observe_mcp_error(error: BaseException) -> Observation | None:
     groups. None: nothing known (the helper re-raises it)."""
     for leaf in _leaves(error):
         if isinstance(leaf, McpError):
-            return protocol_failure(leaf.error.code, leaf.error.message, data=_json_text(leaf.error.data))
+            return protocol_failure(leaf.error.code, leaf.error.message, data=json_text(leaf.error.data))
         observation = http_errors.observe_exception(leaf)
         if observation is not None:
             return observation
@@ -303,7 +293,7 @@ async def _one_attempt(handler: Handler, request: MCPToolCallRequest, timeout_s:
         raise ObservedFailure(capture.failure)
     result = call.result()  # the handler's exception, if any, goes to the helper's mappings
     if _is_error(result):
-        raise ObservedFailure(tool_error(_text(result), _json_text(result.structuredContent)))
+        raise ObservedFailure(tool_error(_text(result), json_text(result.structuredContent)))
     return result
 
 

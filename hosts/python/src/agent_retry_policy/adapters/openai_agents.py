@@ -41,7 +41,6 @@ from .._mcp.caller import RetryingToolCaller
 from .._mcp.connection import McpConnection
 from ..component import Run
 from ..errors import AgentRetryError, Escalated
-from ._listing import list_tools
 
 
 class EscalatedRun(Escalated, AgentsException):
@@ -114,7 +113,7 @@ class RetryingMCPServer(MCPServer):
 
     async def connect(self) -> None:
         """Connects and lists the tools, both through the policy (`initialize`, `tools/list`)."""
-        await list_tools(self.caller)
+        await self.caller.list_tools()
 
     async def cleanup(self) -> None:
         if self._owns_connection:
@@ -128,12 +127,11 @@ class RetryingMCPServer(MCPServer):
         await self.cleanup()
 
     async def list_tools(self, run_context: RunContextWrapper[Any] | None = None, agent: Any = None) -> list[Tool]:
-        return await list_tools(self.caller)
+        return await self.caller.list_tools()
 
     @property
     def cached_tools(self) -> list[Tool] | None:
-        tools = self.caller._tools
-        return list(tools.values()) if tools is not None else None
+        return self.caller.listed_tools
 
     async def call_tool(self, tool_name: str, arguments: dict[str, Any] | None, meta: dict[str, Any] | None = None) -> CallToolResult:
         """The model's call through the policy. `meta` is not sent: the wrapper

@@ -37,7 +37,6 @@ from .._mcp.caller import RetryingToolCaller
 from .._mcp.connection import McpConnection
 from ..component import Run
 from ..config_defaults import MAX_STEPS_PER_RUN
-from ._listing import list_tools
 
 # The server validates the arguments; PydanticAI passes them on as they are.
 _ANY_ARGUMENTS = SchemaValidator(schema=core_schema.dict_schema(core_schema.str_schema(), core_schema.any_schema()))
@@ -99,7 +98,7 @@ class RetryingMCPToolset(AbstractToolset[Any]):
     async def __aenter__(self) -> RetryingMCPToolset:
         # Connecting and listing are calls of the policy; the connection lives
         # across agent runs (a resumed run enters again), closed by its owner.
-        await list_tools(self.caller)
+        await self.caller.list_tools()
         return self
 
     async def __aexit__(self, *_exc: object) -> bool | None:
@@ -112,7 +111,7 @@ class RetryingMCPToolset(AbstractToolset[Any]):
 
     async def get_tools(self, ctx: RunContext[Any]) -> dict[str, ToolsetTool[Any]]:
         tools: dict[str, ToolsetTool[Any]] = {}
-        for tool in await list_tools(self.caller):
+        for tool in await self.caller.list_tools():
             definition = ToolDefinition(
                 name=tool.name,
                 description=tool.description,
