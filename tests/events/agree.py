@@ -4,8 +4,8 @@ Each host's own test runs tests/events/scenario.json through its any-call
 helper and writes what it emitted to target/events/<host>.json; this script
 fails unless every host wrote its dump and every dump equals
 tests/events/expected.json (events and metrics; spans for the hosts that
-record them: the Rust host's spans need its `otel` feature, so an empty span
-list there is compared only when it is not empty).
+record them: every host's tests record them, with the OpenTelemetry SDK's
+in-memory exporter; an empty span list is compared only when it is not empty).
 
     python3 tests/events/agree.py
 """

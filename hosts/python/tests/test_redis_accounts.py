@@ -49,7 +49,7 @@ def close(got: Reservation, granted: bool, wait_ms: int) -> None:
 
 
 def test_the_redis_backend_has_the_rust_hosts_semantics(server: RedisServer) -> None:
-    # tests/harness/tests/accounts.rs check_semantics, step for step.
+    # tests/harness/tests/e2e/accounts.rs check_semantics, step for step.
     shared = SharedAccounts.open(server.url, workers=16)
     bucket = Bucket(3, 10_000)
 

@@ -169,6 +169,9 @@ pub struct WithPolicyOptions {
     pub call_timeout_ms: Option<u64>,
     /// Every call stops once the run is this old (policy ms; default 30 minutes).
     pub run_timeout_ms: Option<u64>,
+    /// Makes a span per call and per attempt (default none: no spans).
+    #[cfg(feature = "otel")]
+    pub tracer: Option<crate::otel::OtelTracer>,
 }
 
 impl Default for WithPolicyOptions {
@@ -180,6 +183,8 @@ impl Default for WithPolicyOptions {
             metrics: None,
             call_timeout_ms: None,
             run_timeout_ms: Some(DEFAULT_RUN_TIMEOUT_MS),
+            #[cfg(feature = "otel")]
+            tracer: None,
         }
     }
 }
@@ -279,7 +284,7 @@ impl PolicyRun {
     pub fn start(mut instance: PolicyInstance, config_json: &str, run_id: &str, options: WithPolicyOptions) -> anyhow::Result<Self> {
         let policy = instance.load_policy(config_json)?.map_err(|e| anyhow::anyhow!("policy configuration: {}: {}", e.field, e.message))?;
         let run = instance.start_run(&policy, run_id)?.map_err(|e| anyhow::anyhow!("run id: {e:?}"))?;
-        let telemetry = Telemetry::new(options.hooks.clone(), options.metrics.clone());
+        let telemetry = telemetry_of(&options);
         Ok(PolicyRun {
             policy,
             run,
@@ -332,7 +337,29 @@ impl PolicyRun {
     /// Runs `attempt` under the policy as the call `tool`: once, and again
     /// as the verdicts say (with the same key), until it succeeds, the policy
     /// asks for a replan or escalates, or a deadline would pass.
-    pub async fn with_policy_using<T, E, F, Fut>(&mut self, tool: &str, call: CallOptions, mut attempt_fn: F) -> Result<T, AnyCallError<E>>
+    pub async fn with_policy_using<T, E, F, Fut>(&mut self, tool: &str, call: CallOptions, attempt_fn: F) -> Result<T, AnyCallError<E>>
+    where
+        E: ToObservation,
+        F: FnMut(Attempt) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        self.telemetry.begin_call(&self.context(self.steps + 1, None, tool));
+        let result = self.call_under_policy(tool, call, attempt_fn).await;
+        let (action, error_type) = match &result {
+            Ok(_) | Err(AnyCallError::Applied { .. }) => ("succeed", None),
+            Err(AnyCallError::Replan { .. }) => ("replan", None),
+            Err(AnyCallError::Escalated(e)) => ("escalate", Some(labels::reason(e.reason))),
+            Err(AnyCallError::TimedOut(stopped)) => ("stop", Some(stopped.cause.label())),
+            Err(AnyCallError::Unobserved(_)) => ("stop", Some(std::any::type_name::<E>().rsplit("::").next().unwrap_or("unobserved"))),
+            Err(AnyCallError::Policy(_)) => ("stop", Some("policy-fault")),
+            Err(AnyCallError::Run(_)) => ("stop", Some("run-error")),
+        };
+        self.telemetry.end_call(action, error_type);
+        result
+    }
+
+    /// [`PolicyRun::with_policy_using`] inside the call's span.
+    async fn call_under_policy<T, E, F, Fut>(&mut self, tool: &str, call: CallOptions, mut attempt_fn: F) -> Result<T, AnyCallError<E>>
     where
         E: ToObservation,
         F: FnMut(Attempt) -> Fut,
@@ -367,8 +394,13 @@ impl PolicyRun {
         let guarded = match self.guard.begin(tool, key.as_deref(), call.hints.as_ref(), ticket.delay_ms) {
             Ok(guarded) => guarded,
             Err(violation) => {
-                let refusal = Refusal::Broken(violation);
-                return Err(self.refused(step, (ticket.call_id, 0), tool, key.as_deref(), "not sent", refusal));
+                // The run counted the admitted call's first attempt: so does its line (attempt 0, never sent),
+                // as in Python and Node, so that the attempts counter equals the report.
+                let fault = PolicyFault::BoundaryViolation { cause: violation.to_string() };
+                let escalation = policy_failure(tool, "not sent", &fault);
+                self.stopped_by_guard = Some(escalation.clone());
+                let invariant = Some(violation.invariant.name().to_string());
+                return Err(self.escalate_line(step, Some((ticket.call_id, 0)), tool, key.as_deref(), "not sent", escalation, invariant, true));
             }
         };
         let mut state = CallState { step, tool, call_id: ticket.call_id, guarded, key, deadline: self.deadline(call_started), sent: 0 };
@@ -387,7 +419,8 @@ impl PolicyRun {
                 (Outcome::StatusCheck(found), None)
             } else {
                 state.sent += 1;
-                let answered = attempt_fn(Attempt { number: attempt, idempotency_key: state.key.clone() }).await;
+                self.telemetry.begin_attempt(false);
+                let answered = self.telemetry.in_attempt(attempt_fn(Attempt { number: attempt, idempotency_key: state.key.clone() })).await;
                 match answered {
                     Ok(value) => {
                         self.guard.attempted(state.guarded, Seen::of(&Outcome::Success));
@@ -493,7 +526,7 @@ impl PolicyRun {
             outcome: words,
             class: Some(labels::class(decision.class).to_string()),
             rule: Some(decision.rule.clone()),
-            action: action_name(&decision.action).to_string(),
+            action: labels::verdict_action(&decision.action).to_string(),
             delay_ms,
             hint_ms: decision.hint_ms,
             escalation,
@@ -563,6 +596,22 @@ impl PolicyRun {
         escalation: Escalation,
         invariant: Option<String>,
     ) -> AnyCallError<E> {
+        self.escalate_line(step, answered, tool, key, outcome, escalation, invariant, false)
+    }
+
+    /// The escalation's attempt line (counted as an attempt when the run report counts one), then its event.
+    #[allow(clippy::too_many_arguments)]
+    fn escalate_line<E>(
+        &mut self,
+        step: u32,
+        answered: Option<(u32, u32)>,
+        tool: &str,
+        key: Option<&str>,
+        outcome: &str,
+        escalation: Escalation,
+        invariant: Option<String>,
+        counted: bool,
+    ) -> AnyCallError<E> {
         let context = self.context(step, answered.map(|(call_id, _)| call_id), tool);
         let attempt = answered.map_or(0, |(_, attempt)| attempt);
         self.telemetry.emit(Event::Attempt(AttemptEvent {
@@ -579,7 +628,7 @@ impl PolicyRun {
             reason: escalation.note.clone(),
             invariant,
             decision: None,
-            sent: false,
+            sent: counted,
         }));
         self.telemetry.emit(Event::Escalation(EscalationEvent { context, attempt, rule: None, escalation: escalation.clone(), decision: None }));
         AnyCallError::Escalated(escalation)
@@ -597,7 +646,7 @@ impl PolicyRun {
     /// The call is abandoned (in flight, as cancelled) and the error handed back.
     fn unobserved<E>(&mut self, state: &CallState<'_>, attempt: u32, error: E) -> AnyCallError<E> {
         let _ = self.instance.abandon_call(&self.run, state.call_id, attempt, true, AbandonReason::Cancelled);
-        self.stop_line(state, attempt, "unobserved error", "the attempt failed with an error its mapping does not know: handed back unchanged".into());
+        self.stop_line(state, attempt, "unmapped error", "the attempt failed with an error its mapping does not know: handed back unchanged".into());
         AnyCallError::Unobserved(error)
     }
 
@@ -630,13 +679,14 @@ impl PolicyRun {
     }
 }
 
-fn action_name(action: &Action) -> &'static str {
-    match action {
-        Action::Retry(_) => "retry",
-        Action::Replan(_) => "replan",
-        Action::CheckStatus => "check-status",
-        Action::Succeed(_) => "succeed",
-        Action::Escalate(_) => "escalate",
-        Action::Poll(_) => "poll",
-    }
+/// The fan-out of a run's events: its hooks, its metrics, its tracer.
+#[cfg(feature = "otel")]
+fn telemetry_of(options: &WithPolicyOptions) -> Telemetry {
+    Telemetry::new(options.hooks.clone(), options.metrics.clone()).with_tracer(options.tracer.clone())
+}
+
+/// The fan-out of a run's events: its hooks, its metrics.
+#[cfg(not(feature = "otel"))]
+fn telemetry_of(options: &WithPolicyOptions) -> Telemetry {
+    Telemetry::new(options.hooks.clone(), options.metrics.clone())
 }

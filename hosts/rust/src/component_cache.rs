@@ -6,6 +6,11 @@
 //! of another engine is ignored and written again; writing is best effort and
 //! atomic (a temporary file renamed into place), so that a failed write costs
 //! only the compile it would have saved.
+//!
+//! Loading an entry runs its machine code, so on Unix an entry is read only
+//! from a directory and a file that this user owns and nobody else can write
+//! (the rule `ssh` applies to its keys); the directory is created `0700` and
+//! entries `0600`. A cache that fails the check is neither read nor written.
 
 use std::hash::Hasher;
 use std::path::{Path, PathBuf};
@@ -90,7 +95,7 @@ pub fn compile(engine: &Engine, wasm: &[u8], cache: &ComponentCache) -> wasmtime
         return Ok((component, true));
     }
     let component = Component::new(engine, wasm)?;
-    if let Err(e) = store(&dir, &path, &component) {
+    if let Err(e) = create_dir(&dir).and_then(|()| store(&dir, &path, &component)) {
         tracing::debug!(target: "agent_retry", path = %path.display(), error = %e, "the compiled component was not cached");
     }
     Ok((component, false))
@@ -98,6 +103,12 @@ pub fn compile(engine: &Engine, wasm: &[u8], cache: &ComponentCache) -> wasmtime
 
 /// The cached entry, if it is whole and this engine's: `None` otherwise.
 fn load(engine: &Engine, path: &Path) -> Option<Component> {
+    if let Err(why) = path.parent().map_or(Ok(()), private_dir).and_then(|()| private_file(path)) {
+        if path.exists() {
+            tracing::warn!(target: "agent_retry", path = %path.display(), why, "the cached component is not trusted: compiling instead");
+        }
+        return None;
+    }
     let file = std::fs::read(path).ok()?;
     if file.len() < 32 {
         return None;
@@ -108,26 +119,25 @@ fn load(engine: &Engine, path: &Path) -> Option<Component> {
         return None;
     }
     // SAFETY: `Component::deserialize` runs the machine code it is given, so
-    // it must be code wasmtime compiled. It is: the file is ours (written
-    // below, from `Component::serialize`, under a name keyed by the .wasm's
-    // SHA-256 and this engine's compatibility hash), its content is checked
-    // against the SHA-256 written with it (so a truncated or altered file is
-    // refused above), and wasmtime checks its own header (its version and
-    // the engine's configuration) and refuses a mismatch with an error. The
-    // cache directory must not be writable by anyone the process does not
-    // trust, as for any code it loads.
+    // it must be code wasmtime compiled. It is: the file and its directory
+    // belong to this user and nobody else can write them (checked above, on
+    // Unix), it was written below from `Component::serialize` under a name
+    // keyed by the .wasm's SHA-256 and this engine's compatibility hash, its
+    // content matches the SHA-256 written with it (a truncated or damaged
+    // file is refused above), and wasmtime checks its own header (its
+    // version and the engine's configuration) and refuses a mismatch.
     unsafe { Component::deserialize(engine, artifact) }.ok()
 }
 
 /// Writes the entry atomically: a temporary file in the same directory, renamed into place.
 fn store(dir: &Path, path: &Path, component: &Component) -> anyhow::Result<()> {
-    std::fs::create_dir_all(dir)?;
+    private_dir(dir).map_err(|why| anyhow::anyhow!("{}: {why}", dir.display()))?;
     let artifact = component.serialize()?;
     let mut file = Vec::with_capacity(32 + artifact.len());
     file.extend_from_slice(&Sha256::digest(&artifact));
     file.extend_from_slice(&artifact);
     let temporary = dir.join(format!(".{}.{}.{:x}.tmp", path.file_name().and_then(|n| n.to_str()).unwrap_or("entry"), std::process::id(), nanos()));
-    std::fs::write(&temporary, &file)?;
+    write_new_private(&temporary, &file)?;
     if let Err(e) = std::fs::rename(&temporary, path) {
         let _ = std::fs::remove_file(&temporary);
         return Err(e.into());
@@ -137,4 +147,61 @@ fn store(dir: &Path, path: &Path, component: &Component) -> anyhow::Result<()> {
 
 fn nanos() -> u128 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos())
+}
+
+/// Creates the cache directory (and its parents) readable by this user only.
+fn create_dir(dir: &Path) -> anyhow::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    Ok(builder.create(dir)?)
+}
+
+/// A new file (never an existing one, nor through a symlink) readable by this user only.
+fn write_new_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options.open(path)?.write_all(bytes)
+}
+
+/// `Ok` when `dir` (followed if a symlink) is a directory this user owns that
+/// no one else may write; the reason otherwise.
+fn private_dir(dir: &Path) -> Result<(), &'static str> {
+    let meta = std::fs::metadata(dir).map_err(|_| "the cache directory cannot be read")?;
+    if !meta.is_dir() {
+        return Err("the cache path is not a directory");
+    }
+    owned_and_private(&meta)
+}
+
+/// `Ok` when `path` is a regular file (not a symlink) this user owns that no one else may write.
+fn private_file(path: &Path) -> Result<(), &'static str> {
+    let meta = std::fs::symlink_metadata(path).map_err(|_| "no entry")?;
+    if !meta.file_type().is_file() {
+        return Err("the entry is not a regular file");
+    }
+    owned_and_private(&meta)
+}
+
+#[cfg(unix)]
+fn owned_and_private(meta: &std::fs::Metadata) -> Result<(), &'static str> {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if meta.uid() != me {
+        return Err("owned by another user");
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err("writable by group or others");
+    }
+    Ok(())
+}
+
+#[cfg(not(unix))]
+fn owned_and_private(_meta: &std::fs::Metadata) -> Result<(), &'static str> {
+    Ok(())
 }

@@ -308,14 +308,20 @@ pub trait RetryHooks: Send + Sync {
     fn on_event(&self, _event: &Event) {}
 }
 
-/// The one fan-out every emitter uses: the `tracing` line, then the hooks,
-/// then the metrics, from the same event.
+/// The one fan-out every emitter uses: the `tracing` line, the spans (with
+/// the `otel` feature and a tracer), the hooks, then the metrics, from the
+/// same event.
 #[derive(Clone, Default)]
 pub struct Telemetry {
     hooks: Option<Arc<dyn RetryHooks>>,
     metrics: Option<Arc<Metrics>>,
     /// The hooks that panicked already (logged once each).
     failed: Arc<Mutex<HashSet<&'static str>>>,
+    #[cfg(feature = "otel")]
+    tracer: Option<crate::otel::OtelTracer>,
+    /// The spans of the call in progress (a wrapper makes one call at a time).
+    #[cfg(feature = "otel")]
+    spans: Arc<Mutex<Option<crate::otel::CallSpans>>>,
 }
 
 impl fmt::Debug for Telemetry {
@@ -326,16 +332,95 @@ impl fmt::Debug for Telemetry {
 
 impl Telemetry {
     pub fn new(hooks: Option<Arc<dyn RetryHooks>>, metrics: Option<Arc<Metrics>>) -> Self {
-        Telemetry { hooks, metrics, failed: Arc::default() }
+        Telemetry { hooks, metrics, ..Default::default() }
+    }
+
+    /// This fan-out with spans made by `tracer` (none: no spans).
+    #[cfg(feature = "otel")]
+    pub fn with_tracer(mut self, tracer: Option<crate::otel::OtelTracer>) -> Self {
+        self.tracer = tracer;
+        self
+    }
+
+    #[cfg(feature = "otel")]
+    fn spans(&self) -> std::sync::MutexGuard<'_, Option<crate::otel::CallSpans>> {
+        self.spans.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A call begins: its span starts (a call left open before it, dropped
+    /// unfinished, ends as stopped).
+    pub fn begin_call(&self, _context: &EventContext) {
+        #[cfg(feature = "otel")]
+        if let Some(tracer) = &self.tracer {
+            let started = crate::otel::CallSpans::start(tracer, &_context.run, &_context.policy, _context.step, &_context.tool);
+            if let Some(left) = self.spans().replace(started) {
+                left.end("stop", Some("cancelled"));
+            }
+        }
+    }
+
+    /// The call's next attempt is sent: its span starts (`mcp`: a `tools/call` client span).
+    pub fn begin_attempt(&self, _mcp: bool) {
+        #[cfg(feature = "otel")]
+        if let Some(spans) = self.spans().as_mut() {
+            spans.attempt(_mcp);
+        }
+    }
+
+    /// The open attempt span's W3C `traceparent` and `tracestate`, when one is recorded.
+    pub fn trace_meta(&self) -> Option<(String, Option<String>)> {
+        #[cfg(feature = "otel")]
+        if let Some(spans) = self.spans().as_ref() {
+            return spans.trace_meta();
+        }
+        None
+    }
+
+    /// `attempt` run with the open attempt span as the current span, so that
+    /// what it traces nests under it.
+    #[cfg(feature = "otel")]
+    pub fn in_attempt<F: std::future::Future>(&self, attempt: F) -> impl std::future::Future<Output = F::Output> + use<F> {
+        use opentelemetry::trace::FutureExt;
+        let context = self.spans().as_ref().and_then(crate::otel::CallSpans::attempt_context).unwrap_or_else(opentelemetry::Context::current);
+        attempt.with_context(context)
+    }
+
+    /// `attempt` as it is (no spans without the `otel` feature).
+    #[cfg(not(feature = "otel"))]
+    pub fn in_attempt<F: std::future::Future>(&self, attempt: F) -> impl std::future::Future<Output = F::Output> + use<F> {
+        attempt
+    }
+
+    /// The call ends (no-op once its span ended): `action` is `succeed`,
+    /// `replan`, `escalate` or `stop`; `error_type` the escalation reason or why it stopped.
+    pub fn end_call(&self, _action: &str, _error_type: Option<&str>) {
+        #[cfg(feature = "otel")]
+        if let Some(spans) = self.spans().take() {
+            spans.end(_action, _error_type);
+        }
+    }
+
+    #[cfg(feature = "otel")]
+    fn record_span(&self, event: &Event) {
+        if let Some(spans) = self.spans().as_mut() {
+            spans.record(event);
+        }
+        match event {
+            Event::Replan(_) => self.end_call("replan", None),
+            Event::Escalation(e) => self.end_call("escalate", Some(labels::reason(e.escalation.reason))),
+            _ => {}
+        }
     }
 
     pub fn metrics(&self) -> Option<&Arc<Metrics>> {
         self.metrics.as_ref()
     }
 
-    /// Logs the event, tells the hooks, counts it.
+    /// Logs the event, records it in the call's spans, tells the hooks, counts it.
     pub fn emit(&self, event: Event) {
         trace_line(&event);
+        #[cfg(feature = "otel")]
+        self.record_span(&event);
         if let Some(hooks) = &self.hooks {
             let hooks = hooks.as_ref();
             match &event {
@@ -361,7 +446,8 @@ impl Telemetry {
         if first {
             let error =
                 panic.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| panic.downcast_ref::<String>().cloned()).unwrap_or_else(|| "a panic".into());
-            tracing::warn!(target: "agent_retry", event = "agent_retry.hook_failed", hook, error = %error, "a hook panicked; the call goes on without it");
+            let ts = unix_seconds();
+            tracing::warn!(target: "agent_retry", event = "agent_retry.hook_failed", ts, hook, error = %error, "a hook panicked; the call goes on without it");
         }
     }
 }
@@ -373,12 +459,14 @@ fn trace_line(event: &Event) {
     if !tracing::enabled!(target: "agent_retry", tracing::Level::INFO) {
         return;
     }
+    let ts = unix_seconds();
     match event {
         Event::Attempt(e) => {
             let c = &e.context;
             tracing::info!(
                 target: "agent_retry",
                 event = "agent_retry.attempt",
+                ts,
                 run = %c.run,
                 policy = %c.policy,
                 step = c.step,
@@ -400,36 +488,43 @@ fn trace_line(event: &Event) {
         }
         Event::Wait(e) => {
             let c = &e.context;
-            tracing::info!(target: "agent_retry", event = "agent_retry.wait", run = %c.run, policy = %c.policy, step = c.step, call = c.call, tool = %c.tool,
+            tracing::info!(target: "agent_retry", event = "agent_retry.wait", ts, run = %c.run, policy = %c.policy, step = c.step, call = c.call, tool = %c.tool,
                 attempt = e.attempt, why = e.why.as_str(), wait_ms = e.wait_ms, hint_ms = e.hint_ms, "wait");
         }
         Event::Replan(e) => {
             let c = &e.context;
-            tracing::info!(target: "agent_retry", event = "agent_retry.replan", run = %c.run, policy = %c.policy, step = c.step, call = c.call, tool = %c.tool,
+            tracing::info!(target: "agent_retry", event = "agent_retry.replan", ts, run = %c.run, policy = %c.policy, step = c.step, call = c.call, tool = %c.tool,
                 attempt = e.attempt, rule = e.rule.as_deref(), message = %e.message, "replan");
         }
         Event::Escalation(e) => {
             let c = &e.context;
-            tracing::info!(target: "agent_retry", event = "agent_retry.escalation", run = %c.run, policy = %c.policy, step = c.step, call = c.call, tool = %c.tool,
+            tracing::info!(target: "agent_retry", event = "agent_retry.escalation", ts, run = %c.run, policy = %c.policy, step = c.step, call = c.call, tool = %c.tool,
                 attempt = e.attempt, rule = e.rule.as_deref(), reason = labels::reason(e.escalation.reason), note = %e.escalation.note, "escalation");
         }
         Event::StatusCheck(e) => {
             let c = &e.context;
-            tracing::info!(target: "agent_retry", event = "agent_retry.status_check", run = %c.run, policy = %c.policy, step = c.step, call = c.call, tool = %c.tool,
+            tracing::info!(target: "agent_retry", event = "agent_retry.status_check", ts, run = %c.run, policy = %c.policy, step = c.step, call = c.call, tool = %c.tool,
                 attempt = e.attempt, check_tool = e.check_tool.as_deref(), result = labels::status_check(e.result), "status check");
         }
         Event::TaskPoll(e) => {
             let c = &e.context;
-            tracing::info!(target: "agent_retry", event = "agent_retry.task_poll", run = %c.run, policy = %c.policy, step = c.step, call = c.call, tool = %c.tool,
+            tracing::info!(target: "agent_retry", event = "agent_retry.task_poll", ts, run = %c.run, policy = %c.policy, step = c.step, call = c.call, tool = %c.tool,
                 attempt = e.attempt, task_id = %e.task_id, status = %e.status, "task poll");
         }
         // The 0.7 lines, unchanged: an accepted update or a rollback at INFO, a refusal at WARN.
         Event::PolicyUpdate(e) => match e.outcome {
-            PolicyUpdateOutcome::Refused => tracing::warn!(target: "agent_retry", event = "agent_retry.policy_update", serving = e.serving.as_deref(),
+            PolicyUpdateOutcome::Refused => tracing::warn!(target: "agent_retry", event = "agent_retry.policy_update", ts, serving = e.serving.as_deref(),
                 kind = e.kind.as_deref(), reason = e.reason.as_deref(), "{}", e.message),
-            _ => tracing::info!(target: "agent_retry", event = "agent_retry.policy_update", policy = e.identity.as_deref(), "{}", e.message),
+            _ => tracing::info!(target: "agent_retry", event = "agent_retry.policy_update", ts, policy = e.identity.as_deref(), "{}", e.message),
         },
     }
+}
+
+/// The event's `ts` (docs/events.md): Unix seconds, 3 decimals, of the wall
+/// clock (`tracing`'s own `timestamp` may stay beside it).
+pub fn unix_seconds() -> f64 {
+    let ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
+    ms as f64 / 1000.0
 }
 
 /// An outcome in the words of docs/events.md (`success`, `empty result`,

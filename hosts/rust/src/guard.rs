@@ -411,7 +411,7 @@ impl RunGuard {
         let index = self.calls.len() - 1;
         let cap = self.caps.account_wait_ms;
         let checked = if start_delay_ms > cap {
-            violation(Invariant::DelayOverCap, format!("a first send of {tool} after {start_delay_ms} ms; the account wait cap is {cap} ms"))
+            violation(Invariant::DelayOverCap, format!("a first send after {start_delay_ms} ms; the account's wait cap is {cap} ms"))
         } else if self.steps >= self.caps.max_steps_per_run {
             let max = self.caps.max_steps_per_run;
             violation(Invariant::AttemptsOverBudget, format!("a call of {tool} admitted after the run's {} steps; max-steps-per-run is {max}", self.steps))

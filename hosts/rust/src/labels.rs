@@ -1,6 +1,6 @@
 //! WIT names (kebab-case) of the contract's enums, for logs and tables.
 
-use crate::component::types::{ActionKind, Delivery, EscalationReason, OutcomeClass, StatusCheckResult, TaskStatus, TransportError};
+use crate::component::types::{Action, ActionKind, Delivery, EscalationReason, OutcomeClass, StatusCheckResult, TaskStatus, TransportError};
 
 pub fn class(class: OutcomeClass) -> &'static str {
     match class {
@@ -76,6 +76,18 @@ pub fn action(action: ActionKind) -> &'static str {
         ActionKind::Succeed => "succeed",
         ActionKind::Escalate => "escalate",
         ActionKind::Poll => "poll",
+    }
+}
+
+/// A verdict's action, as every attempt event names it (`retry`, `replan`, ...).
+pub fn verdict_action(verdict: &Action) -> &'static str {
+    match verdict {
+        Action::Retry(_) => "retry",
+        Action::Replan(_) => "replan",
+        Action::CheckStatus => "check-status",
+        Action::Succeed(_) => "succeed",
+        Action::Escalate(_) => "escalate",
+        Action::Poll(_) => "poll",
     }
 }
 

@@ -22,6 +22,8 @@ pub mod limits;
 pub mod live;
 pub mod manifest;
 pub mod mcp;
+#[cfg(feature = "otel")]
+pub mod otel;
 pub mod steps;
 pub mod testing;
 pub mod time_source;

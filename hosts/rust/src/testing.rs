@@ -1,6 +1,8 @@
 //! Helpers for tests of code that runs under the policy: a fake clock whose
-//! sleeps return at once (and are recorded), and the documented fixed entropy
-//! source (SplitMix64 from a seed, the same sequence in every host).
+//! sleeps return at once (and are recorded), the documented fixed entropy
+//! source (SplitMix64 from a seed, the same sequence in every host), and the
+//! demo MCP server with a fault script (Python `demo_server`, Node
+//! `startDemoServer`).
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -50,6 +52,103 @@ impl TimeSource for FakeClock {
 /// (Python `fixed_entropy(seed)`, Node `fixedEntropy(seed)`).
 pub fn fixed_entropy(seed: u64) -> EntropySource {
     EntropySource::seeded(seed)
+}
+
+/// Where [`DemoServer::start`] looks for the `agent-retry` binary first.
+pub const BIN_ENV: &str = "AGENT_RETRY_BIN";
+
+/// The demo MCP server (`agent-retry serve`) on a free loopback port, running
+/// a fault script (demo-server/src/faults.rs), for as long as this value lives.
+///
+/// ```no_run
+/// let server = agent_retry_host::testing::DemoServer::start(
+///     r#"[{"tool": "lookup_order", "call": 1, "fault": {"kind": "http", "status": 503}}]"#,
+/// ).unwrap();
+/// // connect a RetryingToolCaller to server.url(); the server stops when `server` drops.
+/// ```
+#[derive(Debug)]
+pub struct DemoServer {
+    child: std::process::Child,
+    url: String,
+    _faults: Option<TempFile>,
+}
+
+impl DemoServer {
+    /// Starts `agent-retry serve` with this fault script (JSON text; `""` for
+    /// none). The binary: `$AGENT_RETRY_BIN`, else `agent-retry` on `PATH`.
+    pub fn start(faults_json: &str) -> std::io::Result<DemoServer> {
+        let binary = std::env::var_os(BIN_ENV).filter(|v| !v.is_empty()).unwrap_or_else(|| "agent-retry".into());
+        DemoServer::start_with(std::path::Path::new(&binary), faults_json, &[])
+    }
+
+    /// Starts `binary serve --http 127.0.0.1:0` with the fault script and more arguments.
+    pub fn start_with(binary: &std::path::Path, faults_json: &str, args: &[&str]) -> std::io::Result<DemoServer> {
+        use std::io::BufRead;
+        let faults = if faults_json.trim().is_empty() { None } else { Some(TempFile::new(faults_json)?) };
+        let mut command = std::process::Command::new(binary);
+        command.args(["serve", "--http", "127.0.0.1:0"]).args(args);
+        if let Some(file) = &faults {
+            command.arg("--faults").arg(&file.0);
+        }
+        let mut child = command.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped()).spawn()?;
+        let stderr = child.stderr.take().expect("piped");
+        // The server prints its URL on stderr; the rest is drained so that it never blocks on a full pipe.
+        let (found, url) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut seen = Vec::new();
+            let mut found = Some(found);
+            for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(sender) = found.take_if(|_| line.starts_with("demo MCP server at ")) {
+                    let _ = sender.send(Ok(line["demo MCP server at ".len()..].split(' ').next().unwrap_or_default().to_owned()));
+                } else if found.is_some() && seen.len() < 20 {
+                    seen.push(line);
+                }
+            }
+            if let Some(sender) = found {
+                let _ = sender.send(Err(seen.join("\n")));
+            }
+        });
+        let mut server = DemoServer { child, url: String::new(), _faults: faults };
+        match url.recv_timeout(std::time::Duration::from_secs(30)) {
+            Ok(Ok(url)) => {
+                server.url = url;
+                Ok(server)
+            }
+            Ok(Err(said)) => Err(std::io::Error::other(format!("the demo server exited before serving: {said}"))),
+            Err(_) => Err(std::io::Error::other("the demo server printed no URL within 30 s")),
+        }
+    }
+
+    /// `http://127.0.0.1:PORT/mcp`.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+}
+
+impl Drop for DemoServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A fault script written to a temporary file, removed on drop.
+#[derive(Debug)]
+struct TempFile(std::path::PathBuf);
+
+impl TempFile {
+    fn new(text: &str) -> std::io::Result<TempFile> {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let path = std::env::temp_dir().join(format!("agent-retry-faults-{}-{}.json", std::process::id(), NEXT.fetch_add(1, Ordering::SeqCst)));
+        std::fs::write(&path, text)?;
+        Ok(TempFile(path))
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }
 
 #[cfg(test)]

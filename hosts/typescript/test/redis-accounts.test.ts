@@ -58,7 +58,7 @@ function busiest(times: number[], windowMs: number): number {
 }
 
 test("the Redis backend has the Rust host's semantics", async () => {
-  // tests/harness/tests/accounts.rs check_semantics, step for step.
+  // tests/harness/tests/e2e/accounts.rs check_semantics, step for step.
   const server = await RedisServer.start();
   const accounts = await shared(server.url, 16);
   const bucket: Bucket = { capacity: 3, refillIntervalMs: 10_000n };

@@ -92,9 +92,9 @@ async fn when_the_policy_fails_the_mcp_wrapper_does_not_retry_and_escalates_sayi
         "the note says the policy failed, and how: {}",
         escalation.note
     );
-    assert!(escalation.note.contains("; not retried. Last outcome of lookup_order: is-error."), "{}", escalation.note);
+    assert!(escalation.note.contains("; not retried. Last outcome of lookup_order: tool error."), "{}", escalation.note);
     assert!(escalation.note.contains("check before sending again"), "{}", escalation.note);
-    assert_eq!(escalation.last_error.as_deref(), Some("is-error"));
+    assert_eq!(escalation.last_error.as_deref(), Some("tool error"));
     assert_eq!(server.state.calls_to("lookup_order").len(), 1, "not retried");
 
     // One line for the fallback, with the fields of every attempt line.
@@ -107,7 +107,7 @@ async fn when_the_policy_fails_the_mcp_wrapper_does_not_retry_and_escalates_sayi
     assert_eq!(text("policy"), "generation 7 (test)", "the line names the policy");
     assert_eq!(text("run"), "run-fails");
     assert_eq!(text("tool"), "lookup_order");
-    assert_eq!(text("outcome"), "is-error");
+    assert_eq!(text("outcome"), "tool error");
     assert_eq!(text("reason"), escalation.note);
     assert_eq!(line.get("step").and_then(Value::as_u64), Some(1));
     assert_eq!(line.get("attempt").and_then(Value::as_u64), Some(0));

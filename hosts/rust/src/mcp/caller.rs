@@ -28,7 +28,7 @@ use futures::future::BoxFuture;
 use rmcp::RoleClient;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelTaskParams, CancelledNotificationParam, ClientRequest, GetTaskParams, GetTaskRequest,
-    ServerResult, TaskPayload, Tool, UpdateTaskParams,
+    MetaObject, RequestMetaObject, ServerResult, TaskPayload, Tool, UpdateTaskParams,
 };
 use rmcp::service::{Peer, PeerRequestOptions, ServiceError};
 use serde_json::{Map, Value};
@@ -37,7 +37,7 @@ use tracing::instrument::WithSubscriber;
 
 use super::answer::{CallError, StopCause, Stopped, ToolAnswer};
 use super::clock::Clock;
-use super::connect::McpConnection;
+use super::connect::{McpConnection, SharedConnection};
 use super::continuation;
 use super::limit::Limit;
 use super::metrics::Metrics;
@@ -51,6 +51,7 @@ use crate::component::types::{
 use crate::component::{Admission, Outcome, PolicyHandle, PolicyInstance, RunHandle};
 use crate::events::{
     AttemptEvent, EscalationEvent, Event, EventContext, ReplanEvent, RetryHooks, StatusCheckEvent, TaskPollEvent, Telemetry, WaitEvent, WaitReason,
+    outcome_words,
 };
 use crate::guard::{CallIndex, Polled, RunGuard, Seen};
 use crate::labels;
@@ -120,6 +121,10 @@ pub struct RetryingToolCallerOptions {
     /// Told the events of docs/events.md as they happen (default none): see
     /// [`RetryHooks`]. A hook that panics is caught and logged once.
     pub hooks: Option<Arc<dyn RetryHooks>>,
+    /// Makes a span per call and per attempt, and puts the attempt's trace
+    /// context in the request's `params._meta` (default none: no spans).
+    #[cfg(feature = "otel")]
+    pub tracer: Option<crate::otel::OtelTracer>,
 }
 
 impl RetryingToolCallerOptions {
@@ -173,6 +178,8 @@ impl Default for RetryingToolCallerOptions {
             on_progress: None,
             max_reconnects_per_run: DEFAULT_MAX_RECONNECTS_PER_RUN,
             hooks: None,
+            #[cfg(feature = "otel")]
+            tracer: None,
         }
     }
 }
@@ -216,10 +223,41 @@ const INITIALIZE: &str = "initialize";
 const TOOLS_LIST: &str = "tools/list";
 
 /// Where the session comes from: a connection the wrapper owns (and can set
-/// up again), or a bare peer the caller built (which it cannot).
+/// up again), one it shares with other runs (set up again for all), or a bare
+/// peer the caller built (which it cannot).
 enum Session {
     Owned(Box<McpConnection>),
+    Shared(Arc<SharedConnection>),
     Bare(Peer<RoleClient>),
+}
+
+impl Session {
+    /// Reads or changes the connection, if there is one (not a bare peer).
+    fn connection<R>(&mut self, f: impl FnOnce(&mut McpConnection) -> R) -> Option<R> {
+        match self {
+            Session::Owned(connection) => Some(f(connection)),
+            Session::Shared(shared) => Some(shared.with(f)),
+            Session::Bare(_) => None,
+        }
+    }
+
+    /// Reads the connection, if there is one.
+    fn read<R>(&self, f: impl FnOnce(&McpConnection) -> R) -> Option<R> {
+        match self {
+            Session::Owned(connection) => Some(f(connection)),
+            Session::Shared(shared) => Some(shared.with(|c| f(c))),
+            Session::Bare(_) => None,
+        }
+    }
+
+    /// Sets a session up (a shared connection: unless another run just did).
+    async fn connect(&mut self) -> Result<(), Outcome> {
+        match self {
+            Session::Owned(connection) => connection.connect().await,
+            Session::Shared(shared) => shared.connect().await,
+            Session::Bare(_) => Ok(()),
+        }
+    }
 }
 
 /// What one attempt (or a poll of its task, or a status check) came to.
@@ -319,38 +357,20 @@ pub struct RetryingToolCaller {
     tools_stale: bool,
 }
 
+/// The fan-out of a caller's events: its hooks, its metrics, its tracer.
+#[cfg(feature = "otel")]
+fn telemetry_of(options: &RetryingToolCallerOptions, metrics: &Arc<Metrics>) -> Telemetry {
+    Telemetry::new(options.hooks.clone(), Some(Arc::clone(metrics))).with_tracer(options.tracer.clone())
+}
+
+/// The fan-out of a caller's events: its hooks, its metrics.
+#[cfg(not(feature = "otel"))]
+fn telemetry_of(options: &RetryingToolCallerOptions, metrics: &Arc<Metrics>) -> Telemetry {
+    Telemetry::new(options.hooks.clone(), Some(Arc::clone(metrics)))
+}
+
 fn policy_error(e: PolicyFault) -> CallError {
     CallError::Policy(e)
-}
-
-/// A short label of an outcome for the log: `503`, `timeout`, `json-rpc -32602`, `ok`.
-fn outcome_label(outcome: &Outcome) -> String {
-    match outcome {
-        Outcome::Success => "ok".into(),
-        Outcome::EmptyResult(_) => "empty".into(),
-        Outcome::StatusCheck(r) => format!("status-check {}", labels::status_check(*r)),
-        Outcome::Failure(f) => match f.kind {
-            FailureKind::HttpStatus(s) => s.to_string(),
-            FailureKind::Transport(e) => labels::transport(e).to_string(),
-            FailureKind::ProtocolError(c) => format!("json-rpc {c}"),
-            FailureKind::ToolError(Some(s)) => format!("is-error {s}"),
-            FailureKind::ToolError(None) => "is-error".into(),
-            FailureKind::InputRequired => "input-required".into(),
-        },
-        Outcome::Task(task) => format!("task {}", task.task_id),
-        Outcome::PollFailure(_) => "poll-failed".into(),
-    }
-}
-
-fn action_label(action: &Action) -> &'static str {
-    match action {
-        Action::Retry(_) => "retry",
-        Action::Replan(_) => "replan",
-        Action::CheckStatus => "check-status",
-        Action::Succeed(_) => "succeed",
-        Action::Escalate(_) => "escalate",
-        Action::Poll(_) => "poll",
-    }
 }
 
 impl RetryingToolCaller {
@@ -389,6 +409,22 @@ impl RetryingToolCaller {
         Self::begin(Session::Owned(Box::new(connection)), instance, config_json, run_id, options, metrics).await
     }
 
+    /// Starts a run on a connection shared with other runs: connects if no
+    /// session is up, and lists the tools for this run. The run has its own
+    /// report, budgets and reconnection allowance; the session (and its server
+    /// process), its reconnections and the HTTP capture are shared. Finishing
+    /// the run leaves the connection open ([`SharedConnection::close`] ends it).
+    pub async fn for_run(
+        shared: &Arc<SharedConnection>,
+        instance: PolicyInstance,
+        config_json: &str,
+        run_id: &str,
+        options: RetryingToolCallerOptions,
+        metrics: Arc<Metrics>,
+    ) -> anyhow::Result<Self> {
+        Self::begin(Session::Shared(Arc::clone(shared)), instance, config_json, run_id, options, metrics).await
+    }
+
     async fn begin(
         session: Session,
         mut instance: PolicyInstance,
@@ -401,9 +437,7 @@ impl RetryingToolCaller {
         let run = instance.start_run(&policy, run_id)?.map_err(|e| anyhow::anyhow!("run id: {e:?}"))?;
         let started_ms = options.clock.now_ms();
         // A refused `server/discover` probe is read by this policy's rule.
-        if let Session::Owned(connection) = &session {
-            connection.set_probe_reader(super::http_client::probe_reader_of(&instance));
-        }
+        session.read(|connection| connection.set_probe_reader(super::http_client::probe_reader_of(&instance)));
         let mut caller = RetryingToolCaller {
             session,
             instance,
@@ -412,7 +446,7 @@ impl RetryingToolCaller {
             run_id: run_id.to_string(),
             tools: HashMap::new(),
             status_checks: HashMap::new(),
-            telemetry: Telemetry::new(options.hooks.clone(), Some(Arc::clone(&metrics))),
+            telemetry: telemetry_of(&options, &metrics),
             hints_warned: false,
             options,
             metrics,
@@ -473,21 +507,15 @@ impl RetryingToolCaller {
     /// Whether the last request carried `Mcp-Session-Id` (not known for a bare
     /// peer: false).
     fn session_id_sent(&self) -> bool {
-        match &self.session {
-            Session::Owned(connection) => connection.session_id_sent(),
-            Session::Bare(_) => false,
-        }
+        self.session.read(McpConnection::session_id_sent).unwrap_or(false)
     }
 
     /// Does what a retry's `reconnect` says: the next attempt goes on a new
     /// session. A bare peer cannot be connected again.
     fn reconnect_before_retry(&mut self, what: &str) -> Result<(), CallError> {
-        match &mut self.session {
-            Session::Owned(connection) => {
-                connection.mark_lost();
-                Ok(())
-            }
-            Session::Bare(_) => Err(CallError::SessionLost(format!(
+        match self.session.connection(McpConnection::mark_lost) {
+            Some(()) => Ok(()),
+            None => Err(CallError::SessionLost(format!(
                 "the policy asks for a new session before retrying {what}, and a bare peer cannot be connected again (use McpConnection)"
             ))),
         }
@@ -496,8 +524,8 @@ impl RetryingToolCaller {
     /// The session's peer: `None` when an owned connection has none (or lost it).
     fn peer(&self) -> Option<Peer<RoleClient>> {
         match &self.session {
-            Session::Owned(connection) => connection.peer(),
             Session::Bare(peer) => Some(peer.clone()),
+            connected => connected.read(McpConnection::peer).flatten(),
         }
     }
 
@@ -505,25 +533,26 @@ impl RetryingToolCaller {
     /// `initialize` call. A bare peer's lost session is [`CallError::SessionLost`].
     fn ensure_session<'a>(&'a mut self, limit: &'a Limit<'a>) -> BoxFuture<'a, Result<(), CallError>> {
         Box::pin(async move {
-            match &self.session {
-                // Not connected again: the attempt that needs it is reported as the budget's end.
-                Session::Owned(_) if self.reconnects_spent() => Ok(()),
-                Session::Owned(connection) if connection.needs_connect() => {
-                    let again = connection.was_connected();
-                    self.pseudo_call(INITIALIZE, limit).await?;
-                    if again {
-                        self.reconnects += 1;
-                        // A restarted server may describe its tools anew.
-                        self.tools_stale = true;
-                    }
-                    Ok(())
+            if let Session::Bare(peer) = &self.session {
+                if peer.is_transport_closed() {
+                    return Err(CallError::SessionLost("the session's transport closed, and a bare peer cannot be connected again (use McpConnection)".into()));
                 }
-                Session::Owned(_) => Ok(()),
-                Session::Bare(peer) if peer.is_transport_closed() => {
-                    Err(CallError::SessionLost("the session's transport closed, and a bare peer cannot be connected again (use McpConnection)".into()))
-                }
-                Session::Bare(_) => Ok(()),
+                return Ok(());
             }
+            // Not connected again: the attempt that needs it is reported as the budget's end.
+            if self.reconnects_spent() {
+                return Ok(());
+            }
+            let (needed, again) = self.session.read(|c| (c.needs_connect(), c.was_connected())).unwrap_or_default();
+            if needed {
+                self.pseudo_call(INITIALIZE, limit).await?;
+                if again {
+                    self.reconnects += 1;
+                    // A restarted server may describe its tools anew.
+                    self.tools_stale = true;
+                }
+            }
+            Ok(())
         })
     }
 
@@ -540,14 +569,14 @@ impl RetryingToolCaller {
     /// that the first ambiguous failure escalates `status-unknown`. Names
     /// listed up to [`HINTLESS_NAMES_SHOWN`].
     fn warn_tools_without_hints(&mut self, tools: &[Tool]) {
-        if self.hints_warned {
-            return;
-        }
         let hintless: Vec<&str> = tools.iter().filter(|tool| tool.annotations.is_none()).map(|tool| tool.name.as_ref()).collect();
         if hintless.is_empty() {
             return;
         }
-        self.hints_warned = true;
+        let first = self.session.connection(McpConnection::first_hints_warning).unwrap_or_else(|| !std::mem::replace(&mut self.hints_warned, true));
+        if !first {
+            return;
+        }
         let mut names = hintless.iter().take(HINTLESS_NAMES_SHOWN).map(|name| crate::limits::cut(name, 128)).collect::<Vec<_>>().join(", ");
         if hintless.len() > HINTLESS_NAMES_SHOWN {
             names.push_str(&format!(" and {} more", hintless.len() - HINTLESS_NAMES_SHOWN));
@@ -555,6 +584,7 @@ impl RetryingToolCaller {
         tracing::warn!(
             target: "agent_retry",
             event = "agent_retry.tools_without_hints",
+            ts = crate::events::unix_seconds(),
             run = %self.run_id,
             count = hintless.len(),
             tools = %names,
@@ -565,10 +595,7 @@ impl RetryingToolCaller {
     /// Whether the next request needs a new session after the first, and none
     /// is left in `max_reconnects_per_run`.
     fn reconnects_spent(&self) -> bool {
-        match &self.session {
-            Session::Owned(connection) => connection.needs_connect() && connection.was_connected() && self.reconnects >= self.options.max_reconnects_per_run,
-            Session::Bare(_) => false,
-        }
+        self.session.read(|c| c.needs_connect() && c.was_connected()).unwrap_or(false) && self.reconnects >= self.options.max_reconnects_per_run
     }
 
     /// An attempt not sent because the reconnections are spent: `other`, which the policy escalates.
@@ -583,16 +610,13 @@ impl RetryingToolCaller {
     async fn pseudo_attempt(&mut self, what: &str, timeouts: Timeouts, limit: &Limit<'_>) -> Result<Attempted, StopCause> {
         let timeout = self.options.clock.real_duration(timeouts.idle_ms.min(timeouts.total_ms));
         if what == INITIALIZE {
-            let Session::Owned(connection) = &mut self.session else {
+            let Some(was_connected) = self.session.read(McpConnection::was_connected) else {
                 return Ok(Attempted { outcome: Outcome::Success, result: None, uncaptured: false });
             };
             // The note of an escalation quotes the last failure: say what it was for.
-            let what_failed = if connection.was_connected() {
-                "could not reach the MCP server again after the session was lost"
-            } else {
-                "could not connect to the MCP server"
-            };
-            let connecting = tokio::time::timeout(timeout, connection.connect());
+            let what_failed =
+                if was_connected { "could not reach the MCP server again after the session was lost" } else { "could not connect to the MCP server" };
+            let connecting = tokio::time::timeout(timeout, self.session.connect());
             let outcome = match limit.within(connecting).await? {
                 Err(_elapsed) => with_context(observe::timeout(false), what_failed),
                 Ok(Ok(())) => Outcome::Success,
@@ -659,7 +683,7 @@ impl RetryingToolCaller {
             self.guard.attempted(call, Seen::of(&attempted.outcome));
             let decision = self
                 .record(what, (ticket.call_id, call), attempt, None, &attempted.outcome, limit)
-                .map_err(|refusal| self.refused(None, (ticket.call_id, attempt), what, None, &outcome_label(&attempted.outcome), refusal))?
+                .map_err(|refusal| self.refused(None, (ticket.call_id, attempt), what, None, &outcome_words(&attempted.outcome), refusal))?
                 .map_err(CallError::Run)?;
             self.log(None, ticket.call_id, what, None, &attempted.outcome, &decision, attempted.uncaptured, true);
             match decision.action {
@@ -684,7 +708,7 @@ impl RetryingToolCaller {
                     self.log_status_check(None, ticket.call_id, what, attempt, StatusCheckResult::Unknown);
                     let decision = self
                         .record(what, (ticket.call_id, call), attempt, None, &outcome, limit)
-                        .map_err(|refusal| self.refused(None, (ticket.call_id, attempt), what, None, &outcome_label(&outcome), refusal))?
+                        .map_err(|refusal| self.refused(None, (ticket.call_id, attempt), what, None, &outcome_words(&outcome), refusal))?
                         .map_err(CallError::Run)?;
                     self.log(None, ticket.call_id, what, None, &outcome, &decision, false, false);
                     if let Action::Escalate(escalation) = decision.action {
@@ -695,7 +719,7 @@ impl RetryingToolCaller {
                 // Only a task's report is answered with a poll, and a pseudo-call has none.
                 Action::Poll(_) => {
                     let fault = PolicyFault::BoundaryViolation { cause: format!("a poll answered {what}, which has no task") };
-                    return Err(self.policy_failed(None, what, None, &outcome_label(&attempted.outcome), fault));
+                    return Err(self.policy_failed(None, what, None, &outcome_words(&attempted.outcome), fault));
                 }
             }
         }
@@ -708,20 +732,18 @@ impl RetryingToolCaller {
     fn observe_failure(&mut self, error: &ServiceError) -> Outcome {
         let session_id_sent = self.session_id_sent();
         let outcome = observe::from_error(error, session_id_sent);
-        if let Session::Owned(connection) = &mut self.session
-            && (observe::transport_is_gone(error) || (connection.is_http() && leaves_session_suspect(&outcome)))
-        {
-            connection.mark_lost();
-        }
+        let gone = observe::transport_is_gone(error);
+        self.session.connection(|connection| {
+            if gone || (connection.is_http() && leaves_session_suspect(&outcome)) {
+                connection.mark_lost();
+            }
+        });
         outcome
     }
 
     /// The application's client handler, if its connection has one.
     fn handler(&self) -> Option<ClientHandlerRef> {
-        match &self.session {
-            Session::Owned(connection) => connection.handler().cloned(),
-            Session::Bare(_) => None,
-        }
+        self.session.read(|connection| connection.handler().cloned()).flatten()
     }
 
     /// The peer for the next request, or why none can be sent: an owned
@@ -732,9 +754,7 @@ impl RetryingToolCaller {
             return Err(lost_before_send());
         };
         if peer.is_transport_closed() {
-            if let Session::Owned(connection) = &mut self.session {
-                connection.mark_lost();
-            }
+            self.session.connection(McpConnection::mark_lost);
             return Err(lost_before_send());
         }
         Ok(peer)
@@ -753,6 +773,15 @@ impl RetryingToolCaller {
         let total = self.options.clock.real_duration(timeouts.total_ms);
         let idle = self.options.clock.real_duration(timeouts.idle_ms);
         let mut params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments.clone());
+        // The attempt span's W3C trace context, for a traced server (MCP SEP-414).
+        if let Some((traceparent, tracestate)) = self.telemetry.trace_meta() {
+            let mut meta = MetaObject::new();
+            meta.set_traceparent(traceparent);
+            if let Some(tracestate) = tracestate {
+                meta.set_tracestate(tracestate);
+            }
+            params.meta = Some(RequestMetaObject(meta));
+        }
         // Time spent waiting for the server; a person answering a handler does not count.
         let mut waited = Duration::ZERO;
         let mut questions = String::new();
@@ -820,9 +849,9 @@ impl RetryingToolCaller {
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         let options = PeerRequestOptions::with_timeout(idle.min(total)).reset_timeout_on_progress().with_max_total_timeout(total);
         let handle = peer.send_request_with_option(request, options).await?;
-        let mut progress = match &self.session {
-            Session::Owned(connection) => Some(connection.progress().subscribe(handle.progress_token.clone()).await),
-            Session::Bare(_) => None,
+        let mut progress = match self.session.read(|connection| connection.progress().clone()) {
+            Some(dispatcher) => Some(dispatcher.subscribe(handle.progress_token.clone()).await),
+            None => None,
         };
         let mut unanswered = CancelOnDrop { peer: Some(peer.clone()), request_id: handle.id.clone() };
         let response = handle.await_response();
@@ -914,7 +943,7 @@ impl RetryingToolCaller {
         let peer = match self.peer_to_send() {
             Ok(peer) => peer,
             Err(_) => {
-                tracing::info!(target: "agent_retry", event = "agent_retry.cancel_task", run = %self.run_id, tool, task = task_id, answer = "not sent: no session", "tasks/cancel");
+                tracing::info!(target: "agent_retry", event = "agent_retry.cancel_task", ts = crate::events::unix_seconds(), run = %self.run_id, tool, task = task_id, answer = "not sent: no session", "tasks/cancel");
                 return;
             }
         };
@@ -927,7 +956,7 @@ impl RetryingToolCaller {
                     Ok(Err(error)) => format!("failed: {error}"),
                     Err(_elapsed) => "no answer".to_string(),
                 };
-                tracing::info!(target: "agent_retry", event = "agent_retry.cancel_task", run = %run, tool, task = task_id, answer, "tasks/cancel");
+                tracing::info!(target: "agent_retry", event = "agent_retry.cancel_task", ts = crate::events::unix_seconds(), run = %run, tool, task = task_id, answer, "tasks/cancel");
             }
             .with_current_subscriber(),
         );
@@ -1016,6 +1045,7 @@ impl RetryingToolCaller {
             tracing::warn!(
                 target: "agent_retry",
                 event = "agent_retry.capture_missing",
+            ts = crate::events::unix_seconds(),
                 run = %self.run_id,
                 "a failure came from an HTTP transport that is not the wrapper's capturing one: statuses and headers (Retry-After) are not seen; connect with McpConnection::http"
             );
@@ -1027,10 +1057,10 @@ impl RetryingToolCaller {
             tool,
             attempt: decision.attempt,
             key,
-            outcome: &outcome_label(outcome),
+            outcome: &outcome_words(outcome),
             class: Some(labels::class(decision.class)),
             rule: Some(&decision.rule),
-            action: action_label(&decision.action),
+            action: labels::verdict_action(&decision.action),
             delay_ms,
             hint_ms: decision.hint_ms,
             escalation,
@@ -1248,7 +1278,24 @@ impl RetryingToolCaller {
     /// [`RetryingToolCaller::call`], stopped at once when `cancel` fires
     /// ([`CallError::Cancelled`], saying whether an attempt may have been
     /// applied). Dropping the future also stops it, without that report.
-    pub async fn call_until(&mut self, tool: &str, mut arguments: Map<String, Value>, cancel: &CancellationToken) -> Result<ToolAnswer, CallError> {
+    pub async fn call_until(&mut self, tool: &str, arguments: Map<String, Value>, cancel: &CancellationToken) -> Result<ToolAnswer, CallError> {
+        self.telemetry.begin_call(&self.context(Some(self.steps + 1), None, tool));
+        let result = self.call_under_policy(tool, arguments, cancel).await;
+        let (action, error_type) = match &result {
+            Ok(ToolAnswer::Done { .. }) => ("succeed", None),
+            Ok(ToolAnswer::Replan(_)) => ("replan", None),
+            Err(CallError::Escalated(e)) => ("escalate", Some(labels::reason(e.reason))),
+            Err(CallError::TimedOut(stopped) | CallError::Cancelled(stopped)) => ("stop", Some(stopped.cause.label())),
+            Err(CallError::SessionLost(_)) => ("stop", Some("session-lost")),
+            Err(CallError::Policy(_)) => ("stop", Some("policy-fault")),
+            Err(CallError::Run(_)) => ("stop", Some("run-error")),
+        };
+        self.telemetry.end_call(action, error_type);
+        result
+    }
+
+    /// [`RetryingToolCaller::call_until`] inside the call's span.
+    async fn call_under_policy(&mut self, tool: &str, mut arguments: Map<String, Value>, cancel: &CancellationToken) -> Result<ToolAnswer, CallError> {
         let call_started = self.options.clock.now_ms();
         let limit = self.limit(Some(call_started), cancel);
         self.steps += 1;
@@ -1313,7 +1360,9 @@ impl RetryingToolCaller {
             let attempted = match next {
                 Next::Send => {
                     sent += 1;
-                    match self.attempt(tool, &arguments, timeouts, &limit).await {
+                    self.telemetry.begin_attempt(true);
+                    let telemetry = self.telemetry.clone();
+                    match telemetry.in_attempt(self.attempt(tool, &arguments, timeouts, &limit)).await {
                         Ok(attempted) => attempted,
                         Err(cause) => return Err(self.stopped(cause, tool, Some((&ticket, attempt)), sent, true, key.as_deref(), true)),
                     }
@@ -1357,7 +1406,7 @@ impl RetryingToolCaller {
             }
             let decision = self
                 .record(tool, (ticket.call_id, call), attempt, key.as_deref(), &attempted.outcome, &limit)
-                .map_err(|refusal| self.refused(Some(step), (ticket.call_id, attempt), tool, key.as_deref(), &outcome_label(&attempted.outcome), refusal))?
+                .map_err(|refusal| self.refused(Some(step), (ticket.call_id, attempt), tool, key.as_deref(), &outcome_words(&attempted.outcome), refusal))?
                 .map_err(CallError::Run)?;
             self.log(Some(step), ticket.call_id, tool, key.as_deref(), &attempted.outcome, &decision, attempted.uncaptured, matches!(next, Next::Send));
             // The policy stops waiting for a task that still lives: cancel it first.
@@ -1385,7 +1434,7 @@ impl RetryingToolCaller {
                 Action::Poll(plan) => {
                     let Some(task_id) = task.clone() else {
                         let fault = PolicyFault::BoundaryViolation { cause: format!("a poll answered {tool}, which has no task") };
-                        return Err(self.policy_failed(Some(step), tool, key.as_deref(), &outcome_label(&attempted.outcome), fault));
+                        return Err(self.policy_failed(Some(step), tool, key.as_deref(), &outcome_words(&attempted.outcome), fault));
                     };
                     next = Next::Poll;
                     if plan.reconnect {
@@ -1403,6 +1452,20 @@ impl RetryingToolCaller {
                 Action::Escalate(escalation) => return Err(CallError::Escalated(escalation)),
             }
         }
+    }
+}
+
+impl SharedConnection {
+    /// A caller for one run over this connection: [`RetryingToolCaller::for_run`].
+    pub async fn caller_for_run(
+        self: &Arc<Self>,
+        instance: PolicyInstance,
+        config_json: &str,
+        run_id: &str,
+        options: RetryingToolCallerOptions,
+        metrics: Arc<Metrics>,
+    ) -> anyhow::Result<RetryingToolCaller> {
+        RetryingToolCaller::for_run(self, instance, config_json, run_id, options, metrics).await
     }
 }
 

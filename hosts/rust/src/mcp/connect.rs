@@ -5,6 +5,7 @@
 //! server answers as an older one.
 
 use std::fmt;
+use std::sync::Arc;
 
 use rmcp::model::{ClientConfig, ProtocolVersion};
 use rmcp::service::{ClientInitializeError, Peer, RunningService};
@@ -132,6 +133,8 @@ pub struct McpConnection {
     lost: bool,
     /// Sessions set up so far: after the first, a connect is a reconnection.
     sessions: u32,
+    /// The warning about tools without hints was given (once per connection).
+    hints_warned: bool,
 }
 
 impl McpConnection {
@@ -166,6 +169,7 @@ impl McpConnection {
             client: None,
             lost: false,
             sessions: 0,
+            hints_warned: false,
         }
     }
 
@@ -269,35 +273,32 @@ impl McpConnection {
     /// process), then starts a new one. A failure is observed as the contract's
     /// outcome, for the policy to decide on.
     pub async fn connect(&mut self) -> Result<(), Outcome> {
-        if let Some(old) = self.client.take() {
-            // Closing a dead session can hang on its transport; it gets a second.
-            let _ = tokio::time::timeout(std::time::Duration::from_secs(1), old.cancel()).await;
+        close_session(self.client.take()).await;
+        let client = self.session_start().start().await?;
+        self.install(client);
+        Ok(())
+    }
+
+    /// What a new session starts from, apart from the connection (so that a
+    /// shared connection is not held while a session starts).
+    fn session_start(&self) -> SessionStart {
+        SessionStart {
+            endpoint: self.endpoint.clone(),
+            service: SessionClient::new(self.config.clone(), self.handler.clone(), self.progress.clone()),
+            lifecycle: self.lifecycle.clone(),
         }
-        let lifecycle = self.lifecycle.clone();
-        let service = SessionClient::new(self.config.clone(), self.handler.clone(), self.progress.clone());
-        let client = match &self.endpoint {
-            // `RetryingToolCaller::connect` refuses it first; a direct call gets
-            // `other`, which the policy escalates and never retries.
-            Endpoint::Http { refused: Some(refused), .. } => {
-                return Err(observe::transport_failure(TransportError::Other, Delivery::NotSent, refused.to_string(), false));
-            }
-            Endpoint::Http { url, client, refused: None } => {
-                let transport = http_transport(url, client.clone());
-                service.serve_with_lifecycle(transport, lifecycle).await.map_err(|e| from_initialize_error(&e))?
-            }
-            Endpoint::Stdio { program, args } => {
-                let mut command = tokio::process::Command::new(program);
-                command.args(args);
-                // A server that cannot be started never saw a request.
-                let transport = TokioChildProcess::new(command)
-                    .map_err(|e| observe::transport_failure(TransportError::ConnectionRefused, Delivery::NotSent, format!("{program}: {e}"), false))?;
-                service.serve_with_lifecycle(transport, lifecycle).await.map_err(|e| from_initialize_error(&e))?
-            }
-        };
+    }
+
+    fn install(&mut self, client: OwnedClient) {
         self.client = Some(client);
         self.lost = false;
         self.sessions += 1;
-        Ok(())
+    }
+
+    /// Whether the warning about tools without hints is still to be given on
+    /// this connection: true the first time only.
+    pub(crate) fn first_hints_warning(&mut self) -> bool {
+        !std::mem::replace(&mut self.hints_warned, true)
     }
 
     /// Whether it speaks streamable HTTP (a session there can be suspect after a
@@ -314,6 +315,91 @@ impl McpConnection {
     /// Ends the session (and stops the server process the wrapper started).
     pub async fn close(mut self) {
         if let Some(client) = self.client.take() {
+            let _ = client.cancel().await;
+        }
+    }
+}
+
+/// Closes what is left of an old session (and its process).
+async fn close_session(old: Option<OwnedClient>) {
+    if let Some(old) = old {
+        // Closing a dead session can hang on its transport; it gets a second.
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(1), old.cancel()).await;
+    }
+}
+
+/// A session about to start: where, with which client handler, how.
+struct SessionStart {
+    endpoint: Endpoint,
+    service: SessionClient,
+    lifecycle: ClientLifecycleMode,
+}
+
+impl SessionStart {
+    async fn start(self) -> Result<OwnedClient, Outcome> {
+        let SessionStart { endpoint, service, lifecycle } = self;
+        match &endpoint {
+            // `RetryingToolCaller::connect` refuses it first; a direct call gets
+            // `other`, which the policy escalates and never retries.
+            Endpoint::Http { refused: Some(refused), .. } => {
+                Err(observe::transport_failure(TransportError::Other, Delivery::NotSent, refused.to_string(), false))
+            }
+            Endpoint::Http { url, client, refused: None } => {
+                let transport = http_transport(url, client.clone());
+                service.serve_with_lifecycle(transport, lifecycle).await.map_err(|e| from_initialize_error(&e))
+            }
+            Endpoint::Stdio { program, args } => {
+                let mut command = tokio::process::Command::new(program);
+                command.args(args);
+                // A server that cannot be started never saw a request.
+                let transport = TokioChildProcess::new(command)
+                    .map_err(|e| observe::transport_failure(TransportError::ConnectionRefused, Delivery::NotSent, format!("{program}: {e}"), false))?;
+                service.serve_with_lifecycle(transport, lifecycle).await.map_err(|e| from_initialize_error(&e))
+            }
+        }
+    }
+}
+
+/// A connection several runs share: each run has a caller of its own
+/// ([`SharedConnection::caller_for_run`]: its policy run, report, budgets and
+/// reconnection allowance), and all use one session (one server process over
+/// stdio), set up again once for all when it is lost.
+pub struct SharedConnection {
+    connection: std::sync::Mutex<McpConnection>,
+    /// One session set-up at a time: a run that waited for it finds it done.
+    connecting: tokio::sync::Mutex<()>,
+}
+
+impl SharedConnection {
+    /// Shares `connection`; a URL this build cannot serve is refused at once.
+    pub fn new(connection: McpConnection) -> Result<Arc<Self>, ConnectionConfigError> {
+        if let Some(refused) = connection.configuration_error() {
+            return Err(refused.clone());
+        }
+        Ok(Arc::new(SharedConnection { connection: std::sync::Mutex::new(connection), connecting: tokio::sync::Mutex::new(()) }))
+    }
+
+    /// Reads or changes the connection (never across an await).
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&mut McpConnection) -> R) -> R {
+        f(&mut self.connection.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Sets a session up unless one is up (another run may have just done it).
+    pub(crate) async fn connect(&self) -> Result<(), Outcome> {
+        let _turn = self.connecting.lock().await;
+        let (old, start) = self.with(|c| if c.needs_connect() { Some((c.client.take(), c.session_start())) } else { None }).unzip();
+        let Some(start) = start else { return Ok(()) };
+        close_session(old.flatten()).await;
+        let client = start.start().await?;
+        self.with(|c| c.install(client));
+        Ok(())
+    }
+
+    /// Ends the session (and stops the server process), for every run.
+    pub async fn close(&self) {
+        let _turn = self.connecting.lock().await;
+        let client = self.with(|c| c.client.take());
+        if let Some(client) = client {
             let _ = client.cancel().await;
         }
     }

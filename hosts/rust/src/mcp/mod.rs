@@ -17,7 +17,9 @@ mod task;
 pub use answer::{CallError, StopCause, Stopped, ToolAnswer};
 pub use caller::{DEFAULT_MAX_RECONNECTS_PER_RUN, OnProgress, OnVerdict, RetryingToolCaller, RetryingToolCallerOptions, StatusCheck};
 pub use clock::Clock;
-pub use connect::{ConnectionConfigError, HANDSHAKE_VERSION, McpConnection, PREFERRED_VERSIONS, connect_http, connect_stdio, negotiating_lifecycle};
+pub use connect::{
+    ConnectionConfigError, HANDSHAKE_VERSION, McpConnection, PREFERRED_VERSIONS, SharedConnection, connect_http, connect_stdio, negotiating_lifecycle,
+};
 pub use metrics::Metrics;
 pub use session_client::ClientHandlerRef;
 pub use status_check::ListedCheck;

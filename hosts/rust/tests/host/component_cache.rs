@@ -102,3 +102,86 @@ fn an_unwritable_cache_dir_costs_only_the_compile() {
     decides(&component);
     let _ = std::fs::remove_file(&blocker);
 }
+
+/// Loading an entry runs its machine code: on Unix only a private directory's
+/// private, regular entry is served (the hostile review of issue 25 found any
+/// entry deserialised, wherever it came from).
+#[cfg(unix)]
+mod only_private_entries_are_served {
+    use std::os::unix::fs::PermissionsExt;
+
+    use agent_retry_host::component_cache::{ComponentCache, compile};
+
+    use super::*;
+
+    fn mode(path: &Path) -> u32 {
+        std::fs::symlink_metadata(path).unwrap().permissions().mode() & 0o777
+    }
+
+    fn chmod(path: &Path, mode: u32) {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+
+    /// Compiles through the cache: whether the cache served it.
+    fn served(engine: &wasmtime::Engine, wasm: &[u8], dir: &Path) -> bool {
+        compile(engine, wasm, &ComponentCache::Dir(dir.to_path_buf())).unwrap().1
+    }
+
+    #[test]
+    fn a_new_cache_is_private_and_served() {
+        let wasm = std::fs::read(default_wasm_path()).expect("run `make wasm` first");
+        let engine = wasmtime::Engine::default();
+        let dir = scratch("private").join("nested");
+        assert!(!served(&engine, &wasm, &dir), "nothing cached yet");
+        assert_eq!(mode(&dir), 0o700, "the directory is created for this user only");
+        assert_eq!(mode(&entry(&dir)), 0o600, "the entry is written for this user only");
+        assert!(served(&engine, &wasm, &dir), "a private entry is served");
+        let _ = std::fs::remove_dir_all(dir.parent().unwrap());
+    }
+
+    #[test]
+    fn a_directory_others_may_write_is_neither_read_nor_written() {
+        let wasm = std::fs::read(default_wasm_path()).expect("run `make wasm` first");
+        let engine = wasmtime::Engine::default();
+        let dir = scratch("shared-dir");
+        assert!(!served(&engine, &wasm, &dir));
+        let path = entry(&dir);
+        chmod(&dir, 0o777);
+        assert!(!served(&engine, &wasm, &dir), "an entry in a world-writable directory is not run");
+        chmod(&dir, 0o770);
+        assert!(!served(&engine, &wasm, &dir), "nor in a group-writable one");
+        std::fs::remove_file(&path).unwrap();
+        assert!(!served(&engine, &wasm, &dir));
+        assert!(!path.exists(), "nothing is written into a directory others may write");
+        chmod(&dir, 0o700);
+        assert!(!served(&engine, &wasm, &dir));
+        assert!(served(&engine, &wasm, &dir), "private again: cached and served");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn an_entry_others_may_write_or_a_symlink_is_replaced_not_run() {
+        let wasm = std::fs::read(default_wasm_path()).expect("run `make wasm` first");
+        let engine = wasmtime::Engine::default();
+        let dir = scratch("shared-entry");
+        assert!(!served(&engine, &wasm, &dir));
+        let path = entry(&dir);
+
+        chmod(&path, 0o666);
+        assert!(!served(&engine, &wasm, &dir), "a world-writable entry is not run");
+        assert_eq!(mode(&path), 0o600, "it is replaced by a private one");
+        assert!(served(&engine, &wasm, &dir));
+
+        // A symlink to a good entry elsewhere: not followed, replaced by a private file.
+        let elsewhere = scratch("elsewhere");
+        std::fs::create_dir_all(&elsewhere).unwrap();
+        let target = elsewhere.join("entry.cwasm");
+        std::fs::rename(&path, &target).unwrap();
+        std::os::unix::fs::symlink(&target, &path).unwrap();
+        assert!(!served(&engine, &wasm, &dir), "a symlinked entry is not run");
+        assert!(std::fs::symlink_metadata(&path).unwrap().file_type().is_file(), "the symlink was replaced by a file");
+        assert!(served(&engine, &wasm, &dir));
+        let _ = std::fs::remove_dir_all(&dir);
+        let _ = std::fs::remove_dir_all(&elsewhere);
+    }
+}

@@ -1,7 +1,9 @@
 //! The shared events scenario (docs/events.md, "One scenario, three hosts"):
 //! tests/events/scenario.json through `with_policy` with the fake clock and
 //! the fixed entropy; what was emitted is written to target/events/rust.json
-//! and, when tests/events/expected.json exists, compared with it.
+//! and, when tests/events/expected.json exists, compared with it. The spans
+//! are recorded with the OpenTelemetry SDK's in-memory exporter (the tests
+//! build the crate with its `otel` feature).
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -10,8 +12,12 @@ use agent_retry_host::any_call::{AnyCallError, Observed, PolicyRun, WithPolicyOp
 use agent_retry_host::component::types::{FailureKind, Observation};
 use agent_retry_host::events::{Event, RetryHooks};
 use agent_retry_host::mcp::Metrics;
+use agent_retry_host::otel::OtelTracer;
+use agent_retry_host::otel::opentelemetry::Value as OtelValue;
+use agent_retry_host::otel::opentelemetry::trace::{SpanKind, Status};
 use agent_retry_host::testing::{FakeClock, fixed_entropy};
 use agent_retry_host::{EmbeddedAccounts, HostServices, PolicyComponent, default_wasm_path};
+use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
 use serde_json::{Value, json};
 
 fn root() -> PathBuf {
@@ -37,6 +43,43 @@ fn observation(failure: &Value) -> Observation {
     Observation::new(kind, &headers, failure["body"].as_str().unwrap_or_default())
 }
 
+fn attribute(value: &OtelValue) -> Value {
+    match value {
+        OtelValue::Bool(flag) => json!(flag),
+        OtelValue::I64(whole) => json!(whole),
+        OtelValue::F64(number) => json!(number),
+        other => json!(other.as_str()),
+    }
+}
+
+/// The spans as the three hosts dump them: in the order they ended, each
+/// with its name, kind, parent's name, status, attributes and events.
+fn span_dump(spans: &[SpanData]) -> Vec<Value> {
+    let attributes = |values: &[agent_retry_host::otel::opentelemetry::KeyValue]| -> Value {
+        Value::Object(values.iter().map(|kv| (kv.key.to_string(), attribute(&kv.value))).collect())
+    };
+    spans
+        .iter()
+        .map(|span| {
+            let parent = spans.iter().find(|p| p.span_context.span_id() == span.parent_span_id).map(|p| p.name.to_string());
+            let kind = match span.span_kind {
+                SpanKind::Client => "client",
+                SpanKind::Server => "server",
+                SpanKind::Producer => "producer",
+                SpanKind::Consumer => "consumer",
+                SpanKind::Internal => "internal",
+            };
+            let status = match span.status {
+                Status::Unset => "unset",
+                Status::Error { .. } => "error",
+                Status::Ok => "ok",
+            };
+            let events: Vec<Value> = span.events.iter().map(|e| json!({"name": e.name, "attributes": attributes(&e.attributes)})).collect();
+            json!({"name": span.name, "kind": kind, "parent": parent, "status": status, "attributes": attributes(&span.attributes), "events": events})
+        })
+        .collect()
+}
+
 /// A JSON value with its objects' keys sorted (whatever order serde_json's map keeps).
 fn sorted(value: Value) -> Value {
     match value {
@@ -59,7 +102,10 @@ async fn the_shared_scenario_emits_the_expected_events_and_metrics() {
     let clock = Arc::new(FakeClock::new(scenario["clock_start_ms"].as_u64().unwrap()));
     let log = Arc::new(Log::default());
     let metrics = Arc::new(Metrics::new());
+    let exporter = InMemorySpanExporter::default();
+    let provider = SdkTracerProvider::builder().with_simple_exporter(exporter.clone()).build();
     let options = WithPolicyOptions {
+        tracer: Some(OtelTracer::from_provider(&provider)),
         clock: clock.clone(),
         policy_identity: Some(scenario["policy_identity"].as_str().unwrap().to_string()),
         hooks: Some(log.clone()),
@@ -90,7 +136,8 @@ async fn the_shared_scenario_emits_the_expected_events_and_metrics() {
     }
     let report = run.finish().unwrap();
     let events = log.0.lock().unwrap().clone();
-    let dump = sorted(json!({"events": events, "spans": [], "metrics": metrics.to_json()}));
+    let spans = span_dump(&exporter.get_finished_spans().unwrap());
+    let dump = sorted(json!({"events": events, "spans": spans.clone(), "metrics": metrics.to_json()}));
     let out = root().join("target/events");
     std::fs::create_dir_all(&out).unwrap();
     std::fs::write(out.join("rust.json"), serde_json::to_string_pretty(&dump).unwrap() + "\n").unwrap();
@@ -103,12 +150,16 @@ async fn the_shared_scenario_emits_the_expected_events_and_metrics() {
     assert_eq!(clock.sleeps().len(), 2, "two retries: {:?}", clock.sleeps());
     assert!(clock.sleeps()[1] >= 1000, "the 429's Retry-After: {:?}", clock.sleeps());
     assert!(events.iter().all(|e| e.get("ts").is_none()));
+    let names: Vec<&str> = spans.iter().map(|s| s["name"].as_str().unwrap()).collect();
+    assert_eq!(names.iter().filter(|n| n.starts_with("execute_tool ")).count(), 3, "a span per call: {names:?}");
+    assert_eq!(names.iter().filter(|n| n.starts_with("attempt ")).count(), 5, "a span per attempt: {names:?}");
 
     let expected_path = root().join("tests/events/expected.json");
     if let Ok(text) = std::fs::read_to_string(&expected_path) {
         let expected: Value = serde_json::from_str(&text).unwrap();
         assert_eq!(dump["events"], expected["events"], "events differ from tests/events/expected.json (dump: target/events/rust.json)");
         assert_eq!(dump["metrics"], expected["metrics"], "metrics differ from tests/events/expected.json (dump: target/events/rust.json)");
+        assert_eq!(dump["spans"], expected["spans"], "spans differ from tests/events/expected.json (dump: target/events/rust.json)");
     } else {
         eprintln!("no tests/events/expected.json yet: the dump is written, not compared");
     }

@@ -326,3 +326,43 @@ async fn a_call_timeout_stops_before_a_wait_that_would_pass_it() {
     // A stopped call's attempts are counted as the report counts them.
     assert_eq!(metrics.instruments().attempts_total(), u64::from(run.report().unwrap().attempts));
 }
+
+/// The liar asks for an hour's wait before the first send: the guard refuses it
+/// and nothing is sent. Its line comes first, attempt 0, and counts as the run
+/// report counts the admitted call (as in Python and Node).
+#[tokio::test]
+async fn a_first_send_the_guard_refuses_is_attempt_0_counted_as_the_report_counts_it() {
+    let liar = default_wasm_path().parent().and_then(|p| p.parent()).expect("target/").join("hostile/liar.wasm");
+    let component = PolicyComponent::from_file(&liar).unwrap_or_else(|e| panic!("{}: {e} (run `make hostile`)", liar.display()));
+    let instance = component.instantiate(HostServices::new(Arc::new(EmbeddedAccounts::new()), fixed_entropy(7))).unwrap();
+    let recorder = Arc::new(Recorder::default());
+    let metrics = Arc::new(Metrics::new());
+    let clock = Arc::new(FakeClock::new(1_700_000_000_000));
+    let options = WithPolicyOptions { clock, hooks: Some(recorder.clone()), metrics: Some(metrics.clone()), ..Default::default() };
+    let config = r#"{"base-delay-ms": 20, "x-liar": {"start-delay-ms": 3600000}}"#;
+    let mut run = PolicyRun::start(instance, config, "LIAR-START", options).unwrap();
+    let sent = Arc::new(Mutex::new(0u32));
+    let counter = Arc::clone(&sent);
+    let result: Result<&str, AnyCallError<Observed>> = run
+        .with_policy("r", move |_| {
+            let counter = Arc::clone(&counter);
+            async move {
+                *counter.lock().unwrap() += 1;
+                Ok("value")
+            }
+        })
+        .await;
+    assert!(matches!(&result, Err(AnyCallError::Escalated(e)) if e.reason == EscalationReason::UnclassifiedFailure), "{result:?}");
+    assert_eq!(*sent.lock().unwrap(), 0, "nothing was sent");
+    let events = recorder.events.lock().unwrap().clone();
+    let order: Vec<(&str, u32)> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Attempt(a) => Some(("attempt", a.attempt)),
+            Event::Escalation(x) => Some(("escalation", x.attempt)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(order, vec![("attempt", 0), ("escalation", 0)], "{events:?}");
+    assert_eq!(metrics.instruments().attempts_total(), u64::from(run.report().unwrap().attempts));
+}

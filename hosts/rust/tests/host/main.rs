@@ -1,0 +1,18 @@
+//! The Rust host's integration tests, one binary: each module was a test
+//! binary of its own, and each such binary compiled and linked the host, rmcp,
+//! tokio and wasmtime again (about a minute of a CI core apiece). The tests
+//! that need a process of their own stay apart: `load.rs` sets
+//! `AGENT_RETRY_WASM`, `outcome_words.rs` reads tracing's per-thread
+//! subscriber, `shared_connection.rs` and `mcp_probe.rs` are their own stdio
+//! servers.
+
+mod any_call;
+mod component_cache;
+mod demo_fixture;
+mod events_scenario;
+mod guard_runs;
+mod live;
+mod live_events;
+mod live_order;
+mod metrics_agree;
+mod sandbox;
