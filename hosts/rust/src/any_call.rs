@@ -370,7 +370,7 @@ impl PolicyRun {
         let step = self.steps;
         if let Some(escalation) = self.stopped_by_guard.clone() {
             let invariant = self.guard.tripped().map(|v| v.invariant.name().to_string());
-            return Err(self.escalate_unanswered(step, None, tool, None, "not sent", escalation, invariant));
+            return Err(self.escalate_line(step, None, tool, None, "not sent", escalation, invariant, false));
         }
         // The key identifies the intended effect: derived once, sent unchanged with every attempt.
         let key = if self.keyed(tool, &call) {
@@ -389,7 +389,7 @@ impl PolicyRun {
         };
         let ticket = match begun {
             Admission::Send(ticket) => ticket,
-            Admission::Escalate(escalation) => return Err(self.escalate_unanswered(step, None, tool, key.as_deref(), "not sent", escalation, None)),
+            Admission::Escalate(escalation) => return Err(self.escalate_line(step, None, tool, key.as_deref(), "not sent", escalation, None, false)),
         };
         let guarded = match self.guard.begin(tool, key.as_deref(), call.hints.as_ref(), ticket.delay_ms) {
             Ok(guarded) => guarded,
@@ -564,7 +564,7 @@ impl PolicyRun {
                 let fault = PolicyFault::BoundaryViolation { cause: violation.to_string() };
                 let escalation = policy_failure(tool, last_outcome, &fault);
                 self.stopped_by_guard = Some(escalation.clone());
-                self.escalate_unanswered(step, Some(answered), tool, key, last_outcome, escalation, Some(violation.invariant.name().to_string()))
+                self.escalate_line(step, Some(answered), tool, key, last_outcome, escalation, Some(violation.invariant.name().to_string()), false)
             }
         }
     }
@@ -580,26 +580,12 @@ impl PolicyRun {
         fault: PolicyFault,
     ) -> AnyCallError<E> {
         let escalation = policy_failure(tool, last_outcome, &fault);
-        self.escalate_unanswered(step, answered, tool, key, last_outcome, escalation, None)
+        self.escalate_line(step, answered, tool, key, last_outcome, escalation, None, false)
     }
 
-    /// The `escalate` attempt event (attempt 0 before a send) and the
-    /// escalation event of an escalation no decision answered.
-    #[allow(clippy::too_many_arguments)]
-    fn escalate_unanswered<E>(
-        &mut self,
-        step: u32,
-        answered: Option<(u32, u32)>,
-        tool: &str,
-        key: Option<&str>,
-        outcome: &str,
-        escalation: Escalation,
-        invariant: Option<String>,
-    ) -> AnyCallError<E> {
-        self.escalate_line(step, answered, tool, key, outcome, escalation, invariant, false)
-    }
-
-    /// The escalation's attempt line (counted as an attempt when the run report counts one), then its event.
+    /// The `escalate` attempt event (attempt 0 before a send; `counted` when
+    /// the run report counts it as an attempt) and the escalation event of an
+    /// escalation no decision answered.
     #[allow(clippy::too_many_arguments)]
     fn escalate_line<E>(
         &mut self,

@@ -103,13 +103,17 @@ pub fn compile(engine: &Engine, wasm: &[u8], cache: &ComponentCache) -> wasmtime
 
 /// The cached entry, if it is whole and this engine's: `None` otherwise.
 fn load(engine: &Engine, path: &Path) -> Option<Component> {
-    if let Err(why) = path.parent().map_or(Ok(()), private_dir).and_then(|()| private_file(path)) {
-        if path.exists() {
-            tracing::warn!(target: "agent_retry", path = %path.display(), why, "the cached component is not trusted: compiling instead");
+    let file = match path.parent().map_or(Ok(()), private_dir).and_then(|()| read_private_file(path)) {
+        Ok(file) => file,
+        Err(why) => {
+            // Said out loud when there is something to distrust (an entry, or a directory others
+            // may write, which an old umask may have left): otherwise the cache is silently off.
+            if path.exists() || (why != NO_ENTRY && path.parent().is_some_and(Path::exists)) {
+                tracing::warn!(target: "agent_retry", path = %path.display(), why, "the cached component is not trusted: compiling instead");
+            }
+            return None;
         }
-        return None;
-    }
-    let file = std::fs::read(path).ok()?;
+    };
     if file.len() < 32 {
         return None;
     }
@@ -178,13 +182,28 @@ fn private_dir(dir: &Path) -> Result<(), &'static str> {
     owned_and_private(&meta)
 }
 
-/// `Ok` when `path` is a regular file (not a symlink) this user owns that no one else may write.
-fn private_file(path: &Path) -> Result<(), &'static str> {
-    let meta = std::fs::symlink_metadata(path).map_err(|_| "no entry")?;
+const NO_ENTRY: &str = "no entry";
+
+/// The bytes of `path` when it is a regular file (never followed through a
+/// symlink) this user owns that no one else may write. The file is opened
+/// once and checked and read through that one handle, so that it cannot be
+/// swapped between the check and the read.
+fn read_private_file(path: &Path) -> Result<Vec<u8>, &'static str> {
+    use std::io::Read;
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::custom_flags(&mut options, libc::O_NOFOLLOW);
+    let mut file =
+        options.open(path).map_err(|e| if e.kind() == std::io::ErrorKind::NotFound { NO_ENTRY } else { "the entry cannot be opened (a symlink?)" })?;
+    let meta = file.metadata().map_err(|_| "the entry cannot be read")?;
     if !meta.file_type().is_file() {
         return Err("the entry is not a regular file");
     }
-    owned_and_private(&meta)
+    owned_and_private(&meta)?;
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    file.read_to_end(&mut bytes).map_err(|_| "the entry cannot be read")?;
+    Ok(bytes)
 }
 
 #[cfg(unix)]

@@ -53,9 +53,10 @@ pub struct AttemptEvent {
     pub invariant: Option<String>,
     /// The policy's words for the verdict, where there is one.
     pub decision: Option<Decision>,
-    /// Whether this verdict answered an attempt that was sent (not a status
-    /// check, a task poll, or a call refused before it was sent): what the
-    /// attempts counter counts, as the run report does.
+    /// Whether this line counts as an attempt, as the run report counts
+    /// them: a verdict on an attempt that was sent, or the first send of an
+    /// admitted call the run guard refused (not a status check, a task poll,
+    /// or a call refused before admission). What the attempts counter counts.
     pub sent: bool,
 }
 

@@ -140,7 +140,13 @@ impl TempFile {
     fn new(text: &str) -> std::io::Result<TempFile> {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let path = std::env::temp_dir().join(format!("agent-retry-faults-{}-{}.json", std::process::id(), NEXT.fetch_add(1, Ordering::SeqCst)));
-        std::fs::write(&path, text)?;
+        // A new file of this user's only: never one planted at the predictable name.
+        use std::io::Write;
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create_new(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        options.open(&path)?.write_all(text.as_bytes())?;
         Ok(TempFile(path))
     }
 }

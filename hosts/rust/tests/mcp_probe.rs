@@ -4,8 +4,10 @@
 //! `params._meta` (docs/events.md, "Traces"). The test binary is its own
 //! server (`--serve-probe`): no harness, libtest would write to its stdout.
 
-use std::fmt::Debug;
-use std::sync::{Arc, Mutex};
+mod common;
+use common::Lines;
+
+use std::sync::Arc;
 
 use agent_retry_host::mcp::{McpConnection, Metrics, RetryingToolCaller, RetryingToolCallerOptions, SharedConnection, ToolAnswer};
 use agent_retry_host::otel::OtelTracer;
@@ -18,9 +20,7 @@ use rmcp::model::{
 };
 use rmcp::service::RequestContext;
 use rmcp::{RoleServer, ServerHandler, ServiceExt};
-use serde_json::{Map, Value, json};
-use tracing::field::{Field, Visit};
-use tracing::span;
+use serde_json::{Map, json};
 
 const SERVE: &str = "--serve-probe";
 
@@ -70,44 +70,6 @@ fn probe() -> McpConnection {
 fn instance() -> PolicyInstance {
     let component = PolicyComponent::from_file(&default_wasm_path()).expect("run `make wasm` first");
     component.instantiate(HostServices::new(Arc::new(EmbeddedAccounts::new()), EntropySource::seeded(1))).unwrap()
-}
-
-/// The `agent_retry` log lines' fields.
-#[derive(Clone, Default)]
-struct Lines(Arc<Mutex<Vec<Map<String, Value>>>>);
-
-struct Fields(Map<String, Value>);
-
-impl Visit for Fields {
-    fn record_u64(&mut self, field: &Field, value: u64) {
-        self.0.insert(field.name().into(), json!(value));
-    }
-    fn record_str(&mut self, field: &Field, value: &str) {
-        self.0.insert(field.name().into(), json!(value));
-    }
-    fn record_debug(&mut self, field: &Field, value: &dyn Debug) {
-        self.0.insert(field.name().into(), json!(format!("{value:?}")));
-    }
-}
-
-impl tracing::Subscriber for Lines {
-    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
-        true
-    }
-    fn new_span(&self, _: &span::Attributes<'_>) -> span::Id {
-        span::Id::from_u64(1)
-    }
-    fn record(&self, _: &span::Id, _: &span::Record<'_>) {}
-    fn record_follows_from(&self, _: &span::Id, _: &span::Id) {}
-    fn event(&self, event: &tracing::Event<'_>) {
-        if event.metadata().target() == "agent_retry" {
-            let mut fields = Fields(Map::new());
-            event.record(&mut fields);
-            self.0.lock().unwrap().push(fields.0);
-        }
-    }
-    fn enter(&self, _: &span::Id) {}
-    fn exit(&self, _: &span::Id) {}
 }
 
 async fn tools_without_hints_are_warned_about_once_per_connection() {

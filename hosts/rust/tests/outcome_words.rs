@@ -2,7 +2,9 @@
 //! same in an MCP call's `agent_retry.attempt` event and in a `with_policy`
 //! call's, and every event's log line carries `ts`.
 
-use std::fmt::Debug;
+mod common;
+use common::Lines;
+
 use std::sync::{Arc, Mutex};
 
 use agent_retry_demo_server::faults::{Fault, rule};
@@ -14,8 +16,6 @@ use agent_retry_host::mcp::{Clock, McpConnection, Metrics, RetryingToolCaller, R
 use agent_retry_host::testing::{FakeClock, fixed_entropy};
 use agent_retry_host::{EmbeddedAccounts, EntropySource, HostServices, PolicyComponent, default_wasm_path};
 use serde_json::{Map, Value, json};
-use tracing::field::{Field, Visit};
-use tracing::span;
 
 const CONFIG: &str = r#"{"tools": {"lookup_order": {"effect": "read"}}}"#;
 const TOOL_TEXT: &str = "order_id must look like ORD-<digits>";
@@ -32,47 +32,6 @@ impl RetryHooks for Attempts {
             self.0.lock().unwrap().push((attempt.outcome.clone(), attempt.action.clone()));
         }
     }
-}
-
-/// The `agent_retry` log lines' fields, as a JSON formatter would write them.
-#[derive(Clone, Default)]
-struct Lines(Arc<Mutex<Vec<Map<String, Value>>>>);
-
-struct Fields(Map<String, Value>);
-
-impl Visit for Fields {
-    fn record_f64(&mut self, field: &Field, value: f64) {
-        self.0.insert(field.name().into(), json!(value));
-    }
-    fn record_u64(&mut self, field: &Field, value: u64) {
-        self.0.insert(field.name().into(), json!(value));
-    }
-    fn record_str(&mut self, field: &Field, value: &str) {
-        self.0.insert(field.name().into(), json!(value));
-    }
-    fn record_debug(&mut self, field: &Field, value: &dyn Debug) {
-        self.0.insert(field.name().into(), json!(format!("{value:?}")));
-    }
-}
-
-impl tracing::Subscriber for Lines {
-    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
-        true
-    }
-    fn new_span(&self, _: &span::Attributes<'_>) -> span::Id {
-        span::Id::from_u64(1)
-    }
-    fn record(&self, _: &span::Id, _: &span::Record<'_>) {}
-    fn record_follows_from(&self, _: &span::Id, _: &span::Id) {}
-    fn event(&self, event: &tracing::Event<'_>) {
-        if event.metadata().target() == "agent_retry" {
-            let mut fields = Fields(Map::new());
-            event.record(&mut fields);
-            self.0.lock().unwrap().push(fields.0);
-        }
-    }
-    fn enter(&self, _: &span::Id) {}
-    fn exit(&self, _: &span::Id) {}
 }
 
 fn component() -> PolicyComponent {
