@@ -11,6 +11,8 @@ WASM_LIMIT_BYTES := 148000
 JCO := hosts/typescript/node_modules/@bytecodealliance/jco/src/jco.js
 # Each step of `make test` prints and records its time (target/step-times.txt).
 TIMED := tests/ci/timed.sh
+# What `make test` runs after the Rust tests, in this order.
+TEST_STEPS := test-python test-python-langchain test-ts events-agree judge-rust judge-python judge-ts test-hosts-agree docs-links lab-check dist-test fuzz-replay
 
 .PHONY: setup wasm demo test vectors targets judge-setup judge-rust redis hostile noop events-agree
 
@@ -75,18 +77,7 @@ test: wasm hostile noop redis fault-proxy-setup hosts-python-setup
 	python3 tests/vectors/fleet/make_manifests.py --check
 	python3 tests/contract/make_mirrors.py --check
 	$(TIMED) cargo-test cargo test --release --workspace
-	$(TIMED) test-python $(MAKE) --no-print-directory test-python
-	$(TIMED) test-python-langchain $(MAKE) --no-print-directory test-python-langchain
-	$(TIMED) test-ts $(MAKE) --no-print-directory test-ts
-	$(TIMED) events-agree $(MAKE) --no-print-directory events-agree
-	$(TIMED) judge-rust $(MAKE) --no-print-directory judge-rust
-	$(TIMED) judge-python $(MAKE) --no-print-directory judge-python
-	$(TIMED) judge-ts $(MAKE) --no-print-directory judge-ts
-	$(TIMED) test-hosts-agree $(MAKE) --no-print-directory test-hosts-agree
-	$(TIMED) docs-links $(MAKE) --no-print-directory docs-links
-	$(TIMED) lab-check $(MAKE) --no-print-directory lab-check
-	$(TIMED) dist-test $(MAKE) --no-print-directory dist-test
-	$(TIMED) fuzz-replay $(MAKE) --no-print-directory fuzz-replay
+	@for step in $(TEST_STEPS); do $(TIMED) $$step $(MAKE) --no-print-directory $$step || exit 1; done
 
 # The events scenario's dumps (target/events/<host>.json, written by each host's
 # tests above) against tests/events/expected.json (docs/events.md).
