@@ -215,12 +215,17 @@ def test_a_wait_of_u64_max_ms_neither_overflows_nor_outlives_the_deadline() -> N
         unlimited = RetryingToolCaller(object(), run, run_timeout_s=None)  # type: ignore[arg-type]
         state = _CallState("t", None, "run-timeout", None)
         with pytest.raises(asyncio.TimeoutError):  # it sleeps (until cancelled), no OverflowError
-            await asyncio.wait_for(unlimited._sleep(state, longest, "waiting"), 0.05)
-        limited = RetryingToolCaller(object(), run)  # type: ignore[arg-type]
+            await asyncio.wait_for(unlimited._sleep(state, longest), 0.05)
+        slept: list[float] = []
+
+        async def sleep(seconds: float) -> None:
+            slept.append(seconds)
+
+        limited = RetryingToolCaller(object(), run, sleep=sleep)  # type: ignore[arg-type]
         state = _CallState("t", limited._run_deadline, "run-timeout", limited.run_timeout_s)
         with pytest.raises(_DeadlinePassed):  # past the 30-minute deadline: not slept at all
-            await limited._sleep(state, longest, "waiting")
-        assert state.not_slept
+            await limited._sleep(state, longest)
+        assert slept == []
 
     asyncio.run(waits())
 

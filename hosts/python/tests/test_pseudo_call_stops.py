@@ -57,6 +57,9 @@ def test_list_tools_cancelled_is_call_cancelled_with_its_stop_line(caplog: pytes
         asyncio.run(go())
     assert cancelled.value.tool == "tools/list"
     assert stop_lines(caplog) == [("tools/list", 1, "cancelled")]
+    reason = "the call was cancelled while attempt 1 was in flight (1 sent); it is not a write"
+    assert logged(caplog, MCP_LOGGER, "agent_retry.attempt")[0]["reason"] == reason
+    assert str(cancelled.value) == f"tools/list: {reason}"
     report = caller.run.report()
     assert report["abandoned-calls"] == 1 and metrics.attempts == report["attempts"] == 1
 
@@ -69,6 +72,10 @@ def test_a_call_limit_passing_while_the_tools_are_listed_abandons_the_listing(ca
     # The listing's stop, then the call's it served (never begun: attempt 0, nothing of it sent).
     assert stop_lines(caplog) == [("tools/list", 1, "call-timeout"), ("record_note", 0, "call-timeout")]
     assert timed_out.value.call_id is None and not timed_out.value.may_have_applied
-    assert "nothing of record_note was sent" in str(timed_out.value.stopped.message)
+    listing, call = (line["reason"] for line in logged(caplog, MCP_LOGGER, "agent_retry.attempt"))
+    assert listing == "the call's limit of 200 ms passed while attempt 1 was in flight (1 sent); it is not a write"
+    reason = "the call's limit of 200 ms passed while its tools/list ran, before the call was sent (0 sent); nothing of it was sent"
+    assert call == reason
+    assert str(timed_out.value) == timed_out.value.stopped.message == f"record_note: {reason}"
     report = caller.run.report()
     assert report["abandoned-calls"] == 1 and metrics.attempts == report["attempts"] == 1

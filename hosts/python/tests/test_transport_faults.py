@@ -487,8 +487,13 @@ def test_T9_a_call_timeout_stops_an_attempt_in_flight_and_says_the_write_may_hav
     assert isinstance(stopped, TimeoutError)
     assert (stopped.cause, stopped.tool, stopped.attempts_sent, stopped.may_have_applied) == ("call-timeout", "issue_refund", 1, True)
     assert stopped.call_id is not None
-    assert "may have been applied" in str(stopped)
+    reason = (
+        "the call's limit of 300 ms passed while attempt 1 was in flight (1 sent); "
+        "the write may have been applied: check before sending it again"
+    )
+    assert str(stopped) == f"issue_refund: {reason}"
     (line,) = [line for line in log_lines(caplog) if line["action"] == "stop"]
+    assert line["reason"] == reason
     assert (line["tool"], line["outcome"], line["call"], line["attempt"], line["step"]) == (
         "issue_refund",
         "call-timeout",
@@ -545,8 +550,10 @@ def test_T9_a_cancelled_call_stops_during_its_backoff_at_once(
     # A 429 was not applied (the policy does not list it as unknown), and nothing
     # was in flight during the backoff.
     assert (stopped.cause, stopped.attempts_sent, stopped.may_have_applied) == ("cancelled", 1, False)
+    assert str(stopped) == "issue_refund: the call was cancelled between attempts (1 sent); the write was not applied"
     lines = [line for line in log_lines(caplog) if line["tool"] == "issue_refund"]
     assert [(line["outcome"], line["action"]) for line in lines] == [("http 429", "retry"), ("cancelled", "stop")]
+    assert lines[1]["reason"] == "the call was cancelled between attempts (1 sent); the write was not applied"
     assert lines[0]["delay_ms"] >= 5_000
     assert read_ledger(ledger)["refunds"] == []
 

@@ -128,7 +128,7 @@ export async function withPolicy<T>(run: Run, tool: string, fn: (attempt: Attemp
   });
   const core = new CallCore({
     run, tool, step: state.steps, policy, trace: telemetry.call(tool, { run: run.runId, policy, step: state.steps }, 'any'), runState: state, scope,
-    entropy: options.entropy ?? new OsEntropy(), policyNow: clock ? () => clock.nowMs() : () => Date.now(), eventNow: now,
+    entropy: options.entropy ?? new OsEntropy(), policyNow: clock ? () => clock.nowMs() : () => Date.now(),
   });
   try {
     return await new AnyCall(core, fn, options).call(options.actionId ?? `step-${state.steps}`);

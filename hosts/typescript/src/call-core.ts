@@ -16,6 +16,7 @@ import {
 } from './errors.js';
 import type { CallGuard, Invariant, RunGuard, Violation } from './guard.js';
 import type { CallTrace } from './telemetry.js';
+import { stopReason, type StopApplied, type StopWhere } from './stop-reason.js';
 import { longTimeout } from './timers.js';
 
 /** What a status check answers: `found`, `absent` or `unknown`; any other string reads as `unknown`
@@ -218,8 +219,6 @@ export interface CallCoreOptions {
   entropy: EntropySource;
   /** The time the policy is told (ms since the Unix epoch). */
   policyNow: () => bigint | number;
-  /** The events' time (ms since the Unix epoch). */
-  eventNow: () => number;
 }
 
 /** One call of the policy: where it is, and everything it reports, asks and emits. */
@@ -247,7 +246,7 @@ export class CallCore {
   }
 
   fields(): CallFields {
-    return { ts: this.o.eventNow() / 1000, run: this.run.runId, policy: this.o.policy, step: this.o.step, call: this.callId ?? null, tool: this.tool };
+    return { ts: wallSeconds(), run: this.run.runId, policy: this.o.policy, step: this.o.step, call: this.callId ?? null, tool: this.tool };
   }
 
   /** Asks the policy; if the policy itself fails, the safe fallback: no retry,
@@ -399,7 +398,7 @@ export class CallCore {
     } catch (e) {
       if (e instanceof StopNow) throw e;
       this.trace.telemetry.line({
-        event: 'agent_retry.status_check_failed', ts: this.o.eventNow() / 1000, run: this.run.runId, policy: this.o.policy, tool: this.tool, error: String(e),
+        event: 'agent_retry.status_check_failed', ts: wallSeconds(), run: this.run.runId, policy: this.o.policy, tool: this.tool, error: String(e),
       });
       return 'unknown';
     }
@@ -512,20 +511,28 @@ export class CallCore {
       }
     }
     const writes = this.effect === 'write' || this.effect === 'delete';
-    const mayHaveApplied = writes && (this.inFlight || unknown);
-    const stoppedBy = cause === 'cancelled' ? 'the call was cancelled'
-      : `the ${cause === 'call-timeout' ? 'call' : 'run'}'s limit of ${this.scope.limitMs} ms passed`;
-    const where = this.inFlight ? `while attempt ${this.attempt} was in flight`
-      : callId === undefined ? `${during === undefined ? '' : `while its ${during} ran, `}before the call was sent` : 'between attempts';
-    // A call never begun has no effect the policy named: nothing of it left.
-    const applied = callId === undefined ? 'nothing of it was sent' : !writes ? 'it is not a write'
-      : mayHaveApplied ? 'the write may have been applied: check before sending it again' : 'the write was not applied';
-    const reason = `${stoppedBy} ${where} (${this.attemptsSent} sent); ${applied}`;
+    const mayHaveApplied = writes && (this.inFlight || liveTask || unknown);
+    // docs/events.md, "Stop reasons": where the call was, and what is known of its effect
+    // (a call never begun has no effect the policy named: nothing of it left).
+    const where: StopWhere = this.inFlight ? 'in-flight' : this.attemptsSent === 0 ? 'before-send' : 'between-attempts';
+    const applied: StopApplied = callId === undefined ? 'nothing-sent' : !writes ? 'not-a-write'
+      : mayHaveApplied ? 'may-have-applied' : 'not-applied';
+    const limitMs = this.scope.limitMs;
+    const reason = stopReason({
+      cause, limitMs: cause === 'cancelled' || limitMs === undefined ? null : Math.round(limitMs), where,
+      attempt: where === 'in-flight' ? this.attempt : null, during: where === 'before-send' ? during ?? null : null,
+      attemptsSent: this.attemptsSent, applied,
+    });
     // The attempt planned and never answered is one the run report counted.
     this.line(this.attempt, cause, 'stop', reason, callId !== undefined && this.reported < this.attempt);
     const stopped = { cause, tool: this.tool, callId, attemptsSent: this.attemptsSent, mayHaveApplied };
     return cause === 'cancelled' ? new CallCancelled(`${this.tool}: ${reason}`, stopped) : new CallTimedOut(`${this.tool}: ${reason}`, stopped);
   }
+}
+
+/** An event's `ts`: the wall clock's Unix seconds (docs/events.md), whatever clock the wrapper's waits and the policy are on. */
+function wallSeconds(): number {
+  return Date.now() / 1000;
 }
 
 /** An error's name for a line: its class's, or its type's (anything can be thrown). */

@@ -93,7 +93,9 @@ export function locateComponent(path?: string): string | undefined {
   return repoWasm !== undefined && existsSync(repoWasm) ? repoWasm : undefined;
 }
 
-interface SourceInfo { wasm: string; sha256: string; jco: string; glueEdits?: number; exports?: string[]; imports?: string[] }
+/** What a transpiled component was made from (`PolicyComponent.source`): the
+ *  .wasm's path and SHA-256, the jco version, and the component's exports and imports. */
+export interface SourceInfo { wasm: string; sha256: string; jco: string; glueEdits?: number; exports?: string[]; imports?: string[] }
 
 /** scripts/jco-transpile.mjs: jco's options and the sandbox's edits of its glue,
  *  shared with `npm run transpile` (loaded from the package's scripts/, next to dist/). */
@@ -594,7 +596,9 @@ export class PolicyInstance {
   private broken?: string;
   private rules?: readonly string[];
 
+  /** @internal Made by `PolicyComponent.instantiate`. */
   constructor(
+    /** @internal The component's exports as jco transpiled them, unguarded. */
     readonly exports: PolicyExports,
     private readonly meter?: Meter,
     /** The identity of the component this is an instance of (`PolicyComponent.identity`):
@@ -769,7 +773,8 @@ const big = (n: bigint | number): bigint => {
 export class Policy extends Handle<JcoPolicy> {
   /** `configBytes`: the UTF-8 size of the text this configuration was loaded from;
    *  `configText`: that text, which the wrapper's run-time guard reads its caps
-   *  from (never the component's own `effective-config`). */
+   *  from (never the component's own `effective-config`). Made by `PolicyInstance.loadPolicy`.
+   *  @internal */
   constructor(instance: PolicyInstance, handle: JcoPolicy, readonly configBytes: number, readonly configText: string) {
     super(instance, handle);
   }
@@ -805,7 +810,8 @@ export class Policy extends Handle<JcoPolicy> {
 /** One agent run: its calls, budgets and effects. */
 export class Run extends Handle<JcoRun> {
   /** `configText`: the configuration text of the policy the run started from
-   *  (the wrapper's guard reads its caps there; default: all defaults). */
+   *  (the wrapper's guard reads its caps there; default: all defaults). Made by `Policy.startRun`.
+   *  @internal */
   constructor(instance: PolicyInstance, handle: JcoRun, readonly runId: string, readonly configText = '{}') {
     super(instance, handle);
   }

@@ -114,7 +114,8 @@ export function loadVectorFiles(dir: string): Array<{ file: string; cases: Vecto
     .map((file) => ({ file, cases: (JSON.parse(readFileSync(join(dir, file), 'utf8')) as { cases: VectorCase[] }).cases }));
 }
 
-type Json = null | boolean | number | bigint | string | Json[] | { [key: string]: Json };
+/** A canonical JSON value as the vectors carry it (integers past 2^53 as BigInts). */
+export type Json = null | boolean | number | bigint | string | Json[] | { [key: string]: Json };
 
 /** JSON text with sorted keys and BigInts as exact digits: the Rust runner sends
  *  configs in serde_json's compact, key-sorted form, and outputs are compared
@@ -155,7 +156,8 @@ function field(step: Record<string, unknown>, name: string): unknown {
   return step[name];
 }
 
-type Resource = Record<string, (...args: unknown[]) => unknown>;
+/** A jco resource's methods, called by name (`Subject` drives the component through them). */
+export type Resource = Record<string, (...args: unknown[]) => unknown>;
 
 /** The component, called with canonical JSON values. */
 export class Subject {

@@ -144,13 +144,14 @@ export interface Stopped {
   /** Attempts of the call sent, the one in flight included. */
   attemptsSent: number;
   /** The call is a write or a delete (the ticket's effect) and either an
-   *  attempt was in flight when it stopped or the run lists its effect as
-   *  `unknown`: check before sending it again. */
+   *  attempt was in flight when it stopped, or its task still lived, or the
+   *  run lists its effect as `unknown`: check before sending it again. */
   mayHaveApplied: boolean;
 }
 
 /** A call the wrapper stopped waiting for (`CallTimedOut`, `CallCancelled`).
- *  `cause` here is the stop's cause (not `Error.cause`). */
+ *  `cause` here is the stop's cause (not `Error.cause`). Its message is
+ *  `{tool}: {reason}`, the reason of its stop line (docs/events.md, "Stop reasons"). */
 export class CallStopped extends AgentRetryError implements Stopped {
   override readonly cause: StopCause;
   readonly tool: string;

@@ -9,14 +9,14 @@ export {
 export {
   CACHE_ENV_VAR, INSTALLED, MAX_EFFECTS_PAGE, Policy, PolicyComponent, PolicyInstance, Run, UNKNOWN_POLICY_IDENTITY, defaultCacheDir, locateComponent, nowMs,
   policyIdentityOf, type ComponentOrigin, type FromBytesOptions,
-  type InstantiateOptions, type LoadOptions,
+  type InstantiateOptions, type LoadOptions, type SourceInfo,
 } from './component.js';
 export {
   Integrity, LivePolicy, MANIFEST_SUFFIX, PolicyIdentity, SIGNATURE_SUFFIX, manifestPath, signaturePath, type FleetPolicySource, type IntegrityRead,
   type LiveOptions, type Loaded, type PolicySource, type PolicyUpdateEvent, type PolicyWatcher, type UpdateMetrics,
 } from './live.js';
 export {
-  MANIFEST_HEADER, MAX_MANIFEST_BYTES, ManifestError, checkCovers, parseManifest, signPublication, statement, verifyPublication, type Manifest,
+  MANIFEST_HEADER, MAX_MANIFEST_BYTES, ManifestError, checkCovers, parseManifest, signPublication, statement, verifyPublication, type Bytes, type Manifest,
   type PublicationRead,
 } from './manifest.js';
 export {
@@ -45,14 +45,18 @@ export {
 export { observeError, observeResponse, type ObserveError } from './observe-errors.js';
 export { ObservedFailure, ReplanNeeded } from './errors.js';
 export {
-  AttemptEvent, EscalationEvent, ReplanEvent, StatusCheckEvent, TaskPollEvent, WaitEvent, type CallEvent, type CallFields, type WaitWhy,
+  AttemptEvent, EscalationEvent, ReplanEvent, StatusCheckEvent, TaskPollEvent, WaitEvent, type AttemptFields, type CallEvent, type CallFields,
+  type EscalationFields, type ReplanFields, type StatusCheckFields, type TaskPollFields, type WaitFields, type WaitWhy,
 } from './events.js';
+export type { Invariant, Violation } from './guard.js';
 export type { RetryHooks } from './hooks.js';
 export {
-  INSTRUMENTS, RetryMetrics, WAIT_BUCKETS_S, type CounterSeries, type HistogramSeries, type Instrument, type MetricsSnapshot,
+  INSTRUMENTS, RetryMetrics, WAIT_BUCKETS_S, type CounterSeries, type HistogramSeries, type Instrument, type MetricUpdate, type MetricsSnapshot,
 } from './metrics.js';
 // Test helpers (exported here: the package has no `./testing` entry point).
 export {
   FakeClock, demoServerBinary, fixedEntropy, startDemoServer, type DemoFaultRule, type DemoServerOptions, type RunningDemoServer,
 } from './testing.js';
 export type * from '../generated/interfaces/agent-retry-policy-types.js';
+// The contract's `config-error` record, under a name of its own: `ConfigError` is the error class that carries it.
+export type { ConfigError as ConfigErrorValue } from '../generated/interfaces/agent-retry-policy-types.js';

@@ -37,7 +37,8 @@ export class ManifestError extends AgentRetryError {
   }
 }
 
-type Bytes = Uint8Array | string;
+/** Bytes, or a text taken as its UTF-8 bytes. */
+export type Bytes = Uint8Array | string;
 const bytesOf = (value: Bytes): Buffer => (typeof value === 'string' ? Buffer.from(value, 'utf8') : Buffer.from(value));
 const sha256Hex = (bytes: Bytes): string => createHash('sha256').update(bytesOf(bytes)).digest('hex');
 

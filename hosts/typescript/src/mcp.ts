@@ -124,7 +124,8 @@
 // `mcp/connection.ts` (`McpConnection`) and `mcp/caller.ts` (`RetryingToolCaller`).
 export { CallCancelled, CallStopped, CallTimedOut, ConnectionConfigError, SessionLost, type StopCause, type Stopped } from './errors.js';
 export {
-  ProbeAnswerFailed, classifyNetworkError, createCapturingFetch, deliveryOfNetworkError, jsonRpcErrorCode, type AttemptCapture,
+  ProbeAnswerFailed, classifyNetworkError, createCapturingFetch, deliveryOfNetworkError, jsonRpcErrorCode, type AttemptCapture, type FetchLike,
+  type ProbeFailure,
 } from './mcp/capture.js';
 export {
   McpConnection, type McpClientInfo, type McpHttpOptions, type McpReconnectionOptions, type McpStdioOptions,

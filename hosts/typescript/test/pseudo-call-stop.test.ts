@@ -56,9 +56,12 @@ const attempts = (lines: Line[]) => lines.filter((l) => l.event === 'agent_retry
 
 test('the call\'s limit passing while the tools are listed: tools/list and the call each stop', async () => {
   const { caller, run, lines, metrics } = await setUp({ callTimeoutMs: 3_000 });
+  const reason = 'the call\'s limit of 3000 ms passed while its tools/list ran, before the call was sent (0 sent); nothing of it was sent';
   await assert.rejects(caller.callTool('record_note', { order_id: 'A1', text: 'hi' }), (e: unknown) => e instanceof CallTimedOut
-    && e.message.includes('while its tools/list ran, before the call was sent') && e.message.includes('nothing of it was sent')
-    && !e.message.includes('not a write'));
+    && e.message === `record_note: ${reason}`);
+  assert.deepEqual(lines.filter((l) => l.action === 'stop').map((l) => l.reason), [
+    'the call\'s limit of 3000 ms passed while attempt 1 was in flight (1 sent); it is not a write', reason,
+  ]);
   assert.deepEqual(attempts(lines), [
     ['initialize', 1, 'success', 'succeed'], ['tools/list', 1, 'call-timeout', 'stop'], ['record_note', 0, 'call-timeout', 'stop'],
   ]);
@@ -70,7 +73,8 @@ test('the call\'s limit passing while the tools are listed: tools/list and the c
 test('listTools cancelled while the tools are listed: one stop line, the pseudo-call\'s', async () => {
   const controller = new AbortController();
   const { caller, run, lines, metrics } = await setUp({}, () => setTimeout(() => controller.abort(), 50));
-  await assert.rejects(caller.listTools({ signal: controller.signal }), (e: unknown) => e instanceof CallCancelled && e.tool === 'tools/list');
+  await assert.rejects(caller.listTools({ signal: controller.signal }), (e: unknown) => e instanceof CallCancelled && e.tool === 'tools/list'
+    && e.message === 'tools/list: the call was cancelled while attempt 1 was in flight (1 sent); it is not a write');
   assert.deepEqual(attempts(lines), [['initialize', 1, 'success', 'succeed'], ['tools/list', 1, 'cancelled', 'stop']]);
   const report = run.report();
   assert.equal(report.abandonedCalls, 1);

@@ -52,12 +52,19 @@ test('withPolicy: a check that throws anything is unknown, logged with ts; an un
   const unnamed = [() => { throw undefined; }][0];
   assert.equal(unnamed.name, '');
   for (const [check, name] of [[function readLedger() { throw new Error('db down'); }, 'readLedger'], [unnamed, null]] as const) {
+    const before = Date.now() / 1000;
     const { lines, ended } = await checkedWrite(check);
+    const after = Date.now() / 1000;
     assert.ok(ended instanceof Escalated && ended.reason === 'status-unknown');
     assert.deepEqual(checks(lines), [[name, 'unknown']]);
     const [line] = failed(lines);
     assert.equal(typeof line.ts, 'number');
     assert.deepEqual(Object.keys(line), ['event', 'ts', 'run', 'policy', 'tool', 'error']);
+    // `ts` is the wall clock's (docs/events.md), not the FakeClock(0) the call's waits and the policy are on: in every line.
+    for (const each of lines) {
+      const ts = each.ts as number;
+      assert.ok(ts >= before - 0.001 && ts <= after + 0.001, `${String(each.event)}: ts ${ts} is not between ${before} and ${after}`);
+    }
   }
 });
 

@@ -391,7 +391,10 @@ test('T9: a call limit stops a slow write at once and says it may have been appl
   assert.equal(typeof stopped.callId, 'number');
   const stop = lines.at(-1) as Line;
   assert.deepEqual([stop.tool, stop.call, stop.attempt, stop.outcome, stop.action], ['issue_refund', stopped.callId, 1, 'call-timeout', 'stop']);
-  assert.match(stop.reason as string, /may have been applied/);
+  const reason = 'the call\'s limit of 1000 ms passed while attempt 1 was in flight (1 sent); '
+    + 'the write may have been applied: check before sending it again';
+  assert.equal(stop.reason, reason);
+  assert.equal(stopped.message, `issue_refund: ${reason}`);
   // The run was told (contract 0.7.0's abandon-call): the call is closed, its write possibly applied.
   const report = caller.run.report();
   assert.equal(report.abandonedCalls, 1);
@@ -418,6 +421,7 @@ test('T9: a call limit stops a slow write at once and says it may have been appl
   assert.ok(stopped instanceof CallCancelled, String(stopped));
   assert.ok(took < 1000, `stopped after ${Math.round(took)} ms`);
   assert.deepEqual([stopped.cause, stopped.attemptsSent, stopped.mayHaveApplied], ['cancelled', 1, false]); // a 429 was not run
+  assert.equal(stopped.message, 'issue_refund: the call was cancelled between attempts (1 sent); the write was not applied');
   // Abandoned during the wait before attempt 2: closed, and nothing on the wire.
   const patientReport = patient.caller.run.report();
   assert.deepEqual([patientReport.abandonedCalls, patientReport.effects.length], [1, 0]);

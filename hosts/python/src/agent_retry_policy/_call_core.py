@@ -25,7 +25,7 @@ from ._telemetry import Telemetry
 from ._verdicts import Answer, bounded, policy_failure, rule_name
 from .component import Run
 from .entropy import EntropySource
-from .errors import Escalated, InstanceUnusable, PolicyBoundaryViolation, PolicyTrap, StopCause
+from .errors import Escalated, InstanceUnusable, PolicyBoundaryViolation, PolicyTrap, StopCause, Stopped
 from .events import AttemptEvent, CallScope, EscalationEvent, ReplanEvent, StatusCheckEvent, WaitEvent, outcome_words
 from .guard import CallGuard, RunGuard, Violation
 from .limits import cut_lifted_text
@@ -43,6 +43,56 @@ from .types import (
 )
 
 _T = TypeVar("_T")
+
+StopWhere = Literal["in-flight", "between-attempts", "before-send"]
+"""Where a call was when it stopped: an attempt's request out, between attempts, or before any was sent."""
+
+StopApplied = Literal["nothing-sent", "not-a-write", "may-have-applied", "not-applied"]
+"""What is known of a stopped call's effect."""
+
+_APPLIED: dict[str, str] = {
+    "nothing-sent": "nothing of it was sent",
+    "not-a-write": "it is not a write",
+    "may-have-applied": "the write may have been applied: check before sending it again",
+    "not-applied": "the write was not applied",
+}
+
+
+def stop_reason(
+    cause: StopCause,
+    limit_ms: int | None,
+    where: StopWhere,
+    attempt: int | None,
+    during: str | None,
+    attempts_sent: int,
+    applied: StopApplied,
+) -> str:
+    """The reason of a stop line, the same in every host and wrapper
+    (docs/events.md, "Stop reasons"; tests/events/stop_reasons.json):
+    `{stopped} {where} ({attempts_sent} sent); {applied}`. `limit_ms` (whole
+    ms) is needed for a timeout, `attempt` for `in-flight`; `during` (the
+    pseudo-call in progress) is said only `before-send`."""
+    if cause == "cancelled":
+        stopped = "the call was cancelled"
+    elif cause in ("call-timeout", "run-timeout"):
+        if limit_ms is None:
+            raise ValueError(f"a {cause} stop needs its limit_ms")
+        stopped = f"the {'call' if cause == 'call-timeout' else 'run'}'s limit of {limit_ms} ms passed"
+    else:
+        raise ValueError(f"unknown stop cause {cause!r}")
+    if where == "in-flight":
+        if attempt is None:
+            raise ValueError("an in-flight stop needs its attempt")
+        at = f"while attempt {attempt} was in flight"
+    elif where == "between-attempts":
+        at = "between attempts"
+    elif where == "before-send":
+        at = "before the call was sent" if during is None else f"while its {during} ran, before the call was sent"
+    else:
+        raise ValueError(f"unknown stop place {where!r}")
+    if applied not in _APPLIED:
+        raise ValueError(f"unknown stop effect {applied!r}")
+    return f"{stopped} {at} ({attempts_sent} sent); {_APPLIED[applied]}"
 
 
 @dataclass
@@ -411,6 +461,41 @@ class CallCore:
         except Exception:  # noqa: BLE001 - a failed policy cannot say; the in-flight attempt still counts
             return False
 
+    def stop(
+        self, cause: StopCause, limit_ms: int | None, *, in_flight: bool, attempt_out: bool, sent: int, during: str | None = None
+    ) -> Stopped:
+        """The call stopped by its limit (`limit_ms`) or a cancellation: the
+        run is told first (`abandon_call`, so a write on the wire, or a live
+        task, is listed as possibly applied), then its stop line, whose reason
+        is `stop_reason`'s. `in_flight`: an attempt or a task of the call is
+        out; `attempt_out`: an attempt's request is (the call's `attempt`);
+        `sent`: its attempts sent; `during`: the pseudo-call in progress for a
+        call not sent yet. The record's message is `{tool}: {reason}`."""
+        unknown = self.abandon(cause, in_flight)
+        writes = self.effect in ("write", "delete")
+        may_have_applied = writes and (in_flight or unknown)
+        where: StopWhere = "in-flight" if attempt_out else "before-send" if sent == 0 else "between-attempts"
+        applied: StopApplied = (
+            "nothing-sent"
+            if self.call_id is None
+            else "not-a-write"
+            if not writes
+            else "may-have-applied"
+            if may_have_applied
+            else "not-applied"
+        )
+        reason = stop_reason(
+            cause,
+            limit_ms if cause != "cancelled" else None,
+            where,
+            self.attempt if where == "in-flight" else None,
+            during if where == "before-send" else None,
+            sent,
+            applied,
+        )
+        self.stopped(cause, reason, cause)
+        return Stopped(cause, self.tool, self.call_id, sent, may_have_applied, f"{self.tool}: {reason}")
+
     def stopped(self, outcome: str, message: str, error_type: str) -> None:
         """The call stopped (its limit, a cancellation, an exception nothing
         maps): its event, the spans' end. The report counts the call's current
@@ -514,4 +599,17 @@ def forget_task(task: asyncio.Future[Any]) -> None:
         task.exception()
 
 
-__all__ = ["CallCore", "Raised", "Report", "RunBook", "run_either", "check_name", "forget_task", "in_a_thread", "is_async"]
+__all__ = [
+    "CallCore",
+    "Raised",
+    "Report",
+    "RunBook",
+    "StopApplied",
+    "StopWhere",
+    "run_either",
+    "check_name",
+    "forget_task",
+    "in_a_thread",
+    "is_async",
+    "stop_reason",
+]

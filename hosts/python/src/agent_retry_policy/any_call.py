@@ -156,18 +156,10 @@ class _Call:
 
     def stop(self, cause: StopCause) -> Stopped:
         """The call stopped by its limit or a cancellation: the run is told
-        (`abandon_call`), the stop is logged, the span ends."""
-        core = self.core
-        unknown = core.abandon(cause, self.in_flight)
-        writes = core.effect in ("write", "delete")
-        may_have_applied = writes and (self.in_flight or unknown)
-        what = "the call was cancelled" if cause == "cancelled" else f"the call's time limit ({self.limit_s:g} s) passed"
-        effect = (
-            f"{core.tool} ({core.effect}) may have been applied: check before sending it again" if may_have_applied else "nothing is out"
-        )
-        message = f"{what} after {self.sent} attempt(s) sent; stopped waiting. {effect}."
-        core.stopped(cause, message, cause)
-        return Stopped(cause, core.tool, core.call_id, self.sent, may_have_applied, message)
+        (`abandon_call`), the stop is logged (docs/events.md, "Stop reasons"),
+        the span ends."""
+        limit_ms = round(self.limit_s * 1000) if self.limit_s is not None else None
+        return self.core.stop(cause, limit_ms, in_flight=self.in_flight, attempt_out=self.in_flight, sent=self.sent)
 
 
 async def call_with_policy(

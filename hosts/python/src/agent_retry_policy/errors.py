@@ -231,8 +231,10 @@ class Stopped:
     `CallCancelled`): `cause` ("call-timeout", "run-timeout" or "cancelled"),
     `tool`, `call_id` (None if the policy had not admitted the call),
     `attempts_sent`, and `may_have_applied`: true when the call is a write or a
-    delete (its ticket's `effect`) and either an attempt was in flight when it
-    stopped or the run's effects list the call as `unknown`."""
+    delete (its ticket's `effect`) and either an attempt (or its task) was in
+    flight when it stopped or the run's effects list the call as `unknown`.
+    `message` is `{tool}: {reason}`, the reason of its stop line
+    (docs/events.md, "Stop reasons")."""
 
     cause: StopCause
     tool: str

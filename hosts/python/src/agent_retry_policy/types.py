@@ -21,8 +21,9 @@ snake_case (`class` is `class_`): `Run.record_failure` and friends build them
 with no dict at all.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: the NamedTuples' field types stay
+# objects, which the documentation (pdoc) can read off their generated
+# `__new__` (as strings they name types of this module it cannot resolve there).
 import json
 from collections.abc import Sequence
 from typing import Literal, NamedTuple, Union

@@ -379,7 +379,7 @@ export class RetryingToolCaller {
   private core(tool: string, step: number | null, scope: CallScope, spans: 'mcp' | 'none'): CallCore {
     return new CallCore({
       run: this.run, tool, step, policy: this.policyIdentity, trace: this.telemetry.call(tool, { run: this.run.runId, policy: this.policyIdentity, step }, spans),
-      runState: this.runState, scope, entropy: this.entropy, policyNow: this.clock, eventNow: () => Date.now(),
+      runState: this.runState, scope, entropy: this.entropy, policyNow: this.clock,
     });
   }
 

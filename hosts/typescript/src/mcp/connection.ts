@@ -149,7 +149,8 @@ export class McpConnection {
     return this.established;
   }
 
-  /** The SDK's adapter (loaded on first use; a missing package is a `ConnectionConfigError`). */
+  /** The SDK's adapter (loaded on first use; a missing package is a `ConnectionConfigError`).
+   *  @internal */
   async loadSdk(): Promise<McpSdk> {
     this.adapter ??= await loadSdk(this.sdk);
     return this.adapter;

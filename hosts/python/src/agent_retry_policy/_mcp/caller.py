@@ -34,7 +34,7 @@ import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar, Union, cast
 
 from mcp import ClientSession
 from mcp.shared.dispatcher import ProgressFnT
@@ -162,7 +162,7 @@ class StatusCheckRequest:
 
 
 # A status check: async, or plain (run in a thread of its own, off the loop).
-StatusCheck = Callable[[StatusCheckRequest], "StatusCheckResult | Awaitable[StatusCheckResult]"]
+StatusCheck = Callable[[StatusCheckRequest], Union[StatusCheckResult, Awaitable[StatusCheckResult]]]
 EmptyCheck = Callable[[CallToolResult], str | None]
 
 
@@ -278,10 +278,10 @@ class _CallState:
     limit_s: float | None
     core: CallCore | None = None
     attempts_sent: int = 0
+    # An attempt of the call, or its task, is out (a stop lists the call's effect as possibly applied).
     in_flight: bool = False
-    doing: str = "before anything was sent"
-    # Stopped before a wait that would have ended past the limit (not slept).
-    not_slept: bool = False
+    # An attempt's request is out (a stop says "while attempt N was in flight").
+    attempt_out: bool = False
     # The call's task while it lives (cancelled if the call stops).
     task_id: str | None = None
     # The stop of a pseudo-call (`initialize`, `tools/list`) in progress when the call stopped.
@@ -525,12 +525,12 @@ class RetryingToolCaller:
             return await self._call_tool(state, core, name, arguments, action_id)
         except _DeadlinePassed:
             self._abandon_task(state)
-            raise CallTimedOut(self._stop(state, state.cause)) from None
+            raise CallTimedOut(self._stop(state, state.cause, during=self._pseudo_during(state))) from None
         except asyncio.CancelledError as e:
             self._abandon_task(state)
             if isinstance(e, CallCancelled):
                 raise
-            raise CallCancelled(self._stop(state, "cancelled")) from e
+            raise CallCancelled(self._stop(state, "cancelled", during=self._pseudo_during(state))) from e
         except BaseException as e:
             # A call that ended otherwise (SessionLost, a bug): its spans end (no-op once ended).
             core.attempt_failed(type(e).__qualname__)
@@ -602,7 +602,7 @@ class RetryingToolCaller:
         start, guard = core.begin(self._hints(tool))
         if start.delay_ms:
             core.waits(1, "admission", start.delay_ms, None)
-            await self._sleep(state, start.delay_ms / 1000, f"while waiting {start.delay_ms} ms to be admitted")
+            await self._sleep(state, start.delay_ms / 1000)
 
         attempt = 1  # the attempt each outcome reports: 1, then each retry's (the verdict's + 1)
         while True:
@@ -638,7 +638,7 @@ class RetryingToolCaller:
                 if answer.reconnect:
                     self._reconnect_before_retry(answer)
                 core.waits(attempt, "poll", delay, answer.verdict.hint_ms)
-                await self._sleep(state, delay / 1000, f"while waiting {delay} ms before polling task {task_id}")
+                await self._sleep(state, delay / 1000)
                 await self._ensure_session(state)
                 observed = await self._poll(state, name, attempt, task_id, start)
                 if observed.poll_failure is not None:
@@ -665,7 +665,7 @@ class RetryingToolCaller:
                 if answer.reconnect:  # the policy read a lost session (or a refused revision): a new session first
                     self._reconnect_before_retry(answer)
                 core.waits(attempt, "retry", delay, answer.verdict.hint_ms)
-                await self._sleep(state, delay / 1000, f"while waiting {delay} ms before attempt {attempt}")
+                await self._sleep(state, delay / 1000)
                 continue
             if kind == "replan":
                 message, _rule = core.replanned(answer)
@@ -805,7 +805,7 @@ class RetryingToolCaller:
         start, guard = core.begin(PSEUDO_TOOL_HINTS)
         if start.delay_ms:
             core.waits(1, "admission", start.delay_ms, None)
-            await self._sleep(state, start.delay_ms / 1000, f"while waiting {start.delay_ms} ms for {name} to be admitted")
+            await self._sleep(state, start.delay_ms / 1000)
         attempt = 1
         while True:
             if name != INITIALIZE:
@@ -828,7 +828,7 @@ class RetryingToolCaller:
                 if answer.reconnect and name != INITIALIZE:
                     self._reconnect_before_retry(answer)
                 core.waits(attempt, "retry", delay, answer.verdict.hint_ms)
-                await self._sleep(state, delay / 1000, f"while waiting {delay} ms before {name} attempt {attempt}")
+                await self._sleep(state, delay / 1000)
                 continue
             if kind == "succeed":
                 return observed.result
@@ -880,9 +880,8 @@ class RetryingToolCaller:
         finally:
             _current_attempt.reset(token)
         if tool_call:
-            state.in_flight = True
+            state.in_flight = state.attempt_out = True
             state.attempts_sent += 1
-        state.doing = f"while {name} attempt {attempt} was out"
         watchers = [asyncio.ensure_future(capture.cut.wait())]
         if generation is not None and not generation.ended.is_set():
             watchers.append(asyncio.ensure_future(generation.ended.wait()))
@@ -906,11 +905,13 @@ class RetryingToolCaller:
             if by_deadline:
                 raise _DeadlinePassed  # the attempt stays in flight: it may have applied
             state.in_flight = state.task_id is not None  # a poll leaves a live task in flight
+            state.attempt_out = False
             observed = self._observe(
                 capture, None, None, timed_out=clock.which(), generation=generation, lost_at_send=False, tool_call=tool_call
             )
             return observed
         state.in_flight = state.task_id is not None
+        state.attempt_out = False
         if name == INITIALIZE and self.connection is not None:
             generation = self.connection._current  # the session it tried to make (what ended it, if it did)
         result: Any = None
@@ -1179,15 +1180,13 @@ class RetryingToolCaller:
 
     # -- waits, checks, the policy, the log
 
-    async def _sleep(self, state: _CallState, seconds: float, doing: str) -> None:
+    async def _sleep(self, state: _CallState, seconds: float) -> None:
         """A wait the policy asked for; one that would end past the call's or the
         run's limit is not slept."""
         remaining = state.remaining()
         if remaining is not None and seconds >= remaining:
-            state.doing, state.not_slept = doing, True
             raise _DeadlinePassed
         if seconds > 0:
-            state.doing = doing
             await self.sleep(seconds)
 
     async def _check_status(self, state: _CallState, core: CallCore, name: str, arguments: Mapping[str, Any]) -> StatusCheckResult:
@@ -1197,7 +1196,6 @@ class RetryingToolCaller:
         session = self.session
         if session is None or core.call_id is None:
             return "unknown"
-        state.doing = f"while the status check of {name} ran"
         remaining = state.remaining()
         if remaining is not None and remaining <= 0:
             raise _DeadlinePassed
@@ -1207,37 +1205,34 @@ class RetryingToolCaller:
         return found
 
     def _stop(
-        self, state: _CallState, cause: StopCause, *, core: CallCore | None = None, in_flight: bool | None = None, sent: int | None = None
+        self,
+        state: _CallState,
+        cause: StopCause,
+        *,
+        core: CallCore | None = None,
+        in_flight: bool | None = None,
+        sent: int | None = None,
+        during: str | None = None,
     ) -> Stopped:
-        """The stop's record, and its log line: of the call (`state`'s), or of
-        the pseudo-call `core` in progress (`in_flight`: its attempt out;
-        `sent`: its attempts sent). The run is told first (`abandon_call`), so
-        the call no longer counts as open and a write on the wire is listed as
-        possibly applied."""
-        core = core if core is not None else state.core
+        """The stop's record, and its log line (docs/events.md, "Stop
+        reasons"): of the call (`state`'s; `during`: the pseudo-call in
+        progress for it), or of the pseudo-call `core` in progress
+        (`in_flight`: its attempt out; `sent`: its attempts sent). The run is
+        told first (`abandon_call`), so the call no longer counts as open and a
+        write on the wire is listed as possibly applied."""
+        if core is None:
+            core, in_flight, attempt_out, sent = state.core, state.in_flight, state.attempt_out, state.attempts_sent
+        else:  # a pseudo-call has no task: what is out is its attempt
+            in_flight = attempt_out = bool(in_flight)
+            sent = sent or 0
         assert core is not None
-        in_flight = state.in_flight if in_flight is None else in_flight
-        sent = state.attempts_sent if sent is None else sent
-        unknown = core.abandon(cause, in_flight)
-        writes = core.effect in ("write", "delete")
-        may_have_applied = writes and (in_flight or unknown)
-        if cause == "cancelled":
-            what = "the call was cancelled"
-        else:
-            whose = "call's" if cause == "call-timeout" else "run's"
-            when = "would pass" if state.not_slept else "passed"
-            what = f"the {whose} time limit ({state.limit_s:g} s) {when}"
-        if core.call_id is None:  # never begun: the policy named no effect of it
-            effect = f"nothing of {core.tool} was sent"
-        elif may_have_applied:
-            effect = f"{core.tool} ({core.effect}) may have been applied: check before sending it again"
-        elif writes:
-            effect = f"{core.tool} ({core.effect}): no attempt was out, and the run lists none as possibly applied"
-        else:
-            effect = f"{core.tool} is not a write"
-        message = f"{what} {state.doing}, after {sent} attempt(s) sent; stopped waiting. {effect}."
-        core.stopped(cause, message, cause)
-        return Stopped(cause, core.tool, core.call_id, sent, may_have_applied, message)
+        limit_ms = round(state.limit_s * 1000) if state.limit_s is not None else None
+        return core.stop(cause, limit_ms, in_flight=in_flight, attempt_out=attempt_out, sent=sent, during=during)
+
+    @staticmethod
+    def _pseudo_during(state: _CallState) -> str | None:
+        """The pseudo-call (`initialize`, `tools/list`) in progress for the call when it stopped, if one was."""
+        return state.pseudo_stopped.tool if state.pseudo_stopped is not None else None
 
     def _takes_key(self, tool: Tool | None) -> bool:
         properties = (tool.input_schema or {}).get("properties") if tool is not None else None
