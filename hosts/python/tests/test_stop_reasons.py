@@ -108,3 +108,42 @@ def test_a_cancellation_during_a_backoff(caplog: pytest.LogCaptureFixture) -> No
     line = stop_line(caplog)
     assert (line["outcome"], line["attempt"], line["reason"]) == ("cancelled", 2, reason)
     assert str(stopped.value) == f"get_quote: {reason}"
+
+
+class EffectsUnreadable:
+    """A run whose effects cannot be read (its policy failed), otherwise the run it wraps."""
+
+    def __init__(self, run: Any) -> None:
+        self._run = run
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._run, name)
+
+    def all_effects(self) -> Any:
+        raise RuntimeError("the policy failed")
+
+
+async def cancelled_in_a_backoff(run: Any) -> None:
+    """A keyed write throttled once, cancelled in the backoff before its retry."""
+    clock = StalledClock()
+
+    async def throttled(_a: Attempt) -> Any:
+        raise ObservedFailure(http_failure(429, (), "slow down"))
+
+    task = asyncio.ensure_future(call_with_policy(run, "send_payment", throttled, clock=clock, call_timeout_s=60, keyed=True))
+    await asyncio.wait_for(clock.waiting.wait(), 10)
+    task.cancel()
+    await task
+
+
+@pytest.mark.parametrize(
+    ("readable", "applied"),
+    [(True, "the write was not applied"), (False, "the write may have been applied: check before sending it again")],
+)
+def test_a_stop_whose_effects_cannot_be_read_assumes_the_worst(caplog: pytest.LogCaptureFixture, readable: bool, applied: str) -> None:
+    """As in Node and Rust: a write whose effects the run cannot list may have been applied."""
+    run = new_run() if readable else EffectsUnreadable(new_run())
+    with caplog.at_level(logging.INFO, logger=HELPER_LOGGER), pytest.raises(CallCancelled) as stopped:
+        asyncio.run(cancelled_in_a_backoff(run))
+    assert stop_line(caplog)["reason"] == f"the call was cancelled between attempts (1 sent); {applied}"
+    assert stopped.value.stopped.may_have_applied is not readable

@@ -17,21 +17,21 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use serde_json::Value;
+use tokio_util::sync::CancellationToken;
 
+use crate::call_core::{CallEnd, CallState, CoreOptions, Out, Reported, RunCore};
 use crate::component::types::{
-    AbandonReason, Action, Decision, Delivery, Escalation, FailureKind, Observation, RunError, RunReport, StatusCheckResult, ToolHints, TransportError,
+    AbandonReason, Action, Delivery, Escalation, FailureKind, Observation, RunError, RunReport, StatusCheckResult, ToolHints, TransportError,
 };
-use crate::component::{Admission, Outcome, PolicyHandle, PolicyInstance, RunHandle};
-use crate::events::{AttemptEvent, EscalationEvent, Event, EventContext, ReplanEvent, RetryHooks, StatusCheckEvent, Telemetry, WaitEvent, WaitReason};
+use crate::component::{Outcome, PolicyInstance};
+use crate::events::{RetryHooks, Telemetry, WaitReason};
 use crate::fault::PolicyFault;
-use crate::guard::{CallIndex, RunGuard, Seen};
 use crate::labels;
 use crate::limits;
-use crate::mcp::answer::{StopCause, Stopped};
-use crate::mcp::caller::{DEFAULT_RUN_TIMEOUT_MS, policy_failure};
+use crate::mcp::answer::Stopped;
+use crate::mcp::caller::DEFAULT_RUN_TIMEOUT_MS;
 use crate::mcp::metrics::Metrics;
 use crate::time_source::TimeSource;
-use crate::verdicts::{Refusal, Report, read_verdict};
 
 /// What one run of the closure is told: which attempt it is (1, then each
 /// retry's) and the call's idempotency key (the same in every attempt).
@@ -172,6 +172,9 @@ pub struct WithPolicyOptions {
     /// Makes a span per call and per attempt (default none: no spans).
     #[cfg(feature = "otel")]
     pub tracer: Option<crate::otel::OtelTracer>,
+    /// Records the instruments of docs/events.md through OpenTelemetry (default none).
+    #[cfg(feature = "otel")]
+    pub meter: Option<crate::otel::OtelMeter>,
 }
 
 impl Default for WithPolicyOptions {
@@ -185,6 +188,8 @@ impl Default for WithPolicyOptions {
             run_timeout_ms: Some(DEFAULT_RUN_TIMEOUT_MS),
             #[cfg(feature = "otel")]
             tracer: None,
+            #[cfg(feature = "otel")]
+            meter: None,
         }
     }
 }
@@ -220,7 +225,8 @@ pub enum AnyCallError<E> {
     Replan { message: String, rule: String },
     /// The policy escalated: hand `note` to a person.
     Escalated(Escalation),
-    /// The call or run time limit would pass before the next attempt.
+    /// The call or run time limit passed (an attempt or a status check in
+    /// flight is cut), or would pass before the next attempt.
     TimedOut(Stopped),
     /// The closure failed with an error its mapping does not know: handed
     /// back unchanged (the call is abandoned in the run, as cancelled).
@@ -239,7 +245,7 @@ impl<E: fmt::Display> fmt::Display for AnyCallError<E> {
         match self {
             AnyCallError::Replan { message, rule } => write!(f, "replan ({rule}): {message}"),
             AnyCallError::Escalated(e) => write!(f, "escalated: {}", e.note),
-            AnyCallError::TimedOut(s) => write!(f, "{} stopped by {} after {} attempt(s)", s.tool, s.cause.label(), s.attempts_sent),
+            AnyCallError::TimedOut(s) => write!(f, "{}: {}", s.tool, s.reason),
             AnyCallError::Unobserved(e) => write!(f, "{e}"),
             AnyCallError::Applied { note } => write!(f, "applied, its value not received{}", note.as_deref().map(|n| format!(": {n}")).unwrap_or_default()),
             AnyCallError::Policy(e) => write!(f, "the policy component failed: {e}"),
@@ -250,55 +256,39 @@ impl<E: fmt::Display> fmt::Display for AnyCallError<E> {
 
 impl<E: fmt::Debug + fmt::Display> std::error::Error for AnyCallError<E> {}
 
-/// One run of calls under the policy (one agent run): its policy instance,
-/// its run in the component, its guard and its steps.
+/// One run of calls under the policy (one agent run): its run in the
+/// component, with its guard and events ([`crate::call_core`]), and the
+/// status checks of its writes.
 pub struct PolicyRun {
-    instance: PolicyInstance,
-    policy: PolicyHandle,
-    run: RunHandle,
-    run_id: String,
+    core: RunCore,
     config: Value,
-    guard: RunGuard,
-    options: WithPolicyOptions,
-    telemetry: Telemetry,
     status_checks: HashMap<String, AnyStatusCheck>,
-    steps: u32,
-    started_ms: u64,
-    /// After the guard refused a verdict, every later call ends with this escalation.
-    stopped_by_guard: Option<Escalation>,
 }
 
-/// Where a call is: the policy's id for it and the guard's.
-struct CallState<'a> {
-    step: u32,
-    tool: &'a str,
-    call_id: u32,
-    guarded: CallIndex,
-    key: Option<String>,
-    deadline: Option<(u64, StopCause)>,
-    sent: u32,
+impl<E> From<CallEnd> for AnyCallError<E> {
+    fn from(end: CallEnd) -> Self {
+        match end {
+            CallEnd::Escalated(escalation) => AnyCallError::Escalated(escalation),
+            CallEnd::Stopped(stopped) => AnyCallError::TimedOut(stopped),
+            CallEnd::Run(error) => AnyCallError::Run(error),
+        }
+    }
 }
 
 impl PolicyRun {
     /// Loads the configuration into `instance` and starts the run.
-    pub fn start(mut instance: PolicyInstance, config_json: &str, run_id: &str, options: WithPolicyOptions) -> anyhow::Result<Self> {
-        let policy = instance.load_policy(config_json)?.map_err(|e| anyhow::anyhow!("policy configuration: {}: {}", e.field, e.message))?;
-        let run = instance.start_run(&policy, run_id)?.map_err(|e| anyhow::anyhow!("run id: {e:?}"))?;
+    pub fn start(instance: PolicyInstance, config_json: &str, run_id: &str, options: WithPolicyOptions) -> anyhow::Result<Self> {
         let telemetry = telemetry_of(&options);
-        Ok(PolicyRun {
-            policy,
-            run,
-            run_id: run_id.to_string(),
-            config: serde_json::from_str(config_json).unwrap_or(Value::Null),
-            guard: RunGuard::from_config_text(config_json),
-            started_ms: options.clock.now_ms(),
-            telemetry,
-            options,
-            instance,
-            status_checks: HashMap::new(),
-            steps: 0,
-            stopped_by_guard: None,
-        })
+        let core_options = CoreOptions {
+            clock: Arc::clone(&options.clock),
+            policy_identity: options.policy_identity.clone(),
+            call_timeout_ms: options.call_timeout_ms,
+            run_timeout_ms: options.run_timeout_ms,
+            on_verdict: None,
+            words_always: true,
+        };
+        let core = RunCore::start(instance, config_json, run_id, telemetry, core_options)?;
+        Ok(PolicyRun { core, config: serde_json::from_str(config_json).unwrap_or(Value::Null), status_checks: HashMap::new() })
     }
 
     /// Registers how to check whether a write to `tool` was applied.
@@ -308,20 +298,17 @@ impl PolicyRun {
     }
 
     pub fn run_id(&self) -> &str {
-        &self.run_id
+        &self.core.run_id
     }
 
     /// What happened in the run so far.
     pub fn report(&mut self) -> Result<RunReport, PolicyFault> {
-        self.instance.report(&self.run)
+        self.core.report()
     }
 
     /// Ends the run and frees it in the component.
-    pub fn finish(mut self) -> Result<RunReport, PolicyFault> {
-        let report = self.report()?;
-        self.instance.drop_run(self.run)?;
-        self.instance.drop_policy(self.policy)?;
-        Ok(report)
+    pub fn finish(self) -> Result<RunReport, PolicyFault> {
+        self.core.finish()
     }
 
     /// Runs `attempt` under the policy as the call `tool`, with the default [`CallOptions`].
@@ -343,7 +330,8 @@ impl PolicyRun {
         F: FnMut(Attempt) -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
-        self.telemetry.begin_call(&self.context(self.steps + 1, None, tool));
+        self.core.telemetry.begin_call(&self.core.context(Some(self.core.steps + 1), None, tool));
+        let _dropped = self.core.telemetry.ending_on_drop();
         let result = self.call_under_policy(tool, call, attempt_fn).await;
         let (action, error_type) = match &result {
             Ok(_) | Err(AnyCallError::Applied { .. }) => ("succeed", None),
@@ -354,7 +342,7 @@ impl PolicyRun {
             Err(AnyCallError::Policy(_)) => ("stop", Some("policy-fault")),
             Err(AnyCallError::Run(_)) => ("stop", Some("run-error")),
         };
-        self.telemetry.end_call(action, error_type);
+        self.core.telemetry.end_call(action, error_type);
         result
     }
 
@@ -365,83 +353,56 @@ impl PolicyRun {
         F: FnMut(Attempt) -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
-        let call_started = self.options.clock.now_ms();
-        self.steps += 1;
-        let step = self.steps;
-        if let Some(escalation) = self.stopped_by_guard.clone() {
-            let invariant = self.guard.tripped().map(|v| v.invariant.name().to_string());
-            return Err(self.escalate_line(step, None, tool, None, "not sent", escalation, invariant, false));
-        }
+        let call_started = self.core.clock.now_ms();
+        self.core.steps += 1;
+        let step = Some(self.core.steps);
+        self.core.refuse_if_stopped(step, tool)?;
         // The key identifies the intended effect: derived once, sent unchanged with every attempt.
         let key = if self.keyed(tool, &call) {
-            let action_id = call.action_id.clone().unwrap_or_else(|| format!("step-{step}"));
-            match self.instance.derive_idempotency_key(&self.run_id, &action_id) {
-                Ok(key) => Some(key),
-                Err(fault) => return Err(self.policy_failed(step, None, tool, None, "not sent", fault)),
-            }
+            let action_id = call.action_id.clone().unwrap_or_else(|| format!("step-{}", self.core.steps));
+            Some(self.core.derive_key(step, tool, &action_id)?)
         } else {
             None
         };
-        let begun = match self.instance.begin(&self.run, tool, key.as_deref(), call.hints, call_started) {
-            Ok(Ok(begun)) => begun,
-            Ok(Err(error)) => return Err(AnyCallError::Run(error)),
-            Err(fault) => return Err(self.policy_failed(step, None, tool, key.as_deref(), "not sent", fault)),
-        };
-        let ticket = match begun {
-            Admission::Send(ticket) => ticket,
-            Admission::Escalate(escalation) => return Err(self.escalate_line(step, None, tool, key.as_deref(), "not sent", escalation, None, false)),
-        };
-        let guarded = match self.guard.begin(tool, key.as_deref(), call.hints.as_ref(), ticket.delay_ms) {
-            Ok(guarded) => guarded,
-            Err(violation) => {
-                // The run counted the admitted call's first attempt: so does its line (attempt 0, never sent),
-                // as in Python and Node, so that the attempts counter equals the report.
-                let fault = PolicyFault::BoundaryViolation { cause: violation.to_string() };
-                let escalation = policy_failure(tool, "not sent", &fault);
-                self.stopped_by_guard = Some(escalation.clone());
-                let invariant = Some(violation.invariant.name().to_string());
-                return Err(self.escalate_line(step, Some((ticket.call_id, 0)), tool, key.as_deref(), "not sent", escalation, invariant, true));
-            }
-        };
-        let mut state = CallState { step, tool, call_id: ticket.call_id, guarded, key, deadline: self.deadline(call_started), sent: 0 };
-        self.pause(&mut state, 1, WaitReason::Admission, ticket.delay_ms, None).await?;
-        let mut attempt = 1;
+        let (mut state, ticket) = self.core.begin(step, tool, key, call.hints)?;
+        // No cancellation token: dropping the future is how this call is cancelled.
+        let never = CancellationToken::new();
+        let limit = self.core.limit(Some(call_started), &never);
+        self.core.pause(&state, WaitReason::Admission, ticket.delay_ms, None, false, &limit).await?;
         let mut check_next = false;
         loop {
-            let (outcome, value) = if check_next {
+            let (outcome, value, reported) = if check_next {
                 let found = match self.status_checks.get(tool) {
-                    Some(check) => check().await,
+                    Some(check) => match limit.within(check()).await {
+                        Ok(found) => found,
+                        Err(cause) => return Err(self.core.stop(&state, cause, Out::Idle { task_alive: false }).into()),
+                    },
                     None => StatusCheckResult::Unknown,
                 };
-                self.guard.status_checked(state.guarded, found);
-                let context = self.context(step, Some(state.call_id), tool);
-                self.telemetry.emit(Event::StatusCheck(StatusCheckEvent { context, attempt, check_tool: None, result: found }));
-                (Outcome::StatusCheck(found), None)
+                self.core.status_checked(&state, None, found);
+                (Outcome::StatusCheck(found), None, Reported::Checked)
             } else {
                 state.sent += 1;
-                self.telemetry.begin_attempt(false);
-                let answered = self.telemetry.in_attempt(attempt_fn(Attempt { number: attempt, idempotency_key: state.key.clone() })).await;
+                self.core.telemetry.begin_attempt(false);
+                let attempt = Attempt { number: state.attempt, idempotency_key: state.key.clone() };
+                // The attempt is cut when a deadline passes (as the MCP wrapper cuts its request).
+                let answered = match limit.within(self.core.telemetry.in_attempt(attempt_fn(attempt))).await {
+                    Ok(answered) => answered,
+                    Err(cause) => return Err(self.core.stop(&state, cause, Out::Request).into()),
+                };
                 match answered {
-                    Ok(value) => {
-                        self.guard.attempted(state.guarded, Seen::of(&Outcome::Success));
-                        (Outcome::Success, Some(value))
-                    }
+                    Ok(value) => (Outcome::Success, Some(value), Reported::Sent),
                     Err(error) => match error.to_observation() {
-                        Some(observation) => {
-                            let outcome = Outcome::Failure(limits::bounded_observation(&observation).into_owned());
-                            self.guard.attempted(state.guarded, Seen::of(&outcome));
-                            (outcome, None)
-                        }
-                        None => return Err(self.unobserved(&state, attempt, error)),
+                        Some(observation) => (Outcome::Failure(limits::bounded_observation(&observation).into_owned()), None, Reported::Sent),
+                        None => return Err(self.unobserved(&state, error)),
                     },
                 }
             };
-            let decision = self.decide(&state, attempt, &outcome, !check_next)?;
+            let decision = self.core.decide(&mut state, &outcome, reported, "", &limit)?;
             match decision.action {
                 Action::Retry(plan) => {
-                    attempt = plan.attempt;
                     check_next = false;
-                    self.pause(&mut state, attempt, WaitReason::Retry, plan.delay_ms, decision.hint_ms).await?;
+                    self.core.pause(&state, WaitReason::Retry, plan.delay_ms, decision.hint_ms, false, &limit).await?;
                 }
                 Action::CheckStatus => check_next = true,
                 Action::Succeed(note) => match value {
@@ -455,7 +416,7 @@ impl PolicyRun {
                 Action::Poll(_) => {
                     let fault = PolicyFault::BoundaryViolation { cause: format!("a poll answered {tool}, which has no task") };
                     let words = crate::events::outcome_words(&outcome);
-                    return Err(self.policy_failed(step, Some((state.call_id, attempt)), tool, state.key.as_deref(), &words, fault));
+                    return Err(self.core.policy_failed(step, Some((state.call_id, state.attempt)), tool, state.key.as_deref(), &words, fault).into());
                 }
             }
         }
@@ -471,204 +432,20 @@ impl PolicyRun {
         })
     }
 
-    /// The nearer of the run's deadline and (from `call_started_ms`) the call's.
-    fn deadline(&self, call_started_ms: u64) -> Option<(u64, StopCause)> {
-        let run = self.options.run_timeout_ms.map(|t| (self.started_ms.saturating_add(t), StopCause::RunTimeout));
-        let call = self.options.call_timeout_ms.map(|t| (call_started_ms.saturating_add(t), StopCause::CallTimeout));
-        match (run, call) {
-            (Some(r), Some(c)) => Some(if c.0 <= r.0 { c } else { r }),
-            (r, c) => r.or(c),
-        }
-    }
-
-    fn context(&self, step: u32, call: Option<u32>, tool: &str) -> EventContext {
-        let policy = self.options.policy_identity.clone().unwrap_or_else(|| self.instance.policy_identity().to_string());
-        EventContext { run: self.run_id.clone(), policy, step: Some(step), call, tool: tool.to_string() }
-    }
-
-    /// Sleeps a wait (its event first), unless it would end past the deadline: then the call stops.
-    async fn pause<E>(&mut self, state: &mut CallState<'_>, attempt: u32, why: WaitReason, wait_ms: u64, hint_ms: Option<u64>) -> Result<(), AnyCallError<E>> {
-        if let Some((deadline, cause)) = state.deadline
-            && self.options.clock.now_ms().saturating_add(wait_ms) > deadline
-        {
-            return Err(self.stopped(state, attempt, cause));
-        }
-        if wait_ms > 0 {
-            let context = self.context(state.step, Some(state.call_id), state.tool);
-            self.telemetry.emit(Event::Wait(WaitEvent { context, attempt, why, wait_ms, hint_ms }));
-            self.options.clock.sleep(wait_ms).await;
-        }
-        Ok(())
-    }
-
-    /// Reports the outcome and reads the verdict through the guard; emits the
-    /// attempt event (and the replan or escalation that ends the call).
-    fn decide<E>(&mut self, state: &CallState<'_>, attempt: u32, outcome: &Outcome, sent: bool) -> Result<Decision, AnyCallError<E>> {
-        let now = self.options.clock.now_ms();
-        let time_left_ms = state.deadline.map(|(deadline, _)| deadline.saturating_sub(now));
-        let report = Report { call: (state.call_id, state.guarded), attempt, key: state.key.as_deref(), outcome, time_left_ms, now_ms: now, entropy: None };
-        let words = crate::events::outcome_words(outcome);
-        let decision = match read_verdict(&mut self.instance, &self.run, &mut self.guard, report, true, |_| {}) {
-            Ok(Ok(decision)) => decision,
-            Ok(Err(error)) => return Err(AnyCallError::Run(error)),
-            Err(refusal) => return Err(self.refused(state.step, (state.call_id, attempt), state.tool, state.key.as_deref(), &words, refusal)),
-        };
-        let context = self.context(state.step, Some(state.call_id), state.tool);
-        let (delay_ms, escalation) = match &decision.action {
-            Action::Retry(plan) => (Some(plan.delay_ms), None),
-            Action::Escalate(e) => (None, Some(labels::reason(e.reason).to_string())),
-            _ => (None, None),
-        };
-        self.telemetry.emit(Event::Attempt(AttemptEvent {
-            context: context.clone(),
-            attempt: decision.attempt,
-            key: state.key.clone(),
-            outcome: words,
-            class: Some(labels::class(decision.class).to_string()),
-            rule: Some(decision.rule.clone()),
-            action: labels::verdict_action(&decision.action).to_string(),
-            delay_ms,
-            hint_ms: decision.hint_ms,
-            escalation,
-            reason: limits::cut_lifted_text(decision.reason.clone()),
-            invariant: None,
-            decision: Some(decision.clone()),
-            sent,
-        }));
-        match &decision.action {
-            Action::Replan(message) => self.telemetry.emit(Event::Replan(ReplanEvent {
-                context,
-                attempt: decision.attempt,
-                rule: Some(decision.rule.clone()),
-                message: message.clone(),
-                decision: Some(decision.clone()),
-            })),
-            Action::Escalate(escalation) => self.telemetry.emit(Event::Escalation(EscalationEvent {
-                context,
-                attempt: decision.attempt,
-                rule: Some(decision.rule.clone()),
-                escalation: escalation.clone(),
-                decision: Some(decision.clone()),
-            })),
-            _ => {}
-        }
-        Ok(decision)
-    }
-
-    /// A verdict that cannot be acted on: the policy-failure escalation (a
-    /// broken invariant also ends every later call of the run).
-    fn refused<E>(&mut self, step: u32, answered: (u32, u32), tool: &str, key: Option<&str>, last_outcome: &str, refusal: Refusal) -> AnyCallError<E> {
-        match refusal {
-            Refusal::Fault(fault) => self.policy_failed(step, Some(answered), tool, key, last_outcome, fault),
-            Refusal::Broken(violation) => {
-                let fault = PolicyFault::BoundaryViolation { cause: violation.to_string() };
-                let escalation = policy_failure(tool, last_outcome, &fault);
-                self.stopped_by_guard = Some(escalation.clone());
-                self.escalate_line(step, Some(answered), tool, key, last_outcome, escalation, Some(violation.invariant.name().to_string()), false)
-            }
-        }
-    }
-
-    /// The safe fallback when the policy itself fails: nothing is retried.
-    fn policy_failed<E>(
-        &mut self,
-        step: u32,
-        answered: Option<(u32, u32)>,
-        tool: &str,
-        key: Option<&str>,
-        last_outcome: &str,
-        fault: PolicyFault,
-    ) -> AnyCallError<E> {
-        let escalation = policy_failure(tool, last_outcome, &fault);
-        self.escalate_line(step, answered, tool, key, last_outcome, escalation, None, false)
-    }
-
-    /// The `escalate` attempt event (attempt 0 before a send; `counted` when
-    /// the run report counts it as an attempt) and the escalation event of an
-    /// escalation no decision answered.
-    #[allow(clippy::too_many_arguments)]
-    fn escalate_line<E>(
-        &mut self,
-        step: u32,
-        answered: Option<(u32, u32)>,
-        tool: &str,
-        key: Option<&str>,
-        outcome: &str,
-        escalation: Escalation,
-        invariant: Option<String>,
-        counted: bool,
-    ) -> AnyCallError<E> {
-        let context = self.context(step, answered.map(|(call_id, _)| call_id), tool);
-        let attempt = answered.map_or(0, |(_, attempt)| attempt);
-        self.telemetry.emit(Event::Attempt(AttemptEvent {
-            context: context.clone(),
-            attempt,
-            key: key.map(String::from),
-            outcome: outcome.to_string(),
-            class: None,
-            rule: None,
-            action: "escalate".into(),
-            delay_ms: None,
-            hint_ms: None,
-            escalation: Some(labels::reason(escalation.reason).to_string()),
-            reason: escalation.note.clone(),
-            invariant,
-            decision: None,
-            sent: counted,
-        }));
-        self.telemetry.emit(Event::Escalation(EscalationEvent { context, attempt, rule: None, escalation: escalation.clone(), decision: None }));
-        AnyCallError::Escalated(escalation)
-    }
-
-    /// A call that stops before its next attempt because a deadline would pass.
-    fn stopped<E>(&mut self, state: &CallState<'_>, attempt: u32, cause: StopCause) -> AnyCallError<E> {
-        let _ = self.instance.abandon_call(&self.run, state.call_id, attempt, false, AbandonReason::Deadline);
-        let may_have_applied = self.may_have_applied(state.call_id);
-        self.stop_line(state, attempt, cause.label(), format!("{} after {} attempt(s)", cause.label(), state.sent));
-        AnyCallError::TimedOut(Stopped { cause, tool: state.tool.to_string(), call_id: Some(state.call_id), attempts_sent: state.sent, may_have_applied })
-    }
-
     /// The closure's error has no observation: a bug in the caller's code.
     /// The call is abandoned (in flight, as cancelled) and the error handed back.
-    fn unobserved<E>(&mut self, state: &CallState<'_>, attempt: u32, error: E) -> AnyCallError<E> {
-        let _ = self.instance.abandon_call(&self.run, state.call_id, attempt, true, AbandonReason::Cancelled);
-        self.stop_line(state, attempt, "unmapped error", "the attempt failed with an error its mapping does not know: handed back unchanged".into());
+    fn unobserved<E>(&mut self, state: &CallState, error: E) -> AnyCallError<E> {
+        let _ = self.core.instance.abandon_call(&self.core.run, state.call_id, state.attempt, true, AbandonReason::Cancelled);
+        let reason = "the attempt failed with an error its mapping does not know: handed back unchanged".to_string();
+        self.core.stop_line(state, "unmapped error", reason, true);
         AnyCallError::Unobserved(error)
-    }
-
-    fn may_have_applied(&mut self, call_id: u32) -> bool {
-        self.instance
-            .all_effects(&self.run)
-            .is_ok_and(|effects| effects.iter().any(|e| e.call_id == call_id && e.status == crate::component::types::EffectStatus::Unknown))
-    }
-
-    /// The line of a call that stops with an attempt the policy admitted (or
-    /// decided) and never answered: the run report counts that attempt, so
-    /// the line counts as one (`sent`).
-    fn stop_line(&self, state: &CallState<'_>, attempt: u32, outcome: &str, reason: String) {
-        self.telemetry.emit(Event::Attempt(AttemptEvent {
-            context: self.context(state.step, Some(state.call_id), state.tool),
-            attempt,
-            key: state.key.clone(),
-            outcome: outcome.to_string(),
-            class: None,
-            rule: None,
-            action: "stop".into(),
-            delay_ms: None,
-            hint_ms: None,
-            escalation: None,
-            reason,
-            invariant: None,
-            decision: None,
-            sent: true,
-        }));
     }
 }
 
-/// The fan-out of a run's events: its hooks, its metrics, its tracer.
+/// The fan-out of a run's events: its hooks, its metrics, its tracer and meter.
 #[cfg(feature = "otel")]
 fn telemetry_of(options: &WithPolicyOptions) -> Telemetry {
-    Telemetry::new(options.hooks.clone(), options.metrics.clone()).with_tracer(options.tracer.clone())
+    Telemetry::new(options.hooks.clone(), options.metrics.clone()).with_tracer(options.tracer.clone()).with_meter(options.meter.clone())
 }
 
 /// The fan-out of a run's events: its hooks, its metrics.

@@ -320,6 +320,8 @@ pub struct Telemetry {
     failed: Arc<Mutex<HashSet<&'static str>>>,
     #[cfg(feature = "otel")]
     tracer: Option<crate::otel::OtelTracer>,
+    #[cfg(feature = "otel")]
+    meter: Option<crate::otel::OtelMeter>,
     /// The spans of the call in progress (a wrapper makes one call at a time).
     #[cfg(feature = "otel")]
     spans: Arc<Mutex<Option<crate::otel::CallSpans>>>,
@@ -340,6 +342,13 @@ impl Telemetry {
     #[cfg(feature = "otel")]
     pub fn with_tracer(mut self, tracer: Option<crate::otel::OtelTracer>) -> Self {
         self.tracer = tracer;
+        self
+    }
+
+    /// This fan-out with its instruments also recorded by `meter` (none: not).
+    #[cfg(feature = "otel")]
+    pub fn with_meter(mut self, meter: Option<crate::otel::OtelMeter>) -> Self {
+        self.meter = meter;
         self
     }
 
@@ -392,6 +401,12 @@ impl Telemetry {
         attempt
     }
 
+    /// A guard that ends the call's span as stopped (`cancelled`) if the call
+    /// is dropped before it ends (a no-op once it ended).
+    pub fn ending_on_drop(&self) -> CallEndGuard {
+        CallEndGuard(self.clone())
+    }
+
     /// The call ends (no-op once its span ended): `action` is `succeed`,
     /// `replan`, `escalate` or `stop`; `error_type` the escalation reason or why it stopped.
     pub fn end_call(&self, _action: &str, _error_type: Option<&str>) {
@@ -438,6 +453,10 @@ impl Telemetry {
         if let Some(metrics) = &self.metrics {
             metrics.count(&event);
         }
+        #[cfg(feature = "otel")]
+        if let Some(meter) = &self.meter {
+            meter.record(&event);
+        }
     }
 
     /// Runs one hook; a panic is caught (the call goes on) and logged the first time.
@@ -450,6 +469,16 @@ impl Telemetry {
             let ts = unix_seconds();
             tracing::warn!(target: "agent_retry", event = "agent_retry.hook_failed", ts, hook, error = %error, "a hook panicked; the call goes on without it");
         }
+    }
+}
+
+/// Ends its call's span as stopped (`cancelled`) when dropped: a call whose
+/// future is dropped mid-way leaves no span open behind it.
+pub struct CallEndGuard(Telemetry);
+
+impl Drop for CallEndGuard {
+    fn drop(&mut self) {
+        self.0.end_call("stop", Some("cancelled"));
     }
 }
 

@@ -6,6 +6,7 @@
 
 pub mod accounts;
 pub mod any_call;
+mod call_core;
 pub mod canonical;
 pub mod component;
 pub mod component_cache;
@@ -18,6 +19,7 @@ pub mod fault;
 pub mod fleet;
 pub mod guard;
 pub mod labels;
+mod limit;
 pub mod limits;
 pub mod live;
 pub mod manifest;

@@ -411,6 +411,15 @@ impl LivePolicy {
         self
     }
 
+    /// This live policy with every update also counted through OpenTelemetry
+    /// (`agent_retry.policy_updates`); after [`LivePolicy::with_telemetry`],
+    /// which starts a new fan-out.
+    #[cfg(feature = "otel")]
+    pub fn with_meter(mut self, meter: crate::otel::OtelMeter) -> Self {
+        self.telemetry = self.telemetry.with_meter(Some(meter));
+        self
+    }
+
     /// Emits one `agent_retry.policy_update` event.
     fn updated(&self, outcome: PolicyUpdateOutcome, message: &str, identity: Option<&PolicyIdentity>, refused: Option<&UpdateError>) {
         self.telemetry.emit(Event::PolicyUpdate(PolicyUpdateEvent {

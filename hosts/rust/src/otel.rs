@@ -1,16 +1,19 @@
-//! OpenTelemetry spans of the events (docs/events.md, "Traces"), through the
-//! `opentelemetry` API crate only (cargo feature `otel`): a span per call
+//! OpenTelemetry spans and metrics of the events (docs/events.md, "Traces"
+//! and "Metrics"), through the `opentelemetry` API crate only (cargo feature
+//! `otel`). The instruments are those the Prometheus text counts, from the
+//! same changes ([`crate::mcp::metrics`]). The spans: a span per call
 //! (`execute_tool {tool}`), a child span per attempt (`tools/call {tool}` over
 //! MCP, `attempt {tool}` for the any-call helper), waits, status checks, task
 //! polls and escalations as span events on the call span, and the attempt
 //! span's W3C trace context for the request's `params._meta`. The same spans,
-//! attributes and statuses as the Python and Node hosts. Without a tracer in
-//! the wrapper's options nothing is recorded.
+//! attributes and statuses as the Python and Node hosts. Without a tracer (a
+//! meter) in the wrapper's options no span (no measurement) is recorded.
 
 use std::sync::Arc;
 
 pub use opentelemetry;
 use opentelemetry::global::BoxedTracer;
+use opentelemetry::metrics::{Counter, Histogram, Meter, MeterProvider};
 use opentelemetry::trace::{SpanKind, Status, TraceContextExt, Tracer, TracerProvider};
 use opentelemetry::{Context, InstrumentationScope, KeyValue};
 use serde_json::Value;
@@ -49,6 +52,86 @@ impl OtelTracer {
     /// A tracer of the global provider (`opentelemetry::global::set_tracer_provider`).
     pub fn global() -> Self {
         OtelTracer(Arc::new(opentelemetry::global::tracer_with_scope(scope())))
+    }
+}
+
+/// The instruments of docs/events.md through the OpenTelemetry metrics API:
+/// give one in the options' `meter` to record them (none by default). Their
+/// names, units and attributes are the Python and Node hosts'.
+#[derive(Clone)]
+pub struct OtelMeter(Arc<Instruments>);
+
+struct Instruments {
+    attempts: Counter<u64>,
+    replans: Counter<u64>,
+    escalations: Counter<u64>,
+    status_checks: Counter<u64>,
+    waits: Counter<u64>,
+    wait_duration: Histogram<f64>,
+    account_waits: Counter<u64>,
+    account_refusals: Counter<u64>,
+    policy_updates: Counter<u64>,
+}
+
+impl std::fmt::Debug for OtelMeter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OtelMeter")
+    }
+}
+
+impl OtelMeter {
+    /// The instruments of a meter of `provider` (e.g. an `opentelemetry_sdk` `SdkMeterProvider`).
+    pub fn from_provider<P: MeterProvider>(provider: &P) -> Self {
+        Self::of(&provider.meter_with_scope(scope()))
+    }
+
+    /// The instruments of the global provider (`opentelemetry::global::set_meter_provider`).
+    pub fn global() -> Self {
+        Self::of(&opentelemetry::global::meter_with_scope(scope()))
+    }
+
+    fn of(meter: &Meter) -> Self {
+        let counter =
+            |name: &'static str, unit: &'static str, description: &'static str| meter.u64_counter(name).with_unit(unit).with_description(description).build();
+        OtelMeter(Arc::new(Instruments {
+            attempts: counter("agent_retry.attempts", "{attempt}", "Attempts whose verdict was read"),
+            replans: counter("agent_retry.replans", "{call}", "Calls that ended with a replan"),
+            escalations: counter("agent_retry.escalations", "{call}", "Calls that ended with an escalation"),
+            status_checks: counter("agent_retry.status_checks", "{check}", "Status checks"),
+            waits: counter("agent_retry.waits", "{wait}", "Waits before a retry, a poll or an admission"),
+            wait_duration: meter
+                .f64_histogram("agent_retry.wait.duration")
+                .with_unit("s")
+                .with_description("How long the wrapper waited")
+                .with_boundaries(crate::mcp::metrics::WAIT_BUCKETS_S.to_vec())
+                .build(),
+            account_waits: counter("agent_retry.account.waits", "{wait}", "Admission waits"),
+            account_refusals: counter("agent_retry.account.refusals", "{call}", "Calls not admitted"),
+            policy_updates: counter("agent_retry.policy_updates", "{update}", "Live policy updates"),
+        }))
+    }
+
+    /// Records what `event` changes in the instruments.
+    pub(crate) fn record(&self, event: &Event) {
+        use crate::mcp::metrics::Change;
+        let i = &self.0;
+        for change in crate::mcp::metrics::changes(event) {
+            match change {
+                Change::Attempt { class, action } => {
+                    i.attempts.add(1, &[KeyValue::new("class", class.to_string()), KeyValue::new("action", action.to_string())]);
+                }
+                Change::Replan => i.replans.add(1, &[]),
+                Change::Escalation { reason } => i.escalations.add(1, &[KeyValue::new("reason", reason)]),
+                Change::StatusCheck { result } => i.status_checks.add(1, &[KeyValue::new("result", result)]),
+                Change::Wait { why, wait_ms } => {
+                    i.waits.add(1, &[KeyValue::new("why", why)]);
+                    i.wait_duration.record(wait_ms as f64 / 1000.0, &[KeyValue::new("why", why)]);
+                }
+                Change::AccountWait => i.account_waits.add(1, &[]),
+                Change::AccountRefusal => i.account_refusals.add(1, &[]),
+                Change::PolicyUpdate { outcome } => i.policy_updates.add(1, &[KeyValue::new("outcome", outcome)]),
+            }
+        }
     }
 }
 

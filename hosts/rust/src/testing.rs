@@ -46,6 +46,12 @@ impl TimeSource for FakeClock {
         self.advance(ms);
         Box::pin(std::future::ready(()))
     }
+
+    /// Never fires: this clock moves only when slept on, so a deadline
+    /// raced against work would pass at once.
+    fn timer(&self, _ms: u64) -> BoxFuture<'_, ()> {
+        Box::pin(std::future::pending())
+    }
 }
 
 /// The fixed entropy source of every host's tests: SplitMix64 from `seed`

@@ -10,6 +10,13 @@ pub trait TimeSource: Send + Sync {
     fn now_ms(&self) -> u64;
     /// Sleeps `ms` of this clock's time; cancellable by dropping the future.
     fn sleep(&self, ms: u64) -> BoxFuture<'_, ()>;
+    /// Fires once `ms` of this clock's time have passed, without moving the
+    /// clock: the deadline raced against an attempt. By default a sleep; a
+    /// fake clock, which moves only when slept on, never fires it (its
+    /// deadlines are checked before each wait instead).
+    fn timer(&self, ms: u64) -> BoxFuture<'_, ()> {
+        self.sleep(ms)
+    }
 }
 
 impl TimeSource for crate::mcp::Clock {

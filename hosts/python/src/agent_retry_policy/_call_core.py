@@ -458,8 +458,8 @@ class CallCore:
             pass
         try:
             return any(e["call-id"] == self.call_id and e["status"] == "unknown" for e in self.run.all_effects())
-        except Exception:  # noqa: BLE001 - a failed policy cannot say; the in-flight attempt still counts
-            return False
+        except Exception:  # noqa: BLE001 - a failed policy cannot say: assume the worst (as Node and Rust do)
+            return True
 
     def stop(
         self, cause: StopCause, limit_ms: int | None, *, in_flight: bool, attempt_out: bool, sent: int, during: str | None = None

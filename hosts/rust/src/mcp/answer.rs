@@ -69,6 +69,9 @@ pub struct Stopped {
     /// The call is a write or delete, and an attempt was in flight when it
     /// stopped or the run's effects list it as `unknown`.
     pub may_have_applied: bool,
+    /// Where the call was when it stopped and what is known of its effect, in
+    /// the words of every host (docs/events.md, "Stop reasons").
+    pub reason: String,
 }
 
 impl std::fmt::Display for CallError {
@@ -77,14 +80,7 @@ impl std::fmt::Display for CallError {
             CallError::Escalated(e) => write!(f, "escalated: {}", e.note),
             CallError::Policy(e) => write!(f, "the policy component failed: {e}"),
             CallError::Run(e) => write!(f, "run error: {e:?}"),
-            CallError::TimedOut(s) | CallError::Cancelled(s) => write!(
-                f,
-                "{} stopped by {} after {} attempt(s); {}",
-                s.tool,
-                s.cause.label(),
-                s.attempts_sent,
-                if s.may_have_applied { "it may have been applied" } else { "it was not applied" }
-            ),
+            CallError::TimedOut(s) | CallError::Cancelled(s) => write!(f, "{}: {}", s.tool, s.reason),
             CallError::SessionLost(note) => write!(f, "the MCP session was lost: {note}"),
         }
     }

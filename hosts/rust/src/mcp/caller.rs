@@ -22,7 +22,6 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::fault::PolicyFault;
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use rmcp::RoleClient;
@@ -35,37 +34,29 @@ use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 use tracing::instrument::WithSubscriber;
 
-use super::answer::{CallError, StopCause, Stopped, ToolAnswer};
+use super::answer::{CallError, StopCause, ToolAnswer};
 use super::clock::Clock;
 use super::connect::{McpConnection, SharedConnection};
 use super::continuation;
-use super::limit::Limit;
 use super::metrics::Metrics;
 use super::observe;
 use super::session_client::ClientHandlerRef;
 use super::task;
+use crate::call_core::{CallEnd, CoreOptions, Out, Reported, RunCore};
 use crate::component::types::{
-    AbandonReason, Action, CallStart, Decision, Delivery, Effect, EffectStatus, Escalation, EscalationReason, FailureKind, Observation, RunError, RunReport,
-    StatusCheckResult, TaskStatus, ToolHints, TransportError, Verdict,
+    Action, CallStart, Delivery, FailureKind, Observation, RunReport, StatusCheckResult, TaskStatus, ToolHints, TransportError, Verdict,
 };
-use crate::component::{Admission, Outcome, PolicyHandle, PolicyInstance, RunHandle};
-use crate::events::{
-    AttemptEvent, EscalationEvent, Event, EventContext, ReplanEvent, RetryHooks, StatusCheckEvent, TaskPollEvent, Telemetry, WaitEvent, WaitReason,
-    outcome_words,
-};
-use crate::guard::{CallIndex, Polled, RunGuard, Seen};
+use crate::component::{Outcome, PolicyInstance};
+use crate::events::{RetryHooks, Telemetry, WaitReason, outcome_words};
+use crate::fault::PolicyFault;
 use crate::labels;
-use crate::verdicts::{Refusal, Report, read_verdict};
+use crate::limit::Limit;
 
 /// Reads state to learn whether an ambiguous write was applied: given the
 /// client and the call's arguments, answers found / absent / unknown.
 pub type StatusCheck = Box<dyn Fn(Peer<RoleClient>, Map<String, Value>) -> BoxFuture<'static, StatusCheckResult> + Send + Sync>;
 
-/// Called with every verdict the wrapper acts on, before it acts: the tool (or
-/// the pseudo-tool `initialize` / `tools/list`), the attempt the report named,
-/// and the verdict (its rule is `PolicyInstance::rule_name`). The Python
-/// wrapper's `on_verdict(tool, attempt, verdict)`, the Node one's `onVerdict`.
-pub type OnVerdict = Arc<dyn Fn(&str, u32, &Verdict) + Send + Sync>;
+pub use crate::call_core::OnVerdict;
 
 /// Called with every progress notification of a tool call the wrapper makes:
 /// the tool, the progress, the total (if the server knows it) and the
@@ -125,6 +116,9 @@ pub struct RetryingToolCallerOptions {
     /// context in the request's `params._meta` (default none: no spans).
     #[cfg(feature = "otel")]
     pub tracer: Option<crate::otel::OtelTracer>,
+    /// Records the instruments of docs/events.md through OpenTelemetry (default none).
+    #[cfg(feature = "otel")]
+    pub meter: Option<crate::otel::OtelMeter>,
 }
 
 impl RetryingToolCallerOptions {
@@ -180,6 +174,8 @@ impl Default for RetryingToolCallerOptions {
             hooks: None,
             #[cfg(feature = "otel")]
             tracer: None,
+            #[cfg(feature = "otel")]
+            meter: None,
         }
     }
 }
@@ -250,13 +246,19 @@ impl Session {
         }
     }
 
-    /// Sets a session up (a shared connection: unless another run just did).
-    async fn connect(&mut self) -> Result<(), Outcome> {
+    /// Sets a session up (a shared connection: unless another run just did):
+    /// whether this call set one up.
+    async fn connect(&mut self) -> Result<bool, Outcome> {
         match self {
-            Session::Owned(connection) => connection.connect().await,
+            Session::Owned(connection) => connection.connect().await.map(|()| true),
             Session::Shared(shared) => shared.connect().await,
-            Session::Bare(_) => Ok(()),
+            Session::Bare(_) => Ok(false),
         }
+    }
+
+    /// Sessions set up so far (0 for a bare peer).
+    fn number(&self) -> u32 {
+        self.read(McpConnection::sessions).unwrap_or(0)
     }
 }
 
@@ -289,30 +291,6 @@ impl Timeouts {
     }
 }
 
-/// One log line: event, run, policy, step, call, tool, attempt, key, outcome,
-/// class, rule, action, delay_ms, hint_ms, escalation, reason (hosts/README.md).
-struct AttemptLine<'a> {
-    step: Option<u32>,
-    call: Option<u32>,
-    tool: &'a str,
-    attempt: u32,
-    key: Option<&'a str>,
-    outcome: &'a str,
-    class: Option<&'a str>,
-    rule: Option<&'a str>,
-    action: &'a str,
-    delay_ms: Option<u64>,
-    hint_ms: Option<u64>,
-    escalation: Option<&'a str>,
-    reason: &'a str,
-    /// The invariant the policy broke, when the run-time guard stopped it.
-    invariant: Option<&'a str>,
-    /// The policy's words for the verdict, where there is one.
-    decision: Option<&'a Decision>,
-    /// The verdict answered an attempt that was sent (what the attempts counter counts).
-    sent: bool,
-}
-
 /// What the wrapper knows of a tool from `tools/list`.
 #[derive(Clone, Debug, Default)]
 struct ToolInfo {
@@ -329,38 +307,33 @@ fn tool_info(tool: &Tool, key_argument: &str) -> ToolInfo {
 /// One agent run's tool calls, through the policy.
 pub struct RetryingToolCaller {
     session: Session,
-    instance: PolicyInstance,
-    policy: PolicyHandle,
-    run: RunHandle,
-    run_id: String,
+    /// The run in the component, its guard and events: the bookkeeping the
+    /// any-call helper shares ([`crate::call_core`]).
+    core: RunCore,
     tools: HashMap<String, ToolInfo>,
     status_checks: HashMap<String, StatusCheck>,
     options: RetryingToolCallerOptions,
     metrics: Arc<Metrics>,
-    /// The log lines, hooks and metrics, all made from the same events.
-    telemetry: Telemetry,
     /// The `tools_without_hints` warning was given (once per connection).
     hints_warned: bool,
-    steps: u32,
     previous_call: Option<(String, Map<String, Value>)>,
-    /// Policy time the caller was built: `run_timeout_ms` counts from here.
-    started_ms: u64,
     capture_warned: bool,
-    /// The invariants no policy may break, checked on every send and verdict.
-    guard: RunGuard,
-    /// The escalation of the guard's first refusal: every later call of the
-    /// run ends with it, nothing sent.
-    stopped_by_guard: Option<Escalation>,
     /// New sessions set up after the first (`max_reconnects_per_run` bounds them).
     reconnects: u32,
-    /// A new session was set up since the tools were listed: the next call lists them again.
-    tools_stale: bool,
+    /// The session the tools were listed on: after a new one (set up by any
+    /// run of a shared connection) the next call lists them again.
+    tools_session: u32,
+    /// The session the last request went on: a failure marks that one lost,
+    /// never a newer one other runs may be using.
+    session_used: u32,
+    /// The last `initialize` of this run set a session up (not another run of a shared connection).
+    set_up_session: bool,
 }
 
-/// The fan-out of a caller's events: its hooks, its metrics, its tracer.
+/// The fan-out of a caller's events: its hooks, its metrics, its tracer and meter.
 #[cfg(feature = "otel")]
 fn telemetry_of(options: &RetryingToolCallerOptions, metrics: &Arc<Metrics>) -> Telemetry {
-    Telemetry::new(options.hooks.clone(), Some(Arc::clone(metrics))).with_tracer(options.tracer.clone())
+    Telemetry::new(options.hooks.clone(), Some(Arc::clone(metrics))).with_tracer(options.tracer.clone()).with_meter(options.meter.clone())
 }
 
 /// The fan-out of a caller's events: its hooks, its metrics.
@@ -427,37 +400,37 @@ impl RetryingToolCaller {
 
     async fn begin(
         session: Session,
-        mut instance: PolicyInstance,
+        instance: PolicyInstance,
         config_json: &str,
         run_id: &str,
         options: RetryingToolCallerOptions,
         metrics: Arc<Metrics>,
     ) -> anyhow::Result<Self> {
-        let policy = instance.load_policy(config_json)?.map_err(|e| anyhow::anyhow!("policy configuration: {}: {}", e.field, e.message))?;
-        let run = instance.start_run(&policy, run_id)?.map_err(|e| anyhow::anyhow!("run id: {e:?}"))?;
-        let started_ms = options.clock.now_ms();
+        let core_options = CoreOptions {
+            clock: Arc::new(options.clock),
+            policy_identity: options.policy_identity.clone(),
+            call_timeout_ms: options.call_timeout_ms,
+            run_timeout_ms: options.run_timeout_ms,
+            on_verdict: options.on_verdict.clone(),
+            words_always: false,
+        };
+        let core = RunCore::start(instance, config_json, run_id, telemetry_of(&options, &metrics), core_options)?;
         // A refused `server/discover` probe is read by this policy's rule.
-        session.read(|connection| connection.set_probe_reader(super::http_client::probe_reader_of(&instance)));
+        session.read(|connection| connection.set_probe_reader(super::http_client::probe_reader_of(&core.instance)));
         let mut caller = RetryingToolCaller {
             session,
-            instance,
-            policy,
-            run,
-            run_id: run_id.to_string(),
+            core,
             tools: HashMap::new(),
             status_checks: HashMap::new(),
-            telemetry: telemetry_of(&options, &metrics),
             hints_warned: false,
             options,
             metrics,
-            steps: 0,
             previous_call: None,
-            started_ms,
             capture_warned: false,
-            guard: RunGuard::from_config_text(config_json),
-            stopped_by_guard: None,
             reconnects: 0,
-            tools_stale: false,
+            tools_session: 0,
+            session_used: 0,
+            set_up_session: false,
         };
         let cancel = CancellationToken::new();
         let limit = caller.limit(None, &cancel);
@@ -473,20 +446,18 @@ impl RetryingToolCaller {
     }
 
     pub fn run_id(&self) -> &str {
-        &self.run_id
+        &self.core.run_id
     }
 
     /// What happened in the run so far.
     pub fn report(&mut self) -> Result<RunReport, CallError> {
-        self.instance.report(&self.run).map_err(policy_error)
+        self.core.report().map_err(policy_error)
     }
 
     /// Ends the run and frees it in the component (and closes a connection
     /// the wrapper owns, stopping a server process it started).
-    pub async fn finish(mut self) -> Result<RunReport, CallError> {
-        let report = self.report()?;
-        self.instance.drop_run(self.run).map_err(policy_error)?;
-        self.instance.drop_policy(self.policy).map_err(policy_error)?;
+    pub async fn finish(self) -> Result<RunReport, CallError> {
+        let report = self.core.finish().map_err(policy_error)?;
         if let Session::Owned(connection) = self.session {
             connection.close().await;
         }
@@ -495,13 +466,7 @@ impl RetryingToolCaller {
 
     /// The nearer of the run's limit and (from `call_started_ms`) the call's.
     fn limit<'a>(&self, call_started_ms: Option<u64>, cancel: &'a CancellationToken) -> Limit<'a> {
-        let run = self.options.run_timeout_ms.map(|t| (self.started_ms.saturating_add(t), StopCause::RunTimeout));
-        let call = call_started_ms.zip(self.options.call_timeout_ms).map(|(start, t)| (start.saturating_add(t), StopCause::CallTimeout));
-        let deadline_ms = match (run, call) {
-            (Some(r), Some(c)) => Some(if c.0 <= r.0 { c } else { r }),
-            (r, c) => r.or(c),
-        };
-        Limit { deadline_ms, cancel, clock: self.options.clock }
+        self.core.limit(call_started_ms, cancel)
     }
 
     /// Whether the last request carried `Mcp-Session-Id` (not known for a bare
@@ -513,7 +478,8 @@ impl RetryingToolCaller {
     /// Does what a retry's `reconnect` says: the next attempt goes on a new
     /// session. A bare peer cannot be connected again.
     fn reconnect_before_retry(&mut self, what: &str) -> Result<(), CallError> {
-        match self.session.connection(McpConnection::mark_lost) {
+        let used = self.session_used;
+        match self.session.connection(|connection| connection.mark_lost_if(used)) {
             Some(()) => Ok(()),
             None => Err(CallError::SessionLost(format!(
                 "the policy asks for a new session before retrying {what}, and a bare peer cannot be connected again (use McpConnection)"
@@ -546,10 +512,9 @@ impl RetryingToolCaller {
             let (needed, again) = self.session.read(|c| (c.needs_connect(), c.was_connected())).unwrap_or_default();
             if needed {
                 self.pseudo_call(INITIALIZE, limit).await?;
-                if again {
+                // Counted against this run only when it set the session up itself.
+                if std::mem::take(&mut self.set_up_session) && again {
                     self.reconnects += 1;
-                    // A restarted server may describe its tools anew.
-                    self.tools_stale = true;
                 }
             }
             Ok(())
@@ -560,7 +525,8 @@ impl RetryingToolCaller {
     /// key), as the policy's `tools/list` call.
     async fn list_tools(&mut self, limit: &Limit<'_>) -> Result<(), CallError> {
         self.pseudo_call(TOOLS_LIST, limit).await?;
-        self.tools_stale = false;
+        // The session the listing went on (set up again in it, if it was lost).
+        self.tools_session = self.session_used;
         Ok(())
     }
 
@@ -585,7 +551,7 @@ impl RetryingToolCaller {
             target: "agent_retry",
             event = "agent_retry.tools_without_hints",
             ts = crate::events::unix_seconds(),
-            run = %self.run_id,
+            run = %self.core.run_id,
             count = hintless.len(),
             tools = %names,
             "tools without annotations count as unkeyed writes unless the configuration says otherwise: see docs/users.md#a-tool-without-annotations-is-an-unkeyed-write"
@@ -619,7 +585,10 @@ impl RetryingToolCaller {
             let connecting = tokio::time::timeout(timeout, self.session.connect());
             let outcome = match limit.within(connecting).await? {
                 Err(_elapsed) => with_context(observe::timeout(false), what_failed),
-                Ok(Ok(())) => Outcome::Success,
+                Ok(Ok(set_up)) => {
+                    self.set_up_session = set_up;
+                    Outcome::Success
+                }
                 Ok(Err(outcome)) => with_context(outcome, what_failed),
             };
             return Ok(Attempted { outcome, result: None, uncaptured: false });
@@ -627,8 +596,9 @@ impl RetryingToolCaller {
         if self.reconnects_spent() {
             return Ok(Attempted::of(self.reconnects_spent_outcome()));
         }
-        let Some(peer) = self.peer() else {
-            return Ok(Attempted { outcome: lost_before_send(), result: None, uncaptured: false });
+        let peer = match self.peer_to_send() {
+            Ok(peer) => peer,
+            Err(outcome) => return Ok(Attempted::of(outcome)),
         };
         let listed = limit.within(tokio::time::timeout(timeout, peer.list_all_tools())).await?;
         let key_argument = self.options.key_argument.clone();
@@ -648,69 +618,44 @@ impl RetryingToolCaller {
     /// `initialize` or `tools/list` (read-only, idempotent, no key), its
     /// failures retried as the policy decides; each is a step of the run.
     async fn pseudo_call(&mut self, what: &str, limit: &Limit<'_>) -> Result<(), CallError> {
-        if let Some(stopped) = self.stopped_by_guard(None, what, None) {
-            return Err(stopped);
-        }
         let hints = ToolHints { read_only: Some(true), destructive: Some(false), idempotent: Some(true) };
-        let now = self.options.clock.now_ms();
-        let begun = self.begin_call(what, None, Some(hints), now).map_err(|fault| self.policy_failed(None, what, None, "not sent", fault))?;
-        let ticket = match begun.map_err(CallError::Run)? {
-            Admission::Send(ticket) => ticket,
-            Admission::Escalate(escalation) => return Err(self.escalated_before_send(None, what, None, escalation)),
-        };
-        let call = match self.guard.begin(what, None, Some(&hints), ticket.delay_ms) {
-            Ok(call) => call,
-            Err(violation) => return Err(self.refused(None, (ticket.call_id, 0), what, None, "not sent", Refusal::Broken(violation))),
-        };
-        let mut sent = 0;
-        let stopped =
-            |caller: &mut Self, cause, attempt, sent, in_flight| Err(caller.stopped(cause, what, Some((&ticket, attempt)), sent, in_flight, None, true));
-        self.log_wait(None, ticket.call_id, what, 1, WaitReason::Admission, ticket.delay_ms, None);
-        if let Err(cause) = limit.pause(ticket.delay_ms).await {
-            return stopped(self, cause, 1, sent, false);
-        }
+        let (mut state, ticket) = self.core.begin(None, what, None, Some(hints))?;
+        self.core.pause(&state, WaitReason::Admission, ticket.delay_ms, None, false, limit).await?;
         let timeouts = Timeouts::of(&ticket, self.options.attempt_timeout_ms);
-        let mut attempt = 1;
         loop {
             if what == TOOLS_LIST {
-                self.ensure_session(limit).await?;
+                // A stop while it connects stops this call too: it is the one abandoned in the run.
+                match self.ensure_session(limit).await {
+                    Ok(()) => {}
+                    Err(CallError::TimedOut(stop) | CallError::Cancelled(stop)) => {
+                        return Err(self.core.stop(&state, stop.cause, Out::Connecting { task_alive: false }).into());
+                    }
+                    Err(other) => return Err(other),
+                }
             }
-            sent += 1;
+            state.sent += 1;
             let attempted = match self.pseudo_attempt(what, timeouts, limit).await {
                 Ok(attempted) => attempted,
-                Err(cause) => return stopped(self, cause, attempt, sent, true),
+                Err(cause) => return Err(self.core.stop(&state, cause, Out::Request).into()),
             };
-            self.guard.attempted(call, Seen::of(&attempted.outcome));
-            let decision = self
-                .record(what, (ticket.call_id, call), attempt, None, &attempted.outcome, limit)
-                .map_err(|refusal| self.refused(None, (ticket.call_id, attempt), what, None, &outcome_words(&attempted.outcome), refusal))?
-                .map_err(CallError::Run)?;
-            self.log(None, ticket.call_id, what, None, &attempted.outcome, &decision, attempted.uncaptured, true);
+            let note = self.capture_note(attempted.uncaptured);
+            let decision = self.core.decide(&mut state, &attempted.outcome, Reported::Sent, note, limit)?;
             match decision.action {
                 Action::Succeed(_) => return Ok(()),
                 Action::Retry(plan) => {
-                    attempt = plan.attempt;
                     // Connecting again is what an `initialize` retry does anyway.
                     if plan.reconnect && what == TOOLS_LIST {
                         self.reconnect_before_retry(what)?;
                     }
-                    self.log_wait(None, ticket.call_id, what, attempt, WaitReason::Retry, plan.delay_ms, decision.hint_ms);
-                    if let Err(cause) = limit.pause(plan.delay_ms).await {
-                        return stopped(self, cause, attempt, sent, false);
-                    }
+                    self.core.pause(&state, WaitReason::Retry, plan.delay_ms, decision.hint_ms, false, limit).await?;
                 }
                 Action::Escalate(escalation) => return Err(CallError::Escalated(escalation)),
                 Action::Replan(message) => return Err(CallError::SessionLost(format!("{what}: {message}"))),
                 // A read is not status-checked; were it asked, nothing is known.
                 Action::CheckStatus => {
                     let outcome = Outcome::StatusCheck(StatusCheckResult::Unknown);
-                    self.guard.status_checked(call, StatusCheckResult::Unknown);
-                    self.log_status_check(None, ticket.call_id, what, attempt, StatusCheckResult::Unknown);
-                    let decision = self
-                        .record(what, (ticket.call_id, call), attempt, None, &outcome, limit)
-                        .map_err(|refusal| self.refused(None, (ticket.call_id, attempt), what, None, &outcome_words(&outcome), refusal))?
-                        .map_err(CallError::Run)?;
-                    self.log(None, ticket.call_id, what, None, &outcome, &decision, false, false);
+                    self.core.status_checked(&state, None, StatusCheckResult::Unknown);
+                    let decision = self.core.decide(&mut state, &outcome, Reported::Checked, "", limit)?;
                     if let Action::Escalate(escalation) = decision.action {
                         return Err(CallError::Escalated(escalation));
                     }
@@ -719,10 +664,30 @@ impl RetryingToolCaller {
                 // Only a task's report is answered with a poll, and a pseudo-call has none.
                 Action::Poll(_) => {
                     let fault = PolicyFault::BoundaryViolation { cause: format!("a poll answered {what}, which has no task") };
-                    return Err(self.policy_failed(None, what, None, &outcome_words(&attempted.outcome), fault));
+                    let answered = Some((state.call_id, state.attempt));
+                    return Err(self.core.policy_failed(None, answered, what, None, &outcome_words(&attempted.outcome), fault).into());
                 }
             }
         }
+    }
+
+    /// Once per run: a failure came from an HTTP transport that is not the
+    /// capturing one (statuses and headers unseen). The words appended to the
+    /// decision's logged reason (the same text in every host), or none.
+    fn capture_note(&mut self, uncaptured: bool) -> &'static str {
+        if !uncaptured {
+            return "";
+        }
+        if !std::mem::replace(&mut self.capture_warned, true) {
+            tracing::warn!(
+                target: "agent_retry",
+                event = "agent_retry.capture_missing",
+                ts = crate::events::unix_seconds(),
+                run = %self.core.run_id,
+                "a failure came from an HTTP transport that is not the wrapper's capturing one: statuses and headers (Retry-After) are not seen; connect with McpConnection::http"
+            );
+        }
+        CAPTURE_MISSING
     }
 
     /// Observes a failed request as it came. When the session's transport
@@ -733,9 +698,10 @@ impl RetryingToolCaller {
         let session_id_sent = self.session_id_sent();
         let outcome = observe::from_error(error, session_id_sent);
         let gone = observe::transport_is_gone(error);
+        let used = self.session_used;
         self.session.connection(|connection| {
             if gone || (connection.is_http() && leaves_session_suspect(&outcome)) {
-                connection.mark_lost();
+                connection.mark_lost_if(used);
             }
         });
         outcome
@@ -748,13 +714,20 @@ impl RetryingToolCaller {
 
     /// The peer for the next request, or why none can be sent: an owned
     /// connection without a session, or a transport already closed (nothing
-    /// can be written to a closed pipe: the request never left).
+    /// can be written to a closed pipe: the request never left). The caller
+    /// remembers the session the request goes on: a failure marks only that
+    /// one lost ([`RetryingToolCaller::observe_failure`]).
     fn peer_to_send(&mut self) -> Result<Peer<RoleClient>, Outcome> {
-        let Some(peer) = self.peer() else {
+        let current = match &self.session {
+            Session::Bare(peer) => Some((peer.clone(), 0)),
+            connected => connected.read(McpConnection::current_session).flatten(),
+        };
+        let Some((peer, session)) = current else {
             return Err(lost_before_send());
         };
+        self.session_used = session;
         if peer.is_transport_closed() {
-            self.session.connection(McpConnection::mark_lost);
+            self.session.connection(|connection| connection.mark_lost_if(session));
             return Err(lost_before_send());
         }
         Ok(peer)
@@ -774,7 +747,7 @@ impl RetryingToolCaller {
         let idle = self.options.clock.real_duration(timeouts.idle_ms);
         let mut params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments.clone());
         // The attempt span's W3C trace context, for a traced server (MCP SEP-414).
-        if let Some((traceparent, tracestate)) = self.telemetry.trace_meta() {
+        if let Some((traceparent, tracestate)) = self.core.telemetry.trace_meta() {
             let mut meta = MetaObject::new();
             meta.set_traceparent(traceparent);
             if let Some(tracestate) = tracestate {
@@ -940,15 +913,16 @@ impl RetryingToolCaller {
     /// (`stopped` false), and then never past its deadline nor its
     /// cancellation. A stopped call returns at once, the cancel still on its way.
     async fn cancel_task(&mut self, tool: &str, task_id: &str, limit: &Limit<'_>, stopped: bool) {
-        let peer = match self.peer_to_send() {
-            Ok(peer) => peer,
-            Err(_) => {
-                tracing::info!(target: "agent_retry", event = "agent_retry.cancel_task", ts = crate::events::unix_seconds(), run = %self.run_id, tool, task = task_id, answer = "not sent: no session", "tasks/cancel");
+        // Best effort, on whatever session is up: its failure marks nothing lost.
+        let peer = match self.peer().filter(|peer| !peer.is_transport_closed()) {
+            Some(peer) => peer,
+            None => {
+                tracing::info!(target: "agent_retry", event = "agent_retry.cancel_task", ts = crate::events::unix_seconds(), run = %self.core.run_id, tool, task = task_id, answer = "not sent: no session", "tasks/cancel");
                 return;
             }
         };
         let bound = self.options.clock.real_duration(CANCEL_TIMEOUT_MS);
-        let (run, tool, task_id) = (self.run_id.clone(), tool.to_string(), task_id.to_string());
+        let (run, tool, task_id) = (self.core.run_id.clone(), tool.to_string(), task_id.to_string());
         let sending = tokio::spawn(
             async move {
                 let answer = match tokio::time::timeout(bound, peer.cancel_task(CancelTaskParams::new(task_id.clone()))).await {
@@ -966,310 +940,6 @@ impl RetryingToolCaller {
         }
     }
 
-    /// The policy that decides, for the `policy` field of every event.
-    fn policy_name(&self) -> String {
-        self.options.policy_identity.as_deref().unwrap_or(self.instance.policy_identity()).to_string()
-    }
-
-    /// The events' common fields.
-    fn context(&self, step: Option<u32>, call: Option<u32>, tool: &str) -> EventContext {
-        EventContext { run: self.run_id.clone(), policy: self.policy_name(), step, call, tool: tool.to_string() }
-    }
-
-    /// Emits one attempt event: its `tracing` line has the fields (and order)
-    /// of the Python and Node wrappers' lines; a value that does not apply is left out.
-    fn log_line(&self, line: AttemptLine) {
-        self.telemetry.emit(Event::Attempt(AttemptEvent {
-            context: self.context(line.step, line.call, line.tool),
-            attempt: line.attempt,
-            key: line.key.map(String::from),
-            outcome: line.outcome.to_string(),
-            class: line.class.map(String::from),
-            rule: line.rule.map(String::from),
-            action: line.action.to_string(),
-            delay_ms: line.delay_ms,
-            hint_ms: line.hint_ms,
-            escalation: line.escalation.map(String::from),
-            reason: line.reason.to_string(),
-            invariant: line.invariant.map(String::from),
-            decision: line.decision.cloned(),
-            sent: line.sent,
-        }));
-    }
-
-    /// Emits a wait event before a sleep of `wait_ms` (none for a wait of 0).
-    #[allow(clippy::too_many_arguments)]
-    fn log_wait(&self, step: Option<u32>, call_id: u32, tool: &str, attempt: u32, why: WaitReason, wait_ms: u64, hint_ms: Option<u64>) {
-        if wait_ms > 0 {
-            self.telemetry.emit(Event::Wait(WaitEvent { context: self.context(step, Some(call_id), tool), attempt, why, wait_ms, hint_ms }));
-        }
-    }
-
-    /// Emits the status check's event.
-    fn log_status_check(&self, step: Option<u32>, call_id: u32, tool: &str, attempt: u32, result: StatusCheckResult) {
-        self.telemetry.emit(Event::StatusCheck(StatusCheckEvent { context: self.context(step, Some(call_id), tool), attempt, check_tool: None, result }));
-    }
-
-    /// Emits a task poll event when the outcome says what the task's status is.
-    fn log_task(&self, step: Option<u32>, call_id: u32, tool: &str, attempt: u32, task_id: Option<&str>, outcome: &Outcome) {
-        let status = match outcome {
-            Outcome::Task(report) => labels::task_status(report.status),
-            Outcome::Success | Outcome::EmptyResult(_) => "completed",
-            Outcome::Failure(_) => "failed",
-            _ => return,
-        };
-        let task_id = match outcome {
-            Outcome::Task(report) => report.task_id.clone(),
-            _ => task_id.unwrap_or_default().to_string(),
-        };
-        self.telemetry.emit(Event::TaskPoll(TaskPollEvent { context: self.context(step, Some(call_id), tool), attempt, task_id, status: status.to_string() }));
-    }
-
-    /// The attempt line of a decision (see [`AttemptLine`]); `step` is `None`
-    /// for the pseudo-calls `initialize` and `tools/list`; `sent` says the
-    /// outcome is an attempt's (not a poll's or a status check's). A replan or
-    /// an escalation also ends the call: its own event follows.
-    #[allow(clippy::too_many_arguments)]
-    fn log(&mut self, step: Option<u32>, call_id: u32, tool: &str, key: Option<&str>, outcome: &Outcome, decision: &Decision, uncaptured: bool, sent: bool) {
-        let delay_ms = match &decision.action {
-            Action::Retry(plan) => Some(plan.delay_ms),
-            Action::Poll(plan) => Some(plan.delay_ms),
-            _ => None,
-        };
-        let escalation = match &decision.action {
-            Action::Escalate(e) => Some(labels::reason(e.reason)),
-            _ => None,
-        };
-        if uncaptured && !self.capture_warned {
-            self.capture_warned = true;
-            tracing::warn!(
-                target: "agent_retry",
-                event = "agent_retry.capture_missing",
-            ts = crate::events::unix_seconds(),
-                run = %self.run_id,
-                "a failure came from an HTTP transport that is not the wrapper's capturing one: statuses and headers (Retry-After) are not seen; connect with McpConnection::http"
-            );
-        }
-        let reason = if uncaptured { format!("{}{CAPTURE_MISSING}", decision.reason) } else { decision.reason.clone() };
-        self.log_line(AttemptLine {
-            step,
-            call: Some(call_id),
-            tool,
-            attempt: decision.attempt,
-            key,
-            outcome: &outcome_words(outcome),
-            class: Some(labels::class(decision.class)),
-            rule: Some(&decision.rule),
-            action: labels::verdict_action(&decision.action),
-            delay_ms,
-            hint_ms: decision.hint_ms,
-            escalation,
-            reason: &reason,
-            invariant: None,
-            decision: Some(decision),
-            sent,
-        });
-        let rule = Some(decision.rule.clone());
-        match &decision.action {
-            Action::Replan(message) => self.telemetry.emit(Event::Replan(ReplanEvent {
-                context: self.context(step, Some(call_id), tool),
-                attempt: decision.attempt,
-                rule,
-                message: message.clone(),
-                decision: Some(decision.clone()),
-            })),
-            Action::Escalate(escalation) => self.telemetry.emit(Event::Escalation(EscalationEvent {
-                context: self.context(step, Some(call_id), tool),
-                attempt: decision.attempt,
-                rule,
-                escalation: escalation.clone(),
-                decision: Some(decision.clone()),
-            })),
-            _ => {}
-        }
-    }
-
-    /// The line of a call the policy escalated before it was sent: attempt 0,
-    /// outcome "not sent" (as the Python and Node wrappers log it).
-    fn escalated_before_send(&self, step: Option<u32>, tool: &str, key: Option<&str>, escalation: Escalation) -> CallError {
-        self.escalated_without_decision(step, None, tool, key, "not sent", escalation, None)
-    }
-
-    /// The `escalate` line (attempt 0) and the count of an escalation no
-    /// decision answered: a call not admitted, the policy failing, or the
-    /// guard refusing what it answered (`invariant`). `answered` is the call
-    /// id and the attempt the refused verdict answered (0 before the first
-    /// send), when the line is about a call of the policy's.
-    #[allow(clippy::too_many_arguments)]
-    fn escalated_without_decision(
-        &self,
-        step: Option<u32>,
-        answered: Option<(u32, u32)>,
-        tool: &str,
-        key: Option<&str>,
-        outcome: &str,
-        escalation: Escalation,
-        invariant: Option<&str>,
-    ) -> CallError {
-        self.log_line(AttemptLine {
-            step,
-            call: answered.map(|(call_id, _)| call_id),
-            tool,
-            attempt: answered.map_or(0, |(_, attempt)| attempt),
-            key,
-            outcome,
-            class: None,
-            rule: None,
-            action: "escalate",
-            delay_ms: None,
-            hint_ms: None,
-            escalation: Some(labels::reason(escalation.reason)),
-            reason: &escalation.note,
-            invariant,
-            decision: None,
-            sent: false,
-        });
-        self.telemetry.emit(Event::Escalation(EscalationEvent {
-            context: self.context(step, answered.map(|(call_id, _)| call_id), tool),
-            attempt: answered.map_or(0, |(_, attempt)| attempt),
-            rule: None,
-            escalation: escalation.clone(),
-            decision: None,
-        }));
-        CallError::Escalated(escalation)
-    }
-
-    /// Asks to begin a call; the hand-off of a call that is not admitted is
-    /// read from the run.
-    fn begin_call(&mut self, tool: &str, key: Option<&str>, hints: Option<ToolHints>, now: u64) -> Result<Result<Admission, RunError>, PolicyFault> {
-        self.instance.begin(&self.run, tool, key, hints, now)
-    }
-
-    /// Reports an attempt's outcome (or a status check's) with the time left
-    /// to the nearer deadline, if there is one, and passes the verdict through
-    /// the guard. The wrapper acts on the verdict alone: the decision's words
-    /// (its reason, a message, a note) cross the boundary only when they are
-    /// needed (the action carries text, or the attempt line will be written),
-    /// give only text, and must agree with the verdict whatever the log level.
-    /// `call` is the policy's call id and the guard's index.
-    fn record(
-        &mut self,
-        tool: &str,
-        call: (u32, CallIndex),
-        attempt: u32,
-        key: Option<&str>,
-        outcome: &Outcome,
-        limit: &Limit<'_>,
-    ) -> Result<Result<Decision, RunError>, Refusal> {
-        let now = self.options.clock.now_ms();
-        let time_left_ms = limit.deadline_ms.map(|(deadline, _)| deadline.saturating_sub(now));
-        let report = Report { call, attempt, key, outcome, time_left_ms, now_ms: now, entropy: None };
-        let words_wanted = tracing::enabled!(target: "agent_retry", tracing::Level::INFO);
-        let on_verdict = self.options.on_verdict.clone();
-        read_verdict(&mut self.instance, &self.run, &mut self.guard, report, words_wanted, |verdict| {
-            if let Some(hook) = &on_verdict {
-                hook(tool, attempt, verdict);
-            }
-        })
-    }
-
-    /// The call's end when the policy's answer cannot be acted on: the
-    /// policy-failure escalation, naming the broken invariant if it was one.
-    /// `answered`: the call id and the attempt the verdict answered (0 for a
-    /// call refused before its first send), carried by the line.
-    fn refused(&mut self, step: Option<u32>, answered: (u32, u32), tool: &str, key: Option<&str>, last_outcome: &str, refusal: Refusal) -> CallError {
-        let violation = match refusal {
-            Refusal::Fault(fault) => return self.policy_failed(step, tool, key, last_outcome, fault),
-            Refusal::Broken(violation) => violation,
-        };
-        let fault = PolicyFault::BoundaryViolation { cause: violation.to_string() };
-        let escalation = policy_failure(tool, last_outcome, &fault);
-        self.stopped_by_guard = Some(escalation.clone());
-        self.escalated_without_decision(step, Some(answered), tool, key, last_outcome, escalation, Some(violation.invariant.name()))
-    }
-
-    /// After the guard refused a verdict, every later call of the run ends
-    /// at once with the same escalation, nothing sent.
-    fn stopped_by_guard(&self, step: Option<u32>, tool: &str, key: Option<&str>) -> Option<CallError> {
-        let escalation = self.stopped_by_guard.clone()?;
-        let invariant = self.guard.tripped().map(|v| v.invariant.name());
-        Some(self.escalated_without_decision(step, None, tool, key, "not sent", escalation, invariant))
-    }
-
-    /// The safe fallback when the policy itself fails (a trap, out of fuel or
-    /// memory, a broken contract, an unusable instance): nothing is retried; one
-    /// `escalate` line and an escalation whose note says the policy failed, with
-    /// what the last attempt saw (the same note as the Python and Node wrappers').
-    /// The instance is broken: serve the next run from a fresh one.
-    fn policy_failed(&self, step: Option<u32>, tool: &str, key: Option<&str>, last_outcome: &str, fault: PolicyFault) -> CallError {
-        self.escalated_without_decision(step, None, tool, key, last_outcome, policy_failure(tool, last_outcome, &fault), None)
-    }
-
-    /// A call that stopped waiting: one line (outcome the cause, action `stop`),
-    /// and the error saying whether it may have been applied.
-    /// The run is told first (`abandon-call`, with the call's current
-    /// `attempt`), so the call no longer counts as open and a write on the
-    /// wire is listed as possibly applied.
-    /// `unanswered`: the stop comes after the policy admitted (or decided) an
-    /// attempt and before that attempt's verdict; the run report counts that
-    /// attempt, so its line counts as one (`sent`).
-    #[allow(clippy::too_many_arguments)]
-    fn stopped(
-        &mut self,
-        cause: StopCause,
-        tool: &str,
-        ticket: Option<(&CallStart, u32)>,
-        attempts_sent: u32,
-        in_flight: bool,
-        key: Option<&str>,
-        unanswered: bool,
-    ) -> CallError {
-        if let Some((ticket, attempt)) = ticket {
-            let why = if cause == StopCause::Cancelled { AbandonReason::Cancelled } else { AbandonReason::Deadline };
-            // A call a verdict already ended, or a failed policy: the stop goes on all the same.
-            let _ = self.instance.abandon_call(&self.run, ticket.call_id, attempt, in_flight, why);
-        }
-        let ticket = ticket.map(|(ticket, _)| ticket);
-        let may_have_applied = ticket.is_some_and(|ticket| {
-            ticket.effect != Effect::Read
-                && (in_flight
-                    || self
-                        .instance
-                        .all_effects(&self.run)
-                        .is_ok_and(|effects| effects.iter().any(|e| e.call_id == ticket.call_id && e.status == EffectStatus::Unknown)))
-        });
-        let reason = format!(
-            "{} after {attempts_sent} attempt(s){}; {}",
-            cause.label(),
-            if in_flight { ", one in flight" } else { "" },
-            if may_have_applied { "it may have been applied" } else { "it was not applied" }
-        );
-        let step = if tool == INITIALIZE || tool == TOOLS_LIST { None } else { Some(self.steps) };
-        self.log_line(AttemptLine {
-            step,
-            call: ticket.map(|t| t.call_id),
-            tool,
-            attempt: attempts_sent,
-            key,
-            outcome: cause.label(),
-            class: None,
-            rule: None,
-            action: "stop",
-            delay_ms: None,
-            hint_ms: None,
-            escalation: None,
-            reason: &reason,
-            invariant: None,
-            decision: None,
-            sent: unanswered && ticket.is_some(),
-        });
-        let stopped = Stopped { cause, tool: tool.to_string(), call_id: ticket.map(|t| t.call_id), attempts_sent, may_have_applied };
-        match cause {
-            StopCause::Cancelled => CallError::Cancelled(stopped),
-            StopCause::CallTimeout | StopCause::RunTimeout => CallError::TimedOut(stopped),
-        }
-    }
-
     /// Makes one tool call the model asked for, through the policy.
     pub async fn call(&mut self, tool: &str, arguments: Map<String, Value>) -> Result<ToolAnswer, CallError> {
         self.call_until(tool, arguments, &CancellationToken::new()).await
@@ -1279,7 +949,8 @@ impl RetryingToolCaller {
     /// ([`CallError::Cancelled`], saying whether an attempt may have been
     /// applied). Dropping the future also stops it, without that report.
     pub async fn call_until(&mut self, tool: &str, arguments: Map<String, Value>, cancel: &CancellationToken) -> Result<ToolAnswer, CallError> {
-        self.telemetry.begin_call(&self.context(Some(self.steps + 1), None, tool));
+        self.core.telemetry.begin_call(&self.core.context(Some(self.core.steps + 1), None, tool));
+        let _dropped = self.core.telemetry.ending_on_drop();
         let result = self.call_under_policy(tool, arguments, cancel).await;
         let (action, error_type) = match &result {
             Ok(ToolAnswer::Done { .. }) => ("succeed", None),
@@ -1290,59 +961,44 @@ impl RetryingToolCaller {
             Err(CallError::Policy(_)) => ("stop", Some("policy-fault")),
             Err(CallError::Run(_)) => ("stop", Some("run-error")),
         };
-        self.telemetry.end_call(action, error_type);
+        self.core.telemetry.end_call(action, error_type);
         result
     }
-
     /// [`RetryingToolCaller::call_until`] inside the call's span.
     async fn call_under_policy(&mut self, tool: &str, mut arguments: Map<String, Value>, cancel: &CancellationToken) -> Result<ToolAnswer, CallError> {
-        let call_started = self.options.clock.now_ms();
+        let call_started = self.core.clock.now_ms();
         let limit = self.limit(Some(call_started), cancel);
-        self.steps += 1;
-        let step = self.steps;
-        if let Some(stopped) = self.stopped_by_guard(Some(step), tool, None) {
-            return Err(stopped);
-        }
+        self.core.steps += 1;
+        let step = Some(self.core.steps);
+        self.core.refuse_if_stopped(step, tool)?;
         if self.previous_call.as_ref().is_some_and(|(t, a)| t == tool && *a == arguments) {
             self.metrics.update(|c| c.identical_consecutive_calls += 1);
         }
         self.previous_call = Some((tool.to_string(), arguments.clone()));
         // After a new session the tools are listed again: a restarted server's annotations rule.
-        if self.tools_stale {
-            self.list_tools(&limit).await?;
+        if self.tools_session != self.session.number() {
+            // A stop while they are listed stops this call too, before it was begun.
+            match self.list_tools(&limit).await {
+                Ok(()) => {}
+                Err(CallError::TimedOut(stop) | CallError::Cancelled(stop)) => {
+                    return Err(self.core.stop_before_begin(step, tool, stop.cause, TOOLS_LIST).into());
+                }
+                Err(other) => return Err(other),
+            }
         }
         let info = self.tools.get(tool).cloned().unwrap_or_default();
         // The key identifies the intended effect: derived once per call, from the
         // run and the step, and sent unchanged with every attempt.
         let key = if info.takes_key {
-            let key = self
-                .instance
-                .derive_idempotency_key(&self.run_id, &format!("step-{step}"))
-                .map_err(|fault| self.policy_failed(Some(step), tool, None, "not sent", fault))?;
+            let key = self.core.derive_key(step, tool, &format!("step-{}", self.core.steps))?;
             arguments.insert(self.options.key_argument.clone(), Value::String(key.clone()));
             Some(key)
         } else {
             None
         };
-        let now = self.options.clock.now_ms();
-        let begun =
-            self.begin_call(tool, key.as_deref(), info.hints, now).map_err(|fault| self.policy_failed(Some(step), tool, key.as_deref(), "not sent", fault))?;
-        let ticket = match begun.map_err(CallError::Run)? {
-            Admission::Send(ticket) => ticket,
-            Admission::Escalate(escalation) => return Err(self.escalated_before_send(Some(step), tool, key.as_deref(), escalation)),
-        };
-        let call = match self.guard.begin(tool, key.as_deref(), info.hints.as_ref(), ticket.delay_ms) {
-            Ok(call) => call,
-            Err(violation) => return Err(self.refused(Some(step), (ticket.call_id, 0), tool, key.as_deref(), "not sent", Refusal::Broken(violation))),
-        };
-        let mut sent = 0;
-        self.log_wait(Some(step), ticket.call_id, tool, 1, WaitReason::Admission, ticket.delay_ms, None);
-        if let Err(cause) = limit.pause(ticket.delay_ms).await {
-            return Err(self.stopped(cause, tool, Some((&ticket, 1)), sent, false, key.as_deref(), true));
-        }
+        let (mut state, ticket) = self.core.begin(step, tool, key, info.hints)?;
+        self.core.pause(&state, WaitReason::Admission, ticket.delay_ms, None, false, &limit).await?;
         let timeouts = Timeouts::of(&ticket, self.options.attempt_timeout_ms);
-        // The attempt each outcome reports: 1, then each retry plan's.
-        let mut attempt = 1;
         let mut next = Next::Send;
         // The task that answered the attempt, while it lives.
         let mut task: Option<String> = None;
@@ -1353,27 +1009,32 @@ impl RetryingToolCaller {
             match self.ensure_session(&limit).await {
                 Ok(()) => {}
                 Err(CallError::TimedOut(stop) | CallError::Cancelled(stop)) => {
-                    return Err(self.stopped(stop.cause, tool, Some((&ticket, attempt)), sent, false, key.as_deref(), matches!(next, Next::Send)));
+                    // A task waiting for its next poll lives on: it is cancelled.
+                    let task_alive = matches!(next, Next::Poll);
+                    if let (true, Some(task_id)) = (task_alive, task.clone()) {
+                        self.cancel_task(tool, &task_id, &limit, true).await;
+                    }
+                    return Err(self.core.stop(&state, stop.cause, Out::Connecting { task_alive }).into());
                 }
                 Err(other) => return Err(other),
             }
-            let attempted = match next {
+            let (attempted, reported) = match next {
                 Next::Send => {
-                    sent += 1;
-                    self.telemetry.begin_attempt(true);
-                    let telemetry = self.telemetry.clone();
+                    state.sent += 1;
+                    self.core.telemetry.begin_attempt(true);
+                    let telemetry = self.core.telemetry.clone();
                     match telemetry.in_attempt(self.attempt(tool, &arguments, timeouts, &limit)).await {
-                        Ok(attempted) => attempted,
-                        Err(cause) => return Err(self.stopped(cause, tool, Some((&ticket, attempt)), sent, true, key.as_deref(), true)),
+                        Ok(attempted) => (attempted, Reported::Sent),
+                        Err(cause) => return Err(self.core.stop(&state, cause, Out::Request).into()),
                     }
                 }
                 Next::Poll => {
                     let task_id = task.clone().unwrap_or_default();
                     match self.poll(&task_id, timeouts, &limit).await {
-                        Ok(attempted) => attempted,
+                        Ok(attempted) => (attempted, Reported::Polled),
                         Err(cause) => {
                             self.cancel_task(tool, &task_id, &limit, true).await;
-                            return Err(self.stopped(cause, tool, Some((&ticket, attempt)), sent, true, key.as_deref(), false));
+                            return Err(self.core.stop(&state, cause, Out::Idle { task_alive: true }).into());
                         }
                     }
                 }
@@ -1381,34 +1042,22 @@ impl RetryingToolCaller {
                     let found = match (self.status_checks.get(tool), self.peer()) {
                         (Some(check), Some(peer)) => match limit.within(check(peer, arguments.clone())).await {
                             Ok(found) => found,
-                            Err(cause) => return Err(self.stopped(cause, tool, Some((&ticket, attempt)), sent, false, key.as_deref(), false)),
+                            Err(cause) => return Err(self.core.stop(&state, cause, Out::Idle { task_alive: false }).into()),
                         },
                         _ => StatusCheckResult::Unknown,
                     };
-                    self.log_status_check(Some(step), ticket.call_id, tool, attempt, found);
-                    Attempted::of(Outcome::StatusCheck(found))
+                    self.core.status_checked(&state, None, found);
+                    (Attempted::of(Outcome::StatusCheck(found)), Reported::Checked)
                 }
             };
             if let Outcome::Task(report) = &attempted.outcome {
                 task = Some(report.task_id.clone());
             }
-            if matches!(next, Next::Poll) || matches!(attempted.outcome, Outcome::Task(_)) {
-                self.log_task(Some(step), ticket.call_id, tool, attempt, task.as_deref(), &attempted.outcome);
+            if reported == Reported::Polled || matches!(attempted.outcome, Outcome::Task(_)) {
+                self.core.task_polled(&state, task.as_deref(), &attempted.outcome);
             }
-            // Sends and status checks are the run's steps; a poll is neither,
-            // but its every outcome goes to the guard (a status, the task's
-            // end, the poll's own failure).
-            match (&attempted.outcome, next) {
-                (_, Next::Send) => self.guard.attempted(call, Seen::of(&attempted.outcome)),
-                (_, Next::Poll) => self.guard.polled(call, Polled::of(&attempted.outcome)),
-                (Outcome::StatusCheck(found), Next::CheckStatus) => self.guard.status_checked(call, *found),
-                _ => {}
-            }
-            let decision = self
-                .record(tool, (ticket.call_id, call), attempt, key.as_deref(), &attempted.outcome, &limit)
-                .map_err(|refusal| self.refused(Some(step), (ticket.call_id, attempt), tool, key.as_deref(), &outcome_words(&attempted.outcome), refusal))?
-                .map_err(CallError::Run)?;
-            self.log(Some(step), ticket.call_id, tool, key.as_deref(), &attempted.outcome, &decision, attempted.uncaptured, matches!(next, Next::Send));
+            let note = self.capture_note(attempted.uncaptured);
+            let decision = self.core.decide(&mut state, &attempted.outcome, reported, note, &limit)?;
             // The policy stops waiting for a task that still lives: cancel it first.
             if decision.cancel_task
                 && let Some(task_id) = task.take()
@@ -1417,7 +1066,6 @@ impl RetryingToolCaller {
             }
             match decision.action {
                 Action::Retry(plan) => {
-                    attempt = plan.attempt;
                     next = Next::Send;
                     // A new attempt is a new tool call: the old task is not polled again.
                     task = None;
@@ -1426,24 +1074,23 @@ impl RetryingToolCaller {
                     if plan.reconnect {
                         self.reconnect_before_retry(tool)?;
                     }
-                    self.log_wait(Some(step), ticket.call_id, tool, attempt, WaitReason::Retry, plan.delay_ms, decision.hint_ms);
-                    if let Err(cause) = limit.pause(plan.delay_ms).await {
-                        return Err(self.stopped(cause, tool, Some((&ticket, attempt)), sent, false, key.as_deref(), true));
-                    }
+                    self.core.pause(&state, WaitReason::Retry, plan.delay_ms, decision.hint_ms, false, &limit).await?;
                 }
                 Action::Poll(plan) => {
                     let Some(task_id) = task.clone() else {
                         let fault = PolicyFault::BoundaryViolation { cause: format!("a poll answered {tool}, which has no task") };
-                        return Err(self.policy_failed(Some(step), tool, key.as_deref(), &outcome_words(&attempted.outcome), fault));
+                        let answered = Some((state.call_id, state.attempt));
+                        let words = outcome_words(&attempted.outcome);
+                        return Err(self.core.policy_failed(step, answered, tool, state.key.as_deref(), &words, fault).into());
                     };
                     next = Next::Poll;
                     if plan.reconnect {
                         self.reconnect_before_retry(tool)?;
                     }
-                    self.log_wait(Some(step), ticket.call_id, tool, attempt, WaitReason::Poll, plan.delay_ms, decision.hint_ms);
-                    if let Err(cause) = limit.pause(plan.delay_ms).await {
+                    // A stop during the wait leaves the task alive on the server: it is cancelled.
+                    if let Err(end) = self.core.pause(&state, WaitReason::Poll, plan.delay_ms, decision.hint_ms, true, &limit).await {
                         self.cancel_task(tool, &task_id, &limit, true).await;
-                        return Err(self.stopped(cause, tool, Some((&ticket, attempt)), sent, true, key.as_deref(), false));
+                        return Err(end.into());
                     }
                 }
                 Action::CheckStatus => next = Next::CheckStatus,
@@ -1451,6 +1098,17 @@ impl RetryingToolCaller {
                 Action::Succeed(note) => return Ok(ToolAnswer::Done { result: attempted.result, note }),
                 Action::Escalate(escalation) => return Err(CallError::Escalated(escalation)),
             }
+        }
+    }
+}
+
+impl From<CallEnd> for CallError {
+    fn from(end: CallEnd) -> Self {
+        match end {
+            CallEnd::Escalated(escalation) => CallError::Escalated(escalation),
+            CallEnd::Stopped(stopped) if stopped.cause == StopCause::Cancelled => CallError::Cancelled(stopped),
+            CallEnd::Stopped(stopped) => CallError::TimedOut(stopped),
+            CallEnd::Run(error) => CallError::Run(error),
         }
     }
 }
@@ -1466,23 +1124,6 @@ impl SharedConnection {
         metrics: Arc<Metrics>,
     ) -> anyhow::Result<RetryingToolCaller> {
         RetryingToolCaller::for_run(self, instance, config_json, run_id, options, metrics).await
-    }
-}
-
-/// The policy-failure escalation (the same note as the Python and Node wrappers').
-pub(crate) fn policy_failure(tool: &str, last_outcome: &str, fault: &PolicyFault) -> Escalation {
-    let note = format!(
-        "the retry policy failed ({}: {fault}); not retried. Last outcome of {tool}: {last_outcome}. \
-         Effects of this run are not known to the host: check before sending again.",
-        fault.kind()
-    );
-    Escalation {
-        reason: EscalationReason::UnclassifiedFailure,
-        last_error: Some(last_outcome.to_string()),
-        resets_in_ms: None,
-        effects: vec![],
-        effects_total: 0,
-        note,
     }
 }
 

@@ -269,6 +269,28 @@ impl McpConnection {
         self.lost = true;
     }
 
+    /// The session's peer and its number ([`McpConnection::sessions`] when
+    /// it was set up), if it is connected and not known lost: a request
+    /// remembers which session it went on.
+    pub(crate) fn current_session(&self) -> Option<(Peer<RoleClient>, u32)> {
+        self.peer().map(|peer| (peer, self.sessions))
+    }
+
+    /// Marks session number `session` lost, unless a newer one replaced it: a
+    /// request that failed on an old session says nothing of the new one
+    /// (which other runs of a shared connection may be using).
+    pub(crate) fn mark_lost_if(&mut self, session: u32) {
+        if session == self.sessions {
+            self.lost = true;
+        }
+    }
+
+    /// Sessions set up so far: 1 after the first connect, one more for each
+    /// reconnection (a new `initialize` over HTTP, a new process over stdio).
+    pub fn sessions(&self) -> u32 {
+        self.sessions
+    }
+
     /// Connects (again): closes what is left of the old session (and its
     /// process), then starts a new one. A failure is observed as the contract's
     /// outcome, for the policy to decide on.
@@ -368,6 +390,8 @@ pub struct SharedConnection {
     connection: std::sync::Mutex<McpConnection>,
     /// One session set-up at a time: a run that waited for it finds it done.
     connecting: tokio::sync::Mutex<()>,
+    /// Closed for good ([`SharedConnection::close`]): no run connects again.
+    closed: std::sync::atomic::AtomicBool,
 }
 
 impl SharedConnection {
@@ -376,7 +400,8 @@ impl SharedConnection {
         if let Some(refused) = connection.configuration_error() {
             return Err(refused.clone());
         }
-        Ok(Arc::new(SharedConnection { connection: std::sync::Mutex::new(connection), connecting: tokio::sync::Mutex::new(()) }))
+        let connection = std::sync::Mutex::new(connection);
+        Ok(Arc::new(SharedConnection { connection, connecting: tokio::sync::Mutex::new(()), closed: std::sync::atomic::AtomicBool::new(false) }))
     }
 
     /// Reads or changes the connection (never across an await).
@@ -384,20 +409,33 @@ impl SharedConnection {
         f(&mut self.connection.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
-    /// Sets a session up unless one is up (another run may have just done it).
-    pub(crate) async fn connect(&self) -> Result<(), Outcome> {
+    /// Sets a session up unless one is up (another run may have just done
+    /// it): whether this call set one up. After [`SharedConnection::close`],
+    /// nothing is set up: the attempt is `other`, not sent.
+    pub(crate) async fn connect(&self) -> Result<bool, Outcome> {
         let _turn = self.connecting.lock().await;
+        if self.closed.load(std::sync::atomic::Ordering::Acquire) {
+            let detail = "not sent: the shared connection was closed".to_string();
+            return Err(observe::transport_failure(TransportError::Other, Delivery::NotSent, detail, false));
+        }
         let (old, start) = self.with(|c| if c.needs_connect() { Some((c.client.take(), c.session_start())) } else { None }).unzip();
-        let Some(start) = start else { return Ok(()) };
+        let Some(start) = start else { return Ok(false) };
         close_session(old.flatten()).await;
         let client = start.start().await?;
         self.with(|c| c.install(client));
-        Ok(())
+        Ok(true)
     }
 
-    /// Ends the session (and stops the server process), for every run.
+    /// Sessions set up so far, by every run ([`McpConnection::sessions`]).
+    pub fn sessions(&self) -> u32 {
+        self.with(|c| c.sessions())
+    }
+
+    /// Ends the session (and stops the server process), for every run, for
+    /// good: a run that needs a session after it gets none.
     pub async fn close(&self) {
         let _turn = self.connecting.lock().await;
+        self.closed.store(true, std::sync::atomic::Ordering::Release);
         let client = self.with(|c| c.client.take());
         if let Some(client) = client {
             let _ = client.cancel().await;
@@ -417,5 +455,22 @@ fn from_initialize_error(error: &ClientInitializeError) -> Outcome {
         ClientInitializeError::LegacyFallbackFailed { fallback, .. } => from_initialize_error(fallback),
         // `other` is escalated, never retried; the text names both lists.
         other => observe::transport_failure(TransportError::Other, Delivery::Unknown, other.to_string(), false),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A failure on an old session says nothing of the new one; on the
+    /// current one it marks it lost.
+    #[test]
+    fn only_the_session_a_request_went_on_is_marked_lost() {
+        let mut connection = McpConnection::stdio("agent-retry-test-no-such-server", &[]);
+        connection.sessions = 2;
+        connection.mark_lost_if(1);
+        assert!(!connection.lost, "session 1's failure leaves session 2 alone");
+        connection.mark_lost_if(2);
+        assert!(connection.lost, "session 2's failure marks it lost");
     }
 }

@@ -109,6 +109,57 @@ impl Instruments {
     }
 }
 
+/// One change an event makes to an instrument of docs/events.md: the
+/// Prometheus instruments ([`Metrics`]) and the OpenTelemetry ones (the `otel`
+/// feature) apply the same list, so that they agree.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Change<'a> {
+    /// `agent_retry.attempts` by `class` (`none` for an attempt no verdict answered) and `action`.
+    Attempt {
+        class: &'a str,
+        action: &'a str,
+    },
+    Replan,
+    Escalation {
+        reason: &'static str,
+    },
+    StatusCheck {
+        result: &'static str,
+    },
+    /// `agent_retry.waits` and the wait histogram, by `why`.
+    Wait {
+        why: &'static str,
+        wait_ms: u64,
+    },
+    AccountWait,
+    AccountRefusal,
+    PolicyUpdate {
+        outcome: &'static str,
+    },
+}
+
+/// What `event` changes in the instruments: an attempt the run report counts
+/// (`sent`), a wait (an admission wait is also the account budget's), a
+/// replan, an escalation (one of the account budget is also a refusal), a
+/// status check, a live update.
+pub(crate) fn changes(event: &Event) -> Vec<Change<'_>> {
+    match event {
+        Event::Attempt(e) if e.sent => vec![Change::Attempt { class: e.class.as_deref().unwrap_or("none"), action: &e.action }],
+        Event::Attempt(_) | Event::TaskPoll(_) => vec![],
+        Event::Wait(e) => {
+            let wait = Change::Wait { why: e.why.as_str(), wait_ms: e.wait_ms };
+            if e.why == crate::events::WaitReason::Admission { vec![wait, Change::AccountWait] } else { vec![wait] }
+        }
+        Event::Replan(_) => vec![Change::Replan],
+        Event::Escalation(e) => {
+            let escalation = Change::Escalation { reason: labels::reason(e.escalation.reason) };
+            if e.escalation.reason == EscalationReason::AccountBudgetExhausted { vec![escalation, Change::AccountRefusal] } else { vec![escalation] }
+        }
+        Event::StatusCheck(e) => vec![Change::StatusCheck { result: labels::status_check(e.result) }],
+        Event::PolicyUpdate(e) => vec![Change::PolicyUpdate { outcome: e.outcome.as_str() }],
+    }
+}
+
 #[derive(Default, Debug)]
 struct State {
     counts: Counts,
@@ -149,49 +200,42 @@ impl Metrics {
     pub fn count(&self, event: &Event) {
         let mut state = self.lock();
         let State { counts, instruments } = &mut *state;
+        for change in changes(event) {
+            match change {
+                Change::Attempt { class, action } => *instruments.attempts.entry((class.to_string(), action.to_string())).or_default() += 1,
+                Change::Replan => instruments.replans += 1,
+                Change::Escalation { reason } => *instruments.escalations.entry(reason.to_string()).or_default() += 1,
+                Change::StatusCheck { result } => *instruments.status_checks.entry(result.to_string()).or_default() += 1,
+                Change::Wait { why, wait_ms } => {
+                    *instruments.waits.entry(why.to_string()).or_default() += 1;
+                    instruments.wait_seconds.entry(why.to_string()).or_default().observe_ms(wait_ms);
+                }
+                Change::AccountWait => instruments.account_waits += 1,
+                Change::AccountRefusal => instruments.account_refusals += 1,
+                Change::PolicyUpdate { outcome } => *instruments.policy_updates.entry(outcome.to_string()).or_default() += 1,
+            }
+        }
         match event {
-            Event::Attempt(e) => {
-                let tool_call = e.context.step.is_some();
+            Event::Attempt(e) if e.context.step.is_some() && e.class.is_some() => {
+                // The summary counts answered tool-call attempts and decisions, as in 0.7
+                // (a stop or a refusal is not the policy's decision).
                 if e.sent {
-                    let class = e.class.clone().unwrap_or_default();
-                    *instruments.attempts.entry((class, e.action.clone())).or_default() += 1;
-                    // The summary counts answered tool-call attempts, as in 0.7.
-                    if tool_call && e.class.is_some() {
-                        counts.attempts += 1;
-                        *counts.by_status.entry(e.outcome.clone()).or_default() += 1;
-                    }
+                    counts.attempts += 1;
+                    *counts.by_status.entry(e.outcome.clone()).or_default() += 1;
                 }
-                // Decisions of tool calls (a stop or a refusal is not the policy's decision).
-                if tool_call && e.class.is_some() {
-                    *counts.by_action.entry(e.action.clone()).or_default() += 1;
-                    if e.action == "retry" {
-                        counts.retries += 1;
-                        counts.waited_ms += e.delay_ms.unwrap_or(0);
-                    }
+                *counts.by_action.entry(e.action.clone()).or_default() += 1;
+                if e.action == "retry" {
+                    counts.retries += 1;
+                    counts.waited_ms += e.delay_ms.unwrap_or(0);
                 }
             }
-            Event::Wait(e) => {
-                let why = e.why.as_str().to_string();
-                *instruments.waits.entry(why.clone()).or_default() += 1;
-                instruments.wait_seconds.entry(why).or_default().observe_ms(e.wait_ms);
-                if e.why == crate::events::WaitReason::Admission {
-                    instruments.account_waits += 1;
-                }
-            }
-            Event::Replan(_) => instruments.replans += 1,
             Event::Escalation(e) => {
-                let reason = labels::reason(e.escalation.reason).to_string();
-                *instruments.escalations.entry(reason.clone()).or_default() += 1;
-                *counts.escalations_by_reason.entry(reason).or_default() += 1;
-                match e.escalation.reason {
-                    EscalationReason::RunStepsSpent => counts.runs_ended_by_step_budget += 1,
-                    EscalationReason::AccountBudgetExhausted => instruments.account_refusals += 1,
-                    _ => {}
+                *counts.escalations_by_reason.entry(labels::reason(e.escalation.reason).to_string()).or_default() += 1;
+                if e.escalation.reason == EscalationReason::RunStepsSpent {
+                    counts.runs_ended_by_step_budget += 1;
                 }
             }
-            Event::StatusCheck(e) => *instruments.status_checks.entry(labels::status_check(e.result).to_string()).or_default() += 1,
-            Event::TaskPoll(_) => {}
-            Event::PolicyUpdate(e) => *instruments.policy_updates.entry(e.outcome.as_str().to_string()).or_default() += 1,
+            _ => {}
         }
     }
 

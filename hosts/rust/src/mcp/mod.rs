@@ -7,7 +7,6 @@ pub mod clock;
 pub mod connect;
 mod continuation;
 pub mod http_client;
-mod limit;
 pub mod metrics;
 pub mod observe;
 mod session_client;

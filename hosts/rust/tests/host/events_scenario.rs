@@ -2,8 +2,8 @@
 //! tests/events/scenario.json through `with_policy` with the fake clock and
 //! the fixed entropy; what was emitted is written to target/events/rust.json
 //! and, when tests/events/expected.json exists, compared with it. The spans
-//! are recorded with the OpenTelemetry SDK's in-memory exporter (the tests
-//! build the crate with its `otel` feature).
+//! and the OpenTelemetry metrics are recorded with the SDK's in-memory
+//! exporters (the tests build the crate with its `otel` feature).
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -12,11 +12,13 @@ use agent_retry_host::any_call::{AnyCallError, Observed, PolicyRun, WithPolicyOp
 use agent_retry_host::component::types::{FailureKind, Observation};
 use agent_retry_host::events::{Event, RetryHooks};
 use agent_retry_host::mcp::Metrics;
-use agent_retry_host::otel::OtelTracer;
 use agent_retry_host::otel::opentelemetry::Value as OtelValue;
 use agent_retry_host::otel::opentelemetry::trace::{SpanKind, Status};
+use agent_retry_host::otel::{OtelMeter, OtelTracer};
 use agent_retry_host::testing::{FakeClock, fixed_entropy};
 use agent_retry_host::{EmbeddedAccounts, HostServices, PolicyComponent, default_wasm_path};
+use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
+use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader, SdkMeterProvider};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
 use serde_json::{Value, json};
 
@@ -104,8 +106,11 @@ async fn the_shared_scenario_emits_the_expected_events_and_metrics() {
     let metrics = Arc::new(Metrics::new());
     let exporter = InMemorySpanExporter::default();
     let provider = SdkTracerProvider::builder().with_simple_exporter(exporter.clone()).build();
+    let metric_exporter = InMemoryMetricExporter::default();
+    let meter_provider = SdkMeterProvider::builder().with_reader(PeriodicReader::builder(metric_exporter.clone()).build()).build();
     let options = WithPolicyOptions {
         tracer: Some(OtelTracer::from_provider(&provider)),
+        meter: Some(OtelMeter::from_provider(&meter_provider)),
         clock: clock.clone(),
         policy_identity: Some(scenario["policy_identity"].as_str().unwrap().to_string()),
         hooks: Some(log.clone()),
@@ -154,6 +159,16 @@ async fn the_shared_scenario_emits_the_expected_events_and_metrics() {
     assert_eq!(names.iter().filter(|n| n.starts_with("execute_tool ")).count(), 3, "a span per call: {names:?}");
     assert_eq!(names.iter().filter(|n| n.starts_with("attempt ")).count(), 5, "a span per attempt: {names:?}");
 
+    // The OpenTelemetry instruments count what the Prometheus ones count.
+    meter_provider.force_flush().unwrap();
+    let otel = otel_points(&metric_exporter);
+    let prometheus: Vec<(String, String, u64)> =
+        metrics.instruments().attempts.iter().map(|((class, action), n)| (class.clone(), action.clone(), *n)).collect();
+    assert_eq!(otel.attempts, prometheus, "agent_retry.attempts by class and action");
+    assert_eq!(otel.wait_count, 2, "two waits in agent_retry.wait.duration");
+    assert_eq!(otel.wait_bounds, vec![0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0]);
+    assert_eq!(otel.escalations, vec![("permission-denied".to_string(), 1)]);
+
     let expected_path = root().join("tests/events/expected.json");
     if let Ok(text) = std::fs::read_to_string(&expected_path) {
         let expected: Value = serde_json::from_str(&text).unwrap();
@@ -162,5 +177,71 @@ async fn the_shared_scenario_emits_the_expected_events_and_metrics() {
         assert_eq!(dump["spans"], expected["spans"], "spans differ from tests/events/expected.json (dump: target/events/rust.json)");
     } else {
         eprintln!("no tests/events/expected.json yet: the dump is written, not compared");
+    }
+}
+
+/// What the test reads of the OpenTelemetry metrics.
+#[derive(Default)]
+struct OtelPoints {
+    /// `agent_retry.attempts`: (class, action, count), sorted.
+    attempts: Vec<(String, String, u64)>,
+    /// `agent_retry.escalations`: (reason, count), sorted.
+    escalations: Vec<(String, u64)>,
+    wait_count: u64,
+    wait_bounds: Vec<f64>,
+}
+
+fn otel_points(exporter: &InMemoryMetricExporter) -> OtelPoints {
+    let mut points = OtelPoints::default();
+    let text = |attributes: Vec<&agent_retry_host::otel::opentelemetry::KeyValue>, key: &str| {
+        attributes.iter().find(|kv| kv.key.as_str() == key).map(|kv| kv.value.as_str().to_string()).unwrap_or_default()
+    };
+    // The last export holds the cumulative totals.
+    let exported = exporter.get_finished_metrics().unwrap();
+    let last = exported.last().expect("an export");
+    for scope in last.scope_metrics() {
+        for metric in scope.metrics() {
+            match (metric.name(), metric.data()) {
+                ("agent_retry.attempts", AggregatedMetrics::U64(MetricData::Sum(sum))) => {
+                    for p in sum.data_points() {
+                        points.attempts.push((text(p.attributes().collect(), "class"), text(p.attributes().collect(), "action"), p.value()));
+                    }
+                }
+                ("agent_retry.escalations", AggregatedMetrics::U64(MetricData::Sum(sum))) => {
+                    points.escalations.extend(sum.data_points().map(|p| (text(p.attributes().collect(), "reason"), p.value())));
+                }
+                ("agent_retry.wait.duration", AggregatedMetrics::F64(MetricData::Histogram(histogram))) => {
+                    for p in histogram.data_points() {
+                        points.wait_count += p.count();
+                        points.wait_bounds = p.bounds().collect();
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    points.attempts.sort();
+    points.escalations.sort();
+    points
+}
+
+/// A call whose future is dropped mid-attempt (a timeout around it, a
+/// cancelled task) ends its spans as stopped at once, not at the next call.
+#[tokio::test]
+async fn a_dropped_call_leaves_no_span_open() {
+    let component = PolicyComponent::from_file(&default_wasm_path()).expect("run `make wasm` first");
+    let instance = component.instantiate(HostServices::new(Arc::new(EmbeddedAccounts::new()), fixed_entropy(1))).unwrap();
+    let exporter = InMemorySpanExporter::default();
+    let provider = SdkTracerProvider::builder().with_simple_exporter(exporter.clone()).build();
+    let options = WithPolicyOptions { tracer: Some(OtelTracer::from_provider(&provider)), ..Default::default() };
+    let mut run = PolicyRun::start(instance, "{}", "run-dropped", options).unwrap();
+    let never = run.with_policy("lookup_order", |_| std::future::pending::<Result<Value, Observed>>());
+    assert!(tokio::time::timeout(std::time::Duration::from_millis(50), never).await.is_err(), "the attempt never answers");
+    let spans = exporter.get_finished_spans().unwrap();
+    let ended = |name: &str| spans.iter().find(|s| s.name == name).unwrap_or_else(|| panic!("{name} still open: {spans:?}"));
+    for span in [ended("execute_tool lookup_order"), ended("attempt lookup_order")] {
+        let error_type = span.attributes.iter().find(|kv| kv.key.as_str() == "error.type").map(|kv| kv.value.as_str().to_string());
+        assert_eq!(error_type.as_deref(), Some("cancelled"), "{span:?}");
+        assert!(matches!(span.status, Status::Error { .. }), "{span:?}");
     }
 }
