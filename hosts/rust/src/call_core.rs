@@ -94,20 +94,18 @@ pub(crate) struct StopFacts<'a> {
 
 /// Where a call was when it stopped.
 pub(crate) enum StopPlace<'a> {
-    /// This attempt (or its live task) was out.
+    /// This attempt's request was out.
     InFlight(u32),
     BetweenAttempts,
-    /// Before its first attempt was sent; `during` names what ran (e.g.
-    /// `tools/list`: no Rust stop gives one, the vectors test the words).
+    /// Before its first attempt was sent; `during` names the pseudo-call
+    /// that ran for it (`initialize`, `tools/list`).
     BeforeSend(Option<&'a str>),
 }
 
 /// What is known of a stopped call's effect.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum StopEffect {
-    /// The call was never begun (a Python or Node stop; a Rust call is begun
-    /// before anything can stop it).
-    #[cfg_attr(not(test), allow(dead_code))]
+    /// The call was never begun (it stopped while the tools were listed again).
     NothingSent,
     NotAWrite,
     MayHaveApplied,
