@@ -469,22 +469,9 @@ impl RunCore {
     ) -> CallEnd {
         let context = self.context(step, answered.map(|(call_id, _)| call_id), tool);
         let attempt = answered.map_or(0, |(_, attempt)| attempt);
-        self.telemetry.emit(Event::Attempt(AttemptEvent {
-            context: context.clone(),
-            attempt,
-            key: key.map(String::from),
-            outcome: outcome.to_string(),
-            class: None,
-            rule: None,
-            action: "escalate".into(),
-            delay_ms: None,
-            hint_ms: None,
-            escalation: Some(labels::reason(escalation.reason).to_string()),
-            reason: escalation.note.clone(),
-            invariant,
-            decision: None,
-            sent: counted,
-        }));
+        let line = AttemptEvent::unanswered(context.clone(), attempt, key.map(String::from), outcome, "escalate", escalation.note.clone(), counted);
+        let escalated = Some(labels::reason(escalation.reason).to_string());
+        self.telemetry.emit(Event::Attempt(AttemptEvent { escalation: escalated, invariant, ..line }));
         self.telemetry.emit(Event::Escalation(EscalationEvent { context, attempt, rule: None, escalation: escalation.clone(), decision: None }));
         CallEnd::Escalated(escalation)
     }
@@ -527,22 +514,8 @@ impl RunCore {
     pub fn stop_before_begin(&self, step: Option<u32>, tool: &str, cause: StopCause, during: &str) -> CallEnd {
         let place = StopPlace::BeforeSend(Some(during));
         let reason = stop_reason(&StopFacts { cause, limit_ms: self.limit_ms(cause), place, attempts_sent: 0, applied: StopEffect::NothingSent });
-        self.telemetry.emit(Event::Attempt(AttemptEvent {
-            context: self.context(step, None, tool),
-            attempt: 0,
-            key: None,
-            outcome: cause.label().to_string(),
-            class: None,
-            rule: None,
-            action: "stop".into(),
-            delay_ms: None,
-            hint_ms: None,
-            escalation: None,
-            reason: reason.clone(),
-            invariant: None,
-            decision: None,
-            sent: false,
-        }));
+        let line = AttemptEvent::unanswered(self.context(step, None, tool), 0, None, cause.label(), "stop", reason.clone(), false);
+        self.telemetry.emit(Event::Attempt(line));
         CallEnd::Stopped(Stopped { cause, tool: tool.to_string(), call_id: None, attempts_sent: 0, may_have_applied: false, reason })
     }
 
@@ -564,22 +537,8 @@ impl RunCore {
     /// The `stop` attempt event of a call that ends without a verdict;
     /// `counted`: the run report counts the attempt it names.
     pub fn stop_line(&self, state: &CallState, outcome: &str, reason: String, counted: bool) {
-        self.telemetry.emit(Event::Attempt(AttemptEvent {
-            context: self.call_context(state),
-            attempt: state.attempt,
-            key: state.key.clone(),
-            outcome: outcome.to_string(),
-            class: None,
-            rule: None,
-            action: "stop".into(),
-            delay_ms: None,
-            hint_ms: None,
-            escalation: None,
-            reason,
-            invariant: None,
-            decision: None,
-            sent: counted,
-        }));
+        let line = AttemptEvent::unanswered(self.call_context(state), state.attempt, state.key.clone(), outcome, "stop", reason, counted);
+        self.telemetry.emit(Event::Attempt(line));
     }
 }
 

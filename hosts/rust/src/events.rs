@@ -60,6 +60,30 @@ pub struct AttemptEvent {
     pub sent: bool,
 }
 
+impl AttemptEvent {
+    /// A line no verdict answered (a stop, an escalation the wrapper made for
+    /// the policy): no class, rule, delays or decision. `counted`: the run
+    /// report counts the attempt it names.
+    pub(crate) fn unanswered(context: EventContext, attempt: u32, key: Option<String>, outcome: &str, action: &str, reason: String, counted: bool) -> Self {
+        AttemptEvent {
+            context,
+            attempt,
+            key,
+            outcome: outcome.to_string(),
+            class: None,
+            rule: None,
+            action: action.to_string(),
+            delay_ms: None,
+            hint_ms: None,
+            escalation: None,
+            reason,
+            invariant: None,
+            decision: None,
+            sent: counted,
+        }
+    }
+}
+
 /// Why the wrapper waits (`agent_retry.wait`'s `why`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum WaitReason {
