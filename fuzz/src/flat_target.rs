@@ -199,7 +199,7 @@ impl FlatCase {
                                 idempotent: Option::<bool>::arbitrary(&mut u)?,
                             })
                         };
-                        FlatOp::Begin { request: CallRequest { tool, idempotency_key, hints }, dt_ms }
+                        FlatOp::Begin { request: CallRequest { server: None, tool, idempotency_key, hints }, dt_ms }
                     }
                     3..=9 => {
                         let call = call_pick(&mut u)?;
@@ -339,13 +339,22 @@ impl Driver {
     fn begin(&mut self, request: &CallRequest) {
         let before = (self.run.report(), self.last());
         self.budget.last_grant = 0;
-        let result = self.run.begin(request.tool.clone(), request.idempotency_key.clone(), request.hints.as_ref(), self.now_ms, &mut self.budget);
+        let result = self.run.begin(
+            request.server.clone(),
+            request.tool.clone(),
+            request.idempotency_key.clone(),
+            request.hints.as_ref(),
+            self.now_ms,
+            &mut self.budget,
+        );
         self.steps.push(json!({"op": "begin-call", "call": serde_json::to_value(request).unwrap_or(Value::Null), "now-ms": self.now_ms}));
         self.transcript.push(format!("begin {result:?}"));
         let context = format!("begin-call {} of {:?}", self.calls.len() + 1, request.tool);
         match result {
             Err(e) => invariant!((self.run.report(), self.last()) == before, "a refused begin-call changed the run: {e:?} ({context})"),
             Ok(Start::Escalated) => invariant!(self.run.escalation().is_some(), "begin-call escalated with no hand-off ({context})"),
+            // The fuzzed calls name no server: no breaker applies.
+            Ok(Start::Replan(id)) => panic!("broken invariant: call {id} refused by a breaker without a server ({context})"),
             Ok(Start::Send(t)) => {
                 invariant!(t.call_id as usize == self.calls.len() + 1, "call id {} for call {} ({context})", t.call_id, self.calls.len() + 1);
                 invariant!(t.delay_ms == self.budget.last_grant, "ticket delay {} vs the account's grant {} ({context})", t.delay_ms, self.budget.last_grant);

@@ -240,7 +240,7 @@ impl RunCase {
                                 idempotent: Option::<bool>::arbitrary(&mut u)?,
                             })
                         };
-                        Op::Begin { request: CallRequest { tool, idempotency_key, hints }, dt_ms }
+                        Op::Begin { request: CallRequest { server: None, tool, idempotency_key, hints }, dt_ms }
                     }
                     3..=8 => {
                         let call = match u.choose_index(8)? {
@@ -281,6 +281,9 @@ impl Scripted {
         Scripted { answers, next: 0, last_grant: 0 }
     }
 }
+
+/// The fuzzed runs name no server: no breaker applies, and no shared state is used.
+impl agent_retry_policy::shared::SharedState for Scripted {}
 
 impl AccountBudget for Scripted {
     fn reserve(&mut self, account_id: &str, tokens: u32, bucket: Bucket, max_wait_ms: u64, _now_ms: u64) -> Reservation {
@@ -452,6 +455,8 @@ impl Driver {
                 self.ended = Some(e.reason);
                 self.check_escalation(e, "", &context);
             }
+            // The fuzzed calls name no server: no breaker applies.
+            Ok(Admission::Replan(d)) => panic!("broken invariant: a breaker refused a call without a server: {d:?} ({context})"),
         }
         self.check_report(&context);
         result
@@ -622,6 +627,8 @@ impl Driver {
                             EscalationReason::ProtocolVersionUnsupported => d.rule == "version-mismatch",
                             EscalationReason::InputRequired => d.class == OutcomeClass::NeedsInput,
                             EscalationReason::TaskExpired | EscalationReason::TaskPollsSpent | EscalationReason::TaskCancelled => had_task,
+                            // The fuzzed calls name no server: no breaker applies.
+                            EscalationReason::CircuitOpen => false,
                         };
                         invariant!(ok, "escalated for {:?} with budgets not spent: decision {d:?}, report before {before:?} ({context})", e.reason);
                         call.finished = true;
@@ -643,10 +650,11 @@ impl Driver {
             return;
         }
         self.now_ms = self.now_ms.saturating_add(1);
-        let request = CallRequest { tool: "fuzz_persistent".to_string(), idempotency_key: Some("persistent".to_string()), hints: None };
+        let request = CallRequest { server: None, tool: "fuzz_persistent".to_string(), idempotency_key: Some("persistent".to_string()), hints: None };
         let call_id = match self.begin(&request) {
             Ok(Admission::Send(ticket)) => ticket.call_id,
             Ok(Admission::Escalate(_)) => return,
+            Ok(Admission::Replan(d)) => panic!("broken invariant: a breaker refused a call without a server: {d:?}"),
             Err(e) => panic!("broken invariant: an open run refused a call: {e:?}"),
         };
         let timeout = Outcome::Failure(Failure {

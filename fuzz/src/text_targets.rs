@@ -133,7 +133,7 @@ pub const TEXT_CONFIGS: &[(&str, &str)] = &[
 /// decision must agree with the classification and the backoff promise.
 fn through_a_run(config: &Arc<Config>, tool: &str, failure: &Failure, classification: &Classification, now_ms: u64, entropy: u64, context: &str) {
     let mut run = Run::new(Arc::clone(config), "fuzz");
-    let request = CallRequest { tool: tool.to_string(), idempotency_key: Some("k".to_string()), hints: None };
+    let request = CallRequest { server: None, tool: tool.to_string(), idempotency_key: Some("k".to_string()), hints: None };
     let Ok(Admission::Send(ticket)) = readable::begin_call(&mut run, &request, now_ms, &mut NoAccountBudget) else {
         panic!("broken invariant: the first call of a fresh run was not admitted ({context})");
     };

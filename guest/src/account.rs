@@ -19,13 +19,17 @@ pub enum Reservation {
 }
 
 /// An atomic take-or-wait on one account's token bucket, and giving tokens back.
-pub trait AccountBudget {
+/// The host that keeps it also keeps the shared state (the breakers).
+pub trait AccountBudget: crate::shared::SharedState {
     fn reserve(&mut self, account_id: &str, tokens: u32, bucket: Bucket, max_wait_ms: u64, now_ms: u64) -> Reservation;
     fn refund(&mut self, account_id: &str, tokens: u32, bucket: Bucket, now_ms: u64);
 }
 
 /// For runs whose configuration has no account budget: the core never calls it.
 pub struct NoAccountBudget;
+
+/// Nor any shared state: no breaker opens.
+impl crate::shared::SharedState for NoAccountBudget {}
 
 impl AccountBudget for NoAccountBudget {
     fn reserve(&mut self, _: &str, _: u32, _: Bucket, _: u64, _: u64) -> Reservation {

@@ -7,11 +7,12 @@ use alloc::string::String;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 
-use crate::{account, backoff, classify, config, hints, key, rules, run, session, types as model};
+use crate::{account, backoff, breaker, classify, config, hints, key, rules, run, session, shared, types as model};
 
 wit_bindgen::generate!({ world: "agent-retry", path: "../wit", generate_all });
 
 use agent_retry::policy::account_budget as import;
+use agent_retry::policy::shared_state;
 use agent_retry::policy::types as wit;
 use exports::agent_retry::policy::policy::{Guest, GuestPolicy, GuestRun};
 
@@ -68,8 +69,19 @@ fn entropy(host: Option<u64>) -> u64 {
     host.unwrap_or_else(wasi::random::random::get_random_u64)
 }
 
-/// The account budget import, seen through the core's trait.
+/// The account budget and shared state imports, seen through the core's traits.
 struct HostAccountBudget;
+
+impl shared::SharedState for HostAccountBudget {
+    fn load(&mut self, key: &str, now_ms: u64) -> shared::Loaded {
+        let loaded = shared_state::load(key, now_ms);
+        shared::Loaded { value: loaded.value, version: loaded.version, now_ms: loaded.now_ms }
+    }
+
+    fn store_if(&mut self, key: &str, expected_version: u64, value: &str, ttl_ms: u64) -> bool {
+        shared_state::store_if(key, expected_version, value, ttl_ms)
+    }
+}
 
 impl account::AccountBudget for HostAccountBudget {
     fn reserve(&mut self, account_id: &str, tokens: u32, bucket: account::Bucket, max_wait_ms: u64, now_ms: u64) -> account::Reservation {
@@ -180,12 +192,40 @@ impl GuestPolicy for Policy {
     }
 }
 
+impl Run {
+    /// The contract's verdict, with whether the report changed a breaker.
+    fn verdict(&self, verdict: run::Verdict) -> wit::Verdict {
+        let mut verdict: wit::Verdict = verdict.into();
+        verdict.breaker_changed = self.run.borrow().breaker_changed();
+        verdict
+    }
+}
+
 impl GuestRun for Run {
-    fn begin_call(&self, tool: String, key: Option<String>, hints: Option<wit::ToolHints>, now_ms: u64) -> Result<wit::CallStart, wit::RunError> {
+    fn begin_call(
+        &self,
+        server: Option<String>,
+        tool: String,
+        key: Option<String>,
+        hints: Option<wit::ToolHints>,
+        now_ms: u64,
+    ) -> Result<wit::CallStart, wit::RunError> {
         let hints = hints.map(Into::into);
         #[cfg(feature = "liar")]
         let (liar_tool, liar_key) = (tool.clone(), key.clone());
-        let start = self.run.borrow_mut().begin(tool, key, hints.as_ref(), now_ms, &mut HostAccountBudget)?;
+        let start = self.run.borrow_mut().begin(server, tool, key, hints.as_ref(), now_ms, &mut HostAccountBudget)?;
+        let breaker_changed = self.run.borrow().breaker_changed();
+        let refused = |call_id, replan| wit::CallStart {
+            admitted: false,
+            call_id,
+            delay_ms: 0,
+            effect: wit::Effect::Read,
+            safe_to_repeat: false,
+            idle_timeout_ms: 0,
+            attempt_timeout_ms: 0,
+            replan,
+            breaker_changed,
+        };
         #[allow(unused_mut)]
         let mut start = match start {
             run::Start::Send(t) => wit::CallStart {
@@ -196,16 +236,11 @@ impl GuestRun for Run {
                 safe_to_repeat: t.safe_to_repeat,
                 idle_timeout_ms: t.idle_timeout_ms,
                 attempt_timeout_ms: t.attempt_timeout_ms,
+                replan: false,
+                breaker_changed,
             },
-            run::Start::Escalated => wit::CallStart {
-                admitted: false,
-                call_id: 0,
-                delay_ms: 0,
-                effect: wit::Effect::Read,
-                safe_to_repeat: false,
-                idle_timeout_ms: 0,
-                attempt_timeout_ms: 0,
-            },
+            run::Start::Escalated => refused(0, false),
+            run::Start::Replan(call_id) => refused(call_id, true),
         };
         #[cfg(feature = "liar")]
         self.liar.begun(&liar_tool, liar_key.as_deref(), &mut start);
@@ -217,14 +252,17 @@ impl GuestRun for Run {
         if let Some(verdict) = self.liar.answer(call_id, attempt, false) {
             return Ok(verdict);
         }
-        let verdict = self.run.borrow_mut().record_success(call_id, attempt, now_ms, &mut HostAccountBudget)?.into();
+        // Two statements: the run's `RefMut` must be gone before `verdict` borrows it.
+        let verdict = self.run.borrow_mut().record_success(call_id, attempt, now_ms, &mut HostAccountBudget)?;
+        let verdict = self.verdict(verdict);
         #[cfg(feature = "liar")]
         let verdict = self.liar.verdict(call_id, verdict);
         Ok(verdict)
     }
 
     fn record_empty_result(&self, call_id: u32, attempt: u32, detail: String, now_ms: u64) -> Result<wit::Verdict, wit::RunError> {
-        Ok(self.run.borrow_mut().record_empty_result(call_id, attempt, &detail, now_ms, &mut HostAccountBudget)?.into())
+        let verdict = self.run.borrow_mut().record_empty_result(call_id, attempt, &detail, now_ms, &mut HostAccountBudget)?;
+        Ok(self.verdict(verdict))
     }
 
     fn record_failure(
@@ -244,10 +282,10 @@ impl GuestRun for Run {
         let pairs = hints::split_lines(&observation.headers);
         let view = view(&kind, &pairs, &observation);
         let verdict = self.run.borrow_mut().record_failure(call_id, attempt, &view, run::At { now_ms, time_left_ms, entropy }, &mut HostAccountBudget)?;
+        let verdict = self.verdict(verdict);
         #[cfg(feature = "liar")]
-        let verdict = self.liar.verdict(call_id, verdict.into());
-        #[allow(clippy::useless_conversion)]
-        Ok(verdict.into())
+        let verdict = self.liar.verdict(call_id, verdict);
+        Ok(verdict)
     }
 
     fn record_status_check(
@@ -265,10 +303,10 @@ impl GuestRun for Run {
         }
         let verdict =
             self.run.borrow_mut().record_status_check(call_id, attempt, result.into(), run::At { now_ms, time_left_ms, entropy }, &mut HostAccountBudget)?;
+        let verdict = self.verdict(verdict);
         #[cfg(feature = "liar")]
-        let verdict = self.liar.verdict(call_id, verdict.into());
-        #[allow(clippy::useless_conversion)]
-        Ok(verdict.into())
+        let verdict = self.liar.verdict(call_id, verdict);
+        Ok(verdict)
     }
 
     fn record_task_status(
@@ -289,10 +327,10 @@ impl GuestRun for Run {
             message: task.message,
         };
         let verdict = self.run.borrow_mut().record_task_status(call_id, attempt, &report, run::At { now_ms, time_left_ms, entropy }, &mut HostAccountBudget)?;
+        let verdict = self.verdict(verdict);
         #[cfg(feature = "liar")]
-        let verdict = self.liar.verdict(call_id, verdict.into());
-        #[allow(clippy::useless_conversion)]
-        Ok(verdict.into())
+        let verdict = self.liar.verdict(call_id, verdict);
+        Ok(verdict)
     }
 
     fn record_poll_failure(
@@ -308,7 +346,7 @@ impl GuestRun for Run {
         let pairs = hints::split_lines(&observation.headers);
         let view = view(&kind, &pairs, &observation);
         let verdict = self.run.borrow_mut().record_poll_failure(call_id, attempt, &view, run::At { now_ms, time_left_ms, entropy }, &mut HostAccountBudget)?;
-        Ok(verdict.into())
+        Ok(self.verdict(verdict))
     }
 
     fn abandon_call(&self, call_id: u32, attempt: u32, sent: bool, why: wit::AbandonReason) -> Result<(), wit::RunError> {
@@ -316,7 +354,7 @@ impl GuestRun for Run {
             wit::AbandonReason::Cancelled => model::AbandonReason::Cancelled,
             wit::AbandonReason::Deadline => model::AbandonReason::Deadline,
         };
-        Ok(self.run.borrow_mut().abandon_call(call_id, attempt, sent, why)?)
+        Ok(self.run.borrow_mut().abandon_call(call_id, attempt, sent, why, &mut HostAccountBudget)?)
     }
 
     fn last_decision(&self, call_id: u32) -> Option<wit::Decision> {
@@ -324,6 +362,26 @@ impl GuestRun for Run {
         #[cfg(feature = "liar")]
         let decision = self.liar.decision(call_id, decision);
         decision
+    }
+
+    fn take_breaker_changes(&self) -> Vec<wit::BreakerChange> {
+        let mode = |m: breaker::Mode| match m {
+            breaker::Mode::Closed => wit::BreakerState::Closed,
+            breaker::Mode::Open => wit::BreakerState::Open,
+            breaker::Mode::HalfOpen => wit::BreakerState::HalfOpen,
+        };
+        let changes = self.run.borrow_mut().take_breaker_changes();
+        changes
+            .into_iter()
+            .map(|c| wit::BreakerChange {
+                server: c.server,
+                tool: c.tool,
+                old_state: mode(c.change.from),
+                new_state: mode(c.change.to),
+                until_ms: c.change.until_ms,
+                why: c.change.why,
+            })
+            .collect()
     }
 
     fn escalation(&self) -> Option<wit::Escalation> {
@@ -374,7 +432,7 @@ enum_map!(model::Effect => wit::Effect { Read, Write, Delete });
 enum_map!(model::EscalationReason => wit::EscalationReason {
     PermissionDenied, ReplansSpent, CallAttemptsSpent, RunRetriesSpent, RunStepsSpent,
     ServerWaitTooLong, RetryForbidden, AccountBudgetExhausted, RetryQuotaExhausted, UnclassifiedFailure, StatusUnknown,
-    ConnectionMisconfigured, DeadlineTooNear, ProtocolVersionUnsupported, InputRequired, TaskExpired, TaskPollsSpent, TaskCancelled,
+    ConnectionMisconfigured, DeadlineTooNear, ProtocolVersionUnsupported, InputRequired, TaskExpired, TaskPollsSpent, TaskCancelled, CircuitOpen,
 });
 enum_map!(model::EffectStatus => wit::EffectStatus { Applied, Unknown });
 enum_map!(wit::StatusCheckResult => model::StatusCheckResult { Found, Absent, Unknown });
@@ -414,7 +472,8 @@ impl From<run::Verdict> for wit::Verdict {
         };
         let rule_index = v.rule.index();
         let (class, attempt, hint_ms, has_note, cancel_task) = (v.class.into(), v.attempt, v.hint_ms, v.has_note, v.cancel_task);
-        wit::Verdict { action, class, attempt, delay_ms, hint_ms, rule_index, has_note, reconnect, cancel_task }
+        // `Run::verdict` sets `breaker-changed`, which only the run knows.
+        wit::Verdict { action, class, attempt, delay_ms, hint_ms, rule_index, has_note, reconnect, cancel_task, breaker_changed: false }
     }
 }
 

@@ -118,6 +118,8 @@ mod tests {
     #[derive(Default)]
     struct Counts(BTreeMap<String, u32>);
 
+    impl crate::shared::SharedState for Counts {}
+
     impl AccountBudget for Counts {
         fn reserve(&mut self, id: &str, tokens: u32, bucket: Bucket, _: u64, _: u64) -> Reservation {
             let left = self.0.entry(id.to_string()).or_insert(bucket.capacity);

@@ -85,6 +85,49 @@ pub struct RetryQuotaConfig {
     pub success_refund: u32,
 }
 
+/// The circuit breakers (`breaker.rs`): when they open, how long they stay
+/// open, and what a call refused by one becomes. Absent: no breakers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BreakerConfig {
+    /// Counted failures in a row that open a breaker.
+    pub failures_to_open: u32,
+    /// The share of failed calls in the window, in percent, that opens a breaker...
+    pub failure_ratio_percent: u32,
+    /// ...once the window holds at least this many calls.
+    pub min_calls_in_window: u32,
+    /// The sliding window's length, in ms.
+    pub window_ms: u64,
+    /// The first cooldown, in ms: an open breaker sends nothing for this long.
+    pub cooldown_ms: u64,
+    /// Each failed probe multiplies the cooldown by this, up to `max_cooldown_ms`.
+    pub cooldown_multiplier: u32,
+    pub max_cooldown_ms: u64,
+    /// How long the one probe holds its place, in ms: if it never answers, another goes after this.
+    pub probe_lease_ms: u64,
+    /// Whether each tool on a server also has its own breaker.
+    pub per_tool: bool,
+    /// What a call refused by an open breaker becomes.
+    pub when_open: WhenOpen,
+}
+
+/// What a call refused by an open breaker becomes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WhenOpen {
+    /// A message for the model: another tool may do.
+    Replan,
+    /// A hand-off to a person.
+    Escalate,
+}
+
+impl WhenOpen {
+    pub const fn name(self) -> &'static str {
+        match self {
+            WhenOpen::Replan => "replan",
+            WhenOpen::Escalate => "escalate",
+        }
+    }
+}
+
 /// An attempt's timeouts, in ms: each is the tool's own, or none (the defaults apply).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Timeouts {
@@ -141,6 +184,7 @@ pub struct Config {
     /// Text rules for every tool's errors, after the tool's own.
     pub tool_error_rules: Vec<TextRule>,
     pub account_budget: Option<AccountBudgetConfig>,
+    pub circuit_breaker: Option<BreakerConfig>,
 }
 
 impl Default for Config {
@@ -170,6 +214,7 @@ impl Default for Config {
             status_overrides: Vec::new(),
             tool_error_rules: Vec::new(),
             account_budget: None,
+            circuit_breaker: None,
         };
         for field in &INT_FIELDS {
             (field.set)(&mut config, field.default);
@@ -262,6 +307,49 @@ const QUOTA_FIELDS: [IntField<RetryQuotaConfig>; 5] = [
     cost("throttled-retry-cost", 5, |q| q.throttled_retry_cost.into(), |q, v| q.throttled_retry_cost = v as u32),
     cost("success-refund", 1, |q| q.success_refund.into(), |q, v| q.success_refund = v as u32),
 ];
+
+/// `circuit-breaker`'s whole-number fields. The defaults follow resilience4j's
+/// (50 % of at least 100 calls; 60 s open) scaled to an agent's few calls, with
+/// five timeouts in a row enough to stop sending.
+const BREAKER_FIELDS: [IntField<BreakerConfig>; 8] = [
+    int("failures-to-open", 1, 10_000, 5, |b| b.failures_to_open.into(), |b, v| b.failures_to_open = v as u32),
+    int("failure-ratio-percent", 1, 100, 50, |b| b.failure_ratio_percent.into(), |b, v| b.failure_ratio_percent = v as u32),
+    int("min-calls-in-window", 1, 1_000_000, 20, |b| b.min_calls_in_window.into(), |b, v| b.min_calls_in_window = v as u32),
+    int("window-ms", 1000, ONE_DAY_MS, 60_000, |b| b.window_ms, |b, v| b.window_ms = v),
+    int("cooldown-ms", 1, ONE_DAY_MS, 30_000, |b| b.cooldown_ms, |b, v| b.cooldown_ms = v),
+    int("cooldown-multiplier", 1, 16, 2, |b| b.cooldown_multiplier.into(), |b, v| b.cooldown_multiplier = v as u32),
+    int("max-cooldown-ms", 1, ONE_DAY_MS, 300_000, |b| b.max_cooldown_ms, |b, v| b.max_cooldown_ms = v),
+    int("probe-lease-ms", 1, ONE_DAY_MS, 60_000, |b| b.probe_lease_ms, |b, v| b.probe_lease_ms = v),
+];
+
+fn circuit_breaker(path: &str, value: Json) -> Result<BreakerConfig, ConfigError> {
+    let mut fields = Fields::new(path, value)?;
+    let mut breaker = BreakerConfig {
+        failures_to_open: 0,
+        failure_ratio_percent: 0,
+        min_calls_in_window: 0,
+        window_ms: 0,
+        cooldown_ms: 0,
+        cooldown_multiplier: 0,
+        max_cooldown_ms: 0,
+        probe_lease_ms: 0,
+        per_tool: true,
+        when_open: WhenOpen::Replan,
+    };
+    read_ints(&mut fields, &mut breaker, &BREAKER_FIELDS)?;
+    if breaker.max_cooldown_ms < breaker.cooldown_ms {
+        let message = cat!("must be at least cooldown-ms (", breaker.cooldown_ms, "), not ", breaker.max_cooldown_ms);
+        return Err(error(ConfigErrorKind::OutOfRange, &join(path, "max-cooldown-ms"), message));
+    }
+    if let Some((p, v)) = fields.take("per-tool") {
+        breaker.per_tool = boolean(&p, v)?;
+    }
+    if let Some((p, v)) = fields.take("when-open") {
+        breaker.when_open = one_of(&p, v, &[("replan", WhenOpen::Replan), ("escalate", WhenOpen::Escalate)])?;
+    }
+    fields.finish()?;
+    Ok(breaker)
+}
 
 /// Reads `table`'s fields from `fields` into `record`, defaults for the absent
 /// ones. The first field of a table with costs is its capacity.
@@ -617,9 +705,13 @@ impl Config {
             None | Some((_, Json::Null)) => None,
             Some((p, v)) => Some(account_budget(&p, v)?),
         };
+        let circuit_breaker = match f.take("circuit-breaker") {
+            None | Some((_, Json::Null)) => None,
+            Some((p, v)) => Some(circuit_breaker(&p, v)?),
+        };
         f.finish()?;
         let tool_index = ToolIndex::build(&tools);
-        Ok(Config { default_effect, on_task_cancelled, tools, tool_index, status_overrides, tool_error_rules, account_budget, ..config })
+        Ok(Config { default_effect, on_task_cancelled, tools, tool_index, status_overrides, tool_error_rules, account_budget, circuit_breaker, ..config })
     }
 
     /// The configuration in force, every default filled in, as JSON that
@@ -693,6 +785,16 @@ impl Config {
             }
         };
         field(&mut out, "account-budget", &account);
+        let breaker = match &self.circuit_breaker {
+            None => String::from("null"),
+            Some(b) => {
+                let mut breaker = String::from("{");
+                write_ints(&mut breaker, b, &BREAKER_FIELDS);
+                cat_to!(breaker; ",\"per-tool\":", if b.per_tool { "true" } else { "false" }, ",\"when-open\":\"", b.when_open.name(), "\"}");
+                breaker
+            }
+        };
+        field(&mut out, "circuit-breaker", &breaker);
         out.push('}');
         out
     }
@@ -811,7 +913,8 @@ mod tests {
         };
         check(&section("## Configuration reference", "`account-budget`:"), &INT_FIELDS);
         check(&section("`account-budget`:", "`account-budget.retry-quota`:"), &ACCOUNT_FIELDS);
-        check(&section("`account-budget.retry-quota`:", "Effect resolution"), &QUOTA_FIELDS);
+        check(&section("`account-budget.retry-quota`:", "`circuit-breaker`:"), &QUOTA_FIELDS);
+        check(&section("`circuit-breaker`:", "Effect resolution"), &BREAKER_FIELDS);
     }
 
     #[test]

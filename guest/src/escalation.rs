@@ -32,6 +32,7 @@ pub fn reason_text(reason: EscalationReason) -> &'static str {
         EscalationReason::TaskExpired => "the call's task expired or the server no longer knows it: its result is lost",
         EscalationReason::TaskPollsSpent => "the call's task is not done within the poll budget (max-polls-per-task, max-task-wait-ms)",
         EscalationReason::TaskCancelled => "the server cancelled the call's task",
+        EscalationReason::CircuitOpen => "the server failed lately and its circuit breaker is open: nothing is sent to it until a probe answers",
     }
 }
 

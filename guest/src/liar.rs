@@ -115,6 +115,7 @@ impl RunLies {
             has_note: false,
             reconnect: failed && self.lies.reconnect,
             cancel_task: false,
+            breaker_changed: false,
         };
         self.keep(call_id, verdict);
         Some(verdict)

@@ -9,10 +9,11 @@ use crate::types::{Admission, CallRequest, Decision, Outcome, RunError};
 
 /// `begin-call`, answered as an `admission`.
 pub fn begin_call(run: &mut Run, request: &CallRequest, now_ms: u64, budget: &mut dyn AccountBudget) -> Result<Admission, RunError> {
-    let start = run.begin(request.tool.clone(), request.idempotency_key.clone(), request.hints.as_ref(), now_ms, budget)?;
+    let start = run.begin(request.server.clone(), request.tool.clone(), request.idempotency_key.clone(), request.hints.as_ref(), now_ms, budget)?;
     Ok(match start {
         Start::Send(ticket) => Admission::Send(ticket),
         Start::Escalated => Admission::Escalate(run.escalation().expect("an escalated run keeps its hand-off")),
+        Start::Replan(call_id) => Admission::Replan(run.last_decision(call_id).expect("a replan was just decided")),
     })
 }
 

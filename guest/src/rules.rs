@@ -33,6 +33,7 @@ pub enum Rule {
     TaskStatus,
     InputRequired,
     ToolErrorExpiredHandle,
+    CircuitOpen,
 }
 
 /// The rules' names, indexed by [`Rule::index`].
@@ -61,6 +62,7 @@ pub const RULE_NAMES: &[&str] = &[
     "task-status",
     "input-required",
     "tool-error:expired-handle",
+    "circuit-open",
 ];
 
 impl Rule {
@@ -83,14 +85,15 @@ mod tests {
     /// checks that no name is missing at the end).
     #[test]
     fn every_rule_is_named() {
-        let last = Rule::ToolErrorExpiredHandle;
+        let last = Rule::CircuitOpen;
         assert_eq!(usize::from(last.index()) + 1, RULE_NAMES.len());
         assert_eq!(Rule::Success.name(), "success");
         assert_eq!(Rule::HttpStatus.name(), "http-status");
         assert_eq!(Rule::PayloadTooLargeRetryAfter.name(), "413-retry-after");
         assert_eq!(Rule::ConfigToolErrorRules.name(), "config:tool-error-rules");
         assert_eq!(Rule::ToolError.name(), "tool-error");
-        assert_eq!(last.name(), "tool-error:expired-handle");
+        assert_eq!(Rule::ToolErrorExpiredHandle.name(), "tool-error:expired-handle");
+        assert_eq!(last.name(), "circuit-open");
         assert_eq!(Rule::InputRequired.name(), "input-required");
         assert_eq!(Rule::VersionMismatch.name(), "version-mismatch");
         let mut names = RULE_NAMES.to_vec();

@@ -30,11 +30,12 @@ use alloc::vec::Vec;
 
 use crate::account::AccountBudget;
 use crate::backoff::next_delay_ms;
+use crate::breaker::{self, Admit, BreakerChange};
 use crate::budget::{self, Spend};
 use crate::cat::{cat, cat_to};
 use crate::chunked::Chunked;
 use crate::classify::{Classified, FailureView, classify_view, failure_label, is_ambiguous};
-use crate::config::{Config, ToolPolicy};
+use crate::config::{BreakerConfig, Config, ToolPolicy, WhenOpen};
 use crate::escalation::{self, StopPoint};
 use crate::rules::Rule;
 use crate::text::excerpt;
@@ -107,9 +108,31 @@ struct Call {
     /// Whether the server already refused the client's MCP revision once for
     /// this call: a second refusal means they share none.
     version_refused: bool,
+    /// The breakers this call probes (bit 0: the server's, bit 1: the tool's),
+    /// until its first answer decides them.
+    probes: u8,
+    /// The server the call went to, for its breakers (none: no breaker applies).
+    server: Option<Box<str>>,
 }
 
 impl Call {
+    fn new(server: Option<Box<str>>, tool: String, key: Option<String>, policy: ToolPolicy, probes: u8) -> Call {
+        Call {
+            tool,
+            key,
+            policy,
+            attempt: 1,
+            phase: Phase::Sending,
+            last_error: None,
+            last_text: String::new(),
+            quota_taken: 0,
+            effect_index: None,
+            version_refused: false,
+            probes,
+            server,
+        }
+    }
+
     /// Whether a failed attempt may be repeated without first reading state.
     fn safe_to_repeat(&self) -> bool {
         self.policy.effect != Effect::Write || self.policy.idempotent || self.key.is_some()
@@ -168,6 +191,8 @@ pub struct Verdict {
 pub enum Start {
     Send(CallTicket),
     Escalated,
+    /// Not sent (a breaker is open): the call is over as a replan; its id.
+    Replan(u32),
 }
 
 /// The first part of a decision's reason: what the outcome was.
@@ -181,13 +206,26 @@ enum Basis {
 #[derive(Clone, Copy, Debug)]
 enum Step {
     Done,
-    Retry { retry: u32, of: u32, delay_ms: u64, account_wait_ms: Option<u64> },
-    Replan { replan: u32, of: u32 },
+    Retry {
+        retry: u32,
+        of: u32,
+        delay_ms: u64,
+        account_wait_ms: Option<u64>,
+    },
+    Replan {
+        replan: u32,
+        of: u32,
+    },
     CheckStatus,
     DeleteGone,
     Escalate(EscalationReason),
-    Poll { poll: u32, delay_ms: u64 },
+    Poll {
+        poll: u32,
+        delay_ms: u64,
+    },
     TaskCancelled,
+    /// A breaker stopped the call: the model is told, or a person.
+    CircuitOpen(Down),
 }
 
 /// The run's last decision, kept so that its words can be built on demand.
@@ -241,6 +279,17 @@ struct Bounds {
     time_left_ms: Option<u64>,
     /// Whether the retry needs a new session first.
     reconnect: bool,
+    /// A breaker of the call's server that is open (or probing): no retry goes.
+    down: Option<Down>,
+}
+
+/// An open breaker that stops a call: until when, by the store's clock, and
+/// whether it is the tool's own (else the server's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Down {
+    until_ms: u64,
+    now_ms: u64,
+    tool_level: bool,
 }
 
 /// What most runs never have, allocated at the first: their tasks (the live
@@ -254,6 +303,8 @@ struct Rare {
     polls: u32,
     /// Calls the host stopped (`abandon-call`).
     abandoned_calls: u32,
+    /// The breakers' changes the last `begin` or report made.
+    breaker_changes: Vec<BreakerChange>,
 }
 
 /// One agent run.
@@ -489,10 +540,12 @@ impl Run {
         self.decide(index, Act::Escalate, failed, Step::Escalate(EscalationReason::DeadlineTooNear), true)
     }
 
-    /// Asks to begin a call: checks the step budget and takes the first
-    /// attempt's share of the account budget.
+    /// Asks to begin a call of `tool` on `server`: checks the breakers, the
+    /// step budget, and takes the first attempt's share of the account budget.
+    #[allow(clippy::too_many_arguments)]
     pub fn begin(
         &mut self,
+        server: Option<String>,
         tool: String,
         key: Option<String>,
         hints: Option<&ToolHints>,
@@ -501,33 +554,38 @@ impl Run {
     ) -> Result<Start, RunError> {
         self.ensure_open()?;
         SizeLimit::check("tool", &tool)?;
+        if let Some(server) = &server {
+            SizeLimit::check_within("server", server, crate::types::MAX_SERVER_BYTES)?;
+        }
         if let Some(key) = &key {
             SizeLimit::check("idempotency-key", key)?;
         }
+        self.forget_breaker_changes();
         if self.steps() >= self.config.max_steps_per_run {
             self.escalate(None, EscalationReason::RunStepsSpent, None, now_ms);
             return Ok(Start::Escalated);
         }
+        let breaker = self.config.circuit_breaker.clone();
+        let server = server.filter(|_| breaker.is_some()).map(|raw| Box::<str>::from(breaker::server_name(&raw)));
+        let mut probes = 0;
+        if let (Some(config), Some(name)) = (&breaker, &server) {
+            match self.admit_breakers(config, name, &tool, now_ms, budget) {
+                Ok(probing) => probes = probing,
+                Err(down) => return Ok(self.refuse(config, server, tool, key, hints, down, now_ms)),
+            }
+        }
         let delay_ms = match budget::withdraw(&self.config, Spend::FirstAttempt, None, now_ms, budget) {
             Ok(taken) => taken.wait_ms,
             Err(refused) => {
+                if let (Some(config), Some(name)) = (&breaker, &server) {
+                    self.release_probes(config, name, &tool, probes, budget);
+                }
                 self.escalate(None, refused.reason, Some(refused.resets_in_ms), now_ms);
                 return Ok(Start::Escalated);
             }
         };
         let policy = self.config.tool_policy(&tool, hints);
-        let call = Call {
-            tool,
-            key,
-            policy,
-            attempt: 1,
-            phase: Phase::Sending,
-            last_error: None,
-            last_text: String::new(),
-            quota_taken: 0,
-            effect_index: None,
-            version_refused: false,
-        };
+        let call = Call::new(server, tool, key, policy, probes);
         let safe_to_repeat = call.safe_to_repeat();
         // The first call gets room for one (`Chunked::push`): most runs in
         // flight have one call out, and 100,000 runs must fit in one
@@ -538,6 +596,148 @@ impl Run {
         let call_id = self.calls.len() as u32; // fewer than max-steps-per-run (≤ 10^6)
         let (idle_timeout_ms, attempt_timeout_ms) = self.config.timeouts(&self.calls[call_id as usize - 1].tool);
         Ok(Start::Send(CallTicket { call_id, delay_ms, effect: policy.effect, safe_to_repeat, idle_timeout_ms, attempt_timeout_ms }))
+    }
+
+    /// A call an open breaker stops before it is sent: a replan (the call is
+    /// kept, finished, so that its decision can be read) or an escalation.
+    #[allow(clippy::too_many_arguments)]
+    fn refuse(
+        &mut self,
+        config: &BreakerConfig,
+        server: Option<Box<str>>,
+        tool: String,
+        key: Option<String>,
+        hints: Option<&ToolHints>,
+        down: Down,
+        now_ms: u64,
+    ) -> Start {
+        let resets_in_ms = down.until_ms.saturating_sub(down.now_ms);
+        if config.when_open == WhenOpen::Escalate {
+            self.escalate(None, EscalationReason::CircuitOpen, Some(resets_in_ms), now_ms);
+            return Start::Escalated;
+        }
+        let policy = self.config.tool_policy(&tool, hints);
+        let mut call = Call::new(server, tool, key, policy, 0);
+        call.attempt = 0;
+        self.calls.push(call);
+        let index = self.calls.len() - 1;
+        let failed = Failed {
+            class: OutcomeClass::Transient,
+            hint_ms: Some(resets_in_ms),
+            rule: Rule::CircuitOpen,
+            basis: Basis::Fixed("a circuit breaker of the server is open"),
+        };
+        let verdict = self.replan_or_escalate(index, failed, now_ms);
+        if verdict.act != Act::Replan {
+            return Start::Escalated;
+        }
+        if let Some(last) = self.last.as_mut() {
+            last.step = Step::CircuitOpen(down);
+        }
+        Start::Replan(index as u32 + 1)
+    }
+
+    /// The breakers a call of `tool` on `server` must pass: the server's, then
+    /// the tool's. `Ok` carries the probes the call makes; a probe taken
+    /// before the other breaker refuses is given back.
+    fn admit_breakers(&mut self, config: &BreakerConfig, server: &str, tool: &str, now_ms: u64, host: &mut dyn AccountBudget) -> Result<u8, Down> {
+        let mut probes = 0;
+        for (bit, tool_key) in [(1u8, None), (2u8, Some(tool))] {
+            if tool_key.is_some() && !config.per_tool {
+                break;
+            }
+            let key = breaker::key(server, tool_key);
+            let admitted = breaker::update(host, &key, config, now_ms, |state, now| {
+                let (admit, change) = breaker::admit(state, config, now);
+                let changed = change.is_some();
+                ((admit, change), changed)
+            });
+            // A store that keeps refusing leaves the breaker as it is: the call goes.
+            let Some((admit, change)) = admitted else { continue };
+            if let Some(change) = change {
+                self.note_breaker_change(server, tool_key, change);
+            }
+            match admit {
+                Admit::Send => {}
+                Admit::Probe => probes |= bit,
+                Admit::Refused { until_ms, now_ms } => {
+                    self.release_probes(config, server, tool, probes, host);
+                    return Err(Down { until_ms, now_ms, tool_level: tool_key.is_some() });
+                }
+            }
+        }
+        Ok(probes)
+    }
+
+    /// Gives back probes a call took but will not make (it was not sent): the
+    /// next call may probe at once instead of waiting out the lease.
+    fn release_probes(&mut self, config: &BreakerConfig, server: &str, tool: &str, probes: u8, host: &mut dyn AccountBudget) {
+        for (bit, tool_key) in [(1u8, None), (2u8, Some(tool))] {
+            if probes & bit == 0 {
+                continue;
+            }
+            // No clock here (`abandon-call` has none): any time reads the
+            // state as plausible, and a lease that ended at 0 has ended.
+            breaker::update(host, &breaker::key(server, tool_key), config, u64::MAX, |state, _| {
+                let held = state.mode == breaker::Mode::HalfOpen;
+                if held {
+                    state.until_ms = 0;
+                }
+                ((), held)
+            });
+        }
+    }
+
+    /// Counts what the call's attempt said of its server in the call's
+    /// breakers (`None`: nothing, e.g. a misconfigured connection), and says
+    /// whether one of them is open now, or probing with another call.
+    fn record_breakers(&mut self, index: usize, outcome: Option<breaker::Outcome>, now_ms: u64, host: &mut dyn AccountBudget) -> Option<Down> {
+        let config = self.config.circuit_breaker.clone()?;
+        let call = &mut self.calls[index];
+        let server = call.server.clone()?;
+        let probes = core::mem::take(&mut call.probes);
+        let tool = call.tool.clone();
+        let mut down = None;
+        for (bit, tool_key) in [(1u8, None), (2u8, Some(tool.as_str()))] {
+            if tool_key.is_some() && !config.per_tool {
+                break;
+            }
+            let key = breaker::key(&server, tool_key);
+            let probe = probes & bit != 0;
+            let recorded = breaker::update(host, &key, &config, now_ms, |state, now| {
+                let change = outcome.and_then(|outcome| breaker::record(state, outcome, probe, &config, now));
+                let open = state.mode != breaker::Mode::Closed && now < state.until_ms;
+                let changed = change.is_some() || (outcome.is_some() && state.mode == breaker::Mode::Closed);
+                ((change, open.then_some(Down { until_ms: state.until_ms, now_ms: now, tool_level: tool_key.is_some() })), changed)
+            });
+            let Some((change, open)) = recorded else { continue };
+            if let Some(change) = change {
+                self.note_breaker_change(&server, tool_key, change);
+            }
+            down = down.or(open);
+        }
+        down
+    }
+
+    fn note_breaker_change(&mut self, server: &str, tool: Option<&str>, change: breaker::Change) {
+        let rare = self.rare.get_or_insert_with(Box::default);
+        rare.breaker_changes.push(BreakerChange::new(server, tool, change));
+    }
+
+    fn forget_breaker_changes(&mut self) {
+        if let Some(rare) = self.rare.as_mut() {
+            rare.breaker_changes.clear();
+        }
+    }
+
+    /// Whether the last `begin` or report changed a breaker.
+    pub fn breaker_changed(&self) -> bool {
+        self.rare.as_ref().is_some_and(|r| !r.breaker_changes.is_empty())
+    }
+
+    /// The breakers' changes the last `begin` or report made; forgotten once read.
+    pub fn take_breaker_changes(&mut self) -> Vec<BreakerChange> {
+        self.rare.as_mut().map(|r| core::mem::take(&mut r.breaker_changes)).unwrap_or_default()
     }
 
     /// Records an attempt that returned a usable result.
@@ -596,7 +796,7 @@ impl Run {
     /// applied a write or a delete: it is an `unknown` effect, as a timeout's
     /// is, so a later escalation's note names it. No budget moves: the host
     /// stopped, the policy decided nothing.
-    pub fn abandon_call(&mut self, call_id: u32, attempt: u32, sent: bool, _why: AbandonReason) -> Result<(), RunError> {
+    pub fn abandon_call(&mut self, call_id: u32, attempt: u32, sent: bool, _why: AbandonReason, budget: &mut dyn AccountBudget) -> Result<(), RunError> {
         self.ensure_open()?;
         let index = self.call_index(call_id)?;
         let expected = self.calls[index].attempt;
@@ -610,6 +810,12 @@ impl Run {
         }
         self.end_task(index);
         self.calls[index].phase = Phase::Finished;
+        self.forget_breaker_changes();
+        let probes = core::mem::take(&mut self.calls[index].probes);
+        if let (Some(config), Some(server), true) = (self.config.circuit_breaker.clone(), self.calls[index].server.clone(), probes != 0) {
+            let tool = self.calls[index].tool.clone();
+            self.release_probes(&config, &server, &tool, probes, budget);
+        }
         let rare = self.rare.get_or_insert_with(Box::default);
         rare.abandoned_calls = rare.abandoned_calls.saturating_add(1);
         Ok(())
@@ -618,6 +824,7 @@ impl Run {
     fn record(&mut self, call_id: u32, attempt: u32, outcome: Reported<'_>, at: At, budget: &mut dyn AccountBudget) -> Result<Verdict, RunError> {
         let now_ms = at.now_ms;
         self.ensure_open()?;
+        self.forget_breaker_changes();
         let index = self.call_index(call_id)?;
         let expected = self.calls[index].attempt;
         if attempt != expected {
@@ -642,6 +849,7 @@ impl Run {
             (Reported::PollFailure(_), None) if self.task(index).is_none() => Err(RunError::NoTask(call_id)),
             (Reported::PollFailure(failure), None) => Ok(self.on_poll_failure(index, failure, at)),
             (Reported::Success, None) => {
+                self.record_breakers(index, Some(breaker::Outcome::Answered), now_ms, budget);
                 let call = &self.calls[index];
                 budget::deposit(&self.config, call.attempt > 1, call.quota_taken, now_ms, budget);
                 let effect = self.calls[index].policy.effect;
@@ -650,6 +858,7 @@ impl Run {
                 Ok(self.succeed(index, status, false, done, Step::Done))
             }
             (Reported::EmptyResult(detail), None) => {
+                self.record_breakers(index, Some(breaker::Outcome::Answered), now_ms, budget);
                 self.keep_text(index, LastError::EmptyResult, detail);
                 // The server answered 2xx: a write it answered has been applied.
                 if self.calls[index].policy.effect != Effect::Read {
@@ -702,6 +911,7 @@ impl Run {
         let classified = classify_view(failure, &self.config, Some(&self.calls[index].tool), now_ms);
         self.keep_text(index, LastError::Failure(*failure.kind), failure.body);
         let (class, hint_ms, rule) = (classified.class, classified.hint_ms, classified.rule);
+        let down = self.record_breakers(index, breaker::outcome(failure.kind, class), now_ms, budget);
         let ambiguous = is_ambiguous(&classified);
         // A lost session's 404 says nothing of the target: it is not "already gone".
         let gone = matches!(classified.status, Some(404 | 410)) && rule != Rule::LostSession;
@@ -746,7 +956,7 @@ impl Run {
                     return self.decide(index, Act::CheckStatus, failed, Step::CheckStatus, false);
                 }
                 let reconnect = matches!(rule, Rule::LostSession | Rule::VersionMismatch);
-                self.retry_or_escalate(index, failed, Bounds { time_left_ms, reconnect }, now_ms, entropy, budget)
+                self.retry_or_escalate(index, failed, Bounds { time_left_ms, reconnect, down }, now_ms, entropy, budget)
             }
             // Unclassified, and the classes classify never gives a failure.
             OutcomeClass::Unclassified | OutcomeClass::Success | OutcomeClass::Semantic => {
@@ -756,6 +966,10 @@ impl Run {
     }
 
     fn retry_or_escalate(&mut self, index: usize, failed: Failed, bounds: Bounds, now_ms: u64, entropy: u64, budget: &mut dyn AccountBudget) -> Verdict {
+        // The server failed lately (this call's failure, or others'): nothing is sent to it.
+        if let Some(down) = bounds.down {
+            return self.circuit_open(index, failed, down, now_ms);
+        }
         let config = Arc::clone(&self.config);
         let attempt = self.calls[index].attempt;
         let spent = if attempt >= config.max_attempts_per_call {
@@ -822,6 +1036,20 @@ impl Run {
             cancel_task: false,
         };
         self.keep_last(Last { index, verdict, basis: failed.basis, step });
+        verdict
+    }
+
+    /// A call whose retry an open breaker stops: a replan or an escalation, as configured.
+    fn circuit_open(&mut self, index: usize, failed: Failed, down: Down, now_ms: u64) -> Verdict {
+        let resets_in_ms = down.until_ms.saturating_sub(down.now_ms);
+        let when_open = self.config.circuit_breaker.as_ref().map_or(WhenOpen::Replan, |b| b.when_open);
+        if when_open == WhenOpen::Escalate {
+            return self.escalate_call(index, failed, EscalationReason::CircuitOpen, Some(resets_in_ms), now_ms);
+        }
+        let verdict = self.replan_or_escalate(index, failed, now_ms);
+        if let Some(last) = self.last.as_mut().filter(|_| verdict.act == Act::Replan) {
+            last.step = Step::CircuitOpen(down);
+        }
         verdict
     }
 
@@ -1002,7 +1230,8 @@ impl Run {
                 self.set_effect(index, None);
                 self.calls[index].phase = Phase::Sending;
                 failed.basis = Basis::Fixed("status check found the write absent");
-                self.retry_or_escalate(index, failed, Bounds { time_left_ms, reconnect: false }, now_ms, entropy, budget)
+                let down = self.record_breakers(index, None, now_ms, budget);
+                self.retry_or_escalate(index, failed, Bounds { time_left_ms, reconnect: false, down }, now_ms, entropy, budget)
             }
             StatusCheckResult::Unknown => {
                 failed.basis = Basis::Fixed("status check could not tell");
@@ -1024,6 +1253,7 @@ impl Run {
         let action = match verdict.act {
             Act::Retry { delay_ms, attempt, reconnect } => Action::Retry(RetryPlan { delay_ms, attempt, idempotency_key: call.key.clone(), reconnect }),
             Act::Replan => Action::Replan(match call.last_error {
+                _ if matches!(last.step, Step::CircuitOpen(_)) => circuit_message(call, &last.step, self.last_error_text(last.index)),
                 Some(LastError::EmptyResult) => self.last_error_text(last.index).unwrap_or_default(),
                 _ if verdict.rule == Rule::ToolErrorExpiredHandle => cat!(
                     call.tool,
@@ -1079,6 +1309,25 @@ impl Run {
     }
 }
 
+/// What the model is told of a call an open breaker stopped: what failed, if
+/// this call failed, and that the server (or the tool) is down for a while.
+fn circuit_message(call: &Call, step: &Step, last_error: Option<String>) -> String {
+    let Step::CircuitOpen(down) = *step else { return String::new() };
+    let server = call.server.as_deref().unwrap_or("the server");
+    let mut text = match last_error {
+        Some(error) => cat!(call.tool, " failed: ", error, ". "),
+        None => cat!(call.tool, " was not called. "),
+    };
+    let seconds = down.until_ms.saturating_sub(down.now_ms).div_ceil(1000);
+    if down.tool_level {
+        cat_to!(text; "The tool ", call.tool, " on ", server, " has failed repeatedly");
+    } else {
+        cat_to!(text; "The server ", server, " has failed repeatedly");
+    }
+    cat_to!(text; " and is not called for ", seconds, " s (circuit breaker open). Use another tool, or try again later.");
+    text
+}
+
 /// A decision's reason, in the words the log and `explain` show.
 fn reason_text(basis: &Basis, step: &Step) -> String {
     let mut text = match basis {
@@ -1109,6 +1358,10 @@ fn reason_text(basis: &Basis, step: &Step) -> String {
         Step::Escalate(reason) => cat!("; escalate: ", escalation::reason_text(reason)),
         Step::Poll { poll, delay_ms } => cat!("; poll ", poll, " of the task after ", delay_ms, " ms"),
         Step::TaskCancelled => String::from("; the server cancelled the task: replan"),
+        Step::CircuitOpen(down) => {
+            let whose = if down.tool_level { "the tool's" } else { "the server's" };
+            cat!("; ", whose, " circuit breaker is open for ", down.until_ms.saturating_sub(down.now_ms), " ms more: replan")
+        }
     };
     text.push_str(&step);
     text
@@ -1128,9 +1381,9 @@ mod abandon_tests {
     }
 
     fn begin(run: &mut Run, tool: &str) -> u32 {
-        match run.begin(tool.into(), None, None, NOW, &mut NoAccountBudget).unwrap() {
+        match run.begin(None, tool.into(), None, None, NOW, &mut NoAccountBudget).unwrap() {
             Start::Send(ticket) => ticket.call_id,
-            Start::Escalated => panic!("not admitted"),
+            Start::Escalated | Start::Replan(_) => panic!("not admitted"),
         }
     }
 
@@ -1144,9 +1397,9 @@ mod abandon_tests {
     fn an_abandoned_call_is_closed_and_counted() {
         let mut run = run();
         let id = begin(&mut run, "search");
-        run.abandon_call(id, 1, true, AbandonReason::Cancelled).unwrap();
+        run.abandon_call(id, 1, true, AbandonReason::Cancelled, &mut NoAccountBudget).unwrap();
         assert_eq!(run.record_success(id, 1, NOW, &mut NoAccountBudget), Err(RunError::CallFinished(id)));
-        assert_eq!(run.abandon_call(id, 1, true, AbandonReason::Cancelled), Err(RunError::CallFinished(id)));
+        assert_eq!(run.abandon_call(id, 1, true, AbandonReason::Cancelled, &mut NoAccountBudget), Err(RunError::CallFinished(id)));
         let report = run.report();
         assert_eq!((report.calls, report.abandoned_calls, report.effects_total), (1, 1, 0), "a read makes no effect");
     }
@@ -1155,9 +1408,9 @@ mod abandon_tests {
     fn a_write_stopped_on_the_wire_is_an_unknown_effect_and_one_stopped_before_sending_is_none() {
         let mut run = run();
         let sent = begin(&mut run, "refund");
-        run.abandon_call(sent, 1, true, AbandonReason::Deadline).unwrap();
+        run.abandon_call(sent, 1, true, AbandonReason::Deadline, &mut NoAccountBudget).unwrap();
         let unsent = begin(&mut run, "refund");
-        run.abandon_call(unsent, 1, false, AbandonReason::Cancelled).unwrap();
+        run.abandon_call(unsent, 1, false, AbandonReason::Cancelled, &mut NoAccountBudget).unwrap();
         let report = run.report();
         assert_eq!(report.abandoned_calls, 2);
         assert_eq!(report.effects.iter().map(|e| (e.call_id, e.status)).collect::<Vec<_>>(), vec![(sent, EffectStatus::Unknown)]);
@@ -1169,12 +1422,12 @@ mod abandon_tests {
         let id = begin(&mut run, "search");
         let verdict = timeout(&mut run, id, 1);
         assert!(matches!(verdict.act, Act::Retry { .. }), "{verdict:?}");
-        let wrong = run.abandon_call(id, 1, true, AbandonReason::Cancelled);
+        let wrong = run.abandon_call(id, 1, true, AbandonReason::Cancelled, &mut NoAccountBudget);
         assert_eq!(wrong, Err(RunError::AttemptMismatch(AttemptMismatch { call_id: id, expected: 2, reported: 1 })));
         assert_eq!(run.report().abandoned_calls, 0);
-        run.abandon_call(id, 2, false, AbandonReason::Cancelled).unwrap();
+        run.abandon_call(id, 2, false, AbandonReason::Cancelled, &mut NoAccountBudget).unwrap();
         assert_eq!(run.report().abandoned_calls, 1);
-        assert_eq!(run.abandon_call(9, 1, false, AbandonReason::Cancelled), Err(RunError::UnknownCall(9)));
+        assert_eq!(run.abandon_call(9, 1, false, AbandonReason::Cancelled, &mut NoAccountBudget), Err(RunError::UnknownCall(9)));
     }
 
     #[test]
@@ -1183,7 +1436,7 @@ mod abandon_tests {
         let id = begin(&mut run, "refund");
         let verdict = timeout(&mut run, id, 1);
         assert!(matches!(verdict.act, Act::CheckStatus), "{verdict:?}");
-        run.abandon_call(id, 1, true, AbandonReason::Deadline).unwrap();
+        run.abandon_call(id, 1, true, AbandonReason::Deadline, &mut NoAccountBudget).unwrap();
         let report = run.report();
         assert_eq!(report.effects.iter().map(|e| e.status).collect::<Vec<_>>(), vec![EffectStatus::Unknown]);
         assert_eq!(run.record_status_check(id, 1, StatusCheckResult::Found, At::now(NOW), &mut NoAccountBudget), Err(RunError::CallFinished(id)));

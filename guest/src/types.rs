@@ -193,6 +193,9 @@ pub struct ToolHints {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct CallRequest {
+    /// The server, for its circuit breakers; none, no breaker applies.
+    #[serde(default)]
+    pub server: Option<String>,
     pub tool: String,
     #[serde(default)]
     pub idempotency_key: Option<String>,
@@ -232,6 +235,7 @@ pub enum EscalationReason {
     TaskExpired,
     TaskPollsSpent,
     TaskCancelled,
+    CircuitOpen,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -298,6 +302,8 @@ pub struct Decision {
 pub enum Admission {
     Send(CallTicket),
     Escalate(Escalation),
+    /// Not sent: a breaker is open, and the model is told (the decision's message).
+    Replan(Decision),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -376,14 +382,23 @@ pub struct SizeLimit {
 /// The longest run id, tool name or idempotency key, in bytes.
 pub const MAX_ID_BYTES: usize = 256;
 
+/// The longest server a call may name, in bytes (a URL or a command line; the
+/// breakers keep a normalised name of at most 256 bytes).
+pub const MAX_SERVER_BYTES: usize = 4096;
+
 impl SizeLimit {
     /// `Err(too-large)` if `value` is longer than [`MAX_ID_BYTES`].
     pub fn check(input: &str, value: &str) -> Result<(), RunError> {
-        if value.len() <= MAX_ID_BYTES {
+        Self::check_within(input, value, MAX_ID_BYTES)
+    }
+
+    /// `Err(too-large)` if `value` is longer than `limit_bytes`.
+    pub fn check_within(input: &str, value: &str, limit_bytes: usize) -> Result<(), RunError> {
+        if value.len() <= limit_bytes {
             return Ok(());
         }
         let size_bytes = u32::try_from(value.len()).unwrap_or(u32::MAX);
-        Err(RunError::TooLarge(SizeLimit { input: String::from(input), size_bytes, limit_bytes: MAX_ID_BYTES as u32 }))
+        Err(RunError::TooLarge(SizeLimit { input: String::from(input), size_bytes, limit_bytes: limit_bytes as u32 }))
     }
 }
 

@@ -95,6 +95,8 @@ struct Counted {
     refunded: BTreeMap<String, u64>,
 }
 
+impl agent_retry_policy::shared::SharedState for Counted {}
+
 impl AccountBudget for Counted {
     fn reserve(&mut self, id: &str, tokens: u32, bucket: Bucket, _max_wait_ms: u64, _now_ms: u64) -> Reservation {
         assert!(tokens <= bucket.capacity, "asked {tokens} tokens of a bucket of {}", bucket.capacity);
@@ -163,13 +165,14 @@ proptest! {
         for step in sequence {
             match step {
                 Step::Begin { keyed } => {
-                    let request = CallRequest { tool: "t".into(), idempotency_key: keyed.then(|| "k".to_string()), hints: None };
+                    let request = CallRequest { server: None, tool: "t".into(), idempotency_key: keyed.then(|| "k".to_string()), hints: None };
                     match readable::begin_call(&mut run, &request, now, &mut budget) {
                         Ok(Admission::Send(ticket)) => latest = Some((ticket.call_id, 1)),
                         Ok(Admission::Escalate(e)) => {
                             prop_assert_eq!(e.reason, EscalationReason::RunStepsSpent);
                             ended = true;
                         }
+                        Ok(Admission::Replan(_)) => prop_assert!(false, "no breaker is configured"),
                         Err(_) => prop_assert!(ended, "a call refused while the run is open"),
                     }
                 }
@@ -212,7 +215,7 @@ proptest! {
     ) {
         let c = config(100, 1000, attempts, retries, 2, steps, 60_000);
         let mut run = Run::new(Arc::clone(&c), "prop");
-        let request = CallRequest { tool: "t".into(), idempotency_key: with_key.then(|| "k".to_string()), hints: None };
+        let request = CallRequest { server: None, tool: "t".into(), idempotency_key: with_key.then(|| "k".to_string()), hints: None };
         let Ok(Admission::Send(ticket)) = readable::begin_call(&mut run, &request, 0, &mut NoAccountBudget) else { panic!("not admitted") };
         // A 429 is never ambiguous; a 5xx on a write without a key asks for a status check first.
         let checks = status != 429 && !with_key;
@@ -257,7 +260,7 @@ proptest! {
         let c = config(100, 1000, 4, 10, replans, 1000, 60_000);
         let mut run = Run::new(Arc::clone(&c), "prop");
         for i in 0..calls {
-            let request = CallRequest { tool: "t".into(), idempotency_key: None, hints: None };
+            let request = CallRequest { server: None, tool: "t".into(), idempotency_key: None, hints: None };
             let Ok(Admission::Send(ticket)) = readable::begin_call(&mut run, &request, 0, &mut NoAccountBudget) else {
                 prop_assert!(i as u32 > replans, "a call refused before the replans were spent");
                 break;
@@ -293,7 +296,7 @@ proptest! {
         for step in sequence {
             match step {
                 Step::Begin { keyed } => {
-                    let request = CallRequest { tool: "t".into(), idempotency_key: keyed.then(|| "k".to_string()), hints: None };
+                    let request = CallRequest { server: None, tool: "t".into(), idempotency_key: keyed.then(|| "k".to_string()), hints: None };
                     if let Ok(Admission::Send(ticket)) = readable::begin_call(&mut run, &request, 0, &mut budget) {
                         latest = Some((ticket.call_id, 1));
                     }

@@ -30,6 +30,7 @@ TS_OUT = ROOT / "hosts/typescript/src/wit-types.ts"
 PY_OUT = ROOT / "hosts/python/src/agent_retry_policy/wit_types.py"
 
 RUST_ACCOUNTS = ROOT / "hosts/rust/src/accounts"
+RUST_SHARED_STATE = ROOT / "hosts/rust/src/shared_state"
 TS_SCRIPTS_OUT = ROOT / "hosts/typescript/src/redis-scripts.ts"
 PY_SCRIPTS_OUT = ROOT / "hosts/python/src/agent_retry_policy/redis_scripts.py"
 
@@ -41,7 +42,7 @@ RUST_LIMITS = ROOT / "hosts/rust/src/limits.rs"
 TS_LIMITS_OUT = ROOT / "hosts/typescript/src/limits-generated.ts"
 PY_LIMITS_OUT = ROOT / "hosts/python/src/agent_retry_policy/limits_generated.py"
 # The limits the hosts share, in the order they are written out.
-LIMIT_NAMES = ("MAX_BODY_BYTES", "MAX_STRUCTURED_BYTES", "MAX_HEADERS", "MAX_HEADER_VALUE_BYTES", "MAX_ID_BYTES", "MAX_CONFIG_BYTES", "MAX_LIFTED_TEXT_BYTES")
+LIMIT_NAMES = ("MAX_BODY_BYTES", "MAX_STRUCTURED_BYTES", "MAX_HEADERS", "MAX_HEADER_VALUE_BYTES", "MAX_ID_BYTES", "MAX_SERVER_BYTES", "MAX_CONFIG_BYTES", "MAX_LIFTED_TEXT_BYTES")
 
 # The configuration's defaults the wrappers' run-time guard reads (the caps no
 # policy may break), from the guest's field tables in guest/src/config.rs.
@@ -338,7 +339,11 @@ def rust_accounts():
         return m
 
     interval = find(r"retry_interval: Duration::from_(secs|millis)\((\d+)\)", shared_rs, "the default retry interval")
+    state_rs = (RUST_SHARED_STATE / "redis.rs").read_text()
     return {
+        "STATE_LOAD_LUA": find(r'const STATE_LOAD_LUA: &str = r#"(.*?)"#;', state_rs, "STATE_LOAD_LUA").group(1),
+        "STATE_STORE_LUA": find(r'const STATE_STORE_LUA: &str = r#"(.*?)"#;', state_rs, "STATE_STORE_LUA").group(1),
+        "STATE_PREFIX": find(r'pub const STATE_PREFIX: &str = "([^"]*)";', state_rs, "STATE_PREFIX").group(1),
         "GCRA_LUA": find(r'const GCRA_LUA: &str = r#"(.*?)"#;', redis_rs, "GCRA_LUA").group(1),
         "REFUND_LUA": find(r'const REFUND_LUA: &str = r#"(.*?)"#;', redis_rs, "REFUND_LUA").group(1),
         "ACCOUNT_PREFIX": find(r'prefix: "([^"]*)"\.to_string\(\)', redis_rs, "the key prefix").group(1),
@@ -353,6 +358,8 @@ SCRIPTS_DOC = [
     "refund scripts (the same text, so the same SHA1 for EVALSHA), the keys'",
     "prefix, the timeout of one exchange and the default retry interval while on",
     "the local share. Their documentation is in hosts/rust/src/accounts/redis.rs.",
+    "Beside them, the shared state's (the circuit breakers') read and",
+    "compare-and-set scripts and key prefix: hosts/rust/src/shared_state/redis.rs.",
 ]
 
 
@@ -376,6 +383,12 @@ def typescript_scripts(d):
         f"export const ACCOUNT_PREFIX = {json.dumps(d['ACCOUNT_PREFIX'])};",
         f"export const ACCOUNTS_REDIS_TIMEOUT_MS = {d['REDIS_TIMEOUT_MS']};",
         f"export const ACCOUNTS_RETRY_INTERVAL_MS = {d['RETRY_INTERVAL_MS']};",
+        "",
+        f"export const STATE_LOAD_LUA = {lua('STATE_LOAD_LUA')};",
+        "",
+        f"export const STATE_STORE_LUA = {lua('STATE_STORE_LUA')};",
+        "",
+        f"export const STATE_PREFIX = {json.dumps(d['STATE_PREFIX'])};",
     ]
     return "\n".join(lines) + "\n"
 
@@ -397,6 +410,12 @@ def python_scripts(d):
         f"ACCOUNT_PREFIX = {json.dumps(d['ACCOUNT_PREFIX'])}",
         f"REDIS_TIMEOUT_S = {d['REDIS_TIMEOUT_MS'] / 1000!r}",
         f"RETRY_INTERVAL_S = {d['RETRY_INTERVAL_MS'] / 1000!r}",
+        "",
+        f"STATE_LOAD_LUA = {lua('STATE_LOAD_LUA')}",
+        "",
+        f"STATE_STORE_LUA = {lua('STATE_STORE_LUA')}",
+        "",
+        f"STATE_PREFIX = {json.dumps(d['STATE_PREFIX'])}",
     ]
     return "\n".join(lines) + "\n"
 

@@ -1348,6 +1348,163 @@ def abandon_cases():
     ]
 
 
+# ---------- breakers.json (contract 0.8.0) ----------
+
+SERVER = "https://mcp.example/mcp"
+SERVER_KEY = "breaker:%d:%s" % (len(SERVER), SERVER)
+NOW = 1764460800000
+
+
+def on(tool, key=None, expect=None, now=None, server=SERVER):
+    step = begin(tool, key=key, expect=expect, now=now)
+    if server is not None:
+        step["call"]["server"] = server
+    return step
+
+
+def refused(contains, rule="circuit-open"):
+    return {"ok": {"replan": {"action": {"replan": {"$contains": contains}}, "rule": rule, "attempt": 0}}}
+
+
+def changes(*items):
+    return {"op": "breaker-changes", "expect": list(items)}
+
+
+def change(old, new, until=None, why="", tool=None, server=SERVER):
+    return {"server": server, "tool": tool, "old-state": old, "new-state": new, "until-ms": until, "why": {"$contains": why}}
+
+
+def breakers(**fields):
+    config = dict(TOOLS)
+    config["circuit-breaker"] = dashed(fields)
+    if "max-replans-per-run" not in config:
+        config["max-replans-per-run"] = 5
+    return config
+
+
+def breaker_cases():
+    down = "circuit breaker open"
+    return [
+        case("two 503s in a row open the server's and the tool's breakers: the retry becomes a replan", [
+            on("lookup_order", expect=sent(1)),
+            outcome(1, fail(status=503), retry(attempt=2)),
+            changes(),
+            outcome(1, fail(status=503), replan(down, "transient", rule="http-status")),
+            changes(change("closed", "open", NOW + 1000, "2 failures in a row"),
+                    change("closed", "open", NOW + 1000, "2 failures in a row", tool="lookup_order")),
+            on("issue_refund", expect=refused("The server " + SERVER + " has failed repeatedly")),
+            changes(),
+            report(calls=2, attempts=2, retries=1, replans=2),
+        ], config=breakers(failures_to_open=2, cooldown_ms=1000),
+           comment="the refused call is never sent: no attempt is counted, and the model may use another tool"),
+        case("after the cooldown exactly one probe goes; its answer closes the breakers", [
+            on("lookup_order"),
+            outcome(1, fail(transport="connection-refused", delivery="not-sent"), replan(down)),
+            on("lookup_order", now=NOW + 999, expect=refused("not called for 1 s")),
+            on("lookup_order", now=NOW + 1000, expect=sent(3)),
+            changes(change("open", "half-open", NOW + 1500, "one probe goes"),
+                    change("open", "half-open", NOW + 1500, "one probe goes", tool="lookup_order")),
+            on("list_refunds", now=NOW + 1001, expect=refused("has failed repeatedly")),
+            outcome(3, SUCCESS, succeed(), now=NOW + 1100),
+            changes(change("half-open", "closed", None, "the probe was answered"),
+                    change("half-open", "closed", None, "the probe was answered", tool="lookup_order")),
+            on("list_refunds", now=NOW + 1200, expect=sent(5)),
+        ], config=breakers(failures_to_open=1, cooldown_ms=1000, probe_lease_ms=500)),
+        case("a failed probe opens the breaker again with a longer cooldown, up to max-cooldown-ms", [
+            on("lookup_order"),
+            outcome(1, fail(status=502), replan(down)),
+            on("lookup_order", now=NOW + 1000, expect=sent(2)),
+            outcome(2, fail(status=503), replan(down), now=NOW + 1100),
+            changes(change("half-open", "open", NOW + 4100, "the probe failed: the cooldown is now 3000 ms"),
+                    change("half-open", "open", NOW + 4100, "the probe failed", tool="lookup_order")),
+            on("lookup_order", now=NOW + 4099, expect=refused("not called for 1 s")),
+            on("lookup_order", now=NOW + 4100, expect=sent(4)),
+            outcome(4, fail(status=504), replan(down), now=NOW + 4200),
+            changes(change("half-open", "open", NOW + 9200, "the cooldown is now 5000 ms"),
+                    change("half-open", "open", NOW + 9200, "the cooldown is now 5000 ms", tool="lookup_order")),
+        ], config=breakers(failures_to_open=1, cooldown_ms=1000, cooldown_multiplier=3, max_cooldown_ms=5000)),
+        case("a tool's error, a 4xx and a throttle are answers: they never open a breaker", [
+            on("lookup_order"),
+            outcome(1, fail(status=429), retry(attempt=2)),
+            outcome(1, fail(status=400, body="invalid argument 'order_id'"), replan("invalid argument")),
+            on("lookup_order", expect=sent(2)),
+            outcome(2, fail(tool_error=True, body="order not found"), replan("order not found")),
+            on("lookup_order", expect=sent(3)),
+            outcome(3, fail(status=404, body="Session not found", session=True), retry(attempt=2, reconnect=True)),
+            outcome(3, fail(status=403, body="forbidden"), escalate("permission-denied")),
+            changes(),
+        ], config=breakers(failures_to_open=1)),
+        case("half the calls in the window failing opens a breaker before failures in a row would", [
+            on("lookup_order"),
+            outcome(1, SUCCESS, succeed()),
+            on("lookup_order"),
+            outcome(2, fail(status=503), retry(attempt=2)),
+            outcome(2, SUCCESS, succeed()),
+            on("lookup_order"),
+            outcome(3, fail(status=500), retry(attempt=2)),
+            outcome(3, fail(status=500), replan(down)),
+            changes(change("closed", "open", NOW + 30000, "at least 50% of the calls in the last 60000 ms failed")),
+        ], config=breakers(failures_to_open=100, min_calls_in_window=5, per_tool=False),
+           comment="five calls to the server, three failed: the ratio is reached at the fifth"),
+        case("the tool's own breaker opens alone: another tool on the same server still goes", [
+            on("lookup_order"),
+            outcome(1, fail(status=503), retry(attempt=2)),
+            on("list_refunds"),
+            outcome(2, SUCCESS, succeed()),
+            outcome(1, fail(status=503), replan("The tool lookup_order on " + SERVER + " has failed repeatedly")),
+            changes(change("closed", "open", NOW + 30000, "2 failures in a row", tool="lookup_order")),
+            on("list_refunds", expect=sent(3)),
+            on("lookup_order", expect=refused("The tool lookup_order")),
+        ], config=breakers(failures_to_open=2)),
+        case("a stored state the policy cannot trust is dropped, and replaced at the next change", [
+            {"op": "put-shared-state", "key": SERVER_KEY, "value": "b1 o 0 0 0 0 0 0 %d 30000" % (NOW + 3600000)},
+            on("lookup_order", expect=sent(1)),
+            outcome(1, SUCCESS, succeed()),
+            {"op": "shared-state", "key": SERVER_KEY, "expect": "b1 c 0 %d 1 0 0 0 0 0" % NOW},
+            {"op": "put-shared-state", "key": SERVER_KEY, "value": "{\"state\": \"open\"}"},
+            on("lookup_order", expect=sent(2)),
+        ], config=breakers(failures_to_open=1),
+           comment="open for an hour where max-cooldown-ms is five minutes: a skewed or hostile writer cannot lock a server out"),
+        case("a call that names no server passes no breaker", [
+            on("lookup_order", server=None),
+            outcome(1, fail(status=503), retry(attempt=2)),
+            outcome(1, fail(status=503), retry(attempt=3)),
+            on("lookup_order", server=None, expect=sent(2)),
+            changes(),
+        ], config=breakers(failures_to_open=1)),
+        case("with when-open escalate, a refused call escalates circuit-open with the time to the probe", [
+            on("lookup_order"),
+            outcome(1, fail(transport="timeout", delivery="sent"), escalate("circuit-open", resets_in_ms=1000)),
+            {"op": "start-run", "run-id": "run-2", "expect": {"ok": None}},
+            on("lookup_order", now=NOW + 400, expect={"ok": {"escalate": {"reason": "circuit-open", "resets-in-ms": 600}}}),
+        ], config=breakers(failures_to_open=1, cooldown_ms=1000, when_open="escalate"),
+           comment="the breaker is shared by every run of the case, as by every run of a host"),
+        case("servers named alike share a breaker: case, user information, default port, query", [
+            on("lookup_order", server="HTTPS://agent:secret@MCP.Example:443/mcp?token=abc#top"),
+            outcome(1, fail(status=503), replan(down)),
+            changes(change("closed", "open", NOW + 30000, "1 failure in a row"),
+                    change("closed", "open", NOW + 30000, "1 failure in a row", tool="lookup_order")),
+            on("list_refunds", server="https://mcp.example/mcp", expect=refused("The server https://mcp.example/mcp has")),
+            on("list_refunds", server="https://mcp.example:8443/mcp", expect=sent(3)),
+            on("list_refunds", server="stdio:node server.js", expect=sent(4)),
+        ], config=breakers(failures_to_open=1),
+           comment="the token in the query and the password reach neither the store nor the model"),
+        case("a server named past 4096 bytes is refused; the policy keeps at most 256 bytes of a name", [
+            on("lookup_order", server="stdio:" + "x" * 4091, expect={"err": {"too-large": {"input": "server", "size-bytes": 4097, "limit-bytes": 4096}}}),
+            on("lookup_order", server="stdio:" + "y" * 4090, expect=sent(1)),
+            outcome(1, fail(status=503), replan(down)),
+            {"op": "shared-state", "key": "breaker:256:stdio:" + "y" * 250, "expect": {"$contains": "b1 o "}},
+        ], config=breakers(failures_to_open=1)),
+        case("a probe the host abandons unsent gives its place back: the next call probes at once", [
+            on("lookup_order"),
+            outcome(1, fail(status=503), replan(down)),
+            on("lookup_order", now=NOW + 1000, expect=sent(2)),
+            abandon(2, "cancelled", sent=False),
+            on("lookup_order", now=NOW + 1001, expect=sent(3)),
+        ], config=breakers(failures_to_open=1, cooldown_ms=1000)),
+    ]
+
+
 # ---------- runs-tasks.json (contract 0.6.0) ----------
 
 def task(task_id="t-1", status="working", interval=None, ttl=None, age=None, message=None):
@@ -2027,6 +2184,7 @@ FILES = {
     "runs-transport.json": ("Sessions, revisions, TLS, names and deadlines (contract 0.5.0)", transport_cases),
     "runs-tasks.json": ("Tasks, continuations, expired handles and timeouts of MCP 2026-07-28 (contract 0.6.0)", task_cases),
     "runs-abandon.json": ("Calls the host stopped: cancelled, or past their deadline (contract 0.7.0)", abandon_cases),
+    "breakers.json": ("Circuit breakers shared through the host's state (contract 0.8.0)", breaker_cases),
     "gate.json": ("The invariants every live update must keep: the update gate runs them on the candidate", gate_cases),
     "observations.json": ("Raw transport observations and what each means, replayed through each host's wrapper", observation_cases),
 }

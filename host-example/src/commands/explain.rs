@@ -46,11 +46,15 @@ pub fn explain(wasm: &std::path::Path, seed: u64) -> anyhow::Result<()> {
     println!("{:<4} {:<20} {:>3}  {:<44} {:<14} decision", "call", "tool", "try", "outcome", "class");
     for (step, scripted) in script.iter().enumerate() {
         let key = if scripted.keyed { Some(instance.derive_idempotency_key(run_id, &format!("step-{step}"))?) } else { None };
-        let ticket = match instance.begin(&run, scripted.tool, key.as_deref(), None, now_ms)? {
+        let ticket = match instance.begin(&run, None, scripted.tool, key.as_deref(), None, now_ms)? {
             Ok(Admission::Send(ticket)) => ticket,
             Ok(Admission::Escalate(e)) => {
                 println!("escalated before the call: {}", e.note);
                 break;
+            }
+            Ok(Admission::Replan(_, decision)) => {
+                println!("replanned before the call: {}", decision.reason);
+                continue;
             }
             Err(e) => anyhow::bail!("run error: {e:?}"),
         };

@@ -61,7 +61,7 @@ fn attempts_against_a_persistent_503(live: &LivePolicy) -> anyhow::Result<u32> {
     let mut instance = loaded.component.instantiate(HostServices::new(Arc::new(EmbeddedAccounts::new()), EntropySource::seeded(1)))?;
     let policy = instance.load_policy(&loaded.config_json)?.map_err(|e| anyhow::anyhow!("{}: {}", e.field, e.message))?;
     let run = instance.start_run(&policy, "watch-probe")?.map_err(|e| anyhow::anyhow!("{e:?}"))?;
-    let Admission::Send(ticket) = instance.begin(&run, "probe", None, None, 1)?.map_err(|e| anyhow::anyhow!("{e:?}"))? else { return Ok(0) };
+    let Admission::Send(ticket) = instance.begin(&run, None, "probe", None, None, 1)?.map_err(|e| anyhow::anyhow!("{e:?}"))? else { return Ok(0) };
     let failure = Outcome::Failure(Observation::new(FailureKind::HttpStatus(503), &[], ""));
     let mut attempts = 1;
     while let Action::Retry(plan) = instance.decide(&run, ticket.call_id, attempts, &failure, None, 1, Some(1))?.map_err(|e| anyhow::anyhow!("{e:?}"))?.action {

@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from agent_retry_policy import PolicyComponent
+from agent_retry_policy import EmbeddedSharedState, PolicyComponent
 from agent_retry_policy.any_call import call_with_policy
 from agent_retry_policy.conformance import translate_failure
 from agent_retry_policy.errors import Escalated, ObservedFailure, ReplanNeeded
@@ -90,7 +90,8 @@ def run_scenario() -> tuple[dict[str, Any], dict[str, Any]]:
     entropy = fixed_entropy(scenario["entropy_seed"])
     run = (
         PolicyComponent.load()
-        .instantiate(entropy=fixed_entropy(scenario["entropy_seed"]))
+        # A store of its own: the scenario's breakers (if any) start closed however often it runs.
+        .instantiate(entropy=fixed_entropy(scenario["entropy_seed"]), shared_state=EmbeddedSharedState())
         .load_policy(scenario["config"])
         .start_run(scenario["run_id"])
     )
@@ -117,6 +118,7 @@ def run_scenario() -> tuple[dict[str, Any], dict[str, Any]]:
                         run,
                         call["tool"],
                         attempt,
+                        server=call.get("server"),
                         clock=clock,
                         entropy=entropy,
                         policy_identity=scenario["policy_identity"],

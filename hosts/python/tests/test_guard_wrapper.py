@@ -284,7 +284,7 @@ def test_a_tool_called_again_while_its_task_lives_is_stopped(demo: Callable[...,
             return getattr(real, name)
 
         def record_poll_failure(self, call_id: int, attempt: int, *_rest: Any) -> Verdict:
-            return Verdict("retry", "transient", attempt, 10, None, 0, False, False, False)
+            return Verdict("retry", "transient", attempt, 10, None, 0, False, False, False, False)
 
     async def go() -> Escalated:
         async with McpConnection.http(server.url) as connection:

@@ -189,15 +189,15 @@ def test_a_broken_or_foreign_component_is_refused_and_rollback_returns_to_the_pr
     assert broken.value.kind == "load"
 
     # The same component, speaking another major contract version.
-    ours, theirs = b"agent-retry:policy/policy@0.7.0", b"agent-retry:policy/policy@1.0.0"
+    ours, theirs = b"agent-retry:policy/policy@0.8.0", b"agent-retry:policy/policy@1.0.0"
     assert good.count(ours) > 0
     source.wasm.write_bytes(good.replace(ours, theirs))
     with pytest.raises(UpdateLoadError) as foreign:
         live.reload()
     mismatch = foreign.value.error
     assert isinstance(mismatch, ContractVersionMismatch), foreign.value
-    assert (mismatch.component_version, mismatch.host_version) == ("1.0.0", "0.7.0")
-    assert "agent-retry:policy@1.0.0" in str(foreign.value) and "@0.7.0" in str(foreign.value)
+    assert (mismatch.component_version, mismatch.host_version) == ("1.0.0", "0.8.0")
+    assert "agent-retry:policy@1.0.0" in str(foreign.value) and "@0.8.0" in str(foreign.value)
     assert live.current().identity.generation == 1, "nothing was swapped in"
     assert live.metrics == UpdateMetrics(accepted=0, refused=2, rolled_back=0)
 

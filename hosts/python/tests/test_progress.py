@@ -113,7 +113,7 @@ def test_an_explicit_attempt_timeout_caps_the_policys_idle_timeout(demo: Callabl
 
 def test_the_idle_timeout_is_the_policys_unless_the_user_set_a_lower_one() -> None:
     run = PolicyComponent.load().instantiate().load_policy({}).start_run("r")
-    start = CallStart(True, 1, 0, "read", True, 1_000, 9_000)
+    start = CallStart(True, 1, 0, "read", True, 1_000, 9_000, False, False)
     assert RetryingToolCaller(object(), run)._idle_timeout_s(start) == 1.0  # type: ignore[arg-type]
     assert RetryingToolCaller(object(), run, attempt_timeout_s=0.25)._idle_timeout_s(start) == 0.25  # type: ignore[arg-type]
     assert RetryingToolCaller(object(), run, attempt_timeout_s=5)._idle_timeout_s(start) == 1.0  # type: ignore[arg-type]

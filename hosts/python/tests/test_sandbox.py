@@ -43,7 +43,7 @@ from agent_retry_policy import (
     locate_component,
     wit_types,
 )
-from agent_retry_policy.component import contract_compatibility
+from agent_retry_policy.component import CONTRACT_VERSION, contract_compatibility
 from agent_retry_policy.mcp_client import RetryingToolCaller
 from agent_retry_policy.types import Observation, http_failure
 
@@ -213,8 +213,8 @@ def test_a_component_of_another_world_is_refused_at_load_saying_so() -> None:
         hostile("wrong-world")
     assert not isinstance(refused.value, ContractVersionMismatch)
     message = str(refused.value)
-    assert "does not export agent-retry:policy/policy@0.7.0" in message and "another world" in message, message
-    assert "acme:scheduler/policy@0.7.0" in message, message
+    assert f"does not export agent-retry:policy/policy@{CONTRACT_VERSION}" in message and "another world" in message, message
+    assert "acme:scheduler/policy@" in message, message
     host_keeps_serving()
 
 
@@ -223,8 +223,10 @@ def test_a_component_of_another_contract_major_is_refused_naming_both_versions()
         hostile("other-major")
     # The fixture claims another 0.minor than the host's (build.mjs picks which).
     theirs = refused.value.component_version
-    assert refused.value.host_version == "0.7.0" and contract_compatibility(theirs) != contract_compatibility("0.7.0"), theirs
-    assert f"speaks agent-retry:policy@{theirs} but this host speaks @0.7.0" in str(refused.value)
+    assert refused.value.host_version == CONTRACT_VERSION and contract_compatibility(theirs) != contract_compatibility(CONTRACT_VERSION), (
+        theirs
+    )
+    assert f"speaks agent-retry:policy@{theirs} but this host speaks @{CONTRACT_VERSION}" in str(refused.value)
     host_keeps_serving()
 
 

@@ -1,6 +1,6 @@
 """Every conformance vector (tests/vectors/*.json) through the component in
 wasmtime-py, with the canonical JSON mapping and step semantics of
-tests/vectors/README.md: the readable steps translated onto contract 0.7.0's
+tests/vectors/README.md: the readable steps translated onto contract 0.8.0's
 single run path (conformance.py), every verdict checked against
 `last-decision`. Each case runs twice on fresh instances and must give
 byte-identical outputs. observations.json runs in its pure form (begin-call
@@ -103,3 +103,58 @@ def test_the_any_matcher_matches_one_of_its_matchers_and_a_named_key_must_be_the
     assert match({"$any": [{"a": 1}, {"a": 2}]}, {"a": 3}) is not None
     assert match({"$any": ["x", {"$contains": "y"}]}, "xyz") is None
     assert match({"b": 1}, {"a": 1}) is not None
+
+
+BREAKER_CASE: dict[str, Any] = {
+    "description": "the runner's breaker ops (a local case)",
+    "config": {"circuit-breaker": {"failures-to-open": 2, "cooldown-ms": 60000}, "tools": {"q": {"effect": "read"}}},
+    "steps": [
+        {"op": "begin-call", "call": {"server": "srv", "tool": "q"}, "expect": {"ok": {"send": {"call-id": 1}}}},
+        {"op": "record-outcome", "call-id": 1, "outcome": {"failure": {"kind": {"http-status": 503}}}},
+        {"op": "breaker-changes", "expect": []},
+        {"op": "record-outcome", "call-id": 1, "outcome": {"failure": {"kind": {"http-status": 503}}}},
+        {
+            "op": "breaker-changes",
+            "expect": [
+                {"server": "srv", "tool": None, "old-state": "closed", "new-state": "open", "until-ms": 1764460860000},
+                {"server": "srv", "tool": "q", "old-state": "closed", "new-state": "open", "why": {"$contains": "2 failures"}},
+            ],
+        },
+        {"op": "breaker-changes", "expect": []},
+        {"op": "start-run", "run-id": "run-2"},
+        {
+            "op": "begin-call",
+            "call": {"server": "srv", "tool": "q"},
+            "expect": {
+                "ok": {"replan": {"rule": "circuit-open", "attempt": 0, "action": {"replan": {"$contains": "circuit breaker open"}}}}
+            },
+        },
+        {"op": "begin-call", "call": {"tool": "q"}, "expect": {"ok": {"send": {"call-id": 2}}}},
+        {"op": "shared-state", "key": "absent", "expect": None},
+        {"op": "put-shared-state", "key": "k", "value": "text"},
+        {"op": "put-shared-state", "key": "k", "value": "again"},
+        {"op": "shared-state", "key": "k", "expect": "again"},
+    ],
+}
+
+
+def test_the_runner_passes_a_server_and_answers_the_breaker_ops() -> None:
+    from agent_retry_policy.conformance import Subject, run_step
+
+    component = PolicyComponent.load()
+    first, second = run_case(component, "local", BREAKER_CASE), run_case(component, "local", BREAKER_CASE)
+    assert first.failure is None, first.failure
+    assert canonical_outputs(first) == canonical_outputs(second)
+    assert first.outputs[10] is None  # put-shared-state has no output
+    # The runner's store: CAS by version, no expiry, put raises the version as a store would.
+    subject = Subject(component)
+    store = subject.shared_state
+    assert store.load("k", 5) == {"value": None, "version": 0, "now-ms": 5}
+    assert store.store_if("k", 0, "a", 1) and not store.store_if("k", 0, "b", 1)
+    run_step(subject, {"op": "put-shared-state", "key": "k", "value": "c"}, {"now": 0, "started": False})
+    assert store.load("k", 7) == {"value": "c", "version": 2, "now-ms": 7}
+    # A wrong expectation on the new ops fails the case.
+    tampered = json.loads(json.dumps(BREAKER_CASE))
+    tampered["steps"][4]["expect"][0]["new-state"] = "half-open"
+    failed = run_case(component, "local", tampered)
+    assert failed.failure is not None and "new-state" in failed.failure, failed.failure

@@ -169,6 +169,9 @@ pub struct WithPolicyOptions {
     pub call_timeout_ms: Option<u64>,
     /// Every call stops once the run is this old (policy ms; default 30 minutes).
     pub run_timeout_ms: Option<u64>,
+    /// The server (or service) the calls go to, for the policy's circuit
+    /// breakers (default none: no breaker applies).
+    pub server: Option<String>,
     /// Makes a span per call and per attempt (default none: no spans).
     #[cfg(feature = "otel")]
     pub tracer: Option<crate::otel::OtelTracer>,
@@ -186,6 +189,7 @@ impl Default for WithPolicyOptions {
             metrics: None,
             call_timeout_ms: None,
             run_timeout_ms: Some(DEFAULT_RUN_TIMEOUT_MS),
+            server: None,
             #[cfg(feature = "otel")]
             tracer: None,
             #[cfg(feature = "otel")]
@@ -271,6 +275,7 @@ impl<E> From<CallEnd> for AnyCallError<E> {
             CallEnd::Escalated(escalation) => AnyCallError::Escalated(escalation),
             CallEnd::Stopped(stopped) => AnyCallError::TimedOut(stopped),
             CallEnd::Run(error) => AnyCallError::Run(error),
+            CallEnd::Replanned(message) => AnyCallError::Replan { message, rule: "circuit-open".into() },
         }
     }
 }
@@ -286,6 +291,7 @@ impl PolicyRun {
             run_timeout_ms: options.run_timeout_ms,
             on_verdict: None,
             words_always: true,
+            server: options.server.clone(),
         };
         let core = RunCore::start(instance, config_json, run_id, telemetry, core_options)?;
         Ok(PolicyRun { core, config: serde_json::from_str(config_json).unwrap_or(Value::Null), status_checks: HashMap::new() })

@@ -16,7 +16,8 @@ use crate::component::types::{
 };
 use crate::component::{Admission, Outcome, PolicyHandle, PolicyInstance, RunHandle};
 use crate::events::{
-    AttemptEvent, EscalationEvent, Event, EventContext, ReplanEvent, StatusCheckEvent, TaskPollEvent, Telemetry, WaitEvent, WaitReason, outcome_words,
+    AttemptEvent, BreakerEvent, EscalationEvent, Event, EventContext, ReplanEvent, StatusCheckEvent, TaskPollEvent, Telemetry, WaitEvent, WaitReason,
+    outcome_words,
 };
 use crate::fault::PolicyFault;
 use crate::guard::{CallIndex, Polled, RunGuard, Seen};
@@ -42,6 +43,9 @@ pub(crate) enum CallEnd {
     Stopped(Stopped),
     /// The run was used wrongly (a bug in the host).
     Run(RunError),
+    /// A circuit breaker of the server is open: the call is over before it
+    /// was sent, as a replan with this message for the model.
+    Replanned(String),
 }
 
 /// What a reported outcome was: an attempt's (a send: what the run's steps and
@@ -145,6 +149,8 @@ pub(crate) struct CoreOptions {
     /// Read the decision's words for every verdict (the any-call helper's
     /// events always carry them), not only when a log line will be written.
     pub words_always: bool,
+    /// The server the run's calls go to, for the policy's circuit breakers (none: no breaker applies).
+    pub server: Option<String>,
 }
 
 /// One run under the policy: its instance, run, guard and events.
@@ -167,6 +173,8 @@ pub(crate) struct RunCore {
     stopped_by_guard: Option<Escalation>,
     /// The run's steps so far (tool calls, not pseudo-calls).
     pub steps: u32,
+    /// The server the calls go to, for the breakers.
+    pub server: Option<String>,
 }
 
 impl RunCore {
@@ -190,6 +198,7 @@ impl RunCore {
             words_always: options.words_always,
             stopped_by_guard: None,
             steps: 0,
+            server: options.server,
         })
     }
 
@@ -249,7 +258,7 @@ impl RunCore {
     pub fn begin(&mut self, step: Option<u32>, tool: &str, key: Option<String>, hints: Option<ToolHints>) -> Result<(CallState, CallStart), CallEnd> {
         self.refuse_if_stopped(step, tool)?;
         let now = self.clock.now_ms();
-        let begun = match self.instance.begin(&self.run, tool, key.as_deref(), hints, now) {
+        let begun = match self.instance.begin(&self.run, self.server.as_deref(), tool, key.as_deref(), hints, now) {
             Ok(Ok(begun)) => begun,
             Ok(Err(error)) => return Err(CallEnd::Run(error)),
             Err(fault) => return Err(self.policy_failed(step, None, tool, key.as_deref(), "not sent", fault)),
@@ -257,7 +266,12 @@ impl RunCore {
         let ticket = match begun {
             Admission::Send(ticket) => ticket,
             Admission::Escalate(escalation) => return Err(self.escalate_line(step, None, tool, key.as_deref(), "not sent", escalation, None, false)),
+            Admission::Replan(start, decision) => {
+                self.breaker_changes(step, Some(start.call_id), tool, start.breaker_changed);
+                return Err(self.refused_by_breaker(step, start.call_id, tool, key, decision));
+            }
         };
+        self.breaker_changes(step, Some(ticket.call_id), tool, ticket.breaker_changed);
         let guarded = match self.guard.begin(tool, key.as_deref(), hints.as_ref(), ticket.delay_ms) {
             Ok(guarded) => guarded,
             Err(violation) => {
@@ -272,6 +286,65 @@ impl RunCore {
         };
         let state = CallState { step, tool: tool.to_string(), call_id: ticket.call_id, guarded, key, effect: ticket.effect, attempt: 1, reported: 0, sent: 0 };
         Ok((state, ticket))
+    }
+
+    /// A call an open breaker stopped before it was sent: its attempt line
+    /// (attempt 0, not sent) and its replan line.
+    fn refused_by_breaker(&self, step: Option<u32>, call_id: u32, tool: &str, key: Option<String>, decision: Decision) -> CallEnd {
+        let context = self.context(step, Some(call_id), tool);
+        let Action::Replan(message) = decision.action.clone() else {
+            return CallEnd::Run(RunError::CallFinished(call_id));
+        };
+        self.telemetry.emit(Event::Attempt(AttemptEvent {
+            context: context.clone(),
+            attempt: 0,
+            key,
+            outcome: "not sent".into(),
+            class: None,
+            rule: Some(decision.rule.clone()),
+            action: "replan".into(),
+            delay_ms: None,
+            hint_ms: decision.hint_ms,
+            escalation: None,
+            reason: crate::limits::cut_lifted_text(decision.reason.clone()),
+            invariant: None,
+            decision: Some(decision.clone()),
+            sent: false,
+        }));
+        self.telemetry.emit(Event::Replan(ReplanEvent {
+            context,
+            attempt: 0,
+            rule: Some(decision.rule.clone()),
+            message: message.clone(),
+            decision: Some(decision),
+        }));
+        CallEnd::Replanned(message)
+    }
+
+    /// Emits the breakers' changes the last begin or report made, if `changed` says there are some.
+    fn breaker_changes(&mut self, step: Option<u32>, call: Option<u32>, tool: &str, changed: bool) {
+        if !changed {
+            return;
+        }
+        let changes = match self.instance.take_breaker_changes(&self.run) {
+            Ok(changes) => changes,
+            // Only the log loses them: the policy keeps deciding.
+            Err(fault) => {
+                tracing::warn!(target: "agent_retry", %fault, "the circuit breakers' changes could not be read");
+                return;
+            }
+        };
+        for change in changes {
+            self.telemetry.emit(Event::Breaker(BreakerEvent {
+                context: self.context(step, call, tool),
+                server: change.server,
+                scope: if change.tool.is_some() { "tool" } else { "server" },
+                from: labels::breaker_state(change.old_state),
+                to: labels::breaker_state(change.new_state),
+                until_ms: change.until_ms,
+                why: change.why,
+            }));
+        }
     }
 
     /// Sleeps a wait of the call, its event first, unless it would end past
@@ -337,11 +410,15 @@ impl RunCore {
         let words_wanted = self.words_always || tracing::enabled!(target: "agent_retry", tracing::Level::INFO);
         let (on_verdict, tool, attempt) = (self.on_verdict.clone(), state.tool.clone(), state.attempt);
         let words = outcome_words(outcome);
-        let decision = match read_verdict(&mut self.instance, &self.run, &mut self.guard, report, words_wanted, |verdict| {
+        let mut breaker_changed = false;
+        let read = read_verdict(&mut self.instance, &self.run, &mut self.guard, report, words_wanted, |verdict| {
+            breaker_changed = verdict.breaker_changed;
             if let Some(hook) = &on_verdict {
                 hook(&tool, attempt, verdict);
             }
-        }) {
+        });
+        self.breaker_changes(state.step, Some(state.call_id), &state.tool.clone(), breaker_changed);
+        let decision = match read {
             Ok(Ok(decision)) => decision,
             Ok(Err(error)) => return Err(CallEnd::Run(error)),
             Err(refusal) => return Err(self.refused(state, &words, refusal)),

@@ -18,6 +18,7 @@ pub use crate::component_cache::ComponentCache;
 use crate::entropy::EntropySource;
 use crate::fault::PolicyFault;
 use crate::limits;
+use crate::shared_state::{EmbeddedSharedState, SharedStateBackend};
 
 // wit/ is a link to the repository's wit/ (the packaged crate holds a copy).
 wasmtime::component::bindgen!({ world: "agent-retry", path: "wit" });
@@ -46,10 +47,10 @@ pub const MAX_RESOURCE_HANDLES: usize = 1_000_000;
 pub const MAX_MEMORY_BYTES: usize = 64 << 20;
 
 /// The contract version this host speaks (the WIT package `agent-retry:policy`).
-pub const CONTRACT_VERSION: &str = "0.7.0";
+pub const CONTRACT_VERSION: &str = "0.8.0";
 
 /// The policy interface of that version, as the component exports it.
-pub const POLICY_INTERFACE: &str = "agent-retry:policy/policy@0.7.0";
+pub const POLICY_INTERFACE: &str = "agent-retry:policy/policy@0.8.0";
 
 /// The component this crate was built with, if it carries one: the published
 /// crate embeds the `.wasm` of its release (`make dist` copies it into
@@ -135,16 +136,25 @@ impl fmt::Display for LoadError {
 
 impl std::error::Error for LoadError {}
 
-/// What the host gives every instance: the shared account budget and entropy.
+/// What the host gives every instance: the shared account budget, the shared
+/// state (the circuit breakers) and entropy. Instances made from one
+/// `HostServices` (or its clones) share its account budget and its state.
 #[derive(Clone)]
 pub struct HostServices {
     pub accounts: Arc<dyn AccountBudgetBackend>,
+    pub shared_state: Arc<dyn SharedStateBackend>,
     pub entropy: Arc<EntropySource>,
 }
 
 impl HostServices {
+    /// With a fresh [`EmbeddedSharedState`].
     pub fn new(accounts: Arc<dyn AccountBudgetBackend>, entropy: EntropySource) -> Self {
-        HostServices { accounts, entropy: Arc::new(entropy) }
+        HostServices { accounts, shared_state: Arc::new(EmbeddedSharedState::new()), entropy: Arc::new(entropy) }
+    }
+
+    /// The same services with another shared state (e.g. one several `HostServices` share).
+    pub fn with_shared_state(self, shared_state: Arc<dyn SharedStateBackend>) -> Self {
+        HostServices { shared_state, ..self }
     }
 }
 
@@ -230,6 +240,17 @@ impl agent_retry::policy::account_budget::Host for HostState {
     }
 }
 
+impl agent_retry::policy::shared_state::Host for HostState {
+    fn load(&mut self, key: String, now_ms: u64) -> agent_retry::policy::shared_state::Loaded {
+        let loaded = self.services.shared_state.load(&key, now_ms);
+        agent_retry::policy::shared_state::Loaded { value: loaded.value, version: loaded.version, now_ms: loaded.now_ms }
+    }
+
+    fn store_if(&mut self, key: String, expected_version: u64, value: String, ttl_ms: u64) -> bool {
+        self.services.shared_state.store_if(&key, expected_version, &value, ttl_ms)
+    }
+}
+
 /// A compiled, linked policy component, ready to instantiate many times
 /// (cloning it is cheap: the compiled code is shared).
 #[derive(Clone)]
@@ -291,6 +312,7 @@ impl PolicyComponent {
         let mut linker: Linker<HostState> = Linker::new(&engine);
         let incompatible = |e: wasmtime::Error| LoadError::Incompatible { reason: format!("{e:#}") };
         agent_retry::policy::account_budget::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s).map_err(incompatible)?;
+        agent_retry::policy::shared_state::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s).map_err(incompatible)?;
         add_random(&mut linker, &component, &engine).map_err(incompatible)?;
         let instance_pre = linker.instantiate_pre(&component).map_err(incompatible)?;
         let pre = AgentRetryPre::new(instance_pre).map_err(incompatible)?;
@@ -330,7 +352,7 @@ impl PolicyComponent {
         self.limits
     }
 
-    /// Which policy this is, for logs: `agent-retry:policy@0.7.0 wasm 1a2b3c4d5e6f`
+    /// Which policy this is, for logs: `agent-retry:policy@0.8.0 wasm 1a2b3c4d5e6f`
     /// (the contract version it speaks and its `.wasm`'s SHA-256, 12 hex digits).
     pub fn identity(&self) -> &str {
         &self.identity
@@ -415,6 +437,9 @@ pub enum Admission {
     Send(types::CallStart),
     /// Do not send: the run stopped here.
     Escalate(types::Escalation),
+    /// Do not send: a circuit breaker of the server is open, and the call is
+    /// over as a replan (the decision's message is for the model).
+    Replan(types::CallStart, types::Decision),
 }
 
 impl types::Observation {
@@ -462,11 +487,15 @@ pub struct PolicyInstance {
 
 /// `too-large`, as the component answers it, for an id over 256 bytes.
 fn id_within_limit(input: &str, value: &str) -> Result<(), types::RunError> {
-    if value.len() <= limits::MAX_ID_BYTES {
+    within_limit(input, value, limits::MAX_ID_BYTES)
+}
+
+fn within_limit(input: &str, value: &str, limit_bytes: usize) -> Result<(), types::RunError> {
+    if value.len() <= limit_bytes {
         return Ok(());
     }
     let size_bytes = u32::try_from(value.len()).unwrap_or(u32::MAX);
-    Err(types::RunError::TooLarge(types::SizeLimit { input: input.to_string(), size_bytes, limit_bytes: limits::MAX_ID_BYTES as u32 }))
+    Err(types::RunError::TooLarge(types::SizeLimit { input: input.to_string(), size_bytes, limit_bytes: limit_bytes as u32 }))
 }
 
 fn too_large(check: Result<(), (&'static str, usize, usize)>) -> Result<(), PolicyFault> {
@@ -604,19 +633,39 @@ impl PolicyInstance {
     /// Asks to begin a call; a tool name or key over 256 bytes is refused as
     /// the component would refuse it, without crossing. When the call is not
     /// admitted, [`Self::escalation`] has the hand-off.
+    #[allow(clippy::too_many_arguments)]
     pub fn begin_call(
         &mut self,
         run: &RunHandle,
+        server: Option<&str>,
         tool: &str,
         idempotency_key: Option<&str>,
         hints: Option<types::ToolHints>,
         now_ms: u64,
     ) -> Result<Result<types::CallStart, types::RunError>, PolicyFault> {
-        let ids = id_within_limit("tool", tool).and_then(|()| idempotency_key.map_or(Ok(()), |k| id_within_limit("idempotency-key", k)));
+        let ids = id_within_limit("tool", tool)
+            .and_then(|()| server.map_or(Ok(()), |s| within_limit("server", s, limits::MAX_SERVER_BYTES)))
+            .and_then(|()| idempotency_key.map_or(Ok(()), |k| id_within_limit("idempotency-key", k)));
         if let Err(limit) = ids {
             return Ok(Err(limit));
         }
-        self.guarded(|b, store| b.agent_retry_policy_policy().run().call_begin_call(store, run.0, tool, idempotency_key, hints, now_ms))
+        self.guarded(|b, store| b.agent_retry_policy_policy().run().call_begin_call(store, run.0, server, tool, idempotency_key, hints, now_ms))
+    }
+
+    /// The circuit breakers' changes the run's last `begin-call` or report made
+    /// (ask when its `breaker-changed` says so).
+    pub fn take_breaker_changes(&mut self, run: &RunHandle) -> Result<Vec<types::BreakerChange>, PolicyFault> {
+        let changes = self.guarded(|b, store| b.agent_retry_policy_policy().run().call_take_breaker_changes(store, run.0))?;
+        // Bounded as every text the guest hands out: a few changes of one line each.
+        Ok(changes
+            .into_iter()
+            .take(16)
+            .map(|mut c| {
+                c.why = limits::cut(&c.why, 1024).to_string();
+                c.server = limits::cut(&c.server, 256).to_string();
+                c
+            })
+            .collect())
     }
 
     /// The names `verdict.rule-index` indexes, read once per instance.
@@ -757,20 +806,28 @@ impl PolicyInstance {
     }
 
     /// `begin-call`, with the run's hand-off read when the call is not admitted.
+    #[allow(clippy::too_many_arguments)]
     pub fn begin(
         &mut self,
         run: &RunHandle,
+        server: Option<&str>,
         tool: &str,
         idempotency_key: Option<&str>,
         hints: Option<types::ToolHints>,
         now_ms: u64,
     ) -> Result<Result<Admission, types::RunError>, PolicyFault> {
-        let start = match self.begin_call(run, tool, idempotency_key, hints, now_ms)? {
+        let start = match self.begin_call(run, server, tool, idempotency_key, hints, now_ms)? {
             Ok(start) => start,
             Err(error) => return Ok(Err(error)),
         };
         if start.admitted {
             return Ok(Ok(Admission::Send(start)));
+        }
+        if start.replan {
+            return match self.last_decision(run, start.call_id)? {
+                Some(decision) => Ok(Ok(Admission::Replan(start, decision))),
+                None => Err(PolicyFault::BoundaryViolation { cause: "begin-call answered a replan, and the call has no decision".into() }),
+            };
         }
         match self.escalation(run)? {
             Some(escalation) => Ok(Ok(Admission::Escalate(escalation))),

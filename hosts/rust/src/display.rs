@@ -92,6 +92,7 @@ impl fmt::Display for Admission {
         match self {
             Admission::Send(start) => write!(f, "send call {} after {} ms", start.call_id, start.delay_ms),
             Admission::Escalate(escalation) => write!(f, "escalate {}", escalation.reason),
+            Admission::Replan(start, _) => write!(f, "replan call {}: a circuit breaker is open", start.call_id),
         }
     }
 }

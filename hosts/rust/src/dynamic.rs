@@ -7,6 +7,7 @@ use serde_json::Value;
 use wasmtime::component::{ResourceAny, Val};
 
 use crate::canonical::{to_json, to_val};
+use crate::shared_state::EmbeddedSharedState;
 use crate::steps::Subject;
 use crate::{EmbeddedAccounts, EntropySource, HostServices, PolicyComponent, PolicyInstance};
 
@@ -22,6 +23,9 @@ pub struct DynamicPolicy {
     most_call_fuel: u64,
     /// Whether a call failed inside the guest.
     broken: bool,
+    /// The shared state the instance imports, on a clock that never moves:
+    /// nothing expires within a case.
+    shared: Arc<EmbeddedSharedState>,
 }
 
 impl DynamicPolicy {
@@ -29,9 +33,10 @@ impl DynamicPolicy {
     pub fn new(component: &PolicyComponent) -> Result<Self, String> {
         // Every report passes entropy, so the guest never draws its own;
         // a fixed seed keeps even that path reproducible.
-        let services = HostServices::new(Arc::new(EmbeddedAccounts::on_host_clock()), EntropySource::seeded(0));
+        let shared = Arc::new(EmbeddedSharedState::with_clock(|| 0));
+        let services = HostServices::new(Arc::new(EmbeddedAccounts::on_host_clock()), EntropySource::seeded(0)).with_shared_state(shared.clone());
         let instance = component.instantiate(services).map_err(|e| format!("instantiate: {e:#}"))?;
-        Ok(DynamicPolicy { instance, policy: None, run: None, config_bytes: 0, most_call_fuel: 0, broken: false })
+        Ok(DynamicPolicy { instance, policy: None, run: None, config_bytes: 0, most_call_fuel: 0, broken: false, shared })
     }
 
     /// Calls `name` in the policy interface. `leading` are resource arguments;
@@ -163,9 +168,23 @@ impl Subject for DynamicPolicy {
         Ok(to_json(&self.call("rule-names", vec![], &[])?))
     }
 
-    fn begin_call(&mut self, tool: &Value, idempotency_key: &Value, hints: &Value, now_ms: u64) -> Result<Value, String> {
+    fn begin_call(&mut self, server: &Value, tool: &Value, idempotency_key: &Value, hints: &Value, now_ms: u64) -> Result<Value, String> {
         let run = self.run()?;
-        Ok(to_json(&self.call("[method]run.begin-call", vec![run], &[tool, idempotency_key, hints, &Value::from(now_ms)])?))
+        Ok(to_json(&self.call("[method]run.begin-call", vec![run], &[server, tool, idempotency_key, hints, &Value::from(now_ms)])?))
+    }
+
+    fn take_breaker_changes(&mut self) -> Result<Value, String> {
+        let run = self.run()?;
+        Ok(to_json(&self.call("[method]run.take-breaker-changes", vec![run], &[])?))
+    }
+
+    fn put_shared_state(&mut self, key: &str, value: &str) -> Result<(), String> {
+        self.shared.put(key, value);
+        Ok(())
+    }
+
+    fn shared_state(&mut self, key: &str) -> Result<Value, String> {
+        Ok(self.shared.get(key).map_or(Value::Null, Value::from))
     }
 
     fn record_success(&mut self, call_id: u32, attempt: u32, now_ms: u64) -> Result<Value, String> {

@@ -171,6 +171,23 @@ pub struct TaskPollEvent {
     pub status: String,
 }
 
+/// `agent_retry.breaker`: a circuit breaker of the call's server changed state.
+#[derive(Clone, Debug)]
+pub struct BreakerEvent {
+    pub context: EventContext,
+    /// The server the breaker guards.
+    pub server: String,
+    /// `server` for the server's breaker, `tool` for the tool's on it.
+    pub scope: &'static str,
+    /// The states before and after: `closed`, `open`, `half-open`.
+    pub from: &'static str,
+    pub to: &'static str,
+    /// Until when (the store's clock, ms since the epoch) an open breaker sends
+    /// nothing or a half-open one waits for its probe.
+    pub until_ms: Option<u64>,
+    pub why: String,
+}
+
 /// What happened to a live update (`agent_retry_policy_updates_total`'s `outcome`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum PolicyUpdateOutcome {
@@ -219,6 +236,7 @@ pub enum Event {
     Escalation(EscalationEvent),
     StatusCheck(StatusCheckEvent),
     TaskPoll(TaskPollEvent),
+    Breaker(BreakerEvent),
     PolicyUpdate(PolicyUpdateEvent),
 }
 
@@ -232,6 +250,7 @@ impl Event {
             Event::Escalation(_) => "agent_retry.escalation",
             Event::StatusCheck(_) => "agent_retry.status_check",
             Event::TaskPoll(_) => "agent_retry.task_poll",
+            Event::Breaker(_) => "agent_retry.breaker",
             Event::PolicyUpdate(_) => "agent_retry.policy_update",
         }
     }
@@ -291,6 +310,17 @@ impl Event {
             Event::TaskPoll(e) => {
                 context(&mut line, &e.context);
                 vec![("attempt", json!(e.attempt)), ("task_id", json!(e.task_id)), ("status", json!(e.status))]
+            }
+            Event::Breaker(e) => {
+                context(&mut line, &e.context);
+                vec![
+                    ("server", json!(e.server)),
+                    ("scope", json!(e.scope)),
+                    ("from", json!(e.from)),
+                    ("to", json!(e.to)),
+                    ("until_ms", json!(e.until_ms)),
+                    ("why", json!(e.why)),
+                ]
             }
             Event::PolicyUpdate(e) => {
                 let mut fields = vec![("message", json!(e.message))];
@@ -564,6 +594,11 @@ fn trace_line(event: &Event) {
             let c = &e.context;
             tracing::info!(target: "agent_retry", event = "agent_retry.task_poll", ts, run = %c.run, policy = %c.policy, step = c.step, call = c.call, tool = %c.tool,
                 attempt = e.attempt, task_id = %e.task_id, status = %e.status, "task poll");
+        }
+        Event::Breaker(e) => {
+            let c = &e.context;
+            tracing::info!(target: "agent_retry", event = "agent_retry.breaker", ts, run = %c.run, policy = %c.policy, step = c.step, call = c.call, tool = %c.tool,
+                server = %e.server, scope = e.scope, from = e.from, to = e.to, until_ms = e.until_ms, why = %e.why, "circuit breaker");
         }
         // The 0.7 lines, unchanged: an accepted update or a rollback at INFO, a refusal at WARN.
         Event::PolicyUpdate(e) => match e.outcome {

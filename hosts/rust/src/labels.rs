@@ -1,6 +1,6 @@
 //! WIT names (kebab-case) of the contract's enums, for logs and tables.
 
-use crate::component::types::{Action, ActionKind, Delivery, EscalationReason, OutcomeClass, StatusCheckResult, TaskStatus, TransportError};
+use crate::component::types::{Action, ActionKind, BreakerState, Delivery, EscalationReason, OutcomeClass, StatusCheckResult, TaskStatus, TransportError};
 
 pub fn class(class: OutcomeClass) -> &'static str {
     match class {
@@ -48,6 +48,16 @@ pub fn reason(reason: EscalationReason) -> &'static str {
         EscalationReason::TaskExpired => "task-expired",
         EscalationReason::TaskPollsSpent => "task-polls-spent",
         EscalationReason::TaskCancelled => "task-cancelled",
+        EscalationReason::CircuitOpen => "circuit-open",
+    }
+}
+
+/// A circuit breaker's state, as the `agent_retry.breaker` event says it.
+pub fn breaker_state(state: BreakerState) -> &'static str {
+    match state {
+        BreakerState::Closed => "closed",
+        BreakerState::Open => "open",
+        BreakerState::HalfOpen => "half-open",
     }
 }
 

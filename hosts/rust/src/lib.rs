@@ -26,6 +26,7 @@ pub mod manifest;
 pub mod mcp;
 #[cfg(feature = "otel")]
 pub mod otel;
+pub mod shared_state;
 pub mod steps;
 pub mod testing;
 pub mod time_source;

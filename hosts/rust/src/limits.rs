@@ -17,6 +17,8 @@ pub const MAX_HEADERS: usize = 128;
 pub const MAX_HEADER_VALUE_BYTES: usize = 4_096;
 /// The longest run id, action id, tool name or idempotency key.
 pub const MAX_ID_BYTES: usize = 256;
+/// The longest server a call may name (a URL or a command line; the policy's breakers keep at most 256 bytes of it).
+pub const MAX_SERVER_BYTES: usize = 4_096;
 /// The longest configuration text.
 pub const MAX_CONFIG_BYTES: usize = 1 << 20;
 /// The most bytes of a text lifted from the policy (a reason, a message, a note) the host logs or returns; longer is cut.

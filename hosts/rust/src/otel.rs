@@ -66,6 +66,7 @@ struct Instruments {
     replans: Counter<u64>,
     escalations: Counter<u64>,
     status_checks: Counter<u64>,
+    breaker_changes: Counter<u64>,
     waits: Counter<u64>,
     wait_duration: Histogram<f64>,
     account_waits: Counter<u64>,
@@ -98,6 +99,7 @@ impl OtelMeter {
             replans: counter("agent_retry.replans", "{call}", "Calls that ended with a replan"),
             escalations: counter("agent_retry.escalations", "{call}", "Calls that ended with an escalation"),
             status_checks: counter("agent_retry.status_checks", "{check}", "Status checks"),
+            breaker_changes: counter("agent_retry.breaker.changes", "{change}", "Circuit breaker state changes"),
             waits: counter("agent_retry.waits", "{wait}", "Waits before a retry, a poll or an admission"),
             wait_duration: meter
                 .f64_histogram("agent_retry.wait.duration")
@@ -123,6 +125,7 @@ impl OtelMeter {
                 Change::Replan => i.replans.add(1, &[]),
                 Change::Escalation { reason } => i.escalations.add(1, &[KeyValue::new("reason", reason)]),
                 Change::StatusCheck { result } => i.status_checks.add(1, &[KeyValue::new("result", result)]),
+                Change::Breaker { scope, to } => i.breaker_changes.add(1, &[KeyValue::new("scope", scope), KeyValue::new("to", to)]),
                 Change::Wait { why, wait_ms } => {
                     i.waits.add(1, &[KeyValue::new("why", why)]);
                     i.wait_duration.record(wait_ms as f64 / 1000.0, &[KeyValue::new("why", why)]);
@@ -246,7 +249,7 @@ impl CallSpans {
         match event {
             // A verdict of the tool call's attempt (not a pseudo-call's, not a stop).
             Event::Attempt(e) if e.action != "stop" && e.context.step.is_some() && e.context.call.is_some() => self.end_attempt(e),
-            Event::Wait(_) | Event::StatusCheck(_) | Event::TaskPoll(_) | Event::Escalation(_) => {
+            Event::Wait(_) | Event::StatusCheck(_) | Event::TaskPoll(_) | Event::Escalation(_) | Event::Breaker(_) => {
                 let Value::Object(fields) = event.to_log() else { return };
                 let attributes = fields
                     .into_iter()

@@ -27,7 +27,7 @@ pub fn parse_u64(value: &Value) -> Result<u64, String> {
     }
 }
 
-/// Something that answers the operations of the contract 0.7.0, each value
+/// Something that answers the operations of the contract 0.8.0, each value
 /// in canonical JSON (`{"ok": ..}` / `{"err": ..}` for results). `Err(String)`
 /// is a harness failure (bad vector input, a trap), not an answer. The
 /// readable steps of the vectors are translated onto these functions in one
@@ -48,7 +48,14 @@ pub trait Subject {
     /// run) or `{"err": run-error}`.
     fn start_run(&mut self, run_id: &str) -> Result<Value, String>;
     /// `run.begin-call`: `result<call-start, run-error>`.
-    fn begin_call(&mut self, tool: &Value, idempotency_key: &Value, hints: &Value, now_ms: u64) -> Result<Value, String>;
+    fn begin_call(&mut self, server: &Value, tool: &Value, idempotency_key: &Value, hints: &Value, now_ms: u64) -> Result<Value, String>;
+    /// `run.take-breaker-changes()`: a list of `breaker-change`.
+    fn take_breaker_changes(&mut self) -> Result<Value, String>;
+    /// Puts `value` under `key` in the shared state the component imports
+    /// (a store's write, as another worker's: not a call of the component).
+    fn put_shared_state(&mut self, key: &str, value: &str) -> Result<(), String>;
+    /// The text under `key` in the shared state, or null.
+    fn shared_state(&mut self, key: &str) -> Result<Value, String>;
     /// `run.record-success`: `result<verdict, run-error>`.
     fn record_success(&mut self, call_id: u32, attempt: u32, now_ms: u64) -> Result<Value, String>;
     /// `run.record-empty-result`: `result<verdict, run-error>`.
@@ -158,12 +165,13 @@ pub fn task_report_json(task: &Value) -> Result<Value, String> {
     }))
 }
 
-/// `begin-call` of a readable `call` (`{tool, idempotency-key, hints}`),
-/// answered readably: `{"ok": {"send": ticket}}`, `{"ok": {"escalate":
-/// escalation()}}` when not admitted, or `{"err": run-error}`.
+/// `begin-call` of a readable `call` (`{server, tool, idempotency-key,
+/// hints}`), answered readably: `{"ok": {"send": ticket}}`, `{"ok":
+/// {"replan": last-decision}}` when a breaker refused it, `{"ok":
+/// {"escalate": escalation()}}` when not admitted, or `{"err": run-error}`.
 fn begin_call(subject: &mut dyn Subject, call: &Value, now_ms: u64) -> Result<Value, String> {
     let field = |name: &str| call.get(name).cloned().unwrap_or(Value::Null);
-    let answer = subject.begin_call(&field("tool"), &field("idempotency-key"), &field("hints"), now_ms)?;
+    let answer = subject.begin_call(&field("server"), &field("tool"), &field("idempotency-key"), &field("hints"), now_ms)?;
     let Some(start) = answer.get("ok") else { return Ok(answer) };
     if start["admitted"] == json!(true) {
         let ticket = json!({
@@ -171,6 +179,13 @@ fn begin_call(subject: &mut dyn Subject, call: &Value, now_ms: u64) -> Result<Va
             "idle-timeout-ms": start["idle-timeout-ms"], "attempt-timeout-ms": start["attempt-timeout-ms"],
         });
         return Ok(json!({ "ok": { "send": ticket } }));
+    }
+    if start["replan"] == json!(true) {
+        let call_id = start["call-id"].as_u64().and_then(|id| u32::try_from(id).ok()).ok_or("a replan's call-start has no call id")?;
+        return match subject.last_decision(call_id)? {
+            Value::Null => Err(format!("begin-call answered a replan, and call {call_id} has no decision")),
+            decision => Ok(json!({ "ok": { "replan": decision } })),
+        };
     }
     match subject.escalation()? {
         Value::Null => Err(format!("begin-call did not admit the call, and the run has no escalation: {start}")),
@@ -292,6 +307,8 @@ const STEP_KEYS: &[&str] = &[
     "http-status",
     "json-rpc-code",
     "comment",
+    "key",
+    "value",
 ];
 
 /// Runs one step; `Err` is a harness failure (bad step, trap), not an answer.
@@ -307,7 +324,7 @@ pub fn run_step(subject: &mut dyn Subject, step: &Value, state: &mut StepState) 
     }
     let entropy = optional_u64(step, "entropy")?.unwrap_or(DEFAULT_ENTROPY);
     let op = text(step, "op")?;
-    let needs_run = matches!(op, "begin-call" | "record-outcome" | "report" | "effects");
+    let needs_run = matches!(op, "begin-call" | "record-outcome" | "report" | "effects" | "breaker-changes");
     let time_left_ms = optional_u64(step, "time-left-ms")?;
     if needs_run && !*started {
         subject.start_run("run-1")?;
@@ -381,6 +398,12 @@ pub fn run_step(subject: &mut dyn Subject, step: &Value, state: &mut StepState) 
         }
         "report" => subject.report(),
         "effects" => subject.effects(u32_field(step, "start")?, u32_field(step, "max-count")?),
+        "breaker-changes" => subject.take_breaker_changes(),
+        "put-shared-state" => {
+            subject.put_shared_state(text(step, "key")?, text(step, "value")?)?;
+            Ok(Value::Null)
+        }
+        "shared-state" => subject.shared_state(text(step, "key")?),
         other => Err(format!("unknown op \"{other}\"")),
     }
 }

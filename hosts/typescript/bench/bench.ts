@@ -77,13 +77,13 @@ function flatSubject(label: string, policy: Policy): Subject {
           run = policy.startRun(`bench-${i}`);
         }
         const now = T0 + BigInt(i);
-        let start = run.beginCall('issue_refund', KEY, undefined, now);
+        let start = run.beginCall(undefined, 'issue_refund', KEY, undefined, now);
         run.recordFailure(start.callId, 1, F503, undefined, now, ENTROPY);
         run.recordSuccess(start.callId, 2, now);
-        start = run.beginCall('lookup_order', undefined, undefined, now);
+        start = run.beginCall(undefined, 'lookup_order', undefined, undefined, now);
         run.recordFailure(start.callId, 1, F429, undefined, now, ENTROPY);
         run.recordSuccess(start.callId, 2, now);
-        start = run.beginCall('lookup_order', undefined, undefined, now);
+        start = run.beginCall(undefined, 'lookup_order', undefined, undefined, now);
         run.recordSuccess(start.callId, 1, now);
       }
       run.close();
@@ -96,7 +96,7 @@ function flatSubject(label: string, policy: Policy): Subject {
           run = policy.startRun(`bench-${i}`);
         }
         const now = T0 + BigInt(i);
-        const start = run.beginCall('lookup_order', undefined, undefined, now);
+        const start = run.beginCall(undefined, 'lookup_order', undefined, undefined, now);
         run.recordSuccess(start.callId, 1, now);
       }
       run.close();
@@ -106,7 +106,7 @@ function flatSubject(label: string, policy: Policy): Subject {
 
 /** jco's exports of a run, called directly (no sandbox). */
 interface RawRun {
-  beginCall(tool: string, key: string | undefined, hints: undefined, now: bigint): { callId: number };
+  beginCall(server: string | undefined, tool: string, key: string | undefined, hints: undefined, now: bigint): { callId: number };
   recordSuccess(callId: number, attempt: number, now: bigint): unknown;
   recordFailure(callId: number, attempt: number, observation: Observation, timeLeftMs: bigint | undefined, now: bigint, entropy: bigint): unknown;
   [Symbol.dispose](): void;
@@ -128,13 +128,13 @@ function rawSubject(label: string, policy: RawPolicy): Subject {
           run = policy.startRun(`bench-${i}`);
         }
         const now = T0 + BigInt(i);
-        let start = run.beginCall('issue_refund', KEY, undefined, now);
+        let start = run.beginCall(undefined, 'issue_refund', KEY, undefined, now);
         run.recordFailure(start.callId, 1, F503, undefined, now, ENTROPY);
         run.recordSuccess(start.callId, 2, now);
-        start = run.beginCall('lookup_order', undefined, undefined, now);
+        start = run.beginCall(undefined, 'lookup_order', undefined, undefined, now);
         run.recordFailure(start.callId, 1, F429, undefined, now, ENTROPY);
         run.recordSuccess(start.callId, 2, now);
-        start = run.beginCall('lookup_order', undefined, undefined, now);
+        start = run.beginCall(undefined, 'lookup_order', undefined, undefined, now);
         run.recordSuccess(start.callId, 1, now);
       }
       run[Symbol.dispose]();
@@ -147,7 +147,7 @@ function rawSubject(label: string, policy: RawPolicy): Subject {
           run = policy.startRun(`bench-${i}`);
         }
         const now = T0 + BigInt(i);
-        run.recordSuccess(run.beginCall('lookup_order', undefined, undefined, now).callId, 1, now);
+        run.recordSuccess(run.beginCall(undefined, 'lookup_order', undefined, undefined, now).callId, 1, now);
       }
       run[Symbol.dispose]();
     },
@@ -232,9 +232,9 @@ async function workerRoundTripUs(n: number, rounds: number): Promise<number> {
 /** The scenario's decisions, checked once on the real component before anything is timed. */
 function checkScenario(policy: Policy): void {
   const run = policy.startRun('check');
-  const write = run.beginCall('issue_refund', KEY, undefined, T0);
+  const write = run.beginCall(undefined, 'issue_refund', KEY, undefined, T0);
   const retryWrite = run.recordFailure(write.callId, 1, F503, undefined, T0, ENTROPY);
-  const read = run.beginCall('lookup_order', undefined, undefined, T0);
+  const read = run.beginCall(undefined, 'lookup_order', undefined, undefined, T0);
   const retryRead = run.recordFailure(read.callId, 1, F429, undefined, T0, ENTROPY);
   const ok = [write.admitted && write.effect === 'write', retryWrite.action === 'retry', run.recordSuccess(write.callId, 2, T0).action === 'succeed',
     read.admitted && read.effect === 'read', retryRead.action === 'retry' && retryRead.delayMs >= 1_000n && retryRead.hintMs === 1_000n,
@@ -249,17 +249,17 @@ function fuelOver(instance: PolicyInstance, policy: Policy): Record<string, numb
   const note = (name: string) => { most[name] = Math.max(most[name] ?? 0, instance.fuelUsedByLastCall()); };
   const run = policy.startRun('fuel');
   for (let i = 0; i < RUN_ITERATIONS; i++) {
-    let start = run.beginCall('issue_refund', KEY, undefined, T0);
+    let start = run.beginCall(undefined, 'issue_refund', KEY, undefined, T0);
     note('begin-call');
     run.recordFailure(start.callId, 1, F503, undefined, T0, ENTROPY);
     note('record-failure (503)');
     run.recordSuccess(start.callId, 2, T0);
     note('record-success');
-    start = run.beginCall('lookup_order', undefined, undefined, T0);
+    start = run.beginCall(undefined, 'lookup_order', undefined, undefined, T0);
     run.recordFailure(start.callId, 1, F429, undefined, T0, ENTROPY);
     note('record-failure (429, retry-after)');
     run.recordSuccess(start.callId, 2, T0);
-    start = run.beginCall('lookup_order', undefined, undefined, T0);
+    start = run.beginCall(undefined, 'lookup_order', undefined, undefined, T0);
     run.recordSuccess(start.callId, 1, T0);
     if (i === 0) {
       run.lastDecision(start.callId);

@@ -35,7 +35,7 @@ async function nodeFuel(): Promise<Record<string, number>> {
   fuel['from-json'] = instance.fuelUsedByLastCall();
   const run = policy.startRun('worst-case');
   const failure = (name: string, observation: Observation) => {
-    const start = run.beginCall('t', undefined, undefined, 1n);
+    const start = run.beginCall(undefined, 't', undefined, undefined, 1n);
     run.recordFailure(start.callId, 1, observation, undefined, 1n, 1n);
     fuel[`record-failure: ${name}`] = instance.fuelUsedByLastCall();
     run.lastDecision(start.callId);
@@ -46,10 +46,10 @@ async function nodeFuel(): Promise<Record<string, number>> {
 
   const long = instance.loadPolicy({ 'max-steps-per-run': 1_000_000 }).startRun('long');
   for (let i = 0; i < 10_000; i++) {
-    long.recordSuccess(long.beginCall('issue_refund', `ar1-${i.toString(16).padStart(32, '0')}`, undefined, 1n).callId, 1, 1n);
+    long.recordSuccess(long.beginCall(undefined, 'issue_refund', `ar1-${i.toString(16).padStart(32, '0')}`, undefined, 1n).callId, 1, 1n);
   }
   fuel['record-success (the 10,000th keyed write)'] = instance.fuelUsedByLastCall();
-  const last = long.beginCall('issue_refund', undefined, undefined, 1n).callId;
+  const last = long.beginCall(undefined, 'issue_refund', undefined, undefined, 1n).callId;
   long.recordFailure(last, 1, observed({ tag: 'http-status', val: 403 }, { body: 'needs approval' }), undefined, 1n, 1n);
   fuel['record-failure: 403 escalating a run of 10,000 effects'] = instance.fuelUsedByLastCall();
   long.lastDecision(last);

@@ -72,7 +72,7 @@ async function main(): Promise<void> {
           run = policy.startRun(`bench-${n}`);
         }
         const now = 1_764_460_800_000n + BigInt(n);
-        const start = run.beginCall('lookup_order', 'ar1-key', undefined, now);
+        const start = run.beginCall(undefined, 'lookup_order', 'ar1-key', undefined, now);
         if (!start.admitted) throw new Error('the bench run was refused');
         run.recordFailure(start.callId, 1, FAILURE, undefined, now, 0x123456789abcdef0n);
         policy.nextDelay(1, undefined, 0x0fedcba987654321n);

@@ -54,6 +54,12 @@ export interface PolicyClock {
 export interface WithPolicyOptions<T> {
   /** The tool's hints (`readOnly`, `destructive`, `idempotent`), as MCP annotations give them. */
   hints?: Wit.ToolHints;
+  /** The server the function calls, named for the circuit breakers (contract
+   *  0.8.0: the same name in every worker, e.g. a URL without its query); with
+   *  a `circuit-breaker` configuration, an open breaker of it ends the call
+   *  before the function runs (`ReplanNeeded`, or `Escalated` as configured).
+   *  Default: none, no breaker applies. */
+  server?: string;
   /** Names the call's place in the run for its idempotency key (default `step-N`, N counting this run's `withPolicy` calls). */
   actionId?: string;
   /** Translates what the function threw into an observation; tried before the
@@ -126,8 +132,10 @@ export async function withPolicy<T>(run: Run, tool: string, fn: (attempt: Attemp
     // Real time only: a fake clock's deadline is checked at its waits.
     timer: clock === undefined, signal: options.signal, sleep: clock ? (ms) => clock.sleep(ms) : undefined,
   });
+  const server: unknown = options.server;
+  if (server !== undefined && typeof server !== 'string') throw new TypeError(`server must be a string (the server's name), not ${typeof server}`);
   const core = new CallCore({
-    run, tool, step: state.steps, policy, trace: telemetry.call(tool, { run: run.runId, policy, step: state.steps }, 'any'), runState: state, scope,
+    run, tool, server, step: state.steps, policy, trace: telemetry.call(tool, { run: run.runId, policy, step: state.steps }, 'any'), runState: state, scope,
     entropy: options.entropy ?? new OsEntropy(), policyNow: clock ? () => clock.nowMs() : () => Date.now(),
   });
   try {
@@ -151,7 +159,10 @@ class AnyCall<T> {
     core.scope.check();
     core.checkTripped();
     if (keyed(core.run.configText, core.tool, options.hints)) core.deriveKey(actionId);
-    const { guard } = await core.begin(options.hints);
+    const begun = await core.begin(options.hints);
+    // A circuit breaker of the server is open: over before the function ran, as a replan.
+    if (begun.replan) throw new ReplanNeeded(begun.replan.message, begun.replan.rule, core.tool);
+    const { guard } = begun;
     for (;;) {
       const attempt = core.attempt;
       const { outcome, value } = await this.attemptOnce(attempt);

@@ -9,7 +9,7 @@ import type { Run } from './component.js';
 import { boundedDecision, boundedEscalation, policyFailureNote } from './decisions.js';
 import type { EntropySource } from './entropy.js';
 import {
-  AttemptEvent, EscalationEvent, ReplanEvent, StatusCheckEvent, TaskPollEvent, WaitEvent, type CallFields, type WaitWhy,
+  AttemptEvent, BreakerEvent, EscalationEvent, ReplanEvent, StatusCheckEvent, TaskPollEvent, WaitEvent, type CallFields, type WaitWhy,
 } from './events.js';
 import {
   CallCancelled, CallTimedOut, Escalated, InstanceUnusable, PolicyBoundaryViolation, PolicyTrap, type StopCause,
@@ -209,6 +209,8 @@ export interface CallCoreOptions {
   run: Run;
   /** The tool, the pseudo-tool (`initialize`, `tools/list`), or the name given to `withPolicy`. */
   tool: string;
+  /** The server's name for the circuit breakers (contract 0.8.0); undefined: no breaker applies. */
+  server?: string;
   /** The N of `step-N`; null for a pseudo-call. */
   step: number | null;
   /** Which policy decides (logged as `policy`). */
@@ -281,9 +283,17 @@ export class CallCore {
     return this.key;
   }
 
-  /** Begins the call (`beginCall`, checked by the guard) and waits its admission delay; rejects with `Escalated` if it was not admitted. */
-  async begin(hints: Wit.ToolHints | undefined): Promise<{ start: Wit.CallStart; guard: CallGuard }> {
-    const start = this.ask('not sent', () => this.run.beginCall(this.tool, this.key, hints, this.o.policyNow()));
+  /** Begins the call (`beginCall`, checked by the guard) and waits its admission
+   *  delay; rejects with `Escalated` if it was not admitted. A call a circuit
+   *  breaker refused as a replan (`replan`, contract 0.8.0) is over, nothing
+   *  sent: its lines are written and the policy's message is returned (the
+   *  wrapper ends the call as for a replan verdict). */
+  async begin(hints: Wit.ToolHints | undefined): Promise<Begun> {
+    const start = this.ask('not sent', () => this.run.beginCall(this.o.server, this.tool, this.key, hints, this.o.policyNow()));
+    // A breaker change at the start (a probe let through) is the call's: its id when it has one.
+    if (start.callId !== 0) this.callId = start.callId;
+    if (start.breakerChanged) this.breakerChanges('not sent');
+    if (!start.admitted && start.replan) return { replan: this.refusedAsReplan(start) };
     if (!start.admitted) throw this.notAdmitted();
     this.callId = start.callId;
     this.effect = start.effect;
@@ -301,6 +311,41 @@ export class CallCore {
     this.attemptsSent += 1;
     this.inFlight = true;
     this.trace.startAttempt(attempt);
+  }
+
+  /** A call a circuit breaker refused before it was sent, as a replan: its
+   *  attempt line (attempt 0, `not sent`, action `replan`, rule
+   *  `circuit-open`) and its replan event; the message for the model. */
+  private refusedAsReplan(start: Wit.CallStart): { message: string; rule: string } {
+    const callId = start.callId;
+    const decision = this.ask('not sent', () => {
+      const said = callId === 0 ? undefined : this.run.lastDecision(callId);
+      if (said === undefined) throw this.run.instance.violation('last-decision', `no decision about call ${callId}, which begin-call refused as a replan`);
+      if (said.action.tag !== 'replan') {
+        throw this.run.instance.violation('last-decision', `begin-call refused call ${callId} as a replan, its decision says ${said.action.tag}`);
+      }
+      return boundedDecision(said);
+    });
+    this.callId = callId;
+    const message = decision.action.tag === 'replan' ? decision.action.val : '';
+    this.trace.emit(new AttemptEvent({
+      ...this.fields(), attempt: 0, key: this.key ?? null, outcome: 'not sent', class: null, rule: decision.rule, action: 'replan',
+      delayMs: null, hintMs: null, escalation: null, reason: decision.reason, decision, countsAsAttempt: false,
+    }));
+    this.trace.emit(new ReplanEvent({ ...this.fields(), attempt: 0, rule: decision.rule, message, decision }));
+    return { message, rule: decision.rule };
+  }
+
+  /** The circuit breakers' changes the last `beginCall` or report made (asked
+   *  right away when it said there are some): an `agent_retry.breaker` event each. */
+  breakerChanges(lastOutcome: string): void {
+    const changes = this.ask(lastOutcome, () => this.run.takeBreakerChanges());
+    for (const change of changes) {
+      this.trace.emit(new BreakerEvent({
+        ...this.fields(), server: change.server, scope: change.tool === undefined ? 'server' : 'tool', from: change.oldState, to: change.newState,
+        untilMs: change.untilMs === undefined ? null : Number(change.untilMs), why: change.why,
+      }));
+    }
   }
 
   /** Reports one outcome of attempt `attempt`, checks the verdict with the
@@ -324,6 +369,7 @@ export class CallCore {
     }));
     const counts = ownOutcome && this.reported < attempt;
     if (ownOutcome) this.reported = Math.max(this.reported, attempt);
+    if (verdict.breakerChanged) this.breakerChanges(words);
     const violation = guard.verdict(verdict);
     if (violation) throw this.violated(attempt, words, violation, counts);
     const answer: Answer = { callId, attempt, verdict, guard, words };
@@ -529,6 +575,10 @@ export class CallCore {
     return cause === 'cancelled' ? new CallCancelled(`${this.tool}: ${reason}`, stopped) : new CallTimedOut(`${this.tool}: ${reason}`, stopped);
   }
 }
+
+/** What `CallCore.begin` gives: the admitted call's start and guard, or the
+ *  message of a call a circuit breaker refused as a replan (nothing was sent). */
+export type Begun = { start: Wit.CallStart; guard: CallGuard; replan?: undefined } | { replan: { message: string; rule: string } };
 
 /** An event's `ts`: the wall clock's Unix seconds (docs/events.md), whatever clock the wrapper's waits and the policy are on. */
 function wallSeconds(): number {

@@ -4,7 +4,7 @@
 //   const instance = await component.instantiate();     // one per run or worker
 //   const policy = instance.loadPolicy({ 'max-attempts-per-call': 3 });
 //   const run = policy.startRun('CASE-5016');
-//   const start = run.beginCall('lookup_order', key, hints, nowMs());
+//   const start = run.beginCall(undefined, 'lookup_order', key, hints, nowMs());
 //   const verdict = run.recordFailure(start.callId, 1, observation, undefined, nowMs());
 //
 // Which transpilation runs: the one the package carries (generated/, no
@@ -16,7 +16,8 @@
 // transpilation is reused. The contract version and the imports are checked on
 // the .wasm's bytes before anything is transpiled.
 //
-// The component gets only the account budget and `wasi:random/random` from this
+// The component gets only the account budget, the shared state (contract 0.8.0:
+// the circuit breakers', src/shared-state.ts) and `wasi:random/random` from this
 // host (no WASI shim at all), so it can reach no file, socket, clock or environment;
 // a component that imports anything else is refused at load (`ComponentImportRefused`).
 //
@@ -39,6 +40,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import type { Root } from '../generated/agent_retry_policy.js';
 import type * as Wit from '../generated/interfaces/agent-retry-policy-types.js';
 import { PROCESS_ACCOUNTS, type AccountBudgetBackend } from './accounts.js';
+import { sharedStateFor, type Loaded, type SharedStateBackend } from './shared-state.js';
 import { checkContractVersion, checkImports, componentExportNames, componentImportNames } from './contract.js';
 import { OsEntropy, randomBytes, type EntropySource } from './entropy.js';
 import { withJson, type JsonSafe } from './json.js';
@@ -47,7 +49,7 @@ import {
   PolicyInputTooLarge, PolicyMemoryExceeded, PolicyOutOfFuel, PolicyTrap, RunMisuse,
 } from './errors.js';
 import {
-  MAX_CONFIG_BYTES, boundedDetail, boundedObservation, boundedTaskReport, overLimit, utf8Length,
+  MAX_CONFIG_BYTES, MAX_SERVER_BYTES, boundedDetail, boundedObservation, boundedTaskReport, overLimit, utf8Length,
 } from './limits.js';
 import { FUEL_EXPORT, FUEL_PER_CALL, FUEL_PER_CONFIG_BYTE, GROW_FAILED_EXPORT, MAX_MEMORY_BYTES, instrumentCoreModule } from './sandbox.js';
 import { FUNCTIONS, TYPES, ValueConversionError, checkJco, jcoProblem } from './wit.js';
@@ -153,6 +155,11 @@ export interface FromBytesOptions {
 export interface InstantiateOptions {
   /** Default: the buckets shared by the whole process. */
   accounts?: AccountBudgetBackend;
+  /** The shared state (the circuit breakers', contract 0.8.0). Default: the
+   *  embedded store beside `accounts` (`sharedStateFor(accounts)`): every
+   *  instance sharing an account budget backend shares its store. Workers on
+   *  many machines: `await FallbackSharedState.open(url)` (Redis, src/redis-shared-state.ts). */
+  sharedState?: SharedStateBackend;
   /** For `wasi:random`, used only when a call passes no entropy. Default: the OS. */
   entropy?: EntropySource;
   /** Fuel each call may burn, about one unit per wasm instruction (default
@@ -363,7 +370,7 @@ export class PolicyComponent {
     /** Which transpilation runs: the package's own (`bundled`), a `generatedDir`
      *  (`generated`), one found in the cache (`cache`) or made by this load (`transpiled`). */
     readonly origin: ComponentOrigin,
-    /** The contract version the component speaks (from its export names), e.g. `0.7.0`. */
+    /** The contract version the component speaks (from its export names), e.g. `0.8.0`. */
     readonly contractVersion: string,
   ) {}
 
@@ -374,7 +381,7 @@ export class PolicyComponent {
   }
 
   /** Which policy this is, for logs: `agent-retry:policy@<contract version> wasm
-   *  <first 12 hex digits of the .wasm's SHA-256>`, e.g. `agent-retry:policy@0.7.0
+   *  <first 12 hex digits of the .wasm's SHA-256>`, e.g. `agent-retry:policy@0.8.0
    *  wasm 0c1b894cf1b1`. Every instance says it too (`policyIdentity`), and the MCP
    *  wrapper logs it on every attempt line. */
   get identity(): string {
@@ -505,6 +512,7 @@ export class PolicyComponent {
   /** A fresh instance with its own memory. */
   async instantiate(options: InstantiateOptions = {}): Promise<PolicyInstance> {
     const accounts = options.accounts ?? PROCESS_ACCOUNTS;
+    const sharedState = options.sharedState ?? sharedStateFor(accounts);
     const entropy = options.entropy ?? new OsEntropy();
     const fuelPerCall = options.fuelPerCall === undefined ? FUEL_PER_CALL : options.fuelPerCall;
     if (fuelPerCall !== null && (!Number.isSafeInteger(fuelPerCall) || fuelPerCall < 1)) {
@@ -531,6 +539,14 @@ export class PolicyComponent {
         }),
         refund: imported((accountId: string, tokens: number, bucket: { capacity: number; refillIntervalMs: bigint }, now: bigint) => {
           accounts.refund(accountId, tokens, bucket, now);
+        }),
+      },
+      'agent-retry:policy/shared-state': {
+        load: imported((key: string, now: bigint): Loaded => checkedLoaded(sharedState.load(key, now))),
+        storeIf: imported((key: string, expectedVersion: bigint, value: string, ttlMs: bigint): boolean => {
+          const stored: unknown = sharedState.storeIf(key, expectedVersion, value, ttlMs);
+          if (typeof stored !== 'boolean') throw new TypeError(`the shared state's storeIf answered ${typeof stored}, not a boolean`);
+          return stored;
         }),
       },
       'agent-retry:policy/types': {},
@@ -568,6 +584,14 @@ export class PolicyComponent {
       throw new ComponentLoadError(`the component cannot be instantiated by this host: ${(e as Error).message}`, { cause: e });
     }
   }
+}
+
+/** What a shared state's `load` answered, checked before jco lowers it (it would wrap a bad integer silently). */
+function checkedLoaded(loaded: Loaded): Loaded {
+  const ok = typeof loaded === 'object' && loaded !== null && (loaded.value === undefined || typeof loaded.value === 'string')
+    && isU64(loaded.version) && isU64(loaded.nowMs);
+  if (!ok) throw new TypeError("the shared state's load answered something other than { value?: string, version: u64, nowMs: u64 }");
+  return { value: loaded.value, version: loaded.version, nowMs: loaded.nowMs };
 }
 
 /** jco throws a `ComponentError` carrying `payload` for a result's err case. */
@@ -815,21 +839,36 @@ export class Run extends Handle<JcoRun> {
   constructor(instance: PolicyInstance, handle: JcoRun, readonly runId: string, readonly configText = '{}') {
     super(instance, handle);
   }
-  /** Asks to begin a call of `tool` with its idempotency key and MCP hints.
-   *  A call not admitted (`admitted` false) escalated the run: `escalation()`
-   *  gives the hand-off. Throws `RunMisuse` for the component's run-error
-   *  (`too-large` for a tool name or key over 256 bytes, answered without
-   *  crossing the boundary). */
-  beginCall(tool: string, idempotencyKey: string | undefined, hints: Wit.ToolHints | undefined, now: bigint | number): Wit.CallStart {
+  /** Asks to begin a call of `tool` on `server` (contract 0.8.0: the MCP
+   *  server's name for the circuit breakers; undefined: no breaker applies)
+   *  with its idempotency key and MCP hints. A call not admitted (`admitted`
+   *  false) escalated the run (`escalation()` gives the hand-off), or, when
+   *  `replan` is set, is over before it was sent: a breaker of its server is
+   *  open, and `lastDecision(callId)` has the message for the model. When
+   *  `breakerChanged` is set, `takeBreakerChanges()` says how. Throws
+   *  `RunMisuse` for the component's run-error (`too-large` for a server
+   *  name, tool name or key over 256 bytes, answered without crossing the boundary). */
+  beginCall(server: string | undefined, tool: string, idempotencyKey: string | undefined, hints: Wit.ToolHints | undefined,
+    now: bigint | number): Wit.CallStart {
     const at = typeof now === 'bigint' ? now : big(now);
-    if (typeof tool !== 'string' || !(idempotencyKey === undefined || typeof idempotencyKey === 'string') || !isU64(at) ||
+    if (!(server === undefined || typeof server === 'string') || typeof tool !== 'string' ||
+      !(idempotencyKey === undefined || typeof idempotencyKey === 'string') || !isU64(at) ||
       (hints !== undefined && jcoProblem(hints, TYPES.toolHints) !== undefined)) {
-      checkArgs('[method]run.begin-call', [tool, idempotencyKey, hints, at]);
+      checkArgs('[method]run.begin-call', [server, tool, idempotencyKey, hints, at]);
     }
-    const over = overLimit('tool', tool) ?? (idempotencyKey === undefined ? undefined : overLimit('idempotency-key', idempotencyKey));
+    const over = (server === undefined ? undefined : overLimit('server', server, MAX_SERVER_BYTES)) ?? overLimit('tool', tool) ??
+      (idempotencyKey === undefined ? undefined : overLimit('idempotency-key', idempotencyKey));
     if (over) throw tooLarge(over);
     const resource = this.resource;
-    return misuse(() => this.instance.guard('begin-call', () => resource.beginCall(tool, idempotencyKey, hints, at)));
+    return misuse(() => this.instance.guard('begin-call', () => resource.beginCall(server, tool, idempotencyKey, hints, at)));
+  }
+
+  /** The circuit breakers' changes the run's last `beginCall` or report made,
+   *  oldest first, and forgets them (contract 0.8.0). Ask only when
+   *  `CallStart.breakerChanged` or `Verdict.breakerChanged` is set. */
+  takeBreakerChanges(): Wit.BreakerChange[] {
+    const resource = this.resource;
+    return this.instance.guard('take-breaker-changes', () => resource.takeBreakerChanges());
   }
 
   /** Reports that attempt `attempt` of call `callId` returned a usable result
@@ -901,7 +940,7 @@ export class Run extends Handle<JcoRun> {
       resource.recordStatusCheck(callId, attempt, result, left, at, jitter))));
   }
 
-  /** Reports what the server said of the call's task (contract 0.7.0): the
+  /** Reports what the server said of the call's task (contract 0.7.0 on): the
    *  tool call was answered by a task, or a poll (`tasks/get`) answered
    *  `working`, `input_required` (`input-answered` when a handler of the
    *  application answered it) or `cancelled`. `attempt` is the attempt the task

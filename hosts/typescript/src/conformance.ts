@@ -9,8 +9,10 @@
 // `record-outcome` with an `outcome`, `classify` with a readable `failure`);
 // contract 0.7.0 has one run path, and this module is the one place that
 // translates the readable steps onto it (`readableObservation`, `runStep`):
-// `begin-call` -> `begin-call` (+ `escalation()` when the call is not
-// admitted); `record-outcome` of a success -> `record-success`, of an empty
+// `begin-call` -> `begin-call` with the call's `server` (none when absent),
+// + `escalation()` when the call is not admitted, or `last-decision(call-id)`
+// when it is over as a replan (`call-start.replan`: a circuit breaker is open);
+// `record-outcome` of a success -> `record-success`, of an empty
 // result -> `record-empty-result`, of a failure -> `record-failure` with an
 // observation built from the readable failure (header pairs joined as
 // `name: value` lines, `session-id-sent` false and `delivery` `unknown` when
@@ -21,6 +23,13 @@
 // after checking that the verdict says what it says (action, class, attempt,
 // delay, hint, rule, has-note, reconnect, cancel-task; a poll is checked as a
 // retry is, its delay and reconnect from its plan). As hosts/rust/src/steps.rs.
+//
+// Each case has a fresh shared state (the component's `shared-state` import),
+// shared by every run of the case: compare and set by version as the embedded
+// store, but with no expiry and no bounds (`VectorSharedState`), and `load`
+// answers the `now-ms` it was passed. `put-shared-state` stores a text in it
+// (no component call), `shared-state` reads one, `breaker-changes` is
+// `run.take-breaker-changes()` (never called otherwise).
 //
 // observations.json has its own shape (`runObservationFile`): each case is one
 // raw observation of a `lookup_order` call and the verdict it must produce.
@@ -37,6 +46,7 @@ import { PolicyComponent, type PolicyInstance } from './component.js';
 import { SplitMix64 } from './entropy.js';
 import type * as Wit from '../generated/interfaces/agent-retry-policy-types.js';
 import { RunGuard, type CallGuard, type Violation } from './guard.js';
+import type { Loaded, SharedStateBackend } from './shared-state.js';
 import { joinedHeaders, utf8Length } from './limits.js';
 import { FUNCTIONS, TYPES, camel, fromJco, parseU64, toJco, type WitType } from './wit.js';
 import { bool, list, option, record, string, tuple } from './wit-kinds.js';
@@ -48,7 +58,7 @@ export const DEFAULT_ENTROPY = 0x8000_0000_0000_0000n;
 
 const STEP_KEYS = new Set(['op', 'expect', 'now-ms', 'entropy', 'config', 'config-text', 'failure', 'retry', 'hint-ms',
   'run-id', 'action-id', 'call', 'call-id', 'attempt', 'outcome', 'start', 'max-count', 'comment', 'time-left-ms', 'http-status',
-  'json-rpc-code', 'sent', 'why']);
+  'json-rpc-code', 'sent', 'why', 'key', 'value']);
 
 /** The file of raw transport observations (its own shape: `runObservationFile`). */
 export const OBSERVATIONS_FILE = 'observations.json';
@@ -156,6 +166,33 @@ function field(step: Record<string, unknown>, name: string): unknown {
   return step[name];
 }
 
+/** The vectors' shared state: compare and set by version, no expiry and no
+ *  bounds (vectors are deterministic); `load` answers the `nowMs` it was passed. */
+export class VectorSharedState implements SharedStateBackend {
+  private readonly entries = new Map<string, { value: string; version: bigint }>();
+
+  load(key: string, nowMs: bigint): Loaded {
+    const entry = this.entries.get(key);
+    return { value: entry?.value, version: entry?.version ?? 0n, nowMs };
+  }
+
+  storeIf(key: string, expectedVersion: bigint, value: string, _ttlMs: bigint): boolean {
+    if ((this.entries.get(key)?.version ?? 0n) !== expectedVersion) return false;
+    this.entries.set(key, { value, version: expectedVersion + 1n });
+    return true;
+  }
+
+  /** Stores `value` as a store would (its version raised by one), whatever is there. */
+  put(key: string, value: string): void {
+    this.entries.set(key, { value, version: (this.entries.get(key)?.version ?? 0n) + 1n });
+  }
+
+  /** The text stored under `key`, or null. */
+  get(key: string): string | null {
+    return this.entries.get(key)?.value ?? null;
+  }
+}
+
 /** A jco resource's methods, called by name (`Subject` drives the component through them). */
 export type Resource = Record<string, (...args: unknown[]) => unknown>;
 
@@ -164,14 +201,16 @@ export class Subject {
   policy?: Resource;
   run?: Resource;
 
-  private constructor(readonly instance: PolicyInstance) {}
+  private constructor(readonly instance: PolicyInstance, readonly sharedState: VectorSharedState) {}
 
   static async create(component: PolicyComponent): Promise<Subject> {
     // A fixed seed keeps even the guest's own draws reproducible; the vectors
     // always pass entropy, so it is never used.
     // The vectors run on a simulated clock (DEFAULT_START_MS, then the steps'
     // `now-ms`): the budget keeps its buckets in that time, not the process's.
-    return new Subject(await component.instantiate({ accounts: EmbeddedAccounts.onHostClock(), entropy: new SplitMix64(0n) }));
+    const sharedState = new VectorSharedState();
+    const instance = await component.instantiate({ accounts: EmbeddedAccounts.onHostClock(), sharedState, entropy: new SplitMix64(0n) });
+    return new Subject(instance, sharedState);
   }
 
   /** Calls export `name` with canonical arguments converted by its WIT types.
@@ -287,7 +326,11 @@ const asU32 = (value: unknown): number | undefined =>
 const READABLE_FAILURE: WitType = record('failure', [['kind', TYPES.failureKind], ['headers', list(tuple(string, string))], ['body', string],
   ['structured-content', option(string)], ['session-id-sent', bool], ['delivery', TYPES.delivery]]);
 /** A readable `call` of a `begin-call` step. */
-const READABLE_CALL: WitType = record('call', [['tool', string], ['idempotency-key', option(string)], ['hints', option(TYPES.toolHints)]]);
+const READABLE_CALL: WitType = record('call', [['server', option(string)], ['tool', string], ['idempotency-key', option(string)],
+  ['hints', option(TYPES.toolHints)]]);
+
+/** A readable `call`, in jco's form. */
+type ReadableCall = { server?: string; tool: string; idempotencyKey?: string; hints?: Wit.ToolHints };
 
 /** A readable failure (canonical JSON) as the contract's observation (jco's
  *  form): the header pairs joined as `name: value` lines with `\n`;
@@ -326,9 +369,9 @@ export function readableTaskReport(task: unknown): Record<string, unknown> {
   };
 }
 
-function readableCall(call: unknown): { tool: string; idempotencyKey?: string; hints?: Wit.ToolHints } {
+function readableCall(call: unknown): ReadableCall {
   try {
-    return toJco(call, READABLE_CALL) as { tool: string; idempotencyKey?: string; hints?: Wit.ToolHints };
+    return toJco(call, READABLE_CALL) as ReadableCall;
   } catch (e) {
     throw new HarnessError(`call: ${(e as Error).message}`);
   }
@@ -349,7 +392,7 @@ function runStep(subject: Subject, step: Record<string, unknown>, state: State):
   if (now !== null) state.now = now;
   const entropy = optionalU64(step, 'entropy') ?? DEFAULT_ENTROPY;
   const op = text(step, 'op');
-  if (['begin-call', 'record-outcome', 'report', 'effects'].includes(op) && !state.started) {
+  if (['begin-call', 'record-outcome', 'report', 'effects', 'breaker-changes'].includes(op) && !state.started) {
     subject.startRun('run-1');
     state.started = true;
   }
@@ -404,17 +447,26 @@ function runStep(subject: Subject, step: Record<string, unknown>, state: State):
       return subject.call('[method]run.report', subject.needRun(), []);
     case 'effects':
       return subject.call('[method]run.effects', subject.needRun(), [u32(step, 'start'), u32(step, 'max-count')]);
+    case 'put-shared-state':
+      // The runner's own write, as a store makes one: no component call, no output.
+      subject.sharedState.put(text(step, 'key'), text(step, 'value'));
+      return null;
+    case 'shared-state':
+      return subject.sharedState.get(text(step, 'key'));
+    case 'breaker-changes':
+      return subject.callLowered('[method]run.take-breaker-changes', subject.needRun(), []);
     default:
       throw new HarnessError(`unknown op "${op}"`);
   }
 }
 
 /** A `begin-call` step: `begin-call` (and `escalation()` when the call is not
- *  admitted), answered readably: `{"ok": {"send": {...}}}`, `{"ok": {"escalate":
- *  escalation}}` or `{"err": run-error}`. */
-function beginCall(subject: Subject, call: { tool: string; idempotencyKey?: string; hints?: Wit.ToolHints }, state: State): Json {
+ *  admitted, `last-decision(call-id)` when it is over as a replan), answered
+ *  readably: `{"ok": {"send": {...}}}`, `{"ok": {"escalate": escalation}}`,
+ *  `{"ok": {"replan": decision}}` or `{"err": run-error}`. */
+function beginCall(subject: Subject, call: ReadableCall, state: State): Json {
   const run = subject.needRun();
-  const answer = subject.callLowered('[method]run.begin-call', run, [call.tool, call.idempotencyKey, call.hints, state.now]);
+  const answer = subject.callLowered('[method]run.begin-call', run, [call.server, call.tool, call.idempotencyKey, call.hints, state.now]);
   const start = at(answer, 'ok') as Record<string, Json> | undefined;
   if (start === undefined) return answer; // {"err": run-error}
   if (start.admitted === true) {
@@ -434,6 +486,18 @@ function beginCall(subject: Subject, call: { tool: string; idempotencyKey?: stri
         },
       },
     };
+  }
+  if (start.replan === true) {
+    // Over before it was sent: a circuit breaker of the server is open; the message is the call's decision.
+    const callId = asU32(start['call-id']);
+    if (callId === undefined || callId === 0) throw new HarnessError(`begin-call answered a replan with call-id ${canonicalText(start['call-id'])}`);
+    const decision = subject.callLowered('[method]run.last-decision', run, [callId]);
+    if (decision === null) throw new HarnessError(`begin-call answered a replan, but last-decision(${callId}) is none`);
+    const action = at(decision, 'action');
+    if (typeof action !== 'object' || action === null || !('replan' in action)) {
+      throw new HarnessError(`begin-call answered a replan, but last-decision(${callId}) says ${canonicalText(action)}`);
+    }
+    return { ok: { replan: decision } };
   }
   const escalation = subject.callLowered('[method]run.escalation', run, []);
   if (escalation === null) throw new HarnessError('begin-call did not admit the call, but escalation() is none');

@@ -8,7 +8,7 @@ import { ComponentImportRefused, ComponentLoadError, ContractVersionMismatch } f
 import { BinaryReader } from './binary-reader.js';
 
 /** The contract this host is written for (wit/, `package agent-retry:policy@...`). */
-export const CONTRACT_VERSION = '0.7.0';
+export const CONTRACT_VERSION = '0.8.0';
 /** The interface every policy component exports, without its version. */
 export const POLICY_INTERFACE = 'agent-retry:policy/policy';
 
@@ -175,7 +175,9 @@ export function importAllowed(name: string, hostVersion = CONTRACT_VERSION): boo
       return false;
     }
   };
-  if (iface === 'agent-retry:policy/account-budget' || iface === 'agent-retry:policy/types') return compatible(hostVersion);
+  if (iface === 'agent-retry:policy/account-budget' || iface === 'agent-retry:policy/shared-state' || iface === 'agent-retry:policy/types') {
+    return compatible(hostVersion);
+  }
   if (iface === 'wasi:random/random') return compatible('0.2.0');
   return false;
 }
@@ -186,7 +188,8 @@ export function checkImports(importNames: readonly string[], where = 'the compon
   const refused = importNames.find((name) => !importAllowed(name));
   if (refused !== undefined) {
     throw new ComponentImportRefused(`${where} imports ${refused}, which is outside the agent-retry contract ` +
-      '(a policy may import only agent-retry:policy/account-budget, agent-retry:policy/types and wasi:random/random): refused, nothing was run',
+      '(a policy may import only agent-retry:policy/account-budget, agent-retry:policy/shared-state, agent-retry:policy/types and ' +
+      'wasi:random/random): refused, nothing was run',
     refused);
   }
 }

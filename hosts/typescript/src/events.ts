@@ -1,5 +1,5 @@
 // The event model of docs/events.md: every attempt, wait, status check, replan,
-// escalation, task poll and policy update is one event, the same fields in every
+// escalation, task poll, circuit breaker change and policy update is one event, the same fields in every
 // host. The typed events are camelCase; `toLogLine()` gives the log line's JSON
 // keys (snake_case) in the documented order. The log lines, the hooks, the
 // metrics and the OpenTelemetry spans are all made from these (src/telemetry.ts).
@@ -171,6 +171,37 @@ export class TaskPollEvent {
 }
 export interface TaskPollEvent extends TaskPollFields {}
 
+export interface BreakerFields extends CallFields {
+  /** The server the breaker guards (the name the call was begun with). */
+  server: string;
+  /** `server` for a server's breaker, `tool` for a tool's on it. */
+  scope: 'server' | 'tool';
+  /** The state before: `closed`, `open` or `half-open`. */
+  from: Wit.BreakerState;
+  /** The state after. */
+  to: Wit.BreakerState;
+  /** Until when (the store's clock, ms since the Unix epoch) an open breaker
+   *  sends nothing, or a half-open one waits for its probe; null when closed. */
+  untilMs: number | null;
+  /** Why, in the policy's words ("2 failures in a row", ...). */
+  why: string;
+}
+
+/** `agent_retry.breaker`: a circuit breaker of the call's server (or of its
+ *  tool on it) changed state (contract 0.8.0: `run.take-breaker-changes`). */
+export class BreakerEvent {
+  readonly event = 'agent_retry.breaker' as const;
+  constructor(fields: BreakerFields) {
+    Object.assign(this, fields);
+  }
+  toLogLine(): Record<string, unknown> {
+    return {
+      ...callLine(this.event, this), server: this.server, scope: this.scope, from: this.from, to: this.to, until_ms: this.untilMs, why: this.why,
+    };
+  }
+}
+export interface BreakerEvent extends BreakerFields {}
+
 /** `agent_retry.policy_update`: a live update was accepted, refused or rolled
  *  back (and the watcher's own notes). The fields are those of 0.7's lines: an
  *  accepted update or a rollback `policy`, `generation`, `wasm_sha256`,
@@ -200,4 +231,4 @@ export function policyUpdateOutcome(event: PolicyUpdateEvent): 'accepted' | 'ref
 }
 
 /** Every event of a call. */
-export type CallEvent = AttemptEvent | WaitEvent | ReplanEvent | EscalationEvent | StatusCheckEvent | TaskPollEvent;
+export type CallEvent = AttemptEvent | WaitEvent | ReplanEvent | EscalationEvent | StatusCheckEvent | TaskPollEvent | BreakerEvent;

@@ -1,7 +1,7 @@
 // Typed callbacks on the events of docs/events.md ("Hooks"). A hook is an
 // observer: it runs before the wrapper acts, cannot change the decision, and an
 // exception it throws is caught and logged once (`agent_retry.hook_failed`).
-import type { AttemptEvent, EscalationEvent, PolicyUpdateEvent, ReplanEvent, StatusCheckEvent, WaitEvent } from './events.js';
+import type { AttemptEvent, BreakerEvent, EscalationEvent, PolicyUpdateEvent, ReplanEvent, StatusCheckEvent, WaitEvent } from './events.js';
 
 export interface RetryHooks {
   /** Before a wait (`agent_retry.wait`). */
@@ -14,6 +14,8 @@ export interface RetryHooks {
   onEscalate?: (event: EscalationEvent) => void;
   /** A status check answered (`agent_retry.status_check`). */
   onStatusCheck?: (event: StatusCheckEvent) => void;
+  /** A circuit breaker changed state (`agent_retry.breaker`). */
+  onBreaker?: (event: BreakerEvent) => void;
   /** A live update was accepted, refused or rolled back (`agent_retry.policy_update`). */
   onPolicyUpdate?: (event: PolicyUpdateEvent) => void;
 }

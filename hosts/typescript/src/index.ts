@@ -1,11 +1,16 @@
 // agent-retry for Node: the policy component transpiled by jco, its imports (an
-// embedded GCRA account budget shared by the process, host entropy) and typed
+// embedded GCRA account budget shared by the process, the embedded shared state
+// of the circuit breakers beside it, host entropy) and typed
 // wrappers. The MCP wrapper is in `agent-retry-policy/mcp`, the vector runner in
 // `agent-retry-policy/conformance`.
 export {
   EmbeddedAccounts, MAX_CLOCK_SKEW_MS, PROCESS_ACCOUNTS, gcra, type AccountBudgetBackend, type AccountClockEvent, type Bucket, type EmbeddedAccountsOptions,
   type Reservation,
 } from './accounts.js';
+export {
+  EmbeddedSharedState, MAX_SHARED_KEYS, MAX_SHARED_VALUE_BYTES, sharedStateFor, type EmbeddedSharedStateOptions, type Loaded as SharedStateLoaded,
+  type SharedStateBackend,
+} from './shared-state.js';
 export {
   CACHE_ENV_VAR, INSTALLED, MAX_EFFECTS_PAGE, Policy, PolicyComponent, PolicyInstance, Run, UNKNOWN_POLICY_IDENTITY, defaultCacheDir, locateComponent, nowMs,
   policyIdentityOf, type ComponentOrigin, type FromBytesOptions,
@@ -23,6 +28,9 @@ export {
   ACCOUNTS_REDIS_TIMEOUT_MS, ACCOUNTS_RETRY_INTERVAL_MS, ACCOUNT_PREFIX, AccountsError, RedisAccounts, SharedAccounts, type AccountBudgetEvent, type RedisAccountsOptions,
   type SharedAccountsOptions,
 } from './redis-accounts.js';
+export {
+  FallbackSharedState, RedisSharedState, STATE_PREFIX, type FallbackSharedStateOptions, type SharedStateEvent,
+} from './redis-shared-state.js';
 export {
   DEFAULT_PREFIX, Fleet, FleetError, MAX_REVISION, REDIS_TIMEOUT_MS, parseRevision, publishPolicy, type FleetSource, type Publication, type PublishOptions,
 } from './fleet.js';
@@ -45,8 +53,8 @@ export {
 export { observeError, observeResponse, type ObserveError } from './observe-errors.js';
 export { ObservedFailure, ReplanNeeded } from './errors.js';
 export {
-  AttemptEvent, EscalationEvent, ReplanEvent, StatusCheckEvent, TaskPollEvent, WaitEvent, type AttemptFields, type CallEvent, type CallFields,
-  type EscalationFields, type ReplanFields, type StatusCheckFields, type TaskPollFields, type WaitFields, type WaitWhy,
+  AttemptEvent, BreakerEvent, EscalationEvent, ReplanEvent, StatusCheckEvent, TaskPollEvent, WaitEvent, type AttemptFields, type BreakerFields,
+  type CallEvent, type CallFields, type EscalationFields, type ReplanFields, type StatusCheckFields, type TaskPollFields, type WaitFields, type WaitWhy,
 } from './events.js';
 export type { Invariant, Violation } from './guard.js';
 export type { RetryHooks } from './hooks.js';

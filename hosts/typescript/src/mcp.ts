@@ -115,7 +115,7 @@
 // `hint_ms`, `escalation` (null unless escalate) and `reason`.
 //
 // Every attempt line says which policy decided (`policy`): the instance's
-// identity (`agent-retry:policy@0.7.0 wasm 0c1b894cf1b1`, the contract version
+// identity (`agent-retry:policy@0.8.0 wasm 0c1b894cf1b1`, the contract version
 // and the .wasm's SHA-256 prefix), or the `policyIdentity` option (a LivePolicy
 // host passes `loaded.identity.toString()`: generation, wasm and config digests).
 //

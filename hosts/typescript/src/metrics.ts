@@ -29,6 +29,8 @@ export const INSTRUMENTS: readonly Instrument[] = [
     help: 'Calls the account budget did not admit.' },
   { otel: 'agent_retry.policy_updates', prometheus: 'agent_retry_policy_updates_total', kind: 'counter', labels: ['outcome'],
     help: 'Live policy updates, by outcome.' },
+  { otel: 'agent_retry.breaker.changes', prometheus: 'agent_retry_breaker_changes_total', kind: 'counter', labels: ['scope', 'to'],
+    help: "Circuit breakers' changes of state, by scope (server, tool) and the state changed to." },
 ];
 
 const BY_OTEL = new Map(INSTRUMENTS.map((i) => [i.otel, i]));
@@ -69,6 +71,8 @@ export function metricUpdates(event: CallEvent | PolicyUpdateEvent): MetricUpdat
       return [{ instrument: 'agent_retry.status_checks', labels: { result: event.result }, value: 1 }];
     case 'agent_retry.task_poll':
       return [];
+    case 'agent_retry.breaker':
+      return [{ instrument: 'agent_retry.breaker.changes', labels: { scope: event.scope, to: event.to }, value: 1 }];
     case 'agent_retry.policy_update': {
       const outcome = policyUpdateOutcome(event);
       return outcome === undefined ? [] : [{ instrument: 'agent_retry.policy_updates', labels: { outcome }, value: 1 }];

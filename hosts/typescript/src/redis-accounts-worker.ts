@@ -1,5 +1,6 @@
-// The Redis side of `RedisAccounts` (src/redis-accounts.ts), on a worker
-// thread: the component calls the account budget synchronously and node-redis
+// The Redis side of `RedisThread` (src/redis-accounts.ts: under `RedisAccounts`
+// and `RedisSharedState`), on a worker thread: the component calls the account
+// budget and the shared state synchronously and node-redis
 // is asynchronous, so the main thread posts each exchange here and blocks on
 // `Atomics.wait` until this thread has posted the answer and stored its id in
 // the shared flag (or until its deadline).
@@ -26,6 +27,8 @@ export interface WorkerInput {
   url: string;
   flag: Int32Array;
   port: MessagePort;
+  /** The scripts the start-up check loads (default: the account budget's GCRA). */
+  scripts?: string[];
 }
 /** Posted on `parentPort` once, after the first connection was tried. */
 export type Started = { ok: true } | { ok: false; missing: boolean; reason: string };
@@ -101,13 +104,14 @@ async function main(redis: Redis, input: WorkerInput): Promise<void> {
       Atomics.notify(flag, 0);
     });
   });
-  // The check `RedisAccounts.connect` makes: the server speaks Redis and runs the script.
+  // The check `RedisAccounts.connect` (and `RedisSharedState.connect`) makes:
+  // the server speaks Redis and runs the scripts.
   const deadline = Date.now() + ACCOUNTS_REDIS_TIMEOUT_MS;
   let started: Started = { ok: true };
   try {
     const pong = await command(['PING'], deadline);
     if (pong !== 'PONG') throw new Error(`PING answered ${JSON.stringify(pong)}`);
-    await command(['SCRIPT', 'LOAD', GCRA_LUA], deadline);
+    for (const script of input.scripts ?? [GCRA_LUA]) await command(['SCRIPT', 'LOAD', script], deadline);
   } catch (e) {
     drop();
     started = { ok: false, missing: false, reason: describe(e) };

@@ -34,8 +34,9 @@ export { ACCOUNTS_REDIS_TIMEOUT_MS, ACCOUNTS_RETRY_INTERVAL_MS, ACCOUNT_PREFIX }
 /** Redis cannot be used for the account budget: `bad-url` (not a Redis URL)
  *  or `unreachable` (no answer in time, or not Redis). */
 export class AccountsError extends AgentRetryError {
-  constructor(readonly kind: 'bad-url' | 'unreachable', readonly url: string, readonly reason: string) {
-    super(kind === 'bad-url' ? `account budget: ${JSON.stringify(url)} is not a redis:// URL: ${reason}` : `account budget: Redis at ${url} is unusable: ${reason}`);
+  /** `subject`: what the Redis is for, in the message (the shared state's errors are this class too, as in the Rust host). */
+  constructor(readonly kind: 'bad-url' | 'unreachable', readonly url: string, readonly reason: string, subject = 'account budget') {
+    super(kind === 'bad-url' ? `${subject}: ${JSON.stringify(url)} is not a redis:// URL: ${reason}` : `${subject}: Redis at ${url} is unusable: ${reason}`);
   }
 }
 
@@ -82,29 +83,24 @@ const big = (value: unknown): bigint => {
   return BigInt(Math.trunc(value));
 };
 
-/** A connection to Redis holding the buckets, on a worker thread of its own. */
-export class RedisAccounts {
+/** A worker thread holding one Redis connection (node-redis), and the
+ *  synchronous exchange with it: the mechanism under `RedisAccounts` and
+ *  `RedisSharedState` (src/redis-shared-state.ts). Each exchange blocks this
+ *  thread on `Atomics.wait` until its answer, at most ACCOUNTS_REDIS_TIMEOUT_MS.
+ *  @internal */
+export class RedisThread {
   readonly url: string;
-  readonly prefix: string;
-  readonly #log: (event: AccountBudgetEvent) => void;
+  readonly #subject: string;
   readonly #worker: Worker;
   readonly #port: MessagePort;
   readonly #flag: Int32Array;
   #next = 0;
   /** Why exchanges fail at once: closed, or the worker thread ended. */
   #closed: string | undefined;
-  /** Per account, the latest TAT this process saw on the server: the floor a lost key is re-created from. */
-  readonly #seenTats = new Map<string, bigint>();
-  /** Per account, how far the schedule was ahead of the server's clock at the latest exchange. */
-  readonly #seenBacklogs = new Map<string, bigint>();
-  #repairs = 0;
-  /** The server's clock minus this process's wall clock, in ms, as last measured. */
-  #serverOffsetMs: bigint | undefined;
 
-  private constructor(url: string, prefix: string, log: (event: AccountBudgetEvent) => void, worker: Worker, port: MessagePort, flag: Int32Array) {
+  private constructor(url: string, subject: string, worker: Worker, port: MessagePort, flag: Int32Array) {
     this.url = url;
-    this.prefix = prefix;
-    this.#log = log;
+    this.#subject = subject;
     this.#worker = worker;
     this.#port = port;
     this.#flag = flag;
@@ -112,20 +108,21 @@ export class RedisAccounts {
     worker.on('exit', (code) => (this.#closed ??= `the Redis worker thread exited (${code})`));
   }
 
-  /** Connects and checks that the server speaks Redis and runs the script:
-   *  a bad URL, a closed port or a server answering garbage rejects with an
-   *  `AccountsError` here, within ACCOUNTS_REDIS_TIMEOUT_MS, not a hang later. */
-  static async connect(url: string, options: RedisAccountsOptions = {}): Promise<RedisAccounts> {
+  /** Starts the thread, which connects, checks that the server speaks Redis
+   *  (PING) and loads `scripts`: a bad URL, a closed port or a server answering
+   *  garbage rejects with an `AccountsError` (its message naming `subject`)
+   *  within ACCOUNTS_REDIS_TIMEOUT_MS of the connection, not a hang later. */
+  static async start(url: string, scripts: string[], subject: string): Promise<RedisThread> {
     let protocol: string;
     try {
       protocol = new URL(url).protocol;
     } catch (e) {
-      throw new AccountsError('bad-url', url, (e as Error).message);
+      throw new AccountsError('bad-url', url, (e as Error).message, subject);
     }
-    if (protocol !== 'redis:' && protocol !== 'rediss:') throw new AccountsError('bad-url', url, `the scheme is ${protocol}, not redis: or rediss:`);
+    if (protocol !== 'redis:' && protocol !== 'rediss:') throw new AccountsError('bad-url', url, `the scheme is ${protocol}, not redis: or rediss:`, subject);
     const flag = new Int32Array(new SharedArrayBuffer(4));
     const { port1, port2 } = new MessageChannel();
-    const input: WorkerInput = { url, flag, port: port2 };
+    const input: WorkerInput = { url, flag, port: port2, scripts };
     const worker = new Worker(new URL('./redis-accounts-worker.js', import.meta.url), { workerData: input, transferList: [port2] });
     const started = await new Promise<Started>((resolve) => {
       worker.once('message', resolve);
@@ -135,13 +132,77 @@ export class RedisAccounts {
     if (!started.ok) {
       await worker.terminate();
       if (started.missing) {
-        throw new AgentRetryError(`the account budget on Redis needs the npm package \`redis\` (node-redis 5): npm install redis@^5.9.0 (${started.reason})`);
+        throw new AgentRetryError(`the ${subject} on Redis needs the npm package \`redis\` (node-redis 5): npm install redis@^5.9.0 (${started.reason})`);
       }
-      throw new AccountsError('unreachable', url, started.reason);
+      throw new AccountsError('unreachable', url, started.reason, subject);
     }
     worker.unref();
     port1.unref();
-    const accounts = new RedisAccounts(url, options.prefix ?? ACCOUNT_PREFIX, options.log ?? defaultLog, worker, port1, flag);
+    return new RedisThread(url, subject, worker, port1, flag);
+  }
+
+  /** Ends the worker thread; later exchanges fail at once. */
+  close(): void {
+    if (this.#closed !== undefined) return;
+    this.#closed = 'closed';
+    this.#port.close();
+    void this.#worker.terminate();
+  }
+
+  /** One exchange through the worker thread, this thread blocked until its
+   *  answer or ACCOUNTS_REDIS_TIMEOUT_MS: `EVALSHA` of `script` (EVAL if the
+   *  server lacks it) on `key` with `args`. Throws `AccountsError` ("unreachable"). */
+  evaluate(script: string, key: string, args: string[]): unknown {
+    if (this.#closed !== undefined) throw new AccountsError('unreachable', this.url, this.#closed, this.#subject);
+    const id = (this.#next = (this.#next % 0x7fff_ffff) + 1);
+    const until = performance.now() + ACCOUNTS_REDIS_TIMEOUT_MS;
+    const exchange: Exchange = { id, deadline: Date.now() + ACCOUNTS_REDIS_TIMEOUT_MS, command: ['EVALSHA', sha1(script), '1', key, ...args], script };
+    this.#port.postMessage(exchange);
+    for (;;) {
+      const seen = Atomics.load(this.#flag, 0);
+      if (seen === id) break;
+      const left = until - performance.now();
+      if (left <= 0) throw new AccountsError('unreachable', this.url, `no answer within ${ACCOUNTS_REDIS_TIMEOUT_MS} ms`, this.#subject);
+      Atomics.wait(this.#flag, 0, seen, left);
+    }
+    // Answers come in order; those of exchanges given up on earlier are skipped.
+    for (let received = receiveMessageOnPort(this.#port); received !== undefined; received = receiveMessageOnPort(this.#port)) {
+      const answer = received.message as Answer;
+      if (answer.id !== id) continue;
+      if (!answer.ok) throw new AccountsError('unreachable', this.url, answer.reason, this.#subject);
+      return answer.reply;
+    }
+    throw new AccountsError('unreachable', this.url, 'the worker thread stored an answer it did not post', this.#subject);
+  }
+}
+
+/** A connection to Redis holding the buckets, on a worker thread of its own. */
+export class RedisAccounts {
+  readonly url: string;
+  readonly prefix: string;
+  readonly #log: (event: AccountBudgetEvent) => void;
+  readonly #thread: RedisThread;
+  /** Per account, the latest TAT this process saw on the server: the floor a lost key is re-created from. */
+  readonly #seenTats = new Map<string, bigint>();
+  /** Per account, how far the schedule was ahead of the server's clock at the latest exchange. */
+  readonly #seenBacklogs = new Map<string, bigint>();
+  #repairs = 0;
+  /** The server's clock minus this process's wall clock, in ms, as last measured. */
+  #serverOffsetMs: bigint | undefined;
+
+  private constructor(thread: RedisThread, prefix: string, log: (event: AccountBudgetEvent) => void) {
+    this.url = thread.url;
+    this.prefix = prefix;
+    this.#log = log;
+    this.#thread = thread;
+  }
+
+  /** Connects and checks that the server speaks Redis and runs the script:
+   *  a bad URL, a closed port or a server answering garbage rejects with an
+   *  `AccountsError` here, within ACCOUNTS_REDIS_TIMEOUT_MS, not a hang later. */
+  static async connect(url: string, options: RedisAccountsOptions = {}): Promise<RedisAccounts> {
+    const thread = await RedisThread.start(url, [GCRA_LUA], 'account budget');
+    const accounts = new RedisAccounts(thread, options.prefix ?? ACCOUNT_PREFIX, options.log ?? defaultLog);
     try {
       accounts.#measured(big(accounts.#exchange(CLOCK_LUA, accounts.prefix, [])));
     } catch (e) {
@@ -158,10 +219,7 @@ export class RedisAccounts {
 
   /** Ends the worker thread; later exchanges fail at once. */
   close(): void {
-    if (this.#closed !== undefined) return;
-    this.#closed = 'closed';
-    this.#port.close();
-    void this.#worker.terminate();
+    this.#thread.close();
   }
 
   /** Keeps the server's clock, read at `serverNowMs`, against this process's. */
@@ -182,27 +240,8 @@ export class RedisAccounts {
    *  server's time past which it must take nothing (its client gave up).
    *  Throws `AccountsError` ("unreachable"). */
   #exchange(script: string, key: string, args: string[]): unknown {
-    if (this.#closed !== undefined) throw new AccountsError('unreachable', this.url, this.#closed);
-    const id = (this.#next = (this.#next % 0x7fff_ffff) + 1);
-    const until = performance.now() + ACCOUNTS_REDIS_TIMEOUT_MS;
     if (script !== CLOCK_LUA) args = [...args, String(this.#notAfterMs(ACCOUNTS_REDIS_TIMEOUT_MS))];
-    const exchange: Exchange = { id, deadline: Date.now() + ACCOUNTS_REDIS_TIMEOUT_MS, command: ['EVALSHA', sha1(script), '1', key, ...args], script };
-    this.#port.postMessage(exchange);
-    for (;;) {
-      const seen = Atomics.load(this.#flag, 0);
-      if (seen === id) break;
-      const left = until - performance.now();
-      if (left <= 0) throw new AccountsError('unreachable', this.url, `no answer within ${ACCOUNTS_REDIS_TIMEOUT_MS} ms`);
-      Atomics.wait(this.#flag, 0, seen, left);
-    }
-    // Answers come in order; those of exchanges given up on earlier are skipped.
-    for (let received = receiveMessageOnPort(this.#port); received !== undefined; received = receiveMessageOnPort(this.#port)) {
-      const answer = received.message as Answer;
-      if (answer.id !== id) continue;
-      if (!answer.ok) throw new AccountsError('unreachable', this.url, answer.reason);
-      return answer.reply;
-    }
-    throw new AccountsError('unreachable', this.url, 'the worker thread stored an answer it did not post');
+    return this.#thread.evaluate(script, key, args);
   }
 
   /** The take-or-wait, on the server, within ACCOUNTS_REDIS_TIMEOUT_MS in all.

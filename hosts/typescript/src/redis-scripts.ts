@@ -4,6 +4,8 @@
 // refund scripts (the same text, so the same SHA1 for EVALSHA), the keys'
 // prefix, the timeout of one exchange and the default retry interval while on
 // the local share. Their documentation is in hosts/rust/src/accounts/redis.rs.
+// Beside them, the shared state's (the circuit breakers') read and
+// compare-and-set scripts and key prefix: hosts/rust/src/shared_state/redis.rs.
 
 export const GCRA_LUA = `
 local tokens = tonumber(ARGV[1])
@@ -56,3 +58,26 @@ return 1
 export const ACCOUNT_PREFIX = "agent-retry:account:";
 export const ACCOUNTS_REDIS_TIMEOUT_MS = 500;
 export const ACCOUNTS_RETRY_INTERVAL_MS = 1000;
+
+export const STATE_LOAD_LUA = `
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+if redis.call('TYPE', KEYS[1])['ok'] ~= 'hash' then return {0, '', 0, now} end
+local got = redis.call('HMGET', KEYS[1], 'value', 'version')
+local version = tonumber(got[2])
+if not got[1] or version == nil then return {0, '', 0, now} end
+return {1, got[1], version, now}
+`;
+
+export const STATE_STORE_LUA = `
+local kind = redis.call('TYPE', KEYS[1])['ok']
+local current = 0
+if kind == 'hash' then current = tonumber(redis.call('HGET', KEYS[1], 'version')) or 0 end
+if current ~= tonumber(ARGV[1]) then return 0 end
+if kind ~= 'hash' and kind ~= 'none' then redis.call('DEL', KEYS[1]) end
+redis.call('HSET', KEYS[1], 'value', ARGV[2], 'version', current + 1)
+redis.call('PEXPIRE', KEYS[1], math.max(1, tonumber(ARGV[3])))
+return 1
+`;
+
+export const STATE_PREFIX = "agent-retry:state:";

@@ -3,7 +3,7 @@
 // `@opentelemetry/api` is present, its place in the call's span tree. So the
 // four cannot disagree.
 import {
-  AttemptEvent, EscalationEvent, ReplanEvent, StatusCheckEvent, TaskPollEvent, WaitEvent, type CallEvent, type PolicyUpdateEvent,
+  AttemptEvent, BreakerEvent, EscalationEvent, ReplanEvent, StatusCheckEvent, TaskPollEvent, WaitEvent, type CallEvent, type PolicyUpdateEvent,
 } from './events.js';
 import { callHook, type HookName, type RetryHooks } from './hooks.js';
 import { cutLiftedText } from './limits.js';
@@ -80,6 +80,9 @@ export class Telemetry {
       case 'agent_retry.status_check':
         callHook(hooks, 'onStatusCheck', event, failed);
         break;
+      case 'agent_retry.breaker':
+        callHook(hooks, 'onBreaker', event, failed);
+        break;
       case 'agent_retry.policy_update':
         callHook(hooks, 'onPolicyUpdate', event, failed);
         break;
@@ -125,8 +128,8 @@ export class Telemetry {
 }
 
 /** One call's spans: the call span (`execute_tool {tool}`), a child per
- *  attempt, and the waits, status checks, task polls and escalation as events
- *  on the call span. Every method is safe without OpenTelemetry. */
+ *  attempt, and the waits, status checks, task polls, breaker changes and
+ *  escalation as events on the call span. Every method is safe without OpenTelemetry. */
 export class CallTrace {
   private readonly span?: OtelSpan;
   private attemptSpan?: OtelSpan;
@@ -196,7 +199,7 @@ export class CallTrace {
       return;
     }
     if (event instanceof WaitEvent || event instanceof StatusCheckEvent || event instanceof TaskPollEvent || event instanceof EscalationEvent
-      || event instanceof ReplanEvent) {
+      || event instanceof ReplanEvent || event instanceof BreakerEvent) {
       if (event instanceof EscalationEvent) this.escalation = event.reason;
       if (event instanceof ReplanEvent) this.action = 'replan';
       if (event instanceof EscalationEvent) this.action = 'escalate';

@@ -5,6 +5,7 @@ import { list, option, result, tuple, record, variant, enumOf, bool, u16, u32, s
 
 export const bucket: WitType = record('bucket', [['capacity', u32], ['refill-interval-ms', u64]]);
 export const reservation: WitType = variant('reservation', [['granted', u64], ['refused', u64]]);
+export const loaded: WitType = record('loaded', [['value', option(string)], ['version', u64], ['now-ms', u64]]);
 export const transportError: WitType = enumOf('transport-error', 'timeout', 'connection-reset', 'connection-refused', 'stream-closed', 'tls', 'name-resolution', 'other');
 export const delivery: WitType = enumOf('delivery', 'unknown', 'not-sent', 'sent', 'answer-started');
 export const failureKind: WitType = variant('failure-kind', [['http-status', u16], ['transport', transportError], ['protocol-error', s32], ['tool-error', option(u16)], ['input-required', null]]);
@@ -15,7 +16,7 @@ export const headerProblem: WitType = record('header-problem', [['name', string]
 export const classification: WitType = record('classification', [['class', outcomeClass], ['hint-ms', option(u64)], ['hint-source', option(string)], ['server-says-retry', option(bool)], ['rule', string], ['reason', string], ['header-problems', list(headerProblem)]]);
 export const effect: WitType = enumOf('effect', 'read', 'write', 'delete');
 export const toolHints: WitType = record('tool-hints', [['read-only', option(bool)], ['destructive', option(bool)], ['idempotent', option(bool)]]);
-export const escalationReason: WitType = enumOf('escalation-reason', 'permission-denied', 'replans-spent', 'call-attempts-spent', 'run-retries-spent', 'run-steps-spent', 'server-wait-too-long', 'retry-forbidden', 'account-budget-exhausted', 'retry-quota-exhausted', 'unclassified-failure', 'status-unknown', 'connection-misconfigured', 'deadline-too-near', 'protocol-version-unsupported', 'input-required', 'task-expired', 'task-polls-spent', 'task-cancelled');
+export const escalationReason: WitType = enumOf('escalation-reason', 'permission-denied', 'replans-spent', 'call-attempts-spent', 'run-retries-spent', 'run-steps-spent', 'server-wait-too-long', 'retry-forbidden', 'account-budget-exhausted', 'retry-quota-exhausted', 'unclassified-failure', 'status-unknown', 'connection-misconfigured', 'deadline-too-near', 'protocol-version-unsupported', 'input-required', 'task-expired', 'task-polls-spent', 'task-cancelled', 'circuit-open');
 export const effectStatus: WitType = enumOf('effect-status', 'applied', 'unknown');
 export const effectRecord: WitType = record('effect-record', [['call-id', u32], ['tool', string], ['idempotency-key', option(string)], ['status', effectStatus]]);
 export const escalation: WitType = record('escalation', [['reason', escalationReason], ['last-error', option(string)], ['resets-in-ms', option(u64)], ['effects', list(effectRecord)], ['effects-total', u32], ['note', string]]);
@@ -35,8 +36,10 @@ export const runError: WitType = variant('run-error', [['unknown-call', u32], ['
 export const configErrorKind: WitType = enumOf('config-error-kind', 'syntax', 'unknown-field', 'wrong-type', 'out-of-range', 'too-large');
 export const configError: WitType = record('config-error', [['kind', configErrorKind], ['field', string], ['message', string]]);
 export const actionKind: WitType = enumOf('action-kind', 'retry', 'replan', 'check-status', 'succeed', 'escalate', 'poll');
-export const verdict: WitType = record('verdict', [['action', actionKind], ['class', outcomeClass], ['attempt', u32], ['delay-ms', u64], ['hint-ms', option(u64)], ['rule-index', u16], ['has-note', bool], ['reconnect', bool], ['cancel-task', bool]]);
-export const callStart: WitType = record('call-start', [['admitted', bool], ['call-id', u32], ['delay-ms', u64], ['effect', effect], ['safe-to-repeat', bool], ['idle-timeout-ms', u64], ['attempt-timeout-ms', u64]]);
+export const verdict: WitType = record('verdict', [['action', actionKind], ['class', outcomeClass], ['attempt', u32], ['delay-ms', u64], ['hint-ms', option(u64)], ['rule-index', u16], ['has-note', bool], ['reconnect', bool], ['cancel-task', bool], ['breaker-changed', bool]]);
+export const callStart: WitType = record('call-start', [['admitted', bool], ['call-id', u32], ['delay-ms', u64], ['effect', effect], ['safe-to-repeat', bool], ['idle-timeout-ms', u64], ['attempt-timeout-ms', u64], ['replan', bool], ['breaker-changed', bool]]);
+export const breakerState: WitType = enumOf('breaker-state', 'closed', 'open', 'half-open');
+export const breakerChange: WitType = record('breaker-change', [['server', string], ['tool', option(string)], ['old-state', breakerState], ['new-state', breakerState], ['until-ms', option(u64)], ['why', string]]);
 
 /** Parameter and result types of the policy interface's functions (resources excluded). */
 export const FUNCTIONS = {
@@ -48,7 +51,7 @@ export const FUNCTIONS = {
   '[method]policy.classify': { params: [observation, u64], result: classification },
   '[method]policy.next-delay': { params: [u32, option(u64), option(u64)], result: u64 },
   '[method]policy.start-run': { params: [string], result: result(null, runError) },
-  '[method]run.begin-call': { params: [string, option(string), option(toolHints), u64], result: result(callStart, runError) },
+  '[method]run.begin-call': { params: [option(string), string, option(string), option(toolHints), u64], result: result(callStart, runError) },
   '[method]run.record-success': { params: [u32, u32, u64], result: result(verdict, runError) },
   '[method]run.record-empty-result': { params: [u32, u32, string, u64], result: result(verdict, runError) },
   '[method]run.record-failure': { params: [u32, u32, observation, option(u64), u64, u64], result: result(verdict, runError) },
@@ -58,6 +61,7 @@ export const FUNCTIONS = {
   '[method]run.abandon-call': { params: [u32, u32, bool, abandonReason], result: result(null, runError) },
   '[method]run.last-decision': { params: [u32], result: option(decision) },
   '[method]run.escalation': { params: [], result: option(escalation) },
+  '[method]run.take-breaker-changes': { params: [], result: list(breakerChange) },
   '[method]run.report': { params: [], result: runReport },
   '[method]run.effects': { params: [u32, u32], result: list(effectRecord) },
 } as const satisfies Record<string, { params: readonly WitType[]; result: WitType | null }>;

@@ -16,7 +16,7 @@ async function freshRun() {
 
 test('an abandoned write on the wire is closed, counted, and an unknown effect', async () => {
   const run = await freshRun();
-  const call = run.beginCall('issue_refund', undefined, undefined, NOW);
+  const call = run.beginCall(undefined, 'issue_refund', undefined, undefined, NOW);
   run.abandonCall(call.callId, 1, true, 'deadline');
   assert.throws(() => run.recordSuccess(call.callId, 1, NOW),
     (e: unknown) => e instanceof RunMisuse && e.error.tag === 'call-finished' && e.error.val === call.callId);
@@ -27,7 +27,7 @@ test('an abandoned write on the wire is closed, counted, and an unknown effect',
 
 test('abandoning another attempt or an unknown call is a typed misuse that changes nothing', async () => {
   const run = await freshRun();
-  const call = run.beginCall('lookup_order', undefined, undefined, NOW);
+  const call = run.beginCall(undefined, 'lookup_order', undefined, undefined, NOW);
   assert.throws(() => run.abandonCall(call.callId, 2, false, 'cancelled'),
     (e: unknown) => e instanceof RunMisuse && e.error.tag === 'attempt-mismatch');
   assert.throws(() => run.abandonCall(99, 1, false, 'cancelled'), (e: unknown) => e instanceof RunMisuse && e.error.tag === 'unknown-call');

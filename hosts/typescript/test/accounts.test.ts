@@ -46,10 +46,10 @@ test('through the component: a worker passing µs does not make every worker of 
   const config = { 'account-budget': { 'account-id': 'acme', capacity: 2, 'refill-interval-ms': 1_000, 'max-wait-ms': 5_000 } };
   const worker = async (seed: bigint) => (await component.instantiate({ accounts, entropy: new SplitMix64(seed) })).loadPolicy(config);
   const [micro, good] = [await worker(1n), await worker(2n)];
-  const a = micro.startRun('micro').beginCall('lookup', undefined, undefined, processNowMs() * 1_000n);
+  const a = micro.startRun('micro').beginCall(undefined, 'lookup', undefined, undefined, processNowMs() * 1_000n);
   assert.ok(a.admitted, show(a));
   for (let i = 0; i < 2; i++) {
-    const b = good.startRun(`good-${i}`).beginCall('lookup', undefined, undefined, processNowMs());
+    const b = good.startRun(`good-${i}`).beginCall(undefined, 'lookup', undefined, undefined, processNowMs());
     assert.ok(b.admitted, `the good workers' calls are admitted, got ${show(b)}`);
     assert.ok(b.delayMs <= 1_000n, `within one interval, got ${show(b)}`);
   }

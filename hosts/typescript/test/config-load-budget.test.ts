@@ -42,7 +42,7 @@ test('10,000 namespaced tools load within the default budget, and a call finds t
 
   // Every other call is back on a call's tank; the tool is found by its hash.
   const run = policy.startRun('many-tools');
-  const admission = run.beginCall(toolName(TOOLS - 1), undefined, undefined, 1n);
+  const admission = run.beginCall(undefined, toolName(TOOLS - 1), undefined, undefined, 1n);
   const beginFuel = policyInstance.fuelUsedByLastCall();
   console.log(`begin-call of the last of ${TOOLS} tools: ${beginFuel} fuel (this host's count; wasmtime's is under 20,000)`);
   assert.ok(admission.admitted);

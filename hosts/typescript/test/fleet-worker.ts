@@ -50,7 +50,7 @@ async function main(): Promise<void> {
       const instance = await loaded.component.instantiate({ accounts: EmbeddedAccounts.onHostClock(), entropy: new SplitMix64(3n) });
       const policy = instance.loadPolicy(loaded.configJson);
       const run = policy.startRun('worker');
-      const start = run.beginCall('lookup_order', undefined, { readOnly: true }, 1n);
+      const start = run.beginCall(undefined, 'lookup_order', undefined, { readOnly: true }, 1n);
       let attempts = 0;
       if (start.admitted) {
         attempts = 1;

@@ -70,7 +70,7 @@ test('a transpilation from another build is refused', async () => {
   const digest = createHash('sha256').update(readFileSync(copy)).digest('hex');
   assert.equal(component.source.sha256, digest);
   // Its identity names its own bytes, not the bundled component's.
-  assert.equal(component.identity, `agent-retry:policy@0.7.0 wasm ${digest.slice(0, 12)}`);
+  assert.equal(component.identity, `agent-retry:policy@0.8.0 wasm ${digest.slice(0, 12)}`);
   assert.equal((await component.instantiate()).policyIdentity, component.identity);
   assert.notEqual(component.identity, (await PolicyComponent.load()).identity);
 });
@@ -82,7 +82,7 @@ test("the bundled component's identity is its contract version and the SHA-256 o
   const digest = createHash('sha256').update(bytes).digest('hex');
   const component = await PolicyComponent.fromBytes(bytes);
   assert.equal(component.origin, 'bundled');
-  assert.equal(component.identity, `agent-retry:policy@0.7.0 wasm ${digest.slice(0, 12)}`);
+  assert.equal(component.identity, `agent-retry:policy@0.8.0 wasm ${digest.slice(0, 12)}`);
   assert.match(component.identity, /^agent-retry:policy@\d+\.\d+\.\d+ wasm [0-9a-f]{12}$/);
   const instance = await component.instantiate();
   assert.equal(instance.policyIdentity, component.identity);
@@ -94,8 +94,8 @@ test('instances share the process account budget', async () => {
   const config = { 'account-budget': { 'account-id': 'acme', capacity: 1, 'refill-interval-ms': 400 } };
   const first = (await component.instantiate({ accounts })).loadPolicy(config).startRun('w1');
   const second = (await component.instantiate({ accounts })).loadPolicy(config).startRun('w2');
-  const a = first.beginCall('lookup', undefined, undefined, 1_000_000n);
-  const b = second.beginCall('lookup', undefined, undefined, 1_000_000n);
+  const a = first.beginCall(undefined, 'lookup', undefined, undefined, 1_000_000n);
+  const b = second.beginCall(undefined, 'lookup', undefined, undefined, 1_000_000n);
   assert.ok(a.admitted && b.admitted);
   assert.equal(a.delayMs, 0n);
   assert.equal(b.delayMs, 400n); // the first took the only token
@@ -139,7 +139,7 @@ test('a failing account backend fails the call as a trap and the instance is not
   const down = { reserve(): never { throw new Error('redis is down'); }, refund(): void {} };
   const instance = await (await PolicyComponent.load()).instantiate({ accounts: down });
   const run = instance.loadPolicy({ 'account-budget': { 'account-id': 'acme', capacity: 1, 'refill-interval-ms': 10 } }).startRun('r');
-  assert.throws(() => run.beginCall('lookup', undefined, undefined, 0n), (e: unknown) => e instanceof PolicyTrap && /redis is down/.test(e.message));
+  assert.throws(() => run.beginCall(undefined, 'lookup', undefined, undefined, 0n), (e: unknown) => e instanceof PolicyTrap && /redis is down/.test(e.message));
   assert.throws(() => run.report(), InstanceUnusable);
 });
 
@@ -199,7 +199,7 @@ test("the written-out WIT types agree with jco's declarations of the component's
 test('reports are JSON-safe: u64 as a number when safe, else as a string of its digits', async () => {
   const instance = await (await PolicyComponent.load()).instantiate({ entropy: new SplitMix64(7n) });
   const run = instance.loadPolicy({}).startRun('json');
-  const start = run.beginCall('lookup_order', undefined, undefined, 1_000n);
+  const start = run.beginCall(undefined, 'lookup_order', undefined, undefined, 1_000n);
   assert.ok(start.admitted);
   run.recordFailure(start.callId, 1, observation({ tag: 'http-status', val: 503 }, { headers: 'Retry-After: 1' }), undefined, 1_000n);
   const report = run.report();
@@ -224,7 +224,7 @@ const fail503 = observation({ tag: 'http-status', val: 503 });
 
 test('a report names the attempt it reports: a second report of one attempt is refused and changes nothing', async () => {
   const run = (await (await PolicyComponent.load()).instantiate({ entropy: new SplitMix64(1n) })).loadPolicy({}).startRun('attempts');
-  const start = run.beginCall('lookup_order', undefined, { readOnly: true }, 1n);
+  const start = run.beginCall(undefined, 'lookup_order', undefined, { readOnly: true }, 1n);
   assert.ok(start.admitted);
   const callId = start.callId;
   const first = run.recordFailure(callId, 1, fail503, undefined, 1n, 1n);
@@ -265,11 +265,11 @@ test('an id over 256 bytes is refused before it crosses, with the run error the 
   const run = policy.startRun('ok');
   const jcoRun = run.resource;
   for (const [tool, key] of [['t'.repeat(300), undefined], ['issue_refund', 'k'.repeat(257)]] as const) {
-    const expected = direct(() => jcoRun.beginCall(tool, key, undefined, 1n));
+    const expected = direct(() => jcoRun.beginCall(undefined, tool, key, undefined, 1n));
     assert.equal((expected as { tag: string }).tag, 'too-large');
-    assert.throws(() => run.beginCall(tool, key, undefined, 1n), (e: unknown) => e instanceof RunMisuse && (assert.deepEqual(e.error, expected), true));
+    assert.throws(() => run.beginCall(undefined, tool, key, undefined, 1n), (e: unknown) => e instanceof RunMisuse && (assert.deepEqual(e.error, expected), true));
   }
-  assert.ok(run.beginCall('lookup', undefined, undefined, 1n).admitted); // the run goes on
+  assert.ok(run.beginCall(undefined, 'lookup', undefined, undefined, 1n).admitted); // the run goes on
 });
 
 test('derive-idempotency-key refuses an id over 256 bytes with a typed host error; the instance stays usable', async () => {
@@ -307,7 +307,7 @@ test('a report lists at most 20 effects and counts all; effects() pages through 
   const run = instance.loadPolicy({ 'max-steps-per-run': 1_000_000 }).startRun('effects');
   const total = 2_345;
   for (let i = 1; i <= total; i++) {
-    run.recordSuccess(run.beginCall('issue_refund', `k-${i}`, undefined, 1n).callId, 1, 1n);
+    run.recordSuccess(run.beginCall(undefined, 'issue_refund', `k-${i}`, undefined, 1n).callId, 1, 1n);
   }
   const report = run.report();
   assert.equal(report.effectsTotal, total);
@@ -323,7 +323,7 @@ test('a report lists at most 20 effects and counts all; effects() pages through 
   assert.ok(all.every((e, i) => e.callId === i + 1 && e.idempotencyKey === `k-${i + 1}` && e.status === 'applied'));
   assert.deepEqual(instance.loadPolicy({}).startRun('none').allEffects(), []);
   // An escalation lists the same bounded effects and counts them all.
-  const last = run.beginCall('issue_refund', 'k-last', undefined, 1n).callId;
+  const last = run.beginCall(undefined, 'issue_refund', 'k-last', undefined, 1n).callId;
   assert.equal(run.recordFailure(last, 1, observation({ tag: 'http-status', val: 403 }, { body: 'needs approval' }), undefined, 1n, 1n).action, 'escalate');
   const decision = run.lastDecision(last);
   assert.ok(decision?.action.tag === 'escalate');
@@ -356,7 +356,7 @@ test('every report answers a verdict that says what lastDecision says', async ()
   const now = 1_764_460_800_000n;
   let reconnected = false;
   for (const [tool, idempotencyKey, steps] of scenario) {
-    const start = run.beginCall(tool, idempotencyKey, undefined, now);
+    const start = run.beginCall(undefined, tool, idempotencyKey, undefined, now);
     assert.ok(start.admitted, JSON.stringify(toJsonSafe(start)));
     let attempt = 1;
     for (const step of steps) {
@@ -373,6 +373,7 @@ test('every report answers a verdict that says what lastDecision says', async ()
         hintMs: decision.hintMs, ruleIndex: rules.indexOf(decision.rule),
         hasNote: action.tag === 'replan' || action.tag === 'escalate' || (action.tag === 'succeed' && action.val !== undefined),
         reconnect: action.tag === 'retry' && action.val.reconnect, cancelTask: decision.cancelTask,
+        breakerChanged: false, // no circuit-breaker configuration: no breaker changes
       });
       reconnected ||= verdict.reconnect;
       // A retry sends the next attempt; a status check reports the attempt it checked.
@@ -384,7 +385,7 @@ test('every report answers a verdict that says what lastDecision says', async ()
   const last = run.lastDecision(7);
   assert.ok(last?.action.tag === 'escalate');
   assert.deepEqual(run.escalation(), last.action.val);
-  assert.throws(() => run.beginCall('lookup_order', undefined, undefined, now), (e: unknown) => e instanceof RunMisuse && e.error.tag === 'run-ended');
+  assert.throws(() => run.beginCall(undefined, 'lookup_order', undefined, undefined, now), (e: unknown) => e instanceof RunMisuse && e.error.tag === 'run-ended');
 });
 
 // Contract 0.7.0: a call answered by a task is polled as the policy says.
@@ -393,7 +394,7 @@ test('a task is polled as the policy says: poll verdicts, a poll failure polled 
   const instance = await (await PolicyComponent.load()).instantiate({ accounts: EmbeddedAccounts.onHostClock() });
   const run = instance.loadPolicy({ tools: { issue_refund: { effect: 'write', 'idle-timeout-ms': 1000, 'attempt-timeout-ms': 5000 } } }).startRun('task');
   const now = 1_764_460_800_000n;
-  const start = run.beginCall('issue_refund', `ar1-${'0'.repeat(31)}2`, undefined, now);
+  const start = run.beginCall(undefined, 'issue_refund', `ar1-${'0'.repeat(31)}2`, undefined, now);
   assert.equal(start.idleTimeoutMs, 1000n);
   assert.equal(start.attemptTimeoutMs, 5000n);
   const working = { taskId: 'T-1', status: 'working' as const, pollIntervalMs: 250n, ttlMs: 60_000n, ageMs: 0n, message: '' };
@@ -417,7 +418,7 @@ test('a task is polled as the policy says: poll verdicts, a poll failure polled 
   assert.ok(report.polls >= 2, JSON.stringify(toJsonSafe(report)));
   assert.equal(report.attempts, 1);
   // A poll failure for a call that has no task is misuse.
-  const plain = run.beginCall('lookup_order', undefined, { readOnly: true, destructive: false, idempotent: true }, now + 1000n);
+  const plain = run.beginCall(undefined, 'lookup_order', undefined, { readOnly: true, destructive: false, idempotent: true }, now + 1000n);
   assert.throws(() => run.recordPollFailure(plain.callId, 1, observation({ tag: 'transport', val: 'timeout' }, { delivery: 'sent' }), undefined, now + 1000n, 7n),
     (e: unknown) => e instanceof RunMisuse && e.error.tag === 'no-task');
 });
@@ -427,14 +428,14 @@ test('a task past its time to live escalates and cancels it; input nobody answer
   const policy = instance.loadPolicy({ tools: { issue_refund: { effect: 'write' } } });
   const now = 1_764_460_800_000n;
   const expired = policy.startRun('ttl');
-  const call = expired.beginCall('issue_refund', `ar1-${'0'.repeat(31)}3`, undefined, now).callId;
+  const call = expired.beginCall(undefined, 'issue_refund', `ar1-${'0'.repeat(31)}3`, undefined, now).callId;
   const verdict = expired.recordTaskStatus(call, 1, { taskId: 'T-2', status: 'working', ttlMs: 1000n, ageMs: 5000n, message: 'still going' },
     undefined, now, 7n);
   assert.equal(verdict.action, 'escalate');
   assert.equal(verdict.cancelTask, true);
   assert.equal(expired.escalation()?.reason, 'task-expired');
   const asked = policy.startRun('input');
-  const confirm = asked.beginCall('issue_refund', `ar1-${'0'.repeat(31)}4`, undefined, now).callId;
+  const confirm = asked.beginCall(undefined, 'issue_refund', `ar1-${'0'.repeat(31)}4`, undefined, now).callId;
   const input = asked.recordFailure(confirm, 1, observation({ tag: 'input-required' }, { body: 'Confirm order A1?', delivery: 'answer-started' }),
     undefined, now, 7n);
   assert.equal(input.action, 'escalate');
@@ -448,9 +449,9 @@ test('time-left-ms cuts a retry to the deadline; with none, the server may ask f
   const policy = instance.loadPolicy({ tools: { lookup_order: { effect: 'read' } } });
   const asks = observation({ tag: 'http-status', val: 503 }, { headers: 'Retry-After: 5', delivery: 'answer-started' });
   const free = policy.startRun('no-deadline');
-  assert.equal(free.recordFailure(free.beginCall('lookup_order', undefined, undefined, 1n).callId, 1, asks, undefined, 1n, 1n).action, 'retry');
+  assert.equal(free.recordFailure(free.beginCall(undefined, 'lookup_order', undefined, undefined, 1n).callId, 1, asks, undefined, 1n, 1n).action, 'retry');
   const tight = policy.startRun('deadline');
-  const verdict = tight.recordFailure(tight.beginCall('lookup_order', undefined, undefined, 1n).callId, 1, asks, 1000n, 1n, 1n);
+  const verdict = tight.recordFailure(tight.beginCall(undefined, 'lookup_order', undefined, undefined, 1n).callId, 1, asks, 1000n, 1n, 1n);
   assert.equal(verdict.action, 'escalate');
   assert.equal(tight.escalation()?.reason, 'deadline-too-near');
 });
@@ -467,8 +468,8 @@ test('a call not admitted leaves its hand-off in the run: escalation()', async (
   const component = await PolicyComponent.load();
   const config = { 'account-budget': { 'account-id': 'acme', capacity: 1, 'refill-interval-ms': 60_000, 'max-wait-ms': 0 } };
   const run = (await component.instantiate({ accounts: EmbeddedAccounts.onHostClock() })).loadPolicy(config).startRun('budget');
-  assert.ok(run.beginCall('lookup', undefined, undefined, 1n).admitted);
-  const start = run.beginCall('lookup', undefined, undefined, 1n);
+  assert.ok(run.beginCall(undefined, 'lookup', undefined, undefined, 1n).admitted);
+  const start = run.beginCall(undefined, 'lookup', undefined, undefined, 1n);
   assert.deepEqual([start.admitted, start.callId, start.delayMs], [false, 0, 0n]);
   assert.equal(run.escalation()?.reason, 'account-budget-exhausted');
 });
@@ -476,11 +477,11 @@ test('a call not admitted leaves its hand-off in the run: escalation()', async (
 test('the run calls check their arguments, apply the limits and refuse ids over 256 bytes', async () => {
   const instance = await (await PolicyComponent.load()).instantiate();
   const run = instance.loadPolicy({}).startRun('args');
-  assert.throws(() => run.beginCall('t'.repeat(257), undefined, undefined, 1n), (e: unknown) => e instanceof RunMisuse && e.error.tag === 'too-large');
-  assert.throws(() => run.beginCall('t', 'k'.repeat(257), undefined, 1n), (e: unknown) => e instanceof RunMisuse && e.error.tag === 'too-large');
-  assert.throws(() => run.beginCall('t', undefined, { readOnly: 1 as never }, 1n), /begin-call argument 3\.readOnly: 1 is not a boolean/);
-  assert.throws(() => run.beginCall('t', undefined, undefined, -1n), /begin-call argument 4: -1 is out of range for u64/);
-  const start = run.beginCall('lookup', undefined, { readOnly: true }, 1n);
+  assert.throws(() => run.beginCall(undefined, 't'.repeat(257), undefined, undefined, 1n), (e: unknown) => e instanceof RunMisuse && e.error.tag === 'too-large');
+  assert.throws(() => run.beginCall(undefined, 't', 'k'.repeat(257), undefined, 1n), (e: unknown) => e instanceof RunMisuse && e.error.tag === 'too-large');
+  assert.throws(() => run.beginCall(undefined, 't', undefined, { readOnly: 1 as never }, 1n), /begin-call argument 4\.readOnly: 1 is not a boolean/);
+  assert.throws(() => run.beginCall(undefined, 't', undefined, undefined, -1n), /begin-call argument 5: -1 is out of range for u64/);
+  const start = run.beginCall(undefined, 'lookup', undefined, { readOnly: true }, 1n);
   assert.ok(start.admitted);
   const status = (val: number): Observation => observation({ tag: 'http-status', val });
   assert.throws(() => run.recordFailure(start.callId, 1, status(66039), undefined, 1n, 0n),

@@ -244,7 +244,7 @@ test('an unkeyed write whose task lives is not called again when its poll failed
       if (property === 'recordPollFailure') {
         return (_callId: number, attempt: number): Wit.Verdict => {
           lied = true;
-          return { action: 'retry', class: 'transient', attempt, delayMs: 10n, hintMs: undefined, ruleIndex: 0, hasNote: false, reconnect: false, cancelTask: false };
+          return { action: 'retry', class: 'transient', attempt, delayMs: 10n, hintMs: undefined, ruleIndex: 0, hasNote: false, reconnect: false, cancelTask: false, breakerChanged: false };
         };
       }
       if (property === 'lastDecision') {

@@ -93,7 +93,7 @@ test('a 40 MB tool error, then 20, 10, 5, 2.5 and 1.25 MB, all decide on one ins
   const instance = await (await PolicyComponent.load()).instantiate({ accounts: EmbeddedAccounts.onHostClock(), entropy: new SplitMix64(1n) });
   const policy = instance.loadPolicy({ 'max-attempts-per-call': 100, 'max-retries-per-run': 100, 'max-steps-per-run': 1_000 });
   const run = policy.startRun('huge');
-  const admission = run.beginCall('summarize', undefined, { readOnly: true }, 1n);
+  const admission = run.beginCall(undefined, 'summarize', undefined, { readOnly: true }, 1n);
   assert.ok(admission.admitted);
   const callId = admission.callId;
   let attempt = 1;
@@ -123,7 +123,7 @@ test('5,800 headers of 70 KB decide, and the policy names what it left out', asy
   assert.equal(classification.hintMs, 2000n);
   assert.ok(classification.headerProblems.length > 0, 'the headers left out are named');
   const run = policy.startRun('headers');
-  const admission = run.beginCall('lookup', undefined, { readOnly: true }, 1n);
+  const admission = run.beginCall(undefined, 'lookup', undefined, { readOnly: true }, 1n);
   assert.equal(run.recordFailure(admission.callId, 1, failure, undefined, 1n, 1n).action, 'retry');
   assert.equal(instance.brokenBy, undefined);
   console.log(`fuel of record-failure with 5,801 headers (cut to 128 of 4 KB): ${instance.fuelUsedByLastCall()}`);
@@ -167,8 +167,8 @@ test('record-failure cuts a 40 MB body, 5,800 header lines and oversized structu
   });
   const huge = policy.startRun('huge');
   const cut = policy.startRun('cut');
-  const hugeId = huge.beginCall('lookup', undefined, undefined, 1n).callId;
-  const cutId = cut.beginCall('lookup', undefined, undefined, 1n).callId;
+  const hugeId = huge.beginCall(undefined, 'lookup', undefined, undefined, 1n).callId;
+  const cutId = cut.beginCall(undefined, 'lookup', undefined, undefined, 1n).callId;
   const verdict = huge.recordFailure(hugeId, 1, failure, undefined, 1n, 5n);
   assert.deepEqual([verdict.action, verdict.class, verdict.hintMs], ['retry', 'throttled', 7_000n]);
   // The same decision as on the value cut by hand, words included.

@@ -289,8 +289,8 @@ function pseudoCallIds(caller: RetryingToolCaller): Set<number> {
   const ids = new Set<number>();
   const run = caller.run;
   const begin = run.beginCall.bind(run);
-  run.beginCall = (tool, key, hints, now) => {
-    const start = begin(tool, key, hints, now);
+  run.beginCall = (server, tool, key, hints, now) => {
+    const start = begin(server, tool, key, hints, now);
     if ((tool === 'initialize' || tool === 'tools/list') && start.admitted) ids.add(start.callId);
     return start;
   };

@@ -19,11 +19,14 @@ import { InMemoryTransport } from '@modelcontextprotocol/sdk/inMemory.js';
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 
 import { EmbeddedAccounts } from '../src/accounts.js';
+import { withPolicy } from '../src/any-call.js';
 import { PolicyComponent, type Run } from '../src/component.js';
 import { SplitMix64 } from '../src/entropy.js';
+import { ObservedFailure } from '../src/errors.js';
 import { RetryingToolCaller } from '../src/mcp.js';
 import { RetryMetrics } from '../src/metrics.js';
 import { loadOtel, resetOtelForTests } from '../src/otel.js';
+import { FakeClock } from '../src/testing.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 
@@ -225,4 +228,28 @@ console.log(JSON.stringify({ failedImport, otel: (await loadOtel()) === undefine
   assert.equal(child.status, 0, child.stderr);
   const out = JSON.parse(child.stdout.trim().split('\n').at(-1) as string) as Record<string, unknown>;
   assert.deepEqual(out, { failedImport: true, otel: 'absent', value: 'ok', attempts: 2, report: 2 });
+});
+
+test('a circuit breaker change (contract 0.8.0) is an agent_retry.breaker span event on the call span, and counted', async () => {
+  const run = await newRun('RUN-OTEL-BREAKER', { 'circuit-breaker': { 'failures-to-open': 2, 'cooldown-ms': 60000 }, tools: { get_quote: { effect: 'read' } } });
+  spans.reset();
+  const unavailable = { kind: { tag: 'http-status', val: 503 }, headers: '', body: '', structuredContent: undefined, sessionIdSent: false, delivery: 'unknown' } as const;
+  await withPolicy(run, 'get_quote', () => { throw new ObservedFailure(unavailable); }, { server: 'quotes', clock: new FakeClock(1_700_000_000_000) })
+    .then(() => assert.fail('the call cannot succeed'), () => undefined);
+  const call = spans.getFinishedSpans().find((s) => s.name === 'execute_tool get_quote');
+  assert.ok(call, spans.getFinishedSpans().map((s) => s.name).join(', '));
+  const opened = call.events.filter((e) => e.name === 'agent_retry.breaker' && e.attributes?.['agent_retry.to'] === 'open');
+  assert.ok(opened.length >= 1, JSON.stringify(call.events.map((e) => [e.name, e.attributes])));
+  for (const event of opened) {
+    assert.equal(event.attributes?.['agent_retry.server'], 'quotes');
+    assert.equal(event.attributes?.['agent_retry.from'], 'closed');
+    assert.ok(['server', 'tool'].includes(String(event.attributes?.['agent_retry.scope'])));
+    assert.equal(typeof event.attributes?.['agent_retry.until_ms'], 'number');
+    assert.equal(typeof event.attributes?.['agent_retry.why'], 'string');
+  }
+  const { resourceMetrics } = await metricReader.collect();
+  const changes = resourceMetrics.scopeMetrics.flatMap((s) => s.metrics).find((m) => m.descriptor.name === 'agent_retry.breaker.changes');
+  assert.ok(changes, 'the agent_retry.breaker.changes counter was recorded');
+  const open = changes.dataPoints.filter((p) => p.attributes.to === 'open').reduce((sum, p) => sum + Number(p.value), 0);
+  assert.equal(open, opened.length);
 });

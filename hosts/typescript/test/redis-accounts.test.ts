@@ -131,8 +131,8 @@ test('instances of the component on separate connections share the account', asy
   const component = await PolicyComponent.load();
   const first = (await component.instantiate({ accounts: await shared(server.url, 2) })).loadPolicy(config);
   const second = (await component.instantiate({ accounts: await shared(server.url, 2) })).loadPolicy(config);
-  assert.equal(first.startRun('a').beginCall('lookup', undefined, undefined, nowMs()).admitted, true);
-  assert.equal(second.startRun('b').beginCall('lookup', undefined, undefined, nowMs()).admitted, false, 'the other instance took the only token');
+  assert.equal(first.startRun('a').beginCall(undefined, 'lookup', undefined, undefined, nowMs()).admitted, true);
+  assert.equal(second.startRun('b').beginCall(undefined, 'lookup', undefined, undefined, nowMs()).admitted, false, 'the other instance took the only token');
 });
 
 test('Redis killed: the local share, logged once; Redis back: the local takes charged, logged', async () => {

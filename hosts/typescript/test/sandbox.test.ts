@@ -133,9 +133,10 @@ test('an import outside the contract (wasi:filesystem) is refused at load, namin
     e.importName === 'wasi:filesystem/preopens@0.2.6' && /imports wasi:filesystem\/preopens@0.2.6, which is outside the agent-retry contract/.test(e.message));
   const real = readFileSync(join(fileURLToPath(import.meta.url), '../../../../../target/component/agent_retry_policy.wasm'));
   assert.deepEqual(componentImportNames(real).sort(),
-    ['agent-retry:policy/account-budget@0.7.0', 'agent-retry:policy/types@0.7.0', 'wasi:random/random@0.2.6']);
+    ['agent-retry:policy/account-budget@0.8.0', 'agent-retry:policy/shared-state@0.8.0', 'agent-retry:policy/types@0.8.0', 'wasi:random/random@0.2.6']);
   checkImports(componentImportNames(real));
-  for (const name of ['wasi:sockets/tcp@0.2.0', 'wasi:random/random@0.3.0', 'agent-retry:policy/account-budget@0.6.0', 'agent-retry:policy/types@0.8.0', 'wasi:cli/environment@0.2.0']) {
+  for (const name of ['wasi:sockets/tcp@0.2.0', 'wasi:random/random@0.3.0', 'agent-retry:policy/account-budget@0.7.0', 'agent-retry:policy/types@0.9.0',
+    'agent-retry:policy/shared-state@0.7.0', 'agent-retry:policy/other-state@0.8.0', 'wasi:cli/environment@0.2.0']) {
     assert.throws(() => checkImports([name]), (e: unknown) => e instanceof ComponentImportRefused && e.importName === name);
   }
   await hostKeepsServing();
@@ -145,7 +146,7 @@ test('arguments out of their WIT range are refused, not wrapped: a u16 of 66039'
   const instance = await (await PolicyComponent.load()).instantiate();
   const policy = instance.loadPolicy({});
   const run = policy.startRun('r');
-  const admission = run.beginCall('lookup', undefined, undefined, 0n);
+  const admission = run.beginCall(undefined, 'lookup', undefined, undefined, 0n);
   assert.ok(admission.admitted);
   const callId = admission.callId;
   const status = (val: number): Observation => observed({ tag: 'http-status', val });
@@ -159,7 +160,7 @@ test('arguments out of their WIT range are refused, not wrapped: a u16 of 66039'
   assert.throws(() => policy.classify(status(503), 2n ** 64n), /out of range for u64/);
   assert.throws(() => policy.classify(status(503), 1.5), ValueConversionError);
   assert.throws(() => policy.nextDelay(2 ** 32), /out of range for u32/);
-  assert.throws(() => run.beginCall('x', undefined, { readOnly: 1 as never }, 0n), /is not a boolean/);
+  assert.throws(() => run.beginCall(undefined, 'x', undefined, { readOnly: 1 as never }, 0n), /is not a boolean/);
   assert.throws(() => policy.classify({ ...status(503), headers: 5 as never }, 0n), /\.headers: 5 is not a string/);
   assert.throws(() => policy.classify({ ...status(503), sessionIdSent: 'yes' as never }, 0n), /\.sessionIdSent: "yes" is not a boolean/);
   // Nothing reached the component: the instance still serves, and 503 is still 503.
@@ -220,7 +221,7 @@ test('the real policy\'s worst cases fit in the default fuel (counted per instru
   const run = policy.startRun('worst-case');
   // One record-failure, then its last-decision's prose (built only when asked for).
   const fuelOf = (failure: Observation) => {
-    const start = run.beginCall('t', undefined, undefined, 1n);
+    const start = run.beginCall(undefined, 't', undefined, undefined, 1n);
     assert.ok(start.admitted);
     run.recordFailure(start.callId, 1, failure, undefined, 1n, 1n);
     const fuel = instance.fuelUsedByLastCall();
@@ -234,9 +235,9 @@ test('the real policy\'s worst cases fit in the default fuel (counted per instru
 
   const long = instance.loadPolicy({ 'max-steps-per-run': 1_000_000 }).startRun('long');
   for (let i = 0; i < 10_000; i++) {
-    long.recordSuccess(long.beginCall('issue_refund', `ar1-${i.toString(16).padStart(32, '0')}`, undefined, 1n).callId, 1, 1n);
+    long.recordSuccess(long.beginCall(undefined, 'issue_refund', `ar1-${i.toString(16).padStart(32, '0')}`, undefined, 1n).callId, 1, 1n);
   }
-  const last = long.beginCall('issue_refund', undefined, undefined, 1n).callId;
+  const last = long.beginCall(undefined, 'issue_refund', undefined, undefined, 1n).callId;
   assert.equal(long.recordFailure(last, 1, observed({ tag: 'http-status', val: 403 }, { body: 'needs approval' }), undefined, 1n, 1n).action, 'escalate');
   const escalationFuel = instance.fuelUsedByLastCall();
   const escalation = long.lastDecision(last);

@@ -8,6 +8,7 @@ use agent_retry_policy::account::{AccountBudget, Bucket, Reservation};
 use agent_retry_policy::classify::FailureView;
 use agent_retry_policy::config::Config;
 use agent_retry_policy::run::{Act, At, Run, Start, Verdict};
+use agent_retry_policy::shared::{Loaded, MemoryState, SharedState};
 use agent_retry_policy::types::{Delivery, FailureKind, StatusCheckResult, TaskReport, ToolHints};
 use agent_retry_policy::{backoff, classify, hints, key, rules, session};
 use serde::Deserialize;
@@ -17,8 +18,19 @@ use serde_json::{Value, json};
 use agent_retry_host::vectors::runner::{Subject, result_json};
 
 /// The host's embedded account budget, seen through the core's trait: the same
-/// bucket implementation serves both subjects.
-struct Accounts<'a>(&'a EmbeddedAccounts);
+/// bucket implementation serves both subjects. The shared state is the core's
+/// own in-memory store: nothing expires within a case, as in the component's runner.
+struct Accounts<'a>(&'a EmbeddedAccounts, &'a mut MemoryState);
+
+impl SharedState for Accounts<'_> {
+    fn load(&mut self, key: &str, now_ms: u64) -> Loaded {
+        self.1.load(key, now_ms)
+    }
+
+    fn store_if(&mut self, key: &str, expected_version: u64, value: &str, ttl_ms: u64) -> bool {
+        self.1.store_if(key, expected_version, value, ttl_ms)
+    }
+}
 
 impl AccountBudget for Accounts<'_> {
     fn reserve(&mut self, account_id: &str, tokens: u32, bucket: Bucket, max_wait_ms: u64, now_ms: u64) -> Reservation {
@@ -39,12 +51,13 @@ pub struct Native {
     config: Option<Arc<Config>>,
     run: Option<Run>,
     accounts: EmbeddedAccounts,
+    shared: MemoryState,
 }
 
 impl Default for Native {
     fn default() -> Self {
         // The vectors run on one simulated clock.
-        Native { config: None, run: None, accounts: EmbeddedAccounts::on_host_clock() }
+        Native { config: None, run: None, accounts: EmbeddedAccounts::on_host_clock(), shared: MemoryState::default() }
     }
 }
 
@@ -145,25 +158,50 @@ impl Subject for Native {
         Ok(output(&rules::RULE_NAMES))
     }
 
-    fn begin_call(&mut self, tool: &Value, idempotency_key: &Value, hints: &Value, now_ms: u64) -> Result<Value, String> {
+    fn begin_call(&mut self, server: &Value, tool: &Value, idempotency_key: &Value, hints: &Value, now_ms: u64) -> Result<Value, String> {
+        let server: Option<String> = input(server, "server")?;
         let tool: String = input(tool, "tool")?;
         let key: Option<String> = input(idempotency_key, "idempotency-key")?;
         let hints: Option<ToolHints> = input(hints, "hints")?;
         let run = self.run.as_mut().ok_or("no run")?;
-        let start = run.begin(tool, key, hints.as_ref(), now_ms, &mut Accounts(&self.accounts));
-        Ok(result_json(start.map(|s| call_start(&s)).map_err(|e| output(&e))))
+        let start = run.begin(server, tool, key, hints.as_ref(), now_ms, &mut Accounts(&self.accounts, &mut self.shared));
+        let changed = run.breaker_changed();
+        Ok(result_json(start.map(|s| call_start(&s, changed)).map_err(|e| output(&e))))
+    }
+
+    fn take_breaker_changes(&mut self) -> Result<Value, String> {
+        let run = self.run.as_mut().ok_or("no run")?;
+        let changes: Vec<Value> = run
+            .take_breaker_changes()
+            .into_iter()
+            .map(|c| {
+                json!({"server": c.server, "tool": c.tool, "old-state": c.change.from.name(), "new-state": c.change.to.name(), "until-ms": c.change.until_ms, "why": c.change.why})
+            })
+            .collect();
+        Ok(Value::from(changes))
+    }
+
+    fn put_shared_state(&mut self, key: &str, value: &str) -> Result<(), String> {
+        // As a store's write: the next version, whatever the last was.
+        let version = self.shared.load(key, 0).version;
+        self.shared.store_if(key, version, value, u64::MAX);
+        Ok(())
+    }
+
+    fn shared_state(&mut self, key: &str) -> Result<Value, String> {
+        Ok(self.shared.load(key, 0).value.map_or(Value::Null, Value::from))
     }
 
     fn record_success(&mut self, call_id: u32, attempt: u32, now_ms: u64) -> Result<Value, String> {
         let run = self.run.as_mut().ok_or("no run")?;
-        let verdict = run.record_success(call_id, attempt, now_ms, &mut Accounts(&self.accounts));
-        Ok(result_json(verdict.map(|v| verdict_json(&v)).map_err(|e| output(&e))))
+        let verdict = run.record_success(call_id, attempt, now_ms, &mut Accounts(&self.accounts, &mut self.shared));
+        Ok(result_json(verdict.map(|v| verdict_json(&v, run.breaker_changed())).map_err(|e| output(&e))))
     }
 
     fn record_empty_result(&mut self, call_id: u32, attempt: u32, detail: &str, now_ms: u64) -> Result<Value, String> {
         let run = self.run.as_mut().ok_or("no run")?;
-        let verdict = run.record_empty_result(call_id, attempt, detail, now_ms, &mut Accounts(&self.accounts));
-        Ok(result_json(verdict.map(|v| verdict_json(&v)).map_err(|e| output(&e))))
+        let verdict = run.record_empty_result(call_id, attempt, detail, now_ms, &mut Accounts(&self.accounts, &mut self.shared));
+        Ok(result_json(verdict.map(|v| verdict_json(&v, run.breaker_changed())).map_err(|e| output(&e))))
     }
 
     fn record_failure(
@@ -178,8 +216,14 @@ impl Subject for Native {
         let observation: Observation = input(observation, "observation")?;
         let pairs = hints::split_lines(&observation.headers);
         let run = self.run.as_mut().ok_or("no run")?;
-        let verdict = run.record_failure(call_id, attempt, &observation.view(&pairs), At { now_ms, time_left_ms, entropy }, &mut Accounts(&self.accounts));
-        Ok(result_json(verdict.map(|v| verdict_json(&v)).map_err(|e| output(&e))))
+        let verdict = run.record_failure(
+            call_id,
+            attempt,
+            &observation.view(&pairs),
+            At { now_ms, time_left_ms, entropy },
+            &mut Accounts(&self.accounts, &mut self.shared),
+        );
+        Ok(result_json(verdict.map(|v| verdict_json(&v, run.breaker_changed())).map_err(|e| output(&e))))
     }
 
     fn record_status_check(
@@ -193,15 +237,15 @@ impl Subject for Native {
     ) -> Result<Value, String> {
         let result: StatusCheckResult = input(result, "status-check-result")?;
         let run = self.run.as_mut().ok_or("no run")?;
-        let verdict = run.record_status_check(call_id, attempt, result, At { now_ms, time_left_ms, entropy }, &mut Accounts(&self.accounts));
-        Ok(result_json(verdict.map(|v| verdict_json(&v)).map_err(|e| output(&e))))
+        let verdict = run.record_status_check(call_id, attempt, result, At { now_ms, time_left_ms, entropy }, &mut Accounts(&self.accounts, &mut self.shared));
+        Ok(result_json(verdict.map(|v| verdict_json(&v, run.breaker_changed())).map_err(|e| output(&e))))
     }
 
     fn record_task_status(&mut self, call_id: u32, attempt: u32, task: &Value, time_left_ms: Option<u64>, now_ms: u64, entropy: u64) -> Result<Value, String> {
         let task: TaskReport = input(task, "task-report")?;
         let run = self.run.as_mut().ok_or("no run")?;
-        let verdict = run.record_task_status(call_id, attempt, &task, At { now_ms, time_left_ms, entropy }, &mut Accounts(&self.accounts));
-        Ok(result_json(verdict.map(|v| verdict_json(&v)).map_err(|e| output(&e))))
+        let verdict = run.record_task_status(call_id, attempt, &task, At { now_ms, time_left_ms, entropy }, &mut Accounts(&self.accounts, &mut self.shared));
+        Ok(result_json(verdict.map(|v| verdict_json(&v, run.breaker_changed())).map_err(|e| output(&e))))
     }
 
     fn record_poll_failure(
@@ -216,14 +260,22 @@ impl Subject for Native {
         let observation: Observation = input(observation, "observation")?;
         let pairs = hints::split_lines(&observation.headers);
         let run = self.run.as_mut().ok_or("no run")?;
-        let verdict = run.record_poll_failure(call_id, attempt, &observation.view(&pairs), At { now_ms, time_left_ms, entropy }, &mut Accounts(&self.accounts));
-        Ok(result_json(verdict.map(|v| verdict_json(&v)).map_err(|e| output(&e))))
+        let verdict = run.record_poll_failure(
+            call_id,
+            attempt,
+            &observation.view(&pairs),
+            At { now_ms, time_left_ms, entropy },
+            &mut Accounts(&self.accounts, &mut self.shared),
+        );
+        Ok(result_json(verdict.map(|v| verdict_json(&v, run.breaker_changed())).map_err(|e| output(&e))))
     }
 
     fn abandon_call(&mut self, call_id: u32, attempt: u32, sent: bool, why: &str) -> Result<Value, String> {
         let why = serde_json::from_value(Value::from(why)).map_err(|e| format!("why: {e}"))?;
         let run = self.run.as_mut().ok_or("no run")?;
-        Ok(result_json(run.abandon_call(call_id, attempt, sent, why).map(|()| Value::Null).map_err(|e| output(&e))))
+        Ok(result_json(
+            run.abandon_call(call_id, attempt, sent, why, &mut Accounts(&self.accounts, &mut self.shared)).map(|()| Value::Null).map_err(|e| output(&e)),
+        ))
     }
 
     fn last_decision(&mut self, call_id: u32) -> Result<Value, String> {
@@ -236,20 +288,25 @@ impl Subject for Native {
 }
 
 /// The canonical JSON of a `call-start`, as the component answers it.
-fn call_start(start: &Start) -> Value {
+fn call_start(start: &Start, breaker_changed: bool) -> Value {
+    let refused = |call_id: u32, replan: bool| {
+        json!({
+            "admitted": false, "call-id": call_id, "delay-ms": 0, "effect": "read", "safe-to-repeat": false, "idle-timeout-ms": 0, "attempt-timeout-ms": 0,
+            "replan": replan, "breaker-changed": breaker_changed,
+        })
+    };
     match start {
         Start::Send(t) => json!({
             "admitted": true, "call-id": t.call_id, "delay-ms": t.delay_ms, "effect": output(&t.effect), "safe-to-repeat": t.safe_to_repeat,
-            "idle-timeout-ms": t.idle_timeout_ms, "attempt-timeout-ms": t.attempt_timeout_ms,
+            "idle-timeout-ms": t.idle_timeout_ms, "attempt-timeout-ms": t.attempt_timeout_ms, "replan": false, "breaker-changed": breaker_changed,
         }),
-        Start::Escalated => json!({
-            "admitted": false, "call-id": 0, "delay-ms": 0, "effect": "read", "safe-to-repeat": false, "idle-timeout-ms": 0, "attempt-timeout-ms": 0,
-        }),
+        Start::Escalated => refused(0, false),
+        Start::Replan(call_id) => refused(*call_id, true),
     }
 }
 
 /// The canonical JSON of a `verdict`, as the component answers it.
-fn verdict_json(v: &Verdict) -> Value {
+fn verdict_json(v: &Verdict, breaker_changed: bool) -> Value {
     let (action, delay_ms, reconnect) = match v.act {
         Act::Retry { delay_ms, reconnect, .. } => ("retry", delay_ms, reconnect),
         Act::Replan => ("replan", 0, false),
@@ -261,5 +318,6 @@ fn verdict_json(v: &Verdict) -> Value {
     json!({
         "action": action, "class": output(&v.class), "attempt": v.attempt, "delay-ms": delay_ms,
         "hint-ms": v.hint_ms, "rule-index": v.rule.index(), "has-note": v.has_note, "reconnect": reconnect, "cancel-task": v.cancel_task,
+        "breaker-changed": breaker_changed,
     })
 }

@@ -80,7 +80,7 @@ impl Flat {
             let now = NOW_MS + u64::from(i);
             if keyed {
                 for (call, failure) in [(&refund, &unavailable), (&lookup, &throttled)] {
-                    let start = self.instance.begin_call(&run, call.0, call.1, None, now).unwrap().unwrap();
+                    let start = self.instance.begin_call(&run, None, call.0, call.1, None, now).unwrap().unwrap();
                     let verdict = self.instance.record_failure(&run, start.call_id, 1, failure, None, now, Some(u64::from(i))).unwrap().unwrap();
                     if self.check {
                         assert_eq!(verdict.action, ActionKind::Retry);
@@ -91,7 +91,7 @@ impl Flat {
                     }
                 }
             }
-            let start = self.instance.begin_call(&run, lookup.0, lookup.1, None, now).unwrap().unwrap();
+            let start = self.instance.begin_call(&run, None, lookup.0, lookup.1, None, now).unwrap().unwrap();
             let done = self.instance.record_success(&run, start.call_id, 1, now).unwrap().unwrap();
             if self.check {
                 assert_eq!(done.action, ActionKind::Succeed);
@@ -138,12 +138,12 @@ impl Rich {
             let now = NOW_MS + u64::from(i);
             if with_failures {
                 for (call, failure) in [(&refund, &unavailable), (&lookup, &throttled)] {
-                    let id = call_id(instance.begin(&run, call.0, call.1, None, now).unwrap().unwrap());
+                    let id = call_id(instance.begin(&run, None, call.0, call.1, None, now).unwrap().unwrap());
                     std::hint::black_box(instance.decide(&run, id, 1, failure, None, now, Some(u64::from(i))).unwrap().unwrap());
                     std::hint::black_box(instance.decide(&run, id, 2, &Outcome::Success, None, now, None).unwrap().unwrap());
                 }
             }
-            let id = call_id(instance.begin(&run, lookup.0, lookup.1, None, now).unwrap().unwrap());
+            let id = call_id(instance.begin(&run, None, lookup.0, lookup.1, None, now).unwrap().unwrap());
             std::hint::black_box(instance.decide(&run, id, 1, &Outcome::Success, None, now, None).unwrap().unwrap());
         }
         instance.drop_run(run).unwrap();
@@ -198,13 +198,13 @@ impl Native {
         let budget = &mut NoAccountBudget;
         let begin = |run: &mut Run, tool: &str, key: Option<&str>, now| {
             let start = if self.rich {
-                let request = core::CallRequest { tool: tool.into(), idempotency_key: key.map(String::from), hints: None };
+                let request = core::CallRequest { server: None, tool: tool.into(), idempotency_key: key.map(String::from), hints: None };
                 match readable::begin_call(run, &request, now, &mut NoAccountBudget).unwrap() {
                     core::Admission::Send(t) => t.call_id,
                     other => panic!("{other:?}"),
                 }
             } else {
-                match run.begin(tool.into(), key.map(String::from), None, now, &mut NoAccountBudget).unwrap() {
+                match run.begin(None, tool.into(), key.map(String::from), None, now, &mut NoAccountBudget).unwrap() {
                     agent_retry_policy::run::Start::Send(t) => t.call_id,
                     other => panic!("{other:?}"),
                 }
@@ -274,14 +274,14 @@ fn fuel_per_call(component: &PolicyComponent) -> Vec<(&'static str, u64, u64)> {
     for i in 0..PER_RUN {
         let now = NOW_MS + u64::from(i);
         for (call, failure, slot) in [(&refund, &unavailable, 1), (&lookup, &throttled, 2)] {
-            let start = instance.begin_call(&run, call.0, call.1, None, now).unwrap().unwrap();
+            let start = instance.begin_call(&run, None, call.0, call.1, None, now).unwrap().unwrap();
             fuel[0].push(instance.fuel_used_by_last_call());
             let verdict = instance.record_failure(&run, start.call_id, 1, failure, None, now, Some(u64::from(i))).unwrap().unwrap();
             fuel[slot].push(instance.fuel_used_by_last_call());
             instance.record_success(&run, start.call_id, verdict.attempt + 1, now).unwrap().unwrap();
             fuel[3].push(instance.fuel_used_by_last_call());
         }
-        let start = instance.begin_call(&run, lookup.0, lookup.1, None, now).unwrap().unwrap();
+        let start = instance.begin_call(&run, None, lookup.0, lookup.1, None, now).unwrap().unwrap();
         fuel[0].push(instance.fuel_used_by_last_call());
         instance.record_success(&run, start.call_id, 1, now).unwrap().unwrap();
         fuel[3].push(instance.fuel_used_by_last_call());

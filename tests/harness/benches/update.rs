@@ -35,7 +35,7 @@ fn decision_ns(live: &LivePolicy) -> f64 {
         let run = instance.start_run(&policy, &format!("bench-{batch}")).unwrap().unwrap();
         let started = Instant::now();
         for i in 0..PER_RUN {
-            let Admission::Send(ticket) = instance.begin(&run, "lookup_order", None, None, 1_000).unwrap().unwrap() else { panic!("admitted") };
+            let Admission::Send(ticket) = instance.begin(&run, None, "lookup_order", None, None, 1_000).unwrap().unwrap() else { panic!("admitted") };
             std::hint::black_box(instance.record_failure(&run, ticket.call_id, 1, &failure, None, 1_000, Some(u64::from(i))).unwrap().unwrap());
         }
         spent += started.elapsed();

@@ -45,7 +45,7 @@ fn fuel_that_runs_out_on_the_long_error(component: &PolicyComponent) -> u64 {
     let mut cheap = instance.fuel_used_by_last_call();
     let read = ToolHints { read_only: Some(true), destructive: Some(false), idempotent: Some(true) };
     let ask = |instance: &mut agent_retry_host::PolicyInstance, outcome: &Outcome| {
-        let Admission::Send(ticket) = instance.begin(&run, "lookup_order", None, Some(read), 1).unwrap().unwrap() else { panic!("admitted") };
+        let Admission::Send(ticket) = instance.begin(&run, None, "lookup_order", None, Some(read), 1).unwrap().unwrap() else { panic!("admitted") };
         let admitted = instance.fuel_used_by_last_call();
         instance.record(&run, ticket.call_id, 1, outcome, None, 1, None).unwrap().unwrap();
         let recorded = instance.fuel_used_by_last_call();

@@ -166,13 +166,14 @@ impl Strategy for ComponentStrategy {
 
     fn admit(&mut self, client: usize, now_ms: f64) -> anyhow::Result<Option<f64>> {
         let (run, call_id, attempt) = &mut self.runs[client];
-        match self.instance.begin(run, "write_row", None, None, now_ms as u64)? {
+        match self.instance.begin(run, None, "write_row", None, None, now_ms as u64)? {
             Ok(Admission::Send(ticket)) => {
                 *call_id = ticket.call_id;
                 *attempt = 1;
                 Ok(Some(ticket.delay_ms as f64))
             }
-            Ok(Admission::Escalate(_)) => Ok(None),
+            // No server is named: no breaker applies, so no replan comes.
+            Ok(Admission::Escalate(_) | Admission::Replan(..)) => Ok(None),
             Err(e) => anyhow::bail!("run error: {e:?}"),
         }
     }

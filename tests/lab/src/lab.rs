@@ -221,9 +221,10 @@ impl Host for ComponentHost {
         let tool = &ctx.mix.workflow[step];
         let key =
             if self.keys && tool.takes_key { Some(self.instance.derive_idempotency_key(&self.run_id, &format!("step-{step}-v{version}"))?) } else { None };
-        let ticket = match self.instance.begin(run, &tool.tool, key.as_deref(), None, ctx.now_ms)? {
+        let ticket = match self.instance.begin(run, None, &tool.tool, key.as_deref(), None, ctx.now_ms)? {
             Ok(Admission::Send(ticket)) => ticket,
             Ok(Admission::Escalate(e)) => return Ok(CallEnd::Escalated(agent_retry_host::labels::reason(e.reason).to_string())),
+            Ok(Admission::Replan(..)) => anyhow::bail!("a breaker refused a call, and the lab names no server"),
             Err(e) => anyhow::bail!("run error: {e:?}"),
         };
         ctx.now_ms += ticket.delay_ms;

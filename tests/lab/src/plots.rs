@@ -75,6 +75,48 @@ pub fn contention(dir: &Path, rows: &[ContentionRow]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `outage.svg`: the attempts the server got in each second, per scenario.
+pub fn outage(dir: &Path, rows: &[crate::outage::OutageRow]) -> anyhow::Result<()> {
+    let path = dir.join("outage.svg");
+    let root = SVGBackend::new(&path, (900, 480)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let seconds = rows.iter().map(|r| r.per_second.len()).max().unwrap_or(1) as f64;
+    let top = f64::from(rows.iter().flat_map(|r| r.per_second.iter().copied()).max().unwrap_or(1)) * 1.15;
+    let title = format!(
+        "Attempts the server got per second; it answers 503 from {} s to {} s",
+        crate::outage::DOWN_FROM_MS / 1000,
+        crate::outage::DOWN_UNTIL_MS / 1000
+    );
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0f64..seconds, 0f64..top)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc("simulated time (s)")
+        .y_desc("attempts")
+        .x_label_formatter(&|v| format!("{v:.0}"))
+        .y_label_formatter(&|v| format!("{v:.0}"))
+        .draw()
+        .map_err(err)?;
+    for (i, row) in rows.iter().enumerate() {
+        let color = COLORS[(i + 1) % COLORS.len()];
+        let style = ShapeStyle { color: color.to_rgba(), filled: false, stroke_width: 2 };
+        let points: Vec<(f64, f64)> = row.per_second.iter().enumerate().map(|(s, n)| (s as f64, f64::from(*n))).collect();
+        chart
+            .draw_series(LineSeries::new(points, style))
+            .map_err(err)?
+            .label(row.name)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], style));
+    }
+    chart.configure_series_labels().position(SeriesLabelPosition::UpperRight).background_style(WHITE.mix(0.85)).border_style(BLACK).draw().map_err(err)?;
+    root.present().map_err(err)?;
+    Ok(())
+}
+
 /// `delays.svg`: a histogram of the delays the component gave for one retry,
 /// whose ceiling is the cap: full jitter is uniform on [0, cap].
 pub fn delays(dir: &Path, delays: &[u64], retry: u32, cap_ms: u64) -> anyhow::Result<()> {

@@ -77,6 +77,7 @@ const VERDICT: wit::Verdict = wit::Verdict {
     has_note: false,
     reconnect: false,
     cancel_task: false,
+    breaker_changed: false,
 };
 
 fn decision() -> wit::Decision {
@@ -141,9 +142,19 @@ impl GuestPolicy for Policy {
 }
 
 impl GuestRun for Run {
-    fn begin_call(&self, _: String, _: Option<String>, _: Option<wit::ToolHints>, _: u64) -> Result<wit::CallStart, wit::RunError> {
+    fn begin_call(&self, _: Option<String>, _: String, _: Option<String>, _: Option<wit::ToolHints>, _: u64) -> Result<wit::CallStart, wit::RunError> {
         let (idle_timeout_ms, attempt_timeout_ms) = (30_000, 600_000);
-        Ok(wit::CallStart { admitted: true, call_id: 1, delay_ms: 0, effect: wit::Effect::Read, safe_to_repeat: true, idle_timeout_ms, attempt_timeout_ms })
+        Ok(wit::CallStart {
+            admitted: true,
+            call_id: 1,
+            delay_ms: 0,
+            effect: wit::Effect::Read,
+            safe_to_repeat: true,
+            idle_timeout_ms,
+            attempt_timeout_ms,
+            replan: false,
+            breaker_changed: false,
+        })
     }
 
     fn record_success(&self, _: u32, _: u32, _: u64) -> Result<wit::Verdict, wit::RunError> {
@@ -180,6 +191,10 @@ impl GuestRun for Run {
 
     fn escalation(&self) -> Option<wit::Escalation> {
         None
+    }
+
+    fn take_breaker_changes(&self) -> Vec<wit::BreakerChange> {
+        Vec::new()
     }
 
     fn report(&self) -> wit::RunReport {

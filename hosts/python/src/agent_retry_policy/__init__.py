@@ -12,7 +12,7 @@ wrappers, and a retrying wrapper around the MCP SDK's `ClientSession.call_tool`
 """
 
 from . import limits, limits_generated, types, wit_types
-from .accounts import PROCESS_ACCOUNTS, AccountBudgetBackend, Bucket, EmbeddedAccounts, Reservation, gcra
+from .accounts import PROCESS_ACCOUNTS, PROCESS_SHARED_STATE, AccountBudgetBackend, Bucket, EmbeddedAccounts, Reservation, gcra
 from .component import (
     CONTRACT_VERSION,
     FUEL_PER_CALL,
@@ -62,6 +62,7 @@ from .errors import (
 )
 from .events import (
     AttemptEvent,
+    BreakerEvent,
     CallScope,
     EscalationEvent,
     PolicyUpdateEvent,
@@ -76,6 +77,8 @@ from .live import Integrity, LivePolicy, Loaded, PolicyIdentity, PolicySource
 from .manifest import ManifestError, sign_publication
 from .metrics import RetryMetrics
 from .redis_accounts import AccountsError, RedisAccounts, SharedAccounts
+from .redis_shared_state import FallbackSharedState, RedisSharedState, SharedStateError
+from .shared_state import EmbeddedSharedState, SharedStateBackend
 
 # The MCP wrapper needs the `mcp` extra: imported when first asked for (and so
 # left out of `__all__`, which a star import without the extra would fail on).
@@ -101,6 +104,7 @@ __all__ = [
     "AccountsError",
     "AgentRetryError",
     "AttemptEvent",
+    "BreakerEvent",
     "Bucket",
     "CallCancelled",
     "CallScope",
@@ -113,12 +117,14 @@ __all__ = [
     "ConnectionConfigError",
     "ContractVersionMismatch",
     "EmbeddedAccounts",
+    "EmbeddedSharedState",
     "EntropySource",
     "EscalationEvent",
     "FleetSource",
     "Escalated",
     "FUEL_PER_CALL",
     "FUEL_PER_CONFIG_BYTE",
+    "FallbackSharedState",
     "Hooks",
     "InstanceUnusable",
     "Integrity",
@@ -130,6 +136,7 @@ __all__ = [
     "ObservedFailure",
     "OsEntropy",
     "PROCESS_ACCOUNTS",
+    "PROCESS_SHARED_STATE",
     "Policy",
     "PolicyComponent",
     "PolicyBoundaryViolation",
@@ -142,6 +149,7 @@ __all__ = [
     "PolicyTrap",
     "PolicyUpdateEvent",
     "RedisAccounts",
+    "RedisSharedState",
     "ReplanEvent",
     "ReplanNeeded",
     "Reservation",
@@ -150,6 +158,8 @@ __all__ = [
     "RunMisuse",
     "SessionLost",
     "SharedAccounts",
+    "SharedStateBackend",
+    "SharedStateError",
     "SplitMix64",
     "StatusCheckEvent",
     "Stopped",

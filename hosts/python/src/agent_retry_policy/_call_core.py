@@ -26,10 +26,11 @@ from ._verdicts import Answer, bounded, policy_failure, rule_name
 from .component import Run
 from .entropy import EntropySource
 from .errors import Escalated, InstanceUnusable, PolicyBoundaryViolation, PolicyTrap, StopCause, Stopped
-from .events import AttemptEvent, CallScope, EscalationEvent, ReplanEvent, StatusCheckEvent, WaitEvent, outcome_words
+from .events import AttemptEvent, BreakerEvent, CallScope, EscalationEvent, ReplanEvent, StatusCheckEvent, WaitEvent, outcome_words
 from .guard import CallGuard, RunGuard, Violation
 from .limits import cut_lifted_text
 from .types import (
+    BreakerChange,
     CallStart,
     Decision,
     EscalateAction,
@@ -40,6 +41,7 @@ from .types import (
     TaskReport,
     ToolHints,
     Verdict,
+    action_name,
 )
 
 _T = TypeVar("_T")
@@ -93,6 +95,17 @@ def stop_reason(
     if applied not in _APPLIED:
         raise ValueError(f"unknown stop effect {applied!r}")
     return f"{stopped} {at} ({attempts_sent} sent); {_APPLIED[applied]}"
+
+
+class ReplannedBeforeSend(Exception):
+    """Internal: `begin-call` did not admit the call, as a replan (a circuit
+    breaker of its server is open): nothing was sent. The wrapper does what it
+    does for a replan verdict with `message` (for the model) and `rule`; the
+    events were emitted already."""
+
+    def __init__(self, message: str, rule: str) -> None:
+        super().__init__(message)
+        self.message, self.rule = message, rule
 
 
 @dataclass
@@ -154,8 +167,11 @@ class CallCore:
         time_left_ms: Callable[[], int | None],
         entropy: EntropySource,
         on_verdict: Callable[[str, int, Verdict], None] | None = None,
+        server: str | None = None,
     ) -> None:
         self.run, self.book, self.telemetry, self.scope = run, book, telemetry, scope
+        # The server the call goes to, for the circuit breakers (None: no breaker applies).
+        self.server = server
         self.span = span
         self.now_ms, self.time_left_ms, self.entropy, self.on_verdict = now_ms, time_left_ms, entropy, on_verdict
         self.key: str | None = None
@@ -178,10 +194,10 @@ class CallCore:
 
     # -- the policy, guarded
 
-    def ask(self, last_outcome: str, ask: Callable[..., _T], *args: Any) -> _T:
+    def ask(self, last_outcome: str, ask: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
         """Asks the policy; if it fails, the safe fallback (no retry, an escalation saying so)."""
         try:
-            return ask(*args)
+            return ask(*args, **kwargs)
         except (PolicyTrap, InstanceUnusable) as e:
             raise self.policy_failed(last_outcome, e) from e
 
@@ -233,12 +249,19 @@ class CallCore:
     def begin(self, hints: ToolHints | None) -> tuple[CallStart, CallGuard]:
         """Begins the call on the run (after a broken invariant: the same
         escalation, nothing sent); a call not admitted escalates with the run's
-        hand-off. From here the call is at its first attempt."""
+        hand-off, or, when a circuit breaker of its server is open, raises
+        `ReplannedBeforeSend` (its events emitted; nothing was sent). From here
+        the call is at its first attempt."""
         self.refuse_if_broken()
-        start = self.ask("not sent", self.run.begin_call, self.tool, self.key, hints, self.now_ms())
+        start = self.ask("not sent", self.run.begin_call, self.tool, self.key, hints, self.now_ms(), server=self.server)
+        if start.admitted or start.replan:  # a call id the run knows
+            self.scope = CallScope(self.scope.run, self.scope.policy, self.scope.step, start.call_id, self.tool)
+        if start.breaker_changed:
+            self.breaker_changes("not sent")
         if not start.admitted:
+            if start.replan:
+                raise self._replanned_before_send(start)
             raise self._not_admitted()
-        self.scope = CallScope(self.scope.run, self.scope.policy, self.scope.step, start.call_id, self.tool)
         self.effect, self.attempt = start.effect, 1
         guard, violation = self.book.guard.begin(self.tool, self.key, hints, start.delay_ms)
         self.guarded("not sent", violation, before_send=True)
@@ -255,6 +278,46 @@ class CallCore:
         )  # fmt: skip
         self.emit(event)
         raise self.escalated(escalated.escalation, None, policy_failure=escalated.policy_failure)
+
+    def breaker_changes(self, last_outcome: str) -> None:
+        """A `begin-call` or a report changed a circuit breaker: the changes,
+        taken from the run right away, each as an `agent_retry.breaker` event."""
+        changes: list[BreakerChange] = self.ask(last_outcome, self.run.take_breaker_changes)
+        for change in changes:
+            tool = change["tool"]
+            event = BreakerEvent(
+                self.scope,
+                change["server"],
+                "server" if tool is None else "tool",
+                change["old-state"],
+                change["new-state"],
+                change["until-ms"],
+                cut_lifted_text(change["why"]),
+            )
+            self.emit(event)
+
+    def _replanned_before_send(self, start: CallStart) -> ReplannedBeforeSend:
+        """Not admitted as a replan (a circuit breaker of the server is open):
+        the refusal's attempt line (attempt 0, `not sent`, action `replan`),
+        then the replan's; the message is `last-decision(call-id)`'s."""
+        decision = self.ask("not sent", self.run.last_decision, start.call_id)
+        if decision is None or action_name(decision["action"]) != "replan":
+            said = "none" if decision is None else action_name(decision["action"])
+            fault = PolicyBoundaryViolation(
+                f"begin-call answered replan, but last-decision({start.call_id}) says {said}", call="[method]run.last-decision"
+            )
+            raise self.policy_failed("not sent", fault, before_send=True)
+        message = cut_lifted_text(cast(ReplanAction, decision["action"])["replan"])
+        rule = decision["rule"]  # read before the hooks see the decision: they cannot change it
+        event = AttemptEvent(
+            self.scope, 0, self.key, "not sent", None, rule, "replan", None, None, None, cut_lifted_text(decision["reason"]),
+            decision=decision, counted=False,
+        )  # fmt: skip
+        self.emit(event)
+        self.emit(ReplanEvent(self.scope, 0, rule, message, decision=decision))
+        if self.span is not None:
+            self.span.end("replan")
+        return ReplannedBeforeSend(message, rule)
 
     def _not_admitted(self) -> Escalated:
         refusal = self.ask("not sent", self.run.escalation)
@@ -313,6 +376,8 @@ class CallCore:
             reason = f"{type(error).__name__} raised reporting the call's outcome ({words}): re-raised, the call abandoned"
             self.abandon_unknown(error, reason)
             raise
+        if verdict.breaker_changed:
+            self.breaker_changes(words)
         violation = guard.verdict(verdict.action, verdict.delay_ms, verdict.hint_ms, verdict.reconnect, cancel_task=verdict.cancel_task)
         self.guarded(words, violation)
 
@@ -601,6 +666,7 @@ def forget_task(task: asyncio.Future[Any]) -> None:
 
 __all__ = [
     "CallCore",
+    "ReplannedBeforeSend",
     "Raised",
     "Report",
     "RunBook",

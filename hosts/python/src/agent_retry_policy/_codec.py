@@ -459,7 +459,7 @@ def build(ty: ValType) -> Codec:
     raise WasmtimeError(f"agent_retry_policy does not convert values of WIT type {type(ty).__name__}")
 
 
-# The flat reads (contract 0.7.0: `begin-call`'s `call-start` and every
+# The flat reads (contract 0.8.0: `begin-call`'s `call-start` and every
 # report's `verdict`). These answers are records of integers, booleans and enum
 # cases, so instead of walking a codec tree (a ctypes object per field and per
 # level) they are read straight from the C value's memory with one `struct`

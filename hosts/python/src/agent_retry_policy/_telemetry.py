@@ -15,6 +15,7 @@ from . import otel
 from .events import (
     HOOK_FAILED,
     AttemptEvent,
+    BreakerEvent,
     EscalationEvent,
     PolicyUpdateEvent,
     ReplanEvent,
@@ -32,6 +33,7 @@ _HOOK_OF: dict[type, str] = {
     EscalationEvent: "on_escalate",
     StatusCheckEvent: "on_status_check",
     PolicyUpdateEvent: "on_policy_update",
+    BreakerEvent: "on_breaker",
 }
 # The hooks already reported as failing, per `Hooks` object (by its id: a hook
 # need not be hashable, so neither is the `Hooks` holding it): each is logged

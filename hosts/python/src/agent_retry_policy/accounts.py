@@ -13,6 +13,8 @@ import threading
 import time
 from typing import NamedTuple, Protocol
 
+from .shared_state import EmbeddedSharedState
+
 U64_MAX = 0xFFFF_FFFF_FFFF_FFFF
 
 # How far a caller's `now_ms` may be from this process's clock before the
@@ -82,9 +84,14 @@ class EmbeddedAccounts:
     for the others nor take more than its share (a wait is a duration, the same
     on any clock); one more than `MAX_CLOCK_SKEW_MS` off is warned about once.
     Simulations that run every worker on one simulated clock use
-    `EmbeddedAccounts.on_host_clock()`. The same rule as the Rust and Node hosts'."""
+    `EmbeddedAccounts.on_host_clock()`. The same rule as the Rust and Node hosts'.
+
+    `shared_state` is the circuit breakers' store that lives beside the
+    buckets (an `EmbeddedSharedState`): every run that shares these buckets
+    shares it too."""
 
     def __init__(self) -> None:
+        self.shared_state = EmbeddedSharedState()
         self._tats: dict[str, int] = {}
         self._lock = threading.Lock()
         self._trust_host_clock = False
@@ -133,3 +140,5 @@ class EmbeddedAccounts:
 # The default for `PolicyComponent.instantiate`: every instance in the process
 # draws on the same buckets, as workers of one account must.
 PROCESS_ACCOUNTS = EmbeddedAccounts()
+# And the shared state beside it (the circuit breakers of the process).
+PROCESS_SHARED_STATE = PROCESS_ACCOUNTS.shared_state

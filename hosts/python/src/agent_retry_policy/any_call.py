@@ -39,7 +39,7 @@ from typing import Any, Literal, Protocol, TypeVar, cast
 
 from . import http_errors
 from . import otel as _otel
-from ._call_core import CallCore, Raised, Report, RunBook, check_name, forget_task, run_either
+from ._call_core import CallCore, Raised, ReplannedBeforeSend, Report, RunBook, check_name, forget_task, run_either
 from ._telemetry import Telemetry
 from .component import Run, now_ms
 from .entropy import EntropySource, OsEntropy
@@ -168,6 +168,7 @@ async def call_with_policy(
     fn: AttemptFn[_T],
     *,
     hints: ToolHints | None = None,
+    server: str | None = None,
     action_id: str | None = None,
     keyed: bool | None = None,
     observe: Observe | None = None,
@@ -192,7 +193,11 @@ async def call_with_policy(
     `fn` that no mapping knows, unchanged.
 
     `hints` are the tool's MCP-style hints (`read-only`, `destructive`,
-    `idempotent`). A tool configured or hinted as an idempotent write gets an
+    `idempotent`). `server` names what the call goes to for the circuit
+    breakers (the same name in every worker, e.g. its URL; at most 4,096
+    bytes, of which the policy keeps 256); None (the default): no breaker applies. While a
+    breaker of the server is open the call is not made: `ReplanNeeded`, its
+    message saying so, `fn` not called. A tool configured or hinted as an idempotent write gets an
     idempotency key, derived once from the run id and `action_id` (default
     `step-N`, N counting this run's calls through the helper from 1), the same
     in every attempt (`keyed` forces it on or off). `fn` may be async or plain
@@ -213,6 +218,8 @@ async def call_with_policy(
     clock = clock if clock is not None else REAL_CLOCK
     if policy_identity is not None and not isinstance(policy_identity, str):
         raise TypeError(f"policy_identity must be a string (e.g. str(loaded.identity)), got {type(policy_identity).__name__}")
+    if server is not None and not isinstance(server, str):
+        raise TypeError(f"server must be a string (the name of what the call goes to) or None, got {type(server).__name__}")
     if call_timeout_s is not None and (isinstance(call_timeout_s, bool) or not call_timeout_s > 0):
         raise ValueError(f"call_timeout_s must be a positive number of seconds or None, got {call_timeout_s!r}")
     telemetry = Telemetry(log, hooks=hooks, metrics=metrics, otel_recorder=_otel.recorder(tracer_provider, meter_provider))
@@ -229,6 +236,7 @@ async def call_with_policy(
         now_ms=clock.now_ms,
         time_left_ms=lambda: call.time_left_ms() if call is not None else None,
         entropy=entropy or OsEntropy(),
+        server=server,
     )
     call = _Call(core, clock, deadline_ms, call_timeout_s)
     try:
@@ -256,7 +264,10 @@ async def _call(
     run, tool = core.run, core.tool
     if core.book.broken is None and (keyed if keyed is not None else _takes_key(core.book.guard, tool, hints)):
         core.key = core.ask("not sent", run.instance.derive_idempotency_key, run.run_id, action_id or f"step-{core.scope.step}")
-    start, guard = core.begin(hints)
+    try:
+        start, guard = core.begin(hints)
+    except ReplannedBeforeSend as replan:  # a circuit breaker of the server is open: nothing sent
+        raise ReplanNeeded(replan.message, replan.rule, tool=tool) from None
     if start.delay_ms:
         await call.wait(1, "admission", start.delay_ms, None)
     attempt = 1

@@ -5,23 +5,30 @@
     policy = instance.load_policy({"max-attempts-per-call": 3})
     run = policy.start_run("CASE-5016")
 
-One run path (contract 0.7.0): a call is begun, each attempt reported, and
+One run path (contract 0.8.0): a call is begun, each attempt reported, and
 every report answers with a small tuple (`Verdict`); the prose is built only
 when asked for:
 
-    start = run.begin_call("lookup_order", None, None, now_ms())        # CallStart
+    start = run.begin_call("lookup_order", None, None, now_ms(), server="https://mcp.example.com/mcp")  # CallStart
     observation = types.http_failure(503, [("retry-after", "1")])
     verdict = run.record_failure(start.call_id, 1, observation, None, now_ms(), entropy)
     verdict.action, verdict.delay_ms, verdict.reconnect                  # "retry", 1000, False
     run.record_success(start.call_id, verdict.attempt + 1, now_ms())
     run.last_decision(start.call_id)                                     # the full decision, when words are needed
 
+`server` names the MCP server for the circuit breakers (None: no breaker
+applies). A call whose server's breaker is open is not admitted, with
+`start.replan` set: `run.last_decision(start.call_id)` has the message for the
+model, and nothing is sent. When a `CallStart` or a `Verdict` says
+`breaker_changed`, `run.take_breaker_changes()` says how (for the log).
+
 A call answered by a task (MCP Tasks) is reported with `record_task_status`
 (each poll's `working` / `input-required` / ...), a failed poll with
 `record_poll_failure`; the verdict's `poll` says when to poll again.
 
 The sandbox matches the Rust and Node hosts': the component gets only the
-account budget and `wasi:random/random` (no WASI, so no file, socket, clock or
+account budget, the shared state (`shared_state.py`: the circuit breakers'
+store) and `wasi:random/random` (no WASI, so no file, socket, clock or
 environment; another import is refused at load with `ComponentImportRefused`),
 each call runs on a fuel budget (`fuel_per_call`; `policy.from-json` also gets
 `fuel_per_config_byte` for each byte of its text), and the instance's memory is
@@ -65,7 +72,7 @@ from . import (
     _sandbox,
     limits,
 )
-from .accounts import PROCESS_ACCOUNTS, AccountBudgetBackend, Bucket
+from .accounts import PROCESS_ACCOUNTS, PROCESS_SHARED_STATE, AccountBudgetBackend, Bucket
 from .entropy import EntropySource, OsEntropy, random_bytes
 from .errors import (
     ComponentImportRefused,
@@ -82,8 +89,10 @@ from .errors import (
     RunMisuse,
     WrongThread,
 )
+from .shared_state import EmbeddedSharedState, SharedStateBackend
 from .types import (
     AbandonReason,
+    BreakerChange,
     CallStart,
     Classification,
     Decision,
@@ -102,9 +111,10 @@ from .types import (
 # (for 0.x, another 0.minor: semver's caret rule) is refused at load time; one of
 # a compatible version is run under its own interface names.
 CONTRACT_PACKAGE = "agent-retry:policy"
-CONTRACT_VERSION = "0.7.0"
+CONTRACT_VERSION = "0.8.0"
 POLICY_INTERFACE = f"{CONTRACT_PACKAGE}/policy@{CONTRACT_VERSION}"
 ACCOUNT_BUDGET_INTERFACE = f"{CONTRACT_PACKAGE}/account-budget@{CONTRACT_VERSION}"
+SHARED_STATE_INTERFACE = f"{CONTRACT_PACKAGE}/shared-state@{CONTRACT_VERSION}"
 TYPES_INTERFACE = f"{CONTRACT_PACKAGE}/types@{CONTRACT_VERSION}"
 RANDOM_INTERFACE_PREFIX = "wasi:random/random@0.2."
 _SEMVER = re.compile(r"(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(?:[-+][0-9A-Za-z.+-]*)?")
@@ -146,6 +156,7 @@ EXPORTED_FUNCTIONS = (
     "[method]run.abandon-call",
     "[method]run.last-decision",
     "[method]run.escalation",
+    "[method]run.take-breaker-changes",
     "[method]run.report",
     "[method]run.effects",
 )
@@ -161,7 +172,7 @@ _RECORD_STATUS = "[method]run.record-status-check"
 _RECORD_TASK = "[method]run.record-task-status"
 _RECORD_POLL_FAILURE = "[method]run.record-poll-failure"
 _FLAT_PARAMS = {
-    _BEGIN_CALL: ("borrow", "string", "option<string>", "option<record>", "u64"),
+    _BEGIN_CALL: ("borrow", "option<string>", "string", "option<string>", "option<record>", "u64"),
     _RECORD_SUCCESS: ("borrow", "u32", "u32", "u64"),
     _RECORD_EMPTY: ("borrow", "u32", "u32", "string", "u64"),
     _RECORD_FAILURE: ("borrow", "u32", "u32", "record", "option<u64>", "u64", "u64"),
@@ -181,6 +192,7 @@ _VERDICT = _codec.FlatRecord(
         ("has-note", "bool"),
         ("reconnect", "bool"),
         ("cancel-task", "bool"),
+        ("breaker-changed", "bool"),
     ]
 )
 _CALL_START = _codec.FlatRecord(
@@ -192,6 +204,8 @@ _CALL_START = _codec.FlatRecord(
         ("safe-to-repeat", "bool"),
         ("idle-timeout-ms", "u64"),
         ("attempt-timeout-ms", "u64"),
+        ("replan", "bool"),
+        ("breaker-changed", "bool"),
     ]
 )
 
@@ -257,7 +271,8 @@ def check_contract_version(export_names: Iterable[str], source: str = "<bytes>")
 
 
 def _contract_interface(name: str) -> str | None:
-    """`account-budget` for `agent-retry:policy/account-budget@V` with V
+    """`account-budget` for `agent-retry:policy/account-budget@V` (and
+    `shared-state` for `.../shared-state@V`, ...) with V
     compatible with this host's contract; None for any other name."""
     prefix = f"{CONTRACT_PACKAGE}/"
     interface, at, version = name.partition("@")
@@ -396,7 +411,7 @@ class PolicyComponent:
         self.contract_version = check_contract_version(self.exports, source)
         self.policy_interface = f"{CONTRACT_PACKAGE}/policy@{self.contract_version}"
         # The contract's imports, at whatever compatible version the component names them.
-        contract_imports = {name for name in self.imports if _contract_interface(name) in ("account-budget", "types")}
+        contract_imports = {name for name in self.imports if _contract_interface(name) in ("account-budget", "shared-state", "types")}
         unknown = [name for name in self.imports if name not in contract_imports and not name.startswith(RANDOM_INTERFACE_PREFIX)]
         if unknown:
             raise ComponentImportRefused(source, unknown[0], unknown)
@@ -407,8 +422,19 @@ class PolicyComponent:
         # left the unused import out, as for the benchmark's no-op component);
         # the Rust host links the import whether or not it is used, too.
         self.account_budget_interface: str | None = budgets[0] if budgets else None
+        states = [name for name in contract_imports if _contract_interface(name) == "shared-state"]
+        if len(states) > 1:
+            raise ComponentLoadError(f"{source} must import {SHARED_STATE_INTERFACE} at most once, imports {states}")
+        # None: the component never consults the shared state (no circuit breakers).
+        self.shared_state_interface: str | None = states[0] if states else None
         self.random_imports = [name for name in self.imports if name.startswith(RANDOM_INTERFACE_PREFIX)]
         import_types = component_type.imports(self.engine)
+        if self.shared_state_interface is not None:
+            state = _import_codecs(self.engine, import_types[self.shared_state_interface].ty)
+            if "load" not in state or "store-if" not in state:
+                raise ComponentLoadError(f"{source}: {self.shared_state_interface} lacks load or store-if")
+            self._load_codecs = state["load"]
+            self._store_if_codecs = state["store-if"]
         if self.account_budget_interface is not None:
             budget = _import_codecs(self.engine, import_types[self.account_budget_interface].ty)
             if "reserve" not in budget or "refund" not in budget:
@@ -474,7 +500,7 @@ class PolicyComponent:
     @property
     def identity(self) -> str:
         """Which policy this is: the contract version it speaks and the first 12
-        hex digits of its .wasm's SHA-256, e.g. `agent-retry:policy@0.7.0 wasm
+        hex digits of its .wasm's SHA-256, e.g. `agent-retry:policy@0.8.0 wasm
         1a2b3c4d5e6f` (the same string in the Rust and Node hosts)."""
         return component_identity(self.contract_version, self.wasm_sha256)
 
@@ -486,9 +512,13 @@ class PolicyComponent:
         fuel_per_call: int | None = FUEL_PER_CALL,
         fuel_per_config_byte: int = FUEL_PER_CONFIG_BYTE,
         max_memory_bytes: int = MAX_MEMORY_BYTES,
+        shared_state: SharedStateBackend | None = None,
     ) -> PolicyInstance:
         """A fresh instance with its own memory. `accounts` defaults to the buckets
-        shared by the whole process; `entropy` (for `wasi:random`, used only when
+        shared by the whole process; `shared_state` (the circuit breakers'
+        store) to the one beside `accounts` (`EmbeddedAccounts.shared_state`),
+        else the process's (`PROCESS_SHARED_STATE`); across machines,
+        `FallbackSharedState.open(url)` (Redis, redis_shared_state.py); `entropy` (for `wasi:random`, used only when
         a call passes no entropy) to the OS. `fuel_per_call` (None: unmetered),
         `fuel_per_config_byte` and `max_memory_bytes` are the sandbox's limits:
         every call runs on `fuel_per_call`, except `policy.from-json`, which runs
@@ -500,6 +530,9 @@ class PolicyComponent:
         _check_fuel_per_config_byte(fuel_per_config_byte)
         if isinstance(max_memory_bytes, bool) or not isinstance(max_memory_bytes, int) or max_memory_bytes <= 0:
             raise ValueError(f"max_memory_bytes must be a positive integer, got {max_memory_bytes!r}")
+        if shared_state is None:
+            beside = getattr(accounts, "shared_state", None)
+            shared_state = beside if isinstance(beside, EmbeddedSharedState) else PROCESS_SHARED_STATE
         return PolicyInstance(
             self,
             accounts,
@@ -507,6 +540,7 @@ class PolicyComponent:
             fuel_per_call,
             max_memory_bytes,
             fuel_per_config_byte=fuel_per_config_byte,
+            shared_state=shared_state,
         )
 
 
@@ -560,10 +594,12 @@ class PolicyInstance:
         max_memory_bytes: int = MAX_MEMORY_BYTES,
         *,
         fuel_per_config_byte: int = FUEL_PER_CONFIG_BYTE,
+        shared_state: SharedStateBackend | None = None,
     ) -> None:
         _check_fuel_per_config_byte(fuel_per_config_byte)
         self.component = component
         self.accounts = accounts
+        self.shared_state: SharedStateBackend = shared_state if shared_state is not None else PROCESS_SHARED_STATE
         self.entropy = entropy
         self._fuel = fuel_per_call
         # `policy.from-json` runs on fuel_per_call plus this per byte of its text:
@@ -601,6 +637,10 @@ class PolicyInstance:
                 with root.add_instance(component.account_budget_interface) as budget:
                     _add_import(budget, "reserve", component._reserve_codecs, _reserve_import(accounts), calls)
                     _add_import(budget, "refund", component._refund_codecs, _refund_import(accounts), calls)
+            if component.shared_state_interface is not None:
+                with root.add_instance(component.shared_state_interface) as state:
+                    _add_import(state, "load", component._load_codecs, self.shared_state.load, calls)
+                    _add_import(state, "store-if", component._store_if_codecs, self.shared_state.store_if, calls)
             for name in component.random_imports:
                 functions = component._random_codecs[name]
                 with root.add_instance(name) as random:
@@ -920,6 +960,9 @@ class _FlatArgs:
         "s_call",
         "s_attempt",
         "s_now",
+        "b_server",
+        "b_server_text",
+        "b_server_box",
         "b_tool",
         "b_key",
         "b_key_text",
@@ -934,10 +977,10 @@ class _FlatArgs:
 
     def __init__(self, resource: ResourceAny) -> None:
         self.success = (_Val * 4)()
-        self.begin = (_Val * 5)()
+        self.begin = (_Val * 6)()
         kinds = (
             (self.success, {1: _U32_KIND, 2: _U32_KIND, 3: _U64_KIND}),
-            (self.begin, {1: _STRING_KIND, 2: _OPTION_KIND, 4: _U64_KIND}),
+            (self.begin, {1: _OPTION_KIND, 2: _STRING_KIND, 3: _OPTION_KIND, 5: _U64_KIND}),
         )
         for params, slots in kinds:
             for index, kind in slots.items():
@@ -946,11 +989,12 @@ class _FlatArgs:
             params[0].kind = _RESOURCE_KIND
         success, begin = self.success, self.begin
         self.s_call, self.s_attempt, self.s_now = success[1].of, success[2].of, success[3].of
-        self.b_tool, self.b_now = _text_at(begin, 1), begin[4].of
-        # option<string>: the option slot points at a string value kept here.
-        boxes = self.boxes = (_Val * 1)()
-        boxes[0].kind = _STRING_KIND
-        self.b_key, self.b_key_text, self.b_key_box = begin[2].of, _text_at(boxes, 0), ctypes.pointer(boxes[0])
+        self.b_tool, self.b_now = _text_at(begin, 2), begin[5].of
+        # option<string>: each option slot points at a string value kept here.
+        boxes = self.boxes = (_Val * 2)()
+        boxes[0].kind = boxes[1].kind = _STRING_KIND
+        self.b_key, self.b_key_text, self.b_key_box = begin[3].of, _text_at(boxes, 0), ctypes.pointer(boxes[0])
+        self.b_server, self.b_server_text, self.b_server_box = begin[1].of, _text_at(boxes, 1), ctypes.pointer(boxes[1])
         self.result = _Val()
         self.result_ref = byref(self.result)
         self.release = weakref.finalize(self, _release_flat_args, (success, begin))
@@ -993,6 +1037,7 @@ class Run(_Handle):
         self._effects = exports["[method]run.effects"]
         self._last = exports["[method]run.last-decision"]
         self._escalation = exports["[method]run.escalation"]
+        self._breaker_changes = exports["[method]run.take-breaker-changes"]
         self._abandon = exports["[method]run.abandon-call"]
         component = instance.component
         self._actions, self._classes, self._effect_names = component._actions, component._classes, component._effect_names
@@ -1010,14 +1055,23 @@ class Run(_Handle):
         flat = self._flat = _FlatArgs(self.resource)  # `resource` raises for a closed run
         return flat
 
-    def begin_call(self, tool: str, idempotency_key: str | None, hints: ToolHints | None, now_ms: int) -> CallStart:
-        """Asks to begin a call of `tool`, with the idempotency key every
+    def begin_call(
+        self, tool: str, idempotency_key: str | None, hints: ToolHints | None, now_ms: int, *, server: str | None = None
+    ) -> CallStart:
+        """Asks to begin a call of `tool` on `server`, with the idempotency key every
         attempt carries (`PolicyInstance.derive_idempotency_key`) and the tool's
-        MCP annotations if known. Not admitted (`admitted` False) when the run escalated instead:
-        `escalation()` gives the hand-off. Raises `RunMisuse` for the
-        component's run-error (and, without a call, `too-large` for a tool
-        name or key over 256 bytes)."""
-        refused = limits.too_large("tool", tool)
+        MCP annotations if known. `server` names the MCP server for the circuit
+        breakers (the same name in every worker: a URL without its query, or
+        the name the operator gave); None, no breaker applies. Not admitted
+        (`admitted` False) when the run escalated instead: `escalation()`
+        gives the hand-off; or, with `replan` set, when a breaker of the server
+        is open: `last_decision(call_id)` has the message for the model, and
+        nothing may be sent. Raises `RunMisuse` for the component's run-error
+        (and, without a call, `too-large` for a server name, tool name or key
+        over 256 bytes)."""
+        refused = limits.too_large("server", server, limits.MAX_SERVER_BYTES) if server is not None else None
+        if refused is None:
+            refused = limits.too_large("tool", tool)
         if refused is None and idempotency_key is not None:
             refused = limits.too_large("idempotency-key", idempotency_key)
         if refused is not None:
@@ -1025,6 +1079,7 @@ class Run(_Handle):
         fast = (
             type(tool) is str
             and (idempotency_key is None or type(idempotency_key) is str)
+            and (server is None or type(server) is str)
             and type(now_ms) is int
             and 0 <= now_ms <= _U64_MAX
         )
@@ -1033,12 +1088,12 @@ class Run(_Handle):
             if type(hints) is dict and hints.keys() <= _HINT_NAMES:
                 key = ("hints", *((type(v), v) for v in (hints.get("read-only"), hints.get("destructive"), hints.get("idempotent"))))
                 try:
-                    hints_c = self.instance.component._lowered_value(key, self._begin.spec.params[3], hints)
+                    hints_c = self.instance.component._lowered_value(key, self._begin.spec.params[4], hints)
                 except _codec.ValueConversionError:
                     hints_c = None  # the generic path raises it, with the argument's place
             fast = hints_c is not None
         if not fast:
-            lifted = self.instance._invoke(self._begin, (self.resource, tool, idempotency_key, hints, now_ms))
+            lifted = self.instance._invoke(self._begin, (self.resource, server, tool, idempotency_key, hints, now_ms))
             if "err" in lifted:
                 raise RunMisuse(lifted["err"])
             ok = lifted["ok"]
@@ -1050,14 +1105,16 @@ class Run(_Handle):
                 ok["safe-to-repeat"],
                 ok["idle-timeout-ms"],
                 ok["attempt-timeout-ms"],
+                ok["replan"],
+                ok["breaker-changed"],
             )
             return _new_tuple(CallStart, values)  # type: ignore[no-any-return]
         flat = self._flat or self._flat_args()
         params = flat.begin
         if hints_c is None:
-            params[3].kind, params[3].of.option = _OPTION_KIND, None
+            params[4].kind, params[4].of.option = _OPTION_KIND, None
         else:
-            params[3] = hints_c  # a copy of the component's value: never freed here
+            params[4] = hints_c  # a copy of the component's value: never freed here
         flat.b_now.u64 = now_ms
         text = flat.b_tool
         text.data = data = tool.encode("utf-8")
@@ -1069,15 +1126,23 @@ class Run(_Handle):
             text.data = data = idempotency_key.encode("utf-8")
             text.size = len(data)
             flat.b_key.option = flat.b_key_box
-        result = self.instance._flat_call(self._begin, params, 5, flat)
+        if server is None:
+            flat.b_server.option = None
+        else:
+            text = flat.b_server_text
+            text.data = data = server.encode("utf-8")
+            text.size = len(data)
+            flat.b_server.option = flat.b_server_box
+        result = self.instance._flat_call(self._begin, params, 6, flat)
         try:
             is_ok, box = _result_head(result)
             if not is_ok:
                 raise RunMisuse(self._begin.spec.result.lift(result)["err"])  # type: ignore[union-attr]  # lifting frees it
-            admitted, call_id, delay, effect_size, effect_data, safe, idle, whole = _CALL_START.struct.unpack_from(
+            admitted, call_id, delay, effect_size, effect_data, safe, idle, whole, replan, changed = _CALL_START.struct.unpack_from(
                 _CALL_START.block.from_address(_PTR_AT(box + _RECORD_DATA).value)
             )
-            values = (admitted, call_id, delay, self._effect_names[_chars(effect_data, effect_size)], safe, idle, whole)
+            effect = self._effect_names[_chars(effect_data, effect_size)]
+            values = (admitted, call_id, delay, effect, safe, idle, whole, replan, changed)
             _raw_val_delete(flat.result_ref)
         finally:
             result.kind = _BOOL_KIND  # freed (or lifted): empty again for the next call
@@ -1162,7 +1227,7 @@ class Run(_Handle):
             is_ok, box = _result_head(result)
             if not is_ok:
                 raise RunMisuse(bound.spec.result.lift(result)["err"])  # type: ignore[union-attr]  # lifting frees it
-            action_size, action_data, class_size, class_data, attempt, delay, hint_box, rule, note, reconnect, cancel = (
+            action_size, action_data, class_size, class_data, attempt, delay, hint_box, rule, note, reconnect, cancel, changed = (
                 _VERDICT.struct.unpack_from(_VERDICT.block.from_address(_PTR_AT(box + _RECORD_DATA).value))
             )
             values = (
@@ -1175,6 +1240,7 @@ class Run(_Handle):
                 note,
                 reconnect,
                 cancel,
+                changed,
             )
             _raw_val_delete(flat.result_ref)
         finally:
@@ -1197,6 +1263,7 @@ class Run(_Handle):
             ok["has-note"],
             ok["reconnect"],
             ok["cancel-task"],
+            ok["breaker-changed"],
         )
         return _new_tuple(Verdict, values)  # type: ignore[no-any-return]
 
@@ -1221,6 +1288,12 @@ class Run(_Handle):
     def escalation(self) -> Escalation | None:
         """The hand-off, if the run has escalated (by any call)."""
         return cast("Escalation | None", self.instance._invoke(self._escalation, (self.resource,)))
+
+    def take_breaker_changes(self) -> list[BreakerChange]:
+        """The circuit breakers' changes the run's last `begin_call` or report
+        made, oldest first, and forgets them. Ask only when a `CallStart` or a
+        `Verdict` says `breaker_changed`."""
+        return cast(list[BreakerChange], self.instance._invoke(self._breaker_changes, (self.resource,)))
 
     def report(self) -> RunReport:
         """What happened in the run so far. Its `effects` are all of them up to

@@ -1,13 +1,17 @@
 """The conformance vector runner (tests/vectors/README.md) for this host.
 
-Every case runs against a fresh instance with a fresh embedded account budget;
+Every case runs against a fresh instance with a fresh embedded account budget
+and a fresh shared state (`VectorSharedState`: compare-and-set by version, no
+expiry, no bounds), each shared by every run of the case;
 inputs are converted from canonical JSON by each function's WIT parameter types
 (the same codec every call uses) and outputs converted back, then matched
 against the case's expectations.
 
 The vectors keep their readable steps; this module is the one place that
-translates them onto contract 0.7.0's single run path (`translate_*` below): a
-`begin-call` step calls `begin-call` (and `escalation()` when not admitted);
+translates them onto contract 0.8.0's single run path (`translate_*` below): a
+`begin-call` step calls `begin-call` with the call's `server` (none if absent),
+and `escalation()` when not admitted, or `last-decision(call-id)` when not
+admitted as a replan (a circuit breaker open);
 a `record-outcome` of a success calls `record-success`, of an empty result
 `record-empty-result`, of a failure `record-failure` (with an observation built
 from the readable failure: headers pairs joined as `name: value` lines,
@@ -17,7 +21,10 @@ report: `message` "" unless given), of a poll failure `record-poll-failure`
 (its failure as for a failure); the answer is `last-decision(call-id)`, and the
 verdict must say what that decision says. `classify` takes the readable
 failure as an observation too; `read-probe-answer` asks the rule for the
-`server/discover` probe's answer. observations.json (raw transport
+`server/discover` probe's answer. `put-shared-state` stores a text in the
+case's shared state as a store would (version + 1), `shared-state` reads it
+(or null), `breaker-changes` is `run.take-breaker-changes()` (never called
+otherwise). observations.json (raw transport
 observations and the verdict each must produce) runs in its pure form:
 `begin-call lookup_order`, `record-failure(observation)`, the verdict compared
 with the case's `expect`. `--dump` writes the outputs.
@@ -42,7 +49,7 @@ from .accounts import EmbeddedAccounts
 from .component import PolicyComponent, PolicyInstance, _repo_root
 from .entropy import SplitMix64
 from .guard import RunGuard
-from .types import Decision, Verdict, action_name
+from .types import Decision, Loaded, Verdict, action_name
 
 # The clock at the start of every case: 2025-11-30T00:00:00Z.
 DEFAULT_START_MS = 1_764_460_800_000
@@ -74,6 +81,8 @@ STEP_KEYS = frozenset(
         "comment",
         "sent",
         "why",
+        "key",
+        "value",
     ]
 )
 U64_MAX = 0xFFFF_FFFF_FFFF_FFFF
@@ -173,13 +182,48 @@ def canonical_json_text(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
 
 
+class VectorSharedState:
+    """The runner's shared state (one per case, shared by its runs):
+    compare-and-set by version as a store does, but no expiry and no size
+    bounds, so that a case is deterministic; `load` answers the `now-ms` it was
+    passed."""
+
+    def __init__(self) -> None:
+        self.entries: dict[str, tuple[str, int]] = {}
+
+    def load(self, key: str, now_ms: int) -> Loaded:
+        entry = self.entries.get(key)
+        if entry is None:
+            return {"value": None, "version": 0, "now-ms": now_ms}
+        return {"value": entry[0], "version": entry[1], "now-ms": now_ms}
+
+    def store_if(self, key: str, expected_version: int, value: str, ttl_ms: int) -> bool:
+        version = self.entries[key][1] if key in self.entries else 0
+        if version != expected_version:
+            return False
+        self.entries[key] = (value, version + 1)
+        return True
+
+    def put(self, key: str, value: str) -> None:
+        """The `put-shared-state` op: stored as a store would (version + 1), whatever was there."""
+        version = self.entries[key][1] if key in self.entries else 0
+        self.entries[key] = (value, version + 1)
+
+    def text(self, key: str) -> str | None:
+        entry = self.entries.get(key)
+        return entry[0] if entry is not None else None
+
+
 class Subject:
     """The component, called with canonical JSON values."""
 
     def __init__(self, component: PolicyComponent) -> None:
+        self.shared_state = VectorSharedState()
         # A fixed seed keeps even the guest's own draws reproducible; the vectors
         # always pass entropy, so it is never used.
-        self.instance: PolicyInstance = component.instantiate(accounts=EmbeddedAccounts.on_host_clock(), entropy=SplitMix64(0))
+        self.instance: PolicyInstance = component.instantiate(
+            accounts=EmbeddedAccounts.on_host_clock(), entropy=SplitMix64(0), shared_state=self.shared_state
+        )
         self.policy: Any = None
         self.run: Any = None
 
@@ -239,7 +283,7 @@ def run_step(subject: Subject, step: Any, state: dict[str, Any]) -> Any:
         entropy = DEFAULT_ENTROPY
     op = _text(step, "op")
     attempts: dict[int, int] = state.setdefault("attempts", {})
-    if op in ("begin-call", "record-outcome", "report", "effects") and not state["started"]:
+    if op in ("begin-call", "record-outcome", "report", "effects", "breaker-changes") and not state["started"]:
         subject.start_run("run-1")
         state["started"] = True
     call = subject.instance.call
@@ -289,14 +333,21 @@ def run_step(subject: Subject, step: Any, state: dict[str, Any]) -> Any:
         return call("[method]run.abandon-call", subject.need_run(), call_id, attempt, sent, _text(step, "why"))
     if op == "report":
         return call("[method]run.report", subject.need_run())
+    if op == "breaker-changes":
+        return call("[method]run.take-breaker-changes", subject.need_run())
+    if op == "put-shared-state":
+        subject.shared_state.put(_text(step, "key"), _text(step, "value"))
+        return None
+    if op == "shared-state":
+        return subject.shared_state.text(_text(step, "key"))
     if op == "effects":
         return call("[method]run.effects", subject.need_run(), _u32(step, "start"), _u32(step, "max-count"))
     raise HarnessError(f'unknown op "{op}"')
 
 
-# The translation of the readable steps onto the single run path (contract 0.7.0), in one place.
+# The translation of the readable steps onto the single run path (contract 0.8.0), in one place.
 
-_CALL_FIELDS = frozenset(["tool", "idempotency-key", "hints"])
+_CALL_FIELDS = frozenset(["server", "tool", "idempotency-key", "hints"])
 _FAILURE_FIELDS = frozenset(["kind", "headers", "body", "structured-content", "session-id-sent", "delivery"])
 _TASK_FIELDS = ("task-id", "status", "poll-interval-ms", "ttl-ms", "age-ms", "message")
 
@@ -346,14 +397,16 @@ def translate_task_report(task: Any) -> dict[str, Any]:
 
 
 def translate_begin_call(subject: Subject, request: Any, now: int) -> Any:
-    """`begin-call` (+ `escalation()` when not admitted) as the readable
-    answer: `{"ok": {"send": ticket}}`, `{"ok": {"escalate": escalation}}` or
-    `{"err": run-error}`."""
+    """`begin-call` (+ `escalation()` when not admitted, `last-decision(call-id)`
+    when not admitted as a replan) as the readable answer: `{"ok": {"send":
+    ticket}}`, `{"ok": {"escalate": escalation}}`, `{"ok": {"replan":
+    decision}}` or `{"err": run-error}`."""
     if not isinstance(request, dict) or not request.keys() <= _CALL_FIELDS or "tool" not in request:
-        raise HarnessError(f'"call" must be {{tool, idempotency-key?, hints?}}, got {json.dumps(request)}')
+        raise HarnessError(f'"call" must be {{server?, tool, idempotency-key?, hints?}}, got {json.dumps(request)}')
     call = subject.instance.call
     run = subject.need_run()
-    answer = call("[method]run.begin-call", run, request["tool"], request.get("idempotency-key"), request.get("hints"), now)
+    server, tool = request.get("server"), request["tool"]
+    answer = call("[method]run.begin-call", run, server, tool, request.get("idempotency-key"), request.get("hints"), now)
     if "ok" not in answer:
         return answer
     start = answer["ok"]
@@ -361,6 +414,13 @@ def translate_begin_call(subject: Subject, request: Any, now: int) -> Any:
         fields = ("call-id", "delay-ms", "effect", "safe-to-repeat", "idle-timeout-ms", "attempt-timeout-ms")
         ticket = {k: start[k] for k in fields}
         return {"ok": {"send": ticket}}
+    if start["replan"]:
+        if start["call-id"] == 0:
+            raise HarnessError("begin-call answered replan with call-id 0 (a replan names its call)")
+        decision = call("[method]run.last-decision", run, start["call-id"])
+        if decision is None or action_name(decision["action"]) != "replan":
+            raise HarnessError(f"begin-call answered replan, but last-decision({start['call-id']}) is {json.dumps(decision)}")
+        return {"ok": {"replan": decision}}
     if start["call-id"] != 0:
         raise HarnessError(f"begin-call was not admitted but gave call-id {start['call-id']} (0 when not admitted)")
     escalation = call("[method]run.escalation", run)
@@ -427,6 +487,7 @@ def verdict_of(value: dict[str, Any]) -> Verdict:
         value["has-note"],
         value["reconnect"],
         value["cancel-task"],
+        value["breaker-changed"],
     )
 
 

@@ -20,6 +20,7 @@ ESCALATION = "agent_retry.escalation"
 STATUS_CHECK = "agent_retry.status_check"
 TASK_POLL = "agent_retry.task_poll"
 POLICY_UPDATE = "agent_retry.policy_update"
+BREAKER = "agent_retry.breaker"
 HOOK_FAILED = "agent_retry.hook_failed"
 
 
@@ -231,6 +232,42 @@ class TaskPollEvent(_Scoped):
 
 
 @dataclass(frozen=True)
+class BreakerEvent(_Scoped):
+    """A circuit breaker changed state (`Run.take_breaker_changes`), seen by
+    the call whose `begin-call` or report changed it: `server` is the server
+    the breaker guards, `breaker_scope` `server` for the server's breaker or
+    `tool` for the breaker of one tool on it (the log line's `scope`),
+    `from_state` and `to_state` are `closed`, `open` or `half-open` (the
+    line's `from` and `to`), `until_ms` until when (the store's clock, ms since
+    the Unix epoch) an open breaker sends nothing or a half-open one waits for
+    its probe (None when closed), `why` says why in words."""
+
+    scope: CallScope
+    server: str
+    breaker_scope: str
+    from_state: str
+    to_state: str
+    until_ms: int | None
+    why: str
+
+    name = BREAKER
+
+    def to_log(self, ts: float | None) -> dict[str, Any]:
+        line = self.scope.head(BREAKER, ts)
+        line.update(
+            {
+                "server": self.server,
+                "scope": self.breaker_scope,
+                "from": self.from_state,
+                "to": self.to_state,
+                "until_ms": self.until_ms,
+                "why": self.why,
+            }
+        )
+        return line
+
+
+@dataclass(frozen=True)
 class PolicyUpdateEvent:
     """A live update was accepted, refused or rolled back (`outcome`: `accepted`,
     `refused`, `rolled-back`). The log line is the one of 0.7, unchanged:
@@ -251,10 +288,11 @@ class PolicyUpdateEvent:
         return {"event": POLICY_UPDATE, "message": self.message, **self.fields}
 
 
-Event = AttemptEvent | WaitEvent | ReplanEvent | EscalationEvent | StatusCheckEvent | TaskPollEvent | PolicyUpdateEvent
+Event = AttemptEvent | WaitEvent | ReplanEvent | EscalationEvent | StatusCheckEvent | TaskPollEvent | BreakerEvent | PolicyUpdateEvent
 
 __all__ = [
     "AttemptEvent",
+    "BreakerEvent",
     "CallScope",
     "EscalationEvent",
     "Event",

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .events import AttemptEvent, EscalationEvent, PolicyUpdateEvent, ReplanEvent, StatusCheckEvent, WaitEvent
+from .events import AttemptEvent, BreakerEvent, EscalationEvent, PolicyUpdateEvent, ReplanEvent, StatusCheckEvent, WaitEvent
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,8 @@ class Hooks:
     """`on_wait` before every wait (a retry's, a poll's, an admission's);
     `on_retry` with an attempt whose verdict is `retry` (its `decision` read);
     `on_replan` and `on_escalate` when a call ends so; `on_status_check` when a
-    status check answered; `on_policy_update` when a live update was accepted,
+    status check answered; `on_breaker` when a circuit breaker changed
+    state (`agent_retry.breaker`); `on_policy_update` when a live update was accepted,
     refused or rolled back (`LivePolicy.open(..., hooks=...)`)."""
 
     on_wait: Callable[[WaitEvent], object] | None = None
@@ -32,6 +33,7 @@ class Hooks:
     on_escalate: Callable[[EscalationEvent], object] | None = None
     on_status_check: Callable[[StatusCheckEvent], object] | None = None
     on_policy_update: Callable[[PolicyUpdateEvent], object] | None = None
+    on_breaker: Callable[[BreakerEvent], object] | None = None
 
 
 __all__ = ["Hooks"]

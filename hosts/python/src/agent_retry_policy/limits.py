@@ -1,5 +1,5 @@
 """What the host passes to the policy, bounded before it crosses the boundary
-(contract 0.7.0; the numbers are the Rust host's `limits.rs`, mirrored into
+(contract 0.8.0; the numbers are the Rust host's `limits.rs`, mirrored into
 `limits_generated.py` by tests/contract/make_mirrors.py, as for the Node host).
 Lowering a value into the guest costs its size in memory and copying, so a 40
 MB tool error or 5,800 headers are cut here, not in the guest.
@@ -19,6 +19,7 @@ from .limits_generated import (
     MAX_HEADERS,
     MAX_ID_BYTES,
     MAX_LIFTED_TEXT_BYTES,
+    MAX_SERVER_BYTES,
     MAX_STRUCTURED_BYTES,
 )
 from .types import Observation, TaskReport
@@ -194,6 +195,7 @@ __all__ = [
     "MAX_HEADER_VALUE_BYTES",
     "MAX_ID_BYTES",
     "MAX_LIFTED_TEXT_BYTES",
+    "MAX_SERVER_BYTES",
     "MAX_STRUCTURED_BYTES",
     "bounded_header_text",
     "bounded_headers_text",

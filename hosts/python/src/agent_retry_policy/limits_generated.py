@@ -14,6 +14,8 @@ MAX_HEADERS = 128
 MAX_HEADER_VALUE_BYTES = 4_096
 # The longest run id, action id, tool name or idempotency key.
 MAX_ID_BYTES = 256
+# The longest server a call may name (a URL or a command line; the policy's breakers keep at most 256 bytes of it).
+MAX_SERVER_BYTES = 4_096
 # The longest configuration text.
 MAX_CONFIG_BYTES = 1_048_576
 # The most bytes of a text lifted from the policy (a reason, a message, a note) the host logs or returns; longer is cut.

@@ -16,7 +16,7 @@ found), replan (return the message as the tool error the model sees), succeed
 (return the result) or escalate (raise `Escalated` with the note). All policy
 is in the component; this module only observes and obeys.
 
-MCP 2026-07-28 (contract 0.7.0). Each attempt's timeouts are the policy's
+MCP 2026-07-28 (contract 0.8.0). Each attempt's timeouts are the policy's
 (`call-start`: `idle-timeout-ms`, restarted by each progress notification, and
 `attempt-timeout-ms` in all; per tool in the configuration; `attempt_timeout_s`,
 if given, caps the idle one). Every `tools/call` carries a progress token; each
@@ -82,7 +82,7 @@ escalation reason, null unless escalate) and `reason` (cut to
 logs or returns); a line of a broken invariant ends with `invariant`. A call stopped by a
 limit or a cancellation logs one more line: outcome `call-timeout`,
 `run-timeout` or `cancelled`, action `stop`. `policy` names the policy that
-decided: the component's identity (`agent-retry:policy@0.7.0 wasm 1a2b3c4d5e6f`)
+decided: the component's identity (`agent-retry:policy@0.8.0 wasm 1a2b3c4d5e6f`)
 unless the caller was given `policy_identity` (a host serving a `LivePolicy`
 passes `str(loaded.identity)`, e.g. `generation 3 (wasm 1a2b3c4d5e6f, config
 0f0e0d0c0b0a)`).
@@ -127,6 +127,7 @@ from ._mcp.caller import (
     default_empty_check,
     logger,
     protocol_error_outcome,
+    server_name_of,
     tool_error_outcome,
 )
 from ._mcp.capture import (
@@ -171,5 +172,6 @@ __all__ = [
     "default_empty_check",
     "logger",
     "protocol_error_outcome",
+    "server_name_of",
     "tool_error_outcome",
 ]

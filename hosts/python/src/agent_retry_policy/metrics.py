@@ -17,7 +17,7 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
-from .events import AttemptEvent, EscalationEvent, PolicyUpdateEvent, ReplanEvent, StatusCheckEvent, WaitEvent
+from .events import AttemptEvent, BreakerEvent, EscalationEvent, PolicyUpdateEvent, ReplanEvent, StatusCheckEvent, WaitEvent
 
 # The wait histogram's upper bounds, in ms (exact integers, so a wait is placed
 # the same in every host) and as Prometheus prints them (in seconds).
@@ -35,6 +35,7 @@ INSTRUMENTS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "agent_retry_account_waits_total": ("Admission waits of the account budget.", "counter", ()),
     "agent_retry_account_refusals_total": ("Calls the account budget did not admit.", "counter", ()),
     "agent_retry_policy_updates_total": ("Live policy updates, by outcome.", "counter", ("outcome",)),
+    "agent_retry_breaker_changes_total": ("Circuit breaker state changes, by scope and new state.", "counter", ("scope", "to")),
 }
 
 _Labels = tuple[str, ...]
@@ -93,6 +94,8 @@ class RetryMetrics:
                 self._add("agent_retry_status_checks_total", (event.result,))
             elif isinstance(event, PolicyUpdateEvent):
                 self._add("agent_retry_policy_updates_total", (event.outcome,))
+            elif isinstance(event, BreakerEvent):
+                self._add("agent_retry_breaker_changes_total", (event.breaker_scope, event.to_state))
 
     def snapshot(self) -> dict[str, list[dict[str, Any]]]:
         """Every instrument by its Prometheus name: a list of series sorted by

@@ -25,12 +25,12 @@ try:  # the optional dependency: everything below works without it
 except ImportError:  # pragma: no cover - exercised by simulating the import failing
     AVAILABLE = False
 
-from .events import AttemptEvent, EscalationEvent, PolicyUpdateEvent, ReplanEvent, StatusCheckEvent, TaskPollEvent, WaitEvent
+from .events import AttemptEvent, BreakerEvent, EscalationEvent, PolicyUpdateEvent, ReplanEvent, StatusCheckEvent, TaskPollEvent, WaitEvent
 
 SCOPE = "agent_retry_policy"
 WAIT_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 # The events that are span events on the call span (the replan is the call span's action).
-_SPAN_EVENTS = (WaitEvent, StatusCheckEvent, TaskPollEvent, EscalationEvent)
+_SPAN_EVENTS = (WaitEvent, StatusCheckEvent, TaskPollEvent, EscalationEvent, BreakerEvent)
 # Fields of an event that are not its own (the call span carries them).
 _SCOPE_FIELDS = frozenset(["event", "ts", "run", "policy", "step", "call", "tool"])
 
@@ -212,6 +212,9 @@ class OtelRecorder:
         self.account_waits = meter.create_counter("agent_retry.account.waits", unit="{wait}", description="Admission waits")
         self.account_refusals = meter.create_counter("agent_retry.account.refusals", unit="{call}", description="Calls not admitted")
         self.policy_updates = meter.create_counter("agent_retry.policy_updates", unit="{update}", description="Live policy updates")
+        self.breaker_changes = meter.create_counter(
+            "agent_retry.breaker.changes", unit="{change}", description="Circuit breaker state changes"
+        )
 
     def call(self, tool: str, run: str, policy: str, step: int | None) -> CallSpan:
         attributes = _attributes(
@@ -250,6 +253,8 @@ class OtelRecorder:
             self.status_checks.add(1, {"result": event.result})
         elif isinstance(event, PolicyUpdateEvent):
             self.policy_updates.add(1, {"outcome": event.outcome})
+        elif isinstance(event, BreakerEvent):
+            self.breaker_changes.add(1, {"scope": event.breaker_scope, "to": event.to_state})
 
 
 def _package_version() -> str | None:

@@ -63,65 +63,30 @@ def _sha1(script: str) -> str:
     return hashlib.sha1(script.encode()).hexdigest()
 
 
-class RedisAccounts:
-    """A connection to Redis holding the buckets: one, shared by the process's
-    workers (threads); a failed exchange drops it and the next one reconnects."""
+def _connection_kwargs(url: str) -> dict[str, Any]:
+    """redis-py's connection arguments for `url`; `AccountsError` ("bad-url")
+    if it is not a Redis URL."""
+    redis = _redis()
+    try:
+        kwargs: dict[str, Any] = redis.connection.parse_url(url)
+    except ValueError as e:
+        raise AccountsError("bad-url", url, str(e)) from None
+    # No retries inside redis-py (a failure is this module's to handle), and
+    # no CLIENT SETINFO on connecting: its answers, unread by a paused
+    # server, would cost timeouts before the exchange itself began.
+    kwargs.update({"driver_info": None} if importlib.util.find_spec("redis.driver_info") else {"lib_name": None, "lib_version": None})
+    kwargs["retry"] = redis.retry.Retry(redis.backoff.NoBackoff(), 0)
+    return kwargs
 
-    def __init__(self, url: str, prefix: str, connection_kwargs: dict[str, Any]) -> None:
-        self.url = url
-        self.prefix = prefix
-        self._kwargs = connection_kwargs
-        self._connection: Any = None
-        self._lock = threading.Lock()
-        self._seen_lock = threading.Lock()
-        # Per account, the latest TAT this process saw on the server (the floor a
-        # lost key is re-created from), and how far the schedule was ahead of the
-        # server's clock at the latest exchange (calls granted, still to come).
-        self._seen_tats: dict[str, int] = {}
-        self._seen_backlogs: dict[str, int] = {}
-        self._repairs = 0
-        # The server's clock minus this process's wall clock, in ms, as last
-        # measured (None before the first): turns a deadline into the server's time.
-        self._server_offset_ms: int | None = None
 
-    @classmethod
-    def connect(cls, url: str, *, prefix: str = ACCOUNT_PREFIX) -> RedisAccounts:
-        """Connects and checks that the server speaks Redis and runs the script:
-        a bad URL, a closed port or a server answering garbage raises
-        `AccountsError` here, within `REDIS_TIMEOUT_S`, not a hang later."""
-        redis = _redis()
-        try:
-            kwargs = redis.connection.parse_url(url)
-        except ValueError as e:
-            raise AccountsError("bad-url", url, str(e)) from None
-        # No retries inside redis-py (a failure is this module's to handle), and
-        # no CLIENT SETINFO on connecting: its answers, unread by a paused
-        # server, would cost timeouts before the exchange itself began.
-        kwargs.update({"driver_info": None} if importlib.util.find_spec("redis.driver_info") else {"lib_name": None, "lib_version": None})
-        kwargs["retry"] = redis.retry.Retry(redis.backoff.NoBackoff(), 0)
-        accounts = cls(url, prefix, kwargs)
-        try:
-            with accounts._lock:
-                deadline = time.monotonic() + REDIS_TIMEOUT_S
-                pong = accounts._command(deadline, "PING")
-                if pong not in (b"PONG", "PONG", True):
-                    raise AccountsError("unreachable", url, f"PING answered {pong!r}")
-                accounts._command(deadline, "SCRIPT", "LOAD", GCRA_LUA)
-                seconds, micros = accounts._command(deadline, "TIME")
-                accounts._measured(int(seconds) * 1000 + int(micros) // 1000)
-        except (redis.RedisError, OSError) as e:
-            accounts._drop()
-            raise AccountsError("unreachable", url, str(e) or type(e).__name__) from None
-        return accounts
+class _RedisExchange:
+    """One redis-py synchronous connection, opened on demand, every exchange
+    (connecting included) within a deadline: `RedisAccounts`'s and
+    `RedisSharedState`'s (redis_shared_state.py). The subclass sets `_kwargs`
+    and `_connection` and holds its lock around `_command`."""
 
-    def close(self) -> None:
-        with self._lock:
-            self._drop()
-
-    @property
-    def repairs(self) -> int:
-        """Keys of another type or values not a number repaired so far (each also logged)."""
-        return self._repairs
+    _kwargs: dict[str, Any]
+    _connection: Any
 
     def _drop(self) -> None:
         if self._connection is not None:
@@ -156,6 +121,58 @@ class RedisAccounts:
             sock.settimeout(remaining)
         connection.send_command(*args)
         return connection.read_response()
+
+
+class RedisAccounts(_RedisExchange):
+    """A connection to Redis holding the buckets: one, shared by the process's
+    workers (threads); a failed exchange drops it and the next one reconnects."""
+
+    def __init__(self, url: str, prefix: str, connection_kwargs: dict[str, Any]) -> None:
+        self.url = url
+        self.prefix = prefix
+        self._kwargs = connection_kwargs
+        self._connection: Any = None
+        self._lock = threading.Lock()
+        self._seen_lock = threading.Lock()
+        # Per account, the latest TAT this process saw on the server (the floor a
+        # lost key is re-created from), and how far the schedule was ahead of the
+        # server's clock at the latest exchange (calls granted, still to come).
+        self._seen_tats: dict[str, int] = {}
+        self._seen_backlogs: dict[str, int] = {}
+        self._repairs = 0
+        # The server's clock minus this process's wall clock, in ms, as last
+        # measured (None before the first): turns a deadline into the server's time.
+        self._server_offset_ms: int | None = None
+
+    @classmethod
+    def connect(cls, url: str, *, prefix: str = ACCOUNT_PREFIX) -> RedisAccounts:
+        """Connects and checks that the server speaks Redis and runs the script:
+        a bad URL, a closed port or a server answering garbage raises
+        `AccountsError` here, within `REDIS_TIMEOUT_S`, not a hang later."""
+        redis = _redis()
+        accounts = cls(url, prefix, _connection_kwargs(url))
+        try:
+            with accounts._lock:
+                deadline = time.monotonic() + REDIS_TIMEOUT_S
+                pong = accounts._command(deadline, "PING")
+                if pong not in (b"PONG", "PONG", True):
+                    raise AccountsError("unreachable", url, f"PING answered {pong!r}")
+                accounts._command(deadline, "SCRIPT", "LOAD", GCRA_LUA)
+                seconds, micros = accounts._command(deadline, "TIME")
+                accounts._measured(int(seconds) * 1000 + int(micros) // 1000)
+        except (redis.RedisError, OSError) as e:
+            accounts._drop()
+            raise AccountsError("unreachable", url, str(e) or type(e).__name__) from None
+        return accounts
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop()
+
+    @property
+    def repairs(self) -> int:
+        """Keys of another type or values not a number repaired so far (each also logged)."""
+        return self._repairs
 
     def _measured(self, server_now_ms: int) -> None:
         """Keeps the server's clock, read at `server_now_ms`, against this process's."""

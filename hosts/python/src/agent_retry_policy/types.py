@@ -56,6 +56,7 @@ EscalationReason = Literal[
     "task-expired",
     "task-polls-spent",
     "task-cancelled",
+    "circuit-open",
 ]
 EffectStatus = Literal["applied", "unknown"]
 # What a task's latest report says (`record_task_status`); a task that completed
@@ -226,6 +227,8 @@ class Verdict(NamedTuple):
     # Whether the host must cancel the call's task (`tasks/cancel`) before it
     # acts: the policy stops waiting for a task that is still alive.
     cancel_task: bool
+    # Whether this report changed a circuit breaker (`Run.take_breaker_changes` says how).
+    breaker_changed: bool
 
 
 class CallStart(NamedTuple):
@@ -247,6 +250,39 @@ class CallStart(NamedTuple):
     idle_timeout_ms: int
     # The longest an attempt may take in all, progress or not, in ms.
     attempt_timeout_ms: int
+    # Whether the call is over before it was sent, as a replan: a circuit
+    # breaker of its server is open. `Run.last_decision(call_id)` has the
+    # message for the model; `admitted` is False, and no attempt was spent.
+    replan: bool
+    # Whether `begin_call` changed a circuit breaker (a probe was let through):
+    # `Run.take_breaker_changes` says how.
+    breaker_changed: bool
+
+
+# A circuit breaker's state.
+BreakerState = Literal["closed", "open", "half-open"]
+
+# One change of a circuit breaker's state (`Run.take_breaker_changes`): the
+# server it guards, the tool for a tool's breaker (None for the server's), the
+# states before and after, until when (store clock, ms since the Unix epoch) an
+# open breaker sends nothing or a half-open one waits for its probe (None when
+# closed), and why, in words.
+BreakerChange = TypedDict(
+    "BreakerChange",
+    {
+        "server": str,
+        "tool": str | None,
+        "old-state": BreakerState,
+        "new-state": BreakerState,
+        "until-ms": int | None,
+        "why": str,
+    },
+)
+
+# What the `shared-state` import's `load` found under a key: the text (None
+# when nothing is stored, or it expired), its version (0 when nothing is
+# stored) and the store's clock (an embedded store gives the `now-ms` it was passed).
+Loaded = TypedDict("Loaded", {"value": str | None, "version": int, "now-ms": int})
 
 
 class StatusCount(TypedDict):

@@ -11,17 +11,19 @@ ENUMS: dict[str, tuple[str, ...]] = {
     'probe-answer': ('older-server', 'failure',),
     'outcome-class': ('success', 'transient', 'throttled', 'deterministic', 'permission', 'semantic', 'misconfigured', 'needs-input', 'unclassified',),
     'effect': ('read', 'write', 'delete',),
-    'escalation-reason': ('permission-denied', 'replans-spent', 'call-attempts-spent', 'run-retries-spent', 'run-steps-spent', 'server-wait-too-long', 'retry-forbidden', 'account-budget-exhausted', 'retry-quota-exhausted', 'unclassified-failure', 'status-unknown', 'connection-misconfigured', 'deadline-too-near', 'protocol-version-unsupported', 'input-required', 'task-expired', 'task-polls-spent', 'task-cancelled',),
+    'escalation-reason': ('permission-denied', 'replans-spent', 'call-attempts-spent', 'run-retries-spent', 'run-steps-spent', 'server-wait-too-long', 'retry-forbidden', 'account-budget-exhausted', 'retry-quota-exhausted', 'unclassified-failure', 'status-unknown', 'connection-misconfigured', 'deadline-too-near', 'protocol-version-unsupported', 'input-required', 'task-expired', 'task-polls-spent', 'task-cancelled', 'circuit-open',),
     'effect-status': ('applied', 'unknown',),
     'task-status': ('working', 'input-answered', 'input-required', 'cancelled',),
     'status-check-result': ('found', 'absent', 'unknown',),
     'abandon-reason': ('cancelled', 'deadline',),
     'config-error-kind': ('syntax', 'unknown-field', 'wrong-type', 'out-of-range', 'too-large',),
     'action-kind': ('retry', 'replan', 'check-status', 'succeed', 'escalate', 'poll',),
+    'breaker-state': ('closed', 'open', 'half-open',),
 }
 
 RECORDS: dict[str, tuple[str, ...]] = {
     'bucket': ('capacity', 'refill-interval-ms',),
+    'loaded': ('value', 'version', 'now-ms',),
     'observation': ('kind', 'headers', 'body', 'structured-content', 'session-id-sent', 'delivery',),
     'header-problem': ('name', 'value', 'problem',),
     'classification': ('class', 'hint-ms', 'hint-source', 'server-says-retry', 'rule', 'reason', 'header-problems',),
@@ -37,8 +39,9 @@ RECORDS: dict[str, tuple[str, ...]] = {
     'attempt-mismatch': ('call-id', 'expected', 'reported',),
     'size-limit': ('input', 'size-bytes', 'limit-bytes',),
     'config-error': ('kind', 'field', 'message',),
-    'verdict': ('action', 'class', 'attempt', 'delay-ms', 'hint-ms', 'rule-index', 'has-note', 'reconnect', 'cancel-task',),
-    'call-start': ('admitted', 'call-id', 'delay-ms', 'effect', 'safe-to-repeat', 'idle-timeout-ms', 'attempt-timeout-ms',),
+    'verdict': ('action', 'class', 'attempt', 'delay-ms', 'hint-ms', 'rule-index', 'has-note', 'reconnect', 'cancel-task', 'breaker-changed',),
+    'call-start': ('admitted', 'call-id', 'delay-ms', 'effect', 'safe-to-repeat', 'idle-timeout-ms', 'attempt-timeout-ms', 'replan', 'breaker-changed',),
+    'breaker-change': ('server', 'tool', 'old-state', 'new-state', 'until-ms', 'why',),
 }
 
 VARIANTS: dict[str, tuple[str, ...]] = {
@@ -67,6 +70,7 @@ FUNCTIONS: tuple[str, ...] = (
     '[method]run.abandon-call',
     '[method]run.last-decision',
     '[method]run.escalation',
+    '[method]run.take-breaker-changes',
     '[method]run.report',
     '[method]run.effects',
 )

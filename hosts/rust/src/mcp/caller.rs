@@ -109,6 +109,10 @@ pub struct RetryingToolCallerOptions {
     /// policy escalates. The Python wrapper's `max_reconnects_per_run`, the
     /// Node one's `maxReconnectsPerRun`.
     pub max_reconnects_per_run: u32,
+    /// The server's name for the policy's circuit breakers (default: the
+    /// connection's, [`McpConnection::server_name`]; with a bare client, none:
+    /// no breaker applies). Workers that share breakers must name a server alike.
+    pub server_name: Option<String>,
     /// Told the events of docs/events.md as they happen (default none): see
     /// [`RetryHooks`]. A hook that panics is caught and logged once.
     pub hooks: Option<Arc<dyn RetryHooks>>,
@@ -171,6 +175,7 @@ impl Default for RetryingToolCallerOptions {
             on_verdict: None,
             on_progress: None,
             max_reconnects_per_run: DEFAULT_MAX_RECONNECTS_PER_RUN,
+            server_name: None,
             hooks: None,
             #[cfg(feature = "otel")]
             tracer: None,
@@ -413,6 +418,7 @@ impl RetryingToolCaller {
             run_timeout_ms: options.run_timeout_ms,
             on_verdict: options.on_verdict.clone(),
             words_always: false,
+            server: options.server_name.clone().or_else(|| session.read(McpConnection::server_name)),
         };
         let core = RunCore::start(instance, config_json, run_id, telemetry_of(&options, &metrics), core_options)?;
         // A refused `server/discover` probe is read by this policy's rule.
@@ -996,7 +1002,11 @@ impl RetryingToolCaller {
         } else {
             None
         };
-        let (mut state, ticket) = self.core.begin(step, tool, key, info.hints)?;
+        let (mut state, ticket) = match self.core.begin(step, tool, key, info.hints) {
+            Ok(begun) => begun,
+            Err(CallEnd::Replanned(message)) => return Ok(ToolAnswer::Replan(message)),
+            Err(end) => return Err(end.into()),
+        };
         self.core.pause(&state, WaitReason::Admission, ticket.delay_ms, None, false, &limit).await?;
         let timeouts = Timeouts::of(&ticket, self.options.attempt_timeout_ms);
         let mut next = Next::Send;
@@ -1109,6 +1119,8 @@ impl From<CallEnd> for CallError {
             CallEnd::Stopped(stopped) if stopped.cause == StopCause::Cancelled => CallError::Cancelled(stopped),
             CallEnd::Stopped(stopped) => CallError::TimedOut(stopped),
             CallEnd::Run(error) => CallError::Run(error),
+            // A pseudo-call's replan: the session cannot be set up now (a tool call's is its answer).
+            CallEnd::Replanned(message) => CallError::SessionLost(message),
         }
     }
 }

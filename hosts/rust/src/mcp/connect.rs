@@ -138,6 +138,25 @@ pub struct McpConnection {
 }
 
 impl McpConnection {
+    /// The server as the policy's circuit breakers are told it, the same in
+    /// every host: the HTTP URL as given (the policy keeps it without its
+    /// query, user information or default port), or `stdio:` and the command
+    /// line, its parts joined by single spaces.
+    pub fn server_name(&self) -> String {
+        match &self.endpoint {
+            Endpoint::Http { url, .. } => url.clone(),
+            Endpoint::Stdio { program, args } => {
+                std::iter::once(program.as_str()).chain(args.iter().map(String::as_str)).fold(String::from("stdio:"), |mut name, part| {
+                    if name.len() > "stdio:".len() {
+                        name.push(' ');
+                    }
+                    name.push_str(part);
+                    name
+                })
+            }
+        }
+    }
+
     /// A streamable-HTTP server at `url` (e.g. `http://127.0.0.1:8080/mcp`, or
     /// `https://`, trusted through the platform's roots). A URL this build
     /// cannot serve is kept as a [`ConnectionConfigError`]: `RetryingToolCaller::connect`

@@ -100,6 +100,8 @@ pub struct Instruments {
     pub account_refusals: u64,
     /// By `accepted` / `refused` / `rolled-back`.
     pub policy_updates: BTreeMap<String, u64>,
+    /// `agent_retry_breaker_changes_total` by (`scope`, `to`).
+    pub breaker_changes: BTreeMap<(String, String), u64>,
 }
 
 impl Instruments {
@@ -125,6 +127,11 @@ pub(crate) enum Change<'a> {
     },
     StatusCheck {
         result: &'static str,
+    },
+    /// `agent_retry.breaker.changes` by `scope` and `to`.
+    Breaker {
+        scope: &'static str,
+        to: &'static str,
     },
     /// `agent_retry.waits` and the wait histogram, by `why`.
     Wait {
@@ -156,6 +163,7 @@ pub(crate) fn changes(event: &Event) -> Vec<Change<'_>> {
             if e.escalation.reason == EscalationReason::AccountBudgetExhausted { vec![escalation, Change::AccountRefusal] } else { vec![escalation] }
         }
         Event::StatusCheck(e) => vec![Change::StatusCheck { result: labels::status_check(e.result) }],
+        Event::Breaker(e) => vec![Change::Breaker { scope: e.scope, to: e.to }],
         Event::PolicyUpdate(e) => vec![Change::PolicyUpdate { outcome: e.outcome.as_str() }],
     }
 }
@@ -206,6 +214,7 @@ impl Metrics {
                 Change::Replan => instruments.replans += 1,
                 Change::Escalation { reason } => *instruments.escalations.entry(reason.to_string()).or_default() += 1,
                 Change::StatusCheck { result } => *instruments.status_checks.entry(result.to_string()).or_default() += 1,
+                Change::Breaker { scope, to } => *instruments.breaker_changes.entry((scope.to_string(), to.to_string())).or_default() += 1,
                 Change::Wait { why, wait_ms } => {
                     *instruments.waits.entry(why.to_string()).or_default() += 1;
                     instruments.wait_seconds.entry(why.to_string()).or_default().observe_ms(wait_ms);
@@ -266,6 +275,7 @@ impl Metrics {
             "agent_retry_account_waits_total": single(i.account_waits),
             "agent_retry_account_refusals_total": single(i.account_refusals),
             "agent_retry_policy_updates_total": labelled(&i.policy_updates, "outcome"),
+            "agent_retry_breaker_changes_total": i.breaker_changes.iter().map(|((scope, to), v)| json!({"labels": {"scope": scope, "to": to}, "value": v})).collect::<Vec<_>>(),
         })
     }
 
@@ -305,6 +315,8 @@ impl Metrics {
         counter("agent_retry_account_waits_total", "Admission waits of the account budget.", vec![(String::new(), i.account_waits)]);
         counter("agent_retry_account_refusals_total", "Calls the account budget did not admit.", vec![(String::new(), i.account_refusals)]);
         counter("agent_retry_policy_updates_total", "Live policy updates, by outcome.", labelled(&i.policy_updates, "outcome"));
+        let breakers = i.breaker_changes.iter().map(|((scope, to), v)| (format!("{{scope=\"{}\",to=\"{}\"}}", escape(scope), escape(to)), *v)).collect();
+        counter("agent_retry_breaker_changes_total", "Circuit breaker state changes, by scope and new state.", breakers);
         out
     }
 }

@@ -96,7 +96,7 @@ pub fn run_observation_case(config: &Value, case: &ObservationCase, subject: &mu
         return Err(format!("start-run: {started}"));
     }
     let now_ms = crate::steps::DEFAULT_START_MS;
-    let start = subject.begin_call(&Value::from(OBSERVED_TOOL), &Value::Null, &Value::Null, now_ms)?;
+    let start = subject.begin_call(&Value::Null, &Value::from(OBSERVED_TOOL), &Value::Null, &Value::Null, now_ms)?;
     let call_id = match start.get("ok") {
         Some(start) if start["admitted"] == Value::Bool(true) => start["call-id"].as_u64().and_then(|id| u32::try_from(id).ok()).ok_or("no call-id")?,
         _ => return Err(format!("begin-call did not admit {OBSERVED_TOOL}: {start}")),

@@ -18,7 +18,7 @@ import { loadOtel } from '../otel.js';
 import { Telemetry, type CallTrace } from '../telemetry.js';
 import { AgentRetryError, ConnectionConfigError, SessionLost } from '../errors.js';
 import { RunGuard, type CallGuard, type PollOutcome } from '../guard.js';
-import { MAX_BODY_BYTES, MAX_ID_BYTES, cutUtf8, joinedHeaders } from '../limits.js';
+import { MAX_BODY_BYTES, MAX_ID_BYTES, MAX_SERVER_BYTES, cutUtf8, joinedHeaders } from '../limits.js';
 import { MAX_TIMER_MS } from '../timers.js';
 import {
   adoptProbeFailure, classifyNetworkError, currentAttempt, deliveryOfNetworkError, describeError, hasFailure, watchAnswers, type AttemptCapture,
@@ -77,6 +77,11 @@ export function defaultEmptyCheck(result: CallToolResult): string | undefined {
 }
 
 export interface RetryingToolCallerOptions {
+  /** The server's name for the circuit breakers (contract 0.8.0), the same in
+   *  every worker. Default: the connection's (`McpConnection.serverName`: the
+   *  URL, or `stdio:` and the command line; the policy normalises a URL);
+   *  none for a bare client (then no breaker applies). */
+  serverName?: string;
   /** Reads state after an ambiguous write; per tool or one for all. None: `unknown` (the policy escalates). */
   statusCheck?: StatusCheck | Record<string, StatusCheck>;
   /** The tool argument that carries the idempotency key (default `idempotency_key`). */
@@ -113,7 +118,7 @@ export interface RetryingToolCallerOptions {
    *  needs it: a replan's message, an escalation, a success's note). */
   log?: ((line: string) => void) | null;
   /** Which policy makes the decisions, logged as `policy` on every attempt line.
-   *  Default: the run's instance's `policyIdentity` (`agent-retry:policy@0.7.0 wasm
+   *  Default: the run's instance's `policyIdentity` (`agent-retry:policy@0.8.0 wasm
    *  0c1b894cf1b1`). A host serving a `LivePolicy` passes the run's `Loaded`
    *  identity: `loaded.identity.toString()` (`generation 3 (wasm …, config …)`). */
   policyIdentity?: string;
@@ -260,6 +265,8 @@ export class RetryingToolCaller {
   private captureWarned = false;
   /** What every attempt line logs as `policy`: which policy made the decision. */
   readonly policyIdentity: string;
+  /** The server's name for the circuit breakers (undefined: none applies). */
+  readonly serverName?: string;
   /** The run-time guard (the invariants the wrapper enforces whatever the policy
    *  says), and the escalation of the call that broke one: every later call of the run ends with it, nothing sent. */
   private readonly runState: RunState;
@@ -292,6 +299,12 @@ export class RetryingToolCaller {
         identity === '' ? 'an empty string' : typeof identity}`);
     }
     this.policyIdentity = identity;
+    const serverName: unknown = options.serverName;
+    if (serverName !== undefined && (typeof serverName !== 'string' || serverName === '' || cutUtf8(serverName, MAX_SERVER_BYTES) !== serverName)) {
+      throw new TypeError(`serverName must be a non-empty string of at most ${MAX_SERVER_BYTES} UTF-8 bytes, not ${
+        typeof serverName === 'string' ? (serverName === '' ? 'an empty string' : 'a longer one') : typeof serverName}`);
+    }
+    this.serverName = serverName ?? this.connection?.serverName;
     // The configuration the host loaded the policy with, parsed here: not the component's report of itself.
     this.runState = { guard: new RunGuard(run.configText) };
     if (options.tools) this.tools = new Map(options.tools.map((t) => [t.name, t]));
@@ -378,7 +391,7 @@ export class RetryingToolCaller {
   /** One call of the policy: the model's (`step`), or a pseudo-call's (events only: no span of its own). */
   private core(tool: string, step: number | null, scope: CallScope, spans: 'mcp' | 'none'): CallCore {
     return new CallCore({
-      run: this.run, tool, step, policy: this.policyIdentity, trace: this.telemetry.call(tool, { run: this.run.runId, policy: this.policyIdentity, step }, spans),
+      run: this.run, tool, server: this.serverName, step, policy: this.policyIdentity, trace: this.telemetry.call(tool, { run: this.run.runId, policy: this.policyIdentity, step }, spans),
       runState: this.runState, scope, entropy: this.entropy, policyNow: this.clock,
     });
   }
@@ -398,7 +411,10 @@ export class RetryingToolCaller {
     const hints: Wit.ToolHints | undefined = annotations
       ? { readOnly: annotations.readOnlyHint, destructive: annotations.destructiveHint, idempotent: annotations.idempotentHint }
       : undefined;
-    const { start, guard } = await core.begin(hints);
+    const begun = await core.begin(hints);
+    // A circuit breaker of the server is open: nothing sent, the model told as for a replan verdict.
+    if (begun.replan) return { content: [{ type: 'text', text: begun.replan.message }], isError: true };
+    const { start, guard } = begun;
     const callId = start.callId;
     const timeouts = this.timeoutsOf(start);
 
@@ -584,7 +600,9 @@ export class RetryingToolCaller {
   private async pseudoAttempts<T>(core: CallCore, scope: CallScope, forTool: string, needsConnection: boolean,
     send: (signal: AbortSignal, timeouts: AttemptTimeouts) => Promise<T>): Promise<T> {
     const tool = core.tool;
-    const { start, guard } = await core.begin(PSEUDO_HINTS);
+    const begun = await core.begin(PSEUDO_HINTS);
+    if (begun.replan) throw new SessionLost(`${tool} failed (not sent) and the policy answered replan: ${begun.replan.message}`, forTool);
+    const { start, guard } = begun;
     const timeouts = this.timeoutsOf(start);
     for (;;) {
       if (needsConnection) await this.ensureConnected(scope, forTool);

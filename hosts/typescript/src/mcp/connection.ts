@@ -72,7 +72,7 @@ export interface McpStdioOptions extends McpCommonOptions {
  *  transport and goes on. */
 const CLOSE_CONNECT_WAIT_MS = 500;
 
-const DEFAULT_CLIENT_INFO: McpClientInfo = { name: 'agent-retry-policy', version: '0.7.0' };
+const DEFAULT_CLIENT_INFO: McpClientInfo = { name: 'agent-retry-policy', version: '0.8.0' };
 
 /** An MCP connection the wrapper can establish and establish again: over
  *  streamable HTTP (a fresh `Client` and transport with the capturing fetch,
@@ -126,6 +126,17 @@ export class McpConnection {
   static stdio(options: McpStdioOptions): McpConnection {
     if (typeof options?.command !== 'string' || options.command === '') throw new TypeError('McpConnection.stdio needs a command');
     return new McpConnection('stdio', undefined, { ...options, args: [...(options.args ?? [])] });
+  }
+
+  /** The server as the circuit breakers are told it (contract 0.8.0), the
+   *  same in every host: over HTTP its URL, over stdio `stdio:` and the command
+   *  and its arguments joined by single spaces. The policy keeps a URL without
+   *  its credentials, default port, query and fragment (scheme and host in
+   *  lower case), and at most 256 bytes of any name. */
+  get serverName(): string {
+    if (this.http) return this.http.url.href;
+    const stdio = this.stdioOptions as McpStdioOptions;
+    return `stdio:${[stdio.command, ...(stdio.args ?? [])].join(' ')}`;
   }
 
   /** The connected client (undefined before the first connect, after close). */

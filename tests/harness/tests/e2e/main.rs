@@ -11,4 +11,5 @@ mod mcp_tasks;
 mod mcp_versions;
 mod observations;
 mod sessions_after_cut;
+mod shared_state;
 mod transport_faults;

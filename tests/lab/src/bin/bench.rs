@@ -85,7 +85,7 @@ fn main() -> anyhow::Result<()> {
                 let run = instance.start_run(&policy, &format!("bench-{round}")).unwrap().unwrap();
                 let t = Instant::now();
                 for _ in 0..2000 {
-                    let Ok(Admission::Send(ticket)) = instance.begin(&run, "lookup_order", None, None, 1000).unwrap() else { panic!("not admitted") };
+                    let Ok(Admission::Send(ticket)) = instance.begin(&run, None, "lookup_order", None, None, 1000).unwrap() else { panic!("not admitted") };
                     std::hint::black_box(instance.record_failure(&run, ticket.call_id, 1, &failure, None, 1000, Some(7)).unwrap().unwrap());
                 }
                 let us = t.elapsed().as_secs_f64() * 1e6 / 2000.0;
@@ -114,7 +114,7 @@ fn main() -> anyhow::Result<()> {
             let mut instance = component.instantiate(services()).unwrap();
             let policy = instance.load_policy("{}").unwrap().unwrap();
             let run = instance.start_run(&policy, &format!("CASE-{i}")).unwrap().unwrap();
-            let _ = instance.begin_call(&run, "lookup_order", None, None, 1000).unwrap();
+            let _ = instance.begin_call(&run, None, "lookup_order", None, None, 1000).unwrap();
             (instance, policy, run)
         })
         .collect();
@@ -126,7 +126,7 @@ fn main() -> anyhow::Result<()> {
     let mut runs = Vec::new();
     for i in 0..10_000 {
         let run = instance.start_run(&policy, &format!("CASE-{i}"))?.map_err(|e| anyhow::anyhow!("{e:?}"))?;
-        let _ = instance.begin_call(&run, "lookup_order", None, None, 1000)?;
+        let _ = instance.begin_call(&run, None, "lookup_order", None, None, 1000)?;
         runs.push(run);
     }
     let per_run = rss_bytes().saturating_sub(before) / 10_000;

@@ -1,12 +1,13 @@
-//! `agent-retry-lab`: prints the refund lab and the contention simulation
-//! (deterministic: `make lab-check` compares the output with tests/lab/expected.txt)
-//! and, with `--svg DIR`, writes the plots.
+//! `agent-retry-lab`: prints the refund lab, the contention simulation and the
+//! outage with and without circuit breakers (deterministic: `make lab-check`
+//! compares the output with tests/lab/expected.txt) and, with `--svg DIR`,
+//! writes the plots and the outage table (`DIR/outage.md`).
 //!
-//!     agent-retry-lab [--faults FILE] [--svg DIR] [--runs N] [--clients 10,20,...] [--only lab|simulate]
+//!     agent-retry-lab [--faults FILE] [--svg DIR] [--runs N] [--clients 10,20,...] [--only lab|simulate|outage]
 
 use std::path::PathBuf;
 
-use agent_retry_lab::{contention, faults::FaultMix, plots, report};
+use agent_retry_lab::{contention, faults::FaultMix, outage, plots, report};
 
 fn main() -> anyhow::Result<()> {
     let mut faults: Option<PathBuf> = None;
@@ -27,14 +28,14 @@ fn main() -> anyhow::Result<()> {
         }
     }
     let component = agent_retry_host::PolicyComponent::from_file(&agent_retry_host::default_wasm_path())?;
-    if only.as_deref() != Some("simulate") {
+    if only.as_deref() != Some("simulate") && only.as_deref() != Some("outage") {
         let (mix, source) = match &faults {
             Some(path) => (FaultMix::from_file(path)?, path.display().to_string()),
             None => (FaultMix::builtin(), "tests/lab/faults.json".to_string()),
         };
         print!("{}", report::lab(&component, &mix, &source, 42)?.text);
     }
-    if only.as_deref() != Some("lab") {
+    if only.as_deref() != Some("lab") && only.as_deref() != Some("outage") {
         let (text, rows) = report::contention(&component, &clients, runs, 12345)?;
         print!("{text}");
         if let Some(dir) = &svg {
@@ -43,6 +44,20 @@ fn main() -> anyhow::Result<()> {
             let delays = contention::component_delays(&component, 9, 10_000, 7)?;
             plots::delays(dir, &delays, 9, 2000)?;
             eprintln!("wrote {0}/contention-calls.svg, {0}/contention-time.svg, {0}/delays.svg", dir.display());
+        }
+    }
+    if only.is_none() || only.as_deref() == Some("outage") {
+        let rows = outage::scenarios(&component, 2026)?;
+        let table = outage::table(&rows);
+        print!("{table}");
+        if let Some(dir) = &svg {
+            std::fs::create_dir_all(dir)?;
+            plots::outage(dir, &rows)?;
+            let page = format!(
+                "<!-- Written by `make lab` (tests/lab/src/outage.rs): do not edit. -->\n# The outage lab\n\n```\n{table}```\n\n![attempts per second](outage.svg)\n"
+            );
+            std::fs::write(dir.join("outage.md"), page)?;
+            eprintln!("wrote {0}/outage.svg, {0}/outage.md", dir.display());
         }
     }
     Ok(())

@@ -3,8 +3,8 @@ policy, its attempts, the `initialize` and `tools/list` pseudo-calls, status
 checks, limits and log lines (the module docstring of
 `agent_retry_policy.mcp_client` says how it observes and obeys).
 
-Each call goes through the policy's single run path (contract 0.7.0):
-`begin_call`, then per attempt `record_success`, `record_empty_result` or
+Each call goes through the policy's single run path (contract 0.8.0):
+`begin_call` (naming the server, for the circuit breakers), then per attempt `record_success`, `record_empty_result` or
 `record_failure` (the raw observation: status, headers and body as received,
 JSON-RPC code, message and data, whether an `Mcp-Session-Id` was sent, how far
 the request got), and per status check `record_status_check`; each answers
@@ -18,7 +18,7 @@ result to return, and the log line's `reason`: the line is written only when
 the logger is enabled for INFO, and then always carries the reason, so the
 decision is read for every logged attempt and for none when INFO is off. A
 call not admitted reads the hand-off with `escalation()`. That bookkeeping,
-and every event, is `_call_core.CallCore`'s, shared with `call_with_policy`:
+and every event (the circuit breakers' changes included), is `_call_core.CallCore`'s, shared with `call_with_policy`:
 this module does the MCP I/O (sessions, attempts, polls, status checks).
 """
 
@@ -55,7 +55,7 @@ from mcp.types import (
 from pydantic import ValidationError
 
 from .. import otel
-from .._call_core import CallCore, Report, RunBook, check_name, forget_task
+from .._call_core import CallCore, ReplannedBeforeSend, Report, RunBook, check_name, forget_task
 from .._telemetry import Telemetry
 from .._verdicts import Answer as _Answer
 from .._verdicts import rule_name
@@ -65,7 +65,7 @@ from ..errors import CallCancelled, CallTimedOut, SessionLost, StopCause, Stoppe
 from ..events import CallScope, TaskPollEvent
 from ..guard import CallGuard, Outcome, RunGuard
 from ..hooks import Hooks
-from ..limits import cut_lifted_text
+from ..limits import MAX_SERVER_BYTES, cut_lifted_text, utf8_size
 from ..metrics import RetryMetrics
 from ..types import (
     CallStart,
@@ -343,6 +343,20 @@ class _DeadlinePassed(Exception):
     """Internal: the call's or the run's limit passed (raised up to `call_tool`)."""
 
 
+def server_name_of(connection: McpConnection | None) -> str | None:
+    """The server of a connection as the circuit breakers are told it, the same
+    in every host: over HTTP its URL as given (the policy keeps it with the
+    scheme and host in lower case, without user information, a default port, the
+    query and the fragment, and at most 256 bytes of it); over stdio `stdio:` and
+    the command and its arguments joined by single spaces. None for no connection
+    (a bare session: pass `server_name`)."""
+    if connection is None:
+        return None
+    if connection.url is not None:
+        return connection.url
+    return "stdio:" + " ".join([connection.command or "", *connection.args])
+
+
 def _count(name: str, value: int) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
@@ -401,7 +415,15 @@ class RetryingToolCaller:
     OpenTelemetry when `opentelemetry-api` is present (the global providers, or
     `tracer_provider` / `meter_provider`): a span per call, a client span per
     `tools/call` attempt, whose W3C trace context goes in the request's
-    `params._meta`."""
+    `params._meta`.
+
+    The circuit breakers (the configuration's `circuit-breaker`) know the
+    server as `server_name` if given (the same name in every worker, at most
+    4,096 bytes), else the connection's (`server_name_of`: the URL, or `stdio:`
+    and the command line; the policy normalises a URL); the pseudo-calls name it too.
+    While a breaker of the server is open a call is not sent: the model gets an
+    `isError` result whose text says so (as for a replan verdict), and a
+    pseudo-call raises `SessionLost` with it."""
 
     def __init__(
         self,
@@ -427,7 +449,12 @@ class RetryingToolCaller:
         metrics: RetryMetrics | None = None,
         tracer_provider: Any = None,
         meter_provider: Any = None,
+        server_name: str | None = None,
     ) -> None:
+        if server_name is not None and (not isinstance(server_name, str) or not server_name):
+            raise TypeError(f"server_name must be a non-empty string (the server's name for the circuit breakers), got {server_name!r}")
+        if server_name is not None and utf8_size(server_name) > MAX_SERVER_BYTES:
+            raise ValueError(f"server_name is {utf8_size(server_name)} bytes; a call may name at most {MAX_SERVER_BYTES}")
         if isinstance(connection, McpConnection):
             self.connection: McpConnection | None = connection
             self._bare: ClientSession | None = None
@@ -435,6 +462,8 @@ class RetryingToolCaller:
             self.connection = None
             self._bare = connection
         self.run = run
+        # The server's name for the circuit breakers (None: a bare session and no `server_name`: no breaker applies).
+        self.server_name: str | None = server_name if server_name is not None else server_name_of(self.connection)
         # Which policy made the decisions, on every log line (`policy`): the
         # component's identity by default; a host serving a LivePolicy passes
         # `str(loaded.identity)` of the Loaded the run was started from.
@@ -573,6 +602,7 @@ class RetryingToolCaller:
             time_left_ms=lambda: self._time_left_ms(state),
             entropy=self.entropy,
             on_verdict=self.on_verdict,
+            server=self.server_name,
         )
 
     def _abandon_task(self, state: _CallState) -> None:
@@ -599,7 +629,10 @@ class RetryingToolCaller:
             send_arguments[self.key_argument] = key
         core.key = key
         # Attempt 1 from here: a stop during the admission wait abandons the call at its first attempt.
-        start, guard = core.begin(self._hints(tool))
+        try:
+            start, guard = core.begin(self._hints(tool))
+        except ReplannedBeforeSend as replan:  # a circuit breaker of the server is open: nothing sent
+            return CallToolResult(content=[TextContent(type="text", text=replan.message)], is_error=True)
         if start.delay_ms:
             core.waits(1, "admission", start.delay_ms, None)
             await self._sleep(state, start.delay_ms / 1000)
@@ -802,7 +835,10 @@ class RetryingToolCaller:
         send: Callable[[ClientSession], Awaitable[Any]],
         what: str,
     ) -> Any:
-        start, guard = core.begin(PSEUDO_TOOL_HINTS)
+        try:
+            start, guard = core.begin(PSEUDO_TOOL_HINTS)
+        except ReplannedBeforeSend as replan:  # a circuit breaker of the server is open: nothing sent
+            raise SessionLost(f"{what} ({name}): {replan.message}", tool=state.tool) from None
         if start.delay_ms:
             core.waits(1, "admission", start.delay_ms, None)
             await self._sleep(state, start.delay_ms / 1000)
