@@ -388,6 +388,17 @@ pub fn server_name(raw: &str) -> String {
     name
 }
 
+/// What the model is told of a server: a URL's scheme and host, or a command
+/// without its arguments: a token in a path or an argument stays out of its context.
+pub fn shown_name(name: &str) -> &str {
+    let bytes = name.as_bytes();
+    let end = match bytes.windows(3).position(|w| w[0] == b':' && w[1] == b'/' && w[2] == b'/') {
+        Some(at) => bytes[at + 3..].iter().position(|b| *b == b'/').map_or(bytes.len(), |p| at + 3 + p),
+        None => bytes.iter().position(|b| *b == b' ').unwrap_or(bytes.len()),
+    };
+    name.get(..end).unwrap_or(name)
+}
+
 /// The store key of a server's breaker, or of a tool's on it: the server's
 /// length comes first, so that no server name and tool name can spell another pair's key.
 pub fn key(server: &str, tool: Option<&str>) -> String {
@@ -575,6 +586,13 @@ mod tests {
         let long = alloc::format!("stdio:{}", "é".repeat(300));
         let cut = server_name(&long);
         assert!(cut.len() <= MAX_SERVER_NAME_BYTES && cut.len() >= MAX_SERVER_NAME_BYTES - 1 && long.starts_with(&cut));
+    }
+
+    #[test]
+    fn the_model_is_shown_a_host_or_a_command_never_a_path_or_an_argument() {
+        assert_eq!(shown_name("https://actions.zapier.com/mcp/sk-ak-SECRET/sse"), "https://actions.zapier.com");
+        assert_eq!(shown_name("stdio:npx server --api-key sk-SECRET"), "stdio:npx");
+        assert_eq!(shown_name("orders"), "orders");
     }
 
     #[test]

@@ -811,8 +811,9 @@ impl Run {
         self.end_task(index);
         self.calls[index].phase = Phase::Finished;
         self.forget_breaker_changes();
+        // A probe that left may still be answered: only one never sent gives its place back.
         let probes = core::mem::take(&mut self.calls[index].probes);
-        if let (Some(config), Some(server), true) = (self.config.circuit_breaker.clone(), self.calls[index].server.clone(), probes != 0) {
+        if let (Some(config), Some(server), true) = (self.config.circuit_breaker.clone(), self.calls[index].server.clone(), probes != 0 && !sent) {
             let tool = self.calls[index].tool.clone();
             self.release_probes(&config, &server, &tool, probes, budget);
         }
@@ -1313,7 +1314,7 @@ impl Run {
 /// this call failed, and that the server (or the tool) is down for a while.
 fn circuit_message(call: &Call, step: &Step, last_error: Option<String>) -> String {
     let Step::CircuitOpen(down) = *step else { return String::new() };
-    let server = call.server.as_deref().unwrap_or("the server");
+    let server = call.server.as_deref().map_or("the server", breaker::shown_name);
     let mut text = match last_error {
         Some(error) => cat!(call.tool, " failed: ", error, ". "),
         None => cat!(call.tool, " was not called. "),

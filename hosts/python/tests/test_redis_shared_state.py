@@ -85,6 +85,29 @@ def test_a_wrong_typed_key_reads_as_absent_and_the_next_store_replaces_it(server
         assert (loaded["value"], loaded["version"]) == (f"mine {key}", 1), key
 
 
+def test_a_huge_or_undecodable_text_is_never_copied_into_the_component_and_is_replaced(server: RedisServer) -> None:
+    """A 50 MB text under a breaker's key once cost every reader the
+    instance (PolicyMemoryExceeded, then InstanceUnusable); bytes that are not
+    UTF-8 once sent every worker to its local state."""
+    state = FallbackSharedState(RedisSharedState.connect(server.url))
+    raw = cli(server)
+    name = f"https://{uuid.uuid4().hex}.example/mcp"
+    key = f"breaker:{len(name)}:{name}"
+    raw.hset(f"{STATE_PREFIX}{key}", mapping={"value": "x" * 50_000_000, "version": 7})
+    loaded = state.load(key, 1)
+    assert (loaded["value"], loaded["version"]) == (None, 7), "absent at its version: the next store replaces it"
+    run = PolicyComponent.load().instantiate(accounts=EmbeddedAccounts(), shared_state=state)
+    config = {"tools": {"lookup_order": {"effect": "read"}}, "circuit-breaker": {"failures-to-open": 1}}
+    first = run.load_policy(config).start_run("r")
+    start = first.begin_call("lookup_order", None, None, now_ms(), server=name)
+    assert start.admitted
+    first.record_failure(start.call_id, 1, {"kind": {"http-status": 503}, "delivery": "sent"}, None, now_ms(), 0)
+    assert raw.hget(f"{STATE_PREFIX}{key}", "value").startswith(b"b1 o "), "replaced by the policy's own text"
+    raw.hset(f"{STATE_PREFIX}{key}", mapping={"value": b"\xff\xfe", "version": 9})
+    assert (state.load(key, 1)["value"], state.load(key, 1)["version"]) == (None, 9)
+    assert state.fallbacks == 0, "bytes that are not a text are not a Redis failure"
+
+
 def test_a_text_expires_after_its_ttl(server: RedisServer) -> None:
     state = RedisSharedState.connect(server.url)
     assert state.try_store_if("short", 0, "v", 150)

@@ -243,7 +243,9 @@ impl agent_retry::policy::account_budget::Host for HostState {
 impl agent_retry::policy::shared_state::Host for HostState {
     fn load(&mut self, key: String, now_ms: u64) -> agent_retry::policy::shared_state::Loaded {
         let loaded = self.services.shared_state.load(&key, now_ms);
-        agent_retry::policy::shared_state::Loaded { value: loaded.value, version: loaded.version, now_ms: loaded.now_ms }
+        // A text past the longest any store keeps is not copied into the guest (whatever backend read it).
+        let value = loaded.value.filter(|v| v.len() <= crate::shared_state::MAX_VALUE_BYTES);
+        agent_retry::policy::shared_state::Loaded { value, version: loaded.version, now_ms: loaded.now_ms }
     }
 
     fn store_if(&mut self, key: String, expected_version: u64, value: String, ttl_ms: u64) -> bool {

@@ -40,7 +40,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import type { Root } from '../generated/agent_retry_policy.js';
 import type * as Wit from '../generated/interfaces/agent-retry-policy-types.js';
 import { PROCESS_ACCOUNTS, type AccountBudgetBackend } from './accounts.js';
-import { sharedStateFor, type Loaded, type SharedStateBackend } from './shared-state.js';
+import { MAX_SHARED_VALUE_BYTES, sharedStateFor, type Loaded, type SharedStateBackend } from './shared-state.js';
 import { checkContractVersion, checkImports, componentExportNames, componentImportNames } from './contract.js';
 import { OsEntropy, randomBytes, type EntropySource } from './entropy.js';
 import { withJson, type JsonSafe } from './json.js';
@@ -591,7 +591,9 @@ function checkedLoaded(loaded: Loaded): Loaded {
   const ok = typeof loaded === 'object' && loaded !== null && (loaded.value === undefined || typeof loaded.value === 'string')
     && isU64(loaded.version) && isU64(loaded.nowMs);
   if (!ok) throw new TypeError("the shared state's load answered something other than { value?: string, version: u64, nowMs: u64 }");
-  return { value: loaded.value, version: loaded.version, nowMs: loaded.nowMs };
+  // A text past the longest any store keeps is not copied into the guest, whatever backend read it.
+  const value = loaded.value !== undefined && utf8Length(loaded.value) > MAX_SHARED_VALUE_BYTES ? undefined : loaded.value;
+  return { value, version: loaded.version, nowMs: loaded.nowMs };
 }
 
 /** jco throws a `ComponentError` carrying `payload` for a result's err case. */

@@ -80,15 +80,17 @@ export class RedisSharedState {
   /** Reads the text under `key`: absent (or unreadable) is version 0; `nowMs`
    *  is the server's clock. Throws `AccountsError` when Redis failed. */
   tryLoad(key: string): Loaded {
-    const reply = this.#thread.evaluate(STATE_LOAD_LUA, `${STATE_PREFIX}${key}`, []);
+    // A text past MAX_SHARED_VALUE_BYTES is not returned, only its version: the next store replaces it.
+    const reply = this.#thread.evaluate(STATE_LOAD_LUA, `${STATE_PREFIX}${key}`, [String(MAX_SHARED_VALUE_BYTES)]);
     try {
       if (!Array.isArray(reply) || reply.length !== 4) throw new TypeError(`the script answered ${JSON.stringify(reply)}`);
       const [present, value, version, now] = reply as unknown[];
       const nowMs = whole(now, 'now');
-      if (whole(present, 'present') !== 1n) return { value: undefined, version: 0n, nowMs: nowMs > 0n ? nowMs : 0n };
-      if (typeof value !== 'string') throw new TypeError(`the script answered ${JSON.stringify(String(value))} for the value, not a text`);
       const v = whole(version, 'version');
-      return { value, version: v > 0n ? v : 0n, nowMs: nowMs > 0n ? nowMs : 0n };
+      const at = v > 0n ? v : 0n;
+      if (whole(present, 'present') !== 1n) return { value: undefined, version: at, nowMs: nowMs > 0n ? nowMs : 0n };
+      if (typeof value !== 'string') throw new TypeError(`the script answered ${JSON.stringify(String(value))} for the value, not a text`);
+      return { value, version: at, nowMs: nowMs > 0n ? nowMs : 0n };
     } catch (e) {
       throw new AccountsError('unreachable', this.url, (e as Error).message, 'shared state');
     }

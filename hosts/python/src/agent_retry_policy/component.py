@@ -89,7 +89,7 @@ from .errors import (
     RunMisuse,
     WrongThread,
 )
-from .shared_state import EmbeddedSharedState, SharedStateBackend
+from .shared_state import MAX_VALUE_BYTES, EmbeddedSharedState, SharedStateBackend
 from .types import (
     AbandonReason,
     BreakerChange,
@@ -639,7 +639,7 @@ class PolicyInstance:
                     _add_import(budget, "refund", component._refund_codecs, _refund_import(accounts), calls)
             if component.shared_state_interface is not None:
                 with root.add_instance(component.shared_state_interface) as state:
-                    _add_import(state, "load", component._load_codecs, self.shared_state.load, calls)
+                    _add_import(state, "load", component._load_codecs, _load_import(self.shared_state), calls)
                     _add_import(state, "store-if", component._store_if_codecs, self.shared_state.store_if, calls)
             for name in component.random_imports:
                 functions = component._random_codecs[name]
@@ -1390,6 +1390,20 @@ def _new_error(message: str) -> int:
 @ctypes.CFUNCTYPE(None, ctypes.c_void_p)  # type: ignore[untyped-decorator]
 def _import_finalizer(data: Any) -> None:
     _IMPORTS.pop(data or 0, None)
+
+
+def _load_import(store: Any) -> Callable[[str, int], Any]:
+    """The shared state's `load`, never copying into the guest a text past the
+    longest any store keeps (1,024 bytes), whatever backend read it."""
+
+    def load(key: str, now_ms: int) -> Any:
+        loaded = store.load(key, now_ms)
+        value = loaded.get("value") if isinstance(loaded, dict) else None
+        if isinstance(value, str) and len(value.encode("utf-8")) > MAX_VALUE_BYTES:
+            return {**loaded, "value": None}
+        return loaded
+
+    return load
 
 
 def _add_import(

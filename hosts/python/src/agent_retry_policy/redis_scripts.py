@@ -65,10 +65,11 @@ STATE_LOAD_LUA = """
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 if redis.call('TYPE', KEYS[1])['ok'] ~= 'hash' then return {0, '', 0, now} end
-local got = redis.call('HMGET', KEYS[1], 'value', 'version')
-local version = tonumber(got[2])
-if not got[1] or version == nil then return {0, '', 0, now} end
-return {1, got[1], version, now}
+local version = tonumber(redis.call('HGET', KEYS[1], 'version'))
+if version == nil then return {0, '', 0, now} end
+local size = redis.call('HSTRLEN', KEYS[1], 'value')
+if size == 0 or size > tonumber(ARGV[1]) then return {0, '', version, now} end
+return {1, redis.call('HGET', KEYS[1], 'value'), version, now}
 """
 
 STATE_STORE_LUA = """

@@ -120,16 +120,21 @@ class RedisSharedState(_RedisExchange):
 
     def try_load(self, key: str) -> Loaded:
         """Reads a text: absent -> value None, version 0; `now-ms` is the
-        server's clock. Raises `SharedStateError` when Redis failed."""
-        reply = self._script(STATE_LOAD_LUA, f"{STATE_PREFIX}{key}")
+        server's clock. A text over 1,024 bytes or not UTF-8 reads as absent at
+        its version (the next store replaces it). Raises `SharedStateError` when
+        Redis failed."""
+        reply = self._script(STATE_LOAD_LUA, f"{STATE_PREFIX}{key}", MAX_VALUE_BYTES)
         try:
             present, value, version, now = reply
             present, version, now = _whole(present, "present"), _whole(version, "version"), _whole(now, "now")
-            text = value.decode("utf-8") if isinstance(value, bytes) else str(value)
         except (TypeError, ValueError) as e:
             raise SharedStateError("unreachable", self.url, f"the load script answered {reply!r}: {e}") from None
-        if present != 1:
-            return {"value": None, "version": 0, "now-ms": max(now, 0)}
+        text: str | None = None
+        if present == 1:
+            try:
+                text = value.decode("utf-8") if isinstance(value, bytes) else str(value)
+            except UnicodeDecodeError:
+                text = None  # not a text of ours: replaced at the next store
         return {"value": text, "version": max(version, 0), "now-ms": max(now, 0)}
 
     def try_store_if(self, key: str, expected_version: int, value: str, ttl_ms: int) -> bool:

@@ -10,18 +10,22 @@ use std::time::{Duration, Instant};
 use super::{EmbeddedSharedState, Loaded, MAX_VALUE_BYTES, SharedStateBackend};
 use crate::accounts::{AccountsError, REDIS_TIMEOUT};
 
-/// Reads a text. KEYS[1]: its key. Returns {present (1|0), value, version,
-/// server-now-ms}. A key of another type, or a hash without a number for its
-/// version (another program's key, an operator's mistake), reads as absent: the
-/// next store replaces it.
+/// Reads a text. KEYS[1]: its key; ARGV[1]: the longest text to return, in
+/// bytes. Returns {present (1|0), value, version, server-now-ms}. A key of
+/// another type, or a hash without a number for its version (another program's
+/// key, an operator's mistake), reads as absent: the next store replaces it. A
+/// text past the longest is not read (`HSTRLEN`: it would cost the server
+/// and every reader its memory) but its version is returned, so that the next
+/// store replaces it too.
 const STATE_LOAD_LUA: &str = r#"
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 if redis.call('TYPE', KEYS[1])['ok'] ~= 'hash' then return {0, '', 0, now} end
-local got = redis.call('HMGET', KEYS[1], 'value', 'version')
-local version = tonumber(got[2])
-if not got[1] or version == nil then return {0, '', 0, now} end
-return {1, got[1], version, now}
+local version = tonumber(redis.call('HGET', KEYS[1], 'version'))
+if version == nil then return {0, '', 0, now} end
+local size = redis.call('HSTRLEN', KEYS[1], 'value')
+if size == 0 or size > tonumber(ARGV[1]) then return {0, '', version, now} end
+return {1, redis.call('HGET', KEYS[1], 'value'), version, now}
 "#;
 
 /// Compare-and-set. KEYS[1]: the key. ARGV: expected-version, value, ttl-ms.
@@ -94,12 +98,13 @@ impl RedisSharedState {
         result
     }
 
-    /// Reads a text; `Err` when Redis failed.
+    /// Reads a text; `Err` when Redis failed. A text that is too long or not
+    /// UTF-8 reads as absent, at its version: the next store replaces it.
     pub fn try_load(&self, key: &str) -> Result<Loaded, String> {
         let key = format!("{STATE_PREFIX}{key}");
-        let (present, value, version, now): (i64, String, i64, i64) = self.exchange(|c| self.load.key(&key).invoke(c))?;
-        let value = (present == 1).then_some(value);
-        Ok(Loaded { version: if value.is_some() { u64::try_from(version).unwrap_or(0) } else { 0 }, value, now_ms: u64::try_from(now).unwrap_or(0) })
+        let (present, value, version, now): (i64, Vec<u8>, i64, i64) = self.exchange(|c| self.load.key(&key).arg(MAX_VALUE_BYTES).invoke(c))?;
+        let value = if present == 1 { String::from_utf8(value).ok() } else { None };
+        Ok(Loaded { value, version: u64::try_from(version).unwrap_or(0), now_ms: u64::try_from(now).unwrap_or(0) })
     }
 
     /// Compare-and-set; `Err` when Redis failed.

@@ -96,7 +96,7 @@ export class McpConnection {
 
   private constructor(
     readonly kind: 'http' | 'stdio',
-    private readonly http?: { url: URL; options: McpHttpOptions },
+    private readonly http?: { url: URL; given: string; options: McpHttpOptions },
     private readonly stdioOptions?: McpStdioOptions,
   ) {
     this.sdk = chooseSdk((http?.options ?? stdioOptions)?.sdk);
@@ -119,7 +119,7 @@ export class McpConnection {
       throw new ConnectionConfigError('url', `McpConnection.http serves http:// and https:// URLs only, not the scheme '${
         parsed.protocol.slice(0, -1)}' (${parsed.href}): streamable HTTP runs over HTTP`);
     }
-    return new McpConnection('http', { url: parsed, options });
+    return new McpConnection('http', { url: parsed, given: String(url), options });
   }
 
   /** A stdio connection: `command` with `args` is started on connect, and started again after it exits. */
@@ -134,7 +134,8 @@ export class McpConnection {
    *  its credentials, default port, query and fragment (scheme and host in
    *  lower case), and at most 256 bytes of any name. */
   get serverName(): string {
-    if (this.http) return this.http.url.href;
+    // As given, not as WHATWG serialises it: the policy normalises it alike in every host.
+    if (this.http) return this.http.given;
     const stdio = this.stdioOptions as McpStdioOptions;
     return `stdio:${[stdio.command, ...(stdio.args ?? [])].join(' ')}`;
   }
