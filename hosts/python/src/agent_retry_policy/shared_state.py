@@ -69,13 +69,17 @@ class EmbeddedSharedState:
         with self._lock:
             return len(self._entries)
 
+    def _live(self, key: str, now: int) -> tuple[str, int, int] | None:
+        """The entry under `key` unless it expired (then dropped); the lock is held."""
+        entry = self._entries.get(key)
+        if entry is not None and entry[2] <= now:
+            del self._entries[key]
+            return None
+        return entry
+
     def load(self, key: str, now_ms: int) -> Loaded:
-        now = self._clock()
         with self._lock:
-            entry = self._entries.get(key)
-            if entry is not None and entry[2] <= now:
-                del self._entries[key]
-                entry = None
+            entry = self._live(key, self._clock())
         if entry is None:
             return {"value": None, "version": 0, "now-ms": now_ms}
         return {"value": entry[0], "version": entry[1], "now-ms": now_ms}
@@ -85,10 +89,7 @@ class EmbeddedSharedState:
             return False
         now = self._clock()
         with self._lock:
-            entry = self._entries.get(key)
-            if entry is not None and entry[2] <= now:
-                del self._entries[key]
-                entry = None
+            entry = self._live(key, now)
             version = entry[1] if entry is not None else 0
             if version != expected_version:
                 return False
