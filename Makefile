@@ -8,7 +8,7 @@ WASM := target/component/agent_retry_policy.wasm
 # 0.6.0 adds tasks, polls, continuations and expired handles, two exports and
 # their texts; 0.8.0 the circuit breakers, their shared state and their words
 # (`make targets`: the size against issue 23's 115,000).
-WASM_LIMIT_BYTES := 166000
+WASM_LIMIT_BYTES := 198000
 JCO := hosts/typescript/node_modules/@bytecodealliance/jco/src/jco.js
 # Each step of `make test` prints and records its time (target/step-times.txt).
 TIMED := tests/ci/timed.sh

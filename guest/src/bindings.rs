@@ -184,11 +184,28 @@ impl GuestPolicy for Policy {
 
     fn start_run(&self, run_id: String) -> Result<exports::agent_retry::policy::policy::Run, wit::RunError> {
         let run = run::Run::start(Arc::clone(&self.config), &run_id)?;
-        Ok(exports::agent_retry::policy::policy::Run::new(Run {
+        Ok(self.wrap(run))
+    }
+
+    fn resume_run(&self, snapshot: String, answer: wit::ResumeAnswer, now_ms: u64) -> Result<exports::agent_retry::policy::policy::Run, wit::SnapshotError> {
+        let answer = match answer {
+            wit::ResumeAnswer::Retry => model::ResumeAnswer::Retry,
+            wit::ResumeAnswer::Done(result) => model::ResumeAnswer::Done(result),
+            wit::ResumeAnswer::Skip => model::ResumeAnswer::Skip,
+            wit::ResumeAnswer::Abort => model::ResumeAnswer::Abort,
+        };
+        let run = run::Run::resume(Arc::clone(&self.config), &snapshot, answer, now_ms, &mut HostAccountBudget)?;
+        Ok(self.wrap(run))
+    }
+}
+
+impl Policy {
+    fn wrap(&self, run: run::Run) -> exports::agent_retry::policy::policy::Run {
+        exports::agent_retry::policy::policy::Run::new(Run {
             run: RefCell::new(run),
             #[cfg(feature = "liar")]
             liar: liar::RunLies::new(self.lies.clone()),
-        }))
+        })
     }
 }
 
@@ -395,6 +412,35 @@ impl GuestRun for Run {
     fn effects(&self, start: u32, max_count: u32) -> Vec<wit::EffectRecord> {
         map_vec(self.run.borrow().effects_page(start, max_count))
     }
+
+    fn snapshot(&self, arguments_json: Option<String>, now_ms: u64) -> Result<String, wit::SnapshotError> {
+        Ok(self.run.borrow().snapshot(arguments_json.as_deref(), now_ms)?)
+    }
+
+    fn resumed_call(&self) -> Option<wit::ResumedCall> {
+        let c = self.run.borrow().resumed_call()?;
+        Some(wit::ResumedCall {
+            call_id: c.call_id,
+            tool: c.tool,
+            server: c.server,
+            idempotency_key: c.idempotency_key,
+            arguments_json: c.arguments_json,
+            action: c.action.into(),
+            ticket: c.ticket.map(|t| wit::CallStart {
+                admitted: true,
+                call_id: t.call_id,
+                delay_ms: t.delay_ms,
+                effect: t.effect.into(),
+                safe_to_repeat: t.safe_to_repeat,
+                idle_timeout_ms: t.idle_timeout_ms,
+                attempt_timeout_ms: t.attempt_timeout_ms,
+                replan: false,
+                breaker_changed: false,
+            }),
+            attempt: c.attempt,
+            result_text: c.result_text,
+        })
+    }
 }
 
 export!(Component);
@@ -433,7 +479,10 @@ enum_map!(model::EscalationReason => wit::EscalationReason {
     PermissionDenied, ReplansSpent, CallAttemptsSpent, RunRetriesSpent, RunStepsSpent,
     ServerWaitTooLong, RetryForbidden, AccountBudgetExhausted, RetryQuotaExhausted, UnclassifiedFailure, StatusUnknown,
     ConnectionMisconfigured, DeadlineTooNear, ProtocolVersionUnsupported, InputRequired, TaskExpired, TaskPollsSpent, TaskCancelled, CircuitOpen,
+    RetryBudgetExhausted, Aborted,
 });
+enum_map!(model::ResumedAction => wit::ResumedAction { Send, Succeed, Replan, Escalate });
+enum_map!(model::SnapshotErrorKind => wit::SnapshotErrorKind { Malformed, Tampered, OtherContract, TooLarge, NotEscalated, CallsOpen });
 enum_map!(model::EffectStatus => wit::EffectStatus { Applied, Unknown });
 enum_map!(wit::StatusCheckResult => model::StatusCheckResult { Found, Absent, Unknown });
 enum_map!(model::ConfigErrorKind => wit::ConfigErrorKind { Syntax, UnknownField, WrongType, OutOfRange, TooLarge });
@@ -570,6 +619,12 @@ impl From<model::RunError> for wit::RunError {
             }
             model::RunError::TooLarge(l) => wit::RunError::TooLarge(wit::SizeLimit { input: l.input, size_bytes: l.size_bytes, limit_bytes: l.limit_bytes }),
         }
+    }
+}
+
+impl From<model::SnapshotError> for wit::SnapshotError {
+    fn from(e: model::SnapshotError) -> Self {
+        wit::SnapshotError { kind: e.kind.into(), message: e.message }
     }
 }
 

@@ -8,12 +8,16 @@
 //! tokens after a transient failure and 5 after a throttle; a success refills
 //! it with what its last retry took, or 1. When it is empty a retry fails fast.
 //! The allowance is never refunded, so the quota cannot push calls past it.
+//!
+//! The ratio retry budget (`ratio.rs`), if configured, counts every first
+//! attempt and is asked before a retry takes anything.
 
 use alloc::string::String;
 
 use crate::account::{AccountBudget, Bucket, Reservation};
 use crate::cat::cat;
 use crate::config::{AccountBudgetConfig, Config, RetryQuotaConfig};
+use crate::ratio;
 use crate::types::EscalationReason;
 
 /// What an attempt is about to spend.
@@ -61,6 +65,14 @@ pub fn withdraw(config: &Config, spend: Spend, time_left_ms: Option<u64>, now_ms
     let Some(account) = config.account_budget.as_ref() else {
         return Ok(Withdrawn { wait_ms: 0, quota_taken: 0 });
     };
+    if let Some(ratio) = &account.retry_ratio {
+        // Asked first: a retry past the share is refused before any token is taken.
+        // (A retry the allowance then refuses stays counted: the budget errs strict.)
+        let retry = matches!(spend, Spend::Retry { .. });
+        if let ratio::Verdict::Refused { resets_in_ms } = ratio::take(host, &account.account_id, ratio, retry, now_ms) {
+            return Err(Refused { reason: EscalationReason::RetryBudgetExhausted, resets_in_ms });
+        }
+    }
     let mut quota_taken = 0;
     if let Spend::Retry { throttled } = spend
         && let Some((id, bucket, quota)) = quota(config)

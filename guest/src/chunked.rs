@@ -91,6 +91,10 @@ impl<T> Chunked<T> {
         self.len += 1;
     }
 
+    pub fn iter(&self) -> impl Iterator<Item = &T> {
+        (0..self.len()).filter_map(move |i| self.get(i))
+    }
+
     pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut T> {
         self.chunks.iter_mut().flatten()
     }

@@ -64,6 +64,21 @@ pub struct AccountBudgetConfig {
     pub throttled_retry_cost: u32,
     /// AWS standard mode's retry quota, if configured.
     pub retry_quota: Option<RetryQuotaConfig>,
+    /// Retries as a share of calls (`ratio.rs`), if configured.
+    pub retry_ratio: Option<RetryRatioConfig>,
+}
+
+/// A retry budget as a share of the account's calls over a sliding window,
+/// with a floor per second (Finagle's `RetryBudget`, Linkerd's `retryBudget`,
+/// Gateway API GEP-3388): retries beyond it fail fast.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RetryRatioConfig {
+    /// Retries may be at most this share of the calls in the window, in percent.
+    pub percent: u32,
+    /// ...plus this many retries a second of the window, whatever the calls.
+    pub min_retries_per_second: u32,
+    /// The sliding window's length, in ms.
+    pub window_ms: u64,
 }
 
 /// A second bucket per account that only retries draw from, and that successful
@@ -128,6 +143,58 @@ impl WhenOpen {
     }
 }
 
+/// A named set of defaults; the fields a configuration gives win.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Preset {
+    /// agent-retry's own defaults (docs/configuration.md).
+    Default,
+    /// The AWS SDKs' standard retry mode of 10 November 2026 ("retry
+    /// behavior 2.1"): base delays 50 ms, and 1 s after a throttle, capped at
+    /// 20 s; 3 attempts; a wait hint honoured up to the backoff plus 5 s; with
+    /// an account budget, a retry quota of 500 (a retry costs 14, 5 after a
+    /// throttle). Sources: docs/configuration.md, "Presets".
+    Aws2026,
+}
+
+impl Preset {
+    pub const fn name(self) -> &'static str {
+        match self {
+            Preset::Default => "default",
+            Preset::Aws2026 => "aws-2026",
+        }
+    }
+
+    /// The preset's fields, as JSON text.
+    const fn fields(self) -> &'static [(&'static str, &'static str)] {
+        match self {
+            Preset::Default => &[],
+            Preset::Aws2026 => &[
+                ("base-delay-ms", "50"),
+                ("throttle-base-delay-ms", "1000"),
+                ("max-delay-ms", "20000"),
+                ("hint-cap-over-backoff-ms", "5000"),
+                ("max-attempts-per-call", "3"),
+            ],
+        }
+    }
+
+    /// Adds the preset's fields the configuration does not give, and (AWS) a
+    /// retry quota of 500 to an account budget that has none.
+    fn fill(self, members: &mut Vec<(String, Json)>) {
+        for (name, value) in self.fields() {
+            if !members.iter().any(|(n, _)| n == name) {
+                members.push((String::from(*name), Json::Number(String::from(*value))));
+            }
+        }
+        if self == Preset::Aws2026
+            && let Some((_, Json::Object(account))) = members.iter_mut().find(|(n, _)| n == "account-budget")
+            && !account.iter().any(|(n, _)| n == "retry-quota")
+        {
+            account.push((String::from("retry-quota"), Json::Object(alloc::vec![(String::from("capacity"), Json::Number(String::from("500")))])));
+        }
+    }
+}
+
 /// An attempt's timeouts, in ms: each is the tool's own, or none (the defaults apply).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Timeouts {
@@ -156,8 +223,15 @@ impl OnTaskCancelled {
 /// `QUOTA_FIELDS` (the README's configuration reference is checked against them).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
+    /// The preset the configuration started from (its fields are filled in).
+    pub preset: Preset,
     pub base_delay_ms: u64,
+    /// The base delay after a throttle (429, 529); 0: `base_delay_ms`.
+    pub throttle_base_delay_ms: u64,
     pub max_delay_ms: u64,
+    /// A server's wait hint is honoured up to the jittered backoff plus this
+    /// (AWS 2026: 5 s); 0: no cap (the hint is a floor, up to `max_hint_ms`).
+    pub hint_cap_over_backoff_ms: u64,
     pub max_attempts_per_call: u32,
     pub max_retries_per_run: u32,
     pub max_replans_per_run: u32,
@@ -191,8 +265,11 @@ impl Default for Config {
     /// What `{}` gives: every whole-number field's default from `INT_FIELDS`.
     fn default() -> Self {
         let mut config = Config {
+            preset: Preset::Default,
             base_delay_ms: 0,
+            throttle_base_delay_ms: 0,
             max_delay_ms: 0,
+            hint_cap_over_backoff_ms: 0,
             max_attempts_per_call: 0,
             max_retries_per_run: 0,
             max_replans_per_run: 0,
@@ -264,9 +341,11 @@ const fn cost<T>(name: &'static str, default: u64, get: fn(&T) -> u64, set: fn(&
 const MAX_CAPACITY: u64 = 1_000_000_000;
 
 /// The top level's whole-number fields, in the order `effective-config` writes them.
-const INT_FIELDS: [IntField<Config>; 16] = [
+const INT_FIELDS: [IntField<Config>; 18] = [
     int("base-delay-ms", 1, ONE_DAY_MS, 1000, |c| c.base_delay_ms, |c, v| c.base_delay_ms = v),
+    int("throttle-base-delay-ms", 0, ONE_DAY_MS, 0, |c| c.throttle_base_delay_ms, |c, v| c.throttle_base_delay_ms = v),
     int("max-delay-ms", 1, ONE_DAY_MS, 30_000, |c| c.max_delay_ms, |c, v| c.max_delay_ms = v),
+    int("hint-cap-over-backoff-ms", 0, ONE_DAY_MS, 0, |c| c.hint_cap_over_backoff_ms, |c, v| c.hint_cap_over_backoff_ms = v),
     int("max-attempts-per-call", 1, 100, 4, |c| c.max_attempts_per_call.into(), |c, v| c.max_attempts_per_call = v as u32),
     int("max-retries-per-run", 0, 100_000, 10, |c| c.max_retries_per_run.into(), |c, v| c.max_retries_per_run = v as u32),
     int("max-replans-per-run", 0, 1000, 2, |c| c.max_replans_per_run.into(), |c, v| c.max_replans_per_run = v as u32),
@@ -306,6 +385,14 @@ const QUOTA_FIELDS: [IntField<RetryQuotaConfig>; 5] = [
     cost("retry-cost", 14, |q| q.retry_cost.into(), |q, v| q.retry_cost = v as u32),
     cost("throttled-retry-cost", 5, |q| q.throttled_retry_cost.into(), |q, v| q.throttled_retry_cost = v as u32),
     cost("success-refund", 1, |q| q.success_refund.into(), |q, v| q.success_refund = v as u32),
+];
+
+/// `account-budget.retry-ratio`'s fields: Finagle's and Linkerd's defaults
+/// (20 %, 10 a second, 10 s).
+const RATIO_FIELDS: [IntField<RetryRatioConfig>; 3] = [
+    int("percent", 0, 1000, 20, |r| r.percent.into(), |r, v| r.percent = v as u32),
+    int("min-retries-per-second", 0, 1_000_000, 10, |r| r.min_retries_per_second.into(), |r, v| r.min_retries_per_second = v as u32),
+    int("window-ms", 1000, ONE_DAY_MS, 10_000, |r| r.window_ms, |r, v| r.window_ms = v),
 ];
 
 /// `circuit-breaker`'s whole-number fields. The defaults follow resilience4j's
@@ -610,6 +697,7 @@ fn account_budget(path: &str, value: Json) -> Result<AccountBudgetConfig, Config
         retry_cost: 0,
         throttled_retry_cost: 0,
         retry_quota: None,
+        retry_ratio: None,
     };
     read_ints(&mut fields, &mut account, &ACCOUNT_FIELDS)?;
     account.retry_quota = match fields.take("retry-quota") {
@@ -620,6 +708,16 @@ fn account_budget(path: &str, value: Json) -> Result<AccountBudgetConfig, Config
             read_ints(&mut quota_fields, &mut quota, &QUOTA_FIELDS)?;
             quota_fields.finish()?;
             Some(quota)
+        }
+    };
+    account.retry_ratio = match fields.take("retry-ratio") {
+        None | Some((_, Json::Null)) => None,
+        Some((p, v)) => {
+            let mut ratio_fields = Fields::new(&p, v)?;
+            let mut ratio = RetryRatioConfig { percent: 0, min_retries_per_second: 0, window_ms: 0 };
+            read_ints(&mut ratio_fields, &mut ratio, &RATIO_FIELDS)?;
+            ratio_fields.finish()?;
+            Some(ratio)
         }
     };
     fields.finish()?;
@@ -648,10 +746,19 @@ impl Config {
             e.message = String::from("the configuration must be a JSON object");
             e
         })?;
-        let mut config = Config::default();
+        let preset = match f.take("preset") {
+            Some((p, v)) => one_of(&p, v, &[("default", Preset::Default), ("aws-2026", Preset::Aws2026)])?,
+            None => Preset::Default,
+        };
+        preset.fill(&mut f.members);
+        let mut config = Config { preset, ..Config::default() };
         read_ints(&mut f, &mut config, &INT_FIELDS)?;
         if config.max_delay_ms < config.base_delay_ms {
             let message = cat!("must be at least base-delay-ms (", config.base_delay_ms, "), not ", config.max_delay_ms);
+            return Err(error(ConfigErrorKind::OutOfRange, "max-delay-ms", message));
+        }
+        if config.max_delay_ms < config.throttle_base_delay_ms {
+            let message = cat!("must be at least throttle-base-delay-ms (", config.throttle_base_delay_ms, "), not ", config.max_delay_ms);
             return Err(error(ConfigErrorKind::OutOfRange, "max-delay-ms", message));
         }
         if config.task_poll_max_delay_ms < config.task_poll_min_delay_ms {
@@ -726,6 +833,7 @@ impl Config {
             out.push(':');
             out.push_str(value);
         };
+        field(&mut out, "preset", &cat!("\"", self.preset.name(), "\""));
         write_ints(&mut out, self, &INT_FIELDS);
         field(&mut out, "default-effect", &cat!("\"", self.default_effect.name(), "\""));
         field(&mut out, "on-task-cancelled", &cat!("\"", self.on_task_cancelled.name(), "\""));
@@ -777,6 +885,15 @@ impl Config {
                     Some(q) => {
                         account.push('{');
                         write_ints(&mut account, q, &QUOTA_FIELDS);
+                        account.push('}');
+                    }
+                }
+                account.push_str(",\"retry-ratio\":");
+                match &a.retry_ratio {
+                    None => account.push_str("null"),
+                    Some(r) => {
+                        account.push('{');
+                        write_ints(&mut account, r, &RATIO_FIELDS);
                         account.push('}');
                     }
                 }
@@ -913,7 +1030,8 @@ mod tests {
         };
         check(&section("## Configuration reference", "`account-budget`:"), &INT_FIELDS);
         check(&section("`account-budget`:", "`account-budget.retry-quota`:"), &ACCOUNT_FIELDS);
-        check(&section("`account-budget.retry-quota`:", "`circuit-breaker`:"), &QUOTA_FIELDS);
+        check(&section("`account-budget.retry-quota`:", "`account-budget.retry-ratio`:"), &QUOTA_FIELDS);
+        check(&section("`account-budget.retry-ratio`:", "`circuit-breaker`:"), &RATIO_FIELDS);
         check(&section("`circuit-breaker`:", "Effect resolution"), &BREAKER_FIELDS);
     }
 
@@ -923,14 +1041,31 @@ mod tests {
     }
 
     #[test]
+    fn the_aws_2026_preset_fills_what_is_not_given() {
+        let config = Config::from_json(
+            r#"{"preset": "aws-2026", "max-attempts-per-call": 5, "account-budget": {"account-id": "a", "capacity": 10, "refill-interval-ms": 100}}"#,
+        )
+        .unwrap();
+        assert_eq!((config.base_delay_ms, config.throttle_base_delay_ms, config.max_delay_ms, config.hint_cap_over_backoff_ms), (50, 1000, 20_000, 5000));
+        assert_eq!(config.max_attempts_per_call, 5, "a field given wins");
+        let quota = config.account_budget.as_ref().unwrap().retry_quota.as_ref().unwrap();
+        assert_eq!((quota.capacity, quota.retry_cost, quota.throttled_retry_cost, quota.success_refund), (500, 14, 5, 1));
+        assert_eq!(Config::from_json(&config.to_json()).unwrap(), config);
+        assert_eq!(Config::from_json("{}").unwrap().preset, Preset::Default);
+        assert_eq!(err(r#"{"preset": "aws-2024"}"#).field, "preset");
+        assert_eq!(err(r#"{"throttle-base-delay-ms": 60000}"#).field, "max-delay-ms");
+    }
+
+    #[test]
     fn effective_config_round_trips() {
         let text = r#"{"base-delay-ms": 50, "tools": {"issue_refund": {"effect": "write"},
             "list_refunds": {"readOnlyHint": true},
             "search": {"tool-error-rules": [{"contains": "E_BUSY", "class": "transient"}]}},
             "status-overrides": {"409": "transient"},
             "tool-error-rules": [{"contains": "quota_low", "class": "throttled"}],
-            "account-budget": {"account-id": "acme", "capacity": 10, "refill-interval-ms": 100}}"#;
+            "account-budget": {"account-id": "acme", "capacity": 10, "refill-interval-ms": 100, "retry-ratio": {"percent": 10}}}"#;
         let config = Config::from_json(text).unwrap();
+        assert_eq!(config.account_budget.as_ref().unwrap().retry_ratio, Some(RetryRatioConfig { percent: 10, min_retries_per_second: 10, window_ms: 10_000 }));
         assert_eq!(Config::from_json(&config.to_json()).unwrap(), config);
         assert_eq!(config.tool_policy("list_refunds", None).effect, Effect::Read);
         assert_eq!(config.account_budget.as_ref().unwrap().max_wait_ms, 5000);

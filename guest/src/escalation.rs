@@ -33,6 +33,8 @@ pub fn reason_text(reason: EscalationReason) -> &'static str {
         EscalationReason::TaskPollsSpent => "the call's task is not done within the poll budget (max-polls-per-task, max-task-wait-ms)",
         EscalationReason::TaskCancelled => "the server cancelled the call's task",
         EscalationReason::CircuitOpen => "the server failed lately and its circuit breaker is open: nothing is sent to it until a probe answers",
+        EscalationReason::RetryBudgetExhausted => "the account's retries are past their share of its calls (account-budget.retry-ratio): this one fails fast",
+        EscalationReason::Aborted => "a person aborted the run",
     }
 }
 

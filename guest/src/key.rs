@@ -8,7 +8,8 @@ use crate::cat::{Hex, cat};
 const FNV128_OFFSET: u128 = 0x6c62_272e_07bb_0142_62b8_2175_6295_c58d;
 const FNV128_PRIME: u128 = 0x0000_0000_0100_0000_0000_0000_0000_013B;
 
-fn fnv1a_128(parts: &[&[u8]]) -> u128 {
+/// FNV-1a-128 over `parts`, a 0x00 byte between each two.
+pub fn fnv1a_128(parts: &[&[u8]]) -> u128 {
     let mut hash = FNV128_OFFSET;
     for (i, part) in parts.iter().enumerate() {
         if i > 0 {

@@ -34,6 +34,8 @@ pub enum Rule {
     InputRequired,
     ToolErrorExpiredHandle,
     CircuitOpen,
+    /// A person's answer to an escalation (`resume-run`).
+    Resumed,
 }
 
 /// The rules' names, indexed by [`Rule::index`].
@@ -63,6 +65,7 @@ pub const RULE_NAMES: &[&str] = &[
     "input-required",
     "tool-error:expired-handle",
     "circuit-open",
+    "resumed",
 ];
 
 impl Rule {
@@ -85,7 +88,7 @@ mod tests {
     /// checks that no name is missing at the end).
     #[test]
     fn every_rule_is_named() {
-        let last = Rule::CircuitOpen;
+        let last = Rule::Resumed;
         assert_eq!(usize::from(last.index()) + 1, RULE_NAMES.len());
         assert_eq!(Rule::Success.name(), "success");
         assert_eq!(Rule::HttpStatus.name(), "http-status");
@@ -93,7 +96,8 @@ mod tests {
         assert_eq!(Rule::ConfigToolErrorRules.name(), "config:tool-error-rules");
         assert_eq!(Rule::ToolError.name(), "tool-error");
         assert_eq!(Rule::ToolErrorExpiredHandle.name(), "tool-error:expired-handle");
-        assert_eq!(last.name(), "circuit-open");
+        assert_eq!(Rule::CircuitOpen.name(), "circuit-open");
+        assert_eq!(last.name(), "resumed");
         assert_eq!(Rule::InputRequired.name(), "input-required");
         assert_eq!(Rule::VersionMismatch.name(), "version-mismatch");
         let mut names = RULE_NAMES.to_vec();

@@ -29,7 +29,7 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 
 use crate::account::AccountBudget;
-use crate::backoff::next_delay_ms;
+use crate::backoff::{ceiling_ms, full_jitter, next_delay_ms};
 use crate::breaker::{self, Admit, BreakerChange};
 use crate::budget::{self, Spend};
 use crate::cat::{cat, cat_to};
@@ -39,6 +39,9 @@ use crate::config::{BreakerConfig, Config, ToolPolicy, WhenOpen};
 use crate::escalation::{self, StopPoint};
 use crate::rules::Rule;
 use crate::text::excerpt;
+
+#[path = "run/resume.rs"]
+mod resume;
 
 /// The most effects `Run::effects_page` returns in one call.
 pub const MAX_EFFECTS_PAGE: usize = 1000;
@@ -305,6 +308,13 @@ struct Rare {
     abandoned_calls: u32,
     /// The breakers' changes the last `begin` or report made.
     breaker_changes: Vec<BreakerChange>,
+    /// The call whose failure escalated the run (its index), for a snapshot.
+    stopped: Option<u32>,
+    /// The call `begin` refused when it escalated the run, for a snapshot:
+    /// a person may answer `retry` and it is begun then.
+    pending: Option<Call>,
+    /// The stopped call and what to do with it, after a resume.
+    resumed: Option<crate::types::ResumedCall>,
 }
 
 /// One agent run.
@@ -479,6 +489,9 @@ impl Run {
     /// [`Run::escalate`], with a detail for the note (e.g. a deadline's numbers).
     fn escalate_with(&mut self, index: Option<usize>, reason: EscalationReason, detail: Option<&str>, resets_in_ms: Option<u64>, now_ms: u64) {
         self.escalation = Some(reason);
+        if let Some(i) = index {
+            self.rare.get_or_insert_with(Box::default).stopped = Some(i as u32);
+        }
         let last_error = index.and_then(|i| self.last_error_text(i));
         let stop_call = index.map(|i| {
             let call = &mut self.calls[i];
@@ -487,7 +500,10 @@ impl Run {
         });
         let effects = self.bounded_effects();
         let stop = StopPoint { run_id: &self.run_id, call: stop_call.map(|(i, attempt)| (self.calls[i].tool.as_str(), i as u32 + 1, attempt)) };
-        let note = escalation::note(&stop, reason, detail, last_error.as_deref(), resets_in_ms, now_ms, &effects, self.effects.len());
+        let mut note = escalation::note(&stop, reason, detail, last_error.as_deref(), resets_in_ms, now_ms, &effects, self.effects.len());
+        if let Some(answers) = self.answers(index) {
+            note.push_str(&crate::snapshot::answers_sentence(&answers));
+        }
         self.escalated = Some(Box::new(Escalation { reason, last_error, resets_in_ms, effects, effects_total: self.effects_total(), note }));
     }
 
@@ -562,6 +578,7 @@ impl Run {
         }
         self.forget_breaker_changes();
         if self.steps() >= self.config.max_steps_per_run {
+            self.keep_pending(server.as_deref(), &tool, key.as_deref(), hints);
             self.escalate(None, EscalationReason::RunStepsSpent, None, now_ms);
             return Ok(Start::Escalated);
         }
@@ -580,6 +597,7 @@ impl Run {
                 if let (Some(config), Some(name)) = (&breaker, &server) {
                     self.release_probes(config, name, &tool, probes, budget);
                 }
+                self.keep_pending(server.as_deref(), &tool, key.as_deref(), hints);
                 self.escalate(None, refused.reason, Some(refused.resets_in_ms), now_ms);
                 return Ok(Start::Escalated);
             }
@@ -613,6 +631,7 @@ impl Run {
     ) -> Start {
         let resets_in_ms = down.until_ms.saturating_sub(down.now_ms);
         if config.when_open == WhenOpen::Escalate {
+            self.keep_pending(server.as_deref(), &tool, key.as_deref(), hints);
             self.escalate(None, EscalationReason::CircuitOpen, Some(resets_in_ms), now_ms);
             return Start::Escalated;
         }
@@ -797,7 +816,8 @@ impl Run {
     /// is, so a later escalation's note names it. No budget moves: the host
     /// stopped, the policy decided nothing.
     pub fn abandon_call(&mut self, call_id: u32, attempt: u32, sent: bool, _why: AbandonReason, budget: &mut dyn AccountBudget) -> Result<(), RunError> {
-        self.ensure_open()?;
+        // An escalated run still takes this: the host closes its calls in
+        // flight, so that a snapshot knows which writes may have been applied.
         let index = self.call_index(call_id)?;
         let expected = self.calls[index].attempt;
         if attempt != expected {
@@ -941,7 +961,8 @@ impl Run {
                 if ambiguous && self.calls[index].policy.effect != Effect::Read {
                     self.set_effect(index, Some(EffectStatus::Unknown));
                 }
-                if let Some(hint) = hint_ms.filter(|h| *h > self.config.max_hint_ms) {
+                // With `hint-cap-over-backoff-ms` the wait is capped instead (AWS 2026).
+                if let Some(hint) = hint_ms.filter(|h| *h > self.config.max_hint_ms && self.config.hint_cap_over_backoff_ms == 0) {
                     return self.escalate_call(index, failed, EscalationReason::ServerWaitTooLong, Some(hint), now_ms);
                 }
                 // The model cannot fix it, and the server says a retry will not either.
@@ -985,20 +1006,32 @@ impl Run {
         if let Some(reason) = spent {
             return self.escalate_call(index, failed, reason, None, now_ms);
         }
+        // Attempt n failed: this is retry number n. A throttle may have a
+        // base of its own (AWS 2026: 1 s against 50 ms).
+        let base_delay_ms = match config.throttle_base_delay_ms {
+            ms if ms > 0 && failed.class == OutcomeClass::Throttled => ms,
+            _ => config.base_delay_ms,
+        };
+        let jittered = full_jitter(ceiling_ms(base_delay_ms, config.max_delay_ms, attempt), entropy);
+        // The server's hint is a floor; with a cap, only up to the backoff plus the cap.
+        let hint_ms = match config.hint_cap_over_backoff_ms {
+            0 => failed.hint_ms,
+            cap => failed.hint_ms.map(|hint| hint.min(jittered.saturating_add(cap))),
+        };
         // A server that asks to wait until the deadline or past it is not
         // waited for: the model, or a person, hears it now, with both numbers.
         if let Some(left) = bounds.time_left_ms
-            && (left == 0 || failed.hint_ms.is_some_and(|hint| hint >= left))
+            && (left == 0 || hint_ms.is_some_and(|hint| hint >= left))
         {
-            let detail = match failed.hint_ms {
+            let detail = match hint_ms {
                 Some(asks) => cat!("the server asks to wait ", asks, " ms; ", left, " ms remain"),
                 None => String::from("no time remains before the deadline"),
             };
             let hint_ms = failed.hint_ms;
             return self.deadline_too_near(index, failed, &detail, hint_ms, now_ms);
         }
-        // Attempt n failed: this is retry number n. Jitter never waits past the deadline.
-        let mut delay_ms = next_delay_ms(config.base_delay_ms, config.max_delay_ms, attempt, failed.hint_ms, entropy);
+        // Jitter never waits past the deadline.
+        let mut delay_ms = jittered.max(hint_ms.unwrap_or(0));
         if let Some(left) = bounds.time_left_ms {
             delay_ms = delay_ms.min(left);
         }
@@ -1254,6 +1287,9 @@ impl Run {
         let action = match verdict.act {
             Act::Retry { delay_ms, attempt, reconnect } => Action::Retry(RetryPlan { delay_ms, attempt, idempotency_key: call.key.clone(), reconnect }),
             Act::Replan => Action::Replan(match call.last_error {
+                _ if verdict.rule == Rule::Resumed => {
+                    cat!("A person chose to skip this call of ", call.tool, ": go on without its result, and do not call it again for this task.")
+                }
                 _ if matches!(last.step, Step::CircuitOpen(_)) => circuit_message(call, &last.step, self.last_error_text(last.index)),
                 Some(LastError::EmptyResult) => self.last_error_text(last.index).unwrap_or_default(),
                 _ if verdict.rule == Rule::ToolErrorExpiredHandle => cat!(
@@ -1267,6 +1303,7 @@ impl Run {
             Act::CheckStatus => Action::CheckStatus,
             Act::Succeed => Action::Succeed(match (&last.step, &last.basis) {
                 (Step::DeleteGone, Basis::Failure(c)) => Some(cat!("already deleted (", failure_label(&c.kind), ")")),
+                _ if verdict.rule == Rule::Resumed => Some(String::from("a person marked it done")),
                 _ if verdict.has_note => Some(String::from("already applied: a status check found it")),
                 _ => None,
             }),

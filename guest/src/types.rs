@@ -236,6 +236,8 @@ pub enum EscalationReason {
     TaskPollsSpent,
     TaskCancelled,
     CircuitOpen,
+    RetryBudgetExhausted,
+    Aborted,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -423,5 +425,65 @@ pub struct ConfigError {
 impl core::fmt::Display for ConfigError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         if self.field.is_empty() { write!(f, "{}", self.message) } else { write!(f, "{}: {}", self.field, self.message) }
+    }
+}
+
+/// A person's answer to an escalation (`resume-answer` in the WIT).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ResumeAnswer {
+    Retry,
+    Done(Option<String>),
+    Skip,
+    Abort,
+}
+
+/// What the host does with a resumed run's call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ResumedAction {
+    Send,
+    Succeed,
+    Replan,
+    Escalate,
+}
+
+/// The call that stopped a run, after a resume.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct ResumedCall {
+    pub call_id: u32,
+    pub tool: String,
+    pub server: Option<String>,
+    pub idempotency_key: Option<String>,
+    pub arguments_json: Option<String>,
+    pub action: ResumedAction,
+    pub ticket: Option<CallTicket>,
+    pub attempt: u32,
+    pub result_text: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SnapshotErrorKind {
+    Malformed,
+    Tampered,
+    OtherContract,
+    TooLarge,
+    NotEscalated,
+    CallsOpen,
+}
+
+/// A snapshot not taken, or not resumed, and why.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct SnapshotError {
+    pub kind: SnapshotErrorKind,
+    pub message: String,
+}
+
+impl SnapshotError {
+    pub fn new(kind: SnapshotErrorKind, message: impl Into<String>) -> SnapshotError {
+        SnapshotError { kind, message: message.into() }
     }
 }

@@ -1331,13 +1331,17 @@ def abandon_cases():
             report(abandoned_calls=0),
             outcome(1, SUCCESS, succeed()),
         ], config=TOOLS),
-        case("an escalated run refuses to abandon its calls: the run is over", [
+        case("an escalated run lets the host close its calls in flight, for a snapshot", [
             begin("lookup_order"),
+            begin("upload_asset"),
             begin("issue_refund"),
-            outcome(2, fail(status=401), escalate("permission-denied")),
-            abandon(1, "cancelled", expect={"err": {"run-ended": "permission-denied"}}),
-            report(abandoned_calls=0, escalation="permission-denied"),
-        ], config=TOOLS),
+            outcome(3, fail(status=401), escalate("permission-denied")),
+            abandon(1, "cancelled", expect={"ok": None}),
+            abandon(2, "cancelled", expect={"ok": None}),
+            abandon(2, "cancelled", expect={"err": {"call-finished": 2}}),
+            report(abandoned_calls=2, escalation="permission-denied", effects=[{"call-id": 2, "tool": "upload_asset", "status": "unknown"}]),
+            begin("lookup_order", expect={"err": {"run-ended": "permission-denied"}}),
+        ], config=TOOLS, comment="contract 0.9.0: before, an escalated run refused abandon-call, and a write in flight was lost to the snapshot"),
         case("a call whose task the host stopped waiting for is closed: a later poll report is refused", [
             begin("lookup_order"),
             outcome(1, task(interval=1000), decision({"poll": {"delay-ms": 1000, "task-id": "t-1"}})),
@@ -1804,6 +1808,199 @@ def observation_cases():
     return rows
 
 
+# ---------- resume.json (contract 0.9.0) ----------
+
+def snap(expect=None, arguments=None, now=None):
+    step = {"op": "snapshot"}
+    if arguments is not None:
+        step["arguments-json"] = arguments
+    if now is not None:
+        step["now-ms"] = now
+    if expect is not None:
+        step["expect"] = expect
+    return step
+
+
+def resume(answer, expect, edit=None, text=None, now=None):
+    step = {"op": "resume", "answer": answer}
+    if edit is not None:
+        step["edit"] = edit
+    if text is not None:
+        step["snapshot-text"] = text
+    if now is not None:
+        step["now-ms"] = now
+    step["expect"] = expect
+    return step
+
+
+def resumed(action, **fields):
+    return {"ok": dict({"action": action}, **dashed(fields))}
+
+
+def snapshot_error(kind, contains=""):
+    return {"err": {"kind": kind, "message": {"$contains": contains}}}
+
+
+def unknown_write():
+    """An unkeyed write that timed out and whose status check could not tell."""
+    return [
+        begin("issue_refund"),
+        outcome(1, fail(transport="timeout"), decision("check-status")),
+        outcome(1, {"status-check": "unknown"}, escalate("status-unknown", note={"$contains": "retry (check first), done (check first), skip (check first) or abort (safe)"})),
+    ]
+
+
+def resume_cases():
+    keyed = key_of("run-1", "step-1")
+    args = '{"order_id":"A1","amount_paise":50000}'
+    return [
+        case("an unkeyed write whose status is unknown says check first; retry resends it as attempt 2", [
+            *unknown_write(),
+            snap({"ok": {"$contains": '"answers":{"retry":"check first","done":"check first","skip":"check first","abort":"safe"}'}}, arguments=args),
+            resume("retry", resumed("send", **{"call-id": 1, "tool": "issue_refund", "attempt": 2, "idempotency-key": None, "arguments-json": args,
+                                              "ticket": {"admitted": True, "call-id": 1, "delay-ms": 0, "safe-to-repeat": False}})),
+            outcome(1, SUCCESS, succeed()),
+            report(calls=1, attempts=2, retries=1, **{"status-checks": 1, "succeeded-calls": 1},
+                   effects=[{"call-id": 1, "tool": "issue_refund", "status": "applied"}]),
+        ], config=TOOLS, comment="the person's retry is the status check's answer: the write goes again, once"),
+        case("a keyed write resumed with retry sends the same key, and its effect is listed once", [
+            begin("issue_refund", key=keyed),
+            outcome(1, fail(status=503), retry(attempt=2)),
+            outcome(1, fail(status=503), escalate("call-attempts-spent", note={"$contains": "retry (safe)"})),
+            snap(),
+            resume("retry", resumed("send", **{"call-id": 1, "attempt": 3, "idempotency-key": keyed})),
+            outcome(1, SUCCESS, succeed()),
+            report(attempts=3, retries=2, effects=[{"call-id": 1, "idempotency-key": keyed, "status": "applied"}], **{"effects-total": 1}),
+        ], config=dict(TOOLS, **{"max-attempts-per-call": 2})),
+        case("a resumed run keeps its budgets: its next failure escalates at once", [
+            begin("issue_refund", key=keyed),
+            outcome(1, fail(status=503), retry(attempt=2)),
+            outcome(1, fail(status=503), escalate("call-attempts-spent")),
+            snap(),
+            resume("retry", resumed("send", attempt=3)),
+            outcome(1, fail(status=503), escalate("call-attempts-spent")),
+            report(attempts=3, retries=2),
+        ], config=dict(TOOLS, **{"max-attempts-per-call": 2}), comment="no answer gives a budget back: the retry the person allowed is counted"),
+        case("done ends the call as succeeded with the person's result, and its write counts as applied", [
+            *unknown_write(),
+            snap(),
+            resume({"done": "refund R-7 was issued"}, resumed("succeed", **{"result-text": "refund R-7 was issued", "attempt": 1, "ticket": None})),
+            report(**{"succeeded-calls": 1}, effects=[{"call-id": 1, "status": "applied"}], escalation=None),
+            begin("lookup_order", expect=sent(2)),
+        ], config=TOOLS),
+        case("skip tells the model the call was skipped; the run goes on", [
+            *unknown_write(),
+            snap(),
+            resume("skip", resumed("replan", **{"call-id": 1})),
+            {"op": "last-decision", "call-id": 1, "expect": {"action": {"replan": {"$contains": "A person chose to skip this call of issue_refund"}}, "rule": "resumed"}},
+            begin("lookup_order", expect=sent(2)),
+            report(replans=0, effects=[{"call-id": 1, "status": "unknown"}]),
+        ], config=TOOLS, comment="the write may still have been applied: its effect stays unknown"),
+        case("abort ends the run, escalated aborted", [
+            *unknown_write(),
+            snap(),
+            resume("abort", resumed("escalate")),
+            {"op": "escalation", "expect": {"reason": "aborted", "note": {"$contains": "a person aborted the run"}}},
+            begin("lookup_order", expect={"err": {"run-ended": "aborted"}}),
+        ], config=TOOLS),
+        case("a call begin refused is resumed by beginning it with its key", [
+            begin("lookup_order"), outcome(1, SUCCESS, succeed()),
+            begin("issue_refund", key=keyed, expect={"ok": {"escalate": {"reason": "run-steps-spent"}}}),
+            snap({"ok": {"$contains": '"begun":false'}}),
+            resume("retry", resumed("send", **{"call-id": 2, "tool": "issue_refund", "attempt": 1, "idempotency-key": keyed})),
+            outcome(2, SUCCESS, succeed()),
+            report(calls=2, attempts=2),
+        ], config=dict(TOOLS, **{"max-steps-per-run": 1})),
+        case("a snapshot of a run that has not escalated is refused", [
+            begin("lookup_order"),
+            snap(snapshot_error("not-escalated")),
+        ], config=TOOLS),
+        case("a snapshot while another call is open is refused until it is abandoned", [
+            begin("lookup_order"),
+            begin("issue_refund"),
+            outcome(2, fail(status=403), escalate("permission-denied", note={"$contains": "retry (safe), done (check first), skip (safe)"})),
+            snap(snapshot_error("calls-open", "call 1 is still open")),
+            {"op": "abandon-call", "call-id": 1, "why": "cancelled", "sent": False, "expect": {"ok": None}},
+            snap({"ok": {"$contains": '"stopped-call":2'}}),
+        ], config=TOOLS),
+        case("a changed snapshot is refused as tampered; a cut one as malformed", [
+            *unknown_write(),
+            snap(),
+            resume("retry", snapshot_error("tampered", "changed after it was taken"), edit=['"retries":0', '"retries":5']),
+            resume("retry", snapshot_error("tampered"), edit=['"status-checks":1', '"status-checks":0']),
+            resume("retry", snapshot_error("malformed", "not valid JSON"), edit=['"digest"', '"digest']),
+            resume("retry", snapshot_error("malformed", "a snapshot must be a JSON object"), text="[]"),
+        ], config=TOOLS, comment="a verdict cannot reset a budget, and nor can an edit: the digest covers every counter"),
+        case("a snapshot of another contract major is refused naming both versions", [
+            *unknown_write(),
+            snap(),
+            resume("retry", snapshot_error("other-contract", "taken under contract 0.8.0; this policy speaks 0.9.0"),
+                   edit=['"contract":"0.9.0"', '"contract":"0.8.0"']),
+        ], config=TOOLS),
+    ]
+
+
+# ---------- retry-budgets.json (contract 0.9.0) ----------
+
+RATIO_ACCOUNT = {"account-id": "acme", "capacity": 1000, "refill-interval-ms": 1,
+                 "retry-ratio": {"percent": 50, "min-retries-per-second": 0, "window-ms": 10000}}
+
+
+def retry_budget_cases():
+    return [
+        case("retries past the ratio of the account's calls fail fast", [
+            begin("lookup_order"), begin("lookup_order"),
+            outcome(1, fail(status=503), retry(attempt=2)),
+            outcome(2, fail(status=503), escalate("retry-budget-exhausted", **{"resets-in-ms": 10000})),
+        ], config={"tools": REFUND_TOOLS, "account-budget": RATIO_ACCOUNT},
+            comment="50 % of 2 calls is 1 retry; the window ends in 10 s"),
+        case("the ratio is the account's: runs share it through the shared state", [
+            begin("lookup_order"), begin("lookup_order"),
+            outcome(1, fail(status=503), retry(attempt=2)),
+            {"op": "start-run", "run-id": "run-2"},
+            begin("lookup_order"), begin("lookup_order"),
+            outcome(1, fail(status=503), retry(attempt=2)),
+            outcome(2, fail(status=503), escalate("retry-budget-exhausted")),
+            {"op": "shared-state", "key": "retry-ratio:4:acme", "expect": "r1 1764460800000 4 2 0 0"},
+        ], config={"tools": REFUND_TOOLS, "account-budget": RATIO_ACCOUNT},
+            comment="4 calls allow 2 retries, the third is refused and not counted"),
+        case("a floor per second lets a quiet account retry", [
+            begin("lookup_order"),
+            outcome(1, fail(status=503), retry(attempt=2)),
+            outcome(1, fail(status=503), retry(attempt=3)),
+        ], config={"tools": REFUND_TOOLS, "account-budget": dict(RATIO_ACCOUNT, **{"retry-ratio": {"percent": 0, "min-retries-per-second": 1, "window-ms": 2000}})},
+            comment="0 % of the calls, but 1 a second for 2 s: 2 retries"),
+        case("a stored text the ratio did not write is dropped, not trusted", [
+            {"op": "load-policy", "config": {"tools": REFUND_TOOLS, "account-budget": dict(RATIO_ACCOUNT, **{"retry-ratio": {"percent": 100, "min-retries-per-second": 0}})}},
+            {"op": "put-shared-state", "key": "retry-ratio:4:acme", "value": "r1 1764460800000 0 99999 0 0 extra"},
+            begin("lookup_order"),
+            outcome(1, fail(status=503), retry(attempt=2)),
+        ], comment="a text with a field too many (99,999 retries) is not read: counting starts again, and 100 % of 1 call is 1 retry"),
+        case("aws-2026: a transient retry's ceiling is 50 ms, a throttle's 1 s", [
+            begin("lookup_order"),
+            outcome(1, fail(status=503), retry(25, 2), entropy=MID),
+            outcome(1, fail(status=429), retry(2000, 3), entropy=MAX),
+            outcome(1, fail(status=503), escalate("call-attempts-spent")),
+        ], config=dict(TOOLS, preset="aws-2026"),
+            comment="AWS SDKs' retry behavior 2.1 (10 Nov 2026): t = rand * min(base * 2^(n-1), 20 s), base 50 ms or 1 s; 3 attempts"),
+        case("aws-2026: a server's hint is honoured up to the backoff plus 5 s, not escalated", [
+            begin("lookup_order"),
+            outcome(1, fail(status=503, headers=[("retry-after", "3600")]), retry(5025, 2), entropy=MID),
+        ], config=dict(TOOLS, preset="aws-2026"),
+            comment="x-amz-retry-after and Retry-After: delay = max(t, min(hint, t + 5 s)); without the preset a 1-hour hint escalates server-wait-too-long"),
+        case("aws-2026 with an account budget adds a retry quota of 500 costing 14 and 5", [
+            {"op": "load-policy", "config": dict(TOOLS, preset="aws-2026", **{"account-budget": {"account-id": "acme", "capacity": 10, "refill-interval-ms": 100}}),
+             "expect": {"ok": {"preset": "aws-2026", "base-delay-ms": 50, "throttle-base-delay-ms": 1000, "max-delay-ms": 20000, "max-attempts-per-call": 3,
+                               "hint-cap-over-backoff-ms": 5000,
+                               "account-budget": {"retry-quota": {"capacity": 500, "retry-cost": 14, "throttled-retry-cost": 5, "success-refund": 1}}}}},
+        ]),
+        case("the default preset keeps today's numbers", [
+            {"op": "load-policy", "config": {}, "expect": {"ok": {"preset": "default", "base-delay-ms": 1000, "throttle-base-delay-ms": 0, "max-delay-ms": 30000,
+                                                                "max-attempts-per-call": 4, "hint-cap-over-backoff-ms": 0}}},
+        ]),
+    ]
+
+
 # ---------- gate.json: what every live update must keep ----------
 
 GATE_KEY = "ar1-00000000000000000000000000000001"
@@ -2194,6 +2391,8 @@ FILES = {
     "runs-tasks.json": ("Tasks, continuations, expired handles and timeouts of MCP 2026-07-28 (contract 0.6.0)", task_cases),
     "runs-abandon.json": ("Calls the host stopped: cancelled, or past their deadline (contract 0.7.0)", abandon_cases),
     "breakers.json": ("Circuit breakers shared through the host's state (contract 0.8.0)", breaker_cases),
+    "resume.json": ("An escalation a person answers, and the run resumed from its snapshot (contract 0.9.0)", resume_cases),
+    "retry-budgets.json": ("The ratio retry budget and the aws-2026 preset (contract 0.9.0)", retry_budget_cases),
     "gate.json": ("The invariants every live update must keep: the update gate runs them on the candidate", gate_cases),
     "observations.json": ("Raw transport observations and what each means, replayed through each host's wrapper", observation_cases),
 }

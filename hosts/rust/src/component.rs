@@ -47,10 +47,10 @@ pub const MAX_RESOURCE_HANDLES: usize = 1_000_000;
 pub const MAX_MEMORY_BYTES: usize = 64 << 20;
 
 /// The contract version this host speaks (the WIT package `agent-retry:policy`).
-pub const CONTRACT_VERSION: &str = "0.8.0";
+pub const CONTRACT_VERSION: &str = "0.9.0";
 
 /// The policy interface of that version, as the component exports it.
-pub const POLICY_INTERFACE: &str = "agent-retry:policy/policy@0.8.0";
+pub const POLICY_INTERFACE: &str = "agent-retry:policy/policy@0.9.0";
 
 /// The component this crate was built with, if it carries one: the published
 /// crate embeds the `.wasm` of its release (`make dist` copies it into

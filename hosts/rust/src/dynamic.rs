@@ -266,4 +266,23 @@ impl Subject for DynamicPolicy {
         let run = self.run()?;
         Ok(to_json(&self.call("[method]run.escalation", vec![run], &[])?))
     }
+
+    fn snapshot(&mut self, arguments_json: Option<&str>, now_ms: u64) -> Result<Value, String> {
+        let run = self.run()?;
+        let arguments = arguments_json.map_or(Value::Null, Value::from);
+        Ok(to_json(&self.call("[method]run.snapshot", vec![run], &[&arguments, &Value::from(now_ms)])?))
+    }
+
+    fn resume_run(&mut self, snapshot: &str, answer: &Value, now_ms: u64) -> Result<Value, String> {
+        let policy = self.policy()?;
+        match self.call("[method]policy.resume-run", vec![policy], &[&Value::from(snapshot), answer, &Value::from(now_ms)])? {
+            Val::Result(Ok(Some(run))) => {
+                let Val::Resource(run) = *run else { return Err("resume-run: not a resource".into()) };
+                self.run = Some(run);
+                let call = self.call("[method]run.resumed-call", vec![Val::Resource(run)], &[])?;
+                Ok(serde_json::json!({ "ok": to_json(&call) }))
+            }
+            other => Ok(to_json(&other)),
+        }
+    }
 }

@@ -49,6 +49,8 @@ pub fn reason(reason: EscalationReason) -> &'static str {
         EscalationReason::TaskPollsSpent => "task-polls-spent",
         EscalationReason::TaskCancelled => "task-cancelled",
         EscalationReason::CircuitOpen => "circuit-open",
+        EscalationReason::RetryBudgetExhausted => "retry-budget-exhausted",
+        EscalationReason::Aborted => "aborted",
     }
 }
 

@@ -100,6 +100,13 @@ pub trait Subject {
     fn escalation(&mut self) -> Result<Value, String>;
     fn report(&mut self) -> Result<Value, String>;
     fn effects(&mut self, start: u32, max_count: u32) -> Result<Value, String>;
+    /// `run.snapshot(arguments-json, now-ms)`: `{"ok": text}` or `{"err": snapshot-error}`.
+    fn snapshot(&mut self, arguments_json: Option<&str>, now_ms: u64) -> Result<Value, String>;
+    /// `policy.resume-run(snapshot, answer, now-ms)`, then `run.resumed-call()`:
+    /// `{"ok": resumed-call}` (the resumed run becomes the current one) or
+    /// `{"err": snapshot-error}`. `answer` is canonical JSON: `"retry"`,
+    /// `{"done": text-or-null}`, `"skip"`, `"abort"`.
+    fn resume_run(&mut self, snapshot: &str, answer: &Value, now_ms: u64) -> Result<Value, String>;
 }
 
 /// The clock and run state a sequence of steps carries from one to the next.
@@ -109,11 +116,13 @@ pub struct StepState {
     /// Per call id, the attempt the host sent last: 1 after `begin-call`, then
     /// each retry plan's `attempt` (what a `record-outcome` reports by default).
     pub attempts: std::collections::HashMap<u32, u32>,
+    /// The last snapshot a `snapshot` step took, for the next `resume`.
+    pub snapshot: Option<String>,
 }
 
 impl Default for StepState {
     fn default() -> Self {
-        StepState { now_ms: DEFAULT_START_MS, run_started: false, attempts: std::collections::HashMap::new() }
+        StepState { now_ms: DEFAULT_START_MS, run_started: false, attempts: std::collections::HashMap::new(), snapshot: None }
     }
 }
 
@@ -309,6 +318,10 @@ const STEP_KEYS: &[&str] = &[
     "comment",
     "key",
     "value",
+    "arguments-json",
+    "answer",
+    "edit",
+    "snapshot-text",
 ];
 
 /// Runs one step; `Err` is a harness failure (bad step, trap), not an answer.
@@ -324,7 +337,7 @@ pub fn run_step(subject: &mut dyn Subject, step: &Value, state: &mut StepState) 
     }
     let entropy = optional_u64(step, "entropy")?.unwrap_or(DEFAULT_ENTROPY);
     let op = text(step, "op")?;
-    let needs_run = matches!(op, "begin-call" | "record-outcome" | "report" | "effects" | "breaker-changes");
+    let needs_run = matches!(op, "begin-call" | "record-outcome" | "report" | "effects" | "breaker-changes" | "last-decision" | "escalation" | "snapshot");
     let time_left_ms = optional_u64(step, "time-left-ms")?;
     if needs_run && !*started {
         subject.start_run("run-1")?;
@@ -399,11 +412,44 @@ pub fn run_step(subject: &mut dyn Subject, step: &Value, state: &mut StepState) 
         "report" => subject.report(),
         "effects" => subject.effects(u32_field(step, "start")?, u32_field(step, "max-count")?),
         "breaker-changes" => subject.take_breaker_changes(),
+        "last-decision" => subject.last_decision(u32_field(step, "call-id")?),
+        "escalation" => subject.escalation(),
         "put-shared-state" => {
             subject.put_shared_state(text(step, "key")?, text(step, "value")?)?;
             Ok(Value::Null)
         }
         "shared-state" => subject.shared_state(text(step, "key")?),
+        "snapshot" => {
+            let arguments = step.get("arguments-json").and_then(Value::as_str);
+            let answer = subject.snapshot(arguments, *now_ms)?;
+            state.snapshot = answer["ok"].as_str().map(String::from);
+            Ok(answer)
+        }
+        "resume" => {
+            // The last snapshot, or a text given; `edit` replaces one piece of it
+            // (`[from, to]`, which must occur), as a person or a store might.
+            let mut text = match step.get("snapshot-text") {
+                Some(Value::String(given)) => given.clone(),
+                Some(_) => return Err("snapshot-text must be a string".into()),
+                None => state.snapshot.clone().ok_or("resume needs a snapshot step first, or snapshot-text")?,
+            };
+            if let Some(edit) = step.get("edit") {
+                let [from, to] = edit.as_array().map(Vec::as_slice).unwrap_or_default() else { return Err("edit must be [from, to]".into()) };
+                let (Some(from), Some(to)) = (from.as_str(), to.as_str()) else { return Err("edit must be two strings".into()) };
+                if !text.contains(from) {
+                    return Err(format!("edit: {from:?} is not in the snapshot"));
+                }
+                text = text.replacen(from, to, 1);
+            }
+            let answer = subject.resume_run(&text, field(step, "answer")?, *now_ms)?;
+            if let Some(call) = answer.get("ok") {
+                *started = true;
+                if let (Some(id), Some(attempt)) = (call["call-id"].as_u64(), call["attempt"].as_u64()) {
+                    attempts.insert(id as u32, attempt as u32);
+                }
+            }
+            Ok(answer)
+        }
         other => Err(format!("unknown op \"{other}\"")),
     }
 }

@@ -9,7 +9,7 @@ use agent_retry_policy::classify::FailureView;
 use agent_retry_policy::config::Config;
 use agent_retry_policy::run::{Act, At, Run, Start, Verdict};
 use agent_retry_policy::shared::{Loaded, MemoryState, SharedState};
-use agent_retry_policy::types::{Delivery, FailureKind, StatusCheckResult, TaskReport, ToolHints};
+use agent_retry_policy::types::{Delivery, FailureKind, ResumeAnswer, StatusCheckResult, TaskReport, ToolHints};
 use agent_retry_policy::{backoff, classify, hints, key, rules, session};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -284,6 +284,30 @@ impl Subject for Native {
 
     fn escalation(&mut self) -> Result<Value, String> {
         Ok(output(&self.run.as_ref().ok_or("no run")?.escalation()))
+    }
+
+    fn snapshot(&mut self, arguments_json: Option<&str>, now_ms: u64) -> Result<Value, String> {
+        let run = self.run.as_ref().ok_or("no run")?;
+        Ok(result_json(run.snapshot(arguments_json, now_ms).map(Value::from).map_err(|e| output(&e))))
+    }
+
+    fn resume_run(&mut self, snapshot: &str, answer: &Value, now_ms: u64) -> Result<Value, String> {
+        let answer: ResumeAnswer = input(answer, "answer")?;
+        let config = Arc::clone(self.config()?);
+        let resumed = Run::resume(config, snapshot, answer, now_ms, &mut Accounts(&self.accounts, &mut self.shared));
+        Ok(match resumed {
+            Ok(run) => {
+                let call = run.resumed_call().map(|c| {
+                    let ticket = c.ticket.as_ref().map(|t| call_start(&Start::Send(t.clone()), false));
+                    let mut value = output(&c);
+                    value["ticket"] = ticket.unwrap_or(Value::Null);
+                    value
+                });
+                self.run = Some(run);
+                result_json(Ok(call.unwrap_or(Value::Null)))
+            }
+            Err(e) => result_json(Err(output(&e))),
+        })
     }
 }
 
