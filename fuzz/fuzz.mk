@@ -16,16 +16,18 @@
 #   fuzz-regressions the minimized reproducers of known bugs (fail until fixed)
 
 FUZZ_DIR := fuzz
-FUZZ_TARGETS := headers config json tool_error run flat
+FUZZ_TARGETS := headers config json tool_error run flat snapshot
 FUZZ_MUTATIONS ?= 50000
 FUZZ_COMPONENT_MUTATIONS ?= 300
 FUZZ_RUNS_headers ?= 700000
-FUZZ_RUNS_config ?= 2500000
+FUZZ_RUNS_config ?= 2000000
 FUZZ_RUNS_json ?= 5500000
 FUZZ_RUNS_tool_error ?= 300000
 FUZZ_RUNS_run ?= 500000
 # The flat path takes its share from json's (the total stays 10 million).
 FUZZ_RUNS_flat ?= 500000
+# The snapshot reader (contract 0.9.0) takes its share from config's.
+FUZZ_RUNS_snapshot ?= 500000
 FUZZ_MAX_LEN ?= 8192
 # Safe Rust: AddressSanitizer finds nothing the checks do not, at a third of the speed.
 FUZZ_SANITIZER ?= none

@@ -10,7 +10,8 @@
 //!   `@now 1764460800000`, `@host 503`, `@rpc -32603`, `@tool search`), then
 //!   `Name: value` lines (`headers`) or the body (`tool_error`; a NUL byte starts
 //!   the structured content);
-//! - `config`: configuration JSON text; `json`: any text;
+//! - `config`: configuration JSON text; `json`: any text; `snapshot`: any text
+//!   as an escalated run's snapshot (contract 0.9.0);
 //! - `run`: bytes read by `arbitrary` into a configuration and a sequence of
 //!   begin-call / record-outcome / report with arbitrary outcomes, times and
 //!   entropy (see [`run`]);
@@ -24,17 +25,19 @@ pub mod mutate;
 pub mod nasty;
 pub mod oracle;
 mod run_target;
+mod snapshot_target;
 mod text_targets;
 
 pub use flat_target::{FlatCase, FlatOutput, check_header_split, flat, flat_case};
 pub use run_target::{RunCase, RunOutput, run, run_case};
+pub use snapshot_target::snapshot;
 pub use text_targets::{HeadersCase, TEXT_CONFIGS, ToolErrorCase, config, headers, json, text_configs, tool_error};
 
 /// A target's body: one input, checked; a broken invariant panics.
 pub type Target = fn(&[u8]);
 
 /// Every target, by the name of its corpus directory and libFuzzer binary.
-pub const TARGETS: &[(&str, Target)] = &[("headers", headers), ("config", config), ("json", json), ("tool_error", tool_error), ("run", run), ("flat", flat)];
+pub const TARGETS: &[(&str, Target)] = &[("headers", headers), ("config", config), ("json", json), ("tool_error", tool_error), ("run", run), ("flat", flat), ("snapshot", snapshot)];
 
 /// The clock the text targets use unless `@now` says otherwise: 2025-11-30T00:00:00Z.
 pub const DEFAULT_NOW_MS: u64 = 1_764_460_800_000;

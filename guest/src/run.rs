@@ -501,7 +501,8 @@ impl Run {
         let effects = self.bounded_effects();
         let stop = StopPoint { run_id: &self.run_id, call: stop_call.map(|(i, attempt)| (self.calls[i].tool.as_str(), i as u32 + 1, attempt)) };
         let mut note = escalation::note(&stop, reason, detail, last_error.as_deref(), resets_in_ms, now_ms, &effects, self.effects.len());
-        if let Some(answers) = self.answers(index) {
+        // A person's abort is final: nobody answers it.
+        if let Some(answers) = self.answers(index).filter(|_| reason != EscalationReason::Aborted) {
             note.push_str(&crate::snapshot::answers_sentence(&answers));
         }
         self.escalated = Some(Box::new(Escalation { reason, last_error, resets_in_ms, effects, effects_total: self.effects_total(), note }));
@@ -899,7 +900,7 @@ impl Run {
 
     fn succeed(&mut self, index: usize, effect: Option<EffectStatus>, has_note: bool, outcome: Failed, step: Step) -> Verdict {
         self.calls[index].phase = Phase::Finished;
-        self.counters.succeeded_calls += 1;
+        self.counters.succeeded_calls = self.counters.succeeded_calls.saturating_add(1);
         if effect.is_some() {
             self.set_effect(index, effect);
         }

@@ -24,8 +24,16 @@ pub const FORMAT: &str = "agent-retry-snapshot";
 pub const MAX_SNAPSHOT_BYTES: usize = 2 << 20;
 /// The longest `arguments-json` a snapshot keeps, in bytes (1 MiB).
 pub const MAX_ARGUMENTS_BYTES: usize = 1 << 20;
-/// The most calls a resumed run may have had: each is rebuilt in memory.
-pub const MAX_CALLS: u32 = 100_000;
+/// The most calls a resumed run may have had: each is rebuilt in memory (about
+/// 110 bytes on wasm32) within the resume's fuel, so a 1 KB document cannot
+/// ask for megabytes.
+pub const MAX_CALLS: u32 = 10_000;
+
+/// A document's members, in the order it is written.
+const MEMBERS: [&str; 16] = [
+    "format", "contract", "run-id", "taken-at-ms", "reason", "stopped-call", "begun", "calls-total", "counters", "statuses", "calls", "effects", "arguments",
+    "answers", "note", "digest",
+];
 
 /// The escalation reasons' names, as the WIT spells them.
 const REASONS: [(EscalationReason, &str); 21] = [
@@ -123,13 +131,15 @@ impl Safety {
 
 /// The answers `retry`, `done`, `skip` and `abort`, and whether each is safe
 /// for a call with `effect` whose effect so far is `status`: resending a write
-/// without a key that may have been applied, or saying it was or was not
-/// applied, needs a look first.
+/// without a key that was or may have been applied, skipping one, or saying it
+/// was applied when nobody knows, needs a look first.
 pub fn answers(effect: Effect, safe_to_repeat: bool, status: Option<EffectStatus>) -> [(&'static str, Safety); 4] {
-    let unknown = status == Some(EffectStatus::Unknown);
-    let retry = if unknown && !safe_to_repeat { Safety::CheckFirst } else { Safety::Safe };
+    // Applied or maybe applied: a resend without a key doubles it, and a
+    // model told "skipped" may make it again another way.
+    let made = status.is_some();
+    let retry = if made && !safe_to_repeat { Safety::CheckFirst } else { Safety::Safe };
     let done = if effect == Effect::Read || status == Some(EffectStatus::Applied) { Safety::Safe } else { Safety::CheckFirst };
-    let skip = if unknown { Safety::CheckFirst } else { Safety::Safe };
+    let skip = if made { Safety::CheckFirst } else { Safety::Safe };
     [("retry", retry), ("done", done), ("skip", skip), ("abort", Safety::Safe)]
 }
 
@@ -215,8 +225,7 @@ impl Snapshot {
         opt_string(&mut out, self.arguments.as_deref());
         out.push_str(",\"answers\":{");
         if let Some(call) = self.stopped_call() {
-            let status = self.effects.iter().rev().find(|(id, _)| *id == call.id).map(|(_, s)| *s);
-            for (i, (name, safety)) in answers(call.effect, call.safe_to_repeat(), status).iter().enumerate() {
+            for (i, (name, safety)) in answers(call.effect, call.safe_to_repeat(), self.status_of(call.id)).iter().enumerate() {
                 cat_to!(out; if i > 0 { "," } else { "" }, "\"", name, "\":\"", safety.name(), "\"");
             }
         }
@@ -250,12 +259,30 @@ impl Snapshot {
             let message = cat!("the snapshot was taken under contract ", crate::text::excerpt(&contract, 40), "; this policy speaks ", CONTRACT_VERSION);
             return Err(SnapshotError::new(SnapshotErrorKind::OtherContract, message));
         }
+        if let Some((name, _)) = members.iter().find(|(name, _)| !MEMBERS.contains(&name.as_str())) {
+            return Err(malformed(cat!(crate::text::excerpt(name, 40), " is not a member of a snapshot")));
+        }
         let snapshot = Snapshot { contract, ..doc.snapshot()? };
         let expected = doc.string("digest")?;
-        if digest(&snapshot.body()) != expected {
+        // The answers a person reads are the ones the content gives: a changed
+        // word of advice is a changed snapshot, though the digest does not cover it.
+        let advice = match doc.get("answers")? {
+            Json::Object(answers) => answers.iter().map(|(n, v)| (n.as_str(), v)).collect::<Vec<_>>(),
+            _ => return Err(must("answers", "an object")),
+        };
+        let computed = snapshot.stopped_call().map(|call| answers(call.effect, call.safe_to_repeat(), snapshot.status_of(call.id)));
+        let agrees = computed.is_some_and(|computed| {
+            advice.len() == computed.len() && computed.iter().zip(&advice).all(|((name, safety), (n, v))| n == name && matches!(v, Json::String(t) if t == safety.name()))
+        });
+        if digest(&snapshot.body()) != expected || !agrees {
             return Err(SnapshotError::new(SnapshotErrorKind::Tampered, "the digest does not match the content: the snapshot was changed after it was taken"));
         }
         Ok(snapshot)
+    }
+
+    /// The last status of call `id`'s effect, if it made one.
+    fn status_of(&self, id: u32) -> Option<EffectStatus> {
+        self.effects.iter().rev().find(|(call, _)| *call == id).map(|(_, s)| *s)
     }
 }
 
@@ -511,6 +538,9 @@ mod tests {
         let kind = |t: &str| Snapshot::read(t).unwrap_err().kind;
         assert_eq!(kind(&text.replace("\"attempts\":5", "\"attempts\":0")), SnapshotErrorKind::Tampered);
         assert_eq!(kind(&text.replace("\"unknown\"]", "\"applied\"]")), SnapshotErrorKind::Tampered);
+        // Advice made to look safer, or a member the format does not have.
+        assert_eq!(kind(&text.replace("\"retry\":\"check first\"", "\"retry\":\"safe\"")), SnapshotErrorKind::Tampered);
+        assert_eq!(kind(&text.replace("\"note\":", "\"extra\":1,\"note\":")), SnapshotErrorKind::Malformed);
         assert_eq!(kind(&text[..text.len() - 2]), SnapshotErrorKind::Malformed);
         let old = Snapshot::read(&text.replace("\"contract\":\"0.9.0\"", "\"contract\":\"0.8.0\"")).unwrap_err();
         assert_eq!(old.kind, SnapshotErrorKind::OtherContract);
@@ -520,6 +550,16 @@ mod tests {
         assert_eq!(kind(&text.replace("\"stopped-call\":2", "\"stopped-call\":9")), SnapshotErrorKind::Malformed);
         assert_eq!(kind("[]"), SnapshotErrorKind::Malformed);
         assert_eq!(kind(&" ".repeat(MAX_SNAPSHOT_BYTES + 1)), SnapshotErrorKind::TooLarge);
+    }
+
+    #[test]
+    fn an_applied_or_maybe_applied_write_without_a_key_says_check_first() {
+        let sentence = |status| answers_sentence(&answers(Effect::Write, false, status));
+        assert!(sentence(Some(EffectStatus::Applied)).contains("retry (check first), done (safe), skip (check first)"));
+        assert!(sentence(Some(EffectStatus::Unknown)).contains("retry (check first), done (check first), skip (check first)"));
+        assert!(sentence(None).contains("retry (safe), done (check first), skip (safe)"));
+        assert!(answers_sentence(&answers(Effect::Write, true, Some(EffectStatus::Applied))).contains("retry (safe)"));
+        assert!(answers_sentence(&answers(Effect::Read, true, None)).contains("retry (safe), done (safe), skip (safe) or abort (safe)"));
     }
 
     #[test]

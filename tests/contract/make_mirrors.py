@@ -42,7 +42,8 @@ RUST_LIMITS = ROOT / "hosts/rust/src/limits.rs"
 TS_LIMITS_OUT = ROOT / "hosts/typescript/src/limits-generated.ts"
 PY_LIMITS_OUT = ROOT / "hosts/python/src/agent_retry_policy/limits_generated.py"
 # The limits the hosts share, in the order they are written out.
-LIMIT_NAMES = ("MAX_BODY_BYTES", "MAX_STRUCTURED_BYTES", "MAX_HEADERS", "MAX_HEADER_VALUE_BYTES", "MAX_ID_BYTES", "MAX_SERVER_BYTES", "MAX_CONFIG_BYTES", "MAX_LIFTED_TEXT_BYTES")
+LIMIT_NAMES = ("MAX_BODY_BYTES", "MAX_STRUCTURED_BYTES", "MAX_HEADERS", "MAX_HEADER_VALUE_BYTES", "MAX_ID_BYTES", "MAX_SERVER_BYTES", "MAX_CONFIG_BYTES",
+               "MAX_LIFTED_TEXT_BYTES", "MAX_SNAPSHOT_BYTES", "MAX_ARGUMENTS_BYTES")
 
 # The configuration's defaults the wrappers' run-time guard reads (the caps no
 # policy may break), from the guest's field tables in guest/src/config.rs.
@@ -60,6 +61,7 @@ DEFAULT_FIELDS = (
     ("task-poll-max-delay-ms", "INT_FIELDS"),
     ("max-polls-per-task", "INT_FIELDS"),
     ("max-wait-ms", "ACCOUNT_FIELDS"),
+    ("hint-cap-over-backoff-ms", "INT_FIELDS"),
 )
 
 PRIMITIVES = {"bool", "u16", "u32", "s32", "u64", "string"}
@@ -506,6 +508,12 @@ def guest_defaults():
         if m is None:
             raise SystemExit(f"make_mirrors.py: the default of {field} not found in {table} of {GUEST_CONFIG}: update the pattern")
         out[field] = int(m.group(1).replace("_", ""))
+    # The aws-2026 preset's fields (Preset::fields), as "AWS_2026:<field>".
+    preset = re.search(r"Preset::Aws2026 => &\[(.*?)\]", text, re.S)
+    if preset is None:
+        raise SystemExit(f"make_mirrors.py: Preset::Aws2026's fields not found in {GUEST_CONFIG}: update the pattern")
+    for field, value in re.findall(r'\("([a-z-]+)", "([0-9]+)"\)', preset.group(1)):
+        out["aws-2026-" + field] = int(value)
     m = re.search(r"default_effect: Effect::(\w+),", text)
     if m is None:
         raise SystemExit(f"make_mirrors.py: default_effect not found in {GUEST_CONFIG}")

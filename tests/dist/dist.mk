@@ -19,7 +19,7 @@ DIST_WASM       := $(DIST)/component/agent_retry_policy.wasm
 DIST_SOURCE_URL ?=
 # The packages' READMEs (tests/dist/readme/, by tests/dist/package_readme.py):
 # links that leave the package point at DIST_SOURCE_URL's files at
-# DIST_SOURCE_REF (default: this commit; `DIST_SOURCE_REF=v0.8.0` for a tag),
+# DIST_SOURCE_REF (default: this commit; `DIST_SOURCE_REF=v0.9.0` for a tag),
 # or, with no URL, name the file in the repository as text.
 DIST_SOURCE_REF ?= $(shell git rev-parse HEAD 2>/dev/null)
 DIST_README     := python3 tests/dist/package_readme.py --version $(DIST_VERSION) --contract $(DIST_CONTRACT) \

@@ -2,7 +2,7 @@
 """Writes a package's README (the crate's, the wheel's, the npm package's) from
 its template in tests/dist/readme/, for `make dist`.
 
-    python3 tests/dist/package_readme.py TEMPLATE OUT --version 0.8.0 --contract 0.8.0 \
+    python3 tests/dist/package_readme.py TEMPLATE OUT --version 0.9.0 --contract 0.9.0 \
         [--source-url https://github.com/OWNER/agent-retry [--source-ref REF]] \
         [--ships REPO_PATH=PACKAGE_PATH ...]
 

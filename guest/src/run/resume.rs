@@ -35,6 +35,9 @@ impl Run {
         let (Some(reason), Some(escalated)) = (self.escalation, self.escalated.as_deref()) else {
             return Err(SnapshotError::new(SnapshotErrorKind::NotEscalated, "the run has not escalated: there is nothing to resume"));
         };
+        if reason == EscalationReason::Aborted {
+            return Err(SnapshotError::new(SnapshotErrorKind::NotEscalated, "a person aborted the run: it is over, and is not resumed again"));
+        }
         if arguments.is_some_and(|a| a.len() > snapshot::MAX_ARGUMENTS_BYTES) {
             return Err(SnapshotError::new(SnapshotErrorKind::TooLarge, cat!("arguments-json is more than ", snapshot::MAX_ARGUMENTS_BYTES, " bytes")));
         }
@@ -269,4 +272,85 @@ fn rebuilt(record: &CallRecord) -> Call {
         call.last_text = error.clone();
     }
     call
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::account::{Bucket, NoAccountBudget, Reservation};
+    use crate::types::{Delivery, TransportError};
+
+    const NOW: u64 = 1_764_460_800_000;
+
+    fn escalated(config: &str) -> Run {
+        let mut run = Run::new(Arc::new(Config::from_json(config).unwrap()), "r-1");
+        let Start::Send(ticket) = run.begin(None, "issue_refund".into(), None, None, NOW, &mut NoAccountBudget).unwrap() else { panic!("not admitted") };
+        let kind = FailureKind::Transport(TransportError::Timeout);
+        let view = FailureView { kind: &kind, headers: &[], body: "", structured_content: None, session_id_sent: false, delivery: Delivery::Sent };
+        let verdict = run.record_failure(ticket.call_id, 1, &view, At::now(NOW), &mut NoAccountBudget).unwrap();
+        assert_eq!(verdict.act, Act::CheckStatus);
+        let verdict = run.record_status_check(ticket.call_id, 1, crate::types::StatusCheckResult::Unknown, At::now(NOW), &mut NoAccountBudget).unwrap();
+        assert_eq!(verdict.act, Act::Escalate);
+        run
+    }
+
+    const WRITE: &str = r#"{"tools": {"issue_refund": {"effect": "write"}}}"#;
+
+    /// An account with no room: every reservation is refused for a second.
+    struct Full;
+    impl crate::shared::SharedState for Full {}
+    impl AccountBudget for Full {
+        fn reserve(&mut self, _: &str, _: u32, _: Bucket, _: u64, _: u64) -> Reservation {
+            Reservation::Refused(1000)
+        }
+        fn refund(&mut self, _: &str, _: u32, _: Bucket, _: u64) {}
+    }
+
+    #[test]
+    fn a_person_s_retry_keeps_the_counters_and_the_account_is_still_asked() {
+        let run = escalated(WRITE);
+        let text = run.snapshot(Some("{\"order_id\":\"A1\"}"), NOW).unwrap();
+        let before = run.report();
+        let config = Arc::new(Config::from_json(WRITE).unwrap());
+        let resumed = Run::resume(Arc::clone(&config), &text, ResumeAnswer::Retry, NOW + 5, &mut NoAccountBudget).unwrap();
+        let call = resumed.resumed_call().unwrap();
+        assert_eq!((call.action, call.attempt, call.arguments_json.as_deref()), (ResumedAction::Send, 2, Some("{\"order_id\":\"A1\"}")));
+        let after = resumed.report();
+        assert_eq!((after.attempts, after.retries, after.status_checks), (before.attempts + 1, before.retries + 1, before.status_checks));
+        assert_eq!(after.effects_total, 1);
+        // With an account budget that has no room, the retry is refused and the run escalates again.
+        let budgeted = r#"{"tools": {"issue_refund": {"effect": "write"}}, "account-budget": {"account-id": "a", "capacity": 1, "refill-interval-ms": 1000}}"#;
+        let run = escalated(budgeted);
+        let text = run.snapshot(None, NOW).unwrap();
+        let resumed = Run::resume(Arc::new(Config::from_json(budgeted).unwrap()), &text, ResumeAnswer::Retry, NOW, &mut Full).unwrap();
+        assert_eq!(resumed.resumed_call().unwrap().action, ResumedAction::Escalate);
+        assert_eq!(resumed.escalation().map(|e| e.reason), Some(EscalationReason::AccountBudgetExhausted));
+    }
+
+    #[test]
+    fn a_snapshot_waits_for_the_calls_in_flight_and_refuses_an_open_run() {
+        let mut run = Run::new(Arc::new(Config::from_json(WRITE).unwrap()), "r-2");
+        run.begin(None, "lookup".into(), None, None, NOW, &mut NoAccountBudget).unwrap();
+        assert_eq!(run.snapshot(None, NOW).unwrap_err().kind, SnapshotErrorKind::NotEscalated);
+        let huge = "x".repeat(snapshot::MAX_ARGUMENTS_BYTES + 1);
+        let escalated = escalated(WRITE);
+        assert_eq!(escalated.snapshot(Some(&huge), NOW).unwrap_err().kind, SnapshotErrorKind::TooLarge);
+        let done = Run::resume(Arc::new(Config::default()), &escalated.snapshot(None, NOW).unwrap(), ResumeAnswer::Done(Some(huge)), NOW, &mut NoAccountBudget);
+        assert_eq!(done.unwrap_err().kind, SnapshotErrorKind::TooLarge);
+    }
+
+    /// Writes the fuzz corpus's seeds (`cargo test -p agent-retry-policy --release -- --ignored write_fuzz_seeds`).
+    #[test]
+    #[ignore]
+    fn write_fuzz_seeds() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../fuzz/corpus/snapshot");
+        std::fs::create_dir_all(dir).unwrap();
+        let unknown = escalated(WRITE).snapshot(Some("{\"order_id\":\"A1\",\"amount_paise\":500}"), NOW).unwrap();
+        std::fs::write(alloc::format!("{dir}/unknown-write"), unknown).unwrap();
+        let mut refused = Run::new(Arc::new(Config::from_json(r#"{"max-steps-per-run": 1}"#).unwrap()), "r-3");
+        let Start::Send(ticket) = refused.begin(None, "lookup".into(), None, None, NOW, &mut NoAccountBudget).unwrap() else { panic!() };
+        refused.record_success(ticket.call_id, 1, NOW, &mut NoAccountBudget).unwrap();
+        refused.begin(None, "issue_refund".into(), Some("ar1-00".into()), None, NOW, &mut NoAccountBudget).unwrap();
+        std::fs::write(alloc::format!("{dir}/begin-refused"), refused.snapshot(None, NOW).unwrap()).unwrap();
+    }
 }

@@ -1,4 +1,4 @@
-"""Contract 0.3.0's additions in this host (contract 0.8.0 keeps them all, on
+"""Contract 0.3.0's additions in this host (contract 0.9.0 keeps them all, on
 its one run path): the attempt a report names, `start-run`'s run error, paging
 through a run's effects, and the limits the host applies before a value crosses
 the boundary (a 40 MB tool error, 5,800 headers, ids over 256 bytes, a

@@ -1,4 +1,4 @@
-"""Contract 0.5.0's run path in this host (0.8.0 keeps it: test_contract_060.py
+"""Contract 0.5.0's run path in this host (0.9.0 keeps it: test_contract_060.py
 has the version and the additions): one run path (`begin_call`,
 `record_success`, `record_empty_result`, `record_failure(observation,
 time_left_ms)`, `record_status_check`, `last_decision`), the observation as the

@@ -1,5 +1,5 @@
-"""Contract 0.6.0's additions in this host (0.8.0 keeps them; the version test
-is test_contract_080.py): the task reports (`record_task_status`, `record_poll_failure`) on the typed
+"""Contract 0.6.0's additions in this host (0.9.0 keeps them; the version test
+is test_contract_090.py): the task reports (`record_task_status`, `record_poll_failure`) on the typed
 path, the verdict's `cancel_task`, `call-start`'s per-tool timeouts and the
 failure kind `input-required`."""
 

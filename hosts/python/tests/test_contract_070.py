@@ -1,5 +1,5 @@
-"""Contract 0.7.0's addition in this host (0.8.0 keeps it; the version test
-is test_contract_080.py, which refuses a 0.7 component): `Run.abandon_call`,
+"""Contract 0.7.0's addition in this host (0.9.0 keeps it; the version test
+is test_contract_090.py, which refuses a 0.7 or 0.8 component): `Run.abandon_call`,
 a call the host stopped (cancelled, or past its deadline) that no longer
 counts as open."""
 

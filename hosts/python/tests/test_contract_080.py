@@ -1,51 +1,21 @@
-"""Contract 0.8.0 in this host: the version (0.7 and 0.9 refused, naming
-both), the `shared-state` import, `begin-call`'s server, `call-start`'s
+"""Contract 0.8.0's additions in this host (0.9.0 keeps them; the version
+test is test_contract_090.py, which refuses a 0.8 component): the `shared-state` import, `begin-call`'s server, `call-start`'s
 `replan` and `breaker-changed`, the verdict's `breaker-changed`,
 `take-breaker-changes`, and the reason and rule `circuit-open`."""
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
-import pytest
-
-from agent_retry_policy import CONTRACT_VERSION, ContractVersionMismatch, EmbeddedAccounts, PolicyComponent
-from agent_retry_policy.component import SHARED_STATE_INTERFACE, locate_component
+from agent_retry_policy import CONTRACT_VERSION, EmbeddedAccounts, PolicyComponent
+from agent_retry_policy.component import SHARED_STATE_INTERFACE
 from agent_retry_policy.types import CallStart, http_failure
 
 NOW = 1_764_460_800_000
 BREAKERS = {"circuit-breaker": {"failures-to-open": 2, "cooldown-ms": 60_000}, "tools": {"q": {"effect": "read"}}}
 
 
-def test_the_package_implements_the_contract_of_its_major_minor() -> None:
-    pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text(encoding="utf-8")
-    (version,) = re.findall(r'(?m)^version = "([^"]+)"$', pyproject)
-    assert version == "0.8.0"
-    assert version.rsplit(".", 1)[0] == CONTRACT_VERSION.rsplit(".", 1)[0], (version, CONTRACT_VERSION)
-
-
-def test_the_host_speaks_0_8_0_and_refuses_0_7_and_0_9_naming_both() -> None:
-    assert CONTRACT_VERSION == "0.8.0"
-    wasm = locate_component().read_bytes()
-    assert b"@0.8.0" in wasm
-    for theirs in ("0.7.0", "0.7.9", "0.9.0"):
-        with pytest.raises(ContractVersionMismatch) as raised:
-            PolicyComponent(wasm.replace(b"@0.8.0", f"@{theirs}".encode()), source="other.wasm")
-        message = str(raised.value)
-        assert f"agent-retry:policy@{theirs}" in message and "this host speaks @0.8.0" in message, message
-        assert (raised.value.component_version, raised.value.host_version) == (theirs, "0.8.0")
-    # A compatible 0.8.x is run under its own names (its shared-state import included).
-    patched = PolicyComponent(wasm.replace(b"@0.8.0", b"@0.8.7"), source="later.wasm")
-    assert patched.contract_version == "0.8.7"
-    assert patched.shared_state_interface == "agent-retry:policy/shared-state@0.8.7"
-    run = patched.instantiate(accounts=EmbeddedAccounts()).load_policy(BREAKERS).start_run("r")
-    assert run.begin_call("q", None, None, NOW, server="srv").admitted
-
-
 def test_the_component_imports_the_shared_state_and_the_host_provides_it() -> None:
     component = PolicyComponent.load()
-    assert SHARED_STATE_INTERFACE == "agent-retry:policy/shared-state@0.8.0"
+    assert SHARED_STATE_INTERFACE == f"agent-retry:policy/shared-state@{CONTRACT_VERSION}"
     assert component.shared_state_interface == SHARED_STATE_INTERFACE
     assert SHARED_STATE_INTERFACE in component.imports
 

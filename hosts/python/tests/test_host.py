@@ -129,28 +129,44 @@ def test_a_broken_file_is_a_load_error() -> None:
 def test_the_component_imports_only_the_budget_the_shared_state_the_types_and_random() -> None:
     component = PolicyComponent.load()
     assert sorted(component.imports) == [
-        "agent-retry:policy/account-budget@0.8.0",
-        "agent-retry:policy/shared-state@0.8.0",
-        "agent-retry:policy/types@0.8.0",
+        "agent-retry:policy/account-budget@0.9.0",
+        "agent-retry:policy/shared-state@0.9.0",
+        "agent-retry:policy/types@0.9.0",
         "wasi:random/random@0.2.6",
     ]
-    assert component.exports == ["agent-retry:policy/policy@0.8.0"]
-    assert component.contract_version == CONTRACT_VERSION == "0.8.0"
+    assert component.exports == ["agent-retry:policy/policy@0.9.0"]
+    assert component.contract_version == CONTRACT_VERSION == "0.9.0"
 
 
 def test_the_contract_version_is_read_from_the_export_names() -> None:
-    assert check_contract_version(["agent-retry:policy/policy@0.8.0"]) == "0.8.0"
-    assert check_contract_version(["other:pkg/x@1.0.0", "agent-retry:policy/policy@0.8.7"]) == "0.8.7"  # 0.8.x: compatible
-    for theirs in ("1.0.0", "0.9.0", "0.7.0", "0.7.9", "0.6.0", "0.5.0", "0.4.0", "0.3.0", "0.2.0", "0.1.0", "4.4.0", "0.6", "banana"):
+    assert check_contract_version(["agent-retry:policy/policy@0.9.0"]) == "0.9.0"
+    assert check_contract_version(["other:pkg/x@1.0.0", "agent-retry:policy/policy@0.9.7"]) == "0.9.7"  # 0.9.x: compatible
+    for theirs in (
+        "1.0.0",
+        "0.10.0",
+        "0.8.0",
+        "0.8.9",
+        "0.7.0",
+        "0.7.9",
+        "0.6.0",
+        "0.5.0",
+        "0.4.0",
+        "0.3.0",
+        "0.2.0",
+        "0.1.0",
+        "4.4.0",
+        "0.6",
+        "banana",
+    ):
         with pytest.raises(ContractVersionMismatch) as raised:
             check_contract_version([f"agent-retry:policy/policy@{theirs}"], "policy.wasm")
         message = str(raised.value)
-        assert f"agent-retry:policy@{theirs}" in message and "this host speaks @0.8.0" in message, message
-        assert (raised.value.component_version, raised.value.host_version) == (theirs, "0.8.0")
+        assert f"agent-retry:policy@{theirs}" in message and "this host speaks @0.9.0" in message, message
+        assert (raised.value.component_version, raised.value.host_version) == (theirs, "0.9.0")
         assert isinstance(raised.value, ComponentLoadError)
-    with pytest.raises(ComponentLoadError, match="does not export agent-retry:policy/policy@0.8.0"):
-        check_contract_version(["agent-retry:policy/types@0.8.0"])
-    assert contract_compatibility("1.4.2") == (1,) and contract_compatibility("0.8.0") == (0, 8)
+    with pytest.raises(ComponentLoadError, match="does not export agent-retry:policy/policy@0.9.0"):
+        check_contract_version(["agent-retry:policy/types@0.9.0"])
+    assert contract_compatibility("1.4.2") == (1,) and contract_compatibility("0.9.0") == (0, 9)
     assert contract_compatibility("0.0.3") == (0, 0, 3)
 
 
@@ -166,10 +182,10 @@ def _with_version(wasm: bytes, version: str, *, only_policy: bool = False) -> by
 
 def test_a_component_of_another_major_version_is_refused_naming_both() -> None:
     wasm = locate_component().read_bytes()
-    for version in ("1.0.0", "0.9.0", "0.7.0", "0.6.0", "0.5.0"):
+    for version in ("1.0.0", "0.8.0", "0.7.0", "0.6.0", "0.5.0"):
         with pytest.raises(ContractVersionMismatch) as raised:
             PolicyComponent(_with_version(wasm, version), source="old.wasm")
-        assert str(raised.value).startswith(f"old.wasm: the component speaks agent-retry:policy@{version} but this host speaks @0.8.0"), (
+        assert str(raised.value).startswith(f"old.wasm: the component speaks agent-retry:policy@{version} but this host speaks @0.9.0"), (
             str(raised.value)
         )
     # Only the export renamed: still refused for its version, not for a missing name.
@@ -178,11 +194,11 @@ def test_a_component_of_another_major_version_is_refused_naming_both() -> None:
 
 
 def test_a_component_of_a_compatible_version_runs_under_its_own_names() -> None:
-    component = PolicyComponent(_with_version(locate_component().read_bytes(), "0.8.9"))
-    assert component.exports == ["agent-retry:policy/policy@0.8.9"]
-    assert component.contract_version == "0.8.9"
-    assert component.account_budget_interface == "agent-retry:policy/account-budget@0.8.9"
-    assert component.shared_state_interface == "agent-retry:policy/shared-state@0.8.9"
+    component = PolicyComponent(_with_version(locate_component().read_bytes(), "0.9.9"))
+    assert component.exports == ["agent-retry:policy/policy@0.9.9"]
+    assert component.contract_version == "0.9.9"
+    assert component.account_budget_interface == "agent-retry:policy/account-budget@0.9.9"
+    assert component.shared_state_interface == "agent-retry:policy/shared-state@0.9.9"
     accounts = EmbeddedAccounts.on_host_clock()  # the clock passed: the wait is exact, not 399 across a millisecond
     config = {"account-budget": {"account-id": "acme", "capacity": 1, "refill-interval-ms": 400}}
     run = component.instantiate(accounts=accounts).load_policy(config).start_run("r")

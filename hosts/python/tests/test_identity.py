@@ -34,7 +34,7 @@ def test_the_component_and_each_instance_know_their_identity() -> None:
     component = PolicyComponent.load()
     assert component.identity == expected_identity(wasm)
     matched = IDENTITY.fullmatch(component.identity)
-    assert matched is not None and matched.group(1) == "0.8.0", component.identity
+    assert matched is not None and matched.group(1) == "0.9.0", component.identity
     assert component.wasm_sha256 == hashlib.sha256(wasm).hexdigest()
     first, second = component.instantiate(), component.instantiate()
     assert first.policy_identity == second.policy_identity == component.identity
@@ -46,10 +46,10 @@ def test_the_identity_follows_the_bytes_and_the_version_the_component_speaks() -
     other = PolicyComponent(other_bytes)
     assert other.identity == expected_identity(other_bytes)
     assert other.identity != PolicyComponent.load().identity
-    compatible_bytes = _with_version(wasm, "0.8.9")
+    compatible_bytes = _with_version(wasm, "0.9.9")
     compatible = PolicyComponent(compatible_bytes)
-    assert compatible.identity == expected_identity(compatible_bytes, "0.8.9")
-    assert compatible.instantiate().policy_identity.startswith("agent-retry:policy@0.8.9 wasm ")
+    assert compatible.identity == expected_identity(compatible_bytes, "0.9.9")
+    assert compatible.instantiate().policy_identity.startswith("agent-retry:policy@0.9.9 wasm ")
 
 
 def test_the_wrapper_logs_the_components_identity_by_default(serve: Callable[..., Desk], caplog: pytest.LogCaptureFixture) -> None:

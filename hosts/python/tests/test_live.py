@@ -24,6 +24,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from mcp.types import CallToolResult, TextContent, Tool, ToolAnnotations
 
 from agent_retry_policy import (
+    CONTRACT_VERSION,
     ContractVersionMismatch,
     EmbeddedAccounts,
     Escalated,
@@ -189,15 +190,15 @@ def test_a_broken_or_foreign_component_is_refused_and_rollback_returns_to_the_pr
     assert broken.value.kind == "load"
 
     # The same component, speaking another major contract version.
-    ours, theirs = b"agent-retry:policy/policy@0.8.0", b"agent-retry:policy/policy@1.0.0"
+    ours, theirs = f"agent-retry:policy/policy@{CONTRACT_VERSION}".encode(), b"agent-retry:policy/policy@1.0.0"
     assert good.count(ours) > 0
     source.wasm.write_bytes(good.replace(ours, theirs))
     with pytest.raises(UpdateLoadError) as foreign:
         live.reload()
     mismatch = foreign.value.error
     assert isinstance(mismatch, ContractVersionMismatch), foreign.value
-    assert (mismatch.component_version, mismatch.host_version) == ("1.0.0", "0.8.0")
-    assert "agent-retry:policy@1.0.0" in str(foreign.value) and "@0.8.0" in str(foreign.value)
+    assert (mismatch.component_version, mismatch.host_version) == ("1.0.0", CONTRACT_VERSION) == ("1.0.0", "0.9.0")
+    assert "agent-retry:policy@1.0.0" in str(foreign.value) and "@0.9.0" in str(foreign.value)
     assert live.current().identity.generation == 1, "nothing was swapped in"
     assert live.metrics == UpdateMetrics(accepted=0, refused=2, rolled_back=0)
 

@@ -12,12 +12,13 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use crate::component::types::{
-    AbandonReason, Action, CallStart, Decision, Effect, EffectStatus, Escalation, EscalationReason, RunError, RunReport, StatusCheckResult, ToolHints, Verdict,
+    AbandonReason, Action, CallStart, Decision, Effect, EffectStatus, Escalation, EscalationReason, ResumeAnswer, ResumedCall, RunError, RunReport,
+    SnapshotError, StatusCheckResult, ToolHints, Verdict,
 };
 use crate::component::{Admission, Outcome, PolicyHandle, PolicyInstance, RunHandle};
 use crate::events::{
-    AttemptEvent, BreakerEvent, EscalationEvent, Event, EventContext, ReplanEvent, StatusCheckEvent, TaskPollEvent, Telemetry, WaitEvent, WaitReason,
-    outcome_words,
+    AttemptEvent, BreakerEvent, EscalationEvent, Event, EventContext, ReplanEvent, ResumeEvent, StatusCheckEvent, TaskPollEvent, Telemetry, WaitEvent,
+    WaitReason, outcome_words,
 };
 use crate::fault::PolicyFault;
 use crate::guard::{CallIndex, Polled, RunGuard, Seen};
@@ -175,6 +176,16 @@ pub(crate) struct RunCore {
     pub steps: u32,
     /// The server the calls go to, for the breakers.
     pub server: Option<String>,
+    /// The configuration, for the guard of a resumed run.
+    config_json: String,
+}
+
+/// How a resume ended before anything was sent: the snapshot was refused, or
+/// the policy failed.
+#[derive(Debug)]
+pub(crate) enum ResumeRefused {
+    Snapshot(SnapshotError),
+    Policy(PolicyFault),
 }
 
 impl RunCore {
@@ -199,6 +210,89 @@ impl RunCore {
             stopped_by_guard: None,
             steps: 0,
             server: options.server,
+            config_json: config_json.to_string(),
+        })
+    }
+
+    /// A snapshot of the escalated run, with the stopped call's arguments (JSON).
+    pub fn snapshot(&mut self, arguments_json: Option<&str>) -> Result<String, ResumeRefused> {
+        let now = self.clock.now_ms();
+        match self.instance.snapshot(&self.run, arguments_json, now) {
+            Ok(Ok(text)) => Ok(text),
+            Ok(Err(refused)) => Err(ResumeRefused::Snapshot(refused)),
+            Err(fault) => Err(ResumeRefused::Policy(fault)),
+        }
+    }
+
+    /// Makes the run resumed from `snapshot` with `answer` this core's run (the
+    /// old one is freed; the guard starts again with it), emits
+    /// `agent_retry.resume` and answers the resumed call. Nothing is sent.
+    pub fn resume(&mut self, snapshot: &str, answer: &ResumeAnswer) -> Result<ResumedCall, ResumeRefused> {
+        let now = self.clock.now_ms();
+        let run = match self.instance.resume_run(&self.policy, snapshot, answer, now) {
+            Ok(Ok(run)) => run,
+            Ok(Err(refused)) => return Err(ResumeRefused::Snapshot(refused)),
+            Err(fault) => return Err(ResumeRefused::Policy(fault)),
+        };
+        let old = std::mem::replace(&mut self.run, run);
+        // The old run is over; a fault freeing it does not stop the resumed one.
+        let _ = self.instance.drop_run(old);
+        self.guard = RunGuard::from_config_text(&self.config_json);
+        self.stopped_by_guard = None;
+        let call = self.instance.resumed_call(&self.run).map_err(ResumeRefused::Policy)?;
+        let Some(call) = call else {
+            let message = "the component resumed the run but names no call".to_string();
+            return Err(ResumeRefused::Policy(PolicyFault::BoundaryViolation { cause: message }));
+        };
+        // The resumed run's id, and its calls: the next call's key is derived
+        // from step calls + 1, as in every host, never from a step it used.
+        let report = self.instance.report(&self.run).map_err(ResumeRefused::Policy)?;
+        (self.run_id, self.steps) = (report.run_id, self.steps.max(report.calls));
+        self.telemetry.emit(Event::Resume(ResumeEvent {
+            context: self.context(None, Some(call.call_id), &call.tool),
+            attempt: call.attempt,
+            answer: labels::resume_answer(answer),
+            action: labels::resumed_action(call.action),
+        }));
+        Ok(call)
+    }
+
+    /// A resumed call that ends without a send, in the events a call ends with:
+    /// the model's replan line, or the escalation line (as in every host).
+    pub fn resumed_end(&self, call: &ResumedCall, replan: Option<(&str, &Decision)>, escalation: Option<&Escalation>) {
+        let context = self.context(Some(call.call_id), Some(call.call_id), &call.tool);
+        if let Some((message, decision)) = replan {
+            let (rule, decision) = (Some(decision.rule.clone()), Some(decision.clone()));
+            self.telemetry.emit(Event::Replan(ReplanEvent { context: context.clone(), attempt: call.attempt, rule, message: message.to_string(), decision }));
+        }
+        if let Some(escalation) = escalation {
+            self.telemetry.emit(Event::Escalation(EscalationEvent { context, attempt: call.attempt, rule: None, escalation: escalation.clone(), decision: None }));
+        }
+    }
+
+    /// The state of a resumed call whose next attempt is to be sent: the
+    /// guard registers it as a new call (with the same key).
+    pub fn resumed_state(&mut self, step: Option<u32>, call: &ResumedCall, ticket: &CallStart) -> Result<CallState, CallEnd> {
+        let guarded = match self.guard.begin(&call.tool, call.idempotency_key.as_deref(), None, ticket.delay_ms) {
+            Ok(guarded) => guarded,
+            Err(violation) => {
+                let fault = PolicyFault::BoundaryViolation { cause: violation.to_string() };
+                let escalation = policy_failure(&call.tool, "not sent", &fault);
+                self.stopped_by_guard = Some(escalation.clone());
+                let invariant = Some(violation.invariant.name().to_string());
+                return Err(self.escalate_line(step, Some((call.call_id, 0)), &call.tool, call.idempotency_key.as_deref(), "not sent", escalation, invariant, true));
+            }
+        };
+        Ok(CallState {
+            step,
+            tool: call.tool.clone(),
+            call_id: call.call_id,
+            guarded,
+            key: call.idempotency_key.clone(),
+            effect: ticket.effect,
+            attempt: call.attempt,
+            reported: call.attempt.saturating_sub(1),
+            sent: 0,
         })
     }
 

@@ -354,7 +354,7 @@ impl PolicyComponent {
         self.limits
     }
 
-    /// Which policy this is, for logs: `agent-retry:policy@0.8.0 wasm 1a2b3c4d5e6f`
+    /// Which policy this is, for logs: `agent-retry:policy@0.9.0 wasm 1a2b3c4d5e6f`
     /// (the contract version it speaks and its `.wasm`'s SHA-256, 12 hex digits).
     pub fn identity(&self) -> &str {
         &self.identity
@@ -504,7 +504,11 @@ fn too_large(check: Result<(), (&'static str, usize, usize)>) -> Result<(), Poli
     check.map_err(|(input, size_bytes, limit_bytes)| PolicyFault::InputTooLarge { input, size_bytes, limit_bytes })
 }
 
-/// A policy resource in an instance.
+/// A snapshot refused before it crossed, or after, for its size.
+fn snapshot_too_large(message: String) -> types::SnapshotError {
+    types::SnapshotError { kind: types::SnapshotErrorKind::TooLarge, message }
+}
+
 /// A policy resource in an instance, with the size of the configuration it was
 /// loaded from (its `effective-config` is as long: that call gets the load's tank).
 pub struct PolicyHandle(ResourceAny, usize);
@@ -917,6 +921,62 @@ impl PolicyInstance {
             }
             all.extend(page);
         }
+    }
+
+    /// A snapshot of an escalated run, with the stopped call's arguments
+    /// (JSON, at most 1 MiB): a versioned document any host resumes
+    /// ([`Self::resume_run`]). `Ok(Err(_))` is a refusal (`not-escalated`,
+    /// `calls-open`, `too-large`); a text past 2 MiB from the component is
+    /// refused too (`too-large`), not passed on.
+    pub fn snapshot(&mut self, run: &RunHandle, arguments_json: Option<&str>, now_ms: u64) -> Result<Result<String, types::SnapshotError>, PolicyFault> {
+        if let Some(arguments) = arguments_json.filter(|a| a.len() > limits::MAX_ARGUMENTS_BYTES) {
+            let message = format!("arguments-json is {} bytes, more than the {}-byte limit", arguments.len(), limits::MAX_ARGUMENTS_BYTES);
+            return Ok(Err(snapshot_too_large(message)));
+        }
+        let taken = self.guarded(|b, store| b.agent_retry_policy_policy().run().call_snapshot(store, run.0, arguments_json, now_ms))?;
+        Ok(taken.and_then(|text| match text.len() {
+            n if n > limits::MAX_SNAPSHOT_BYTES => Err(snapshot_too_large(format!("the component's snapshot is {n} bytes, more than the {}-byte limit", limits::MAX_SNAPSHOT_BYTES))),
+            _ => Ok(text),
+        }))
+    }
+
+    /// Resumes an escalated run from its snapshot with a person's answer, under
+    /// `policy`; then [`Self::resumed_call`] says what to do. `Ok(Err(_))` is a
+    /// refused snapshot (tampered, of another contract major, malformed, too
+    /// large: a text past 2 MiB is refused without crossing).
+    pub fn resume_run(
+        &mut self,
+        policy: &PolicyHandle,
+        snapshot: &str,
+        answer: &types::ResumeAnswer,
+        now_ms: u64,
+    ) -> Result<Result<RunHandle, types::SnapshotError>, PolicyFault> {
+        if snapshot.len() > limits::MAX_SNAPSHOT_BYTES {
+            return Ok(Err(snapshot_too_large(format!("the snapshot is {} bytes, more than the {}-byte limit", snapshot.len(), limits::MAX_SNAPSHOT_BYTES))));
+        }
+        if let types::ResumeAnswer::Done(Some(result)) = answer
+            && result.len() > limits::MAX_ARGUMENTS_BYTES
+        {
+            return Ok(Err(snapshot_too_large(format!("the done answer's result is {} bytes, more than the {}-byte limit", result.len(), limits::MAX_ARGUMENTS_BYTES))));
+        }
+        // Linear in the document and off the decision path: the configuration load's tank.
+        let fuel = self.config_load_fuel(snapshot.len());
+        self.guarded_on(fuel, |b, store| Ok(b.agent_retry_policy_policy().policy().call_resume_run(store, policy.0, snapshot, answer, now_ms)?.map(RunHandle)))
+    }
+
+    /// The call that stopped a resumed run and what to do with it; its texts
+    /// bounded as every text the guest hands out.
+    pub fn resumed_call(&mut self, run: &RunHandle) -> Result<Option<types::ResumedCall>, PolicyFault> {
+        let call = self.guarded(|b, store| b.agent_retry_policy_policy().run().call_resumed_call(store, run.0))?;
+        Ok(call.map(|mut c| {
+            c.tool = limits::cut(&c.tool, limits::MAX_ID_BYTES).to_string();
+            c.idempotency_key = c.idempotency_key.map(|k| limits::cut(&k, limits::MAX_ID_BYTES).to_string());
+            c.server = c.server.map(|s| limits::cut(&s, limits::MAX_SERVER_BYTES).to_string());
+            // Cut JSON is not JSON: arguments past the limit are dropped, not cut.
+            c.arguments_json = c.arguments_json.filter(|a| a.len() <= limits::MAX_ARGUMENTS_BYTES);
+            c.result_text = c.result_text.map(|r| limits::cut(&r, limits::MAX_ARGUMENTS_BYTES).to_string());
+            c
+        }))
     }
 
     /// Frees a run in the guest.

@@ -188,6 +188,19 @@ pub struct BreakerEvent {
     pub why: String,
 }
 
+/// `agent_retry.resume`: a person answered an escalation and the run resumed
+/// from its snapshot (contract 0.9.0).
+#[derive(Clone, Debug)]
+pub struct ResumeEvent {
+    pub context: EventContext,
+    /// The resumed call's attempt: the one sent for `send`, else its last.
+    pub attempt: u32,
+    /// The person's answer: `retry`, `done`, `skip`, `abort`.
+    pub answer: &'static str,
+    /// What the host does now: `send`, `succeed`, `replan`, `escalate`.
+    pub action: &'static str,
+}
+
 /// What happened to a live update (`agent_retry_policy_updates_total`'s `outcome`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum PolicyUpdateOutcome {
@@ -237,6 +250,7 @@ pub enum Event {
     StatusCheck(StatusCheckEvent),
     TaskPoll(TaskPollEvent),
     Breaker(BreakerEvent),
+    Resume(ResumeEvent),
     PolicyUpdate(PolicyUpdateEvent),
 }
 
@@ -251,6 +265,7 @@ impl Event {
             Event::StatusCheck(_) => "agent_retry.status_check",
             Event::TaskPoll(_) => "agent_retry.task_poll",
             Event::Breaker(_) => "agent_retry.breaker",
+            Event::Resume(_) => "agent_retry.resume",
             Event::PolicyUpdate(_) => "agent_retry.policy_update",
         }
     }
@@ -321,6 +336,10 @@ impl Event {
                     ("until_ms", json!(e.until_ms)),
                     ("why", json!(e.why)),
                 ]
+            }
+            Event::Resume(e) => {
+                context(&mut line, &e.context);
+                vec![("attempt", json!(e.attempt)), ("answer", json!(e.answer)), ("action", json!(e.action))]
             }
             Event::PolicyUpdate(e) => {
                 let mut fields = vec![("message", json!(e.message))];
@@ -599,6 +618,11 @@ fn trace_line(event: &Event) {
             let c = &e.context;
             tracing::info!(target: "agent_retry", event = "agent_retry.breaker", ts, run = %c.run, policy = %c.policy, step = c.step, call = c.call, tool = %c.tool,
                 server = %e.server, scope = e.scope, from = e.from, to = e.to, until_ms = e.until_ms, why = %e.why, "circuit breaker");
+        }
+        Event::Resume(e) => {
+            let c = &e.context;
+            tracing::info!(target: "agent_retry", event = "agent_retry.resume", ts, run = %c.run, policy = %c.policy, step = c.step, call = c.call, tool = %c.tool,
+                attempt = e.attempt, answer = e.answer, action = e.action, "resume");
         }
         // The 0.7 lines, unchanged: an accepted update or a rollback at INFO, a refusal at WARN.
         Event::PolicyUpdate(e) => match e.outcome {

@@ -213,6 +213,8 @@ const CLIENT_ERROR_CODES: [i32; 3] = [-32600, -32601, -32602];
 struct Caps {
     max_delay_ms: u64,
     max_hint_ms: u64,
+    /// `hint-cap-over-backoff-ms`: with it a hinted wait is at most `max_delay_ms` plus it (0: none).
+    hint_cap_ms: u64,
     max_attempts_per_call: u64,
     max_retries_per_run: u64,
     max_steps_per_run: u64,
@@ -228,6 +230,18 @@ struct Caps {
 
 fn number(config: &Value, name: &str, default: u64) -> u64 {
     config.get(name).and_then(Value::as_u64).unwrap_or(default)
+}
+
+/// A top-level field the configuration gives, else its preset's (the guest's
+/// `Preset::fields`, mirrored), else the default.
+fn field(config: &Value, name: &str, default: u64) -> u64 {
+    let preset = match (config.get("preset").and_then(Value::as_str), name) {
+        (Some("aws-2026"), "max-delay-ms") => Some(defaults::AWS_2026_MAX_DELAY_MS),
+        (Some("aws-2026"), "max-attempts-per-call") => Some(defaults::AWS_2026_MAX_ATTEMPTS_PER_CALL),
+        (Some("aws-2026"), "hint-cap-over-backoff-ms") => Some(defaults::AWS_2026_HINT_CAP_OVER_BACKOFF_MS),
+        _ => None,
+    };
+    number(config, name, preset.unwrap_or(default))
 }
 
 fn effect(value: Option<&Value>) -> Option<Effect> {
@@ -252,9 +266,10 @@ impl Caps {
             .unwrap_or_default();
         let default_effect = effect(Some(&Value::from(defaults::DEFAULT_EFFECT))).unwrap_or(Effect::Write);
         Caps {
-            max_delay_ms: number(config, "max-delay-ms", defaults::MAX_DELAY_MS),
+            max_delay_ms: field(config, "max-delay-ms", defaults::MAX_DELAY_MS),
             max_hint_ms: number(config, "max-hint-ms", defaults::MAX_HINT_MS),
-            max_attempts_per_call: number(config, "max-attempts-per-call", defaults::MAX_ATTEMPTS_PER_CALL),
+            hint_cap_ms: field(config, "hint-cap-over-backoff-ms", defaults::HINT_CAP_OVER_BACKOFF_MS),
+            max_attempts_per_call: field(config, "max-attempts-per-call", defaults::MAX_ATTEMPTS_PER_CALL),
             max_retries_per_run: number(config, "max-retries-per-run", defaults::MAX_RETRIES_PER_RUN),
             max_steps_per_run: number(config, "max-steps-per-run", defaults::MAX_STEPS_PER_RUN),
             task_poll_max_delay_ms: number(config, "task-poll-max-delay-ms", defaults::TASK_POLL_MAX_DELAY_MS),
@@ -547,7 +562,12 @@ impl RunGuard {
                     let detail = format!("retry {} of the run; max-retries-per-run is {}", retries + 1, caps.max_retries_per_run);
                     return violation(Invariant::AttemptsOverBudget, detail);
                 }
-                let cap = caps.max_delay_ms.max(asked.hint_ms.map_or(0, |_| caps.max_hint_ms)).max(caps.account_wait_ms);
+                // A hint is waited up to max-hint-ms, or with a hint cap up to the backoff's cap plus it.
+                let hinted = match caps.hint_cap_ms {
+                    0 => caps.max_hint_ms,
+                    cap => caps.max_delay_ms.saturating_add(cap),
+                };
+                let cap = caps.max_delay_ms.max(asked.hint_ms.map_or(0, |_| hinted)).max(caps.account_wait_ms);
                 if asked.delay_ms > cap {
                     return violation(Invariant::DelayOverCap, format!("a retry of {tool} after {} ms; the cap is {cap} ms", asked.delay_ms));
                 }

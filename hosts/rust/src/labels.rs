@@ -111,3 +111,25 @@ pub fn task_status(status: TaskStatus) -> &'static str {
         TaskStatus::Cancelled => "cancelled",
     }
 }
+
+/// A person's answer, as the `agent_retry.resume` event says it.
+pub fn resume_answer(answer: &crate::component::types::ResumeAnswer) -> &'static str {
+    use crate::component::types::ResumeAnswer;
+    match answer {
+        ResumeAnswer::Retry => "retry",
+        ResumeAnswer::Done(_) => "done",
+        ResumeAnswer::Skip => "skip",
+        ResumeAnswer::Abort => "abort",
+    }
+}
+
+/// What a resumed call asks of the host, as the `agent_retry.resume` event says it.
+pub fn resumed_action(action: crate::component::types::ResumedAction) -> &'static str {
+    use crate::component::types::ResumedAction;
+    match action {
+        ResumedAction::Send => "send",
+        ResumedAction::Succeed => "succeed",
+        ResumedAction::Replan => "replan",
+        ResumedAction::Escalate => "escalate",
+    }
+}

@@ -21,6 +21,10 @@ pub const MAX_ID_BYTES: usize = 256;
 pub const MAX_SERVER_BYTES: usize = 4_096;
 /// The longest configuration text.
 pub const MAX_CONFIG_BYTES: usize = 1 << 20;
+/// The longest snapshot of an escalated run passed to `resume-run`, or lifted from `run.snapshot` (2 MiB).
+pub const MAX_SNAPSHOT_BYTES: usize = 2 << 20;
+/// The most bytes of a call's arguments kept in a snapshot, or of a `done` answer's result (1 MiB).
+pub const MAX_ARGUMENTS_BYTES: usize = 1 << 20;
 /// The most bytes of a text lifted from the policy (a reason, a message, a note) the host logs or returns; longer is cut.
 pub const MAX_LIFTED_TEXT_BYTES: usize = 65_536;
 

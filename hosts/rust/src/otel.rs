@@ -249,7 +249,7 @@ impl CallSpans {
         match event {
             // A verdict of the tool call's attempt (not a pseudo-call's, not a stop).
             Event::Attempt(e) if e.action != "stop" && e.context.step.is_some() && e.context.call.is_some() => self.end_attempt(e),
-            Event::Wait(_) | Event::StatusCheck(_) | Event::TaskPoll(_) | Event::Escalation(_) | Event::Breaker(_) => {
+            Event::Wait(_) | Event::StatusCheck(_) | Event::TaskPoll(_) | Event::Escalation(_) | Event::Breaker(_) | Event::Resume(_) => {
                 let Value::Object(fields) = event.to_log() else { return };
                 let attributes = fields
                     .into_iter()

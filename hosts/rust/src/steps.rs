@@ -27,7 +27,7 @@ pub fn parse_u64(value: &Value) -> Result<u64, String> {
     }
 }
 
-/// Something that answers the operations of the contract 0.8.0, each value
+/// Something that answers the operations of the contract 0.9.0, each value
 /// in canonical JSON (`{"ok": ..}` / `{"err": ..}` for results). `Err(String)`
 /// is a harness failure (bad vector input, a trap), not an answer. The
 /// readable steps of the vectors are translated onto these functions in one

@@ -9,7 +9,7 @@ import type { Run } from './component.js';
 import { boundedDecision, boundedEscalation, policyFailureNote } from './decisions.js';
 import type { EntropySource } from './entropy.js';
 import {
-  AttemptEvent, BreakerEvent, EscalationEvent, ReplanEvent, StatusCheckEvent, TaskPollEvent, WaitEvent, type CallFields, type WaitWhy,
+  AttemptEvent, BreakerEvent, EscalationEvent, ReplanEvent, ResumeEvent, StatusCheckEvent, TaskPollEvent, WaitEvent, type CallFields, type WaitWhy,
 } from './events.js';
 import {
   CallCancelled, CallTimedOut, Escalated, InstanceUnusable, PolicyBoundaryViolation, PolicyTrap, type StopCause,
@@ -305,6 +305,59 @@ export class CallCore {
     return { start, guard: begun.call };
   }
 
+  /** The call a resumed run names (contract 0.9.0, `run.resumed-call`): where
+   *  it is (its id, key and attempt), and its `agent_retry.resume` event.
+   *  `answer`: the person's answer's kind. */
+  resumedFrom(call: Wit.ResumedCall, answer: ResumeEventAnswer): void {
+    this.callId = call.callId;
+    this.key = call.idempotencyKey;
+    this.attempt = call.attempt;
+    this.reported = Math.max(0, call.attempt - 1);
+    this.trace.emit(new ResumeEvent({ ...this.fields(), attempt: call.attempt, answer, action: call.action }));
+  }
+
+  /** A resumed call whose next attempt is to be sent (`send`): the run-time
+   *  guard registers it as it registers a begun call (the same key, no hints,
+   *  the ticket's delay), and the ticket's delay (the account budget's) is
+   *  waited. From here the call goes on as any call from attempt `call.attempt`. */
+  async resumeSend(call: Wit.ResumedCall, ticket: Wit.CallStart): Promise<Begun> {
+    this.effect = ticket.effect;
+    const begun = this.o.runState.guard.begin(this.tool, this.key, undefined, ticket.delayMs);
+    // The resumed run counted the attempt to send: so does this line (attempt 0: never sent).
+    if (begun.violation) throw this.violated(0, 'not sent', begun.violation, true);
+    await this.wait('admission', call.attempt, ticket.delayMs, undefined);
+    return { start: ticket, guard: begun.call };
+  }
+
+  /** A resumed call that ends as a replan (`skip`): its replan event, and the
+   *  message for the model (`lastDecision(callId)`'s). */
+  resumedReplan(call: Wit.ResumedCall): string {
+    const decision = this.ask('not sent', () => {
+      const said = this.run.lastDecision(call.callId);
+      if (said === undefined || said.action.tag !== 'replan') {
+        throw this.run.instance.violation('last-decision', `resumed call ${call.callId} is a replan, its last decision says ${said?.action.tag ?? 'nothing'}`);
+      }
+      return boundedDecision(said);
+    });
+    const message = decision.action.tag === 'replan' ? decision.action.val : '';
+    this.trace.emit(new ReplanEvent({ ...this.fields(), attempt: call.attempt, rule: decision.rule, message, decision }));
+    return message;
+  }
+
+  /** A resumed run that escalated again (`abort`, or the account budget
+   *  refused the retry): its escalation event, and the error to throw. */
+  resumedEscalation(call: Wit.ResumedCall): Escalated {
+    const escalation = this.ask('not sent', () => {
+      const handOff = this.run.escalation();
+      if (handOff === undefined) throw this.run.instance.violation('escalation', `resumed call ${call.callId} escalates, and the run has no escalation`);
+      return boundedEscalation(handOff);
+    });
+    const said = this.ask('not sent', () => this.run.lastDecision(call.callId));
+    const decision = said === undefined ? undefined : boundedDecision(said);
+    this.escalated(call.attempt, decision?.rule ?? null, escalation, decision);
+    return new Escalated(escalation, this.tool);
+  }
+
   /** Attempt `attempt` is about to be sent. */
   sending(attempt: number): void {
     this.attempt = attempt;
@@ -575,6 +628,9 @@ export class CallCore {
     return cause === 'cancelled' ? new CallCancelled(`${this.tool}: ${reason}`, stopped) : new CallTimedOut(`${this.tool}: ${reason}`, stopped);
   }
 }
+
+/** A person's answer, as the `agent_retry.resume` event says it. */
+export type ResumeEventAnswer = 'retry' | 'done' | 'skip' | 'abort';
 
 /** What `CallCore.begin` gives: the admitted call's start and guard, or the
  *  message of a call a circuit breaker refused as a replan (nothing was sent). */

@@ -46,11 +46,12 @@ import { OsEntropy, randomBytes, type EntropySource } from './entropy.js';
 import { withJson, type JsonSafe } from './json.js';
 import {
   AgentRetryError, ComponentImportRefused, ComponentLoadError, ComponentNotFound, ConfigError, InstanceUnusable, PolicyBoundaryViolation,
-  PolicyInputTooLarge, PolicyMemoryExceeded, PolicyOutOfFuel, PolicyTrap, RunMisuse,
+  PolicyInputTooLarge, PolicyMemoryExceeded, PolicyOutOfFuel, PolicyTrap, RunMisuse, SnapshotError,
 } from './errors.js';
 import {
-  MAX_CONFIG_BYTES, MAX_SERVER_BYTES, boundedDetail, boundedObservation, boundedTaskReport, overLimit, utf8Length,
+  MAX_CONFIG_BYTES, MAX_ID_BYTES, MAX_SERVER_BYTES, boundedDetail, boundedObservation, boundedTaskReport, cutUtf8, overLimit, utf8Length,
 } from './limits.js';
+import { MAX_ARGUMENTS_BYTES, MAX_SNAPSHOT_BYTES } from './limits-generated.js';
 import { FUEL_EXPORT, FUEL_PER_CALL, FUEL_PER_CONFIG_BYTE, GROW_FAILED_EXPORT, MAX_MEMORY_BYTES, instrumentCoreModule } from './sandbox.js';
 import { FUNCTIONS, TYPES, ValueConversionError, checkJco, jcoProblem } from './wit.js';
 
@@ -370,7 +371,7 @@ export class PolicyComponent {
     /** Which transpilation runs: the package's own (`bundled`), a `generatedDir`
      *  (`generated`), one found in the cache (`cache`) or made by this load (`transpiled`). */
     readonly origin: ComponentOrigin,
-    /** The contract version the component speaks (from its export names), e.g. `0.8.0`. */
+    /** The contract version the component speaks (from its export names), e.g. `0.9.0`. */
     readonly contractVersion: string,
   ) {}
 
@@ -381,7 +382,7 @@ export class PolicyComponent {
   }
 
   /** Which policy this is, for logs: `agent-retry:policy@<contract version> wasm
-   *  <first 12 hex digits of the .wasm's SHA-256>`, e.g. `agent-retry:policy@0.8.0
+   *  <first 12 hex digits of the .wasm's SHA-256>`, e.g. `agent-retry:policy@0.9.0
    *  wasm 0c1b894cf1b1`. Every instance says it too (`policyIdentity`), and the MCP
    *  wrapper logs it on every attempt line. */
   get identity(): string {
@@ -829,16 +830,96 @@ export class Policy extends Handle<JcoPolicy> {
     checkArgs('[method]policy.start-run', [runId]);
     const over = overLimit('run-id', runId);
     if (over) throw tooLarge(over);
-    return new Run(this.instance, misuse(() => this.instance.guard('start-run', () => this.resource.startRun(runId))), runId, this.configText);
+    return new Run(this.instance, misuse(() => this.instance.guard('start-run', () => this.resource.startRun(runId))), runId, this.configText, this);
+  }
+
+  /** Resumes an escalated run from its snapshot (`Run.snapshot`, taken in any
+   *  host) with a person's answer, under this configuration (contract 0.9.0).
+   *  The run keeps its id, calls, keys, effects and every budget spent;
+   *  `resumedCall()` then says what to do with the call that stopped it.
+   *  Throws `SnapshotError`: `malformed`, `tampered` (changed after it was
+   *  taken), `other-contract` (naming both versions), `too-large` (a text past
+   *  2 MiB, or a `done` result past 1 MiB, answered without crossing the
+   *  boundary). Linear in the document, it runs on a configuration load's tank. */
+  resumeRun(snapshot: string, answer: ResumeAnswer, now: bigint | number): Run {
+    const at = big(now);
+    const lowered = jcoAnswer(answer);
+    checkArgs('[method]policy.resume-run', [snapshot, lowered, at]);
+    const size = utf8Length(snapshot);
+    if (size > MAX_SNAPSHOT_BYTES) throw snapshotTooLarge(`the snapshot is ${size} bytes, more than the ${MAX_SNAPSHOT_BYTES}-byte limit`);
+    if (lowered.tag === 'done' && lowered.val !== undefined && utf8Length(lowered.val) > MAX_ARGUMENTS_BYTES) {
+      throw snapshotTooLarge(`the done answer's result is ${utf8Length(lowered.val)} bytes, more than the ${MAX_ARGUMENTS_BYTES}-byte limit`);
+    }
+    const handle = refused(() => this.instance.guard('resume-run', () => this.resource.resumeRun(snapshot, lowered, at), size));
+    let runId: string;
+    try {
+      runId = this.instance.guard('report', () => handle.report()).runId;
+    } catch (e) {
+      (handle as { [Symbol.dispose]?: () => void })[Symbol.dispose]?.();
+      throw e;
+    }
+    return new Run(this.instance, handle, runId, this.configText, this);
+  }
+}
+
+/** A person's answer to an escalation (contract 0.9.0, `policy.resume-run`;
+ *  the escalation's note and the snapshot's `answers` say which are safe):
+ *  `retry` sends the call that stopped the run again, the same key, as its
+ *  next attempt; `done` treats it as succeeded (`result`: its result for the
+ *  model); `skip` tells the model it was skipped (a replan); `abort` ends the
+ *  run (`aborted`). */
+export type ResumeAnswer = { kind: 'retry' } | { kind: 'done'; result?: string } | { kind: 'skip' } | { kind: 'abort' };
+
+/** The answers, made: `ResumeAnswer.retry()`, `ResumeAnswer.done('refunded')`, ... */
+export const ResumeAnswer = {
+  retry: (): ResumeAnswer => ({ kind: 'retry' }),
+  done: (result?: string): ResumeAnswer => (result === undefined ? { kind: 'done' } : { kind: 'done', result }),
+  skip: (): ResumeAnswer => ({ kind: 'skip' }),
+  abort: (): ResumeAnswer => ({ kind: 'abort' }),
+} as const;
+
+/** An answer in jco's form (the contract's `resume-answer` variant); a TypeError for anything else. */
+function jcoAnswer(answer: ResumeAnswer): Wit.ResumeAnswer {
+  const kind = (answer as { kind?: unknown } | null | undefined)?.kind;
+  switch (kind) {
+    case 'retry': case 'skip': case 'abort':
+      return { tag: kind };
+    case 'done': {
+      const result = (answer as { result?: unknown }).result;
+      if (result !== undefined && result !== null && typeof result !== 'string') {
+        throw new TypeError(`a done answer's result must be a string or undefined, not ${typeof result}`);
+      }
+      return { tag: 'done', val: result ?? undefined };
+    }
+    default:
+      throw new TypeError(`a resume answer is {kind: 'retry' | 'done' | 'skip' | 'abort'}, not ${JSON.stringify(answer) ?? String(answer)}`);
+  }
+}
+
+/** A refusal the host answers itself, as the component would, for a text over its limit. */
+function snapshotTooLarge(message: string): SnapshotError {
+  return new SnapshotError({ kind: 'too-large', message });
+}
+
+/** The component's snapshot-error as `SnapshotError`. */
+function refused<T>(call: () => T): T {
+  try {
+    return call();
+  } catch (e) {
+    const error = resultError(e);
+    if (error) throw new SnapshotError(error.payload as Wit.SnapshotError);
+    throw e;
   }
 }
 
 /** One agent run: its calls, budgets and effects. */
 export class Run extends Handle<JcoRun> {
   /** `configText`: the configuration text of the policy the run started from
-   *  (the wrapper's guard reads its caps there; default: all defaults). Made by `Policy.startRun`.
+   *  (the wrapper's guard reads its caps there; default: all defaults);
+   *  `policy`: that policy (`resume` resumes a snapshot of the run under it).
+   *  Made by `Policy.startRun` and `Policy.resumeRun`.
    *  @internal */
-  constructor(instance: PolicyInstance, handle: JcoRun, readonly runId: string, readonly configText = '{}') {
+  constructor(instance: PolicyInstance, handle: JcoRun, readonly runId: string, readonly configText = '{}', readonly policy?: Policy) {
     super(instance, handle);
   }
   /** Asks to begin a call of `tool` on `server` (contract 0.8.0: the MCP
@@ -1014,6 +1095,48 @@ export class Run extends Handle<JcoRun> {
   escalation(): Wit.Escalation | undefined {
     const resource = this.resource;
     return this.instance.guard('escalation', () => resource.escalation());
+  }
+
+  /** A snapshot of the escalated run (contract 0.9.0): a versioned JSON
+   *  document with a digest (the run's id, calls, keys, effects, budgets spent,
+   *  the escalation and the answers that are safe) for a person to answer and
+   *  any host to resume (`Policy.resumeRun`). `argumentsJson`: the stopped
+   *  call's arguments as JSON text (at most 1 MiB), kept as given so that a
+   *  retry sends the same call. Throws `SnapshotError`: `not-escalated`,
+   *  `calls-open` (a call other than the stopped one is open: `abandonCall` it
+   *  first), `too-large`. */
+  snapshot(argumentsJson: string | undefined, now: bigint | number): string {
+    const at = big(now);
+    checkArgs('[method]run.snapshot', [argumentsJson, at]);
+    if (argumentsJson !== undefined && utf8Length(argumentsJson) > MAX_ARGUMENTS_BYTES) {
+      throw snapshotTooLarge(`arguments-json is ${utf8Length(argumentsJson)} bytes, more than the ${MAX_ARGUMENTS_BYTES}-byte limit`);
+    }
+    const resource = this.resource;
+    const text = refused(() => this.instance.guard('snapshot', () => resource.snapshot(argumentsJson, at)));
+    const size = utf8Length(text);
+    if (size > MAX_SNAPSHOT_BYTES) throw snapshotTooLarge(`the component's snapshot is ${size} bytes, more than the ${MAX_SNAPSHOT_BYTES}-byte limit`);
+    return text;
+  }
+
+  /** After `Policy.resumeRun`: the call that stopped the run and what to do
+   *  with it (`action`: `send` its attempt `attempt` with `ticket` and the same
+   *  key, `succeed` with `resultText`, `replan` with `lastDecision(callId)`'s
+   *  message, or `escalate`: `escalation()`). Undefined for a run that was not
+   *  resumed, or whose escalation stopped no call. Its texts are bounded as
+   *  every text lifted from the guest (arguments past 1 MiB are dropped: cut
+   *  JSON is not JSON). */
+  resumedCall(): Wit.ResumedCall | undefined {
+    const resource = this.resource;
+    const call = this.instance.guard('resumed-call', () => resource.resumedCall());
+    if (call === undefined) return undefined;
+    return {
+      ...call,
+      tool: cutUtf8(call.tool, MAX_ID_BYTES),
+      idempotencyKey: call.idempotencyKey === undefined ? undefined : cutUtf8(call.idempotencyKey, MAX_ID_BYTES),
+      server: call.server === undefined ? undefined : cutUtf8(call.server, MAX_SERVER_BYTES),
+      argumentsJson: call.argumentsJson !== undefined && utf8Length(call.argumentsJson) <= MAX_ARGUMENTS_BYTES ? call.argumentsJson : undefined,
+      resultText: call.resultText === undefined ? undefined : cutUtf8(call.resultText, MAX_ARGUMENTS_BYTES),
+    };
   }
 
   /** The run's tally. Its u64 fields (`waitedMs`) are `bigint`s; `JSON.stringify`

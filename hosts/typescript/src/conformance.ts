@@ -31,6 +31,14 @@
 // (no component call), `shared-state` reads one, `breaker-changes` is
 // `run.take-breaker-changes()` (never called otherwise).
 //
+// Contract 0.9.0's steps: `last-decision` (`run.last-decision(call-id)`),
+// `escalation` (`run.escalation()`), `snapshot` (`run.snapshot(arguments-json,
+// now-ms)`; the runner keeps the text it answered) and `resume` (the last
+// snapshot, or `snapshot-text`, with `edit` `[from, to]` applied once, to
+// `policy.resume-run(snapshot, answer, now-ms)`, then `run.resumed-call()`: the
+// resumed run becomes the current one, and the call's attempt is its
+// `attempt`). As hosts/rust/src/steps.rs.
+//
 // observations.json has its own shape (`runObservationFile`): each case is one
 // raw observation of a `lookup_order` call and the verdict it must produce.
 //
@@ -58,7 +66,7 @@ export const DEFAULT_ENTROPY = 0x8000_0000_0000_0000n;
 
 const STEP_KEYS = new Set(['op', 'expect', 'now-ms', 'entropy', 'config', 'config-text', 'failure', 'retry', 'hint-ms',
   'run-id', 'action-id', 'call', 'call-id', 'attempt', 'outcome', 'start', 'max-count', 'comment', 'time-left-ms', 'http-status',
-  'json-rpc-code', 'sent', 'why', 'key', 'value']);
+  'json-rpc-code', 'sent', 'why', 'key', 'value', 'arguments-json', 'answer', 'edit', 'snapshot-text']);
 
 /** The file of raw transport observations (its own shape: `runObservationFile`). */
 export const OBSERVATIONS_FILE = 'observations.json';
@@ -266,6 +274,15 @@ export class Subject {
     return this.run;
   }
 
+  /** `policy.resume-run`, then `run.resumed-call()`: `{"ok": resumed-call}`
+   *  (the resumed run becomes the current run) or `{"err": snapshot-error}`. */
+  resumeRun(snapshot: string, answer: unknown, now: bigint): Json {
+    const resumed = this.call('[method]policy.resume-run', this.needPolicy(), [snapshot, answer, now]) as { ok?: unknown; err?: Json };
+    if (!('ok' in resumed)) return resumed as Json;
+    this.run = resumed.ok as Resource;
+    return { ok: this.call('[method]run.resumed-call', this.run, []) };
+  }
+
   /** `{"ok": null}` (the started run becomes the current run) or `{"err": run-error}`
    *  (the previous run stays current). */
   startRun(runId: string): Json {
@@ -295,6 +312,8 @@ interface State {
   attempts: Map<number, number>;
   /** With `RunCaseOptions.guard`: the run-time guard watching the steps as the wrapper's watches its run. */
   guard?: GuardWatch;
+  /** The last snapshot a `snapshot` step took, for the next `resume` (contract 0.9.0). */
+  snapshot?: string;
 }
 
 /** The guard over a case's run: each call's guard, whether its last verdict
@@ -392,7 +411,7 @@ function runStep(subject: Subject, step: Record<string, unknown>, state: State):
   if (now !== null) state.now = now;
   const entropy = optionalU64(step, 'entropy') ?? DEFAULT_ENTROPY;
   const op = text(step, 'op');
-  if (['begin-call', 'record-outcome', 'report', 'effects', 'breaker-changes'].includes(op) && !state.started) {
+  if (['begin-call', 'record-outcome', 'report', 'effects', 'breaker-changes', 'last-decision', 'escalation', 'snapshot'].includes(op) && !state.started) {
     subject.startRun('run-1');
     state.started = true;
   }
@@ -455,9 +474,70 @@ function runStep(subject: Subject, step: Record<string, unknown>, state: State):
       return subject.sharedState.get(text(step, 'key'));
     case 'breaker-changes':
       return subject.callLowered('[method]run.take-breaker-changes', subject.needRun(), []);
+    case 'last-decision':
+      return subject.call('[method]run.last-decision', subject.needRun(), [u32(step, 'call-id')]);
+    case 'escalation':
+      return subject.call('[method]run.escalation', subject.needRun(), []);
+    case 'snapshot': {
+      const given = step['arguments-json'];
+      if (given !== undefined && given !== null && typeof given !== 'string') throw new HarnessError('"arguments-json" must be a string');
+      const answer = subject.call('[method]run.snapshot', subject.needRun(), [given ?? null, state.now]);
+      const taken = at(answer, 'ok');
+      state.snapshot = typeof taken === 'string' ? taken : undefined;
+      return answer;
+    }
+    case 'resume':
+      return resume(subject, step, state);
     default:
       throw new HarnessError(`unknown op "${op}"`);
   }
+}
+
+/** A `resume` step (contract 0.9.0): the last snapshot's text, or
+ *  `snapshot-text`, with `edit` (`[from, to]`: the first `from` replaced by
+ *  `to`, which must occur), passed to `policy.resume-run` with `answer`; then
+ *  `run.resumed-call()`. `{"ok": resumed-call}` (the resumed run becomes the
+ *  current one, and the call's attempt is its `attempt`) or `{"err": snapshot-error}`. */
+function resume(subject: Subject, step: Record<string, unknown>, state: State): Json {
+  let snapshot: string;
+  if ('snapshot-text' in step) {
+    if (typeof step['snapshot-text'] !== 'string') throw new HarnessError('snapshot-text must be a string');
+    snapshot = step['snapshot-text'];
+  } else {
+    if (state.snapshot === undefined) throw new HarnessError('resume needs a snapshot step first, or snapshot-text');
+    snapshot = state.snapshot;
+  }
+  if ('edit' in step) {
+    const edit = step.edit;
+    if (!Array.isArray(edit) || edit.length !== 2) throw new HarnessError('edit must be [from, to]');
+    const [from, to] = edit as unknown[];
+    if (typeof from !== 'string' || typeof to !== 'string') throw new HarnessError('edit must be two strings');
+    if (!snapshot.includes(from)) throw new HarnessError(`edit: ${JSON.stringify(from)} is not in the snapshot`);
+    const i = snapshot.indexOf(from);
+    snapshot = snapshot.slice(0, i) + to + snapshot.slice(i + from.length);
+  }
+  const answer = subject.resumeRun(snapshot, field(step, 'answer'), state.now);
+  const call = at(answer, 'ok') as Record<string, Json> | undefined;
+  if (call !== undefined) {
+    state.started = true;
+    const callId = asU32(call['call-id']);
+    const attempt = asU32(call.attempt);
+    if (callId !== undefined && attempt !== undefined) state.attempts.set(callId, attempt);
+    // A resumed run: a new guard, as a new wrapper's, which registers a call it sends as it registers a begun one.
+    const watch = state.guard;
+    if (watch) {
+      watch.run = new RunGuard(watch.configText);
+      watch.calls.clear();
+      const ticket = call.ticket as Record<string, Json> | null | undefined;
+      if (call.action === 'send' && ticket && callId !== undefined) {
+        const begun = watch.run.begin(String(call.tool), typeof call['idempotency-key'] === 'string' ? call['idempotency-key'] : undefined,
+          undefined, BigInt(ticket['delay-ms'] as number | bigint));
+        watch.calls.set(callId, { guard: begun.call, polling: false });
+        if (begun.violation) watch.violations.push({ step: watch.step, violation: begun.violation });
+      }
+    }
+  }
+  return answer;
 }
 
 /** A `begin-call` step: `begin-call` (and `escalation()` when the call is not

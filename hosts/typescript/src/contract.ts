@@ -8,7 +8,7 @@ import { ComponentImportRefused, ComponentLoadError, ContractVersionMismatch } f
 import { BinaryReader } from './binary-reader.js';
 
 /** The contract this host is written for (wit/, `package agent-retry:policy@...`). */
-export const CONTRACT_VERSION = '0.8.0';
+export const CONTRACT_VERSION = '0.9.0';
 /** The interface every policy component exports, without its version. */
 export const POLICY_INTERFACE = 'agent-retry:policy/policy';
 

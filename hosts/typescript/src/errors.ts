@@ -1,5 +1,7 @@
 // The errors a host sees. Each says what went wrong and what to do about it.
-import type { ConfigError as ConfigErrorValue, Escalation, Observation, RunError } from '../generated/interfaces/agent-retry-policy-types.js';
+import type {
+  ConfigError as ConfigErrorValue, Escalation, Observation, RunError, SnapshotError as SnapshotErrorValue, SnapshotErrorKind,
+} from '../generated/interfaces/agent-retry-policy-types.js';
 
 export class AgentRetryError extends Error {
   constructor(message: string, options?: { cause?: unknown }) {
@@ -100,7 +102,8 @@ export class RunMisuse extends AgentRetryError {
 }
 
 /** The policy stopped the run: a person must act. `note` says why, the last
- *  error, and which effects were already made. */
+ *  error, and which effects were already made (and, from contract 0.9.0,
+ *  which answers to `resume` are safe). */
 export class Escalated extends AgentRetryError {
   readonly escalation: Escalation;
   readonly reason: Escalation['reason'];
@@ -109,6 +112,15 @@ export class Escalated extends AgentRetryError {
   /** Set when the policy itself failed (a `PolicyTrap`, or its instance was
    *  unusable): the wrapper's safe fallback, no retry and this escalation. */
   readonly policyFailure?: Error;
+  /** The escalated run's snapshot (contract 0.9.0, `run.snapshot`): a JSON
+   *  document to store and answer later with `caller.resume(snapshot, answer)`,
+   *  in any host. Set by the MCP wrapper when the policy escalated the run;
+   *  undefined when the run could not be snapshotted (`snapshotError` says
+   *  why: another call of the run in flight, `calls-open`) or the policy
+   *  itself failed. */
+  snapshot?: string;
+  /** Why `snapshot` is undefined, when the policy refused it. */
+  snapshotError?: SnapshotError;
   constructor(escalation: Escalation, tool?: string, policyFailure?: Error) {
     super(escalation.note);
     this.escalation = escalation;
@@ -116,6 +128,23 @@ export class Escalated extends AgentRetryError {
     this.note = escalation.note;
     this.tool = tool;
     this.policyFailure = policyFailure;
+  }
+}
+
+/** The component's `snapshot-error` (contract 0.9.0): a snapshot not taken
+ *  (`not-escalated`, `calls-open`, `too-large`) or not resumed (`malformed`,
+ *  `tampered`, `other-contract`, `too-large`). `kind` is the kebab-case kind,
+ *  `message` the component's words (naming the field or the versions).
+ *  Nothing was sent, and no run changed. */
+export class SnapshotError extends AgentRetryError {
+  readonly kind: SnapshotErrorKind;
+  constructor(error: SnapshotErrorValue) {
+    super(error.message);
+    this.kind = error.kind;
+  }
+  /** The record as the component gave it. */
+  get value(): SnapshotErrorValue {
+    return { kind: this.kind, message: this.message };
   }
 }
 

@@ -202,6 +202,28 @@ export class BreakerEvent {
 }
 export interface BreakerEvent extends BreakerFields {}
 
+export interface ResumeFields extends CallFields {
+  /** The resumed call's attempt: the one sent for `send`, else its last. */
+  attempt: number;
+  /** The person's answer: `retry`, `done`, `skip` or `abort`. */
+  answer: 'retry' | 'done' | 'skip' | 'abort';
+  /** What the host does now (`resumed-call.action`): `send`, `succeed`, `replan` or `escalate`. */
+  action: Wit.ResumedAction;
+}
+
+/** `agent_retry.resume`: a person answered an escalation and the run resumed
+ *  from its snapshot (contract 0.9.0, `policy.resume-run`): once per `resume`. */
+export class ResumeEvent {
+  readonly event = 'agent_retry.resume' as const;
+  constructor(fields: ResumeFields) {
+    Object.assign(this, fields);
+  }
+  toLogLine(): Record<string, unknown> {
+    return { ...callLine(this.event, this), attempt: this.attempt, answer: this.answer, action: this.action };
+  }
+}
+export interface ResumeEvent extends ResumeFields {}
+
 /** `agent_retry.policy_update`: a live update was accepted, refused or rolled
  *  back (and the watcher's own notes). The fields are those of 0.7's lines: an
  *  accepted update or a rollback `policy`, `generation`, `wasm_sha256`,
@@ -231,4 +253,4 @@ export function policyUpdateOutcome(event: PolicyUpdateEvent): 'accepted' | 'ref
 }
 
 /** Every event of a call. */
-export type CallEvent = AttemptEvent | WaitEvent | ReplanEvent | EscalationEvent | StatusCheckEvent | TaskPollEvent | BreakerEvent;
+export type CallEvent = AttemptEvent | WaitEvent | ReplanEvent | EscalationEvent | StatusCheckEvent | TaskPollEvent | BreakerEvent | ResumeEvent;

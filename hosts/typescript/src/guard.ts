@@ -57,10 +57,30 @@ function cap(config: Json, name: string, fallback: number): bigint {
   return typeof value === 'number' && Number.isInteger(value) && value >= 0 ? BigInt(value) : BigInt(fallback);
 }
 
+/** The preset's fields the guard reads (the guest's `Preset::fields`, mirrored
+ *  into config-defaults.ts): what a configuration of that `preset` gets for a
+ *  field it leaves out. */
+const PRESET_FIELDS: Record<string, Record<string, number>> = {
+  'aws-2026': {
+    'max-delay-ms': Defaults.AWS_2026_MAX_DELAY_MS,
+    'max-attempts-per-call': Defaults.AWS_2026_MAX_ATTEMPTS_PER_CALL,
+    'hint-cap-over-backoff-ms': Defaults.AWS_2026_HINT_CAP_OVER_BACKOFF_MS,
+  },
+};
+
+/** A top-level cap the configuration gives, else its preset's, else the default. */
+function field(config: Json, name: string, fallback: number): bigint {
+  const preset = typeof config.preset === 'string' && Object.prototype.hasOwnProperty.call(PRESET_FIELDS, config.preset)
+    ? PRESET_FIELDS[config.preset][name] : undefined;
+  return cap(config, name, preset ?? fallback);
+}
+
 /** The caps and tool facts the guard reads from the host's configuration. */
 class Limits {
   readonly maxDelayMs: bigint;
   readonly maxHintMs: bigint;
+  /** `hint-cap-over-backoff-ms`: with it a hinted wait is at most `maxDelayMs` plus it (0: none, `maxHintMs` caps it). */
+  readonly hintCapMs: bigint;
   readonly maxAttemptsPerCall: bigint;
   readonly maxRetriesPerRun: bigint;
   readonly maxStepsPerRun: bigint;
@@ -74,9 +94,10 @@ class Limits {
   readonly tools: Json;
 
   constructor(config: Json) {
-    this.maxDelayMs = cap(config, 'max-delay-ms', Defaults.MAX_DELAY_MS);
+    this.maxDelayMs = field(config, 'max-delay-ms', Defaults.MAX_DELAY_MS);
     this.maxHintMs = cap(config, 'max-hint-ms', Defaults.MAX_HINT_MS);
-    this.maxAttemptsPerCall = cap(config, 'max-attempts-per-call', Defaults.MAX_ATTEMPTS_PER_CALL);
+    this.hintCapMs = field(config, 'hint-cap-over-backoff-ms', Defaults.HINT_CAP_OVER_BACKOFF_MS);
+    this.maxAttemptsPerCall = field(config, 'max-attempts-per-call', Defaults.MAX_ATTEMPTS_PER_CALL);
     this.maxRetriesPerRun = cap(config, 'max-retries-per-run', Defaults.MAX_RETRIES_PER_RUN);
     this.maxStepsPerRun = cap(config, 'max-steps-per-run', Defaults.MAX_STEPS_PER_RUN);
     this.taskPollMaxDelayMs = cap(config, 'task-poll-max-delay-ms', Defaults.TASK_POLL_MAX_DELAY_MS);
@@ -332,8 +353,10 @@ export class CallGuard {
         if (run.retries + 1n > limits.maxRetriesPerRun) {
           return { invariant: 'attempts-over-budget', detail: `retry ${run.retries + 1n} of the run; max-retries-per-run is ${limits.maxRetriesPerRun}` };
         }
+        // A hint is waited up to max-hint-ms, or with a hint cap up to the backoff's cap plus it.
+        const hintedMs = limits.hintCapMs === 0n ? limits.maxHintMs : limits.maxDelayMs + limits.hintCapMs;
         let capMs = limits.maxDelayMs;
-        if (verdict.hintMs !== undefined && limits.maxHintMs > capMs) capMs = limits.maxHintMs;
+        if (verdict.hintMs !== undefined && hintedMs > capMs) capMs = hintedMs;
         if (limits.accountWaitMs > capMs) capMs = limits.accountWaitMs;
         if (verdict.delayMs > capMs) return { invariant: 'delay-over-cap', detail: `a retry after ${verdict.delayMs} ms; the cap is ${capMs} ms` };
         run.retries += 1n;

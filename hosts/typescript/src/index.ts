@@ -12,7 +12,7 @@ export {
   type SharedStateBackend,
 } from './shared-state.js';
 export {
-  CACHE_ENV_VAR, INSTALLED, MAX_EFFECTS_PAGE, Policy, PolicyComponent, PolicyInstance, Run, UNKNOWN_POLICY_IDENTITY, defaultCacheDir, locateComponent, nowMs,
+  CACHE_ENV_VAR, INSTALLED, MAX_EFFECTS_PAGE, Policy, PolicyComponent, PolicyInstance, ResumeAnswer, Run, UNKNOWN_POLICY_IDENTITY, defaultCacheDir, locateComponent, nowMs,
   policyIdentityOf, type ComponentOrigin, type FromBytesOptions,
   type InstantiateOptions, type LoadOptions, type SourceInfo,
 } from './component.js';
@@ -44,7 +44,7 @@ export { OsEntropy, SplitMix64, type EntropySource } from './entropy.js';
 export { jsonSafeBigInt, toJsonSafe, type JsonSafe } from './json.js';
 export {
   AgentRetryError, CallCancelled, CallStopped, CallTimedOut, ComponentImportRefused, ComponentLoadError, ComponentNotFound, ConfigError, ConnectionConfigError, ContractVersionMismatch, Escalated, InstanceUnusable,
-  NothingToRollBackTo, PolicyBoundaryViolation, PolicyInputTooLarge, PolicyMemoryExceeded, PolicyOutOfFuel, PolicyTrap, RunMisuse, SessionLost, UpdateConfigError, UpdateError,
+  NothingToRollBackTo, PolicyBoundaryViolation, PolicyInputTooLarge, PolicyMemoryExceeded, PolicyOutOfFuel, PolicyTrap, RunMisuse, SessionLost, SnapshotError, UpdateConfigError, UpdateError,
   UpdateFleetError, UpdateIntegrityError, UpdateLoadError, UpdateOlderError, UpdateReadError, UpdateSelfTestError, type StopCause, type Stopped,
 } from './errors.js';
 export {
@@ -53,8 +53,8 @@ export {
 export { observeError, observeResponse, type ObserveError } from './observe-errors.js';
 export { ObservedFailure, ReplanNeeded } from './errors.js';
 export {
-  AttemptEvent, BreakerEvent, EscalationEvent, ReplanEvent, StatusCheckEvent, TaskPollEvent, WaitEvent, type AttemptFields, type BreakerFields,
-  type CallEvent, type CallFields, type EscalationFields, type ReplanFields, type StatusCheckFields, type TaskPollFields, type WaitFields, type WaitWhy,
+  AttemptEvent, BreakerEvent, EscalationEvent, ReplanEvent, ResumeEvent, StatusCheckEvent, TaskPollEvent, WaitEvent, type AttemptFields, type BreakerFields,
+  type CallEvent, type CallFields, type EscalationFields, type ReplanFields, type ResumeFields, type StatusCheckFields, type TaskPollFields, type WaitFields, type WaitWhy,
 } from './events.js';
 export type { Invariant, Violation } from './guard.js';
 export type { RetryHooks } from './hooks.js';
@@ -68,3 +68,8 @@ export {
 export type * from '../generated/interfaces/agent-retry-policy-types.js';
 // The contract's `config-error` record, under a name of its own: `ConfigError` is the error class that carries it.
 export type { ConfigError as ConfigErrorValue } from '../generated/interfaces/agent-retry-policy-types.js';
+// The same for 0.9.0's `snapshot-error` (`SnapshotError` is the error class) and
+// `resume-answer` in jco's form (`ResumeAnswer` is the host's `{kind}` union).
+export type {
+  ResumeAnswer as ResumeAnswerValue, SnapshotError as SnapshotErrorValue,
+} from '../generated/interfaces/agent-retry-policy-types.js';

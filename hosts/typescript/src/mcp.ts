@@ -115,14 +115,23 @@
 // `hint_ms`, `escalation` (null unless escalate) and `reason`.
 //
 // Every attempt line says which policy decided (`policy`): the instance's
-// identity (`agent-retry:policy@0.8.0 wasm 0c1b894cf1b1`, the contract version
+// identity (`agent-retry:policy@0.9.0 wasm 0c1b894cf1b1`, the contract version
 // and the .wasm's SHA-256 prefix), or the `policyIdentity` option (a LivePolicy
 // host passes `loaded.identity.toString()`: generation, wasm and config digests).
+//
+// A run the policy escalates during a call (or at its begin) is snapshotted
+// (contract 0.9.0, `run.snapshot` with the call's arguments as compact JSON):
+// `Escalated.snapshot`. `caller.resume(snapshot, answer)` resumes it under the
+// caller's policy (`policy.resume-run`), makes it the caller's run, writes an
+// `agent_retry.resume` line and does what `run.resumed-call()` says: `send`
+// (the call's next attempt, the same key, through the same loop as every
+// call), `succeed`, `replan` or `escalate`.
 //
 // The module re-exports the wrapper's public names from its parts:
 // `mcp/capture.ts` (the capturing fetch and the watching of answer bodies),
 // `mcp/connection.ts` (`McpConnection`) and `mcp/caller.ts` (`RetryingToolCaller`).
-export { CallCancelled, CallStopped, CallTimedOut, ConnectionConfigError, SessionLost, type StopCause, type Stopped } from './errors.js';
+export { CallCancelled, CallStopped, CallTimedOut, ConnectionConfigError, Escalated, SessionLost, SnapshotError, type StopCause, type Stopped } from './errors.js';
+export { ResumeAnswer } from './component.js';
 export {
   ProbeAnswerFailed, classifyNetworkError, createCapturingFetch, deliveryOfNetworkError, jsonRpcErrorCode, type AttemptCapture, type FetchLike,
   type ProbeFailure,

@@ -70,6 +70,7 @@ export function metricUpdates(event: CallEvent | PolicyUpdateEvent): MetricUpdat
     case 'agent_retry.status_check':
       return [{ instrument: 'agent_retry.status_checks', labels: { result: event.result }, value: 1 }];
     case 'agent_retry.task_poll':
+    case 'agent_retry.resume':
       return [];
     case 'agent_retry.breaker':
       return [{ instrument: 'agent_retry.breaker.changes', labels: { scope: event.scope, to: event.to }, value: 1 }];

@@ -51,7 +51,7 @@ export interface OtelApi {
 
 /** The instrumentation scope's name (tracer and meter). */
 export const SCOPE = 'agent-retry-policy';
-const VERSION = '0.8.0';
+const VERSION = '0.9.0';
 
 let loaded: Promise<Otel | undefined> | undefined;
 

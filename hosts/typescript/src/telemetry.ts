@@ -3,7 +3,7 @@
 // `@opentelemetry/api` is present, its place in the call's span tree. So the
 // four cannot disagree.
 import {
-  AttemptEvent, BreakerEvent, EscalationEvent, ReplanEvent, StatusCheckEvent, TaskPollEvent, WaitEvent, type CallEvent, type PolicyUpdateEvent,
+  AttemptEvent, BreakerEvent, EscalationEvent, ReplanEvent, ResumeEvent, StatusCheckEvent, TaskPollEvent, WaitEvent, type CallEvent, type PolicyUpdateEvent,
 } from './events.js';
 import { callHook, type HookName, type RetryHooks } from './hooks.js';
 import { cutLiftedText } from './limits.js';
@@ -199,7 +199,7 @@ export class CallTrace {
       return;
     }
     if (event instanceof WaitEvent || event instanceof StatusCheckEvent || event instanceof TaskPollEvent || event instanceof EscalationEvent
-      || event instanceof ReplanEvent || event instanceof BreakerEvent) {
+      || event instanceof ReplanEvent || event instanceof BreakerEvent || event instanceof ResumeEvent) {
       if (event instanceof EscalationEvent) this.escalation = event.reason;
       if (event instanceof ReplanEvent) this.action = 'replan';
       if (event instanceof EscalationEvent) this.action = 'escalate';

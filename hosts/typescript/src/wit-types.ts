@@ -16,7 +16,7 @@ export const headerProblem: WitType = record('header-problem', [['name', string]
 export const classification: WitType = record('classification', [['class', outcomeClass], ['hint-ms', option(u64)], ['hint-source', option(string)], ['server-says-retry', option(bool)], ['rule', string], ['reason', string], ['header-problems', list(headerProblem)]]);
 export const effect: WitType = enumOf('effect', 'read', 'write', 'delete');
 export const toolHints: WitType = record('tool-hints', [['read-only', option(bool)], ['destructive', option(bool)], ['idempotent', option(bool)]]);
-export const escalationReason: WitType = enumOf('escalation-reason', 'permission-denied', 'replans-spent', 'call-attempts-spent', 'run-retries-spent', 'run-steps-spent', 'server-wait-too-long', 'retry-forbidden', 'account-budget-exhausted', 'retry-quota-exhausted', 'unclassified-failure', 'status-unknown', 'connection-misconfigured', 'deadline-too-near', 'protocol-version-unsupported', 'input-required', 'task-expired', 'task-polls-spent', 'task-cancelled', 'circuit-open');
+export const escalationReason: WitType = enumOf('escalation-reason', 'permission-denied', 'replans-spent', 'call-attempts-spent', 'run-retries-spent', 'run-steps-spent', 'server-wait-too-long', 'retry-forbidden', 'account-budget-exhausted', 'retry-quota-exhausted', 'unclassified-failure', 'status-unknown', 'connection-misconfigured', 'deadline-too-near', 'protocol-version-unsupported', 'input-required', 'task-expired', 'task-polls-spent', 'task-cancelled', 'circuit-open', 'retry-budget-exhausted', 'aborted');
 export const effectStatus: WitType = enumOf('effect-status', 'applied', 'unknown');
 export const effectRecord: WitType = record('effect-record', [['call-id', u32], ['tool', string], ['idempotency-key', option(string)], ['status', effectStatus]]);
 export const escalation: WitType = record('escalation', [['reason', escalationReason], ['last-error', option(string)], ['resets-in-ms', option(u64)], ['effects', list(effectRecord)], ['effects-total', u32], ['note', string]]);
@@ -40,6 +40,11 @@ export const verdict: WitType = record('verdict', [['action', actionKind], ['cla
 export const callStart: WitType = record('call-start', [['admitted', bool], ['call-id', u32], ['delay-ms', u64], ['effect', effect], ['safe-to-repeat', bool], ['idle-timeout-ms', u64], ['attempt-timeout-ms', u64], ['replan', bool], ['breaker-changed', bool]]);
 export const breakerState: WitType = enumOf('breaker-state', 'closed', 'open', 'half-open');
 export const breakerChange: WitType = record('breaker-change', [['server', string], ['tool', option(string)], ['old-state', breakerState], ['new-state', breakerState], ['until-ms', option(u64)], ['why', string]]);
+export const resumeAnswer: WitType = variant('resume-answer', [['retry', null], ['done', option(string)], ['skip', null], ['abort', null]]);
+export const resumedAction: WitType = enumOf('resumed-action', 'send', 'succeed', 'replan', 'escalate');
+export const resumedCall: WitType = record('resumed-call', [['call-id', u32], ['tool', string], ['server', option(string)], ['idempotency-key', option(string)], ['arguments-json', option(string)], ['action', resumedAction], ['ticket', option(callStart)], ['attempt', u32], ['result-text', option(string)]]);
+export const snapshotErrorKind: WitType = enumOf('snapshot-error-kind', 'malformed', 'tampered', 'other-contract', 'too-large', 'not-escalated', 'calls-open');
+export const snapshotError: WitType = record('snapshot-error', [['kind', snapshotErrorKind], ['message', string]]);
 
 /** Parameter and result types of the policy interface's functions (resources excluded). */
 export const FUNCTIONS = {
@@ -51,6 +56,7 @@ export const FUNCTIONS = {
   '[method]policy.classify': { params: [observation, u64], result: classification },
   '[method]policy.next-delay': { params: [u32, option(u64), option(u64)], result: u64 },
   '[method]policy.start-run': { params: [string], result: result(null, runError) },
+  '[method]policy.resume-run': { params: [string, resumeAnswer, u64], result: result(null, snapshotError) },
   '[method]run.begin-call': { params: [option(string), string, option(string), option(toolHints), u64], result: result(callStart, runError) },
   '[method]run.record-success': { params: [u32, u32, u64], result: result(verdict, runError) },
   '[method]run.record-empty-result': { params: [u32, u32, string, u64], result: result(verdict, runError) },
@@ -63,5 +69,7 @@ export const FUNCTIONS = {
   '[method]run.escalation': { params: [], result: option(escalation) },
   '[method]run.take-breaker-changes': { params: [], result: list(breakerChange) },
   '[method]run.report': { params: [], result: runReport },
+  '[method]run.snapshot': { params: [option(string), u64], result: result(string, snapshotError) },
+  '[method]run.resumed-call': { params: [], result: option(resumedCall) },
   '[method]run.effects': { params: [u32, u32], result: list(effectRecord) },
 } as const satisfies Record<string, { params: readonly WitType[]; result: WitType | null }>;

@@ -41,8 +41,8 @@ test('semver compatibility: the major, or 0.minor for 0.x', () => {
 });
 
 test('a component of the same major contract version is accepted', () => {
-  assert.equal(checkContractVersion(policyAt('0.8.0')), '0.8.0');
-  assert.equal(checkContractVersion(['wasi:cli/run@0.2.6', ...policyAt('0.8.9')]), '0.8.9'); // a later patch of 0.8
+  assert.equal(checkContractVersion(policyAt('0.9.0')), '0.9.0');
+  assert.equal(checkContractVersion(['wasi:cli/run@0.2.6', ...policyAt('0.9.9')]), '0.9.9'); // a later patch of 0.9
   assert.equal(checkContractVersion(policyAt('1.9.3'), 'the component', '1.2.0'), '1.9.3');
 });
 
@@ -55,9 +55,11 @@ test('a component of another major contract version is refused with both version
   refused(policyAt('0.5.0'), '0.5.0');
   refused(policyAt('0.6.0'), '0.6.0');
   refused(policyAt('0.6.9'), '0.6.9');
-  refused(policyAt('0.7.0'), '0.7.0'); // the previous contract
+  refused(policyAt('0.7.0'), '0.7.0');
   refused(policyAt('0.7.9'), '0.7.9');
-  refused(policyAt('0.9.0'), '0.9.0'); // the next
+  refused(policyAt('0.8.0'), '0.8.0'); // the previous contract
+  refused(policyAt('0.8.9'), '0.8.9');
+  refused(policyAt('0.10.0'), '0.10.0'); // the next
   refused(policyAt('2.0.0'), '2.0.0', '1.0.0');
   refused(policyAt('0.0.2'), '0.0.2', '0.0.1');
   refused(policyAt('banana'), 'banana');
@@ -67,7 +69,7 @@ test('a component without the policy interface, or without a version, is refused
   assert.equal(contractVersionOf(['agent-retry:policy/policy']), null);
   assert.equal(contractVersionOf(['agent-retry:policy/policyx@1.0.0']), undefined);
   assert.throws(() => checkContractVersion(['agent-retry:policy/policy']),
-    (e: unknown) => e instanceof ContractVersionMismatch && /unversioned .* this host speaks @0\.8\.0/.test(e.message));
+    (e: unknown) => e instanceof ContractVersionMismatch && /unversioned .* this host speaks @0\.9\.0/.test(e.message));
   assert.throws(() => checkContractVersion(['wasi:cli/run@0.2.6']),
     (e: unknown) => e instanceof ComponentLoadError && !(e instanceof ContractVersionMismatch) && /not an agent-retry policy component/.test(e.message));
 });
@@ -90,7 +92,7 @@ test('a real component of contract @1.0.0 is refused at load, naming both versio
   // The same component with every agent-retry:policy interface renamed to @1.0.0
   // (wasm-tools print, rename, parse), so only the contract version differs.
   const wat = await print(readFileSync(wasm));
-  const renamed = wat.replace(/(agent-retry:policy\/[a-z-]+)@0\.8\.0/g, '$1@1.0.0');
+  const renamed = wat.replace(/(agent-retry:policy\/[a-z-]+)@0\.9\.0/g, '$1@1.0.0');
   assert.notEqual(renamed, wat);
   const other = await parse(renamed);
   assert.match(await componentWit(other), /export agent-retry:policy\/policy@1\.0\.0;/); // a well-formed component
@@ -99,8 +101,8 @@ test('a real component of contract @1.0.0 is refused at load, naming both versio
   await assert.rejects(PolicyComponent.load({ wasmPath: path }), (e: unknown) => {
     assert.ok(e instanceof ContractVersionMismatch, String(e));
     assert.equal(e.componentVersion, '1.0.0');
-    assert.equal(e.hostVersion, '0.8.0');
-    assert.match(e.message, /speaks agent-retry:policy@1\.0\.0 but this host speaks @0\.8\.0/);
+    assert.equal(e.hostVersion, '0.9.0');
+    assert.match(e.message, /speaks agent-retry:policy@1\.0\.0 but this host speaks @0\.9\.0/);
     assert.ok(e.message.includes(path));
     return true;
   });
@@ -108,24 +110,24 @@ test('a real component of contract @1.0.0 is refused at load, naming both versio
   assert.ok(await PolicyComponent.load({ wasmPath: wasm }));
 });
 
-// 0.7.0 is the contract before this one (0.8.0 added the shared state and the
-// circuit breakers); 0.6.0 the one before it; 0.9.0 the next.
-for (const other of ['0.6.0', '0.7.0', '0.9.0']) {
+// 0.8.0 is the contract before this one (0.9.0 added the snapshot and resume of
+// an escalated run); 0.7.0 the one before it; 0.10.0 the next.
+for (const other of ['0.7.0', '0.8.0', '0.10.0']) {
   test(`a real component of the contract @${other} (an earlier, the next) is refused at load, naming both versions`, async () => {
     const wasm = locateComponent();
     assert.ok(wasm, 'the repository build is needed for this test (make wasm)');
     // The same component with its interfaces renamed: a component of another
     // 0.x minor is refused on its version alone, before anything of it is transpiled.
     const wat = await print(readFileSync(wasm));
-    const renamed = await parse(wat.replace(/(agent-retry:policy\/[a-z-]+)@0\.8\.0/g, `$1@${other}`));
+    const renamed = await parse(wat.replace(/(agent-retry:policy\/[a-z-]+)@0\.9\.0/g, `$1@${other}`));
     assert.ok((await componentWit(renamed)).includes(`export agent-retry:policy/policy@${other};`));
     const path = join(mkdtempSync(join(tmpdir(), `contract-${other}-`)), 'agent_retry_policy.wasm');
     writeFileSync(path, renamed);
     await assert.rejects(PolicyComponent.load({ wasmPath: path }), (e: unknown) => {
       assert.ok(e instanceof ContractVersionMismatch, String(e));
       assert.equal(e.componentVersion, other);
-      assert.equal(e.hostVersion, '0.8.0');
-      assert.ok(e.message.includes(`speaks agent-retry:policy@${other} but this host speaks @0.8.0`), e.message);
+      assert.equal(e.hostVersion, '0.9.0');
+      assert.ok(e.message.includes(`speaks agent-retry:policy@${other} but this host speaks @0.9.0`), e.message);
       return true;
     });
   });
@@ -138,7 +140,7 @@ test('a transpilation of another contract version is refused too', async () => {
   const source = JSON.parse(readFileSync(join(dir, 'source.json'), 'utf8'));
   writeFileSync(join(dir, 'source.json'), JSON.stringify({ ...source, exports: policyAt('0.1.0') }));
   await assert.rejects(PolicyComponent.load({ generatedDir: dir }),
-    (e: unknown) => e instanceof ContractVersionMismatch && /@0\.1\.0 but this host speaks @0\.8\.0/.test(e.message));
+    (e: unknown) => e instanceof ContractVersionMismatch && /@0\.1\.0 but this host speaks @0\.9\.0/.test(e.message));
   const { exports: _, ...older } = source;
   writeFileSync(join(dir, 'source.json'), JSON.stringify(older));
   await assert.rejects(PolicyComponent.load({ generatedDir: dir }),

@@ -70,7 +70,7 @@ test('a transpilation from another build is refused', async () => {
   const digest = createHash('sha256').update(readFileSync(copy)).digest('hex');
   assert.equal(component.source.sha256, digest);
   // Its identity names its own bytes, not the bundled component's.
-  assert.equal(component.identity, `agent-retry:policy@0.8.0 wasm ${digest.slice(0, 12)}`);
+  assert.equal(component.identity, `agent-retry:policy@0.9.0 wasm ${digest.slice(0, 12)}`);
   assert.equal((await component.instantiate()).policyIdentity, component.identity);
   assert.notEqual(component.identity, (await PolicyComponent.load()).identity);
 });
@@ -82,7 +82,7 @@ test("the bundled component's identity is its contract version and the SHA-256 o
   const digest = createHash('sha256').update(bytes).digest('hex');
   const component = await PolicyComponent.fromBytes(bytes);
   assert.equal(component.origin, 'bundled');
-  assert.equal(component.identity, `agent-retry:policy@0.8.0 wasm ${digest.slice(0, 12)}`);
+  assert.equal(component.identity, `agent-retry:policy@0.9.0 wasm ${digest.slice(0, 12)}`);
   assert.match(component.identity, /^agent-retry:policy@\d+\.\d+\.\d+ wasm [0-9a-f]{12}$/);
   const instance = await component.instantiate();
   assert.equal(instance.policyIdentity, component.identity);

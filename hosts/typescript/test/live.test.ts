@@ -298,7 +298,7 @@ test('a broken or foreign component is refused and rollback returns to the previ
   await assert.rejects(live.reload(), (e: unknown) => e instanceof UpdateLoadError && e.kind === 'load' && e.error instanceof ComponentLoadError);
 
   // The same component, speaking another major contract version.
-  const ours = Buffer.from('agent-retry:policy/policy@0.8.0');
+  const ours = Buffer.from('agent-retry:policy/policy@0.9.0');
   const theirs = Buffer.from('agent-retry:policy/policy@1.0.0');
   assert.ok(good.indexOf(ours) >= 0);
   const foreign = Buffer.from(good);
@@ -308,9 +308,9 @@ test('a broken or foreign component is refused and rollback returns to the previ
     assert.ok(e instanceof UpdateLoadError, String(e));
     assert.ok(e.error instanceof ContractVersionMismatch, String(e.error));
     assert.equal(e.error.componentVersion, '1.0.0');
-    assert.equal(e.error.hostVersion, '0.8.0');
+    assert.equal(e.error.hostVersion, '0.9.0');
     assert.match(e.message, /agent-retry:policy@1\.0\.0/);
-    assert.match(e.message, /@0\.8\.0/);
+    assert.match(e.message, /@0\.9\.0/);
     return true;
   });
   assert.equal(live.current().identity.generation, 1, 'nothing was swapped in');
@@ -359,7 +359,7 @@ const HOSTILE: Array<[string, (e: UpdateError) => boolean]> = [
   ['extra-import', (e) => e instanceof UpdateLoadError && e.error instanceof ComponentImportRefused && e.error.importName === 'wasi:filesystem/preopens@0.2.6'],
   ['extra-import-sockets', (e) => e instanceof UpdateLoadError && e.error instanceof ComponentImportRefused && /wasi:sockets/.test(e.message)],
   ['wrong-world', (e) => e instanceof UpdateLoadError && /exports no agent-retry:policy\/policy/.test(e.message) && /acme:scheduler/.test(e.message)],
-  ['other-major', (e) => e instanceof UpdateLoadError && e.error instanceof ContractVersionMismatch && /agent-retry:policy@0\.(7|9)\.0/.test(e.message)],
+  ['other-major', (e) => e instanceof UpdateLoadError && e.error instanceof ContractVersionMismatch && /agent-retry:policy@0\.(8|10)\.0/.test(e.message)],
 ];
 
 test('every hostile component offered as an update is refused by the gate (or contained by the sandbox while a gate case runs); the last good policy serves', async () => {

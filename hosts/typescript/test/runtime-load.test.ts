@@ -53,7 +53,7 @@ test('a .wasm is transpiled at run time once, then loaded from the cache', async
   assert.deepEqual(entries, [cold.source.sha256], 'one directory, named by the SHA-256, no temporary left');
   const source = JSON.parse(readFileSync(join(cacheDir, entries[0], 'source.json'), 'utf8'));
   assert.equal(source.sha256, cold.source.sha256);
-  assert.deepEqual(source.exports, ['agent-retry:policy/policy@0.8.0']);
+  assert.deepEqual(source.exports, ['agent-retry:policy/policy@0.9.0']);
   // The same glue edits as scripts/transpile.mjs: the cached glue equals the package's own, the
   // components differing only in a custom section jco does not carry over.
   const bundledGlue = readFileSync(join(packageRoot, 'generated/agent_retry_policy.js'), 'utf8');
@@ -81,8 +81,8 @@ test('the bundled component loads from generated/ without jco, whatever its path
 test('the contract and import checks come before jco: nothing is transpiled for a refused component', async () => {
   const cacheDir = mkdtempSync(join(tmpdir(), 'agent-retry-cache-'));
   await assert.rejects(PolicyComponent.load({ wasmPath: join(fixtures, 'other-major.wasm'), cacheDir }),
-    (e: unknown) => e instanceof ContractVersionMismatch && ['0.7.0', '0.9.0'].includes(e.componentVersion) &&
-      /@0\.[79]\.0 but this host speaks @0\.8\.0/.test(e.message));
+    (e: unknown) => e instanceof ContractVersionMismatch && ['0.8.0', '0.10.0'].includes(e.componentVersion) &&
+      /@0\.(8|10)\.0 but this host speaks @0\.9\.0/.test(e.message));
   await assert.rejects(PolicyComponent.load({ wasmPath: join(fixtures, 'extra-import-sockets.wasm'), cacheDir }),
     (e: unknown) => e instanceof ComponentImportRefused && e.importName === 'wasi:sockets/instance-network@0.2.6');
   await assert.rejects(PolicyComponent.load({ wasmPath: join(fixtures, 'wrong-world.wasm'), cacheDir }),

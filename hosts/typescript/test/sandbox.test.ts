@@ -133,10 +133,10 @@ test('an import outside the contract (wasi:filesystem) is refused at load, namin
     e.importName === 'wasi:filesystem/preopens@0.2.6' && /imports wasi:filesystem\/preopens@0.2.6, which is outside the agent-retry contract/.test(e.message));
   const real = readFileSync(join(fileURLToPath(import.meta.url), '../../../../../target/component/agent_retry_policy.wasm'));
   assert.deepEqual(componentImportNames(real).sort(),
-    ['agent-retry:policy/account-budget@0.8.0', 'agent-retry:policy/shared-state@0.8.0', 'agent-retry:policy/types@0.8.0', 'wasi:random/random@0.2.6']);
+    ['agent-retry:policy/account-budget@0.9.0', 'agent-retry:policy/shared-state@0.9.0', 'agent-retry:policy/types@0.9.0', 'wasi:random/random@0.2.6']);
   checkImports(componentImportNames(real));
-  for (const name of ['wasi:sockets/tcp@0.2.0', 'wasi:random/random@0.3.0', 'agent-retry:policy/account-budget@0.7.0', 'agent-retry:policy/types@0.9.0',
-    'agent-retry:policy/shared-state@0.7.0', 'agent-retry:policy/other-state@0.8.0', 'wasi:cli/environment@0.2.0']) {
+  for (const name of ['wasi:sockets/tcp@0.2.0', 'wasi:random/random@0.3.0', 'agent-retry:policy/account-budget@0.8.0', 'agent-retry:policy/types@0.10.0',
+    'agent-retry:policy/shared-state@0.8.0', 'agent-retry:policy/other-state@0.9.0', 'wasi:cli/environment@0.2.0']) {
     assert.throws(() => checkImports([name]), (e: unknown) => e instanceof ComponentImportRefused && e.importName === name);
   }
   await hostKeepsServing();

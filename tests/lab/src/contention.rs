@@ -329,7 +329,9 @@ pub struct ContentionRow {
 }
 
 /// The rows compared: Brooker's five, then the coordinated ones only the account
-/// budget can give.
+/// budget can give: its token bucket, the AWS retry quota with the constants of
+/// 2024 (a retry costs 5) and of 10 November 2026 (14), and the ratio retry
+/// budget (Finagle's and Linkerd's defaults).
 pub fn row_specs() -> Vec<(&'static str, &'static str)> {
     // (name, how): "native:<kind>" or "component:<entropy>:<config extra>"
     vec![
@@ -351,8 +353,16 @@ pub fn row_specs() -> Vec<(&'static str, &'static str)> {
             r#"component:seeded:"account-budget": {"account-id": "sim-{sim}", "capacity": 10, "refill-interval-ms": 20, "max-wait-ms": 10000}"#,
         ),
         (
-            "retry quota (AWS: 500, 14 a retry; clients give up)",
+            "retry quota, AWS 2026 (500; 14 a retry; clients give up)",
             r#"component:seeded:"account-budget": {"account-id": "sim-{sim}", "capacity": 100000, "refill-interval-ms": 1, "retry-quota": {"capacity": 500}}"#,
+        ),
+        (
+            "retry quota, AWS 2024 (500; 5 a retry; clients give up)",
+            r#"component:seeded:"account-budget": {"account-id": "sim-{sim}", "capacity": 100000, "refill-interval-ms": 1, "retry-quota": {"capacity": 500, "retry-cost": 5}}"#,
+        ),
+        (
+            "ratio budget (20 % of calls + 10/s; clients give up)",
+            r#"component:seeded:"account-budget": {"account-id": "sim-{sim}", "capacity": 100000, "refill-interval-ms": 1, "retry-ratio": {}}"#,
         ),
     ]
 }

@@ -139,6 +139,10 @@ impl GuestPolicy for Policy {
     fn start_run(&self, _: String) -> Result<RunHandle, wit::RunError> {
         Ok(RunHandle::new(Run))
     }
+
+    fn resume_run(&self, _: String, _: wit::ResumeAnswer, _: u64) -> Result<RunHandle, wit::SnapshotError> {
+        Ok(RunHandle::new(Run))
+    }
 }
 
 impl GuestRun for Run {
@@ -195,6 +199,14 @@ impl GuestRun for Run {
 
     fn take_breaker_changes(&self) -> Vec<wit::BreakerChange> {
         Vec::new()
+    }
+
+    fn snapshot(&self, _: Option<String>, _: u64) -> Result<String, wit::SnapshotError> {
+        Ok(String::new())
+    }
+
+    fn resumed_call(&self) -> Option<wit::ResumedCall> {
+        None
     }
 
     fn report(&self) -> wit::RunReport {

@@ -49,6 +49,7 @@ from .errors import (
     ReplanNeeded,
     RunMisuse,
     SessionLost,
+    SnapshotError,
     Stopped,
     UpdateConfigError,
     UpdateError,
@@ -67,6 +68,7 @@ from .events import (
     EscalationEvent,
     PolicyUpdateEvent,
     ReplanEvent,
+    ResumeEvent,
     StatusCheckEvent,
     TaskPollEvent,
     WaitEvent,
@@ -79,6 +81,7 @@ from .metrics import RetryMetrics
 from .redis_accounts import AccountsError, RedisAccounts, SharedAccounts
 from .redis_shared_state import FallbackSharedState, RedisSharedState, SharedStateError
 from .shared_state import EmbeddedSharedState, SharedStateBackend
+from .types import ResumeAnswer
 
 # The MCP wrapper needs the `mcp` extra: imported when first asked for (and so
 # left out of `__all__`, which a star import without the extra would fail on).
@@ -152,6 +155,8 @@ __all__ = [
     "RedisSharedState",
     "ReplanEvent",
     "ReplanNeeded",
+    "ResumeAnswer",
+    "ResumeEvent",
     "Reservation",
     "RetryMetrics",
     "Run",
@@ -160,6 +165,7 @@ __all__ = [
     "SharedAccounts",
     "SharedStateBackend",
     "SharedStateError",
+    "SnapshotError",
     "SplitMix64",
     "StatusCheckEvent",
     "Stopped",

@@ -37,6 +37,7 @@ from .types import (
     Escalation,
     Observation,
     ReplanAction,
+    ResumedCall,
     StatusCheckResult,
     TaskReport,
     ToolHints,
@@ -264,6 +265,36 @@ class CallCore:
             raise self._not_admitted()
         self.effect, self.attempt = start.effect, 1
         guard, violation = self.book.guard.begin(self.tool, self.key, hints, start.delay_ms)
+        self.guarded("not sent", violation, before_send=True)
+        return start, guard
+
+    def resumed(self, call: ResumedCall) -> tuple[CallStart, CallGuard]:
+        """Takes up the call a resumed run sends (`Run.resumed_call()`, action
+        `send`) as `begin` does: its id, key and attempt are the resumed
+        call's, its ticket the `begin-call` answer; the guard registers it as
+        a new call (hints None, the ticket's delay). From here the call is at
+        the resumed attempt."""
+        ticket = call["ticket"]
+        if ticket is None:  # the contract gives a `send` its ticket: fail safe all the same
+            fault = PolicyBoundaryViolation(f"resumed-call {call['call-id']} says send without a ticket", call="[method]run.resumed-call")
+            raise self.policy_failed("not sent", fault, before_send=True)
+        start = CallStart(
+            ticket["admitted"],
+            ticket["call-id"],
+            ticket["delay-ms"],
+            ticket["effect"],
+            ticket["safe-to-repeat"],
+            ticket["idle-timeout-ms"],
+            ticket["attempt-timeout-ms"],
+            ticket["replan"],
+            ticket["breaker-changed"],
+        )
+        self.scope = CallScope(self.scope.run, self.scope.policy, self.scope.step, call["call-id"], self.tool)
+        self.key = call["idempotency-key"]
+        if start.breaker_changed:
+            self.breaker_changes("not sent")
+        self.effect, self.attempt = start.effect, call["attempt"]
+        guard, violation = self.book.guard.begin(self.tool, self.key, None, start.delay_ms)
         self.guarded("not sent", violation, before_send=True)
         return start, guard
 

@@ -5,7 +5,7 @@
     policy = instance.load_policy({"max-attempts-per-call": 3})
     run = policy.start_run("CASE-5016")
 
-One run path (contract 0.8.0): a call is begun, each attempt reported, and
+One run path (contract 0.8.0, kept by 0.9.0): a call is begun, each attempt reported, and
 every report answers with a small tuple (`Verdict`); the prose is built only
 when asked for:
 
@@ -25,6 +25,12 @@ model, and nothing is sent. When a `CallStart` or a `Verdict` says
 A call answered by a task (MCP Tasks) is reported with `record_task_status`
 (each poll's `working` / `input-required` / ...), a failed poll with
 `record_poll_failure`; the verdict's `poll` says when to poll again.
+
+An escalated run is resumable (contract 0.9.0): `run.snapshot(arguments_json,
+now_ms)` is a versioned JSON document with a digest that any host resumes with
+a person's answer, `policy.resume_run(snapshot, ResumeAnswer.retry(), now_ms)`;
+`resumed.resumed_call()` says what to do with the call that stopped it (a
+refusal raises `SnapshotError`, its `kind` the contract's).
 
 The sandbox matches the Rust and Node hosts': the component gets only the
 account budget, the shared state (`shared_state.py`: the circuit breakers'
@@ -87,6 +93,7 @@ from .errors import (
     PolicyOutOfFuel,
     PolicyTrap,
     RunMisuse,
+    SnapshotError,
     WrongThread,
 )
 from .shared_state import MAX_VALUE_BYTES, EmbeddedSharedState, SharedStateBackend
@@ -100,6 +107,8 @@ from .types import (
     Escalation,
     Observation,
     ProbeAnswer,
+    ResumeAnswer,
+    ResumedCall,
     RunReport,
     StatusCheckResult,
     TaskReport,
@@ -111,7 +120,7 @@ from .types import (
 # (for 0.x, another 0.minor: semver's caret rule) is refused at load time; one of
 # a compatible version is run under its own interface names.
 CONTRACT_PACKAGE = "agent-retry:policy"
-CONTRACT_VERSION = "0.8.0"
+CONTRACT_VERSION = "0.9.0"
 POLICY_INTERFACE = f"{CONTRACT_PACKAGE}/policy@{CONTRACT_VERSION}"
 ACCOUNT_BUDGET_INTERFACE = f"{CONTRACT_PACKAGE}/account-budget@{CONTRACT_VERSION}"
 SHARED_STATE_INTERFACE = f"{CONTRACT_PACKAGE}/shared-state@{CONTRACT_VERSION}"
@@ -146,6 +155,7 @@ EXPORTED_FUNCTIONS = (
     "[method]policy.classify",
     "[method]policy.next-delay",
     "[method]policy.start-run",
+    "[method]policy.resume-run",
     "[method]run.begin-call",
     "[method]run.record-success",
     "[method]run.record-empty-result",
@@ -158,6 +168,8 @@ EXPORTED_FUNCTIONS = (
     "[method]run.escalation",
     "[method]run.take-breaker-changes",
     "[method]run.report",
+    "[method]run.snapshot",
+    "[method]run.resumed-call",
     "[method]run.effects",
 )
 
@@ -212,6 +224,8 @@ _CALL_START = _codec.FlatRecord(
 # The export that loads a configuration (on its own fuel budget, `fuel_per_config_byte`).
 _FROM_JSON = "[static]policy.from-json"
 _EFFECTIVE_CONFIG = "[method]policy.effective-config"
+# Resuming a snapshot runs on a load's tank too (linear in the document's bytes).
+_RESUME_RUN = "[method]policy.resume-run"
 
 # The most effects one `run.effects` call returns (the contract's page).
 EFFECTS_PAGE = 1_000
@@ -500,7 +514,7 @@ class PolicyComponent:
     @property
     def identity(self) -> str:
         """Which policy this is: the contract version it speaks and the first 12
-        hex digits of its .wasm's SHA-256, e.g. `agent-retry:policy@0.8.0 wasm
+        hex digits of its .wasm's SHA-256, e.g. `agent-retry:policy@0.9.0 wasm
         1a2b3c4d5e6f` (the same string in the Rust and Node hosts)."""
         return component_identity(self.contract_version, self.wasm_sha256)
 
@@ -703,6 +717,9 @@ class PolicyInstance:
             if isinstance(result, dict) and isinstance(result.get("ok"), ResourceAny):
                 self._policy_config_bytes[result["ok"]] = size
             return result
+        if name == _RESUME_RUN and len(args) == 4 and isinstance(args[1], str):
+            # A load's tank for the snapshot's bytes, up to the 2 MiB limit (over it the policy refuses before reading).
+            return self._invoke(bound, args, min(limits.utf8_size(args[1]), limits.MAX_SNAPSHOT_BYTES))
         if name == _EFFECTIVE_CONFIG and len(args) == 1 and isinstance(args[0], ResourceAny):
             # The load's tank, for a handle this instance's from-json returned.
             return self._invoke(bound, args, self._policy_config_bytes.get(args[0]))
@@ -931,7 +948,34 @@ class Policy(_Handle):
         result = self.instance._invoke(self.instance._exports["[method]policy.start-run"], (self.resource, run_id))
         if "err" in result:
             raise RunMisuse(result["err"])
-        return Run(self.instance, result["ok"], run_id, self.config_text)
+        return Run(self.instance, result["ok"], run_id, self.config_text, policy=self)
+
+    def resume_run(self, snapshot: str, answer: ResumeAnswer, now_ms: int) -> Run:
+        """Resumes an escalated run from its snapshot (`Run.snapshot`, taken in
+        any host) with a person's answer, under this configuration (contract
+        0.9.0). The run keeps its id, calls, keys, effects and every budget
+        spent; `Run.resumed_call()` says what to do with the call that stopped
+        it. Raises `SnapshotError` (its `kind`: `malformed`, `tampered`,
+        `other-contract`, `too-large`) for a snapshot refused: a text past 2
+        MiB, or a `done` result past 1 MiB, without a call. Runs on the tank
+        of a configuration load of the snapshot's size (linear in the
+        document, off the decision path)."""
+        if not isinstance(answer, ResumeAnswer):
+            raise TypeError(f"answer must be a ResumeAnswer (ResumeAnswer.retry(), ...), got {answer!r}")
+        size = limits.utf8_size(snapshot) if isinstance(snapshot, str) else 0
+        if size > limits.MAX_SNAPSHOT_BYTES:
+            raise SnapshotError("too-large", f"the snapshot is {size} bytes, more than the {limits.MAX_SNAPSHOT_BYTES}-byte limit")
+        if answer.result is not None and limits.utf8_size(answer.result) > limits.MAX_ARGUMENTS_BYTES:
+            raise SnapshotError(
+                "too-large",
+                f"the done answer's result is {limits.utf8_size(answer.result)} bytes, more than the {limits.MAX_ARGUMENTS_BYTES}-byte limit",
+            )
+        result = self.instance._invoke(self.instance._exports[_RESUME_RUN], (self.resource, snapshot, answer.canonical(), now_ms), size)
+        if "err" in result:
+            raise SnapshotError(result["err"]["kind"], result["err"]["message"])
+        run = Run(self.instance, result["ok"], "", self.config_text, policy=self)
+        run.run_id = run.report()["run-id"]
+        return run
 
 
 class _Text(ctypes.Structure):
@@ -1020,9 +1064,13 @@ class Run(_Handle):
     names the attempt it reports: 1 for the first, then `verdict.attempt + 1`
     after a retry; for a status check, the attempt whose effect was checked."""
 
-    def __init__(self, instance: PolicyInstance, resource: ResourceAny, run_id: str, config_text: str = "{}") -> None:
+    def __init__(
+        self, instance: PolicyInstance, resource: ResourceAny, run_id: str, config_text: str = "{}", *, policy: Policy | None = None
+    ) -> None:
         super().__init__(instance, resource)
         self.run_id = run_id
+        # The policy it was started (or resumed) from: `RetryingToolCaller.resume` resumes a snapshot on it.
+        self.policy = policy
         # The configuration text of the policy it was started from (`Policy.config_text`).
         self.config_text = config_text
         exports = instance._exports
@@ -1039,6 +1087,8 @@ class Run(_Handle):
         self._escalation = exports["[method]run.escalation"]
         self._breaker_changes = exports["[method]run.take-breaker-changes"]
         self._abandon = exports["[method]run.abandon-call"]
+        self._snapshot = exports["[method]run.snapshot"]
+        self._resumed_call = exports["[method]run.resumed-call"]
         component = instance.component
         self._actions, self._classes, self._effect_names = component._actions, component._classes, component._effect_names
         self._flat: _FlatArgs | None = None
@@ -1300,6 +1350,48 @@ class Run(_Handle):
         20, else the first 10 and the last 10; `effects-total` counts them all
         (`all_effects` gives every one)."""
         return cast(RunReport, self.instance._invoke(self._report, (self.resource,)))
+
+    def snapshot(self, arguments_json: str | None, now_ms: int) -> str:
+        """A snapshot of the escalated run (contract 0.9.0): a versioned JSON
+        document with a digest, for a person to answer and any host to resume
+        (`Policy.resume_run`). `arguments_json` is the stopped call's arguments
+        as JSON text, kept as given so that a retry sends the same call.
+        Raises `SnapshotError`: `not-escalated` (the run has not escalated),
+        `calls-open` (a call other than the stopped one is open: abandon it
+        first), `too-large`."""
+        if isinstance(arguments_json, str) and limits.utf8_size(arguments_json) > limits.MAX_ARGUMENTS_BYTES:
+            size = limits.utf8_size(arguments_json)
+            raise SnapshotError("too-large", f"arguments-json is {size} bytes, more than the {limits.MAX_ARGUMENTS_BYTES}-byte limit")
+        result = self.instance._invoke(self._snapshot, (self.resource, arguments_json, now_ms))
+        if "err" in result:
+            raise SnapshotError(result["err"]["kind"], result["err"]["message"])
+        text = cast(str, result["ok"])
+        size = limits.utf8_size(text)
+        if size > limits.MAX_SNAPSHOT_BYTES:
+            raise SnapshotError(
+                "too-large", f"the component's snapshot is {size} bytes, more than the {limits.MAX_SNAPSHOT_BYTES}-byte limit"
+            )
+        return text
+
+    def resumed_call(self) -> ResumedCall | None:
+        """After `Policy.resume_run`: the call that stopped the run and what to
+        do with it (`action`: send, succeed, replan, escalate). None for a run
+        that was not resumed, or whose escalation stopped no call. Its texts
+        are bounded as every text the guest hands out (arguments past 1 MiB
+        are dropped: cut JSON is not JSON)."""
+        call = cast("ResumedCall | None", self.instance._invoke(self._resumed_call, (self.resource,)))
+        if call is not None:
+            call["tool"] = limits.cut(call["tool"], limits.MAX_ID_BYTES)
+            if call["idempotency-key"] is not None:
+                call["idempotency-key"] = limits.cut(call["idempotency-key"], limits.MAX_ID_BYTES)
+            if call["server"] is not None:
+                call["server"] = limits.cut(call["server"], limits.MAX_SERVER_BYTES)
+            arguments = call["arguments-json"]
+            if arguments is not None and limits.utf8_size(arguments) > limits.MAX_ARGUMENTS_BYTES:
+                call["arguments-json"] = None
+            if call["result-text"] is not None:
+                call["result-text"] = limits.cut(call["result-text"], limits.MAX_ARGUMENTS_BYTES)
+        return call
 
     def effects(self, start: int, max_count: int = EFFECTS_PAGE) -> list[EffectRecord]:
         """The run's effects in order from the `start`-th (0 for the first), at

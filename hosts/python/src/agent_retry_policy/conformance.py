@@ -8,7 +8,7 @@ inputs are converted from canonical JSON by each function's WIT parameter types
 against the case's expectations.
 
 The vectors keep their readable steps; this module is the one place that
-translates them onto contract 0.8.0's single run path (`translate_*` below): a
+translates them onto contract 0.8.0's single run path (kept by 0.9.0) (`translate_*` below): a
 `begin-call` step calls `begin-call` with the call's `server` (none if absent),
 and `escalation()` when not admitted, or `last-decision(call-id)` when not
 admitted as a replan (a circuit breaker open);
@@ -24,7 +24,10 @@ failure as an observation too; `read-probe-answer` asks the rule for the
 `server/discover` probe's answer. `put-shared-state` stores a text in the
 case's shared state as a store would (version + 1), `shared-state` reads it
 (or null), `breaker-changes` is `run.take-breaker-changes()` (never called
-otherwise). observations.json (raw transport
+otherwise); `last-decision` and `escalation` are the run's, `snapshot` is
+`run.snapshot` (its text kept for the next `resume`), `resume` is
+`policy.resume-run` (with `edit`'s one replacement) then `run.resumed-call`,
+the resumed run becoming the current one (contract 0.9.0). observations.json (raw transport
 observations and the verdict each must produce) runs in its pure form:
 `begin-call lookup_order`, `record-failure(observation)`, the verdict compared
 with the case's `expect`. `--dump` writes the outputs.
@@ -83,6 +86,10 @@ STEP_KEYS = frozenset(
         "why",
         "key",
         "value",
+        "arguments-json",
+        "answer",
+        "edit",
+        "snapshot-text",
     ]
 )
 U64_MAX = 0xFFFF_FFFF_FFFF_FFFF
@@ -283,7 +290,10 @@ def run_step(subject: Subject, step: Any, state: dict[str, Any]) -> Any:
         entropy = DEFAULT_ENTROPY
     op = _text(step, "op")
     attempts: dict[int, int] = state.setdefault("attempts", {})
-    if op in ("begin-call", "record-outcome", "report", "effects", "breaker-changes") and not state["started"]:
+    if (
+        op in ("begin-call", "record-outcome", "report", "effects", "breaker-changes", "last-decision", "escalation", "snapshot")
+        and not state["started"]
+    ):
         subject.start_run("run-1")
         state["started"] = True
     call = subject.instance.call
@@ -342,7 +352,53 @@ def run_step(subject: Subject, step: Any, state: dict[str, Any]) -> Any:
         return subject.shared_state.text(_text(step, "key"))
     if op == "effects":
         return call("[method]run.effects", subject.need_run(), _u32(step, "start"), _u32(step, "max-count"))
+    if op == "last-decision":
+        return call("[method]run.last-decision", subject.need_run(), _u32(step, "call-id"))
+    if op == "escalation":
+        return call("[method]run.escalation", subject.need_run())
+    if op == "snapshot":
+        arguments = step.get("arguments-json")
+        answer = call("[method]run.snapshot", subject.need_run(), arguments if isinstance(arguments, str) else None, state["now"])
+        state["snapshot"] = answer.get("ok") if isinstance(answer, dict) and isinstance(answer.get("ok"), str) else None
+        return answer
+    if op == "resume":
+        return _resume_step(subject, step, state)
     raise HarnessError(f'unknown op "{op}"')
+
+
+def _resume_step(subject: Subject, step: dict[str, Any], state: dict[str, Any]) -> Any:
+    """The `resume` op: the last snapshot (or `snapshot-text`), with `edit`'s
+    one replacement, through `policy.resume-run`, then `run.resumed-call`; the
+    resumed run becomes the current one."""
+    if "snapshot-text" in step:
+        text = step["snapshot-text"]
+        if not isinstance(text, str):
+            raise HarnessError("snapshot-text must be a string")
+    else:
+        text = state.get("snapshot")
+        if text is None:
+            raise HarnessError("resume needs a snapshot step first, or snapshot-text")
+    if "edit" in step:
+        edit = step["edit"]
+        if not isinstance(edit, list) or len(edit) != 2:
+            raise HarnessError("edit must be [from, to]")
+        old, new = edit
+        if not isinstance(old, str) or not isinstance(new, str):
+            raise HarnessError("edit must be two strings")
+        if old not in text:
+            raise HarnessError(f"edit: {json.dumps(old)} is not in the snapshot")
+        text = text.replace(old, new, 1)
+    answer = subject.instance.call("[method]policy.resume-run", subject.need_policy(), text, _field(step, "answer"), state["now"])
+    if "ok" not in answer:
+        return answer
+    subject.run = answer["ok"]
+    state["started"] = True
+    resumed = subject.instance.call("[method]run.resumed-call", subject.run)
+    if isinstance(resumed, dict):
+        call_id, attempt = resumed.get("call-id"), resumed.get("attempt")
+        if isinstance(call_id, int) and isinstance(attempt, int):
+            state.setdefault("attempts", {})[call_id] = attempt
+    return {"ok": resumed}
 
 
 # The translation of the readable steps onto the single run path (contract 0.8.0), in one place.

@@ -176,7 +176,9 @@ class Escalated(AgentRetryError):
     """The policy stopped the run: a person must act. `note` says why, the last
     error, and which effects were already made."""
 
-    def __init__(self, escalation: Any, tool: str | None = None, policy_failure: AgentRetryError | None = None) -> None:
+    def __init__(
+        self, escalation: Any, tool: str | None = None, policy_failure: AgentRetryError | None = None, *, snapshot: str | None = None
+    ) -> None:
         self.escalation = escalation
         self.reason: str = escalation["reason"]
         self.note: str = escalation["note"]
@@ -184,7 +186,26 @@ class Escalated(AgentRetryError):
         # Set when the policy itself failed (a `PolicyTrap`, or its instance was
         # unusable): the MCP wrapper's safe fallback, no retry and this escalation.
         self.policy_failure = policy_failure
+        # The run's snapshot (contract 0.9.0, `Run.snapshot`), taken when the
+        # MCP wrapper raised this: store it, and a person's answer resumes the
+        # run later in any host (`RetryingToolCaller.resume`). None when the
+        # snapshot was refused (another call of the run still open) or the
+        # policy itself failed.
+        self.snapshot: str | None = snapshot
         super().__init__(self.note)
+
+
+class SnapshotError(AgentRetryError):
+    """A snapshot not taken (`Run.snapshot`) or not resumed
+    (`Policy.resume_run`, `RetryingToolCaller.resume`): `kind` is the
+    component's `snapshot-error-kind` (`malformed`, `tampered`,
+    `other-contract`, `too-large`, `not-escalated`, `calls-open`), `message`
+    says what is wrong. Nothing was sent."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        self.kind = kind
+        self.message = message
+        super().__init__(f"snapshot refused ({kind}): {message}")
 
 
 class ReplanNeeded(AgentRetryError):

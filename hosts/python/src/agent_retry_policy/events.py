@@ -21,6 +21,7 @@ STATUS_CHECK = "agent_retry.status_check"
 TASK_POLL = "agent_retry.task_poll"
 POLICY_UPDATE = "agent_retry.policy_update"
 BREAKER = "agent_retry.breaker"
+RESUME = "agent_retry.resume"
 HOOK_FAILED = "agent_retry.hook_failed"
 
 
@@ -268,6 +269,39 @@ class BreakerEvent(_Scoped):
 
 
 @dataclass(frozen=True)
+class ResumeEvent(_Scoped):
+    """An escalated run was resumed from its snapshot with a person's answer
+    (`RetryingToolCaller.resume`, contract 0.9.0), once per resume: `answer`
+    is `retry`, `done`, `skip` or `abort`; `action` what the run said to do
+    with the call that stopped it (`send`, `succeed`, `replan`, `escalate`);
+    `attempt` the call's attempt (the one sent, for `send`). The line carries
+    `event`, `ts`, `run`, `policy`, `call`, `tool`, `answer`, `action`,
+    `attempt` (no step: the call's step was the run's before the snapshot)."""
+
+    scope: CallScope
+    answer: str
+    action: str
+    attempt: int
+
+    name = RESUME
+
+    def to_log(self, ts: float | None) -> dict[str, Any]:
+        line: dict[str, Any] = {"event": RESUME}
+        if ts is not None:
+            line["ts"] = ts
+        line.update(
+            run=self.scope.run,
+            policy=self.scope.policy,
+            call=self.scope.call,
+            tool=self.scope.tool,
+            answer=self.answer,
+            action=self.action,
+            attempt=self.attempt,
+        )
+        return line
+
+
+@dataclass(frozen=True)
 class PolicyUpdateEvent:
     """A live update was accepted, refused or rolled back (`outcome`: `accepted`,
     `refused`, `rolled-back`). The log line is the one of 0.7, unchanged:
@@ -288,7 +322,17 @@ class PolicyUpdateEvent:
         return {"event": POLICY_UPDATE, "message": self.message, **self.fields}
 
 
-Event = AttemptEvent | WaitEvent | ReplanEvent | EscalationEvent | StatusCheckEvent | TaskPollEvent | BreakerEvent | PolicyUpdateEvent
+Event = (
+    AttemptEvent
+    | WaitEvent
+    | ReplanEvent
+    | EscalationEvent
+    | StatusCheckEvent
+    | TaskPollEvent
+    | BreakerEvent
+    | ResumeEvent
+    | PolicyUpdateEvent
+)
 
 __all__ = [
     "AttemptEvent",
@@ -298,6 +342,7 @@ __all__ = [
     "Event",
     "PolicyUpdateEvent",
     "ReplanEvent",
+    "ResumeEvent",
     "StatusCheckEvent",
     "TaskPollEvent",
     "WaitEvent",

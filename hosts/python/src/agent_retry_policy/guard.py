@@ -4,9 +4,10 @@ guard does not trust it for these. Pure and I/O-free; its specification is
 tests/vectors/guard/guard.json, replayed by every host.
 
 `RunGuard` is built from the configuration text the host holds (never the
-component's `effective-config`); a field left out takes the default generated
-from the guest (`config_defaults`). Each check returns a `Violation` or None;
-the first one is kept (`RunGuard.violation`): the run sends nothing after it.
+component's `effective-config`); a field left out takes its `preset`'s value,
+else the default, both generated from the guest (`config_defaults`). Each
+check returns a `Violation` or None; the first one is kept
+(`RunGuard.violation`): the run sends nothing after it.
 """
 
 from __future__ import annotations
@@ -122,6 +123,25 @@ def _object(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
+# What a configuration's `preset` fills in when it leaves a field out, among
+# the caps the guard reads: the generated mirror of the guest's
+# `Preset::fields` (config_defaults). "default" fills nothing.
+_PRESET_CAPS: dict[str, dict[str, int]] = {
+    "aws-2026": {
+        "max-delay-ms": defaults.AWS_2026_MAX_DELAY_MS,
+        "max-attempts-per-call": defaults.AWS_2026_MAX_ATTEMPTS_PER_CALL,
+        "hint-cap-over-backoff-ms": defaults.AWS_2026_HINT_CAP_OVER_BACKOFF_MS,
+    },
+}
+
+
+def _field(config: Mapping[str, Any], name: str, default: int) -> int:
+    """A top-level field the configuration gives, else its preset's, else the default."""
+    preset = config.get("preset")
+    caps = _PRESET_CAPS.get(preset, {}) if isinstance(preset, str) else {}
+    return _number(config, name, caps.get(name, default))
+
+
 class RunGuard:
     """One run's guard: its caps from the configuration, its step and retry counts, its calls."""
 
@@ -132,9 +152,11 @@ class RunGuard:
             except ValueError:
                 config = None
         c = _object(config)
-        self.max_delay_ms = _number(c, "max-delay-ms", defaults.MAX_DELAY_MS)
+        self.max_delay_ms = _field(c, "max-delay-ms", defaults.MAX_DELAY_MS)
         self.max_hint_ms = _number(c, "max-hint-ms", defaults.MAX_HINT_MS)
-        self.max_attempts_per_call = _number(c, "max-attempts-per-call", defaults.MAX_ATTEMPTS_PER_CALL)
+        # With a hint cap a hinted wait is at most max-delay-ms plus it (0: none, max-hint-ms caps it).
+        self.hint_cap_ms = _field(c, "hint-cap-over-backoff-ms", defaults.HINT_CAP_OVER_BACKOFF_MS)
+        self.max_attempts_per_call = _field(c, "max-attempts-per-call", defaults.MAX_ATTEMPTS_PER_CALL)
         self.max_retries_per_run = _number(c, "max-retries-per-run", defaults.MAX_RETRIES_PER_RUN)
         self.max_steps_per_run = _number(c, "max-steps-per-run", defaults.MAX_STEPS_PER_RUN)
         self.task_poll_max_delay_ms = _number(c, "task-poll-max-delay-ms", defaults.TASK_POLL_MAX_DELAY_MS)
@@ -283,7 +305,9 @@ class CallGuard:
             violation = self._client_error(reconnect) or self._task_resent() or self._resent() or self._over_budget()
             if violation is not None:
                 return violation
-            cap = max(run.max_delay_ms, run.max_hint_ms if hint_ms is not None else 0, run.account_wait_ms)
+            # A hint is waited up to max-hint-ms, or with a hint cap up to the backoff's cap plus it.
+            hinted = run.max_delay_ms + run.hint_cap_ms if run.hint_cap_ms else run.max_hint_ms
+            cap = max(run.max_delay_ms, hinted if hint_ms is not None else 0, run.account_wait_ms)
             if delay_ms > cap:
                 return run._refuse(Invariant.DELAY_OVER_CAP, f"a retry after {delay_ms} ms; the cap is {cap} ms")
             run.retries += 1

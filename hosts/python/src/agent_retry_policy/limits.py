@@ -1,5 +1,5 @@
 """What the host passes to the policy, bounded before it crosses the boundary
-(contract 0.8.0; the numbers are the Rust host's `limits.rs`, mirrored into
+(contract 0.9.0; the numbers are the Rust host's `limits.rs`, mirrored into
 `limits_generated.py` by tests/contract/make_mirrors.py, as for the Node host).
 Lowering a value into the guest costs its size in memory and copying, so a 40
 MB tool error or 5,800 headers are cut here, not in the guest.
@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 from .limits_generated import (
+    MAX_ARGUMENTS_BYTES,
     MAX_BODY_BYTES,
     MAX_CONFIG_BYTES,
     MAX_HEADER_VALUE_BYTES,
@@ -20,6 +21,7 @@ from .limits_generated import (
     MAX_ID_BYTES,
     MAX_LIFTED_TEXT_BYTES,
     MAX_SERVER_BYTES,
+    MAX_SNAPSHOT_BYTES,
     MAX_STRUCTURED_BYTES,
 )
 from .types import Observation, TaskReport
@@ -189,6 +191,7 @@ def too_large(input_name: str, value: str, max_bytes: int = MAX_ID_BYTES) -> dic
 
 
 __all__ = [
+    "MAX_ARGUMENTS_BYTES",
     "MAX_BODY_BYTES",
     "MAX_CONFIG_BYTES",
     "MAX_HEADERS",
@@ -196,6 +199,7 @@ __all__ = [
     "MAX_ID_BYTES",
     "MAX_LIFTED_TEXT_BYTES",
     "MAX_SERVER_BYTES",
+    "MAX_SNAPSHOT_BYTES",
     "MAX_STRUCTURED_BYTES",
     "bounded_header_text",
     "bounded_headers_text",

@@ -20,3 +20,7 @@ MAX_SERVER_BYTES = 4_096
 MAX_CONFIG_BYTES = 1_048_576
 # The most bytes of a text lifted from the policy (a reason, a message, a note) the host logs or returns; longer is cut.
 MAX_LIFTED_TEXT_BYTES = 65_536
+# The longest snapshot of an escalated run passed to `resume-run`, or lifted from `run.snapshot` (2 MiB).
+MAX_SNAPSHOT_BYTES = 2_097_152
+# The most bytes of a call's arguments kept in a snapshot, or of a `done` answer's result (1 MiB).
+MAX_ARGUMENTS_BYTES = 1_048_576

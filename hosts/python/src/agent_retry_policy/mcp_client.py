@@ -13,10 +13,12 @@ stands for, whether `Mcp-Session-Id` was sent, how far the request got) and
 does what the verdict says: retry (wait, reconnect first if the verdict says
 `reconnect`, resend with the same key), check-status (ask the caller's status check, record what it
 found), replan (return the message as the tool error the model sees), succeed
-(return the result) or escalate (raise `Escalated` with the note). All policy
-is in the component; this module only observes and obeys.
+(return the result) or escalate (raise `Escalated` with the note, and the
+run's snapshot: `Escalated.snapshot`, which `caller.resume(snapshot,
+ResumeAnswer.retry())` resumes later, in any host). All policy is in the
+component; this module only observes and obeys.
 
-MCP 2026-07-28 (contract 0.8.0). Each attempt's timeouts are the policy's
+MCP 2026-07-28 (contract 0.9.0). Each attempt's timeouts are the policy's
 (`call-start`: `idle-timeout-ms`, restarted by each progress notification, and
 `attempt-timeout-ms` in all; per tool in the configuration; `attempt_timeout_s`,
 if given, caps the idle one). Every `tools/call` carries a progress token; each

@@ -26,6 +26,7 @@ with no dict at all.
 # `__new__` (as strings they name types of this module it cannot resolve there).
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Literal, NamedTuple, Union
 
 from typing_extensions import NotRequired, TypedDict
@@ -57,6 +58,8 @@ EscalationReason = Literal[
     "task-polls-spent",
     "task-cancelled",
     "circuit-open",
+    "retry-budget-exhausted",
+    "aborted",
 ]
 EffectStatus = Literal["applied", "unknown"]
 # What a task's latest report says (`record_task_status`); a task that completed
@@ -314,6 +317,95 @@ RunReport = TypedDict(
         "effects-total": int,
     },
 )
+
+# Resuming an escalated run (contract 0.9.0: `Run.snapshot`, `Policy.resume_run`, `Run.resumed_call`).
+
+# What the host does with the call a resumed run names.
+ResumedAction = Literal["send", "succeed", "replan", "escalate"]
+# Why a snapshot was not taken or not resumed (`errors.SnapshotError.kind`).
+SnapshotErrorKind = Literal["malformed", "tampered", "other-contract", "too-large", "not-escalated", "calls-open"]
+
+
+# A refused snapshot or resume, as the component answers it.
+class SnapshotErrorValue(TypedDict):
+    kind: SnapshotErrorKind
+    message: str
+
+
+# A `call-start` as the generic path lifts it (the `ticket` of a resumed call).
+CallStartValue = TypedDict(
+    "CallStartValue",
+    {
+        "admitted": bool,
+        "call-id": int,
+        "delay-ms": int,
+        "effect": Effect,
+        "safe-to-repeat": bool,
+        "idle-timeout-ms": int,
+        "attempt-timeout-ms": int,
+        "replan": bool,
+        "breaker-changed": bool,
+    },
+)
+# The call that stopped a run, after `Policy.resume_run` (`Run.resumed_call`):
+# its key and arguments unchanged, what to do now (`action`), and for `send`
+# the attempt to send (`ticket`, as `begin_call` answers it; report it as
+# attempt `attempt`); for `succeed`, the person's result (`result-text`).
+ResumedCall = TypedDict(
+    "ResumedCall",
+    {
+        "call-id": int,
+        "tool": str,
+        "server": str | None,
+        "idempotency-key": str | None,
+        "arguments-json": str | None,
+        "action": ResumedAction,
+        "ticket": CallStartValue | None,
+        "attempt": int,
+        "result-text": str | None,
+    },
+)
+ResumeAnswerKind = Literal["retry", "done", "skip", "abort"]
+
+
+@dataclass(frozen=True)
+class ResumeAnswer:
+    """A person's answer to an escalation (`Policy.resume_run`,
+    `RetryingToolCaller.resume`): `ResumeAnswer.retry()` sends the stopped
+    call again with the same key; `ResumeAnswer.done(result)` treats it as
+    succeeded (`result` is what the model gets); `ResumeAnswer.skip()` tells
+    the model it was skipped; `ResumeAnswer.abort()` ends the run. The
+    escalation's note and the snapshot's `answers` say which are safe."""
+
+    kind: ResumeAnswerKind
+    result: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("retry", "done", "skip", "abort"):
+            raise ValueError(f"a resume answer is retry, done, skip or abort, not {self.kind!r}")
+        if self.result is not None and (self.kind != "done" or not isinstance(self.result, str)):
+            raise ValueError("only `done` carries a result, and it is a string")
+
+    @classmethod
+    def retry(cls) -> "ResumeAnswer":
+        return cls("retry")
+
+    @classmethod
+    def done(cls, result: str | None = None) -> "ResumeAnswer":
+        return cls("done", result)
+
+    @classmethod
+    def skip(cls) -> "ResumeAnswer":
+        return cls("skip")
+
+    @classmethod
+    def abort(cls) -> "ResumeAnswer":
+        return cls("abort")
+
+    def canonical(self) -> "str | dict[str, str | None]":
+        """The `resume-answer` variant in canonical JSON: `"retry"`, `{"done": text}`, `"skip"`, `"abort"`."""
+        return {"done": self.result} if self.kind == "done" else self.kind
+
 
 # run-error: a host's misuse of a run. Every case carries a payload.
 UnknownCall = TypedDict("UnknownCall", {"unknown-call": int})

@@ -11,7 +11,7 @@ ENUMS: dict[str, tuple[str, ...]] = {
     'probe-answer': ('older-server', 'failure',),
     'outcome-class': ('success', 'transient', 'throttled', 'deterministic', 'permission', 'semantic', 'misconfigured', 'needs-input', 'unclassified',),
     'effect': ('read', 'write', 'delete',),
-    'escalation-reason': ('permission-denied', 'replans-spent', 'call-attempts-spent', 'run-retries-spent', 'run-steps-spent', 'server-wait-too-long', 'retry-forbidden', 'account-budget-exhausted', 'retry-quota-exhausted', 'unclassified-failure', 'status-unknown', 'connection-misconfigured', 'deadline-too-near', 'protocol-version-unsupported', 'input-required', 'task-expired', 'task-polls-spent', 'task-cancelled', 'circuit-open',),
+    'escalation-reason': ('permission-denied', 'replans-spent', 'call-attempts-spent', 'run-retries-spent', 'run-steps-spent', 'server-wait-too-long', 'retry-forbidden', 'account-budget-exhausted', 'retry-quota-exhausted', 'unclassified-failure', 'status-unknown', 'connection-misconfigured', 'deadline-too-near', 'protocol-version-unsupported', 'input-required', 'task-expired', 'task-polls-spent', 'task-cancelled', 'circuit-open', 'retry-budget-exhausted', 'aborted',),
     'effect-status': ('applied', 'unknown',),
     'task-status': ('working', 'input-answered', 'input-required', 'cancelled',),
     'status-check-result': ('found', 'absent', 'unknown',),
@@ -19,6 +19,8 @@ ENUMS: dict[str, tuple[str, ...]] = {
     'config-error-kind': ('syntax', 'unknown-field', 'wrong-type', 'out-of-range', 'too-large',),
     'action-kind': ('retry', 'replan', 'check-status', 'succeed', 'escalate', 'poll',),
     'breaker-state': ('closed', 'open', 'half-open',),
+    'resumed-action': ('send', 'succeed', 'replan', 'escalate',),
+    'snapshot-error-kind': ('malformed', 'tampered', 'other-contract', 'too-large', 'not-escalated', 'calls-open',),
 }
 
 RECORDS: dict[str, tuple[str, ...]] = {
@@ -42,6 +44,8 @@ RECORDS: dict[str, tuple[str, ...]] = {
     'verdict': ('action', 'class', 'attempt', 'delay-ms', 'hint-ms', 'rule-index', 'has-note', 'reconnect', 'cancel-task', 'breaker-changed',),
     'call-start': ('admitted', 'call-id', 'delay-ms', 'effect', 'safe-to-repeat', 'idle-timeout-ms', 'attempt-timeout-ms', 'replan', 'breaker-changed',),
     'breaker-change': ('server', 'tool', 'old-state', 'new-state', 'until-ms', 'why',),
+    'resumed-call': ('call-id', 'tool', 'server', 'idempotency-key', 'arguments-json', 'action', 'ticket', 'attempt', 'result-text',),
+    'snapshot-error': ('kind', 'message',),
 }
 
 VARIANTS: dict[str, tuple[str, ...]] = {
@@ -49,6 +53,7 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     'failure-kind': ('http-status', 'transport', 'protocol-error', 'tool-error', 'input-required',),
     'action': ('retry', 'replan', 'check-status', 'succeed', 'escalate', 'poll',),
     'run-error': ('unknown-call', 'call-finished', 'status-check-pending', 'no-status-check-pending', 'run-ended', 'no-task', 'attempt-mismatch', 'too-large',),
+    'resume-answer': ('retry', 'done', 'skip', 'abort',),
 }
 
 FUNCTIONS: tuple[str, ...] = (
@@ -60,6 +65,7 @@ FUNCTIONS: tuple[str, ...] = (
     '[method]policy.classify',
     '[method]policy.next-delay',
     '[method]policy.start-run',
+    '[method]policy.resume-run',
     '[method]run.begin-call',
     '[method]run.record-success',
     '[method]run.record-empty-result',
@@ -72,5 +78,7 @@ FUNCTIONS: tuple[str, ...] = (
     '[method]run.escalation',
     '[method]run.take-breaker-changes',
     '[method]run.report',
+    '[method]run.snapshot',
+    '[method]run.resumed-call',
     '[method]run.effects',
 )

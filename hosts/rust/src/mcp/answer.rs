@@ -2,7 +2,7 @@
 
 use rmcp::model::CallToolResult;
 
-use crate::component::types::{Escalation, RunError};
+use crate::component::types::{Escalation, RunError, SnapshotError};
 use crate::fault::PolicyFault;
 
 /// What the model gets back from a call.
@@ -33,6 +33,9 @@ pub enum CallError {
     /// (it answered a replan: the server refused the `initialize` itself), or the
     /// caller was built on a bare peer, which cannot be connected again.
     SessionLost(String),
+    /// A snapshot not taken, or not resumed ([`crate::mcp::RetryingToolCaller::resume`]): tampered,
+    /// of another contract major, malformed, too large, or the run has not escalated.
+    Snapshot(SnapshotError),
 }
 
 /// Why a call stopped before the policy's answer.
@@ -82,6 +85,7 @@ impl std::fmt::Display for CallError {
             CallError::Run(e) => write!(f, "run error: {e:?}"),
             CallError::TimedOut(s) | CallError::Cancelled(s) => write!(f, "{}: {}", s.tool, s.reason),
             CallError::SessionLost(note) => write!(f, "the MCP session was lost: {note}"),
+            CallError::Snapshot(e) => write!(f, "snapshot refused ({:?}): {}", e.kind, e.message),
         }
     }
 }

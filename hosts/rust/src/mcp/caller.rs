@@ -26,7 +26,7 @@ use futures::StreamExt;
 use futures::future::BoxFuture;
 use rmcp::RoleClient;
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, CallToolResult, CancelTaskParams, CancelledNotificationParam, ClientRequest, GetTaskParams, GetTaskRequest,
+    CallToolRequest, CallToolRequestParams, CallToolResult, CancelTaskParams, CancelledNotificationParam, ContentBlock, ClientRequest, GetTaskParams, GetTaskRequest,
     MetaObject, RequestMetaObject, ServerResult, TaskPayload, Tool, UpdateTaskParams,
 };
 use rmcp::service::{Peer, PeerRequestOptions, ServiceError};
@@ -42,9 +42,10 @@ use super::metrics::Metrics;
 use super::observe;
 use super::session_client::ClientHandlerRef;
 use super::task;
-use crate::call_core::{CallEnd, CoreOptions, Out, Reported, RunCore};
+use crate::call_core::{CallEnd, CallState, CoreOptions, Out, Reported, ResumeRefused, RunCore};
 use crate::component::types::{
-    Action, CallStart, Delivery, FailureKind, Observation, RunReport, StatusCheckResult, TaskStatus, ToolHints, TransportError, Verdict,
+    AbandonReason, Action, CallStart, Delivery, FailureKind, Observation, ResumeAnswer, ResumedAction, ResumedCall, RunReport, SnapshotError,
+    SnapshotErrorKind, StatusCheckResult, TaskStatus, ToolHints, TransportError, Verdict,
 };
 use crate::component::{Outcome, PolicyInstance};
 use crate::events::{RetryHooks, Telemetry, WaitReason, outcome_words};
@@ -322,6 +323,8 @@ pub struct RetryingToolCaller {
     /// The `tools_without_hints` warning was given (once per connection).
     hints_warned: bool,
     previous_call: Option<(String, Map<String, Value>)>,
+    /// The last call's arguments as sent (its key included): a snapshot keeps them.
+    last_sent: Option<Map<String, Value>>,
     capture_warned: bool,
     /// New sessions set up after the first (`max_reconnects_per_run` bounds them).
     reconnects: u32,
@@ -349,6 +352,13 @@ fn telemetry_of(options: &RetryingToolCallerOptions, metrics: &Arc<Metrics>) -> 
 
 fn policy_error(e: PolicyFault) -> CallError {
     CallError::Policy(e)
+}
+
+fn refused(refusal: ResumeRefused) -> CallError {
+    match refusal {
+        ResumeRefused::Snapshot(e) => CallError::Snapshot(e),
+        ResumeRefused::Policy(e) => CallError::Policy(e),
+    }
 }
 
 impl RetryingToolCaller {
@@ -432,6 +442,7 @@ impl RetryingToolCaller {
             options,
             metrics,
             previous_call: None,
+            last_sent: None,
             capture_warned: false,
             reconnects: 0,
             tools_session: 0,
@@ -966,9 +977,104 @@ impl RetryingToolCaller {
             Err(CallError::SessionLost(_)) => ("stop", Some("session-lost")),
             Err(CallError::Policy(_)) => ("stop", Some("policy-fault")),
             Err(CallError::Run(_)) => ("stop", Some("run-error")),
+            Err(CallError::Snapshot(_)) => ("stop", Some("snapshot-refused")),
         };
         self.core.telemetry.end_call(action, error_type);
         result
+    }
+
+    /// A snapshot of the run after it escalated, with its last call's
+    /// arguments as sent: a versioned document (JSON) a person answers and any
+    /// host resumes ([`RetryingToolCaller::resume`]). Refused
+    /// ([`CallError::Snapshot`]) before the run escalated.
+    pub fn snapshot(&mut self) -> Result<String, CallError> {
+        let arguments = self.last_sent.as_ref().map(|a| Value::Object(a.clone()).to_string());
+        self.core.snapshot(arguments.as_deref()).map_err(refused)
+    }
+
+    /// Resumes the escalated run of `snapshot` (taken by any host) with a
+    /// person's answer: this caller's run becomes the resumed one. `Retry`
+    /// sends the stopped call again with its arguments and its key, and goes
+    /// on as any call does; `Done` answers the person's result, `Skip` the
+    /// replan the model is told, `Abort` escalates
+    /// ([`CallError::Escalated`]). A snapshot that is changed, of another
+    /// contract major or not a snapshot is refused ([`CallError::Snapshot`]),
+    /// nothing sent.
+    pub async fn resume(&mut self, snapshot: &str, answer: ResumeAnswer) -> Result<ToolAnswer, CallError> {
+        let call = self.core.resume(snapshot, &answer).map_err(refused)?;
+        // A later snapshot of this run keeps the resumed call's arguments, whatever the answer.
+        self.last_sent = call.arguments_json.as_deref().and_then(|a| serde_json::from_str::<Value>(a).ok()).and_then(|v| v.as_object().cloned());
+        match call.action {
+            ResumedAction::Succeed => {
+                let text = call.result_text.clone().unwrap_or_default();
+                Ok(ToolAnswer::Done { result: Some(CallToolResult::success(vec![ContentBlock::text(text)])), note: Some("a person marked it done".into()) })
+            }
+            ResumedAction::Replan => {
+                let decision = self.core.instance.last_decision(&self.core.run, call.call_id).map_err(policy_error)?;
+                let Some((Action::Replan(message), decision)) = decision.map(|d| (d.action.clone(), d)) else {
+                    return Err(CallError::Policy(PolicyFault::BoundaryViolation { cause: "a resumed call to replan has no replan decision".into() }));
+                };
+                self.core.resumed_end(&call, Some((&message, &decision)), None);
+                Ok(ToolAnswer::Replan(message))
+            }
+            ResumedAction::Escalate => match self.core.instance.escalation(&self.core.run).map_err(policy_error)? {
+                Some(escalation) => {
+                    self.core.resumed_end(&call, None, Some(&escalation));
+                    Err(CallError::Escalated(escalation))
+                }
+                None => Err(CallError::Policy(PolicyFault::BoundaryViolation { cause: "a resumed run to escalate has no escalation".into() })),
+            },
+            ResumedAction::Send => {
+                self.core.telemetry.begin_call(&self.core.context(Some(call.call_id), Some(call.call_id), &call.tool));
+                let _dropped = self.core.telemetry.ending_on_drop();
+                let result = self.send_resumed(&call).await;
+                let (action, error_type) = match &result {
+                    Ok(ToolAnswer::Done { .. }) => ("succeed", None),
+                    Ok(ToolAnswer::Replan(_)) => ("replan", None),
+                    Err(CallError::Escalated(e)) => ("escalate", Some(labels::reason(e.reason))),
+                    Err(_) => ("stop", Some("resume")),
+                };
+                self.core.telemetry.end_call(action, error_type);
+                result
+            }
+        }
+    }
+
+    /// Sends a resumed call's next attempt, with its arguments and its key.
+    async fn send_resumed(&mut self, call: &ResumedCall) -> Result<ToolAnswer, CallError> {
+        let Some(ticket) = call.ticket.clone() else {
+            return Err(CallError::Policy(PolicyFault::BoundaryViolation { cause: "a resumed call to send has no ticket".into() }));
+        };
+        // The session's own calls are made again as the wrapper makes them, not as a tool call:
+        // the call is closed unsent, and the model calls its tool again.
+        let pseudo = [INITIALIZE, TOOLS_LIST].contains(&call.tool.as_str());
+        let arguments = match call.arguments_json.as_deref().map(serde_json::from_str::<Value>) {
+            Some(Ok(Value::Object(arguments))) => Some(arguments),
+            _ => None,
+        };
+        let (Some(mut arguments), false) = (arguments, pseudo) else {
+            let _ = self.core.instance.abandon_call(&self.core.run, call.call_id, call.attempt, false, AbandonReason::Cancelled);
+            if pseudo {
+                return Ok(ToolAnswer::Replan(format!("A person allowed {} again: call the tool again.", call.tool)));
+            }
+            // Never a write with no arguments: the person's retry cannot be made from this snapshot.
+            let message = format!("the snapshot keeps no arguments for call {} ({}): it cannot be sent again; nothing was sent", call.call_id, call.tool);
+            return Err(CallError::Snapshot(SnapshotError { kind: SnapshotErrorKind::Malformed, message }));
+        };
+        // The key goes as the call first sent it, whichever host took the snapshot.
+        if let Some(key) = &call.idempotency_key
+            && self.tools.get(&call.tool).is_some_and(|info| info.takes_key)
+        {
+            arguments.insert(self.options.key_argument.clone(), Value::String(key.clone()));
+        }
+        let cancel = CancellationToken::new();
+        let limit = self.limit(Some(self.core.clock.now_ms()), &cancel);
+        // The call keeps its place in the run: its step is its id.
+        let step = Some(call.call_id);
+        let state = self.core.resumed_state(step, call, &ticket)?;
+        self.last_sent = Some(arguments.clone());
+        self.core.pause(&state, WaitReason::Admission, ticket.delay_ms, None, false, &limit).await?;
+        self.drive(&call.tool, &arguments, state, &ticket, step, &limit).await
     }
     /// [`RetryingToolCaller::call_until`] inside the call's span.
     async fn call_under_policy(&mut self, tool: &str, mut arguments: Map<String, Value>, cancel: &CancellationToken) -> Result<ToolAnswer, CallError> {
@@ -1002,13 +1108,28 @@ impl RetryingToolCaller {
         } else {
             None
         };
-        let (mut state, ticket) = match self.core.begin(step, tool, key, info.hints) {
+        self.last_sent = Some(arguments.clone());
+        let (state, ticket) = match self.core.begin(step, tool, key, info.hints) {
             Ok(begun) => begun,
             Err(CallEnd::Replanned(message)) => return Ok(ToolAnswer::Replan(message)),
             Err(end) => return Err(end.into()),
         };
         self.core.pause(&state, WaitReason::Admission, ticket.delay_ms, None, false, &limit).await?;
-        let timeouts = Timeouts::of(&ticket, self.options.attempt_timeout_ms);
+        self.drive(tool, &arguments, state, &ticket, step, &limit).await
+    }
+
+    /// Sends the call's attempts, polls its task, checks its status, as the
+    /// verdicts say, from the attempt `state` is at, until one ends it.
+    async fn drive(
+        &mut self,
+        tool: &str,
+        arguments: &Map<String, Value>,
+        mut state: CallState,
+        ticket: &CallStart,
+        step: Option<u32>,
+        limit: &Limit<'_>,
+    ) -> Result<ToolAnswer, CallError> {
+        let timeouts = Timeouts::of(ticket, self.options.attempt_timeout_ms);
         let mut next = Next::Send;
         // The task that answered the attempt, while it lives.
         let mut task: Option<String> = None;
@@ -1033,7 +1154,7 @@ impl RetryingToolCaller {
                     state.sent += 1;
                     self.core.telemetry.begin_attempt(true);
                     let telemetry = self.core.telemetry.clone();
-                    match telemetry.in_attempt(self.attempt(tool, &arguments, timeouts, &limit)).await {
+                    match telemetry.in_attempt(self.attempt(tool, arguments, timeouts, &limit)).await {
                         Ok(attempted) => (attempted, Reported::Sent),
                         Err(cause) => return Err(self.core.stop(&state, cause, Out::Request).into()),
                     }

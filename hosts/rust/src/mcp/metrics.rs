@@ -152,7 +152,7 @@ pub(crate) enum Change<'a> {
 pub(crate) fn changes(event: &Event) -> Vec<Change<'_>> {
     match event {
         Event::Attempt(e) if e.sent => vec![Change::Attempt { class: e.class.as_deref().unwrap_or("none"), action: &e.action }],
-        Event::Attempt(_) | Event::TaskPoll(_) => vec![],
+        Event::Attempt(_) | Event::TaskPoll(_) | Event::Resume(_) => vec![],
         Event::Wait(e) => {
             let wait = Change::Wait { why: e.why.as_str(), wait_ms: e.wait_ms };
             if e.why == crate::events::WaitReason::Admission { vec![wait, Change::AccountWait] } else { vec![wait] }

@@ -130,15 +130,15 @@ fn a_broken_or_foreign_component_is_refused_and_rollback_returns_to_the_previous
     assert!(matches!(live.reload().unwrap_err(), UpdateError::Load(_)));
 
     // The same component, speaking another major contract version.
-    let foreign = rename_all(&good, b"agent-retry:policy/policy@0.8.0", b"agent-retry:policy/policy@1.0.0");
+    let foreign = rename_all(&good, b"agent-retry:policy/policy@0.9.0", b"agent-retry:policy/policy@1.0.0");
     std::fs::write(&source.wasm, &foreign).unwrap();
     let err = live.reload().unwrap_err().to_string();
-    assert!(err.contains("agent-retry:policy@1.0.0") && err.contains("agent-retry:policy@0.8.0"), "{err}");
+    assert!(err.contains("agent-retry:policy@1.0.0") && err.contains("agent-retry:policy@0.9.0"), "{err}");
     // And the contract before this one, naming both versions.
-    let previous = rename_all(&good, b"agent-retry:policy/policy@0.8.0", b"agent-retry:policy/policy@0.7.0");
+    let previous = rename_all(&good, b"agent-retry:policy/policy@0.9.0", b"agent-retry:policy/policy@0.8.0");
     std::fs::write(&source.wasm, &previous).unwrap();
     let err = live.reload().unwrap_err().to_string();
-    assert!(err.contains("agent-retry:policy@0.7.0") && err.contains("agent-retry:policy@0.8.0"), "{err}");
+    assert!(err.contains("agent-retry:policy@0.8.0") && err.contains("agent-retry:policy@0.9.0"), "{err}");
     assert_eq!(live.current().identity.generation, 1, "nothing was swapped in");
 
     std::fs::write(&source.wasm, &good).unwrap();
@@ -358,7 +358,7 @@ fn every_hostile_component_is_refused_by_the_gate_and_the_last_good_policy_serve
         ("extra-import", "wasi:filesystem"),
         ("extra-import-sockets", "wasi:sockets"),
         ("wrong-world", "another world"),
-        ("other-major", "this host speaks agent-retry:policy@0.8.0"),
+        ("other-major", "this host speaks agent-retry:policy@0.9.0"),
     ];
     for (name, why) in expected {
         let bytes = std::fs::read(hostile_dir.join(format!("{name}.wasm"))).unwrap_or_else(|e| panic!("{name}: {e} (run `make hostile`)"));

@@ -62,7 +62,7 @@ fn a_missing_file_says_how_to_build_it() {
 /// (the same length, so the binary stays valid).
 fn component_speaking(version: &str) -> Vec<u8> {
     let bytes = std::fs::read(default_wasm_path()).expect("run `make wasm` first");
-    let (from, to) = ("agent-retry:policy/policy@0.8.0".as_bytes(), format!("agent-retry:policy/policy@{version}"));
+    let (from, to) = ("agent-retry:policy/policy@0.9.0".as_bytes(), format!("agent-retry:policy/policy@{version}"));
     assert_eq!(from.len(), to.len());
     // The name appears in the export and in the wiring of the core module: rename every one.
     let mut out = bytes.clone();
@@ -79,15 +79,15 @@ fn component_speaking(version: &str) -> Vec<u8> {
 
 #[test]
 fn a_component_of_another_contract_version_is_refused_naming_both() {
-    // 0.7.0 is the contract before this one and 0.9.0 the next: both are refused too.
-    for other in ["1.0.0", "0.9.0", "0.7.0", "0.3.0"] {
+    // 0.8.0 is the contract before this one and 1.0.0 a later major: both are refused too.
+    for other in ["1.0.0", "2.0.0", "0.8.0", "0.3.0"] {
         let err = PolicyComponent::from_bytes(&component_speaking(other)).err().expect("must be refused");
         assert!(matches!(err, LoadError::Incompatible { .. }), "{err}");
         let text = err.to_string();
-        assert!(text.contains(&format!("agent-retry:policy@{other}")) && text.contains("agent-retry:policy@0.8.0"), "{text}");
+        assert!(text.contains(&format!("agent-retry:policy@{other}")) && text.contains("agent-retry:policy@0.9.0"), "{text}");
     }
     // A patch release of the same contract is compatible.
-    assert!(PolicyComponent::from_bytes(&component_speaking("0.8.9")).is_ok());
+    assert!(PolicyComponent::from_bytes(&component_speaking("0.9.9")).is_ok());
 }
 
 #[test]
@@ -96,7 +96,7 @@ fn the_component_imports_only_the_account_budget_the_shared_state_and_random() {
     imports.sort();
     assert_eq!(
         imports,
-        ["agent-retry:policy/account-budget@0.8.0", "agent-retry:policy/shared-state@0.8.0", "agent-retry:policy/types@0.8.0", "wasi:random/random@0.2.6"],
+        ["agent-retry:policy/account-budget@0.9.0", "agent-retry:policy/shared-state@0.9.0", "agent-retry:policy/types@0.9.0", "wasi:random/random@0.2.6"],
         "the README lists exactly these"
     );
 }
@@ -553,7 +553,7 @@ fn components_with_foreign_imports_another_world_or_major_are_refused_at_load() 
     let text = refusal("wrong-world");
     assert!(text.contains("another world") && text.contains("acme:scheduler/policy@"), "{text}");
     let text = refusal("other-major");
-    assert!(text.contains("this host speaks agent-retry:policy@0.8.0") && text.contains("the component speaks agent-retry:policy@"), "{text}");
+    assert!(text.contains("this host speaks agent-retry:policy@0.9.0") && text.contains("the component speaks agent-retry:policy@"), "{text}");
 }
 
 /// Freed memory is reused across sizes: bodies of 20, 10, 5, 2.5 and 1.25 MB

@@ -9,14 +9,16 @@ import { performance } from 'node:perf_hooks';
 import type { CallToolResult, Tool } from '@modelcontextprotocol/sdk/types.js';
 
 import type * as Wit from '../../generated/interfaces/agent-retry-policy-types.js';
-import { CallCore, CallScope, StopNow, outcomeWords, type Answer, type Deadline, type Outcome, type RunState, type StatusCheckAnswer } from '../call-core.js';
-import { nowMs, type Run } from '../component.js';
+import {
+  CallCore, CallScope, StopNow, outcomeWords, type Answer, type Deadline, type Outcome, type RunState, type StatusCheckAnswer,
+} from '../call-core.js';
+import { nowMs, type ResumeAnswer, type Run } from '../component.js';
 import { OsEntropy, type EntropySource } from '../entropy.js';
 import type { RetryHooks } from '../hooks.js';
 import type { RetryMetrics } from '../metrics.js';
 import { loadOtel } from '../otel.js';
 import { Telemetry, type CallTrace } from '../telemetry.js';
-import { AgentRetryError, ConnectionConfigError, SessionLost } from '../errors.js';
+import { AgentRetryError, ConnectionConfigError, Escalated, SessionLost, SnapshotError } from '../errors.js';
 import { RunGuard, type CallGuard, type PollOutcome } from '../guard.js';
 import { MAX_BODY_BYTES, MAX_ID_BYTES, MAX_SERVER_BYTES, cutUtf8, joinedHeaders } from '../limits.js';
 import { MAX_TIMER_MS } from '../timers.js';
@@ -118,7 +120,7 @@ export interface RetryingToolCallerOptions {
    *  needs it: a replan's message, an escalation, a success's note). */
   log?: ((line: string) => void) | null;
   /** Which policy makes the decisions, logged as `policy` on every attempt line.
-   *  Default: the run's instance's `policyIdentity` (`agent-retry:policy@0.8.0 wasm
+   *  Default: the run's instance's `policyIdentity` (`agent-retry:policy@0.9.0 wasm
    *  0c1b894cf1b1`). A host serving a `LivePolicy` passes the run's `Loaded`
    *  identity: `loaded.identity.toString()` (`generation 3 (wasm …, config …)`). */
   policyIdentity?: string;
@@ -232,6 +234,22 @@ export function structuredText(value: unknown): string | undefined {
   }
 }
 
+/** The pseudo-tools: requests outside the model's calls, made through the policy as calls. */
+const PSEUDO_TOOLS: ReadonlySet<string> = new Set(['initialize', 'tools/list']);
+
+/** A resumed call's arguments (`arguments-json`, as the snapshot kept them):
+ *  an object, or undefined when the snapshot kept none, or not an object. */
+function argumentsOf(text: string | undefined): Record<string, unknown> | undefined {
+  if (text === undefined) return undefined;
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+  return typeof value === 'object' && value !== null && !Array.isArray(value) ? (value as Record<string, unknown>) : undefined;
+}
+
 /** The hints of the pseudo-tools `initialize` and `tools/list`. */
 const PSEUDO_HINTS: Wit.ToolHints = { readOnly: true, destructive: false, idempotent: true };
 
@@ -269,9 +287,12 @@ export class RetryingToolCaller {
   readonly serverName?: string;
   /** The run-time guard (the invariants the wrapper enforces whatever the policy
    *  says), and the escalation of the call that broke one: every later call of the run ends with it, nothing sent. */
-  private readonly runState: RunState;
+  private runState: RunState;
+  /** The caller's run: the one it was made with, or the one `resume` resumed. */
+  private current: Run;
 
-  constructor(source: McpConnection | McpClient, readonly run: Run, private readonly options: RetryingToolCallerOptions = {}) {
+  constructor(source: McpConnection | McpClient, run: Run, private readonly options: RetryingToolCallerOptions = {}) {
+    this.current = run;
     if (source instanceof McpConnection) this.connection = source;
     else this.bare = source;
     this.keyArgument = options.keyArgument ?? 'idempotency_key';
@@ -311,6 +332,12 @@ export class RetryingToolCaller {
     this.listsTools = !options.tools;
   }
 
+  /** The run the caller's calls go to: the one it was made with, or (after
+   *  `resume`) the run resumed from a snapshot. */
+  get run(): Run {
+    return this.current;
+  }
+
   /** An attempt's timeouts: the policy's for the call (`beginCall`), the idle
    *  one capped by the `attemptTimeoutMs` option if it was set. The SDK sets
    *  timers of them: past 2^31 - 1 ms one would fire at once. */
@@ -345,6 +372,7 @@ export class RetryingToolCaller {
     try {
       return await this.call(name, args, actionId ?? `step-${step}`, state);
     } catch (e) {
+      if (e instanceof Escalated) throw this.withSnapshot(e, e.tool === name ? args : undefined);
       if (e instanceof StopNow || (scope.cause && !(e instanceof AgentRetryError))) {
         // The call stops waiting for a task that still lives: the server is told, in the background (the deadline is past).
         if (state.liveTask !== undefined) this.cancelTaskInBackground(name, state.liveTask);
@@ -355,6 +383,144 @@ export class RetryingToolCaller {
       scope.dispose();
       state.core.trace.end();
     }
+  }
+
+  /** Resumes an escalated run from its snapshot (`Escalated.snapshot`, taken
+   *  by this host or any other) with a person's answer (contract 0.9.0), and
+   *  acts on it. The run is resumed under this caller's policy (the one its
+   *  run came from) and becomes this caller's run: later `callTool` calls go
+   *  to it (their `step-N` keys go on past every call the run made). One
+   *  `agent_retry.resume` line, then, as `run.resumedCall()` says:
+   *  - `send` (`retry`): the call that stopped the run is sent again as its
+   *    next attempt, the same tool, arguments and idempotency key, with the
+   *    ticket's timeouts and delay, and goes on as any call (retries, status
+   *    checks, escalation): resolves or rejects as `callTool` does;
+   *  - `succeed` (`done`): resolves to a result with one text item, the
+   *    person's result (`''` if none);
+   *  - `replan` (`skip`): resolves to the `isError` result a replan gives, with
+   *    the policy's message;
+   *  - `escalate` (`abort`, or the account budget refused the retry): rejects
+   *    with `Escalated` (with a new snapshot, unless the run was aborted: it is over).
+   *  A snapshot refused (`malformed`, `tampered`, `other-contract`,
+   *  `too-large`) rejects with `SnapshotError`: nothing was sent and the
+   *  caller's run is unchanged. `signal` stops the resumed call as `callTool`'s does. */
+  async resume(snapshot: string, answer: ResumeAnswer, options: { signal?: AbortSignal } = {}): Promise<CallToolResult> {
+    if (typeof snapshot !== 'string') throw new TypeError(`a snapshot is the text Escalated.snapshot carries, not ${snapshot === null ? 'null' : typeof snapshot}`);
+    const policy = this.current.policy;
+    if (policy === undefined) {
+      throw new AgentRetryError("this caller's run was not started by Policy.startRun: there is no policy to resume a snapshot under");
+    }
+    if (this.telemetry.otel === undefined) this.telemetry.otel = await loadOtel();
+    // A refused snapshot throws here (SnapshotError): nothing changed, nothing is sent.
+    const run = policy.resumeRun(snapshot, answer, this.clock());
+    const call = run.resumedCall();
+    if (call === undefined) {
+      run.close();
+      throw run.instance.violation('resumed-call', 'the component resumed a run but names no call');
+    }
+    this.current = run;
+    // The resumed run's guard starts again, as a new run's (the invariants are checked from here).
+    this.runState = { guard: new RunGuard(run.configText) };
+    // The keys of later calls are derived from `step-N`: N goes past every call the run
+    // made (pseudo-calls included), so that no later call takes an earlier call's key.
+    this.calls = Math.max(this.calls, run.report().calls);
+    const scope = this.scope(options.signal, true);
+    const state: CallState = { core: this.core(call.tool, null, scope, PSEUDO_TOOLS.has(call.tool) ? 'none' : 'mcp') };
+    state.core.resumedFrom(call, answer.kind);
+    try {
+      switch (call.action) {
+        case 'succeed':
+          return { content: [{ type: 'text', text: call.resultText ?? '' }], isError: false };
+        case 'replan':
+          return { content: [{ type: 'text', text: state.core.resumedReplan(call) }], isError: true };
+        case 'escalate':
+          throw state.core.resumedEscalation(call);
+        case 'send':
+          return await this.resumeSend(call, state);
+      }
+    } catch (e) {
+      if (e instanceof Escalated) throw this.withSnapshot(e, e.tool === call.tool ? call.argumentsJson : undefined);
+      if (e instanceof StopNow && e.ended) throw e.ended.error;
+      if (e instanceof StopNow || (scope.cause && !(e instanceof AgentRetryError))) {
+        if (state.liveTask !== undefined) this.cancelTaskInBackground(call.tool, state.liveTask);
+        throw state.core.stopped(state.liveTask !== undefined, e instanceof StopNow ? e.ended?.tool : undefined);
+      }
+      throw e;
+    } finally {
+      scope.dispose();
+      state.core.trace.end();
+    }
+  }
+
+  /** A resumed call's next attempt (`send`): its tool, its arguments as
+   *  stored, the same key (sent as every call's is: when the tool's input
+   *  schema has the key argument), the ticket's timeouts and delay; then the
+   *  call's loop from that attempt. A resumed `initialize` or `tools/list`
+   *  (the connection escalated) connects or lists again, and resolves to an
+   *  empty text result: the model's call is made again with `callTool`. */
+  private async resumeSend(call: Wit.ResumedCall, state: CallState): Promise<CallToolResult> {
+    const core = state.core;
+    const scope = core.scope;
+    const ticket = call.ticket;
+    if (ticket === undefined) throw this.run.instance.violation('resumed-call', `resumed call ${call.callId} is to be sent, and has no ticket`);
+    this.sdk ??= await scope.race(this.connection ? this.connection.loadSdk() : loadSdk(sdkOfClient(this.bare as McpClient)));
+    if (call.tool === 'initialize' || call.tool === 'tools/list') {
+      const resumed = { core, call, ticket };
+      if (call.tool === 'initialize') {
+        const connection = this.connection;
+        if (!connection) throw new SessionLost('a resumed initialize needs a caller built on an McpConnection', call.tool);
+        await this.pseudoCall('initialize', scope, call.tool, false, (signal, timeouts) => connection.connect({ signal, timeoutMs: timeouts.idleMs }), resumed);
+      } else {
+        await this.ensureConnected(scope, call.tool);
+        await this.pseudoCall('tools/list', scope, call.tool, true,
+          (signal, timeouts) => (this.sdk as McpSdk).listTools(this.client, undefined, { signal, timeout: timeouts.idleMs, maxTotalTimeout: timeouts.totalMs }), resumed);
+        if (this.listsTools) this.tools = undefined; // listed in full on the next call
+      }
+      return { content: [{ type: 'text', text: '' }], isError: false };
+    }
+    const tool = await this.tool(call.tool, scope);
+    const args = argumentsOf(call.argumentsJson);
+    if (args === undefined) {
+      // Never a write with no arguments: the person's retry cannot be made from this snapshot.
+      this.run.abandonCall(call.callId, call.attempt, false, 'cancelled');
+      const message = `the snapshot keeps no arguments for call ${call.callId} (${call.tool}): it cannot be sent again; nothing was sent`;
+      throw new SnapshotError({ kind: 'malformed', message });
+    }
+    const sendArgs: Record<string, unknown> = { ...args };
+    const properties = tool?.inputSchema?.properties;
+    if (call.idempotencyKey !== undefined && properties && typeof properties === 'object' && this.keyArgument in properties) {
+      sendArgs[this.keyArgument] = call.idempotencyKey;
+    }
+    const begun = await core.resumeSend(call, ticket);
+    if (begun.replan) throw this.run.instance.violation('resumed-call', 'a resumed call to send was refused as a replan');
+    return this.attempts(state, sendArgs, begun.start, begun.guard);
+  }
+
+  /** `escalated` with the escalated run's snapshot (`run.snapshot`, with the
+   *  stopped call's arguments: JSON text, or an object written as compact
+   *  JSON). A snapshot refused (another call of the run in flight:
+   *  `calls-open`) leaves `snapshot` undefined and `snapshotError` set, and
+   *  writes one `agent_retry.snapshot_refused` line. None after a policy
+   *  failure (the run did not escalate in the policy). */
+  private withSnapshot(escalated: Escalated, args: Record<string, unknown> | string | undefined): Escalated {
+    if (escalated.policyFailure !== undefined || escalated.snapshot !== undefined || escalated.snapshotError !== undefined) return escalated;
+    let argumentsJson: string | undefined;
+    try {
+      argumentsJson = typeof args === 'string' || args === undefined ? args : JSON.stringify(args);
+    } catch {
+      argumentsJson = undefined; // a cycle or a BigInt: not JSON
+    }
+    try {
+      escalated.snapshot = this.run.snapshot(argumentsJson, this.clock());
+    } catch (e) {
+      const refusal = e instanceof SnapshotError ? e : undefined;
+      if (refusal) escalated.snapshotError = refusal;
+      this.telemetry.line({
+        event: 'agent_retry.snapshot_refused', ts: Date.now() / 1000, run: this.run.runId, policy: this.policyIdentity, tool: escalated.tool ?? null,
+        kind: refusal?.kind ?? null, reason: cutUtf8(refusal ? refusal.message : `${(e as Error)?.name}: ${(e as Error)?.message ?? String(e)}`, MAX_BODY_BYTES),
+      });
+    }
+    return escalated;
   }
 
   /** The server's tools, listed through the policy as the calls list them (the
@@ -369,6 +535,7 @@ export class RetryingToolCaller {
       this.sdk ??= await scope.race(this.connection ? this.connection.loadSdk() : loadSdk(sdkOfClient(this.bare as McpClient)));
       return [...(await this.listed(scope, 'tools/list')).values()];
     } catch (e) {
+      if (e instanceof Escalated) throw this.withSnapshot(e, undefined);
       if (e instanceof StopNow && e.ended) throw e.ended.error; // the pseudo-call in progress wrote its stop
       if (e instanceof StopNow || (scope.cause && !(e instanceof AgentRetryError))) throw this.core('tools/list', null, scope, 'none').stopped();
       throw e;
@@ -414,7 +581,16 @@ export class RetryingToolCaller {
     const begun = await core.begin(hints);
     // A circuit breaker of the server is open: nothing sent, the model told as for a replan verdict.
     if (begun.replan) return { content: [{ type: 'text', text: begun.replan.message }], isError: true };
-    const { start, guard } = begun;
+    return this.attempts(state, sendArgs, begun.start, begun.guard);
+  }
+
+  /** A call's attempts from `core.attempt` (1 for a call begun, the resumed
+   *  attempt for a call a resumed run sends again), as the verdicts say: the
+   *  one loop every call of the model goes through. */
+  private async attempts(state: CallState, sendArgs: Record<string, unknown>, start: Wit.CallStart, guard: CallGuard): Promise<CallToolResult> {
+    const core = state.core;
+    const scope = core.scope;
+    const name = core.tool;
     const callId = start.callId;
     const timeouts = this.timeoutsOf(start);
 
@@ -586,10 +762,10 @@ export class RetryingToolCaller {
   /** A request outside the model's call (`initialize`, `tools/list`) as a call
    *  of the policy: begun (a step), observed, retried or escalated as decided. */
   private async pseudoCall<T>(tool: 'initialize' | 'tools/list', scope: CallScope, forTool: string, needsConnection: boolean,
-    send: (signal: AbortSignal, timeouts: AttemptTimeouts) => Promise<T>): Promise<T> {
-    const core = this.core(tool, null, scope, 'none');
+    send: (signal: AbortSignal, timeouts: AttemptTimeouts) => Promise<T>, resumed?: { core: CallCore; call: Wit.ResumedCall; ticket: Wit.CallStart }): Promise<T> {
+    const core = resumed?.core ?? this.core(tool, null, scope, 'none');
     try {
-      return await this.pseudoAttempts(core, scope, forTool, needsConnection, send);
+      return await this.pseudoAttempts(core, scope, forTool, needsConnection, send, resumed);
     } catch (e) {
       if (!(e instanceof StopNow || (scope.cause && !(e instanceof AgentRetryError)))) throw e;
       // A stop abandons the pseudo-call in the run and writes its line; the call it served stops after it.
@@ -598,9 +774,9 @@ export class RetryingToolCaller {
   }
 
   private async pseudoAttempts<T>(core: CallCore, scope: CallScope, forTool: string, needsConnection: boolean,
-    send: (signal: AbortSignal, timeouts: AttemptTimeouts) => Promise<T>): Promise<T> {
+    send: (signal: AbortSignal, timeouts: AttemptTimeouts) => Promise<T>, resumed?: { call: Wit.ResumedCall; ticket: Wit.CallStart }): Promise<T> {
     const tool = core.tool;
-    const begun = await core.begin(PSEUDO_HINTS);
+    const begun = resumed ? await core.resumeSend(resumed.call, resumed.ticket) : await core.begin(PSEUDO_HINTS);
     if (begun.replan) throw new SessionLost(`${tool} failed (not sent) and the policy answered replan: ${begun.replan.message}`, forTool);
     const { start, guard } = begun;
     const timeouts = this.timeoutsOf(start);

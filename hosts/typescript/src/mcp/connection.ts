@@ -72,7 +72,7 @@ export interface McpStdioOptions extends McpCommonOptions {
  *  transport and goes on. */
 const CLOSE_CONNECT_WAIT_MS = 500;
 
-const DEFAULT_CLIENT_INFO: McpClientInfo = { name: 'agent-retry-policy', version: '0.8.0' };
+const DEFAULT_CLIENT_INFO: McpClientInfo = { name: 'agent-retry-policy', version: '0.9.0' };
 
 /** An MCP connection the wrapper can establish and establish again: over
  *  streamable HTTP (a fresh `Client` and transport with the capturing fetch,

@@ -10,6 +10,7 @@ mod mcp_e2e;
 mod mcp_tasks;
 mod mcp_versions;
 mod observations;
+mod resume;
 mod sessions_after_cut;
 mod shared_state;
 mod transport_faults;

@@ -1,7 +1,8 @@
 //! `agent-retry-lab`: prints the refund lab, the contention simulation and the
 //! outage with and without circuit breakers (deterministic: `make lab-check`
 //! compares the output with tests/lab/expected.txt) and, with `--svg DIR`,
-//! writes the plots and the outage table (`DIR/outage.md`).
+//! writes the plots, the contention table (`DIR/contention.md`) and the
+//! outage table (`DIR/outage.md`).
 //!
 //!     agent-retry-lab [--faults FILE] [--svg DIR] [--runs N] [--clients 10,20,...] [--only lab|simulate|outage]
 
@@ -43,7 +44,11 @@ fn main() -> anyhow::Result<()> {
             plots::contention(dir, &rows)?;
             let delays = contention::component_delays(&component, 9, 10_000, 7)?;
             plots::delays(dir, &delays, 9, 2000)?;
-            eprintln!("wrote {0}/contention-calls.svg, {0}/contention-time.svg, {0}/delays.svg", dir.display());
+            let page = format!(
+                "<!-- Written by `make lab` (tests/lab/src/contention.rs): do not edit. -->\n# Brooker's contention simulation\n\nThe rows, what they compare and the target: [lab](lab.md#2-brookers-contention-simulation).\n\n```\n{text}```\n\n![calls against clients](contention-calls.svg)\n![completion time against clients](contention-time.svg)\n"
+            );
+            std::fs::write(dir.join("contention.md"), page)?;
+            eprintln!("wrote {0}/contention.md, {0}/contention-calls.svg, {0}/contention-time.svg, {0}/delays.svg", dir.display());
         }
     }
     if only.is_none() || only.as_deref() == Some("outage") {

@@ -3,7 +3,7 @@ policy, its attempts, the `initialize` and `tools/list` pseudo-calls, status
 checks, limits and log lines (the module docstring of
 `agent_retry_policy.mcp_client` says how it observes and obeys).
 
-Each call goes through the policy's single run path (contract 0.8.0):
+Each call goes through the policy's single run path (contract 0.8.0, kept by 0.9.0):
 `begin_call` (naming the server, for the circuit breakers), then per attempt `record_success`, `record_empty_result` or
 `record_failure` (the raw observation: status, headers and body as received,
 JSON-RPC code, message and data, whether an `Mcp-Session-Id` was sent, how far
@@ -20,6 +20,12 @@ decision is read for every logged attempt and for none when INFO is off. A
 call not admitted reads the hand-off with `escalation()`. That bookkeeping,
 and every event (the circuit breakers' changes included), is `_call_core.CallCore`'s, shared with `call_with_policy`:
 this module does the MCP I/O (sessions, attempts, polls, status checks).
+
+An escalation carries the run's snapshot (contract 0.9.0: `Run.snapshot`,
+with the stopped call's arguments as compact JSON); `resume` takes a
+snapshot and a person's answer, resumes the run on the caller's policy and
+goes on as `Run.resumed_call()` says: a `send` runs the same call loop from
+the resumed attempt and ticket, with the same key.
 """
 
 from __future__ import annotations
@@ -58,11 +64,22 @@ from .. import otel
 from .._call_core import CallCore, ReplannedBeforeSend, Report, RunBook, check_name, forget_task
 from .._telemetry import Telemetry
 from .._verdicts import Answer as _Answer
-from .._verdicts import rule_name
+from .._verdicts import bounded, rule_name
 from ..component import Run, now_ms
 from ..entropy import EntropySource, OsEntropy
-from ..errors import CallCancelled, CallTimedOut, SessionLost, StopCause, Stopped
-from ..events import CallScope, TaskPollEvent
+from ..errors import (
+    CallCancelled,
+    CallTimedOut,
+    Escalated,
+    InstanceUnusable,
+    PolicyTrap,
+    RunMisuse,
+    SessionLost,
+    SnapshotError,
+    StopCause,
+    Stopped,
+)
+from ..events import CallScope, EscalationEvent, ReplanEvent, ResumeEvent, TaskPollEvent
 from ..guard import CallGuard, Outcome, RunGuard
 from ..hooks import Hooks
 from ..limits import MAX_SERVER_BYTES, cut_lifted_text, utf8_size
@@ -72,6 +89,8 @@ from ..types import (
     Delivery,
     Observation,
     ReplanAction,
+    ResumeAnswer,
+    ResumedCall,
     StatusCheckResult,
     SucceedAction,
     TaskReport,
@@ -511,6 +530,8 @@ class RetryingToolCaller:
         # steps; the escalation of the first broken invariant (the rest of the run ends with it).
         self._book = RunBook(RunGuard(run.config_text))
         self.guard = self._book.guard
+        # Whether a refused snapshot was logged already (once per caller).
+        self._snapshot_warned = False
 
     @property
     def session(self) -> ClientSession | None:
@@ -538,6 +559,19 @@ class RetryingToolCaller:
         pass a stable one to keep the key across a host restart."""
         self._book.steps += 1
         step = self._book.steps
+        return await self._guarded_call(name, arguments, step, lambda state, core: self._call_tool(state, core, name, arguments, action_id))
+
+    async def _guarded_call(
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | str | None,
+        step: int | None,
+        body: Callable[[_CallState, CallCore], Awaitable[CallToolResult]],
+    ) -> CallToolResult:
+        """One call of the model (or a resumed one) under the call's and the
+        run's limits, with its span; what stops it (a limit, a cancellation)
+        is written as a stop, and an escalation carries the run's snapshot
+        (`Escalated.snapshot`), taken with the call's `arguments`."""
         started = time.monotonic()
         call_deadline = started + self.call_timeout_s if self.call_timeout_s is not None else None
         run_deadline = self._run_deadline
@@ -551,7 +585,7 @@ class RetryingToolCaller:
         core = state.core = self._core(state, name, step)
         try:
             core.refuse_if_broken()
-            return await self._call_tool(state, core, name, arguments, action_id)
+            return await body(state, core)
         except _DeadlinePassed:
             self._abandon_task(state)
             raise CallTimedOut(self._stop(state, state.cause, during=self._pseudo_during(state))) from None
@@ -565,9 +599,197 @@ class RetryingToolCaller:
             core.attempt_failed(type(e).__qualname__)
             if self._span is not None:
                 self._span.end("stop", error_type=type(e).__qualname__)
+            if isinstance(e, Escalated):
+                # The stopped call's arguments when it is the model's call (a pseudo-call's have none).
+                self._attach_snapshot(e, arguments if e.tool == name else None)
             raise
         finally:
             self._span = None
+
+    def _attach_snapshot(self, escalated: Escalated, arguments: Mapping[str, Any] | str | None) -> None:
+        """Takes the escalated run's snapshot (contract 0.9.0) into
+        `escalated.snapshot`, with the stopped call's arguments as compact
+        JSON. A snapshot refused (another call of the run still open, ...) is
+        None, and the first refusal is logged (`agent_retry.snapshot_refused`);
+        after a failure of the policy itself, or a person's `abort` (the
+        component refuses an aborted run's snapshot), none is taken."""
+        if escalated.snapshot is not None or escalated.policy_failure is not None:
+            return
+        if escalated.reason == "aborted":  # a person ended the run: there is nothing left to answer
+            return
+        if isinstance(arguments, str) or arguments is None:
+            arguments_json = arguments
+        else:
+            try:
+                arguments_json = json.dumps(dict(arguments), separators=(",", ":"), ensure_ascii=False)
+            except (TypeError, ValueError) as e:  # arguments the SDK could send but JSON cannot hold: none kept
+                arguments_json = None
+                self._snapshot_refused("arguments", f"the call's arguments are not JSON ({e}): the snapshot keeps none")
+        try:
+            escalated.snapshot = self.run.snapshot(arguments_json, self.clock())
+        except SnapshotError as e:
+            self._snapshot_refused(e.kind, e.message)
+        except (PolicyTrap, InstanceUnusable) as e:
+            self._snapshot_refused("policy-failed", str(e))
+
+    def _snapshot_refused(self, kind: str, message: str) -> None:
+        """Why an escalation carries no snapshot: logged once per caller."""
+        if self._snapshot_warned:
+            return
+        self._snapshot_warned = True
+        line = {
+            "event": "agent_retry.snapshot_refused",
+            "ts": round(time.time(), 3),
+            "run": self.run.run_id,
+            "policy": self.policy_identity,
+            "kind": kind,
+            "reason": cut_lifted_text(message),
+        }
+        self.telemetry.events_log.warning(json.dumps(line, ensure_ascii=False))
+
+    # -- resuming an escalation (contract 0.9.0)
+
+    async def resume(self, snapshot: str, answer: ResumeAnswer) -> CallToolResult:
+        """Resumes an escalated run from its snapshot (`Escalated.snapshot`,
+        taken by any host) with a person's answer, and goes on as the run says.
+        The run is resumed on the policy this caller's run came from
+        (`Policy.resume_run`) and becomes this caller's run: later
+        `call_tool` calls go to it. Then, for the call that stopped it:
+
+        - `send` (`ResumeAnswer.retry()`): its next attempt is sent with the
+          same tool, arguments and idempotency key, and the call goes on as any
+          call from that attempt (retries, status checks, escalation);
+        - `succeed` (`done`): a result holding the person's text ("" if none);
+        - `replan` (`skip`): the `isError` result a replan gives, with the
+          run's message for the model;
+        - `escalate` (`abort`, or the account budget refused the retry):
+          raises `Escalated`, with a new snapshot (none after `abort`: the
+          run is over).
+
+        Raises `SnapshotError` (its `kind`: `tampered`, `other-contract`,
+        `malformed`, `too-large`) for a snapshot refused: nothing is sent. A
+        `send` whose snapshot keeps no arguments (missing, or not a JSON
+        object) is never sent either: the call is closed unsent in the resumed
+        run and `SnapshotError` `malformed` is raised. Emits
+        `agent_retry.resume` once."""
+        if not isinstance(answer, ResumeAnswer):
+            raise TypeError(f"answer must be a ResumeAnswer (ResumeAnswer.retry(), ...), got {answer!r}")
+        policy = self.run.policy
+        if policy is None:
+            raise TypeError("this caller's run was not started from a Policy (Policy.start_run): there is no policy to resume on")
+        run = policy.resume_run(snapshot, answer, self.clock())
+        self.run = run
+        # A fresh book for the resumed run: its guard from the configuration,
+        # its steps after every call the run began (so that a later call's
+        # `step-N` key is no key the run already used).
+        self._book = RunBook(RunGuard(run.config_text), steps=max(0, run.report()["calls"]))
+        self.guard = self._book.guard
+        call = run.resumed_call()
+        tool = call["tool"] if call is not None else ""
+        scope = CallScope(run.run_id, self.policy_identity, None, call["call-id"] if call is not None else None, tool)
+        action = call["action"] if call is not None else ("escalate" if run.escalation() is not None else "succeed")
+        self.telemetry.emit(ResumeEvent(scope, answer.kind, action, call["attempt"] if call is not None else 0))
+        arguments_json = call["arguments-json"] if call is not None else None
+        if call is None or action != "send":
+            return self._resumed_ending(scope, call, action, arguments_json)
+        # A pseudo-call (`initialize`, `tools/list`) has no arguments; a call of the model's needs its own.
+        arguments = {} if tool in (INITIALIZE, TOOLS_LIST) else self._resumed_arguments(call)
+        return await self._guarded_call(tool, arguments_json, None, lambda state, core: self._resumed_send(state, core, call, arguments))
+
+    def _resumed_arguments(self, call: ResumedCall) -> dict[str, Any]:
+        """The resumed call's arguments, as the snapshot keeps them. Missing
+        or not a JSON object, they are never made up (no `{}` for a write):
+        the call is closed unsent in the resumed run (`abandon_call`, not
+        sent, cancelled) and `SnapshotError` `malformed` is raised."""
+        kept = call["arguments-json"]
+        try:
+            decoded = json.loads(kept) if kept is not None else None
+        except ValueError:
+            decoded = None
+        if isinstance(decoded, dict):
+            return decoded
+        with contextlib.suppress(RunMisuse):  # a call already over: nothing left open to close
+            self.run.abandon_call(call["call-id"], call["attempt"], False, "cancelled")
+        raise SnapshotError(
+            "malformed",
+            f"the snapshot keeps no arguments for call {call['call-id']} ({call['tool']}): it cannot be sent again; nothing was sent",
+        )
+
+    def _resumed_ending(self, scope: CallScope, call: ResumedCall | None, action: str, arguments_json: str | None) -> CallToolResult:
+        """A resumed call that is over without a send: what `call_tool` gives
+        for a success, a replan or an escalation."""
+        if action == "escalate":
+            escalation = self.run.escalation()
+            if escalation is None:  # the contract says there is one: fail safe all the same
+                raise Escalated(
+                    {"reason": "unclassified-failure", "note": "the resumed run said escalate but gave no hand-off", "effects": []},
+                    tool=scope.tool,
+                )
+            escalation = bounded(escalation)
+            decision = self.run.last_decision(scope.call) if scope.call is not None else None
+            rule = decision["rule"] if decision is not None else None
+            self.telemetry.emit(EscalationEvent(scope, call["attempt"] if call else 0, rule, escalation["reason"], escalation["note"]))
+            escalated = Escalated(escalation, tool=scope.tool or None)
+            self._attach_snapshot(escalated, arguments_json)
+            raise escalated
+        if action == "replan":
+            decision = self.run.last_decision(scope.call) if scope.call is not None else None
+            if decision is None or "replan" not in decision["action"]:
+                said = "none" if decision is None else str(decision["action"])
+                raise Escalated(
+                    {
+                        "reason": "unclassified-failure",
+                        "note": f"the resumed run said replan, but its last decision is {said}",
+                        "effects": [],
+                    },
+                    tool=scope.tool,
+                )
+            message = cut_lifted_text(cast(ReplanAction, decision["action"])["replan"])
+            self.telemetry.emit(ReplanEvent(scope, call["attempt"] if call else 0, decision["rule"], message, decision=decision))
+            return CallToolResult(content=[TextContent(type="text", text=message)], is_error=True)
+        text = (call["result-text"] if call is not None else None) or ""
+        return CallToolResult(content=[TextContent(type="text", text=text)], is_error=False)
+
+    async def _resumed_pseudo_call(self, state: _CallState, core: CallCore, call: ResumedCall) -> CallToolResult:
+        """A resumed `initialize` or `tools/list` (the escalation stopped the
+        connecting or the listing, not a call of the model's): its attempt is
+        made from the ticket (a connection already up is not made again: the
+        attempt is abandoned, nothing sent), and the model is told that no
+        call of its was sent."""
+        name = call["tool"]
+        if name == INITIALIZE and (self.connection is None or self.connection.connected):
+            self.run.abandon_call(call["call-id"], call["attempt"], False, "cancelled")
+        elif name == INITIALIZE:
+            await self._ensure_session(state, call)
+        else:
+            await self._ensure_session(state)
+            given = None if self._lists_tools else self._tools
+            await self._tool(state, "", call)
+            if given is not None:  # the tools the caller was given stay the ones it uses
+                self._tools = given
+        core.succeeded()
+        text = f"{name} succeeded after the escalation was answered; no call of the model's was stopped: call the tool again"
+        return CallToolResult(content=[TextContent(type="text", text=text)], is_error=False)
+
+    async def _resumed_send(self, state: _CallState, core: CallCore, call: ResumedCall, arguments: Mapping[str, Any]) -> CallToolResult:
+        """The resumed call's attempt (`send`): the same tool, the stored
+        `arguments` (`_resumed_arguments`) and the same key, on the ticket's
+        timeouts and delay; then the call's loop from that attempt."""
+        name = call["tool"]
+        if name in (INITIALIZE, TOOLS_LIST):
+            return await self._resumed_pseudo_call(state, core, call)
+        await self._ensure_session(state)
+        await self._tool(state, name)
+        send_arguments = dict(arguments)
+        key = call["idempotency-key"]
+        if key is not None:
+            send_arguments[self.key_argument] = key
+        start, guard = core.resumed(call)
+        attempt = call["attempt"]
+        if start.delay_ms:
+            core.waits(attempt, "admission", start.delay_ms, None)
+            await self._sleep(state, start.delay_ms / 1000)
+        return await self._attempts(state, core, name, send_arguments, start, guard, attempt)
 
     async def list_tools(self) -> list[Tool]:
         """The server's tools, as this caller uses them: listed through the
@@ -581,6 +803,9 @@ class RetryingToolCaller:
         try:
             await self._ensure_session(state)
             await self._tool(state, "")
+        except Escalated as e:
+            self._attach_snapshot(e, None)
+            raise
         except _DeadlinePassed:
             # The pseudo-call in progress wrote its stop; else (none was) the listing's own.
             raise CallTimedOut(state.pseudo_stopped or self._stop(state, state.cause)) from None
@@ -636,8 +861,21 @@ class RetryingToolCaller:
         if start.delay_ms:
             core.waits(1, "admission", start.delay_ms, None)
             await self._sleep(state, start.delay_ms / 1000)
+        return await self._attempts(state, core, name, send_arguments, start, guard, 1)
 
-        attempt = 1  # the attempt each outcome reports: 1, then each retry's (the verdict's + 1)
+    async def _attempts(
+        self,
+        state: _CallState,
+        core: CallCore,
+        name: str,
+        send_arguments: dict[str, Any],
+        start: CallStart,
+        guard: CallGuard,
+        attempt: int,
+    ) -> CallToolResult:
+        """The call's attempts from `attempt` (1 for a call begun; a resumed
+        call's): each sent, reported and acted on as the verdict says, until
+        it succeeds, replans or escalates."""
         while True:
             await self._ensure_session(state)
             span = core.attempt_started(attempt, mcp=True)
@@ -721,7 +959,7 @@ class RetryingToolCaller:
 
     # -- connecting and listing: the pseudo-calls
 
-    async def _ensure_session(self, state: _CallState) -> None:
+    async def _ensure_session(self, state: _CallState, resumed: ResumedCall | None = None) -> None:
         """Before an attempt or a status check: a session that is there, or
         (an `McpConnection`) the `initialize` pseudo-call to establish it."""
         if self.connection is None:
@@ -749,7 +987,7 @@ class RetryingToolCaller:
         async def connect(_none: ClientSession) -> Any:
             return await connection._connect(seen)
 
-        await self._pseudo_call(state, INITIALIZE, connect, what)
+        await self._pseudo_call(state, INITIALIZE, connect, what, resumed)
         self._sessions += 1
         if again:
             self._reconnects += 1
@@ -770,8 +1008,8 @@ class RetryingToolCaller:
         detail = f"reconnections spent: {reconnects} new sessions in this run (max_reconnects_per_run {self.max_reconnects_per_run})"
         return _Observed(observation=transport_failure("other", detail, delivery="not-sent"))
 
-    async def _tool(self, state: _CallState, name: str) -> Tool | None:
-        if self._tools is None:
+    async def _tool(self, state: _CallState, name: str, resumed: ResumedCall | None = None) -> Tool | None:
+        if self._tools is None or resumed is not None:
 
             async def list_all(session: ClientSession) -> dict[str, Tool]:
                 tools: dict[str, Tool] = {}
@@ -783,7 +1021,7 @@ class RetryingToolCaller:
                     if not cursor:
                         return tools
 
-            self._tools = cast("dict[str, Tool]", await self._pseudo_call(state, TOOLS_LIST, list_all, "could not list the tools"))
+            self._tools = cast("dict[str, Tool]", await self._pseudo_call(state, TOOLS_LIST, list_all, "could not list the tools", resumed))
             self._warn_tools_without_hints(self._tools)
         return self._tools.get(name)
 
@@ -810,7 +1048,14 @@ class RetryingToolCaller:
         }
         self.telemetry.events_log.warning(json.dumps(warning, ensure_ascii=False))
 
-    async def _pseudo_call(self, state: _CallState, name: str, send: Callable[[ClientSession], Awaitable[Any]], what: str) -> Any:
+    async def _pseudo_call(
+        self,
+        state: _CallState,
+        name: str,
+        send: Callable[[ClientSession], Awaitable[Any]],
+        what: str,
+        resumed: ResumedCall | None = None,
+    ) -> Any:
         """`initialize` or `tools/list` as a call of the policy: begun (a step),
         sent, observed and decided like a tool's; retried as the policy says. A
         stop (the limit, a cancellation) abandons it in the run and writes its
@@ -818,7 +1063,7 @@ class RetryingToolCaller:
         core = self._core(state, name, None)
         progress = _PseudoProgress()
         try:
-            return await self._pseudo_attempts(state, core, progress, name, send, what)
+            return await self._pseudo_attempts(state, core, progress, name, send, what, resumed)
         except _DeadlinePassed:
             state.pseudo_stopped = self._stop(state, state.cause, core=core, in_flight=progress.in_flight, sent=progress.sent)
             raise
@@ -834,15 +1079,17 @@ class RetryingToolCaller:
         name: str,
         send: Callable[[ClientSession], Awaitable[Any]],
         what: str,
+        resumed: ResumedCall | None = None,
     ) -> Any:
         try:
-            start, guard = core.begin(PSEUDO_TOOL_HINTS)
+            # A resumed pseudo-call (its escalation answered `retry`) goes on from its ticket.
+            start, guard = core.begin(PSEUDO_TOOL_HINTS) if resumed is None else core.resumed(resumed)
         except ReplannedBeforeSend as replan:  # a circuit breaker of the server is open: nothing sent
             raise SessionLost(f"{what} ({name}): {replan.message}", tool=state.tool) from None
+        attempt = 1 if resumed is None else resumed["attempt"]
         if start.delay_ms:
-            core.waits(1, "admission", start.delay_ms, None)
+            core.waits(attempt, "admission", start.delay_ms, None)
             await self._sleep(state, start.delay_ms / 1000)
-        attempt = 1
         while True:
             if name != INITIALIZE:
                 await self._ensure_session(state)
