@@ -37,7 +37,8 @@ pub use text_targets::{HeadersCase, TEXT_CONFIGS, ToolErrorCase, config, headers
 pub type Target = fn(&[u8]);
 
 /// Every target, by the name of its corpus directory and libFuzzer binary.
-pub const TARGETS: &[(&str, Target)] = &[("headers", headers), ("config", config), ("json", json), ("tool_error", tool_error), ("run", run), ("flat", flat), ("snapshot", snapshot)];
+pub const TARGETS: &[(&str, Target)] =
+    &[("headers", headers), ("config", config), ("json", json), ("tool_error", tool_error), ("run", run), ("flat", flat), ("snapshot", snapshot)];
 
 /// The clock the text targets use unless `@now` says otherwise: 2025-11-30T00:00:00Z.
 pub const DEFAULT_NOW_MS: u64 = 1_764_460_800_000;

@@ -621,6 +621,9 @@ impl Driver {
                             EscalationReason::RetryForbidden => matches!(d.class, OutcomeClass::Transient | OutcomeClass::Throttled),
                             EscalationReason::StatusUnknown => matches!(outcome, Outcome::StatusCheck(StatusCheckResult::Unknown)),
                             EscalationReason::AccountBudgetExhausted | EscalationReason::RetryQuotaExhausted => c.account_budget.is_some(),
+                            EscalationReason::RetryBudgetExhausted => c.account_budget.as_ref().is_some_and(|a| a.retry_ratio.is_some()),
+                            // Only a person's answer aborts a run (`resume-run`), never a report.
+                            EscalationReason::Aborted => false,
                             EscalationReason::ConnectionMisconfigured => d.class == OutcomeClass::Misconfigured,
                             // The fuzzed runs carry no deadline.
                             EscalationReason::DeadlineTooNear => false,

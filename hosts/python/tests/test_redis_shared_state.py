@@ -277,3 +277,39 @@ def test_a_half_open_breaker_lets_exactly_one_probe_through_32_instances_at_once
     admitted = [a for a in answers if a == (True, False)]
     replans = [a for a in answers if a == (False, True)]
     assert (len(admitted), len(replans)) == (1, count - 1), answers
+
+
+def test_the_ratio_retry_budget_is_one_account_s_across_instances_on_redis(server: RedisServer) -> None:
+    """Contract 0.9.0's `account-budget.retry-ratio` keeps its counts in the
+    shared state: two instances with their own Redis clients (two workers)
+    count one account's calls and retries together, under one key."""
+    account = f"acct-{uuid.uuid4().hex[:8]}"
+    config = {
+        "tools": {"lookup_order": {"effect": "read"}},
+        "account-budget": {
+            "account-id": account,
+            "capacity": 1000,
+            "refill-interval-ms": 1,
+            "retry-ratio": {"percent": 100, "min-retries-per-second": 0, "window-ms": 60_000},
+        },
+    }
+    component = PolicyComponent.load()
+    workers = [
+        component.instantiate(accounts=EmbeddedAccounts(), shared_state=FallbackSharedState.open(server.url)).load_policy(config)
+        for _ in range(2)
+    ]
+    failure: Any = {"kind": {"http-status": 503}, "body": "upstream unavailable", "delivery": "sent"}
+    runs = [worker.start_run(f"worker-{i}") for i, worker in enumerate(workers)]
+    starts = [run.begin_call("lookup_order", None, None, now_ms()) for run in runs]
+    # Two calls in the account allow two retries. The first worker takes both: its
+    # second is allowed only because it counts the other worker's call...
+    for attempt in (1, 2):
+        verdict = runs[0].record_failure(starts[0].call_id, attempt, failure, None, now_ms(), 0)
+        assert verdict.action == "retry", (attempt, verdict)
+    # ...and the second worker's retry is refused, though its own instance saw one call and no retry.
+    second = runs[1].record_failure(starts[1].call_id, 1, failure, None, now_ms(), 0)
+    assert second.action == "escalate", second
+    escalation = runs[1].escalation()
+    assert escalation is not None and escalation["reason"] == "retry-budget-exhausted", escalation
+    stored = cli(server).hget(f"{STATE_PREFIX}retry-ratio:{len(account)}:{account}", "value")
+    assert stored is not None and stored.decode().split(" ")[2:4] == ["2", "2"], stored

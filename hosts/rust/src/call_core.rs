@@ -266,7 +266,13 @@ impl RunCore {
             self.telemetry.emit(Event::Replan(ReplanEvent { context: context.clone(), attempt: call.attempt, rule, message: message.to_string(), decision }));
         }
         if let Some(escalation) = escalation {
-            self.telemetry.emit(Event::Escalation(EscalationEvent { context, attempt: call.attempt, rule: None, escalation: escalation.clone(), decision: None }));
+            self.telemetry.emit(Event::Escalation(EscalationEvent {
+                context,
+                attempt: call.attempt,
+                rule: None,
+                escalation: escalation.clone(),
+                decision: None,
+            }));
         }
     }
 
@@ -280,7 +286,16 @@ impl RunCore {
                 let escalation = policy_failure(&call.tool, "not sent", &fault);
                 self.stopped_by_guard = Some(escalation.clone());
                 let invariant = Some(violation.invariant.name().to_string());
-                return Err(self.escalate_line(step, Some((call.call_id, 0)), &call.tool, call.idempotency_key.as_deref(), "not sent", escalation, invariant, true));
+                return Err(self.escalate_line(
+                    step,
+                    Some((call.call_id, 0)),
+                    &call.tool,
+                    call.idempotency_key.as_deref(),
+                    "not sent",
+                    escalation,
+                    invariant,
+                    true,
+                ));
             }
         };
         Ok(CallState {

@@ -935,7 +935,9 @@ impl PolicyInstance {
         }
         let taken = self.guarded(|b, store| b.agent_retry_policy_policy().run().call_snapshot(store, run.0, arguments_json, now_ms))?;
         Ok(taken.and_then(|text| match text.len() {
-            n if n > limits::MAX_SNAPSHOT_BYTES => Err(snapshot_too_large(format!("the component's snapshot is {n} bytes, more than the {}-byte limit", limits::MAX_SNAPSHOT_BYTES))),
+            n if n > limits::MAX_SNAPSHOT_BYTES => {
+                Err(snapshot_too_large(format!("the component's snapshot is {n} bytes, more than the {}-byte limit", limits::MAX_SNAPSHOT_BYTES)))
+            }
             _ => Ok(text),
         }))
     }
@@ -957,7 +959,11 @@ impl PolicyInstance {
         if let types::ResumeAnswer::Done(Some(result)) = answer
             && result.len() > limits::MAX_ARGUMENTS_BYTES
         {
-            return Ok(Err(snapshot_too_large(format!("the done answer's result is {} bytes, more than the {}-byte limit", result.len(), limits::MAX_ARGUMENTS_BYTES))));
+            return Ok(Err(snapshot_too_large(format!(
+                "the done answer's result is {} bytes, more than the {}-byte limit",
+                result.len(),
+                limits::MAX_ARGUMENTS_BYTES
+            ))));
         }
         // Linear in the document and off the decision path: the configuration load's tank.
         let fuel = self.config_load_fuel(snapshot.len());

@@ -296,11 +296,12 @@ test('done, skip and abort through the wrapper: what the model gets, and the res
   const abortCaller = await newCaller(server, 'abort');
   const aborted = await escalation(abortCaller.resume(snapshot, ResumeAnswer.abort()));
   assert.equal(aborted.reason, 'aborted');
-  // An aborted run is over: the component takes no snapshot of it, and the wrapper says why.
+  // An aborted run is over: no snapshot is asked for, no refusal logged, no answers offered.
   assert.equal(aborted.snapshot, undefined);
-  assert.equal(aborted.snapshotError?.kind, 'not-escalated');
-  assert.match(aborted.snapshotError?.message ?? '', /aborted/);
-  assert.deepEqual(lines.filter((l) => l.event === 'agent_retry.snapshot_refused').map((l) => [l.tool, l.kind]), [['issue_refund', 'not-escalated']]);
+  assert.equal(aborted.snapshotError, undefined);
+  assert.deepEqual(lines.filter((l) => l.event === 'agent_retry.snapshot_refused'), []);
+  assert.doesNotMatch(aborted.note, /A person may answer/);
+  assert.throws(() => abortCaller.run.snapshot(undefined, Date.now()), (e: unknown) => e instanceof SnapshotError && e.kind === 'not-escalated' && /aborted/.test(e.message));
 
   // Nothing was sent for any of them.
   assert.equal(posts.filter((p) => p.tool === 'issue_refund').length, sentBefore);

@@ -26,8 +26,8 @@ use futures::StreamExt;
 use futures::future::BoxFuture;
 use rmcp::RoleClient;
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, CallToolResult, CancelTaskParams, CancelledNotificationParam, ContentBlock, ClientRequest, GetTaskParams, GetTaskRequest,
-    MetaObject, RequestMetaObject, ServerResult, TaskPayload, Tool, UpdateTaskParams,
+    CallToolRequest, CallToolRequestParams, CallToolResult, CancelTaskParams, CancelledNotificationParam, ClientRequest, ContentBlock, GetTaskParams,
+    GetTaskRequest, MetaObject, RequestMetaObject, ServerResult, TaskPayload, Tool, UpdateTaskParams,
 };
 use rmcp::service::{Peer, PeerRequestOptions, ServiceError};
 use serde_json::{Map, Value};
@@ -1042,7 +1042,7 @@ impl RetryingToolCaller {
 
     /// Sends a resumed call's next attempt, with its arguments and its key.
     async fn send_resumed(&mut self, call: &ResumedCall) -> Result<ToolAnswer, CallError> {
-        let Some(ticket) = call.ticket.clone() else {
+        let Some(ticket) = call.ticket else {
             return Err(CallError::Policy(PolicyFault::BoundaryViolation { cause: "a resumed call to send has no ticket".into() }));
         };
         // The session's own calls are made again as the wrapper makes them, not as a tool call:
@@ -1137,13 +1137,13 @@ impl RetryingToolCaller {
             // A lost session is set up again (the policy's `initialize` call)
             // before the next attempt, poll or status check. A stop while it
             // connects stops this call too: it is the one abandoned in the run.
-            match self.ensure_session(&limit).await {
+            match self.ensure_session(limit).await {
                 Ok(()) => {}
                 Err(CallError::TimedOut(stop) | CallError::Cancelled(stop)) => {
                     // A task waiting for its next poll lives on: it is cancelled.
                     let task_alive = matches!(next, Next::Poll);
                     if let (true, Some(task_id)) = (task_alive, task.clone()) {
-                        self.cancel_task(tool, &task_id, &limit, true).await;
+                        self.cancel_task(tool, &task_id, limit, true).await;
                     }
                     return Err(self.core.stop(&state, stop.cause, Out::Connecting { task_alive }).into());
                 }
@@ -1154,17 +1154,17 @@ impl RetryingToolCaller {
                     state.sent += 1;
                     self.core.telemetry.begin_attempt(true);
                     let telemetry = self.core.telemetry.clone();
-                    match telemetry.in_attempt(self.attempt(tool, arguments, timeouts, &limit)).await {
+                    match telemetry.in_attempt(self.attempt(tool, arguments, timeouts, limit)).await {
                         Ok(attempted) => (attempted, Reported::Sent),
                         Err(cause) => return Err(self.core.stop(&state, cause, Out::Request).into()),
                     }
                 }
                 Next::Poll => {
                     let task_id = task.clone().unwrap_or_default();
-                    match self.poll(&task_id, timeouts, &limit).await {
+                    match self.poll(&task_id, timeouts, limit).await {
                         Ok(attempted) => (attempted, Reported::Polled),
                         Err(cause) => {
-                            self.cancel_task(tool, &task_id, &limit, true).await;
+                            self.cancel_task(tool, &task_id, limit, true).await;
                             return Err(self.core.stop(&state, cause, Out::Idle { task_alive: true }).into());
                         }
                     }
@@ -1188,12 +1188,12 @@ impl RetryingToolCaller {
                 self.core.task_polled(&state, task.as_deref(), &attempted.outcome);
             }
             let note = self.capture_note(attempted.uncaptured);
-            let decision = self.core.decide(&mut state, &attempted.outcome, reported, note, &limit)?;
+            let decision = self.core.decide(&mut state, &attempted.outcome, reported, note, limit)?;
             // The policy stops waiting for a task that still lives: cancel it first.
             if decision.cancel_task
                 && let Some(task_id) = task.take()
             {
-                self.cancel_task(tool, &task_id, &limit, false).await;
+                self.cancel_task(tool, &task_id, limit, false).await;
             }
             match decision.action {
                 Action::Retry(plan) => {
@@ -1205,7 +1205,7 @@ impl RetryingToolCaller {
                     if plan.reconnect {
                         self.reconnect_before_retry(tool)?;
                     }
-                    self.core.pause(&state, WaitReason::Retry, plan.delay_ms, decision.hint_ms, false, &limit).await?;
+                    self.core.pause(&state, WaitReason::Retry, plan.delay_ms, decision.hint_ms, false, limit).await?;
                 }
                 Action::Poll(plan) => {
                     let Some(task_id) = task.clone() else {
@@ -1219,8 +1219,8 @@ impl RetryingToolCaller {
                         self.reconnect_before_retry(tool)?;
                     }
                     // A stop during the wait leaves the task alive on the server: it is cancelled.
-                    if let Err(end) = self.core.pause(&state, WaitReason::Poll, plan.delay_ms, decision.hint_ms, true, &limit).await {
-                        self.cancel_task(tool, &task_id, &limit, true).await;
+                    if let Err(end) = self.core.pause(&state, WaitReason::Poll, plan.delay_ms, decision.hint_ms, true, limit).await {
+                        self.cancel_task(tool, &task_id, limit, true).await;
                         return Err(end.into());
                     }
                 }

@@ -478,13 +478,29 @@ export class RetryingToolCaller {
       }
       return { content: [{ type: 'text', text: '' }], isError: false };
     }
-    const tool = await this.tool(call.tool, scope);
     const args = argumentsOf(call.argumentsJson);
     if (args === undefined) {
       // Never a write with no arguments: the person's retry cannot be made from this snapshot.
       this.run.abandonCall(call.callId, call.attempt, false, 'cancelled');
       const message = `the snapshot keeps no arguments for call ${call.callId} (${call.tool}): it cannot be sent again; nothing was sent`;
       throw new SnapshotError({ kind: 'malformed', message });
+    }
+    let tool: Awaited<ReturnType<typeof this.tool>>;
+    try {
+      tool = await this.tool(call.tool, scope);
+    } catch (e) {
+      // The tools could not be listed: the resumed call was never sent, and is closed so that
+      // the run's snapshot is not refused for it (calls-open); an escalation's is taken again.
+      try {
+        this.run.abandonCall(call.callId, call.attempt, false, 'cancelled');
+      } catch {
+        // already closed
+      }
+      if (e instanceof Escalated && e.snapshotError?.kind === 'calls-open') {
+        e.snapshotError = undefined;
+        throw this.withSnapshot(e, undefined);
+      }
+      throw e;
     }
     const sendArgs: Record<string, unknown> = { ...args };
     const properties = tool?.inputSchema?.properties;
@@ -504,6 +520,8 @@ export class RetryingToolCaller {
    *  failure (the run did not escalate in the policy). */
   private withSnapshot(escalated: Escalated, args: Record<string, unknown> | string | undefined): Escalated {
     if (escalated.policyFailure !== undefined || escalated.snapshot !== undefined || escalated.snapshotError !== undefined) return escalated;
+    // A person's abort is final: the run gives no snapshot, and nothing needs saying.
+    if (escalated.reason === 'aborted') return escalated;
     let argumentsJson: string | undefined;
     try {
       argumentsJson = typeof args === 'string' || args === undefined ? args : JSON.stringify(args);

@@ -682,7 +682,7 @@ class RetryingToolCaller:
         # A fresh book for the resumed run: its guard from the configuration,
         # its steps after every call the run began (so that a later call's
         # `step-N` key is no key the run already used).
-        self._book = RunBook(RunGuard(run.config_text), steps=max(0, run.report()["calls"]))
+        self._book = RunBook(RunGuard(run.config_text), steps=max(self._book.steps, run.report()["calls"]))
         self.guard = self._book.guard
         call = run.resumed_call()
         tool = call["tool"] if call is not None else ""
@@ -778,8 +778,19 @@ class RetryingToolCaller:
         name = call["tool"]
         if name in (INITIALIZE, TOOLS_LIST):
             return await self._resumed_pseudo_call(state, core, call)
-        await self._ensure_session(state)
-        await self._tool(state, name)
+        try:
+            await self._ensure_session(state)
+            await self._tool(state, name)
+        except BaseException as e:
+            # The session or the tools could not be had: the resumed call was never sent, and
+            # is closed so that the run's snapshot is not refused for it (calls-open).
+            try:
+                self.run.abandon_call(call["call-id"], call["attempt"], False, "cancelled")
+            except RunMisuse:
+                pass  # already closed
+            if isinstance(e, Escalated) and e.snapshot is None:
+                self._attach_snapshot(e, None)
+            raise
         send_arguments = dict(arguments)
         key = call["idempotency-key"]
         if key is not None:
