@@ -1980,8 +1980,9 @@ def retry_budget_cases():
             begin("lookup_order"),
             outcome(1, fail(status=503), retry(attempt=2)),
             outcome(1, fail(status=503), retry(attempt=3)),
+            outcome(1, fail(status=503), escalate("retry-budget-exhausted")),
         ], config={"tools": REFUND_TOOLS, "account-budget": dict(RATIO_ACCOUNT, **{"retry-ratio": {"percent": 0, "min-retries-per-second": 1, "window-ms": 2000}})},
-            comment="0 % of the calls, but 1 a second for 2 s: 2 retries"),
+            comment="0 % of the calls, but 1 a second for 2 s: 2 retries, and not a third"),
         case("a stored text the ratio did not write is dropped, not trusted", [
             {"op": "load-policy", "config": {"tools": REFUND_TOOLS, "account-budget": dict(RATIO_ACCOUNT, **{"retry-ratio": {"percent": 100, "min-retries-per-second": 0}})}},
             {"op": "put-shared-state", "key": "retry-ratio:4:acme", "value": "r1 1764460800000 0 99999 0 0 extra"},
