@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod commands;
+mod proxy;
 
 use crate::commands::{call, decide, demo, exam, explain, lab, serve, sign, timeline, watch};
 use agent_retry_host::default_wasm_path;
@@ -231,6 +232,58 @@ enum Command {
         #[arg(long)]
         run: Option<String>,
     },
+    /// Stand between any MCP client and any MCP server (docs/proxy.md): every tool call
+    /// is retried, replanned, status-checked or escalated as the policy decides, and
+    /// everything else passes through. The client starts `agent-retry proxy -- SERVER
+    /// COMMAND...` instead of the server (stdio), or `--upstream URL`; `--listen ADDR`
+    /// serves streamable HTTP (stateless) instead of stdio.
+    Proxy {
+        /// The upstream server's streamable-HTTP URL (instead of a command after --).
+        #[arg(long, conflicts_with = "command")]
+        upstream: Option<String>,
+        /// Serve streamable HTTP at http://ADDR/mcp (and /metrics) instead of stdio.
+        #[arg(long)]
+        listen: Option<String>,
+        /// Also accept this Host header over HTTP (loopback names are always
+        /// accepted; repeat for several): the proxy's name behind a load balancer.
+        #[arg(long = "allow-host", requires = "listen")]
+        allowed_hosts: Vec<String>,
+        /// The policy's configuration (JSON), updated live with --wasm when either changes.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Take the policy a fleet publishes in this Redis instead (redis://host:port/).
+        #[arg(long, conflicts_with = "config")]
+        fleet: Option<String>,
+        /// The fleet's key prefix.
+        #[arg(long, default_value = agent_retry_host::fleet::DEFAULT_PREFIX)]
+        prefix: String,
+        /// Accept only policies whose signed manifest verifies under this Ed25519 key (64 hex digits).
+        #[arg(long)]
+        public_key: Option<String>,
+        /// How often to look for a policy update (0: never).
+        #[arg(long, default_value_t = 1000)]
+        watch_ms: u64,
+        /// The proxy's settings (JSON): key argument, status checks, timeouts,
+        /// escalation webhook, message limit (docs/proxy.md).
+        #[arg(long)]
+        settings: Option<PathBuf>,
+        /// Share account budgets, circuit breakers and retry ratios with every
+        /// proxy and worker of the account on this Redis (redis://host:port/).
+        #[arg(long)]
+        redis: Option<String>,
+        /// How many proxies share the account: while Redis is down each takes this share.
+        #[arg(long, default_value_t = 1, requires = "redis")]
+        workers: u32,
+        /// Serve the counters (Prometheus text) at http://ADDR/metrics.
+        #[arg(long)]
+        metrics: Option<String>,
+        /// Also trust the CA certificates in this PEM file (an https upstream with a private CA).
+        #[arg(long, requires = "upstream")]
+        ca_file: Option<PathBuf>,
+        /// The upstream server's command and arguments (stdio).
+        #[arg(last = true)]
+        command: Vec<String>,
+    },
     /// Serve the demo MCP server (refund desk, asset store) over streamable HTTP or stdio;
     /// with tasks (`issue_refund`, `archive_orders`), a continuation
     /// (`confirm_order`) and progress (`export_report`) for MCP 2026-07-28 clients.
@@ -328,6 +381,41 @@ fn main() -> ExitCode {
             }
             Command::Timeline { log, out, run } => timeline::timeline(timeline::TimelineOptions { log, out, run }),
             Command::Sign { key, config, vectors, revision, files, out } => sign::sign(sign::SignOptions { key, wasm, config, vectors, revision, files, out }),
+            Command::Proxy {
+                upstream,
+                listen,
+                allowed_hosts,
+                config,
+                fleet,
+                prefix,
+                public_key,
+                watch_ms,
+                settings,
+                redis,
+                workers,
+                metrics,
+                ca_file,
+                command,
+            } => {
+                let options = proxy::ProxyOptions {
+                    wasm,
+                    upstream,
+                    command,
+                    listen,
+                    allowed_hosts,
+                    config,
+                    fleet,
+                    prefix,
+                    public_key,
+                    watch_ms,
+                    settings,
+                    redis,
+                    workers,
+                    metrics,
+                    ca_file,
+                };
+                proxy::proxy(options).await
+            }
             Command::Serve {
                 http,
                 stdio: _,

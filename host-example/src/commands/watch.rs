@@ -32,7 +32,7 @@ pub struct WatchOptions {
     pub gate_vectors: Vec<PathBuf>,
 }
 
-fn integrity(pin: Option<&str>, key_hex: Option<&str>) -> anyhow::Result<Integrity> {
+pub fn integrity(pin: Option<&str>, key_hex: Option<&str>) -> anyhow::Result<Integrity> {
     Ok(match (pin, key_hex) {
         (Some(pin), _) => Integrity::PinnedSha256(pin.to_string()),
         (None, Some(key)) => {

@@ -452,7 +452,9 @@ impl RetryingToolCaller {
         let cancel = CancellationToken::new();
         let limit = caller.limit(None, &cancel);
         caller.ensure_session(&limit).await?;
-        caller.list_tools(&limit).await?;
+        if !caller.take_listed_tools() {
+            caller.list_tools(&limit).await?;
+        }
         Ok(caller)
     }
 
@@ -536,6 +538,16 @@ impl RetryingToolCaller {
             }
             Ok(())
         })
+    }
+
+    /// Takes the tools another run of a shared connection listed on the
+    /// current session, when the connection reuses listings: whether it did.
+    fn take_listed_tools(&mut self) -> bool {
+        let Session::Shared(shared) = &self.session else { return false };
+        let Some((session, tools)) = shared.with(|c| c.listed_tools_now()) else { return false };
+        self.tools = tools.iter().map(|tool| (tool.name.to_string(), tool_info(tool, &self.options.key_argument))).collect();
+        self.tools_session = session;
+        true
     }
 
     /// Lists the server's tools (their annotations and whether they take a
@@ -623,6 +635,8 @@ impl RetryingToolCaller {
             Err(_elapsed) => (observe::timeout(self.session_id_sent()), false),
             Ok(Ok(tools)) => {
                 self.tools = tools.iter().map(|tool| (tool.name.to_string(), tool_info(tool, &key_argument))).collect();
+                let session = self.session_used;
+                self.session.connection(|c| c.remember_tools(session, &tools));
                 self.warn_tools_without_hints(&tools);
                 (Outcome::Success, false)
             }
@@ -1088,7 +1102,7 @@ impl RetryingToolCaller {
         }
         self.previous_call = Some((tool.to_string(), arguments.clone()));
         // After a new session the tools are listed again: a restarted server's annotations rule.
-        if self.tools_session != self.session.number() {
+        if self.tools_session != self.session.number() && !self.take_listed_tools() {
             // A stop while they are listed stops this call too, before it was begun.
             match self.list_tools(&limit).await {
                 Ok(()) => {}
@@ -1102,7 +1116,13 @@ impl RetryingToolCaller {
         // The key identifies the intended effect: derived once per call, from the
         // run and the step, and sent unchanged with every attempt.
         let key = if info.takes_key {
-            let key = self.core.derive_key(step, tool, &format!("step-{}", self.core.steps))?;
+            // A key the application (or a proxy's client) already put in the
+            // arguments names the effect it means: it is sent unchanged, never replaced.
+            let given = arguments.get(&self.options.key_argument).and_then(Value::as_str).filter(|key| given_key_fits(key)).map(str::to_string);
+            let key = match given {
+                Some(key) => key,
+                None => self.core.derive_key(step, tool, &format!("step-{}", self.core.steps))?,
+            };
             arguments.insert(self.options.key_argument.clone(), Value::String(key.clone()));
             Some(key)
         } else {
@@ -1258,6 +1278,14 @@ impl SharedConnection {
     ) -> anyhow::Result<RetryingToolCaller> {
         RetryingToolCaller::for_run(self, instance, config_json, run_id, options, metrics).await
     }
+}
+
+/// Whether a key found in a call's arguments is kept as the call's key: a
+/// non-empty string within the contract's limit on ids. Any other value is
+/// replaced by a derived key (the policy cannot be told it, so it cannot
+/// name the effect).
+fn given_key_fits(key: &str) -> bool {
+    !key.is_empty() && key.len() <= crate::limits::MAX_ID_BYTES
 }
 
 /// What the wrapper does next in a call.

@@ -7,7 +7,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use rmcp::model::{ClientConfig, ProtocolVersion};
+use rmcp::model::{ClientConfig, ProtocolVersion, Tool};
 use rmcp::service::{ClientInitializeError, Peer, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
@@ -135,6 +135,11 @@ pub struct McpConnection {
     sessions: u32,
     /// The warning about tools without hints was given (once per connection).
     hints_warned: bool,
+    /// Runs of a shared connection take the tools another run listed on the
+    /// same session ([`McpConnection::reusing_tool_lists`]).
+    reuse_tool_lists: bool,
+    /// The last listing and the session it was made on.
+    listed_tools: Option<(u32, Arc<Vec<Tool>>)>,
 }
 
 impl McpConnection {
@@ -189,6 +194,8 @@ impl McpConnection {
             lost: false,
             sessions: 0,
             hints_warned: false,
+            reuse_tool_lists: false,
+            listed_tools: None,
         }
     }
 
@@ -259,6 +266,29 @@ impl McpConnection {
     /// The session's peer, if it is connected and not known lost.
     pub fn peer(&self) -> Option<Peer<RoleClient>> {
         self.client.as_ref().filter(|_| !self.lost).map(|c| c.peer().clone())
+    }
+
+    /// Runs that share this connection ([`SharedConnection`]) take the tools
+    /// another run listed on the same session instead of listing them again: a
+    /// proxy's one run per tool call then costs no `tools/list`. A new session,
+    /// or [`SharedConnection::forget_listed_tools`] (the server said its list
+    /// changed), has them listed again.
+    pub fn reusing_tool_lists(mut self) -> Self {
+        self.reuse_tool_lists = true;
+        self
+    }
+
+    /// The tools listed on the current session, when they are reused.
+    pub(crate) fn listed_tools_now(&self) -> Option<(u32, Arc<Vec<Tool>>)> {
+        let (session, tools) = self.listed_tools.as_ref().filter(|_| self.reuse_tool_lists && !self.needs_connect())?;
+        (*session == self.sessions).then(|| (*session, Arc::clone(tools)))
+    }
+
+    /// Keeps a listing made on session number `session`, when they are reused.
+    pub(crate) fn remember_tools(&mut self, session: u32, tools: &[Tool]) {
+        if self.reuse_tool_lists && session == self.sessions {
+            self.listed_tools = Some((session, Arc::new(tools.to_vec())));
+        }
     }
 
     /// Whether the next request needs a new session first.
@@ -448,6 +478,25 @@ impl SharedConnection {
     /// Sessions set up so far, by every run ([`McpConnection::sessions`]).
     pub fn sessions(&self) -> u32 {
         self.with(|c| c.sessions())
+    }
+
+    /// The current session's peer, set up first if none is up: for requests
+    /// no run's policy judges (a proxy's pass-through of lists, resources and
+    /// prompts). A session that cannot be set up is the outcome the policy
+    /// would read.
+    pub async fn session_peer(&self) -> Result<Peer<RoleClient>, Outcome> {
+        if let Some(peer) = self.with(|c| c.peer()) {
+            return Ok(peer);
+        }
+        self.connect().await?;
+        let detail = "not sent: the session closed as it was set up".to_string();
+        self.with(|c| c.peer()).ok_or_else(|| observe::transport_failure(TransportError::StreamClosed, Delivery::NotSent, detail, false))
+    }
+
+    /// Drops the kept tool listing ([`McpConnection::reusing_tool_lists`]):
+    /// the next run lists the tools again.
+    pub fn forget_listed_tools(&self) {
+        self.with(|c| c.listed_tools = None);
     }
 
     /// Ends the session (and stops the server process), for every run, for

@@ -1,0 +1,205 @@
+//! The stdio form's framing, in front of rmcp: each line the client writes is
+//! checked before rmcp reads it.
+//!
+//! - A line over `max-message-bytes` is not kept (memory stays bounded by the
+//!   limit): the client gets a JSON-RPC error `-32600` naming both sizes, with
+//!   the request's id when it could be read from the line's start.
+//! - A line that is not JSON gets `-32700` (parse error, id null), as JSON-RPC
+//!   2.0 asks. rmcp alone drops both silently, and the client's request would
+//!   wait forever.
+//!
+//! Well-formed JSON goes to rmcp unchanged. Every line written to the client
+//! (rmcp's and these errors) is written whole, one at a time.
+
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, DuplexStream};
+use tokio::sync::mpsc;
+
+/// How much of an oversized line is kept to find its id.
+const ID_SCAN_BYTES: usize = 4096;
+
+/// Starts the framing between `input`/`output` (the client) and the stream
+/// it returns (for rmcp). Ends when the client closes `input` (rmcp then
+/// reads the end) and rmcp closes its side.
+pub fn frame<R, W>(input: R, output: W, max_message_bytes: usize) -> DuplexStream
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let (ours, theirs) = tokio::io::duplex(1 << 16);
+    let (from_rmcp, mut to_rmcp) = tokio::io::split(ours);
+    let (errors, mut error_lines) = mpsc::unbounded_channel::<String>();
+    tokio::spawn(async move {
+        let mut input = BufReader::new(input);
+        let mut line = Vec::new();
+        loop {
+            match read_line_capped(&mut input, &mut line, max_message_bytes).await {
+                Ok(Line::End) | Err(_) => break,
+                Ok(Line::Oversized(size)) => {
+                    let id = top_level_id(&line).unwrap_or_else(|| "null".into());
+                    let message = format!(
+                        "agent-retry proxy: the message is {size} bytes, over the limit of {max_message_bytes} bytes (max-message-bytes); it was not read"
+                    );
+                    let _ = errors.send(error_line(&id, -32600, &message));
+                }
+                Ok(Line::Whole) => {
+                    if line.iter().all(u8::is_ascii_whitespace) {
+                        continue;
+                    }
+                    if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(&line) {
+                        let _ = errors.send(error_line("null", -32700, &format!("agent-retry proxy: the message is not JSON: {e}")));
+                        continue;
+                    }
+                    line.push(b'\n');
+                    if to_rmcp.write_all(&line).await.is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        let _ = to_rmcp.shutdown().await;
+    });
+    tokio::spawn(async move {
+        let mut output = output;
+        let mut from_rmcp = BufReader::new(from_rmcp);
+        let mut line = Vec::new();
+        let mut rmcp_open = true;
+        // `read_until` keeps what it read when the other branch wins: the
+        // line is cleared only once it was written whole.
+        loop {
+            let next = tokio::select! {
+                read = from_rmcp.read_until(b'\n', &mut line), if rmcp_open => match read {
+                    Ok(0) | Err(_) => { rmcp_open = false; continue; }
+                    Ok(_) => None,
+                },
+                error = error_lines.recv() => match error {
+                    Some(error) => Some(error),
+                    None if rmcp_open => continue,
+                    None => break,
+                },
+                else => break,
+            };
+            let written = match next {
+                Some(error) => output.write_all(error.as_bytes()).await,
+                None => {
+                    let written = output.write_all(&line).await;
+                    line.clear();
+                    written
+                }
+            };
+            if written.is_err() || output.flush().await.is_err() {
+                break;
+            }
+        }
+    });
+    theirs
+}
+
+fn error_line(id: &str, code: i32, message: &str) -> String {
+    format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"error\":{{\"code\":{code},\"message\":{}}}}}\n", serde_json::Value::from(message))
+}
+
+enum Line {
+    /// A whole line is in the buffer (without its newline).
+    Whole,
+    /// The line had this many bytes, over the limit; the buffer keeps its start.
+    Oversized(usize),
+    End,
+}
+
+/// Reads one line into `line`, keeping at most `max` bytes of it (and only
+/// [`ID_SCAN_BYTES`] once it is known to be over).
+async fn read_line_capped<R: AsyncBufRead + Unpin>(input: &mut R, line: &mut Vec<u8>, max: usize) -> std::io::Result<Line> {
+    line.clear();
+    let (mut size, mut over) = (0usize, false);
+    loop {
+        let available = input.fill_buf().await?;
+        if available.is_empty() {
+            return Ok(match (size, over) {
+                (0, _) => Line::End,
+                (_, true) => Line::Oversized(size),
+                (_, false) => Line::Whole,
+            });
+        }
+        let (chunk, done) = match available.iter().position(|b| *b == b'\n') {
+            Some(at) => (&available[..at], Some(at + 1)),
+            None => (available, None),
+        };
+        size += chunk.len();
+        if !over && size > max {
+            over = true;
+            line.truncate(ID_SCAN_BYTES);
+        }
+        let room = if over { ID_SCAN_BYTES.saturating_sub(line.len()) } else { chunk.len() };
+        line.extend_from_slice(&chunk[..room.min(chunk.len())]);
+        let consumed = done.unwrap_or(available.len());
+        input.consume(consumed);
+        if done.is_some() {
+            return Ok(if over { Line::Oversized(size) } else { Line::Whole });
+        }
+    }
+}
+
+/// The `id` member of the top-level object at the start of `text`, as JSON
+/// text, if it is there and whole: a number or a string. A member `id` inside
+/// `params` is not the request's id.
+fn top_level_id(text: &[u8]) -> Option<String> {
+    let mut depth = 0u32;
+    let mut i = 0;
+    let mut expecting_key = false;
+    while i < text.len() {
+        match text[i] {
+            b'{' => {
+                depth += 1;
+                expecting_key = depth == 1;
+            }
+            b'[' => depth += 1,
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            b',' if depth == 1 => expecting_key = true,
+            b'"' => {
+                let end = string_end(text, i)?;
+                if depth == 1 && expecting_key && &text[i..=end] == b"\"id\"" {
+                    return value_after_colon(text, end + 1);
+                }
+                expecting_key = false;
+                i = end;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    None
+}
+
+/// The index of the quote that closes the string opening at `start`.
+fn string_end(text: &[u8], start: usize) -> Option<usize> {
+    let mut i = start + 1;
+    while i < text.len() {
+        match text[i] {
+            b'\\' => i += 2,
+            b'"' => return Some(i),
+            _ => i += 1,
+        }
+    }
+    None
+}
+
+/// A number or string value after `: ` at `from`, as JSON text.
+fn value_after_colon(text: &[u8], from: usize) -> Option<String> {
+    let rest = &text[from..];
+    let colon = rest.iter().position(|b| !b.is_ascii_whitespace())?;
+    if rest[colon] != b':' {
+        return None;
+    }
+    let start = from + colon + 1 + rest[colon + 1..].iter().position(|b| !b.is_ascii_whitespace())?;
+    let end = match text[start] {
+        b'"' => string_end(text, start)? + 1,
+        b'-' | b'0'..=b'9' => start + text[start..].iter().position(|b| !(b.is_ascii_digit() || b"-+.eE".contains(b))).unwrap_or(text.len() - start),
+        _ => return None,
+    };
+    // Whole only if something follows it (the line was cut after it).
+    if end >= text.len() {
+        return None;
+    }
+    let value = std::str::from_utf8(&text[start..end]).ok()?;
+    serde_json::from_str::<serde_json::Value>(value).ok().filter(|v| v.is_string() || v.is_number()).map(|v| v.to_string())
+}

@@ -1,0 +1,148 @@
+//! `agent-retry proxy`: the policy between any MCP client and any MCP server,
+//! for agent hosts that cannot load a component (docs/proxy.md).
+//!
+//! - `policy`: which policy decides (fixed, or live from files or a fleet);
+//! - `settings`: the proxy's own settings file;
+//! - `service`: the MCP server the client sees (tool calls under the policy,
+//!   the rest passed through);
+//! - `relay`: what the upstream server asks or says, relayed to the client;
+//! - `framing`, `http`: the stdio and HTTP forms, each refusing oversized and
+//!   malformed messages with a JSON-RPC error;
+//! - `webhook`: an escalation announced to a person.
+
+mod framing;
+mod http;
+mod policy;
+mod relay;
+mod service;
+mod settings;
+mod webhook;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::ServiceExt;
+
+use agent_retry_host::mcp::{McpConnection, SharedConnection};
+use agent_retry_host::shared_state::{EmbeddedSharedState, FallbackSharedState, SharedStateBackend};
+use agent_retry_host::{
+    AccountBudgetBackend, EmbeddedAccounts, EntropySource, FleetSource, HostServices, LivePolicy, PolicyComponent, PolicySource, RedisAccounts, SharedAccounts,
+};
+
+pub use settings::Settings;
+
+use policy::ProxyPolicy;
+use relay::{Downstream, Relay};
+use service::{Proxy, ProxyService};
+
+pub struct ProxyOptions {
+    pub wasm: PathBuf,
+    /// The upstream server: a streamable-HTTP URL, or a command (stdio).
+    pub upstream: Option<String>,
+    pub command: Vec<String>,
+    /// Serve streamable HTTP on this address instead of stdio.
+    pub listen: Option<String>,
+    pub allowed_hosts: Vec<String>,
+    /// The policy's configuration file (watched with the .wasm), or a fleet's Redis.
+    pub config: Option<PathBuf>,
+    pub fleet: Option<String>,
+    pub prefix: String,
+    pub public_key: Option<String>,
+    pub watch_ms: u64,
+    pub settings: Option<PathBuf>,
+    /// Account budgets, breakers and retry ratios shared on this Redis.
+    pub redis: Option<String>,
+    pub workers: u32,
+    /// Serve the counters at http://ADDR/metrics (the stdio form; the HTTP form has /metrics).
+    pub metrics: Option<String>,
+    pub ca_file: Option<PathBuf>,
+}
+
+pub async fn proxy(options: ProxyOptions) -> anyhow::Result<()> {
+    // stdout is the stdio client's: the log goes to stderr, one JSON line each.
+    crate::commands::init_json_log(std::io::stderr);
+    let settings = match &options.settings {
+        Some(path) => Settings::read(path)?,
+        None => Settings::default(),
+    };
+    let policy = open_policy(&options)?;
+    if options.watch_ms > 0 {
+        let _watcher = policy.watch(Duration::from_millis(options.watch_ms));
+    }
+    let (accounts, shared_state): (Arc<dyn AccountBudgetBackend>, Arc<dyn SharedStateBackend>) = match &options.redis {
+        Some(url) => (Arc::new(SharedAccounts::new(RedisAccounts::connect(url)?, options.workers.max(1))), Arc::new(FallbackSharedState::open(url)?)),
+        None => (Arc::new(EmbeddedAccounts::new()), Arc::new(EmbeddedSharedState::new())),
+    };
+    let downstream = Arc::new(Downstream::default());
+    let handler = Arc::new(Relay { downstream: Arc::clone(&downstream) });
+    let connection = match (&options.upstream, options.command.split_first()) {
+        (Some(url), None) => {
+            let connection = McpConnection::try_http(url)?;
+            match &options.ca_file {
+                Some(path) => connection.with_root_certificates_pem(&std::fs::read(path)?)?,
+                None => connection,
+            }
+        }
+        (None, Some((program, args))) => McpConnection::stdio(program, args),
+        _ => anyhow::bail!("give the upstream server: --upstream URL, or its command after --"),
+    };
+    let connection = connection.with_handler(handler).reusing_tool_lists();
+    let server_name = connection.server_name();
+    let upstream = SharedConnection::new(connection)?;
+    downstream.set_upstream(&upstream);
+    let stdio = options.listen.is_none();
+    let proxy = Arc::new(Proxy::new(policy, settings, Arc::clone(&upstream), server_name, accounts, shared_state, downstream, stdio));
+    let stop = proxy.shutdown.clone();
+    tokio::spawn(async move {
+        let _ = tokio::signal::ctrl_c().await;
+        stop.cancel();
+    });
+    if let Some(addr) = &options.metrics {
+        let metrics = Arc::clone(&proxy.metrics);
+        let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| anyhow::anyhow!("cannot listen on {addr} for --metrics: {e}"))?;
+        let router = axum::Router::new().route("/metrics", axum::routing::get(move || async move { metrics.to_prometheus() }));
+        tokio::spawn(async move { axum::serve(listener, router).await });
+    }
+    let served = match &options.listen {
+        Some(listen) => {
+            let addr: SocketAddr = listen.parse().map_err(|e| anyhow::anyhow!("--listen {listen}: not an address such as 127.0.0.1:8080 ({e})"))?;
+            // Stateless: every request needs the upstream's information at once.
+            proxy.refresh_info().await;
+            http::serve(Arc::clone(&proxy), addr, options.allowed_hosts.clone()).await
+        }
+        None => serve_stdio(Arc::clone(&proxy)).await,
+    };
+    proxy.shutdown.cancel();
+    upstream.close().await;
+    served
+}
+
+/// The stdio form: until the client closes stdin (or Ctrl-C).
+async fn serve_stdio(proxy: Arc<Proxy>) -> anyhow::Result<()> {
+    let transport = framing::frame(tokio::io::stdin(), tokio::io::stdout(), proxy.settings.max_message_bytes);
+    let stop = proxy.shutdown.clone();
+    let running = ProxyService(Arc::clone(&proxy)).serve_with_ct(transport, stop.child_token()).await?;
+    running.waiting().await?;
+    Ok(())
+}
+
+fn open_policy(options: &ProxyOptions) -> anyhow::Result<ProxyPolicy> {
+    let integrity = crate::commands::watch::integrity(None, options.public_key.as_deref())?;
+    if let Some(url) = &options.fleet {
+        let fleet = FleetSource::new(url.clone()).with_prefix(options.prefix.clone());
+        return Ok(ProxyPolicy::Live(Arc::new(LivePolicy::open_fleet(fleet, integrity)?)));
+    }
+    if let Some(config) = &options.config {
+        let source = PolicySource { wasm: options.wasm.clone(), config: config.clone(), integrity, vectors: None, gate_vectors: Vec::new() };
+        return Ok(ProxyPolicy::Live(Arc::new(LivePolicy::open(source)?)));
+    }
+    // No configuration: the defaults, checked once before any client is served.
+    let component = Arc::new(PolicyComponent::from_file(&options.wasm)?);
+    let mut instance = component.instantiate(HostServices::new(Arc::new(EmbeddedAccounts::new()), EntropySource::Os))?;
+    if let Err(e) = instance.load_policy("{}")? {
+        anyhow::bail!("the policy refuses its default configuration: {}", e.message);
+    }
+    Ok(ProxyPolicy::Fixed { component, config_json: "{}".into() })
+}
