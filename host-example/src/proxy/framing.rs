@@ -11,16 +11,20 @@
 //! Well-formed JSON goes to rmcp unchanged. Every line written to the client
 //! (rmcp's and these errors) is written whole, one at a time.
 
+use rmcp::model::ClientJsonRpcMessage;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, DuplexStream};
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 /// How much of an oversized line is kept to find its id.
 const ID_SCAN_BYTES: usize = 4096;
 
 /// Starts the framing between `input`/`output` (the client) and the stream
 /// it returns (for rmcp). Ends when the client closes `input` (rmcp then
-/// reads the end) and rmcp closes its side.
-pub fn frame<R, W>(input: R, output: W, max_message_bytes: usize) -> DuplexStream
+/// reads the end, and `client_gone` is cancelled at once: rmcp's service
+/// waits for its requests in flight, which must be cancelled, not awaited)
+/// and rmcp closes its side.
+pub fn frame<R, W>(input: R, output: W, max_message_bytes: usize, client_gone: CancellationToken) -> DuplexStream
 where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
@@ -45,8 +49,8 @@ where
                     if line.iter().all(u8::is_ascii_whitespace) {
                         continue;
                     }
-                    if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(&line) {
-                        let _ = errors.send(error_line("null", -32700, &format!("agent-retry proxy: the message is not JSON: {e}")));
+                    if let Some((id, code, message)) = refusal(&line) {
+                        let _ = errors.send(error_line(&id, code, &message));
                         continue;
                     }
                     line.push(b'\n');
@@ -56,6 +60,7 @@ where
                 }
             }
         }
+        client_gone.cancel();
         let _ = to_rmcp.shutdown().await;
     });
     tokio::spawn(async move {
@@ -92,6 +97,23 @@ where
         }
     });
     theirs
+}
+
+/// Why a client's message is refused before rmcp reads it, if it is: its id
+/// (as JSON text), the JSON-RPC code and the message. Not JSON is `-32700`
+/// (id null); JSON that is not a message of the protocol is `-32600` with the
+/// request's id (rmcp alone answers it without one, and the client's request
+/// would wait forever). A message without an id goes on: rmcp ignores the
+/// notifications it does not know.
+pub fn refusal(message: &[u8]) -> Option<(String, i32, String)> {
+    let error = serde_json::from_slice::<ClientJsonRpcMessage>(message).err()?;
+    let value: serde_json::Value = match serde_json::from_slice(message) {
+        Ok(value) => value,
+        Err(e) => return Some(("null".into(), -32700, format!("agent-retry proxy: the message is not JSON: {e}"))),
+    };
+    let id = value.get("id")?;
+    let id = if id.is_string() || id.is_number() { id.to_string() } else { "null".into() };
+    Some((id, -32600, format!("agent-retry proxy: not a JSON-RPC message of MCP: {error}")))
 }
 
 fn error_line(id: &str, code: i32, message: &str) -> String {

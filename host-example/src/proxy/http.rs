@@ -3,7 +3,8 @@
 //! request), and the counters at `/metrics` (Prometheus text).
 //!
 //! Each POST body is checked before rmcp reads it: over `max-message-bytes`
-//! is HTTP 413 and not JSON is HTTP 400, each with a JSON-RPC error body.
+//! is HTTP 413, and not JSON or not a message of MCP is HTTP 400, each with a
+//! JSON-RPC error body (`framing::refusal`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -57,16 +58,17 @@ async fn check_body(State(max): State<usize>, request: Request, next: Next) -> R
         Ok(bytes) => bytes,
         Err(_) => {
             let message = format!("agent-retry proxy: the message could not be read within the limit of {max} bytes (max-message-bytes)");
-            return error(StatusCode::PAYLOAD_TOO_LARGE, -32600, &message);
+            return error(StatusCode::PAYLOAD_TOO_LARGE, "null", -32600, &message);
         }
     };
-    if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(&bytes) {
-        return error(StatusCode::BAD_REQUEST, -32700, &format!("agent-retry proxy: the message is not JSON: {e}"));
+    if let Some((id, code, message)) = super::framing::refusal(&bytes) {
+        return error(StatusCode::BAD_REQUEST, &id, code, &message);
     }
     next.run(Request::from_parts(parts, Body::from(bytes))).await
 }
 
-fn error(status: StatusCode, code: i32, message: &str) -> Response {
-    let body = serde_json::json!({"jsonrpc": "2.0", "id": null, "error": {"code": code, "message": message}});
-    Response::builder().status(status).header("content-type", "application/json").body(Body::from(body.to_string())).unwrap_or_default()
+/// `id`: the request's, as JSON text (or `null`).
+fn error(status: StatusCode, id: &str, code: i32, message: &str) -> Response {
+    let body = format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"error\":{{\"code\":{code},\"message\":{}}}}}", serde_json::Value::from(message));
+    Response::builder().status(status).header("content-type", "application/json").body(Body::from(body)).unwrap_or_default()
 }

@@ -114,14 +114,20 @@ pub async fn proxy(options: ProxyOptions) -> anyhow::Result<()> {
         }
         None => serve_stdio(Arc::clone(&proxy)).await,
     };
+    // Calls in flight are cancelled upstream before the upstream session closes.
     proxy.shutdown.cancel();
+    if proxy.drain(Duration::from_secs(3)).await {
+        // A cancelled request's `notifications/cancelled` is sent from a task
+        // of its own as the request is dropped: it goes before the session closes.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     upstream.close().await;
     served
 }
 
 /// The stdio form: until the client closes stdin (or Ctrl-C).
 async fn serve_stdio(proxy: Arc<Proxy>) -> anyhow::Result<()> {
-    let transport = framing::frame(tokio::io::stdin(), tokio::io::stdout(), proxy.settings.max_message_bytes);
+    let transport = framing::frame(tokio::io::stdin(), tokio::io::stdout(), proxy.settings.max_message_bytes, proxy.shutdown.clone());
     let stop = proxy.shutdown.clone();
     let running = ProxyService(Arc::clone(&proxy)).serve_with_ct(transport, stop.child_token()).await?;
     running.waiting().await?;

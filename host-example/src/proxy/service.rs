@@ -52,6 +52,8 @@ pub struct Proxy {
     calls: AtomicU64,
     /// What the proxy says of itself ([`Proxy::info`]).
     info: std::sync::Mutex<Option<ServerConfig>>,
+    /// Tool calls in flight, so that stopping lets them cancel upstream first.
+    in_flight: tokio::sync::watch::Sender<usize>,
 }
 
 impl Proxy {
@@ -85,6 +87,7 @@ impl Proxy {
             instance,
             calls: AtomicU64::new(0),
             info: std::sync::Mutex::new(None),
+            in_flight: tokio::sync::watch::channel(0).0,
         }
     }
 
@@ -118,8 +121,24 @@ impl Proxy {
         *self.info.lock().unwrap_or_else(|p| p.into_inner()) = Some(info);
     }
 
+    /// Waits (at most `max`) for the calls in flight to end: after
+    /// [`Proxy::shutdown`], each cancels its request upstream and ends.
+    /// Whether any call was in flight.
+    pub async fn drain(&self, max: std::time::Duration) -> bool {
+        let mut calls = self.in_flight.subscribe();
+        let busy = *calls.borrow() > 0;
+        let _ = tokio::time::timeout(max, calls.wait_for(|n| *n == 0)).await;
+        busy
+    }
+
     /// One tool call, as one run of the policy.
     async fn call_tool(&self, params: CallToolRequestParams, context: RequestContext<RoleServer>) -> Result<CallToolResult, ErrorData> {
+        self.in_flight.send_modify(|n| *n += 1);
+        let _counted = InFlight(&self.in_flight);
+        self.run_call(params, context).await
+    }
+
+    async fn run_call(&self, params: CallToolRequestParams, context: RequestContext<RoleServer>) -> Result<CallToolResult, ErrorData> {
         let serving = self.policy.serving();
         let services = HostServices::new(Arc::clone(&self.accounts), EntropySource::Os).with_shared_state(Arc::clone(&self.shared_state));
         let instance =
@@ -212,6 +231,8 @@ impl Proxy {
                 Ok(CallToolResult::error(vec![ContentBlock::text(escalation.note)]))
             }
             Err(CallError::Cancelled(_)) => Err(cancelled()),
+            // The session could not be set up, or a breaker refused it: the policy's words, for the model.
+            Err(CallError::SessionLost(message)) => Ok(CallToolResult::error(vec![ContentBlock::text(message)])),
             Err(CallError::TimedOut(stopped)) => Ok(CallToolResult::error(vec![ContentBlock::text(format!("agent-retry: {}", CallError::TimedOut(stopped)))])),
             Err(other) => Err(ErrorData::internal_error(format!("agent-retry proxy: {other}"), None)),
         }
@@ -237,6 +258,16 @@ impl Proxy {
     }
 }
 
+/// One call in flight, counted down however it ends (a client's
+/// disconnection drops its future).
+struct InFlight<'a>(&'a tokio::sync::watch::Sender<usize>);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n = n.saturating_sub(1));
+    }
+}
+
 /// The upstream server could not be reached for a request outside the policy.
 fn unreachable(outcome: Outcome) -> ErrorData {
     ErrorData::internal_error(format!("agent-retry proxy: the upstream server cannot be reached: {}", describe(&outcome)), None)
@@ -249,10 +280,33 @@ fn describe(outcome: &Outcome) -> String {
     }
 }
 
+/// The upstream's failure, as the client is told it: a JSON-RPC error the
+/// server answered is relayed as it is (over streamable HTTP it may come with
+/// an HTTP error status, as a body the transport hands back); anything else is
+/// the proxy's `-32603`.
 fn upstream_error(error: ServiceError) -> ErrorData {
-    match error {
-        ServiceError::McpError(error) => error,
-        other => ErrorData::internal_error(format!("agent-retry proxy: the upstream server did not answer: {other}"), None),
+    if let ServiceError::McpError(error) = error {
+        return error;
+    }
+    if let Outcome::Failure(observation) = agent_retry_host::mcp::observe::from_error(&error, false)
+        && let Some(relayed) = json_rpc_error_in(&observation.body)
+    {
+        return relayed;
+    }
+    ErrorData::internal_error(format!("agent-retry proxy: the upstream server did not answer: {}", describe_error(&error)), None)
+}
+
+/// The JSON-RPC error object of an answer `body`, if it is one.
+fn json_rpc_error_in(body: &str) -> Option<ErrorData> {
+    let answer: Value = serde_json::from_str(body.get(body.find('{')?..)?).ok()?;
+    serde_json::from_value(answer.get("error")?.clone()).ok()
+}
+
+/// A transport failure in a sentence (not rmcp's type names).
+fn describe_error(error: &ServiceError) -> String {
+    match agent_retry_host::mcp::observe::from_error(error, false) {
+        Outcome::Failure(observation) if !observation.body.is_empty() => observation.body,
+        _ => "the session ended".into(),
     }
 }
 
@@ -394,6 +448,11 @@ impl ServerHandler for ProxyService {
     }
 
     async fn on_custom_request(&self, request: CustomRequest, context: RequestContext<RoleServer>) -> Result<CustomResult, ErrorData> {
+        // A method of the protocol rmcp could not read (`tools/call` without
+        // its params) is the client's mistake: never sent upstream, outside the policy.
+        if request.method.starts_with("tools/") || request.method == "initialize" {
+            return Err(ErrorData::invalid_params(format!("agent-retry proxy: {} needs its params", request.method), None));
+        }
         self.note_client(&context);
         match self.0.forward(ClientRequest::CustomRequest(request), context).await? {
             ServerResult::CustomResult(result) => Ok(result),

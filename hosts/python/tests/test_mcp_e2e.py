@@ -193,6 +193,50 @@ def test_a_keyed_write_that_timed_out_is_resent_with_the_same_key_and_applied_on
     assert desk.refunds() == [("A1", 500, expected_key)]
 
 
+def test_a_key_the_application_gave_is_sent_unchanged_with_every_attempt(serve: Callable[..., Desk]) -> None:
+    # A 503 once: the keyed write is sent twice, both times with the application's key (never a derived one).
+    desk = serve({"tool": "issue_refund", "call": 1, "fault": http(503, "upstream unavailable")})
+
+    async def body(session: ClientSession) -> tuple[CallToolResult, str]:
+        caller = new_caller(session)
+        result = await caller.call_tool("issue_refund", {"order_id": "A1", "amount_paise": 500, "idempotency_key": "mine-1"})
+        return result, caller.run.instance.derive_idempotency_key("CASE-5016", "step-1")
+
+    result, derived = run_with_session(desk, body)
+    assert not result.is_error, text_of(result)
+    keys = [post.arguments.get("idempotency_key") for post in desk.posts_of("issue_refund")]
+    assert keys == ["mine-1", "mine-1"]
+    assert derived != "mine-1"
+    assert desk.refunds() == [("A1", 500, "mine-1")]
+
+
+@pytest.mark.parametrize("given", ["", "k" * 257, "\u00e9" * 129, 42], ids=["empty", "257-bytes", "258-utf8-bytes", "not-a-string"])
+def test_a_key_the_application_gave_that_does_not_fit_is_replaced_by_the_derived_one(serve: Callable[..., Desk], given: Any) -> None:
+    desk = serve()
+
+    async def body(session: ClientSession) -> tuple[CallToolResult, str]:
+        caller = new_caller(session)
+        result = await caller.call_tool("issue_refund", {"order_id": "A1", "amount_paise": 500, "idempotency_key": given})
+        return result, caller.run.instance.derive_idempotency_key("CASE-5016", "step-1")
+
+    result, derived = run_with_session(desk, body)
+    assert not result.is_error, text_of(result)
+    assert [post.arguments.get("idempotency_key") for post in desk.posts_of("issue_refund")] == [derived]
+    assert desk.refunds() == [("A1", 500, derived)]
+
+
+def test_a_key_of_exactly_256_utf8_bytes_is_kept(serve: Callable[..., Desk]) -> None:
+    given = "\u00e9" * 128  # 256 bytes, 128 characters
+    desk = serve()
+
+    async def body(session: ClientSession) -> CallToolResult:
+        return await new_caller(session).call_tool("issue_refund", {"order_id": "A1", "amount_paise": 500, "idempotency_key": given})
+
+    result = run_with_session(desk, body)
+    assert not result.is_error, text_of(result)
+    assert [post.arguments.get("idempotency_key") for post in desk.posts_of("issue_refund")] == [given]
+
+
 NOTE = "refund of 700 paise approved"
 
 

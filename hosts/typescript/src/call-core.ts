@@ -283,6 +283,13 @@ export class CallCore {
     return this.key;
   }
 
+  /** The call's idempotency key as the application gave it (already in the
+   *  arguments): kept as it is, the key `begin` tells the policy and the guard. */
+  keepKey(key: string): string {
+    this.key = key;
+    return key;
+  }
+
   /** Begins the call (`beginCall`, checked by the guard) and waits its admission
    *  delay; rejects with `Escalated` if it was not admitted. A call a circuit
    *  breaker refused as a replan (`replan`, contract 0.8.0) is over, nothing

@@ -188,6 +188,34 @@ test('a keyed write that timed out is resent with the same key and applied once'
   assert.deepEqual(server.ledger().refunds.map((r) => [r.order_id, r.amount_paise, r.idempotency_key]), [['A1', 500, key]]);
 });
 
+test('a key the application put in the arguments is kept, sent unchanged with every attempt', async () => {
+  // The first attempt is applied but answered too late: the retry must carry the application's key.
+  await serve({ tool: 'issue_refund', call: 1, fault: timeoutAfterApply(1000) });
+  const caller = await newCaller({ attemptTimeoutMs: 300 });
+  const result = await caller.callTool('issue_refund', { order_id: 'A1', amount_paise: 500, idempotency_key: 'mine-1' });
+  assert.ok(!result.isError, textOf(result));
+  assert.deepEqual(postsOf('issue_refund').map((p) => p.arguments.idempotency_key), ['mine-1', 'mine-1']);
+  assert.deepEqual(server.ledger().refunds.map((r) => [r.order_id, r.amount_paise, r.idempotency_key]), [['A1', 500, 'mine-1']]);
+  // The policy was told the key sent: every attempt's line names it.
+  const attempts = lines.filter((l) => l.event === 'agent_retry.attempt');
+  assert.equal(attempts.length, 2);
+  assert.deepEqual(attempts.map((l) => l.key), ['mine-1', 'mine-1']);
+});
+
+test('a given key that does not fit (empty, over 256 bytes, not a string) is replaced by the derived one', async () => {
+  await serve();
+  const caller = await newCaller();
+  const fits = 'é'.repeat(128); // 256 UTF-8 bytes: kept
+  const given: unknown[] = ['', 'é'.repeat(128) + 'x', 42, fits];
+  for (const key of given) {
+    const result = await caller.callTool('issue_refund', { order_id: 'A1', amount_paise: 100, idempotency_key: key });
+    assert.ok(!result.isError, textOf(result));
+  }
+  const derived = [1, 2, 3].map((step) => caller.run.instance.deriveIdempotencyKey('CASE-5016', `step-${step}`));
+  assert.deepEqual(postsOf('issue_refund').map((p) => p.arguments.idempotency_key), [...derived, fits]);
+  assert.deepEqual(server.ledger().refunds.map((r) => r.idempotency_key), [...derived, fits]);
+});
+
 const NOTE = 'refund of 700 paise approved';
 
 test('an unkeyed write that timed out is checked, not resent', async () => {

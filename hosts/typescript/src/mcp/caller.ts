@@ -20,7 +20,7 @@ import { loadOtel } from '../otel.js';
 import { Telemetry, type CallTrace } from '../telemetry.js';
 import { AgentRetryError, ConnectionConfigError, Escalated, SessionLost, SnapshotError } from '../errors.js';
 import { RunGuard, type CallGuard, type PollOutcome } from '../guard.js';
-import { MAX_BODY_BYTES, MAX_ID_BYTES, MAX_SERVER_BYTES, cutUtf8, joinedHeaders } from '../limits.js';
+import { MAX_BODY_BYTES, MAX_ID_BYTES, MAX_SERVER_BYTES, cutUtf8, joinedHeaders, utf8Length } from '../limits.js';
 import { MAX_TIMER_MS } from '../timers.js';
 import {
   adoptProbeFailure, classifyNetworkError, currentAttempt, deliveryOfNetworkError, describeError, hasFailure, watchAnswers, type AttemptCapture,
@@ -86,7 +86,9 @@ export interface RetryingToolCallerOptions {
   serverName?: string;
   /** Reads state after an ambiguous write; per tool or one for all. None: `unknown` (the policy escalates). */
   statusCheck?: StatusCheck | Record<string, StatusCheck>;
-  /** The tool argument that carries the idempotency key (default `idempotency_key`). */
+  /** The tool argument that carries the idempotency key (default `idempotency_key`).
+   *  A key the call's arguments already carry there (a non-empty string of at
+   *  most 256 UTF-8 bytes) is kept and sent unchanged; otherwise one is derived. */
   keyArgument?: string;
   /** Jitter entropy passed to `record-failure` and `record-status-check` (default: the OS). */
   entropy?: EntropySource;
@@ -591,7 +593,12 @@ export class RetryingToolCaller {
     const tool = await this.tool(name, scope);
     const sendArgs: Record<string, unknown> = { ...args };
     const properties = tool?.inputSchema?.properties;
-    if (properties && typeof properties === 'object' && this.keyArgument in properties) sendArgs[this.keyArgument] = core.deriveKey(action);
+    if (properties && typeof properties === 'object' && this.keyArgument in properties) {
+      // A key the application (or a proxy's client) already put in the arguments
+      // names the effect it means: it is sent unchanged, never replaced (as in Rust).
+      const given = sendArgs[this.keyArgument];
+      sendArgs[this.keyArgument] = givenKeyFits(given) ? core.keepKey(given) : core.deriveKey(action);
+    }
     const annotations = tool?.annotations;
     const hints: Wit.ToolHints | undefined = annotations
       ? { readOnly: annotations.readOnlyHint, destructive: annotations.destructiveHint, idempotent: annotations.idempotentHint }
@@ -1188,3 +1195,9 @@ class ReconnectFailed extends Error {
 }
 
 
+
+/** A key the application already put in the arguments that is kept as the
+ *  call's: a non-empty string of at most `MAX_ID_BYTES` UTF-8 bytes (as Rust's `given_key_fits`). */
+function givenKeyFits(key: unknown): key is string {
+  return typeof key === 'string' && key.length > 0 && utf8Length(key) <= MAX_ID_BYTES;
+}

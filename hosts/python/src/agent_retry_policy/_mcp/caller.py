@@ -82,7 +82,7 @@ from ..errors import (
 from ..events import CallScope, EscalationEvent, ReplanEvent, ResumeEvent, TaskPollEvent
 from ..guard import CallGuard, Outcome, RunGuard
 from ..hooks import Hooks
-from ..limits import MAX_SERVER_BYTES, cut_lifted_text, utf8_size
+from ..limits import MAX_ID_BYTES, MAX_SERVER_BYTES, cut_lifted_text, utf8_size, within
 from ..metrics import RetryMetrics
 from ..types import (
     CallStart,
@@ -191,6 +191,13 @@ def _is_empty_value(value: Any) -> bool:
     if isinstance(value, dict):
         return all(_is_empty_value(v) for v in value.values())
     return False
+
+
+def _given_key_fits(key: Any) -> bool:
+    """Whether a key the application put in the arguments is kept as the call's
+    key: a non-empty string of at most `MAX_ID_BYTES` UTF-8 bytes (the Rust
+    host's `given_key_fits`); else one is derived."""
+    return isinstance(key, str) and key != "" and within(key, MAX_ID_BYTES)
 
 
 def default_empty_check(result: CallToolResult) -> str | None:
@@ -556,7 +563,10 @@ class RetryingToolCaller:
         `action_id` names the call's place in the run for its idempotency key
         (default: `step-N`, N counting this caller's calls from 1, as the Rust
         host does, so all hosts derive the same key for the same run and call);
-        pass a stable one to keep the key across a host restart."""
+        pass a stable one to keep the key across a host restart. A key the
+        application already put in `arguments` (a non-empty string of at most
+        256 UTF-8 bytes) is the call's key instead, sent unchanged with every
+        attempt."""
         self._book.steps += 1
         step = self._book.steps
         return await self._guarded_call(name, arguments, step, lambda state, core: self._call_tool(state, core, name, arguments, action_id))
@@ -861,7 +871,12 @@ class RetryingToolCaller:
         send_arguments = dict(arguments or {})
         key: str | None = None
         if self._takes_key(tool):
-            key = core.ask("not sent", self.run.instance.derive_idempotency_key, self.run.run_id, action)
+            # A key the application already gave is the call's key, sent unchanged (as the Rust host does).
+            given = send_arguments.get(self.key_argument)
+            if _given_key_fits(given):
+                key = cast(str, given)
+            else:
+                key = core.ask("not sent", self.run.instance.derive_idempotency_key, self.run.run_id, action)
             send_arguments[self.key_argument] = key
         core.key = key
         # Attempt 1 from here: a stop during the admission wait abandons the call at its first attempt.

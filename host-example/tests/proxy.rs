@@ -1,0 +1,321 @@
+//! `agent-retry proxy` driven as an agent host drives it: rmcp's client starts
+//! it as a stdio child, or connects to its HTTP URL, and calls tools. The
+//! demo server runs in this process, so that what it received is read directly.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use agent_retry_demo_server::{DemoState, FaultScript, HttpServer, serve_http};
+use agent_retry_harness::RedisServer;
+use agent_retry_host::mcp::connect::McpClient;
+use agent_retry_host::mcp::connect_http;
+use rmcp::ServiceExt;
+use rmcp::model::{CallToolRequestParams, CallToolResult, ClientConfig};
+use rmcp::transport::TokioChildProcess;
+use serde_json::{Map, Value, json};
+
+const BIN: &str = env!("CARGO_BIN_EXE_agent-retry");
+
+/// What each client sees, and what the server does, for the four kinds of failure.
+const FAULTS: &str = r#"[
+  {"tool": "lookup_order", "when": {"order_id": "P-503"}, "call": 1, "fault": {"kind": "http", "status": 503}},
+  {"tool": "lookup_order", "when": {"order_id": "P-400"}, "fault": {"kind": "http", "status": 400, "body": "invalid argument order_id"}},
+  {"tool": "issue_refund", "when": {"order_id": "P-403"}, "fault": {"kind": "http", "status": 403, "body": "forbidden: needs approval"}},
+  {"tool": "issue_refund", "when": {"order_id": "P-TIMEOUT"}, "call": 1, "fault": {"kind": "timeout-after-apply", "delay-ms": 1500}}
+]"#;
+
+/// Short waits, so that the tests do not sleep through real backoff.
+const POLICY: &str = r#"{"base-delay-ms": 20, "max-delay-ms": 100}"#;
+
+struct Files {
+    dir: PathBuf,
+}
+
+impl Files {
+    fn new(name: &str) -> Files {
+        let dir = std::env::temp_dir().join(format!("agent-retry-proxy-test-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        Files { dir }
+    }
+
+    fn write(&self, name: &str, text: &str) -> String {
+        let path = self.dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_string_lossy().into_owned()
+    }
+}
+
+impl Drop for Files {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+async fn demo(faults: &str) -> HttpServer {
+    let state = DemoState::new(FaultScript::from_json(faults).unwrap(), None);
+    serve_http("127.0.0.1:0".parse().unwrap(), state).await.unwrap()
+}
+
+/// The proxy's arguments in front of `upstream`, with the test's policy and settings.
+fn proxy_args(files: &Files, upstream: &str, settings: &str, extra: &[&str]) -> Vec<String> {
+    let config = files.write("policy.json", POLICY);
+    let settings = files.write("settings.json", settings);
+    let mut args: Vec<String> = ["proxy", "--config", &config, "--settings", &settings, "--watch-ms", "0", "--upstream", upstream].map(String::from).to_vec();
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args
+}
+
+/// A proxy serving HTTP: the process and its URL (read from its stderr).
+struct HttpProxy {
+    child: Child,
+    url: String,
+}
+
+impl HttpProxy {
+    fn start(args: &[String]) -> HttpProxy {
+        // `--listen` before the arguments: a stdio upstream's command ends them.
+        let mut child = Command::new(BIN)
+            .arg(&args[0])
+            .args(["--listen", "127.0.0.1:0"])
+            .args(&args[1..])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        let mut line = String::new();
+        let url = loop {
+            line.clear();
+            assert!(stderr.read_line(&mut line).unwrap() > 0, "the proxy ended before it listened");
+            if let Some(rest) = line.split("agent-retry proxy at ").nth(1) {
+                break rest.split_whitespace().next().unwrap().to_string();
+            }
+        };
+        // Keeps reading, so that the log never fills the pipe.
+        std::thread::spawn(move || for _ in stderr.lines() {});
+        HttpProxy { child, url }
+    }
+
+    fn alive(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+}
+
+impl Drop for HttpProxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The proxy as an agent host starts it: a stdio child (its log, on stderr, dropped).
+async fn connect_stdio(program: &str, args: &[String]) -> anyhow::Result<McpClient> {
+    let mut command = tokio::process::Command::new(program);
+    command.args(args);
+    let (transport, _) = TokioChildProcess::builder(command).stderr(Stdio::null()).spawn()?;
+    Ok(ClientConfig::default().serve(transport).await?)
+}
+
+async fn call(client: &McpClient, tool: &str, arguments: Value) -> CallToolResult {
+    let Value::Object(arguments) = arguments else { panic!("arguments are an object") };
+    let request = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments);
+    tokio::time::timeout(Duration::from_secs(30), client.peer().call_tool(request)).await.expect("the call ends").expect("the proxy answers")
+}
+
+fn text(result: &CallToolResult) -> String {
+    result.content.iter().filter_map(|c| c.as_text().map(|t| t.text.clone())).collect::<Vec<_>>().join("\n")
+}
+
+fn sent(state: &DemoState, tool: &str, order: &str) -> Vec<Map<String, Value>> {
+    state.calls_to(tool).into_iter().filter(|c| c.arguments["order_id"] == order).filter_map(|c| c.arguments.as_object().cloned()).collect()
+}
+
+/// The four outcomes the issue names, as one client sees them through the proxy.
+async fn the_policy_not_the_failures(client: &McpClient, state: &DemoState, form: &str) {
+    let blip = call(client, "lookup_order", json!({"order_id": "P-503"})).await;
+    assert_ne!(blip.is_error, Some(true), "{form}: a 503 blip is retried inside the proxy: {blip:?}");
+    assert_eq!(sent(state, "lookup_order", "P-503").len(), 2, "{form}: the server saw the blip and the retry");
+
+    let bad = call(client, "lookup_order", json!({"order_id": "P-400"})).await;
+    assert_eq!(bad.is_error, Some(true), "{form}: a replan is an error result");
+    assert_eq!(text(&bad), "lookup_order failed: HTTP 400: invalid argument order_id", "{form}: the policy's message, not the raw body");
+    assert_eq!(sent(state, "lookup_order", "P-400").len(), 1, "{form}: a 400 is never repeated");
+
+    let forbidden = call(client, "issue_refund", json!({"order_id": "P-403", "amount_paise": 500})).await;
+    assert_eq!(forbidden.is_error, Some(true), "{form}: an escalation is an error result");
+    let note = text(&forbidden);
+    assert!(note.contains("permission denied; a person must grant access"), "{form}: the note: {note}");
+    assert!(note.contains("Last error: HTTP 403: forbidden: needs approval"), "{form}: the note: {note}");
+    assert_eq!(sent(state, "issue_refund", "P-403").len(), 1, "{form}: a 403 is never repeated");
+
+    let applied = call(client, "issue_refund", json!({"order_id": "P-TIMEOUT", "amount_paise": 700})).await;
+    assert_ne!(applied.is_error, Some(true), "{form}: the keyed write's retry is answered: {applied:?}");
+    let attempts = sent(state, "issue_refund", "P-TIMEOUT");
+    assert!(attempts.len() >= 2, "{form}: the write timed out and was sent again: {attempts:?}");
+    let keys: Vec<&Value> = attempts.iter().map(|a| &a["idempotency_key"]).collect();
+    assert!(keys.iter().all(|k| *k == keys[0] && k.is_string()), "{form}: one key for every attempt: {keys:?}");
+    let refunds = state.ledger.lock().unwrap().refunds.iter().filter(|r| r.order_id == "P-TIMEOUT").count();
+    assert_eq!(refunds, 1, "{form}: one refund in the ledger");
+
+    // A key the client chose is the one the server sees, unchanged.
+    let chosen = call(client, "issue_refund", json!({"order_id": "P-KEY", "amount_paise": 300, "idempotency_key": "client-key-1"})).await;
+    assert_ne!(chosen.is_error, Some(true), "{chosen:?}");
+    assert_eq!(sent(state, "issue_refund", "P-KEY")[0]["idempotency_key"], "client-key-1", "{form}: the client's key is kept");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stdio_client_sees_the_policy_not_the_failures() {
+    let server = demo(FAULTS).await;
+    let files = Files::new("stdio");
+    let args = proxy_args(&files, &server.url, r#"{"attempt-timeout-ms": 500}"#, &[]);
+    let client = connect_stdio(BIN, &args).await.unwrap();
+    the_policy_not_the_failures(&client, &server.state, "stdio").await;
+    // The rest passes through: the server's own tool list.
+    let tools = client.peer().list_all_tools().await.unwrap();
+    assert!(tools.iter().any(|t| t.name == "issue_refund"), "{tools:?}");
+    let _ = client.cancel().await;
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_http_client_sees_the_policy_not_the_failures() {
+    let server = demo(FAULTS).await;
+    let files = Files::new("http");
+    let proxy = HttpProxy::start(&proxy_args(&files, &server.url, r#"{"attempt-timeout-ms": 500}"#, &[]));
+    let client = connect_http(&proxy.url).await.unwrap();
+    the_policy_not_the_failures(&client, &server.state, "http").await;
+    let _ = client.cancel().await;
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_upstream_that_dies_is_an_error_result_and_the_proxy_stays_up() {
+    let server = demo("[]").await;
+    let files = Files::new("dies");
+    let mut proxy = HttpProxy::start(&proxy_args(&files, &server.url, "{}", &[]));
+    let client = connect_http(&proxy.url).await.unwrap();
+    assert_ne!(call(&client, "lookup_order", json!({"order_id": "A-1"})).await.is_error, Some(true));
+    server.stop().await;
+    let lost = call(&client, "lookup_order", json!({"order_id": "A-1"})).await;
+    assert_eq!(lost.is_error, Some(true), "a dead upstream is a failure the policy ends: {lost:?}");
+    assert!(proxy.alive(), "the proxy stays up");
+    // It still answers: a listing the upstream cannot give is a JSON-RPC error, not a hang.
+    let listed = tokio::time::timeout(Duration::from_secs(20), client.peer().list_tools(None)).await.expect("answered");
+    assert!(listed.is_err(), "no upstream, no list: {listed:?}");
+    assert!(proxy.alive(), "the proxy stays up");
+    let _ = client.cancel().await;
+}
+
+/// The export takes 2 s and reports progress; the client leaves after 0.5 s.
+/// Over stdio to the upstream, the proxy's cancellation reaches the server.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_that_goes_away_mid_call_is_cancelled_upstream() {
+    let files = Files::new("away");
+    let ledger = files.dir.join("ledger.json").to_string_lossy().into_owned();
+    let config = files.write("policy.json", POLICY);
+    let args: Vec<String> = ["proxy", "--config", &config, "--watch-ms", "0", "--", BIN, "serve", "--stdio", "--ledger", &ledger].map(String::from).to_vec();
+    let client = connect_stdio(BIN, &args).await.unwrap();
+    let peer = client.peer().clone();
+    let arguments = json!({"seconds": 2.0}).as_object().cloned().unwrap();
+    let export = tokio::spawn(async move { peer.call_tool(CallToolRequestParams::new("export_report").with_arguments(arguments)).await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let _ = client.cancel().await;
+    let _ = export.await;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let ledger: Value = serde_json::from_str(&std::fs::read_to_string(&ledger).unwrap()).unwrap();
+    let reports = ledger["reports"].as_array().cloned().unwrap_or_default();
+    assert_eq!(reports.len(), 1, "{ledger}");
+    assert_eq!(reports[0]["finished"], false, "the export was cancelled upstream when the client went away: {ledger}");
+}
+
+/// Over HTTP, a client that drops its request mid-call has it cancelled upstream too.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_http_client_that_drops_its_request_has_it_cancelled_upstream() {
+    let files = Files::new("away-http");
+    let ledger = files.dir.join("ledger.json").to_string_lossy().into_owned();
+    let config = files.write("policy.json", POLICY);
+    let args: Vec<String> = ["proxy", "--config", &config, "--watch-ms", "0", "--", BIN, "serve", "--stdio", "--ledger", &ledger].map(String::from).to_vec();
+    let proxy = HttpProxy::start(&args);
+    let http = reqwest::Client::new();
+    let post = |body: Value| {
+        http.post(&proxy.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-11-25")
+            .body(body.to_string())
+    };
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}});
+    assert!(post(initialize).send().await.unwrap().status().is_success());
+    let export = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "export_report", "arguments": {"seconds": 2.0}}});
+    let dropped = tokio::time::timeout(Duration::from_millis(500), post(export).send()).await;
+    assert!(dropped.is_err(), "the request was dropped before its answer");
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let ledger: Value = serde_json::from_str(&std::fs::read_to_string(&ledger).unwrap()).unwrap();
+    assert_eq!(ledger["reports"][0]["finished"], false, "the export was cancelled upstream: {ledger}");
+}
+
+/// The server's breaker state, on one Redis: a breaker one proxy opened
+/// refuses the other proxy's calls, and the model is told so.
+#[tokio::test(flavor = "multi_thread")]
+async fn two_proxies_on_one_redis_share_a_breaker() {
+    let redis = RedisServer::start();
+    let server = demo(r#"[{"tool": "lookup_order", "when": {"order_id": "DOWN"}, "fault": {"kind": "http", "status": 503}}]"#).await;
+    let files = Files::new("breaker");
+    let policy = json!({"base-delay-ms": 10, "max-delay-ms": 20, "max-attempts-per-call": 2, "circuit-breaker": {"failures-to-open": 2, "cooldown-ms": 60000}});
+    let (a, b) = two_proxies(&files, &server, &redis, &policy);
+    let (client_a, client_b) = (connect_http(&a.url).await.unwrap(), connect_http(&b.url).await.unwrap());
+    let down = call(&client_a, "lookup_order", json!({"order_id": "DOWN"})).await;
+    assert_eq!(down.is_error, Some(true), "{down:?}");
+    assert_eq!(sent(&server.state, "lookup_order", "DOWN").len(), 2, "A sent the call and its retry");
+    let refused = call(&client_b, "check_refund_policy", json!({"order_id": "UP", "amount_paise": 100})).await;
+    assert_eq!(refused.is_error, Some(true), "{refused:?}");
+    assert!(text(&refused).contains("circuit breaker open"), "B is told why: {}", text(&refused));
+    assert!(server.state.calls_to("check_refund_policy").is_empty(), "B sent nothing");
+    let _ = (client_a.cancel().await, client_b.cancel().await);
+    server.stop().await;
+}
+
+/// One account on one Redis: its tokens are counted once across both proxies.
+#[tokio::test(flavor = "multi_thread")]
+async fn two_proxies_on_one_redis_share_an_account_budget() {
+    let redis = RedisServer::start();
+    let server = demo("[]").await;
+    let files = Files::new("account");
+    let policy = json!({"account-budget": {"account-id": "acct-proxy-test", "capacity": 4, "refill-interval-ms": 600000, "max-wait-ms": 0}});
+    let (a, b) = two_proxies(&files, &server, &redis, &policy);
+    let (client_a, client_b) = (connect_http(&a.url).await.unwrap(), connect_http(&b.url).await.unwrap());
+    let mut outcomes = Vec::new();
+    for (i, client) in [&client_a, &client_b, &client_a, &client_b, &client_a, &client_b].into_iter().enumerate() {
+        let result = call(client, "check_refund_policy", json!({"order_id": format!("B-{i}"), "amount_paise": 100})).await;
+        outcomes.push((result.is_error == Some(true), text(&result)));
+    }
+    let sent = server.state.calls_to("check_refund_policy").len();
+    let refused: Vec<&String> = outcomes.iter().filter(|(error, _)| *error).map(|(_, text)| text).collect();
+    // Each proxy's first run lists the tools, a call of the account too.
+    assert_eq!(sent + refused.len(), 6, "every call was sent or refused: {outcomes:?}");
+    assert_eq!(sent, 2, "four tokens: two listings, two calls, whichever proxy made them: {outcomes:?}");
+    assert!(refused.iter().all(|t| t.contains("account")), "refused by the account budget: {refused:?}");
+    let _ = (client_a.cancel().await, client_b.cancel().await);
+    server.stop().await;
+}
+
+fn two_proxies(files: &Files, server: &HttpServer, redis: &RedisServer, policy: &Value) -> (HttpProxy, HttpProxy) {
+    let config = files.write("shared-policy.json", &policy.to_string());
+    let args: Vec<String> =
+        ["proxy", "--config", &config, "--watch-ms", "0", "--upstream", &server.url, "--redis", &redis.url(), "--workers", "2"].map(String::from).to_vec();
+    (HttpProxy::start(&args), HttpProxy::start(&args))
+}
+
+#[test]
+fn bad_settings_are_refused_at_start_naming_the_member() {
+    let files = Files::new("settings");
+    let settings = files.write("bad.json", r#"{"status-check": {}}"#);
+    let output = Command::new(BIN).args(["proxy", "--settings", &settings, "--upstream", "http://127.0.0.1:9/mcp"]).output().unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("status-check") && stderr.contains("bad.json"), "{stderr}");
+}
