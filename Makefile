@@ -15,9 +15,9 @@ JCO := hosts/typescript/node_modules/@bytecodealliance/jco/src/jco.js
 # Each step of `make test` prints and records its time (target/step-times.txt).
 TIMED := tests/ci/timed.sh
 # What `make test` runs after the Rust tests, in this order.
-TEST_STEPS := test-python test-python-langchain test-ts events-agree judge-rust judge-python judge-ts test-hosts-agree docs-links lab-check dist-test fuzz-replay
+TEST_STEPS := test-python test-python-langchain test-ts events-agree judge-rust judge-python judge-ts judge-proxy test-hosts-agree docs-links lab-check dist-test fuzz-replay
 
-.PHONY: setup wasm demo test vectors targets judge-setup judge-rust redis hostile noop events-agree
+.PHONY: setup wasm demo test vectors targets judge-setup judge-rust judge-proxy redis hostile noop events-agree
 
 # The Python and Node hosts' targets (and the npm packages `wasm` needs for jco).
 include hosts/hosts.mk
@@ -100,6 +100,11 @@ judge-setup:
 # The host-conformance judge against the Rust host (tests/judge/exam.json).
 judge-rust: wasm judge-setup
 	target/release/agent-retry judge --exam tests/judge/exam.json -- target/release/agent-retry exam
+
+# The same exam, taken by a plain MCP client (no retries of its own) through
+# `agent-retry proxy`: the policy's fourth host (docs/proxy.md).
+judge-proxy: wasm judge-setup
+	target/release/agent-retry judge --exam tests/judge/exam.json -- target/release/agent-retry exam --through-proxy
 
 # The lab, the contention simulation and the benchmarks (tests/lab/lab.mk), and
 # the packages (tests/dist/dist.mk).

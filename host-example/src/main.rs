@@ -137,6 +137,10 @@ enum Command {
         /// Skip the policy: retry everything at once with a new key (a bad host, for the judge to fail).
         #[arg(long)]
         no_policy: bool,
+        /// Take the exam as an agent host behind `agent-retry proxy`: a plain MCP
+        /// client (no retries of its own) that starts the proxy as its stdio server.
+        #[arg(long, conflicts_with = "no_policy")]
+        through_proxy: bool,
     },
     /// Keep a live policy (from --wasm and --config files, or from the fleet's Redis)
     /// and print, as JSON lines, which policy serves and every update accepted or
@@ -371,7 +375,8 @@ fn main() -> ExitCode {
             Command::Lab { faults, seed } => lab::lab(&wasm, faults.as_deref(), seed),
             Command::Simulate { clients, runs, seed, svg } => lab::simulate(&wasm, &clients, runs, seed, svg.as_deref()),
             Command::Judge { exam, client } => exam::judge(&exam, &client).await,
-            Command::Exam { url, exam, no_policy } => exam::exam(&wasm, &url, &exam, no_policy).await,
+            Command::Exam { url, exam, no_policy: _, through_proxy: true } => exam::exam_through_proxy(&wasm, &url, &exam).await,
+            Command::Exam { url, exam, no_policy, through_proxy: false } => exam::exam(&wasm, &url, &exam, no_policy).await,
             Command::Watch { config, fleet, prefix, interval_ms, pin_sha256, public_key, vectors, gate_vectors } => {
                 watch::watch(watch::WatchOptions { wasm, config, fleet, prefix, interval_ms, pin_sha256, public_key_hex: public_key, vectors, gate_vectors })
                     .await

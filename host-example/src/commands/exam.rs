@@ -92,6 +92,48 @@ pub async fn exam(wasm: &Path, url: &str, exam_path: &Path, no_policy: bool) -> 
     Ok(())
 }
 
+/// The exam as an agent host behind the proxy takes it: the exam's policy
+/// configuration and the proxy's settings (timeout, key argument, status
+/// checks) in files, the proxy started as the client's stdio server, and each
+/// call made once, plainly. The judge checks the proxy's behaviour.
+pub async fn exam_through_proxy(wasm: &Path, url: &str, exam_path: &Path) -> anyhow::Result<()> {
+    let exam = read_exam(exam_path)?;
+    let dir = std::env::temp_dir().join(format!("agent-retry-exam-proxy-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let config = dir.join("policy.json");
+    std::fs::write(&config, exam.config.to_string())?;
+    let checks: serde_json::Map<String, Value> =
+        exam.status_checks.iter().map(|(tool, check)| (tool.clone(), serde_json::to_value(check).unwrap_or_default())).collect();
+    let settings = dir.join("settings.json");
+    std::fs::write(&settings, json!({"attempt-timeout-ms": exam.attempt_timeout_ms, "key-argument": exam.key_argument, "status-checks": checks}).to_string())?;
+    let program = std::env::current_exe()?.to_string_lossy().into_owned();
+    let args: Vec<String> = vec![
+        "--wasm".into(),
+        wasm.to_string_lossy().into_owned(),
+        "proxy".into(),
+        "--config".into(),
+        config.to_string_lossy().into_owned(),
+        "--settings".into(),
+        settings.to_string_lossy().into_owned(),
+        "--watch-ms".into(),
+        "0".into(),
+        "--upstream".into(),
+        url.to_string(),
+    ];
+    let client = agent_retry_host::mcp::connect_stdio(&program, &args).await?;
+    for run in &exam.runs {
+        for call in &run.calls {
+            let request = CallToolRequestParams::new(call.tool.clone()).with_arguments(call.arguments.clone());
+            let result = client.peer().call_tool(request).await?;
+            let outcome = if result.is_error == Some(true) { "error" } else { "done" };
+            println!("{}", json!({"run": run.run_id, "tool": call.tool, "outcome": outcome}));
+        }
+    }
+    let _ = client.cancel().await;
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
 /// What the seed warns against: retry everything at once, a new key each time.
 async fn naive_run(client: &agent_retry_host::mcp::connect::McpClient, run: &ExamRun) {
     for call in &run.calls {

@@ -2,7 +2,7 @@
 //! and look for an item that matches the write's arguments.
 
 use rmcp::model::CallToolRequestParams;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::caller::StatusCheck;
@@ -10,7 +10,7 @@ use crate::component::types::StatusCheckResult;
 
 /// How to check a write: e.g. `issue_refund` by `list_refunds(order_id)`, looking
 /// in `structuredContent.refunds` for an item with the same `order_id` and `amount_paise`.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 pub struct ListedCheck {
     /// The read tool.
     pub tool: String,
