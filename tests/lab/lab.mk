@@ -6,7 +6,7 @@
 LAB_BIN   := target/release/agent-retry-lab
 LAB_BENCH := target/release/agent-retry-bench
 
-.PHONY: lab lab-build lab-check lab-expected bench
+.PHONY: lab lab-build lab-check lab-expected bench bench-proxy
 
 # RUST_BINS (top-level Makefile): the test build's feature set, nothing rebuilt.
 lab-build: wasm
@@ -34,4 +34,11 @@ bench: lab-build redis noop
 	cargo bench -p agent-retry-harness --bench accounts > target/bench/accounts.txt; s=$$?; cat target/bench/accounts.txt; exit $$s
 	cargo bench -p agent-retry-harness --bench update > target/bench/update.txt; s=$$?; cat target/bench/update.txt; exit $$s
 	$(MAKE) --no-print-directory bench-hosts > target/bench/hosts.txt 2>&1; s=$$?; cat target/bench/hosts.txt; exit $$s
+	$(MAKE) --no-print-directory bench-proxy > target/bench/proxy.txt 2>&1; s=$$?; cat target/bench/proxy.txt; exit $$s
 	$(LAB_BENCH) --out target/bench/report.json --outputs target/bench
+
+# What `agent-retry proxy` adds per tool call against a direct connection, over
+# stdio and HTTP; throughput at 1, 16 and 256 clients; memory (docs/proxy.md).
+# Writes docs/proxy-benchmark.md. BENCH_PROXY_ARGS=--quick for a short run.
+bench-proxy: lab-build
+	cargo bench -p agent-retry-harness --bench proxy -- --out docs/proxy-benchmark.md $(BENCH_PROXY_ARGS)
