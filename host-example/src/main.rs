@@ -443,6 +443,9 @@ fn main() -> ExitCode {
             }
         }
     });
+    // Not waiting for blocking tasks: the proxy's read of stdin blocks until
+    // the client closes it, and must not keep a stopped proxy alive.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(500));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use agent_retry_demo_server::{DemoState, FaultScript, HttpServer, serve_http};
+use agent_retry_demo_server::{DemoState, Era, FaultScript, HttpOptions, HttpServer, serve_http, serve_http_options};
 use agent_retry_harness::RedisServer;
 use agent_retry_host::mcp::connect::McpClient;
 use agent_retry_host::mcp::connect_http;
@@ -308,6 +308,39 @@ fn two_proxies(files: &Files, server: &HttpServer, redis: &RedisServer, policy: 
     let args: Vec<String> =
         ["proxy", "--config", &config, "--watch-ms", "0", "--upstream", &server.url, "--redis", &redis.url(), "--workers", "2"].map(String::from).to_vec();
     (HttpProxy::start(&args), HttpProxy::start(&args))
+}
+
+/// Each side speaks 2026-07-28 and 2025-11-25: upstream servers of either
+/// revision only, behind both forms, answer a client of either revision.
+#[tokio::test(flavor = "multi_thread")]
+async fn both_revisions_on_each_side() {
+    let files = Files::new("revisions");
+    for era in [Era::Modern, Era::Handshake] {
+        let state = DemoState::new(FaultScript::default(), None);
+        let options = HttpOptions { era, sessions: era == Era::Handshake, ..HttpOptions::default() };
+        let server = serve_http_options("127.0.0.1:0".parse().unwrap(), state, options).await.unwrap();
+        let args = proxy_args(&files, &server.url, "{}", &[]);
+        let proxy = HttpProxy::start(&args);
+        // A client of 2026-07-28 (rmcp's negotiation: server/discover first), over HTTP and stdio.
+        let modern = connect_http(&proxy.url).await.unwrap();
+        assert_eq!(modern.peer().peer_info().unwrap().protocol_version.as_str(), "2026-07-28", "{era:?}");
+        assert_ne!(call(&modern, "lookup_order", json!({"order_id": "A-1"})).await.is_error, Some(true), "{era:?}: modern client over HTTP");
+        let stdio = connect_stdio(BIN, &args).await.unwrap();
+        assert_ne!(call(&stdio, "lookup_order", json!({"order_id": "A-1"})).await.is_error, Some(true), "{era:?}: over stdio");
+        // A client of 2025-11-25, with the handshake.
+        let legacy = rmcp::ClientServiceExt::serve_with_lifecycle(
+            ClientConfig::default(),
+            rmcp::transport::StreamableHttpClientTransport::from_uri(proxy.url.clone()),
+            rmcp::ClientLifecycleMode::Initialize,
+        )
+        .await
+        .unwrap();
+        assert_eq!(legacy.peer().peer_info().unwrap().protocol_version.as_str(), "2025-11-25", "{era:?}");
+        let answered = call(&legacy, "lookup_order", json!({"order_id": "A-1"})).await;
+        assert_ne!(answered.is_error, Some(true), "{era:?}: 2025-11-25 client: {answered:?}");
+        let _ = (modern.cancel().await, stdio.cancel().await, legacy.cancel().await);
+        server.stop().await;
+    }
 }
 
 #[test]

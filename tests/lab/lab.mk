@@ -41,4 +41,4 @@ bench: lab-build redis noop
 # stdio and HTTP; throughput at 1, 16 and 256 clients; memory (docs/proxy.md).
 # Writes docs/proxy-benchmark.md. BENCH_PROXY_ARGS=--quick for a short run.
 bench-proxy: lab-build
-	cargo bench -p agent-retry-harness --bench proxy -- --out docs/proxy-benchmark.md $(BENCH_PROXY_ARGS)
+	cargo bench -p agent-retry-harness --bench proxy -- --out $(CURDIR)/docs/proxy-benchmark.md $(BENCH_PROXY_ARGS)

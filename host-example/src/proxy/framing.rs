@@ -31,7 +31,9 @@ where
 {
     let (ours, theirs) = tokio::io::duplex(1 << 16);
     let (from_rmcp, mut to_rmcp) = tokio::io::split(ours);
-    let (errors, mut error_lines) = mpsc::unbounded_channel::<String>();
+    // Bounded: a client that sends bad lines faster than it reads the errors
+    // is read no faster than the errors are written (memory stays flat).
+    let (errors, mut error_lines) = mpsc::channel::<String>(64);
     tokio::spawn(async move {
         let mut input = BufReader::new(input);
         let mut line = Vec::new();
@@ -39,18 +41,27 @@ where
             match read_line_capped(&mut input, &mut line, max_message_bytes).await {
                 Ok(Line::End) | Err(_) => break,
                 Ok(Line::Oversized(size)) => {
-                    let id = top_level_id(&line).unwrap_or_else(|| "null".into());
+                    let head = top_level_head(&line);
                     let message = format!(
                         "agent-retry proxy: the message is {size} bytes, over the limit of {max_message_bytes} bytes (max-message-bytes); it was not read"
                     );
-                    let _ = errors.send(error_line(&id, -32600, &message));
+                    let refused = if head.answer && !head.method {
+                        head.id.map(|id| Refused::Answer { id, message })
+                    } else {
+                        Some(Refused::Request { id: head.id.unwrap_or_else(|| "null".into()), code: -32600, message })
+                    };
+                    if !deliver(refused, &errors, &mut to_rmcp).await {
+                        break;
+                    }
                 }
                 Ok(Line::Whole) => {
                     if line.iter().all(u8::is_ascii_whitespace) {
                         continue;
                     }
-                    if let Some((id, code, message)) = refusal(&line) {
-                        let _ = errors.send(error_line(&id, code, &message));
+                    if let Some(refused) = refusal(&line) {
+                        if !deliver(Some(refused), &errors, &mut to_rmcp).await {
+                            break;
+                        }
                         continue;
                     }
                     line.push(b'\n');
@@ -99,21 +110,56 @@ where
     theirs
 }
 
-/// Why a client's message is refused before rmcp reads it, if it is: its id
-/// (as JSON text), the JSON-RPC code and the message. Not JSON is `-32700`
-/// (id null); JSON that is not a message of the protocol is `-32600` with the
-/// request's id (rmcp alone answers it without one, and the client's request
-/// would wait forever). A message without an id goes on: rmcp ignores the
-/// notifications it does not know.
-pub fn refusal(message: &[u8]) -> Option<(String, i32, String)> {
+/// A client's message refused before rmcp reads it.
+pub enum Refused {
+    /// A request (or anything not an answer): the client gets this error, with
+    /// the request's id (as JSON text) or `null`.
+    Request { id: String, code: i32, message: String },
+    /// The client's answer to a request of the server's that cannot be read:
+    /// the server's request is answered with this error in the client's name
+    /// (the client's own pending requests are left alone: their ids are
+    /// another numbering).
+    Answer { id: String, message: String },
+}
+
+/// Why a client's message is refused before rmcp reads it, if it is. Not JSON
+/// is `-32700` (id null); JSON that is not a message of the protocol is
+/// `-32600` with the request's id (rmcp alone answers it without one, and the
+/// client's request would wait forever); a batch is `-32600` (MCP has none
+/// since 2025-06-18). A message without an id and a method goes on: rmcp
+/// ignores the notifications it does not know.
+pub fn refusal(message: &[u8]) -> Option<Refused> {
     let error = serde_json::from_slice::<ClientJsonRpcMessage>(message).err()?;
     let value: serde_json::Value = match serde_json::from_slice(message) {
         Ok(value) => value,
-        Err(e) => return Some(("null".into(), -32700, format!("agent-retry proxy: the message is not JSON: {e}"))),
+        Err(e) => return Some(Refused::Request { id: "null".into(), code: -32700, message: format!("agent-retry proxy: the message is not JSON: {e}") }),
     };
-    let id = value.get("id")?;
-    let id = if id.is_string() || id.is_number() { id.to_string() } else { "null".into() };
-    Some((id, -32600, format!("agent-retry proxy: not a JSON-RPC message of MCP: {error}")))
+    let Some(object) = value.as_object() else {
+        let what = if value.is_array() { "a batch (MCP has none)" } else { "not a JSON-RPC message" };
+        return Some(Refused::Request { id: "null".into(), code: -32600, message: format!("agent-retry proxy: {what}") });
+    };
+    let id = object.get("id").filter(|id| id.is_string() || id.is_number()).map(serde_json::Value::to_string);
+    let message = format!("agent-retry proxy: not a JSON-RPC message of MCP: {error}");
+    if !object.contains_key("method") && (object.contains_key("result") || object.contains_key("error")) {
+        return id.map(|id| Refused::Answer { id, message });
+    }
+    if object.contains_key("id") || object.contains_key("method") {
+        return Some(Refused::Request { id: id.unwrap_or_else(|| "null".into()), code: -32600, message });
+    }
+    None
+}
+
+/// Sends a refusal where it goes: the client's error to the client, an
+/// unreadable answer to rmcp as the client's error answer. False once rmcp is gone.
+async fn deliver(refused: Option<Refused>, errors: &mpsc::Sender<String>, to_rmcp: &mut (impl AsyncWrite + Unpin)) -> bool {
+    match refused {
+        Some(Refused::Request { id, code, message }) => {
+            let _ = errors.send(error_line(&id, code, &message)).await;
+            true
+        }
+        Some(Refused::Answer { id, message }) => to_rmcp.write_all(error_line(&id, -32600, &message).as_bytes()).await.is_ok(),
+        None => true,
+    }
 }
 
 fn error_line(id: &str, code: i32, message: &str) -> String {
@@ -161,10 +207,19 @@ async fn read_line_capped<R: AsyncBufRead + Unpin>(input: &mut R, line: &mut Vec
     }
 }
 
-/// The `id` member of the top-level object at the start of `text`, as JSON
-/// text, if it is there and whole: a number or a string. A member `id` inside
-/// `params` is not the request's id.
-fn top_level_id(text: &[u8]) -> Option<String> {
+/// What the start of a message says of itself: its top-level `id` (as JSON
+/// text, if it is there and whole: a number or a string), and whether it has a
+/// top-level `method` (a request or notification) or `result`/`error` (an
+/// answer). A member inside `params` is not the message's.
+#[derive(Default)]
+struct Head {
+    id: Option<String>,
+    method: bool,
+    answer: bool,
+}
+
+fn top_level_head(text: &[u8]) -> Head {
+    let mut head = Head::default();
     let mut depth = 0u32;
     let mut i = 0;
     let mut expecting_key = false;
@@ -178,9 +233,14 @@ fn top_level_id(text: &[u8]) -> Option<String> {
             b'}' | b']' => depth = depth.saturating_sub(1),
             b',' if depth == 1 => expecting_key = true,
             b'"' => {
-                let end = string_end(text, i)?;
-                if depth == 1 && expecting_key && &text[i..=end] == b"\"id\"" {
-                    return value_after_colon(text, end + 1);
+                let Some(end) = string_end(text, i) else { return head };
+                if depth == 1 && expecting_key {
+                    match &text[i..=end] {
+                        b"\"id\"" => head.id = value_after_colon(text, end + 1),
+                        b"\"method\"" => head.method = true,
+                        b"\"result\"" | b"\"error\"" => head.answer = true,
+                        _ => {}
+                    }
                 }
                 expecting_key = false;
                 i = end;
@@ -189,7 +249,7 @@ fn top_level_id(text: &[u8]) -> Option<String> {
         }
         i += 1;
     }
-    None
+    head
 }
 
 /// The index of the quote that closes the string opening at `start`.

@@ -17,7 +17,11 @@ use axum::response::Response;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 
+use super::framing::Refused;
 use super::service::{Proxy, ProxyService};
+
+/// How long a request's body may take to arrive.
+const BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Serves `proxy` on `listen` until it is shut down; says where on stderr.
 pub async fn serve(proxy: Arc<Proxy>, listen: SocketAddr, allowed_hosts: Vec<String>) -> anyhow::Result<()> {
@@ -54,15 +58,24 @@ async fn check_body(State(max): State<usize>, request: Request, next: Next) -> R
         return next.run(request).await;
     }
     let (parts, body) = request.into_parts();
-    let bytes = match axum::body::to_bytes(body, max).await {
+    // A body that trickles in (a slow client, or one holding connections
+    // open on purpose) is given up after BODY_TIMEOUT.
+    let Ok(read) = tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, max)).await else {
+        let message = format!("agent-retry proxy: the message did not arrive within {} s", BODY_TIMEOUT.as_secs());
+        return error(StatusCode::REQUEST_TIMEOUT, "null", -32600, &message);
+    };
+    let bytes = match read {
         Ok(bytes) => bytes,
         Err(_) => {
             let message = format!("agent-retry proxy: the message could not be read within the limit of {max} bytes (max-message-bytes)");
             return error(StatusCode::PAYLOAD_TOO_LARGE, "null", -32600, &message);
         }
     };
-    if let Some((id, code, message)) = super::framing::refusal(&bytes) {
-        return error(StatusCode::BAD_REQUEST, &id, code, &message);
+    match super::framing::refusal(&bytes) {
+        Some(Refused::Request { id, code, message }) => return error(StatusCode::BAD_REQUEST, &id, code, &message),
+        // No request of the server's waits over stateless HTTP.
+        Some(Refused::Answer { id, message }) => return error(StatusCode::BAD_REQUEST, &id, -32600, &message),
+        None => {}
     }
     next.run(Request::from_parts(parts, Body::from(bytes))).await
 }

@@ -94,11 +94,7 @@ pub async fn proxy(options: ProxyOptions) -> anyhow::Result<()> {
     downstream.set_upstream(&upstream);
     let stdio = options.listen.is_none();
     let proxy = Arc::new(Proxy::new(policy, settings, Arc::clone(&upstream), server_name, accounts, shared_state, downstream, stdio));
-    let stop = proxy.shutdown.clone();
-    tokio::spawn(async move {
-        let _ = tokio::signal::ctrl_c().await;
-        stop.cancel();
-    });
+    stop_on_signals(proxy.shutdown.clone())?;
     if let Some(addr) = &options.metrics {
         let metrics = Arc::clone(&proxy.metrics);
         let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| anyhow::anyhow!("cannot listen on {addr} for --metrics: {e}"))?;
@@ -125,7 +121,25 @@ pub async fn proxy(options: ProxyOptions) -> anyhow::Result<()> {
     served
 }
 
-/// The stdio form: until the client closes stdin (or Ctrl-C).
+/// SIGINT (Ctrl-C) and SIGTERM (`docker stop`, Kubernetes) stop the proxy as
+/// the client's leaving does: calls in flight are cancelled upstream first.
+fn stop_on_signals(stop: tokio_util::sync::CancellationToken) -> anyhow::Result<()> {
+    #[cfg(unix)]
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::spawn(async move {
+        #[cfg(unix)]
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = terminate.recv() => {}
+        }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+        stop.cancel();
+    });
+    Ok(())
+}
+
+/// The stdio form: until the client closes stdin (or a signal).
 async fn serve_stdio(proxy: Arc<Proxy>) -> anyhow::Result<()> {
     let transport = framing::frame(tokio::io::stdin(), tokio::io::stdout(), proxy.settings.max_message_bytes, proxy.shutdown.clone());
     let stop = proxy.shutdown.clone();

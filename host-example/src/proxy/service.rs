@@ -153,17 +153,22 @@ impl Proxy {
             server_name: Some(self.server_name.clone()),
             ..Default::default()
         };
+        // Progress goes on to the client under the token it gave, in order, and
+        // all of it before the answer (one task sends it; the answer waits for it).
+        let mut progress_sent = None;
         if let Some(token) = context.meta.get_progress_token() {
-            // Progress goes on to the client under the token it gave.
+            let (progress, mut to_send) = tokio::sync::mpsc::unbounded_channel::<ProgressNotificationParam>();
             let peer = context.peer.clone();
-            options.on_progress = Some(Arc::new(move |_tool: &str, progress: f64, total: Option<f64>, message: Option<&str>| {
-                let mut param = ProgressNotificationParam::new(token.clone(), progress);
+            progress_sent = Some(tokio::spawn(async move {
+                while let Some(param) = to_send.recv().await {
+                    let _ = peer.notify_progress(param).await;
+                }
+            }));
+            options.on_progress = Some(Arc::new(move |_tool: &str, done: f64, total: Option<f64>, message: Option<&str>| {
+                let mut param = ProgressNotificationParam::new(token.clone(), done);
                 param.total = total;
                 param.message = message.map(str::to_string);
-                let peer = peer.clone();
-                tokio::spawn(async move {
-                    let _ = peer.notify_progress(param).await;
-                });
+                let _ = progress.send(param);
             }));
         }
         let cancel = self.cancel_with(&context.ct);
@@ -184,7 +189,11 @@ impl Proxy {
         }
         let answer = caller.call_until(&tool, arguments, &cancel).await;
         cancel.cancel();
+        // Finishing drops the caller and its progress hook: the sending task ends once it sent all.
         let _ = caller.finish().await;
+        if let Some(sent) = progress_sent {
+            let _ = sent.await;
+        }
         self.answer(&run_id, &tool, answer)
     }
 
@@ -383,8 +392,11 @@ impl ServerHandler for ProxyService {
 
     async fn initialize(&self, request: InitializeRequestParams, context: RequestContext<RoleServer>) -> Result<InitializeResult, ErrorData> {
         self.note_client(&context);
-        // The upstream session declares what the client declared.
-        self.0.downstream.set_client(request.clone());
+        // Over stdio, the upstream session declares what its one client declared
+        // (over HTTP, clients come and go: the proxy declares nothing of theirs).
+        if self.0.relays_requests {
+            self.0.downstream.set_client(request.clone());
+        }
         self.0.refresh_info().await;
         context.peer.set_peer_info(request.clone());
         self.negotiate_initialize(&request)

@@ -211,7 +211,7 @@ def test_a_key_the_application_gave_is_sent_unchanged_with_every_attempt(serve: 
 
 
 @pytest.mark.parametrize("given", ["", "k" * 257, "\u00e9" * 129, 42], ids=["empty", "257-bytes", "258-utf8-bytes", "not-a-string"])
-def test_a_key_the_application_gave_that_does_not_fit_is_replaced_by_the_derived_one(serve: Callable[..., Desk], given: Any) -> None:
+def test_a_key_the_application_gave_that_the_policy_cannot_be_told_is_still_sent_unchanged(serve: Callable[..., Desk], given: Any) -> None:
     desk = serve()
 
     async def body(session: ClientSession) -> tuple[CallToolResult, str]:
@@ -219,10 +219,10 @@ def test_a_key_the_application_gave_that_does_not_fit_is_replaced_by_the_derived
         result = await caller.call_tool("issue_refund", {"order_id": "A1", "amount_paise": 500, "idempotency_key": given})
         return result, caller.run.instance.derive_idempotency_key("CASE-5016", "step-1")
 
-    result, derived = run_with_session(desk, body)
-    assert not result.is_error, text_of(result)
-    assert [post.arguments.get("idempotency_key") for post in desk.posts_of("issue_refund")] == [derived]
-    assert desk.refunds() == [("A1", 500, derived)]
+    _, derived = run_with_session(desk, body)
+    # Never replaced: the server decides what the value means; the policy counts the call as an unkeyed write.
+    assert [post.arguments.get("idempotency_key") for post in desk.posts_of("issue_refund")] == [given]
+    assert derived not in [r[2] for r in desk.refunds()]
 
 
 def test_a_key_of_exactly_256_utf8_bytes_is_kept(serve: Callable[..., Desk]) -> None:

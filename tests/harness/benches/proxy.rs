@@ -212,17 +212,24 @@ async fn main() {
 
     // stdio: the demo server as a child, directly and behind the proxy.
     let (stdio_direct, _) = stdio_client(&[bin.clone(), "serve".into(), "--stdio".into()]).await;
-    let (stdio_proxied, stdio_proxy_pid) = stdio_client(&[bin.clone(), "proxy".into(), "--watch-ms".into(), "0".into(), "--".into(), bin.clone(), "serve".into(), "--stdio".into()]).await;
+    let (stdio_proxied, stdio_proxy_pid) =
+        stdio_client(&[bin.clone(), "proxy".into(), "--watch-ms".into(), "0".into(), "--".into(), bin.clone(), "serve".into(), "--stdio".into()]).await;
     let ((stdio_p50, stdio_p99), (stdio_proxy_p50, stdio_proxy_p99)) = latency(&stdio_direct, &stdio_proxied, sizes.latency_calls).await;
     let stdio_listing = listing_latency(&stdio_direct, &stdio_proxied, sizes.latency_calls).await;
     let working_calls = sizes.latency_calls / 5;
     let stdio_working = working_latency(&stdio_direct, &stdio_proxied, working_calls).await;
 
-    say(format!("agent-retry proxy benchmark ({} calls a path{}; µs per tool call, lookup_order on the demo server)", sizes.latency_calls, if quick { ", --quick" } else { "" }));
+    say(format!(
+        "agent-retry proxy benchmark ({} calls a path{}; µs per tool call, lookup_order on the demo server)",
+        sizes.latency_calls,
+        if quick { ", --quick" } else { "" }
+    ));
     say(String::new());
     say("| path | p50 direct | p50 through the proxy | p50 added | p99 direct | p99 through the proxy | p99 added |".into());
     say("|---|---|---|---|---|---|---|".into());
-    for (path, (d50, d99), (p50, p99)) in [("stdio", (stdio_p50, stdio_p99), (stdio_proxy_p50, stdio_proxy_p99)), ("HTTP", (http_p50, http_p99), (http_proxy_p50, http_proxy_p99))] {
+    for (path, (d50, d99), (p50, p99)) in
+        [("stdio", (stdio_p50, stdio_p99), (stdio_proxy_p50, stdio_proxy_p99)), ("HTTP", (http_p50, http_p99), (http_proxy_p50, http_proxy_p99))]
+    {
         say(format!("| {path} | {d50:.0} | {p50:.0} | {} | {d99:.0} | {p99:.0} | {} |", added(d50, p50), added(d99, p99)));
     }
     let worst_p50 = [(stdio_proxy_p50 - stdio_p50) / stdio_p50, (http_proxy_p50 - http_p50) / http_p50].into_iter().fold(f64::MIN, f64::max) * 100.0;
@@ -230,10 +237,17 @@ async fn main() {
     say(String::new());
     say("Where the added time goes: a request the proxy passes through without the policy (`tools/list`, p50):".into());
     say(String::new());
-    say("| path | p50 direct | p50 through the proxy | added by the hop alone | added to a tool call beyond the hop (the policy, its log line, the run) |".into());
+    say("| path | p50 direct | p50 through the proxy | added by the hop alone | added to a tool call beyond the hop (the policy, its log line, the run) |"
+        .into());
     say("|---|---|---|---|---|".into());
-    for (path, (direct_list, proxy_list), (d50, p50)) in [("stdio", stdio_listing, (stdio_p50, stdio_proxy_p50)), ("HTTP", http_listing, (http_p50, http_proxy_p50))] {
-        say(format!("| {path} | {direct_list:.0} | {proxy_list:.0} | {:+.0} µs | {:+.0} µs |", proxy_list - direct_list, (p50 - d50) - (proxy_list - direct_list)));
+    for (path, (direct_list, proxy_list), (d50, p50)) in
+        [("stdio", stdio_listing, (stdio_p50, stdio_proxy_p50)), ("HTTP", http_listing, (http_p50, http_proxy_p50))]
+    {
+        say(format!(
+            "| {path} | {direct_list:.0} | {proxy_list:.0} | {:+.0} µs | {:+.0} µs |",
+            proxy_list - direct_list,
+            (p50 - d50) - (proxy_list - direct_list)
+        ));
     }
     say(String::new());
     say(format!("A tool that works 10 ms (`export_report`, {working_calls} calls, p50), over stdio:"));
@@ -294,7 +308,12 @@ async fn main() {
     if let Some(out) = out {
         let page = format!(
             "# The proxy's benchmark\n\nWritten by `make bench-proxy` (`cargo bench -p agent-retry-harness --bench proxy -- --out docs/proxy-benchmark.md`) on {}; never edited by hand. What it measures and why: [proxy.md](proxy.md#benchmark). The figures are of one run on this machine (2 cores, shared with the client and the server): compare the columns of one run, not runs of two machines.\n\n{}\n",
-            std::process::Command::new("date").arg("-u").arg("+%Y-%m-%d %H:%M UTC").output().map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()).unwrap_or_default(),
+            std::process::Command::new("date")
+                .arg("-u")
+                .arg("+%Y-%m-%d %H:%M UTC")
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+                .unwrap_or_default(),
             report.join("\n")
         );
         std::fs::write(&out, page).unwrap();

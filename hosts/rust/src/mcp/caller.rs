@@ -1116,15 +1116,19 @@ impl RetryingToolCaller {
         // The key identifies the intended effect: derived once per call, from the
         // run and the step, and sent unchanged with every attempt.
         let key = if info.takes_key {
-            // A key the application (or a proxy's client) already put in the
-            // arguments names the effect it means: it is sent unchanged, never replaced.
-            let given = arguments.get(&self.options.key_argument).and_then(Value::as_str).filter(|key| given_key_fits(key)).map(str::to_string);
-            let key = match given {
-                Some(key) => key,
-                None => self.core.derive_key(step, tool, &format!("step-{}", self.core.steps))?,
-            };
-            arguments.insert(self.options.key_argument.clone(), Value::String(key.clone()));
-            Some(key)
+            match arguments.get(&self.options.key_argument) {
+                // A key the application (or a proxy's client) already put in the
+                // arguments names the effect it means: sent unchanged, never
+                // replaced. One the policy cannot be told (not a string, empty,
+                // too long) still goes as it is, and the call counts as an unkeyed
+                // write: an ambiguous failure is checked, never resent blind.
+                Some(given) => given.as_str().filter(|key| given_key_fits(key)).map(str::to_string),
+                None => {
+                    let key = self.core.derive_key(step, tool, &format!("step-{}", self.core.steps))?;
+                    arguments.insert(self.options.key_argument.clone(), Value::String(key.clone()));
+                    Some(key)
+                }
+            }
         } else {
             None
         };
@@ -1280,10 +1284,8 @@ impl SharedConnection {
     }
 }
 
-/// Whether a key found in a call's arguments is kept as the call's key: a
-/// non-empty string within the contract's limit on ids. Any other value is
-/// replaced by a derived key (the policy cannot be told it, so it cannot
-/// name the effect).
+/// Whether a key found in a call's arguments can be told to the policy as the
+/// call's key: a non-empty string within the contract's limit on ids.
 fn given_key_fits(key: &str) -> bool {
     !key.is_empty() && key.len() <= crate::limits::MAX_ID_BYTES
 }

@@ -55,16 +55,16 @@ impl HttpFailure {
         // is fixed by waiting; nothing of the request left the host.
         if let Some(tls) = tls_failure(e) {
             if e.is_connect() {
-                return transport(TransportError::Tls, Delivery::NotSent, format!("TLS: {tls} ({e})"));
+                return transport(TransportError::Tls, Delivery::NotSent, format!("TLS: {tls} ({})", detail(e)));
             }
             // A TLS error on a connection already set up (a bad record, an
             // alert after the request was written): the connection broke, as
             // a reset does, and the request went out.
             let delivery = if e.is_body() || e.is_decode() { Delivery::AnswerStarted } else { Delivery::Sent };
-            return transport(TransportError::ConnectionReset, delivery, format!("TLS: {tls} ({e})"));
+            return transport(TransportError::ConnectionReset, delivery, format!("TLS: {tls} ({})", detail(e)));
         }
         if name_not_resolved(e) {
-            return transport(TransportError::NameResolution, Delivery::NotSent, e.to_string());
+            return transport(TransportError::NameResolution, Delivery::NotSent, detail(e));
         }
         let (error, delivery) = if e.is_connect() {
             // No connection: the request never left (a connect that timed out too).
@@ -80,7 +80,21 @@ impl HttpFailure {
         } else {
             (TransportError::Other, Delivery::Unknown)
         };
-        transport(error, delivery, e.to_string())
+        transport(error, delivery, detail(e))
+    }
+}
+
+/// `e` in words, its URL cut to the scheme, host and port: a query or a path
+/// may carry a credential, and the text goes into logs, notes and the model's
+/// messages.
+fn detail(e: &reqwest::Error) -> String {
+    let text = e.to_string();
+    match e.url() {
+        Some(url) => {
+            let shown = format!("{}://{}{}", url.scheme(), url.host_str().unwrap_or(""), url.port().map(|p| format!(":{p}")).unwrap_or_default());
+            text.replace(url.as_str(), &shown)
+        }
+        None => text,
     }
 }
 
@@ -211,7 +225,7 @@ fn cut_body(e: reqwest::Error, session_id_sent: bool) -> StreamableHttpError<Htt
     StreamableHttpError::Client(HttpFailure::Transport {
         error: TransportError::StreamClosed,
         delivery: Delivery::AnswerStarted,
-        detail: format!("the answer was cut: {e}"),
+        detail: format!("the answer was cut: {}", detail(&e)),
         session_id_sent,
     })
 }

@@ -594,10 +594,15 @@ export class RetryingToolCaller {
     const sendArgs: Record<string, unknown> = { ...args };
     const properties = tool?.inputSchema?.properties;
     if (properties && typeof properties === 'object' && this.keyArgument in properties) {
-      // A key the application (or a proxy's client) already put in the arguments
-      // names the effect it means: it is sent unchanged, never replaced (as in Rust).
-      const given = sendArgs[this.keyArgument];
-      sendArgs[this.keyArgument] = givenKeyFits(given) ? core.keepKey(given) : core.deriveKey(action);
+      if (this.keyArgument in sendArgs) {
+        // A key the application (or a proxy's client) already put in the arguments
+        // names the effect it means: sent unchanged, never replaced (as in every host).
+        // One the policy cannot be told still goes as it is: the call is an unkeyed write.
+        const given = sendArgs[this.keyArgument];
+        if (givenKeyFits(given)) core.keepKey(given);
+      } else {
+        sendArgs[this.keyArgument] = core.deriveKey(action);
+      }
     }
     const annotations = tool?.annotations;
     const hints: Wit.ToolHints | undefined = annotations
@@ -1196,8 +1201,9 @@ class ReconnectFailed extends Error {
 
 
 
-/** A key the application already put in the arguments that is kept as the
- *  call's: a non-empty string of at most `MAX_ID_BYTES` UTF-8 bytes (as Rust's `given_key_fits`). */
+/** Whether a key the application already put in the arguments can be told to
+ *  the policy as the call's: a non-empty string of at most `MAX_ID_BYTES` UTF-8
+ *  bytes (as Rust's `given_key_fits`). */
 function givenKeyFits(key: unknown): key is string {
   return typeof key === 'string' && key.length > 0 && utf8Length(key) <= MAX_ID_BYTES;
 }

@@ -194,9 +194,9 @@ def _is_empty_value(value: Any) -> bool:
 
 
 def _given_key_fits(key: Any) -> bool:
-    """Whether a key the application put in the arguments is kept as the call's
-    key: a non-empty string of at most `MAX_ID_BYTES` UTF-8 bytes (the Rust
-    host's `given_key_fits`); else one is derived."""
+    """Whether a key the application put in the arguments can be told to the
+    policy as the call's key: a non-empty string of at most `MAX_ID_BYTES` UTF-8
+    bytes (the Rust host's `given_key_fits`)."""
     return isinstance(key, str) and key != "" and within(key, MAX_ID_BYTES)
 
 
@@ -871,13 +871,15 @@ class RetryingToolCaller:
         send_arguments = dict(arguments or {})
         key: str | None = None
         if self._takes_key(tool):
-            # A key the application already gave is the call's key, sent unchanged (as the Rust host does).
-            given = send_arguments.get(self.key_argument)
-            if _given_key_fits(given):
-                key = cast(str, given)
+            if self.key_argument in send_arguments:
+                # A key the application already gave names the effect it means: sent
+                # unchanged, never replaced (as in every host). One the policy cannot be
+                # told still goes as it is, and the call counts as an unkeyed write.
+                given = send_arguments[self.key_argument]
+                key = cast(str, given) if _given_key_fits(given) else None
             else:
                 key = core.ask("not sent", self.run.instance.derive_idempotency_key, self.run.run_id, action)
-            send_arguments[self.key_argument] = key
+                send_arguments[self.key_argument] = key
         core.key = key
         # Attempt 1 from here: a stop during the admission wait abandons the call at its first attempt.
         try:
