@@ -352,3 +352,97 @@ fn bad_settings_are_refused_at_start_naming_the_member() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("status-check") && stderr.contains("bad.json"), "{stderr}");
 }
+
+fn everything() -> String {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fault-proxy/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    assert!(std::path::Path::new(path).exists(), "{path} is missing: install it with `make fault-proxy-setup`");
+    path.to_string()
+}
+
+/// rmcp's client through the proxy to a third party's server (the registry's
+/// server-everything, over its stdio), over both forms.
+#[tokio::test(flavor = "multi_thread")]
+async fn server_everything_through_both_forms() {
+    let files = Files::new("everything");
+    let config = files.write("policy.json", POLICY);
+    let args: Vec<String> = ["proxy", "--config", &config, "--watch-ms", "0", "--", "node", &everything(), "stdio"].map(String::from).to_vec();
+    let proxy = HttpProxy::start(&args);
+    for (form, client) in [("stdio", connect_stdio(BIN, &args).await.unwrap()), ("http", connect_http(&proxy.url).await.unwrap())] {
+        let tools = client.peer().list_all_tools().await.unwrap();
+        assert!(tools.iter().any(|t| t.name == "echo"), "{form}: {tools:?}");
+        let echoed = call(&client, "echo", json!({"message": "through the proxy"})).await;
+        assert_eq!(text(&echoed), "Echo: through the proxy", "{form}");
+        // Prompts and resources pass through as the server answers them.
+        let prompts = client.peer().list_all_prompts().await.unwrap();
+        assert!(!prompts.is_empty(), "{form}: prompts pass through");
+        let resources = client.peer().list_resources(None).await.unwrap();
+        assert!(!resources.resources.is_empty(), "{form}: resources pass through");
+        let _ = client.cancel().await;
+    }
+}
+
+/// An escalation is counted at /metrics and announced to the webhook, with the note.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_escalation_is_counted_and_announced_to_the_webhook() {
+    let server = demo(FAULTS).await;
+    let files = Files::new("webhook");
+    let hook = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hook_url = format!("http://{}/escalations", hook.local_addr().unwrap());
+    let (posted, mut received) = tokio::sync::mpsc::unbounded_channel::<String>();
+    tokio::spawn(async move {
+        let app = axum::Router::new().route(
+            "/escalations",
+            axum::routing::post(move |body: String| {
+                let posted = posted.clone();
+                async move {
+                    let _ = posted.send(body);
+                    "ok"
+                }
+            }),
+        );
+        let _ = axum::serve(hook, app).await;
+    });
+    let settings = json!({"escalation-webhook": hook_url}).to_string();
+    let proxy = HttpProxy::start(&proxy_args(&files, &server.url, &settings, &[]));
+    let client = connect_http(&proxy.url).await.unwrap();
+    let forbidden = call(&client, "issue_refund", json!({"order_id": "P-403", "amount_paise": 500})).await;
+    assert_eq!(forbidden.is_error, Some(true));
+    let announced = tokio::time::timeout(Duration::from_secs(10), received.recv()).await.expect("announced").unwrap();
+    let announced: Value = serde_json::from_str(&announced).unwrap();
+    assert_eq!(announced["event"], "agent_retry.escalation");
+    assert_eq!(announced["tool"], "issue_refund");
+    assert_eq!(announced["reason"], "permission-denied");
+    assert_eq!(announced["note"].as_str(), Some(text(&forbidden).as_str()), "the note the client got");
+    let metrics = reqwest::get(proxy.url.replace("/mcp", "/metrics")).await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("agent_retry_escalations_total{reason=\"permission-denied\"} 1"), "{metrics}");
+    let _ = client.cancel().await;
+    server.stop().await;
+}
+
+/// The policy's configuration is updated while the proxy serves: the next
+/// call runs under the new one.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_policy_update_takes_effect_while_the_proxy_serves() {
+    let server = demo(r#"[{"tool": "lookup_order", "when": {"order_id": "DOWN"}, "fault": {"kind": "http", "status": 503}}]"#).await;
+    let files = Files::new("live");
+    let config = files.write("live-policy.json", r#"{"base-delay-ms": 5, "max-delay-ms": 10, "max-attempts-per-call": 2}"#);
+    let args: Vec<String> = ["proxy", "--config", &config, "--watch-ms", "100", "--upstream", &server.url].map(String::from).to_vec();
+    let client = connect_stdio(BIN, &args).await.unwrap();
+    call(&client, "lookup_order", json!({"order_id": "DOWN"})).await;
+    assert_eq!(sent(&server.state, "lookup_order", "DOWN").len(), 2, "two attempts under the first policy");
+    // A new configuration, written as an operator writes it (newer, another size).
+    std::thread::sleep(Duration::from_millis(1100));
+    files.write("live-policy.json", r#"{"base-delay-ms": 5, "max-delay-ms": 10, "max-attempts-per-call": 3, "max-retries-per-run": 5}"#);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let before = sent(&server.state, "lookup_order", "DOWN").len();
+        call(&client, "lookup_order", json!({"order_id": "DOWN"})).await;
+        if sent(&server.state, "lookup_order", "DOWN").len() - before == 3 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the update was not taken");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let _ = client.cancel().await;
+    server.stop().await;
+}
