@@ -245,6 +245,10 @@ enum Command {
         /// The upstream server's streamable-HTTP URL (instead of a command after --).
         #[arg(long, conflicts_with = "command")]
         upstream: Option<String>,
+        /// Several upstream servers, each under its name at http://ADDR/NAME/mcp,
+        /// with settings of their own (a JSON file; needs --listen; docs/proxy.md).
+        #[arg(long, conflicts_with_all = ["upstream", "command"], requires = "listen")]
+        servers: Option<PathBuf>,
         /// Serve streamable HTTP at http://ADDR/mcp (and /metrics) instead of stdio.
         #[arg(long)]
         listen: Option<String>,
@@ -388,6 +392,7 @@ fn main() -> ExitCode {
             Command::Sign { key, config, vectors, revision, files, out } => sign::sign(sign::SignOptions { key, wasm, config, vectors, revision, files, out }),
             Command::Proxy {
                 upstream,
+                servers,
                 listen,
                 allowed_hosts,
                 config,
@@ -406,6 +411,7 @@ fn main() -> ExitCode {
                     wasm,
                     upstream,
                     command,
+                    servers,
                     listen,
                     allowed_hosts,
                     config,

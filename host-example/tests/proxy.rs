@@ -446,3 +446,69 @@ async fn a_policy_update_takes_effect_while_the_proxy_serves() {
     let _ = client.cancel().await;
     server.stop().await;
 }
+
+/// One proxy in front of several upstreams, each under its name and with
+/// settings of its own.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_proxy_serves_several_upstreams_each_under_its_name() {
+    let (orders, archive) = (demo(FAULTS).await, demo("[]").await);
+    let files = Files::new("servers");
+    let servers = json!({
+        "orders": {"upstream": orders.url, "settings": {"attempt-timeout-ms": 500}},
+        "archive": {"upstream": archive.url},
+        "local": {"command": [BIN, "serve", "--stdio"]}
+    });
+    let servers_file = files.write("servers.json", &servers.to_string());
+    let config = files.write("policy.json", POLICY);
+    let mut child = Command::new(BIN)
+        .args(["proxy", "--config", &config, "--watch-ms", "0", "--listen", "127.0.0.1:0", "--servers", &servers_file])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("agent-retry proxy at") {
+        line.clear();
+        assert!(stderr.read_line(&mut line).unwrap() > 0, "the proxy did not start");
+    }
+    std::thread::spawn(move || for _ in stderr.lines() {});
+    let proxy = HttpProxy { child, url: String::new() };
+    let urls: Vec<&str> = line.split("agent-retry proxy at ").nth(1).unwrap().split_whitespace().filter(|w| w.starts_with("http")).collect();
+    let url_of = |name: &str| urls.iter().find(|u| u.ends_with(&format!("/{name}/mcp"))).unwrap_or_else(|| panic!("no /{name}/mcp in {urls:?}")).to_string();
+
+    // Each name reaches its own server, under its own settings: the orders'
+    // attempt timeout makes its keyed write's timeout a retry.
+    let to_orders = connect_http(&url_of("orders")).await.unwrap();
+    let applied = call(&to_orders, "issue_refund", json!({"order_id": "P-TIMEOUT", "amount_paise": 700})).await;
+    assert_ne!(applied.is_error, Some(true), "{applied:?}");
+    assert!(sent(&orders.state, "issue_refund", "P-TIMEOUT").len() >= 2);
+    let to_archive = connect_http(&url_of("archive")).await.unwrap();
+    assert_ne!(call(&to_archive, "lookup_order", json!({"order_id": "X-1"})).await.is_error, Some(true));
+    assert_eq!(sent(&archive.state, "lookup_order", "X-1").len(), 1);
+    assert!(sent(&orders.state, "lookup_order", "X-1").is_empty(), "the archive's call went to the archive only");
+    let to_local = connect_http(&url_of("local")).await.unwrap();
+    assert_ne!(call(&to_local, "lookup_order", json!({"order_id": "A-1"})).await.is_error, Some(true));
+    let _ = (to_orders.cancel().await, to_archive.cancel().await, to_local.cancel().await);
+    drop(proxy);
+    orders.stop().await;
+    archive.stop().await;
+}
+
+#[test]
+fn a_bad_servers_file_is_refused_naming_what_is_wrong() {
+    let files = Files::new("bad-servers");
+    for (text, expected) in [
+        (r#"{"a b": {"upstream": "http://127.0.0.1:9/mcp"}}"#, "'a b' is not a server name"),
+        (r#"{"x": {"upstream": "http://127.0.0.1:9/mcp", "command": ["srv"]}}"#, "x: give exactly one of"),
+        (r#"{"x": {"upstream": "http://127.0.0.1:9/mcp", "setting": {}}}"#, "unknown field `setting`"),
+        (r#"{"x": {"upstream": "http://127.0.0.1:9/mcp", "settings": {"key-argumnt": "k"}}}"#, "x.settings: unknown field `key-argumnt`"),
+    ] {
+        let path = files.write("servers.json", text);
+        let output = Command::new(BIN).args(["proxy", "--listen", "127.0.0.1:0", "--servers", &path]).output().unwrap();
+        assert!(!output.status.success(), "{text}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(expected) && stderr.contains("servers.json"), "{text}: {stderr}");
+    }
+}

@@ -18,35 +18,42 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 
 use super::framing::Refused;
-use super::service::{Proxy, ProxyService};
+use super::service::{Common, Proxy, ProxyService};
 
 /// How long a request's body may take to arrive.
 const BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// Serves `proxy` on `listen` until it is shut down; says where on stderr.
-pub async fn serve(proxy: Arc<Proxy>, listen: SocketAddr, allowed_hosts: Vec<String>) -> anyhow::Result<()> {
-    let max = proxy.settings.max_message_bytes;
-    let mut config = StreamableHttpServerConfig::default()
-        .with_sse_keep_alive(None)
-        .with_legacy_session_mode(false)
-        .with_json_response(true)
-        .with_cancellation_token(proxy.shutdown.child_token());
-    if !allowed_hosts.is_empty() {
-        let mut hosts = config.allowed_hosts.clone();
-        hosts.extend(allowed_hosts);
-        config = config.with_allowed_hosts(hosts);
+/// Serves each proxy on `listen` until the proxy stops; says where on stderr.
+/// One unnamed upstream is at `/mcp`; named ones at `/NAME/mcp`.
+pub async fn serve(common: &Arc<Common>, proxies: &[(String, Arc<Proxy>)], listen: SocketAddr, allowed_hosts: Vec<String>) -> anyhow::Result<()> {
+    let mut router = axum::Router::new();
+    let mut paths = Vec::new();
+    for (name, proxy) in proxies {
+        let mut config = StreamableHttpServerConfig::default()
+            .with_sse_keep_alive(None)
+            .with_legacy_session_mode(false)
+            .with_json_response(true)
+            .with_cancellation_token(common.shutdown.child_token());
+        if !allowed_hosts.is_empty() {
+            let mut hosts = config.allowed_hosts.clone();
+            hosts.extend(allowed_hosts.iter().cloned());
+            config = config.with_allowed_hosts(hosts);
+        }
+        let factory = Arc::clone(proxy);
+        let service: StreamableHttpService<ProxyService, LocalSessionManager> =
+            StreamableHttpService::new(move || Ok(ProxyService(Arc::clone(&factory))), Default::default(), config);
+        let path = if name.is_empty() { "/mcp".to_string() } else { format!("/{name}/mcp") };
+        let checked = axum::Router::new().nest_service(&path, service).layer(middleware::from_fn_with_state(proxy.settings.max_message_bytes, check_body));
+        router = router.merge(checked);
+        paths.push(path);
     }
-    let factory = Arc::clone(&proxy);
-    let service: StreamableHttpService<ProxyService, LocalSessionManager> =
-        StreamableHttpService::new(move || Ok(ProxyService(Arc::clone(&factory))), Default::default(), config);
-    let metrics = Arc::clone(&proxy.metrics);
-    let router = axum::Router::new()
-        .nest_service("/mcp", service)
-        .layer(middleware::from_fn_with_state(max, check_body))
-        .route("/metrics", axum::routing::get(move || async move { metrics.to_prometheus() }));
+    let metrics = Arc::clone(&common.metrics);
+    let router = router.route("/metrics", axum::routing::get(move || async move { metrics.to_prometheus() }));
     let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e}"))?;
-    eprintln!("agent-retry proxy at http://{}/mcp (Ctrl-C stops it)", listener.local_addr()?);
-    let stop = proxy.shutdown.clone();
+    let local = listener.local_addr()?;
+    let urls: Vec<String> = paths.iter().map(|path| format!("http://{local}{path}")).collect();
+    eprintln!("agent-retry proxy at {} (Ctrl-C stops it)", urls.join(" "));
+    let stop = common.shutdown.clone();
     axum::serve(listener, router).with_graceful_shutdown(async move { stop.cancelled_owned().await }).await?;
     Ok(())
 }

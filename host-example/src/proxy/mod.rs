@@ -2,7 +2,7 @@
 //! for agent hosts that cannot load a component (docs/proxy.md).
 //!
 //! - `policy`: which policy decides (fixed, or live from files or a fleet);
-//! - `settings`: the proxy's own settings file;
+//! - `settings`: the proxy's own settings file; `servers`: several upstreams;
 //! - `service`: the MCP server the client sees (tool calls under the policy,
 //!   the rest passed through);
 //! - `relay`: what the upstream server asks or says, relayed to the client;
@@ -14,6 +14,7 @@ mod framing;
 mod http;
 mod policy;
 mod relay;
+mod servers;
 mod service;
 mod settings;
 mod webhook;
@@ -35,13 +36,16 @@ pub use settings::Settings;
 
 use policy::ProxyPolicy;
 use relay::{Downstream, Relay};
-use service::{Proxy, ProxyService};
+use servers::{Server, Upstream};
+use service::{Common, Proxy, ProxyService};
 
 pub struct ProxyOptions {
     pub wasm: PathBuf,
-    /// The upstream server: a streamable-HTTP URL, or a command (stdio).
+    /// The upstream server: a streamable-HTTP URL, or a command (stdio); or
+    /// several, each under its name (`servers`).
     pub upstream: Option<String>,
     pub command: Vec<String>,
+    pub servers: Option<PathBuf>,
     /// Serve streamable HTTP on this address instead of stdio.
     pub listen: Option<String>,
     pub allowed_hosts: Vec<String>,
@@ -67,6 +71,17 @@ pub async fn proxy(options: ProxyOptions) -> anyhow::Result<()> {
         Some(path) => Settings::read(path)?,
         None => Settings::default(),
     };
+    let servers = match (&options.servers, &options.upstream, options.command.is_empty()) {
+        (Some(path), None, true) => {
+            if options.listen.is_none() {
+                anyhow::bail!("--servers needs --listen: several servers are served over HTTP, each at /NAME/mcp");
+            }
+            servers::read(path, &settings)?
+        }
+        (None, Some(url), true) => vec![Server { name: String::new(), upstream: Upstream::Url(url.clone()), settings }],
+        (None, None, false) => vec![Server { name: String::new(), upstream: Upstream::Command(options.command.clone()), settings }],
+        _ => anyhow::bail!("give the upstream server: --upstream URL, its command after --, or --servers FILE"),
+    };
     let policy = open_policy(&options)?;
     if options.watch_ms > 0 {
         let _watcher = policy.watch(Duration::from_millis(options.watch_ms));
@@ -75,28 +90,17 @@ pub async fn proxy(options: ProxyOptions) -> anyhow::Result<()> {
         Some(url) => (Arc::new(SharedAccounts::new(RedisAccounts::connect(url)?, options.workers.max(1))), Arc::new(FallbackSharedState::open(url)?)),
         None => (Arc::new(EmbeddedAccounts::new()), Arc::new(EmbeddedSharedState::new())),
     };
-    let downstream = Arc::new(Downstream::default());
-    let handler = Arc::new(Relay { downstream: Arc::clone(&downstream) });
-    let connection = match (&options.upstream, options.command.split_first()) {
-        (Some(url), None) => {
-            let connection = McpConnection::try_http(url)?;
-            match &options.ca_file {
-                Some(path) => connection.with_root_certificates_pem(&std::fs::read(path)?)?,
-                None => connection,
-            }
-        }
-        (None, Some((program, args))) => McpConnection::stdio(program, args),
-        _ => anyhow::bail!("give the upstream server: --upstream URL, or its command after --"),
-    };
-    let connection = connection.with_handler(handler).reusing_tool_lists();
-    let server_name = connection.server_name();
-    let upstream = SharedConnection::new(connection)?;
-    downstream.set_upstream(&upstream);
+    let common = Common::new(policy, accounts, shared_state);
     let stdio = options.listen.is_none();
-    let proxy = Arc::new(Proxy::new(policy, settings, Arc::clone(&upstream), server_name, accounts, shared_state, downstream, stdio));
-    stop_on_signals(proxy.shutdown.clone())?;
+    let ca = options.ca_file.as_deref().map(std::fs::read).transpose()?;
+    let mut proxies = Vec::new();
+    for server in servers {
+        let proxy = open_upstream(&common, server.upstream, server.settings, ca.as_deref(), stdio)?;
+        proxies.push((server.name, Arc::new(proxy)));
+    }
+    stop_on_signals(common.shutdown.clone())?;
     if let Some(addr) = &options.metrics {
-        let metrics = Arc::clone(&proxy.metrics);
+        let metrics = Arc::clone(&common.metrics);
         let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| anyhow::anyhow!("cannot listen on {addr} for --metrics: {e}"))?;
         let router = axum::Router::new().route("/metrics", axum::routing::get(move || async move { metrics.to_prometheus() }));
         tokio::spawn(async move { axum::serve(listener, router).await });
@@ -105,20 +109,52 @@ pub async fn proxy(options: ProxyOptions) -> anyhow::Result<()> {
         Some(listen) => {
             let addr: SocketAddr = listen.parse().map_err(|e| anyhow::anyhow!("--listen {listen}: not an address such as 127.0.0.1:8080 ({e})"))?;
             // Stateless: every request needs the upstream's information at once.
-            proxy.refresh_info().await;
-            http::serve(Arc::clone(&proxy), addr, options.allowed_hosts.clone()).await
+            for (_, proxy) in &proxies {
+                proxy.refresh_info().await;
+            }
+            http::serve(&common, &proxies, addr, options.allowed_hosts.clone()).await
         }
-        None => serve_stdio(Arc::clone(&proxy)).await,
+        None => serve_stdio(Arc::clone(&proxies[0].1)).await,
     };
-    // Calls in flight are cancelled upstream before the upstream session closes.
-    proxy.shutdown.cancel();
-    if proxy.drain(Duration::from_secs(3)).await {
+    // Calls in flight are cancelled upstream before the upstream sessions close.
+    common.shutdown.cancel();
+    let mut busy = false;
+    for (_, proxy) in &proxies {
+        busy |= proxy.drain(Duration::from_secs(3)).await;
+    }
+    if busy {
         // A cancelled request's `notifications/cancelled` is sent from a task
         // of its own as the request is dropped: it goes before the session closes.
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    upstream.close().await;
+    for (_, proxy) in &proxies {
+        proxy.upstream.close().await;
+    }
     served
+}
+
+/// The connection to one upstream server, and the proxy in front of it.
+fn open_upstream(common: &Arc<Common>, upstream: Upstream, settings: Settings, ca: Option<&[u8]>, stdio: bool) -> anyhow::Result<Proxy> {
+    let downstream = Arc::new(Downstream::default());
+    let handler = Arc::new(Relay { downstream: Arc::clone(&downstream) });
+    let connection = match upstream {
+        Upstream::Url(url) => {
+            let connection = McpConnection::try_http(&url)?;
+            match ca {
+                Some(pem) => connection.with_root_certificates_pem(pem)?,
+                None => connection,
+            }
+        }
+        Upstream::Command(command) => {
+            let (program, args) = command.split_first().ok_or_else(|| anyhow::anyhow!("an empty command"))?;
+            McpConnection::stdio(program, args)
+        }
+    };
+    let connection = connection.with_handler(handler).reusing_tool_lists();
+    let server_name = connection.server_name();
+    let connection = SharedConnection::new(connection)?;
+    downstream.set_upstream(&connection);
+    Ok(Proxy::new(common, settings, connection, server_name, downstream, stdio))
 }
 
 /// SIGINT (Ctrl-C) and SIGTERM (`docker stop`, Kubernetes) stop the proxy as
@@ -141,8 +177,8 @@ fn stop_on_signals(stop: tokio_util::sync::CancellationToken) -> anyhow::Result<
 
 /// The stdio form: until the client closes stdin (or a signal).
 async fn serve_stdio(proxy: Arc<Proxy>) -> anyhow::Result<()> {
-    let transport = framing::frame(tokio::io::stdin(), tokio::io::stdout(), proxy.settings.max_message_bytes, proxy.shutdown.clone());
-    let stop = proxy.shutdown.clone();
+    let stop = proxy.common.shutdown.clone();
+    let transport = framing::frame(tokio::io::stdin(), tokio::io::stdout(), proxy.settings.max_message_bytes, stop.clone());
     let running = ProxyService(Arc::clone(&proxy)).serve_with_ct(transport, stop.child_token()).await?;
     running.waiting().await?;
     Ok(())

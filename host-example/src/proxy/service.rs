@@ -31,25 +31,48 @@ use super::relay::Downstream;
 use super::settings::Settings;
 use super::webhook::Webhook;
 
-/// What every request of every client shares.
-pub struct Proxy {
+/// What every upstream of one proxy process shares: the policy, the account
+/// budget, the breakers' state, the counters, and the stop.
+pub struct Common {
     pub policy: ProxyPolicy,
-    pub settings: Settings,
-    pub upstream: Arc<SharedConnection>,
-    /// The upstream server's name for the breakers and the logs.
-    pub server_name: String,
     pub accounts: Arc<dyn AccountBudgetBackend>,
     pub shared_state: Arc<dyn SharedStateBackend>,
     pub metrics: Arc<Metrics>,
-    pub downstream: Arc<Downstream>,
-    /// Whether the server's requests can be relayed to one client (stdio).
-    pub relays_requests: bool,
-    pub webhook: Option<Webhook>,
     /// Cancelled when the proxy stops: calls in flight are cancelled upstream.
     pub shutdown: CancellationToken,
     /// Makes run ids unique to this proxy process, across restarts.
     instance: String,
     calls: AtomicU64,
+}
+
+impl Common {
+    pub fn new(policy: ProxyPolicy, accounts: Arc<dyn AccountBudgetBackend>, shared_state: Arc<dyn SharedStateBackend>) -> Arc<Self> {
+        let mut entropy = [0u8; 6];
+        let _ = getrandom::fill(&mut entropy);
+        let instance = format!("proxy-{}", entropy.iter().map(|b| format!("{b:02x}")).collect::<String>());
+        Arc::new(Common {
+            policy,
+            accounts,
+            shared_state,
+            metrics: Arc::new(Metrics::new()),
+            shutdown: CancellationToken::new(),
+            instance,
+            calls: AtomicU64::new(0),
+        })
+    }
+}
+
+/// One upstream server behind the proxy, and what its clients share.
+pub struct Proxy {
+    pub common: Arc<Common>,
+    pub settings: Settings,
+    pub upstream: Arc<SharedConnection>,
+    /// The upstream server's name for the breakers and the logs.
+    pub server_name: String,
+    pub downstream: Arc<Downstream>,
+    /// Whether the server's requests can be relayed to one client (stdio).
+    pub relays_requests: bool,
+    pub webhook: Option<Webhook>,
     /// What the proxy says of itself ([`Proxy::info`]).
     info: std::sync::Mutex<Option<ServerConfig>>,
     /// Tool calls in flight, so that stopping lets them cancel upstream first.
@@ -57,35 +80,23 @@ pub struct Proxy {
 }
 
 impl Proxy {
-    #[allow(clippy::too_many_arguments)]
     pub fn new(
-        policy: ProxyPolicy,
+        common: &Arc<Common>,
         settings: Settings,
         upstream: Arc<SharedConnection>,
         server_name: String,
-        accounts: Arc<dyn AccountBudgetBackend>,
-        shared_state: Arc<dyn SharedStateBackend>,
         downstream: Arc<Downstream>,
         relays_requests: bool,
     ) -> Self {
         let webhook = settings.escalation_webhook.clone().map(Webhook::new);
-        let mut entropy = [0u8; 6];
-        let _ = getrandom::fill(&mut entropy);
-        let instance = format!("proxy-{}", entropy.iter().map(|b| format!("{b:02x}")).collect::<String>());
         Proxy {
-            policy,
+            common: Arc::clone(common),
             settings,
             upstream,
             server_name,
-            accounts,
-            shared_state,
-            metrics: Arc::new(Metrics::new()),
             downstream,
             relays_requests,
             webhook,
-            shutdown: CancellationToken::new(),
-            instance,
-            calls: AtomicU64::new(0),
             info: std::sync::Mutex::new(None),
             in_flight: tokio::sync::watch::channel(0).0,
         }
@@ -139,11 +150,11 @@ impl Proxy {
     }
 
     async fn run_call(&self, params: CallToolRequestParams, context: RequestContext<RoleServer>) -> Result<CallToolResult, ErrorData> {
-        let serving = self.policy.serving();
-        let services = HostServices::new(Arc::clone(&self.accounts), EntropySource::Os).with_shared_state(Arc::clone(&self.shared_state));
+        let serving = self.common.policy.serving();
+        let services = HostServices::new(Arc::clone(&self.common.accounts), EntropySource::Os).with_shared_state(Arc::clone(&self.common.shared_state));
         let instance =
             serving.component.instantiate(services).map_err(|e| ErrorData::internal_error(format!("agent-retry proxy: the policy cannot start: {e}"), None))?;
-        let run_id = format!("{}-{}", self.instance, self.calls.fetch_add(1, Ordering::Relaxed) + 1);
+        let run_id = format!("{}-{}", self.common.instance, self.common.calls.fetch_add(1, Ordering::Relaxed) + 1);
         let mut options = RetryingToolCallerOptions {
             attempt_timeout_ms: self.settings.attempt_timeout_ms,
             key_argument: self.settings.key_argument.clone(),
@@ -174,7 +185,7 @@ impl Proxy {
         let cancel = self.cancel_with(&context.ct);
         let tool = params.name.to_string();
         let arguments: Map<String, Value> = params.arguments.unwrap_or_default();
-        let started = RetryingToolCaller::for_run(&self.upstream, instance, &serving.config_json, &run_id, options, Arc::clone(&self.metrics));
+        let started = RetryingToolCaller::for_run(&self.upstream, instance, &serving.config_json, &run_id, options, Arc::clone(&self.common.metrics));
         let mut caller = match tokio::select! { started = started => started, () = cancel.cancelled() => return Err(cancelled()) } {
             Ok(caller) => caller,
             Err(error) => {
@@ -200,7 +211,7 @@ impl Proxy {
     /// A token cancelled when the client cancels the request or the proxy stops.
     fn cancel_with(&self, request: &CancellationToken) -> CancellationToken {
         let cancel = CancellationToken::new();
-        let (request, shutdown, done) = (request.clone(), self.shutdown.clone(), cancel.clone());
+        let (request, shutdown, done) = (request.clone(), self.common.shutdown.clone(), cancel.clone());
         tokio::spawn(async move {
             tokio::select! {
                 () = request.cancelled() => done.cancel(),
