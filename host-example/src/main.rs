@@ -286,8 +286,12 @@ enum Command {
         #[arg(long)]
         metrics: Option<String>,
         /// Also trust the CA certificates in this PEM file (an https upstream with a private CA).
-        #[arg(long, requires = "upstream")]
+        #[arg(long)]
         ca_file: Option<PathBuf>,
+        /// Export a span for every call and attempt (docs/events.md, "Traces")
+        /// as OTLP/HTTP JSON to this URL, e.g. http://127.0.0.1:4318/v1/traces.
+        #[arg(long)]
+        otlp_endpoint: Option<String>,
         /// The upstream server's command and arguments (stdio).
         #[arg(last = true)]
         command: Vec<String>,
@@ -405,6 +409,7 @@ fn main() -> ExitCode {
                 workers,
                 metrics,
                 ca_file,
+                otlp_endpoint,
                 command,
             } => {
                 let options = proxy::ProxyOptions {
@@ -424,6 +429,7 @@ fn main() -> ExitCode {
                     workers,
                     metrics,
                     ca_file,
+                    otlp_endpoint,
                 };
                 proxy::proxy(options).await
             }

@@ -512,3 +512,41 @@ fn a_bad_servers_file_is_refused_naming_what_is_wrong() {
         assert!(stderr.contains(expected) && stderr.contains("servers.json"), "{text}: {stderr}");
     }
 }
+
+/// With `--otlp-endpoint`, every call and attempt is a span, sent as OTLP/HTTP
+/// JSON (here to a collector of the test's own), flushed as the proxy stops.
+#[tokio::test(flavor = "multi_thread")]
+async fn spans_go_to_the_otlp_endpoint() {
+    let server = demo(FAULTS).await;
+    let files = Files::new("otlp");
+    let collector = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let endpoint = format!("http://{}/v1/traces", collector.local_addr().unwrap());
+    let (posted, mut received) = tokio::sync::mpsc::unbounded_channel::<String>();
+    tokio::spawn(async move {
+        let app = axum::Router::new().route(
+            "/v1/traces",
+            axum::routing::post(move |body: String| {
+                let posted = posted.clone();
+                async move {
+                    let _ = posted.send(body);
+                    "{}"
+                }
+            }),
+        );
+        let _ = axum::serve(collector, app).await;
+    });
+    let args = proxy_args(&files, &server.url, "{}", &["--otlp-endpoint", &endpoint]);
+    let client = connect_stdio(BIN, &args).await.unwrap();
+    assert_ne!(call(&client, "lookup_order", json!({"order_id": "P-503"})).await.is_error, Some(true));
+    // Stopping the proxy flushes the batch.
+    let _ = client.cancel().await;
+    let mut exported = String::new();
+    while !exported.contains("execute_tool lookup_order") {
+        let body = tokio::time::timeout(Duration::from_secs(15), received.recv()).await.expect("spans exported").unwrap();
+        exported.push_str(&body);
+    }
+    assert!(exported.contains("agent-retry-proxy"), "the service's name: {exported}");
+    assert_eq!(exported.matches("\"tools/call lookup_order\"").count(), 2, "a span for each attempt, the blip's and the retry's: {exported}");
+    assert!(exported.contains("agent_retry.run"), "{exported}");
+    server.stop().await;
+}

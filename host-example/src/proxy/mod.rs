@@ -62,6 +62,8 @@ pub struct ProxyOptions {
     /// Serve the counters at http://ADDR/metrics (the stdio form; the HTTP form has /metrics).
     pub metrics: Option<String>,
     pub ca_file: Option<PathBuf>,
+    /// Export the spans of every call and attempt (OTLP/HTTP, JSON) to this URL.
+    pub otlp_endpoint: Option<String>,
 }
 
 pub async fn proxy(options: ProxyOptions) -> anyhow::Result<()> {
@@ -90,7 +92,9 @@ pub async fn proxy(options: ProxyOptions) -> anyhow::Result<()> {
         Some(url) => (Arc::new(SharedAccounts::new(RedisAccounts::connect(url)?, options.workers.max(1))), Arc::new(FallbackSharedState::open(url)?)),
         None => (Arc::new(EmbeddedAccounts::new()), Arc::new(EmbeddedSharedState::new())),
     };
-    let common = Common::new(policy, accounts, shared_state);
+    let traces = options.otlp_endpoint.as_deref().map(tracer_provider).transpose()?;
+    let tracer = traces.as_ref().map(agent_retry_host::otel::OtelTracer::from_provider);
+    let common = Common::new(policy, accounts, shared_state, tracer);
     let stdio = options.listen.is_none();
     let ca = options.ca_file.as_deref().map(std::fs::read).transpose()?;
     let mut proxies = Vec::new();
@@ -130,7 +134,25 @@ pub async fn proxy(options: ProxyOptions) -> anyhow::Result<()> {
     for (_, proxy) in &proxies {
         proxy.upstream.close().await;
     }
+    if let Some(traces) = traces {
+        // The spans still in the batch are sent before the proxy exits.
+        let _ = tokio::task::spawn_blocking(move || traces.shutdown()).await;
+    }
     served
+}
+
+/// Spans exported as OTLP/HTTP (JSON) to `endpoint`, e.g.
+/// `http://collector:4318/v1/traces`, in batches, as `agent-retry-proxy`.
+fn tracer_provider(endpoint: &str) -> anyhow::Result<opentelemetry_sdk::trace::SdkTracerProvider> {
+    use opentelemetry_otlp::{Protocol, WithExportConfig};
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_protocol(Protocol::HttpJson)
+        .with_endpoint(endpoint)
+        .build()
+        .map_err(|e| anyhow::anyhow!("--otlp-endpoint {endpoint}: {e}"))?;
+    let resource = opentelemetry_sdk::Resource::builder().with_service_name("agent-retry-proxy").build();
+    Ok(opentelemetry_sdk::trace::SdkTracerProvider::builder().with_batch_exporter(exporter).with_resource(resource).build())
 }
 
 /// The connection to one upstream server, and the proxy in front of it.

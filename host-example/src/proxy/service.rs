@@ -40,13 +40,20 @@ pub struct Common {
     pub metrics: Arc<Metrics>,
     /// Cancelled when the proxy stops: calls in flight are cancelled upstream.
     pub shutdown: CancellationToken,
+    /// Spans of every call and attempt, when an OTLP endpoint is given.
+    pub tracer: Option<agent_retry_host::otel::OtelTracer>,
     /// Makes run ids unique to this proxy process, across restarts.
     instance: String,
     calls: AtomicU64,
 }
 
 impl Common {
-    pub fn new(policy: ProxyPolicy, accounts: Arc<dyn AccountBudgetBackend>, shared_state: Arc<dyn SharedStateBackend>) -> Arc<Self> {
+    pub fn new(
+        policy: ProxyPolicy,
+        accounts: Arc<dyn AccountBudgetBackend>,
+        shared_state: Arc<dyn SharedStateBackend>,
+        tracer: Option<agent_retry_host::otel::OtelTracer>,
+    ) -> Arc<Self> {
         let mut entropy = [0u8; 6];
         let _ = getrandom::fill(&mut entropy);
         let instance = format!("proxy-{}", entropy.iter().map(|b| format!("{b:02x}")).collect::<String>());
@@ -56,6 +63,7 @@ impl Common {
             shared_state,
             metrics: Arc::new(Metrics::new()),
             shutdown: CancellationToken::new(),
+            tracer,
             instance,
             calls: AtomicU64::new(0),
         })
@@ -162,6 +170,7 @@ impl Proxy {
             policy_identity: serving.identity,
             call_timeout_ms: self.settings.call_timeout_ms,
             server_name: Some(self.server_name.clone()),
+            tracer: self.common.tracer.clone(),
             ..Default::default()
         };
         // Progress goes on to the client under the token it gave, in order, and
