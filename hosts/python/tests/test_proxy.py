@@ -335,7 +335,8 @@ def test_the_demo_server_over_stdio_as_the_upstream(files: Callable[..., Files],
     assert {line["key"] for line in sent} == {"stdio-key"}
 
 
-def test_server_everything_through_the_proxy_over_stdio(files: Callable[..., Files]) -> None:
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_server_everything_through_the_proxy(files: Callable[..., Files], transport: str) -> None:
     if shutil.which("node") is None:
         pytest.fail("node is not installed (server-everything is a Node program)")
     if not EVERYTHING.exists():
@@ -343,7 +344,7 @@ def test_server_everything_through_the_proxy_over_stdio(files: Callable[..., Fil
     proxy = files()
 
     async def body() -> tuple[list[str], CallToolResult, str]:
-        async with through_proxy("stdio", proxy.args("--", "node", str(EVERYTHING), "stdio"), proxy.stderr) as client:
+        async with through_proxy(transport, proxy.args("--", "node", str(EVERYTHING), "stdio"), proxy.stderr) as client:
             info = client.session.server_info
             tools = await client.session.list_tools()
             result = await client.session.call_tool("echo", {"message": "through the proxy"})
