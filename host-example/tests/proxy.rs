@@ -160,6 +160,10 @@ async fn the_policy_not_the_failures(client: &McpClient, state: &DemoState, form
     let refunds = state.ledger.lock().unwrap().refunds.iter().filter(|r| r.order_id == "P-TIMEOUT").count();
     assert_eq!(refunds, 1, "{form}: one refund in the ledger");
 
+    // A null key is none: the proxy derives one.
+    let null_key = call(client, "issue_refund", json!({"order_id": "P-NULL", "amount_paise": 300, "idempotency_key": null})).await;
+    assert_ne!(null_key.is_error, Some(true), "{null_key:?}");
+    assert!(sent(state, "issue_refund", "P-NULL")[0]["idempotency_key"].as_str().is_some_and(|k| k.starts_with("ar1-")), "{form}: a null key is derived");
     // A key the client chose is the one the server sees, unchanged.
     let chosen = call(client, "issue_refund", json!({"order_id": "P-KEY", "amount_paise": 300, "idempotency_key": "client-key-1"})).await;
     assert_ne!(chosen.is_error, Some(true), "{chosen:?}");
@@ -504,6 +508,7 @@ fn a_bad_servers_file_is_refused_naming_what_is_wrong() {
         (r#"{"x": {"upstream": "http://127.0.0.1:9/mcp", "command": ["srv"]}}"#, "x: give exactly one of"),
         (r#"{"x": {"upstream": "http://127.0.0.1:9/mcp", "setting": {}}}"#, "unknown field `setting`"),
         (r#"{"x": {"upstream": "http://127.0.0.1:9/mcp", "settings": {"key-argumnt": "k"}}}"#, "x.settings: unknown field `key-argumnt`"),
+        (r#"{"x": {"upstream": "http://127.0.0.1:9/mcp"}, "x": {"upstream": "http://127.0.0.1:10/mcp"}}"#, "the server 'x' is named twice"),
     ] {
         let path = files.write("servers.json", text);
         let output = Command::new(BIN).args(["proxy", "--listen", "127.0.0.1:0", "--servers", &path]).output().unwrap();

@@ -122,6 +122,35 @@ fn an_unreadable_answer_to_the_servers_request_fails_that_request_not_the_client
     assert_eq!(answer["result"]["isError"], true, "the continuation failed, as the policy says: {answer}");
 }
 
+/// The TypeScript SDK writes a message's id last: an oversized request or
+/// answer written so is still refused under its id (the answer fails the
+/// server's request; before, it was dropped and the server's request waited).
+#[test]
+fn an_oversized_message_with_its_id_last_is_refused_under_that_id() {
+    let mut proxy = Proxy::start("id-last", r#"{"max-message-bytes": 2048}"#, &[], &[]);
+    let huge = "y".repeat(3000);
+    let request = format!(r#"{{"method":"tools/call","params":{{"name":"lookup_order","arguments":{{"order_id":"{huge}"}}}},"jsonrpc":"2.0","id":41}}"#);
+    writeln!(proxy.stdin.as_mut().unwrap(), "{request}").unwrap();
+    let refused = proxy.read();
+    assert_eq!((refused["id"].clone(), refused["error"]["code"].clone()), (json!(41), json!(-32600)), "{refused}");
+
+    proxy.send(&json!({"jsonrpc": "2.0", "id": 0, "method": "tools/call", "params": {"name": "confirm_order", "arguments": {"order_id": "A-1"}}}));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let answer = loop {
+        assert!(Instant::now() < deadline, "no answer to the client's request: the server's request was left waiting");
+        let message = proxy.read();
+        if message["method"] == "elicitation/create" {
+            let id = message["id"].clone();
+            let answer = format!(r#"{{"result":{{"action":"accept","content":{{"note":"{huge}"}}}},"jsonrpc":"2.0","id":{id}}}"#);
+            writeln!(proxy.stdin.as_mut().unwrap(), "{answer}").unwrap();
+            proxy.stdin.as_mut().unwrap().flush().unwrap();
+        } else if message["id"] == 0 && message.get("method").is_none() {
+            break message;
+        }
+    };
+    assert_eq!(answer["result"]["isError"], true, "the continuation failed at once: {answer}");
+}
+
 /// A key the client gave that the policy cannot be told (over 256 bytes) is
 /// still the server's key: sent unchanged, and the call is an unkeyed write,
 /// so a timeout is not resent blind (a derived key made two refunds before).

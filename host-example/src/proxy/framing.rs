@@ -5,11 +5,15 @@
 //!   limit): the client gets a JSON-RPC error `-32600` naming both sizes, with
 //!   the request's id when it could be read from the line's start.
 //! - A line that is not JSON gets `-32700` (parse error, id null), as JSON-RPC
-//!   2.0 asks. rmcp alone drops both silently, and the client's request would
-//!   wait forever.
+//!   2.0 asks; JSON that is not a message of MCP (a batch, params of the wrong
+//!   shape) gets `-32600` with its id. rmcp alone drops the first two silently
+//!   and answers the last without an id: the client's request would wait forever.
+//! - The client's answer to a request of the server's that cannot be read fails
+//!   that request, in the client's name ([`Refused::Answer`]).
 //!
-//! Well-formed JSON goes to rmcp unchanged. Every line written to the client
-//! (rmcp's and these errors) is written whole, one at a time.
+//! Well-formed messages go to rmcp unchanged. Every line written to the client
+//! (rmcp's and these errors) is written whole, one at a time; the errors wait
+//! for the client to read them, and the client's input waits for the errors.
 
 use rmcp::model::ClientJsonRpcMessage;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, DuplexStream};
@@ -41,16 +45,18 @@ where
             match read_line_capped(&mut input, &mut line, max_message_bytes).await {
                 Ok(Line::End) | Err(_) => break,
                 Ok(Line::Oversized(size)) => {
-                    let head = top_level_head(&line);
+                    let mut head = top_level_head(&line[..line.len().min(ID_SCAN_BYTES)]);
+                    if head.id.is_none() {
+                        head.id = trailing_id(&line[line.len().saturating_sub(TAIL_BYTES)..]);
+                    }
                     let message = format!(
                         "agent-retry proxy: the message is {size} bytes, over the limit of {max_message_bytes} bytes (max-message-bytes); it was not read"
                     );
-                    let refused = if head.answer && !head.method {
-                        head.id.map(|id| Refused::Answer { id, message })
-                    } else {
-                        Some(Refused::Request { id: head.id.unwrap_or_else(|| "null".into()), code: -32600, message })
+                    let refused = match head.id {
+                        Some(id) if head.answer && !head.method => Refused::Answer { id, message },
+                        id => Refused::Request { id: id.unwrap_or_else(|| "null".into()), code: -32600, message },
                     };
-                    if !deliver(refused, &errors, &mut to_rmcp).await {
+                    if !deliver(Some(refused), &errors, &mut to_rmcp).await {
                         break;
                     }
                 }
@@ -127,7 +133,8 @@ pub enum Refused {
 /// `-32600` with the request's id (rmcp alone answers it without one, and the
 /// client's request would wait forever); a batch is `-32600` (MCP has none
 /// since 2025-06-18). A message without an id and a method goes on: rmcp
-/// ignores the notifications it does not know.
+/// ignores the notifications it does not know. An answer without an id is
+/// refused too (id null): nothing can be failed by it.
 pub fn refusal(message: &[u8]) -> Option<Refused> {
     let error = serde_json::from_slice::<ClientJsonRpcMessage>(message).err()?;
     let value: serde_json::Value = match serde_json::from_slice(message) {
@@ -140,13 +147,18 @@ pub fn refusal(message: &[u8]) -> Option<Refused> {
     };
     let id = object.get("id").filter(|id| id.is_string() || id.is_number()).map(serde_json::Value::to_string);
     let message = format!("agent-retry proxy: not a JSON-RPC message of MCP: {error}");
-    if !object.contains_key("method") && (object.contains_key("result") || object.contains_key("error")) {
-        return id.map(|id| Refused::Answer { id, message });
+    if !object.contains_key("method")
+        && (object.contains_key("result") || object.contains_key("error"))
+        && let Some(id) = id
+    {
+        return Some(Refused::Answer { id, message });
     }
-    if object.contains_key("id") || object.contains_key("method") {
-        return Some(Refused::Request { id: id.unwrap_or_else(|| "null".into()), code: -32600, message });
+    if object.contains_key("method") && !object.contains_key("id") {
+        // A notification rmcp does not know: it ignores it, as it should.
+        return None;
     }
-    None
+    // JSON-RPC 2.0: an id that cannot be read is answered as null.
+    Some(Refused::Request { id: id.unwrap_or_else(|| "null".into()), code: -32600, message })
 }
 
 /// Sends a refusal where it goes: the client's error to the client, an
@@ -169,10 +181,15 @@ fn error_line(id: &str, code: i32, message: &str) -> String {
 enum Line {
     /// A whole line is in the buffer (without its newline).
     Whole,
-    /// The line had this many bytes, over the limit; the buffer keeps its start.
+    /// The line had this many bytes, over the limit; the buffer keeps its
+    /// start ([`ID_SCAN_BYTES`]) and then its last [`TAIL_BYTES`].
     Oversized(usize),
     End,
 }
+
+/// How much of an oversized line's end is kept: the TypeScript SDK writes a
+/// message's `id` last.
+const TAIL_BYTES: usize = 256;
 
 /// Reads one line into `line`, keeping at most `max` bytes of it (and only
 /// [`ID_SCAN_BYTES`] once it is known to be over).
@@ -197,8 +214,15 @@ async fn read_line_capped<R: AsyncBufRead + Unpin>(input: &mut R, line: &mut Vec
             over = true;
             line.truncate(ID_SCAN_BYTES);
         }
-        let room = if over { ID_SCAN_BYTES.saturating_sub(line.len()) } else { chunk.len() };
-        line.extend_from_slice(&chunk[..room.min(chunk.len())]);
+        if over {
+            // The start up to ID_SCAN_BYTES, then a window of the last TAIL_BYTES.
+            line.extend_from_slice(chunk);
+            if line.len() > ID_SCAN_BYTES + TAIL_BYTES {
+                line.drain(ID_SCAN_BYTES..line.len() - TAIL_BYTES);
+            }
+        } else {
+            line.extend_from_slice(chunk);
+        }
         let consumed = done.unwrap_or(available.len());
         input.consume(consumed);
         if done.is_some() {
@@ -250,6 +274,30 @@ fn top_level_head(text: &[u8]) -> Head {
         i += 1;
     }
     head
+}
+
+/// The top-level `id` a message ends with, as JSON text: `,"id":VALUE}` (or
+/// `"id": "text"`) closing the message with one brace, a number or a string.
+/// Two braces would close an object inside it, whose `id` is not the message's.
+fn trailing_id(tail: &[u8]) -> Option<String> {
+    let text = std::str::from_utf8(tail).ok().or_else(|| {
+        // A cut UTF-8 character at the window's start: skip to a boundary.
+        (1..4).find_map(|skip| std::str::from_utf8(tail.get(skip..)?).ok())
+    })?;
+    let body = text.trim_end().strip_suffix('}')?.trim_end();
+    let (before, value) = if let Some(quoted) = body.strip_suffix('"') {
+        let open = quoted.rfind('"')?;
+        (&body[..open], &body[open..])
+    } else {
+        let start = body.rfind(|c: char| !(c.is_ascii_digit() || "-+.eE".contains(c)))? + 1;
+        (&body[..start], &body[start..])
+    };
+    let before = before.trim_end().strip_suffix(':')?.trim_end().strip_suffix("\"id\"")?.trim_end();
+    if !(before.ends_with(',') || before.ends_with('{')) {
+        return None;
+    }
+    let parsed: serde_json::Value = serde_json::from_str(value).ok()?;
+    (parsed.is_number() || parsed.is_string()).then(|| parsed.to_string())
 }
 
 /// The index of the quote that closes the string opening at `start`.

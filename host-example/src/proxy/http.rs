@@ -54,9 +54,22 @@ pub async fn serve(common: &Arc<Common>, proxies: &[(String, Arc<Proxy>)], liste
     let urls: Vec<String> = paths.iter().map(|path| format!("http://{local}{path}")).collect();
     eprintln!("agent-retry proxy at {} (Ctrl-C stops it)", urls.join(" "));
     let stop = common.shutdown.clone();
-    axum::serve(listener, router).with_graceful_shutdown(async move { stop.cancelled_owned().await }).await?;
+    let serving = axum::serve(listener, router).with_graceful_shutdown(async move { stop.cancelled_owned().await });
+    // A stop waits for open connections at most STOP_GRACE: one that sends
+    // half a request and waits must not keep a stopped proxy alive.
+    let stop = common.shutdown.clone();
+    tokio::select! {
+        served = serving => served?,
+        () = async move {
+            stop.cancelled().await;
+            tokio::time::sleep(STOP_GRACE).await;
+        } => {}
+    }
     Ok(())
 }
+
+/// How long a stop waits for open HTTP connections.
+const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// Refuses a POST body over `max` bytes (413) or not JSON (400), with a
 /// JSON-RPC error; passes the rest on unchanged.

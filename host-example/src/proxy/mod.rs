@@ -113,9 +113,7 @@ pub async fn proxy(options: ProxyOptions) -> anyhow::Result<()> {
         Some(listen) => {
             let addr: SocketAddr = listen.parse().map_err(|e| anyhow::anyhow!("--listen {listen}: not an address such as 127.0.0.1:8080 ({e})"))?;
             // Stateless: every request needs the upstream's information at once.
-            for (_, proxy) in &proxies {
-                proxy.refresh_info().await;
-            }
+            futures::future::join_all(proxies.iter().map(|(_, proxy)| proxy.refresh_info())).await;
             http::serve(&common, &proxies, addr, options.allowed_hosts.clone()).await
         }
         None => serve_stdio(Arc::clone(&proxies[0].1)).await,
@@ -141,6 +139,15 @@ pub async fn proxy(options: ProxyOptions) -> anyhow::Result<()> {
     served
 }
 
+/// The traces URL of `endpoint`: a collector's base URL (`http://host:4318`,
+/// as OpenTelemetry's own variables give it) gets `/v1/traces`.
+fn traces_url(endpoint: &str) -> String {
+    match reqwest::Url::parse(endpoint) {
+        Ok(url) if url.path() == "/" || url.path().is_empty() => format!("{}/v1/traces", endpoint.trim_end_matches('/')),
+        _ => endpoint.to_string(),
+    }
+}
+
 /// Spans exported as OTLP/HTTP (JSON) to `endpoint`, e.g.
 /// `http://collector:4318/v1/traces`, in batches, as `agent-retry-proxy`.
 fn tracer_provider(endpoint: &str) -> anyhow::Result<opentelemetry_sdk::trace::SdkTracerProvider> {
@@ -148,7 +155,7 @@ fn tracer_provider(endpoint: &str) -> anyhow::Result<opentelemetry_sdk::trace::S
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
         .with_protocol(Protocol::HttpJson)
-        .with_endpoint(endpoint)
+        .with_endpoint(traces_url(endpoint))
         .build()
         .map_err(|e| anyhow::anyhow!("--otlp-endpoint {endpoint}: {e}"))?;
     let resource = opentelemetry_sdk::Resource::builder().with_service_name("agent-retry-proxy").build();

@@ -8,13 +8,14 @@
 //! ```
 //!
 //! A server without `settings` takes the `--settings` file's (or the
-//! defaults). An unknown member, a bad name, or a server with both or neither
-//! of `upstream` and `command` is refused at start, named.
+//! defaults). An unknown member, a bad or repeated name, or a server with
+//! both or neither of `upstream` and `command` is refused at start, named.
 
-use std::collections::BTreeMap;
+use std::fmt;
 use std::path::Path;
 
 use serde::Deserialize;
+use serde::de::{Deserializer, Error as _, MapAccess, Visitor};
 
 use super::settings::Settings;
 
@@ -36,6 +37,33 @@ struct Entry {
     settings: Option<serde_json::Value>,
 }
 
+/// The file's servers in their order; a name given twice is refused (a JSON
+/// object's later member would silently win).
+struct Entries(Vec<(String, Entry)>);
+
+impl<'de> Deserialize<'de> for Entries {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Servers;
+        impl<'de> Visitor<'de> for Servers {
+            type Value = Entries;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an object of servers by name")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Entries, A::Error> {
+                let mut entries: Vec<(String, Entry)> = Vec::new();
+                while let Some((name, entry)) = map.next_entry::<String, Entry>()? {
+                    if entries.iter().any(|(seen, _)| *seen == name) {
+                        return Err(A::Error::custom(format!("the server '{name}' is named twice")));
+                    }
+                    entries.push((name, entry));
+                }
+                Ok(Entries(entries))
+            }
+        }
+        deserializer.deserialize_map(Servers)
+    }
+}
+
 /// One named server of the file.
 pub struct Server {
     pub name: String,
@@ -50,7 +78,7 @@ pub fn read(path: &Path, defaults: &Settings) -> anyhow::Result<Vec<Server>> {
 }
 
 pub fn parse(text: &str, defaults: &Settings) -> Result<Vec<Server>, String> {
-    let entries: BTreeMap<String, Entry> = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    let Entries(entries) = serde_json::from_str(text).map_err(|e| e.to_string())?;
     if entries.is_empty() {
         return Err("no servers".into());
     }

@@ -110,6 +110,13 @@ impl Proxy {
         }
     }
 
+    /// The upstream server as logs and webhooks show it: an HTTP URL by its
+    /// scheme, host and port, a command by its program (a query, a path or an
+    /// argument may hold a credential). The breakers get the full name.
+    pub fn shown_server(&self) -> String {
+        shown(&self.server_name)
+    }
+
     /// What the proxy says of itself: the upstream server's capabilities and
     /// identity, without the tasks extension (the proxy drives a task to its
     /// end, so its client gets a plain result). Until the upstream server
@@ -119,12 +126,19 @@ impl Proxy {
         self.info.lock().unwrap_or_else(|p| p.into_inner()).clone().unwrap_or_else(|| ServerConfig::new(ServerCapabilities::builder().enable_tools().build()))
     }
 
-    /// Reads the upstream server's information again (connecting if no session is up).
+    /// Reads the upstream server's information again (connecting if no
+    /// session is up), for at most [`SESSION_SET_UP`], or until the proxy stops.
     pub async fn refresh_info(&self) {
-        let peer = match self.upstream.session_peer().await {
-            Ok(peer) => peer,
-            Err(outcome) => {
-                tracing::warn!(target: "agent_retry", event = "agent_retry.proxy_upstream_unreachable", server = %self.server_name, "{}", describe(&outcome));
+        let connecting = tokio::time::timeout(SESSION_SET_UP, self.upstream.session_peer());
+        let peer = match tokio::select! { connected = connecting => connected, () = self.common.shutdown.cancelled() => return } {
+            Ok(Ok(peer)) => peer,
+            Ok(Err(outcome)) => {
+                tracing::warn!(target: "agent_retry", event = "agent_retry.proxy_upstream_unreachable", server = %self.shown_server(), "{}", describe(&outcome));
+                return;
+            }
+            Err(_) => {
+                let detail = format!("no answer in {} s", SESSION_SET_UP.as_secs());
+                tracing::warn!(target: "agent_retry", event = "agent_retry.proxy_upstream_unreachable", server = %self.shown_server(), "{detail}");
                 return;
             }
         };
@@ -141,7 +155,7 @@ impl Proxy {
     }
 
     /// Waits (at most `max`) for the calls in flight to end: after
-    /// [`Proxy::shutdown`], each cancels its request upstream and ends.
+    /// [`Common::shutdown`] each cancels its request upstream and ends.
     /// Whether any call was in flight.
     pub async fn drain(&self, max: std::time::Duration) -> bool {
         let mut calls = self.in_flight.subscribe();
@@ -192,6 +206,8 @@ impl Proxy {
             }));
         }
         let cancel = self.cancel_with(&context.ct);
+        // However the call ends, its watcher of the client and the stop ends too.
+        let _watching = cancel.clone().drop_guard();
         let tool = params.name.to_string();
         let arguments: Map<String, Value> = params.arguments.unwrap_or_default();
         let started = RetryingToolCaller::for_run(&self.upstream, instance, &serving.config_json, &run_id, options, Arc::clone(&self.common.metrics));
@@ -249,13 +265,13 @@ impl Proxy {
                     ts = agent_retry_host::events::unix_seconds(),
                     run = run_id,
                     tool,
-                    server = %self.server_name,
+                    server = %self.shown_server(),
                     reason,
                     "{}",
                     escalation.note
                 );
                 if let Some(webhook) = &self.webhook {
-                    webhook.announce(run_id, tool, &self.server_name, reason, &escalation.note);
+                    webhook.announce(run_id, tool, &self.shown_server(), reason, &escalation.note);
                 }
                 Ok(CallToolResult::error(vec![ContentBlock::text(escalation.note)]))
             }
@@ -274,16 +290,45 @@ impl Proxy {
         for key in ["io.modelcontextprotocol/protocolVersion", "io.modelcontextprotocol/clientInfo", "io.modelcontextprotocol/clientCapabilities"] {
             meta.0.remove(key);
         }
-        let peer = self.upstream.session_peer().await.map_err(unreachable)?;
+        let no_answer = || ErrorData::internal_error(format!("agent-retry proxy: the upstream server did not answer in {} s", UPSTREAM_ANSWER.as_secs()), None);
+        let peer = match tokio::time::timeout(UPSTREAM_ANSWER, self.upstream.session_peer()).await {
+            Ok(connected) => connected.map_err(unreachable)?,
+            Err(_) => return Err(no_answer()),
+        };
         let handle = peer.send_request_with_option(request, PeerRequestOptions::no_options()).await.map_err(upstream_error)?;
         let id = handle.id.clone();
+        let gave_up = |reason: &str| CancelledNotificationParam::new(Some(id.clone()), Some(reason.to_string()));
         tokio::select! {
             answered = handle.await_response() => answered.map_err(upstream_error),
             () = context.ct.cancelled() => {
-                let _ = peer.notify_cancelled(CancelledNotificationParam::new(Some(id), Some("the client cancelled".into()))).await;
+                let _ = peer.notify_cancelled(gave_up("the client cancelled")).await;
                 Err(cancelled())
             }
+            () = tokio::time::sleep(UPSTREAM_ANSWER) => {
+                let _ = peer.notify_cancelled(gave_up("no answer in time")).await;
+                Err(no_answer())
+            }
         }
+    }
+}
+
+/// How long the proxy waits for the upstream server where no policy bounds
+/// the wait: a request passed through (the TypeScript SDK's default).
+const UPSTREAM_ANSWER: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// How long a client's `initialize` (or the HTTP form's start) waits for the
+/// upstream's session; then the proxy answers with tools only, and a call
+/// fails under the policy.
+const SESSION_SET_UP: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// `server` (a URL, or `stdio:` and a command line) without what may hold a credential.
+fn shown(server: &str) -> String {
+    if let Some(command) = server.strip_prefix("stdio:") {
+        return format!("stdio:{}", command.split(' ').next().unwrap_or_default());
+    }
+    match reqwest::Url::parse(server) {
+        Ok(url) => format!("{}://{}{}", url.scheme(), url.host_str().unwrap_or(""), url.port().map(|p| format!(":{p}")).unwrap_or_default()),
+        Err(_) => "(upstream)".into(),
     }
 }
 

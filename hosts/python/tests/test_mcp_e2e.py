@@ -225,6 +225,19 @@ def test_a_key_the_application_gave_that_the_policy_cannot_be_told_is_still_sent
     assert derived not in [r[2] for r in desk.refunds()]
 
 
+def test_a_none_key_is_none_and_the_derived_key_is_sent(serve: Callable[..., Desk]) -> None:
+    desk = serve()
+
+    async def body(session: ClientSession) -> tuple[CallToolResult, str]:
+        caller = new_caller(session)
+        result = await caller.call_tool("issue_refund", {"order_id": "A1", "amount_paise": 500, "idempotency_key": None})
+        return result, caller.run.instance.derive_idempotency_key("CASE-5016", "step-1")
+
+    result, derived = run_with_session(desk, body)
+    assert not result.is_error, text_of(result)
+    assert [post.arguments.get("idempotency_key") for post in desk.posts_of("issue_refund")] == [derived]
+
+
 def test_a_key_of_exactly_256_utf8_bytes_is_kept(serve: Callable[..., Desk]) -> None:
     given = "\u00e9" * 128  # 256 bytes, 128 characters
     desk = serve()

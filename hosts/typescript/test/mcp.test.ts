@@ -214,6 +214,17 @@ test('a given key the policy cannot be told (empty, over 256 bytes, not a string
   assert.ok(!postsOf('issue_refund').some((p) => derived.includes(p.arguments.idempotency_key as string)));
 });
 
+test('a key given as undefined or null is none: the derived key is sent', async () => {
+  await serve();
+  const caller = await newCaller();
+  for (const key of [undefined, null]) {
+    const result = await caller.callTool('issue_refund', { order_id: 'A1', amount_paise: 100, idempotency_key: key });
+    assert.ok(!result.isError, textOf(result));
+  }
+  const derived = [1, 2].map((step) => caller.run.instance.deriveIdempotencyKey('CASE-5016', `step-${step}`));
+  assert.deepEqual(postsOf('issue_refund').map((p) => p.arguments.idempotency_key), derived);
+});
+
 const NOTE = 'refund of 700 paise approved';
 
 test('an unkeyed write that timed out is checked, not resent', async () => {

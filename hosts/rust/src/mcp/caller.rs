@@ -877,6 +877,15 @@ impl RetryingToolCaller {
         };
         // Answered, or timed out (rmcp then sent the cancellation itself).
         unanswered.peer = None;
+        // rmcp hands each notification to a task of its own, so the last
+        // progress can trail the answer by a moment: what has arrived by now is
+        // still told.
+        tokio::task::yield_now().await;
+        if let (Some(stream), Some(hook)) = (progress.as_mut(), &self.options.on_progress) {
+            while let Some(Some(note)) = futures::FutureExt::now_or_never(stream.next()) {
+                hook(tool, note.progress, note.total, note.message.as_deref());
+            }
+        }
         answered
     }
 
@@ -1116,9 +1125,9 @@ impl RetryingToolCaller {
         // The key identifies the intended effect: derived once per call, from the
         // run and the step, and sent unchanged with every attempt.
         let key = if info.takes_key {
-            match arguments.get(&self.options.key_argument) {
+            match arguments.get(&self.options.key_argument).filter(|given| !given.is_null()) {
                 // A key the application (or a proxy's client) already put in the
-                // arguments names the effect it means: sent unchanged, never
+                // arguments (null is none) names the effect it means: sent unchanged, never
                 // replaced. One the policy cannot be told (not a string, empty,
                 // too long) still goes as it is, and the call counts as an unkeyed
                 // write: an ambiguous failure is checked, never resent blind.

@@ -594,9 +594,10 @@ export class RetryingToolCaller {
     const sendArgs: Record<string, unknown> = { ...args };
     const properties = tool?.inputSchema?.properties;
     if (properties && typeof properties === 'object' && this.keyArgument in properties) {
-      if (this.keyArgument in sendArgs) {
+      if (sendArgs[this.keyArgument] !== undefined && sendArgs[this.keyArgument] !== null) {
         // A key the application (or a proxy's client) already put in the arguments
-        // names the effect it means: sent unchanged, never replaced (as in every host).
+        // (undefined or null is none) names the effect it means: sent unchanged, never
+        // replaced (as in every host).
         // One the policy cannot be told still goes as it is: the call is an unkeyed write.
         const given = sendArgs[this.keyArgument];
         if (givenKeyFits(given)) core.keepKey(given);

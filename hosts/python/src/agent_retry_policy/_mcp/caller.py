@@ -871,8 +871,8 @@ class RetryingToolCaller:
         send_arguments = dict(arguments or {})
         key: str | None = None
         if self._takes_key(tool):
-            if self.key_argument in send_arguments:
-                # A key the application already gave names the effect it means: sent
+            if send_arguments.get(self.key_argument) is not None:
+                # A key the application already gave (None is none) names the effect it means: sent
                 # unchanged, never replaced (as in every host). One the policy cannot be
                 # told still goes as it is, and the call counts as an unkeyed write.
                 given = send_arguments[self.key_argument]
