@@ -87,8 +87,10 @@ export interface RetryingToolCallerOptions {
   /** Reads state after an ambiguous write; per tool or one for all. None: `unknown` (the policy escalates). */
   statusCheck?: StatusCheck | Record<string, StatusCheck>;
   /** The tool argument that carries the idempotency key (default `idempotency_key`).
-   *  A key the call's arguments already carry there (a non-empty string of at
-   *  most 256 UTF-8 bytes) is kept and sent unchanged; otherwise one is derived. */
+   *  A key the call's arguments already carry there is never replaced: a
+   *  non-empty string of at most 256 UTF-8 bytes is the call's key; any other
+   *  value (but undefined or null, which are none) is sent as it is and the
+   *  call counts as an unkeyed write. With none, one is derived. */
   keyArgument?: string;
   /** Jitter entropy passed to `record-failure` and `record-status-check` (default: the OS). */
   entropy?: EntropySource;
@@ -597,8 +599,8 @@ export class RetryingToolCaller {
       if (sendArgs[this.keyArgument] !== undefined && sendArgs[this.keyArgument] !== null) {
         // A key the application (or a proxy's client) already put in the arguments
         // (undefined or null is none) names the effect it means: sent unchanged, never
-        // replaced (as in every host).
-        // One the policy cannot be told still goes as it is: the call is an unkeyed write.
+        // replaced (as in every host). One the policy cannot be told still goes as
+        // it is: the call is an unkeyed write.
         const given = sendArgs[this.keyArgument];
         if (givenKeyFits(given)) core.keepKey(given);
       } else {

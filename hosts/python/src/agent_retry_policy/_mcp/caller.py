@@ -564,9 +564,10 @@ class RetryingToolCaller:
         (default: `step-N`, N counting this caller's calls from 1, as the Rust
         host does, so all hosts derive the same key for the same run and call);
         pass a stable one to keep the key across a host restart. A key the
-        application already put in `arguments` (a non-empty string of at most
-        256 UTF-8 bytes) is the call's key instead, sent unchanged with every
-        attempt."""
+        application already put in `arguments` is never replaced: a non-empty
+        string of at most 256 UTF-8 bytes is the call's key, sent unchanged with
+        every attempt; any other value (but None) is sent as it is and the call
+        counts as an unkeyed write."""
         self._book.steps += 1
         step = self._book.steps
         return await self._guarded_call(name, arguments, step, lambda state, core: self._call_tool(state, core, name, arguments, action_id))
