@@ -92,6 +92,13 @@ class ProxyLog {
   attempts(tool: string): Array<[unknown, unknown, unknown, unknown]> {
     return this.lines.filter((l) => l.event === 'agent_retry.attempt' && l.tool === tool).map((l) => [l.tool, l.attempt, l.outcome, l.action]);
   }
+
+  /** The attempt lines once `count` of them were read: the proxy writes them to
+   *  its stderr, which may arrive after the answer the client already has. */
+  async attemptsLogged(tool: string, count: number): Promise<Array<[unknown, unknown, unknown, unknown]>> {
+    await this.waitFor(`${count} attempt line(s) of ${tool}`, () => (this.attempts(tool).length >= count ? true : undefined));
+    return this.attempts(tool);
+  }
 }
 
 /** An SDK client connected to the proxy, whatever the SDK and the form. */
@@ -184,7 +191,7 @@ for (const [sdk, form] of COMBINATIONS) {
     assert.ok(!result.isError, `the client was shown an error: ${textOf(result)}`);
     assert.match(textOf(result), /"order_id":"A1"/);
     assert.deepEqual(result.structuredContent, { amount_paise: 245000, customer: 'Hansini', order_id: 'A1', status: 'delivered' });
-    assert.deepEqual(proxy.log.attempts('lookup_order'), [['lookup_order', 1, 'http 503', 'retry'], ['lookup_order', 2, 'success', 'succeed']]);
+    assert.deepEqual(await proxy.log.attemptsLogged('lookup_order', 2), [['lookup_order', 1, 'http 503', 'retry'], ['lookup_order', 2, 'success', 'succeed']]);
     // The server's next call of lookup_order is its third: the first call took exactly two.
     assertMarker(await proxy.callTool('lookup_order', { order_id: 'A1' }), 'lookup_order', 3);
   });
@@ -195,7 +202,7 @@ for (const [sdk, form] of COMBINATIONS) {
     const result = await proxy.callTool('issue_refund', { order_id: 'A1', amount_paise: 12 });
     assert.equal(result.isError, true);
     assert.equal(textOf(result), 'issue_refund failed: HTTP 400: amount must be an integer number of paise');
-    assert.deepEqual(proxy.log.attempts('issue_refund'), [['issue_refund', 1, 'http 400', 'replan']]);
+    assert.deepEqual(await proxy.log.attemptsLogged('issue_refund', 1), [['issue_refund', 1, 'http 400', 'replan']]);
     assert.deepEqual(server.ledger().refunds, []);
     // Not retried: the server's next call of issue_refund is its second.
     assertMarker(await proxy.callTool('issue_refund', { order_id: 'A1', amount_paise: 12 }), 'issue_refund', 2);
@@ -209,7 +216,7 @@ for (const [sdk, form] of COMBINATIONS) {
     const note = textOf(result);
     assert.match(note, /stopped: permission denied; a person must grant access or approve the action\./);
     assert.match(note, /Last error: HTTP 403: refunds above 5000 rupees need a person\./);
-    assert.deepEqual(proxy.log.attempts('issue_refund'), [['issue_refund', 1, 'http 403', 'escalate']]);
+    assert.deepEqual(await proxy.log.attemptsLogged('issue_refund', 1), [['issue_refund', 1, 'http 403', 'escalate']]);
     const logged = await proxy.log.waitFor('proxy_escalation line', () =>
       proxy.log.lines.find((l) => l.event === 'agent_retry.proxy_escalation'));
     assert.equal(logged.tool, 'issue_refund');
@@ -253,6 +260,6 @@ for (const [sdk, form] of [['v1', 'stdio'], ['v2', 'http']] as Array<[Sdk, Form]
     const result = await proxy.callTool('echo', { message: 'through the proxy' });
     assert.ok(!result.isError);
     assert.equal(textOf(result), 'Echo: through the proxy');
-    assert.deepEqual(proxy.log.attempts('echo'), [['echo', 1, 'success', 'succeed']]);
+    assert.deepEqual(await proxy.log.attemptsLogged('echo', 1), [['echo', 1, 'success', 'succeed']]);
   });
 }
