@@ -134,15 +134,24 @@ class Client:
         self.stderr = stderr
         self.process = process
 
-    async def logged(self, event: str, timeout_s: float = 5.0) -> list[dict[str, Any]]:
-        """The proxy's JSON log lines of `event`, waiting (bounded) until there is one."""
+    async def logged(
+        self, event: str, timeout_s: float = 5.0, until: Callable[[list[dict[str, Any]]], bool] = bool
+    ) -> list[dict[str, Any]]:
+        """The proxy's JSON log lines of `event`, waiting (bounded) until `until`
+        holds of them (by default: there is one). The proxy writes them to its
+        stderr, which may be read after the answer the client already has."""
         deadline = time.monotonic() + timeout_s
         while True:
             lines = [json.loads(line) for line in self.stderr().splitlines() if line.startswith("{")]
             found = [line for line in lines if line.get("event") == event]
-            if found or time.monotonic() > deadline:
+            if until(found) or time.monotonic() > deadline:
                 return found
             await asyncio.sleep(0.05)
+
+
+def two_attempts_of(tool: str) -> Callable[[list[dict[str, Any]]], bool]:
+    """Whether attempt lines of attempts 1 and 2 of `tool` were read."""
+    return lambda lines: {line.get("attempt") for line in lines if line.get("tool") == tool} >= {1, 2}
 
 
 @pytest.fixture
@@ -258,7 +267,7 @@ def test_a_keyed_write_that_timed_out_is_applied_once(serve: Callable[..., Desk]
     async def body() -> tuple[CallToolResult, list[dict[str, Any]]]:
         async with through_proxy(transport, proxy.args("--upstream", desk.url), proxy.stderr) as client:
             result = await client.session.call_tool("issue_refund", {"order_id": "A1", "amount_paise": 500})
-            return result, await client.logged("agent_retry.attempt")
+            return result, await client.logged("agent_retry.attempt", until=two_attempts_of("issue_refund"))
 
     result, attempts = run(body())
     assert result.is_error is not True, text_of(result)
@@ -284,7 +293,7 @@ def test_a_key_the_client_sends_reaches_the_server_unchanged(
         async with through_proxy(transport, proxy.args("--upstream", desk.url), proxy.stderr) as client:
             arguments = {"order_id": "A1", "amount_paise": 500, "idempotency_key": "client-key-1"}
             result = await client.session.call_tool("issue_refund", arguments)
-            return result, await client.logged("agent_retry.attempt")
+            return result, await client.logged("agent_retry.attempt", until=two_attempts_of("issue_refund"))
 
     result, attempts = run(body())
     assert result.is_error is not True, text_of(result)
@@ -322,7 +331,7 @@ def test_the_demo_server_over_stdio_as_the_upstream(files: Callable[..., Files],
             refunded = await client.session.call_tool(
                 "issue_refund", {"order_id": "A2", "amount_paise": 300, "idempotency_key": "stdio-key"}
             )
-            return looked_up, refunded, await client.logged("agent_retry.attempt")
+            return looked_up, refunded, await client.logged("agent_retry.attempt", until=two_attempts_of("issue_refund"))
 
     looked_up, refunded, attempts = run(body())
     assert looked_up.is_error is not True and json.loads(text_of(looked_up))["order_id"] == "A2"
