@@ -241,61 +241,7 @@ enum Command {
     /// everything else passes through. The client starts `agent-retry proxy -- SERVER
     /// COMMAND...` instead of the server (stdio), or `--upstream URL`; `--listen ADDR`
     /// serves streamable HTTP (stateless) instead of stdio.
-    Proxy {
-        /// The upstream server's streamable-HTTP URL (instead of a command after --).
-        #[arg(long, conflicts_with = "command")]
-        upstream: Option<String>,
-        /// Several upstream servers, each under its name at http://ADDR/NAME/mcp,
-        /// with settings of their own (a JSON file; needs --listen; docs/proxy.md).
-        #[arg(long, conflicts_with_all = ["upstream", "command"], requires = "listen")]
-        servers: Option<PathBuf>,
-        /// Serve streamable HTTP at http://ADDR/mcp (and /metrics) instead of stdio.
-        #[arg(long)]
-        listen: Option<String>,
-        /// Also accept this Host header over HTTP (loopback names are always
-        /// accepted; repeat for several): the proxy's name behind a load balancer.
-        #[arg(long = "allow-host", requires = "listen")]
-        allowed_hosts: Vec<String>,
-        /// The policy's configuration (JSON), updated live with --wasm when either changes.
-        #[arg(long)]
-        config: Option<PathBuf>,
-        /// Take the policy a fleet publishes in this Redis instead (redis://host:port/).
-        #[arg(long, conflicts_with = "config")]
-        fleet: Option<String>,
-        /// The fleet's key prefix.
-        #[arg(long, default_value = agent_retry_host::fleet::DEFAULT_PREFIX)]
-        prefix: String,
-        /// Accept only policies whose signed manifest verifies under this Ed25519 key (64 hex digits).
-        #[arg(long)]
-        public_key: Option<String>,
-        /// How often to look for a policy update (0: never).
-        #[arg(long, default_value_t = 1000)]
-        watch_ms: u64,
-        /// The proxy's settings (JSON): key argument, status checks, timeouts,
-        /// escalation webhook, message limit (docs/proxy.md).
-        #[arg(long)]
-        settings: Option<PathBuf>,
-        /// Share account budgets, circuit breakers and retry ratios with every
-        /// proxy and worker of the account on this Redis (redis://host:port/).
-        #[arg(long)]
-        redis: Option<String>,
-        /// How many proxies share the account: while Redis is down each takes this share.
-        #[arg(long, default_value_t = 1, requires = "redis")]
-        workers: u32,
-        /// Serve the counters (Prometheus text) at http://ADDR/metrics.
-        #[arg(long)]
-        metrics: Option<String>,
-        /// Also trust the CA certificates in this PEM file (an https upstream with a private CA).
-        #[arg(long)]
-        ca_file: Option<PathBuf>,
-        /// Export a span for every call and attempt (docs/events.md, "Traces")
-        /// as OTLP/HTTP JSON to this URL, e.g. http://127.0.0.1:4318/v1/traces.
-        #[arg(long)]
-        otlp_endpoint: Option<String>,
-        /// The upstream server's command and arguments (stdio).
-        #[arg(last = true)]
-        command: Vec<String>,
-    },
+    Proxy(proxy::ProxyOptions),
     /// Serve the demo MCP server (refund desk, asset store) over streamable HTTP or stdio;
     /// with tasks (`issue_refund`, `archive_orders`), a continuation
     /// (`confirm_order`) and progress (`export_report`) for MCP 2026-07-28 clients.
@@ -394,45 +340,7 @@ fn main() -> ExitCode {
             }
             Command::Timeline { log, out, run } => timeline::timeline(timeline::TimelineOptions { log, out, run }),
             Command::Sign { key, config, vectors, revision, files, out } => sign::sign(sign::SignOptions { key, wasm, config, vectors, revision, files, out }),
-            Command::Proxy {
-                upstream,
-                servers,
-                listen,
-                allowed_hosts,
-                config,
-                fleet,
-                prefix,
-                public_key,
-                watch_ms,
-                settings,
-                redis,
-                workers,
-                metrics,
-                ca_file,
-                otlp_endpoint,
-                command,
-            } => {
-                let options = proxy::ProxyOptions {
-                    wasm,
-                    upstream,
-                    command,
-                    servers,
-                    listen,
-                    allowed_hosts,
-                    config,
-                    fleet,
-                    prefix,
-                    public_key,
-                    watch_ms,
-                    settings,
-                    redis,
-                    workers,
-                    metrics,
-                    ca_file,
-                    otlp_endpoint,
-                };
-                proxy::proxy(options).await
-            }
+            Command::Proxy(options) => proxy::proxy(wasm, options).await,
             Command::Serve {
                 http,
                 stdio: _,

@@ -67,10 +67,12 @@ fn proxy_args(files: &Files, upstream: &str, settings: &str, extra: &[&str]) -> 
     args
 }
 
-/// A proxy serving HTTP: the process and its URL (read from its stderr).
+/// A proxy serving HTTP: the process and its URL (read from its stderr; with
+/// `--servers`, `urls` has one per server).
 struct HttpProxy {
     child: Child,
     url: String,
+    urls: Vec<String>,
 }
 
 impl HttpProxy {
@@ -87,16 +89,16 @@ impl HttpProxy {
             .unwrap();
         let mut stderr = BufReader::new(child.stderr.take().unwrap());
         let mut line = String::new();
-        let url = loop {
+        let urls: Vec<String> = loop {
             line.clear();
             assert!(stderr.read_line(&mut line).unwrap() > 0, "the proxy ended before it listened");
             if let Some(rest) = line.split("agent-retry proxy at ").nth(1) {
-                break rest.split_whitespace().next().unwrap().to_string();
+                break rest.split_whitespace().filter(|w| w.starts_with("http")).map(String::from).collect();
             }
         };
         // Keeps reading, so that the log never fills the pipe.
         std::thread::spawn(move || for _ in stderr.lines() {});
-        HttpProxy { child, url }
+        HttpProxy { child, url: urls[0].clone(), urls }
     }
 
     fn alive(&mut self) -> bool {
@@ -357,6 +359,26 @@ fn bad_settings_are_refused_at_start_naming_the_member() {
     assert!(stderr.contains("status-check") && stderr.contains("bad.json"), "{stderr}");
 }
 
+/// An HTTP server of the test's own at `path` (a webhook, a collector): its
+/// URL, and the bodies POSTed to it as they come.
+async fn receiving_posts(path: &'static str) -> (String, tokio::sync::mpsc::UnboundedReceiver<String>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}{path}", listener.local_addr().unwrap());
+    let (posted, received) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let app = axum::Router::new().route(
+        path,
+        axum::routing::post(move |body: String| {
+            let posted = posted.clone();
+            async move {
+                let _ = posted.send(body);
+                "{}"
+            }
+        }),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, received)
+}
+
 fn everything() -> String {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fault-proxy/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
     assert!(std::path::Path::new(path).exists(), "{path} is missing: install it with `make fault-proxy-setup`");
@@ -390,22 +412,7 @@ async fn server_everything_through_both_forms() {
 async fn an_escalation_is_counted_and_announced_to_the_webhook() {
     let server = demo(FAULTS).await;
     let files = Files::new("webhook");
-    let hook = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let hook_url = format!("http://{}/escalations", hook.local_addr().unwrap());
-    let (posted, mut received) = tokio::sync::mpsc::unbounded_channel::<String>();
-    tokio::spawn(async move {
-        let app = axum::Router::new().route(
-            "/escalations",
-            axum::routing::post(move |body: String| {
-                let posted = posted.clone();
-                async move {
-                    let _ = posted.send(body);
-                    "ok"
-                }
-            }),
-        );
-        let _ = axum::serve(hook, app).await;
-    });
+    let (hook_url, mut received) = receiving_posts("/escalations").await;
     let settings = json!({"escalation-webhook": hook_url}).to_string();
     let proxy = HttpProxy::start(&proxy_args(&files, &server.url, &settings, &[]));
     let client = connect_http(&proxy.url).await.unwrap();
@@ -464,22 +471,9 @@ async fn one_proxy_serves_several_upstreams_each_under_its_name() {
     });
     let servers_file = files.write("servers.json", &servers.to_string());
     let config = files.write("policy.json", POLICY);
-    let mut child = Command::new(BIN)
-        .args(["proxy", "--config", &config, "--watch-ms", "0", "--listen", "127.0.0.1:0", "--servers", &servers_file])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    while !line.contains("agent-retry proxy at") {
-        line.clear();
-        assert!(stderr.read_line(&mut line).unwrap() > 0, "the proxy did not start");
-    }
-    std::thread::spawn(move || for _ in stderr.lines() {});
-    let proxy = HttpProxy { child, url: String::new() };
-    let urls: Vec<&str> = line.split("agent-retry proxy at ").nth(1).unwrap().split_whitespace().filter(|w| w.starts_with("http")).collect();
+    let args: Vec<String> = ["proxy", "--config", &config, "--watch-ms", "0", "--servers", &servers_file].map(String::from).to_vec();
+    let proxy = HttpProxy::start(&args);
+    let urls = &proxy.urls;
     let url_of = |name: &str| urls.iter().find(|u| u.ends_with(&format!("/{name}/mcp"))).unwrap_or_else(|| panic!("no /{name}/mcp in {urls:?}")).to_string();
 
     // Each name reaches its own server, under its own settings: the orders'
@@ -524,22 +518,7 @@ fn a_bad_servers_file_is_refused_naming_what_is_wrong() {
 async fn spans_go_to_the_otlp_endpoint() {
     let server = demo(FAULTS).await;
     let files = Files::new("otlp");
-    let collector = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let endpoint = format!("http://{}/v1/traces", collector.local_addr().unwrap());
-    let (posted, mut received) = tokio::sync::mpsc::unbounded_channel::<String>();
-    tokio::spawn(async move {
-        let app = axum::Router::new().route(
-            "/v1/traces",
-            axum::routing::post(move |body: String| {
-                let posted = posted.clone();
-                async move {
-                    let _ = posted.send(body);
-                    "{}"
-                }
-            }),
-        );
-        let _ = axum::serve(collector, app).await;
-    });
+    let (endpoint, mut received) = receiving_posts("/v1/traces").await;
     let args = proxy_args(&files, &server.url, "{}", &["--otlp-endpoint", &endpoint]);
     let client = connect_stdio(BIN, &args).await.unwrap();
     assert_ne!(call(&client, "lookup_order", json!({"order_id": "P-503"})).await.is_error, Some(true));

@@ -39,34 +39,65 @@ use relay::{Downstream, Relay};
 use servers::{Server, Upstream};
 use service::{Common, Proxy, ProxyService};
 
+/// `agent-retry proxy`'s command line (its help is these comments).
+#[derive(clap::Args)]
 pub struct ProxyOptions {
-    pub wasm: PathBuf,
-    /// The upstream server: a streamable-HTTP URL, or a command (stdio); or
-    /// several, each under its name (`servers`).
+    /// The upstream server's streamable-HTTP URL (instead of a command after --).
+    #[arg(long, conflicts_with = "command")]
     pub upstream: Option<String>,
-    pub command: Vec<String>,
+    /// Several upstream servers, each under its name at http://ADDR/NAME/mcp,
+    /// with settings of their own (a JSON file; needs --listen; docs/proxy.md).
+    #[arg(long, conflicts_with_all = ["upstream", "command"], requires = "listen")]
     pub servers: Option<PathBuf>,
-    /// Serve streamable HTTP on this address instead of stdio.
+    /// Serve streamable HTTP at http://ADDR/mcp (and /metrics) instead of stdio.
+    #[arg(long)]
     pub listen: Option<String>,
+    /// Also accept this Host header over HTTP (loopback names are always
+    /// accepted; repeat for several): the proxy's name behind a load balancer.
+    #[arg(long = "allow-host", requires = "listen")]
     pub allowed_hosts: Vec<String>,
-    /// The policy's configuration file (watched with the .wasm), or a fleet's Redis.
+    /// The policy's configuration (JSON), updated live with --wasm when either changes.
+    #[arg(long)]
     pub config: Option<PathBuf>,
+    /// Take the policy a fleet publishes in this Redis instead (redis://host:port/).
+    #[arg(long, conflicts_with = "config")]
     pub fleet: Option<String>,
+    /// The fleet's key prefix.
+    #[arg(long, default_value = agent_retry_host::fleet::DEFAULT_PREFIX)]
     pub prefix: String,
+    /// Accept only policies whose signed manifest verifies under this Ed25519 key (64 hex digits).
+    #[arg(long)]
     pub public_key: Option<String>,
+    /// How often to look for a policy update (0: never).
+    #[arg(long, default_value_t = 1000)]
     pub watch_ms: u64,
+    /// The proxy's settings (JSON): key argument, status checks, timeouts,
+    /// escalation webhook, message limit (docs/proxy.md).
+    #[arg(long)]
     pub settings: Option<PathBuf>,
-    /// Account budgets, breakers and retry ratios shared on this Redis.
+    /// Share account budgets, circuit breakers and retry ratios with every
+    /// proxy and worker of the account on this Redis (redis://host:port/).
+    #[arg(long)]
     pub redis: Option<String>,
+    /// How many proxies share the account: while Redis is down each takes this share.
+    #[arg(long, default_value_t = 1, requires = "redis")]
     pub workers: u32,
-    /// Serve the counters at http://ADDR/metrics (the stdio form; the HTTP form has /metrics).
+    /// Serve the counters (Prometheus text) at http://ADDR/metrics.
+    #[arg(long)]
     pub metrics: Option<String>,
+    /// Also trust the CA certificates in this PEM file (an https upstream with a private CA).
+    #[arg(long)]
     pub ca_file: Option<PathBuf>,
-    /// Export the spans of every call and attempt (OTLP/HTTP, JSON) to this URL.
+    /// Export a span for every call and attempt (docs/events.md, "Traces")
+    /// as OTLP/HTTP JSON to this URL, e.g. http://127.0.0.1:4318/v1/traces.
+    #[arg(long)]
     pub otlp_endpoint: Option<String>,
+    /// The upstream server's command and arguments (stdio).
+    #[arg(last = true)]
+    pub command: Vec<String>,
 }
 
-pub async fn proxy(options: ProxyOptions) -> anyhow::Result<()> {
+pub async fn proxy(wasm: PathBuf, options: ProxyOptions) -> anyhow::Result<()> {
     // stdout is the stdio client's: the log goes to stderr, one JSON line each.
     crate::commands::init_json_log(std::io::stderr);
     let settings = match &options.settings {
@@ -84,7 +115,7 @@ pub async fn proxy(options: ProxyOptions) -> anyhow::Result<()> {
         (None, None, false) => vec![Server { name: String::new(), upstream: Upstream::Command(options.command.clone()), settings }],
         _ => anyhow::bail!("give the upstream server: --upstream URL, its command after --, or --servers FILE"),
     };
-    let policy = open_policy(&options)?;
+    let policy = open_policy(&wasm, &options)?;
     if options.watch_ms > 0 {
         let _watcher = policy.watch(Duration::from_millis(options.watch_ms));
     }
@@ -213,18 +244,18 @@ async fn serve_stdio(proxy: Arc<Proxy>) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn open_policy(options: &ProxyOptions) -> anyhow::Result<ProxyPolicy> {
+fn open_policy(wasm: &std::path::Path, options: &ProxyOptions) -> anyhow::Result<ProxyPolicy> {
     let integrity = crate::commands::watch::integrity(None, options.public_key.as_deref())?;
     if let Some(url) = &options.fleet {
         let fleet = FleetSource::new(url.clone()).with_prefix(options.prefix.clone());
         return Ok(ProxyPolicy::Live(Arc::new(LivePolicy::open_fleet(fleet, integrity)?)));
     }
     if let Some(config) = &options.config {
-        let source = PolicySource { wasm: options.wasm.clone(), config: config.clone(), integrity, vectors: None, gate_vectors: Vec::new() };
+        let source = PolicySource { wasm: wasm.to_path_buf(), config: config.clone(), integrity, vectors: None, gate_vectors: Vec::new() };
         return Ok(ProxyPolicy::Live(Arc::new(LivePolicy::open(source)?)));
     }
     // No configuration: the defaults, checked once before any client is served.
-    let component = Arc::new(PolicyComponent::from_file(&options.wasm)?);
+    let component = Arc::new(PolicyComponent::from_file(wasm)?);
     let mut instance = component.instantiate(HostServices::new(Arc::new(EmbeddedAccounts::new()), EntropySource::Os))?;
     if let Err(e) = instance.load_policy("{}")? {
         anyhow::bail!("the policy refuses its default configuration: {}", e.message);

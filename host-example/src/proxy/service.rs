@@ -327,7 +327,7 @@ fn shown(server: &str) -> String {
         return format!("stdio:{}", command.split(' ').next().unwrap_or_default());
     }
     match reqwest::Url::parse(server) {
-        Ok(url) => format!("{}://{}{}", url.scheme(), url.host_str().unwrap_or(""), url.port().map(|p| format!(":{p}")).unwrap_or_default()),
+        Ok(url) => agent_retry_host::mcp::http_client::shown_url(&url),
         Err(_) => "(upstream)".into(),
     }
 }

@@ -90,12 +90,15 @@ impl HttpFailure {
 fn detail(e: &reqwest::Error) -> String {
     let text = e.to_string();
     match e.url() {
-        Some(url) => {
-            let shown = format!("{}://{}{}", url.scheme(), url.host_str().unwrap_or(""), url.port().map(|p| format!(":{p}")).unwrap_or_default());
-            text.replace(url.as_str(), &shown)
-        }
+        Some(url) => text.replace(url.as_str(), &shown_url(url)),
         None => text,
     }
+}
+
+/// `url` as logs and messages show it: its scheme, host and port (a query,
+/// a path or user information may hold a credential).
+pub fn shown_url(url: &reqwest::Url) -> String {
+    format!("{}://{}{}", url.scheme(), url.host_str().unwrap_or(""), url.port().map(|p| format!(":{p}")).unwrap_or_default())
 }
 
 /// The errors in `e`'s chain, stepping into the error an `io::Error` wraps
