@@ -45,9 +45,10 @@ test-python-langchain: wasm hosts-langchain-setup judge-setup
 
 # The cross-host account test runs Node and Rust workers beside Python's (and
 # Node's test runs Python's): each host's tests set the other two up.
+# The test files run in TEST_JOBS processes (pytest-xdist; Makefile).
 test-python: wasm hostile noop hosts-python-setup hosts-ts-setup fault-proxy-setup judge-setup
 	cd hosts/python && ../../$(HOSTS_VENV)/bin/ruff check . && ../../$(HOSTS_VENV)/bin/ruff format --check .
-	cd hosts/python && ../../$(HOSTS_PY) -m pytest -q
+	cd hosts/python && ../../$(HOSTS_PY) -m pytest -q -n $(TEST_JOBS)
 
 $(HOSTS_TS_MODULES): $(HOSTS_TS)/package.json $(HOSTS_TS)/package-lock.json
 	cd $(HOSTS_TS) && npm ci --no-audit --no-fund
@@ -56,8 +57,9 @@ $(HOSTS_TS_MODULES): $(HOSTS_TS)/package.json $(HOSTS_TS)/package-lock.json
 hosts-ts-setup: $(HOSTS_TS_MODULES)
 	cd $(HOSTS_TS) && npm run --silent transpile && npm run --silent build
 
+# `npm test` with TEST_JOBS test files at a time (Makefile).
 test-ts: wasm hostile hosts-ts-setup hosts-python-setup fault-proxy-setup judge-setup
-	cd $(HOSTS_TS) && npm test
+	cd $(HOSTS_TS) && node ../../tests/hostile/build.mjs && node --test --test-concurrency=$(TEST_JOBS) --test-reporter=spec dist/test/
 
 test-hosts: test-python test-ts
 

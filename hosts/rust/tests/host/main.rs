@@ -2,9 +2,8 @@
 //! binary of its own, and each such binary compiled and linked the host, rmcp,
 //! tokio and wasmtime again (about a minute of a CI core apiece). The tests
 //! that need a process of their own stay apart: `load.rs` sets
-//! `AGENT_RETRY_WASM`, `outcome_words.rs` reads tracing's per-thread
-//! subscriber, `shared_connection.rs` and `mcp_probe.rs` are their own stdio
-//! servers.
+//! `AGENT_RETRY_WASM`; `own_process/` reads tracing's per-thread subscriber
+//! and is its own stdio server.
 
 mod any_call;
 mod component_cache;

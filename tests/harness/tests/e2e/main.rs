@@ -2,8 +2,8 @@
 //! module was a test binary of its own, and each such binary compiled and
 //! linked the host, rmcp, tokio and wasmtime again (about a minute of a CI
 //! core apiece). The tests that read tracing's per-thread or global
-//! subscriber stay apart (capture_missing.rs, guard_liar.rs, policy_fails.rs,
-//! swap_attributed.rs).
+//! subscriber are in the `logs` binary (logs/capture_missing.rs, guard_liar.rs,
+//! policy_fails.rs, swap_attributed.rs).
 
 mod accounts;
 mod mcp_e2e;

@@ -225,8 +225,8 @@ async fn over_stdio_a_transient_tool_error_is_retried_and_a_bad_argument_replann
             {"tool": "issue_refund", "fault": {"kind": "json-rpc-error", "code": -32602, "message": "amount_paise must be an integer"}}]"#,
     )
     .unwrap();
-    let program = env!("CARGO_BIN_EXE_demo-stdio");
-    let client = connect_stdio(program, &[script.display().to_string()]).await.unwrap();
+    let program = env!("CARGO_BIN_EXE_demo-serve");
+    let client = connect_stdio(program, &["--stdio".into(), "--faults".into(), script.display().to_string()]).await.unwrap();
     let instance = component().instantiate(HostServices::new(Arc::new(EmbeddedAccounts::new()), EntropySource::seeded(2))).unwrap();
     let mut caller = RetryingToolCaller::start(client.peer().clone(), instance, CONFIG, "run-stdio", options(), Arc::new(Metrics::new())).await.unwrap();
     let order = caller.call("lookup_order", args(json!({"order_id": "ORD-7"}))).await.unwrap();

@@ -1,7 +1,7 @@
 //! What real transports do, through the shared fault proxy
 //! (tests/fault-proxy/README.md, scenarios T1–T12): lost sessions, servers
 //! killed mid-call, cut answer streams, faults outside the wrapped call, a
-//! transport that does not capture (T8, in `capture_missing.rs`: it needs the
+//! transport that does not capture (T8, in `logs/capture_missing.rs`: it needs the
 //! process's tracing to itself), deadlines and cancellation. Against the
 //! demo server (its ledger file shows every effect) and
 //! `@modelcontextprotocol/server-everything` (installed by

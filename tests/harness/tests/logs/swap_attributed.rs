@@ -6,10 +6,8 @@
 //! alone: every run's lines name exactly one generation, its identity is the
 //! one `reload()` swapped in (so the build's digest), and the run's decisions
 //! are that generation's configuration's (2 or 4 attempts, then an escalation).
-//! A test binary of its own: the tracing subscriber is the process's.
 
-mod common;
-use common::Captured;
+use crate::capture::capture;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -41,8 +39,8 @@ fn with_custom_section(wasm: &[u8], payload: &[u8]) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_decision_under_swaps_of_the_wasm_and_the_configuration_is_attributed_to_one_generation_from_the_log() {
-    let captured = Captured::default();
-    tracing::subscriber::set_global_default(captured.subscriber()).unwrap();
+    let capture = capture();
+    let captured = &capture.captured;
 
     let dir = std::env::temp_dir().join(format!("agent-retry-swap-attributed-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

@@ -1,11 +1,8 @@
 //! Scenario T8 of tests/fault-proxy/README.md: a caller on a bare peer whose
 //! HTTP client is not the wrapper's capturing one warns once and says so in the
-//! reason of every decision on such a failure. A test binary of its own: a
-//! thread's tracing subscriber misses events whose callsites another test's
-//! thread registered first.
+//! reason of every decision on such a failure.
 
-mod common;
-use common::Captured;
+use crate::capture::capture;
 
 use std::sync::Arc;
 
@@ -24,8 +21,8 @@ fn instance() -> agent_retry_host::PolicyInstance {
 
 #[tokio::test]
 async fn t8_a_bare_peer_without_the_capturing_client_warns_once_and_says_so_in_the_reason() {
-    let captured = Captured::default();
-    let _guard = tracing::subscriber::set_default(captured.subscriber());
+    let capture = capture();
+    let captured = &capture.captured;
     let fault = Fault::Http { status: 429, headers: vec![("Retry-After".into(), "1".into())], body: "slow down".into() };
     let server = serve_http("127.0.0.1:0".parse().unwrap(), DemoState::new(FaultScript::new(vec![rule_first("lookup_order", 2, fault)]), None)).await.unwrap();
     // rmcp's own reqwest client: it keeps no headers of a failed POST.

@@ -2,8 +2,7 @@
 //! same in an MCP call's `agent_retry.attempt` event and in a `with_policy`
 //! call's, and every event's log line carries `ts`.
 
-mod common;
-use common::Lines;
+use crate::lines::Lines;
 
 use std::sync::{Arc, Mutex};
 
@@ -75,8 +74,7 @@ async fn through_with_policy() -> Vec<(String, String)> {
     attempts.0.lock().unwrap().clone()
 }
 
-#[tokio::test]
-async fn the_same_observation_has_the_same_outcome_words_over_mcp_and_with_policy() {
+pub async fn the_same_observation_has_the_same_outcome_words_over_mcp_and_with_policy() {
     let lines = Lines::default();
     let mcp = over_mcp(&lines).await;
     let any = through_with_policy().await;

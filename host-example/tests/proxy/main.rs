@@ -2,6 +2,10 @@
 //! it as a stdio child, or connects to its HTTP URL, and calls tools. The
 //! demo server runs in this process, so that what it received is read directly.
 
+// The config snippets of docs/proxy.md, in this binary: each test binary
+// compiles rmcp's client again (about 50 s of a CI core).
+mod docs;
+
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};

@@ -2,10 +2,9 @@
 //! hints is given once per connection (issue 25, "Docs for users"), and a
 //! traced call's `tools/call` carries its attempt span's W3C `traceparent` in
 //! `params._meta` (docs/events.md, "Traces"). The test binary is its own
-//! server (`--serve-probe`): no harness, libtest would write to its stdout.
+//! server (`--serve-probe`).
 
-mod common;
-use common::Lines;
+use crate::lines::Lines;
 
 use std::sync::Arc;
 
@@ -22,19 +21,12 @@ use rmcp::service::RequestContext;
 use rmcp::{RoleServer, ServerHandler, ServiceExt};
 use serde_json::{Map, json};
 
-const SERVE: &str = "--serve-probe";
+pub const SERVE: &str = "--serve-probe";
 
-#[tokio::main]
-async fn main() {
-    if std::env::args().any(|a| a == SERVE) {
-        let service = ProbeServer.serve(rmcp::transport::stdio()).await.unwrap();
-        let _ = service.waiting().await;
-        return;
-    }
-    tools_without_hints_are_warned_about_once_per_connection().await;
-    println!("test tools_without_hints_are_warned_about_once_per_connection ... ok");
-    a_traced_call_sends_its_attempt_spans_traceparent().await;
-    println!("test a_traced_call_sends_its_attempt_spans_traceparent ... ok");
+/// Serves the probe over stdio (the binary started with `--serve-probe`).
+pub async fn serve_probe() {
+    let service = ProbeServer.serve(rmcp::transport::stdio()).await.unwrap();
+    let _ = service.waiting().await;
 }
 
 /// Two tools without annotations and one read; every call answers with the
@@ -72,7 +64,7 @@ fn instance() -> PolicyInstance {
     component.instantiate(HostServices::new(Arc::new(EmbeddedAccounts::new()), EntropySource::seeded(1))).unwrap()
 }
 
-async fn tools_without_hints_are_warned_about_once_per_connection() {
+pub async fn tools_without_hints_are_warned_about_once_per_connection() {
     let lines = Lines::default();
     let _guard = tracing::subscriber::set_default(lines.clone());
     let warnings = || lines.0.lock().unwrap().iter().filter(|l| l.get("event") == Some(&json!("agent_retry.tools_without_hints"))).cloned().collect::<Vec<_>>();
@@ -103,7 +95,7 @@ async fn call_lookup(caller: &mut RetryingToolCaller) -> String {
     serde_json::to_value(&result).unwrap()["content"][0]["text"].as_str().unwrap().to_string()
 }
 
-async fn a_traced_call_sends_its_attempt_spans_traceparent() {
+pub async fn a_traced_call_sends_its_attempt_spans_traceparent() {
     let exporter = InMemorySpanExporter::default();
     let provider = SdkTracerProvider::builder().with_simple_exporter(exporter.clone()).build();
     let options = RetryingToolCallerOptions { tracer: Some(OtelTracer::from_provider(&provider)), ..Default::default() };

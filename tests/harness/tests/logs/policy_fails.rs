@@ -7,11 +7,9 @@
 //! account budget backend cannot fail (its trait is infallible; Redis falls
 //! back to local buckets), so the fault here is the sandbox's: a fuel tank that
 //! holds connecting, listing and admitting a call but not reading a long tool
-//! error. A test binary of its own, for its tracing subscriber (see
-//! capture_missing.rs).
+//! error.
 
-mod common;
-use common::Captured;
+use crate::capture::capture;
 
 use std::sync::Arc;
 
@@ -66,8 +64,8 @@ fn fuel_that_runs_out_on_the_long_error(component: &PolicyComponent) -> u64 {
 
 #[tokio::test]
 async fn when_the_policy_fails_the_mcp_wrapper_does_not_retry_and_escalates_saying_so() {
-    let captured = Captured::default();
-    let _guard = tracing::subscriber::set_default(captured.subscriber());
+    let capture = capture();
+    let captured = &capture.captured;
 
     let component = PolicyComponent::from_file(&default_wasm_path()).expect("run `make wasm` first");
     let fuel = fuel_that_runs_out_on_the_long_error(&component);

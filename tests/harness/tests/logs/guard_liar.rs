@@ -5,11 +5,10 @@
 //! must stop it from what it already knows: the call ends with the
 //! policy-failure escalation naming the invariant, nothing more is sent, and
 //! the rest of the run escalates at once. Counts come from the server's call
-//! log. A test binary of its own, for its tracing subscriber (INFO: the
-//! wrapper then reads every decision's words).
+//! log, the lines from the process's subscriber (capture.rs; at INFO the
+//! wrapper reads every decision's words).
 
-mod common;
-use common::Captured;
+use crate::capture::{Captured, capture};
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -75,15 +74,15 @@ fn invariant_line(captured: &Captured) -> Option<Map<String, Value>> {
 
 #[tokio::test]
 async fn a_403_retried_by_the_liar_is_sent_once_and_the_rest_of_the_run_sends_nothing() {
-    let captured = Captured::default();
-    let _guard = tracing::subscriber::set_default(captured.subscriber());
+    let capture = capture();
+    let captured = &capture.captured;
     let server = server(vec![rule("issue_refund", None, Fault::Http { status: 403, headers: vec![], body: "needs approval".into() })]).await;
     let mut caller = caller(&liar(), &server, &config(json!({"retry": true, "tools": ["issue_refund"]})), RetryingToolCallerOptions::default()).await;
 
     let first = escalation(caller.call("issue_refund", refund()).await.unwrap_err());
     assert_refused(&first, "client-error-repeated");
     assert_eq!(server.state.calls_to("issue_refund").len(), 1, "the 403 is not sent again");
-    let line = invariant_line(&captured).expect("the escalate line names the invariant");
+    let line = invariant_line(captured).expect("the escalate line names the invariant");
     assert_eq!(line["invariant"], "client-error-repeated");
     assert_eq!(line["action"], "escalate");
 
@@ -96,8 +95,8 @@ async fn a_403_retried_by_the_liar_is_sent_once_and_the_rest_of_the_run_sends_no
 #[tokio::test]
 async fn a_403_retried_on_a_new_session_is_sent_once() {
     // A session id was sent, but a 403 refuses the caller, not its session: a new one changes nothing.
-    let captured = Captured::default();
-    let _guard = tracing::subscriber::set_default(captured.subscriber());
+    let capture = capture();
+    let captured = &capture.captured;
     let rules = vec![rule("issue_refund", None, Fault::Http { status: 403, headers: vec![], body: "refunds above 5000 rupees need a person".into() })];
     let state = DemoState::new(FaultScript::new(rules), None);
     let options = HttpOptions { sessions: true, era: Era::Handshake, tls: None };
@@ -111,7 +110,7 @@ async fn a_403_retried_on_a_new_session_is_sent_once() {
     let lines = captured.attempts();
     assert_eq!(lines.iter().filter(|l| l["tool"] == "initialize").count(), 1, "no new session either");
     // The violation's line names the call (after initialize and tools/list) and the attempt the verdict answered.
-    let line = invariant_line(&captured).expect("the escalate line names the invariant");
+    let line = invariant_line(captured).expect("the escalate line names the invariant");
     assert_eq!(
         (&line["tool"], &line["call"], &line["attempt"], &line["invariant"]),
         (&json!("issue_refund"), &json!(3), &json!(1), &json!("client-error-repeated"))
@@ -121,6 +120,7 @@ async fn a_403_retried_on_a_new_session_is_sent_once() {
 
 #[tokio::test]
 async fn an_unkeyed_write_that_timed_out_is_not_resent_on_the_liars_word() {
+    let _capture = capture(); // its lines must not reach the test holding the turn
     let server = server(vec![rule("record_note", Some(1), Fault::TimeoutAfterApply { delay_ms: 3_000 })]).await;
     let options = RetryingToolCallerOptions { attempt_timeout_ms: Some(300), ..Default::default() };
     let mut caller = caller(&liar(), &server, &config(json!({"retry": true})), options).await;
@@ -133,6 +133,7 @@ async fn an_unkeyed_write_that_timed_out_is_not_resent_on_the_liars_word() {
 
 #[tokio::test]
 async fn a_retry_after_a_month_or_an_hour_is_refused_without_waiting() {
+    let _capture = capture(); // its lines must not reach the test holding the turn
     for delay_ms in [2_592_000_000_u64, 3_600_000] {
         let server = server(vec![rule("lookup_order", None, Fault::Http { status: 503, headers: vec![], body: String::new() })]).await;
         let lies = json!({"retry": true, "delay-ms": delay_ms, "tools": ["lookup_order"]});
@@ -149,8 +150,8 @@ async fn a_retry_after_a_month_or_an_hour_is_refused_without_waiting() {
 
 #[tokio::test]
 async fn words_that_disagree_with_the_verdict_are_refused_whatever_they_say() {
-    let captured = Captured::default();
-    let _guard = tracing::subscriber::set_default(captured.subscriber());
+    let capture = capture();
+    let captured = &capture.captured;
     // The real policy escalates a 403; the liar's last-decision says retry.
     let server = server(vec![rule("issue_refund", None, Fault::Http { status: 403, headers: vec![], body: String::new() })]).await;
     let mut caller =
@@ -158,14 +159,13 @@ async fn words_that_disagree_with_the_verdict_are_refused_whatever_they_say() {
     let error = escalation(caller.call("issue_refund", refund()).await.unwrap_err());
     assert_refused(&error, "verdict-disagrees");
     assert_eq!(server.state.calls_to("issue_refund").len(), 1, "nothing resent");
-    assert_eq!(invariant_line(&captured).expect("logged")["invariant"], "verdict-disagrees");
+    assert_eq!(invariant_line(captured).expect("logged")["invariant"], "verdict-disagrees");
     server.stop().await;
 }
 
 #[tokio::test]
 async fn a_retry_plan_naming_another_key_is_refused() {
-    let captured = Captured::default();
-    let _guard = tracing::subscriber::set_default(captured.subscriber());
+    let _capture = capture(); // its lines must not reach the test holding the turn
     let server = server(vec![rule_first("issue_refund", 1, Fault::Http { status: 503, headers: vec![], body: String::new() })]).await;
     let mut caller =
         caller(&liar(), &server, &config(json!({"decision-key": "forged", "tools": ["issue_refund"]})), RetryingToolCallerOptions::default()).await;
@@ -179,8 +179,8 @@ async fn a_retry_plan_naming_another_key_is_refused() {
 
 #[tokio::test]
 async fn a_20_mb_note_is_cut_before_it_is_logged_or_returned() {
-    let captured = Captured::default();
-    let _guard = tracing::subscriber::set_default(captured.subscriber());
+    let capture = capture();
+    let captured = &capture.captured;
     let server = server(vec![rule("issue_refund", None, Fault::Http { status: 403, headers: vec![], body: String::new() })]).await;
     // Fuel and memory enough for the liar to pad its words to 20 MB, so that
     // they reach the host (the default sandbox cuts the call off first).
@@ -204,6 +204,7 @@ async fn a_20_mb_note_is_cut_before_it_is_logged_or_returned() {
 
 #[tokio::test]
 async fn the_liar_passes_the_update_gate_and_the_wrapper_still_stops_it() {
+    let _capture = capture(); // its lines must not reach the test holding the turn
     let dir = std::env::temp_dir().join(format!("agent-retry-guard-liar-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let (wasm, config_path) = (dir.join("policy.wasm"), dir.join("policy.json"));

@@ -1,6 +1,6 @@
 //! What the integration tests that read the wrapper's log lines share: a
 //! tracing subscriber keeping every `agent_retry` event's fields as a JSON
-//! object (a test binary of its own sets it per thread).
+//! object (set per thread: these tests run one at a time, main.rs).
 
 use std::fmt::Debug;
 use std::sync::{Arc, Mutex};

@@ -3,8 +3,7 @@
 //! process; a run whose request failed on an old session leaves the new one
 //! (which the other runs use) alone; a closed connection stays closed. The
 //! test binary is its own stdio server: started with `--serve-demo
-//! COUNT_FILE`, it notes its start in the file and serves the demo over stdio
-//! (so the test has no harness: libtest would write to the server's stdout).
+//! COUNT_FILE`, it notes its start in the file and serves the demo over stdio.
 
 use std::io::Write;
 use std::path::Path;
@@ -17,35 +16,17 @@ use agent_retry_host::{EmbeddedAccounts, EntropySource, HostServices, PolicyComp
 use rmcp::ServiceExt;
 use serde_json::json;
 
-const SERVE: &str = "--serve-demo";
-
-#[tokio::main]
-async fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    match args.iter().position(|a| a == SERVE) {
-        Some(i) => serve_demo(Path::new(&args[i + 1])).await,
-        None => {
-            two_concurrent_runs_share_one_stdio_server_process().await;
-            println!("test two_concurrent_runs_share_one_stdio_server_process ... ok");
-            a_failure_on_an_old_session_leaves_the_new_one_alone().await;
-            println!("test a_failure_on_an_old_session_leaves_the_new_one_alone ... ok");
-            a_closed_connection_stays_closed().await;
-            println!("test a_closed_connection_stays_closed ... ok");
-            a_run_is_charged_only_for_the_sessions_it_set_up().await;
-            println!("test a_run_is_charged_only_for_the_sessions_it_set_up ... ok");
-        }
-    }
-}
+pub const SERVE: &str = "--serve-demo";
 
 /// The demo server over stdio, its start noted in `count`.
-async fn serve_demo(count: &Path) {
+pub async fn serve_demo(count: &Path) {
     let mut file = std::fs::OpenOptions::new().create(true).append(true).open(count).unwrap();
     writeln!(file, "started {}", std::process::id()).unwrap();
     let service = DemoServer::new(DemoState::new(FaultScript::default(), None)).serve(rmcp::transport::stdio()).await.unwrap();
     let _ = service.waiting().await;
 }
 
-async fn two_concurrent_runs_share_one_stdio_server_process() {
+pub async fn two_concurrent_runs_share_one_stdio_server_process() {
     let dir = std::env::temp_dir().join(format!("agent-retry-shared-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let count = dir.join("starts.txt");
@@ -104,7 +85,7 @@ fn order(id: &str) -> serde_json::Map<String, serde_json::Value> {
 /// allowed reconnection is still there for its own cut call later. (That a
 /// failure marks only its own session lost is checked on `McpConnection`
 /// itself, connect.rs: here A's failure arrives before session 2 is up.)
-async fn a_failure_on_an_old_session_leaves_the_new_one_alone() {
+pub async fn a_failure_on_an_old_session_leaves_the_new_one_alone() {
     let faults = FaultScript::from_json(
         r#"[{"tool": "lookup_order", "when": {"order_id": "ORD-SLOW"}, "call": 1, "fault": {"kind": "timeout-after-apply", "delay-ms": 4000}},
             {"tool": "lookup_order", "when": {"order_id": "ORD-CUT"}, "call": 1, "fault": {"kind": "drop"}},
@@ -142,7 +123,7 @@ async fn a_failure_on_an_old_session_leaves_the_new_one_alone() {
 
 /// After `close`, a run that needs a session gets none: its connect is not
 /// sent, which the policy escalates (it used to start a new session).
-async fn a_closed_connection_stays_closed() {
+pub async fn a_closed_connection_stays_closed() {
     let server = serve_http("127.0.0.1:0".parse().unwrap(), DemoState::new(FaultScript::default(), None)).await.unwrap();
     let shared = SharedConnection::new(McpConnection::http(&server.url)).unwrap();
     let (mut a, _) = caller(&shared, "run-a", 3).await.expect("run A starts");
@@ -177,7 +158,7 @@ async fn kill_server(count: &Path) {
 /// second time one of them still has its reconnection, so at most one run
 /// escalates. (A run used to be charged for the session another run set
 /// up: both had spent theirs after the first death, and both escalated.)
-async fn a_run_is_charged_only_for_the_sessions_it_set_up() {
+pub async fn a_run_is_charged_only_for_the_sessions_it_set_up() {
     let dir = std::env::temp_dir().join(format!("agent-retry-charged-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let count = dir.join("starts.txt");
