@@ -115,7 +115,7 @@ pub struct Run {
 // A run in flight is one 128-byte block of the allocator's power-of-two
 // classes (wit-bindgen keeps it as an `Option<Run>`): one byte more doubles
 // it, and 100,000 runs no longer fit in an instance's 64 MiB
-// (hosts/rust/tests/host/sandbox.rs).
+// (tests/harness/tests/host/sandbox.rs).
 #[cfg(not(feature = "liar"))]
 const _: () = assert!(::core::mem::size_of::<Option<Run>>() <= 128, "a run record past 128 bytes takes a 256-byte block");
 

@@ -1,4 +1,4 @@
-"""Live policy updates in the Python host (as hosts/rust/tests/host/live.rs): configuration
+"""Live policy updates in the Python host (as tests/harness/tests/host/live.rs): configuration
 and `.wasm` updates take effect for new runs without a restart; a bad, foreign or
 tampered update is refused and the last good policy keeps serving; the gate's
 vectors (tests/vectors/gate.json, then the operator's `gate_vectors`, then the
