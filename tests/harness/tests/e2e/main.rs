@@ -6,6 +6,7 @@
 //! policy_fails.rs, swap_attributed.rs).
 
 mod accounts;
+mod demo_server_2026;
 mod mcp_e2e;
 mod mcp_tasks;
 mod mcp_versions;
