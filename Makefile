@@ -18,8 +18,9 @@ TIMED := tests/ci/timed.sh
 # mostly wait (on servers, backoff and timeouts), so one more than the cores
 # (on 2 cores: Node 166 s -> 80 s, Python 170 s -> 79 s).
 TEST_JOBS ?= $(shell echo $$(( $$(nproc) + 1 )))
-# What `make test` runs after the Rust tests, in this order.
-TEST_STEPS := test-python test-python-langchain test-ts events-agree judges test-hosts-agree docs-links lab-check dist-test fuzz-replay
+# What `make test` runs after the Rust tests and the Python suite (which run
+# side by side), in this order.
+TEST_STEPS := test-python-langchain test-ts events-agree judges test-hosts-agree docs-links lab-check dist-test fuzz-replay
 
 .PHONY: setup wasm demo test vectors targets judge-setup judges judge-rust judge-proxy redis hostile noop events-agree
 
@@ -83,7 +84,12 @@ test: wasm hostile noop redis fault-proxy-setup hosts-python-setup
 	python3 tests/vectors/make_vectors.py --check
 	python3 tests/vectors/fleet/make_manifests.py --check
 	python3 tests/contract/make_mirrors.py --check
-	$(TIMED) cargo-test cargo test --release --workspace
+	$(TIMED) cargo-test-build cargo test --release --workspace --no-run
+	$(RUST_BINS)
+	@# The Rust tests mostly wait (about 20 s of CPU in 90 s): they run beside the
+	@# Python suite, their output shown after it (tests/ci/beside.sh).
+	tests/ci/beside.sh target/cargo-test.log $(TIMED) cargo-test cargo test --release --workspace \
+	  -- $(TIMED) test-python $(MAKE) --no-print-directory test-python
 	@for step in $(TEST_STEPS); do $(TIMED) $$step $(MAKE) --no-print-directory $$step || exit 1; done
 
 # The events scenario's dumps (target/events/<host>.json, written by each host's
