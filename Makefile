@@ -14,7 +14,7 @@ WASM_LIMIT_BYTES := 200000
 JCO := hosts/typescript/node_modules/@bytecodealliance/jco/src/jco.js
 # Each step of `make test` prints and records its time (target/step-times.txt).
 TIMED := tests/ci/timed.sh
-# How many test files the Python and Node suites run at a time: their tests
+# How many processes the Python and Node suites run their tests in: their tests
 # mostly wait (on servers, backoff and timeouts), so one more than the cores
 # (on 2 cores: Node 166 s -> 80 s, Python 170 s -> 79 s).
 TEST_JOBS ?= $(shell echo $$(( $$(nproc) + 1 )))
@@ -109,17 +109,28 @@ judge-setup:
 
 # The host-conformance judge against the Rust host (tests/judge/exam.json).
 judge-rust: wasm judge-setup
-	target/release/agent-retry judge --exam tests/judge/exam.json -- target/release/agent-retry exam
+	$(HOSTS_JUDGE) $(JUDGE_EXAM_rust)
 
 # The judge against every host at once (each exam mostly waits on its faults;
 # on 2 cores 25 s against 59 s one after another), each host's lines together.
+# What they need is built first, once: the judge-run-* targets have no
+# prerequisites, so nothing rewrites the component while another reads it.
 judges: wasm judge-setup hosts-python-setup hosts-ts-setup
-	$(MAKE) --no-print-directory -j4 --output-sync=target judge-rust judge-python judge-ts judge-proxy
+	$(MAKE) --no-print-directory -j4 --output-sync=target judge-run-rust judge-run-python judge-run-ts judge-run-proxy
+
+# Each host's exam client. (judge-run-% is a pattern rule, so not .PHONY: make
+# skips pattern rules for phony targets.)
+JUDGE_EXAM_rust   = target/release/agent-retry exam
+JUDGE_EXAM_proxy  = target/release/agent-retry exam --through-proxy
+JUDGE_EXAM_python = $(CURDIR)/$(HOSTS_PY) -m agent_retry_policy.exam
+JUDGE_EXAM_ts     = node $(CURDIR)/$(HOSTS_TS)/dist/src/exam.js
+judge-run-%:
+	$(HOSTS_JUDGE) $(JUDGE_EXAM_$*)
 
 # The same exam, taken by a plain MCP client (no retries of its own) through
 # `agent-retry proxy`: the policy's fourth host (docs/proxy.md).
 judge-proxy: wasm judge-setup
-	target/release/agent-retry judge --exam tests/judge/exam.json -- target/release/agent-retry exam --through-proxy
+	$(HOSTS_JUDGE) $(JUDGE_EXAM_proxy)
 
 # The lab, the contention simulation and the benchmarks (tests/lab/lab.mk), and
 # the packages (tests/dist/dist.mk).

@@ -45,7 +45,7 @@ test-python-langchain: wasm hosts-langchain-setup judge-setup
 
 # The cross-host account test runs Node and Rust workers beside Python's (and
 # Node's test runs Python's): each host's tests set the other two up.
-# The test files run in TEST_JOBS processes (pytest-xdist; Makefile).
+# The tests run in TEST_JOBS processes (pytest-xdist hands out single tests; Makefile).
 test-python: wasm hostile noop hosts-python-setup hosts-ts-setup fault-proxy-setup judge-setup
 	cd hosts/python && ../../$(HOSTS_VENV)/bin/ruff check . && ../../$(HOSTS_VENV)/bin/ruff format --check .
 	cd hosts/python && ../../$(HOSTS_PY) -m pytest -q -n $(TEST_JOBS)
@@ -88,10 +88,10 @@ bench-hosts: wasm noop hosts-python-setup hosts-ts-setup
 HOSTS_JUDGE := target/release/agent-retry judge --exam tests/judge/exam.json --
 
 judge-python: wasm hosts-python-setup judge-setup
-	$(HOSTS_JUDGE) $(CURDIR)/$(HOSTS_PY) -m agent_retry_policy.exam
+	$(HOSTS_JUDGE) $(JUDGE_EXAM_python)
 
 judge-ts: wasm hosts-ts-setup judge-setup
-	$(HOSTS_JUDGE) node $(CURDIR)/$(HOSTS_TS)/dist/src/exam.js
+	$(HOSTS_JUDGE) $(JUDGE_EXAM_ts)
 
 # The fault proxy's third-party server (@modelcontextprotocol/server-everything,
 # tests/fault-proxy/README.md), for the wrapper tests of every host.

@@ -45,14 +45,35 @@ def serve(demo: Callable[..., DemoServer]) -> Callable[..., Desk]:
     return start
 
 
-def pytest_terminal_summary(terminalreporter: Any) -> None:
+# The vectors' tally: under pytest-xdist (`make test-python`) the vectors run in
+# worker processes, each of which hands its results to the controller.
+_WORKER_VECTORS: dict[str, bool] = {}
+
+
+def _vector_results() -> dict[str, bool]:
     try:
         from test_vectors import RESULTS
     except ImportError:
-        return
-    if RESULTS:
-        passed = sum(1 for ok in RESULTS.values() if ok)
-        terminalreporter.write_line(f"vectors: {passed} passed, {len(RESULTS) - passed} failed")
+        return {}
+    return dict(RESULTS)
+
+
+def pytest_sessionfinish(session: Any) -> None:
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # an xdist worker
+        workeroutput["vectors"] = _vector_results()
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: the LangChain venv has no xdist
+def pytest_testnodedown(node: Any, error: Any) -> None:  # xdist's controller, a worker done
+    _WORKER_VECTORS.update(getattr(node, "workeroutput", {}).get("vectors", {}))
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    results = {**_vector_results(), **_WORKER_VECTORS}
+    if results:
+        passed = sum(1 for ok in results.values() if ok)
+        terminalreporter.write_line(f"vectors: {passed} passed, {len(results) - passed} failed")
 
 
 @pytest.fixture

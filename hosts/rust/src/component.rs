@@ -36,7 +36,7 @@ pub const FUEL_PER_CALL: u64 = 20_000_000;
 /// the decision path (once per update, in the gate): 10,000 namespaced tools
 /// take about 83 million fuel (120 a byte). The costliest shape measured, an
 /// array of zeros, takes 435 a byte in wasmtime (`cargo test --release -p
-/// agent-retry-host --test host -- --nocapture costliest`) and 904 in the
+/// agent-retry-harness --test host -- --nocapture costliest`) and 904 in the
 /// Node host, whose count is an upper bound: 2,000 leaves every host twice that.
 pub const FUEL_PER_CONFIG_BYTE: u64 = 2_000;
 

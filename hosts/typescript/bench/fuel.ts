@@ -2,7 +2,7 @@
 // component: this host's metering (src/sandbox.ts) is meant as an upper bound
 // of wasmtime's count. wasmtime's side runs in the Python host (wasmtime-py,
 // bench/fuel-wasmtime.py, with the repository's .venv); the calls are the
-// worst cases of test/sandbox.test.ts and the Rust host's tests/host/sandbox.rs.
+// worst cases of test/sandbox.test.ts and the Rust host's tests/harness/tests/host/sandbox.rs.
 //
 //   npm run bench:fuel            # prints the table and writes it into README.md ("The sandbox")
 //   npm run bench:fuel -- --print # prints only

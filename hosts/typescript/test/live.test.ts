@@ -1,5 +1,5 @@
 // Live policy updates in the Node host, case by case as the Python host's
-// tests/test_live.py (and the Rust host's tests/host/live.rs): configuration and .wasm
+// tests/test_live.py (and the Rust host's tests/harness/tests/host/live.rs): configuration and .wasm
 // updates take effect for new runs without a restart; a bad, hostile, foreign or
 // tampered update is refused and the last good policy keeps serving; rollback;
 // the watcher; swaps under load.

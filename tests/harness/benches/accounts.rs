@@ -2,7 +2,7 @@
 //! take-or-wait in each backend, and the 429s the demo server returns to 16
 //! workers with and without the shared budget, for the same workload.
 //!
-//!     cargo bench -p agent-retry-host --bench accounts
+//!     cargo bench -p agent-retry-harness --bench accounts
 
 use std::sync::Arc;
 use std::time::Instant;

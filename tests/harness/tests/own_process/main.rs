@@ -7,7 +7,8 @@
 //!   whose callsites another thread registered first: here nothing else runs.
 //!
 //! `main` runs the tests one after another, each in a runtime of the flavour it
-//! was written for, and prints libtest's lines; a panic fails the binary.
+//! was written for, and prints libtest's lines; a panic fails the binary. It
+//! reads libtest's filters, `--exact`, `--skip` and `--list`.
 
 mod lines;
 mod mcp_probe;
@@ -24,12 +25,13 @@ fn main() {
     if let Some(i) = args.iter().position(|a| a == shared_connection::SERVE) {
         return runtime(Flavour::MultiThread).block_on(shared_connection::serve_demo(std::path::Path::new(&args[i + 1])));
     }
-    // `cargo test -- NAME` runs the tests whose names contain NAME (flags are ignored).
-    let filter: Vec<&String> = args.iter().skip(1).filter(|a| !a.starts_with('-')).collect();
-    let wanted = |name: &str| filter.is_empty() || filter.iter().any(|f| name.contains(f.as_str()));
+    let selection = Selection::from_args(&args[1..]);
     let mut ran = 0;
     let mut run = |name: &str, flavour: Flavour, test: &dyn Fn() -> std::pin::Pin<Box<dyn Future<Output = ()>>>| {
-        if wanted(name) {
+        if !selection.wants(name) {
+        } else if selection.list {
+            println!("{name}: test");
+        } else {
             runtime(flavour).block_on(test());
             println!("test {name} ... ok");
             ran += 1;
@@ -55,7 +57,43 @@ fn main() {
     run("shared_connection::a_run_is_charged_only_for_the_sessions_it_set_up", MultiThread, &|| {
         Box::pin(shared_connection::a_run_is_charged_only_for_the_sessions_it_set_up())
     });
-    println!("\ntest result: ok. {ran} passed; 0 failed");
+    if !selection.list {
+        println!("\ntest result: ok. {ran} passed; 0 failed");
+    }
+}
+
+/// The tests libtest's arguments name: filters (`--exact` for whole names),
+/// `--skip`, `--list`; its other options are taken with their values and ignored.
+struct Selection {
+    filters: Vec<String>,
+    skips: Vec<String>,
+    exact: bool,
+    list: bool,
+}
+
+impl Selection {
+    fn from_args(args: &[String]) -> Selection {
+        let mut selection = Selection { filters: vec![], skips: vec![], exact: false, list: false };
+        let mut args = args.iter();
+        while let Some(arg) = args.next() {
+            match arg.as_str() {
+                "--exact" => selection.exact = true,
+                "--list" => selection.list = true,
+                "--skip" => selection.skips.extend(args.next().cloned()),
+                "--test-threads" | "--color" | "--format" | "--logfile" | "-Z" => {
+                    args.next();
+                }
+                flag if flag.starts_with('-') => {}
+                filter => selection.filters.push(filter.to_string()),
+            }
+        }
+        selection
+    }
+
+    fn wants(&self, name: &str) -> bool {
+        let matches = |pattern: &String| if self.exact { name == pattern } else { name.contains(pattern.as_str()) };
+        (self.filters.is_empty() || self.filters.iter().any(matches)) && !self.skips.iter().any(matches)
+    }
 }
 
 /// The runtime `#[tokio::main]` (multi-thread) or `#[tokio::test]` (current thread) gave the test.
