@@ -57,9 +57,11 @@ $(HOSTS_TS_MODULES): $(HOSTS_TS)/package.json $(HOSTS_TS)/package-lock.json
 hosts-ts-setup: $(HOSTS_TS_MODULES)
 	cd $(HOSTS_TS) && npm run --silent transpile && npm run --silent build
 
-# `npm test` with TEST_JOBS test files at a time (Makefile).
+# `npm test` with TEST_JOBS test files at a time (Makefile), where the node has
+# --test-concurrency (20.10 and later; Debian 12's own nodejs is 18: one at a time).
+TS_TEST_CONCURRENCY = $(shell node --test-concurrency=1 -e 0 >/dev/null 2>&1 && echo --test-concurrency=$(TEST_JOBS))
 test-ts: wasm hostile hosts-ts-setup hosts-python-setup fault-proxy-setup judge-setup
-	cd $(HOSTS_TS) && node ../../tests/hostile/build.mjs && node --test --test-concurrency=$(TEST_JOBS) --test-reporter=spec dist/test/
+	cd $(HOSTS_TS) && node ../../tests/hostile/build.mjs && node --test $(TS_TEST_CONCURRENCY) --test-reporter=spec dist/test/
 
 test-hosts: test-python test-ts
 
